@@ -1,0 +1,44 @@
+# promptlab: `make run` starts the app, `make test` installs everything and runs lint + tests.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PORT ?= 8501
+
+.PHONY: run test lint install install-dev chromium bench clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+
+# Stamp files make re-runs instant until a requirements file changes.
+$(VENV)/.runtime: $(PY) requirements.txt pyproject.toml
+	$(PY) -m pip install -q -r requirements.txt -e .
+	touch $@
+
+$(VENV)/.dev: $(VENV)/.runtime requirements-dev.txt
+	$(PY) -m pip install -q -r requirements-dev.txt
+	touch $@
+
+install: $(VENV)/.runtime
+install-dev: $(VENV)/.dev
+
+run: install
+	$(VENV)/bin/streamlit run app.py --server.port $(PORT)
+
+# The browser smoke test drives Debian's Chromium; install it when missing and we are root.
+chromium:
+	@if command -v chromium >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	else echo "chromium not found and not root: the browser test will be skipped"; fi
+
+lint: install-dev
+	$(VENV)/bin/ruff check promptlab pages app.py tests bench
+	$(VENV)/bin/ruff format --check promptlab pages app.py tests bench
+	$(VENV)/bin/mypy
+
+test: install-dev chromium lint
+	$(PY) -m pytest -q
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,3 @@
+from promptlab.cli import main
+
+main()

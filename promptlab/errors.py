@@ -1,0 +1,148 @@
+"""The exception tree of promptlab.
+
+    PromptlabError
+    ├── ConfigError                  bad settings or providers file
+    ├── StoreError                   DuckDB storage problems
+    │   └── DatabaseLockedError      another process holds the database file
+    ├── TemplateError                a template cannot be saved or rendered
+    │   ├── TemplateSyntaxError      not valid template syntax (with line)
+    │   ├── UnsafeTemplateError      reaches for Python internals or unknown constructs
+    │   ├── RoleOrderError           system/user/assistant order is wrong (with index)
+    │   └── VariableError            values do not fit the variable schema (all problems)
+    ├── RegistryError                prompt registry problems
+    │   ├── NotFoundError            a prompt, version or label does not exist
+    │   └── VersionError             a semantic version override is not allowed
+    ├── PromptFileError              a YAML prompt file is malformed (file and field)
+    └── ProviderError                a provider call failed; `kind` says how (ErrorKind)
+
+Inside a batch, a ProviderError is data: it is recorded on the item, not raised
+out of the run.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+
+class PromptlabError(Exception):
+    """Base class of every error promptlab raises on purpose."""
+
+
+class ConfigError(PromptlabError):
+    """Settings or the providers file are invalid."""
+
+
+class StoreError(PromptlabError):
+    """The DuckDB store cannot do what was asked."""
+
+
+class DatabaseLockedError(StoreError):
+    """Another process holds the database file open for writing."""
+
+    def __init__(self, path: str, holder: str | None = None) -> None:
+        self.path = path
+        self.holder = holder
+        who = f" ({holder})" if holder else ""
+        super().__init__(
+            f"database {path} is in use by another process{who}; "
+            "stop it or point PROMPTLAB_DB / --db at another file"
+        )
+
+
+class TemplateError(PromptlabError):
+    """A template cannot be saved or rendered."""
+
+
+class TemplateSyntaxError(TemplateError):
+    """The template text is not valid template syntax."""
+
+
+class UnsafeTemplateError(TemplateError):
+    """The template uses a construct outside the safe subset."""
+
+
+class RoleOrderError(TemplateError):
+    """Messages are not in a valid system/user/assistant order."""
+
+
+@dataclass(frozen=True)
+class VariableProblem:
+    """One thing wrong with one variable value."""
+
+    variable: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.variable}: {self.message}"
+
+
+class VariableError(TemplateError):
+    """Variable values do not fit the template's variable schema."""
+
+    def __init__(self, problems: Sequence[VariableProblem]) -> None:
+        self.problems = list(problems)
+        super().__init__("; ".join(str(p) for p in self.problems))
+
+
+class RegistryError(PromptlabError):
+    """The prompt registry cannot do what was asked."""
+
+
+class NotFoundError(RegistryError):
+    """A prompt, version or label does not exist."""
+
+
+class VersionError(RegistryError):
+    """A requested semantic version is not allowed."""
+
+
+class PromptFileError(PromptlabError):
+    """A YAML prompt file is malformed; the message names file and field."""
+
+
+class ErrorKind(enum.StrEnum):
+    """How a provider call failed; adapters map every SDK error to one of these."""
+
+    RATE_LIMIT = "rate_limit"
+    QUOTA = "quota"
+    OVERLOADED = "overloaded"
+    TIMEOUT = "timeout"
+    CONNECTION = "connection"
+    SERVER = "server"
+    BAD_REQUEST = "bad_request"
+    AUTH = "auth"
+    NOT_FOUND = "not_found"
+    CONTEXT_LENGTH = "context_length"
+    CONTENT_FILTER = "content_filter"
+
+
+class ProviderError(PromptlabError):
+    """A provider call failed.
+
+    `retry_after_s` is the server's hint (Retry-After / retry-after-ms) when it gave one;
+    `should_retry` mirrors the `x-should-retry` header when present.
+    """
+
+    def __init__(
+        self,
+        kind: ErrorKind,
+        message: str,
+        *,
+        status: int | None = None,
+        provider: str | None = None,
+        retry_after_s: float | None = None,
+        should_retry: bool | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        self.kind = kind
+        self.status = status
+        self.provider = provider
+        self.retry_after_s = retry_after_s
+        self.should_retry = should_retry
+        self.headers = dict(headers or {})
+        self.provider_message = message
+        where = f"{provider} " if provider else ""
+        code = f" {status}" if status is not None else ""
+        super().__init__(f"{where}{kind.value}{code}: {message}")

@@ -1,0 +1,64 @@
+"""The provider seam: one small async interface and the plain data it exchanges."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+
+class FinishReason(enum.StrEnum):
+    """Why generation stopped, normalized across providers."""
+
+    STOP = "stop"
+    LENGTH = "length"
+    CONTENT_FILTER = "content_filter"
+    TOOL_CALLS = "tool_calls"
+
+
+@dataclass(frozen=True)
+class CompletionRequest:
+    """One chat completion to send; `model` is the name at the endpoint (no prefix)."""
+
+    model: str
+    messages: tuple[Mapping[str, str], ...]
+    max_tokens: int = 256
+    temperature: float | None = None
+    top_p: float | None = None
+    output_schema: Mapping[str, Any] | None = None
+    seed: int | None = None
+    #: The item's idempotency key; adapters send it so servers can spot duplicates.
+    request_id: str | None = None
+    timeout_s: float = 60.0
+
+
+@dataclass(frozen=True)
+class CompletionResponse:
+    """What came back: output, usage, timing and the server's rate-limit headers."""
+
+    text: str
+    input_tokens: int
+    output_tokens: int
+    finish_reason: FinishReason
+    model_version: str
+    latency_ms: float
+    headers: Mapping[str, str] = field(default_factory=dict)
+    request_id: str | None = None
+
+
+@runtime_checkable
+class Provider(Protocol):
+    """An endpoint that completes chat requests.
+
+    `complete` raises `promptlab.errors.ProviderError` (with an `ErrorKind`) for every
+    failure; adapters map SDK exceptions once and never retry themselves.
+    """
+
+    name: str
+    kind: str
+    supports_json_schema: bool
+
+    async def complete(self, request: CompletionRequest) -> CompletionResponse: ...
+
+    async def aclose(self) -> None: ...

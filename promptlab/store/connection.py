@@ -1,0 +1,81 @@
+"""The one object that owns the DuckDB file."""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import duckdb
+
+from promptlab.errors import DatabaseLockedError, StoreError
+from promptlab.store.migrations import apply_migrations
+
+# DuckDB says e.g. 'Conflicting lock is held in /usr/bin/python3.11 (PID 4011) by user me.'
+_LOCK_HOLDER = re.compile(r"Conflicting lock is held in (?P<holder>\S+ \(PID \d+\))")
+
+
+class Store:
+    """Owns one DuckDB connection; readers take a cursor, writers a transaction.
+
+    DuckDB lets a single process hold a file for writing. Within the process, every
+    thread uses its own `cursor()`; writes go through `transaction()`, which
+    serializes writers so one batch commits at a time.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        if str(self.path) != ":memory:":
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._conn = _connect(str(self.path))
+        self._write_lock = threading.RLock()
+        apply_migrations(self._conn)
+
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        """A connection for the calling thread; close it when done (or use `read`)."""
+        return self._conn.cursor()
+
+    @contextmanager
+    def read(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        cur = self._conn.cursor()
+        try:
+            yield cur
+        finally:
+            cur.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """One write transaction: committed on success, rolled back on any error."""
+        with self._write_lock:
+            cur = self._conn.cursor()
+            try:
+                cur.begin()
+                yield cur
+                cur.commit()
+            except BaseException:
+                cur.rollback()
+                raise
+            finally:
+                cur.close()
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _connect(path: str) -> duckdb.DuckDBPyConnection:
+    try:
+        return duckdb.connect(path)
+    except duckdb.IOException as exc:
+        text = str(exc)
+        if "lock" in text.lower():
+            match = _LOCK_HOLDER.search(text)
+            raise DatabaseLockedError(path, match["holder"] if match else None) from exc
+        raise StoreError(f"cannot open database {path}: {text}") from exc
