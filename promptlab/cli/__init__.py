@@ -1,0 +1,22 @@
+"""The `promptlab` command: one group, commands contributed by focused modules."""
+
+from __future__ import annotations
+
+import click
+
+from promptlab.cli import fakellm, prompts, runs
+from promptlab.cli.common import db_option
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@db_option
+@click.version_option(package_name="promptlab")
+@click.pass_context
+def main(ctx: click.Context) -> None:
+    """promptlab: versioned prompts, A/B batches and their metrics, stored in DuckDB."""
+    ctx.ensure_object(dict)
+
+
+for module in (prompts, fakellm, runs):
+    for command in module.commands:
+        main.add_command(command)

@@ -1,0 +1,1 @@
+"""The only part of promptlab that imports Streamlit: shared resources and widgets."""
