@@ -2,6 +2,240 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
 import click
 
-commands: list[click.Command] = []
+from promptlab.cli.common import db_option, handle_errors, open_store, settings_from
+from promptlab.demo import load_demo_prompts
+from promptlab.errors import PromptlabError, VariableError, VariableProblem
+from promptlab.promptfiles import export_prompt, import_prompt_file, load_prompt_file
+from promptlab.registry import Registry
+from promptlab.templates import coerce_text_values
+
+
+@click.command()
+@db_option
+@click.option("--demo", is_flag=True, help="Also load the demo prompts from data/demo.")
+@click.pass_context
+@handle_errors
+def init(ctx: click.Context, demo: bool) -> None:
+    """Create the database (and apply migrations); with --demo, load the demo prompts."""
+    with open_store(ctx) as store:
+        click.echo(f"database ready: {store.path}")
+        if demo:
+            results = load_demo_prompts(Registry(store))
+            created = sum(r.created for r in results)
+            click.echo(
+                f"demo prompts: {created} new versions ({len(results) - created} already there)"
+            )
+
+
+@click.group()
+def prompt() -> None:
+    """Manage prompt templates: add, list, show, diff, label, render, export."""
+
+
+@prompt.command("add")
+@db_option
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--author", help="Author recorded on new versions (default: PROMPTLAB_AUTHOR).")
+@click.pass_context
+@handle_errors
+def add(ctx: click.Context, file: Path, author: str | None) -> None:
+    """Import a YAML prompt file; each changed version becomes a new version."""
+    prompt_file = load_prompt_file(file)  # fully checked before anything is saved
+    with open_store(ctx) as store:
+        results = import_prompt_file(
+            Registry(store), prompt_file, author or settings_from(ctx).author
+        )
+    for result in results:
+        click.echo(result.describe())
+
+
+@prompt.command("list")
+@db_option
+@click.pass_context
+@handle_errors
+def list_prompts(ctx: click.Context) -> None:
+    """List prompts with their latest version and labels."""
+    with open_store(ctx) as store:
+        summaries = Registry(store).list_prompts()
+    if not summaries:
+        click.echo("no prompts yet: try `promptlab init --demo` or `promptlab prompt add FILE`")
+        return
+    rows = [
+        (
+            s.name,
+            s.latest.semver,
+            str(s.version_count),
+            ", ".join(f"{k}={v}" for k, v in s.labels.items()) or "-",
+            s.description,
+        )
+        for s in summaries
+    ]
+    _print_table(("NAME", "LATEST", "VERSIONS", "LABELS", "DESCRIPTION"), rows)
+
+
+@prompt.command("show")
+@db_option
+@click.argument("ref")
+@click.pass_context
+@handle_errors
+def show(ctx: click.Context, ref: str) -> None:
+    """Show one version: REF is NAME, NAME@1.2.0, NAME@LABEL or NAME@sha256:PREFIX."""
+    with open_store(ctx) as store:
+        registry = Registry(store)
+        version = registry.resolve(ref)
+        labels = [k for k, v in registry.labels(version.prompt_name).items() if v.id == version.id]
+    click.echo(f"{version.ref}  {version.id}")
+    click.echo(f"author: {version.author}  created: {version.created_at:%Y-%m-%d %H:%M:%S %Z}")
+    click.echo(f"message: {version.message or '-'}")
+    click.echo(f"labels: {', '.join(labels) or '-'}")
+    click.echo(f"params: {json.dumps(dict(version.template.params))}")
+    click.echo(f"variables: {json.dumps(version.template.variables['properties'])}")
+    if version.template.output_schema:
+        click.echo(f"output_schema: {json.dumps(version.template.output_schema)}")
+    for index, message in enumerate(version.template.messages):
+        click.echo(f"\n[{index}] {message.role}\n{message.content.rstrip()}")
+
+
+@prompt.command("history")
+@db_option
+@click.argument("name")
+@click.pass_context
+@handle_errors
+def history(ctx: click.Context, name: str) -> None:
+    """List every version of NAME, newest first, and the moves of its labels."""
+    with open_store(ctx) as store:
+        registry = Registry(store)
+        versions = registry.versions(name)
+        moves = registry.label_history(name)
+    _print_table(
+        ("VERSION", "ID", "CREATED", "AUTHOR", "MESSAGE"),
+        [
+            (v.semver, v.short_id, f"{v.created_at:%Y-%m-%d %H:%M}", v.author, v.message)
+            for v in versions
+        ],
+    )
+    if moves:
+        click.echo("")
+        _print_table(
+            ("LABEL", "VERSION", "MOVED", "BY"),
+            [(m.label, m.semver, f"{m.moved_at:%Y-%m-%d %H:%M:%S}", m.actor) for m in moves],
+        )
+
+
+@prompt.command("diff")
+@db_option
+@click.argument("name")
+@click.argument("ref_a")
+@click.argument("ref_b")
+@click.pass_context
+@handle_errors
+def diff(ctx: click.Context, name: str, ref_a: str, ref_b: str) -> None:
+    """Show what changed in NAME from REF_A to REF_B (versions, labels or hashes)."""
+    with open_store(ctx) as store:
+        text = Registry(store).diff(name, ref_a, ref_b).to_text()
+    for line in text.splitlines():
+        color = "green" if line.startswith("+") else "red" if line.startswith("-") else None
+        click.secho(line, fg=color)
+
+
+@prompt.command("label")
+@db_option
+@click.argument("name")
+@click.argument("ref")
+@click.argument("label")
+@click.pass_context
+@handle_errors
+def label(ctx: click.Context, name: str, ref: str, label: str) -> None:
+    """Point LABEL (production, staging, any name) of NAME at version REF."""
+    with open_store(ctx) as store:
+        version = Registry(store).set_label(name, ref, label, actor=settings_from(ctx).author)
+    click.echo(f"{name}@{label} -> {version.semver} ({version.short_id})")
+
+
+@prompt.command("render")
+@db_option
+@click.argument("ref")
+@click.option("--var", "variables", multiple=True, metavar="KEY=VALUE", help="A variable value.")
+@click.option(
+    "--vars-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="A JSON file with an object of variable values.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the messages as JSON.")
+@click.pass_context
+@handle_errors
+def render(
+    ctx: click.Context, ref: str, variables: tuple[str, ...], vars_file: Path | None, as_json: bool
+) -> None:
+    """Render version REF with variable values; every invalid value is reported at once."""
+    with open_store(ctx) as store:
+        template = Registry(store).resolve(ref).template
+    values = _read_vars_file(vars_file) if vars_file else {}
+    raw: dict[str, str] = {}
+    for item in variables:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"expected KEY=VALUE, got {item!r}", param_hint="--var")
+        raw[key] = value
+    values.update(coerce_text_values(template, raw))
+    # Report unknown names (usually typos) together with every invalid value.
+    problems = [
+        VariableProblem(name, "not a variable of this template")
+        for name in sorted(set(values) - set(template.variable_names))
+    ]
+    try:
+        messages = template.render(values)
+    except VariableError as exc:
+        problems.extend(exc.problems)
+    if problems:
+        raise VariableError(problems)
+    if as_json:
+        click.echo(json.dumps(messages, indent=2, ensure_ascii=False))
+        return
+    for message in messages:
+        click.echo(f"[{message['role']}]\n{message['content'].rstrip()}\n")
+
+
+@prompt.command("export")
+@db_option
+@click.argument("name")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path))
+@click.pass_context
+@handle_errors
+def export(ctx: click.Context, name: str, output: Path | None) -> None:
+    """Write NAME with all its versions and labels as a YAML prompt file."""
+    with open_store(ctx) as store:
+        text = export_prompt(Registry(store), name)
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        output.write_text(text, encoding="utf-8")
+        click.echo(f"wrote {output}")
+
+
+def _read_vars_file(path: Path) -> dict[str, object]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise PromptlabError(f"{path}: cannot read a JSON object of values: {exc}") from exc
+    if not isinstance(data, dict):
+        raise PromptlabError(f"{path}: expected a JSON object of variable values")
+    return data
+
+
+def _print_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
+    ]
+    click.echo("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
+    for row in rows:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+
+
+commands: list[click.Command] = [init, prompt]

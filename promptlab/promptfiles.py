@@ -1,0 +1,191 @@
+"""The YAML prompt file: a git-friendly home for one prompt and its versions.
+
+    name: ticket-triage                 # required
+    description: Route support tickets  # optional
+    labels: {production: 1.1.0}         # optional: label -> version in this file
+    versions:                           # oldest first
+      - version: 1.0.0                  # optional: checked, or bumped automatically
+        message: First version          # the commit message
+        author: alice                   # optional (defaults to PROMPTLAB_AUTHOR)
+        params: {model: sim:careful, temperature: 0.2, max_tokens: 300}
+        variables: {ticket: {type: string, maxLength: 4000}}
+        output_schema: {type: object, ...}
+        messages:
+          - role: system
+            content: |
+              You are ...
+
+A file with a single version may put `messages`, `params`, `variables`,
+`output_schema`, `message` and `version` at the top level instead of `versions`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from promptlab.errors import PromptFileError, PromptlabError
+from promptlab.registry import Registry, SaveResult
+from promptlab.templates import Template
+
+_VERSION_KEYS = {"version", "message", "author", "params", "variables", "output_schema", "messages"}
+_TOP_KEYS = {"name", "description", "labels", "versions"} | _VERSION_KEYS
+
+
+@dataclass(frozen=True)
+class VersionSpec:
+    template: Template
+    message: str = ""
+    author: str | None = None
+    version: str | None = None
+
+
+@dataclass(frozen=True)
+class PromptFile:
+    name: str
+    description: str
+    versions: list[VersionSpec]
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+def load_prompt_file(path: str | Path) -> PromptFile:
+    """Read and fully check a prompt file; errors name the file and the field."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise PromptFileError(f"{path}: cannot read: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f", line {mark.line + 1}" if mark else ""
+        raise PromptFileError(f"{path}{where}: not valid YAML: {exc}") from exc
+    return parse_prompt_data(data, source=str(path))
+
+
+def parse_prompt_data(data: Any, source: str = "<prompt>") -> PromptFile:
+    if not isinstance(data, dict):
+        raise PromptFileError(f"{source}: expected a mapping with name and messages or versions")
+    unknown = sorted(set(data) - _TOP_KEYS)
+    if unknown:
+        raise PromptFileError(f"{source}: unknown field(s) {', '.join(unknown)}")
+    name = data.get("name")
+    if not isinstance(name, str) or not name:
+        raise PromptFileError(f"{source}: field 'name' is required")
+    if "versions" in data:
+        stray = sorted(set(data) & _VERSION_KEYS)
+        if stray:
+            raise PromptFileError(
+                f"{source}: {', '.join(stray)} must go inside versions[] when versions is given"
+            )
+        raw_versions = data["versions"]
+        if not isinstance(raw_versions, list) or not raw_versions:
+            raise PromptFileError(f"{source}: field 'versions' must be a non-empty list")
+        prefixes = [f"versions[{i}]" for i in range(len(raw_versions))]
+    else:
+        raw_versions = [{k: v for k, v in data.items() if k in _VERSION_KEYS}]
+        prefixes = ["(top level)"]
+    versions = [
+        _parse_version(item, f"{source}: {prefix}")
+        for item, prefix in zip(raw_versions, prefixes, strict=True)
+    ]
+    labels = data.get("labels") or {}
+    if not isinstance(labels, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
+    ):
+        raise PromptFileError(f"{source}: field 'labels' must map label names to versions")
+    return PromptFile(name, str(data.get("description") or ""), versions, labels)
+
+
+def _parse_version(item: Any, where: str) -> VersionSpec:
+    if not isinstance(item, dict):
+        raise PromptFileError(f"{where}: expected a mapping")
+    unknown = sorted(set(item) - _VERSION_KEYS)
+    if unknown:
+        raise PromptFileError(f"{where}: unknown field(s) {', '.join(unknown)}")
+    if not isinstance(item.get("messages"), list):
+        raise PromptFileError(f"{where}: field 'messages' must be a list of role/content")
+    version = item.get("version")
+    try:
+        template = Template.build(
+            item["messages"],
+            params=item.get("params"),
+            variables=item.get("variables"),
+            output_schema=item.get("output_schema"),
+        )
+    except PromptlabError as exc:
+        raise PromptFileError(f"{where}: {exc}") from exc
+    return VersionSpec(
+        template=template,
+        message=str(item.get("message") or ""),
+        author=item.get("author"),
+        version=str(version) if version is not None else None,
+    )
+
+
+def import_prompt_file(registry: Registry, prompt: PromptFile, author: str) -> list[SaveResult]:
+    """Save each version in order (identical ones are skipped), then move the labels."""
+    results: list[SaveResult] = []
+    by_file_version: dict[str, str] = {}
+    for spec in prompt.versions:
+        result = registry.save_version(
+            prompt.name,
+            spec.template,
+            author=spec.author or author,
+            message=spec.message,
+            version=spec.version,
+            description=prompt.description or None,
+        )
+        results.append(result)
+        if spec.version:
+            by_file_version[spec.version] = result.version.semver
+    for label, ref in prompt.labels.items():
+        registry.set_label(prompt.name, by_file_version.get(ref, ref), label, actor=author)
+    return results
+
+
+def export_prompt(registry: Registry, name: str) -> str:
+    """The prompt file text for `name`: every version, oldest first, and current labels."""
+    versions = list(reversed(registry.versions(name)))
+    doc: dict[str, Any] = {"name": name}
+    description = registry.description(name)
+    if description:
+        doc["description"] = description
+    labels = {label: v.semver for label, v in registry.labels(name).items()}
+    if labels:
+        doc["labels"] = labels
+    doc["versions"] = [_version_doc(v.semver, v.message, v.author, v.template) for v in versions]
+    return yaml.dump(doc, Dumper=_BlockDumper, sort_keys=False, allow_unicode=True, width=100)
+
+
+def _version_doc(semver: str, message: str, author: str, template: Template) -> dict[str, Any]:
+    doc: dict[str, Any] = {"version": semver, "message": message, "author": author}
+    doc["params"] = dict(template.params)
+    props = template.variables.get("properties", {})
+    required = set(template.variables.get("required", []))
+    variables = {}
+    for name, schema in props.items():
+        fragment = dict(schema)
+        if name not in required and "default" not in fragment:
+            fragment["required"] = False
+        variables[name] = fragment
+    if variables:
+        doc["variables"] = variables
+    if template.output_schema is not None:
+        doc["output_schema"] = template.output_schema
+    doc["messages"] = [{"role": m.role, "content": m.content} for m in template.messages]
+    return doc
+
+
+class _BlockDumper(yaml.SafeDumper):
+    """Multi-line text as `|` blocks, so diffs of prompt files read line by line."""
+
+
+def _str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_BlockDumper.add_representer(str, _str_representer)

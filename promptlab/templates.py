@@ -1,0 +1,470 @@
+"""Prompt templates: messages with `{{ variable }}` placeholders, checked and rendered safely.
+
+Rendering uses Jinja2's sandbox with StrictUndefined. On top of the sandbox, templates
+are limited at save time to a small, safe subset of Jinja (variables, attribute and
+item lookups on data, a whitelist of filters, `if` and `for`), so a template can never
+call functions or reach Python internals. Variable *values* are data: they are
+inserted as text and never evaluated, so `{{ 7*7 }}` inside a value stays literal.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import jinja2
+import jsonschema
+from jinja2 import meta, nodes
+from jinja2.sandbox import SandboxedEnvironment
+
+from promptlab.errors import (
+    RoleOrderError,
+    TemplateError,
+    TemplateSyntaxError,
+    UnsafeTemplateError,
+    VariableError,
+    VariableProblem,
+)
+
+ROLES = ("system", "user", "assistant")
+PARAM_DEFAULTS: dict[str, Any] = {
+    "model": "sim:careful",
+    "temperature": 0.7,
+    "top_p": 1.0,
+    "max_tokens": 512,
+}
+#: JSON Schema types a variable may declare; anything else is a typo worth reporting.
+VARIABLE_TYPES = ("string", "integer", "number", "boolean", "array", "object")
+
+#: Filters that only transform data; none can reach code or the file system.
+SAFE_FILTERS = frozenset(
+    {
+        "abs", "capitalize", "center", "count", "d", "default", "first", "float",
+        "indent", "int", "join", "last", "length", "list", "lower", "replace",
+        "round", "sort", "string", "title", "tojson", "trim", "truncate", "unique",
+        "upper", "wordcount", "wordwrap",
+    }
+)  # fmt: skip
+SAFE_TESTS = frozenset(
+    {"defined", "undefined", "none", "number", "string", "sequence", "mapping", "in", "eq", "ne"}
+)
+# Node types allowed anywhere in a template; everything else (calls, literals of dicts
+# and lists, arithmetic, macros, imports, includes, set, with) is refused at save time.
+_ALLOWED_NODES: tuple[type[nodes.Node], ...] = (
+    nodes.Template,
+    nodes.Output,
+    nodes.TemplateData,
+    nodes.Name,
+    nodes.Const,
+    nodes.Getattr,
+    nodes.Getitem,
+    nodes.Filter,
+    nodes.Test,
+    nodes.If,
+    nodes.For,
+    nodes.CondExpr,
+    nodes.And,
+    nodes.Or,
+    nodes.Not,
+    nodes.Compare,
+    nodes.Operand,
+    nodes.Tuple,
+    nodes.Concat,
+)
+
+
+def _environment() -> SandboxedEnvironment:
+    env = SandboxedEnvironment(
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+        keep_trailing_newline=True,
+        # `{#` is common in prompt text (markdown, hashtags); make comments need `{##`.
+        comment_start_string="{##",
+        comment_end_string="##}",
+    )
+    env.globals.clear()  # no range(), lipsum(), cycler ... : names are variables only
+    return env
+
+
+_ENV = _environment()
+
+
+@dataclass(frozen=True)
+class Message:
+    role: str
+    content: str
+
+
+@dataclass(frozen=True)
+class Template:
+    """An ordered list of messages plus default params and optional schemas.
+
+    Build one with `Template.build(...)`, which checks everything a saved template
+    must satisfy and fills the variable schema from the placeholders it finds.
+    """
+
+    messages: tuple[Message, ...]
+    params: Mapping[str, Any] = field(default_factory=lambda: dict(PARAM_DEFAULTS))
+    variables: Mapping[str, Any] = field(default_factory=dict)
+    output_schema: Mapping[str, Any] | None = None
+
+    @classmethod
+    def build(
+        cls,
+        messages: Sequence[Mapping[str, Any] | Message],
+        params: Mapping[str, Any] | None = None,
+        variables: Mapping[str, Any] | None = None,
+        output_schema: Mapping[str, Any] | None = None,
+    ) -> Template:
+        """Check messages, params and schemas; return a template ready to save."""
+        msgs = tuple(_to_message(m, i) for i, m in enumerate(messages))
+        check_role_order(msgs)
+        for index, message in enumerate(msgs):
+            check_safe(message.content, where=_where(index, message))
+        names, shapes = _extract(msgs)
+        return cls(
+            messages=msgs,
+            params=normalize_params(params or {}),
+            variables=variable_schema(names, shapes, variables or {}),
+            output_schema=_check_output_schema(output_schema),
+        )
+
+    @property
+    def variable_names(self) -> list[str]:
+        return list(self.variables.get("properties", {}))
+
+    def canonical(self) -> dict[str, Any]:
+        """Plain JSON-able content; the version id is the hash of this."""
+        return {
+            "messages": [{"role": m.role, "content": m.content} for m in self.messages],
+            "params": dict(sorted(self.params.items())),
+            "variables": self.variables,
+            "output_schema": self.output_schema,
+        }
+
+    def content_hash(self) -> str:
+        return content_hash(self.canonical())
+
+    @classmethod
+    def from_canonical(cls, content: Mapping[str, Any]) -> Template:
+        return cls(
+            messages=tuple(Message(m["role"], m["content"]) for m in content["messages"]),
+            params=dict(content["params"]),
+            variables=dict(content["variables"]),
+            output_schema=content.get("output_schema"),
+        )
+
+    def validate_values(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """Values with defaults filled in; raises VariableError listing every problem."""
+        props = self.variables.get("properties", {})
+        filled = {k: v for k, v in values.items() if k in props}
+        for name, schema in props.items():
+            if name not in filled and "default" in schema:
+                filled[name] = schema["default"]
+        validator = jsonschema.Draft202012Validator(self.variables)
+        problems = [
+            VariableProblem(_problem_variable(error), error.message)
+            for error in validator.iter_errors(filled)
+        ]
+        if problems:
+            raise VariableError(sorted(problems, key=lambda p: p.variable))
+        return filled
+
+    def render(self, values: Mapping[str, Any]) -> list[dict[str, str]]:
+        """Validate `values`, then render every message; extra values are ignored."""
+        filled = self.validate_values(values)
+        rendered = []
+        for index, message in enumerate(self.messages):
+            try:
+                text = _compile(message.content).render(filled)
+            except jinja2.TemplateError as exc:  # e.g. a lookup on a value of the wrong shape
+                raise TemplateError(f"{_where(index, message)}: {exc}") from exc
+            rendered.append({"role": message.role, "content": text})
+        return rendered
+
+
+def content_hash(content: Mapping[str, Any]) -> str:
+    """`sha256:` + hex digest of canonical JSON (sorted keys, no whitespace)."""
+    blob = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def check_role_order(messages: tuple[Message, ...]) -> None:
+    """At most one system message and only first; alternate turns; end on a user turn."""
+    if not messages:
+        raise RoleOrderError("a template needs at least one message")
+    for index, message in enumerate(messages):
+        if message.role not in ROLES:
+            raise RoleOrderError(
+                f"messages[{index}]: role {message.role!r} is not one of {', '.join(ROLES)}"
+            )
+        if message.role == "system" and index != 0:
+            raise RoleOrderError(
+                f"messages[{index}]: a system message may only come first (found at {index})"
+            )
+        if index and message.role == messages[index - 1].role:
+            raise RoleOrderError(
+                f"messages[{index}]: two {message.role} messages in a row "
+                f"(messages[{index - 1}] and messages[{index}]); merge them"
+            )
+    turns = [m for m in messages if m.role != "system"]
+    if not turns or turns[0].role != "user":
+        raise RoleOrderError("the first message after the system prompt must be a user message")
+    if messages[-1].role != "user":
+        raise RoleOrderError(
+            f"messages[{len(messages) - 1}]: the conversation must end with a user message, "
+            f"not {messages[-1].role}"
+        )
+
+
+def check_safe(source: str, where: str = "template") -> None:
+    """Refuse syntax errors and anything outside the safe subset, naming the line."""
+    ast = _parse(source, where)
+    for node in _walk(ast):
+        line = getattr(node, "lineno", None)
+        at = f"{where}, line {line}" if line else where
+        if not isinstance(node, _ALLOWED_NODES):
+            raise UnsafeTemplateError(f"{at}: {_describe_forbidden(node)}")
+        if isinstance(node, nodes.Getattr) and node.attr.startswith("_"):
+            raise UnsafeTemplateError(
+                f"{at}: attribute {node.attr!r} is not allowed "
+                "(names starting with '_' reach Python internals)"
+            )
+        if isinstance(node, nodes.Getitem):
+            key = node.arg
+            if not isinstance(key, nodes.Const) or (
+                isinstance(key.value, str) and key.value.startswith("_")
+            ):
+                raise UnsafeTemplateError(
+                    f"{at}: only constant keys that do not start with '_' may be looked up"
+                )
+        if isinstance(node, nodes.Name) and node.name.startswith("_"):
+            raise UnsafeTemplateError(f"{at}: variable names may not start with '_'")
+        if isinstance(node, nodes.Filter) and node.name not in SAFE_FILTERS:
+            raise UnsafeTemplateError(
+                f"{at}: filter {node.name!r} is not allowed; "
+                f"allowed: {', '.join(sorted(SAFE_FILTERS))}"
+            )
+        if isinstance(node, nodes.Test) and node.name not in SAFE_TESTS:
+            raise UnsafeTemplateError(f"{at}: test {node.name!r} is not allowed")
+        if isinstance(node, nodes.For) and node.recursive:
+            raise UnsafeTemplateError(f"{at}: recursive loops are not allowed")
+
+
+def normalize_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    """Defaults filled in and types checked; unknown params are an error."""
+    unknown = sorted(set(params) - set(PARAM_DEFAULTS))
+    if unknown:
+        raise TemplateError(
+            f"params: unknown {', '.join(unknown)}; allowed: {', '.join(PARAM_DEFAULTS)}"
+        )
+    merged = {**PARAM_DEFAULTS, **{k: v for k, v in params.items() if v is not None}}
+    model = merged["model"]
+    if not isinstance(model, str) or ":" not in model:
+        raise TemplateError(
+            f"params.model: expected 'endpoint:model' (like sim:careful), got {model!r}"
+        )
+    out: dict[str, Any] = {"model": model}
+    for key, low, high in (("temperature", 0.0, 2.0), ("top_p", 0.0, 1.0)):
+        value = merged[key]
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not low <= value <= high
+        ):
+            raise TemplateError(
+                f"params.{key}: expected a number from {low} to {high}, got {value!r}"
+            )
+        out[key] = float(value)
+    max_tokens = merged["max_tokens"]
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
+        raise TemplateError(f"params.max_tokens: expected a positive integer, got {max_tokens!r}")
+    out["max_tokens"] = max_tokens
+    return out
+
+
+def variable_schema(
+    names: list[str], shapes: Mapping[str, str], refinements: Mapping[str, Any]
+) -> dict[str, Any]:
+    """JSON Schema for the variables: string by default, refined by the author.
+
+    `refinements` maps a variable to a JSON Schema fragment (type, enum, maxLength,
+    default, ...) plus an optional `required: false`. A full object schema
+    (`{"type": "object", "properties": ...}`) is accepted too.
+    """
+    if refinements.get("type") == "object" and "properties" in refinements:
+        required_given = set(refinements.get("required", []))
+        refinements = {
+            name: {**fragment, "required": name in required_given}
+            for name, fragment in refinements["properties"].items()
+        }
+    unused = sorted(set(refinements) - set(names))
+    if unused:
+        raise TemplateError(f"variables: {', '.join(unused)} declared but not used in any message")
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    for name in names:
+        fragment = dict(refinements.get(name) or {})
+        if not isinstance(refinements.get(name, {}), Mapping):
+            raise TemplateError(f"variables.{name}: expected a mapping of JSON Schema keywords")
+        is_required = fragment.pop("required", True)
+        if not isinstance(is_required, bool):
+            raise TemplateError(f"variables.{name}.required: expected true or false")
+        fragment.setdefault("type", shapes.get(name, "string"))
+        if fragment["type"] not in VARIABLE_TYPES:
+            raise TemplateError(
+                f"variables.{name}.type: {fragment['type']!r} is not one of "
+                f"{', '.join(VARIABLE_TYPES)}"
+            )
+        try:
+            jsonschema.Draft202012Validator.check_schema(fragment)
+        except jsonschema.SchemaError as exc:
+            raise TemplateError(f"variables.{name}: invalid schema: {exc.message}") from exc
+        properties[name] = dict(sorted(fragment.items()))
+        if is_required and "default" not in fragment:
+            required.append(name)
+    return {"type": "object", "properties": properties, "required": required}
+
+
+def coerce_text_values(template: Template, raw: Mapping[str, str]) -> dict[str, Any]:
+    """Turn text (CLI `--var`, CSV cells) into values of each variable's declared type.
+
+    Text that does not parse is passed through unchanged, so validation reports it.
+    """
+    props = template.variables.get("properties", {})
+    out: dict[str, Any] = {}
+    for name, text in raw.items():
+        kind = props.get(name, {}).get("type", "string")
+        out[name] = _coerce(text, kind) if isinstance(text, str) else text
+    return out
+
+
+def _coerce(text: str, kind: str) -> Any:
+    try:
+        if kind == "integer":
+            return int(text)
+        if kind == "number":
+            return float(text)
+        if kind == "boolean" and text.strip().lower() in {"true", "false", "1", "0", "yes", "no"}:
+            return text.strip().lower() in {"true", "1", "yes"}
+        if kind in {"array", "object"}:
+            return json.loads(text)
+    except ValueError:
+        pass
+    return text
+
+
+def _to_message(item: Mapping[str, Any] | Message, index: int) -> Message:
+    if isinstance(item, Message):
+        return item
+    if not isinstance(item, Mapping):
+        raise TemplateError(f"messages[{index}]: expected a mapping with role and content")
+    role, content = item.get("role"), item.get("content")
+    if not isinstance(role, str):
+        raise TemplateError(f"messages[{index}].role: missing or not text")
+    if not isinstance(content, str) or not content.strip():
+        raise TemplateError(f"messages[{index}].content: missing or empty")
+    return Message(role.strip().lower(), content)
+
+
+def _where(index: int, message: Message) -> str:
+    return f"messages[{index}] ({message.role})"
+
+
+@functools.lru_cache(maxsize=2048)
+def _compile(source: str) -> jinja2.Template:
+    return _ENV.from_string(source)
+
+
+def _parse(source: str, where: str) -> nodes.Template:
+    try:
+        return _ENV.parse(source)
+    except jinja2.TemplateSyntaxError as exc:
+        hint, text = "", exc.message or ""
+        if "expected token" in text or "unexpected" in text:
+            hint = " (for literal braces use {% raw %}...{% endraw %})"
+        raise TemplateSyntaxError(f"{where}, line {exc.lineno}: {text}{hint}") from exc
+
+
+def _walk(node: nodes.Node) -> Iterator[nodes.Node]:
+    yield node
+    for child in node.iter_child_nodes():
+        yield from _walk(child)
+
+
+def _describe_forbidden(node: nodes.Node) -> str:
+    if isinstance(node, nodes.Call):
+        return "function and method calls are not allowed in templates"
+    if isinstance(node, nodes.Dict | nodes.List):
+        return (
+            "dict and list literals are not allowed inside {{ }}; "
+            "for literal JSON braces use {% raw %}...{% endraw %}"
+        )
+    if isinstance(node, nodes.BinExpr | nodes.UnaryExpr):
+        return "arithmetic is not allowed in templates; compute values before rendering"
+    tag = _FORBIDDEN_TAGS.get(type(node))
+    if tag:
+        return f"{{% {tag} %}} is not allowed in templates"
+    return f"'{type(node).__name__}' is not allowed in templates"
+
+
+_FORBIDDEN_TAGS: dict[type[nodes.Node], str] = {
+    nodes.Assign: "set",
+    nodes.AssignBlock: "set",
+    nodes.Macro: "macro",
+    nodes.CallBlock: "call",
+    nodes.Include: "include",
+    nodes.Import: "import",
+    nodes.FromImport: "from ... import",
+    nodes.Extends: "extends",
+    nodes.Block: "block",
+    nodes.With: "with",
+    nodes.FilterBlock: "filter",
+}
+
+
+def _extract(messages: tuple[Message, ...]) -> tuple[list[str], dict[str, str]]:
+    """Variables in order of first use, and a guessed JSON type for each."""
+    names: list[str] = []
+    shapes: dict[str, str] = {}
+    for message in messages:
+        ast = _ENV.parse(message.content)
+        free = meta.find_undeclared_variables(ast)
+        for node in _walk(ast):
+            if isinstance(node, nodes.Name) and node.name in free and node.name not in names:
+                names.append(node.name)
+            if isinstance(node, nodes.For) and isinstance(node.iter, nodes.Name):
+                shapes.setdefault(node.iter.name, "array")
+            if isinstance(node, nodes.Getattr | nodes.Getitem) and isinstance(
+                node.node, nodes.Name
+            ):
+                shapes.setdefault(node.node.name, "object")
+    return names, {k: v for k, v in shapes.items() if k in names}
+
+
+def _problem_variable(error: jsonschema.ValidationError) -> str:
+    if error.path:
+        return ".".join(str(p) for p in error.path)
+    if error.validator == "required":
+        match = re.match(r"'([^']+)' is a required property", error.message)
+        if match:
+            return match.group(1)
+    return "(values)"
+
+
+def _check_output_schema(schema: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if schema is None:
+        return None
+    if not isinstance(schema, Mapping):
+        raise TemplateError("output_schema: expected a JSON Schema object")
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        path = "/".join(str(p) for p in exc.path) or "(root)"
+        raise TemplateError(f"output_schema at {path}: {exc.message}") from exc
+    return dict(schema)

@@ -1,0 +1,38 @@
+"""Shared fixtures: every test gets its own environment and a real DuckDB file."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from promptlab.registry import Registry
+from promptlab.store import Store
+
+
+@pytest.fixture(autouse=True)
+def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """No test sees the developer's database, keys or providers file."""
+    db = tmp_path / "promptlab.duckdb"
+    monkeypatch.setenv("PROMPTLAB_DB", str(db))
+    monkeypatch.setenv("PROMPTLAB_AUTHOR", "tester")
+    for name in ("PROMPTLAB_PROVIDERS", "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    return db
+
+
+@pytest.fixture
+def db_path(isolated_env: Path) -> Path:
+    return isolated_env
+
+
+@pytest.fixture
+def store(db_path: Path) -> Iterator[Store]:
+    with Store(db_path) as s:
+        yield s
+
+
+@pytest.fixture
+def registry(store: Store) -> Registry:
+    return Registry(store)

@@ -1,0 +1,107 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from promptlab.config import DEMO_DIR
+from promptlab.demo import load_demo_prompts
+from promptlab.errors import PromptFileError
+from promptlab.promptfiles import export_prompt, import_prompt_file, load_prompt_file
+from promptlab.registry import Registry
+
+SINGLE = """\
+name: greeter
+description: Says hello
+message: first
+params: {model: "sim:fast", temperature: 0.1}
+variables:
+  name: {type: string, maxLength: 20}
+messages:
+  - role: system
+    content: |
+      Be kind.
+      Reply with JSON like {"greeting": "..."}
+  - role: user
+    content: Greet {{ name }}
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "p.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_single_version_file_round_trips(tmp_path: Path, registry: Registry) -> None:
+    results = import_prompt_file(registry, load_prompt_file(write(tmp_path, SINGLE)), "me")
+    assert [r.version.semver for r in results] == ["1.0.0"]
+    exported = export_prompt(registry, "greeter")
+    assert "content: |\n      Be kind.\n" in exported  # block style keeps git diffs readable
+    # Re-importing the export changes nothing and keeps the id.
+    again = import_prompt_file(
+        registry, load_prompt_file(write(tmp_path, exported, "e.yaml")), "me"
+    )
+    assert [r.created for r in again] == [False]
+    assert again[0].version.id == results[0].version.id
+
+
+def test_demo_files_load_with_versions_and_labels(registry: Registry) -> None:
+    results = load_demo_prompts(registry)
+    assert all(r.created for r in results)
+    summaries = {s.name: s for s in registry.list_prompts()}
+    assert len(summaries) >= 3
+    assert all(s.version_count >= 2 for s in summaries.values())
+    assert summaries["ticket-triage"].labels["production"] == "1.1.0"
+    assert not any(r.created for r in load_demo_prompts(registry))  # idempotent
+
+
+def test_export_then_import_into_a_fresh_registry_keeps_ids(
+    tmp_path: Path, registry: Registry
+) -> None:
+    from promptlab.store import Store
+
+    load_demo_prompts(registry)
+    text = export_prompt(registry, "ticket-triage")
+    with Store(tmp_path / "other.duckdb") as other_store:
+        other = Registry(other_store)
+        import_prompt_file(other, load_prompt_file(write(tmp_path, text)), "me")
+        assert [v.id for v in other.versions("ticket-triage")] == [
+            v.id for v in registry.versions("ticket-triage")
+        ]
+        assert other.labels("ticket-triage")["production"].semver == "1.1.0"
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("just text", "expected a mapping"),
+        ("messages: []", "field 'name' is required"),
+        ("name: x\nmesages: []", "unknown field(s) mesages"),
+        ("name: x\nversions: []", "'versions' must be a non-empty list"),
+        ("name: x\nversions:\n  - messages: nope", "versions[0]: field 'messages'"),
+        (
+            "name: x\nversions:\n  - messages: [{role: user, content: ok}]\n"
+            "  - messages: [{role: user, content: '{{ x.__class__ }}'}]",
+            "versions[1]: messages[0] (user), line 1: attribute '__class__'",
+        ),
+        ("name: x\nmessages: [{role: user, content: hi}]\nlabels: [a]", "'labels' must map"),
+        ("name: x\nmessages: [{role: user}]", "messages[0].content"),
+        ("name: [unclosed", "line 1: not valid YAML"),
+    ],
+)
+def test_bad_files_name_file_and_field(tmp_path: Path, text: str, fragment: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(PromptFileError) as info:
+        load_prompt_file(path)
+    assert str(path) in str(info.value)
+    assert fragment in str(info.value)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(PromptFileError, match="cannot read"):
+        load_prompt_file(tmp_path / "absent.yaml")
+
+
+def test_demo_dir_exists() -> None:
+    assert sorted(p.name for p in DEMO_DIR.glob("*.yaml"))
