@@ -58,6 +58,119 @@ MIGRATIONS: tuple[Migration, ...] = (
             """,
         ),
     ),
+    Migration(
+        "0002_runs",
+        (
+            # One row per run; the lifecycle columns are set as the run moves on.
+            """
+            CREATE TABLE runs (
+                run_id        VARCHAR PRIMARY KEY,
+                name          VARCHAR NOT NULL,
+                spec          JSON NOT NULL,
+                status        VARCHAR NOT NULL,
+                status_reason VARCHAR,
+                total_items   BIGINT NOT NULL DEFAULT 0,
+                submitted_at  TIMESTAMPTZ NOT NULL,
+                scheduled_at  TIMESTAMPTZ,
+                started_at    TIMESTAMPTZ,
+                finished_at   TIMESTAMPTZ,
+                updated_at    TIMESTAMPTZ NOT NULL
+            )
+            """,
+            # Every lifecycle change, resumes included, with its timestamp.
+            """
+            CREATE TABLE run_events (
+                run_id  VARCHAR NOT NULL,
+                seq     INTEGER NOT NULL,
+                status  VARCHAR NOT NULL,
+                reason  VARCHAR,
+                changed_at TIMESTAMPTZ NOT NULL,
+                PRIMARY KEY (run_id, seq)
+            )
+            """,
+            # The resolved variants: the template content is kept so resume needs no registry.
+            """
+            CREATE TABLE run_variants (
+                run_id            VARCHAR NOT NULL,
+                variant_index     INTEGER NOT NULL,
+                name              VARCHAR NOT NULL,
+                prompt_ref        VARCHAR NOT NULL,
+                prompt_version_id VARCHAR NOT NULL,
+                endpoint          VARCHAR NOT NULL,
+                model             VARCHAR NOT NULL,
+                params            JSON NOT NULL,
+                template          JSON NOT NULL,
+                PRIMARY KEY (run_id, variant_index)
+            )
+            """,
+            # Dataset rows copied at planning time; no index, zone maps on row_index suffice.
+            """
+            CREATE TABLE run_rows (
+                run_id     VARCHAR NOT NULL,
+                row_index  BIGINT NOT NULL,
+                row_values JSON NOT NULL
+            )
+            """,
+            """
+            CREATE TABLE items (
+                idempotency_key VARCHAR PRIMARY KEY,
+                run_id          VARCHAR NOT NULL,
+                seq             BIGINT NOT NULL,
+                row_index       BIGINT NOT NULL,
+                variant_index   INTEGER NOT NULL,
+                repeat          INTEGER NOT NULL,
+                status          VARCHAR NOT NULL,
+                error_kind      VARCHAR,
+                attempts        INTEGER NOT NULL DEFAULT 0,
+                updated_at      TIMESTAMPTZ
+            )
+            """,
+            """
+            CREATE TABLE attempts (
+                idempotency_key VARCHAR NOT NULL,
+                run_id          VARCHAR NOT NULL,
+                attempt         INTEGER NOT NULL,
+                started_at      TIMESTAMPTZ NOT NULL,
+                ended_at        TIMESTAMPTZ NOT NULL,
+                outcome         VARCHAR NOT NULL,
+                error_kind      VARCHAR,
+                http_status     INTEGER,
+                error_message   VARCHAR,
+                wait_ms         DOUBLE NOT NULL,
+                wait_reason     VARCHAR,
+                retry_after_s   DOUBLE,
+                latency_ms      DOUBLE
+            )
+            """,
+            # Exactly one final row per item: the primary key makes a second one impossible.
+            """
+            CREATE TABLE results (
+                idempotency_key   VARCHAR PRIMARY KEY,
+                run_id            VARCHAR NOT NULL,
+                seq               BIGINT NOT NULL,
+                row_index         BIGINT NOT NULL,
+                variant           VARCHAR NOT NULL,
+                repeat            INTEGER NOT NULL,
+                status            VARCHAR NOT NULL,
+                error_kind        VARCHAR,
+                error_message     VARCHAR,
+                prompt_version_id VARCHAR NOT NULL,
+                endpoint          VARCHAR NOT NULL,
+                model             VARCHAR NOT NULL,
+                params            JSON,
+                output_text       VARCHAR,
+                input_tokens      INTEGER,
+                output_tokens     INTEGER,
+                finish_reason     VARCHAR,
+                model_version     VARCHAR,
+                latency_ms        DOUBLE,
+                cost_usd          DOUBLE,
+                attempts          INTEGER NOT NULL,
+                finished_at       TIMESTAMPTZ NOT NULL
+            )
+            """,
+        ),
+    ),
 )
 
 

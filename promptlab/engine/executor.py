@@ -1,0 +1,394 @@
+"""The engine: one per process, on its own event-loop thread, shared by every run.
+
+The CLI and the app both call `submit`, `status`, `cancel`, `resume` and `wait` from
+their own threads; all provider calls happen on the engine's loop, so async clients
+are never bound to a loop that has closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import hashlib
+import logging
+import os
+import threading
+import uuid
+from collections.abc import Callable, Coroutine, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from promptlab.config import Settings
+from promptlab.engine.limiter import EndpointLimiter, Limits
+from promptlab.engine.progress import Counters, RunProgress
+from promptlab.engine.retry import STOP_KINDS
+from promptlab.engine.run import RunExecution, lanes_for
+from promptlab.engine.spec import (
+    RunSpec,
+    check_dataset,
+    iter_rows,
+    merge_endpoints,
+    parse_spec,
+    resolve_variants,
+)
+from promptlab.engine.writer import BatchWriter
+from promptlab.errors import ConfigError, PromptlabError
+from promptlab.providers import build_provider, load_endpoints
+from promptlab.providers.base import Provider
+from promptlab.providers.config import EndpointConfig
+from promptlab.store import Store
+from promptlab.store.runs import (
+    RUN_CANCELLED,
+    RUN_COMPLETED,
+    RUN_FAILED,
+    RUN_FINAL_STATES,
+    RUN_RUNNING,
+    RUN_SCHEDULED,
+    RUN_SUBMITTED,
+    RunStore,
+    VariantRecord,
+)
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+ProviderFactory = Callable[[EndpointConfig], Provider]
+#: Seconds a caller thread waits for the engine loop to answer a quick question.
+CALL_TIMEOUT_S = 30.0
+
+
+class EngineError(PromptlabError):
+    """A run cannot be submitted, resumed or cancelled as asked."""
+
+
+@dataclass
+class _Active:
+    execution: RunExecution | None
+    counters: Counters | None
+    task: asyncio.Task[None]
+    done: threading.Event
+    cancel_requested: bool = False
+
+
+class Engine:
+    """Runs batches through shared, rate-limited provider endpoints; see module docstring."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        settings: Settings | None = None,
+        endpoints: Mapping[str, EndpointConfig] | None = None,
+        provider_factory: ProviderFactory = build_provider,
+        registry: Any | None = None,
+    ) -> None:
+        self.store = store
+        self.runs = RunStore(store)
+        self.settings = settings or Settings.from_env()
+        self._endpoints = dict(endpoints or load_endpoints(self.settings.providers_file))
+        self._provider_factory = provider_factory
+        self._registry = registry
+        self._providers: dict[tuple[str, ...], Provider] = {}
+        self._limiters: dict[tuple[str, ...], EndpointLimiter] = {}
+        self._active: dict[str, _Active] = {}
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run_loop, name="promptlab-engine", daemon=True)
+        self._thread.start()
+        self._writer: BatchWriter = self._call(self._start_writer())
+        self._closed = False
+
+    # ---- the loop thread -----------------------------------------------------------
+
+    def _run_loop(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_forever()
+
+    def _call(self, coro: Coroutine[Any, Any, T], timeout: float | None = CALL_TIMEOUT_S) -> T:
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError as exc:
+            future.cancel()
+            raise EngineError("the engine did not answer in time") from exc
+
+    async def _start_writer(self) -> BatchWriter:
+        writer = BatchWriter(self.runs)
+        writer.start()
+        return writer
+
+    # ---- public API ----------------------------------------------------------------
+
+    def submit(self, spec: RunSpec) -> str:
+        """Check the spec, record the run, and start planning and running it; return its id."""
+        endpoints = merge_endpoints(self._endpoints, spec.endpoints)
+        variants = resolve_variants(spec, endpoints, self._get_registry())
+        check_dataset(spec.dataset)
+        self._call(self._prepare_lanes(variants, endpoints, spec.limits))
+        run_id = new_run_id()
+        self.runs.create_run(run_id, spec.name, spec.raw, variants)
+        self._start(run_id, spec, variants, endpoints, plan=True)
+        return run_id
+
+    def resume(self, run_id: str) -> str:
+        """Continue a run whose process died, or that was cancelled or stopped."""
+        if run_id in self._active:
+            raise EngineError(f"run {run_id} is already running")
+        record = self.runs.get_run(run_id)
+        if record.status == RUN_COMPLETED:
+            raise EngineError(f"run {run_id} is completed: nothing to resume")
+        spec = parse_spec(record.spec)
+        endpoints = merge_endpoints(self._endpoints, spec.endpoints)
+        variants = self.runs.variants(run_id)
+        missing = sorted({v.endpoint for v in variants} - set(endpoints))
+        if missing:
+            raise ConfigError(f"run {run_id} uses unknown endpoint(s): {', '.join(missing)}")
+        self._call(self._prepare_lanes(variants, endpoints, spec.limits))
+        # A run that died while planning is planned again from scratch.
+        replan = record.status == RUN_SUBMITTED
+        if replan:
+            check_dataset(spec.dataset)
+            with self.store.transaction() as tx:
+                for table in ("items", "run_rows", "results", "attempts"):
+                    tx.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
+        else:
+            reopened = self.runs.reopen(run_id, [k.value for k in STOP_KINDS])
+            log.info("run %s: %d items back to pending", run_id, reopened)
+        self._start(run_id, spec, variants, endpoints, plan=replan)
+        return run_id
+
+    def cancel(self, run_id: str) -> None:
+        """Stop dispatching now; in-flight requests finish. Inactive runs are closed at once."""
+        active = self._active.get(run_id)
+        if active is not None:
+            self._loop.call_soon_threadsafe(self._cancel_on_loop, run_id)
+            return
+        record = self.runs.get_run(run_id)
+        if record.status in RUN_FINAL_STATES:
+            return
+        self.runs.cancel_open_items(run_id, "run cancelled")
+        self.runs.set_status(run_id, RUN_CANCELLED, "cancelled")
+
+    def status(self, run_id: str) -> RunProgress:
+        """Live progress for an active run; stored counts for any other."""
+        record = self.runs.get_run(run_id)
+        active = self._active.get(run_id)
+        if active is None or active.counters is None:
+            counts = self.runs.item_counts(run_id)
+            return RunProgress(
+                run_id=run_id,
+                name=record.name,
+                status=record.status,
+                reason=record.status_reason,
+                active=active is not None,
+                total=record.total_items,
+                pending=counts["pending"],
+                in_flight=counts["in_flight"],
+                succeeded=counts["succeeded"],
+                failed=counts["failed"],
+                cancelled=counts["cancelled"],
+                throughput_per_s=None,
+                eta_s=None,
+                submitted_at=record.submitted_at,
+                started_at=record.started_at,
+                finished_at=record.finished_at,
+            )
+        c = active.counters
+        limiters = (
+            tuple(lane.limiter.state() for lane in active.execution.lanes)
+            if (active.execution)
+            else ()
+        )
+        return RunProgress(
+            run_id=run_id,
+            name=record.name,
+            status=record.status,
+            reason=record.status_reason,
+            active=True,
+            total=c.total,
+            pending=c.pending,
+            in_flight=c.in_flight,
+            succeeded=c.succeeded,
+            failed=c.failed,
+            cancelled=c.cancelled,
+            throughput_per_s=c.throughput(),
+            eta_s=c.eta_s(),
+            submitted_at=record.submitted_at,
+            started_at=record.started_at,
+            finished_at=record.finished_at,
+            limiters=limiters,
+        )
+
+    def list_runs(self, limit: int = 50) -> list[RunProgress]:
+        return [self.status(r.run_id) for r in self.runs.list_runs(limit)]
+
+    def is_active(self, run_id: str) -> bool:
+        return run_id in self._active
+
+    def wait(self, run_id: str, timeout: float | None = None) -> RunProgress:
+        """Block until the run is no longer active (or `timeout` passes); return its status."""
+        active = self._active.get(run_id)
+        if active is not None:
+            active.done.wait(timeout)
+        return self.status(run_id)
+
+    def close(self) -> None:
+        """Cancel active runs, flush the writer, close provider clients, stop the loop."""
+        if self._closed:
+            return
+        self._closed = True
+        for run_id in list(self._active):
+            self.cancel(run_id)
+        for active in list(self._active.values()):
+            active.done.wait(CALL_TIMEOUT_S)
+        self._call(self._shutdown())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(CALL_TIMEOUT_S)
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- internals -----------------------------------------------------------------
+
+    def _get_registry(self) -> Any:
+        if self._registry is None:
+            from promptlab.registry import Registry
+
+            self._registry = Registry(self.store)
+        return self._registry
+
+    async def _prepare_lanes(
+        self,
+        variants: list[VariantRecord],
+        endpoints: Mapping[str, EndpointConfig],
+        limits: Mapping[str, Limits],
+    ) -> None:
+        """Build (or reuse) each endpoint's provider and limiter on the loop thread."""
+        for name in {v.endpoint for v in variants}:
+            cfg = endpoints[name]
+            key = _budget_key(cfg)
+            if key not in self._providers:
+                self._providers[key] = self._provider_factory(cfg)
+            configured = limits.get(name) or Limits(cfg.rpm, cfg.tpm, cfg.concurrency)
+            if key not in self._limiters:
+                self._limiters[key] = EndpointLimiter(name, configured)
+            elif name in limits:
+                self._limiters[key].update_limits(configured)
+
+    def _start(
+        self,
+        run_id: str,
+        spec: RunSpec,
+        variants: list[VariantRecord],
+        endpoints: Mapping[str, EndpointConfig],
+        *,
+        plan: bool,
+    ) -> None:
+        done = threading.Event()
+
+        def launch() -> None:
+            task = self._loop.create_task(
+                self._drive(run_id, spec, variants, endpoints, plan), name=f"run-{run_id}"
+            )
+            self._active[run_id] = _Active(None, None, task, done)
+            task.add_done_callback(lambda _t: self._finish(run_id))
+            ready.set()
+
+        ready = threading.Event()
+        self._loop.call_soon_threadsafe(launch)
+        ready.wait(CALL_TIMEOUT_S)
+
+    def _finish(self, run_id: str) -> None:
+        active = self._active.pop(run_id, None)
+        if active is not None:
+            active.done.set()
+
+    def _cancel_on_loop(self, run_id: str) -> None:
+        active = self._active.get(run_id)
+        if active is None:
+            return
+        active.cancel_requested = True
+        if active.execution is not None:
+            active.execution.cancel()
+
+    async def _drive(
+        self,
+        run_id: str,
+        spec: RunSpec,
+        variants: list[VariantRecord],
+        endpoints: Mapping[str, EndpointConfig],
+        plan: bool,
+    ) -> None:
+        active = self._active[run_id]
+        try:
+            if plan:
+                rows = iter_rows(spec.dataset, spec.limit_rows)
+                names = [v.name for v in variants]
+                await asyncio.to_thread(self.runs.plan_items, run_id, rows, names, spec.repeats)
+            await asyncio.to_thread(self.runs.set_status, run_id, RUN_SCHEDULED)
+            record = await asyncio.to_thread(self.runs.get_run, run_id)
+            counts = await asyncio.to_thread(self.runs.item_counts, run_id)
+            counters = Counters(counts, record.total_items)
+            lanes = lanes_for(
+                variants,
+                endpoints,
+                {v.endpoint: self._providers[_budget_key(endpoints[v.endpoint])] for v in variants},
+                {v.endpoint: self._limiters[_budget_key(endpoints[v.endpoint])] for v in variants},
+            )
+            execution = RunExecution(
+                run_id, variants, lanes, spec.retry, self.runs, self._writer, counters
+            )
+            active.execution, active.counters = execution, counters
+            if active.cancel_requested:
+                execution.cancel()
+            await asyncio.to_thread(self.runs.set_status, run_id, RUN_RUNNING)
+            await execution.execute()
+            await self._close_run(run_id, execution)
+        except Exception as exc:
+            log.exception("run %s failed", run_id)
+            await self._writer.flush()
+            await asyncio.to_thread(self.runs.cancel_open_items, run_id, f"run failed: {exc}")
+            await asyncio.to_thread(self.runs.set_status, run_id, RUN_FAILED, str(exc))
+
+    async def _close_run(self, run_id: str, execution: RunExecution) -> None:
+        if execution.stop_reason is not None:
+            reason = f"stopped: {execution.stop_reason}"
+            await asyncio.to_thread(self.runs.cancel_open_items, run_id, reason)
+            await asyncio.to_thread(self.runs.set_status, run_id, RUN_FAILED, reason)
+        elif execution.cancelled:
+            await asyncio.to_thread(self.runs.cancel_open_items, run_id, "run cancelled")
+            await asyncio.to_thread(self.runs.set_status, run_id, RUN_CANCELLED, "cancelled")
+        else:
+            counts = await asyncio.to_thread(self.runs.item_counts, run_id)
+            left = counts["pending"] + counts["in_flight"]
+            if left:
+                # Should not happen: say so rather than call the run complete.
+                reason = f"{left} items were left unfinished"
+                await asyncio.to_thread(self.runs.set_status, run_id, RUN_FAILED, reason)
+            else:
+                await asyncio.to_thread(self.runs.set_status, run_id, RUN_COMPLETED)
+
+    async def _shutdown(self) -> None:
+        await self._writer.stop()
+        for provider in self._providers.values():
+            try:
+                await provider.aclose()
+            except Exception:  # noqa: BLE001 - closing is best effort
+                log.warning("closing a provider failed", exc_info=True)
+
+
+def new_run_id() -> str:
+    """A short, sortable-enough, unique run id."""
+    return "run_" + uuid.uuid4().hex[:12]
+
+
+def _budget_key(cfg: EndpointConfig) -> tuple[str, ...]:
+    """Endpoint + key identity: runs on the same endpoint and key share one budget.
+
+    The key itself is hashed in memory only; it is never stored or logged.
+    """
+    key = os.environ.get(cfg.api_key_env, "") if cfg.api_key_env else ""
+    fingerprint = hashlib.sha256(key.encode()).hexdigest()[:16] if key else ""
+    return (cfg.name, cfg.kind, cfg.base_url or "", fingerprint)

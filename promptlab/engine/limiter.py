@@ -1,0 +1,369 @@
+"""Per-endpoint rate limiting: RPM and TPM buckets, a concurrency cap, a gate, and AIMD.
+
+One `EndpointLimiter` exists per provider endpoint and key, shared by every run in the
+engine, so concurrent runs draw on one budget. Requests are admitted first come first
+served: the head of the queue waits until *its* cost fits, so a large request is never
+starved by a stream of small ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import re
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+#: Seconds of traffic a bucket may hold: a short burst, never a full minute at start.
+DEFAULT_BURST_S = 1.0
+#: Concurrency when neither the endpoint nor the run names one.
+DEFAULT_CONCURRENCY = 64
+#: Multiplicative decrease of rate and concurrency on a 429/529.
+DECREASE_FACTOR = 0.85
+#: Additive increase per clean window, fast far below the last throttled rate, slow near it.
+FAST_STEP = 0.04
+SLOW_STEP = 0.01
+#: Below this share of the last throttled rate, recover with FAST_STEP.
+NEAR_THROTTLE_SHARE = 0.9
+#: Seconds without a throttle that count as one clean window.
+CLEAN_WINDOW_S = 5.0
+#: One decrease per cooldown, so a burst of 429s from one moment counts once.
+DECREASE_COOLDOWN_S = 1.0
+#: The rate never drops below this share of the configured limit.
+MIN_RATE_FACTOR = 0.1
+#: Gate length when a 429/529 gives no retry-after: full jitter up to this.
+DEFAULT_GATE_S = 1.0
+#: Share of a limit learned from headers that we aim for, leaving room for clock skew.
+LEARNED_HEADROOM = 0.98
+
+WAIT_GATE = "gate"
+WAIT_RATE = "rate_limit"
+WAIT_CONCURRENCY = "concurrency"
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Configured limits of one endpoint; None means not configured (learn or unlimited)."""
+
+    rpm: int | None = None
+    tpm: int | None = None
+    concurrency: int | None = None
+    burst_s: float = DEFAULT_BURST_S
+
+
+@dataclass(frozen=True)
+class Permit:
+    """One admitted request: what it reserved and how long it waited, and why."""
+
+    tokens: int
+    waited_s: float
+    wait_reason: str | None
+
+
+@dataclass(frozen=True)
+class LimiterState:
+    """A snapshot for progress displays."""
+
+    name: str
+    rpm: float | None
+    tpm: float | None
+    rate_factor: float
+    concurrency: int
+    in_flight: int
+    waiting: int
+    gate_closed_until: datetime | None
+    throttles: int
+    learned_rpm: int | None
+    learned_tpm: int | None
+
+
+class TokenBucket:
+    """A leaky-free token bucket with an explicit clock; levels may go negative (debt)."""
+
+    def __init__(self, rate_per_s: float, capacity: float, now: float, level: float = 0.0):
+        self.rate_per_s = rate_per_s
+        self.capacity = capacity
+        self.level = min(level, capacity)
+        self.stamp = now
+
+    def refill(self, now: float) -> None:
+        if now > self.stamp:
+            self.level = min(self.capacity, self.level + (now - self.stamp) * self.rate_per_s)
+            self.stamp = now
+
+    def time_until(self, amount: float, now: float) -> float:
+        """Seconds until `amount` (at most a full bucket) can be taken."""
+        self.refill(now)
+        need = min(amount, self.capacity) - self.level
+        if need <= 0:
+            return 0.0
+        return need / self.rate_per_s if self.rate_per_s > 0 else math.inf
+
+    def take(self, amount: float) -> None:
+        self.level -= amount
+
+    def give(self, amount: float) -> None:
+        self.level = min(self.capacity, self.level + amount)
+
+    def set_rate(self, rate_per_s: float, burst_s: float, now: float, floor: float = 1.0) -> None:
+        self.refill(now)
+        self.rate_per_s = rate_per_s
+        self.capacity = max(floor, rate_per_s * burst_s)
+        self.level = min(self.level, self.capacity)
+
+
+class EndpointLimiter:
+    """RPM + TPM buckets, an adaptive concurrency cap and a shared gate for one endpoint."""
+
+    def __init__(
+        self,
+        name: str,
+        limits: Limits,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.name = name
+        self._clock = clock
+        self._rng = rng or random.Random()
+        self._limits = limits
+        self._learned_rpm: int | None = None
+        self._learned_tpm: int | None = None
+        self._factor = 1.0
+        self._throttled_factor = 1.0
+        self._last_decrease = -math.inf
+        self._last_throttle = clock()
+        self._last_increase = clock()
+        self._gate_until = 0.0
+        self._throttles = 0
+        self._in_flight = 0
+        self._waiting = 0
+        self._fifo = asyncio.Lock()
+        self._slot_freed = asyncio.Event()
+        self._head_reason: str | None = None
+        now = clock()
+        self._rpm = TokenBucket(0.0, 1.0, now, level=1.0)
+        self._tpm = TokenBucket(0.0, 1.0, now, level=0.0)
+        self._concurrency = self._base_concurrency()
+        self._apply_rates(now, start=True)
+
+    # ---- configuration -------------------------------------------------------------
+
+    def update_limits(self, limits: Limits) -> None:
+        """New configured limits (a run named its own); learned state is kept."""
+        self._limits = limits
+        self._concurrency = min(self._concurrency, self._base_concurrency())
+        self._apply_rates(self._clock())
+
+    def _base_concurrency(self) -> int:
+        return self._limits.concurrency or DEFAULT_CONCURRENCY
+
+    def _base_rpm(self) -> float | None:
+        return _min_known(self._limits.rpm, self._learned_rpm)
+
+    def _base_tpm(self) -> float | None:
+        return _min_known(self._limits.tpm, self._learned_tpm)
+
+    def _apply_rates(self, now: float, start: bool = False) -> None:
+        burst = self._limits.burst_s
+        for bucket, base in ((self._rpm, self._base_rpm()), (self._tpm, self._base_tpm())):
+            if base is None:
+                bucket.set_rate(math.inf, burst, now)
+                bucket.level = math.inf
+                bucket.capacity = math.inf
+                continue
+            was_unlimited = math.isinf(bucket.capacity)
+            bucket.set_rate(base * self._factor / 60.0, burst, now)
+            if start or was_unlimited:
+                # Start with one second's worth at most: a smooth start, not a minute's burst.
+                bucket.level = min(bucket.capacity, max(1.0, base / 60.0))
+
+    # ---- admission -----------------------------------------------------------------
+
+    async def acquire(self, tokens: int) -> Permit:
+        """Wait for the gate, a concurrency slot and rate budget for `tokens`; FIFO."""
+        started = self._clock()
+        self._waiting += 1
+        reason: str | None = None
+        try:
+            async with self._fifo:
+                while True:
+                    now = self._clock()
+                    self._maybe_recover(now)
+                    if self._gate_until > now:
+                        reason = self._head_reason = WAIT_GATE
+                        await asyncio.sleep(self._gate_until - now)
+                        continue
+                    if self._in_flight >= self._concurrency:
+                        reason = reason or WAIT_CONCURRENCY
+                        self._head_reason = WAIT_CONCURRENCY
+                        self._slot_freed.clear()
+                        await self._slot_freed.wait()
+                        continue
+                    wait = max(self._rpm.time_until(1, now), self._tpm.time_until(tokens, now))
+                    if wait > 0:
+                        reason = self._head_reason = WAIT_RATE
+                        await asyncio.sleep(wait)
+                        continue
+                    self._rpm.take(1)
+                    self._tpm.take(tokens)
+                    self._in_flight += 1
+                    break
+        finally:
+            self._waiting -= 1
+        waited = self._clock() - started
+        if reason is None and waited > 0:
+            # Queued behind the head: it waited for the same reason.
+            reason = self._head_reason
+        return Permit(tokens=tokens, waited_s=waited, wait_reason=reason if waited > 0 else None)
+
+    def release(self, permit: Permit, used_tokens: int | None) -> None:
+        """Give back the slot and, when usage is known, the unused part of the reservation.
+
+        Failed attempts pass None: they keep their reservation, as they count at the
+        providers too.
+        """
+        self._in_flight -= 1
+        if used_tokens is not None:
+            difference = permit.tokens - used_tokens
+            if difference > 0:
+                self._tpm.give(difference)
+            else:
+                self._tpm.take(-difference)
+        self._slot_freed.set()
+
+    # ---- feedback ------------------------------------------------------------------
+
+    def on_throttle(self, retry_after_s: float | None) -> float:
+        """A 429/529: close the gate and back off rate and concurrency; return the gate wait."""
+        now = self._clock()
+        self._throttles += 1
+        self._last_throttle = now
+        wait = (
+            retry_after_s
+            if retry_after_s is not None
+            else self._rng.uniform(DEFAULT_GATE_S / 2, DEFAULT_GATE_S)
+        )
+        self._gate_until = max(self._gate_until, now + wait)
+        if now - self._last_decrease >= DECREASE_COOLDOWN_S:
+            self._last_decrease = now
+            self._throttled_factor = self._factor
+            self._factor = max(MIN_RATE_FACTOR, self._factor * DECREASE_FACTOR)
+            self._concurrency = max(1, math.floor(self._concurrency * DECREASE_FACTOR))
+            self._apply_rates(now)
+        self._last_increase = now
+        return wait
+
+    def _maybe_recover(self, now: float) -> None:
+        """Additive increase, one step per clean window since the last throttle."""
+        if now - self._last_increase < CLEAN_WINDOW_S or now - self._last_throttle < CLEAN_WINDOW_S:
+            return
+        self._last_increase = now
+        base = self._base_concurrency()
+        if self._factor < 1.0:
+            near = self._factor >= self._throttled_factor * NEAR_THROTTLE_SHARE
+            self._factor = min(1.0, self._factor + (SLOW_STEP if near else FAST_STEP))
+            self._apply_rates(now)
+        if self._concurrency < base:
+            self._concurrency = min(base, self._concurrency + max(1, base // 20))
+            self._slot_freed.set()
+
+    def observe_headers(self, headers: Mapping[str, str]) -> None:
+        """Follow the server's rate-limit headers: learn limits, respect empty buckets."""
+        if not headers:
+            return
+        lower = {k.lower(): v for k, v in headers.items()}
+        now = self._clock()
+        changed = False
+        for unit, bucket in (("requests", self._rpm), ("tokens", self._tpm)):
+            limit = _first_int(
+                lower, f"x-ratelimit-limit-{unit}", f"anthropic-ratelimit-{unit}-limit"
+            )
+            if limit is not None and limit > 0:
+                learned = int(limit * LEARNED_HEADROOM)
+                attr = "_learned_rpm" if unit == "requests" else "_learned_tpm"
+                if getattr(self, attr) != learned:
+                    setattr(self, attr, learned)
+                    changed = True
+            remaining = _first_int(
+                lower, f"x-ratelimit-remaining-{unit}", f"anthropic-ratelimit-{unit}-remaining"
+            )
+            if remaining is None:
+                continue
+            bucket.refill(now)
+            if remaining < bucket.level:
+                bucket.level = float(remaining)
+            if remaining <= 0:
+                reset = _reset_seconds(
+                    lower.get(f"x-ratelimit-reset-{unit}")
+                    or lower.get(f"anthropic-ratelimit-{unit}-reset")
+                )
+                if reset is not None and reset > 0:
+                    self._gate_until = max(self._gate_until, now + reset)
+        if changed:
+            self._apply_rates(now)
+
+    # ---- display -------------------------------------------------------------------
+
+    def state(self) -> LimiterState:
+        now = self._clock()
+        rpm = self._base_rpm()
+        tpm = self._base_tpm()
+        gate = None
+        if self._gate_until > now:
+            gate = datetime.now().astimezone() + timedelta(seconds=self._gate_until - now)
+        return LimiterState(
+            name=self.name,
+            rpm=rpm * self._factor if rpm is not None else None,
+            tpm=tpm * self._factor if tpm is not None else None,
+            rate_factor=self._factor,
+            concurrency=self._concurrency,
+            in_flight=self._in_flight,
+            waiting=self._waiting,
+            gate_closed_until=gate,
+            throttles=self._throttles,
+            learned_rpm=self._learned_rpm,
+            learned_tpm=self._learned_tpm,
+        )
+
+
+def _min_known(*values: int | None) -> float | None:
+    known = [v for v in values if v is not None]
+    return float(min(known)) if known else None
+
+
+def _first_int(headers: Mapping[str, str], *names: str) -> int | None:
+    for name in names:
+        value = headers.get(name)
+        if value is None:
+            continue
+        try:
+            return int(float(value))
+        except ValueError:
+            continue
+    return None
+
+
+def _reset_seconds(value: str | None) -> float | None:
+    """Seconds until a reset: OpenAI durations ('6m0s', '20ms', '1.5') or RFC 3339 times."""
+    if not value:
+        return None
+    text = value.strip()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    parts = _DURATION_PART.findall(text)
+    if parts and "".join(n + u for n, u in parts) == text:
+        scale = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+        return sum(float(n) * scale[u] for n, u in parts)
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return (moment - datetime.now(moment.tzinfo)).total_seconds()

@@ -1,0 +1,371 @@
+"""One run's execution on the engine loop: stream items, dispatch, retry, record."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from promptlab.engine.limiter import EndpointLimiter, Permit
+from promptlab.engine.progress import Counters
+from promptlab.engine.retry import THROTTLE_KINDS, Action, RetryPolicy, classify
+from promptlab.engine.writer import BatchWriter
+from promptlab.errors import ErrorKind, PromptlabError, ProviderError
+from promptlab.providers.base import CompletionRequest, CompletionResponse, Provider
+from promptlab.providers.config import EndpointConfig, cost_usd
+from promptlab.store.runs import (
+    ITEM_CANCELLED,
+    ITEM_FAILED,
+    ITEM_SUCCEEDED,
+    AttemptRow,
+    FinalRow,
+    PendingItem,
+    RunStore,
+    VariantRecord,
+    utcnow,
+)
+from promptlab.templates import Template, coerce_text_values
+from promptlab.tokens import check_fits
+
+log = logging.getLogger(__name__)
+
+#: Items read from the store per query; two chunks per endpoint are in memory at most.
+CHUNK_SIZE = 1_000
+#: Extra seconds over the policy timeout before the engine itself gives up on a call.
+TIMEOUT_GRACE_S = 1.0
+#: Error kind of items whose values do not fit the template (never sent).
+INVALID_INPUT = "invalid_input"
+#: Error kind of unexpected exceptions from an adapter (a bug, not a provider answer).
+INTERNAL = "internal"
+WAIT_BACKOFF = "backoff"
+#: Longest error message kept on an attempt or result.
+MAX_MESSAGE_CHARS = 2_000
+
+
+@dataclass(frozen=True)
+class Lane:
+    """The variants of a run that share one endpoint (and so one limiter)."""
+
+    endpoint: EndpointConfig
+    provider: Provider
+    limiter: EndpointLimiter
+    variant_indexes: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Prepared:
+    request: CompletionRequest
+    tokens: int
+
+
+class RunExecution:
+    """Drives one run to its end; `cancel` and `stop` may be called from the loop."""
+
+    def __init__(
+        self,
+        run_id: str,
+        variants: Sequence[VariantRecord],
+        lanes: Sequence[Lane],
+        policy: RetryPolicy,
+        runs: RunStore,
+        writer: BatchWriter,
+        counters: Counters,
+    ) -> None:
+        self.run_id = run_id
+        self.variants = {v.index: v for v in variants}
+        self.templates = {v.index: Template.from_canonical(v.template) for v in variants}
+        self.lanes = list(lanes)
+        self.lane_of = {i: lane for lane in lanes for i in lane.variant_indexes}
+        self.policy = policy
+        self.runs = runs
+        self.writer = writer
+        self.counters = counters
+        self.stopping = asyncio.Event()
+        self.cancelled = False
+        self.stop_reason: str | None = None
+        self._feeders: list[asyncio.Task[None]] = []
+        self._items: set[asyncio.Task[None]] = set()
+
+    # ---- control -------------------------------------------------------------------
+
+    def cancel(self) -> None:
+        """Stop new dispatches now; in-flight requests finish or time out."""
+        self.cancelled = True
+        self._halt()
+
+    def stop(self, reason: str) -> None:
+        """Stop the run because of an error no item can get past (quota, auth)."""
+        if self.stop_reason is None:
+            self.stop_reason = reason
+        self._halt()
+
+    def _halt(self) -> None:
+        self.stopping.set()
+        for task in self._feeders:
+            task.cancel()
+
+    # ---- the run -------------------------------------------------------------------
+
+    async def execute(self) -> None:
+        """Feed every lane, wait for the last item, flush; the caller sets the final status."""
+        self._feeders = [
+            asyncio.create_task(self._feed(lane), name=f"feed-{self.run_id}-{lane.endpoint.name}")
+            for lane in self.lanes
+        ]
+        if self.stopping.is_set():
+            self._halt()
+        results = await asyncio.gather(*self._feeders, return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
+                self.stop(f"internal error: {result!r}")
+                log.error("feeder failed", exc_info=result)
+        while self._items:
+            await asyncio.gather(*list(self._items), return_exceptions=True)
+        await self.writer.flush()
+
+    async def _feed(self, lane: Lane) -> None:
+        after = -1
+        next_chunk = asyncio.create_task(self._read(after, lane))
+        try:
+            while not self.stopping.is_set():
+                chunk = await next_chunk
+                if not chunk:
+                    return
+                after = chunk[-1].seq
+                # Read the next chunk while this one is dispatched.
+                next_chunk = asyncio.create_task(self._read(after, lane))
+                for item in chunk:
+                    if self.stopping.is_set():
+                        return
+                    prepared = self._prepare(item, lane)
+                    if prepared is None:
+                        continue
+                    permit = await lane.limiter.acquire(prepared.tokens)
+                    task = asyncio.create_task(self._run_item(item, lane, prepared, permit))
+                    self._items.add(task)
+                    task.add_done_callback(self._items.discard)
+        finally:
+            next_chunk.cancel()
+
+    async def _read(self, after: int, lane: Lane) -> list[PendingItem]:
+        return await asyncio.to_thread(
+            self.runs.pending_chunk, self.run_id, after, lane.variant_indexes, CHUNK_SIZE
+        )
+
+    def _prepare(self, item: PendingItem, lane: Lane) -> Prepared | None:
+        """Render the request; an item that cannot be sent gets its final row now."""
+        variant = self.variants[item.variant_index]
+        template = self.templates[item.variant_index]
+        params = variant.params
+        max_tokens = int(params.get("max_tokens") or 256)
+        try:
+            values = coerce_text_values(template, {k: v for k, v in item.values.items()})
+            messages = template.render(values)
+            tokens = check_fits(lane.endpoint, variant.model, messages, max_tokens)
+        except ProviderError as exc:
+            self._final(item, ITEM_FAILED, False, error=(exc.kind.value, str(exc)))
+            return None
+        except PromptlabError as exc:
+            self._final(item, ITEM_FAILED, False, error=(INVALID_INPUT, str(exc)))
+            return None
+        request = CompletionRequest(
+            model=variant.model,
+            messages=tuple(messages),
+            max_tokens=max_tokens,
+            temperature=params.get("temperature"),
+            top_p=params.get("top_p"),
+            output_schema=template.output_schema,
+            request_id=item.key,
+            timeout_s=self.policy.timeout_s,
+        )
+        return Prepared(request, tokens + max_tokens)
+
+    async def _run_item(
+        self, item: PendingItem, lane: Lane, prepared: Prepared, permit: Permit
+    ) -> None:
+        attempt = item.attempts
+        wait_s, wait_reason = permit.waited_s, permit.wait_reason
+        self.writer.dispatched(item.key)
+        self.counters.dispatched()
+        last_error: ProviderError | None = None
+        while True:
+            attempt += 1
+            started_at = utcnow()
+            t0 = time.monotonic()
+            response: CompletionResponse | None = None
+            error: ProviderError | None = None
+            try:
+                response = await asyncio.wait_for(
+                    lane.provider.complete(prepared.request),
+                    self.policy.timeout_s + TIMEOUT_GRACE_S,
+                )
+            except ProviderError as exc:
+                error = exc
+            except TimeoutError:
+                error = ProviderError(
+                    ErrorKind.TIMEOUT,
+                    f"no answer within {self.policy.timeout_s:g} s",
+                    provider=lane.endpoint.name,
+                )
+            except Exception as exc:  # noqa: BLE001 - an adapter bug must not kill the run
+                log.exception("adapter raised a non-ProviderError")
+                lane.limiter.release(permit, None)
+                self._attempt(item, attempt, started_at, t0, None, None, wait_s, wait_reason)
+                self._final(item, ITEM_FAILED, True, attempt, error=(INTERNAL, repr(exc)))
+                return
+            if response is not None:
+                lane.limiter.release(permit, response.input_tokens + response.output_tokens)
+                lane.limiter.observe_headers(response.headers)
+                self._attempt(item, attempt, started_at, t0, response, None, wait_s, wait_reason)
+                self._final(item, ITEM_SUCCEEDED, True, attempt, response=response, lane=lane)
+                return
+            assert error is not None
+            last_error = error
+            lane.limiter.release(permit, None)
+            lane.limiter.observe_headers(error.headers)
+            self._attempt(item, attempt, started_at, t0, None, error, wait_s, wait_reason)
+            action = classify(error)
+            if error.kind in THROTTLE_KINDS:
+                hint = error.retry_after_s
+                capped = min(hint, self.policy.max_retry_after_s) if hint is not None else None
+                lane.limiter.on_throttle(capped)
+            if action is Action.STOP_RUN:
+                self.stop(f"{error.kind.value}: {error.provider_message}")
+                self._final(item, ITEM_FAILED, True, attempt, error=_describe(error))
+                return
+            if action is Action.FAIL or attempt >= self.policy.max_attempts:
+                self._final(item, ITEM_FAILED, True, attempt, error=_describe(error))
+                return
+            # Throttles wait at the shared gate; other errors back off on their own.
+            delay = 0.0 if error.kind in THROTTLE_KINDS else self.policy.delay_s(error, attempt)
+            if delay > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.stopping.wait(), delay)
+            if self.stopping.is_set():
+                self._cancel_after_error(item, attempt, last_error)
+                return
+            acquire = asyncio.ensure_future(lane.limiter.acquire(prepared.tokens))
+            stop_wait = asyncio.ensure_future(self.stopping.wait())
+            await asyncio.wait({acquire, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+            stop_wait.cancel()
+            if not acquire.done():
+                acquire.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await acquire
+            if acquire.cancelled() or acquire.exception() is not None:
+                self._cancel_after_error(item, attempt, last_error)
+                return
+            permit = acquire.result()
+            if self.stopping.is_set():
+                lane.limiter.release(permit, 0)
+                self._cancel_after_error(item, attempt, last_error)
+                return
+            wait_s = delay + permit.waited_s
+            wait_reason = WAIT_BACKOFF if delay > 0 else permit.wait_reason
+
+    def _cancel_after_error(self, item: PendingItem, attempt: int, error: ProviderError) -> None:
+        message = f"cancelled before a retry; last error {error}"
+        self._final(item, ITEM_CANCELLED, True, attempt, error=(None, message))
+
+    # ---- records -------------------------------------------------------------------
+
+    def _attempt(
+        self,
+        item: PendingItem,
+        attempt: int,
+        started_at: Any,
+        t0: float,
+        response: CompletionResponse | None,
+        error: ProviderError | None,
+        wait_s: float,
+        wait_reason: str | None,
+    ) -> None:
+        elapsed_ms = (time.monotonic() - t0) * 1000
+        self.writer.attempt(
+            AttemptRow(
+                key=item.key,
+                run_id=self.run_id,
+                attempt=attempt,
+                started_at=started_at,
+                ended_at=utcnow(),
+                outcome="ok" if response is not None else "error",
+                error_kind=(error.kind.value if error else INTERNAL) if response is None else None,
+                http_status=error.status if error else None,
+                error_message=str(error)[:MAX_MESSAGE_CHARS] if error else None,
+                wait_ms=wait_s * 1000,
+                wait_reason=wait_reason,
+                retry_after_s=error.retry_after_s if error else None,
+                latency_ms=response.latency_ms if response is not None else elapsed_ms,
+            )
+        )
+
+    def _final(
+        self,
+        item: PendingItem,
+        status: str,
+        was_in_flight: bool,
+        attempts: int | None = None,
+        *,
+        error: tuple[str | None, str] | None = None,
+        response: CompletionResponse | None = None,
+        lane: Lane | None = None,
+    ) -> None:
+        variant = self.variants[item.variant_index]
+        usage: dict[str, Any] = {}
+        if response is not None and lane is not None:
+            usage = {
+                "output_text": response.text,
+                "input_tokens": response.input_tokens,
+                "output_tokens": response.output_tokens,
+                "finish_reason": str(response.finish_reason),
+                "model_version": response.model_version,
+                "latency_ms": response.latency_ms,
+                "cost_usd": cost_usd(
+                    lane.endpoint, variant.model, response.input_tokens, response.output_tokens
+                ),
+            }
+        self.writer.final(
+            FinalRow(
+                key=item.key,
+                run_id=self.run_id,
+                seq=item.seq,
+                row_index=item.row_index,
+                variant=variant.name,
+                repeat=item.repeat,
+                status=status,
+                prompt_version_id=variant.prompt_version_id,
+                endpoint=variant.endpoint,
+                model=variant.model,
+                params=variant.params,
+                attempts=item.attempts if attempts is None else attempts,
+                finished_at=utcnow(),
+                error_kind=error[0] if error else None,
+                error_message=error[1][:MAX_MESSAGE_CHARS] if error else None,
+                **usage,
+            )
+        )
+        self.counters.finished(status, was_in_flight)
+
+
+def _describe(error: ProviderError) -> tuple[str, str]:
+    return error.kind.value, str(error)
+
+
+def lanes_for(
+    variants: Sequence[VariantRecord],
+    endpoints: Mapping[str, EndpointConfig],
+    providers: Mapping[str, Provider],
+    limiters: Mapping[str, EndpointLimiter],
+) -> list[Lane]:
+    """Group variants by endpoint: one feeder per endpoint, so one slow lane blocks no other."""
+    by_endpoint: dict[str, list[int]] = {}
+    for variant in variants:
+        by_endpoint.setdefault(variant.endpoint, []).append(variant.index)
+    return [
+        Lane(endpoints[name], providers[name], limiters[name], tuple(indexes))
+        for name, indexes in by_endpoint.items()
+    ]

@@ -1,0 +1,304 @@
+"""Declarative run specs (YAML): dataset, variants, limits, retry policy; and datasets."""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from promptlab.engine.limiter import DEFAULT_BURST_S, Limits
+from promptlab.engine.retry import RetryPolicy
+from promptlab.errors import ConfigError, PromptlabError
+from promptlab.providers.config import KINDS, EndpointConfig, parse_model_ref
+from promptlab.store.runs import VariantRecord
+from promptlab.templates import Template
+
+SPEC_FIELDS = frozenset(
+    {"name", "dataset", "variants", "repeats", "limits", "retry", "endpoints", "limit_rows"}
+)
+VARIANT_FIELDS = frozenset({"name", "prompt", "messages", "model", "params", "output_schema"})
+LIMIT_FIELDS = frozenset({"rpm", "tpm", "concurrency", "burst_s"})
+ENDPOINT_FIELDS = frozenset({"kind", "base_url", "api_key_env", "rpm", "tpm", "concurrency"})
+#: Request params a variant may set on top of its template's.
+VARIANT_PARAMS = frozenset({"temperature", "top_p", "max_tokens"})
+DATASET_SUFFIXES = (".csv", ".jsonl", ".ndjson")
+
+
+class SpecError(ConfigError):
+    """The run spec is invalid; the message names the field."""
+
+
+@dataclass(frozen=True)
+class VariantSpec:
+    """One variant as written: a registry reference or inline messages, a model, params."""
+
+    name: str
+    prompt: str | None = None
+    messages: tuple[Mapping[str, Any], ...] | None = None
+    model: str | None = None
+    params: Mapping[str, Any] = field(default_factory=dict)
+    output_schema: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """A whole run: what to send, to whom, how fast, and how to retry."""
+
+    name: str
+    dataset: Path
+    variants: tuple[VariantSpec, ...]
+    repeats: int = 1
+    limit_rows: int | None = None
+    limits: Mapping[str, Limits] = field(default_factory=dict)
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    endpoints: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    #: The spec as plain data (dataset path made absolute), stored with the run.
+    raw: Mapping[str, Any] = field(default_factory=dict)
+
+
+def load_spec(path: str | Path) -> RunSpec:
+    """Read and check a YAML run spec; relative dataset paths are relative to the file."""
+    spec_path = Path(path)
+    try:
+        data = yaml.safe_load(spec_path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise SpecError(f"cannot read run spec {spec_path}: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        raise SpecError(f"run spec {spec_path} is not valid YAML: {exc}") from exc
+    return parse_spec(data, base_dir=spec_path.parent, default_name=spec_path.stem)
+
+
+def parse_spec(data: Any, *, base_dir: Path | None = None, default_name: str = "run") -> RunSpec:
+    """Check a spec given as plain data (as read from YAML or stored with a run)."""
+    if not isinstance(data, Mapping):
+        raise SpecError("run spec: expected a mapping at the top level")
+    unknown = sorted(set(data) - SPEC_FIELDS)
+    if unknown:
+        raise SpecError(f"run spec: unknown field(s) {', '.join(unknown)}")
+    if "dataset" not in data or not isinstance(data["dataset"], str):
+        raise SpecError("run spec: 'dataset' must name a CSV or JSONL file")
+    dataset = Path(data["dataset"])
+    if not dataset.is_absolute() and base_dir is not None:
+        dataset = (base_dir / dataset).resolve()
+    if dataset.suffix.lower() not in DATASET_SUFFIXES:
+        raise SpecError(f"dataset {dataset}: expected a .csv or .jsonl file")
+    variants_data = data.get("variants")
+    if not isinstance(variants_data, list) or not variants_data:
+        raise SpecError("run spec: 'variants' must be a non-empty list")
+    variants = tuple(_variant(v, i) for i, v in enumerate(variants_data))
+    names = [v.name for v in variants]
+    if len(set(names)) != len(names):
+        raise SpecError(f"variants: names must be unique, got {names}")
+    repeats = _positive_int(data.get("repeats", 1), "repeats")
+    limit_rows = data.get("limit_rows")
+    if limit_rows is not None:
+        limit_rows = _positive_int(limit_rows, "limit_rows")
+    limits = _limits(data.get("limits") or {})
+    try:
+        retry = RetryPolicy.from_mapping(data.get("retry"))
+    except ConfigError as exc:
+        raise SpecError(str(exc)) from exc
+    endpoints = _endpoints(data.get("endpoints") or {})
+    raw = {**data, "dataset": str(dataset)}
+    return RunSpec(
+        name=str(data.get("name") or default_name),
+        dataset=dataset,
+        variants=variants,
+        repeats=repeats,
+        limit_rows=limit_rows,
+        limits=limits,
+        retry=retry,
+        endpoints=endpoints,
+        raw=raw,
+    )
+
+
+def _variant(data: Any, index: int) -> VariantSpec:
+    where = f"variants[{index}]"
+    if not isinstance(data, Mapping):
+        raise SpecError(f"{where}: expected a mapping")
+    unknown = sorted(set(data) - VARIANT_FIELDS)
+    if unknown:
+        raise SpecError(f"{where}: unknown field(s) {', '.join(unknown)}")
+    prompt = data.get("prompt")
+    messages = data.get("messages")
+    if (prompt is None) == (messages is None):
+        raise SpecError(f"{where}: give exactly one of 'prompt' (a registry ref) or 'messages'")
+    if prompt is not None and not isinstance(prompt, str):
+        raise SpecError(f"{where}.prompt: expected a reference like 'name@production'")
+    if messages is not None and not isinstance(messages, list):
+        raise SpecError(f"{where}.messages: expected a list of {{role, content}}")
+    model = data.get("model")
+    if model is not None:
+        try:
+            parse_model_ref(str(model))
+        except ConfigError as exc:
+            raise SpecError(f"{where}.model: {exc}") from exc
+    params = data.get("params") or {}
+    if not isinstance(params, Mapping) or set(params) - VARIANT_PARAMS:
+        raise SpecError(f"{where}.params: allowed keys are {', '.join(sorted(VARIANT_PARAMS))}")
+    name = data.get("name") or prompt or f"variant-{index + 1}"
+    return VariantSpec(
+        name=str(name),
+        prompt=prompt,
+        messages=tuple(messages) if messages is not None else None,
+        model=str(model) if model is not None else None,
+        params=dict(params),
+        output_schema=data.get("output_schema"),
+    )
+
+
+def _limits(data: Any) -> dict[str, Limits]:
+    if not isinstance(data, Mapping):
+        raise SpecError("limits: expected a mapping of endpoint name to {rpm, tpm, concurrency}")
+    out = {}
+    for endpoint, values in data.items():
+        where = f"limits.{endpoint}"
+        if not isinstance(values, Mapping) or set(values) - LIMIT_FIELDS:
+            raise SpecError(f"{where}: allowed keys are {', '.join(sorted(LIMIT_FIELDS))}")
+        out[str(endpoint)] = Limits(
+            rpm=_optional_positive(values.get("rpm"), f"{where}.rpm"),
+            tpm=_optional_positive(values.get("tpm"), f"{where}.tpm"),
+            concurrency=_optional_positive(values.get("concurrency"), f"{where}.concurrency"),
+            burst_s=float(values.get("burst_s", DEFAULT_BURST_S)),
+        )
+    return out
+
+
+def _endpoints(data: Any) -> dict[str, Mapping[str, Any]]:
+    if not isinstance(data, Mapping):
+        raise SpecError("endpoints: expected a mapping of endpoint name to fields")
+    for name, values in data.items():
+        where = f"endpoints.{name}"
+        if not isinstance(values, Mapping) or set(values) - ENDPOINT_FIELDS:
+            raise SpecError(f"{where}: allowed keys are {', '.join(sorted(ENDPOINT_FIELDS))}")
+        if "api_key" in values:
+            raise SpecError(f"{where}: name the key's environment variable in api_key_env")
+        if "kind" in values and values["kind"] not in KINDS:
+            raise SpecError(f"{where}.kind: one of {', '.join(KINDS)}")
+        for key in ("rpm", "tpm", "concurrency"):
+            _optional_positive(values.get(key), f"{where}.{key}")
+    return {str(k): dict(v) for k, v in data.items()}
+
+
+def _positive_int(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SpecError(f"{where}: expected a positive integer, got {value!r}")
+    return value
+
+
+def _optional_positive(value: Any, where: str) -> int | None:
+    return None if value is None else _positive_int(value, where)
+
+
+# ---- resolution --------------------------------------------------------------------
+
+
+def merge_endpoints(
+    base: Mapping[str, EndpointConfig], inline: Mapping[str, Mapping[str, Any]]
+) -> dict[str, EndpointConfig]:
+    """The configured endpoints with a spec's inline ones added or overriding fields."""
+    out = dict(base)
+    for name, values in inline.items():
+        current = out.get(name)
+        kind = values.get("kind", current.kind if current else None)
+        if kind not in KINDS:
+            raise SpecError(f"endpoints.{name}: 'kind' is required for a new endpoint")
+        if current is None or current.kind != kind:
+            current = EndpointConfig(name=name, kind=kind)
+        out[name] = replace(current, **{k: v for k, v in values.items() if k != "kind"})
+    return out
+
+
+def resolve_variants(
+    spec: RunSpec, endpoints: Mapping[str, EndpointConfig], registry: Any | None
+) -> list[VariantRecord]:
+    """Turn each variant into a stored record: template content, version id, model, params."""
+    records = []
+    for index, variant in enumerate(spec.variants):
+        where = f"variants[{index}] ({variant.name})"
+        try:
+            if variant.prompt is not None:
+                if registry is None:
+                    raise SpecError(f"{where}: a registry is needed to resolve {variant.prompt}")
+                version = registry.resolve(variant.prompt)
+                template: Template = version.template
+                version_id, ref = version.id, f"{version.prompt_name}@{version.semver}"
+            else:
+                template = Template.build(
+                    list(variant.messages or ()), output_schema=variant.output_schema
+                )
+                version_id, ref = template.content_hash(), f"inline:{variant.name}"
+        except PromptlabError as exc:
+            if isinstance(exc, SpecError):
+                raise
+            raise SpecError(f"{where}: {exc}") from exc
+        model_ref = variant.model or str(template.params.get("model"))
+        endpoint, model = parse_model_ref(model_ref)
+        if endpoint not in endpoints:
+            known = ", ".join(sorted(endpoints))
+            raise SpecError(f"{where}: unknown endpoint {endpoint!r} (known: {known})")
+        params = {
+            key: template.params.get(key)
+            for key in sorted(VARIANT_PARAMS)
+            if key in template.params
+        }
+        params.update(variant.params)
+        records.append(
+            VariantRecord(
+                index=index,
+                name=variant.name,
+                prompt_ref=ref,
+                prompt_version_id=version_id,
+                endpoint=endpoint,
+                model=model,
+                params=params,
+                template=template.canonical(),
+            )
+        )
+    return records
+
+
+# ---- datasets ----------------------------------------------------------------------
+
+
+def check_dataset(path: Path) -> None:
+    """Fail early, before a run is created, when the dataset cannot be read."""
+    try:
+        with path.open(encoding="utf-8") as handle:
+            handle.readline()
+    except OSError as exc:
+        raise SpecError(f"dataset {path}: {exc.strerror or exc}") from exc
+
+
+def iter_rows(path: Path, limit: int | None = None) -> Iterator[dict[str, Any]]:
+    """Rows of a CSV (header row names the columns) or JSONL file, one at a time."""
+    count = 0
+    with path.open(encoding="utf-8", newline="") as handle:
+        if path.suffix.lower() == ".csv":
+            rows: Iterator[dict[str, Any]] = iter(csv.DictReader(handle))
+        else:
+            rows = _jsonl(handle, path)
+        for row in rows:
+            if limit is not None and count >= limit:
+                return
+            count += 1
+            yield row
+
+
+def _jsonl(handle: Any, path: Path) -> Iterator[dict[str, Any]]:
+    for number, line in enumerate(handle, start=1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise SpecError(f"dataset {path}, line {number}: not valid JSON ({exc.msg})") from exc
+        if not isinstance(value, dict):
+            raise SpecError(f"dataset {path}, line {number}: expected a JSON object")
+        yield value
