@@ -454,11 +454,14 @@ async def _swallow_resets(request: web.Request, handler: Any) -> web.StreamRespo
         return web.Response(status=500)
 
 
+SERVER_KEY = web.AppKey("fakellm", FakeLLM)
+
+
 def create_app(config: FakeLLMConfig) -> web.Application:
     """The aiohttp application serving the simulation with these switches."""
     server = FakeLLM(config)
     app = web.Application(middlewares=[_swallow_resets])
-    app["fakellm"] = server
+    app[SERVER_KEY] = server
     app.router.add_post("/v1/chat/completions", server.openai_handler)
     app.router.add_post("/v1/messages", server.anthropic_handler)
     app.router.add_get("/_stats", server.stats_handler)

@@ -4,4 +4,114 @@ from __future__ import annotations
 
 import click
 
-commands: list[click.Command] = []
+#: Loopback only: fakellm is a test and demo double, never a public server.
+LOOPBACK = "127.0.0.1"
+
+
+@click.command("fakellm")
+@click.option("--port", type=int, default=8011, show_default=True, help="Port on 127.0.0.1.")
+@click.option("--rpm", type=click.IntRange(min=1), help="Requests per minute (429 beyond).")
+@click.option("--tpm", type=click.IntRange(min=1), help="Tokens per minute: prompt + max_tokens.")
+@click.option(
+    "--burst-s",
+    type=click.FloatRange(min=0.001),
+    default=10.0,
+    show_default=True,
+    help="Seconds' worth of the per-minute limits a bucket holds.",
+)
+@click.option(
+    "--latency-ms", type=click.FloatRange(min=0), default=0.0, help="Fixed delay per response."
+)
+@click.option(
+    "--sim-latency",
+    is_flag=True,
+    help="Wait the simulated latency (lognormal + per token) instead of --latency-ms.",
+)
+@click.option("--fail-rate", type=click.FloatRange(0, 1), default=0.0, help="Share of 500s.")
+@click.option(
+    "--timeout-rate",
+    type=click.FloatRange(0, 1),
+    default=0.0,
+    help="Share of requests held past the client's timeout.",
+)
+@click.option(
+    "--timeout-hold-s",
+    type=click.FloatRange(min=0),
+    default=120.0,
+    show_default=True,
+    help="How long a timeout fault holds the request.",
+)
+@click.option(
+    "--malformed-rate",
+    type=click.FloatRange(0, 1),
+    help="Share of malformed JSON answers to schema requests (default: per sim model).",
+)
+@click.option(
+    "--quota-rate",
+    type=click.FloatRange(0, 1),
+    default=0.0,
+    help="Share of 429 insufficient_quota (Anthropic format: 402 billing_error).",
+)
+@click.option("--insufficient-quota", is_flag=True, help="Every request fails: quota exhausted.")
+@click.option(
+    "--overloaded-rate",
+    type=click.FloatRange(0, 1),
+    default=0.0,
+    help="Share of overloaded answers (Anthropic 529, OpenAI 503).",
+)
+@click.option(
+    "--reset-rate", type=click.FloatRange(0, 1), default=0.0, help="Share of connection resets."
+)
+@click.option(
+    "--context-window", type=click.IntRange(min=1), help="Reject prompt + max_tokens above it."
+)
+@click.option("--require-key", help="Answer 401 unless requests carry this API key.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of text and faults.")
+def fakellm_command(
+    port: int,
+    rpm: int | None,
+    tpm: int | None,
+    burst_s: float,
+    latency_ms: float,
+    sim_latency: bool,
+    fail_rate: float,
+    timeout_rate: float,
+    timeout_hold_s: float,
+    malformed_rate: float | None,
+    quota_rate: float,
+    insufficient_quota: bool,
+    overloaded_rate: float,
+    reset_rate: float,
+    context_window: int | None,
+    require_key: str | None,
+    seed: int,
+) -> None:
+    """Serve the simulated model in OpenAI and Anthropic format on 127.0.0.1 (for tests)."""
+    from promptlab.fakellm import FakeLLMConfig, run
+
+    try:
+        config = FakeLLMConfig(
+            host=LOOPBACK,
+            port=port,
+            rpm=rpm,
+            tpm=tpm,
+            burst_s=burst_s,
+            latency_ms=latency_ms,
+            sim_latency=sim_latency,
+            fail_rate=fail_rate,
+            timeout_rate=timeout_rate,
+            timeout_hold_s=timeout_hold_s,
+            malformed_rate=malformed_rate,
+            quota_rate=1.0 if insufficient_quota else quota_rate,
+            overloaded_rate=overloaded_rate,
+            reset_rate=reset_rate,
+            seed=seed,
+            api_key=require_key,
+            context_window=context_window,
+        )
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
+    run(config, announce=lambda line: click.echo(line, err=True))
+
+
+commands: list[click.Command] = [fakellm_command]

@@ -49,7 +49,7 @@ class AnthropicProvider:
         started = time.perf_counter()
         try:
             raw = await self._client.messages.with_raw_response.create(**params)
-            message = raw.parse()
+            message = await raw.parse()
         except anthropic.AnthropicError as exc:
             raise map_anthropic_error(exc, self.name) from exc
         latency_ms = (time.perf_counter() - started) * 1000

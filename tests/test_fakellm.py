@@ -1,0 +1,337 @@
+"""fakellm through the official SDKs over real HTTP: formats, streaming, limits, faults."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import jsonschema
+import openai
+import pytest
+from click.testing import CliRunner
+
+from promptlab.cli import main
+from promptlab.fakellm import FakeLLMConfig, TokenBucket
+from promptlab.fakellm_wire import chunks_of, openai_duration
+from tests.fakellm_fixtures import (
+    ServerFactory,
+    anthropic_client,
+    fakellm,
+    fakellm_factory,
+    openai_client,
+)
+
+__all__ = ["fakellm", "fakellm_factory"]  # fixtures, imported for pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+USER = [{"role": "user", "content": "Describe a lighthouse keeper's morning routine."}]
+SCHEMA = {
+    "type": "object",
+    "properties": {"title": {"type": "string"}, "stars": {"type": "integer", "maximum": 5}},
+    "required": ["title", "stars"],
+}
+
+
+async def _openai_raw(server: Any, **params: Any) -> Any:
+    client = openai_client(server)
+    try:
+        return await client.chat.completions.with_raw_response.create(
+            model=params.pop("model", "fast"), messages=USER, max_tokens=64, **params
+        )
+    finally:
+        await client.close()
+
+
+class _Parsed:
+    """A raw response already parsed (the Anthropic SDK's parse() is async)."""
+
+    def __init__(self, headers: Any, parsed: Any) -> None:
+        self.headers = headers
+        self._parsed = parsed
+
+    def parse(self) -> Any:
+        return self._parsed
+
+
+async def _anthropic_raw(server: Any, **params: Any) -> _Parsed:
+    client = anthropic_client(server)
+    try:
+        raw = await client.messages.with_raw_response.create(
+            model=params.pop("model", "fast"), messages=USER, max_tokens=64, **params
+        )
+        return _Parsed(raw.headers, await raw.parse())
+    finally:
+        await client.close()
+
+
+def test_openai_completion_parses_strictly(fakellm: Any) -> None:
+    raw = asyncio.run(_openai_raw(fakellm))
+    completion = raw.parse()
+    assert completion.choices[0].message.content
+    assert completion.choices[0].finish_reason in ("stop", "length")
+    assert completion.usage.completion_tokens > 0
+    assert "simulated" in completion.model
+    assert raw.headers["x-request-id"].startswith("req_")
+
+
+def test_anthropic_message_parses_strictly(fakellm: Any) -> None:
+    raw = asyncio.run(_anthropic_raw(fakellm, system="You are terse."))
+    message = raw.parse()
+    assert message.content[0].text
+    assert message.stop_reason in ("end_turn", "max_tokens")
+    assert message.usage.input_tokens > 0
+    assert "simulated" in message.model
+    assert raw.headers["request-id"].startswith("req_")
+
+
+def test_openai_stream_matches_the_plain_answer(fakellm: Any) -> None:
+    async def run() -> tuple[str, str, Any]:
+        client = openai_client(fakellm)
+        plain = await client.chat.completions.create(model="careful", messages=USER, max_tokens=80)
+        stream = await client.chat.completions.create(
+            model="careful", messages=USER, max_tokens=80, stream=True,
+            stream_options={"include_usage": True},
+        )  # fmt: skip
+        parts, usage = [], None
+        async for chunk in stream:
+            if chunk.choices and chunk.choices[0].delta.content:
+                parts.append(chunk.choices[0].delta.content)
+            usage = chunk.usage or usage
+        await client.close()
+        return plain.choices[0].message.content or "", "".join(parts), usage
+
+    plain, streamed, usage = asyncio.run(run())
+    assert streamed == plain
+    assert usage is not None and usage.completion_tokens > 0
+
+
+def test_anthropic_stream_matches_the_plain_answer(fakellm: Any) -> None:
+    async def run() -> tuple[str, str, int]:
+        client = anthropic_client(fakellm)
+        plain = await client.messages.create(model="careful", messages=USER, max_tokens=80)
+        async with client.messages.stream(model="careful", messages=USER, max_tokens=80) as s:
+            final = await s.get_final_message()
+        await client.close()
+        return plain.content[0].text, final.content[0].text, final.usage.output_tokens
+
+    plain, streamed, output_tokens = asyncio.run(run())
+    assert streamed == plain
+    assert output_tokens > 0
+
+
+@pytest.mark.parametrize("fmt", ["openai", "anthropic"])
+def test_schema_requests_get_json_that_fits(fakellm: Any, fmt: str) -> None:
+    if fmt == "openai":
+        fmt_param = {"type": "json_schema", "json_schema": {"name": "o", "schema": SCHEMA}}
+        raw = asyncio.run(_openai_raw(fakellm, model="careful", response_format=fmt_param))
+        text = raw.parse().choices[0].message.content
+    else:
+        config = {"format": {"type": "json_schema", "schema": SCHEMA}}
+        raw = asyncio.run(_anthropic_raw(fakellm, model="careful", output_config=config))
+        text = raw.parse().content[0].text
+    jsonschema.validate(json.loads(text), SCHEMA)
+
+
+def test_malformed_rate_one_breaks_every_json_answer(fakellm_factory: ServerFactory) -> None:
+    server = fakellm_factory(malformed_rate=1.0)
+    fmt_param = {"type": "json_schema", "json_schema": {"name": "o", "schema": SCHEMA}}
+    raw = asyncio.run(_openai_raw(server, model="careful", response_format=fmt_param))
+    with pytest.raises(ValueError):
+        json.loads(raw.parse().choices[0].message.content or "")
+
+
+@pytest.mark.parametrize("fmt", ["openai", "anthropic"])
+def test_rate_limit_answers_429_with_retry_hints(fakellm_factory: ServerFactory, fmt: str) -> None:
+    # 60 rpm with a 2 s burst: the bucket holds exactly 2 requests.
+    server = fakellm_factory(rpm=60, burst_s=2.0)
+    send = _openai_raw if fmt == "openai" else _anthropic_raw
+    error_class = openai.RateLimitError if fmt == "openai" else anthropic.RateLimitError
+
+    async def run() -> BaseException:
+        await send(server)
+        await send(server)
+        try:
+            await send(server)
+        except Exception as exc:  # noqa: BLE001 - inspected below
+            return exc
+        raise AssertionError("third request was admitted")
+
+    exc = asyncio.run(run())
+    assert isinstance(exc, error_class)
+    headers = exc.response.headers
+    assert float(headers["retry-after-ms"]) > 0
+    assert int(headers["retry-after"]) >= 1
+    assert headers["x-should-retry"] == "true"
+    if fmt == "openai":
+        assert headers["x-ratelimit-limit-requests"] == "60"
+        assert headers["x-ratelimit-remaining-requests"] == "0"
+        assert exc.code == "rate_limit_exceeded"
+    else:
+        assert headers["anthropic-ratelimit-requests-limit"] == "60"
+        assert exc.type == "rate_limit_error"
+    stats = server.stats()
+    assert (stats["attempts"], stats["successes"], stats["rate_limited"]) == (3, 2, 1)
+
+
+def test_tpm_counts_prompt_plus_max_tokens_and_rejections_cost_nothing(
+    fakellm_factory: ServerFactory,
+) -> None:
+    # 600 tpm, 10 s burst = 100 tokens: one request with max_tokens=64 fits, a second not.
+    server = fakellm_factory(tpm=600)
+
+    async def run() -> list[str]:
+        outcomes = []
+        for _ in range(3):
+            try:
+                await _openai_raw(server)
+                outcomes.append("ok")
+            except openai.RateLimitError as exc:
+                outcomes.append(exc.response.headers["x-ratelimit-limit-tokens"])
+        return outcomes
+
+    assert asyncio.run(run()) == ["ok", "600", "600"]
+    assert server.stats()["tokens_admitted"] < 100
+
+
+def test_token_bucket_is_continuous() -> None:
+    bucket = TokenBucket(per_minute=60, burst_s=10, now=0.0)
+    assert bucket.capacity == 10
+    bucket.level = 0
+    bucket.refill(now=2.5)
+    assert bucket.level == pytest.approx(2.5)
+    assert bucket.wait_s(3) == pytest.approx(0.5)
+    # A cost beyond capacity waits for a full bucket, not forever.
+    assert bucket.wait_s(50) == pytest.approx(7.5)
+
+
+def test_success_responses_carry_rate_limit_headers(fakellm_factory: ServerFactory) -> None:
+    server = fakellm_factory(rpm=600, tpm=100_000)
+    headers = asyncio.run(_anthropic_raw(server)).headers
+    for name in ("requests", "tokens"):
+        assert f"anthropic-ratelimit-{name}-remaining" in headers
+        assert headers[f"anthropic-ratelimit-{name}-reset"].endswith("Z")
+    headers = asyncio.run(_openai_raw(server)).headers
+    assert headers["x-ratelimit-limit-tokens"] == "100000"
+    assert headers["x-ratelimit-reset-requests"].endswith("s")
+
+
+def test_stats_count_requests_completed_twice(fakellm: Any) -> None:
+    fakellm.reset()
+    asyncio.run(_openai_raw(fakellm, extra_headers={"X-Client-Request-Id": "item-1"}))
+    asyncio.run(_anthropic_raw(fakellm, extra_headers={"X-Client-Request-Id": "item-1"}))
+    asyncio.run(_openai_raw(fakellm, extra_headers={"X-Client-Request-Id": "item-2"}))
+    stats = fakellm.stats()
+    assert stats["successes"] == 3
+    assert stats["completed_twice"] == 1
+    assert stats["duplicate_ids"] == ["item-1"]
+
+
+FAULTS = [
+    # (config, openai SDK class, anthropic SDK class, status)
+    ({"quota_rate": 1.0}, openai.RateLimitError, anthropic.PaymentRequiredError, (429, 402)),
+    ({"overloaded_rate": 1.0}, openai.InternalServerError, anthropic.OverloadedError, (503, 529)),
+    ({"fail_rate": 1.0}, openai.InternalServerError, anthropic.InternalServerError, (500, 500)),
+    ({"reset_rate": 1.0}, openai.APIConnectionError, anthropic.APIConnectionError, None),
+    ({"api_key": "other"}, openai.AuthenticationError, anthropic.AuthenticationError, (401, 401)),
+    ({"context_window": 50}, openai.BadRequestError, anthropic.BadRequestError, (400, 400)),
+]
+
+
+@pytest.mark.parametrize(("config", "openai_class", "anthropic_class", "status"), FAULTS)
+def test_faults_reach_the_sdks_as_their_own_exceptions(
+    fakellm_factory: ServerFactory,
+    config: dict[str, Any],
+    openai_class: type[Exception],
+    anthropic_class: type[Exception],
+    status: tuple[int, int] | None,
+) -> None:
+    server = fakellm_factory(**config)
+    with pytest.raises(openai_class) as oexc:
+        asyncio.run(_openai_raw(server))
+    with pytest.raises(anthropic_class) as aexc:
+        asyncio.run(_anthropic_raw(server))
+    if status is not None:
+        assert (getattr(oexc.value, "status_code", None), aexc.value.status_code) == status
+
+
+def test_timeout_fault_holds_past_the_client_timeout(fakellm_factory: ServerFactory) -> None:
+    server = fakellm_factory(timeout_rate=1.0, timeout_hold_s=5.0)
+    with pytest.raises(openai.APITimeoutError):
+        asyncio.run(_openai_raw(server, timeout=0.3))
+    assert server.stats()["timeouts"] == 1
+
+
+def test_unknown_path_is_a_json_404(fakellm: Any) -> None:
+    client = openai.OpenAI(api_key="k", base_url=fakellm.openai_base_url, max_retries=0)
+    with pytest.raises(openai.NotFoundError):
+        client.embeddings.create(model="x", input="y")
+
+
+def test_chunks_join_back_to_the_text() -> None:
+    text = "one two  three four five six seven eight nine"
+    assert "".join(chunks_of(text)) == text
+
+
+@pytest.mark.parametrize(
+    ("seconds", "expected"), [(0.0421, "43ms"), (1.5, "1.5s"), (360.0, "6m0s")]
+)
+def test_openai_duration_format(seconds: float, expected: str) -> None:
+    assert openai_duration(seconds) == expected
+
+
+def test_config_rejects_rates_adding_past_one() -> None:
+    with pytest.raises(ValueError):
+        FakeLLMConfig(fail_rate=0.6, timeout_rate=0.6)
+
+
+def test_cli_help_lists_every_flag() -> None:
+    result = CliRunner().invoke(main, ["fakellm", "--help"])
+    assert result.exit_code == 0
+    for flag in ("--port", "--rpm", "--tpm", "--latency-ms", "--fail-rate", "--timeout-rate",
+                 "--malformed-rate", "--seed", "--insufficient-quota", "--overloaded-rate",
+                 "--reset-rate", "--burst-s"):  # fmt: skip
+        assert flag in result.output
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def test_cli_serves_in_a_subprocess() -> None:
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "promptlab", "fakellm", "--port", str(port), "--rpm", "600"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        stats = None
+        for _ in range(200):
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stats", timeout=1) as r:
+                    stats = json.loads(r.read())
+                break
+            except OSError:
+                time.sleep(0.05)
+        assert stats is not None, "fakellm did not come up"
+        assert stats["config"]["rpm"] == 600
+        client = openai.OpenAI(api_key="k", base_url=f"http://127.0.0.1:{port}/v1", max_retries=0)
+        reply = client.chat.completions.create(model="fast", messages=USER, max_tokens=16)
+        assert reply.choices[0].message.content
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
