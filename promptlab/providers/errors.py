@@ -123,7 +123,7 @@ _KEPT_HEADERS = frozenset(
 _CONTEXT_CODES = frozenset({"context_length_exceeded", "string_above_max_length"})
 _CONTENT_FILTER_CODES = frozenset({"content_filter", "content_policy_violation"})
 #: Anthropic reports an over-long prompt only in its message text.
-_ANTHROPIC_CONTEXT_PHRASES = ("prompt is too long", "context window", "context length")
+_ANTHROPIC_CONTEXT_PHRASES = ("prompt is too long", "context limit", "context window")
 
 
 def kept_headers(headers: Mapping[str, str] | None) -> dict[str, str]:
@@ -237,3 +237,20 @@ def map_openai_error(exc: BaseException, provider: str) -> ProviderError:
 def map_anthropic_error(exc: BaseException, provider: str) -> ProviderError:
     """Map an `anthropic` SDK exception."""
     return map_sdk_error(exc, provider=provider, table=ANTHROPIC_ERROR_KINDS)
+
+
+def unmapped_exceptions(
+    module: object, table: Mapping[type[BaseException], ErrorKind | str]
+) -> list[str]:
+    """Public exception classes `module` exports that have no entry of their own in `table`."""
+    missing = []
+    for name in dir(module):
+        value = getattr(module, name)
+        if (
+            not name.startswith("_")
+            and isinstance(value, type)
+            and issubclass(value, BaseException)
+            and value not in table
+        ):
+            missing.append(name)
+    return sorted(missing)

@@ -1,0 +1,167 @@
+"""The OpenAI, Anthropic and sim adapters: real SDKs against fakellm, errors as kinds."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from promptlab.errors import ErrorKind, ProviderError
+from promptlab.providers import (
+    CompletionRequest,
+    CompletionResponse,
+    FinishReason,
+    Provider,
+    build_provider,
+)
+from promptlab.providers.config import EndpointConfig, builtin_endpoints
+from promptlab.providers.sim import SIMULATED_HEADER
+from tests.fakellm_fixtures import ServerFactory, endpoint_for, fakellm, fakellm_factory
+
+__all__ = ["fakellm", "fakellm_factory"]  # fixtures, imported for pytest
+
+KEY_ENV = {"FAKELLM_KEY": "sk-test"}
+KINDS = ["openai", "anthropic"]
+MESSAGES = (
+    {"role": "system", "content": "You are a concise travel writer."},
+    {"role": "user", "content": "Describe Lisbon in three sentences for a first-time visitor."},
+)
+
+
+def _request(**fields: Any) -> CompletionRequest:
+    return CompletionRequest(**{"model": "careful", "messages": MESSAGES, **fields})
+
+
+def _complete(endpoint: EndpointConfig, request: CompletionRequest) -> CompletionResponse:
+    async def run() -> CompletionResponse:
+        provider = build_provider(endpoint, environ=KEY_ENV)
+        try:
+            return await provider.complete(request)
+        finally:
+            await provider.aclose()
+
+    return asyncio.run(run())
+
+
+def _error(endpoint: EndpointConfig, request: CompletionRequest) -> ProviderError:
+    with pytest.raises(ProviderError) as info:
+        _complete(endpoint, request)
+    return info.value
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_adapter_returns_one_response_shape(fakellm: Any, kind: str) -> None:
+    response = _complete(endpoint_for(fakellm, kind), _request(max_tokens=400))
+    assert response.text
+    assert response.input_tokens > 0 and response.output_tokens > 0
+    assert response.finish_reason in (FinishReason.STOP, FinishReason.LENGTH)
+    assert "simulated" in response.model_version
+    assert response.latency_ms > 0
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_length_finish_is_normalized(fakellm: Any, kind: str) -> None:
+    response = _complete(endpoint_for(fakellm, kind), _request(max_tokens=3))
+    assert response.finish_reason is FinishReason.LENGTH
+    assert response.output_tokens <= 3
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_rate_limit_headers_are_surfaced(fakellm_factory: ServerFactory, kind: str) -> None:
+    server = fakellm_factory(rpm=600, tpm=1_000_000)
+    response = _complete(endpoint_for(server, kind), _request())
+    prefix = "x-ratelimit-" if kind == "openai" else "anthropic-ratelimit-"
+    assert any(name.startswith(prefix) for name in response.headers)
+    assert "x-fakellm" not in response.headers  # only rate-limit and retry headers are kept
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_request_id_reaches_the_server(fakellm_factory: ServerFactory, kind: str) -> None:
+    server = fakellm_factory()
+    endpoint = endpoint_for(server, kind)
+    _complete(endpoint, _request(request_id="item-42"))
+    _complete(endpoint, _request(request_id="item-42"))
+    assert server.stats()["duplicate_ids"] == ["item-42"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_schema_request_gets_json(fakellm: Any, kind: str) -> None:
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+    response = _complete(endpoint_for(fakellm, kind), _request(output_schema=schema))
+    assert response.text.lstrip().startswith(("{", "Here", "```"))
+
+
+FAULT_KINDS = [
+    # (fakellm config, kind for the openai adapter, kind for the anthropic adapter)
+    ({"rpm": 1, "burst_s": 1.0, "_send": 2}, ErrorKind.RATE_LIMIT, ErrorKind.RATE_LIMIT),
+    ({"quota_rate": 1.0}, ErrorKind.QUOTA, ErrorKind.QUOTA),
+    ({"overloaded_rate": 1.0}, ErrorKind.OVERLOADED, ErrorKind.OVERLOADED),
+    ({"fail_rate": 1.0}, ErrorKind.SERVER, ErrorKind.SERVER),
+    ({"reset_rate": 1.0}, ErrorKind.CONNECTION, ErrorKind.CONNECTION),
+    ({"api_key": "other"}, ErrorKind.AUTH, ErrorKind.AUTH),
+    ({"context_window": 60}, ErrorKind.CONTEXT_LENGTH, ErrorKind.CONTEXT_LENGTH),
+    ({"timeout_rate": 1.0, "timeout_hold_s": 5.0}, ErrorKind.TIMEOUT, ErrorKind.TIMEOUT),
+]
+
+
+@pytest.mark.parametrize(("config", "openai_kind", "anthropic_kind"), FAULT_KINDS)
+@pytest.mark.parametrize("kind", KINDS)
+def test_each_fault_maps_to_its_kind(
+    fakellm_factory: ServerFactory,
+    config: dict[str, Any],
+    openai_kind: ErrorKind,
+    anthropic_kind: ErrorKind,
+    kind: str,
+) -> None:
+    config = dict(config)  # the table is shared by both parametrized kinds
+    sends = config.pop("_send", 1)
+    server = fakellm_factory(**config)
+    # The server's own window (not our preflight) must be what refuses the prompt.
+    endpoint = endpoint_for(server, kind, context_windows={})
+    request = _request(max_tokens=40, timeout_s=0.3)
+    for _ in range(sends - 1):
+        _complete(endpoint, request)
+    error = _error(endpoint, request)
+    assert error.kind is (openai_kind if kind == "openai" else anthropic_kind)
+    assert error.provider == endpoint.name
+    assert isinstance(error.__cause__, Exception)  # raised from the SDK's exception
+    if error.kind is ErrorKind.RATE_LIMIT:
+        assert error.status == 429
+        assert error.retry_after_s is not None and error.retry_after_s > 0
+        assert error.should_retry is True
+        assert "retry-after-ms" in error.headers
+    if error.kind is ErrorKind.QUOTA:
+        assert error.should_retry is False
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_context_preflight_fails_before_sending(fakellm_factory: ServerFactory, kind: str) -> None:
+    server = fakellm_factory()
+    endpoint = endpoint_for(server, kind, context_windows={"careful": 100})
+    error = _error(endpoint, _request(max_tokens=90))
+    assert error.kind is ErrorKind.CONTEXT_LENGTH
+    assert "90" in str(error) and "100" in str(error)
+    assert server.stats()["attempts"] == 0
+
+
+def test_sim_adapter_needs_no_key_and_labels_output() -> None:
+    endpoint = builtin_endpoints({})["sim"]
+
+    async def run() -> CompletionResponse:
+        provider = build_provider(endpoint, environ={}, latency_scale=0)
+        assert isinstance(provider, Provider)
+        return await provider.complete(_request())
+
+    first, second = asyncio.run(run()), asyncio.run(run())
+    assert first.text == second.text
+    assert first.headers[SIMULATED_HEADER] == "true"
+    assert "simulated" in first.model_version
+
+
+def test_sim_adapter_preflights_the_context_window() -> None:
+    endpoint = builtin_endpoints({})["sim"]
+    provider = build_provider(endpoint, latency_scale=0)
+    with pytest.raises(ProviderError) as info:
+        asyncio.run(provider.complete(_request(model="sloppy", max_tokens=9_000)))
+    assert info.value.kind is ErrorKind.CONTEXT_LENGTH
