@@ -30,8 +30,6 @@ SLOW_STEP = 0.01
 NEAR_THROTTLE_SHARE = 0.9
 #: Seconds without a throttle that count as one clean window.
 CLEAN_WINDOW_S = 5.0
-#: One decrease per cooldown, so a burst of 429s from one moment counts once.
-DECREASE_COOLDOWN_S = 1.0
 #: The rate never drops below this share of the configured limit.
 MIN_RATE_FACTOR = 0.1
 #: Gate length when a 429/529 gives no retry-after: full jitter up to this.
@@ -63,6 +61,8 @@ class Permit:
     tokens: int
     waited_s: float
     wait_reason: str | None
+    #: The rate epoch it was admitted in: a 429 on it only lowers the rate it was sent at.
+    epoch: int = 0
 
 
 @dataclass(frozen=True)
@@ -136,7 +136,7 @@ class EndpointLimiter:
         self._learned_tpm: int | None = None
         self._factor = 1.0
         self._throttled_factor = 1.0
-        self._last_decrease = -math.inf
+        self._epoch = 0
         self._last_throttle = clock()
         self._last_increase = clock()
         self._gate_until = 0.0
@@ -220,7 +220,12 @@ class EndpointLimiter:
         if reason is None and waited > 0:
             # Queued behind the head: it waited for the same reason.
             reason = self._head_reason
-        return Permit(tokens=tokens, waited_s=waited, wait_reason=reason if waited > 0 else None)
+        return Permit(
+            tokens=tokens,
+            waited_s=waited,
+            wait_reason=reason if waited > 0 else None,
+            epoch=self._epoch,
+        )
 
     def release(self, permit: Permit, used_tokens: int | None) -> None:
         """Give back the slot and, when usage is known, the unused part of the reservation.
@@ -239,8 +244,12 @@ class EndpointLimiter:
 
     # ---- feedback ------------------------------------------------------------------
 
-    def on_throttle(self, retry_after_s: float | None) -> float:
-        """A 429/529: close the gate and back off rate and concurrency; return the gate wait."""
+    def on_throttle(self, retry_after_s: float | None, epoch: int | None = None) -> float:
+        """A 429/529: close the gate and back off rate and concurrency; return the gate wait.
+
+        Rate and concurrency drop once per epoch: 429s of requests sent before the last
+        decrease say nothing about the new rate (as TCP halves once per window).
+        """
         now = self._clock()
         self._throttles += 1
         self._last_throttle = now
@@ -250,8 +259,8 @@ class EndpointLimiter:
             else self._rng.uniform(DEFAULT_GATE_S / 2, DEFAULT_GATE_S)
         )
         self._gate_until = max(self._gate_until, now + wait)
-        if now - self._last_decrease >= DECREASE_COOLDOWN_S:
-            self._last_decrease = now
+        if epoch is None or epoch == self._epoch:
+            self._epoch += 1
             self._throttled_factor = self._factor
             self._factor = max(MIN_RATE_FACTOR, self._factor * DECREASE_FACTOR)
             self._concurrency = max(1, math.floor(self._concurrency * DECREASE_FACTOR))

@@ -41,6 +41,9 @@ class RetryPolicy:
     """Per-run retry settings; `from_mapping` reads them from a run spec."""
 
     max_attempts: int = 6
+    #: 429/529 answers wait at the shared gate and do not count against max_attempts;
+    #: only this many of them end an item.
+    max_throttled_attempts: int = 50
     backoff_base_s: float = 0.5
     backoff_cap_s: float = 30.0
     #: Longest server hint (Retry-After) we honour; beyond it we use our own backoff.
@@ -49,8 +52,8 @@ class RetryPolicy:
     timeout_s: float = 60.0
 
     def __post_init__(self) -> None:
-        if self.max_attempts < 1:
-            raise ConfigError("retry.max_attempts must be at least 1")
+        if self.max_attempts < 1 or self.max_throttled_attempts < 1:
+            raise ConfigError("retry.max_attempts and max_throttled_attempts must be at least 1")
         if self.backoff_base_s < 0 or self.backoff_cap_s < self.backoff_base_s:
             raise ConfigError("retry: need 0 <= backoff_base_s <= backoff_cap_s")
         if self.timeout_s <= 0 or self.max_retry_after_s < 0:
@@ -71,7 +74,8 @@ class RetryPolicy:
         for name, value in data.items():
             if isinstance(value, bool) or not isinstance(value, int | float):
                 raise ConfigError(f"retry.{name}: expected a number, got {value!r}")
-            values[name] = int(value) if name == "max_attempts" else float(value)
+            integer = name in ("max_attempts", "max_throttled_attempts")
+            values[name] = int(value) if integer else float(value)
         return replace(cls(), **values)
 
     def backoff_s(self, attempt: int, rng: random.Random | None = None) -> float:

@@ -192,6 +192,7 @@ class RunExecution:
         self.writer.dispatched(item.key)
         self.counters.dispatched()
         last_error: ProviderError | None = None
+        throttled = 0
         while True:
             attempt += 1
             started_at = utcnow()
@@ -232,12 +233,20 @@ class RunExecution:
             if error.kind in THROTTLE_KINDS:
                 hint = error.retry_after_s
                 capped = min(hint, self.policy.max_retry_after_s) if hint is not None else None
-                lane.limiter.on_throttle(capped)
+                lane.limiter.on_throttle(capped, permit.epoch)
             if action is Action.STOP_RUN:
                 self.stop(f"{error.kind.value}: {error.provider_message}")
                 self._final(item, ITEM_FAILED, True, attempt, error=_describe(error))
                 return
-            if action is Action.FAIL or attempt >= self.policy.max_attempts:
+            if error.kind in THROTTLE_KINDS:
+                throttled += 1
+            # Throttles are the limiter's business: they only end an item in large numbers.
+            counted = attempt - item.attempts - throttled
+            if (
+                action is Action.FAIL
+                or counted >= self.policy.max_attempts
+                or throttled >= self.policy.max_throttled_attempts
+            ):
                 self._final(item, ITEM_FAILED, True, attempt, error=_describe(error))
                 return
             # Throttles wait at the shared gate; other errors back off on their own.

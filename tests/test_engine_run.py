@@ -1,0 +1,291 @@
+"""The engine end to end with an in-process scripted provider and a real DuckDB file."""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+from collections import deque
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from promptlab.engine import Engine, RunSpec, parse_spec
+from promptlab.engine.testing import ScriptedProvider
+from promptlab.errors import ErrorKind, ProviderError
+from promptlab.providers.base import CompletionRequest
+from promptlab.providers.config import EndpointConfig
+from promptlab.store import Store
+from promptlab.store.runs import RunStore
+
+TEMPLATE = [{"role": "user", "content": "Summarize: {{ text }}"}]
+
+
+def write_dataset(path: Path, rows: int) -> Path:
+    with path.open("w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["text"])
+        for i in range(rows):
+            writer.writerow([f"row {i}"])
+    return path
+
+
+def make_spec(dataset: Path, variants: int = 1, **extra: Any) -> RunSpec:
+    data: dict[str, Any] = {
+        "name": "test",
+        "dataset": str(dataset),
+        "variants": [
+            {
+                "name": f"v{i}",
+                "messages": TEMPLATE,
+                "model": "fake:m1",
+                "params": {"max_tokens": 20},
+            }
+            for i in range(variants)
+        ],
+        "retry": {"backoff_base_s": 0.01, "backoff_cap_s": 0.05, "timeout_s": 5},
+    }
+    data.update(extra)
+    return parse_spec(data)
+
+
+@pytest.fixture
+def provider() -> ScriptedProvider:
+    return ScriptedProvider()
+
+
+@pytest.fixture
+def engine(store: Store, provider: ScriptedProvider) -> Iterator[Engine]:
+    endpoints = {
+        "fake": EndpointConfig(
+            "fake", "sim", rpm=60_000, concurrency=16, context_windows={"m1": 4000}
+        )
+    }
+    with Engine(store, endpoints=endpoints, provider_factory=lambda _cfg: provider) as eng:
+        yield eng
+
+
+def final_rows(store: Store, run_id: str) -> list[tuple[Any, ...]]:
+    with store.read() as cur:
+        return cur.execute(
+            "SELECT idempotency_key, status, error_kind, attempts FROM results WHERE run_id = ?",
+            [run_id],
+        ).fetchall()
+
+
+def attempts(store: Store, run_id: str) -> list[tuple[Any, ...]]:
+    with store.read() as cur:
+        return cur.execute(
+            "SELECT attempt, outcome, error_kind, wait_reason, wait_ms FROM attempts "
+            "WHERE run_id = ? ORDER BY started_at",
+            [run_id],
+        ).fetchall()
+
+
+def test_a_run_completes_with_one_final_row_per_item(
+    engine: Engine, store: Store, tmp_path: Path, provider: ScriptedProvider
+) -> None:
+    run_id = engine.submit(make_spec(write_dataset(tmp_path / "d.csv", 60), variants=2, repeats=2))
+    progress = engine.wait(run_id, timeout=60)
+    assert progress.status == "completed"
+    assert progress.total == progress.succeeded == 240
+    rows = final_rows(store, run_id)
+    assert len(rows) == len({r[0] for r in rows}) == 240
+    assert sum(provider.calls.values()) == 240 and max(provider.calls.values()) == 1
+    with store.read() as cur:
+        row = cur.execute(
+            "SELECT prompt_version_id, model, endpoint, output_text, input_tokens, finish_reason, "
+            "model_version, latency_ms, cost_usd, params FROM results WHERE run_id = ? LIMIT 1",
+            [run_id],
+        ).fetchone()
+    assert row is not None
+    assert row[0].startswith("sha256:") and row[1] == "m1" and row[2] == "fake"
+    assert row[3].startswith("answer to") and row[4] > 0 and row[5] == "stop"
+    assert row[6] == "m1-scripted" and row[8] == 0.0 and '"max_tokens": 20' in row[9]
+    statuses = [e[0] for e in RunStore(store).events(run_id)]
+    assert statuses == ["submitted", "scheduled", "running", "completed"]
+
+
+def test_transient_errors_are_retried_with_backoff_recorded(
+    engine: Engine, store: Store, tmp_path: Path, provider: ScriptedProvider
+) -> None:
+    provider.script.extend(
+        [
+            ProviderError(ErrorKind.SERVER, "boom", status=500),
+            ProviderError(ErrorKind.TIMEOUT, "slow"),
+            ProviderError(ErrorKind.CONNECTION, "reset"),
+            ProviderError(ErrorKind.OVERLOADED, "busy", status=529, retry_after_s=0.01),
+            ProviderError(ErrorKind.BAD_REQUEST, "conflict", status=409),
+        ]
+    )
+    run_id = engine.submit(make_spec(write_dataset(tmp_path / "d.csv", 1)))
+    assert engine.wait(run_id, timeout=30).status == "completed"
+    rows = attempts(store, run_id)
+    assert [r[1] for r in rows] == ["error"] * 5 + ["ok"]
+    assert [r[2] for r in rows[:5]] == [
+        "server",
+        "timeout",
+        "connection",
+        "overloaded",
+        "bad_request",
+    ]
+    assert rows[1][3] == "backoff" and rows[1][4] > 0
+    assert rows[4][3] == "gate"  # after the 529 the shared gate held it
+    assert final_rows(store, run_id)[0][1:] == ("succeeded", None, 6)
+
+
+def test_attempts_run_out_and_the_item_fails_with_its_kind(
+    engine: Engine, store: Store, tmp_path: Path, provider: ScriptedProvider
+) -> None:
+    provider.fault = lambda _req, _n: ProviderError(ErrorKind.SERVER, "down", status=503)
+    spec = make_spec(
+        write_dataset(tmp_path / "d.csv", 2), retry={"max_attempts": 3, "backoff_base_s": 0.01}
+    )
+    run_id = engine.submit(spec)
+    assert engine.wait(run_id, timeout=30).status == "completed"
+    assert sorted(r[1:] for r in final_rows(store, run_id)) == [("failed", "server", 3)] * 2
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        ProviderError(ErrorKind.BAD_REQUEST, "bad", status=400),
+        ProviderError(ErrorKind.BAD_REQUEST, "unprocessable", status=422),
+        ProviderError(ErrorKind.NOT_FOUND, "no model", status=404),
+        ProviderError(ErrorKind.CONTEXT_LENGTH, "too long", status=400),
+        ProviderError(ErrorKind.CONTENT_FILTER, "filtered", status=400),
+    ],
+)
+def test_permanent_errors_fail_at_once(
+    engine: Engine, store: Store, tmp_path: Path, provider: ScriptedProvider, error: ProviderError
+) -> None:
+    provider.script.append(error)
+    run_id = engine.submit(make_spec(write_dataset(tmp_path / "d.csv", 1)))
+    assert engine.wait(run_id, timeout=30).status == "completed"
+    assert final_rows(store, run_id) == [
+        (final_rows(store, run_id)[0][0], "failed", error.kind.value, 1)
+    ]
+
+
+@pytest.mark.parametrize("kind", [ErrorKind.QUOTA, ErrorKind.AUTH])
+def test_quota_and_auth_stop_the_run_with_the_reason(
+    engine: Engine, store: Store, tmp_path: Path, provider: ScriptedProvider, kind: ErrorKind
+) -> None:
+    provider.fault = lambda _req, _n: ProviderError(kind, "you shall not pass", status=429)
+    run_id = engine.submit(make_spec(write_dataset(tmp_path / "d.csv", 200)))
+    progress = engine.wait(run_id, timeout=30)
+    assert progress.status == "failed"
+    assert progress.reason is not None and kind.value in progress.reason
+    assert "you shall not pass" in progress.reason
+    rows = final_rows(store, run_id)
+    assert len(rows) == 200  # every item still has its one final row
+    assert {r[1] for r in rows} == {"failed", "cancelled"}
+    assert sum(provider.calls.values()) < 200  # dispatching stopped
+
+
+def test_throttles_close_the_shared_gate_and_every_item_gets_through(
+    engine: Engine, store: Store, tmp_path: Path, provider: ScriptedProvider
+) -> None:
+    provider.rpm = 3000  # the server's bucket starts empty: the first burst meets 429s
+    provider.retry_after_s = 0.05
+    run_id = engine.submit(make_spec(write_dataset(tmp_path / "d.csv", 100)))
+    assert engine.wait(run_id, timeout=60).status == "completed"
+    assert provider.throttled > 0
+    rows = attempts(store, run_id)
+    assert any(r[2] == "rate_limit" for r in rows)
+    assert any(r[3] == "gate" for r in rows)
+    assert {r[1] for r in final_rows(store, run_id)} == {"succeeded"}
+    assert engine.status(run_id).succeeded == 100
+
+
+def test_invalid_rows_and_oversized_prompts_fail_without_being_sent(
+    engine: Engine, store: Store, tmp_path: Path, provider: ScriptedProvider
+) -> None:
+    dataset = tmp_path / "d.jsonl"
+    dataset.write_text(
+        '{"text": "fine"}\n{"other": "no text"}\n{"text": "' + "long " * 5000 + '"}\n'
+    )
+    run_id = engine.submit(make_spec(dataset))
+    assert engine.wait(run_id, timeout=30).status == "completed"
+    kinds = sorted((r[1], r[2]) for r in final_rows(store, run_id))
+    assert kinds == [("failed", "context_length"), ("failed", "invalid_input"), ("succeeded", None)]
+    assert sum(provider.calls.values()) == 1
+
+
+def test_cancel_stops_dispatch_and_lets_in_flight_requests_finish(
+    engine: Engine, store: Store, tmp_path: Path, provider: ScriptedProvider
+) -> None:
+    hold: asyncio.Event | None = None
+
+    def make_hold() -> None:
+        nonlocal hold
+        hold = asyncio.Event()
+        provider.hold = hold
+
+    engine._loop.call_soon_threadsafe(make_hold)
+    run_id = engine.submit(make_spec(write_dataset(tmp_path / "d.csv", 100)))
+    while engine.status(run_id).in_flight < 16:  # concurrency 16: all slots taken, then held
+        engine.wait(run_id, timeout=0.05)
+    engine.cancel(run_id)
+    assert hold is not None
+    engine._loop.call_soon_threadsafe(hold.set)
+    progress = engine.wait(run_id, timeout=30)
+    assert progress.status == "cancelled"
+    assert progress.succeeded == 16 and progress.cancelled == 84
+    assert sum(provider.calls.values()) == 16
+    assert len(final_rows(store, run_id)) == 100
+
+    resumed = engine.resume(run_id)  # the cancelled items are sent now, the others are not
+    assert engine.wait(resumed, timeout=30).status == "completed"
+    assert sum(provider.calls.values()) == 100 and max(provider.calls.values()) == 1
+    rows = final_rows(store, run_id)
+    assert len(rows) == 100 and {r[1] for r in rows} == {"succeeded"}
+
+
+def test_two_runs_share_one_endpoint_budget(
+    engine: Engine, tmp_path: Path, provider: ScriptedProvider
+) -> None:
+    provider.latency_s = 0.02
+    first = engine.submit(make_spec(write_dataset(tmp_path / "a.csv", 80)))
+    second = engine.submit(make_spec(write_dataset(tmp_path / "b.csv", 80)))
+    assert engine.wait(first, timeout=60).status == "completed"
+    assert engine.wait(second, timeout=60).status == "completed"
+    assert provider.max_in_flight <= 16  # one concurrency cap for both runs
+    assert len(engine._limiters) == 1
+
+
+def test_status_of_a_run_from_another_engine_comes_from_the_store(
+    engine: Engine, store: Store, tmp_path: Path
+) -> None:
+    run_id = engine.submit(make_spec(write_dataset(tmp_path / "d.csv", 5)))
+    engine.wait(run_id, timeout=30)
+    other = Engine(store, endpoints={}, provider_factory=lambda _cfg: ScriptedProvider())
+    try:
+        progress = other.status(run_id)
+        assert (progress.status, progress.succeeded, progress.active) == ("completed", 5, False)
+        assert [p.run_id for p in other.list_runs()] == [run_id]
+    finally:
+        other.close()
+
+
+def test_requests_carry_the_idempotency_key(
+    engine: Engine, store: Store, tmp_path: Path, provider: ScriptedProvider
+) -> None:
+    seen: list[CompletionRequest] = []
+
+    def spy(request: CompletionRequest, _n: int) -> None:
+        seen.append(request)
+        return None
+
+    provider.fault = spy
+    run_id = engine.submit(make_spec(write_dataset(tmp_path / "d.csv", 3)))
+    engine.wait(run_id, timeout=30)
+    keys = {r[0] for r in final_rows(store, run_id)}
+    assert {r.request_id for r in seen} == keys
+    assert all(r.messages[0]["content"].startswith("Summarize: row") for r in seen)
+
+
+def test_script_deque_is_consumed_in_order() -> None:
+    provider = ScriptedProvider(script=deque([ProviderError(ErrorKind.SERVER, "x")]))
+    assert len(provider.script) == 1

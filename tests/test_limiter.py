@@ -1,0 +1,177 @@
+"""The endpoint limiter: buckets, FIFO admission, concurrency, gate, AIMD and headers."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from promptlab.engine.limiter import (
+    CLEAN_WINDOW_S,
+    DECREASE_FACTOR,
+    EndpointLimiter,
+    Limits,
+    TokenBucket,
+    _reset_seconds,
+)
+
+
+class FakeClock:
+    """A clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_bucket_refills_at_its_rate_and_caps_at_capacity() -> None:
+    bucket = TokenBucket(rate_per_s=10.0, capacity=5.0, now=0.0, level=0.0)
+    assert bucket.time_until(3, now=0.0) == pytest.approx(0.3)
+    assert bucket.time_until(3, now=0.3) == 0.0
+    bucket.refill(100.0)
+    assert bucket.level == 5.0
+
+
+def test_a_request_larger_than_the_bucket_waits_for_a_full_bucket_then_goes_into_debt() -> None:
+    bucket = TokenBucket(rate_per_s=10.0, capacity=5.0, now=0.0, level=5.0)
+    assert bucket.time_until(50, now=0.0) == 0.0
+    bucket.take(50)
+    assert bucket.level == -45.0
+    assert bucket.time_until(1, now=0.0) == pytest.approx(4.6)
+
+
+def test_start_is_a_short_burst_not_a_minute() -> None:
+    limiter = EndpointLimiter("e", Limits(rpm=6000, tpm=600_000), clock=FakeClock())
+    state = limiter._rpm
+    assert state.level <= 6000 / 60  # at most one second's worth, never 6000
+
+
+def test_admission_is_first_come_first_served() -> None:
+    # 1000 tokens/s, bucket of 0.1 s (100 tokens): the big request must not be overtaken.
+    limiter = EndpointLimiter("e", Limits(tpm=60_000, burst_s=0.1))
+    order: list[str] = []
+
+    async def ask(name: str, tokens: int) -> None:
+        permit = await limiter.acquire(tokens)
+        order.append(name)
+        limiter.release(permit, tokens)
+
+    async def main() -> None:
+        tasks = [asyncio.create_task(ask("small-1", 50))]
+        await asyncio.sleep(0)
+        tasks.append(asyncio.create_task(ask("big", 400)))
+        await asyncio.sleep(0)
+        tasks += [asyncio.create_task(ask(f"small-{i}", 10)) for i in range(2, 6)]
+        await asyncio.gather(*tasks)
+
+    asyncio.run(main())
+    assert order == ["small-1", "big", "small-2", "small-3", "small-4", "small-5"]
+
+
+def test_concurrency_cap_holds_the_next_request_until_a_slot_frees() -> None:
+    limiter = EndpointLimiter("e", Limits(concurrency=2))
+
+    async def main() -> None:
+        first = await limiter.acquire(1)
+        await limiter.acquire(1)
+        third = asyncio.create_task(limiter.acquire(1))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not third.done()
+        assert limiter.state().waiting == 1
+        limiter.release(first, 1)
+        permit = await third
+        assert permit.wait_reason == "concurrency"
+
+    asyncio.run(main())
+
+
+def test_throttle_closes_the_gate_and_waiters_say_why() -> None:
+    limiter = EndpointLimiter("e", Limits(rpm=60_000, concurrency=10))
+
+    async def main() -> None:
+        limiter.on_throttle(0.05)
+        assert limiter.state().gate_closed_until is not None
+        permit = await limiter.acquire(1)
+        assert permit.wait_reason == "gate"
+        assert permit.waited_s > 0
+
+    asyncio.run(main())
+
+
+def test_aimd_decreases_once_per_burst_and_recovers_additively() -> None:
+    clock = FakeClock()
+    limiter = EndpointLimiter("e", Limits(rpm=1200, concurrency=20), clock=clock)
+    for _ in range(10):  # 429s of requests sent at the same rate count once
+        limiter.on_throttle(0.0, epoch=0)
+    state = limiter.state()
+    assert state.rate_factor == pytest.approx(DECREASE_FACTOR)
+    assert state.concurrency == int(20 * DECREASE_FACTOR)
+    assert state.throttles == 10
+    factors = []
+    for _ in range(30):
+        clock.now += CLEAN_WINDOW_S
+        limiter._maybe_recover(clock.now)
+        factors.append(limiter.state().rate_factor)
+    assert factors == sorted(factors)  # only up
+    assert factors[-1] == 1.0
+    assert limiter.state().concurrency == 20
+
+
+def test_failed_attempts_keep_their_reservation() -> None:
+    clock = FakeClock()
+    limiter = EndpointLimiter("e", Limits(tpm=60_000), clock=clock)
+
+    async def main() -> None:
+        level = limiter._tpm.level
+        permit = await limiter.acquire(300)
+        limiter.release(permit, None)
+        assert limiter._tpm.level == level - 300
+        permit = await limiter.acquire(300)
+        limiter.release(permit, 100)  # used 100 of 300: 200 come back
+        assert limiter._tpm.level == level - 300 - 100
+
+    asyncio.run(main())
+
+
+def test_limits_are_learned_from_headers_when_none_are_configured() -> None:
+    limiter = EndpointLimiter("e", Limits(), clock=FakeClock())
+    assert limiter.state().rpm is None
+    limiter.observe_headers(
+        {"x-ratelimit-limit-requests": "3000", "x-ratelimit-limit-tokens": "9000"}
+    )
+    state = limiter.state()
+    assert state.learned_rpm is not None and 2900 <= state.learned_rpm <= 3000
+    assert state.rpm is not None and state.tpm is not None
+
+
+def test_a_server_limit_below_the_configured_one_wins() -> None:
+    limiter = EndpointLimiter("e", Limits(rpm=3600), clock=FakeClock())
+    limiter.observe_headers({"anthropic-ratelimit-requests-limit": "3000"})
+    rpm = limiter.state().rpm
+    assert rpm is not None and rpm <= 3000
+
+
+def test_an_empty_server_bucket_closes_the_gate_until_reset() -> None:
+    clock = FakeClock()
+    limiter = EndpointLimiter("e", Limits(rpm=600), clock=clock)
+    limiter.observe_headers(
+        {"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "2s"}
+    )
+    assert limiter._gate_until == pytest.approx(clock.now + 2.0)
+    reset = (datetime.now(UTC) + timedelta(seconds=30)).isoformat()
+    limiter.observe_headers(
+        {"anthropic-ratelimit-tokens-remaining": "0", "anthropic-ratelimit-tokens-reset": reset}
+    )
+    assert limiter._gate_until > clock.now + 25
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("1s", 1.0), ("6m0s", 360.0), ("20ms", 0.02), ("1h2m3.5s", 3723.5), ("1.5", 1.5), ("", None)],
+)
+def test_reset_durations(text: str, seconds: float | None) -> None:
+    assert _reset_seconds(text) == (pytest.approx(seconds) if seconds is not None else None)
