@@ -4,7 +4,14 @@ from promptlab.engine.executor import Engine, EngineError, new_run_id
 from promptlab.engine.limiter import EndpointLimiter, LimiterState, Limits, TokenBucket
 from promptlab.engine.progress import RunProgress
 from promptlab.engine.retry import Action, RetryPolicy, classify
-from promptlab.engine.spec import RunSpec, SpecError, VariantSpec, load_spec, parse_spec
+from promptlab.engine.spec import (
+    RunSpec,
+    SpecError,
+    VariantSpec,
+    load_spec,
+    parse_spec,
+    parse_spec_text,
+)
 
 __all__ = [
     "Action",
@@ -23,4 +30,5 @@ __all__ = [
     "load_spec",
     "new_run_id",
     "parse_spec",
+    "parse_spec_text",
 ]

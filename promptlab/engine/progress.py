@@ -45,6 +45,16 @@ class RunProgress:
     def fraction(self) -> float:
         return self.done / self.total if self.total else 0.0
 
+    @property
+    def can_cancel(self) -> bool:
+        """Active runs stop dispatching; interrupted ones get their open items closed."""
+        return self.active or self.status not in ("completed", "failed", "cancelled")
+
+    @property
+    def can_resume(self) -> bool:
+        """Anything not running and not completed can be resumed."""
+        return not self.active and self.status != "completed"
+
 
 class Counters:
     """In-memory item counts of an active run, and a throughput estimate."""

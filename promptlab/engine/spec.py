@@ -73,6 +73,15 @@ def load_spec(path: str | Path) -> RunSpec:
     return parse_spec(data, base_dir=spec_path.parent, default_name=spec_path.stem)
 
 
+def parse_spec_text(text: str, *, base_dir: Path | None = None) -> RunSpec:
+    """A spec from YAML text (as pasted in the app); relative paths are from `base_dir`."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SpecError(f"run spec is not valid YAML: {exc}") from exc
+    return parse_spec(data, base_dir=base_dir)
+
+
 def parse_spec(data: Any, *, base_dir: Path | None = None, default_name: str = "run") -> RunSpec:
     """Check a spec given as plain data (as read from YAML or stored with a run)."""
     if not isinstance(data, Mapping):
