@@ -35,6 +35,13 @@ def free_port() -> int:
         return port
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (Linux /proc), to see the server's own cost."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    utime, stime = int(fields[11]), int(fields[12])
+    return (utime + stime) / os.sysconf("SC_CLK_TCK")
+
+
 def wait_ready(base: str, timeout_s: float = 20.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -58,7 +65,9 @@ def body(i: int, fmt: str, stream: bool) -> bytes:
     return json.dumps(payload).encode()
 
 
-async def drive(base: str, total: int, concurrency: int, fmt: str, stream: bool) -> None:
+async def drive(
+    base: str, total: int, concurrency: int, fmt: str, stream: bool, server_pid: int
+) -> None:
     path = "/v1/messages" if fmt == "anthropic" else "/v1/chat/completions"
     bodies = [body(i, fmt, stream) for i in range(PROMPT_VARIETY)]
     latencies: list[float] = []
@@ -80,12 +89,21 @@ async def drive(base: str, total: int, concurrency: int, fmt: str, stream: bool)
     async with aiohttp.ClientSession(connector=connector) as session:
         # Warm up connections and the tokenizer before timing.
         await asyncio.gather(*(session.post(base + path, data=bodies[0]) for _ in range(8)))
+        cpu_before = cpu_seconds(server_pid)
         started = time.perf_counter()
         await asyncio.gather(*(worker(session) for _ in range(concurrency)))
         elapsed = time.perf_counter() - started
+        server_cpu = cpu_seconds(server_pid) - cpu_before
     latencies.sort()
     print(f"format={fmt} stream={stream} requests={total} concurrency={concurrency}")
     print(f"elapsed {elapsed:.2f}s  throughput {total / elapsed:,.0f} req/s  statuses {statuses}")
+    # The server's CPU per request gives its ceiling on one free core, whatever else
+    # (the client, other jobs) was competing for the machine during the run.
+    per_request_us = server_cpu / total * 1e6
+    print(
+        f"server CPU {server_cpu:.2f}s = {per_request_us:.0f} us/request  "
+        f"-> one-core ceiling {total / server_cpu:,.0f} req/s"
+    )
     print(
         f"latency ms: p50 {statistics.median(latencies) * 1000:.2f}  "
         f"p99 {latencies[int(len(latencies) * 0.99)] * 1000:.2f}"
@@ -108,7 +126,9 @@ def main() -> None:
     )
     try:
         wait_ready(base)
-        asyncio.run(drive(base, args.requests, args.concurrency, args.format, args.stream))
+        asyncio.run(
+            drive(base, args.requests, args.concurrency, args.format, args.stream, server.pid)
+        )
         with urllib.request.urlopen(f"{base}/_stats") as resp:  # noqa: S310 - loopback
             stats = json.loads(resp.read())
         print(f"server stats: attempts {stats['attempts']} successes {stats['successes']}")

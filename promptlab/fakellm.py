@@ -263,7 +263,9 @@ class FakeLLM:
         if fault in ("overloaded", "fail"):
             stats.server_errors += 1
             return errors.overloaded() if fault == "overloaded" else errors.server()
-        out = simulate(req, req.model, seed=self.config.seed, rates=self.rates)
+        out = simulate(
+            req, req.model, seed=self.config.seed, rates=self.rates, prompt_tokens=prompt_tokens
+        )
         delay_ms = (
             out.latency_ms * self.config.latency_scale
             if self.config.sim_latency
@@ -310,13 +312,15 @@ class FakeLLM:
         await response.prepare(request)
         # Spread the latency: a third before the first event (time to first token),
         # the rest evenly across the chunks, like a model generating.
-        per_chunk_s = delay_ms * 2 / 3 / 1000 / max(1, len(chunks))
         if delay_ms > 0:
+            per_chunk_s = delay_ms * 2 / 3 / 1000 / max(1, len(chunks))
             await asyncio.sleep(delay_ms / 3 / 1000)
-        for chunk in chunks:
-            await response.write(chunk)
-            if per_chunk_s > 0:
+            for chunk in chunks:
+                await response.write(chunk)
                 await asyncio.sleep(per_chunk_s)
+        else:
+            # No pacing asked for: the same bytes in one write, one syscall.
+            await response.write(b"".join(chunks))
         await response.write_eof()
         return response
 

@@ -55,14 +55,28 @@ def count_tokens(text: str) -> int:
     return _encoder()[1](text)
 
 
+#: Batches repeat the same system prompt and role names thousands of times; short
+#: texts are cached (long ones are not, to keep the cache's memory small).
+CACHED_TEXT_MAX_CHARS = 2_000
+CACHED_TEXTS = 8_192
+
+
+@functools.lru_cache(maxsize=CACHED_TEXTS)
+def _count_cached(text: str) -> int:
+    return _encoder()[1](text)
+
+
+def _count_part(text: str) -> int:
+    return _count_cached(text) if len(text) <= CACHED_TEXT_MAX_CHARS else count_tokens(text)
+
+
 def estimate_prompt_tokens(messages: Iterable[Mapping[str, str]]) -> int:
     """Tokens a chat prompt will cost, with the per-message overhead counted."""
-    count = _encoder()[1]
     total = REPLY_PRIMING_TOKENS
     for message in messages:
         total += TOKENS_PER_MESSAGE
         for key, value in message.items():
-            total += count(str(value))
+            total += _count_part(str(value))
             if key == "name":
                 total += TOKENS_PER_NAME
     return total

@@ -335,3 +335,20 @@ def test_cli_serves_in_a_subprocess() -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_paced_stream_still_joins_to_the_answer(fakellm_factory: ServerFactory) -> None:
+    server = fakellm_factory(latency_ms=20.0)
+
+    async def run() -> tuple[str, str]:
+        client = openai_client(server)
+        plain = await client.chat.completions.create(model="fast", messages=USER, max_tokens=40)
+        stream = await client.chat.completions.create(
+            model="fast", messages=USER, max_tokens=40, stream=True
+        )
+        parts = [c.choices[0].delta.content or "" async for c in stream if c.choices]
+        await client.close()
+        return plain.choices[0].message.content or "", "".join(parts)
+
+    plain, streamed = asyncio.run(run())
+    assert streamed == plain

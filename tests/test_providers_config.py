@@ -129,3 +129,9 @@ def test_key_never_shows_in_repr(endpoint: str) -> None:
     assert secret not in repr(cfg)
     assert all(secret not in repr(v) for v in vars(provider).values() if not callable(v)
                and not hasattr(v, "api_key"))  # fmt: skip
+
+
+def test_endpoints_can_key_a_dict() -> None:
+    endpoints = load_endpoints(None, environ={})
+    budgets = {endpoints["openai"]: 1, endpoints["sim"]: 2}
+    assert budgets[load_endpoints(None, environ={})["openai"]] == 1

@@ -55,6 +55,11 @@ class EndpointConfig:
     def needs_key(self) -> bool:
         return self.api_key_env is not None
 
+    def __hash__(self) -> int:
+        # The dict fields are unhashable; an endpoint is identified by where it points and
+        # whose key it uses, which is also what a shared rate-limit budget is keyed by.
+        return hash((self.name, self.kind, self.base_url, self.api_key_env))
+
 
 # Published list prices (USD per million tokens) at the time of writing; edit them in
 # the providers file when they change. Sim prices are illustrative, so demos show cost.
