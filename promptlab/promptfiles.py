@@ -163,14 +163,7 @@ def export_prompt(registry: Registry, name: str) -> str:
 def _version_doc(semver: str, message: str, author: str, template: Template) -> dict[str, Any]:
     doc: dict[str, Any] = {"version": semver, "message": message, "author": author}
     doc["params"] = dict(template.params)
-    props = template.variables.get("properties", {})
-    required = set(template.variables.get("required", []))
-    variables = {}
-    for name, schema in props.items():
-        fragment = dict(schema)
-        if name not in required and "default" not in fragment:
-            fragment["required"] = False
-        variables[name] = fragment
+    variables = template.variable_refinements()
     if variables:
         doc["variables"] = variables
     if template.output_schema is not None:
@@ -189,3 +182,27 @@ def _str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
 
 
 _BlockDumper.add_representer(str, _str_representer)
+
+
+def parse_yaml_mapping(text: str, field_name: str) -> dict[str, Any] | None:
+    """A YAML (or JSON) mapping typed into a form field; empty text means none."""
+    if not text.strip():
+        return None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f", line {mark.line + 1}" if mark else ""
+        raise PromptFileError(f"{field_name}{where}: not valid YAML or JSON") from exc
+    if data is None:
+        return None
+    if not isinstance(data, dict):
+        raise PromptFileError(f"{field_name}: expected a mapping, got {type(data).__name__}")
+    return data
+
+
+def dump_yaml_mapping(data: Any) -> str:
+    """The text a form shows for a mapping (variables, output schema)."""
+    if not data:
+        return ""
+    return yaml.dump(data, Dumper=_BlockDumper, sort_keys=False, allow_unicode=True, width=100)

@@ -138,6 +138,17 @@ class Template:
     def variable_names(self) -> list[str]:
         return list(self.variables.get("properties", {}))
 
+    def variable_refinements(self) -> dict[str, Any]:
+        """The variables in the author's form (`required: false` per variable), for editing."""
+        required = set(self.variables.get("required", []))
+        out = {}
+        for name, schema in self.variables.get("properties", {}).items():
+            fragment = dict(schema)
+            if name not in required and "default" not in fragment:
+                fragment["required"] = False
+            out[name] = fragment
+        return out
+
     def canonical(self) -> dict[str, Any]:
         """Plain JSON-able content; the version id is the hash of this."""
         return {

@@ -36,3 +36,7 @@ def store(db_path: Path) -> Iterator[Store]:
 @pytest.fixture
 def registry(store: Store) -> Registry:
     return Registry(store)
+
+
+# A real fakellm server on loopback, shared by tests of providers and the engine.
+from tests.fakellm_fixtures import fakellm, fakellm_factory  # noqa: E402,F401

@@ -1,0 +1,25 @@
+"""promptlab: the Streamlit app. Run with `make run` (or `streamlit run app.py`)."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from promptlab.errors import DatabaseLockedError
+from promptlab.ui.resources import get_settings, get_store
+
+st.set_page_config(page_title="promptlab", page_icon=":material/science:", layout="wide")
+
+try:
+    get_store()  # opens the database once per process; loads the demo into an empty one
+except DatabaseLockedError as exc:
+    st.error(str(exc), icon=":material/lock:")
+    st.stop()
+
+pages = [
+    st.Page("pages/prompts.py", title="Prompts", icon=":material/edit_note:", default=True),
+    st.Page("pages/runs.py", title="Runs", icon=":material/play_circle:"),
+]
+navigation = st.navigation(pages)
+with st.sidebar:
+    st.caption(f"Database: `{get_settings().db_path}`")
+navigation.run()

@@ -1,0 +1,358 @@
+"""Prompts: browse, create and edit versioned templates; history, diff, labels, preview."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from promptlab.errors import PromptlabError, VariableError
+from promptlab.promptfiles import dump_yaml_mapping, export_prompt, parse_yaml_mapping
+from promptlab.registry import PromptVersion, Registry
+from promptlab.templates import ROLES, Template
+from promptlab.ui.resources import get_registry, get_settings
+from promptlab.ui.widgets import show_messages, variable_inputs
+
+NEW_PROMPT_TEMPLATE = [
+    {"role": "system", "content": "You are a helpful assistant."},
+    {"role": "user", "content": "{{ question }}"},
+]
+
+
+def flash(where: str, kind: str, text: str) -> None:
+    """Keep a message across the rerun that follows a save, to show where the user acted."""
+    st.session_state[f"flash::{where}"] = (kind, text)
+
+
+def show_flash(where: str) -> None:
+    kind, text = st.session_state.pop(f"flash::{where}", (None, None))
+    if kind == "success":
+        st.success(text, icon=":material/check_circle:")
+    elif kind == "info":
+        st.info(text, icon=":material/info:")
+
+
+def prompt_table(registry: Registry) -> list[str]:
+    summaries = registry.list_prompts()
+    if summaries:
+        st.dataframe(
+            pd.DataFrame(
+                {
+                    "prompt": s.name,
+                    "latest": s.latest.semver,
+                    "versions": s.version_count,
+                    "labels": ", ".join(f"{k} → {v}" for k, v in s.labels.items()),
+                    "model": s.latest.template.params["model"],
+                    "updated": s.latest.created_at,
+                    "description": s.description,
+                }
+                for s in summaries
+            ),
+            hide_index=True,
+            width="stretch",
+        )
+    return [s.name for s in summaries]
+
+
+def create_form(registry: Registry) -> None:
+    with st.form("new_prompt", clear_on_submit=False):
+        name = st.text_input("Name", placeholder="support-reply", help="lowercase, digits, - _ .")
+        description = st.text_input("Description")
+        system = st.text_area("System message", value=NEW_PROMPT_TEMPLATE[0]["content"])
+        user = st.text_area("User message", value=NEW_PROMPT_TEMPLATE[1]["content"])
+        model = st.text_input("Model", value="sim:careful", help="endpoint:model")
+        submitted = st.form_submit_button("Create prompt", type="primary")
+    if submitted:
+        try:
+            messages = [{"role": "system", "content": system}] if system.strip() else []
+            template = Template.build(
+                [*messages, {"role": "user", "content": user}], params={"model": model}
+            )
+            result = registry.save_version(
+                name.strip(),
+                template,
+                author=get_settings().author,
+                message="Created in the app",
+                description=description,
+            )
+        except PromptlabError as exc:
+            st.error(str(exc))
+            return
+        flash("top", "success", f"Created {result.version.ref}")
+        st.session_state["prompt_select"] = name.strip()  # show the new prompt
+        st.rerun()
+
+
+def draft_messages(base: PromptVersion) -> list[dict[str, str]]:
+    """The editable copy of the base version's messages, kept per base version."""
+    key = f"draft::{base.id}"
+    if key not in st.session_state:
+        st.session_state[key] = [
+            {"uid": uuid.uuid4().hex, "role": m.role, "content": m.content}
+            for m in base.template.messages
+        ]
+    drafts: list[dict[str, str]] = st.session_state[key]
+    return drafts
+
+
+def edit_tab(registry: Registry, base: PromptVersion) -> None:
+    st.caption(f"Editing from {base.ref}. Saving creates a new version; the old one never changes.")
+    drafts = draft_messages(base)
+    for index, draft in enumerate(drafts):
+        role_col, text_col, remove_col = st.columns([2, 9, 1])
+        draft["role"] = role_col.selectbox(
+            f"Role {index + 1}",
+            ROLES,
+            index=ROLES.index(draft["role"]) if draft["role"] in ROLES else 1,
+            key=f"role::{draft['uid']}",
+        )
+        draft["content"] = text_col.text_area(
+            f"Message {index + 1} ({draft['role']})",
+            value=draft["content"],
+            key=f"content::{draft['uid']}",
+            height=160,
+        )
+        if remove_col.button("✕", key=f"remove::{draft['uid']}", help="Remove this message"):
+            drafts.pop(index)
+            st.rerun()
+    if st.button("Add message", icon=":material/add:"):
+        last = drafts[-1]["role"] if drafts else "system"
+        drafts.append(
+            {
+                "uid": uuid.uuid4().hex,
+                "role": "assistant" if last == "user" else "user",
+                "content": "",
+            }
+        )
+        st.rerun()
+
+    params = base.template.params
+    c1, c2, c3, c4 = st.columns(4)
+    model = c1.text_input("Model", value=params["model"], key=f"model::{base.id}")
+    temperature = c2.slider(
+        "Temperature", 0.0, 2.0, float(params["temperature"]), 0.05, key=f"temp::{base.id}"
+    )
+    top_p = c3.slider("Top p", 0.0, 1.0, float(params["top_p"]), 0.05, key=f"topp::{base.id}")
+    max_tokens = c4.number_input(
+        "Max tokens", 1, 200_000, int(params["max_tokens"]), key=f"maxtok::{base.id}"
+    )
+    s1, s2 = st.columns(2)
+    variables_text = s1.text_area(
+        "Variable schema (YAML)",
+        value=dump_yaml_mapping(base.template.variable_refinements()),
+        key=f"vars::{base.id}",
+        height=200,
+        help="Per variable: JSON Schema keywords (type, enum, maxLength, default, ...) and "
+        "`required: false`. Variables found in the messages default to required strings.",
+    )
+    output_text = s2.text_area(
+        "Output JSON Schema (YAML, optional)",
+        value=dump_yaml_mapping(base.template.output_schema),
+        key=f"out::{base.id}",
+        height=200,
+    )
+    m1, m2 = st.columns([3, 1])
+    commit_message = m1.text_input(
+        "Commit message", key=f"commit::{base.id}", placeholder="What changed and why"
+    )
+    version = m2.text_input(
+        "Version (optional)", key=f"ver::{base.id}", help="Leave empty to bump automatically"
+    )
+    saved = st.button("Save new version", type="primary", icon=":material/save:")
+    show_flash("edit")
+    if saved:
+        try:
+            template = Template.build(
+                [{"role": d["role"], "content": d["content"]} for d in drafts],
+                params={
+                    "model": model.strip(),
+                    "temperature": temperature,
+                    "top_p": top_p,
+                    "max_tokens": int(max_tokens),
+                },
+                variables=parse_yaml_mapping(variables_text, "variable schema"),
+                output_schema=parse_yaml_mapping(output_text, "output JSON Schema"),
+            )
+            result = registry.save_version(
+                base.prompt_name,
+                template,
+                author=get_settings().author,
+                message=commit_message.strip(),
+                version=version.strip() or None,
+            )
+        except PromptlabError as exc:
+            st.error(str(exc), icon=":material/error:")
+            return
+        flash("edit", "success" if result.created else "info", result.describe().capitalize())
+        st.rerun()
+
+
+def history_tab(registry: Registry, name: str, versions: list[PromptVersion]) -> None:
+    labels: dict[str, list[str]] = {}
+    for label, version in registry.labels(name).items():
+        labels.setdefault(version.id, []).append(label)
+    st.dataframe(
+        pd.DataFrame(
+            {
+                "version": v.semver,
+                "id": v.short_id,
+                "labels": ", ".join(labels.get(v.id, [])),
+                "created": v.created_at,
+                "author": v.author,
+                "message": v.message,
+                "model": v.template.params["model"],
+            }
+            for v in versions
+        ),
+        hide_index=True,
+        width="stretch",
+    )
+    moves = registry.label_history(name)
+    if moves:
+        st.markdown("**Label moves**")
+        st.dataframe(
+            pd.DataFrame(
+                {"label": m.label, "version": m.semver, "moved": m.moved_at, "by": m.actor}
+                for m in moves
+            ),
+            hide_index=True,
+            width="stretch",
+        )
+    st.download_button(
+        "Export as YAML",
+        export_prompt(registry, name),
+        file_name=f"{name}.yaml",
+        mime="text/yaml",
+        icon=":material/download:",
+    )
+
+
+def compare_tab(registry: Registry, name: str, versions: list[PromptVersion]) -> None:
+    if len(versions) < 2:
+        st.info("Only one version so far: save an edit to compare versions.")
+        return
+    options = [v.semver for v in versions]
+    a_col, b_col = st.columns(2)
+    ref_a = a_col.selectbox("Version A", options, index=1, key=f"diff_a::{versions[0].id}")
+    ref_b = b_col.selectbox("Version B", options, index=0, key=f"diff_b::{versions[0].id}")
+    diff = registry.diff(name, ref_a, ref_b)
+    if diff.is_empty:
+        st.info("These versions have identical content.")
+        return
+    for message in diff.messages:
+        a_col, b_col = st.columns(2)
+        title = f"messages[{message.index}]: {message.status}"
+        a_col.markdown(f"**{title}** · A: {message.role_a or '—'}")
+        b_col.markdown(f"**{title}** · B: {message.role_b or '—'}")
+        old = diff.a.template.messages
+        new = diff.b.template.messages
+        a_col.code(
+            old[message.index].content if message.index < len(old) else "",
+            language=None,
+            wrap_lines=True,
+        )
+        b_col.code(
+            new[message.index].content if message.index < len(new) else "",
+            language=None,
+            wrap_lines=True,
+        )
+        if message.lines:
+            st.code("\n".join(message.lines), language="diff")
+    changes = [("params", c) for c in diff.params] + [("variables", c) for c in diff.variables]
+    if changes:
+        st.markdown("**Params and variables**")
+        st.dataframe(
+            pd.DataFrame(
+                {"field": f"{group}.{c.field}", "A": str(c.before), "B": str(c.after)}
+                for group, c in changes
+            ),
+            hide_index=True,
+            width="stretch",
+        )
+    if diff.output_schema:
+        st.markdown("**Output schema**")
+        st.code("\n".join(diff.output_schema), language="diff")
+
+
+def labels_tab(registry: Registry, name: str, versions: list[PromptVersion]) -> None:
+    current = registry.labels(name)
+    if current:
+        st.dataframe(
+            pd.DataFrame(
+                {"label": k, "version": v.semver, "id": v.short_id} for k, v in current.items()
+            ),
+            hide_index=True,
+        )
+    else:
+        st.caption("No labels yet.")
+    with st.form(f"label_form::{name}"):
+        l1, l2 = st.columns(2)
+        label = l1.text_input("Label", value="production", help="production, staging, any name")
+        target = l2.selectbox("Point it at", [v.semver for v in versions])
+        moved = st.form_submit_button("Move label")
+    show_flash("labels")
+    if moved:
+        try:
+            version = registry.set_label(name, target, label.strip(), actor=get_settings().author)
+        except PromptlabError as exc:
+            st.error(str(exc))
+            return
+        flash("labels", "success", f"{name}@{label.strip()} now points at {version.semver}")
+        st.rerun()
+
+
+def preview_tab(name: str, versions: list[PromptVersion]) -> None:
+    ref = st.selectbox(
+        "Version to preview", [v.semver for v in versions], key=f"prev::{versions[0].id}"
+    )
+    version = next(v for v in versions if v.semver == ref)
+    inputs, output = st.columns([2, 3])
+    with inputs:
+        st.markdown("**Inputs** (from the variable schema)")
+        values: dict[str, Any] = variable_inputs(
+            version.template.variables, key=f"preview::{version.id}"
+        )
+    with output:
+        try:
+            messages = version.template.render(values)
+        except VariableError as exc:
+            for problem in exc.problems:
+                st.error(f"**{problem.variable}**: {problem.message}", icon=":material/error:")
+            return
+        except PromptlabError as exc:
+            st.error(str(exc))
+            return
+        show_messages(messages)
+
+
+registry = get_registry()
+st.title("Prompts")
+show_flash("top")
+names = prompt_table(registry)
+with st.expander("Create a new prompt", expanded=not names, icon=":material/add:"):
+    create_form(registry)
+if not names:
+    st.stop()
+
+selected = st.selectbox("Prompt", names, key="prompt_select")
+versions = registry.versions(selected)
+latest = versions[0]
+st.caption(
+    f"{registry.description(selected) or 'No description.'} · latest {latest.semver} "
+    f"({latest.short_id}) by {latest.author}"
+)
+edit, history, compare, labels, preview = st.tabs(
+    ["Edit", "History", "Compare", "Labels", "Preview"]
+)
+with edit:
+    edit_tab(registry, latest)
+with history:
+    history_tab(registry, selected, versions)
+with compare:
+    compare_tab(registry, selected, versions)
+with labels:
+    labels_tab(registry, selected, versions)
+with preview:
+    preview_tab(selected, versions)

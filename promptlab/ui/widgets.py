@@ -1,0 +1,80 @@
+"""Widgets shared by pages: inputs generated from a variable schema, rendered messages."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import streamlit as st
+
+#: Strings allowed to be longer than this get a text area instead of a one-line input.
+LONG_TEXT_CHARS = 200
+
+
+def variable_inputs(schema: Mapping[str, Any], key: str) -> dict[str, Any]:
+    """One input per variable, typed by its JSON Schema; returns the values entered."""
+    required = set(schema.get("required", []))
+    values: dict[str, Any] = {}
+    for name, spec in schema.get("properties", {}).items():
+        label = name if name in required else f"{name} (optional)"
+        help_text = spec.get("description") or f"JSON Schema: {json.dumps(spec)}"
+        widget_key = f"{key}::{name}"
+        kind = spec.get("type", "string")
+        if "enum" in spec:
+            options = list(spec["enum"])
+            default = spec.get("default", options[0])
+            index = options.index(default) if default in options else 0
+            values[name] = st.selectbox(label, options, index=index, key=widget_key, help=help_text)
+        elif kind == "integer":
+            values[name] = int(
+                st.number_input(
+                    label,
+                    value=int(spec.get("default", spec.get("minimum", 0))),
+                    step=1,
+                    key=widget_key,
+                    help=help_text,
+                )
+            )
+        elif kind == "number":
+            values[name] = st.number_input(
+                label, value=float(spec.get("default", spec.get("minimum", 0.0))), key=widget_key,
+                help=help_text,
+            )  # fmt: skip
+        elif kind == "boolean":
+            values[name] = st.checkbox(
+                label, value=bool(spec.get("default", False)), key=widget_key, help=help_text
+            )
+        elif kind == "array" and spec.get("items", {}).get("type", "string") == "string":
+            text = st.text_area(
+                f"{label}, one item per line",
+                value="\n".join(spec.get("default", [f"sample {name} 1", f"sample {name} 2"])),
+                key=widget_key,
+                help=help_text,
+            )
+            values[name] = [line for line in text.splitlines() if line.strip()]
+        elif kind in {"array", "object"}:
+            text = st.text_area(
+                f"{label} (JSON)",
+                value=json.dumps(spec.get("default", [] if kind == "array" else {})),
+                key=widget_key,
+                help=help_text,
+            )
+            try:
+                values[name] = json.loads(text)
+            except ValueError:
+                values[name] = text  # validation reports the wrong type by name
+        else:
+            default = str(spec.get("default", f"Sample {name.replace('_', ' ')}"))
+            long = spec.get("maxLength", LONG_TEXT_CHARS + 1) > LONG_TEXT_CHARS
+            widget = st.text_area if long else st.text_input
+            values[name] = widget(label, value=default, key=widget_key, help=help_text)
+    return values
+
+
+def show_messages(messages: Sequence[Mapping[str, str]]) -> None:
+    """Rendered messages as chat bubbles; text shown verbatim, never as Markdown."""
+    for message in messages:
+        with st.chat_message(message["role"]):
+            st.caption(message["role"])
+            st.code(message["content"], language=None, wrap_lines=True)

@@ -1,0 +1,99 @@
+"""The app's main journey in a real headless Chromium against `streamlit run app.py`."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed"),
+]
+ROOT = Path(__file__).resolve().parent.parent
+STARTUP_TIMEOUT_S = 60
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def app_url(tmp_path: Path) -> Iterator[str]:
+    port = free_port()
+    env = {**os.environ, "PROMPTLAB_DB": str(tmp_path / "app.duckdb"), "PROMPTLAB_AUTHOR": "e2e"}
+    log = (tmp_path / "streamlit.log").open("w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"),
+         "--server.port", str(port), "--server.headless", "true",
+         "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/_stcore/health", timeout=1)
+                break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise RuntimeError((tmp_path / "streamlit.log").read_text()) from None
+                time.sleep(0.25)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+        log.close()
+
+
+def test_create_a_new_version_and_see_it_in_history(app_url: str, tmp_path: Path) -> None:
+    from playwright.sync_api import expect, sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--no-first-run"],
+        )  # fmt: skip
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(app_url)
+        expect(page.get_by_role("heading", name="Prompts")).to_be_visible(timeout=30_000)
+        # The demo prompts are loaded on first start with an empty database.
+        expect(
+            page.get_by_text("Summarize an article into a short digest entry").first
+        ).to_be_visible(timeout=30_000)
+        page.screenshot(path=str(tmp_path / "01-prompts.png"), full_page=True)
+
+        page.get_by_role("tab", name="Edit").click()
+        message = page.get_by_label("Message 2 (user)")
+        expect(message).to_have_value(re.compile(r"\{\{ article \}\}"), timeout=30_000)
+        message.fill(message.input_value() + "\nAnswer in English.")
+        page.get_by_label("Commit message").fill("Ask for English answers")
+        page.get_by_role("button", name="Save new version").click()
+        expect(page.get_by_text("Saved article-summarizer@2.1.0")).to_be_visible(timeout=30_000)
+
+        page.get_by_role("tab", name="History").click()
+        # Dataframes draw on a canvas; their accessible grid holds the cell text.
+        history_cell = page.get_by_text("Ask for English answers")
+        expect(history_cell.first).to_be_attached(timeout=30_000)
+        page.screenshot(path=str(tmp_path / "02-history.png"), full_page=True)
+
+        page.get_by_role("tab", name="Compare").click()
+        added_line = page.locator("code", has_text="+Answer in English.")
+        expect(added_line.first).to_be_visible(timeout=30_000)
+        page.screenshot(path=str(tmp_path / "03-compare.png"), full_page=True)
+        browser.close()
+    assert (tmp_path / "02-history.png").stat().st_size > 0

@@ -1,0 +1,133 @@
+"""The Prompts page (and the app shell), driven by Streamlit's AppTest on a real database."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+from promptlab.registry import Registry
+from promptlab.store import Store
+
+ROOT = Path(__file__).resolve().parent.parent
+APP = str(ROOT / "app.py")
+PAGE = str(ROOT / "pages" / "prompts.py")
+TIMEOUT_S = 30
+
+
+def open_page() -> AppTest:
+    at = AppTest.from_file(PAGE, default_timeout=TIMEOUT_S).run()
+    assert not at.exception, at.exception
+    return at
+
+
+def by_label(elements, label):  # type: ignore[no-untyped-def]
+    return next(e for e in elements if e.label == label)
+
+
+def registry_of(db_path: Path) -> Registry:
+    """The page's own store (cached per process) is what the page wrote through."""
+    from promptlab.ui.resources import get_store
+
+    store = get_store()
+    assert store.path == db_path
+    return Registry(store)
+
+
+def test_app_shell_loads_demo_on_first_start(db_path: Path) -> None:
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT_S).run()
+    assert not at.exception, at.exception
+    assert [t.value for t in at.title] == ["Prompts"]
+    names = {s.name for s in registry_of(db_path).list_prompts()}
+    assert {"ticket-triage", "product-description", "article-summarizer"} <= names
+
+
+def test_edit_saves_a_new_version_and_unchanged_edit_says_so(db_path: Path) -> None:
+    at = open_page()
+    assert by_label(at.selectbox, "Prompt").value == "article-summarizer"
+    by_label(at.text_area, "Message 2 (user)").input(
+        'Summarize "{{ title }}" in {{ max_words }} words.\n\n{{ article }}'
+    )
+    by_label(at.text_input, "Commit message").input("Shorter instruction")
+    by_label(at.button, "Save new version").click().run()
+    assert not at.exception
+    assert any("Saved article-summarizer@2.1.0" in s.value for s in at.success)
+    latest = registry_of(db_path).resolve("article-summarizer")
+    assert (latest.semver, latest.message, latest.author) == (
+        "2.1.0",
+        "Shorter instruction",
+        "tester",
+    )
+    # Saving the same content again creates nothing and says so.
+    by_label(at.button, "Save new version").click().run()
+    assert any("No changes" in i.value for i in at.info)
+    assert len(registry_of(db_path).versions("article-summarizer")) == 3
+
+
+def test_bad_edit_shows_the_error_and_saves_nothing(db_path: Path) -> None:
+    at = open_page()
+    by_label(at.text_area, "Message 2 (user)").input("{{ ''.__class__.__mro__ }}")
+    by_label(at.button, "Save new version").click().run()
+    assert any("__mro__" in e.value for e in at.error)
+    assert len(registry_of(db_path).versions("article-summarizer")) == 2
+
+
+def test_create_a_prompt(db_path: Path) -> None:
+    at = open_page()
+    by_label(at.text_input, "Name").input("support-reply")
+    by_label(at.text_area, "User message").input("Reply to {{ email }}")
+    by_label(at.button, "Create prompt").click().run()
+    assert not at.exception
+    assert any("Created support-reply@1.0.0" in s.value for s in at.success)
+    assert by_label(at.selectbox, "Prompt").value == "support-reply"
+    assert registry_of(db_path).resolve("support-reply").template.variable_names == ["email"]
+
+
+def test_move_label(db_path: Path) -> None:
+    at = open_page()
+    by_label(at.text_input, "Label").input("production")
+    by_label(at.selectbox, "Point it at").select("2.0.0")
+    by_label(at.button, "Move label").click().run()
+    assert any("now points at 2.0.0" in s.value for s in at.success)
+    assert registry_of(db_path).labels("article-summarizer")["production"].semver == "2.0.0"
+
+
+def test_compare_shows_line_diff() -> None:
+    at = open_page()
+    assert by_label(at.selectbox, "Version A").value == "1.0.0"
+    assert by_label(at.selectbox, "Version B").value == "2.0.0"
+    diffs = [c.value for c in at.code if c.language == "diff"]
+    assert any("+as three short bullet points." in d for d in diffs)
+
+
+def test_preview_renders_and_shows_validation_errors_inline() -> None:
+    at = open_page()
+    assert any("Sample title" in c.value for c in at.code)
+    by_label(at.number_input, "max_words (optional)").set_value(5).run()
+    assert any("max_words" in e.value and "minimum" in e.value for e in at.error)
+
+
+def test_prompt_values_stay_literal_in_preview() -> None:
+    at = open_page()
+    by_label(at.text_area, "title").input("{{ 7*7 }}").run()
+    assert any('"{{ 7*7 }}"' in c.value for c in at.code)
+
+
+def test_database_locked_by_another_process_shows_one_line(db_path: Path) -> None:
+    holder = subprocess.Popen(
+        [sys.executable, "-c", f"import duckdb,time; c=duckdb.connect({str(db_path)!r}); "
+         "print('ok', flush=True); time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ok"
+        at = AppTest.from_file(APP, default_timeout=TIMEOUT_S).run()
+        assert any("in use by another process" in e.value for e in at.error)
+    finally:
+        holder.kill()
+        holder.wait()
+    # Once the other process is gone, the same database opens normally.
+    with Store(db_path) as store:
+        assert store.path == db_path
