@@ -37,6 +37,8 @@ ITEM_FINAL_STATES = (ITEM_SUCCEEDED, ITEM_FAILED, ITEM_CANCELLED)
 
 #: Rows per Arrow batch when planning: large enough to be fast, small enough to stay flat.
 PLAN_CHUNK = 20_000
+#: Items closed per transaction when a run is cancelled: bounded memory for huge runs.
+CANCEL_SLICE = 50_000
 #: Hex digits of the idempotency key (128 bits): unique in practice, compact in the index.
 KEY_HEX_DIGITS = 32
 
@@ -399,13 +401,30 @@ class RunStore:
         return int(reopened[0]) if reopened else 0
 
     def cancel_open_items(self, run_id: str, reason: str) -> int:
-        """Give every pending or in-flight item its final `cancelled` row; return the count."""
+        """Give every pending or in-flight item its final `cancelled` row; return the count.
+
+        Works through the run in slices of CANCEL_SLICE items, one transaction each, so
+        cancelling a million-item run does not hold a million-row transaction in memory.
+        """
+        with self.store.read() as cur:
+            bounds = cur.execute(
+                "SELECT min(seq), max(seq) FROM items WHERE run_id = ? "
+                "AND status IN ('pending', 'in_flight')",
+                [run_id],
+            ).fetchone()
+        if bounds is None or bounds[0] is None:
+            return 0
+        total = 0
+        for low in range(int(bounds[0]), int(bounds[1]) + 1, CANCEL_SLICE):
+            total += self._cancel_slice(run_id, reason, low, low + CANCEL_SLICE - 1)
+        return total
+
+    def _cancel_slice(self, run_id: str, reason: str, low: int, high: int) -> int:
         now = utcnow()
+        where = "i.run_id = ? AND i.seq BETWEEN ? AND ? AND i.status IN ('pending', 'in_flight')"
         with self.store.transaction() as tx:
             count = tx.execute(
-                "SELECT count(*) FROM items "
-                "WHERE run_id = ? AND status IN ('pending', 'in_flight')",
-                [run_id],
+                f"SELECT count(*) FROM items i WHERE {where}", [run_id, low, high]
             ).fetchone()
             tx.execute(
                 "INSERT INTO results (idempotency_key, run_id, seq, row_index, variant, repeat, "
@@ -414,15 +433,14 @@ class RunStore:
                 "SELECT i.idempotency_key, i.run_id, i.seq, i.row_index, v.name, i.repeat, "
                 "'cancelled', NULL, ?, v.prompt_version_id, v.endpoint, v.model, v.params, "
                 "i.attempts, ? FROM items i JOIN run_variants v "
-                "ON v.run_id = i.run_id AND v.variant_index = i.variant_index "
-                "WHERE i.run_id = ? AND i.status IN ('pending', 'in_flight') "
+                f"ON v.run_id = i.run_id AND v.variant_index = i.variant_index WHERE {where} "
                 "ON CONFLICT DO NOTHING",
-                [reason, now, run_id],
+                [reason, now, run_id, low, high],
             )
             tx.execute(
                 "UPDATE items SET status = 'cancelled', updated_at = ? "
-                "WHERE run_id = ? AND status IN ('pending', 'in_flight')",
-                [now, run_id],
+                "WHERE run_id = ? AND seq BETWEEN ? AND ? AND status IN ('pending', 'in_flight')",
+                [now, run_id, low, high],
             )
         return int(count[0]) if count else 0
 
