@@ -364,7 +364,13 @@ class RunStore:
                 tx.execute("INSERT INTO attempts SELECT * FROM w_attempts")
             if batch.finals:
                 tx.register("w_finals", _finals_table(batch.finals))
-                tx.execute("INSERT INTO results SELECT * FROM w_finals ON CONFLICT DO NOTHING")
+                # Only items not yet final get a row: exactly one final row per item.
+                tx.execute(
+                    "INSERT INTO results SELECT f.* FROM w_finals AS f "
+                    "SEMI JOIN items AS i ON i.idempotency_key = f.idempotency_key "
+                    "AND i.status IN ('pending', 'in_flight') "
+                    "QUALIFY row_number() OVER (PARTITION BY f.idempotency_key) = 1"
+                )
                 tx.execute(
                     "UPDATE items SET status = f.status, error_kind = f.error_kind, "
                     "attempts = f.attempts, updated_at = f.finished_at FROM w_finals AS f "
@@ -433,8 +439,7 @@ class RunStore:
                 "SELECT i.idempotency_key, i.run_id, i.seq, i.row_index, v.name, i.repeat, "
                 "'cancelled', NULL, ?, v.prompt_version_id, v.endpoint, v.model, v.params, "
                 "i.attempts, ? FROM items i JOIN run_variants v "
-                f"ON v.run_id = i.run_id AND v.variant_index = i.variant_index WHERE {where} "
-                "ON CONFLICT DO NOTHING",
+                f"ON v.run_id = i.run_id AND v.variant_index = i.variant_index WHERE {where}",
                 [reason, now, run_id, low, high],
             )
             tx.execute(
