@@ -423,6 +423,9 @@ class RunStore:
         total = 0
         for low in range(int(bounds[0]), int(bounds[1]) + 1, CANCEL_SLICE):
             total += self._cancel_slice(run_id, reason, low, low + CANCEL_SLICE - 1)
+            # Fold the slice's updates into the file: DuckDB keeps them in memory until then.
+            with self.store.read() as cur:
+                cur.execute("CHECKPOINT")
         return total
 
     def _cancel_slice(self, run_id: str, reason: str, low: int, high: int) -> int:
