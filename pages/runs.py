@@ -7,6 +7,7 @@ from datetime import timedelta
 import pandas as pd
 import streamlit as st
 
+from promptlab.config import PROJECT_ROOT
 from promptlab.engine import Engine, RunProgress, parse_spec_text
 from promptlab.errors import PromptlabError
 from promptlab.ui.resources import get_engine
@@ -14,14 +15,15 @@ from promptlab.ui.resources import get_engine
 #: How often the live panels poll the engine.
 POLL_EVERY = timedelta(seconds=1)
 EXAMPLE_SPEC = """\
-name: demo-run
-dataset: data/demo/rows.csv      # a CSV or JSONL file; columns are template variables
-variants:
-  - name: short
-    messages:
-      - {role: user, content: "Summarize in one line: {{ text }}"}
-    model: sim:fast
-    params: {max_tokens: 64}
+name: triage-production-vs-staging
+dataset: data/demo/tickets.csv   # CSV or JSONL; relative to the project folder
+variants:                        # every row goes through every variant
+  - name: production
+    prompt: ticket-triage@production
+  - name: staging
+    prompt: ticket-triage@staging
+limits:
+  sim: {rpm: 600, concurrency: 8}
 """
 
 
@@ -30,7 +32,7 @@ def start_form(engine: Engine) -> None:
         text = st.text_area("Run spec (YAML)", EXAMPLE_SPEC, height=220, key="spec_text")
         if st.button("Start run", type="primary", key="start_run"):
             try:
-                run_id = engine.submit(parse_spec_text(text))
+                run_id = engine.submit(parse_spec_text(text, base_dir=PROJECT_ROOT))
             except PromptlabError as exc:
                 st.error(str(exc), icon=":material/error:")
             else:

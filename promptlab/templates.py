@@ -170,6 +170,11 @@ class Template:
             output_schema=content.get("output_schema"),
         )
 
+    @functools.cached_property
+    def _validator(self) -> jsonschema.Draft202012Validator:
+        # Built once per template: a batch renders the same template for every row.
+        return jsonschema.Draft202012Validator(self.variables)
+
     def validate_values(self, values: Mapping[str, Any]) -> dict[str, Any]:
         """Values with defaults filled in; raises VariableError listing every problem."""
         props = self.variables.get("properties", {})
@@ -177,10 +182,9 @@ class Template:
         for name, schema in props.items():
             if name not in filled and "default" in schema:
                 filled[name] = schema["default"]
-        validator = jsonschema.Draft202012Validator(self.variables)
         problems = [
             VariableProblem(_problem_variable(error), error.message)
-            for error in validator.iter_errors(filled)
+            for error in self._validator.iter_errors(filled)
         ]
         if problems:
             raise VariableError(sorted(problems, key=lambda p: p.variable))

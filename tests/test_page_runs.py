@@ -71,3 +71,14 @@ def test_a_bad_spec_shows_the_error() -> None:
     at.text_area(key="spec_text").set_value("variants: []\ndataset: x.csv\n")
     at.button(key="start_run").click().run()
     assert any("variants" in e.value for e in at.error)
+
+
+def test_the_example_spec_runs_the_demo_ab_as_it_stands() -> None:
+    at = AppTest.from_file(PAGE, default_timeout=TIMEOUT_S).run()
+    at.button(key="start_run").click().run()
+    assert not at.exception
+    started = [s.value for s in at.success]
+    assert started, [e.value for e in at.error]
+    final = get_engine().wait(started[0].split()[-1], timeout=120)
+    assert final.status == "completed"
+    assert final.succeeded == 80  # 40 demo tickets x 2 variants

@@ -34,9 +34,13 @@ class AnthropicProvider:
     def __init__(self, endpoint: EndpointConfig, api_key: str) -> None:
         self.name = endpoint.name
         self.endpoint = endpoint
-        # max_retries=0: the engine owns retries, or they multiply.
+        # max_retries=0: the engine owns retries, or they multiply. aiohttp transport:
+        # see OpenAIProvider.
         self._client = anthropic.AsyncAnthropic(
-            api_key=api_key, base_url=endpoint.base_url, max_retries=0
+            api_key=api_key,
+            base_url=endpoint.base_url,
+            max_retries=0,
+            http_client=anthropic.DefaultAioHttpClient(),
         )
 
     def __repr__(self) -> str:

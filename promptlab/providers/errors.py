@@ -14,6 +14,7 @@ import time
 from collections.abc import Mapping
 from typing import Any, Final
 
+import aiohttp
 import anthropic
 import openai
 
@@ -197,6 +198,8 @@ def map_sdk_error(
     if kind == BY_STATUS or kind is None:
         kind = _kind_for_status(status)
     kind = _refine(kind, status, code, message)
+    if kind is ErrorKind.TIMEOUT and _dropped_connection(exc):
+        kind = ErrorKind.CONNECTION
     return ProviderError(
         kind,
         message,
@@ -206,6 +209,22 @@ def map_sdk_error(
         should_retry=should_retry(headers),
         headers=headers,
     )
+
+
+def _dropped_connection(exc: BaseException) -> bool:
+    """True when the root cause is a dropped connection, not a timeout.
+
+    The SDKs' aiohttp transport reports every aiohttp connection error as a connect
+    timeout; the original aiohttp exception is still on the cause chain.
+    """
+    cause = exc.__cause__ or exc.__context__
+    while cause is not None:
+        if isinstance(cause, aiohttp.ClientConnectionError) and not isinstance(
+            cause, aiohttp.ServerTimeoutError | aiohttp.SocketTimeoutError
+        ):
+            return True
+        cause = cause.__cause__ or cause.__context__
+    return False
 
 
 def _kind_for_status(status: int | None) -> ErrorKind:
