@@ -142,42 +142,10 @@ MIGRATIONS: tuple[Migration, ...] = (
                 latency_ms      DOUBLE
             )
             """,
-            # Exactly one final row per item: the primary key makes a second one impossible.
+            # Exactly one final row per item. The writer keeps that (only items not yet
+            # final get one), not an index: a key index cost ~150 MB per million results.
             """
             CREATE TABLE results (
-                idempotency_key   VARCHAR PRIMARY KEY,
-                run_id            VARCHAR NOT NULL,
-                seq               BIGINT NOT NULL,
-                row_index         BIGINT NOT NULL,
-                variant           VARCHAR NOT NULL,
-                repeat            INTEGER NOT NULL,
-                status            VARCHAR NOT NULL,
-                error_kind        VARCHAR,
-                error_message     VARCHAR,
-                prompt_version_id VARCHAR NOT NULL,
-                endpoint          VARCHAR NOT NULL,
-                model             VARCHAR NOT NULL,
-                params            JSON,
-                output_text       VARCHAR,
-                input_tokens      INTEGER,
-                output_tokens     INTEGER,
-                finish_reason     VARCHAR,
-                model_version     VARCHAR,
-                latency_ms        DOUBLE,
-                cost_usd          DOUBLE,
-                attempts          INTEGER NOT NULL,
-                finished_at       TIMESTAMPTZ NOT NULL
-            )
-            """,
-        ),
-    ),
-    Migration(
-        "0003_results_without_key_index",
-        (
-            # One final row per item is kept by the writer (only non-final items get one),
-            # not by an index: the index cost ~150 MB per million results in memory.
-            """
-            CREATE TABLE results_0003 (
                 idempotency_key   VARCHAR NOT NULL,
                 run_id            VARCHAR NOT NULL,
                 seq               BIGINT NOT NULL,
@@ -202,9 +170,6 @@ MIGRATIONS: tuple[Migration, ...] = (
                 finished_at       TIMESTAMPTZ NOT NULL
             )
             """,
-            "INSERT INTO results_0003 SELECT * FROM results",
-            "DROP TABLE results",
-            "ALTER TABLE results_0003 RENAME TO results",
         ),
     ),
 )
