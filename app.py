@@ -6,6 +6,7 @@ import streamlit as st
 
 from promptlab.errors import DatabaseLockedError
 from promptlab.ui.resources import get_settings, get_store
+from promptlab.ui.shell import follow_deep_link, mark_shell_run
 
 st.set_page_config(page_title="promptlab", page_icon=":material/science:", layout="wide")
 
@@ -20,6 +21,8 @@ pages = [
     st.Page("pages/runs.py", title="Runs", icon=":material/play_circle:"),
 ]
 navigation = st.navigation(pages)
+mark_shell_run()
+follow_deep_link()
 with st.sidebar:
     st.caption(f"Database: `{get_settings().db_path}`")
 navigation.run()

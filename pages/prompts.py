@@ -13,6 +13,7 @@ from promptlab.promptfiles import dump_yaml_mapping, export_prompt, parse_yaml_m
 from promptlab.registry import PromptVersion, Registry
 from promptlab.templates import ROLES, Template
 from promptlab.ui.resources import get_registry, get_settings
+from promptlab.ui.shell import require_shell
 from promptlab.ui.widgets import show_messages, variable_inputs
 
 NEW_PROMPT_TEMPLATE = [
@@ -327,6 +328,7 @@ def preview_tab(name: str, versions: list[PromptVersion]) -> None:
         show_messages(messages)
 
 
+require_shell("pages/prompts.py")
 registry = get_registry()
 st.title("Prompts")
 show_flash("top")

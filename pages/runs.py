@@ -11,6 +11,7 @@ from promptlab.config import PROJECT_ROOT
 from promptlab.engine import Engine, RunProgress, parse_spec_text
 from promptlab.errors import PromptlabError
 from promptlab.ui.resources import get_engine
+from promptlab.ui.shell import require_shell
 
 #: How often the live panels poll the engine.
 POLL_EVERY = timedelta(seconds=1)
@@ -119,6 +120,7 @@ def _rate(p: RunProgress) -> str:
     return f"{p.throughput_per_s:.1f}/s" if p.throughput_per_s is not None else "–"
 
 
+require_shell("pages/runs.py")
 st.title("Runs")
 engine = get_engine()
 start_form(engine)

@@ -12,8 +12,12 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Page
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = [
@@ -59,8 +63,9 @@ def app_url(tmp_path: Path) -> Iterator[str]:
         log.close()
 
 
-def test_create_a_new_version_and_see_it_in_history(app_url: str, tmp_path: Path) -> None:
-    from playwright.sync_api import expect, sync_playwright
+@pytest.fixture
+def page() -> Iterator[Page]:
+    from playwright.sync_api import sync_playwright
 
     with sync_playwright() as pw:
         browser = pw.chromium.launch(
@@ -68,32 +73,59 @@ def test_create_a_new_version_and_see_it_in_history(app_url: str, tmp_path: Path
             args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync", "--no-first-run"],
         )  # fmt: skip
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.goto(app_url)
-        expect(page.get_by_role("heading", name="Prompts")).to_be_visible(timeout=30_000)
-        # The demo prompts are loaded on first start with an empty database.
-        expect(
-            page.get_by_text("Summarize an article into a short digest entry").first
-        ).to_be_visible(timeout=30_000)
-        page.screenshot(path=str(tmp_path / "01-prompts.png"), full_page=True)
-
-        page.get_by_role("tab", name="Edit").click()
-        message = page.get_by_label("Message 2 (user)")
-        expect(message).to_have_value(re.compile(r"\{\{ article \}\}"), timeout=30_000)
-        message.fill(message.input_value() + "\nAnswer in English.")
-        page.get_by_label("Commit message").fill("Ask for English answers")
-        page.get_by_role("button", name="Save new version").click()
-        expect(page.get_by_text("Saved article-summarizer@2.1.0")).to_be_visible(timeout=30_000)
-
-        page.get_by_role("tab", name="History").click()
-        # Dataframes draw on a canvas; their accessible grid holds the cell text.
-        history_cell = page.get_by_text("Ask for English answers")
-        expect(history_cell.first).to_be_attached(timeout=30_000)
-        page.screenshot(path=str(tmp_path / "02-history.png"), full_page=True)
-
-        page.get_by_role("tab", name="Compare").click()
-        added_line = page.locator("code", has_text="+Answer in English.")
-        expect(added_line.first).to_be_visible(timeout=30_000)
-        page.screenshot(path=str(tmp_path / "03-compare.png"), full_page=True)
+        yield browser.new_page(viewport={"width": 1400, "height": 1000})
         browser.close()
+
+
+def test_create_a_new_version_and_see_it_in_history(
+    app_url: str, page: Page, tmp_path: Path
+) -> None:
+    from playwright.sync_api import expect
+
+    page.goto(app_url)
+    expect(page.get_by_role("heading", name="Prompts")).to_be_visible(timeout=30_000)
+    # The demo prompts are loaded on first start with an empty database.
+    expect(page.get_by_text("Summarize an article into a short digest entry").first).to_be_visible(
+        timeout=30_000
+    )
+    page.screenshot(path=str(tmp_path / "01-prompts.png"), full_page=True)
+
+    page.get_by_role("tab", name="Edit").click()
+    message = page.get_by_label("Message 2 (user)")
+    expect(message).to_have_value(re.compile(r"\{\{ article \}\}"), timeout=30_000)
+    message.fill(message.input_value() + "\nAnswer in English.")
+    page.get_by_label("Commit message").fill("Ask for English answers")
+    page.get_by_role("button", name="Save new version").click()
+    expect(page.get_by_text("Saved article-summarizer@2.1.0")).to_be_visible(timeout=30_000)
+
+    page.get_by_role("tab", name="History").click()
+    # Dataframes draw on a canvas; their accessible grid holds the cell text.
+    history_cell = page.get_by_text("Ask for English answers")
+    expect(history_cell.first).to_be_attached(timeout=30_000)
+    page.screenshot(path=str(tmp_path / "02-history.png"), full_page=True)
+
+    page.get_by_role("tab", name="Compare").click()
+    added_line = page.locator("code", has_text="+Answer in English.")
+    expect(added_line.first).to_be_visible(timeout=30_000)
+    page.screenshot(path=str(tmp_path / "03-compare.png"), full_page=True)
     assert (tmp_path / "02-history.png").stat().st_size > 0
+
+
+def test_deep_link_to_runs_on_a_fresh_server_then_run_the_demo_ab(
+    app_url: str, page: Page, tmp_path: Path
+) -> None:
+    from playwright.sync_api import expect
+
+    page.goto(f"{app_url}/runs")  # the first request of this server process
+    expect(page.get_by_role("heading", name="Runs")).to_be_visible(timeout=30_000)
+    # Inside the app shell: titled navigation, not a bare pages/ listing.
+    expect(page.get_by_role("link", name="Prompts")).to_be_visible(timeout=30_000)
+    page.get_by_text("Start a run from a YAML spec").click()
+    start = page.get_by_role("button", name="Start run")
+    expect(start).to_be_visible(timeout=30_000)
+    start.click()
+    expect(page.get_by_text("Started run_")).to_be_visible(timeout=30_000)
+    expect(
+        page.get_by_role("heading", name="triage-production-vs-staging · completed")
+    ).to_be_visible(timeout=120_000)
+    page.screenshot(path=str(tmp_path / "04-runs.png"), full_page=True)

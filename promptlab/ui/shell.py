@@ -1,0 +1,40 @@
+"""Keep every page inside the app shell (app.py's st.navigation), even on a deep link.
+
+Streamlit treats a top-level `pages/` folder as a v1 multipage app until the entry
+script has called `st.navigation` once in the process. A first request straight to
+`/runs` would then run pages/runs.py alone: no page config, no navigation. Pages call
+`require_shell()`; it sends such a request through app.py, which goes on to the page
+that was asked for.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+from streamlit.errors import StreamlitAPIException
+
+_SHELL_FLAG = "_promptlab_shell_run"
+_DEEP_LINK = "_promptlab_deep_link"
+
+
+def mark_shell_run() -> None:
+    """Called by app.py on every run, before the page runs."""
+    st.session_state[_SHELL_FLAG] = True
+
+
+def require_shell(page_path: str) -> None:
+    """Restart through app.py when this page was started without it."""
+    if st.session_state.get(_SHELL_FLAG):
+        return
+    st.session_state[_DEEP_LINK] = page_path
+    try:
+        st.switch_page("app.py")
+    except StreamlitAPIException:
+        # No app.py page to go through: the page runs alone (an AppTest of one page).
+        st.session_state.pop(_DEEP_LINK, None)
+
+
+def follow_deep_link() -> None:
+    """In app.py, after st.navigation: go on to the page a deep link asked for."""
+    target = st.session_state.pop(_DEEP_LINK, None)
+    if target:
+        st.switch_page(target)
