@@ -16,6 +16,15 @@ from promptlab.store.migrations import apply_migrations
 # DuckDB says e.g. 'Conflicting lock is held in /usr/bin/python3.11 (PID 4011) by user me.'
 _LOCK_HOLDER = re.compile(r"Conflicting lock is held in (?P<holder>\S+ \(PID \d+\))")
 
+#: DuckDB memory for everything but the `items` key index: cached blocks, query
+#: intermediates (which spill to disk beyond it). DuckDB's own default is 80% of RAM,
+#: so a bulk write of a million results grew its block cache by ~150 MB.
+WORKING_MEMORY_BYTES = 64 * 2**20
+#: Memory kept for the primary-key index of `items` per row. That index (an ART on a
+#: 32-hex-digit key, ~70 bytes a key) stays pinned in memory and cannot spill, so the
+#: limit grows with it: a run of any size still fits.
+INDEX_BYTES_PER_ITEM = 96
+
 
 class Store:
     """Owns one DuckDB connection; readers take a cursor, writers a transaction.
@@ -32,6 +41,21 @@ class Store:
         self._conn = _connect(str(self.path))
         self._write_lock = threading.RLock()
         apply_migrations(self._conn)
+        self._indexed_items = 0
+        self._limited = str(self.path) != ":memory:"
+        (count,) = self._conn.execute("SELECT count(*) FROM items").fetchone() or (0,)
+        self.reserve_items(int(count))
+
+    def reserve_items(self, count: int) -> None:
+        """Make room in DuckDB's memory limit for the key index of `count` more items.
+
+        Called before items are inserted; the limit never shrinks (deleted keys may
+        still be in the index until a checkpoint).
+        """
+        self._indexed_items += count
+        if self._limited:
+            limit = WORKING_MEMORY_BYTES + INDEX_BYTES_PER_ITEM * self._indexed_items
+            self._conn.execute(f"SET memory_limit = '{limit}B'")
 
     def cursor(self) -> duckdb.DuckDBPyConnection:
         """A connection for the calling thread; close it when done (or use `read`)."""

@@ -38,7 +38,8 @@ ITEM_FINAL_STATES = (ITEM_SUCCEEDED, ITEM_FAILED, ITEM_CANCELLED)
 #: Rows per Arrow batch when planning: large enough to be fast, small enough to stay flat.
 PLAN_CHUNK = 20_000
 #: Items closed per transaction when a run is cancelled: bounded memory for huge runs.
-CANCEL_SLICE = 50_000
+#: One DuckDB row group, so each slice's results are written as whole row groups.
+CANCEL_SLICE = 122_880
 #: Hex digits of the idempotency key (128 bits): unique in practice, compact in the index.
 KEY_HEX_DIGITS = 32
 
@@ -301,6 +302,7 @@ class RunStore:
                     "repeat": pa.array(item_repeats, pa.int32()),
                 }
             )
+            self.store.reserve_items(len(keys))
             with self.store.transaction() as tx:
                 tx.register("plan_rows", row_table)
                 tx.register("plan_items", item_table)
