@@ -2,6 +2,7 @@
 
     PromptlabError
     ├── ConfigError                  bad settings or providers file
+    │   └── SpecError                a run spec is invalid (names the field)
     ├── StoreError                   DuckDB storage problems
     │   └── DatabaseLockedError      another process holds the database file
     ├── TemplateError                a template cannot be saved or rendered
@@ -13,6 +14,7 @@
     │   ├── NotFoundError            a prompt, version or label does not exist
     │   └── VersionError             a semantic version override is not allowed
     ├── PromptFileError              a YAML prompt file is malformed (file and field)
+    ├── EngineError                  a run cannot be submitted, resumed or cancelled as asked
     └── ProviderError                a provider call failed; `kind` says how (ErrorKind)
 
 Inside a batch, a ProviderError is data: it is recorded on the item, not raised
@@ -32,6 +34,10 @@ class PromptlabError(Exception):
 
 class ConfigError(PromptlabError):
     """Settings or the providers file are invalid."""
+
+
+class SpecError(ConfigError):
+    """The run spec is invalid; the message names the field."""
 
 
 class StoreError(PromptlabError):
@@ -100,6 +106,10 @@ class VersionError(RegistryError):
 
 class PromptFileError(PromptlabError):
     """A YAML prompt file is malformed; the message names file and field."""
+
+
+class EngineError(PromptlabError):
+    """A run cannot be submitted, resumed or cancelled as asked."""
 
 
 class ErrorKind(enum.StrEnum):

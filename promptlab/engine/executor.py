@@ -32,7 +32,7 @@ from promptlab.engine.spec import (
     resolve_variants,
 )
 from promptlab.engine.writer import BatchWriter
-from promptlab.errors import ConfigError, PromptlabError
+from promptlab.errors import ConfigError, EngineError
 from promptlab.providers import build_provider, load_endpoints
 from promptlab.providers.base import Provider
 from promptlab.providers.config import EndpointConfig
@@ -55,10 +55,6 @@ T = TypeVar("T")
 ProviderFactory = Callable[[EndpointConfig], Provider]
 #: Seconds a caller thread waits for the engine loop to answer a quick question.
 CALL_TIMEOUT_S = 30.0
-
-
-class EngineError(PromptlabError):
-    """A run cannot be submitted, resumed or cancelled as asked."""
 
 
 @dataclass

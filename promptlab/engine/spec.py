@@ -13,7 +13,7 @@ import yaml
 
 from promptlab.engine.limiter import DEFAULT_BURST_S, Limits
 from promptlab.engine.retry import RetryPolicy
-from promptlab.errors import ConfigError, PromptlabError
+from promptlab.errors import ConfigError, PromptlabError, SpecError
 from promptlab.providers.config import KINDS, EndpointConfig, parse_model_ref
 from promptlab.store.runs import VariantRecord
 from promptlab.templates import Template
@@ -27,10 +27,6 @@ ENDPOINT_FIELDS = frozenset({"kind", "base_url", "api_key_env", "rpm", "tpm", "c
 #: Request params a variant may set on top of its template's.
 VARIANT_PARAMS = frozenset({"temperature", "top_p", "max_tokens"})
 DATASET_SUFFIXES = (".csv", ".jsonl", ".ndjson")
-
-
-class SpecError(ConfigError):
-    """The run spec is invalid; the message names the field."""
 
 
 @dataclass(frozen=True)
