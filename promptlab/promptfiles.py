@@ -30,6 +30,7 @@ import yaml
 from promptlab.errors import PromptFileError, PromptlabError
 from promptlab.registry import Registry, SaveResult
 from promptlab.templates import Template
+from promptlab.yamlio import parse_yaml, read_yaml
 
 _VERSION_KEYS = {"version", "message", "author", "params", "variables", "output_schema", "messages"}
 _TOP_KEYS = {"name", "description", "labels", "versions"} | _VERSION_KEYS
@@ -53,15 +54,7 @@ class PromptFile:
 
 def load_prompt_file(path: str | Path) -> PromptFile:
     """Read and fully check a prompt file; errors name the file and the field."""
-    path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise PromptFileError(f"{path}: cannot read: {exc.strerror}") from exc
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f", line {mark.line + 1}" if mark else ""
-        raise PromptFileError(f"{path}{where}: not valid YAML: {exc}") from exc
+    data = read_yaml(path, error=PromptFileError)
     return parse_prompt_data(data, source=str(path))
 
 
@@ -188,12 +181,7 @@ def parse_yaml_mapping(text: str, field_name: str) -> dict[str, Any] | None:
     """A YAML (or JSON) mapping typed into a form field; empty text means none."""
     if not text.strip():
         return None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f", line {mark.line + 1}" if mark else ""
-        raise PromptFileError(f"{field_name}{where}: not valid YAML or JSON") from exc
+    data = parse_yaml(text, where=field_name, error=PromptFileError)
     if data is None:
         return None
     if not isinstance(data, dict):

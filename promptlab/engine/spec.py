@@ -9,14 +9,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from promptlab.engine.limiter import DEFAULT_BURST_S, Limits
 from promptlab.engine.retry import RetryPolicy
 from promptlab.errors import ConfigError, PromptlabError, SpecError
 from promptlab.providers.config import KINDS, EndpointConfig, parse_model_ref
 from promptlab.store.runs import VariantRecord
 from promptlab.templates import Template
+from promptlab.yamlio import parse_yaml, read_yaml
 
 SPEC_FIELDS = frozenset(
     {"name", "dataset", "variants", "repeats", "limits", "retry", "endpoints", "limit_rows"}
@@ -60,21 +59,13 @@ class RunSpec:
 def load_spec(path: str | Path) -> RunSpec:
     """Read and check a YAML run spec; relative dataset paths are relative to the file."""
     spec_path = Path(path)
-    try:
-        data = yaml.safe_load(spec_path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise SpecError(f"cannot read run spec {spec_path}: {exc.strerror}") from exc
-    except yaml.YAMLError as exc:
-        raise SpecError(f"run spec {spec_path} is not valid YAML: {exc}") from exc
+    data = read_yaml(spec_path, error=SpecError)
     return parse_spec(data, base_dir=spec_path.parent, default_name=spec_path.stem)
 
 
 def parse_spec_text(text: str, *, base_dir: Path | None = None) -> RunSpec:
     """A spec from YAML text (as pasted in the app); relative paths are from `base_dir`."""
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise SpecError(f"run spec is not valid YAML: {exc}") from exc
+    data = parse_yaml(text, where="run spec", error=SpecError)
     return parse_spec(data, base_dir=base_dir)
 
 

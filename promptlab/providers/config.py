@@ -13,9 +13,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from promptlab.errors import ConfigError
+from promptlab.yamlio import read_yaml
 
 #: Endpoint kinds an adapter exists for.
 KINDS = ("openai", "anthropic", "sim")
@@ -170,12 +169,7 @@ def load_endpoints(
     endpoints = builtin_endpoints(environ)
     if path is None:
         return endpoints
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"cannot read providers file {path}: {exc.strerror}") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"providers file {path} is not valid YAML: {exc}") from exc
+    data = read_yaml(path, error=ConfigError)
     if data is None:
         return endpoints
     if not isinstance(data, dict) or not isinstance(data.get("endpoints", {}), dict):
