@@ -103,6 +103,44 @@ def test_a_bad_spec_exits_2_with_the_field_named(
     assert message in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("name", "content", "message"),
+    [
+        ("rows.jsonl", b'{"text": "a"}\nnot json\n', "rows.jsonl, line 2: not valid JSON"),
+        ("rows.jsonl", b'{"text": "a"}\n["a list"]\n', "line 2: expected a JSON object"),
+        ("rows.csv", b"", "no header row"),
+        ("rows.csv", b"text\n\xff\xfe\n", "not UTF-8"),
+    ],
+)
+def test_a_malformed_dataset_exits_2_before_any_run_exists(
+    tmp_path: Path, db_path: Path, name: str, content: bytes, message: str
+) -> None:
+    (tmp_path / name).write_bytes(content)
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(f"dataset: {name}\nvariants: [{{messages: [{{role: user, content: hi}}]}}]\n")
+    result = CliRunner().invoke(main, ["run", str(spec)])
+    assert result.exit_code == 2, result.output
+    assert message in result.stderr and "Traceback" not in result.output
+    with Store(db_path) as store:
+        assert RunStore(store).list_runs(10) == []
+
+
+def test_status_lists_failed_rows_with_their_reason(tmp_path: Path) -> None:
+    assert CliRunner().invoke(main, ["init", "--demo"]).exit_code == 0
+    (tmp_path / "rows.csv").write_text(
+        "title,article,max_words\nA,Some text.,40\nB,More text.,many\n"
+    )
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("dataset: rows.csv\nvariants: [{prompt: article-summarizer@2.0.0}]\n")
+    run = CliRunner().invoke(main, ["run", str(spec)])
+    assert run.exit_code == 0, run.output
+    run_id = run.stdout.split()[1]
+    status = CliRunner().invoke(main, ["status", run_id])
+    assert "failures: invalid_input=1" in status.stdout
+    assert "dataset row 2 (article-summarizer@2.0.0)" in status.stdout
+    assert "max_words: 'many' is not of type 'integer'" in status.stdout
+
+
 def test_a_run_stopped_by_quota_exits_1_with_the_reason(tmp_path: Path) -> None:
     with serve_in_thread(FakeLLMConfig(port=0, quota_rate=1.0)) as quota_server:
         spec = write_spec(tmp_path, quota_server.openai_base_url)

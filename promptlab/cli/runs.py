@@ -95,9 +95,18 @@ def status_command(ctx: click.Context, run_id: str | None, limit: int) -> None:
             kinds = runs.failure_kinds(run_id)
             if kinds:
                 click.echo("  failures: " + ", ".join(f"{k}={v}" for k, v in kinds.items()))
+                for failure in runs.failure_examples(run_id, FAILURES_SHOWN):
+                    click.echo(
+                        f"    dataset row {failure.row_index + 1} ({failure.variant}): "
+                        f"{failure.error_kind}: {failure.message}"
+                    )
     except PromptlabError as exc:
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(EXIT_ERROR) from exc
+
+
+#: Failed items `status RUN_ID` lists with their messages (the counts cover them all).
+FAILURES_SHOWN = 10
 
 
 @click.command("cancel")

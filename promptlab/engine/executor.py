@@ -32,7 +32,7 @@ from promptlab.engine.spec import (
     resolve_variants,
 )
 from promptlab.engine.writer import BatchWriter
-from promptlab.errors import ConfigError, EngineError
+from promptlab.errors import ConfigError, EngineError, PromptlabError
 from promptlab.providers import build_provider, load_endpoints
 from promptlab.providers.base import Provider
 from promptlab.providers.config import EndpointConfig
@@ -343,7 +343,10 @@ class Engine:
             await execution.execute()
             await self._close_run(run_id, execution)
         except Exception as exc:
-            log.exception("run %s failed", run_id)
+            if isinstance(exc, PromptlabError):  # an explained failure: its message says it all
+                log.error("run %s failed: %s", run_id, exc)
+            else:
+                log.exception("run %s failed", run_id)
             await self._writer.flush()
             await asyncio.to_thread(self.runs.cancel_open_items, run_id, f"run failed: {exc}")
             await asyncio.to_thread(self.runs.set_status, run_id, RUN_FAILED, str(exc))

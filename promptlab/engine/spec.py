@@ -264,12 +264,28 @@ def resolve_variants(
 
 
 def check_dataset(path: Path) -> None:
-    """Fail early, before a run is created, when the dataset cannot be read."""
+    """Fail early, before a run is created, when the dataset cannot be read or parsed.
+
+    Reads the whole file once (rows are not kept), so a malformed line far down is
+    reported with its line number instead of failing the run half-way through planning.
+    """
     try:
-        with path.open(encoding="utf-8") as handle:
-            handle.readline()
+        if path.suffix.lower() == ".csv":
+            with path.open(encoding="utf-8", newline="") as handle:
+                reader = csv.DictReader(handle)
+                if not reader.fieldnames:
+                    raise SpecError(f"dataset {path}: no header row naming the columns")
+                for _ in reader:
+                    pass
+        else:
+            for _ in iter_rows(path):
+                pass
     except OSError as exc:
         raise SpecError(f"dataset {path}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"dataset {path}: not UTF-8 text ({exc.reason})") from exc
+    except csv.Error as exc:
+        raise SpecError(f"dataset {path}: not valid CSV ({exc})") from exc
 
 
 def iter_rows(path: Path, limit: int | None = None) -> Iterator[dict[str, Any]]:

@@ -57,6 +57,16 @@ def utcnow() -> datetime:
 
 
 @dataclass(frozen=True)
+class FailureExample:
+    """One failed item: which dataset row (0-based) and variant, and why."""
+
+    row_index: int
+    variant: str
+    error_kind: str
+    message: str
+
+
+@dataclass(frozen=True)
 class VariantRecord:
     """A run's variant as stored: enough to rebuild its request without the registry."""
 
@@ -474,6 +484,16 @@ class RunStore:
                 [run_id],
             ).fetchall()
         return {str(r[0]): int(r[1]) for r in rows}
+
+    def failure_examples(self, run_id: str, limit: int = 10) -> list[FailureExample]:
+        """The first failed items of a run, in dataset order, with their messages."""
+        with self.store.read() as cur:
+            rows = cur.execute(
+                "SELECT row_index, variant, error_kind, error_message FROM results "
+                "WHERE run_id = ? AND status = 'failed' ORDER BY seq LIMIT ?",
+                [run_id, limit],
+            ).fetchall()
+        return [FailureExample(int(r[0]), r[1], str(r[2]), r[3] or "") for r in rows]
 
     def summary(self, run_id: str) -> dict[str, Any]:
         """Totals over the run's final rows: tokens, cost, latency percentiles."""
