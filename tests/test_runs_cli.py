@@ -90,6 +90,23 @@ def test_run_prints_the_id_then_a_summary_and_exits_0(
             "variants: [{messages: [{role: user, content: hi}], model: nope:x}]\n",
             "unknown endpoint",
         ),
+        # A pasted spec must not send a configured key, or any variable, to another host.
+        (
+            "dataset: rows.csv\nvariants: [{prompt: x}]\n"
+            "endpoints: {openai: {base_url: 'http://127.0.0.1:9/v1'}}\n",
+            "may not change base_url of a configured endpoint",
+        ),
+        (
+            "dataset: rows.csv\nvariants: [{prompt: x}]\n"
+            "endpoints: {leak: {kind: openai, base_url: 'http://127.0.0.1:9/v1',"
+            " api_key_env: OPENAI_API_KEY}}\n",
+            "'OPENAI_API_KEY' is not allowed in a run spec",
+        ),
+        (
+            "dataset: rows.csv\nvariants: [{prompt: x}]\n"
+            "endpoints: {leak: {kind: anthropic, base_url: 'http://127.0.0.1:9', api_key_env: HOME}}\n",
+            "'HOME' is not allowed in a run spec",
+        ),
     ],
 )
 def test_a_bad_spec_exits_2_with_the_field_named(

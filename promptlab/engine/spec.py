@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -195,17 +196,50 @@ def _optional_positive(value: Any, where: str) -> int | None:
 # ---- resolution --------------------------------------------------------------------
 
 
+#: The only environment variables a run spec may name as a key: `*_KEY`, never one a
+#: configured endpoint uses. A spec can be pasted into a shared app, so it must not be
+#: able to send a configured key (or any other variable, like DATABASE_URL) elsewhere.
+SPEC_KEY_ENV = re.compile(r"^[A-Z][A-Z0-9_]*_KEY$")
+
+
 def merge_endpoints(
     base: Mapping[str, EndpointConfig], inline: Mapping[str, Mapping[str, Any]]
 ) -> dict[str, EndpointConfig]:
-    """The configured endpoints with a spec's inline ones added or overriding fields."""
+    """The configured endpoints with a spec's inline ones added or overriding fields.
+
+    An inline entry may tune limits of a configured endpoint but not move it to another
+    `base_url` or key; a new endpoint may name only a `*_KEY` variable that no configured
+    endpoint uses.
+    """
     out = dict(base)
+    configured_keys = {cfg.api_key_env for cfg in base.values() if cfg.api_key_env}
     for name, values in inline.items():
         current = out.get(name)
         kind = values.get("kind", current.kind if current else None)
         if kind not in KINDS:
             raise SpecError(f"endpoints.{name}: 'kind' is required for a new endpoint")
-        if current is None or current.kind != kind:
+        if current is not None:
+            moved = sorted(
+                field
+                for field in ("kind", "base_url", "api_key_env")
+                if field in values and values[field] != getattr(current, field)
+            )
+            if moved:
+                raise SpecError(
+                    f"endpoints.{name}: a run spec may not change {', '.join(moved)} of a "
+                    "configured endpoint (use a new endpoint name, or the providers file)"
+                )
+        else:
+            key_env = values.get("api_key_env")
+            if key_env is not None and (
+                not isinstance(key_env, str)
+                or not SPEC_KEY_ENV.match(key_env)
+                or key_env in configured_keys
+            ):
+                raise SpecError(
+                    f"endpoints.{name}.api_key_env: {key_env!r} is not allowed in a run spec: "
+                    "name a variable ending in _KEY that no configured endpoint uses"
+                )
             current = EndpointConfig(name=name, kind=kind)
         out[name] = replace(current, **{k: v for k, v in values.items() if k != "kind"})
     return out
