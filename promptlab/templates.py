@@ -50,6 +50,13 @@ SAFE_FILTERS = frozenset(
         "upper", "wordcount", "wordwrap",
     }
 )  # fmt: skip
+#: Positional arguments allowed where a later one would be an attribute name to look up
+#: (join(sep, attribute), sort(reverse, case_sensitive, attribute), unique(cs, attribute)).
+_MAX_POSITIONAL = {"join": 1, "sort": 2, "unique": 1}
+#: Largest number a filter may take (widths, lengths): no `center(2000000000)`.
+MAX_FILTER_NUMBER = 10_000
+#: Names Jinja binds itself; as variables they would render engine internals.
+RESERVED_NAMES = frozenset({"self", "varargs", "kwargs", "caller"})
 SAFE_TESTS = frozenset(
     {"defined", "undefined", "none", "number", "string", "sequence", "mapping", "in", "eq", "ne"}
 )
@@ -265,14 +272,41 @@ def check_safe(source: str, where: str = "template") -> None:
                 f"{at}: filter {node.name!r} is not allowed; "
                 f"allowed: {', '.join(sorted(SAFE_FILTERS))}"
             )
+        if isinstance(node, nodes.Filter):
+            _check_filter_arguments(node, at)
+        if isinstance(node, nodes.Name) and node.name in RESERVED_NAMES:
+            raise UnsafeTemplateError(f"{at}: {node.name!r} is reserved by the template engine")
         if isinstance(node, nodes.Test) and node.name not in SAFE_TESTS:
             raise UnsafeTemplateError(f"{at}: test {node.name!r} is not allowed")
         if isinstance(node, nodes.For) and node.recursive:
             raise UnsafeTemplateError(f"{at}: recursive loops are not allowed")
 
 
+def _check_filter_arguments(node: nodes.Filter, at: str) -> None:
+    """No `attribute=` lookups by name, and no sizes that would blow up memory."""
+    if any(kw.key == "attribute" for kw in node.kwargs) or len(node.args) > _MAX_POSITIONAL.get(
+        node.name, len(node.args)
+    ):
+        raise UnsafeTemplateError(
+            f"{at}: filter {node.name!r} may not look up attributes by name; "
+            "pass the values you need as variables"
+        )
+    for arg in [*node.args, *(kw.value for kw in node.kwargs)]:
+        number = arg.value if isinstance(arg, nodes.Const) else None
+        if (
+            isinstance(number, int | float)
+            and not isinstance(number, bool)
+            and abs(number) > MAX_FILTER_NUMBER
+        ):
+            raise UnsafeTemplateError(
+                f"{at}: filter {node.name!r} argument {number} is larger than {MAX_FILTER_NUMBER}"
+            )
+
+
 def normalize_params(params: Mapping[str, Any]) -> dict[str, Any]:
     """Defaults filled in and types checked; unknown params are an error."""
+    if not isinstance(params, Mapping):
+        raise TemplateError(f"params: expected a mapping, got {type(params).__name__}")
     unknown = sorted(set(params) - set(PARAM_DEFAULTS))
     if unknown:
         raise TemplateError(
@@ -312,6 +346,11 @@ def variable_schema(
     default, ...) plus an optional `required: false`. A full object schema
     (`{"type": "object", "properties": ...}`) is accepted too.
     """
+    if not isinstance(refinements, Mapping):
+        raise TemplateError(
+            "variables: expected a mapping of variable name to JSON Schema keywords, "
+            f"got {type(refinements).__name__}"
+        )
     if refinements.get("type") == "object" and "properties" in refinements:
         required_given = set(refinements.get("required", []))
         refinements = {
@@ -340,6 +379,12 @@ def variable_schema(
             jsonschema.Draft202012Validator.check_schema(fragment)
         except jsonschema.SchemaError as exc:
             raise TemplateError(f"variables.{name}: invalid schema: {exc.message}") from exc
+        if "default" in fragment:
+            problem = jsonschema.exceptions.best_match(
+                jsonschema.Draft202012Validator(fragment).iter_errors(fragment["default"])
+            )
+            if problem is not None:
+                raise TemplateError(f"variables.{name}.default: {problem.message}")
         properties[name] = dict(sorted(fragment.items()))
         if is_required and "default" not in fragment:
             required.append(name)

@@ -104,7 +104,8 @@ def test_run_prints_the_id_then_a_summary_and_exits_0(
         ),
         (
             "dataset: rows.csv\nvariants: [{prompt: x}]\n"
-            "endpoints: {leak: {kind: anthropic, base_url: 'http://127.0.0.1:9', api_key_env: HOME}}\n",
+            "endpoints: {leak: {kind: anthropic, base_url: 'http://127.0.0.1:9',"
+            " api_key_env: HOME}}\n",
             "'HOME' is not allowed in a run spec",
         ),
     ],

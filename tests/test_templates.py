@@ -62,6 +62,12 @@ def test_render(source: str, values: dict[str, Any], expected: str) -> None:
         ("{% macro m() %}{% endmacro %}", UnsafeTemplateError, "macro"),
         ("{{ _secret }}", UnsafeTemplateError, "may not start with '_'"),
         ("line 1\n{{ name ", TemplateSyntaxError, "line 2"),
+        ("{{ x|join(',', '__class__') }}", UnsafeTemplateError, "look up attributes"),
+        ("{{ x|sort(false, false, '__class__') }}", UnsafeTemplateError, "look up attributes"),
+        ("{{ x|unique(attribute='a') }}", UnsafeTemplateError, "look up attributes"),
+        ("{{ x|center(2000000000) }}", UnsafeTemplateError, "larger than 10000"),
+        ("{{ x|indent(width=99999) }}", UnsafeTemplateError, "larger than 10000"),
+        ("{{ self }}", UnsafeTemplateError, "'self' is reserved"),
     ],
 )
 def test_unsafe_or_broken_templates_are_refused(
@@ -170,6 +176,9 @@ def test_defaults_fill_missing_values_and_extras_are_ignored() -> None:
         ({"variables": {"ghost": {}}}, "ghost declared but not used"),
         ({"variables": {"name": {"type": "str"}}}, "variables.name.type"),
         ({"output_schema": {"type": "objekt"}}, "output_schema"),
+        ({"variables": ["name"]}, "variables: expected a mapping"),
+        ({"params": ["model"]}, "params: expected a mapping"),
+        ({"variables": {"name": {"type": "integer", "default": "abc"}}}, "name.default"),
     ],
 )
 def test_bad_params_and_schemas_name_the_field(kwargs: dict[str, Any], fragment: str) -> None:

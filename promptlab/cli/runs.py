@@ -142,10 +142,11 @@ def _drive(
 ) -> None:
     try:
         store = open_store(ctx)
+        engine = Engine(store)  # reads the providers file: a bad one is a clear error
     except PromptlabError as exc:
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(EXIT_ERROR) from exc
-    with store, Engine(store) as engine:
+    with store, engine:
         try:
             run_id = start(engine)  # type: ignore[operator]
         except PromptlabError as exc:

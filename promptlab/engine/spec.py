@@ -12,10 +12,10 @@ from typing import Any
 
 from promptlab.engine.limiter import DEFAULT_BURST_S, Limits
 from promptlab.engine.retry import RetryPolicy
-from promptlab.errors import ConfigError, PromptlabError, SpecError
+from promptlab.errors import ConfigError, PromptlabError, SpecError, TemplateError
 from promptlab.providers.config import KINDS, EndpointConfig, parse_model_ref
 from promptlab.store.runs import VariantRecord
-from promptlab.templates import Template
+from promptlab.templates import Template, normalize_params
 from promptlab.yamlio import parse_yaml, read_yaml
 
 SPEC_FIELDS = frozenset(
@@ -27,6 +27,9 @@ ENDPOINT_FIELDS = frozenset({"kind", "base_url", "api_key_env", "rpm", "tpm", "c
 #: Request params a variant may set on top of its template's.
 VARIANT_PARAMS = frozenset({"temperature", "top_p", "max_tokens"})
 DATASET_SUFFIXES = (".csv", ".jsonl", ".ndjson")
+#: Spreadsheets save CSV with a byte-order mark; without -sig it would join the first
+#: column's name and every row would miss that variable.
+CSV_ENCODING = "utf-8-sig"
 
 
 @dataclass(frozen=True)
@@ -101,9 +104,10 @@ def parse_spec(data: Any, *, base_dir: Path | None = None, default_name: str = "
     except ConfigError as exc:
         raise SpecError(str(exc)) from exc
     endpoints = _endpoints(data.get("endpoints") or {})
-    raw = {**data, "dataset": str(dataset)}
+    # Stored as JSON with the run: YAML dates and the like become their text.
+    raw = json.loads(json.dumps({**data, "dataset": str(dataset)}, default=str))
     return RunSpec(
-        name=str(data.get("name") or default_name),
+        name=str(raw.get("name") or default_name),
         dataset=dataset,
         variants=variants,
         repeats=repeats,
@@ -139,6 +143,15 @@ def _variant(data: Any, index: int) -> VariantSpec:
     params = data.get("params") or {}
     if not isinstance(params, Mapping) or set(params) - VARIANT_PARAMS:
         raise SpecError(f"{where}.params: allowed keys are {', '.join(sorted(VARIANT_PARAMS))}")
+    try:  # the same ranges and types a template's params must have
+        normalize_params({"model": "check:only", **params})
+    except TemplateError as exc:
+        raise SpecError(f"{where}.{exc}") from exc
+    if prompt is not None and data.get("output_schema") is not None:
+        raise SpecError(
+            f"{where}.output_schema: only for inline messages; a registry prompt "
+            "carries its own output schema"
+        )
     name = data.get("name") or prompt or f"variant-{index + 1}"
     return VariantSpec(
         name=str(name),
@@ -162,7 +175,7 @@ def _limits(data: Any) -> dict[str, Limits]:
             rpm=_optional_positive(values.get("rpm"), f"{where}.rpm"),
             tpm=_optional_positive(values.get("tpm"), f"{where}.tpm"),
             concurrency=_optional_positive(values.get("concurrency"), f"{where}.concurrency"),
-            burst_s=float(values.get("burst_s", DEFAULT_BURST_S)),
+            burst_s=_positive_number(values.get("burst_s", DEFAULT_BURST_S), f"{where}.burst_s"),
         )
     return out
 
@@ -187,6 +200,12 @@ def _positive_int(value: Any, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise SpecError(f"{where}: expected a positive integer, got {value!r}")
     return value
+
+
+def _positive_number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise SpecError(f"{where}: expected a positive number of seconds, got {value!r}")
+    return float(value)
 
 
 def _optional_positive(value: Any, where: str) -> int | None:
@@ -305,10 +324,13 @@ def check_dataset(path: Path) -> None:
     """
     try:
         if path.suffix.lower() == ".csv":
-            with path.open(encoding="utf-8", newline="") as handle:
+            with path.open(encoding=CSV_ENCODING, newline="") as handle:
                 reader = csv.DictReader(handle)
                 if not reader.fieldnames:
                     raise SpecError(f"dataset {path}: no header row naming the columns")
+                repeated = sorted({c for c in reader.fieldnames if reader.fieldnames.count(c) > 1})
+                if repeated:
+                    raise SpecError(f"dataset {path}: column(s) named twice: {', '.join(repeated)}")
                 for _ in reader:
                     pass
         else:
@@ -325,7 +347,8 @@ def check_dataset(path: Path) -> None:
 def iter_rows(path: Path, limit: int | None = None) -> Iterator[dict[str, Any]]:
     """Rows of a CSV (header row names the columns) or JSONL file, one at a time."""
     count = 0
-    with path.open(encoding="utf-8", newline="") as handle:
+    encoding = CSV_ENCODING if path.suffix.lower() == ".csv" else "utf-8"
+    with path.open(encoding=encoding, newline="") as handle:
         if path.suffix.lower() == ".csv":
             rows: Iterator[dict[str, Any]] = iter(csv.DictReader(handle))
         else:
