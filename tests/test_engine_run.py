@@ -243,6 +243,37 @@ def test_cancel_stops_dispatch_and_lets_in_flight_requests_finish(
     assert len(rows) == 100 and {r[1] for r in rows} == {"succeeded"}
 
 
+def test_resume_pressed_twice_at_once_starts_the_run_once(
+    engine: Engine, store: Store, tmp_path: Path, provider: ScriptedProvider
+) -> None:
+    import threading
+
+    provider.latency_s = 0.05  # slow enough to cancel before the end, and to stay busy
+    run_id = engine.submit(make_spec(write_dataset(tmp_path / "d.csv", 40)))
+    engine.cancel(run_id)
+    assert engine.wait(run_id, timeout=30).status == "cancelled"
+    outcomes: list[str] = []
+    barrier = threading.Barrier(2)
+
+    def press() -> None:
+        barrier.wait()
+        try:
+            engine.resume(run_id)
+            outcomes.append("started")
+        except Exception as exc:  # noqa: BLE001 - the outcome is what we count
+            outcomes.append(str(exc))
+
+    presses = [threading.Thread(target=press) for _ in range(2)]
+    for thread in presses:
+        thread.start()
+    for thread in presses:
+        thread.join()
+    assert sorted(outcomes) == sorted(["started", f"run {run_id} is already running"])
+    assert engine.wait(run_id, timeout=30).status == "completed"
+    assert max(provider.calls.values()) == 1  # no item was sent twice
+    assert len(final_rows(store, run_id)) == 40
+
+
 def test_two_runs_share_one_endpoint_budget(
     engine: Engine, tmp_path: Path, provider: ScriptedProvider
 ) -> None:

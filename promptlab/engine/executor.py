@@ -44,7 +44,6 @@ from promptlab.store.runs import (
     RUN_FINAL_STATES,
     RUN_RUNNING,
     RUN_SCHEDULED,
-    RUN_SUBMITTED,
     RunStore,
     VariantRecord,
 )
@@ -87,6 +86,8 @@ class Engine:
         self._providers: dict[tuple[str, ...], Provider] = {}
         self._limiters: dict[tuple[str, ...], EndpointLimiter] = {}
         self._active: dict[str, _Active] = {}
+        self._claims: set[str] = set()  # runs being resumed, not yet in _active
+        self._claims_lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run_loop, name="promptlab-engine", daemon=True)
         self._thread.start()
@@ -127,8 +128,19 @@ class Engine:
 
     def resume(self, run_id: str) -> str:
         """Continue a run whose process died, or that was cancelled or stopped."""
-        if run_id in self._active:
-            raise EngineError(f"run {run_id} is already running")
+        # Two sessions may press Resume at once: claim the run before looking at it, so
+        # only one of them starts it (two would send every open item twice).
+        with self._claims_lock:
+            if run_id in self._active or run_id in self._claims:
+                raise EngineError(f"run {run_id} is already running")
+            self._claims.add(run_id)
+        try:
+            return self._resume_claimed(run_id)
+        finally:
+            with self._claims_lock:
+                self._claims.discard(run_id)
+
+    def _resume_claimed(self, run_id: str) -> str:
         record = self.runs.get_run(run_id)
         if record.status == RUN_COMPLETED:
             raise EngineError(f"run {run_id} is completed: nothing to resume")
@@ -139,8 +151,9 @@ class Engine:
         if missing:
             raise ConfigError(f"run {run_id} uses unknown endpoint(s): {', '.join(missing)}")
         self._call(self._prepare_lanes(variants, endpoints, spec.limits))
-        # A run that died while planning is planned again from scratch.
-        replan = record.status == RUN_SUBMITTED
+        # A run whose planning never finished (it is scheduled once every item is planned:
+        # the process died, or a chunk failed) is planned again from scratch.
+        replan = record.scheduled_at is None
         if replan:
             check_dataset(spec.dataset)
             with self.store.transaction() as tx:
@@ -267,7 +280,15 @@ class Engine:
             key = _budget_key(cfg)
             if key not in self._providers:
                 self._providers[key] = self._provider_factory(cfg)
-            configured = limits.get(name) or Limits(cfg.rpm, cfg.tpm, cfg.concurrency)
+            # A spec's limits override the configured ones field by field: `{concurrency: 4}`
+            # keeps the providers file's rpm and tpm.
+            override = limits.get(name) or Limits()
+            configured = Limits(
+                rpm=override.rpm or cfg.rpm,
+                tpm=override.tpm or cfg.tpm,
+                concurrency=override.concurrency or cfg.concurrency,
+                burst_s=override.burst_s,
+            )
             if key not in self._limiters:
                 self._limiters[key] = EndpointLimiter(name, configured)
             elif name in limits:

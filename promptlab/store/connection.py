@@ -52,10 +52,11 @@ class Store:
         Called before items are inserted; the limit never shrinks (deleted keys may
         still be in the index until a checkpoint).
         """
-        self._indexed_items += count
-        if self._limited:
-            limit = WORKING_MEMORY_BYTES + INDEX_BYTES_PER_ITEM * self._indexed_items
-            self._conn.execute(f"SET memory_limit = '{limit}B'")
+        with self._write_lock:  # callers are worker threads: one of them at a time
+            self._indexed_items += count
+            if self._limited:
+                limit = WORKING_MEMORY_BYTES + INDEX_BYTES_PER_ITEM * self._indexed_items
+                self._conn.execute(f"SET memory_limit = '{limit}B'")
 
     def cursor(self) -> duckdb.DuckDBPyConnection:
         """A connection for the calling thread; close it when done (or use `read`)."""
