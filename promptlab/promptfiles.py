@@ -27,8 +27,21 @@ from typing import Any
 
 import yaml
 
-from promptlab.errors import PromptFileError, PromptlabError
-from promptlab.registry import Registry, SaveResult
+from promptlab.errors import (
+    NotFoundError,
+    PromptFileError,
+    PromptlabError,
+    RegistryError,
+    VersionError,
+)
+from promptlab.registry import (
+    LABEL_PATTERN,
+    RESERVED_LABELS,
+    Registry,
+    SaveResult,
+    classify_change,
+    next_version,
+)
 from promptlab.templates import Template
 from promptlab.yamlio import parse_yaml, read_yaml
 
@@ -50,6 +63,7 @@ class PromptFile:
     description: str
     versions: list[VersionSpec]
     labels: dict[str, str] = field(default_factory=dict)
+    source: str = "<prompt>"
 
 
 def load_prompt_file(path: str | Path) -> PromptFile:
@@ -89,7 +103,7 @@ def parse_prompt_data(data: Any, source: str = "<prompt>") -> PromptFile:
         isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
     ):
         raise PromptFileError(f"{source}: field 'labels' must map label names to versions")
-    return PromptFile(name, str(data.get("description") or ""), versions, labels)
+    return PromptFile(name, str(data.get("description") or ""), versions, labels, source)
 
 
 def _parse_version(item: Any, where: str) -> VersionSpec:
@@ -119,7 +133,12 @@ def _parse_version(item: Any, where: str) -> VersionSpec:
 
 
 def import_prompt_file(registry: Registry, prompt: PromptFile, author: str) -> list[SaveResult]:
-    """Save each version in order (identical ones are skipped), then move the labels."""
+    """Save each version in order (identical ones are skipped), then move the labels.
+
+    Version numbers and label targets are checked against the registry first, so a file
+    that cannot be imported whole saves nothing.
+    """
+    check_importable(registry, prompt)
     results: list[SaveResult] = []
     by_file_version: dict[str, str] = {}
     for spec in prompt.versions:
@@ -137,6 +156,49 @@ def import_prompt_file(registry: Registry, prompt: PromptFile, author: str) -> l
     for label, ref in prompt.labels.items():
         registry.set_label(prompt.name, by_file_version.get(ref, ref), label, actor=author)
     return results
+
+
+def check_importable(registry: Registry, prompt: PromptFile) -> None:
+    """Walk the file's versions as `save_version` would; raise naming the first bad field."""
+    try:
+        existing = registry.versions(prompt.name)
+    except NotFoundError:
+        existing = []
+    known = {v.id for v in existing}
+    latest = existing[0] if existing else None
+    semver, template = (latest.semver, latest.template) if latest else (None, None)
+    file_versions: set[str] = set()
+    for index, spec in enumerate(prompt.versions):
+        content_id = spec.template.content_hash()
+        if content_id in known:
+            continue  # identical content: nothing is saved, its number stands
+        bump = classify_change(template, spec.template) if template else "major"
+        try:
+            number = next_version(semver, bump, spec.version)
+        except VersionError as exc:
+            raise PromptFileError(f"{prompt.source}: versions[{index}].version: {exc}") from exc
+        semver, template = ".".join(map(str, number)), spec.template
+        known.add(content_id)
+        file_versions.add(semver)
+        if spec.version:
+            file_versions.add(spec.version)
+    for label, ref in prompt.labels.items():
+        if not LABEL_PATTERN.match(label) or label in RESERVED_LABELS:
+            raise PromptFileError(
+                f"{prompt.source}: labels.{label}: use lowercase letters, digits, '-' or '_', "
+                "starting with a letter, and not 'latest'"
+            )
+        if ref in file_versions:
+            continue
+        try:
+            registry.resolve(f"{prompt.name}@{ref}")
+        except NotFoundError as exc:
+            raise PromptFileError(
+                f"{prompt.source}: labels.{label}: {ref!r} is neither a version in this file "
+                "nor one already saved"
+            ) from exc
+        except RegistryError as exc:
+            raise PromptFileError(f"{prompt.source}: labels.{label}: {exc}") from exc
 
 
 def export_prompt(registry: Registry, name: str) -> str:

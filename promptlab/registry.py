@@ -181,7 +181,7 @@ class Registry:
             ).fetchone()
             latest = _version_from_row(latest_row) if latest_row else None
             bump: Bump = classify_change(latest.template, template) if latest else "major"
-            number = _next_version(latest.semver if latest else None, bump, version)
+            number = next_version(latest.semver if latest else None, bump, version)
             semver = ".".join(map(str, number))
             tx.execute(
                 "INSERT INTO prompt_versions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -438,7 +438,8 @@ def bump_version(current: tuple[int, int, int], bump: Bump) -> tuple[int, int, i
     return major, minor, patch + 1
 
 
-def _next_version(latest: str | None, bump: Bump, override: str | None) -> tuple[int, int, int]:
+def next_version(latest: str | None, bump: Bump, override: str | None) -> tuple[int, int, int]:
+    """The number a new version gets: the automatic bump, or a higher `override`."""
     automatic = bump_version(parse_semver(latest), bump) if latest else FIRST_VERSION
     if override is None:
         return automatic

@@ -105,3 +105,44 @@ def test_missing_file(tmp_path: Path) -> None:
 
 def test_demo_dir_exists() -> None:
     assert sorted(p.name for p in DEMO_DIR.glob("*.yaml"))
+
+
+@pytest.mark.parametrize(
+    ("tail", "fragment"),
+    [
+        (
+            "  - version: 1.0.0\n    messages: [{role: user, content: 'A {{ x }}'}]\n"
+            "  - version: 0.9.0\n    messages: [{role: user, content: 'B {{ x }}'}]\n",
+            "versions[1].version: version 0.9.0 is lower than the automatic minor bump",
+        ),
+        (
+            "  - messages: [{role: user, content: 'A {{ x }}'}]\nlabels: {production: 9.9.9}\n",
+            "labels.production: '9.9.9' is neither a version in this file",
+        ),
+        (
+            "  - messages: [{role: user, content: 'A {{ x }}'}]\nlabels: {Prod: 1.0.0}\n",
+            "labels.Prod: use lowercase letters",
+        ),
+    ],
+)
+def test_a_file_that_cannot_be_imported_whole_saves_nothing(
+    tmp_path: Path, registry: Registry, tail: str, fragment: str
+) -> None:
+    path = write(tmp_path, "name: atomic\nversions:\n" + tail)
+    with pytest.raises(PromptFileError) as info:
+        import_prompt_file(registry, load_prompt_file(path), "me")
+    assert str(path) in str(info.value) and fragment in str(info.value)
+    assert registry.is_empty()
+
+
+def test_labels_may_point_at_versions_already_saved(tmp_path: Path, registry: Registry) -> None:
+    first = write(tmp_path, "name: p\nmessages: [{role: user, content: 'A {{ x }}'}]\n")
+    import_prompt_file(registry, load_prompt_file(first), "me")
+    second = write(
+        tmp_path,
+        "name: p\nmessages: [{role: user, content: 'B {{ x }}'}]\nlabels: {stable: 1.0.0}\n",
+        "second.yaml",
+    )
+    import_prompt_file(registry, load_prompt_file(second), "me")
+    assert registry.labels("p")["stable"].semver == "1.0.0"
+    assert registry.resolve("p").semver == "1.1.0"
