@@ -9,6 +9,7 @@ and `--strict` given.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import time
@@ -154,12 +155,11 @@ def _drive(
             code = EXIT_USAGE if bad_spec_is_usage and _is_spec_problem(exc) else EXIT_ERROR
             raise SystemExit(code) from exc
         click.echo(f"run {run_id}")
-        interrupted = _watch(engine, run_id, quiet)
+        _watch(engine, run_id, quiet)
         final = engine.wait(run_id)
         summary = engine.runs.summary(run_id)
         _print_summary(final, summary)
-    if interrupted and final.status != RUN_CANCELLED:
-        raise SystemExit(EXIT_CANCELLED)
+    # The run's final state decides: a Ctrl-C that came after the run completed is moot.
     raise SystemExit(_exit_code(final, strict))
 
 
@@ -169,8 +169,8 @@ def _is_spec_problem(exc: PromptlabError) -> bool:
     return isinstance(exc, ConfigError | RegistryError | TemplateError)
 
 
-def _watch(engine: Engine, run_id: str, quiet: bool) -> bool:
-    """Show progress until the run ends; the first Ctrl-C cancels, the second aborts."""
+def _watch(engine: Engine, run_id: str, quiet: bool) -> None:
+    """Show progress until the run ends; the first Ctrl-C cancels, the second quits now."""
     interrupts = 0
 
     def on_sigint(_signum: int, _frame: FrameType | None) -> None:
@@ -184,7 +184,11 @@ def _watch(engine: Engine, run_id: str, quiet: bool) -> bool:
             )
             engine.cancel(run_id)
         else:
-            raise KeyboardInterrupt
+            # Quit now, like a crash: the store keeps every final row written so far, and
+            # resume sends what was in flight (answers not yet written are sent again).
+            click.echo(f"\nstopped; continue with `promptlab resume {run_id}`", err=True)
+            sys.stderr.flush()
+            os._exit(EXIT_CANCELLED)
 
     previous = signal.signal(signal.SIGINT, on_sigint)
     tty = sys.stderr.isatty()
@@ -202,7 +206,6 @@ def _watch(engine: Engine, run_id: str, quiet: bool) -> bool:
             click.echo("", err=True)
     finally:
         signal.signal(signal.SIGINT, previous)
-    return interrupts > 0
 
 
 def progress_line(p: RunProgress) -> str:
