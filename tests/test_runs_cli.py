@@ -126,6 +126,7 @@ def test_a_bad_spec_exits_2_with_the_field_named(
     [
         ("rows.jsonl", b'{"text": "a"}\nnot json\n', "rows.jsonl, line 2: not valid JSON"),
         ("rows.jsonl", b'{"text": "a"}\n["a list"]\n', "line 2: expected a JSON object"),
+        ("rows.jsonl", b'{"text": "a \\ud800 b"}\n', "line 1: contains an unpaired surrogate"),
         ("rows.csv", b"", "no header row"),
         ("rows.csv", b"text\n\xff\xfe\n", "not UTF-8"),
     ],

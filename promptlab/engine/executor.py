@@ -76,9 +76,10 @@ class Engine:
         endpoints: Mapping[str, EndpointConfig] | None = None,
         provider_factory: ProviderFactory = build_provider,
         registry: Any | None = None,
+        runs: RunStore | None = None,
     ) -> None:
         self.store = store
-        self.runs = RunStore(store)
+        self.runs = runs or RunStore(store)
         self.settings = settings or Settings.from_env()
         self._endpoints = dict(endpoints or load_endpoints(self.settings.providers_file))
         self._provider_factory = provider_factory

@@ -1,0 +1,62 @@
+"""The batch writer keeps rows through failed commits and sets aside a row that always fails."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from promptlab.engine import Engine, parse_spec
+from promptlab.engine.testing import ScriptedProvider
+from promptlab.engine.writer import STORE_ERROR_KIND
+from promptlab.providers.config import EndpointConfig
+from promptlab.store import Store
+from promptlab.store.runs import RunStore, WriteBatch
+
+
+class RefusingRunStore(RunStore):
+    """A real RunStore that refuses, every time, any batch holding a poisoned answer."""
+
+    poison = "row 3"
+
+    def write_batch(self, batch: WriteBatch) -> None:
+        if any(self.poison in (f.output_text or "") for f in batch.finals):
+            raise ValueError("the store cannot take this row")
+        super().write_batch(batch)
+
+
+def test_a_row_the_store_always_refuses_does_not_stall_the_run(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dataset = tmp_path / "d.csv"
+    dataset.write_text("text\n" + "".join(f"row {i}\n" for i in range(10)))
+    provider = ScriptedProvider()
+    engine = Engine(
+        store,
+        endpoints={"fake": EndpointConfig(name="fake", kind="openai")},
+        provider_factory=lambda _cfg: provider,
+        runs=RefusingRunStore(store),
+    )
+    monkeypatch.setattr("promptlab.engine.writer.RETRY_FLUSH_S", 0.01)
+    try:
+        spec = parse_spec(
+            {
+                "name": "poison",
+                "dataset": str(dataset),
+                "variants": [{"name": "v", "messages": [{"role": "user", "content": "{{ text }}"}],
+                              "model": "fake:m"}],
+            }
+        )  # fmt: skip
+        run_id = engine.submit(spec)
+        progress = engine.wait(run_id, timeout=60)
+    finally:
+        engine.close()
+    assert progress.status == "completed"
+    with store.read() as cur:
+        rows = cur.execute(
+            "SELECT row_index, status, error_kind FROM results WHERE run_id = ? ORDER BY row_index",
+            [run_id],
+        ).fetchall()
+    assert len(rows) == 10  # every item still has exactly one final row
+    assert rows[3] == (3, "failed", STORE_ERROR_KIND)
+    assert all(status == "succeeded" for _, status, _ in rows[:3] + rows[4:])
