@@ -120,7 +120,13 @@ def test_kill_minus_nine_then_resume_loses_nothing_and_repeats_no_stored_result(
                     "SELECT status FROM run_events WHERE run_id = ? ORDER BY seq", [run_id]
                 ).fetchall()
             ]
+            repeated_attempt_numbers = cur.execute(
+                "SELECT count(*) FROM (SELECT idempotency_key, attempt FROM attempts "
+                "WHERE run_id = ? GROUP BY ALL HAVING count(*) > 1)",
+                [run_id],
+            ).fetchone()
     assert len(finals) == ITEMS and all(n == 1 for _, n in finals)  # none lost, none twice
+    assert repeated_attempt_numbers == (0,)  # resumed attempts are numbered after earlier ones
     assert events[-3:] == ["scheduled", "running", "completed"]
 
     stats = server.stats()

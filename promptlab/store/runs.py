@@ -410,8 +410,12 @@ class RunStore:
                 "(status = 'failed' AND list_contains(?, error_kind)))",
                 [run_id, kinds],
             )
+            # Attempts recorded before a crash are not yet counted on the item: carry the
+            # count over, so the resumed attempts are numbered after them.
             tx.execute(
-                "UPDATE items SET status = 'pending', error_kind = NULL, updated_at = ? "
+                "UPDATE items SET status = 'pending', error_kind = NULL, updated_at = ?, "
+                "attempts = greatest(items.attempts, coalesce((SELECT max(a.attempt) "
+                "FROM attempts a WHERE a.idempotency_key = items.idempotency_key), 0)) "
                 "WHERE run_id = ? AND (status IN ('in_flight', 'cancelled') OR "
                 "(status = 'failed' AND list_contains(?, error_kind)))",
                 [utcnow(), run_id, kinds],
