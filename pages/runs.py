@@ -15,6 +15,8 @@ from promptlab.ui.shell import require_shell
 
 #: How often the live panels poll the engine.
 POLL_EVERY = timedelta(seconds=1)
+#: Failed items listed under a run (the counts above cover them all).
+FAILURES_SHOWN = 10
 EXAMPLE_SPEC = """\
 name: triage-production-vs-staging
 dataset: data/demo/tickets.csv   # CSV or JSONL; relative to the project folder
@@ -99,7 +101,40 @@ def run_detail(engine: Engine, run_id: str) -> None:
             hide_index=True,
             width="stretch",
         )
+    outcome(engine, p.run_id)
     actions(engine, p)
+
+
+def outcome(engine: Engine, run_id: str) -> None:
+    """What the stored results add up to so far: attempts, tokens, cost, latency, failures."""
+    summary = engine.runs.summary(run_id)
+    cols = st.columns(6)
+    cols[0].metric("Attempts", summary["attempts"], help="every request sent, retries included")
+    cols[1].metric("429s", summary["rate_limited_attempts"])
+    tokens_in, tokens_out = summary["input_tokens"], summary["output_tokens"]
+    cols[2].metric("Tokens", tokens_in + tokens_out, help=f"{tokens_in} in, {tokens_out} out")
+    cols[3].metric("Cost", f"${summary['cost_usd']:.4f}", help="from the providers file's prices")
+    for col, label, value in (
+        (cols[4], "Latency p50", summary["latency_p50_ms"]),
+        (cols[5], "Latency p95", summary["latency_p95_ms"]),
+    ):
+        col.metric(label, f"{value:.0f} ms" if value is not None else "–")
+    failures = engine.runs.failure_examples(run_id, FAILURES_SHOWN)
+    if failures:
+        st.markdown("**First failed items**")
+        st.dataframe(
+            pd.DataFrame(
+                {
+                    "dataset row": f.row_index + 1,
+                    "variant": f.variant,
+                    "kind": f.error_kind,
+                    "message": f.message,
+                }
+                for f in failures
+            ),
+            hide_index=True,
+            width="stretch",
+        )
 
 
 def actions(engine: Engine, p: RunProgress) -> None:

@@ -43,6 +43,9 @@ def test_a_finished_run_is_listed_with_its_counts_and_resume_disabled(tmp_path: 
     assert list(table["run"]) == [run_id]
     assert list(table["status"]) == ["completed"]
     assert any(m.label == "Succeeded" and m.value == "3" for m in at.metric)
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Attempts"] == "3" and metrics["429s"] == "0"
+    assert metrics["Latency p50"].endswith(" ms") and metrics["Latency p95"].endswith(" ms")
     buttons = {b.label: b for b in at.button}
     assert buttons["Resume"].disabled and buttons["Cancel"].disabled
 
@@ -82,3 +85,17 @@ def test_the_example_spec_runs_the_demo_ab_as_it_stands() -> None:
     final = get_engine().wait(started[0].split()[-1], timeout=120)
     assert final.status == "completed"
     assert final.succeeded == 80  # 40 demo tickets x 2 variants
+
+
+def test_failed_items_are_listed_with_their_reason(tmp_path: Path) -> None:
+    dataset = tmp_path / "rows.csv"
+    dataset.write_text("other\nx\ny\n")  # no `text` column: every row misses the variable
+    engine = get_engine()
+    run_id = engine.submit(parse_spec_text(spec_text(dataset)))
+    assert engine.wait(run_id, timeout=TIMEOUT_S).failed == 2
+    at = AppTest.from_file(PAGE, default_timeout=TIMEOUT_S).run()
+    assert at.selectbox[0].value == run_id  # the only run of this test's database
+    tables = [d.value for d in at.dataframe if "dataset row" in d.value.columns]
+    assert tables, "no table of failed items"
+    assert list(tables[0]["dataset row"]) == [1, 2]
+    assert "'text' is a required property" in tables[0]["message"][0]
