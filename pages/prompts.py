@@ -192,7 +192,7 @@ def edit_tab(registry: Registry, base: PromptVersion) -> None:
 
 def history_tab(registry: Registry, name: str, versions: list[PromptVersion]) -> None:
     labels: dict[str, list[str]] = {}
-    for label, version in registry.labels(name).items():
+    for label, version in registry.labels(name, versions).items():
         labels.setdefault(version.id, []).append(label)
     st.dataframe(
         pd.DataFrame(
@@ -278,7 +278,7 @@ def compare_tab(registry: Registry, name: str, versions: list[PromptVersion]) ->
 
 
 def labels_tab(registry: Registry, name: str, versions: list[PromptVersion]) -> None:
-    current = registry.labels(name)
+    current = registry.labels(name, versions)
     if current:
         st.dataframe(
             pd.DataFrame(

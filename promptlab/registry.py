@@ -240,17 +240,21 @@ class Registry:
                     "SELECT prompt_name, count(*) FROM prompt_versions GROUP BY prompt_name"
                 ).fetchall()
             )
-        return [
-            PromptSummary(
-                name=name,
-                description=description,
-                latest=self.resolve(name),
-                version_count=counts.get(name, 0),
-                labels={label: v.semver for label, v in self.labels(name).items()},
+        summaries = []
+        for name, description in prompts:
+            if not counts.get(name):
+                continue
+            versions = self.versions(name)  # read once: latest and labels both come from it
+            summaries.append(
+                PromptSummary(
+                    name=name,
+                    description=description,
+                    latest=versions[0],
+                    version_count=len(versions),
+                    labels={k: v.semver for k, v in self.labels(name, versions).items()},
+                )
             )
-            for name, description in prompts
-            if counts.get(name)
-        ]
+        return summaries
 
     def description(self, name: str) -> str:
         with self.store.read() as cur:
@@ -271,8 +275,13 @@ class Registry:
             raise NotFoundError(f"no prompt named {name!r}")
         return [_version_from_row(r) for r in rows]
 
-    def labels(self, name: str) -> dict[str, PromptVersion]:
-        """Each label of `name` and the version it points at now."""
+    def labels(
+        self, name: str, versions: list[PromptVersion] | None = None
+    ) -> dict[str, PromptVersion]:
+        """Each label of `name` and the version it points at now.
+
+        Pass `versions` (from `versions(name)`) when you have them, to skip reading them again.
+        """
         with self.store.read() as cur:
             rows = cur.execute(
                 "SELECT label, version_id FROM label_events WHERE prompt_name = ? "
@@ -280,7 +289,9 @@ class Registry:
                 "ORDER BY label",
                 [name],
             ).fetchall()
-        by_id = {v.id: v for v in self.versions(name)} if rows else {}
+        if not rows:
+            return {}
+        by_id = {v.id: v for v in (versions if versions is not None else self.versions(name))}
         return {label: by_id[version_id] for label, version_id in rows}
 
     def label_history(self, name: str, label: str | None = None) -> list[LabelEvent]:
@@ -323,7 +334,7 @@ class Registry:
                     return v
             known = ", ".join(v.semver for v in versions)
             raise NotFoundError(f"{ref}: no such version (known: {known})")
-        labels = self.labels(name)
+        labels = self.labels(name, versions)
         if selector in labels:
             return labels[selector]
         known = ", ".join(labels) or "none"

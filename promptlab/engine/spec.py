@@ -370,8 +370,11 @@ def _jsonl(handle: Any, path: Path) -> Iterator[dict[str, Any]]:
             raise SpecError(f"dataset {path}, line {number}: not valid JSON ({exc.msg})") from exc
         if not isinstance(value, dict):
             raise SpecError(f"dataset {path}, line {number}: expected a JSON object")
-        try:  # JSON may escape half of a UTF-16 pair ("\ud800"): not text anyone can store
-            json.dumps(value, ensure_ascii=False).encode("utf-8")
+        # JSON may escape half of a UTF-16 pair ("\ud800"): not text anyone can store.
+        # Only lines with such an escape need the (costly) full check.
+        try:
+            if "\\ud" in line or "\\uD" in line:
+                json.dumps(value, ensure_ascii=False).encode("utf-8")
         except UnicodeEncodeError as exc:
             raise SpecError(
                 f"dataset {path}, line {number}: contains an unpaired surrogate "
