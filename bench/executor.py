@@ -34,7 +34,6 @@ import openai
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-KEY_ENV = "PROMPTLAB_BENCH_KEY"
 MODEL = "gpt-4o-mini"
 #: Semaphore size of the baseline in limited scenarios: a typical hand-picked value.
 BASELINE_CONCURRENCY = 32
@@ -148,7 +147,7 @@ def spec_for(
                 "params": {"max_tokens": max_tokens, "temperature": 0.0},
             }
         ],
-        "endpoints": {"fake": {"kind": "openai", "base_url": f"{base}/v1", "api_key_env": KEY_ENV}},
+        "endpoints": {"fake": {"kind": "openai", "base_url": f"{base}/v1"}},
         "limits": {"fake": limits},
         "retry": retry,
     }
@@ -583,7 +582,6 @@ def main() -> None:
     parser.add_argument("--only", help=f"comma-separated subset of {','.join(SCENARIOS)}")
     parser.add_argument("--scale", type=float, default=1.0, help="multiply request counts")
     args = parser.parse_args()
-    os.environ[KEY_ENV] = "bench-key"  # fakellm accepts any key
     chosen = args.only.split(",") if args.only else list(SCENARIOS)
     rows: list[Row] = []
     with tempfile.TemporaryDirectory(prefix="promptlab-bench-") as tmp:

@@ -10,7 +10,7 @@ import streamlit as st
 from promptlab.config import PROJECT_ROOT
 from promptlab.engine import Engine, RunProgress, parse_spec_text
 from promptlab.errors import PromptlabError
-from promptlab.ui.resources import get_engine
+from promptlab.ui.resources import get_engine, get_settings
 from promptlab.ui.shell import require_shell
 
 #: How often the live panels poll the engine.
@@ -31,11 +31,20 @@ limits:
 
 
 def start_form(engine: Engine) -> None:
+    data_dir = get_settings().data_dir
     with st.expander("Start a run from a YAML spec", icon=":material/play_arrow:"):
-        text = st.text_area("Run spec (YAML)", EXAMPLE_SPEC, height=220, key="spec_text")
+        text = st.text_area(
+            "Run spec (YAML)",
+            EXAMPLE_SPEC,
+            height=220,
+            key="spec_text",
+            help=f"Datasets are read from {data_dir} only; endpoints a spec adds have no "
+            "key and must be on this machine (see the README's Security section).",
+        )
         if st.button("Start run", type="primary", key="start_run"):
             try:
-                run_id = engine.submit(parse_spec_text(text, base_dir=PROJECT_ROOT))
+                spec = parse_spec_text(text, base_dir=PROJECT_ROOT, dataset_root=data_dir)
+                run_id = engine.submit(spec)
             except PromptlabError as exc:
                 st.error(str(exc), icon=":material/error:")
             else:

@@ -7,16 +7,35 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from promptlab.errors import ConfigError
+
 #: The repository root in a source checkout (editable install), where data/ lives.
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DB = PROJECT_ROOT / "data" / "promptlab.duckdb"
-DEMO_DIR = PROJECT_ROOT / "data" / "demo"
+DATA_DIR = PROJECT_ROOT / "data"
+DEMO_DIR = DATA_DIR / "demo"
+#: Items one run may plan (rows x variants x repeats), unless PROMPTLAB_MAX_ITEMS says
+#: otherwise: ten times the largest run we measured (1M items), and far below what
+#: would exhaust memory or disk with a typo like `repeats: 100000000000`.
+DEFAULT_MAX_ITEMS = 10_000_000
 
 
 def _flag(value: str | None, default: bool) -> bool:
     if value is None or value == "":
         return default
     return value.strip().lower() not in {"0", "false", "no", "off"}
+
+
+def _positive_int(value: str | None, default: int) -> int:
+    if value is None or value.strip() == "":
+        return default
+    try:
+        number = int(value.replace("_", ""))
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise ConfigError(f"PROMPTLAB_MAX_ITEMS: expected a positive integer, got {value!r}")
+    return number
 
 
 @dataclass(frozen=True)
@@ -27,6 +46,10 @@ class Settings:
     providers_file: Path | None = None
     load_demo: bool = True
     author: str = "anonymous"
+    max_items: int = DEFAULT_MAX_ITEMS
+    #: The only folder the app reads datasets from (specs pasted into a shared app
+    #: must not reach other files of the server). The CLI reads any path it is given.
+    data_dir: Path = DATA_DIR
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -37,6 +60,8 @@ class Settings:
             providers_file=Path(providers) if providers else None,
             load_demo=_flag(env.get("PROMPTLAB_DEMO"), True),
             author=env.get("PROMPTLAB_AUTHOR") or env.get("USER") or "anonymous",
+            max_items=_positive_int(env.get("PROMPTLAB_MAX_ITEMS"), DEFAULT_MAX_ITEMS),
+            data_dir=Path(env.get("PROMPTLAB_DATA_DIR") or DATA_DIR),
         )
 
     def with_db(self, db_path: str | Path | None) -> Settings:

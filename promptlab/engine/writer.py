@@ -1,16 +1,31 @@
-"""The engine's one writer: buffers dispatch marks, attempts and results, commits in batches."""
+"""The engine's one writer: buffers dispatch marks, attempts and results, commits in batches.
+
+When the store cannot write at all (a full disk, a read-only or vanished file system),
+nothing answered is dropped: the rows stay in memory, `writable` turns false so runs
+stop dispatching (backpressure), and if the store stays unwritable for STALL_STOP_S the
+runs are stopped with the store's own message. Rows still held when the engine closes
+are spilled to a side file (see `promptlab.engine.spill`), which the next engine on the
+same database ingests before anything else.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
+import time
+from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 
+from promptlab.engine.spill import spill_batch
+from promptlab.store.connection import is_storage_failure
 from promptlab.store.runs import AttemptRow, FinalRow, RunStore, WriteBatch
 
 log = logging.getLogger(__name__)
 
+#: How a store that cannot write is described, in stop reasons and logs.
+STORE_UNWRITABLE = "the database cannot be written"
 #: error_kind of an item whose result the store refused (see `_write_row_by_row`).
 STORE_ERROR_KIND = "store_error"
 
@@ -23,32 +38,58 @@ RETRY_FLUSH_S = 1.0
 #: Failed commits in a row after which the batch is written row by row, so one row the
 #: store cannot take (it would fail every time) is set aside instead of stalling all runs.
 MAX_BATCH_FAILURES = 3
+#: Seconds the store may stay unwritable before runs are stopped with its message: long
+#: enough to ride out a hiccup, short enough that a full disk is reported promptly.
+STALL_STOP_S = 10.0
 
 
 class BatchWriter:
     """Collects writes from every run on the engine loop; one flush commits at a time."""
 
-    def __init__(self, runs: RunStore, interval_s: float = FLUSH_INTERVAL_S) -> None:
+    def __init__(
+        self,
+        runs: RunStore,
+        interval_s: float = FLUSH_INTERVAL_S,
+        *,
+        spill_dirs: tuple[Path, ...] = (),
+        on_stall: Callable[[str], None] | None = None,
+    ) -> None:
         self._runs = runs
         self._interval_s = interval_s
+        self._spill_dirs = spill_dirs
+        self._on_stall = on_stall
         self._batch = WriteBatch()
         self._lock = asyncio.Lock()
         self._full = asyncio.Event()
+        self._writable = asyncio.Event()
+        self._writable.set()
         self._task: asyncio.Task[None] | None = None
         self.committed_rows = 0
         self.last_error: str | None = None
         self._failures = 0
+        #: Why the store cannot write, while it cannot; None when it can.
+        self.stalled_reason: str | None = None
+        self._stalled_since: float | None = None
+        self._stall_reported = False
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._loop(), name="batch-writer")
 
-    async def stop(self) -> None:
+    async def stop(self) -> Path | None:
+        """Stop the flush loop and commit what is left; spill it when the store cannot.
+
+        Returns the spill file when rows had to be set aside there.
+        """
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
-        await self.flush()
+        if await self.flush():
+            return None
+        return self._spill()
+
+    # ---- what runs record ------------------------------------------------------------
 
     def dispatched(self, key: str) -> None:
         self._batch.dispatched.append(key)
@@ -66,18 +107,36 @@ class BatchWriter:
         if len(self._batch) >= FLUSH_ROWS:
             self._full.set()
 
-    async def flush(self) -> None:
-        """Commit everything buffered so far; retries until it is stored.
+    @property
+    def held_rows(self) -> int:
+        """Rows buffered and not yet committed."""
+        return len(self._batch)
 
-        After MAX_BATCH_FAILURES failed commits in a row the batch goes row by row, so
-        this returns even when one row can never be stored (it is set aside).
+    async def wait_writable(self) -> None:
+        """Return once the store takes writes (at once when it does)."""
+        await self._writable.wait()
+
+    # ---- committing ------------------------------------------------------------------
+
+    async def flush(self) -> bool:
+        """Commit everything buffered so far; True once it is stored.
+
+        Retries failed commits. After MAX_BATCH_FAILURES failures in a row the batch goes
+        row by row, so one row that can never be stored is set aside. When the store
+        cannot write at all, gives up (False, rows kept) once it has been so for
+        STALL_STOP_S.
         """
         while True:
             try:
                 await self._flush_once()
-                return
-            except Exception:  # noqa: BLE001 - logged in _flush_once; the rows are kept
+                return True
+            except Exception:  # noqa: BLE001 - reported in _flush_once; the rows are kept
+                if self._stalled_for() >= STALL_STOP_S:
+                    return False
                 await asyncio.sleep(RETRY_FLUSH_S)
+
+    def _stalled_for(self) -> float:
+        return 0.0 if self._stalled_since is None else time.monotonic() - self._stalled_since
 
     async def _flush_once(self) -> None:
         async with self._lock:
@@ -85,7 +144,7 @@ class BatchWriter:
             self._full.clear()
             if not len(batch):
                 return
-            if self._failures >= MAX_BATCH_FAILURES:
+            if self._failures >= MAX_BATCH_FAILURES and self.stalled_reason is None:
                 await asyncio.to_thread(self._write_row_by_row, batch)
                 self._failures = 0
                 return
@@ -93,16 +152,35 @@ class BatchWriter:
                 await asyncio.to_thread(self._runs.write_batch, batch)
             except Exception as exc:
                 # Keep the rows: they go out with the next try. Nothing is dropped.
-                self._failures += 1
-                self.last_error = str(exc)
-                log.exception("batch write failed; will retry")
-                self._batch.dispatched[:0] = batch.dispatched
-                self._batch.attempts[:0] = batch.attempts
-                self._batch.finals[:0] = batch.finals
+                self._keep(batch)
+                self._failed(exc)
                 raise
             self._failures = 0
             self.committed_rows += len(batch)
             self.last_error = None
+            if self.stalled_reason is not None:
+                log.warning("the store takes writes again; dispatch resumes")
+            self.stalled_reason, self._stalled_since, self._stall_reported = None, None, False
+            self._writable.set()
+
+    def _keep(self, batch: WriteBatch) -> None:
+        self._batch.dispatched[:0] = batch.dispatched
+        self._batch.attempts[:0] = batch.attempts
+        self._batch.finals[:0] = batch.finals
+
+    def _failed(self, exc: Exception) -> None:
+        self.last_error = str(exc)
+        if not is_storage_failure(exc):
+            self._failures += 1
+            log.exception("batch write failed; will retry")
+            return
+        # Not this batch's fault: no row-by-row write could succeed. Hold everything and
+        # stop dispatching until the store takes writes again.
+        if self.stalled_reason is None:
+            self._stalled_since = time.monotonic()
+            log.error("the store cannot write; dispatch paused: %s", exc)
+        self.stalled_reason = f"{STORE_UNWRITABLE}: {exc}"
+        self._writable.clear()
 
     def _write_row_by_row(self, batch: WriteBatch) -> None:
         """Commit each row alone; a final row the store refuses is kept as a failure."""
@@ -133,8 +211,34 @@ class BatchWriter:
         self.committed_rows += len(batch)
         return None
 
+    def _spill(self) -> Path | None:
+        """Write the held rows to the first spill folder that takes them."""
+        batch, self._batch = self._batch, WriteBatch()
+        if not len(batch):
+            return None
+        for folder in self._spill_dirs:
+            try:
+                path = spill_batch(batch, folder)
+            except OSError as exc:
+                log.warning("cannot spill to %s: %s", folder, exc)
+                continue
+            log.error("the store cannot write: %d rows kept in %s for resume", len(batch), path)
+            return path
+        self._keep(batch)
+        log.error(
+            "the store cannot write and no spill folder took the %d rows held; those "
+            "items will be sent again on resume",
+            len(batch),
+        )
+        return None
+
     async def _loop(self) -> None:
         while True:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._full.wait(), self._interval_s)
-            await self.flush()
+            if await self.flush():
+                continue
+            if not self._stall_reported and self._on_stall is not None:
+                self._stall_reported = True
+                self._on_stall(self.stalled_reason or STORE_UNWRITABLE)
+            await asyncio.sleep(RETRY_FLUSH_S)

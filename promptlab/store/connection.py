@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import re
 import threading
 from collections.abc import Iterator
@@ -24,6 +26,35 @@ WORKING_MEMORY_BYTES = 64 * 2**20
 #: 32-hex-digit key, ~70 bytes a key) stays pinned in memory and cannot spill, so the
 #: limit grows with it: a run of any size still fits.
 INDEX_BYTES_PER_ITEM = 96
+
+
+#: What DuckDB says when the file system, not the data, refused a write.
+_STORAGE_MESSAGES = (
+    "no space left on device",
+    "disk quota exceeded",
+    "read-only file system",
+    "input/output error",
+    "could not write file",
+    "could not fsync",
+)
+_STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO})
+
+
+def is_storage_failure(exc: BaseException) -> bool:
+    """True when a write failed because the disk cannot take it (full, read-only, I/O).
+
+    Such a failure is no row's fault: retrying row by row cannot help, waiting can.
+    """
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in _STORAGE_ERRNOS:
+            return True
+        if isinstance(seen, duckdb.Error):
+            text = str(seen).lower()
+            if any(message in text for message in _STORAGE_MESSAGES):
+                return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 class Store:
@@ -80,7 +111,10 @@ class Store:
                 yield cur
                 cur.commit()
             except BaseException:
-                cur.rollback()
+                # A failed COMMIT has already ended the transaction, and rollback() would
+                # then raise "no transaction is active", hiding the real cause.
+                with contextlib.suppress(duckdb.Error):
+                    cur.rollback()
                 raise
             finally:
                 cur.close()

@@ -9,13 +9,14 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
 
 from promptlab.errors import StoreError
+from promptlab.redact import Redactor
 from promptlab.store.connection import Store
 
 #: Run lifecycle states, in order; the last three are final.
@@ -218,6 +219,7 @@ class RunStore:
     def set_status(self, run_id: str, status: str, reason: str | None = None) -> None:
         """Move the run to `status`, stamping its timestamp and recording the event."""
         now = utcnow()
+        reason = Redactor.from_environ().optional(reason)
         column = _STATUS_TIMESTAMP.get(status)
         stamp = f", {column} = ?" if column else ""
         # A resumed run starts again: its old finish time no longer applies.
@@ -359,7 +361,11 @@ class RunStore:
     # ---- the writer ----------------------------------------------------------------
 
     def write_batch(self, batch: WriteBatch) -> None:
-        """Commit dispatch marks, attempts and final rows in one transaction."""
+        """Commit dispatch marks, attempts and final rows in one transaction.
+
+        Messages and outputs are redacted first: a server may echo the key it was sent.
+        """
+        batch = _redacted(batch, Redactor.from_environ())
         finished = {f.key for f in batch.finals}
         dispatched = [k for k in batch.dispatched if k not in finished]
         now = utcnow()
@@ -388,6 +394,24 @@ class RunStore:
                     "attempts = f.attempts, updated_at = f.finished_at FROM w_finals AS f "
                     "WHERE items.idempotency_key = f.idempotency_key"
                 )
+
+    def ingest_spill(self, batch: WriteBatch) -> None:
+        """Commit rows a writer spilled when the store could not take them.
+
+        Like `write_batch`, but attempts already stored (a spill ingested before a crash)
+        are skipped, so ingesting a file twice records nothing twice.
+        """
+        with self.store.read() as cur:
+            keys = list({a.key for a in batch.attempts})
+            known = set(
+                cur.execute(
+                    "SELECT idempotency_key, attempt FROM attempts "
+                    "WHERE list_contains(?, idempotency_key)",
+                    [keys],
+                ).fetchall()
+            )
+        fresh = [a for a in batch.attempts if (a.key, a.attempt) not in known]
+        self.write_batch(WriteBatch(batch.dispatched, fresh, batch.finals))
 
     # ---- resume and cancel ---------------------------------------------------------
 
@@ -428,6 +452,7 @@ class RunStore:
         Works through the run in slices of CANCEL_SLICE items, one transaction each, so
         cancelling a million-item run does not hold a million-row transaction in memory.
         """
+        reason = Redactor.from_environ()(reason)
         with self.store.read() as cur:
             bounds = cur.execute(
                 "SELECT min(seq), max(seq) FROM items WHERE run_id = ? "
@@ -532,6 +557,24 @@ def _add_event(tx: Any, run_id: str, status: str, reason: str | None, at: dateti
         "FROM run_events WHERE run_id = ?",
         [run_id, status, reason, at, run_id],
     )
+
+
+def _redacted(batch: WriteBatch, redactor: Redactor) -> WriteBatch:
+    attempts = [
+        replace(a, error_message=redactor(a.error_message)) if a.error_message else a
+        for a in batch.attempts
+    ]
+    finals = [
+        replace(
+            f,
+            error_message=redactor.optional(f.error_message),
+            output_text=redactor.optional(f.output_text),
+        )
+        if f.error_message or f.output_text
+        else f
+        for f in batch.finals
+    ]
+    return WriteBatch(dispatched=batch.dispatched, attempts=attempts, finals=finals)
 
 
 def _run_from_row(row: tuple[Any, ...]) -> RunRecord:

@@ -7,6 +7,7 @@ import streamlit as st
 from promptlab.config import Settings
 from promptlab.demo import load_demo_prompts
 from promptlab.engine import Engine
+from promptlab.redact import install_log_redaction
 from promptlab.registry import Registry
 from promptlab.store import Store
 
@@ -36,6 +37,7 @@ def get_registry() -> Registry:
 
 @st.cache_resource(show_spinner="Starting the engine…")
 def _start_engine(db_path: str, load_demo: bool) -> Engine:
+    install_log_redaction()  # the engine logs provider errors, which may echo a key
     return Engine(_open_store(db_path, load_demo), settings=get_settings())
 
 

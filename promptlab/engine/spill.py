@@ -1,0 +1,92 @@
+"""Rows the store could not take, kept in a side file until a later engine ingests them.
+
+When the database cannot be written (a full disk), the writer holds answered results in
+memory; if the process must end before the store recovers, they go to a JSON Lines file
+here instead of being lost. The next Engine on the same database commits them first,
+before any resume reopens items, so no answered request is sent again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import uuid
+from dataclasses import asdict, fields
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from promptlab.store.runs import AttemptRow, FinalRow, WriteBatch
+
+SPILL_SUFFIX = ".jsonl"
+_DATETIME_FIELDS = frozenset({"started_at", "ended_at", "finished_at"})
+
+
+def spill_dirs(db_path: Path) -> tuple[Path, ...]:
+    """Where spills of this database go, in order of preference.
+
+    Next to the database first; the system temp folder second, since the database's
+    own disk may be the one that is full. Named after the database's resolved path.
+    """
+    resolved = db_path.resolve()
+    tag = hashlib.sha256(str(resolved).encode()).hexdigest()[:12]
+    return (
+        resolved.parent / f"{resolved.name}.unsaved",
+        Path(tempfile.gettempdir()) / "promptlab-unsaved" / f"{resolved.name}-{tag}",
+    )
+
+
+def spill_batch(batch: WriteBatch, folder: Path) -> Path:
+    """Write `batch` to a new file in `folder` (fsynced, then renamed into place)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    name = f"{datetime.now():%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+    partial = folder / f"{name}.partial"
+    with partial.open("w", encoding="utf-8") as handle:
+        for key in batch.dispatched:
+            handle.write(json.dumps({"row": "dispatched", "key": key}) + "\n")
+        for attempt in batch.attempts:
+            handle.write(json.dumps({"row": "attempt", **asdict(attempt)}, default=str) + "\n")
+        for final in batch.finals:
+            handle.write(json.dumps({"row": "final", **asdict(final)}, default=str) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    # Only whole files are ingested: a crash half-way leaves a .partial, never a .jsonl.
+    path = partial.with_suffix(SPILL_SUFFIX)
+    partial.rename(path)
+    return path
+
+
+def spilled_files(folders: tuple[Path, ...]) -> list[Path]:
+    """Spill files waiting in `folders`, oldest first."""
+    found: list[Path] = []
+    for folder in folders:
+        if folder.is_dir():
+            found.extend(folder.glob(f"*{SPILL_SUFFIX}"))
+    return sorted(found, key=lambda p: p.name)
+
+
+def read_spill(path: Path) -> WriteBatch:
+    """The rows of one spill file."""
+    batch = WriteBatch()
+    with path.open(encoding="utf-8") as handle:
+        for line in handle:
+            record = json.loads(line)
+            kind = record.pop("row")
+            if kind == "dispatched":
+                batch.dispatched.append(record["key"])
+            elif kind == "attempt":
+                batch.attempts.append(AttemptRow(**_typed(record, AttemptRow)))
+            elif kind == "final":
+                batch.finals.append(FinalRow(**_typed(record, FinalRow)))
+    return batch
+
+
+def _typed(record: dict[str, Any], cls: type) -> dict[str, Any]:
+    known = {f.name for f in fields(cls)}
+    values = {k: v for k, v in record.items() if k in known}
+    for name in _DATETIME_FIELDS & values.keys():
+        if values[name] is not None:
+            values[name] = datetime.fromisoformat(values[name])
+    return values

@@ -1,0 +1,196 @@
+"""A store that cannot write (a full disk) pauses dispatch and loses no answered request.
+
+The first test fills a real small file system under the database (root only: it mounts a
+tmpfs); the second makes a real RunStore refuse writes with DuckDB's own error, so the
+same guarantees are checked on every machine.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from promptlab.engine import Engine, parse_spec
+from promptlab.engine.spill import spill_dirs, spilled_files
+from promptlab.engine.testing import ScriptedProvider
+from promptlab.providers.base import CompletionRequest
+from promptlab.providers.config import EndpointConfig
+from promptlab.store import Store
+from promptlab.store.runs import RunStore, WriteBatch
+
+ITEMS = 400
+
+
+class WatchedRunStore(RunStore):
+    """A real RunStore that notes how many requests had gone out when a write first failed."""
+
+    def __init__(self, store: Store) -> None:
+        super().__init__(store)
+        self.provider: ScriptedProvider | None = None
+        self.sent_at_first_failure: int | None = None
+
+    def write_batch(self, batch: WriteBatch) -> None:
+        try:
+            self._write(batch)
+        except Exception:
+            if self.sent_at_first_failure is None and self.provider is not None:
+                self.sent_at_first_failure = sum(self.provider.calls.values())
+            raise
+
+    def _write(self, batch: WriteBatch) -> None:
+        super().write_batch(batch)
+
+
+class FillableRunStore(WatchedRunStore):
+    """A store whose disk can be declared full: every write then fails as DuckDB's does."""
+
+    full = False
+
+    def _refuse(self) -> None:
+        if self.full:
+            raise duckdb.TransactionException(
+                "TransactionContext Error: Failed to commit: Could not write file "
+                f'"{self.store.path}.wal": No space left on device'
+            )
+
+    def _write(self, batch: WriteBatch) -> None:
+        self._refuse()
+        super()._write(batch)
+
+    def set_status(self, run_id: str, status: str, reason: str | None = None) -> None:
+        self._refuse()
+        super().set_status(run_id, status, reason)
+
+    def cancel_open_items(self, run_id: str, reason: str) -> int:
+        self._refuse()
+        return super().cancel_open_items(run_id, reason)
+
+
+def make_spec(dataset: Path) -> object:
+    return parse_spec(
+        {
+            "name": "disk",
+            "dataset": str(dataset),
+            "variants": [{"name": "v", "messages": [{"role": "user", "content": "{{ text }}"}],
+                          "model": "fake:m", "params": {"max_tokens": 400}}],
+        }
+    )  # fmt: skip
+
+
+@pytest.fixture
+def quick_stall(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr("promptlab.engine.writer.STALL_STOP_S", 1.0)
+    monkeypatch.setattr("promptlab.engine.writer.RETRY_FLUSH_S", 0.05)
+    # Spills that miss the database's folder go to this test's temp folder.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+
+
+def run_until_the_disk_fills(
+    store: Store, runs: WatchedRunStore, dataset: Path, fill: object
+) -> tuple[str, ScriptedProvider]:
+    provider = ScriptedProvider(latency_s=0.02)
+    runs.provider = provider
+
+    def on_request(_request: CompletionRequest, _n: int) -> None:
+        if sum(provider.calls.values()) == ITEMS // 4:
+            fill()  # type: ignore[operator]
+        return None
+
+    provider.fault = on_request
+    endpoints = {"fake": EndpointConfig(name="fake", kind="openai", concurrency=8)}
+    with Engine(store, endpoints=endpoints, provider_factory=lambda _c: provider, runs=runs) as e:
+        run_id = e.submit(make_spec(dataset))  # type: ignore[arg-type]
+        progress = e.wait(run_id, timeout=60)
+        assert progress.status == "failed", progress
+        assert progress.reason is not None and "No space left on device" in progress.reason
+        assert str(store.path) in progress.reason  # the path, from DuckDB's own message
+    # Dispatch paused once the writer saw the failure: at most the requests then in
+    # flight (concurrency 8) went out after it.
+    assert runs.sent_at_first_failure is not None
+    assert sum(provider.calls.values()) <= runs.sent_at_first_failure + 8 < ITEMS
+    return run_id, provider
+
+
+def resume_after_space_is_freed(store: Store, run_id: str, provider: ScriptedProvider) -> None:
+    answered_before = set(provider.successes)
+    assert spilled_files(spill_dirs(store.path)), "held answers were not spilled"
+    endpoints = {"fake": EndpointConfig(name="fake", kind="openai", concurrency=8)}
+    provider.fault = None
+    with Engine(store, endpoints=endpoints, provider_factory=lambda _c: provider) as engine:
+        assert spilled_files(spill_dirs(store.path)) == []  # ingested first
+        engine.resume(run_id)
+        progress = engine.wait(run_id, timeout=60)
+    assert progress.status == "completed" and progress.succeeded == ITEMS
+    # Nothing answered before the disk filled was sent again.
+    assert all(provider.calls[key] == 1 for key in answered_before)
+    with store.read() as cur:
+        (finals,) = cur.execute(
+            "SELECT count(*) FROM results WHERE run_id = ?", [run_id]
+        ).fetchone() or (0,)
+        attempts = cur.execute(
+            "SELECT idempotency_key, count(*) FROM attempts WHERE run_id = ? "
+            "GROUP BY ALL HAVING count(*) > 1",
+            [run_id],
+        ).fetchall()
+    assert finals == ITEMS and attempts == []
+
+
+def write_dataset(path: Path) -> Path:
+    path.write_text("text\n" + "".join(f"row {i} {'x' * 200}\n" for i in range(ITEMS)))
+    return path
+
+
+def test_a_store_that_refuses_writes_pauses_dispatch_and_keeps_every_answer(
+    tmp_path: Path, db_path: Path, quick_stall: None
+) -> None:
+    dataset = write_dataset(tmp_path / "rows.csv")
+    with Store(db_path) as store:
+        runs = FillableRunStore(store)
+        run_id, provider = run_until_the_disk_fills(
+            store, runs, dataset, lambda: setattr(runs, "full", True)
+        )
+        resume_after_space_is_freed(store, run_id, provider)
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    mount = tmp_path / "small"
+    mount.mkdir()
+    if os.geteuid() != 0:
+        pytest.skip("mounting a small file system needs root")
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(mount)], capture_output=True
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_real_full_disk_pauses_dispatch_and_keeps_every_answer(
+    tmp_path: Path, small_disk: Path, quick_stall: None
+) -> None:
+    dataset = write_dataset(tmp_path / "rows.csv")
+    ballast = small_disk / "ballast"
+
+    def fill() -> None:
+        with ballast.open("wb") as handle:  # every byte the file system has left
+            try:
+                while True:
+                    handle.write(b"\0" * 65536)
+                    handle.flush()
+            except OSError:
+                pass
+
+    with Store(small_disk / "runs.duckdb") as store:
+        run_id, provider = run_until_the_disk_fills(store, WatchedRunStore(store), dataset, fill)
+        ballast.unlink()
+        resume_after_space_is_freed(store, run_id, provider)
