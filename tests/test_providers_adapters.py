@@ -286,3 +286,13 @@ def test_an_echoed_key_reaches_the_error_message_whole(
     assert error.kind is ErrorKind.BAD_REQUEST
     assert KEY_ENV["FAKELLM_KEY"] in error.provider_message
     assert KEY_ENV["FAKELLM_KEY"] in str(error)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_connection_reset_is_reported_as_one(fakellm_factory: ServerFactory, kind: str) -> None:
+    server = fakellm_factory(reset_rate=1.0)
+    error = _error(endpoint_for(server, kind), _request())
+    assert error.kind is ErrorKind.CONNECTION
+    # Not the SDKs' "Request timed out." / "Connection error.": what aiohttp saw.
+    assert error.provider_message == "connection reset by server: Server disconnected"
+    assert server.stats()["resets"] == 1
