@@ -482,9 +482,11 @@ class _Errors:
     def overloaded(self) -> web.Response:
         if self.anthropic:
             return self._respond(529, "Overloaded", "overloaded_error", None, should_retry=True)
-        # OpenAI has no 529: its overload answer is a 503.
-        message = "The server is overloaded or not ready yet."
-        return self._respond(503, message, "server_error", None, should_retry=True)
+        # OpenAI has no 529: its overload answer is a 503 with no retry-after.
+        message = "Our servers are currently overloaded. Please try again later."
+        return self._respond(
+            503, message, "service_unavailable_error", "server_is_overloaded", should_retry=True
+        )
 
     def server(self) -> web.Response:
         message = (

@@ -53,7 +53,7 @@ OPENAI_CASES = [
     (openai.PermissionDeniedError, 403, {}, ErrorKind.AUTH),
     (openai.NotFoundError, 404, {}, ErrorKind.NOT_FOUND),
     (openai.InternalServerError, 500, {}, ErrorKind.SERVER),
-    (openai.InternalServerError, 503, {}, ErrorKind.OVERLOADED),
+    (openai.InternalServerError, 503, {"code": "server_is_overloaded"}, ErrorKind.SERVER),
     (openai.InternalServerError, 529, {}, ErrorKind.OVERLOADED),
     (openai.APIStatusError, 408, {}, ErrorKind.TIMEOUT),
     (openai.APIStatusError, 418, {}, ErrorKind.BAD_REQUEST),

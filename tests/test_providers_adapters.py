@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from promptlab.engine.retry import THROTTLE_KINDS, Action, classify
 from promptlab.errors import ErrorKind, ProviderError
 from promptlab.providers import (
     CompletionRequest,
@@ -97,7 +98,8 @@ FAULT_KINDS = [
     # (fakellm config, kind for the openai adapter, kind for the anthropic adapter)
     ({"rpm": 1, "burst_s": 1.0, "_send": 2}, ErrorKind.RATE_LIMIT, ErrorKind.RATE_LIMIT),
     ({"quota_rate": 1.0}, ErrorKind.QUOTA, ErrorKind.QUOTA),
-    ({"overloaded_rate": 1.0}, ErrorKind.OVERLOADED, ErrorKind.OVERLOADED),
+    # OpenAI's overload answer is a 503: a server error, not a throttle (see below).
+    ({"overloaded_rate": 1.0}, ErrorKind.SERVER, ErrorKind.OVERLOADED),
     ({"fail_rate": 1.0}, ErrorKind.SERVER, ErrorKind.SERVER),
     ({"reset_rate": 1.0}, ErrorKind.CONNECTION, ErrorKind.CONNECTION),
     ({"api_key": "other"}, ErrorKind.AUTH, ErrorKind.AUTH),
@@ -296,3 +298,16 @@ def test_a_connection_reset_is_reported_as_one(fakellm_factory: ServerFactory, k
     # Not the SDKs' "Request timed out." / "Connection error.": what aiohttp saw.
     assert error.provider_message == "connection reset by server: Server disconnected"
     assert server.stats()["resets"] == 1
+
+
+def test_an_openai_503_is_retried_per_item_and_does_not_throttle_the_endpoint(
+    fakellm_factory: ServerFactory,
+) -> None:
+    # The engine closes a shared gate and cuts rate and concurrency on THROTTLE_KINDS;
+    # random 503s treated that way serialised a whole run (200 items: 50 s, not 2 s).
+    server = fakellm_factory(overloaded_rate=1.0)
+    error = _error(endpoint_for(server, "openai"), _request())
+    assert (error.status, error.kind, error.retry_after_s) == (503, ErrorKind.SERVER, None)
+    assert "overloaded" in error.provider_message
+    assert error.kind not in THROTTLE_KINDS
+    assert classify(error) is Action.RETRY
