@@ -245,10 +245,15 @@ class FakeLLM:
             stats.bad_requests += 1
             return errors.auth()
         raw = await request.read()
-        self._record(request, raw, anthropic)
         request_id = request.headers.get(REQUEST_ID_HEADER)
         try:
             body = json.loads(raw)
+        except ValueError as exc:
+            self._record(request, raw.decode("utf-8", "replace"), anthropic)
+            stats.bad_requests += 1
+            return errors.bad_request(f"We could not parse the JSON body of your request: {exc}")
+        self._record(request, body, anthropic)
+        try:
             if anthropic:
                 version = request.headers.get("anthropic-version")
                 parsed = wire.parse_anthropic(body, request_id, version)
@@ -257,9 +262,6 @@ class FakeLLM:
         except wire.WireError as exc:
             stats.bad_requests += 1
             return errors.bad_request(str(exc), exc.param, exc.code)
-        except ValueError as exc:
-            stats.bad_requests += 1
-            return errors.bad_request(f"We could not parse the JSON body of your request: {exc}")
         req = parsed.completion
         fault = self._draw_fault()
         if fault == "echo_auth":
@@ -350,11 +352,7 @@ class FakeLLM:
         await response.write_eof()
         return response
 
-    def _record(self, request: web.Request, raw: bytes, anthropic: bool) -> None:
-        try:
-            body: Any = json.loads(raw)
-        except ValueError:
-            body = raw.decode("utf-8", "replace")
+    def _record(self, request: web.Request, body: Any, anthropic: bool) -> None:
         headers = {h: request.headers[h] for h in RECORDED_HEADERS if h in request.headers}
         route = "anthropic" if anthropic else "openai"
         self.received.append({"route": route, "headers": headers, "body": body})
