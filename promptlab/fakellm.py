@@ -1,16 +1,21 @@
 """fakellm: the simulated model served over HTTP, in OpenAI and Anthropic wire format.
 
 Loopback only. `POST /v1/chat/completions` (OpenAI, streaming included), `POST
-/v1/messages` (Anthropic), `GET /_stats`, `POST /_reset`. Rate limits are continuous
-token buckets that hold `burst_s` seconds' worth of the per-minute limit; a request
-costs one request and its estimated prompt tokens plus `max_tokens`, and a rejected
-request costs nothing. A request larger than the bucket (but within the per-minute
-limit) is admitted once the bucket is full, leaving it in debt, as the real APIs do.
+/v1/messages` (Anthropic), `GET /_stats`, `GET /_requests` (the last request bodies
+received, for tests to assert on), `POST /_reset`. Requests are checked as the real
+APIs check them: unknown fields and out-of-range values get the same 400s.
+
+Rate limits are continuous token buckets that hold `burst_s` seconds' worth of the
+per-minute limit; a request costs one request and its estimated prompt tokens plus
+`max_tokens`, and a rejected request costs nothing. A request larger than the bucket
+(but within the per-minute limit) is admitted once the bucket is full, leaving it in
+debt, as the real APIs do.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import itertools
 import json
@@ -32,6 +37,10 @@ from promptlab.tokens import estimate_prompt_tokens
 REQUEST_ID_HEADER = "x-client-request-id"
 #: How long the runner waits for held requests (timeout fault) when stopping.
 SHUTDOWN_TIMEOUT_S = 0.5
+#: How many received requests `/_requests` keeps: enough for a test, bounded under load.
+RECENT_REQUESTS = 100
+#: Request headers recorded with each body; never the key headers.
+RECORDED_HEADERS = ("anthropic-version", REQUEST_ID_HEADER, "content-type")
 
 
 @dataclass(frozen=True)
@@ -55,6 +64,9 @@ class FakeLLMConfig:
     quota_rate: float = 0.0
     overloaded_rate: float = 0.0
     reset_rate: float = 0.0
+    #: Share of 400s whose message echoes the caller's key header verbatim (for tests
+    #: that check keys are scrubbed from stored errors).
+    echo_auth_rate: float = 0.0
     seed: int = 0
     #: When set, requests must carry this key (`Authorization: Bearer` / `x-api-key`).
     api_key: str | None = None
@@ -64,7 +76,7 @@ class FakeLLMConfig:
     def __post_init__(self) -> None:
         rates = (
             self.fail_rate, self.timeout_rate, self.quota_rate, self.overloaded_rate,
-            self.reset_rate,
+            self.reset_rate, self.echo_auth_rate,
         )  # fmt: skip
         if any(r < 0 or r > 1 for r in rates) or sum(rates) > 1 + 1e-9:
             raise ValueError("fault rates must be in [0, 1] and add up to at most 1")
@@ -183,6 +195,7 @@ class FakeLLM:
 
     def reset(self) -> None:
         self.stats = Stats()
+        self.received: collections.deque[dict[str, Any]] = collections.deque(maxlen=RECENT_REQUESTS)
         self.limiter = Limiter(self.config.rpm, self.config.tpm, self.config.burst_s)
         # One draw per attempt from a seeded stream: a retry can succeed where the
         # first attempt failed, and a run with the same seed and order sees the same faults.
@@ -194,6 +207,7 @@ class FakeLLM:
         for name, rate in (
             ("quota", c.quota_rate), ("reset", c.reset_rate), ("timeout", c.timeout_rate),
             ("overloaded", c.overloaded_rate), ("fail", c.fail_rate),
+            ("echo_auth", c.echo_auth_rate),
         ):  # fmt: skip
             if draw < rate:
                 return name
@@ -230,15 +244,29 @@ class FakeLLM:
         if not self._authorized(request):
             stats.bad_requests += 1
             return errors.auth()
+        raw = await request.read()
+        request_id = request.headers.get(REQUEST_ID_HEADER)
         try:
-            body = json.loads(await request.read())
-            parse = wire.parse_anthropic if anthropic else wire.parse_openai
-            parsed = parse(body, request.headers.get(REQUEST_ID_HEADER))
-        except (ValueError, wire.WireError) as exc:
+            body = json.loads(raw)
+        except ValueError as exc:
+            self._record(request, raw.decode("utf-8", "replace"), anthropic)
             stats.bad_requests += 1
-            return errors.bad_request(str(exc))
+            return errors.bad_request(f"We could not parse the JSON body of your request: {exc}")
+        self._record(request, body, anthropic)
+        try:
+            if anthropic:
+                version = request.headers.get("anthropic-version")
+                parsed = wire.parse_anthropic(body, request_id, version)
+            else:
+                parsed = wire.parse_openai(body, request_id)
+        except wire.WireError as exc:
+            stats.bad_requests += 1
+            return errors.bad_request(str(exc), exc.param, exc.code)
         req = parsed.completion
         fault = self._draw_fault()
+        if fault == "echo_auth":
+            stats.bad_requests += 1
+            return errors.echo_auth(_key_header(request, anthropic))
         if fault == "quota":
             stats.quota += 1
             return errors.quota()
@@ -324,6 +352,14 @@ class FakeLLM:
         await response.write_eof()
         return response
 
+    def _record(self, request: web.Request, body: Any, anthropic: bool) -> None:
+        headers = {h: request.headers[h] for h in RECORDED_HEADERS if h in request.headers}
+        route = "anthropic" if anthropic else "openai"
+        self.received.append({"route": route, "headers": headers, "body": body})
+
+    async def requests_handler(self, _request: web.Request) -> web.Response:
+        return web.json_response(list(self.received))
+
     async def stats_handler(self, _request: web.Request) -> web.Response:
         data = self.stats.as_json()
         data["config"] = asdict(self.config)
@@ -357,6 +393,7 @@ class _Errors:
     def _respond(
         self, status: int, message: str, err_type: str, code: str | None,
         extra: dict[str, str] | None = None, should_retry: bool | None = None,
+        param: str | None = None,
     ) -> web.Response:  # fmt: skip
         headers = self.limit_headers()
         headers.update(extra or {})
@@ -365,7 +402,7 @@ class _Errors:
         if self.anthropic:
             body = wire.anthropic_error(status, message, self.rid)
         else:
-            body = wire.openai_error(message, err_type, code)
+            body = wire.openai_error(message, err_type, code, param)
         return web.Response(
             status=status, body=body, content_type="application/json", headers=headers
         )
@@ -374,8 +411,16 @@ class _Errors:
         message = "Incorrect API key provided." if not self.anthropic else "invalid x-api-key"
         return self._respond(401, message, "invalid_request_error", "invalid_api_key")
 
-    def bad_request(self, message: str) -> web.Response:
-        return self._respond(400, message, "invalid_request_error", None)
+    def bad_request(
+        self, message: str, param: str | None = None, code: str | None = None
+    ) -> web.Response:
+        return self._respond(400, message, "invalid_request_error", code, param=param)
+
+    def echo_auth(self, key_header: str) -> web.Response:
+        """A 400 whose message carries the caller's key header, as some proxies do."""
+        return self._respond(
+            400, f"invalid request from {key_header}", "invalid_request_error", None
+        )
 
     def context_length(self, prompt: int, max_tokens: int, window: int) -> web.Response:
         if self.anthropic:
@@ -435,9 +480,11 @@ class _Errors:
     def overloaded(self) -> web.Response:
         if self.anthropic:
             return self._respond(529, "Overloaded", "overloaded_error", None, should_retry=True)
-        # OpenAI has no 529: its overload answer is a 503.
-        message = "The server is overloaded or not ready yet."
-        return self._respond(503, message, "server_error", None, should_retry=True)
+        # OpenAI has no 529: its overload answer is a 503 with no retry-after.
+        message = "Our servers are currently overloaded. Please try again later."
+        return self._respond(
+            503, message, "service_unavailable_error", "server_is_overloaded", should_retry=True
+        )
 
     def server(self) -> web.Response:
         message = (
@@ -458,6 +505,14 @@ async def _swallow_resets(request: web.Request, handler: Any) -> web.StreamRespo
         return web.Response(status=500)
 
 
+def _key_header(request: web.Request, anthropic: bool) -> str:
+    """The header carrying the caller's key: x-api-key, else Authorization (anthropic>=2
+    sends `Authorization: Bearer` on the Anthropic route too)."""
+    if anthropic and "x-api-key" in request.headers:
+        return request.headers["x-api-key"]
+    return request.headers.get("Authorization", "")
+
+
 SERVER_KEY = web.AppKey("fakellm", FakeLLM)
 
 
@@ -469,6 +524,7 @@ def create_app(config: FakeLLMConfig) -> web.Application:
     app.router.add_post("/v1/chat/completions", server.openai_handler)
     app.router.add_post("/v1/messages", server.anthropic_handler)
     app.router.add_get("/_stats", server.stats_handler)
+    app.router.add_get("/_requests", server.requests_handler)
     app.router.add_post("/_reset", server.reset_handler)
     app.router.add_route("*", "/{tail:.*}", server.not_found)
     return app
@@ -495,8 +551,14 @@ class RunningServer:
             data: dict[str, Any] = json.loads(resp.read())
             return data
 
+    def requests(self) -> list[dict[str, Any]]:
+        """GET /_requests: the last request bodies received, oldest first."""
+        with urllib.request.urlopen(f"{self.base_url}/_requests") as resp:  # noqa: S310
+            data: list[dict[str, Any]] = json.loads(resp.read())
+            return data
+
     def reset(self) -> None:
-        """POST /_reset: zero the stats and refill the buckets."""
+        """POST /_reset: zero the stats, forget the requests, refill the buckets."""
         req = urllib.request.Request(f"{self.base_url}/_reset", method="POST", data=b"")
         with urllib.request.urlopen(req):  # noqa: S310 - loopback
             pass

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 from typing import Any
 
+import aiohttp
 import anthropic
 import httpx2
 import openai
@@ -51,7 +53,7 @@ OPENAI_CASES = [
     (openai.PermissionDeniedError, 403, {}, ErrorKind.AUTH),
     (openai.NotFoundError, 404, {}, ErrorKind.NOT_FOUND),
     (openai.InternalServerError, 500, {}, ErrorKind.SERVER),
-    (openai.InternalServerError, 503, {}, ErrorKind.OVERLOADED),
+    (openai.InternalServerError, 503, {"code": "server_is_overloaded"}, ErrorKind.SERVER),
     (openai.InternalServerError, 529, {}, ErrorKind.OVERLOADED),
     (openai.APIStatusError, 408, {}, ErrorKind.TIMEOUT),
     (openai.APIStatusError, 418, {}, ErrorKind.BAD_REQUEST),
@@ -140,3 +142,46 @@ def test_kept_headers_are_rate_limit_and_retry_only() -> None:
         "x-should-retry": "true",
     }
     assert should_retry(kept) is True
+
+
+def _raised_from(exc: BaseException, cause: BaseException) -> BaseException:
+    """`exc` as the SDK raises it: `raise exc from cause`."""
+    try:
+        raise exc from cause
+    except BaseException as raised:  # noqa: BLE001 - handed back
+        return raised
+
+
+CONNECTION_CASES = [
+    # (aiohttp root cause, kind, message)
+    (aiohttp.ServerDisconnectedError(), ErrorKind.CONNECTION,
+     "connection reset by server: Server disconnected"),
+    (aiohttp.ClientOSError(errno.ECONNRESET, "Connection reset by peer"), ErrorKind.CONNECTION,
+     "connection reset by server: [Errno 104] Connection reset by peer"),
+    (aiohttp.ClientConnectorError(
+        aiohttp.client_reqrep.ConnectionKey("h", 1, False, True, None, None, None),
+        ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused")),
+     ErrorKind.CONNECTION, "could not connect: Cannot connect to host h:1"),
+    (aiohttp.ServerTimeoutError("Timeout on reading data from socket"), ErrorKind.TIMEOUT,
+     "Request timed out"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("cause", "kind", "message"), CONNECTION_CASES)
+@pytest.mark.parametrize("sdk", ["openai", "anthropic"])
+def test_connection_errors_say_what_happened(
+    sdk: str, cause: BaseException, kind: ErrorKind, message: str
+) -> None:
+    request = httpx2.Request("POST", "http://x")
+    if sdk == "openai":
+        error = map_openai_error(_raised_from(openai.APITimeoutError(request), cause), "p")
+    else:
+        # The Anthropic SDK wraps the same failures as APIConnectionError.
+        exc = (
+            anthropic.APITimeoutError(request)
+            if kind is ErrorKind.TIMEOUT
+            else (anthropic.APIConnectionError(request=request))
+        )
+        error = map_anthropic_error(_raised_from(exc, cause), "p")
+    assert error.kind is kind
+    assert error.provider_message.startswith(message)

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -298,7 +299,7 @@ def test_cli_help_lists_every_flag() -> None:
     assert result.exit_code == 0
     for flag in ("--port", "--rpm", "--tpm", "--latency-ms", "--fail-rate", "--timeout-rate",
                  "--malformed-rate", "--seed", "--insufficient-quota", "--overloaded-rate",
-                 "--reset-rate", "--burst-s"):  # fmt: skip
+                 "--reset-rate", "--burst-s", "--echo-auth-rate"):  # fmt: skip
         assert flag in result.output
 
 
@@ -352,3 +353,136 @@ def test_paced_stream_still_joins_to_the_answer(fakellm_factory: ServerFactory) 
 
     plain, streamed = asyncio.run(run())
     assert streamed == plain
+
+
+async def _status_of(send: Any, server: Any, **params: Any) -> Any:
+    """The SDK's 400 for a request fakellm refuses."""
+    try:
+        await send(server, **params)
+    except (openai.BadRequestError, anthropic.BadRequestError) as exc:
+        return exc
+    raise AssertionError("fakellm accepted the request")
+
+
+OPENAI_REFUSALS = [
+    # (extra request parameters, words of the message, param)
+    ({"temperature": 2.5}, "Expected a value <= 2", "temperature"),
+    ({"temperature": -0.1}, "Expected a value >= 0", "temperature"),
+    ({"top_p": 1.5}, "Expected a value <= 1", "top_p"),
+    ({"extra_body": {"seed": 1.5}}, "expected an integer", "seed"),
+    ({"extra_body": {"top_k": 5}}, "Unrecognized request argument supplied: top_k", None),
+    ({"response_format": {"type": "json_schema", "json_schema": {"schema": SCHEMA}}},
+     "response_format.json_schema.name", "response_format.json_schema.name"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("params", "words", "param"), OPENAI_REFUSALS)
+def test_openai_route_refuses_what_the_real_api_refuses(
+    fakellm: Any, params: dict[str, Any], words: str, param: str | None
+) -> None:
+    exc = asyncio.run(_status_of(_openai_raw, fakellm, **params))
+    assert exc.status_code == 400
+    assert words in exc.message
+    assert exc.param == param
+
+
+ANTHROPIC_REFUSALS = [
+    # (extra request parameters, extra headers, words of the message)
+    ({"temperature": 1.5}, {"anthropic-version": "2023-06-01"}, "less than or equal to 1"),
+    ({"top_p": -1}, {"anthropic-version": "2023-06-01"}, "greater than or equal to 0"),
+    ({"seed": 1}, {"anthropic-version": "2023-06-01"}, "seed: Extra inputs are not permitted"),
+    # The API version anthropic>=2 sends takes no sampling parameters at all.
+    ({"temperature": 0.3}, {}, "temperature: Extra inputs are not permitted"),
+    ({"top_p": 0.9}, {}, "top_p: Extra inputs are not permitted"),
+    ({"temperature": 0.3}, {"anthropic-version": "2099-01-01"}, "invalid version"),
+    ({"temperature": 0.3, "top_p": 0.9, "model": "claude-haiku-4-5"},
+     {"anthropic-version": "2023-06-01"}, "cannot both be specified"),
+    ({"temperature": 0.3, "model": "claude-opus-4-7"}, {"anthropic-version": "2023-06-01"},
+     "`temperature` is deprecated for this model"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("params", "headers", "words"), ANTHROPIC_REFUSALS)
+def test_anthropic_route_refuses_what_the_real_api_refuses(
+    fakellm: Any, params: dict[str, Any], headers: dict[str, str], words: str
+) -> None:
+    model = params.pop("model", "fast")
+    exc = asyncio.run(
+        _status_of(_anthropic_raw, fakellm, model=model, extra_body=params, extra_headers=headers)
+    )
+    assert exc.status_code == 400
+    assert exc.type == "invalid_request_error"
+    assert words in exc.message
+
+
+def test_requests_received_are_recorded_for_tests(fakellm_factory: ServerFactory) -> None:
+    server = fakellm_factory()
+    asyncio.run(_openai_raw(server, temperature=0.3, top_p=0.9, seed=4))
+    asyncio.run(
+        _anthropic_raw(
+            server,
+            extra_body={"temperature": 0.3, "top_p": 0.9},
+            extra_headers={"anthropic-version": "2023-06-01", "X-Client-Request-Id": "i-1"},
+        )
+    )
+    first, second = server.requests()
+    assert first["route"] == "openai"
+    assert (first["body"]["temperature"], first["body"]["top_p"], first["body"]["seed"]) == (
+        0.3, 0.9, 4,
+    )  # fmt: skip
+    assert second["route"] == "anthropic"
+    assert (second["body"]["temperature"], second["body"]["top_p"]) == (0.3, 0.9)
+    assert second["headers"]["x-client-request-id"] == "i-1"
+    # Keys are never recorded: /_requests is readable by anyone on loopback.
+    assert "sk-test-fakellm" not in json.dumps([first, second])
+    server.reset()
+    assert server.requests() == []
+
+
+@pytest.mark.parametrize("fmt", ["openai", "anthropic"])
+def test_echo_auth_switch_repeats_the_key_header_in_a_400(
+    fakellm_factory: ServerFactory, fmt: str
+) -> None:
+    server = fakellm_factory(echo_auth_rate=1.0)
+    send = _openai_raw if fmt == "openai" else _anthropic_raw
+    exc = asyncio.run(_status_of(send, server))
+    assert exc.status_code == 400
+    # Both SDKs send `Authorization: Bearer <key>` (anthropic>=2 too).
+    assert "invalid request from Bearer sk-test-fakellm" in exc.message
+    body = exc.body if fmt == "openai" else exc.body["error"]
+    assert body["type"] == "invalid_request_error"
+    assert server.stats()["bad_requests"] == 1
+
+
+def test_echo_auth_switch_echoes_x_api_key_on_the_anthropic_route(
+    fakellm_factory: ServerFactory,
+) -> None:
+    server = fakellm_factory(echo_auth_rate=1.0)
+    request = urllib.request.Request(
+        f"{server.base_url}/v1/messages",
+        data=json.dumps({"model": "fast", "max_tokens": 8, "messages": USER}).encode(),
+        headers={"x-api-key": "sk-ant-echo-me", "content-type": "application/json"},
+    )
+    with pytest.raises(urllib.error.HTTPError) as info:
+        urllib.request.urlopen(request)  # noqa: S310 - loopback
+    assert info.value.code == 400
+    assert "sk-ant-echo-me" in json.loads(info.value.read())["error"]["message"]
+
+
+def test_echo_auth_rate_half_echoes_some_and_answers_the_rest(
+    fakellm_factory: ServerFactory,
+) -> None:
+    server = fakellm_factory(echo_auth_rate=0.5, seed=3)
+
+    async def run() -> int:
+        echoed = 0
+        for _ in range(20):
+            try:
+                await _openai_raw(server)
+            except openai.BadRequestError:
+                echoed += 1
+        return echoed
+
+    echoed = asyncio.run(run())
+    assert 0 < echoed < 20
+    assert server.stats()["successes"] == 20 - echoed

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
 import pytest
 
+from promptlab.engine.retry import THROTTLE_KINDS, Action, classify
 from promptlab.errors import ErrorKind, ProviderError
 from promptlab.providers import (
     CompletionRequest,
@@ -96,7 +98,8 @@ FAULT_KINDS = [
     # (fakellm config, kind for the openai adapter, kind for the anthropic adapter)
     ({"rpm": 1, "burst_s": 1.0, "_send": 2}, ErrorKind.RATE_LIMIT, ErrorKind.RATE_LIMIT),
     ({"quota_rate": 1.0}, ErrorKind.QUOTA, ErrorKind.QUOTA),
-    ({"overloaded_rate": 1.0}, ErrorKind.OVERLOADED, ErrorKind.OVERLOADED),
+    # OpenAI's overload answer is a 503: a server error, not a throttle (see below).
+    ({"overloaded_rate": 1.0}, ErrorKind.SERVER, ErrorKind.OVERLOADED),
     ({"fail_rate": 1.0}, ErrorKind.SERVER, ErrorKind.SERVER),
     ({"reset_rate": 1.0}, ErrorKind.CONNECTION, ErrorKind.CONNECTION),
     ({"api_key": "other"}, ErrorKind.AUTH, ErrorKind.AUTH),
@@ -165,3 +168,146 @@ def test_sim_adapter_preflights_the_context_window() -> None:
     with pytest.raises(ProviderError) as info:
         asyncio.run(provider.complete(_request(model="sloppy", max_tokens=9_000)))
     assert info.value.kind is ErrorKind.CONTEXT_LENGTH
+
+
+SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+#: A value for every CompletionRequest field, as a run spec can set them. A new field
+#: fails test_the_table_covers_every_request_field until it is added here (and sent).
+EVERY_FIELD: dict[str, Any] = {
+    "model": "careful",
+    "messages": MESSAGES,
+    "max_tokens": 123,
+    "temperature": 0.3,
+    "top_p": 0.9,
+    "output_schema": SCHEMA,
+    "seed": 7,
+    "request_id": "item-7",
+    "timeout_s": 5.0,
+}
+
+
+def test_the_table_covers_every_request_field() -> None:
+    assert set(EVERY_FIELD) == {f.name for f in dataclasses.fields(CompletionRequest)}
+
+
+def _last_request(server: Any) -> dict[str, Any]:
+    received = server.requests()
+    assert received, "fakellm received no request"
+    last: dict[str, Any] = received[-1]
+    return last
+
+
+def test_openai_adapter_sends_every_spec_parameter(fakellm_factory: ServerFactory) -> None:
+    server = fakellm_factory()
+    response = _complete(endpoint_for(server, "openai"), CompletionRequest(**EVERY_FIELD))
+    assert response.text
+    sent = _last_request(server)
+    body = sent["body"]
+    assert (body["temperature"], body["top_p"], body["seed"]) == (0.3, 0.9, 7)
+    # A compatible server (base_url set) gets max_tokens; the official API gets
+    # max_completion_tokens (test below).
+    assert body["max_tokens"] == 123 and "max_completion_tokens" not in body
+    assert body["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "output", "schema": SCHEMA},
+    }
+    assert body["messages"] == [dict(m) for m in MESSAGES]
+    assert sent["headers"]["x-client-request-id"] == "item-7"
+
+
+def test_openai_adapter_sends_max_completion_tokens_to_the_official_api(
+    fakellm_factory: ServerFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = fakellm_factory()
+    # No base_url in the endpoint = the official API; the SDK's own env var points it here.
+    monkeypatch.setenv("OPENAI_BASE_URL", server.openai_base_url)
+    endpoint = dataclasses.replace(endpoint_for(server, "openai"), base_url=None)
+    _complete(endpoint, CompletionRequest(**EVERY_FIELD))
+    body = _last_request(server)["body"]
+    assert body["max_completion_tokens"] == 123 and "max_tokens" not in body
+
+
+def test_anthropic_adapter_sends_every_spec_parameter(fakellm_factory: ServerFactory) -> None:
+    server = fakellm_factory()
+    # A TypeError from the SDK (a parameter it no longer takes) fails this test.
+    response = _complete(endpoint_for(server, "anthropic"), CompletionRequest(**EVERY_FIELD))
+    assert response.text
+    sent = _last_request(server)
+    body = sent["body"]
+    assert (body["temperature"], body["top_p"], body["max_tokens"]) == (0.3, 0.9, 123)
+    assert body["system"] == MESSAGES[0]["content"]
+    assert body["messages"] == [{"role": "user", "content": MESSAGES[1]["content"]}]
+    assert body["output_config"] == {"format": {"type": "json_schema", "schema": SCHEMA}}
+    assert "seed" not in body  # the Messages API has no seed
+    assert sent["headers"]["x-client-request-id"] == "item-7"
+    # Sampling parameters are only accepted under the 2023-06-01 API version.
+    assert sent["headers"]["anthropic-version"] == "2023-06-01"
+
+
+def test_anthropic_adapter_keeps_the_sdk_api_version_without_sampling(
+    fakellm_factory: ServerFactory,
+) -> None:
+    server = fakellm_factory()
+    _complete(endpoint_for(server, "anthropic"), _request(max_tokens=50))
+    sent = _last_request(server)
+    assert not {"temperature", "top_p"} & set(sent["body"])
+    # The SDK's own (newer) version, not the pinned one.
+    assert sent["headers"]["anthropic-version"] > "2023-06-01"
+
+
+@pytest.mark.parametrize("field", ["temperature", "top_p"])
+def test_anthropic_adapter_sends_one_sampling_parameter_alone(
+    fakellm_factory: ServerFactory, field: str
+) -> None:
+    server = fakellm_factory()
+    _complete(endpoint_for(server, "anthropic"), _request(**{field: 0.5}))
+    body = _last_request(server)["body"]
+    assert body[field] == 0.5
+    assert not {"temperature", "top_p"} - {field} & set(body)
+
+
+def test_a_model_refusing_both_sampling_parameters_is_a_bad_request_that_says_so(
+    fakellm_factory: ServerFactory,
+) -> None:
+    server = fakellm_factory()
+    endpoint = endpoint_for(server, "anthropic")
+    error = _error(endpoint, _request(model="claude-haiku-4-5", temperature=0.3, top_p=0.9))
+    assert error.kind is ErrorKind.BAD_REQUEST and error.status == 400
+    assert "cannot both be specified" in error.provider_message
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_echoed_key_reaches_the_error_message_whole(
+    fakellm_factory: ServerFactory, kind: str
+) -> None:
+    # fakellm's echo switch stands in for a server that puts the caller's key in an
+    # error; the message is kept whole so the code that scrubs stored errors can be
+    # tested against it.
+    server = fakellm_factory(echo_auth_rate=1.0)
+    error = _error(endpoint_for(server, kind), _request())
+    assert error.kind is ErrorKind.BAD_REQUEST
+    assert KEY_ENV["FAKELLM_KEY"] in error.provider_message
+    assert KEY_ENV["FAKELLM_KEY"] in str(error)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_connection_reset_is_reported_as_one(fakellm_factory: ServerFactory, kind: str) -> None:
+    server = fakellm_factory(reset_rate=1.0)
+    error = _error(endpoint_for(server, kind), _request())
+    assert error.kind is ErrorKind.CONNECTION
+    # Not the SDKs' "Request timed out." / "Connection error.": what aiohttp saw.
+    assert error.provider_message == "connection reset by server: Server disconnected"
+    assert server.stats()["resets"] == 1
+
+
+def test_an_openai_503_is_retried_per_item_and_does_not_throttle_the_endpoint(
+    fakellm_factory: ServerFactory,
+) -> None:
+    # The engine closes a shared gate and cuts rate and concurrency on THROTTLE_KINDS;
+    # random 503s treated that way serialised a whole run (200 items: 50 s, not 2 s).
+    server = fakellm_factory(overloaded_rate=1.0)
+    error = _error(endpoint_for(server, "openai"), _request())
+    assert (error.status, error.kind, error.retry_after_s) == (503, ErrorKind.SERVER, None)
+    assert "overloaded" in error.provider_message
+    assert error.kind not in THROTTLE_KINDS
+    assert classify(error) is Action.RETRY

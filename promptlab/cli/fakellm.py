@@ -63,6 +63,13 @@ LOOPBACK = "127.0.0.1"
     "--reset-rate", type=click.FloatRange(0, 1), default=0.0, help="Share of connection resets."
 )
 @click.option(
+    "--echo-auth-rate",
+    type=click.FloatRange(0, 1),
+    default=0.0,
+    help="Share of 400s whose message repeats the caller's key header (Authorization, or "
+    "x-api-key) verbatim: for testing that keys are scrubbed from stored errors.",
+)
+@click.option(
     "--context-window", type=click.IntRange(min=1), help="Reject prompt + max_tokens above it."
 )
 @click.option("--require-key", help="Answer 401 unless requests carry this API key.")
@@ -82,6 +89,7 @@ def fakellm_command(
     insufficient_quota: bool,
     overloaded_rate: float,
     reset_rate: float,
+    echo_auth_rate: float,
     context_window: int | None,
     require_key: str | None,
     seed: int,
@@ -105,6 +113,7 @@ def fakellm_command(
             quota_rate=1.0 if insufficient_quota else quota_rate,
             overloaded_rate=overloaded_rate,
             reset_rate=reset_rate,
+            echo_auth_rate=echo_auth_rate,
             seed=seed,
             api_key=require_key,
             context_window=context_window,

@@ -14,6 +14,11 @@ from promptlab.providers.errors import kept_headers, map_anthropic_error
 from promptlab.providers.openai import REQUEST_ID_HEADER
 from promptlab.tokens import check_fits
 
+#: The API version header; the SDK sets it, a request may override it.
+VERSION_HEADER = "anthropic-version"
+#: The last API version that accepts sampling parameters (2026-10-21 answers 400).
+SAMPLING_API_VERSION = "2023-06-01"
+
 _FINISH_REASONS = {
     "end_turn": FinishReason.STOP,
     "stop_sequence": FinishReason.STOP,
@@ -75,7 +80,13 @@ class AnthropicProvider:
 
 
 def anthropic_params(request: CompletionRequest) -> dict[str, Any]:
-    """Messages API parameters: system messages go to `system`, the rest stay in order."""
+    """Messages API parameters: system messages go to `system`, the rest stay in order.
+
+    anthropic>=1 dropped `temperature` and `top_p` from `messages.create()` (a TypeError),
+    and the API version anthropic>=2 sends (2026-10-21) answers 400 to them. The API
+    still honours them under version 2023-06-01 for the models that take them, so a
+    request that sets one sends them in the body (`extra_body`) under that version.
+    """
     system = [str(m["content"]) for m in request.messages if m.get("role") == "system"]
     messages = [_message(m) for m in request.messages if m.get("role") != "system"]
     params: dict[str, Any] = {
@@ -86,16 +97,23 @@ def anthropic_params(request: CompletionRequest) -> dict[str, Any]:
     }
     if system:
         params["system"] = "\n\n".join(system)
-    for key in ("temperature", "top_p"):
-        value = getattr(request, key)
-        if value is not None:
-            params[key] = value
+    sampling = {
+        key: value
+        for key, value in (("temperature", request.temperature), ("top_p", request.top_p))
+        if value is not None
+    }
+    headers: dict[str, str] = {}
+    if sampling:
+        params["extra_body"] = sampling
+        headers[VERSION_HEADER] = SAMPLING_API_VERSION
     if request.output_schema is not None:
         params["output_config"] = {
             "format": {"type": "json_schema", "schema": dict(request.output_schema)}
         }
     if request.request_id:
-        params["extra_headers"] = {REQUEST_ID_HEADER: request.request_id}
+        headers[REQUEST_ID_HEADER] = request.request_id
+    if headers:
+        params["extra_headers"] = headers
     return params
 
 

@@ -10,6 +10,7 @@ context-length 400s and content-policy 400s.
 from __future__ import annotations
 
 import email.utils
+import errno
 import time
 from collections.abc import Mapping
 from typing import Any, Final
@@ -35,7 +36,11 @@ _STATUS_KINDS: dict[int, ErrorKind] = {
     422: ErrorKind.BAD_REQUEST,
     429: ErrorKind.RATE_LIMIT,
     499: ErrorKind.CONNECTION,
-    503: ErrorKind.OVERLOADED,
+    # A 503 is a transient server error, retried by each item with its own backoff.
+    # Only 529 (Anthropic's overload answer) is `overloaded`, which the engine treats
+    # like a 429 (shared gate, rate and concurrency cut): random 503s treated that way
+    # cut an endpoint to one request at a time (200 items: 50 s instead of 2 s).
+    503: ErrorKind.SERVER,
     504: ErrorKind.TIMEOUT,
     529: ErrorKind.OVERLOADED,
 }
@@ -55,7 +60,7 @@ OPENAI_ERROR_KINDS: dict[type[BaseException], ErrorKind | str] = {
     openai.ConflictError: ErrorKind.SERVER,  # OpenAI documents 409 as a transient lock
     openai.UnprocessableEntityError: ErrorKind.BAD_REQUEST,
     openai.RateLimitError: ErrorKind.RATE_LIMIT,
-    openai.InternalServerError: BY_STATUS,  # 500 server, 503 overloaded, 504 timeout
+    openai.InternalServerError: BY_STATUS,  # 500/503 server, 504 timeout, 529 overloaded
     openai.LengthFinishReasonError: ErrorKind.CONTEXT_LENGTH,
     openai.ContentFilterFinishReasonError: ErrorKind.CONTENT_FILTER,
     openai.InvalidWebhookSignatureError: ErrorKind.BAD_REQUEST,
@@ -86,7 +91,7 @@ ANTHROPIC_ERROR_KINDS: dict[type[BaseException], ErrorKind | str] = {
     anthropic.ClientClosedRequestError: ErrorKind.CONNECTION,
     anthropic.InternalServerError: BY_STATUS,
     anthropic.HTTPNotImplementedError: ErrorKind.BAD_REQUEST,  # retrying cannot fix a 501
-    anthropic.ServiceUnavailableError: ErrorKind.OVERLOADED,
+    anthropic.ServiceUnavailableError: ErrorKind.SERVER,  # 503; see _STATUS_KINDS
     anthropic.GatewayTimeoutError: ErrorKind.TIMEOUT,
     anthropic.OverloadedError: ErrorKind.OVERLOADED,
     anthropic.RetryableError: ErrorKind.SERVER,
@@ -120,6 +125,8 @@ _KEPT_PREFIXES = ("x-ratelimit-", "anthropic-ratelimit-")
 _KEPT_HEADERS = frozenset(
     {"retry-after", "retry-after-ms", "x-should-retry", "x-request-id", "request-id"}
 )
+#: Socket errors that mean the peer dropped an open connection.
+_RESET_ERRNOS = frozenset({errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED})
 #: Body codes that turn a 400 into a more precise kind.
 _CONTEXT_CODES = frozenset({"context_length_exceeded", "string_above_max_length"})
 _CONTENT_FILTER_CODES = frozenset({"content_filter", "content_policy_violation"})
@@ -198,8 +205,11 @@ def map_sdk_error(
     if kind == BY_STATUS or kind is None:
         kind = _kind_for_status(status)
     kind = _refine(kind, status, code, message)
-    if kind is ErrorKind.TIMEOUT and _dropped_connection(exc):
+    dropped = _dropped_connection(exc)
+    if dropped is not None and kind in (ErrorKind.TIMEOUT, ErrorKind.CONNECTION):
+        # The SDKs' own text ("Request timed out." / "Connection error.") hides what happened.
         kind = ErrorKind.CONNECTION
+        message = _connection_message(dropped)
     return ProviderError(
         kind,
         message,
@@ -211,20 +221,34 @@ def map_sdk_error(
     )
 
 
-def _dropped_connection(exc: BaseException) -> bool:
-    """True when the root cause is a dropped connection, not a timeout.
+def _dropped_connection(exc: BaseException) -> aiohttp.ClientConnectionError | None:
+    """The aiohttp error under `exc` when a connection failed or dropped (not a timeout).
 
     The SDKs' aiohttp transport reports every aiohttp connection error as a connect
-    timeout; the original aiohttp exception is still on the cause chain.
+    timeout or a bare "Connection error."; the original aiohttp exception is still on
+    the cause chain.
     """
     cause = exc.__cause__ or exc.__context__
     while cause is not None:
         if isinstance(cause, aiohttp.ClientConnectionError) and not isinstance(
             cause, aiohttp.ServerTimeoutError | aiohttp.SocketTimeoutError
         ):
-            return True
+            return cause
         cause = cause.__cause__ or cause.__context__
-    return False
+    return None
+
+
+def _connection_message(cause: aiohttp.ClientConnectionError) -> str:
+    """What happened to the connection, in words, with aiohttp's own text."""
+    text = str(cause) or type(cause).__name__
+    if isinstance(cause, aiohttp.ClientConnectorError):
+        return f"could not connect: {text}"
+    dropped = isinstance(cause, aiohttp.ServerDisconnectedError) or (
+        isinstance(cause, aiohttp.ClientOSError) and cause.errno in _RESET_ERRNOS
+    )
+    if dropped:
+        return f"connection reset by server: {text}"
+    return f"connection failed: {text}"
 
 
 def _kind_for_status(status: int | None) -> ErrorKind:
