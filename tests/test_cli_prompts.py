@@ -205,7 +205,7 @@ def test_render_stops_at_the_loop_limit(tmp_path: Path) -> None:
     )
     assert run("--db", db, "prompt", "add", str(spec)).exit_code == 0
     result = CliRunner().invoke(
-        main, ["--db", db, "prompt", "render", "loops", "--var", f"xs={list(range(60))}"]
+        main, ["--db", db, "prompt", "render", "loops", "--var", f"xs={list(range(20))}"]
     )
     assert "messages[0] (user): more than 100000 loop iterations" in one_error_line(result)
 
