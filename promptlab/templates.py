@@ -247,6 +247,8 @@ class Template:
                     chunks.append(chunk)
             except jinja2.TemplateError as exc:  # e.g. a lookup on a value of the wrong shape
                 raise TemplateError(f"{budget.where}: {exc}") from exc
+            except (TypeError, ValueError, OverflowError) as exc:  # a filter given the wrong kind
+                raise TemplateError(f"{budget.where}: {type(exc).__name__}: {exc}") from exc
             rendered.append({"role": message.role, "content": "".join(chunks)})
         return rendered
 

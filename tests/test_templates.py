@@ -408,3 +408,18 @@ def typed(values: dict[str, Any]) -> dict[str, Any]:
     """The variable schema fragments that accept `values`."""
     kinds = {list: "array", dict: "object", str: "string"}
     return {name: {"type": kinds[type(value)]} for name, value in values.items()}
+
+
+@pytest.mark.parametrize(
+    ("source", "values"),
+    [
+        ("{{ s|center(w) }}", {"s": "a", "w": "wide"}),
+        ("{{ s|wordwrap(w) }}", {"s": "a", "w": "wide"}),
+        ("{{ s|round(w) }}", {"s": "a", "w": "b"}),
+    ],
+)
+def test_values_of_the_wrong_kind_for_a_filter_are_a_template_error(
+    source: str, values: dict[str, Any]
+) -> None:
+    with pytest.raises(TemplateError, match=r"^messages\[0\] \(user\): "):
+        build(source, variables=typed(values)).render(values)
