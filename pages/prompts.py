@@ -8,7 +8,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from promptlab.errors import PromptlabError, VariableError
+from promptlab.errors import PromptlabError, StoreError, VariableError
 from promptlab.promptfiles import dump_yaml_mapping, export_prompt, parse_yaml_mapping
 from promptlab.registry import PromptVersion, Registry
 from promptlab.templates import ROLES, Template
@@ -329,8 +329,12 @@ def preview_tab(name: str, versions: list[PromptVersion]) -> None:
 
 
 require_shell("pages/prompts.py")
-registry = get_registry()
 st.title("Prompts")
+try:
+    registry = get_registry()
+except StoreError as exc:  # e.g. PROMPTLAB_DB under a regular file, or not a database
+    st.error(str(exc), icon=":material/error:")
+    st.stop()
 show_flash("top")
 names = prompt_table(registry)
 with st.expander("Create a new prompt", expanded=not names, icon=":material/add:"):

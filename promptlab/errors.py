@@ -9,7 +9,8 @@
     │   ├── TemplateSyntaxError      not valid template syntax (with line)
     │   ├── UnsafeTemplateError      reaches for Python internals or unknown constructs
     │   ├── RoleOrderError           system/user/assistant order is wrong (with index)
-    │   └── VariableError            values do not fit the variable schema (all problems)
+    │   ├── VariableError            values do not fit the variable schema (all problems)
+    │   └── TemplateLimitError       too big, too deep or loops too much (names the limit)
     ├── RegistryError                prompt registry problems
     │   ├── NotFoundError            a prompt, version or label does not exist
     │   └── VersionError             a semantic version override is not allowed
@@ -71,6 +72,10 @@ class UnsafeTemplateError(TemplateError):
 
 class RoleOrderError(TemplateError):
     """Messages are not in a valid system/user/assistant order."""
+
+
+class TemplateLimitError(TemplateError):
+    """A template, or what it renders, goes past a size, nesting or loop limit."""
 
 
 @dataclass(frozen=True)

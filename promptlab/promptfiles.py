@@ -78,9 +78,11 @@ def parse_prompt_data(data: Any, source: str = "<prompt>") -> PromptFile:
     unknown = sorted(set(data) - _TOP_KEYS)
     if unknown:
         raise PromptFileError(f"{source}: unknown field(s) {', '.join(unknown)}")
-    name = data.get("name")
-    if not isinstance(name, str) or not name:
+    name = _string_field(data, "name", source)
+    if name is None:
         raise PromptFileError(f"{source}: field 'name' is required")
+    if not name:
+        raise PromptFileError(f"{source}: field 'name' must not be empty")
     if "versions" in data:
         stray = sorted(set(data) & _VERSION_KEYS)
         if stray:
@@ -103,7 +105,16 @@ def parse_prompt_data(data: Any, source: str = "<prompt>") -> PromptFile:
         isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
     ):
         raise PromptFileError(f"{source}: field 'labels' must map label names to versions")
-    return PromptFile(name, str(data.get("description") or ""), versions, labels, source)
+    description = _string_field(data, "description", source) or ""
+    return PromptFile(name, description, versions, labels, source)
+
+
+def _string_field(data: dict[str, Any], key: str, where: str) -> str | None:
+    """The text of an optional field; a number, list or mapping there is an error."""
+    value = data.get(key)
+    if value is not None and not isinstance(value, str):
+        raise PromptFileError(f"{where}: field {key!r} must be a string, got {value!r:.40}")
+    return value
 
 
 def _parse_version(item: Any, where: str) -> VersionSpec:
@@ -115,6 +126,8 @@ def _parse_version(item: Any, where: str) -> VersionSpec:
     if not isinstance(item.get("messages"), list):
         raise PromptFileError(f"{where}: field 'messages' must be a list of role/content")
     version = item.get("version")
+    message = _string_field(item, "message", where) or ""
+    author = _string_field(item, "author", where)
     try:
         template = Template.build(
             item["messages"],
@@ -126,8 +139,8 @@ def _parse_version(item: Any, where: str) -> VersionSpec:
         raise PromptFileError(f"{where}: {exc}") from exc
     return VersionSpec(
         template=template,
-        message=str(item.get("message") or ""),
-        author=item.get("author"),
+        message=message,
+        author=author,
         version=str(version) if version is not None else None,
     )
 

@@ -5,6 +5,10 @@ are limited at save time to a small, safe subset of Jinja (variables, attribute 
 item lookups on data, a whitelist of filters, `if` and `for`), so a template can never
 call functions or reach Python internals. Variable *values* are data: they are
 inserted as text and never evaluated, so `{{ 7*7 }}` inside a value stays literal.
+
+Size and depth are bounded too (template_limits.py), so no template can exhaust memory
+or the stack: saving checks size and nesting, and each render has a budget of loop
+iterations and characters, counted while it runs.
 """
 
 from __future__ import annotations
@@ -25,10 +29,22 @@ from jinja2.sandbox import SandboxedEnvironment
 from promptlab.errors import (
     RoleOrderError,
     TemplateError,
+    TemplateLimitError,
     TemplateSyntaxError,
     UnsafeTemplateError,
     VariableError,
     VariableProblem,
+)
+from promptlab.template_limits import (
+    BOUNDED_FILTERS,
+    BUDGET_VARIABLE,
+    COUNT_LOOP_FILTER,
+    MAX_MESSAGE_CHARS,
+    MAX_NESTED_LOOPS,
+    MAX_TEMPLATE_CHARS,
+    MAX_TEMPLATE_DEPTH,
+    RenderBudget,
+    count_loop_items,
 )
 
 ROLES = ("system", "user", "assistant")
@@ -95,6 +111,8 @@ def _environment() -> SandboxedEnvironment:
         comment_end_string="##}",
     )
     env.globals.clear()  # no range(), lipsum(), cycler ... : names are variables only
+    env.filters.update(BOUNDED_FILTERS)
+    env.filters[COUNT_LOOP_FILTER] = count_loop_items
     return env
 
 
@@ -132,14 +150,26 @@ class Template:
         msgs = tuple(_to_message(m, i) for i, m in enumerate(messages))
         check_role_order(msgs)
         for index, message in enumerate(msgs):
+            if len(message.content) > MAX_MESSAGE_CHARS:
+                raise TemplateLimitError(
+                    f"{_where(index, message)}: {len(message.content)} characters, "
+                    f"more than the {MAX_MESSAGE_CHARS} allowed in a message"
+                )
             check_safe(message.content, where=_where(index, message))
         names, shapes = _extract(msgs)
-        return cls(
+        template = cls(
             messages=msgs,
             params=normalize_params(params or {}),
             variables=variable_schema(names, shapes, variables or {}),
             output_schema=_check_output_schema(output_schema),
         )
+        size = len(json.dumps(template.canonical(), ensure_ascii=False))
+        if size > MAX_TEMPLATE_CHARS:
+            raise TemplateLimitError(
+                f"template: {size} characters with its schemas, "
+                f"more than the {MAX_TEMPLATE_CHARS} allowed in a template"
+            )
+        return template
 
     @property
     def variable_names(self) -> list[str]:
@@ -198,15 +228,28 @@ class Template:
         return filled
 
     def render(self, values: Mapping[str, Any]) -> list[dict[str, str]]:
-        """Validate `values`, then render every message; extra values are ignored."""
+        """Validate `values`, then render every message; extra values are ignored.
+
+        One budget of loop iterations and characters covers all messages; going past it
+        raises TemplateLimitError naming the message being rendered.
+        """
         filled = self.validate_values(values)
+        budget = RenderBudget()
         rendered = []
         for index, message in enumerate(self.messages):
+            budget.where = _where(index, message)
+            compiled = _compiled(message.content, budget.where)
+            chunks = []
             try:
-                text = _compile(message.content).render(filled)
+                # Streamed, not rendered whole, so the size is checked before it grows.
+                for chunk in compiled.generate({**filled, BUDGET_VARIABLE: budget}):
+                    budget.count_chars(len(chunk))
+                    chunks.append(chunk)
             except jinja2.TemplateError as exc:  # e.g. a lookup on a value of the wrong shape
-                raise TemplateError(f"{_where(index, message)}: {exc}") from exc
-            rendered.append({"role": message.role, "content": text})
+                raise TemplateError(f"{budget.where}: {exc}") from exc
+            except (TypeError, ValueError, OverflowError) as exc:  # a filter given the wrong kind
+                raise TemplateError(f"{budget.where}: {type(exc).__name__}: {exc}") from exc
+            rendered.append({"role": message.role, "content": "".join(chunks)})
         return rendered
 
 
@@ -245,8 +288,9 @@ def check_role_order(messages: tuple[Message, ...]) -> None:
 
 
 def check_safe(source: str, where: str = "template") -> None:
-    """Refuse syntax errors and anything outside the safe subset, naming the line."""
+    """Refuse syntax errors, deep nesting and anything outside the safe subset, naming the line."""
     ast = _parse(source, where)
+    _check_nesting(ast, where)
     for node in _walk(ast):
         line = getattr(node, "lineno", None)
         at = f"{where}, line {line}" if line else where
@@ -280,6 +324,7 @@ def check_safe(source: str, where: str = "template") -> None:
             raise UnsafeTemplateError(f"{at}: test {node.name!r} is not allowed")
         if isinstance(node, nodes.For) and node.recursive:
             raise UnsafeTemplateError(f"{at}: recursive loops are not allowed")
+    _compiled(source, where)  # what is saved must compile (and is cached for rendering)
 
 
 def _check_filter_arguments(node: nodes.Filter, at: str) -> None:
@@ -424,21 +469,45 @@ def _to_message(item: Mapping[str, Any] | Message, index: int) -> Message:
         return item
     if not isinstance(item, Mapping):
         raise TemplateError(f"messages[{index}]: expected a mapping with role and content")
-    role, content = item.get("role"), item.get("content")
-    if not isinstance(role, str):
-        raise TemplateError(f"messages[{index}].role: missing or not text")
-    if not isinstance(content, str) or not content.strip():
-        raise TemplateError(f"messages[{index}].content: missing or empty")
+    role, content = _text_field(item, "role", index), _text_field(item, "content", index)
+    if not content.strip():
+        raise TemplateError(f"messages[{index}].content: empty")
     return Message(role.strip().lower(), content)
+
+
+def _text_field(item: Mapping[str, Any], name: str, index: int) -> str:
+    value = item.get(name)
+    if value is None:
+        raise TemplateError(f"messages[{index}].{name}: missing")
+    if not isinstance(value, str):
+        raise TemplateError(f"messages[{index}].{name}: must be a string, got {value!r:.40}")
+    return value
 
 
 def _where(index: int, message: Message) -> str:
     return f"messages[{index}] ({message.role})"
 
 
+def _compiled(source: str, where: str) -> jinja2.Template:
+    """The compiled template; a template too deep for Python itself is a TemplateLimitError."""
+    try:
+        return _compile(source)
+    except (RecursionError, SyntaxError) as exc:  # CPython's limits, past MAX_TEMPLATE_DEPTH
+        raise TemplateLimitError(
+            f"{where}: nested too deeply to compile (keep it under {MAX_TEMPLATE_DEPTH} levels)"
+        ) from exc
+
+
 @functools.lru_cache(maxsize=2048)
 def _compile(source: str) -> jinja2.Template:
-    return _ENV.from_string(source)
+    ast = _ENV.parse(source)
+    for node in _walk(ast):
+        if isinstance(node, nodes.For):
+            # Every loop takes its items through the render's budget (count_loop_items).
+            node.iter = nodes.Filter(
+                node.iter, COUNT_LOOP_FILTER, [], [], None, None, lineno=node.lineno
+            )
+    return _ENV.from_string(ast)
 
 
 def _parse(source: str, where: str) -> nodes.Template:
@@ -449,12 +518,34 @@ def _parse(source: str, where: str) -> nodes.Template:
         if "expected token" in text or "unexpected" in text:
             hint = " (for literal braces use {% raw %}...{% endraw %})"
         raise TemplateSyntaxError(f"{where}, line {exc.lineno}: {text}{hint}") from exc
+    except RecursionError as exc:  # Jinja's parser recurses once per bracket and tag
+        raise TemplateLimitError(
+            f"{where}: nested more than {MAX_TEMPLATE_DEPTH} levels deep (too deep to parse)"
+        ) from exc
+
+
+def _check_nesting(ast: nodes.Template, where: str) -> None:
+    """Refuse templates nested deeper than MAX_TEMPLATE_DEPTH or MAX_NESTED_LOOPS."""
+    stack: list[tuple[nodes.Node, int, int]] = [(ast, 0, 0)]
+    while stack:
+        node, depth, loops = stack.pop()
+        line = getattr(node, "lineno", None)
+        at = f"{where}, line {line}" if line else where
+        if depth > MAX_TEMPLATE_DEPTH:
+            raise TemplateLimitError(f"{at}: nested more than {MAX_TEMPLATE_DEPTH} levels deep")
+        if loops > MAX_NESTED_LOOPS:
+            raise TemplateLimitError(f"{at}: more than {MAX_NESTED_LOOPS} nested loops")
+        for child in node.iter_child_nodes():
+            stack.append((child, depth + 1, loops + isinstance(child, nodes.For)))
 
 
 def _walk(node: nodes.Node) -> Iterator[nodes.Node]:
-    yield node
-    for child in node.iter_child_nodes():
-        yield from _walk(child)
+    """Every node, parents before children, in source order; no recursion, so no depth limit."""
+    stack = [node]
+    while stack:
+        current = stack.pop()
+        yield current
+        stack.extend(reversed(list(current.iter_child_nodes())))
 
 
 def _describe_forbidden(node: nodes.Node) -> str:

@@ -6,10 +6,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from streamlit.testing.v1 import AppTest
 
 from promptlab.registry import Registry
 from promptlab.store import Store
+from promptlab.templates import Template
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = str(ROOT / "app.py")
@@ -131,3 +133,66 @@ def test_database_locked_by_another_process_shows_one_line(db_path: Path) -> Non
     # Once the other process is gone, the same database opens normally.
     with Store(db_path) as store:
         assert store.path == db_path
+
+
+DEEP_TEMPLATE = "{% if a %}" * 5000 + "x" + "{% endif %}" * 5000
+
+
+@pytest.mark.parametrize(
+    ("label", "text", "fragment"),
+    [
+        ("Message 2 (user)", DEEP_TEMPLATE, "nested more than 40 levels deep"),
+        ("Message 2 (user)", "{{ title }}" + "x" * 200_001, "allowed in a message"),
+        ("Variable schema (YAML)", "title: &t {type: string, not: *t}", "alias to itself"),
+        ("Variable schema (YAML)", "[" * 10_000 + "]" * 10_000, "nested more than 100 levels"),
+    ],
+)
+def test_hostile_edits_show_one_inline_error_and_save_nothing(
+    db_path: Path, label: str, text: str, fragment: str
+) -> None:
+    at = open_page()
+    by_label(at.text_area, label).input(text)
+    by_label(at.button, "Save new version").click().run()
+    assert not at.exception, at.exception
+    assert any(fragment in e.value for e in at.error), [e.value for e in at.error]
+    assert len(registry_of(db_path).versions("article-summarizer")) == 2
+
+
+def test_create_form_refuses_a_deep_template_inline(db_path: Path) -> None:
+    at = open_page()
+    by_label(at.text_input, "Name").input("deep")
+    by_label(at.text_area, "User message").input(DEEP_TEMPLATE)
+    by_label(at.button, "Create prompt").click().run()
+    assert not at.exception, at.exception
+    assert any("nested more than 40 levels deep" in e.value for e in at.error)
+    assert "deep" not in {s.name for s in registry_of(db_path).list_prompts()}
+
+
+def test_preview_stops_a_runaway_render_inline(db_path: Path) -> None:
+    loops = (
+        "{% for a in xs %}{% for b in xs %}{% for c in xs %}{% for d in xs %}"
+        "{{ d }}{% endfor %}{% endfor %}{% endfor %}{% endfor %}"
+    )
+    with Store(db_path) as store:
+        Registry(store).save_version(
+            "loops",
+            Template.build(
+                [{"role": "user", "content": loops}],
+                variables={"xs": {"type": "array", "default": [str(i) for i in range(20)]}},
+            ),
+            author="tester",
+        )
+    at = open_page()
+    assert not at.exception, at.exception
+    assert any("more than 100000 loop iterations" in e.value for e in at.error)
+
+
+def test_a_database_path_that_cannot_be_used_is_one_inline_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    regular = tmp_path / "regular-file"
+    regular.write_text("not a database", encoding="utf-8")
+    monkeypatch.setenv("PROMPTLAB_DB", str(regular / "x.duckdb"))
+    at = AppTest.from_file(PAGE, default_timeout=TIMEOUT_S).run()
+    assert not at.exception, at.exception
+    assert any("cannot create the folder" in e.value for e in at.error)

@@ -88,6 +88,33 @@ def test_export_then_import_into_a_fresh_registry_keeps_ids(
         ("name: x\nmessages: [{role: user, content: hi}]\nlabels: [a]", "'labels' must map"),
         ("name: x\nmessages: [{role: user}]", "messages[0].content"),
         ("name: [unclosed", "line 1: not valid YAML"),
+        (
+            "name: 123\nmessages: [{role: user, content: hi}]",
+            "field 'name' must be a string, got 123",
+        ),
+        ("name: ''\nmessages: [{role: user, content: hi}]", "field 'name' must not be empty"),
+        (
+            "name: x\ndescription: [a]\nmessages: [{role: user, content: hi}]",
+            "field 'description' must be a string, got ['a']",
+        ),
+        (
+            "name: x\nmessage: 5\nmessages: [{role: user, content: hi}]",
+            "(top level): field 'message' must be a string, got 5",
+        ),
+        (
+            "name: x\nversions:\n  - author: {a: 1}\n    messages: [{role: user, content: hi}]",
+            "versions[0]: field 'author' must be a string, got {'a': 1}",
+        ),
+        ("name: x\nmessages: [{role: user, content: 123}]", "content: must be a string, got 123"),
+        (
+            "name: x\nmessages: [{role: user, content: '" + "x" * 200_001 + "'}]",
+            "messages[0] (user): 200001 characters, more than the 200000 allowed in a message",
+        ),
+        (
+            "name: x\nmessages: [{role: user, content: '" + "{% if a %}" * 5000 + "'}]",
+            "messages[0] (user): nested more than 40 levels deep",
+        ),
+        ("name: x\nmessages: &m [{role: user, content: hi}, *m]", "alias to itself"),
     ],
 )
 def test_bad_files_name_file_and_field(tmp_path: Path, text: str, fragment: str) -> None:

@@ -4,11 +4,12 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pytest
 
-from promptlab.errors import DatabaseLockedError
+from promptlab.errors import DatabaseLockedError, StoreError
 from promptlab.store import MIGRATIONS, Migration, Store, apply_migrations
 
 
@@ -75,3 +76,23 @@ def test_second_process_gets_one_line_lock_error(db_path: Path) -> None:
 def test_lock_error_type() -> None:
     err = DatabaseLockedError("/x.duckdb", "python (PID 1)")
     assert "\n" not in str(err)
+
+
+@pytest.mark.parametrize(
+    ("make_path", "fragment"),
+    [
+        # the parent is a regular file
+        (lambda tmp: tmp / "file" / "x.duckdb", "cannot create the folder"),
+        (lambda tmp: tmp / "file" / "sub" / "x.duckdb", "cannot create the folder"),
+        # a file that is not a DuckDB database
+        (lambda tmp: tmp / "file", "not a valid DuckDB database file"),
+    ],
+)
+def test_unusable_database_paths_are_one_line_store_errors(
+    tmp_path: Path, make_path: Any, fragment: str
+) -> None:
+    (tmp_path / "file").write_text("not a database\n" * 100, encoding="utf-8")
+    with pytest.raises(StoreError) as info:
+        Store(make_path(tmp_path))
+    assert fragment in str(info.value) and "\n" not in str(info.value)
+    assert (tmp_path / "file").read_text(encoding="utf-8") == "not a database\n" * 100

@@ -7,6 +7,7 @@ import pytest
 from promptlab.errors import (
     RoleOrderError,
     TemplateError,
+    TemplateLimitError,
     TemplateSyntaxError,
     UnsafeTemplateError,
     VariableError,
@@ -38,6 +39,14 @@ def build(*contents: str, **kwargs: Any) -> Template:
         ("{% for i in items %}- {{ i.name }}\n{% endfor %}", {"items": [{"name": "a"}]}, "- a\n"),
         ("{{ name | upper }}", {"name": "ada"}, "ADA"),
         ("{% if vip %}VIP {% endif %}{{ name }}", {"vip": "yes", "name": "x"}, "VIP x"),
+        # loops keep every feature while their iterations are counted
+        (
+            "{% for x in xs if x %}{{ loop.index }}/{{ loop.length }}{% if loop.last %}!"
+            "{% endif %} {% endfor %}",
+            {"xs": ["a", "", "b"]},
+            "1/2 2/2! ",
+        ),
+        ("{% for x in xs %}{{ x }}{% else %}none{% endfor %}", {"xs": []}, "none"),
     ],
 )
 def test_render(source: str, values: dict[str, Any], expected: str) -> None:
@@ -214,3 +223,203 @@ def test_coerce_text_values_uses_declared_types() -> None:
     )
     assert values == {"n": 3, "x": 0.5, "ok": True, "items": ["a"], "s": "7"}
     assert coerce_text_values(template, {"n": "three"}) == {"n": "three"}
+
+
+# ---- limits: memory and stack stay bounded whatever the template (issue 7) ------------
+
+FOUR_NESTED_LOOPS = (
+    "{% for a in xs %}{% for b in xs %}{% for c in xs %}{% for d in xs %}"
+    "{{ d }}{% endfor %}{% endfor %}{% endfor %}{% endfor %}"
+)
+
+
+@pytest.mark.parametrize(
+    ("source", "values", "fragment"),
+    [
+        # 20**4 = 160,000 iterations of tiny output: the loop budget stops it.
+        (FOUR_NESTED_LOOPS, {"xs": list(range(20))}, "100000 loop iterations"),
+        # A few iterations of big output: the size budget stops it.
+        (
+            "{% for a in xs %}{{ big }}{% endfor %}",
+            {"xs": list(range(100)), "big": "x" * 20_000},
+            "1000000 characters",
+        ),
+        # Loops over the characters of a string count too: 300 * 400 = 120,000.
+        (
+            "{% for w in words %}{% for c in w %}.{% endfor %}{% endfor %}",
+            {"words": ["y" * 400] * 300},
+            "100000 loop iterations",
+        ),
+    ],
+)
+def test_render_stops_at_the_limits_naming_limit_and_message(
+    source: str, values: dict[str, Any], fragment: str
+) -> None:
+    template = Template.build(
+        [{"role": "system", "content": "be brief"}, {"role": "user", "content": source}]
+    )
+    with pytest.raises(TemplateLimitError) as info:
+        template.render(values)
+    assert fragment in str(info.value)
+    assert "messages[1] (user)" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_the_loop_budget_is_shared_by_every_message_of_one_render() -> None:
+    loops = "{% for a in xs %}{% for b in xs %}.{% endfor %}{% endfor %}"  # 200**2 = 40,000 each
+    template = Template.build(
+        [
+            {"role": "user", "content": loops},
+            {"role": "assistant", "content": loops},
+            {"role": "user", "content": loops},
+        ]
+    )
+    with pytest.raises(TemplateLimitError, match=r"messages\[2\] \(user\)"):
+        template.render({"xs": list(range(200))})
+    # Each render starts with a fresh budget: one message's worth renders again and again.
+    one = build(loops)
+    for _ in range(3):
+        assert len(one.render({"xs": list(range(200))})[0]["content"]) == 40_000
+
+
+def test_a_runaway_render_never_holds_much_memory() -> None:
+    """The bomb of the issue (4 loops over 60 items, 95 MB of text) stops early."""
+    import tracemalloc
+
+    template = build(FOUR_NESTED_LOOPS)
+    tracemalloc.start()
+    try:
+        with pytest.raises(TemplateLimitError):
+            template.render({"xs": list(range(60))})
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 20 * 2**20
+
+
+def test_rendering_right_under_the_limits_works() -> None:
+    template = build("{% for a in xs %}{{ big }}{% endfor %}")
+    out = template.render({"xs": list(range(50)), "big": "x" * 20_000})
+    assert len(out[0]["content"]) == 1_000_000
+
+
+@pytest.mark.parametrize(
+    ("source", "fragment"),
+    [
+        ("{% if a %}" * 5000 + "x" + "{% endif %}" * 5000, "nested more than 40 levels"),
+        ("{% if a %}" * 60 + "x" + "{% endif %}" * 60, "nested more than 40 levels"),
+        ("{{ " + "(" * 5000 + "a" + ")" * 5000 + " }}", "nested more than 40 levels"),
+        ("{{ " + " and ".join(["a"] * 1000) + " }}", "nested more than 40 levels"),
+        ("{{ a" + "|upper" * 1000 + " }}", "nested more than 40 levels"),
+        (
+            "".join(f"{{% for x{i} in a %}}" for i in range(21)) + "x" + "{% endfor %}" * 21,
+            "more than 8 nested loops",
+        ),
+    ],
+)
+def test_deeply_nested_templates_are_refused_in_one_line(source: str, fragment: str) -> None:
+    with pytest.raises(TemplateLimitError) as info:
+        build(source)
+    assert fragment in str(info.value)
+    assert str(info.value).startswith("messages[0] (user)") and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("messages", "variables", "fragment"),
+    [
+        (
+            [user("x" * 200_001)],
+            None,
+            "messages[0] (user): 200001 characters, more than the 200000 allowed in a message",
+        ),
+        (
+            [user("a" * 190_000), {"role": "assistant", "content": "b" * 190_000}] * 3
+            + [user("c")],
+            None,
+            "more than the 1000000 allowed in a template",
+        ),
+        (
+            [user("{{ v }}")],
+            {"v": {"description": "d" * 1_000_001}},
+            "more than the 1000000 allowed in a template",
+        ),
+    ],
+)
+def test_templates_too_big_to_save_are_refused(
+    messages: list[dict[str, str]], variables: dict[str, Any] | None, fragment: str
+) -> None:
+    with pytest.raises(TemplateLimitError) as info:
+        Template.build(messages, variables=variables)
+    assert fragment in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("message", "fragment"),
+    [
+        ({"role": "user", "content": 123}, "messages[0].content: must be a string, got 123"),
+        ({"role": 7, "content": "hi"}, "messages[0].role: must be a string, got 7"),
+        ({"role": "user", "content": "  "}, "messages[0].content: empty"),
+        ({"role": "user"}, "messages[0].content: missing"),
+    ],
+)
+def test_message_fields_say_what_is_wrong(message: dict[str, Any], fragment: str) -> None:
+    with pytest.raises(TemplateError) as info:
+        Template.build([message])
+    assert fragment in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("source", "values", "fragment"),
+    [
+        ('{{ s|replace("", t) }}', {"s": "a" * 2_000, "t": "b" * 2_000}, "filter 'replace'"),
+        ("{{ xs|join(t) }}", {"xs": ["a"] * 2_000, "t": "b" * 2_000}, "filter 'join'"),
+        ("{{ s|indent(t) }}", {"s": "\n" * 2_000, "t": "b" * 2_000}, "filter 'indent'"),
+        ("{{ s|wordwrap(1, true, t) }}", {"s": "a" * 2_000, "t": "b" * 2_000}, "filter 'wordwrap'"),
+        ("{{ xs|tojson(9999) }}", {"xs": [[[[[["a"] * 30] * 30]]]]}, "filter 'tojson'"),
+    ],
+)
+def test_filters_that_multiply_their_input_stop_before_building_it(
+    source: str, values: dict[str, Any], fragment: str
+) -> None:
+    """Each would build 4 MB or more in one piece, past the streaming size check."""
+    template = build(source, variables=typed(values))
+    with pytest.raises(TemplateLimitError) as info:
+        template.render(values)
+    assert fragment in str(info.value) and "1000000 characters" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("source", "values", "expected"),
+    [
+        ('{{ s|replace("a", "b") }}', {"s": "aXa"}, "bXb"),
+        ("{{ xs|join(', ') }}", {"xs": ["a", "b"]}, "a, b"),
+        ("{{ s|indent(2, true) }}", {"s": "a\nb"}, "  a\n  b"),
+        ("{{ s|wordwrap(3) }}", {"s": "aa bb"}, "aa\nbb"),
+        ("{{ x|tojson }}", {"x": {"b": "<", "a": 1}}, '{"a": 1, "b": "\\u003c"}'),
+        ("{{ x|tojson(1) }}", {"x": [1]}, "[\n 1\n]"),
+    ],
+)
+def test_bounded_filters_behave_like_jinjas(
+    source: str, values: dict[str, Any], expected: str
+) -> None:
+    assert build(source, variables=typed(values)).render(values)[0]["content"] == expected
+
+
+def typed(values: dict[str, Any]) -> dict[str, Any]:
+    """The variable schema fragments that accept `values`."""
+    kinds = {list: "array", dict: "object", str: "string"}
+    return {name: {"type": kinds[type(value)]} for name, value in values.items()}
+
+
+@pytest.mark.parametrize(
+    ("source", "values"),
+    [
+        ("{{ s|center(w) }}", {"s": "a", "w": "wide"}),
+        ("{{ s|wordwrap(w) }}", {"s": "a", "w": "wide"}),
+        ("{{ s|round(w) }}", {"s": "a", "w": "b"}),
+    ],
+)
+def test_values_of_the_wrong_kind_for_a_filter_are_a_template_error(
+    source: str, values: dict[str, Any]
+) -> None:
+    with pytest.raises(TemplateError, match=r"^messages\[0\] \(user\): "):
+        build(source, variables=typed(values)).render(values)

@@ -215,7 +215,10 @@ def export(ctx: click.Context, name: str, output: Path | None) -> None:
     if output is None:
         click.echo(text, nl=False)
     else:
-        output.write_text(text, encoding="utf-8")
+        try:
+            output.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            raise PromptlabError(f"cannot write {output}: {exc.strerror}") from exc
         click.echo(f"wrote {output}")
 
 

@@ -68,7 +68,13 @@ class Store:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         if str(self.path) != ":memory:":
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:  # e.g. a parent is a regular file, or not writable
+                raise StoreError(
+                    f"cannot create the folder for database {self.path}: "
+                    f"{exc.strerror} ({exc.filename})"
+                ) from exc
         self._conn = _connect(str(self.path))
         self._write_lock = threading.RLock()
         apply_migrations(self._conn)
@@ -137,4 +143,11 @@ def _connect(path: str) -> duckdb.DuckDBPyConnection:
         if "lock" in text.lower():
             match = _LOCK_HOLDER.search(text)
             raise DatabaseLockedError(path, match["holder"] if match else None) from exc
-        raise StoreError(f"cannot open database {path}: {text}") from exc
+        raise StoreError(f"cannot open database {path}: {_first_line(text)}") from exc
+    except duckdb.Error as exc:
+        raise StoreError(f"cannot open database {path}: {_first_line(str(exc))}") from exc
+
+
+def _first_line(text: str) -> str:
+    """DuckDB messages may run over several lines; an error is shown as one."""
+    return text.strip().splitlines()[0] if text.strip() else "unknown error"
