@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from promptlab.errors import DatabaseLockedError
+from promptlab.errors import DatabaseLockedError, StoreError
 from promptlab.ui.resources import get_settings, get_store
 from promptlab.ui.shell import follow_deep_link, mark_shell_run
 
@@ -12,8 +12,9 @@ st.set_page_config(page_title="promptlab", page_icon=":material/science:", layou
 
 try:
     get_store()  # opens the database once per process; loads the demo into an empty one
-except DatabaseLockedError as exc:
-    st.error(str(exc), icon=":material/lock:")
+except StoreError as exc:  # in use by another process, or not a usable database file
+    icon = ":material/lock:" if isinstance(exc, DatabaseLockedError) else ":material/error:"
+    st.error(str(exc), icon=icon)
     st.stop()
 
 pages = [

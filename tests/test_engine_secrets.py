@@ -5,12 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 from click.testing import CliRunner
 
 from promptlab.cli import main
 from promptlab.engine import Engine, parse_spec
 from promptlab.engine.testing import ScriptedProvider
 from promptlab.errors import ErrorKind, ProviderError
+from promptlab.fakellm import FakeLLMConfig, serve_in_thread
 from promptlab.providers.config import EndpointConfig
 from promptlab.store import Store
 
@@ -72,3 +74,72 @@ def test_an_echoed_key_reaches_no_table_and_no_cli_output(
     status = CliRunner().invoke(main, ["--db", str(store.path), "status", second])
     assert status.exit_code == 0 and "invalid key" in status.output
     assert "0123456789abcdef" not in status.output
+
+
+def write_providers(tmp_path: Path, kind: str, base_url: str) -> Path:
+    """A providers file: the only place an endpoint that sends a key can come from."""
+    path = tmp_path / "providers.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "endpoints": {
+                    "remote": {
+                        "kind": kind,
+                        "base_url": base_url,
+                        "api_key_env": "REMOTE_LLM_KEY",
+                        "models": {"*": {"context_window": 8192}},
+                    }
+                }
+            }
+        )
+    )
+    return path
+
+
+def test_a_server_echoing_the_authorization_header_leaves_no_key_anywhere(
+    tmp_path: Path, db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with serve_in_thread(FakeLLMConfig(port=0, echo_auth_rate=1.0, latency_ms=1)) as server:
+        providers = write_providers(tmp_path, "openai", server.openai_base_url)
+        monkeypatch.setenv("PROMPTLAB_PROVIDERS", str(providers))
+        monkeypatch.setenv("REMOTE_LLM_KEY", KEY)
+        (tmp_path / "rows.csv").write_text("text\nfirst\nsecond\nthird\n")
+        spec = tmp_path / "spec.yaml"
+        spec.write_text(
+            "dataset: rows.csv\nvariants: [{messages: [{role: user, content: '{{ text }}'}],"
+            " model: 'remote:gpt-4o-mini'}]\n"
+        )
+        run = CliRunner().invoke(main, ["run", str(spec)])
+        assert server.stats()["attempts"] == 3  # the key was sent, and echoed back
+    assert run.exit_code == 0, run.output
+    run_id = run.stdout.split()[1]
+    status = CliRunner().invoke(main, ["status", run_id])
+    assert "invalid request from Bearer [redacted]" in status.output
+    for output in (run.output, status.output):
+        assert "0123456789abcdef" not in output
+    with Store(db_path) as store:
+        assert tables_holding(store, "0123456789abcdef") == []
+
+
+def test_an_anthropic_run_sends_temperature_and_top_p(
+    tmp_path: Path, db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with serve_in_thread(FakeLLMConfig(port=0, latency_ms=1)) as server:
+        providers = write_providers(tmp_path, "anthropic", server.anthropic_base_url)
+        monkeypatch.setenv("PROMPTLAB_PROVIDERS", str(providers))
+        monkeypatch.setenv("REMOTE_LLM_KEY", KEY)
+        (tmp_path / "rows.csv").write_text("text\nfirst\nsecond\n")
+        spec = tmp_path / "spec.yaml"
+        spec.write_text(
+            "dataset: rows.csv\nvariants: [{messages: [{role: system, content: Be brief.},"
+            " {role: user, content: '{{ text }}'}], model: 'remote:claude-3-5-haiku-latest',"
+            " params: {temperature: 0.3, top_p: 0.9, max_tokens: 64}}]\n"
+        )
+        run = CliRunner().invoke(main, ["run", str(spec)])
+        received = server.requests()
+    assert run.exit_code == 0, run.output
+    assert "succeeded 2, failed 0" in run.output
+    bodies = [r["body"] for r in received]
+    assert len(bodies) == 2
+    assert all(b["temperature"] == 0.3 and b["top_p"] == 0.9 for b in bodies)
+    assert all(b["max_tokens"] == 64 and b["system"] == "Be brief." for b in bodies)
