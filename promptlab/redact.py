@@ -30,6 +30,10 @@ SECRET_SHAPES = re.compile(
     r"|\b(?:x-api-key|api[_-]?key|authorization)([\"']?\s*[:=]\s*[\"']?)[^\s\"',;}]{8,}"
 )
 
+#: Substrings (lower case) every SECRET_SHAPES match contains: most outputs have none,
+#: and checking for them is ~10x cheaper than running the regex (bench/redaction.py).
+_SHAPE_MARKERS = ("bearer", "basic", "sk-", "api-key", "api_key", "apikey", "authorization")
+
 _watched: set[str] = set()
 _watched_lock = threading.Lock()
 
@@ -67,6 +71,9 @@ class Redactor:
         for secret in self._secrets:
             if secret in text:
                 text = text.replace(secret, MASK)
+        lowered = text.lower()
+        if not any(marker in lowered for marker in _SHAPE_MARKERS):
+            return text
         return SECRET_SHAPES.sub(_mask_shape, text)
 
     def optional(self, text: str | None) -> str | None:

@@ -560,21 +560,21 @@ def _add_event(tx: Any, run_id: str, status: str, reason: str | None, at: dateti
 
 
 def _redacted(batch: WriteBatch, redactor: Redactor) -> WriteBatch:
-    attempts = [
-        replace(a, error_message=redactor(a.error_message)) if a.error_message else a
-        for a in batch.attempts
-    ]
-    finals = [
-        replace(
-            f,
-            error_message=redactor.optional(f.error_message),
-            output_text=redactor.optional(f.output_text),
-        )
-        if f.error_message or f.output_text
-        else f
-        for f in batch.finals
-    ]
+    """The batch with secrets masked; rows are copied only when something was masked."""
+    attempts = [_masked(a, redactor, ("error_message",)) for a in batch.attempts]
+    finals = [_masked(f, redactor, ("error_message", "output_text")) for f in batch.finals]
     return WriteBatch(dispatched=batch.dispatched, attempts=attempts, finals=finals)
+
+
+def _masked(row: Any, redactor: Redactor, names: tuple[str, ...]) -> Any:
+    changes = {}
+    for name in names:
+        text = getattr(row, name)
+        if text:
+            masked = redactor(text)
+            if masked != text:
+                changes[name] = masked
+    return replace(row, **changes) if changes else row
 
 
 def _run_from_row(row: tuple[Any, ...]) -> RunRecord:
