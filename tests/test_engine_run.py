@@ -298,6 +298,29 @@ def test_resume_pressed_twice_at_once_starts_the_run_once(
     assert len(final_rows(store, run_id)) == 40
 
 
+def test_a_specs_limits_cap_only_its_own_run(
+    engine: Engine, tmp_path: Path, provider: ScriptedProvider
+) -> None:
+    provider.latency_s = 0.1  # long enough for every admitted request to overlap
+    dataset = write_dataset(tmp_path / "d.csv", 40)
+    capped = engine.submit(make_spec(dataset, limits={"fake": {"concurrency": 2, "rpm": 600}}))
+    assert engine.wait(capped, timeout=30).status == "completed"
+    assert provider.max_in_flight == 2
+
+    # A later run without limits gets the endpoint's configured budget (concurrency 16),
+    # not what the earlier spec asked for.
+    provider.max_in_flight = 0
+    free = engine.submit(make_spec(dataset))
+    assert engine.wait(free, timeout=30).status == "completed"
+    assert provider.max_in_flight == 16
+
+    # A spec asking for more than the shared budget stays inside it.
+    provider.max_in_flight = 0
+    greedy = engine.submit(make_spec(dataset, limits={"fake": {"concurrency": 32}}))
+    assert engine.wait(greedy, timeout=30).status == "completed"
+    assert provider.max_in_flight == 16
+
+
 def test_two_runs_share_one_endpoint_budget(
     engine: Engine, tmp_path: Path, provider: ScriptedProvider
 ) -> None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from promptlab.config import Settings
-from promptlab.engine.limiter import EndpointLimiter, Limits
+from promptlab.engine.limiter import EndpointLimiter, Limiter, Limits, RunCappedLimiter
 from promptlab.engine.progress import Counters, RunProgress
 from promptlab.engine.retry import STOP_KINDS
 from promptlab.engine.run import INTERNAL, RunExecution, lanes_for
@@ -153,7 +153,7 @@ class Engine:
         check_limits(spec.limits, endpoints)
         variants = resolve_variants(spec, endpoints, self._get_registry())
         check_plan_size(spec, check_dataset(spec.dataset), self.settings.max_items)
-        self._call(self._prepare_lanes(variants, endpoints, spec.limits))
+        self._call(self._prepare_lanes(variants, endpoints))
         run_id = new_run_id()
         self.runs.create_run(run_id, spec.name, spec.raw, variants)
         self._start(run_id, spec, variants, endpoints, plan=True)
@@ -183,7 +183,7 @@ class Engine:
         missing = sorted({v.endpoint for v in variants} - set(endpoints))
         if missing:
             raise ConfigError(f"run {run_id} uses unknown endpoint(s): {', '.join(missing)}")
-        self._call(self._prepare_lanes(variants, endpoints, spec.limits))
+        self._call(self._prepare_lanes(variants, endpoints))
         # A run whose planning never finished (it is scheduled once every item is planned:
         # the process died, or a chunk failed) is planned again from scratch.
         replan = record.scheduled_at is None
@@ -306,27 +306,25 @@ class Engine:
         self,
         variants: list[VariantRecord],
         endpoints: Mapping[str, EndpointConfig],
-        limits: Mapping[str, Limits],
     ) -> None:
-        """Build (or reuse) each endpoint's provider and limiter on the loop thread."""
+        """Build (or reuse) each endpoint's provider and shared limiter on the loop thread."""
         for name in {v.endpoint for v in variants}:
             cfg = endpoints[name]
             key = _budget_key(cfg)
             if key not in self._providers:
                 self._providers[key] = self._provider_factory(cfg)
-            # A spec's limits override the configured ones field by field: `{concurrency: 4}`
-            # keeps the providers file's rpm and tpm.
-            override = limits.get(name) or Limits()
-            configured = Limits(
-                rpm=override.rpm or cfg.rpm,
-                tpm=override.tpm or cfg.tpm,
-                concurrency=override.concurrency or cfg.concurrency,
-                burst_s=override.burst_s,
-            )
+            # The shared budget of an endpoint + key is what the providers file (or the
+            # server's headers) says; a spec's limits cap only its own run (see _drive).
             if key not in self._limiters:
-                self._limiters[key] = EndpointLimiter(name, configured)
-            elif name in limits:
-                self._limiters[key].update_limits(configured)
+                self._limiters[key] = EndpointLimiter(
+                    name, Limits(rpm=cfg.rpm, tpm=cfg.tpm, concurrency=cfg.concurrency)
+                )
+
+    def _lane_limiter(self, cfg: EndpointConfig, spec: RunSpec) -> Limiter:
+        """The shared limiter of the endpoint, inside the run's own cap when it has one."""
+        shared = self._limiters[_budget_key(cfg)]
+        cap = spec.limits.get(cfg.name)
+        return shared if cap is None else RunCappedLimiter(shared, cap)
 
     def _start(
         self,
@@ -386,7 +384,7 @@ class Engine:
                 variants,
                 endpoints,
                 {v.endpoint: self._providers[_budget_key(endpoints[v.endpoint])] for v in variants},
-                {v.endpoint: self._limiters[_budget_key(endpoints[v.endpoint])] for v in variants},
+                {v.endpoint: self._lane_limiter(endpoints[v.endpoint], spec) for v in variants},
             )
             execution = RunExecution(
                 run_id, variants, lanes, spec.retry, self.runs, self._writer, counters

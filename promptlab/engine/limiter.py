@@ -154,12 +154,6 @@ class EndpointLimiter:
 
     # ---- configuration -------------------------------------------------------------
 
-    def update_limits(self, limits: Limits) -> None:
-        """New configured limits (a run named its own); learned state is kept."""
-        self._limits = limits
-        self._concurrency = min(self._concurrency, self._base_concurrency())
-        self._apply_rates(self._clock())
-
     def _base_concurrency(self) -> int:
         return self._limits.concurrency or DEFAULT_CONCURRENCY
 
@@ -339,6 +333,61 @@ class EndpointLimiter:
             learned_rpm=self._learned_rpm,
             learned_tpm=self._learned_tpm,
         )
+
+
+#: Concurrency of a run's own cap when its spec names none: the shared limiter decides.
+UNCAPPED_CONCURRENCY = 1_000_000
+
+
+class RunCappedLimiter:
+    """A run's own limits (its spec's `limits:`) inside an endpoint's shared budget.
+
+    A request takes a slot and budget from the run's cap first, then from the shared
+    limiter, so the spec can only slow its own run down: other runs and later runs on
+    the same endpoint and key see the shared budget as configured. Throttle feedback
+    and headers go to the shared limiter alone (they describe the server's budget).
+    """
+
+    def __init__(self, shared: EndpointLimiter, cap: Limits) -> None:
+        self.shared = shared
+        self.name = shared.name
+        self.cap = EndpointLimiter(
+            f"{shared.name} (this run)",
+            Limits(
+                rpm=cap.rpm,
+                tpm=cap.tpm,
+                concurrency=cap.concurrency or UNCAPPED_CONCURRENCY,
+                burst_s=cap.burst_s,
+            ),
+        )
+
+    async def acquire(self, tokens: int) -> Permit:
+        own = await self.cap.acquire(tokens)
+        try:
+            shared = await self.shared.acquire(tokens)
+        except BaseException:
+            self.cap.release(own, 0)
+            raise
+        waited = own.waited_s + shared.waited_s
+        reason = own.wait_reason if own.waited_s >= shared.waited_s else shared.wait_reason
+        return Permit(tokens, waited, reason if waited > 0 else None, shared.epoch)
+
+    def release(self, permit: Permit, used_tokens: int | None) -> None:
+        self.shared.release(permit, used_tokens)
+        self.cap.release(permit, used_tokens)
+
+    def on_throttle(self, retry_after_s: float | None, epoch: int | None = None) -> float:
+        return self.shared.on_throttle(retry_after_s, epoch)
+
+    def observe_headers(self, headers: Mapping[str, str]) -> None:
+        self.shared.observe_headers(headers)
+
+    def state(self) -> LimiterState:
+        return self.shared.state()
+
+
+#: What a lane admits its requests through: the shared limiter, or a run's cap inside it.
+Limiter = EndpointLimiter | RunCappedLimiter
 
 
 def _min_known(*values: int | None) -> float | None:

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from promptlab.engine.limiter import EndpointLimiter, Permit
+from promptlab.engine.limiter import Limiter, Permit
 from promptlab.engine.progress import Counters
 from promptlab.engine.retry import THROTTLE_KINDS, Action, RetryPolicy, classify
 from promptlab.engine.writer import BatchWriter
@@ -55,7 +55,7 @@ class Lane:
 
     endpoint: EndpointConfig
     provider: Provider
-    limiter: EndpointLimiter
+    limiter: Limiter
     variant_indexes: tuple[int, ...]
 
 
@@ -389,7 +389,7 @@ def lanes_for(
     variants: Sequence[VariantRecord],
     endpoints: Mapping[str, EndpointConfig],
     providers: Mapping[str, Provider],
-    limiters: Mapping[str, EndpointLimiter],
+    limiters: Mapping[str, Limiter],
 ) -> list[Lane]:
     """Group variants by endpoint: one feeder per endpoint, so one slow lane blocks no other."""
     by_endpoint: dict[str, list[int]] = {}
