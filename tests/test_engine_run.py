@@ -298,6 +298,29 @@ def test_resume_pressed_twice_at_once_starts_the_run_once(
     assert len(final_rows(store, run_id)) == 40
 
 
+def test_cancel_while_a_resume_is_starting_leaves_the_run_cancelled(
+    store: Store, tmp_path: Path, provider: ScriptedProvider
+) -> None:
+    endpoints = {"fake": EndpointConfig("fake", "openai", rpm=60_000, concurrency=4)}
+    provider.latency_s = 0.05
+    with Engine(store, endpoints=endpoints, provider_factory=lambda _c: provider) as first:
+        run_id = first.submit(make_spec(write_dataset(tmp_path / "d.csv", 40)))
+        first.cancel(run_id)
+        assert first.wait(run_id, timeout=30).status == "cancelled"
+
+    def build_then_cancel(_cfg: EndpointConfig) -> ScriptedProvider:
+        # The resume builds its provider while it holds the run: press Cancel right then.
+        second.cancel(run_id)
+        return provider
+
+    second = Engine(store, endpoints=endpoints, provider_factory=build_then_cancel)
+    with second:
+        second.resume(run_id)
+        progress = second.wait(run_id, timeout=30)
+    assert progress.status == "cancelled"
+    assert progress.done == 40 and progress.succeeded < 40
+
+
 def test_a_specs_limits_cap_only_its_own_run(
     engine: Engine, tmp_path: Path, provider: ScriptedProvider
 ) -> None:

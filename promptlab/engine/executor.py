@@ -95,6 +95,8 @@ class Engine:
         self._limiters: dict[tuple[str, ...], EndpointLimiter] = {}
         self._active: dict[str, _Active] = {}
         self._claims: set[str] = set()  # runs being resumed, not yet in _active
+        #: Cancels that came while their run was being resumed: applied once it starts.
+        self._pending_cancels: set[str] = set()
         self._claims_lock = threading.Lock()
         #: Final states the store could not take (a full disk): shown until it can.
         self._unrecorded_ends: dict[str, tuple[str, str]] = {}
@@ -200,6 +202,12 @@ class Engine:
 
     def cancel(self, run_id: str) -> None:
         """Stop dispatching now; in-flight requests finish. Inactive runs are closed at once."""
+        with self._claims_lock:
+            if run_id in self._claims:
+                # Being resumed: closing its items now would be undone when the resume
+                # reopens them, and the run would then complete. Cancel it as it starts.
+                self._pending_cancels.add(run_id)
+                return
         active = self._active.get(run_id)
         if active is not None:
             self._loop.call_soon_threadsafe(self._cancel_on_loop, run_id)
@@ -341,7 +349,10 @@ class Engine:
             task = self._loop.create_task(
                 self._drive(run_id, spec, variants, endpoints, plan), name=f"run-{run_id}"
             )
-            self._active[run_id] = _Active(None, None, task, done)
+            with self._claims_lock:
+                cancelled = run_id in self._pending_cancels
+                self._pending_cancels.discard(run_id)
+            self._active[run_id] = _Active(None, None, task, done, cancel_requested=cancelled)
             task.add_done_callback(lambda _t: self._finish(run_id))
             ready.set()
 
