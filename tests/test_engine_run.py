@@ -387,6 +387,18 @@ def test_requests_carry_the_idempotency_key(
     assert all(r.messages[0]["content"].startswith("Summarize: row") for r in seen)
 
 
-def test_script_deque_is_consumed_in_order() -> None:
-    provider = ScriptedProvider(script=deque([ProviderError(ErrorKind.SERVER, "x")]))
-    assert len(provider.script) == 1
+def test_scripted_errors_are_raised_in_order_one_per_attempt(
+    engine: Engine, store: Store, tmp_path: Path, provider: ScriptedProvider
+) -> None:
+    provider.script = deque(
+        [ProviderError(ErrorKind.SERVER, "first"), ProviderError(ErrorKind.TIMEOUT, "second")]
+    )
+    run_id = engine.submit(make_spec(write_dataset(tmp_path / "d.csv", 1)))
+    assert engine.wait(run_id, timeout=30).status == "completed"
+    with store.read() as cur:
+        rows = cur.execute(
+            "SELECT attempt, error_kind, outcome FROM attempts WHERE run_id = ? ORDER BY attempt",
+            [run_id],
+        ).fetchall()
+    assert rows == [(1, "server", "error"), (2, "timeout", "error"), (3, None, "ok")]
+    assert not provider.script
