@@ -6,13 +6,14 @@ import asyncio
 import csv
 from collections import deque
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from promptlab.engine import Engine, RunSpec, parse_spec
-from promptlab.engine.testing import ScriptedProvider
+from promptlab.engine.testing import ManualClock, ScriptedProvider
 from promptlab.errors import ErrorKind, ProviderError
 from promptlab.providers.base import CompletionRequest
 from promptlab.providers.config import EndpointConfig
@@ -385,6 +386,43 @@ def test_requests_carry_the_idempotency_key(
     keys = {r[0] for r in final_rows(store, run_id)}
     assert {r.request_id for r in seen} == keys
     assert all(r.messages[0]["content"].startswith("Summarize: row") for r in seen)
+
+
+def test_records_are_stamped_by_the_engines_clock(
+    store: Store, tmp_path: Path, provider: ScriptedProvider
+) -> None:
+    clock = ManualClock(datetime(2030, 1, 1, tzinfo=UTC))
+    endpoints = {"fake": EndpointConfig("fake", "openai")}  # unlimited: no waits to sleep out
+    with Engine(
+        store, endpoints=endpoints, provider_factory=lambda _c: provider, clock=clock
+    ) as engine:
+        run_id = engine.submit(make_spec(write_dataset(tmp_path / "d.csv", 3)))
+        assert engine.wait(run_id, timeout=30).status == "completed"
+    with store.read() as cur:
+        stamps = cur.execute(
+            "SELECT DISTINCT a.started_at, a.ended_at, r.finished_at FROM attempts a "
+            "JOIN results r USING (idempotency_key) WHERE a.run_id = ?",
+            [run_id],
+        ).fetchall()
+    assert [tuple(t.astimezone(UTC) for t in row) for row in stamps] == [
+        (clock.now(), clock.now(), clock.now())
+    ]
+
+
+@pytest.mark.parametrize("supports", [True, False])
+def test_an_output_schema_is_sent_only_to_providers_that_support_one(
+    engine: Engine, tmp_path: Path, provider: ScriptedProvider, supports: bool
+) -> None:
+    provider.supports_json_schema = supports
+    seen: list[CompletionRequest] = []
+    provider.fault = lambda request, _n: seen.append(request)  # type: ignore[func-returns-value]
+    schema = {"type": "object", "properties": {"label": {"type": "string"}}}
+    spec = make_spec(write_dataset(tmp_path / "d.csv", 2))
+    data = dict(spec.raw)
+    data["variants"] = [{**data["variants"][0], "output_schema": schema}]
+    run_id = engine.submit(parse_spec(data))
+    assert engine.wait(run_id, timeout=30).status == "completed"
+    assert [r.output_schema for r in seen] == ([schema] * 2 if supports else [None, None])
 
 
 def test_scripted_errors_are_raised_in_order_one_per_attempt(

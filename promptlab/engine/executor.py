@@ -19,12 +19,14 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from promptlab.config import Settings
+from promptlab.engine.clock import SYSTEM_CLOCK, Clock
 from promptlab.engine.limiter import EndpointLimiter, Limiter, Limits, RunCappedLimiter
 from promptlab.engine.progress import Counters, RunProgress
 from promptlab.engine.retry import STOP_KINDS
 from promptlab.engine.run import INTERNAL, RunExecution, lanes_for
 from promptlab.engine.spec import (
     RunSpec,
+    VersionResolver,
     check_dataset,
     check_limits,
     check_plan_size,
@@ -80,8 +82,9 @@ class Engine:
         settings: Settings | None = None,
         endpoints: Mapping[str, EndpointConfig] | None = None,
         provider_factory: ProviderFactory = build_provider,
-        registry: Any | None = None,
+        registry: VersionResolver | None = None,
         runs: RunStore | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.store = store
         self.runs = runs or RunStore(store)
@@ -91,6 +94,7 @@ class Engine:
         watch_env(cfg.api_key_env for cfg in self._endpoints.values())
         self._provider_factory = provider_factory
         self._registry = registry
+        self.clock = clock
         self._providers: dict[tuple[str, ...], Provider] = {}
         self._limiters: dict[tuple[str, ...], EndpointLimiter] = {}
         self._active: dict[str, _Active] = {}
@@ -303,7 +307,7 @@ class Engine:
 
     # ---- internals -----------------------------------------------------------------
 
-    def _get_registry(self) -> Any:
+    def _get_registry(self) -> VersionResolver:
         if self._registry is None:
             from promptlab.registry import Registry
 
@@ -325,7 +329,9 @@ class Engine:
             # server's headers) says; a spec's limits cap only its own run (see _drive).
             if key not in self._limiters:
                 self._limiters[key] = EndpointLimiter(
-                    name, Limits(rpm=cfg.rpm, tpm=cfg.tpm, concurrency=cfg.concurrency)
+                    name,
+                    Limits(rpm=cfg.rpm, tpm=cfg.tpm, concurrency=cfg.concurrency),
+                    clock=self.clock.monotonic,
                 )
 
     def _lane_limiter(self, cfg: EndpointConfig, spec: RunSpec) -> Limiter:
@@ -390,7 +396,7 @@ class Engine:
             await asyncio.to_thread(self.runs.set_status, run_id, RUN_SCHEDULED)
             record = await asyncio.to_thread(self.runs.get_run, run_id)
             counts = await asyncio.to_thread(self.runs.item_counts, run_id)
-            counters = Counters(counts, record.total_items)
+            counters = Counters(counts, record.total_items, self.clock)
             lanes = lanes_for(
                 variants,
                 endpoints,
@@ -398,7 +404,7 @@ class Engine:
                 {v.endpoint: self._lane_limiter(endpoints[v.endpoint], spec) for v in variants},
             )
             execution = RunExecution(
-                run_id, variants, lanes, spec.retry, self.runs, self._writer, counters
+                run_id, variants, lanes, spec.retry, self.runs, self._writer, counters, self.clock
             )
             active.execution, active.counters = execution, counters
             if active.cancel_requested:

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from promptlab.engine.clock import SYSTEM_CLOCK, Clock
 from promptlab.engine.limiter import LimiterState
 
 #: Throughput is measured over this trailing window.
@@ -59,7 +59,8 @@ class RunProgress:
 class Counters:
     """In-memory item counts of an active run, and a throughput estimate."""
 
-    def __init__(self, counts: dict[str, int], total: int) -> None:
+    def __init__(self, counts: dict[str, int], total: int, clock: Clock = SYSTEM_CLOCK) -> None:
+        self._clock = clock
         self.total = total
         self.pending = counts.get("pending", 0) + counts.get("in_flight", 0)
         self.in_flight = 0
@@ -85,7 +86,7 @@ class Counters:
         self._sample()
 
     def _sample(self) -> None:
-        now = time.monotonic()
+        now = self._clock.monotonic()
         if not self._samples or now - self._samples[-1][0] >= SAMPLE_EVERY_S:
             self._samples.append((now, self.done))
         while self._samples and now - self._samples[0][0] > THROUGHPUT_WINDOW_S:
@@ -95,7 +96,7 @@ class Counters:
         """Items finished per second over the trailing window."""
         if not self._samples:
             return None
-        now = time.monotonic()
+        now = self._clock.monotonic()
         first_t, first_done = self._samples[0]
         elapsed = now - first_t
         if elapsed <= 0:

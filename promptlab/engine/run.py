@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from promptlab.engine.clock import SYSTEM_CLOCK, Clock
 from promptlab.engine.limiter import Limiter, Permit
 from promptlab.engine.progress import Counters
 from promptlab.engine.retry import THROTTLE_KINDS, Action, RetryPolicy, classify
@@ -26,7 +26,6 @@ from promptlab.store.runs import (
     PendingItem,
     RunStore,
     VariantRecord,
-    utcnow,
 )
 from promptlab.templates import Template, coerce_text_values
 from promptlab.tokens import check_fits
@@ -77,8 +76,10 @@ class RunExecution:
         runs: RunStore,
         writer: BatchWriter,
         counters: Counters,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.run_id = run_id
+        self.clock = clock
         self.variants = {v.index: v for v in variants}
         self.templates = {v.index: Template.from_canonical(v.template) for v in variants}
         self.lanes = list(lanes)
@@ -185,7 +186,9 @@ class RunExecution:
             max_tokens=max_tokens,
             temperature=params.get("temperature"),
             top_p=params.get("top_p"),
-            output_schema=template.output_schema,
+            # Only providers that can be held to a schema are sent one; the output is
+            # checked on our side either way.
+            output_schema=(template.output_schema if lane.provider.supports_json_schema else None),
             request_id=item.key,
             timeout_s=self.policy.timeout_s,
         )
@@ -202,8 +205,8 @@ class RunExecution:
         throttled = 0
         while True:
             attempt += 1
-            started_at = utcnow()
-            t0 = time.monotonic()
+            started_at = self.clock.now()
+            t0 = self.clock.monotonic()
             response: CompletionResponse | None = None
             error: ProviderError | None = None
             try:
@@ -314,14 +317,14 @@ class RunExecution:
         wait_s: float,
         wait_reason: str | None,
     ) -> None:
-        elapsed_ms = (time.monotonic() - t0) * 1000
+        elapsed_ms = (self.clock.monotonic() - t0) * 1000
         self.writer.attempt(
             AttemptRow(
                 key=item.key,
                 run_id=self.run_id,
                 attempt=attempt,
                 started_at=started_at,
-                ended_at=utcnow(),
+                ended_at=self.clock.now(),
                 outcome="ok" if response is not None else "error",
                 error_kind=(error.kind.value if error else INTERNAL) if response is None else None,
                 http_status=error.status if error else None,
@@ -372,7 +375,7 @@ class RunExecution:
                 model=variant.model,
                 params=variant.params,
                 attempts=item.attempts if attempts is None else attempts,
-                finished_at=utcnow(),
+                finished_at=self.clock.now(),
                 error_kind=error[0] if error else None,
                 error_message=error[1][:MAX_MESSAGE_CHARS] if error else None,
                 **usage,

@@ -10,7 +10,7 @@ import stat
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from promptlab.engine.limiter import DEFAULT_BURST_S, Limits
@@ -332,8 +332,30 @@ def check_limits(limits: Mapping[str, Limits], endpoints: Mapping[str, EndpointC
         raise SpecError(f"limits.{unknown[0]}: no endpoint of that name (known: {known})")
 
 
+class ResolvedVersion(Protocol):
+    """What a run needs of a stored prompt version."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def prompt_name(self) -> str: ...
+
+    @property
+    def semver(self) -> str: ...
+
+    @property
+    def template(self) -> Template: ...
+
+
+class VersionResolver(Protocol):
+    """Turns a reference like `name@production` into a version (the Registry is one)."""
+
+    def resolve(self, ref: str) -> ResolvedVersion: ...
+
+
 def resolve_variants(
-    spec: RunSpec, endpoints: Mapping[str, EndpointConfig], registry: Any | None
+    spec: RunSpec, endpoints: Mapping[str, EndpointConfig], registry: VersionResolver | None
 ) -> list[VariantRecord]:
     """Turn each variant into a stored record: template content, version id, model, params."""
     records = []

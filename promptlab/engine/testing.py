@@ -1,4 +1,4 @@
-"""An in-process provider with switches, for tests and demos of the engine (not a mock).
+"""Fakes with switches for tests and demos of the engine (not mocks).
 
 `ScriptedProvider` implements the Provider protocol for real: it waits its latency,
 enforces its own requests-per-minute bucket (answering 429 with retry-after when it is
@@ -12,6 +12,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 
 from promptlab.errors import ErrorKind, ProviderError
 from promptlab.providers.base import CompletionRequest, CompletionResponse, FinishReason
@@ -110,3 +111,20 @@ class ScriptedProvider:
 
     async def aclose(self) -> None:
         """Nothing to close."""
+
+
+class ManualClock:
+    """A Clock that moves only when told (`advance`), starting at `start`."""
+
+    def __init__(self, start: datetime = datetime(2030, 1, 1, tzinfo=UTC)) -> None:
+        self._start = start
+        self._elapsed = 0.0
+
+    def monotonic(self) -> float:
+        return self._elapsed
+
+    def now(self) -> datetime:
+        return self._start + timedelta(seconds=self._elapsed)
+
+    def advance(self, seconds: float) -> None:
+        self._elapsed += seconds
