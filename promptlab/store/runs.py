@@ -366,7 +366,13 @@ class RunStore:
         Messages and outputs are redacted first: a server may echo the key it was sent.
         """
         batch = _redacted(batch, Redactor.from_environ())
-        finished = {f.key for f in batch.finals}
+        # The first final row per item wins, so the results insert and the items update
+        # below cannot pick different rows for one item.
+        first_finals: dict[str, FinalRow] = {}
+        for final in batch.finals:
+            first_finals.setdefault(final.key, final)
+        finals = list(first_finals.values())
+        finished = {f.key for f in finals}
         dispatched = [k for k in batch.dispatched if k not in finished]
         now = utcnow()
         with self.store.transaction() as tx:
@@ -380,19 +386,23 @@ class RunStore:
             if batch.attempts:
                 tx.register("w_attempts", _attempts_table(batch.attempts))
                 tx.execute("INSERT INTO attempts SELECT * FROM w_attempts")
-            if batch.finals:
-                tx.register("w_finals", _finals_table(batch.finals))
-                # Only items not yet final get a row: exactly one final row per item.
+            if finals:
+                tx.register("w_finals", _finals_table(finals))
+                # Only items not yet final get a row: exactly one final row per item. An
+                # answer that lands after its item was closed (cancelled) is kept as an
+                # attempt only; the item keeps the state its one final row says.
                 tx.execute(
                     "INSERT INTO results SELECT f.* FROM w_finals AS f "
                     "SEMI JOIN items AS i ON i.idempotency_key = f.idempotency_key "
-                    "AND i.status IN ('pending', 'in_flight') "
-                    "QUALIFY row_number() OVER (PARTITION BY f.idempotency_key) = 1"
+                    "AND i.status IN ('pending', 'in_flight')"
                 )
+                # Same condition, same transaction, items not yet updated: exactly the
+                # items that just got their final row move to its state.
                 tx.execute(
                     "UPDATE items SET status = f.status, error_kind = f.error_kind, "
                     "attempts = f.attempts, updated_at = f.finished_at FROM w_finals AS f "
-                    "WHERE items.idempotency_key = f.idempotency_key"
+                    "WHERE items.idempotency_key = f.idempotency_key "
+                    "AND items.status IN ('pending', 'in_flight')"
                 )
 
     def ingest_spill(self, batch: WriteBatch) -> None:
