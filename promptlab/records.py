@@ -18,17 +18,17 @@ from promptlab.errors import ErrorKind
 from promptlab.templates import Template
 
 __all__ = [
-    "FINAL_ITEM_STATUSES",
-    "FINAL_RUN_STATUSES",
-    "OPEN_ITEM_STATUSES",
     "AttemptRow",
     "ErrorKind",
+    "FINAL_ITEM_STATUSES",
+    "FINAL_RUN_STATUSES",
     "FailureExample",
     "FinalRow",
     "ItemCounts",
     "ItemErrorKind",
     "ItemStatus",
     "LabelEvent",
+    "OPEN_ITEM_STATUSES",
     "PendingItem",
     "PromptVersion",
     "RunRecord",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from promptlab.store import Store
-from promptlab.store.runs import AttemptRow, FinalRow, RunStore, VariantRecord, WriteBatch
+from promptlab.records import AttemptRow, FinalRow, VariantRecord, WriteBatch
+from promptlab.store import ItemStore, RunStore, Store
 
 RUN = "run_items"
 AT = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
@@ -13,11 +13,11 @@ AT = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
 
 def planned_run(store: Store, rows: int = 3) -> list[str]:
     """A run of `rows` dataset rows and one variant; return its item keys in plan order."""
-    runs = RunStore(store)
     variant = VariantRecord(0, "v", "p@1.0.0", "sha256:p", "fake", "m", {}, {})
-    runs.create_run(RUN, "items", {}, [variant])
-    runs.plan_items(RUN, ({"text": f"row {i}"} for i in range(rows)), ["v"], 1)
-    return [item.key for item in runs.pending_chunk(RUN, -1, [0], rows)]
+    RunStore(store).create_run(RUN, "items", {}, [variant])
+    items = ItemStore(store)
+    items.plan_items(RUN, ({"text": f"row {i}"} for i in range(rows)), ["v"], 1)
+    return [item.key for item in items.pending_chunk(RUN, -1, [0], rows)]
 
 
 def succeeded(key: str, seq: int) -> FinalRow:
@@ -39,11 +39,11 @@ def attempt(key: str) -> AttemptRow:
 
 def test_an_answer_after_cancel_is_kept_as_an_attempt_only(store: Store) -> None:
     keys = planned_run(store)
-    runs = RunStore(store)
-    assert runs.cancel_open_items(RUN, "run cancelled") == 3
+    items = ItemStore(store)
+    assert items.cancel_open_items(RUN, "run cancelled") == 3
 
     late = keys[1]
-    runs.write_batch(WriteBatch(dispatched=[late], attempts=[attempt(late)],
+    items.write_batch(WriteBatch(dispatched=[late], attempts=[attempt(late)],
                                 finals=[succeeded(late, 1)]))  # fmt: skip
 
     with store.read() as cur:
@@ -63,11 +63,11 @@ def test_an_answer_after_cancel_is_kept_as_an_attempt_only(store: Store) -> None
 
 def test_an_open_item_takes_its_final_row(store: Store) -> None:
     keys = planned_run(store)
-    runs = RunStore(store)
-    runs.write_batch(WriteBatch(dispatched=[keys[0]]))
-    runs.write_batch(WriteBatch(attempts=[attempt(keys[0])], finals=[succeeded(keys[0], 0)]))
+    items = ItemStore(store)
+    items.write_batch(WriteBatch(dispatched=[keys[0]]))
+    items.write_batch(WriteBatch(attempts=[attempt(keys[0])], finals=[succeeded(keys[0], 0)]))
     # A second final row for the same item (a duplicate delivery) changes nothing.
-    runs.write_batch(WriteBatch(finals=[succeeded(keys[0], 0)]))
+    items.write_batch(WriteBatch(finals=[succeeded(keys[0], 0)]))
     with store.read() as cur:
         statuses = cur.execute("SELECT status FROM items ORDER BY seq").fetchall()
         results = cur.execute(
@@ -81,7 +81,7 @@ def test_two_final_rows_for_one_item_in_one_batch_keep_the_first(store: Store) -
     keys = planned_run(store)
     first = succeeded(keys[2], 2)
     second = FinalRow(**{**first.__dict__, "status": "failed", "error_kind": "server"})
-    RunStore(store).write_batch(WriteBatch(finals=[first, second]))
+    ItemStore(store).write_batch(WriteBatch(finals=[first, second]))
     with store.read() as cur:
         item = cur.execute(
             "SELECT status, error_kind FROM items WHERE idempotency_key = ?", [keys[2]]

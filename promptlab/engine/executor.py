@@ -22,7 +22,7 @@ from promptlab.config import Settings
 from promptlab.engine.limiter import EndpointLimiter, Limits
 from promptlab.engine.progress import Counters, RunProgress
 from promptlab.engine.retry import STOP_KINDS
-from promptlab.engine.run import INTERNAL, RunExecution, lanes_for
+from promptlab.engine.run import RunExecution, lanes_for
 from promptlab.engine.spec import (
     RunSpec,
     check_dataset,
@@ -39,19 +39,10 @@ from promptlab.errors import ConfigError, EngineError, PromptlabError, StoreErro
 from promptlab.providers import build_provider, load_endpoints
 from promptlab.providers.base import Provider
 from promptlab.providers.config import EndpointConfig
+from promptlab.records import FINAL_RUN_STATUSES, ItemErrorKind, RunStatus, VariantRecord
 from promptlab.redact import watch_env
-from promptlab.store import Store
+from promptlab.store import ItemStore, ReadModels, RunStore, Store
 from promptlab.store.connection import is_storage_failure
-from promptlab.store.runs import (
-    RUN_CANCELLED,
-    RUN_COMPLETED,
-    RUN_FAILED,
-    RUN_FINAL_STATES,
-    RUN_RUNNING,
-    RUN_SCHEDULED,
-    RunStore,
-    VariantRecord,
-)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -82,9 +73,12 @@ class Engine:
         provider_factory: ProviderFactory = build_provider,
         registry: Any | None = None,
         runs: RunStore | None = None,
+        items: ItemStore | None = None,
     ) -> None:
         self.store = store
         self.runs = runs or RunStore(store)
+        self.items = items or ItemStore(store)
+        self.reads = ReadModels(store)
         self.settings = settings or Settings.from_env()
         self._endpoints = dict(endpoints or load_endpoints(self.settings.providers_file))
         # Whatever these variables are called, their values never reach the store or logs.
@@ -121,7 +115,7 @@ class Engine:
             raise EngineError("the engine did not answer in time") from exc
 
     async def _start_writer(self) -> BatchWriter:
-        writer = BatchWriter(self.runs, spill_dirs=self._spill_dirs, on_stall=self._on_stall)
+        writer = BatchWriter(self.items, spill_dirs=self._spill_dirs, on_stall=self._on_stall)
         writer.start()
         return writer
 
@@ -129,7 +123,7 @@ class Engine:
         """Commit rows an earlier engine spilled, before any run can be resumed."""
         for path in spilled_files(self._spill_dirs):
             try:
-                self.runs.ingest_spill(read_spill(path))
+                self.items.ingest_spill(read_spill(path))
             except Exception as exc:
                 # Resuming now would send those answered requests again: refuse instead.
                 raise StoreError(
@@ -175,7 +169,7 @@ class Engine:
 
     def _resume_claimed(self, run_id: str) -> str:
         record = self.runs.get_run(run_id)
-        if record.status == RUN_COMPLETED:
+        if record.status == RunStatus.COMPLETED:
             raise EngineError(f"run {run_id} is completed: nothing to resume")
         spec = parse_spec(record.spec)
         endpoints = merge_endpoints(self._endpoints, spec.endpoints)
@@ -189,11 +183,11 @@ class Engine:
         replan = record.scheduled_at is None
         if replan:
             check_dataset(spec.dataset)
-            with self.store.transaction() as tx:
-                for table in ("items", "run_rows", "results", "attempts"):
-                    tx.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
+            self.items.clear_plan(run_id)
         else:
-            reopened = self.runs.reopen(run_id, [*(k.value for k in STOP_KINDS), INTERNAL])
+            reopened = self.items.reopen(
+                run_id, [*(k.value for k in STOP_KINDS), ItemErrorKind.INTERNAL]
+            )
             log.info("run %s: %d items back to pending", run_id, reopened)
         self._start(run_id, spec, variants, endpoints, plan=replan)
         return run_id
@@ -205,10 +199,10 @@ class Engine:
             self._loop.call_soon_threadsafe(self._cancel_on_loop, run_id)
             return
         record = self.runs.get_run(run_id)
-        if record.status in RUN_FINAL_STATES:
+        if record.status in FINAL_RUN_STATUSES:
             return
-        self.runs.cancel_open_items(run_id, "run cancelled")
-        self.runs.set_status(run_id, RUN_CANCELLED, "cancelled")
+        self.items.cancel_open_items(run_id, "run cancelled")
+        self.runs.set_status(run_id, RunStatus.CANCELLED, "cancelled")
 
     def status(self, run_id: str) -> RunProgress:
         """Live progress for an active run; stored counts for any other."""
@@ -216,7 +210,7 @@ class Engine:
         active = self._active.get(run_id)
         status, reason = self._unrecorded_ends.get(run_id, (record.status, record.status_reason))
         if active is None or active.counters is None:
-            counts = self.runs.item_counts(run_id)
+            counts = self.reads.item_counts(run_id)
             return RunProgress(
                 run_id=run_id,
                 name=record.name,
@@ -377,10 +371,10 @@ class Engine:
             if plan:
                 rows = iter_rows(spec.dataset, spec.limit_rows)
                 names = [v.name for v in variants]
-                await asyncio.to_thread(self.runs.plan_items, run_id, rows, names, spec.repeats)
-            await asyncio.to_thread(self.runs.set_status, run_id, RUN_SCHEDULED)
+                await asyncio.to_thread(self.items.plan_items, run_id, rows, names, spec.repeats)
+            await asyncio.to_thread(self.runs.set_status, run_id, RunStatus.SCHEDULED)
             record = await asyncio.to_thread(self.runs.get_run, run_id)
-            counts = await asyncio.to_thread(self.runs.item_counts, run_id)
+            counts = await asyncio.to_thread(self.reads.item_counts, run_id)
             counters = Counters(counts, record.total_items)
             lanes = lanes_for(
                 variants,
@@ -389,12 +383,12 @@ class Engine:
                 {v.endpoint: self._limiters[_budget_key(endpoints[v.endpoint])] for v in variants},
             )
             execution = RunExecution(
-                run_id, variants, lanes, spec.retry, self.runs, self._writer, counters
+                run_id, variants, lanes, spec.retry, self.items, self._writer, counters
             )
             active.execution, active.counters = execution, counters
             if active.cancel_requested:
                 execution.cancel()
-            await asyncio.to_thread(self.runs.set_status, run_id, RUN_RUNNING)
+            await asyncio.to_thread(self.runs.set_status, run_id, RunStatus.RUNNING)
             await execution.execute()
             await self._close_run(run_id, execution)
         except Exception as exc:
@@ -407,26 +401,26 @@ class Engine:
             reason = str(exc)
             if is_storage_failure(exc):
                 reason = f"{STORE_UNWRITABLE}: {exc}"
-            await self._end_run(run_id, RUN_FAILED, reason, f"run failed: {reason}")
+            await self._end_run(run_id, RunStatus.FAILED, reason, f"run failed: {reason}")
 
     async def _close_run(self, run_id: str, execution: RunExecution) -> None:
         if execution.stop_reason is not None:
             reason = f"stopped: {execution.stop_reason}"
-            await self._end_run(run_id, RUN_FAILED, reason, reason)
+            await self._end_run(run_id, RunStatus.FAILED, reason, reason)
         elif execution.cancelled:
-            await self._end_run(run_id, RUN_CANCELLED, "cancelled", "run cancelled")
+            await self._end_run(run_id, RunStatus.CANCELLED, "cancelled", "run cancelled")
         else:
-            counts = await asyncio.to_thread(self.runs.item_counts, run_id)
+            counts = await asyncio.to_thread(self.reads.item_counts, run_id)
             left = counts["pending"] + counts["in_flight"]
             if left:
                 # Should not happen: say so rather than call the run complete.
                 reason = f"{left} items were left unfinished"
-                await self._end_run(run_id, RUN_FAILED, reason, None)
+                await self._end_run(run_id, RunStatus.FAILED, reason, None)
             else:
-                await self._end_run(run_id, RUN_COMPLETED, None, None)
+                await self._end_run(run_id, RunStatus.COMPLETED, None, None)
 
     async def _end_run(
-        self, run_id: str, status: str, reason: str | None, cancel_reason: str | None
+        self, run_id: str, status: RunStatus, reason: str | None, cancel_reason: str | None
     ) -> None:
         """Record how the run ended; when the store cannot take it, remember it in memory.
 
@@ -436,7 +430,7 @@ class Engine:
         flushed = await self._writer.flush()
         try:
             if cancel_reason is not None and flushed:
-                await asyncio.to_thread(self.runs.cancel_open_items, run_id, cancel_reason)
+                await asyncio.to_thread(self.items.cancel_open_items, run_id, cancel_reason)
             await asyncio.to_thread(self.runs.set_status, run_id, status, reason)
         except Exception as exc:
             if not is_storage_failure(exc):
