@@ -5,7 +5,7 @@
 Every batch the engine commits is redacted first (promptlab/redact.py): the values of
 key variables and credential-shaped strings are masked in messages and outputs. This
 times, on the same batches in one run, the redaction step alone and the full
-`RunStore.write_batch` (redaction + DuckDB commit) into a real temp database, and
+`ItemStore.write_batch` (redaction + DuckDB commit) into a real temp database, and
 prints the ratio. Not a test: it asserts nothing.
 """
 
@@ -18,9 +18,10 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from promptlab.records import FinalRow, VariantRecord, WriteBatch
 from promptlab.redact import Redactor
-from promptlab.store import Store
-from promptlab.store.runs import FinalRow, RunStore, VariantRecord, WriteBatch, _redacted
+from promptlab.store import ItemStore, RunStore, Store
+from promptlab.store.items import _redacted
 
 #: About the length of a short structured answer, with ordinary words and numbers.
 OUTPUT = ("The ticket concerns billing; priority 2, category refund, sentiment neutral. " * 8)[:600]
@@ -65,13 +66,13 @@ def main() -> None:
     args = parser.parse_args()
     os.environ.setdefault("OPENAI_API_KEY", "sk-bench-0123456789abcdefghij")
     with tempfile.TemporaryDirectory() as tmp, Store(Path(tmp) / "bench.duckdb") as store:
-        runs = RunStore(store)
+        runs, items = RunStore(store), ItemStore(store)
         run_id = "run_bench"
         runs.create_run(
             run_id, "bench", {}, [VariantRecord(0, "v", "r", "pv", "openai", "m", {}, {})]
         )
         work = batches(run_id, args.batches, args.rows)
-        runs.plan_items(run_id, ({"text": "x"} for _ in range(args.batches * args.rows)), ["v"], 1)
+        items.plan_items(run_id, ({"text": "x"} for _ in range(args.batches * args.rows)), ["v"], 1)
         # plan_items made its own keys; point the batches at them, in order.
         with store.read() as cur:
             keys = [
@@ -92,7 +93,7 @@ def main() -> None:
 
         t0 = time.perf_counter()
         for batch in work:
-            runs.write_batch(batch)
+            items.write_batch(batch)
         write_s = time.perf_counter() - t0
 
     rows = args.batches * args.rows

@@ -116,19 +116,19 @@ def run_detail(engine: Engine, run_id: str) -> None:
 
 def outcome(engine: Engine, run_id: str) -> None:
     """What the stored results add up to so far: attempts, tokens, cost, latency, failures."""
-    summary = engine.runs.summary(run_id)
+    summary = engine.reads.summary(run_id)
     cols = st.columns(6)
-    cols[0].metric("Attempts", summary["attempts"], help="every request sent, retries included")
-    cols[1].metric("429s", summary["rate_limited_attempts"])
-    tokens_in, tokens_out = summary["input_tokens"], summary["output_tokens"]
+    cols[0].metric("Attempts", summary.attempts, help="every request sent, retries included")
+    cols[1].metric("429s", summary.rate_limited_attempts)
+    tokens_in, tokens_out = summary.input_tokens, summary.output_tokens
     cols[2].metric("Tokens", tokens_in + tokens_out, help=f"{tokens_in} in, {tokens_out} out")
-    cols[3].metric("Cost", f"${summary['cost_usd']:.4f}", help="from the providers file's prices")
+    cols[3].metric("Cost", f"${summary.cost_usd:.4f}", help="from the providers file's prices")
     for col, label, value in (
-        (cols[4], "Latency p50", summary["latency_p50_ms"]),
-        (cols[5], "Latency p95", summary["latency_p95_ms"]),
+        (cols[4], "Latency p50", summary.latency_p50_ms),
+        (cols[5], "Latency p95", summary.latency_p95_ms),
     ):
         col.metric(label, f"{value:.0f} ms" if value is not None else "–")
-    failures = engine.runs.failure_examples(run_id, FAILURES_SHOWN)
+    failures = engine.reads.failure_examples(run_id, FAILURES_SHOWN)
     if failures:
         st.markdown("**First failed items**")
         st.dataframe(

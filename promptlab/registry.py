@@ -15,8 +15,26 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from promptlab.errors import NotFoundError, RegistryError, VersionError
+from promptlab.records import LabelEvent, PromptVersion
 from promptlab.store import Store
+from promptlab.store.prompts import PromptStore
 from promptlab.templates import Template
+
+__all__ = [
+    "FieldChange",
+    "LabelEvent",
+    "MessageDiff",
+    "PromptSummary",
+    "PromptVersion",
+    "Registry",
+    "SaveResult",
+    "VersionDiff",
+    "bump_version",
+    "classify_change",
+    "diff_versions",
+    "next_version",
+    "parse_semver",
+]
 
 Bump = Literal["major", "minor", "patch"]
 FIRST_VERSION = (1, 0, 0)
@@ -29,43 +47,12 @@ RESERVED_LABELS = frozenset({"latest"})
 
 
 @dataclass(frozen=True)
-class PromptVersion:
-    prompt_name: str
-    id: str
-    semver: str
-    template: Template
-    author: str
-    message: str
-    created_at: datetime
-    parent_id: str | None
-
-    @property
-    def short_id(self) -> str:
-        """`sha256:` and the first 12 hex digits: enough to tell versions apart."""
-        return self.id[:19]
-
-    @property
-    def ref(self) -> str:
-        return f"{self.prompt_name}@{self.semver}"
-
-
-@dataclass(frozen=True)
 class PromptSummary:
     name: str
     description: str
     latest: PromptVersion
     version_count: int
     labels: dict[str, str]  # label -> semver
-
-
-@dataclass(frozen=True)
-class LabelEvent:
-    prompt_name: str
-    label: str
-    version_id: str
-    semver: str
-    moved_at: datetime
-    actor: str
 
 
 @dataclass(frozen=True)
@@ -138,10 +125,11 @@ class VersionDiff:
 
 
 class Registry:
-    """Prompts and their versions and labels, stored in the Store's DuckDB file."""
+    """Prompts and their versions and labels; the rows are kept by a `PromptStore`."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
+        self.prompts = PromptStore(store)
 
     # ---- writing -------------------------------------------------------------------
 
@@ -161,47 +149,22 @@ class Registry:
         """
         _check_name(name)
         version_id = template.content_hash()
-        with self.store.transaction() as tx:
-            row = tx.execute("SELECT 1 FROM prompts WHERE name = ?", [name]).fetchone()
+        # One transaction: two saves at once cannot both take the same next number.
+        with self.prompts.saving() as writes:
             now = datetime.now(UTC)
-            if row is None:
-                tx.execute("INSERT INTO prompts VALUES (?, ?, ?)", [name, description or "", now])
-            elif description is not None:
-                tx.execute("UPDATE prompts SET description = ? WHERE name = ?", [description, name])
-            existing = tx.execute(
-                f"SELECT {_VERSION_COLUMNS} FROM prompt_versions WHERE prompt_name = ? AND id = ?",
-                [name, version_id],
-            ).fetchone()
+            writes.ensure_prompt(name, description, now)
+            existing = writes.version(name, version_id)
             if existing is not None:
-                return SaveResult(_version_from_row(existing), created=False, bump=None)
-            latest_row = tx.execute(
-                f"SELECT {_VERSION_COLUMNS} FROM prompt_versions WHERE prompt_name = ? "
-                "ORDER BY major DESC, minor DESC, patch DESC LIMIT 1",
-                [name],
-            ).fetchone()
-            latest = _version_from_row(latest_row) if latest_row else None
+                return SaveResult(existing, created=False, bump=None)
+            latest = writes.latest(name)
             bump: Bump = classify_change(latest.template, template) if latest else "major"
             number = next_version(latest.semver if latest else None, bump, version)
             semver = ".".join(map(str, number))
-            tx.execute(
-                "INSERT INTO prompt_versions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [
-                    name,
-                    version_id,
-                    semver,
-                    *number,
-                    json.dumps(
-                        template.canonical()
-                    ),  # key order kept: variables in first-use order
-                    author,
-                    message,
-                    now,
-                    latest.id if latest else None,
-                ],
-            )
-        saved = PromptVersion(
-            name, version_id, semver, template, author, message, now, latest.id if latest else None
-        )
+            saved = PromptVersion(
+                name, version_id, semver, template, author, message, now,
+                latest.id if latest else None,
+            )  # fmt: skip
+            writes.add_version(saved, number)
         return SaveResult(saved, created=True, bump=bump)
 
     def set_label(self, name: str, ref: str, label: str, *, actor: str) -> PromptVersion:
@@ -212,36 +175,18 @@ class Registry:
                 "starting with a letter, and not 'latest'"
             )
         target = self.resolve(_qualify(name, ref))
-        with self.store.transaction() as tx:
-            seq = tx.execute(
-                "SELECT coalesce(max(seq), 0) + 1 FROM label_events "
-                "WHERE prompt_name = ? AND label = ?",
-                [name, label],
-            ).fetchone()
-            assert seq is not None
-            tx.execute(
-                "INSERT INTO label_events VALUES (?, ?, ?, ?, ?, ?)",
-                [name, label, target.id, datetime.now(UTC), actor, seq[0]],
-            )
+        self.prompts.move_label(name, label, target.id, actor=actor, at=datetime.now(UTC))
         return target
 
     # ---- reading -------------------------------------------------------------------
 
     def is_empty(self) -> bool:
-        with self.store.read() as cur:
-            row = cur.execute("SELECT count(*) FROM prompts").fetchone()
-        return row is None or row[0] == 0
+        return self.prompts.prompt_count() == 0
 
     def list_prompts(self) -> list[PromptSummary]:
-        with self.store.read() as cur:
-            prompts = cur.execute("SELECT name, description FROM prompts ORDER BY name").fetchall()
-            counts = dict(
-                cur.execute(
-                    "SELECT prompt_name, count(*) FROM prompt_versions GROUP BY prompt_name"
-                ).fetchall()
-            )
+        counts = self.prompts.version_counts()
         summaries = []
-        for name, description in prompts:
+        for name, description in self.prompts.prompts():
             if not counts.get(name):
                 continue
             versions = self.versions(name)  # read once: latest and labels both come from it
@@ -257,23 +202,17 @@ class Registry:
         return summaries
 
     def description(self, name: str) -> str:
-        with self.store.read() as cur:
-            row = cur.execute("SELECT description FROM prompts WHERE name = ?", [name]).fetchone()
-        if row is None:
+        description = self.prompts.description(name)
+        if description is None:
             raise NotFoundError(f"no prompt named {name!r}")
-        return str(row[0])
+        return description
 
     def versions(self, name: str) -> list[PromptVersion]:
         """Every version of `name`, newest first."""
-        with self.store.read() as cur:
-            rows = cur.execute(
-                f"SELECT {_VERSION_COLUMNS} FROM prompt_versions WHERE prompt_name = ? "
-                "ORDER BY major DESC, minor DESC, patch DESC",
-                [name],
-            ).fetchall()
-        if not rows:
+        versions = self.prompts.versions(name)
+        if not versions:
             raise NotFoundError(f"no prompt named {name!r}")
-        return [_version_from_row(r) for r in rows]
+        return versions
 
     def labels(
         self, name: str, versions: list[PromptVersion] | None = None
@@ -282,13 +221,7 @@ class Registry:
 
         Pass `versions` (from `versions(name)`) when you have them, to skip reading them again.
         """
-        with self.store.read() as cur:
-            rows = cur.execute(
-                "SELECT label, version_id FROM label_events WHERE prompt_name = ? "
-                "QUALIFY row_number() OVER (PARTITION BY label ORDER BY seq DESC) = 1 "
-                "ORDER BY label",
-                [name],
-            ).fetchall()
+        rows = self.prompts.current_labels(name)
         if not rows:
             return {}
         by_id = {v.id: v for v in (versions if versions is not None else self.versions(name))}
@@ -296,19 +229,7 @@ class Registry:
 
     def label_history(self, name: str, label: str | None = None) -> list[LabelEvent]:
         """Label moves of `name`, newest first."""
-        query = (
-            "SELECT e.prompt_name, e.label, e.version_id, v.semver, e.moved_at, e.actor "
-            "FROM label_events e JOIN prompt_versions v "
-            "ON v.prompt_name = e.prompt_name AND v.id = e.version_id "
-            "WHERE e.prompt_name = ?"
-        )
-        params: list[Any] = [name]
-        if label is not None:
-            query += " AND e.label = ?"
-            params.append(label)
-        with self.store.read() as cur:
-            rows = cur.execute(query + " ORDER BY e.moved_at DESC, e.seq DESC", params).fetchall()
-        return [LabelEvent(*row) for row in rows]
+        return self.prompts.label_history(name, label)
 
     def resolve(self, ref: str) -> PromptVersion:
         """The version a reference names; NotFoundError says what was missing."""
@@ -462,20 +383,3 @@ def next_version(latest: str | None, bump: Bump, override: str | None) -> tuple[
             "a version may only be raised"
         )
     return wanted
-
-
-_VERSION_COLUMNS = "prompt_name, id, semver, content, author, message, created_at, parent_id"
-
-
-def _version_from_row(row: tuple[Any, ...]) -> PromptVersion:
-    name, version_id, semver, content, author, message, created_at, parent_id = row
-    return PromptVersion(
-        prompt_name=name,
-        id=version_id,
-        semver=semver,
-        template=Template.from_canonical(json.loads(content)),
-        author=author,
-        message=message,
-        created_at=created_at,
-        parent_id=parent_id,
-    )

@@ -17,8 +17,7 @@ from promptlab.engine.testing import ManualClock, ScriptedProvider
 from promptlab.errors import ErrorKind, ProviderError
 from promptlab.providers.base import CompletionRequest
 from promptlab.providers.config import EndpointConfig
-from promptlab.store import Store
-from promptlab.store.runs import RunStore
+from promptlab.store import RunStore, Store
 
 TEMPLATE = [{"role": "user", "content": "Summarize: {{ text }}"}]
 

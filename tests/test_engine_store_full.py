@@ -1,7 +1,7 @@
 """A store that cannot write (a full disk) pauses dispatch and loses no answered request.
 
 The first test fills a real small file system under the database (root only: it mounts a
-tmpfs); the second makes a real RunStore refuse writes with DuckDB's own error, so the
+tmpfs); the second makes a real ItemStore and RunStore refuse writes with DuckDB's own error, so the
 same guarantees are checked on every machine.
 """
 
@@ -22,14 +22,14 @@ from promptlab.engine.spill import spill_dirs, spilled_files
 from promptlab.engine.testing import ScriptedProvider
 from promptlab.providers.base import CompletionRequest
 from promptlab.providers.config import EndpointConfig
-from promptlab.store import Store
-from promptlab.store.runs import RunStore, WriteBatch
+from promptlab.records import RunStatus, WriteBatch
+from promptlab.store import ItemStore, RunStore, Store
 
 ITEMS = 400
 
 
-class WatchedRunStore(RunStore):
-    """A real RunStore that notes how many requests had gone out when a write first failed."""
+class WatchedItemStore(ItemStore):
+    """A real ItemStore that notes how many requests had gone out when a write first failed."""
 
     def __init__(self, store: Store) -> None:
         super().__init__(store)
@@ -48,29 +48,47 @@ class WatchedRunStore(RunStore):
         super().write_batch(batch)
 
 
-class FillableRunStore(WatchedRunStore):
-    """A store whose disk can be declared full: every write then fails as DuckDB's does."""
+class Disk:
+    """A disk that can be declared full: every write then fails as DuckDB's does."""
 
-    full = False
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.full = False
 
-    def _refuse(self) -> None:
+    def refuse(self) -> None:
         if self.full:
             raise duckdb.TransactionException(
                 "TransactionContext Error: Failed to commit: Could not write file "
                 f'"{self.store.path}.wal": No space left on device'
             )
 
+
+class FillableItemStore(WatchedItemStore):
+    """Item writes that fail once `disk` is full."""
+
+    def __init__(self, disk: Disk) -> None:
+        super().__init__(disk.store)
+        self.disk = disk
+
     def _write(self, batch: WriteBatch) -> None:
-        self._refuse()
+        self.disk.refuse()
         super()._write(batch)
 
-    def set_status(self, run_id: str, status: str, reason: str | None = None) -> None:
-        self._refuse()
-        super().set_status(run_id, status, reason)
-
     def cancel_open_items(self, run_id: str, reason: str) -> int:
-        self._refuse()
+        self.disk.refuse()
         return super().cancel_open_items(run_id, reason)
+
+
+class FillableRunStore(RunStore):
+    """Run status changes that fail once `disk` is full."""
+
+    def __init__(self, disk: Disk) -> None:
+        super().__init__(disk.store)
+        self.disk = disk
+
+    def set_status(self, run_id: str, status: RunStatus, reason: str | None = None) -> None:
+        self.disk.refuse()
+        super().set_status(run_id, status, reason)
 
 
 def make_spec(dataset: Path) -> object:
@@ -93,10 +111,14 @@ def quick_stall(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 
 def run_until_the_disk_fills(
-    store: Store, runs: WatchedRunStore, dataset: Path, fill: object
+    store: Store,
+    items: WatchedItemStore,
+    dataset: Path,
+    fill: object,
+    runs: RunStore | None = None,
 ) -> tuple[str, ScriptedProvider]:
     provider = ScriptedProvider(latency_s=0.02)
-    runs.provider = provider
+    items.provider = provider
 
     def on_request(_request: CompletionRequest, _n: int) -> None:
         if sum(provider.calls.values()) == ITEMS // 4:
@@ -105,7 +127,8 @@ def run_until_the_disk_fills(
 
     provider.fault = on_request
     endpoints = {"fake": EndpointConfig(name="fake", kind="openai", concurrency=8)}
-    with Engine(store, endpoints=endpoints, provider_factory=lambda _c: provider, runs=runs) as e:
+    factory = lambda _c: provider  # noqa: E731
+    with Engine(store, endpoints=endpoints, provider_factory=factory, runs=runs, items=items) as e:
         run_id = e.submit(make_spec(dataset))  # type: ignore[arg-type]
         progress = e.wait(run_id, timeout=60)
         assert progress.status == "failed", progress
@@ -114,8 +137,8 @@ def run_until_the_disk_fills(
     # Dispatch paused once the writer saw the failure: after it went out only what was
     # in flight (concurrency 8), plus what slipped through while the failed commit's
     # thread handed back to the loop (a few, allowed for with another 8).
-    assert runs.sent_at_first_failure is not None
-    assert sum(provider.calls.values()) <= runs.sent_at_first_failure + 2 * 8 < ITEMS
+    assert items.sent_at_first_failure is not None
+    assert sum(provider.calls.values()) <= items.sent_at_first_failure + 2 * 8 < ITEMS
     return run_id, provider
 
 
@@ -153,9 +176,13 @@ def test_a_store_that_refuses_writes_pauses_dispatch_and_keeps_every_answer(
 ) -> None:
     dataset = write_dataset(tmp_path / "rows.csv")
     with Store(db_path) as store:
-        runs = FillableRunStore(store)
+        disk = Disk(store)
         run_id, provider = run_until_the_disk_fills(
-            store, runs, dataset, lambda: setattr(runs, "full", True)
+            store,
+            FillableItemStore(disk),
+            dataset,
+            lambda: setattr(disk, "full", True),
+            runs=FillableRunStore(disk),
         )
         resume_after_space_is_freed(store, run_id, provider)
 
@@ -193,6 +220,6 @@ def test_a_real_full_disk_pauses_dispatch_and_keeps_every_answer(
                 handle.flush()
 
     with Store(small_disk / "runs.duckdb") as store:
-        run_id, provider = run_until_the_disk_fills(store, WatchedRunStore(store), dataset, fill)
+        run_id, provider = run_until_the_disk_fills(store, WatchedItemStore(store), dataset, fill)
         ballast.unlink()
         resume_after_space_is_freed(store, run_id, provider)

@@ -8,14 +8,13 @@ import pytest
 
 from promptlab.engine import Engine, parse_spec
 from promptlab.engine.testing import ScriptedProvider
-from promptlab.engine.writer import STORE_ERROR_KIND
 from promptlab.providers.config import EndpointConfig
-from promptlab.store import Store
-from promptlab.store.runs import RunStore, WriteBatch
+from promptlab.records import ItemErrorKind, WriteBatch
+from promptlab.store import ItemStore, Store
 
 
-class RefusingRunStore(RunStore):
-    """A real RunStore that refuses, every time, any batch holding a poisoned answer."""
+class RefusingItemStore(ItemStore):
+    """A real ItemStore that refuses, every time, any batch holding a poisoned answer."""
 
     poison = "row 3"
 
@@ -35,7 +34,7 @@ def test_a_row_the_store_always_refuses_does_not_stall_the_run(
         store,
         endpoints={"fake": EndpointConfig(name="fake", kind="openai")},
         provider_factory=lambda _cfg: provider,
-        runs=RefusingRunStore(store),
+        items=RefusingItemStore(store),
     )
     monkeypatch.setattr("promptlab.engine.writer.RETRY_FLUSH_S", 0.01)
     try:
@@ -58,5 +57,5 @@ def test_a_row_the_store_always_refuses_does_not_stall_the_run(
             [run_id],
         ).fetchall()
     assert len(rows) == 10  # every item still has exactly one final row
-    assert rows[3] == (3, "failed", STORE_ERROR_KIND)
+    assert rows[3] == (3, "failed", ItemErrorKind.STORE_ERROR)
     assert all(status == "succeeded" for _, status, _ in rows[:3] + rows[4:])

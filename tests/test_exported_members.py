@@ -6,7 +6,14 @@ import importlib
 
 import pytest
 
-PACKAGES = ["promptlab", "promptlab.engine", "promptlab.providers", "promptlab.store"]
+PACKAGES = [
+    "promptlab",
+    "promptlab.engine",
+    "promptlab.providers",
+    "promptlab.records",
+    "promptlab.registry",
+    "promptlab.store",
+]
 
 
 @pytest.mark.parametrize("name", PACKAGES)

@@ -13,8 +13,7 @@ from click.testing import CliRunner
 
 from promptlab.cli import main
 from promptlab.fakellm import FakeLLMConfig, RunningServer, serve_in_thread
-from promptlab.store import Store
-from promptlab.store.runs import RunStore
+from promptlab.store import ReadModels, RunStore, Store
 
 
 @pytest.fixture
@@ -68,7 +67,7 @@ def test_run_prints_the_id_then_a_summary_and_exits_0(
     detail = CliRunner().invoke(main, ["status", run_id])
     assert "completed" in detail.stdout and "succeeded=40" in detail.stdout
     with Store(db_path) as store:
-        assert RunStore(store).summary(run_id)["succeeded"] == 40
+        assert ReadModels(store).summary(run_id).succeeded == 40
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,8 @@ import click
 from promptlab.cli.common import EXIT_ERROR, EXIT_OK, EXIT_USAGE, db_option, open_store
 from promptlab.engine import Engine, RunProgress, SpecError, load_spec
 from promptlab.errors import PromptlabError
-from promptlab.store.runs import RUN_CANCELLED, RUN_COMPLETED, RunStore
+from promptlab.records import RunStatus, RunSummary
+from promptlab.store import ReadModels, RunStore
 
 EXIT_CANCELLED = 3
 EXIT_ITEMS_FAILED = 4
@@ -67,21 +68,20 @@ def status_command(ctx: click.Context, run_id: str | None, limit: int) -> None:
     """Show one run (counts, timestamps, failures) or list recent runs."""
     try:
         with open_store(ctx) as store:
-            runs = RunStore(store)
+            runs, reads = RunStore(store), ReadModels(store)
             if run_id is None:
-                records = runs.list_runs(limit)
-                if not records:
+                listed = reads.list_runs_with_counts(limit)
+                if not listed:
                     click.echo("no runs yet")
-                for r in records:
-                    counts = runs.item_counts(r.run_id)
-                    done = sum(counts[s] for s in ("succeeded", "failed", "cancelled"))
+                for entry in listed:
+                    r = entry.run
                     click.echo(
-                        f"{r.run_id}  {r.status:<9}  {done}/{r.total_items}  "
+                        f"{r.run_id}  {r.status:<9}  {entry.items.finished}/{r.total_items}  "
                         f"{r.submitted_at:%Y-%m-%d %H:%M}  {r.name}"
                     )
                 return
             record = runs.get_run(run_id)
-            counts = runs.item_counts(run_id)
+            counts = reads.item_counts(run_id)
             click.echo(f"run {record.run_id} ({record.name}): {record.status}")
             if record.status_reason:
                 click.echo(f"  reason: {record.status_reason}")
@@ -93,10 +93,10 @@ def status_command(ctx: click.Context, run_id: str | None, limit: int) -> None:
                 click.echo(
                     f"  {at:%Y-%m-%d %H:%M:%S}  {status}" + (f"  ({reason})" if reason else "")
                 )
-            kinds = runs.failure_kinds(run_id)
+            kinds = reads.failure_kinds(run_id)
             if kinds:
                 click.echo("  failures: " + ", ".join(f"{k}={v}" for k, v in kinds.items()))
-                for failure in runs.failure_examples(run_id, FAILURES_SHOWN):
+                for failure in reads.failure_examples(run_id, FAILURES_SHOWN):
                     click.echo(
                         f"    dataset row {failure.row_index + 1} ({failure.variant}): "
                         f"{failure.error_kind}: {failure.message}"
@@ -157,7 +157,7 @@ def _drive(
         click.echo(f"run {run_id}")
         _watch(engine, run_id, quiet)
         final = engine.wait(run_id)
-        summary = engine.runs.summary(run_id)
+        summary = engine.reads.summary(run_id)
         _print_summary(final, summary)
     # The run's final state decides: a Ctrl-C that came after the run completed is moot.
     raise SystemExit(_exit_code(final, strict))
@@ -226,7 +226,7 @@ def progress_line(p: RunProgress) -> str:
     return " | ".join(parts)
 
 
-def _print_summary(p: RunProgress, summary: dict[str, object]) -> None:
+def _print_summary(p: RunProgress, summary: RunSummary) -> None:
     click.echo(f"run {p.run_id}: {p.status}" + (f" ({p.reason})" if p.reason else ""))
     click.echo(
         f"  items {p.total}: succeeded {p.succeeded}, failed {p.failed}, cancelled {p.cancelled}"
@@ -234,16 +234,16 @@ def _print_summary(p: RunProgress, summary: dict[str, object]) -> None:
     if p.started_at and p.finished_at:
         click.echo(f"  wall time {(p.finished_at - p.started_at).total_seconds():.1f} s")
     click.echo(
-        f"  attempts {summary['attempts']} (429s {summary['rate_limited_attempts']}), "
-        f"tokens in {summary['input_tokens']} out {summary['output_tokens']}, "
-        f"cost ${summary['cost_usd']:.4f}"
+        f"  attempts {summary.attempts} (429s {summary.rate_limited_attempts}), "
+        f"tokens in {summary.input_tokens} out {summary.output_tokens}, "
+        f"cost ${summary.cost_usd:.4f}"
     )
 
 
 def _exit_code(p: RunProgress, strict: bool) -> int:
-    if p.status == RUN_COMPLETED:
+    if p.status == RunStatus.COMPLETED:
         return EXIT_ITEMS_FAILED if strict and p.failed else EXIT_OK
-    if p.status == RUN_CANCELLED:
+    if p.status == RunStatus.CANCELLED:
         return EXIT_CANCELLED
     return EXIT_ERROR
 

@@ -23,7 +23,7 @@ from promptlab.engine.clock import SYSTEM_CLOCK, Clock
 from promptlab.engine.limiter import EndpointLimiter, Limiter, Limits, RunCappedLimiter
 from promptlab.engine.progress import Counters, RunProgress
 from promptlab.engine.retry import STOP_KINDS
-from promptlab.engine.run import INTERNAL, RunExecution, lanes_for
+from promptlab.engine.run import RunExecution, lanes_for
 from promptlab.engine.spec import (
     RunSpec,
     VersionResolver,
@@ -41,19 +41,10 @@ from promptlab.errors import ConfigError, EngineError, PromptlabError, StoreErro
 from promptlab.providers import build_provider, load_endpoints
 from promptlab.providers.base import Provider
 from promptlab.providers.config import EndpointConfig
+from promptlab.records import FINAL_RUN_STATUSES, ItemErrorKind, RunStatus, VariantRecord
 from promptlab.redact import watch_env
-from promptlab.store import Store
+from promptlab.store import ItemStore, ReadModels, RunStore, Store
 from promptlab.store.connection import is_storage_failure
-from promptlab.store.runs import (
-    RUN_CANCELLED,
-    RUN_COMPLETED,
-    RUN_FAILED,
-    RUN_FINAL_STATES,
-    RUN_RUNNING,
-    RUN_SCHEDULED,
-    RunStore,
-    VariantRecord,
-)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -84,10 +75,13 @@ class Engine:
         provider_factory: ProviderFactory = build_provider,
         registry: VersionResolver | None = None,
         runs: RunStore | None = None,
+        items: ItemStore | None = None,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.store = store
         self.runs = runs or RunStore(store)
+        self.items = items or ItemStore(store)
+        self.reads = ReadModels(store)
         self.settings = settings or Settings.from_env()
         self._endpoints = dict(endpoints or load_endpoints(self.settings.providers_file))
         # Whatever these variables are called, their values never reach the store or logs.
@@ -127,7 +121,7 @@ class Engine:
             raise EngineError("the engine did not answer in time") from exc
 
     async def _start_writer(self) -> BatchWriter:
-        writer = BatchWriter(self.runs, spill_dirs=self._spill_dirs, on_stall=self._on_stall)
+        writer = BatchWriter(self.items, spill_dirs=self._spill_dirs, on_stall=self._on_stall)
         writer.start()
         return writer
 
@@ -135,7 +129,7 @@ class Engine:
         """Commit rows an earlier engine spilled, before any run can be resumed."""
         for path in spilled_files(self._spill_dirs):
             try:
-                self.runs.ingest_spill(read_spill(path))
+                self.items.ingest_spill(read_spill(path))
             except Exception as exc:
                 # Resuming now would send those answered requests again: refuse instead.
                 raise StoreError(
@@ -181,7 +175,7 @@ class Engine:
 
     def _resume_claimed(self, run_id: str) -> str:
         record = self.runs.get_run(run_id)
-        if record.status == RUN_COMPLETED:
+        if record.status == RunStatus.COMPLETED:
             raise EngineError(f"run {run_id} is completed: nothing to resume")
         spec = parse_spec(record.spec)
         endpoints = merge_endpoints(self._endpoints, spec.endpoints)
@@ -195,11 +189,11 @@ class Engine:
         replan = record.scheduled_at is None
         if replan:
             check_dataset(spec.dataset)
-            with self.store.transaction() as tx:
-                for table in ("items", "run_rows", "results", "attempts"):
-                    tx.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
+            self.items.clear_plan(run_id)
         else:
-            reopened = self.runs.reopen(run_id, [*(k.value for k in STOP_KINDS), INTERNAL])
+            reopened = self.items.reopen(
+                run_id, [*(k.value for k in STOP_KINDS), ItemErrorKind.INTERNAL]
+            )
             log.info("run %s: %d items back to pending", run_id, reopened)
         self._start(run_id, spec, variants, endpoints, plan=replan)
         return run_id
@@ -217,10 +211,10 @@ class Engine:
             self._loop.call_soon_threadsafe(self._cancel_on_loop, run_id)
             return
         record = self.runs.get_run(run_id)
-        if record.status in RUN_FINAL_STATES:
+        if record.status in FINAL_RUN_STATUSES:
             return
-        self.runs.cancel_open_items(run_id, "run cancelled")
-        self.runs.set_status(run_id, RUN_CANCELLED, "cancelled")
+        self.items.cancel_open_items(run_id, "run cancelled")
+        self.runs.set_status(run_id, RunStatus.CANCELLED, "cancelled")
 
     def status(self, run_id: str) -> RunProgress:
         """Live progress for an active run; stored counts for any other."""
@@ -228,7 +222,7 @@ class Engine:
         active = self._active.get(run_id)
         status, reason = self._unrecorded_ends.get(run_id, (record.status, record.status_reason))
         if active is None or active.counters is None:
-            counts = self.runs.item_counts(run_id)
+            counts = self.reads.item_counts(run_id)
             return RunProgress(
                 run_id=run_id,
                 name=record.name,
@@ -392,10 +386,10 @@ class Engine:
             if plan:
                 rows = iter_rows(spec.dataset, spec.limit_rows)
                 names = [v.name for v in variants]
-                await asyncio.to_thread(self.runs.plan_items, run_id, rows, names, spec.repeats)
-            await asyncio.to_thread(self.runs.set_status, run_id, RUN_SCHEDULED)
+                await asyncio.to_thread(self.items.plan_items, run_id, rows, names, spec.repeats)
+            await asyncio.to_thread(self.runs.set_status, run_id, RunStatus.SCHEDULED)
             record = await asyncio.to_thread(self.runs.get_run, run_id)
-            counts = await asyncio.to_thread(self.runs.item_counts, run_id)
+            counts = await asyncio.to_thread(self.reads.item_counts, run_id)
             counters = Counters(counts, record.total_items, self.clock)
             lanes = lanes_for(
                 variants,
@@ -404,12 +398,12 @@ class Engine:
                 {v.endpoint: self._lane_limiter(endpoints[v.endpoint], spec) for v in variants},
             )
             execution = RunExecution(
-                run_id, variants, lanes, spec.retry, self.runs, self._writer, counters, self.clock
+                run_id, variants, lanes, spec.retry, self.items, self._writer, counters, self.clock
             )
             active.execution, active.counters = execution, counters
             if active.cancel_requested:
                 execution.cancel()
-            await asyncio.to_thread(self.runs.set_status, run_id, RUN_RUNNING)
+            await asyncio.to_thread(self.runs.set_status, run_id, RunStatus.RUNNING)
             await execution.execute()
             await self._close_run(run_id, execution)
         except Exception as exc:
@@ -422,26 +416,26 @@ class Engine:
             reason = str(exc)
             if is_storage_failure(exc):
                 reason = f"{STORE_UNWRITABLE}: {exc}"
-            await self._end_run(run_id, RUN_FAILED, reason, f"run failed: {reason}")
+            await self._end_run(run_id, RunStatus.FAILED, reason, f"run failed: {reason}")
 
     async def _close_run(self, run_id: str, execution: RunExecution) -> None:
         if execution.stop_reason is not None:
             reason = f"stopped: {execution.stop_reason}"
-            await self._end_run(run_id, RUN_FAILED, reason, reason)
+            await self._end_run(run_id, RunStatus.FAILED, reason, reason)
         elif execution.cancelled:
-            await self._end_run(run_id, RUN_CANCELLED, "cancelled", "run cancelled")
+            await self._end_run(run_id, RunStatus.CANCELLED, "cancelled", "run cancelled")
         else:
-            counts = await asyncio.to_thread(self.runs.item_counts, run_id)
+            counts = await asyncio.to_thread(self.reads.item_counts, run_id)
             left = counts["pending"] + counts["in_flight"]
             if left:
                 # Should not happen: say so rather than call the run complete.
                 reason = f"{left} items were left unfinished"
-                await self._end_run(run_id, RUN_FAILED, reason, None)
+                await self._end_run(run_id, RunStatus.FAILED, reason, None)
             else:
-                await self._end_run(run_id, RUN_COMPLETED, None, None)
+                await self._end_run(run_id, RunStatus.COMPLETED, None, None)
 
     async def _end_run(
-        self, run_id: str, status: str, reason: str | None, cancel_reason: str | None
+        self, run_id: str, status: RunStatus, reason: str | None, cancel_reason: str | None
     ) -> None:
         """Record how the run ended; when the store cannot take it, remember it in memory.
 
@@ -451,7 +445,7 @@ class Engine:
         flushed = await self._writer.flush()
         try:
             if cancel_reason is not None and flushed:
-                await asyncio.to_thread(self.runs.cancel_open_items, run_id, cancel_reason)
+                await asyncio.to_thread(self.items.cancel_open_items, run_id, cancel_reason)
             await asyncio.to_thread(self.runs.set_status, run_id, status, reason)
         except Exception as exc:
             if not is_storage_failure(exc):

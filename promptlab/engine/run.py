@@ -17,16 +17,15 @@ from promptlab.engine.writer import BatchWriter
 from promptlab.errors import ErrorKind, PromptlabError, ProviderError
 from promptlab.providers.base import CompletionRequest, CompletionResponse, Provider
 from promptlab.providers.config import EndpointConfig, cost_usd
-from promptlab.store.runs import (
-    ITEM_CANCELLED,
-    ITEM_FAILED,
-    ITEM_SUCCEEDED,
+from promptlab.records import (
     AttemptRow,
     FinalRow,
+    ItemErrorKind,
+    ItemStatus,
     PendingItem,
-    RunStore,
     VariantRecord,
 )
+from promptlab.store.items import ItemStore
 from promptlab.templates import Template, coerce_text_values
 from promptlab.tokens import check_fits
 
@@ -36,10 +35,6 @@ log = logging.getLogger(__name__)
 CHUNK_SIZE = 1_000
 #: Extra seconds over the policy timeout before the engine itself gives up on a call.
 TIMEOUT_GRACE_S = 1.0
-#: Error kind of items whose values do not fit the template (never sent).
-INVALID_INPUT = "invalid_input"
-#: Error kind of unexpected exceptions from an adapter (a bug, not a provider answer).
-INTERNAL = "internal"
 WAIT_BACKOFF = "backoff"
 #: Longest error message kept on an attempt or result.
 MAX_MESSAGE_CHARS = 2_000
@@ -73,7 +68,7 @@ class RunExecution:
         variants: Sequence[VariantRecord],
         lanes: Sequence[Lane],
         policy: RetryPolicy,
-        runs: RunStore,
+        items: ItemStore,
         writer: BatchWriter,
         counters: Counters,
         clock: Clock = SYSTEM_CLOCK,
@@ -85,7 +80,7 @@ class RunExecution:
         self.lanes = list(lanes)
         self.lane_of = {i: lane for lane in lanes for i in lane.variant_indexes}
         self.policy = policy
-        self.runs = runs
+        self.items = items
         self.writer = writer
         self.counters = counters
         self.stopping = asyncio.Event()
@@ -161,7 +156,7 @@ class RunExecution:
 
     async def _read(self, after: int, lane: Lane) -> list[PendingItem]:
         return await asyncio.to_thread(
-            self.runs.pending_chunk, self.run_id, after, lane.variant_indexes, CHUNK_SIZE
+            self.items.pending_chunk, self.run_id, after, lane.variant_indexes, CHUNK_SIZE
         )
 
     def _prepare(self, item: PendingItem, lane: Lane) -> Prepared | None:
@@ -175,10 +170,12 @@ class RunExecution:
             messages = template.render(values)
             tokens = check_fits(lane.endpoint, variant.model, messages, max_tokens)
         except ProviderError as exc:
-            self._final(item, ITEM_FAILED, False, error=(exc.kind.value, str(exc)))
+            self._final(item, ItemStatus.FAILED, False, error=(exc.kind.value, str(exc)))
             return None
         except PromptlabError as exc:
-            self._final(item, ITEM_FAILED, False, error=(INVALID_INPUT, str(exc)))
+            self._final(
+                item, ItemStatus.FAILED, False, error=(ItemErrorKind.INVALID_INPUT, str(exc))
+            )
             return None
         request = CompletionRequest(
             model=variant.model,
@@ -225,7 +222,13 @@ class RunExecution:
             except Exception as exc:  # noqa: BLE001 - an adapter bug must not kill the run
                 lane.limiter.release(permit, None)
                 self._attempt(item, attempt, started_at, t0, None, None, wait_s, wait_reason)
-                self._final(item, ITEM_FAILED, True, attempt, error=(INTERNAL, repr(exc)))
+                self._final(
+                    item,
+                    ItemStatus.FAILED,
+                    True,
+                    attempt,
+                    error=(ItemErrorKind.INTERNAL, repr(exc)),
+                )
                 self._internal_error(lane, exc)
                 return
             if response is not None:
@@ -233,7 +236,7 @@ class RunExecution:
                 lane.limiter.release(permit, response.input_tokens + response.output_tokens)
                 lane.limiter.observe_headers(response.headers)
                 self._attempt(item, attempt, started_at, t0, response, None, wait_s, wait_reason)
-                self._final(item, ITEM_SUCCEEDED, True, attempt, response=response, lane=lane)
+                self._final(item, ItemStatus.SUCCEEDED, True, attempt, response=response, lane=lane)
                 return
             assert error is not None
             last_error = error
@@ -247,7 +250,7 @@ class RunExecution:
                 lane.limiter.on_throttle(capped, permit.epoch)
             if action is Action.STOP_RUN:
                 self.stop(f"{error.kind.value}: {error.provider_message}")
-                self._final(item, ITEM_FAILED, True, attempt, error=_describe(error))
+                self._final(item, ItemStatus.FAILED, True, attempt, error=_describe(error))
                 return
             if error.kind in THROTTLE_KINDS:
                 throttled += 1
@@ -258,7 +261,7 @@ class RunExecution:
                 or counted >= self.policy.max_attempts
                 or throttled >= self.policy.max_throttled_attempts
             ):
-                self._final(item, ITEM_FAILED, True, attempt, error=_describe(error))
+                self._final(item, ItemStatus.FAILED, True, attempt, error=_describe(error))
                 return
             # Throttles wait at the shared gate; other errors back off on their own.
             delay = 0.0 if error.kind in THROTTLE_KINDS else self.policy.delay_s(error, attempt)
@@ -296,13 +299,13 @@ class RunExecution:
             )
         if self._internal_streak >= INTERNAL_STOP_AFTER and self.stop_reason is None:
             self.stop(
-                f"{INTERNAL}: the {lane.endpoint.name} adapter failed {self._internal_streak} "
-                f"items in a row with {exc!r}"
+                f"{ItemErrorKind.INTERNAL}: the {lane.endpoint.name} adapter failed "
+                f"{self._internal_streak} items in a row with {exc!r}"
             )
 
     def _cancel_after_error(self, item: PendingItem, attempt: int, error: ProviderError) -> None:
         message = f"cancelled before a retry; last error {error}"
-        self._final(item, ITEM_CANCELLED, True, attempt, error=(None, message))
+        self._final(item, ItemStatus.CANCELLED, True, attempt, error=(None, message))
 
     # ---- records -------------------------------------------------------------------
 
@@ -326,7 +329,9 @@ class RunExecution:
                 started_at=started_at,
                 ended_at=self.clock.now(),
                 outcome="ok" if response is not None else "error",
-                error_kind=(error.kind.value if error else INTERNAL) if response is None else None,
+                error_kind=(error.kind.value if error else ItemErrorKind.INTERNAL)
+                if response is None
+                else None,
                 http_status=error.status if error else None,
                 error_message=str(error)[:MAX_MESSAGE_CHARS] if error else None,
                 wait_ms=wait_s * 1000,

@@ -17,8 +17,8 @@ from promptlab.engine.limiter import DEFAULT_BURST_S, Limits
 from promptlab.engine.retry import RetryPolicy
 from promptlab.errors import ConfigError, PromptlabError, SpecError, TemplateError
 from promptlab.providers.config import KINDS, EndpointConfig, parse_model_ref
+from promptlab.records import VariantRecord
 from promptlab.sim import SIM_MODELS
-from promptlab.store.runs import VariantRecord
 from promptlab.templates import Template, normalize_params
 from promptlab.yamlio import parse_yaml, read_yaml
 

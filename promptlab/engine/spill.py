@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from promptlab.store.runs import AttemptRow, FinalRow, WriteBatch
+from promptlab.records import AttemptRow, FinalRow, WriteBatch
 
 SPILL_SUFFIX = ".jsonl"
 _DATETIME_FIELDS = frozenset({"started_at", "ended_at", "finished_at"})

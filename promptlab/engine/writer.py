@@ -19,15 +19,14 @@ from dataclasses import replace
 from pathlib import Path
 
 from promptlab.engine.spill import spill_batch
+from promptlab.records import AttemptRow, FinalRow, ItemErrorKind, WriteBatch
 from promptlab.store.connection import is_storage_failure
-from promptlab.store.runs import AttemptRow, FinalRow, RunStore, WriteBatch
+from promptlab.store.items import ItemStore
 
 log = logging.getLogger(__name__)
 
 #: How a store that cannot write is described, in stop reasons and logs.
 STORE_UNWRITABLE = "the database cannot be written"
-#: error_kind of an item whose result the store refused (see `_write_row_by_row`).
-STORE_ERROR_KIND = "store_error"
 
 #: Commit at least this often, so a crash loses at most this much of finished work.
 FLUSH_INTERVAL_S = 0.2
@@ -48,13 +47,13 @@ class BatchWriter:
 
     def __init__(
         self,
-        runs: RunStore,
+        items: ItemStore,
         interval_s: float = FLUSH_INTERVAL_S,
         *,
         spill_dirs: tuple[Path, ...] = (),
         on_stall: Callable[[str], None] | None = None,
     ) -> None:
-        self._runs = runs
+        self._items = items
         self._interval_s = interval_s
         self._spill_dirs = spill_dirs
         self._on_stall = on_stall
@@ -149,7 +148,7 @@ class BatchWriter:
                 self._failures = 0
                 return
             try:
-                await asyncio.to_thread(self._runs.write_batch, batch)
+                await asyncio.to_thread(self._items.write_batch, batch)
             except Exception as exc:
                 # Keep the rows: they go out with the next try. Nothing is dropped.
                 self._keep(batch)
@@ -195,7 +194,7 @@ class BatchWriter:
                 stored = replace(
                     final,
                     status="failed",
-                    error_kind=STORE_ERROR_KIND,
+                    error_kind=ItemErrorKind.STORE_ERROR,
                     error_message=f"the result could not be stored: {error}"[:500],
                     output_text=None,
                     params={},
@@ -204,7 +203,7 @@ class BatchWriter:
 
     def _write_alone(self, batch: WriteBatch) -> str | None:
         try:
-            self._runs.write_batch(batch)
+            self._items.write_batch(batch)
         except Exception as exc:  # noqa: BLE001 - one row is set aside, the rest go on
             log.error("set aside a row the store refused: %s", exc)
             return str(exc)

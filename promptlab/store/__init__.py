@@ -1,6 +1,24 @@
-"""DuckDB storage: the Store that owns the file and its migrations."""
+"""DuckDB storage: the Store that owns the file, its migrations, and every SQL statement.
+
+`PromptStore` keeps prompts, versions and labels; `RunStore` the run lifecycle;
+`ItemStore` a run's items, attempts and results as the engine writes them;
+`ReadModels` the typed query results the pages and the CLI read.
+"""
 
 from promptlab.store.connection import Store
+from promptlab.store.items import ItemStore
 from promptlab.store.migrations import MIGRATIONS, Migration, apply_migrations
+from promptlab.store.prompts import PromptStore
+from promptlab.store.read_models import ReadModels
+from promptlab.store.runs import RunStore
 
-__all__ = ["MIGRATIONS", "Migration", "Store", "apply_migrations"]
+__all__ = [
+    "ItemStore",
+    "MIGRATIONS",
+    "Migration",
+    "PromptStore",
+    "ReadModels",
+    "RunStore",
+    "Store",
+    "apply_migrations",
+]

@@ -1,0 +1,318 @@
+"""Record types and str-valued enums shared by the store, the engine, the CLI and the pages.
+
+The enums are `StrEnum`s: a member is its stored text, so the database and every
+comparison with a plain string see exactly what they saw before the enums existed.
+Provider error kinds live in `promptlab.errors.ErrorKind` (re-exported here); the
+engine's own kinds, for items that never got a provider answer, are `ItemErrorKind`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from promptlab.errors import ErrorKind
+from promptlab.templates import Template
+
+__all__ = [
+    "AttemptRow",
+    "ErrorKind",
+    "FINAL_ITEM_STATUSES",
+    "FINAL_RUN_STATUSES",
+    "FailureExample",
+    "FinalRow",
+    "ItemCounts",
+    "ItemErrorKind",
+    "ItemStatus",
+    "LabelEvent",
+    "OPEN_ITEM_STATUSES",
+    "PendingItem",
+    "PromptVersion",
+    "RunRecord",
+    "RunStatus",
+    "RunSummary",
+    "RunWithCounts",
+    "VariantRecord",
+    "VariantSummary",
+    "WriteBatch",
+    "utcnow",
+]
+
+
+def utcnow() -> datetime:
+    """The timestamp records carry: timezone-aware UTC."""
+    return datetime.now(UTC)
+
+
+# ---- states and kinds --------------------------------------------------------------
+
+
+class RunStatus(StrEnum):
+    """A run's lifecycle, in order; the last three are final."""
+
+    SUBMITTED = "submitted"
+    SCHEDULED = "scheduled"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def is_final(self) -> bool:
+        return self in FINAL_RUN_STATUSES
+
+
+FINAL_RUN_STATUSES = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
+
+
+class ItemStatus(StrEnum):
+    """An item's state; a final item has exactly one row in `results`."""
+
+    PENDING = "pending"
+    IN_FLIGHT = "in_flight"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def is_final(self) -> bool:
+        return self in FINAL_ITEM_STATUSES
+
+
+OPEN_ITEM_STATUSES = (ItemStatus.PENDING, ItemStatus.IN_FLIGHT)
+FINAL_ITEM_STATUSES = (ItemStatus.SUCCEEDED, ItemStatus.FAILED, ItemStatus.CANCELLED)
+
+
+class ItemErrorKind(StrEnum):
+    """Why an item failed when no provider answer explains it (those are `ErrorKind`)."""
+
+    #: Its values do not fit the template: never sent.
+    INVALID_INPUT = "invalid_input"
+    #: An unexpected exception from an adapter: a bug, not a provider answer.
+    INTERNAL = "internal"
+    #: The store refused its result row every time (the writer set it aside).
+    STORE_ERROR = "store_error"
+
+
+# ---- prompts -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PromptVersion:
+    prompt_name: str
+    id: str
+    semver: str
+    template: Template
+    author: str
+    message: str
+    created_at: datetime
+    parent_id: str | None
+
+    @property
+    def short_id(self) -> str:
+        """`sha256:` and the first 12 hex digits: enough to tell versions apart."""
+        return self.id[:19]
+
+    @property
+    def ref(self) -> str:
+        return f"{self.prompt_name}@{self.semver}"
+
+
+@dataclass(frozen=True)
+class LabelEvent:
+    prompt_name: str
+    label: str
+    version_id: str
+    semver: str
+    moved_at: datetime
+    actor: str
+
+
+# ---- runs and their items ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VariantRecord:
+    """A run's variant as stored: enough to rebuild its request without the registry."""
+
+    index: int
+    name: str
+    prompt_ref: str
+    prompt_version_id: str
+    endpoint: str
+    model: str
+    params: Mapping[str, Any]
+    template: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    run_id: str
+    name: str
+    spec: Mapping[str, Any]
+    status: RunStatus
+    status_reason: str | None
+    total_items: int
+    submitted_at: datetime
+    scheduled_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    updated_at: datetime
+
+
+@dataclass(frozen=True)
+class PendingItem:
+    """One planned item read back for dispatch, with its dataset row."""
+
+    key: str
+    seq: int
+    row_index: int
+    variant_index: int
+    repeat: int
+    attempts: int
+    values: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class AttemptRow:
+    key: str
+    run_id: str
+    attempt: int
+    started_at: datetime
+    ended_at: datetime
+    outcome: str  # "ok" or "error"
+    error_kind: str | None
+    http_status: int | None
+    error_message: str | None
+    wait_ms: float
+    wait_reason: str | None
+    retry_after_s: float | None
+    latency_ms: float | None
+
+
+@dataclass(frozen=True)
+class FinalRow:
+    """An item's one final row: succeeded, failed with a kind, or cancelled."""
+
+    key: str
+    run_id: str
+    seq: int
+    row_index: int
+    variant: str
+    repeat: int
+    status: str
+    prompt_version_id: str
+    endpoint: str
+    model: str
+    params: Mapping[str, Any]
+    attempts: int
+    finished_at: datetime
+    error_kind: str | None = None
+    error_message: str | None = None
+    output_text: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    finish_reason: str | None = None
+    model_version: str | None = None
+    latency_ms: float | None = None
+    cost_usd: float | None = None
+
+
+@dataclass
+class WriteBatch:
+    """What the writer commits in one transaction."""
+
+    dispatched: list[str] = field(default_factory=list)
+    attempts: list[AttemptRow] = field(default_factory=list)
+    finals: list[FinalRow] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.dispatched) + len(self.attempts) + len(self.finals)
+
+
+# ---- read models ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FailureExample:
+    """One failed item: which dataset row (0-based) and variant, and why."""
+
+    row_index: int
+    variant: str
+    error_kind: str
+    message: str
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """Totals over a run's stored rows: tokens, cost and latency of succeeded items."""
+
+    succeeded: int
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+    latency_p50_ms: float | None
+    latency_p95_ms: float | None
+    #: Every request sent, retries included.
+    attempts: int
+    rate_limited_attempts: int
+
+
+@dataclass(frozen=True)
+class ItemCounts:
+    """Items of a run per state."""
+
+    pending: int = 0
+    in_flight: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    cancelled: int = 0
+
+    @property
+    def open(self) -> int:
+        return self.pending + self.in_flight
+
+    @property
+    def finished(self) -> int:
+        return self.succeeded + self.failed + self.cancelled
+
+
+@dataclass(frozen=True)
+class RunWithCounts:
+    """A run and its items per state, as the runs list shows it."""
+
+    run: RunRecord
+    items: ItemCounts
+
+
+@dataclass(frozen=True)
+class VariantSummary:
+    """One variant of a run: where it is, how it went, what it cost.
+
+    Latencies are over succeeded results; `completion_rate` is succeeded / finished
+    and None while nothing has finished.
+    """
+
+    variant_index: int
+    name: str
+    prompt_ref: str
+    endpoint: str
+    model: str
+    succeeded: int
+    failed: int
+    cancelled: int
+    open: int
+    completion_rate: float | None
+    latency_p50_ms: float | None
+    latency_p90_ms: float | None
+    latency_p99_ms: float | None
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+
+    @property
+    def finished(self) -> int:
+        return self.succeeded + self.failed + self.cancelled
