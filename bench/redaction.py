@@ -18,6 +18,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from promptlab.engine.planner import AllVariants, plan_items
 from promptlab.records import FinalRow, VariantRecord, WriteBatch
 from promptlab.redact import Redactor
 from promptlab.store import ItemStore, RunStore, Store
@@ -72,7 +73,8 @@ def main() -> None:
             run_id, "bench", {}, [VariantRecord(0, "v", "r", "pv", "openai", "m", {}, {})]
         )
         work = batches(run_id, args.batches, args.rows)
-        items.plan_items(run_id, ({"text": "x"} for _ in range(args.batches * args.rows)), ["v"], 1)
+        rows = [{"text": "x"}] * (args.batches * args.rows)
+        items.plan_items(run_id, plan_items(run_id, rows, ["v"], AllVariants(1), 1))
         # plan_items made its own keys; point the batches at them, in order.
         with store.read() as cur:
             keys = [

@@ -316,3 +316,23 @@ class VariantSummary:
     @property
     def finished(self) -> int:
         return self.succeeded + self.failed + self.cancelled
+
+
+@dataclass(frozen=True)
+class PlannedItem:
+    """One request a run will make: a row through a variant, the `repeat`-th time."""
+
+    key: str
+    seq: int
+    row_index: int
+    variant_index: int
+    repeat: int
+
+
+@dataclass(frozen=True)
+class PlannedChunk:
+    """A slice of a run's plan: the dataset rows it covers and their items."""
+
+    first_row: int
+    rows: list[Mapping[str, Any]]
+    items: list[PlannedItem]

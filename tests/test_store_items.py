@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from promptlab.engine.planner import AllVariants, plan_items
 from promptlab.records import AttemptRow, FinalRow, VariantRecord, WriteBatch
 from promptlab.store import ItemStore, RunStore, Store
 
@@ -16,7 +17,9 @@ def planned_run(store: Store, rows: int = 3) -> list[str]:
     variant = VariantRecord(0, "v", "p@1.0.0", "sha256:p", "fake", "m", {}, {})
     RunStore(store).create_run(RUN, "items", {}, [variant])
     items = ItemStore(store)
-    items.plan_items(RUN, ({"text": f"row {i}"} for i in range(rows)), ["v"], 1)
+    items.plan_items(
+        RUN, plan_items(RUN, [{"text": f"row {i}"} for i in range(rows)], ["v"], AllVariants(1), 1)
+    )
     return [item.key for item in items.pending_chunk(RUN, -1, [0], rows)]
 
 

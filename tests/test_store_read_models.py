@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from promptlab.engine.planner import AllVariants, plan_items
 from promptlab.records import (
     AttemptRow,
     FinalRow,
@@ -56,7 +57,8 @@ def run(store: Store) -> ReadModels:
     """
     RunStore(store).create_run(RUN, "reads", {}, VARIANTS)
     items = ItemStore(store)
-    items.plan_items(RUN, ({"text": f"row {i}"} for i in range(ROWS)), ["a", "b", "c"], 1)
+    rows = [{"text": f"row {i}"} for i in range(ROWS)]
+    items.plan_items(RUN, plan_items(RUN, rows, ["a", "b", "c"], AllVariants(3), 1))
     keys = {(p.row_index, p.variant_index): p for p in items.pending_chunk(RUN, -1, [0, 1, 2], 99)}
     a, b, _ = VARIANTS
     finals = [

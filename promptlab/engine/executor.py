@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 from promptlab.config import Settings
 from promptlab.engine.clock import SYSTEM_CLOCK, Clock
 from promptlab.engine.limiter import EndpointLimiter, Limiter, Limits, RunCappedLimiter
+from promptlab.engine.planner import AllVariants, plan_items
 from promptlab.engine.progress import Counters, RunProgress
 from promptlab.engine.retry import STOP_KINDS
 from promptlab.engine.run import RunExecution, lanes_for
@@ -386,7 +387,8 @@ class Engine:
             if plan:
                 rows = iter_rows(spec.dataset, spec.limit_rows)
                 names = [v.name for v in variants]
-                await asyncio.to_thread(self.items.plan_items, run_id, rows, names, spec.repeats)
+                chunks = plan_items(run_id, rows, names, AllVariants(len(names)), spec.repeats)
+                await asyncio.to_thread(self.items.plan_items, run_id, chunks)
             await asyncio.to_thread(self.runs.set_status, run_id, RunStatus.SCHEDULED)
             record = await asyncio.to_thread(self.runs.get_run, run_id)
             counts = await asyncio.to_thread(self.reads.item_counts, run_id)

@@ -14,6 +14,10 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from promptlab.records import PlannedChunk, PlannedItem
+
+#: Dataset rows per planned chunk: large enough to insert fast, small enough to stay flat.
+PLAN_CHUNK_ROWS = 20_000
 #: Hex digits of the idempotency key (128 bits): unique in practice, compact in the index.
 KEY_HEX_DIGITS = 32
 
@@ -22,17 +26,6 @@ def idempotency_key(run_id: str, row_index: int, variant: str, repeat: int) -> s
     """Hash of (run, dataset row, variant, repeat): the item's identity everywhere."""
     blob = f"{run_id}\x1f{row_index}\x1f{variant}\x1f{repeat}".encode()
     return hashlib.sha256(blob).hexdigest()[:KEY_HEX_DIGITS]
-
-
-@dataclass(frozen=True)
-class PlannedItem:
-    """One request to make: a row through a variant, the `repeat`-th time."""
-
-    key: str
-    seq: int
-    row_index: int
-    variant_index: int
-    repeat: int
 
 
 class AssignmentStrategy(Protocol):
@@ -51,22 +44,13 @@ class AllVariants:
         return range(self.variant_count)
 
 
-@dataclass(frozen=True)
-class PlannedChunk:
-    """A slice of the plan: the rows it covers (by index) and their items."""
-
-    first_row: int
-    rows: list[Mapping[str, Any]]
-    items: list[PlannedItem]
-
-
 def plan_items(
     run_id: str,
     rows: Iterable[Mapping[str, Any]],
     variant_names: Sequence[str],
     strategy: AssignmentStrategy,
     repeats: int,
-    chunk_rows: int,
+    chunk_rows: int = PLAN_CHUNK_ROWS,
 ) -> Iterator[PlannedChunk]:
     """The run's items in plan order, `chunk_rows` dataset rows at a time.
 

@@ -8,35 +8,31 @@ cancel only give one to items still pending or in flight.
 
 from __future__ import annotations
 
-import hashlib
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
 
-from promptlab.records import AttemptRow, FinalRow, PendingItem, WriteBatch, utcnow
+from promptlab.records import (
+    AttemptRow,
+    FinalRow,
+    PendingItem,
+    PlannedChunk,
+    WriteBatch,
+    utcnow,
+)
 from promptlab.redact import Redactor
 from promptlab.store.connection import Store
 
-#: Rows per Arrow batch when planning: large enough to be fast, small enough to stay flat.
-PLAN_CHUNK = 20_000
 #: Items closed per transaction when a run is cancelled: bounded memory for huge runs.
 #: One DuckDB row group, so each slice's results are written as whole row groups.
 CANCEL_SLICE = 122_880
-#: Hex digits of the idempotency key (128 bits): unique in practice, compact in the index.
-KEY_HEX_DIGITS = 32
 #: Tables holding a run's planned items and everything recorded about them.
 _PLAN_TABLES = ("items", "run_rows", "results", "attempts")
 
 _TS = pa.timestamp("us", tz="UTC")
-
-
-def idempotency_key(run_id: str, row_index: int, variant: str, repeat: int) -> str:
-    """Hash of (run, dataset row, variant, repeat): the item's identity everywhere."""
-    blob = f"{run_id}\x1f{row_index}\x1f{variant}\x1f{repeat}".encode()
-    return hashlib.sha256(blob).hexdigest()[:KEY_HEX_DIGITS]
 
 
 class ItemStore:
@@ -47,51 +43,34 @@ class ItemStore:
 
     # ---- planning ------------------------------------------------------------------
 
-    def plan_items(
-        self,
-        run_id: str,
-        rows: Iterable[Mapping[str, Any]],
-        variant_names: Sequence[str],
-        repeats: int,
-    ) -> int:
-        """Store dataset rows and one item per (row, variant, repeat); return the item count.
+    def plan_items(self, run_id: str, chunks: Iterable[PlannedChunk]) -> int:
+        """Store a run's planned chunks (their dataset rows and items); return the item count.
 
-        Rows are consumed in chunks, so a large dataset never sits in memory at once.
-        Each chunk commits on its own; `scheduled` is only set once all are in.
+        The planner (promptlab/engine/planner.py) decides which items exist; this only
+        writes them. Each chunk commits on its own; `scheduled` is set once all are in.
         """
         total = 0
-        for chunk_start, chunk in _chunks(rows, PLAN_CHUNK):
-            row_indexes = list(range(chunk_start, chunk_start + len(chunk)))
+        for chunk in chunks:
             row_table = pa.table(
                 {
-                    "row_index": pa.array(row_indexes, pa.int64()),
-                    "row_values": pa.array([json.dumps(r, default=str) for r in chunk]),
+                    "row_index": pa.array(
+                        range(chunk.first_row, chunk.first_row + len(chunk.rows)), pa.int64()
+                    ),
+                    "row_values": pa.array([json.dumps(r, default=str) for r in chunk.rows]),
                 }
             )
-            keys: list[str] = []
-            seqs: list[int] = []
-            item_rows: list[int] = []
-            item_variants: list[int] = []
-            item_repeats: list[int] = []
-            for row_index in row_indexes:
-                for variant_index, variant in enumerate(variant_names):
-                    for repeat in range(repeats):
-                        keys.append(idempotency_key(run_id, row_index, variant, repeat))
-                        seqs.append(total)
-                        item_rows.append(row_index)
-                        item_variants.append(variant_index)
-                        item_repeats.append(repeat)
-                        total += 1
+            planned = chunk.items
             item_table = pa.table(
                 {
-                    "key": pa.array(keys),
-                    "seq": pa.array(seqs, pa.int64()),
-                    "row_index": pa.array(item_rows, pa.int64()),
-                    "variant_index": pa.array(item_variants, pa.int32()),
-                    "repeat": pa.array(item_repeats, pa.int32()),
+                    "key": pa.array([i.key for i in planned]),
+                    "seq": pa.array([i.seq for i in planned], pa.int64()),
+                    "row_index": pa.array([i.row_index for i in planned], pa.int64()),
+                    "variant_index": pa.array([i.variant_index for i in planned], pa.int32()),
+                    "repeat": pa.array([i.repeat for i in planned], pa.int32()),
                 }
             )
-            self.store.reserve_items(len(keys))
+            total += len(planned)
+            self.store.reserve_items(len(planned))
             with self.store.transaction() as tx:
                 tx.register("plan_rows", row_table)
                 tx.register("plan_items", item_table)
@@ -306,21 +285,6 @@ def _masked(row: Any, redactor: Redactor, names: tuple[str, ...]) -> Any:
             if masked != text:
                 changes[name] = masked
     return replace(row, **changes) if changes else row
-
-
-def _chunks(
-    rows: Iterable[Mapping[str, Any]], size: int
-) -> Iterator[tuple[int, list[Mapping[str, Any]]]]:
-    chunk: list[Mapping[str, Any]] = []
-    start = 0
-    for row in rows:
-        chunk.append(row)
-        if len(chunk) >= size:
-            yield start, chunk
-            start += len(chunk)
-            chunk = []
-    if chunk:
-        yield start, chunk
 
 
 def _attempts_table(rows: Sequence[AttemptRow]) -> pa.Table:
