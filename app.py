@@ -7,6 +7,7 @@ import streamlit as st
 from promptlab.errors import DatabaseLockedError, StoreError
 from promptlab.ui.resources import get_settings, get_store
 from promptlab.ui.shell import follow_deep_link, mark_shell_run
+from promptlab.ui.widgets import show_error
 
 st.set_page_config(page_title="promptlab", page_icon=":material/science:", layout="wide")
 
@@ -14,7 +15,7 @@ try:
     get_store()  # opens the database once per process; loads the demo into an empty one
 except StoreError as exc:  # in use by another process, or not a usable database file
     icon = ":material/lock:" if isinstance(exc, DatabaseLockedError) else ":material/error:"
-    st.error(str(exc), icon=icon)
+    show_error(exc, icon=icon)
     st.stop()
 
 pages = [

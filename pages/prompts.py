@@ -8,13 +8,14 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from promptlab.errors import PromptlabError, StoreError, VariableError
+from promptlab.errors import PromptExistsError, PromptlabError, StoreError, VariableError
+from promptlab.newprompt import create_prompt
 from promptlab.promptfiles import dump_yaml_mapping, export_prompt, parse_yaml_mapping
 from promptlab.registry import PromptVersion, Registry
 from promptlab.templates import ROLES, Template
 from promptlab.ui.resources import get_registry, get_settings
 from promptlab.ui.shell import require_shell
-from promptlab.ui.widgets import show_messages, variable_inputs
+from promptlab.ui.widgets import show_error, show_messages, variable_inputs
 
 NEW_PROMPT_TEMPLATE = [
     {"role": "system", "content": "You are a helpful assistant."},
@@ -71,18 +72,25 @@ def create_form(registry: Registry) -> None:
             template = Template.build(
                 [*messages, {"role": "user", "content": user}], params={"model": model}
             )
-            result = registry.save_version(
-                name.strip(),
+            result = create_prompt(
+                registry,
+                name,
                 template,
                 author=get_settings().author,
                 message="Created in the app",
                 description=description,
             )
-        except PromptlabError as exc:
-            st.error(str(exc))
+        except PromptExistsError as exc:
+            show_error(f"{exc} in the Edit tab (choose {exc.name} in the Prompt list below).")
             return
-        flash("top", "success", f"Created {result.version.ref}")
-        st.session_state["prompt_select"] = name.strip()  # show the new prompt
+        except PromptlabError as exc:
+            show_error(exc)
+            return
+        if result.created:
+            flash("top", "success", f"Created {result.version.ref}")
+        else:
+            flash("top", "info", f"Nothing changed: {result.version.ref} already has this content.")
+        st.session_state["prompt_select"] = result.version.prompt_name  # show the prompt
         st.rerun()
 
 
@@ -184,7 +192,7 @@ def edit_tab(registry: Registry, base: PromptVersion) -> None:
                 version=version.strip() or None,
             )
         except PromptlabError as exc:
-            st.error(str(exc), icon=":material/error:")
+            show_error(exc)
             return
         flash("edit", "success" if result.created else "info", result.describe().capitalize())
         st.rerun()
@@ -298,7 +306,7 @@ def labels_tab(registry: Registry, name: str, versions: list[PromptVersion]) -> 
         try:
             version = registry.set_label(name, target, label.strip(), actor=get_settings().author)
         except PromptlabError as exc:
-            st.error(str(exc))
+            show_error(exc)
             return
         flash("labels", "success", f"{name}@{label.strip()} now points at {version.semver}")
         st.rerun()
@@ -320,10 +328,10 @@ def preview_tab(name: str, versions: list[PromptVersion]) -> None:
             messages = version.template.render(values)
         except VariableError as exc:
             for problem in exc.problems:
-                st.error(f"**{problem.variable}**: {problem.message}", icon=":material/error:")
+                show_error(problem)
             return
         except PromptlabError as exc:
-            st.error(str(exc))
+            show_error(exc)
             return
         show_messages(messages)
 
@@ -333,7 +341,7 @@ st.title("Prompts")
 try:
     registry = get_registry()
 except StoreError as exc:  # e.g. PROMPTLAB_DB under a regular file, or not a database
-    st.error(str(exc), icon=":material/error:")
+    show_error(exc)
     st.stop()
 show_flash("top")
 names = prompt_table(registry)

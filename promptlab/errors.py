@@ -13,6 +13,7 @@
     │   └── TemplateLimitError       too big, too deep or loops too much (names the limit)
     ├── RegistryError                prompt registry problems
     │   ├── NotFoundError            a prompt, version or label does not exist
+    │   ├── PromptExistsError        creating a prompt under a name already in use
     │   └── VersionError             a semantic version override is not allowed
     ├── PromptFileError              a YAML prompt file is malformed (file and field)
     ├── EngineError                  a run cannot be submitted, resumed or cancelled as asked
@@ -103,6 +104,18 @@ class RegistryError(PromptlabError):
 
 class NotFoundError(RegistryError):
     """A prompt, version or label does not exist."""
+
+
+class PromptExistsError(RegistryError):
+    """A new prompt was asked for under a name that already has other content."""
+
+    def __init__(self, name: str, latest_ref: str) -> None:
+        self.name = name
+        self.latest_ref = latest_ref
+        super().__init__(
+            f"a prompt named {name!r} already exists (latest {latest_ref}); "
+            "to change it, save a new version of it"
+        )
 
 
 class VersionError(RegistryError):

@@ -35,6 +35,7 @@ from promptlab.errors import (
     VariableError,
     VariableProblem,
 )
+from promptlab.schema_messages import describe
 from promptlab.template_limits import (
     BOUNDED_FILTERS,
     BUDGET_VARIABLE,
@@ -220,7 +221,7 @@ class Template:
             if name not in filled and "default" in schema:
                 filled[name] = schema["default"]
         problems = [
-            VariableProblem(_problem_variable(error), error.message)
+            VariableProblem(_problem_variable(error), describe(error))
             for error in self._validator.iter_errors(filled)
         ]
         if problems:
@@ -429,7 +430,7 @@ def variable_schema(
                 jsonschema.Draft202012Validator(fragment).iter_errors(fragment["default"])
             )
             if problem is not None:
-                raise TemplateError(f"variables.{name}.default: {problem.message}")
+                raise TemplateError(f"variables.{name}.default: {describe(problem)}")
         properties[name] = dict(sorted(fragment.items()))
         if is_required and "default" not in fragment:
             required.append(name)

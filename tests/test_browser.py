@@ -26,6 +26,8 @@ pytestmark = [
 ]
 ROOT = Path(__file__).resolve().parent.parent
 STARTUP_TIMEOUT_S = 60
+#: The demo A/B: 40 rows of data/demo/tickets.csv, each sent to 2 variants once.
+DEMO_ITEMS = 80
 
 
 def free_port() -> int:
@@ -99,16 +101,31 @@ def test_create_a_new_version_and_see_it_in_history(
     expect(page.get_by_text("Saved article-summarizer@2.1.0")).to_be_visible(timeout=30_000)
 
     page.get_by_role("tab", name="History").click()
-    # Dataframes draw on a canvas; their accessible grid holds the cell text.
-    history_cell = page.get_by_text("Ask for English answers")
-    expect(history_cell.first).to_be_attached(timeout=30_000)
+    # Dataframes draw on a canvas; their accessible grid holds the cell text, one row
+    # per version: the new one carries its version, commit message and author.
+    new_row = page.locator("tr[role='row']", has_text="Ask for English answers")
+    expect(new_row).to_have_count(1, timeout=30_000)
+    expect(new_row).to_contain_text("2.1.0")
+    expect(new_row).to_contain_text("e2e")
     page.screenshot(path=str(tmp_path / "02-history.png"), full_page=True)
 
     page.get_by_role("tab", name="Compare").click()
     added_line = page.locator("code", has_text="+Answer in English.")
     expect(added_line.first).to_be_visible(timeout=30_000)
     page.screenshot(path=str(tmp_path / "03-compare.png"), full_page=True)
-    assert (tmp_path / "02-history.png").stat().st_size > 0
+
+    # The preview renders the new version with the sample inputs, text shown verbatim.
+    page.get_by_role("tab", name="Preview").click()
+    rendered = page.locator("code", has_text="Answer in English.").filter(has_text="Sample article")
+    expect(rendered.first).to_be_visible(timeout=30_000)
+
+    # An error is shown as plain text: `__class__` is not turned into a bold "class".
+    page.get_by_role("tab", name="Edit").click()
+    page.get_by_label("Message 2 (user)").fill("{{ title.__class__ }}")
+    page.get_by_role("button", name="Save new version").click()
+    error = page.locator("[data-testid='stAlertContentError']")
+    expect(error).to_contain_text("attribute '__class__' is not allowed", timeout=30_000)
+    expect(error.locator("strong")).to_have_count(0)
 
 
 def test_deep_link_to_runs_on_a_fresh_server_then_run_the_demo_ab(
@@ -128,4 +145,20 @@ def test_deep_link_to_runs_on_a_fresh_server_then_run_the_demo_ab(
     expect(
         page.get_by_role("heading", name="triage-production-vs-staging · completed")
     ).to_be_visible(timeout=120_000)
+    # 40 tickets x 2 variants: every item done, none left queued or in flight.
+    expect(page.get_by_text("80 of 80 items")).to_be_visible(timeout=30_000)
+    counts = {
+        label: metric(page, label) for label in ("Queued", "In flight", "Succeeded", "Failed")
+    }
+    assert counts["Queued"] == counts["In flight"] == 0, counts
+    assert counts["Succeeded"] + counts["Failed"] == DEMO_ITEMS, counts
+    assert counts["Succeeded"] > 0, counts
     page.screenshot(path=str(tmp_path / "04-runs.png"), full_page=True)
+
+
+def metric(page: Page, label: str) -> int:
+    """The integer an st.metric with this label shows."""
+    box = page.locator("[data-testid='stMetric']").filter(
+        has=page.locator("[data-testid='stMetricLabel']", has_text=re.compile(f"^{label}$"))
+    )
+    return int(box.locator("[data-testid='stMetricValue']").inner_text().strip())

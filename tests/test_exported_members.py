@@ -1,10 +1,13 @@
-"""The public surface is what `__all__` says: sorted, complete, and importable."""
+"""The public surface is what `__all__` says: sorted, complete, importable, documented."""
 
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 
 import pytest
+
+import promptlab
 
 PACKAGES = [
     "promptlab",
@@ -13,6 +16,20 @@ PACKAGES = [
     "promptlab.records",
     "promptlab.registry",
     "promptlab.store",
+]
+README = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+#: Adding or removing a public name is a decision: change this list and the README.
+PUBLIC = [
+    "ErrorKind",
+    "Message",
+    "PromptVersion",
+    "PromptlabError",
+    "ProviderError",
+    "Registry",
+    "Settings",
+    "Store",
+    "Template",
+    "VariableError",
 ]
 
 
@@ -23,6 +40,25 @@ def test_all_is_sorted_and_importable(name: str) -> None:
     assert exported == sorted(exported)
     for member in exported:
         assert hasattr(module, member), f"{name}.__all__ names missing {member}"
+
+
+def test_the_public_surface_is_exactly_the_documented_one() -> None:
+    assert promptlab.__all__ == PUBLIC
+
+
+def from_python_section() -> str:
+    return README.split("### From Python", 1)[1].split("\n### ", 1)[0]
+
+
+@pytest.mark.parametrize("name", PUBLIC)
+def test_every_public_name_is_in_the_readme(name: str) -> None:
+    assert f"`{name}`" in from_python_section(), f"README's From Python omits {name}"
+
+
+def test_the_readme_python_example_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    example = from_python_section().split("```python\n", 1)[1].split("```", 1)[0]
+    exec(compile(example, "README.md", "exec"), {})
+    assert "Summarize a long article" in capsys.readouterr().out
 
 
 def test_every_error_is_in_the_drawn_tree() -> None:

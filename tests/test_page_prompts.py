@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -27,6 +28,12 @@ def open_page() -> AppTest:
 
 def by_label(elements, label):  # type: ignore[no-untyped-def]
     return next(e for e in elements if e.label == label)
+
+
+def shown(markdown: str) -> str:
+    """The text Markdown displays: CommonMark backslash escapes resolved, breaks as lines."""
+    text = re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", markdown)
+    return text.replace("\u2060", "").replace("  \n", "\n")
 
 
 def registry_of(db_path: Path) -> Registry:
@@ -72,8 +79,18 @@ def test_bad_edit_shows_the_error_and_saves_nothing(db_path: Path) -> None:
     at = open_page()
     by_label(at.text_area, "Message 2 (user)").input("{{ ''.__class__.__mro__ }}")
     by_label(at.button, "Save new version").click().run()
-    assert any("__mro__" in e.value for e in at.error)
+    assert any("__mro__" in shown(e.value) for e in at.error)
     assert len(registry_of(db_path).versions("article-summarizer")) == 2
+
+
+def test_errors_show_their_text_literally_not_as_markdown() -> None:
+    at = open_page()
+    by_label(at.text_area, "Message 2 (user)").input("{{ title.__class__ }}")
+    by_label(at.button, "Save new version").click().run()
+    bodies = [e.value for e in at.error]
+    assert any("attribute '__class__' is not allowed" in shown(b) for b in bodies), bodies
+    # Markdown would show `__class__` as a bold "class": every underscore is escaped.
+    assert not any(re.search(r"(?<!\\)_", b) for b in bodies), bodies
 
 
 def test_create_a_prompt(db_path: Path) -> None:
@@ -85,6 +102,42 @@ def test_create_a_prompt(db_path: Path) -> None:
     assert any("Created support-reply@1.0.0" in s.value for s in at.success)
     assert by_label(at.selectbox, "Prompt").value == "support-reply"
     assert registry_of(db_path).resolve("support-reply").template.variable_names == ["email"]
+
+
+def test_create_refuses_an_existing_name_and_points_to_the_edit_tab(db_path: Path) -> None:
+    before = registry_of(db_path)
+    description = before.description("ticket-triage")
+    count = len(before.versions("ticket-triage"))
+    at = open_page()
+    by_label(at.text_input, "Name").input("ticket-triage")
+    by_label(at.text_input, "Description").input("")
+    by_label(at.button, "Create prompt").click().run()
+    assert not at.exception, at.exception
+    assert not at.success
+    errors = [e.value for e in at.error]
+    assert any("already exists" in e and "Edit tab" in e for e in errors), errors
+    after = registry_of(db_path)
+    assert len(after.versions("ticket-triage")) == count
+    assert after.description("ticket-triage") == description
+
+
+def test_creating_the_same_prompt_twice_says_nothing_changed(db_path: Path) -> None:
+    at = open_page()
+    by_label(at.text_input, "Name").input("support-reply")
+    by_label(at.text_input, "Description").input("Answer support email")
+    by_label(at.text_area, "User message").input("Reply to {{ email }}")
+    by_label(at.button, "Create prompt").click().run()
+    assert any("Created support-reply@1.0.0" in s.value for s in at.success)
+    by_label(at.text_input, "Name").input("support-reply")
+    by_label(at.text_input, "Description").input("Something else")
+    by_label(at.text_area, "User message").input("Reply to {{ email }}")
+    by_label(at.button, "Create prompt").click().run()
+    assert not at.exception, at.exception
+    assert not at.success, [s.value for s in at.success]
+    assert any("Nothing changed" in i.value and "support-reply@1.0.0" in i.value for i in at.info)
+    registry = registry_of(db_path)
+    assert len(registry.versions("support-reply")) == 1
+    assert registry.description("support-reply") == "Answer support email"
 
 
 def test_move_label(db_path: Path) -> None:
@@ -108,7 +161,7 @@ def test_preview_renders_and_shows_validation_errors_inline() -> None:
     at = open_page()
     assert any("Sample title" in c.value for c in at.code)
     by_label(at.number_input, "max_words (optional)").set_value(5).run()
-    assert any("max_words" in e.value and "minimum" in e.value for e in at.error)
+    assert any("max_words: 5 is less than the minimum" in shown(e.value) for e in at.error)
 
 
 def test_prompt_values_stay_literal_in_preview() -> None:

@@ -19,7 +19,7 @@ def test_builtins_exist_without_a_file() -> None:
     assert endpoints["openai"].api_key_env == "OPENAI_API_KEY"
     assert endpoints["anthropic"].api_key_env == "ANTHROPIC_API_KEY"
     assert endpoints["local"].kind == "openai" and endpoints["local"].api_key_env is None
-    assert endpoints["sim"].needs_key is False
+    assert endpoints["sim"].api_key_env is None
 
 
 def test_openai_base_url_comes_from_the_environment() -> None:

@@ -170,6 +170,39 @@ def test_every_variable_problem_reported_at_once(
     assert {p.variable for p in info.value.problems} == expected_problems
 
 
+LONG = "x" * 5000
+
+
+@pytest.mark.parametrize(
+    ("schema", "value", "expected"),
+    [
+        ({"maxLength": 4000}, LONG, "ticket: 5000 characters, at most 4000"),
+        ({"minLength": 3}, "ab", "ticket: 2 characters, at least 3"),
+        ({"type": "array", "maxItems": 2}, ["a", "b", "c"], "ticket: 3 items, at most 2"),
+        ({"type": "array", "minItems": 2}, ["a"], "ticket: 1 item, at least 2"),
+        ({"pattern": "^[a-z]+$"}, "A" * 5000, f"ticket: '{'A' * 80}…' does not match"),
+        ({"type": "integer"}, LONG, f"ticket: '{'x' * 80}…' is not of type 'integer'"),
+        ({"enum": ["a", "b"]}, LONG, f"ticket: '{'x' * 80}…' is not one of ['a', 'b']"),
+        ({"type": "integer", "maximum": 9}, 12, "ticket: 12 is greater than the maximum of 9"),
+    ],
+)
+def test_variable_problems_name_the_limit_and_never_echo_a_long_value(
+    schema: dict[str, Any], value: Any, expected: str
+) -> None:
+    template = build("{{ ticket }}", variables={"ticket": schema})
+    with pytest.raises(VariableError) as info:
+        template.render({"ticket": value})
+    message = str(info.value)
+    assert message.startswith(expected), message
+    assert len(message) < 200, message
+
+
+def test_a_default_over_its_limit_names_the_limit_without_the_whole_default() -> None:
+    with pytest.raises(TemplateError) as info:
+        build("{{ ticket }}", variables={"ticket": {"maxLength": 10, "default": LONG}})
+    assert str(info.value) == "variables.ticket.default: 5000 characters, at most 10"
+
+
 def test_defaults_fill_missing_values_and_extras_are_ignored() -> None:
     template = build("{{ tier }}", variables={"tier": {"default": "free"}})
     assert template.render({"unrelated": 1})[0]["content"] == "free"

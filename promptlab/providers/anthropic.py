@@ -8,11 +8,14 @@ from typing import Any
 
 import anthropic
 
-from promptlab.providers.base import CompletionRequest, CompletionResponse, FinishReason
+from promptlab.providers.base import (
+    REQUEST_ID_HEADER,
+    CompletionRequest,
+    CompletionResponse,
+    FinishReason,
+)
 from promptlab.providers.config import EndpointConfig
 from promptlab.providers.errors import kept_headers, map_anthropic_error
-from promptlab.providers.openai import REQUEST_ID_HEADER
-from promptlab.tokens import check_fits
 
 #: The API version header; the SDK sets it, a request may override it.
 VERSION_HEADER = "anthropic-version"
@@ -53,7 +56,6 @@ class AnthropicProvider:
 
     async def complete(self, request: CompletionRequest) -> CompletionResponse:
         """Send one message request; raise ProviderError on any failure."""
-        check_fits(self.endpoint, request.model, request.messages, request.max_tokens)
         params = anthropic_params(request)
         started = time.perf_counter()
         try:

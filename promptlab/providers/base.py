@@ -7,6 +7,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+#: Header carrying `CompletionRequest.request_id`, sent by both HTTP adapters.
+REQUEST_ID_HEADER = "X-Client-Request-Id"
+
 
 class FinishReason(enum.StrEnum):
     """Why generation stopped, normalized across providers."""
@@ -52,7 +55,8 @@ class Provider(Protocol):
     """An endpoint that completes chat requests.
 
     `complete` raises `promptlab.errors.ProviderError` (with an `ErrorKind`) for every
-    failure; adapters map SDK exceptions once and never retry themselves.
+    failure; adapters map SDK exceptions once and never retry themselves. The caller
+    (the engine's `_prepare`) checks that the request fits the context window first.
     """
 
     name: str

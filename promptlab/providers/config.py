@@ -50,10 +50,6 @@ class EndpointConfig:
     #: Multiplies the simulated latency of a `sim` endpoint (0 = answer at once).
     latency_scale: float = 1.0
 
-    @property
-    def needs_key(self) -> bool:
-        return self.api_key_env is not None
-
     def __hash__(self) -> int:
         # The dict fields are unhashable; an endpoint is identified by where it points and
         # whose key it uses, which is also what a shared rate-limit budget is keyed by.

@@ -7,13 +7,15 @@ from typing import Any
 
 import openai
 
-from promptlab.providers.base import CompletionRequest, CompletionResponse, FinishReason
+from promptlab.providers.base import (
+    REQUEST_ID_HEADER,
+    CompletionRequest,
+    CompletionResponse,
+    FinishReason,
+)
 from promptlab.providers.config import EndpointConfig
 from promptlab.providers.errors import kept_headers, map_openai_error
-from promptlab.tokens import check_fits
 
-#: Sent with every request so servers (and fakellm) can spot a request done twice.
-REQUEST_ID_HEADER = "X-Client-Request-Id"
 #: Local servers (Ollama, vLLM) ignore the key, but the SDK insists on having one.
 PLACEHOLDER_KEY = "not-needed"
 
@@ -53,7 +55,6 @@ class OpenAIProvider:
 
     async def complete(self, request: CompletionRequest) -> CompletionResponse:
         """Send one chat completion; raise ProviderError on any failure."""
-        check_fits(self.endpoint, request.model, request.messages, request.max_tokens)
         params = self._params(request)
         started = time.perf_counter()
         try:

@@ -9,7 +9,6 @@ from promptlab.errors import ErrorKind, ProviderError
 from promptlab.providers.base import CompletionRequest, CompletionResponse
 from promptlab.providers.config import EndpointConfig
 from promptlab.sim import SIMULATED_LABEL, FaultRates, simulate
-from promptlab.tokens import check_fits
 
 #: Marks every simulated response, so nothing downstream mistakes it for a real one.
 SIMULATED_HEADER = "x-promptlab-simulated"
@@ -44,7 +43,6 @@ class SimProvider:
 
     async def complete(self, request: CompletionRequest) -> CompletionResponse:
         """Simulate one completion and wait its (scaled) latency."""
-        check_fits(self.endpoint, request.model, request.messages, request.max_tokens)
         if self.server_error_rate and self._fault_rng.random() < self.server_error_rate:
             raise ProviderError(
                 ErrorKind.SERVER,

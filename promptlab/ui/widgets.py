@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -10,6 +11,13 @@ import streamlit as st
 
 #: Strings allowed to be longer than this get a text area instead of a one-line input.
 LONG_TEXT_CHARS = 200
+#: ASCII punctuation that Markdown (or Streamlit's additions: `$` LaTeX, `:` icons and
+#: colours, `~` strikethrough) may read as syntax. CommonMark lets any of it be escaped.
+_MARKDOWN_ACTIVE = re.compile(r"([\\`*_{}\[\]()<>#+\-.!|~$:&=^\"'])")
+#: Streamlit rewrites these even when escaped (`:material/x:` to an icon, ` -> ` to an
+#: arrow): a word joiner (U+2060, invisible) after their first character keeps them.
+_STREAMLIT_SHORTHANDS = re.compile(r"(:)(?=material/|streamlit:)|(?<= )([-<>~])(?=[->=]+ )")
+_WORD_JOINER = "\u2060"
 
 
 def variable_inputs(schema: Mapping[str, Any], key: str) -> dict[str, Any]:
@@ -78,3 +86,14 @@ def show_messages(messages: Sequence[Mapping[str, str]]) -> None:
         with st.chat_message(message["role"]):
             st.caption(message["role"])
             st.code(message["content"], language=None, wrap_lines=True)
+
+
+def escape_markdown(text: str) -> str:
+    """Markdown that displays `text` exactly: no bold, links, LaTeX, icons; lines kept."""
+    text = _STREAMLIT_SHORTHANDS.sub(lambda m: m.group(0) + _WORD_JOINER, text)
+    return _MARKDOWN_ACTIVE.sub(r"\\\1", text).replace("\n", "  \n")
+
+
+def show_error(error: str | BaseException, *, icon: str = ":material/error:") -> None:
+    """An error box showing the message as plain text (`__class__` stays `__class__`)."""
+    st.error(escape_markdown(str(error)), icon=icon)

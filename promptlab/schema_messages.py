@@ -1,0 +1,46 @@
+"""Readable messages for JSON Schema errors: name the limit, never echo a long value."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jsonschema
+
+#: Longest piece of a value a message repeats: enough to recognise it, short enough
+#: that a 5,000-character ticket does not bury the one line that says what is wrong.
+SHOWN_VALUE_CHARS = 80
+
+# validator keyword -> (unit, "at most" or "at least")
+_SIZE_LIMITS = {
+    "maxLength": ("character", "at most"),
+    "minLength": ("character", "at least"),
+    "maxItems": ("item", "at most"),
+    "minItems": ("item", "at least"),
+    "maxProperties": ("property", "at most"),
+    "minProperties": ("property", "at least"),
+}
+
+
+def describe(error: jsonschema.ValidationError) -> str:
+    """One line about what is wrong with `error.instance`, naming the schema's limit."""
+    if error.validator in _SIZE_LIMITS and isinstance(error.instance, str | list | dict):
+        unit, bound = _SIZE_LIMITS[str(error.validator)]
+        return f"{_count(len(error.instance), unit)}, {bound} {error.validator_value}"
+    full = repr(error.instance)
+    if len(full) > SHOWN_VALUE_CHARS and full in error.message:
+        return error.message.replace(full, shorten(error.instance), 1)
+    return error.message
+
+
+def shorten(value: Any) -> str:
+    """`repr(value)`, cut to SHOWN_VALUE_CHARS of content with an ellipsis when longer."""
+    if isinstance(value, str) and len(value) > SHOWN_VALUE_CHARS:
+        quoted = repr(value[:SHOWN_VALUE_CHARS])
+        return f"{quoted[:-1]}…{quoted[-1]}"
+    full = repr(value)
+    return full if len(full) <= SHOWN_VALUE_CHARS else f"{full[:SHOWN_VALUE_CHARS]}…"
+
+
+def _count(n: int, unit: str) -> str:
+    plural = {"property": "properties"}.get(unit, f"{unit}s")
+    return f"{n} {unit if n == 1 else plural}"
