@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import streamlit as st
 
-from promptlab.errors import DatabaseLockedError, StoreError
-from promptlab.ui.resources import get_settings, get_store
+from promptlab.ui.resources import get_settings, get_workbench
 from promptlab.ui.shell import follow_deep_link, mark_shell_run
 from promptlab.ui.widgets import show_error
+from promptlab.workbench import DatabaseLockedError, StoreError
 
 st.set_page_config(page_title="promptlab", page_icon=":material/science:", layout="wide")
 
 try:
-    get_store()  # opens the database once per process; loads the demo into an empty one
+    get_workbench()  # opens the database once per process; loads the demo into an empty one
 except StoreError as exc:  # in use by another process, or not a usable database file
     icon = ":material/lock:" if isinstance(exc, DatabaseLockedError) else ":material/error:"
     show_error(exc, icon=icon)

@@ -8,14 +8,21 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from promptlab.errors import PromptExistsError, PromptlabError, StoreError, VariableError
-from promptlab.newprompt import create_prompt
-from promptlab.promptfiles import dump_yaml_mapping, export_prompt, parse_yaml_mapping
-from promptlab.registry import PromptVersion, Registry
-from promptlab.templates import ROLES, Template
-from promptlab.ui.resources import get_registry, get_settings
+from promptlab.ui.resources import get_workbench
 from promptlab.ui.shell import require_shell
 from promptlab.ui.widgets import show_error, show_messages, variable_inputs
+from promptlab.workbench import (
+    ROLES,
+    PromptExistsError,
+    PromptlabError,
+    PromptVersion,
+    StoreError,
+    Template,
+    VariableError,
+    Workbench,
+    dump_yaml_mapping,
+    parse_yaml_mapping,
+)
 
 NEW_PROMPT_TEMPLATE = [
     {"role": "system", "content": "You are a helpful assistant."},
@@ -36,8 +43,8 @@ def show_flash(where: str) -> None:
         st.info(text, icon=":material/info:")
 
 
-def prompt_table(registry: Registry) -> list[str]:
-    summaries = registry.list_prompts()
+def prompt_table(wb: Workbench) -> list[str]:
+    summaries = wb.prompts.list_prompts()
     if summaries:
         st.dataframe(
             pd.DataFrame(
@@ -58,7 +65,7 @@ def prompt_table(registry: Registry) -> list[str]:
     return [s.name for s in summaries]
 
 
-def create_form(registry: Registry) -> None:
+def create_form(wb: Workbench) -> None:
     with st.form("new_prompt", clear_on_submit=False):
         name = st.text_input("Name", placeholder="support-reply", help="lowercase, digits, - _ .")
         description = st.text_input("Description")
@@ -72,13 +79,8 @@ def create_form(registry: Registry) -> None:
             template = Template.build(
                 [*messages, {"role": "user", "content": user}], params={"model": model}
             )
-            result = create_prompt(
-                registry,
-                name,
-                template,
-                author=get_settings().author,
-                message="Created in the app",
-                description=description,
+            result = wb.create_prompt(
+                name, template, message="Created in the app", description=description
             )
         except PromptExistsError as exc:
             show_error(f"{exc} in the Edit tab (choose {exc.name} in the Prompt list below).")
@@ -106,7 +108,7 @@ def draft_messages(base: PromptVersion) -> list[dict[str, str]]:
     return drafts
 
 
-def edit_tab(registry: Registry, base: PromptVersion) -> None:
+def edit_tab(wb: Workbench, base: PromptVersion) -> None:
     st.caption(f"Editing from {base.ref}. Saving creates a new version; the old one never changes.")
     drafts = draft_messages(base)
     for index, draft in enumerate(drafts):
@@ -184,10 +186,9 @@ def edit_tab(registry: Registry, base: PromptVersion) -> None:
                 variables=parse_yaml_mapping(variables_text, "variable schema"),
                 output_schema=parse_yaml_mapping(output_text, "output JSON Schema"),
             )
-            result = registry.save_version(
+            result = wb.save_version(
                 base.prompt_name,
                 template,
-                author=get_settings().author,
                 message=commit_message.strip(),
                 version=version.strip() or None,
             )
@@ -198,9 +199,9 @@ def edit_tab(registry: Registry, base: PromptVersion) -> None:
         st.rerun()
 
 
-def history_tab(registry: Registry, name: str, versions: list[PromptVersion]) -> None:
+def history_tab(wb: Workbench, name: str, versions: list[PromptVersion]) -> None:
     labels: dict[str, list[str]] = {}
-    for label, version in registry.labels(name, versions).items():
+    for label, version in wb.prompts.labels(name, versions).items():
         labels.setdefault(version.id, []).append(label)
     st.dataframe(
         pd.DataFrame(
@@ -218,7 +219,7 @@ def history_tab(registry: Registry, name: str, versions: list[PromptVersion]) ->
         hide_index=True,
         width="stretch",
     )
-    moves = registry.label_history(name)
+    moves = wb.prompts.label_history(name)
     if moves:
         st.markdown("**Label moves**")
         st.dataframe(
@@ -231,14 +232,14 @@ def history_tab(registry: Registry, name: str, versions: list[PromptVersion]) ->
         )
     st.download_button(
         "Export as YAML",
-        export_prompt(registry, name),
+        wb.export_prompt(name),
         file_name=f"{name}.yaml",
         mime="text/yaml",
         icon=":material/download:",
     )
 
 
-def compare_tab(registry: Registry, name: str, versions: list[PromptVersion]) -> None:
+def compare_tab(wb: Workbench, name: str, versions: list[PromptVersion]) -> None:
     if len(versions) < 2:
         st.info("Only one version so far: save an edit to compare versions.")
         return
@@ -246,7 +247,7 @@ def compare_tab(registry: Registry, name: str, versions: list[PromptVersion]) ->
     a_col, b_col = st.columns(2)
     ref_a = a_col.selectbox("Version A", options, index=1, key=f"diff_a::{versions[0].id}")
     ref_b = b_col.selectbox("Version B", options, index=0, key=f"diff_b::{versions[0].id}")
-    diff = registry.diff(name, ref_a, ref_b)
+    diff = wb.prompts.diff(name, ref_a, ref_b)
     if diff.is_empty:
         st.info("These versions have identical content.")
         return
@@ -285,8 +286,8 @@ def compare_tab(registry: Registry, name: str, versions: list[PromptVersion]) ->
         st.code("\n".join(diff.output_schema), language="diff")
 
 
-def labels_tab(registry: Registry, name: str, versions: list[PromptVersion]) -> None:
-    current = registry.labels(name, versions)
+def labels_tab(wb: Workbench, name: str, versions: list[PromptVersion]) -> None:
+    current = wb.prompts.labels(name, versions)
     if current:
         st.dataframe(
             pd.DataFrame(
@@ -304,7 +305,7 @@ def labels_tab(registry: Registry, name: str, versions: list[PromptVersion]) -> 
     show_flash("labels")
     if moved:
         try:
-            version = registry.set_label(name, target, label.strip(), actor=get_settings().author)
+            version = wb.set_label(name, target, label.strip())
         except PromptlabError as exc:
             show_error(exc)
             return
@@ -339,34 +340,34 @@ def preview_tab(name: str, versions: list[PromptVersion]) -> None:
 require_shell("pages/prompts.py")
 st.title("Prompts")
 try:
-    registry = get_registry()
+    wb = get_workbench()
 except StoreError as exc:  # e.g. PROMPTLAB_DB under a regular file, or not a database
     show_error(exc)
     st.stop()
 show_flash("top")
-names = prompt_table(registry)
+names = prompt_table(wb)
 with st.expander("Create a new prompt", expanded=not names, icon=":material/add:"):
-    create_form(registry)
+    create_form(wb)
 if not names:
     st.stop()
 
 selected = st.selectbox("Prompt", names, key="prompt_select")
-versions = registry.versions(selected)
+versions = wb.prompts.versions(selected)
 latest = versions[0]
 st.caption(
-    f"{registry.description(selected) or 'No description.'} · latest {latest.semver} "
+    f"{wb.prompts.description(selected) or 'No description.'} · latest {latest.semver} "
     f"({latest.short_id}) by {latest.author}"
 )
 edit, history, compare, labels, preview = st.tabs(
     ["Edit", "History", "Compare", "Labels", "Preview"]
 )
 with edit:
-    edit_tab(registry, latest)
+    edit_tab(wb, latest)
 with history:
-    history_tab(registry, selected, versions)
+    history_tab(wb, selected, versions)
 with compare:
-    compare_tab(registry, selected, versions)
+    compare_tab(wb, selected, versions)
 with labels:
-    labels_tab(registry, selected, versions)
+    labels_tab(wb, selected, versions)
 with preview:
     preview_tab(selected, versions)

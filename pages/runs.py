@@ -1,4 +1,4 @@
-"""Runs: start a run from a YAML spec, watch live progress, cancel and resume."""
+"""Runs: start a run from a YAML spec, watch it live, compare its variants, cancel, resume."""
 
 from __future__ import annotations
 
@@ -7,16 +7,13 @@ from datetime import timedelta
 import pandas as pd
 import streamlit as st
 
-from promptlab.config import PROJECT_ROOT
-from promptlab.engine import Engine, RunProgress, parse_spec_text
-from promptlab.errors import PromptlabError
-from promptlab.ui.resources import get_engine, get_settings
+from promptlab.ui.resources import get_workbench
 from promptlab.ui.shell import require_shell
+from promptlab.ui.widgets import show_error
+from promptlab.workbench import PromptlabError, RunView, RunWithCounts, Workbench
 
-#: How often the live panels poll the engine.
+#: How often the live panel polls; each poll reads one snapshot of the store.
 POLL_EVERY = timedelta(seconds=1)
-#: Failed items listed under a run (the counts above cover them all).
-FAILURES_SHOWN = 10
 EXAMPLE_SPEC = """\
 name: triage-production-vs-staging
 dataset: data/demo/tickets.csv   # CSV or JSONL; relative to the project folder
@@ -26,72 +23,94 @@ variants:                        # every row goes through every variant
   - name: staging
     prompt: ticket-triage@staging
 limits:
-  sim: {rpm: 600, concurrency: 8}
+  sim: {rpm: 600, concurrency: 8}   # caps this run only
 """
 
 
-def start_form(engine: Engine) -> None:
-    data_dir = get_settings().data_dir
+def start_form(wb: Workbench) -> None:
     with st.expander("Start a run from a YAML spec", icon=":material/play_arrow:"):
         text = st.text_area(
             "Run spec (YAML)",
             EXAMPLE_SPEC,
             height=220,
             key="spec_text",
-            help=f"Datasets are read from {data_dir} only; endpoints a spec adds have no "
-            "key and must be on this machine (see the README's Security section).",
+            help=f"Datasets are read from {wb.settings.data_dir} only; endpoints a spec adds "
+            "have no key and must be on this machine (see the README's Security section).",
         )
         if st.button("Start run", type="primary", key="start_run"):
             try:
-                spec = parse_spec_text(text, base_dir=PROJECT_ROOT, dataset_root=data_dir)
-                run_id = engine.submit(spec)
+                run_id = wb.start_run(wb.parse_pasted_spec(text))
             except PromptlabError as exc:
-                st.error(str(exc), icon=":material/error:")
+                show_error(exc)
             else:
-                st.session_state["selected_run"] = run_id
+                st.session_state["run_choice"] = run_id  # follow the new run
                 st.success(f"Started {run_id}", icon=":material/check_circle:")
 
 
-@st.fragment(run_every=POLL_EVERY)
-def runs_table(engine: Engine) -> None:
-    runs = engine.list_runs()
-    if not runs:
-        st.info("No runs yet.", icon=":material/info:")
-        return
+def runs_table(runs: list[RunWithCounts]) -> None:
     st.dataframe(
         pd.DataFrame(
             {
-                "run": p.run_id,
-                "name": p.name,
-                "status": p.status,
-                "progress": p.fraction,
-                "done": f"{p.done}/{p.total}",
-                "failed": p.failed,
-                "submitted": p.submitted_at,
+                "run": r.run.run_id,
+                "name": r.run.name,
+                "status": r.run.status,
+                "closed": r.items.finished / r.run.total_items if r.run.total_items else 0.0,
+                "succeeded": r.items.succeeded,
+                "failed": r.items.failed,
+                "cancelled": r.items.cancelled,
+                "items": r.run.total_items,
+                "submitted": r.run.submitted_at,
             }
-            for p in runs
+            for r in runs
         ),
-        column_config={"progress": st.column_config.ProgressColumn(min_value=0, max_value=1)},
+        column_config={
+            "closed": st.column_config.ProgressColumn(
+                min_value=0, max_value=1, help="items with their final row"
+            )
+        },
         hide_index=True,
         width="stretch",
     )
 
 
 @st.fragment(run_every=POLL_EVERY)
-def run_detail(engine: Engine, run_id: str) -> None:
-    p = engine.status(run_id)
-    st.subheader(f"{p.name} · {p.status}")
-    if p.reason:
-        st.caption(p.reason)
-    st.progress(p.fraction, text=f"{p.done} of {p.total} items")
-    cols = st.columns(6)
-    cols[0].metric("Queued", p.pending)
-    cols[1].metric("In flight", p.in_flight)
-    cols[2].metric("Succeeded", p.succeeded)
-    cols[3].metric("Failed", p.failed)
-    cols[4].metric("Throughput", _rate(p))
-    cols[5].metric("ETA", f"{p.eta_s:.0f} s" if p.eta_s is not None else "–")
-    if p.limiters:
+def live(wb: Workbench) -> None:
+    """The runs list and the chosen run, refreshed together so their figures agree."""
+    listed = wb.list_runs()
+    if not listed:
+        st.info("No runs yet.", icon=":material/info:")
+        return
+    runs_table(listed)
+    labels = {
+        r.run.run_id: f"{r.run.name} · {r.run.submitted_at:%Y-%m-%d %H:%M:%S} · {r.run.run_id}"
+        for r in listed
+    }
+    if st.session_state.get("run_choice") not in labels:
+        st.session_state.pop("run_choice", None)
+    selected = st.selectbox("Run", list(labels), format_func=labels.__getitem__, key="run_choice")
+    run_detail(wb, selected)
+
+
+def run_detail(wb: Workbench, run_id: str) -> None:
+    view = wb.run_view(run_id)
+    st.subheader(f"{view.run.name} · {view.status}")
+    if view.reason:
+        st.text(view.reason)
+    c = view.counts
+    st.progress(
+        view.fraction_closed,
+        text=f"{c.finished} of {view.total} items closed: {c.succeeded} succeeded, "
+        f"{c.failed} failed, {c.cancelled} cancelled",
+    )
+    cols = st.columns(7)
+    cols[0].metric("Queued", c.pending)
+    cols[1].metric("In flight", c.in_flight)
+    cols[2].metric("Succeeded", c.succeeded)
+    cols[3].metric("Failed", c.failed)
+    cols[4].metric("Cancelled", c.cancelled)
+    cols[5].metric("Throughput", _rate(view))
+    cols[6].metric("ETA", f"{view.eta_s:.0f} s" if view.eta_s is not None else "–")
+    if view.limiters:
         st.dataframe(
             pd.DataFrame(
                 {
@@ -105,78 +124,111 @@ def run_detail(engine: Engine, run_id: str) -> None:
                     "gate closed until": s.gate_closed_until,
                     "429s": s.throttles,
                 }
-                for s in p.limiters
+                for s in view.limiters
             ),
             hide_index=True,
             width="stretch",
         )
-    outcome(engine, p.run_id)
-    actions(engine, p)
+    outcome(view)
+    variants(view)
+    failures(view)
+    actions(wb, view)
 
 
-def outcome(engine: Engine, run_id: str) -> None:
-    """What the stored results add up to so far: attempts, tokens, cost, latency, failures."""
-    summary = engine.reads.summary(run_id)
+def outcome(view: RunView) -> None:
+    """What the stored results add up to: attempts, tokens, cost, latency."""
+    s = view.summary
     cols = st.columns(6)
-    cols[0].metric("Attempts", summary.attempts, help="every request sent, retries included")
-    cols[1].metric("429s", summary.rate_limited_attempts)
-    tokens_in, tokens_out = summary.input_tokens, summary.output_tokens
-    cols[2].metric("Tokens", tokens_in + tokens_out, help=f"{tokens_in} in, {tokens_out} out")
-    cols[3].metric("Cost", f"${summary.cost_usd:.4f}", help="from the providers file's prices")
-    for col, label, value in (
-        (cols[4], "Latency p50", summary.latency_p50_ms),
-        (cols[5], "Latency p95", summary.latency_p95_ms),
-    ):
-        col.metric(label, f"{value:.0f} ms" if value is not None else "–")
-    failures = engine.reads.failure_examples(run_id, FAILURES_SHOWN)
-    if failures:
-        st.markdown("**First failed items**")
-        st.dataframe(
-            pd.DataFrame(
-                {
-                    "dataset row": f.row_index + 1,
-                    "variant": f.variant,
-                    "kind": f.error_kind,
-                    "message": f.message,
-                }
-                for f in failures
+    cols[0].metric("Attempts", s.attempts, help="every request sent, retries included")
+    cols[1].metric("429s", s.rate_limited_attempts)
+    tokens = s.input_tokens + s.output_tokens
+    cols[2].metric("Tokens", tokens, help=f"{s.input_tokens} in, {s.output_tokens} out")
+    cols[3].metric("Cost", f"${s.cost_usd:.4f}", help="from the providers file's prices")
+    cols[4].metric("Latency p50", _ms(s.latency_p50_ms))
+    cols[5].metric("Latency p95", _ms(s.latency_p95_ms))
+
+
+def variants(view: RunView) -> None:
+    """The variants side by side: an A/B run told apart."""
+    st.markdown("**Per variant**")
+    st.dataframe(
+        pd.DataFrame(
+            {
+                "variant": v.name,
+                "prompt": v.prompt_ref,
+                "model": f"{v.endpoint}:{v.model}",
+                "succeeded": v.succeeded,
+                "failed": v.failed,
+                "cancelled": v.cancelled,
+                "open": v.open,
+                "completion": v.completion_rate,
+                "p50 ms": v.latency_p50_ms,
+                "p90 ms": v.latency_p90_ms,
+                "p99 ms": v.latency_p99_ms,
+                "tokens": v.input_tokens + v.output_tokens,
+                "cost $": v.cost_usd,
+            }
+            for v in view.variants
+        ),
+        column_config={
+            "completion": st.column_config.NumberColumn(
+                format="percent", help="succeeded / finished items"
             ),
-            hide_index=True,
-            width="stretch",
-        )
+            "p50 ms": st.column_config.NumberColumn(format="%.0f"),
+            "p90 ms": st.column_config.NumberColumn(format="%.0f"),
+            "p99 ms": st.column_config.NumberColumn(format="%.0f"),
+            "cost $": st.column_config.NumberColumn(format="%.4f"),
+        },
+        hide_index=True,
+        width="stretch",
+        key=f"variants_{view.run_id}",
+    )
 
 
-def actions(engine: Engine, p: RunProgress) -> None:
+def failures(view: RunView) -> None:
+    if not view.failures:
+        return
+    kinds = ", ".join(f"{kind} {count}" for kind, count in view.failure_kinds.items())
+    st.markdown(f"**First failed items** ({kinds})")
+    st.dataframe(
+        pd.DataFrame(
+            {
+                "dataset row": f.row_index + 1,
+                "variant": f.variant,
+                "kind": f.error_kind,
+                "message": f.message,
+            }
+            for f in view.failures
+        ),
+        hide_index=True,
+        width="stretch",
+    )
+
+
+def actions(wb: Workbench, view: RunView) -> None:
     left, right, _ = st.columns([1, 1, 4])
-    if left.button("Cancel", disabled=not p.can_cancel, key=f"cancel_{p.run_id}"):
-        engine.cancel(p.run_id)
+    if left.button("Cancel", disabled=not view.can_cancel, key=f"cancel_{view.run_id}"):
+        wb.cancel_run(view.run_id)
         st.rerun()
-    if right.button("Resume", disabled=not p.can_resume, key=f"resume_{p.run_id}"):
+    if right.button("Resume", disabled=not view.can_resume, key=f"resume_{view.run_id}"):
         try:
-            engine.resume(p.run_id)
+            wb.resume_run(view.run_id)
         except PromptlabError as exc:
-            st.error(str(exc), icon=":material/error:")
+            show_error(exc)
         else:
             st.rerun()
 
 
-def _rate(p: RunProgress) -> str:
-    return f"{p.throughput_per_s:.1f}/s" if p.throughput_per_s is not None else "–"
+def _rate(view: RunView) -> str:
+    return f"{view.throughput_per_s:.1f}/s" if view.throughput_per_s is not None else "–"
+
+
+def _ms(value: float | None) -> str:
+    return f"{value:.0f} ms" if value is not None else "–"
 
 
 require_shell("pages/runs.py")
 st.title("Runs")
-engine = get_engine()
-start_form(engine)
-runs_table(engine)
-run_ids = [p.run_id for p in engine.list_runs()]
-if run_ids:
-    selected = st.selectbox(
-        "Run",
-        run_ids,
-        index=run_ids.index(st.session_state["selected_run"])
-        if st.session_state.get("selected_run") in run_ids
-        else 0,
-        key="run_choice",
-    )
-    run_detail(engine, selected)
+workbench = get_workbench()
+start_form(workbench)
+live(workbench)

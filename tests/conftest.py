@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,6 +21,15 @@ def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     for name in ("PROMPTLAB_PROVIDERS", "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL"):
         monkeypatch.delenv(name, raising=False)
     return db
+
+
+@pytest.fixture(autouse=True)
+def close_app_resources() -> Iterator[None]:
+    """Pages open a workbench (database and engine thread) per process: close it after."""
+    yield
+    resources = sys.modules.get("promptlab.ui.resources")
+    if resources is not None:
+        resources.close_all()
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ from streamlit.testing.v1 import AppTest
 from promptlab.registry import Registry
 from promptlab.store import Store
 from promptlab.templates import Template
+from tests.apptest_helpers import shown
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = str(ROOT / "app.py")
@@ -30,19 +31,13 @@ def by_label(elements, label):  # type: ignore[no-untyped-def]
     return next(e for e in elements if e.label == label)
 
 
-def shown(markdown: str) -> str:
-    """The text Markdown displays: CommonMark backslash escapes resolved, breaks as lines."""
-    text = re.sub(r"\\([!-/:-@\[-`{-~])", r"\1", markdown)
-    return text.replace("\u2060", "").replace("  \n", "\n")
-
-
 def registry_of(db_path: Path) -> Registry:
-    """The page's own store (cached per process) is what the page wrote through."""
-    from promptlab.ui.resources import get_store
+    """The page's own workbench (cached per process) is what the page wrote through."""
+    from promptlab.ui.resources import get_workbench
 
-    store = get_store()
-    assert store.path == db_path
-    return Registry(store)
+    workbench = get_workbench()
+    assert workbench.store.path == db_path
+    return workbench.prompts
 
 
 def test_app_shell_loads_demo_on_first_start(db_path: Path) -> None:

@@ -8,7 +8,8 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from promptlab.engine import parse_spec_text
-from promptlab.ui.resources import get_engine
+from promptlab.ui.resources import get_workbench
+from tests.apptest_helpers import shown
 
 PAGE = str(Path(__file__).resolve().parent.parent / "pages" / "runs.py")
 TIMEOUT_S = 30
@@ -35,7 +36,7 @@ def test_empty_page_says_so() -> None:
 
 
 def test_a_finished_run_is_listed_with_its_counts_and_resume_disabled(tmp_path: Path) -> None:
-    engine = get_engine()
+    engine = get_workbench().engine
     run_id = engine.submit(parse_spec_text(spec_text(write_rows(tmp_path))))
     assert engine.wait(run_id, timeout=TIMEOUT_S).status == "completed"
     at = AppTest.from_file(PAGE, default_timeout=TIMEOUT_S).run()
@@ -51,25 +52,38 @@ def test_a_finished_run_is_listed_with_its_counts_and_resume_disabled(tmp_path: 
     assert buttons["Resume"].disabled and buttons["Cancel"].disabled
 
 
-def test_start_a_run_from_the_form_then_cancel_and_resume_buttons_work(
+def test_start_follows_the_new_run_and_cancel_and_resume_buttons_work(
     tmp_path: Path, data_dir: Path
 ) -> None:
+    engine = get_workbench().engine
+    earlier = engine.submit(parse_spec_text(spec_text(write_rows(tmp_path, rows=2))))
+    assert engine.wait(earlier, timeout=TIMEOUT_S).status == "completed"
     at = AppTest.from_file(PAGE, default_timeout=TIMEOUT_S).run()
-    at.text_area(key="spec_text").set_value(spec_text(write_rows(tmp_path, rows=40)))
+    assert at.selectbox(key="run_choice").value == earlier
+    # One request a second: the run is still going when Cancel is pressed.
+    slow = spec_text(write_rows(tmp_path, rows=40)) + "limits: {sim: {rpm: 60, concurrency: 1}}\n"
+    at.text_area(key="spec_text").set_value(slow)
     at.button(key="start_run").click().run()
     assert not at.exception
     started = [s.value for s in at.success]
     assert started and started[0].startswith("Started run_")
     run_id = started[0].split()[-1]
-    engine = get_engine()
+    choice = at.selectbox(key="run_choice")
+    assert choice.value == run_id  # the detail follows the run just started
+    assert "from-the-page" in choice.format_func(run_id)  # names and times, not ids only
+
     at.button(key=f"cancel_{run_id}").click().run()
-    assert engine.wait(run_id, timeout=TIMEOUT_S).status in ("cancelled", "completed")
+    cancelled = engine.wait(run_id, timeout=TIMEOUT_S)
+    assert cancelled.status == "cancelled" and cancelled.cancelled > 0
     at.run()
-    if engine.status(run_id).status == "cancelled":
-        at.button(key=f"resume_{run_id}").click().run()
-        assert not at.exception
-    final = engine.wait(run_id, timeout=TIMEOUT_S)
-    assert final.status == "completed" and final.succeeded == 40
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Cancelled"] == str(cancelled.cancelled)  # counted, not lost in 100%
+
+    at.button(key=f"resume_{run_id}").click().run()
+    assert not at.exception
+    assert engine.is_active(run_id) or engine.status(run_id).status == "completed"
+    engine.cancel(run_id)
+    assert engine.wait(run_id, timeout=TIMEOUT_S).status in ("cancelled", "completed")
 
 
 @pytest.fixture
@@ -104,15 +118,15 @@ def test_specs_that_reach_outside_are_refused_inline(
     at.text_area(key="spec_text").set_value(spec.format(data=tmp_path))
     at.button(key="start_run").click().run()
     assert not at.exception
-    assert any(message in e.value for e in at.error), [e.value for e in at.error]
-    assert get_engine().list_runs() == []
+    assert any(message in shown(e.value) for e in at.error), [e.value for e in at.error]
+    assert get_workbench().list_runs() == []
 
 
 def test_a_bad_spec_shows_the_error(data_dir: Path) -> None:
     at = AppTest.from_file(PAGE, default_timeout=TIMEOUT_S).run()
     at.text_area(key="spec_text").set_value(f"variants: []\ndataset: {data_dir}/x.csv\n")
     at.button(key="start_run").click().run()
-    assert any("variants" in e.value for e in at.error)
+    assert any("variants" in shown(e.value) for e in at.error)
 
 
 def test_the_example_spec_runs_the_demo_ab_as_it_stands() -> None:
@@ -121,15 +135,21 @@ def test_the_example_spec_runs_the_demo_ab_as_it_stands() -> None:
     assert not at.exception
     started = [s.value for s in at.success]
     assert started, [e.value for e in at.error]
-    final = get_engine().wait(started[0].split()[-1], timeout=120)
+    final = get_workbench().engine.wait(started[0].split()[-1], timeout=120)
     assert final.status == "completed"
     assert final.succeeded == 80  # 40 demo tickets x 2 variants
+    at.run()
+    variants = next(d.value for d in at.dataframe if "variant" in d.value.columns)
+    assert list(variants["variant"]) == ["production", "staging"]
+    assert list(variants["succeeded"]) == [40, 40]
+    assert list(variants["completion"]) == [1.0, 1.0]
+    assert all(variants["p90 ms"] > 0)
 
 
 def test_failed_items_are_listed_with_their_reason(tmp_path: Path) -> None:
     dataset = tmp_path / "rows.csv"
     dataset.write_text("other\nx\ny\n")  # no `text` column: every row misses the variable
-    engine = get_engine()
+    engine = get_workbench().engine
     run_id = engine.submit(parse_spec_text(spec_text(dataset)))
     assert engine.wait(run_id, timeout=TIMEOUT_S).failed == 2
     at = AppTest.from_file(PAGE, default_timeout=TIMEOUT_S).run()

@@ -12,8 +12,14 @@ import yaml
 from click.testing import CliRunner
 
 from promptlab.cli import main
+from promptlab.cli.runs import progress_line
+from promptlab.config import DEMO_DIR
+from promptlab.engine import RunProgress
 from promptlab.fakellm import FakeLLMConfig, RunningServer, serve_in_thread
 from promptlab.store import ReadModels, RunStore, Store
+from promptlab.workbench import Workbench
+
+DEMO_SPEC = DEMO_DIR / "runs" / "triage-ab.yaml"
 
 
 @pytest.fixture
@@ -251,6 +257,50 @@ def test_a_run_stopped_by_quota_exits_1_with_the_reason(tmp_path: Path) -> None:
         result = CliRunner().invoke(main, ["run", str(spec)])
     assert result.exit_code == 1, result.output
     assert "failed (stopped: quota" in result.stdout
+
+
+def test_resume_keeps_the_first_start_and_shows_the_resumed_part_apart(
+    tmp_path: Path, db_path: Path
+) -> None:
+    with serve_in_thread(FakeLLMConfig(port=0, quota_rate=1.0)) as quota_server:
+        spec = write_spec(tmp_path, quota_server.openai_base_url)
+        first = CliRunner().invoke(main, ["run", str(spec)])
+        run_id = first.stdout.split()[1]
+        with Workbench.open() as wb:
+            started = wb.run_view(run_id).run.started_at
+        resumed = CliRunner().invoke(main, ["resume", run_id])
+    assert resumed.exit_code == 1, resumed.output
+    assert "from the first start (since the last resume " in resumed.stdout
+    with Workbench.open() as wb:
+        view = wb.run_view(run_id)
+    assert view.run.started_at == started and view.resumed
+    assert view.wall_time_s is not None and view.last_part_s is not None
+    assert view.wall_time_s > view.last_part_s
+
+
+def test_status_shows_the_demo_ab_variants_side_by_side(db_path: Path) -> None:
+    assert CliRunner().invoke(main, ["init", "--demo"]).exit_code == 0
+    run = CliRunner().invoke(main, ["run", str(DEMO_SPEC), "--quiet"])
+    assert run.exit_code == 0, run.output
+    run_id = run.stdout.split()[1]
+    status = CliRunner().invoke(main, ["status", run_id])
+    assert status.exit_code == 0, status.output
+    lines = status.stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["variant", "model"])
+    assert "p90 ms" in lines[header] and "complete" in lines[header]
+    rows = [line.split() for line in lines[header + 1 : header + 3]]
+    assert [r[0] for r in rows] == ["production", "staging"]
+    assert all(r[1].startswith("sim:") for r in rows)
+    assert [r[2] for r in rows] == ["40", "40"] and [r[6] for r in rows] == ["100.0%"] * 2
+
+
+def test_progress_before_planning_says_so_instead_of_0_of_0() -> None:
+    waiting = RunProgress(
+        run_id="run_x", name="big", status="submitted", reason=None, active=True, total=0,
+        pending=0, in_flight=0, succeeded=0, failed=0, cancelled=0, throughput_per_s=None,
+        eta_s=None,
+    )  # fmt: skip
+    assert progress_line(waiting) == "planning big: reading the dataset"
 
 
 def test_strict_exits_4_when_items_failed(tmp_path: Path) -> None:

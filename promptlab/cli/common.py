@@ -11,7 +11,9 @@ import click
 
 from promptlab.config import Settings
 from promptlab.errors import PromptlabError
+from promptlab.redact import redact
 from promptlab.store import Store
+from promptlab.workbench import Workbench
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -48,15 +50,28 @@ def open_store(ctx: click.Context) -> Store:
     return Store(settings_from(ctx).db_path)
 
 
-def handle_errors(func: F) -> F:
-    """Print promptlab errors as one line on stderr and exit non-zero, never a traceback."""
+def open_workbench(ctx: click.Context) -> Workbench:
+    """The facade on the command's database; close it (or use `with`) when done."""
+    return Workbench.open(settings_from(ctx))
 
-    @functools.wraps(func)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return func(*args, **kwargs)
-        except PromptlabError as exc:
-            click.echo(f"error: {exc}", err=True)
-            raise SystemExit(EXIT_ERROR) from exc
 
-    return wrapper  # type: ignore[return-value]
+def handle_errors(func: F | None = None, *, usage: tuple[type[BaseException], ...] = ()) -> Any:
+    """Print promptlab errors as one line on stderr and exit non-zero, never a traceback.
+
+    Errors of the `usage` classes exit EXIT_USAGE (a bad spec or argument), others
+    EXIT_ERROR. Use as `@handle_errors` or `@handle_errors(usage=(SpecError,))`.
+    """
+
+    def decorate(inner: F) -> F:
+        @functools.wraps(inner)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return inner(*args, **kwargs)
+            except PromptlabError as exc:
+                click.echo(f"error: {redact(str(exc))}", err=True)
+                code = EXIT_USAGE if isinstance(exc, usage) else EXIT_ERROR
+                raise SystemExit(code) from exc
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate(func) if func is not None else decorate

@@ -13,17 +13,26 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 
 import click
 
-from promptlab.cli.common import EXIT_ERROR, EXIT_OK, EXIT_USAGE, db_option, open_store
-from promptlab.engine import Engine, RunProgress, SpecError, load_spec
-from promptlab.errors import PromptlabError
-from promptlab.records import RunStatus, RunSummary
-from promptlab.store import ReadModels, RunStore
+from promptlab.cli.common import EXIT_ERROR, EXIT_OK, db_option, handle_errors, open_workbench
+from promptlab.workbench import (
+    ConfigError,
+    RegistryError,
+    RunProgress,
+    RunStatus,
+    RunView,
+    TemplateError,
+    Workbench,
+    load_spec,
+)
 
+#: What `promptlab run` reports as a bad spec (exit 2): the spec names something wrong.
+SPEC_PROBLEMS = (ConfigError, RegistryError, TemplateError)
 EXIT_CANCELLED = 3
 EXIT_ITEMS_FAILED = 4
 #: Seconds between progress redraws on a terminal, and between lines when piped.
@@ -38,14 +47,11 @@ BAR_WIDTH = 28
 @click.option("--strict", is_flag=True, help="Exit 4 when the run completes with failed items.")
 @click.option("--quiet", is_flag=True, help="No progress bar; only the run id and summary.")
 @click.pass_context
+@handle_errors(usage=SPEC_PROBLEMS)
 def run_command(ctx: click.Context, spec_file: Path, strict: bool, quiet: bool) -> None:
     """Run a YAML run spec; print the run id, a progress bar and a summary."""
-    try:
-        spec = load_spec(spec_file)
-    except SpecError as exc:
-        click.echo(f"error: {exc}", err=True)
-        raise SystemExit(EXIT_USAGE) from exc
-    _drive(ctx, lambda engine: engine.submit(spec), strict, quiet, bad_spec_is_usage=True)
+    spec = load_spec(spec_file)
+    _drive(ctx, lambda wb: wb.start_run(spec), strict, quiet)
 
 
 @click.command("resume")
@@ -54,9 +60,10 @@ def run_command(ctx: click.Context, spec_file: Path, strict: bool, quiet: bool) 
 @click.option("--strict", is_flag=True, help="Exit 4 when the run completes with failed items.")
 @click.option("--quiet", is_flag=True, help="No progress bar; only the summary.")
 @click.pass_context
+@handle_errors
 def resume_command(ctx: click.Context, run_id: str, strict: bool, quiet: bool) -> None:
     """Resume a run that was interrupted, cancelled or stopped; finished items are kept."""
-    _drive(ctx, lambda engine: engine.resume(run_id), strict, quiet, bad_spec_is_usage=False)
+    _drive(ctx, lambda wb: wb.resume_run(run_id), strict, quiet)
 
 
 @click.command("status")
@@ -64,112 +71,110 @@ def resume_command(ctx: click.Context, run_id: str, strict: bool, quiet: bool) -
 @click.argument("run_id", required=False)
 @click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True)
 @click.pass_context
+@handle_errors
 def status_command(ctx: click.Context, run_id: str | None, limit: int) -> None:
-    """Show one run (counts, timestamps, failures) or list recent runs."""
-    try:
-        with open_store(ctx) as store:
-            runs, reads = RunStore(store), ReadModels(store)
-            if run_id is None:
-                listed = reads.list_runs_with_counts(limit)
-                if not listed:
-                    click.echo("no runs yet")
-                for entry in listed:
-                    r = entry.run
-                    click.echo(
-                        f"{r.run_id}  {r.status:<9}  {entry.items.finished}/{r.total_items}  "
-                        f"{r.submitted_at:%Y-%m-%d %H:%M}  {r.name}"
-                    )
-                return
-            record = runs.get_run(run_id)
-            counts = reads.item_counts(run_id)
-            click.echo(f"run {record.run_id} ({record.name}): {record.status}")
-            if record.status_reason:
-                click.echo(f"  reason: {record.status_reason}")
-            click.echo(
-                f"  items: {record.total_items}  "
-                + "  ".join(f"{k}={v}" for k, v in counts.items())
-            )
-            for status, reason, at in runs.events(run_id):
+    """Show one run (counts, variants side by side, failures) or list recent runs."""
+    with open_workbench(ctx) as wb:
+        if run_id is None:
+            listed = wb.list_runs(limit)
+            if not listed:
+                click.echo("no runs yet")
+            for entry in listed:
+                r = entry.run
                 click.echo(
-                    f"  {at:%Y-%m-%d %H:%M:%S}  {status}" + (f"  ({reason})" if reason else "")
+                    f"{r.run_id}  {r.status:<9}  {entry.items.finished}/{r.total_items}  "
+                    f"{r.submitted_at:%Y-%m-%d %H:%M}  {r.name}"
                 )
-            kinds = reads.failure_kinds(run_id)
-            if kinds:
-                click.echo("  failures: " + ", ".join(f"{k}={v}" for k, v in kinds.items()))
-                for failure in reads.failure_examples(run_id, FAILURES_SHOWN):
-                    click.echo(
-                        f"    dataset row {failure.row_index + 1} ({failure.variant}): "
-                        f"{failure.error_kind}: {failure.message}"
-                    )
-    except PromptlabError as exc:
-        click.echo(f"error: {exc}", err=True)
-        raise SystemExit(EXIT_ERROR) from exc
+            return
+        view = wb.run_view(run_id)
+    c = view.counts
+    click.echo(f"run {view.run_id} ({view.run.name}): {view.status}")
+    if view.reason:
+        click.echo(f"  reason: {view.reason}")
+    click.echo(
+        f"  items: {view.total}  pending={c.pending}  in_flight={c.in_flight}  "
+        f"succeeded={c.succeeded}  failed={c.failed}  cancelled={c.cancelled}"
+    )
+    for status, reason, at in view.events:
+        click.echo(f"  {at:%Y-%m-%d %H:%M:%S}  {status}" + (f"  ({reason})" if reason else ""))
+    click.echo("  variants:")
+    for line in variant_table(view):
+        click.echo(f"    {line}")
+    if view.failure_kinds:
+        kinds = view.failure_kinds.items()
+        click.echo("  failures: " + ", ".join(f"{k}={v}" for k, v in kinds))
+        for failure in view.failures:
+            click.echo(
+                f"    dataset row {failure.row_index + 1} ({failure.variant}): "
+                f"{failure.error_kind}: {failure.message}"
+            )
 
 
-#: Failed items `status RUN_ID` lists with their messages (the counts cover them all).
-FAILURES_SHOWN = 10
+def variant_table(view: RunView) -> list[str]:
+    """The per-variant summary as aligned text lines, a header first."""
+    header = ("variant", "model", "ok", "failed", "cancel", "open", "complete", "p50 ms",
+              "p90 ms", "p99 ms", "tokens", "cost $")  # fmt: skip
+    rows: list[tuple[str, ...]] = [header]
+    for v in view.variants:
+        rows.append(
+            (
+                v.name,
+                f"{v.endpoint}:{v.model}",
+                str(v.succeeded),
+                str(v.failed),
+                str(v.cancelled),
+                str(v.open),
+                f"{v.completion_rate:.1%}" if v.completion_rate is not None else "-",
+                *(
+                    f"{x:.0f}" if x is not None else "-"
+                    for x in (v.latency_p50_ms, v.latency_p90_ms, v.latency_p99_ms)
+                ),
+                str(v.input_tokens + v.output_tokens),
+                f"{v.cost_usd:.4f}",
+            )  # fmt: skip
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    return [
+        "  ".join(cell.ljust(w) if i < 2 else cell.rjust(w) for i, (cell, w) in
+                  enumerate(zip(row, widths, strict=True))).rstrip()
+        for row in rows
+    ]  # fmt: skip
 
 
 @click.command("cancel")
 @db_option
 @click.argument("run_id")
 @click.pass_context
+@handle_errors
 def cancel_command(ctx: click.Context, run_id: str) -> None:
     """Cancel an interrupted run: its open items get final `cancelled` rows.
 
     A run in progress is cancelled with Ctrl-C in its terminal (or in the app): the
     database is held by that process.
     """
-    try:
-        with open_store(ctx) as store:
-            runs = RunStore(store)
-            before = runs.get_run(run_id).status
-            with Engine(store) as engine:
-                engine.cancel(run_id)
-            after = runs.get_run(run_id).status
-    except PromptlabError as exc:
-        click.echo(f"error: {exc}", err=True)
-        raise SystemExit(EXIT_ERROR) from exc
+    with open_workbench(ctx) as wb:
+        before = wb.run_view(run_id).status
+        wb.cancel_run(run_id)
+        after = wb.run_view(run_id).status
     click.echo(f"run {run_id}: {before} -> {after}")
 
 
 def _drive(
-    ctx: click.Context,
-    start: object,
-    strict: bool,
-    quiet: bool,
-    *,
-    bad_spec_is_usage: bool,
+    ctx: click.Context, start: Callable[[Workbench], str], strict: bool, quiet: bool
 ) -> None:
-    try:
-        store = open_store(ctx)
-        engine = Engine(store)  # reads the providers file: a bad one is a clear error
-    except PromptlabError as exc:
-        click.echo(f"error: {exc}", err=True)
-        raise SystemExit(EXIT_ERROR) from exc
-    with store, engine:
-        try:
-            run_id = start(engine)  # type: ignore[operator]
-        except PromptlabError as exc:
-            click.echo(f"error: {exc}", err=True)
-            code = EXIT_USAGE if bad_spec_is_usage and _is_spec_problem(exc) else EXIT_ERROR
-            raise SystemExit(code) from exc
+    with open_workbench(ctx) as wb:
+        wb.engine  # noqa: B018 - start it now: a bad providers file is a clear error first
+        run_id = start(wb)
         click.echo(f"run {run_id}")
-        _watch(engine, run_id, quiet)
-        final = engine.wait(run_id)
-        summary = engine.reads.summary(run_id)
-        _print_summary(final, summary)
+        _watch(wb, run_id, quiet)
+        wb.wait(run_id)
+        view = wb.run_view(run_id)
+        _print_summary(view)
     # The run's final state decides: a Ctrl-C that came after the run completed is moot.
-    raise SystemExit(_exit_code(final, strict))
+    raise SystemExit(_exit_code(view, strict))
 
 
-def _is_spec_problem(exc: PromptlabError) -> bool:
-    from promptlab.errors import ConfigError, RegistryError, TemplateError
-
-    return isinstance(exc, ConfigError | RegistryError | TemplateError)
-
-
-def _watch(engine: Engine, run_id: str, quiet: bool) -> None:
+def _watch(wb: Workbench, run_id: str, quiet: bool) -> None:
     """Show progress until the run ends; the first Ctrl-C cancels, the second quits now."""
     interrupts = 0
 
@@ -182,7 +187,7 @@ def _watch(engine: Engine, run_id: str, quiet: bool) -> None:
                 "(then `promptlab resume " + run_id + "`)",
                 err=True,
             )
-            engine.cancel(run_id)
+            wb.cancel_run(run_id)
         else:
             # Quit now, like a crash: the store keeps every final row written so far, and
             # resume sends what was in flight (answers not yet written are sent again).
@@ -195,12 +200,12 @@ def _watch(engine: Engine, run_id: str, quiet: bool) -> None:
     redraw = REDRAW_TTY_S if tty else REDRAW_PIPE_S
     last = 0.0
     try:
-        while engine.is_active(run_id):
-            engine.wait(run_id, timeout=REDRAW_TTY_S)
+        while wb.is_active(run_id):
+            wb.wait(run_id, timeout=REDRAW_TTY_S)
             now = time.monotonic()
-            if not quiet and now - last >= redraw and engine.is_active(run_id):
+            if not quiet and now - last >= redraw and wb.is_active(run_id):
                 last = now
-                line = progress_line(engine.status(run_id))
+                line = progress_line(wb.progress(run_id))
                 click.echo(f"\r{line}\x1b[K" if tty else line, err=True, nl=not tty)
         if not quiet and tty:
             click.echo("", err=True)
@@ -210,6 +215,8 @@ def _watch(engine: Engine, run_id: str, quiet: bool) -> None:
 
 def progress_line(p: RunProgress) -> str:
     """One line: bar, counts, throughput, ETA and the limiter state."""
+    if p.status == RunStatus.SUBMITTED and p.total == 0:
+        return f"planning {p.name}: reading the dataset"
     filled = int(BAR_WIDTH * p.fraction)
     bar = "#" * filled + "." * (BAR_WIDTH - filled)
     rate = f"{p.throughput_per_s:.1f}/s" if p.throughput_per_s is not None else "-/s"
@@ -226,24 +233,30 @@ def progress_line(p: RunProgress) -> str:
     return " | ".join(parts)
 
 
-def _print_summary(p: RunProgress, summary: RunSummary) -> None:
-    click.echo(f"run {p.run_id}: {p.status}" + (f" ({p.reason})" if p.reason else ""))
+def _print_summary(view: RunView) -> None:
+    c, s = view.counts, view.summary
+    click.echo(f"run {view.run_id}: {view.status}" + (f" ({view.reason})" if view.reason else ""))
     click.echo(
-        f"  items {p.total}: succeeded {p.succeeded}, failed {p.failed}, cancelled {p.cancelled}"
+        f"  items {view.total}: succeeded {c.succeeded}, failed {c.failed}, cancelled {c.cancelled}"
     )
-    if p.started_at and p.finished_at:
-        click.echo(f"  wall time {(p.finished_at - p.started_at).total_seconds():.1f} s")
+    if view.wall_time_s is not None:
+        resumed = ""
+        if view.resumed and view.last_part_s is not None:
+            resumed = f" (since the last resume {view.last_part_s:.1f} s)"
+        click.echo(f"  wall time {view.wall_time_s:.1f} s from the first start{resumed}")
     click.echo(
-        f"  attempts {summary.attempts} (429s {summary.rate_limited_attempts}), "
-        f"tokens in {summary.input_tokens} out {summary.output_tokens}, "
-        f"cost ${summary.cost_usd:.4f}"
+        f"  attempts {s.attempts} (429s {s.rate_limited_attempts}), "
+        f"tokens in {s.input_tokens} out {s.output_tokens}, cost ${s.cost_usd:.4f}"
     )
+    if len(view.variants) > 1:
+        for line in variant_table(view):
+            click.echo(f"  {line}")
 
 
-def _exit_code(p: RunProgress, strict: bool) -> int:
-    if p.status == RunStatus.COMPLETED:
-        return EXIT_ITEMS_FAILED if strict and p.failed else EXIT_OK
-    if p.status == RunStatus.CANCELLED:
+def _exit_code(view: RunView, strict: bool) -> int:
+    if view.status == RunStatus.COMPLETED:
+        return EXIT_ITEMS_FAILED if strict and view.counts.failed else EXIT_OK
+    if view.status == RunStatus.CANCELLED:
         return EXIT_CANCELLED
     return EXIT_ERROR
 

@@ -6,12 +6,20 @@ latency from `results`, where only succeeded rows carry them.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+
+import duckdb
+
+from promptlab.errors import StoreError
 from promptlab.records import (
     FINAL_ITEM_STATUSES,
     OPEN_ITEM_STATUSES,
     FailureExample,
     ItemCounts,
     ItemStatus,
+    RunRecord,
     RunSummary,
     RunWithCounts,
     VariantSummary,
@@ -26,14 +34,69 @@ LATENCY_QUANTILES = (0.5, 0.9, 0.99)
 
 
 class ReadModels:
-    """Read-only queries over runs, items, attempts and results."""
+    """Read-only queries over runs, items, attempts and results.
 
-    def __init__(self, store: Store) -> None:
+    Each call reads on its own; inside `snapshot()` every call reads the same committed
+    state, so numbers shown side by side (progress, summary, variants) agree.
+    """
+
+    def __init__(self, store: Store, cursor: duckdb.DuckDBPyConnection | None = None) -> None:
         self.store = store
+        self._cursor = cursor
+
+    @contextmanager
+    def snapshot(self) -> Iterator[ReadModels]:
+        """Read models bound to one read transaction: one consistent view of the store."""
+        with self.store.read() as cur:
+            cur.begin()
+            try:
+                yield ReadModels(self.store, cur)
+            finally:
+                cur.rollback()  # nothing was written: ending the snapshot is all this does
+
+    @contextmanager
+    def _reading(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        if self._cursor is not None:
+            yield self._cursor
+        else:
+            with self.store.read() as cur:
+                yield cur
+
+    def run(self, run_id: str) -> RunRecord:
+        with self._reading() as cur:
+            row = cur.execute(
+                f"SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?", [run_id]
+            ).fetchone()
+        if row is None:
+            raise StoreError(f"no run with id {run_id!r}")
+        return run_from_row(row)
+
+    def item_counts_of(self, run_id: str) -> ItemCounts:
+        """Items of the run per state, typed."""
+        counts = self.item_counts(run_id)
+        return ItemCounts(**{str(k): v for k, v in counts.items()})
+
+    def events(self, run_id: str) -> list[tuple[str, str | None, datetime]]:
+        """Every status change of the run, oldest first: (status, reason, when)."""
+        with self._reading() as cur:
+            rows = cur.execute(
+                "SELECT status, reason, changed_at FROM run_events WHERE run_id = ? ORDER BY seq",
+                [run_id],
+            ).fetchall()
+        return [(str(r[0]), r[1], r[2]) for r in rows]
+
+    def last_start(self, run_id: str) -> datetime | None:
+        """When the run last started running (its resume, if it was resumed)."""
+        with self._reading() as cur:
+            row = cur.execute(
+                "SELECT max(changed_at) FROM run_events WHERE run_id = ? AND status = 'running'",
+                [run_id],
+            ).fetchone()
+        return row[0] if row else None
 
     def item_counts(self, run_id: str) -> dict[str, int]:
         """Items per state (every state present, zero when none), keyed by ItemStatus."""
-        with self.store.read() as cur:
+        with self._reading() as cur:
             rows = cur.execute(
                 "SELECT status, count(*) FROM items WHERE run_id = ? GROUP BY status", [run_id]
             ).fetchall()
@@ -43,7 +106,7 @@ class ReadModels:
 
     def list_runs_with_counts(self, limit: int = 100) -> list[RunWithCounts]:
         """The newest `limit` runs, newest first, each with its items per state: one query."""
-        with self.store.read() as cur:
+        with self._reading() as cur:
             rows = cur.execute(
                 f"WITH recent AS (SELECT {RUN_COLUMNS} FROM runs "
                 "ORDER BY submitted_at DESC LIMIT ?), "
@@ -69,7 +132,7 @@ class ReadModels:
         latencies. One query: counts per variant from `items`, the rest from `results`.
         """
         quantiles = ", ".join(str(q) for q in LATENCY_QUANTILES)
-        with self.store.read() as cur:
+        with self._reading() as cur:
             rows = cur.execute(
                 f"WITH counts AS (SELECT variant_index, {_COUNT_COLUMNS} FROM items "
                 "WHERE run_id = ? GROUP BY variant_index), "
@@ -113,7 +176,7 @@ class ReadModels:
 
     def failure_kinds(self, run_id: str) -> dict[str, int]:
         """Failed items per error kind, most frequent first."""
-        with self.store.read() as cur:
+        with self._reading() as cur:
             rows = cur.execute(
                 "SELECT error_kind, count(*) FROM results WHERE run_id = ? AND status = 'failed' "
                 "GROUP BY error_kind ORDER BY 2 DESC",
@@ -123,7 +186,7 @@ class ReadModels:
 
     def failure_examples(self, run_id: str, limit: int = 10) -> list[FailureExample]:
         """The first failed items of a run, in dataset order, with their messages."""
-        with self.store.read() as cur:
+        with self._reading() as cur:
             rows = cur.execute(
                 "SELECT row_index, variant, error_kind, error_message FROM results "
                 "WHERE run_id = ? AND status = 'failed' ORDER BY seq LIMIT ?",
@@ -133,7 +196,7 @@ class ReadModels:
 
     def summary(self, run_id: str) -> RunSummary:
         """Totals over the run's final rows: tokens, cost, latency percentiles, attempts."""
-        with self.store.read() as cur:
+        with self._reading() as cur:
             row = cur.execute(
                 "SELECT count(*), sum(input_tokens), sum(output_tokens), sum(cost_usd), "
                 "quantile_cont(latency_ms, 0.5), quantile_cont(latency_ms, 0.95) "

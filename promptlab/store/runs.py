@@ -72,6 +72,10 @@ class RunStore:
         reason = Redactor.from_environ().optional(reason)
         column = _STATUS_TIMESTAMP.get(status)
         stamp = f", {column} = ?" if column else ""
+        if column == "started_at":
+            # The first start stays: a resumed run's wall time covers all of it (the
+            # resume's own start is its last `running` event).
+            stamp = ", started_at = coalesce(started_at, ?)"
         # A resumed run starts again: its old finish time no longer applies.
         clear = ", finished_at = NULL" if status in (RunStatus.SCHEDULED, RunStatus.RUNNING) else ""
         with self.store.transaction() as tx:

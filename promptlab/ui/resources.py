@@ -2,46 +2,44 @@
 
 from __future__ import annotations
 
+import threading
+
 import streamlit as st
 
 from promptlab.config import Settings
-from promptlab.demo import load_demo_prompts
-from promptlab.engine import Engine
 from promptlab.redact import install_log_redaction
-from promptlab.registry import Registry
-from promptlab.store import Store
+from promptlab.workbench import Workbench
+
+_opened: list[Workbench] = []
+_opened_lock = threading.Lock()
 
 
 def get_settings() -> Settings:
-    """Settings are re-read each run (cheap), so the cached store follows PROMPTLAB_DB."""
+    """Settings are re-read each run (cheap), so the cached workbench follows PROMPTLAB_DB."""
     return Settings.from_env()
 
 
 @st.cache_resource(show_spinner="Opening the database…")
-def _open_store(db_path: str, load_demo: bool) -> Store:
-    store = Store(db_path)
-    registry = Registry(store)
-    if load_demo and registry.is_empty():
-        load_demo_prompts(registry)  # first start with an empty database
-    return store
-
-
-def get_store() -> Store:
-    settings = get_settings()
-    return _open_store(str(settings.db_path), settings.load_demo)
-
-
-def get_registry() -> Registry:
-    return Registry(get_store())
-
-
-@st.cache_resource(show_spinner="Starting the engine…")
-def _start_engine(db_path: str, load_demo: bool) -> Engine:
+def _open_workbench(db_path: str, load_demo: bool) -> Workbench:
     install_log_redaction()  # the engine logs provider errors, which may echo a key
-    return Engine(_open_store(db_path, load_demo), settings=get_settings())
+    workbench = Workbench.open(get_settings())
+    if load_demo and workbench.prompts.is_empty():
+        workbench.load_demo()  # first start with an empty database
+    with _opened_lock:
+        _opened.append(workbench)
+    return workbench
 
 
-def get_engine() -> Engine:
-    """The process's one engine (own event-loop thread), shared by every browser session."""
+def get_workbench() -> Workbench:
+    """The process's one workbench per database: its store and its shared engine."""
     settings = get_settings()
-    return _start_engine(str(settings.db_path), settings.load_demo)
+    return _open_workbench(str(settings.db_path), settings.load_demo)
+
+
+def close_all() -> None:
+    """Close every workbench this process opened (engines, databases); for tests."""
+    _open_workbench.clear()
+    with _opened_lock:
+        opened, _opened[:] = list(_opened), []
+    for workbench in opened:
+        workbench.close()

@@ -1,0 +1,303 @@
+"""The facade the pages and the CLI call for everything they show or do.
+
+One Workbench per database: prompts (the registry's rules), runs (through one shared
+engine, started when first needed), and what runs add up to (typed read models, read
+as one consistent snapshot). Pages and commands import this module and `promptlab.ui`,
+not the store or the engine's internals; the names they need are re-exported here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from promptlab.config import PROJECT_ROOT, Settings
+from promptlab.demo import load_demo_prompts
+from promptlab.engine import Engine, RunProgress, RunSpec, load_spec, parse_spec_text
+from promptlab.engine.limiter import LimiterState
+from promptlab.errors import (
+    ConfigError,
+    DatabaseLockedError,
+    NotFoundError,
+    PromptExistsError,
+    PromptlabError,
+    RegistryError,
+    SpecError,
+    StoreError,
+    TemplateError,
+    VariableError,
+    VariableProblem,
+)
+from promptlab.newprompt import create_prompt
+from promptlab.promptfiles import (
+    dump_yaml_mapping,
+    export_prompt,
+    import_prompt_file,
+    load_prompt_file,
+    parse_yaml_mapping,
+)
+from promptlab.records import (
+    FINAL_RUN_STATUSES,
+    FailureExample,
+    ItemCounts,
+    RunRecord,
+    RunStatus,
+    RunSummary,
+    RunWithCounts,
+    VariantSummary,
+)
+from promptlab.registry import PromptVersion, Registry, SaveResult
+from promptlab.store import ReadModels, Store
+from promptlab.templates import ROLES, Template, coerce_text_values
+
+#: Failed items a run view lists with their messages (the counts cover them all).
+FAILURES_SHOWN = 10
+
+
+@dataclass(frozen=True)
+class RunView:
+    """One run as the Runs page and `promptlab status` show it, read as one snapshot.
+
+    Counts, totals, per-variant figures and failures all come from the same committed
+    state of the store, so they agree; throughput, ETA and limiter state are live
+    figures of the engine, present while the run is active.
+    """
+
+    run: RunRecord
+    status: str
+    reason: str | None
+    counts: ItemCounts
+    summary: RunSummary
+    variants: list[VariantSummary]
+    failure_kinds: dict[str, int]
+    failures: list[FailureExample]
+    events: list[tuple[str, str | None, datetime]]
+    #: When the run last started running: later than `run.started_at` after a resume.
+    last_started_at: datetime | None
+    active: bool = False
+    throughput_per_s: float | None = None
+    eta_s: float | None = None
+    limiters: tuple[LimiterState, ...] = ()
+
+    @property
+    def run_id(self) -> str:
+        return self.run.run_id
+
+    @property
+    def total(self) -> int:
+        return self.run.total_items
+
+    @property
+    def fraction_closed(self) -> float:
+        """Share of items with their final row (succeeded, failed or cancelled)."""
+        return self.counts.finished / self.total if self.total else 0.0
+
+    @property
+    def resumed(self) -> bool:
+        started = self.run.started_at
+        return started is not None and self.last_started_at not in (None, started)
+
+    @property
+    def wall_time_s(self) -> float | None:
+        """From the first start to the finish, resumes and the gaps between them included."""
+        if self.run.started_at is None or self.run.finished_at is None:
+            return None
+        return (self.run.finished_at - self.run.started_at).total_seconds()
+
+    @property
+    def last_part_s(self) -> float | None:
+        """From the last (re)start to the finish."""
+        if self.last_started_at is None or self.run.finished_at is None:
+            return None
+        return (self.run.finished_at - self.last_started_at).total_seconds()
+
+    @property
+    def can_cancel(self) -> bool:
+        return self.active or self.status not in FINAL_RUN_STATUSES
+
+    @property
+    def can_resume(self) -> bool:
+        return not self.active and self.status != RunStatus.COMPLETED
+
+
+class Workbench:
+    """Prompts, runs and their summaries over one database; see the module docstring."""
+
+    def __init__(
+        self,
+        store: Store,
+        settings: Settings | None = None,
+        *,
+        engine: Engine | None = None,
+        owns_store: bool = False,
+    ) -> None:
+        self.store = store
+        self.settings = settings or Settings.from_env()
+        #: Versions, labels, references and diffs: the registry's rules.
+        self.prompts = Registry(store)
+        self._reads = ReadModels(store)
+        self._engine = engine
+        self._owns_store = owns_store
+
+    @classmethod
+    def open(cls, settings: Settings | None = None) -> Workbench:
+        """A workbench on the settings' database file, which it closes on `close()`."""
+        settings = settings or Settings.from_env()
+        return cls(Store(settings.db_path), settings, owns_store=True)
+
+    def close(self) -> None:
+        """Stop the engine (if it was started) and close the database if this opened it."""
+        if self._engine is not None:
+            self._engine.close()
+            self._engine = None
+        if self._owns_store:
+            self.store.close()
+
+    def __enter__(self) -> Workbench:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- prompts -------------------------------------------------------------------
+
+    def create_prompt(
+        self, name: str, template: Template, *, message: str = "", description: str = ""
+    ) -> SaveResult:
+        """Version 1.0.0 of a new prompt; see `promptlab.newprompt.create_prompt`."""
+        return create_prompt(
+            self.prompts,
+            name,
+            template,
+            author=self.settings.author,
+            message=message,
+            description=description,
+        )
+
+    def save_version(
+        self, name: str, template: Template, *, message: str = "", version: str | None = None
+    ) -> SaveResult:
+        """A new version of an existing prompt, authored by the configured author."""
+        return self.prompts.save_version(
+            name, template, author=self.settings.author, message=message, version=version
+        )
+
+    def set_label(self, name: str, ref: str, label: str) -> PromptVersion:
+        return self.prompts.set_label(name, ref, label, actor=self.settings.author)
+
+    def import_prompt_file(self, path: str | Path, author: str | None = None) -> list[SaveResult]:
+        return import_prompt_file(
+            self.prompts, load_prompt_file(path), author or self.settings.author
+        )
+
+    def export_prompt(self, name: str) -> str:
+        return export_prompt(self.prompts, name)
+
+    def load_demo(self) -> list[SaveResult]:
+        return load_demo_prompts(self.prompts)
+
+    # ---- runs ----------------------------------------------------------------------
+
+    @property
+    def engine(self) -> Engine:
+        """The shared engine, started on first use (reading reports needs none)."""
+        if self._engine is None:
+            self._engine = Engine(self.store, settings=self.settings, registry=self.prompts)
+        return self._engine
+
+    def parse_pasted_spec(self, text: str) -> RunSpec:
+        """A spec typed into the app: paths from the project folder, data folder only."""
+        return parse_spec_text(text, base_dir=PROJECT_ROOT, dataset_root=self.settings.data_dir)
+
+    def start_run(self, spec: RunSpec) -> str:
+        return self.engine.submit(spec)
+
+    def resume_run(self, run_id: str) -> str:
+        return self.engine.resume(run_id)
+
+    def cancel_run(self, run_id: str) -> None:
+        self.engine.cancel(run_id)
+
+    def wait(self, run_id: str, timeout: float | None = None) -> RunProgress:
+        return self.engine.wait(run_id, timeout)
+
+    def is_active(self, run_id: str) -> bool:
+        return self._engine is not None and self._engine.is_active(run_id)
+
+    def progress(self, run_id: str) -> RunProgress:
+        """Live counts of an active run (stored ones otherwise), for progress bars."""
+        return self.engine.status(run_id)
+
+    def list_runs(self, limit: int = 50) -> list[RunWithCounts]:
+        """The newest runs with their items per state, in one query."""
+        return self._reads.list_runs_with_counts(limit)
+
+    def run_view(self, run_id: str, failures: int = FAILURES_SHOWN) -> RunView:
+        """Everything shown about one run, from one snapshot of the store."""
+        with self._reads.snapshot() as reads:
+            run = reads.run(run_id)
+            counts = reads.item_counts_of(run_id)
+            summary = reads.summary(run_id)
+            variants = reads.variant_summaries(run_id)
+            kinds = reads.failure_kinds(run_id)
+            examples = reads.failure_examples(run_id, failures)
+            events = reads.events(run_id)
+            last_start = reads.last_start(run_id)
+        status: str = run.status
+        reason = run.status_reason
+        live = None
+        if self._engine is not None:
+            live = self._engine.status(run_id)
+            # The engine knows an end the store could not record (a full disk).
+            status, reason = live.status, live.reason
+        return RunView(
+            run=run,
+            status=status,
+            reason=reason,
+            counts=counts,
+            summary=summary,
+            variants=variants,
+            failure_kinds=kinds,
+            failures=examples,
+            events=events,
+            last_started_at=last_start,
+            active=bool(live and live.active),
+            throughput_per_s=live.throughput_per_s if live and live.active else None,
+            eta_s=live.eta_s if live and live.active else None,
+            limiters=live.limiters if live and live.active else (),
+        )
+
+
+__all__ = [
+    "ROLES",
+    "ConfigError",
+    "DatabaseLockedError",
+    "FailureExample",
+    "ItemCounts",
+    "NotFoundError",
+    "PromptExistsError",
+    "PromptVersion",
+    "PromptlabError",
+    "RegistryError",
+    "RunProgress",
+    "RunRecord",
+    "RunSpec",
+    "RunStatus",
+    "RunSummary",
+    "RunView",
+    "RunWithCounts",
+    "SaveResult",
+    "SpecError",
+    "StoreError",
+    "Template",
+    "TemplateError",
+    "VariableError",
+    "VariableProblem",
+    "VariantSummary",
+    "Workbench",
+    "coerce_text_values",
+    "dump_yaml_mapping",
+    "load_spec",
+    "parse_yaml_mapping",
+]
