@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 
 from promptlab.config import PROJECT_ROOT, Settings
 from promptlab.demo import load_demo_prompts
@@ -31,6 +30,7 @@ from promptlab.errors import (
 )
 from promptlab.newprompt import create_prompt
 from promptlab.promptfiles import (
+    PromptFile,
     dump_yaml_mapping,
     export_prompt,
     import_prompt_file,
@@ -186,10 +186,9 @@ class Workbench:
     def set_label(self, name: str, ref: str, label: str) -> PromptVersion:
         return self.prompts.set_label(name, ref, label, actor=self.settings.author)
 
-    def import_prompt_file(self, path: str | Path, author: str | None = None) -> list[SaveResult]:
-        return import_prompt_file(
-            self.prompts, load_prompt_file(path), author or self.settings.author
-        )
+    def import_prompt(self, prompt: PromptFile, author: str | None = None) -> list[SaveResult]:
+        """Save a checked prompt file's versions and labels (see `load_prompt_file`)."""
+        return import_prompt_file(self.prompts, prompt, author or self.settings.author)
 
     def export_prompt(self, name: str) -> str:
         return export_prompt(self.prompts, name)
@@ -277,6 +276,7 @@ __all__ = [
     "ItemCounts",
     "NotFoundError",
     "PromptExistsError",
+    "PromptFile",
     "PromptVersion",
     "PromptlabError",
     "RegistryError",
@@ -298,6 +298,7 @@ __all__ = [
     "Workbench",
     "coerce_text_values",
     "dump_yaml_mapping",
+    "load_prompt_file",
     "load_spec",
     "parse_yaml_mapping",
 ]

@@ -12,7 +12,6 @@ import click
 from promptlab.config import Settings
 from promptlab.errors import PromptlabError
 from promptlab.redact import redact
-from promptlab.store import Store
 from promptlab.workbench import Workbench
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -44,10 +43,6 @@ def settings_from(ctx: click.Context) -> Settings:
     root = ctx.find_root()
     db = (root.obj or {}).get("db") or (ctx.obj or {}).get("db")
     return Settings.from_env().with_db(Path(db) if db else None)
-
-
-def open_store(ctx: click.Context) -> Store:
-    return Store(settings_from(ctx).db_path)
 
 
 def open_workbench(ctx: click.Context) -> Workbench:

@@ -8,12 +8,14 @@ from pathlib import Path
 
 import click
 
-from promptlab.cli.common import db_option, handle_errors, open_store, settings_from
-from promptlab.demo import load_demo_prompts
-from promptlab.errors import PromptlabError, VariableError, VariableProblem
-from promptlab.promptfiles import export_prompt, import_prompt_file, load_prompt_file
-from promptlab.registry import Registry
-from promptlab.templates import coerce_text_values
+from promptlab.cli.common import db_option, handle_errors, open_workbench
+from promptlab.workbench import (
+    PromptlabError,
+    VariableError,
+    VariableProblem,
+    coerce_text_values,
+    load_prompt_file,
+)
 
 
 @click.command()
@@ -23,10 +25,10 @@ from promptlab.templates import coerce_text_values
 @handle_errors
 def init(ctx: click.Context, demo: bool) -> None:
     """Create the database (and apply migrations); with --demo, load the demo prompts."""
-    with open_store(ctx) as store:
-        click.echo(f"database ready: {store.path}")
+    with open_workbench(ctx) as wb:
+        click.echo(f"database ready: {wb.store.path}")
         if demo:
-            results = load_demo_prompts(Registry(store))
+            results = wb.load_demo()
             created = sum(r.created for r in results)
             click.echo(
                 f"demo prompts: {created} new versions ({len(results) - created} already there)"
@@ -47,10 +49,8 @@ def prompt() -> None:
 def add(ctx: click.Context, file: Path, author: str | None) -> None:
     """Import a YAML prompt file; each changed version becomes a new version."""
     prompt_file = load_prompt_file(file)  # fully checked before anything is saved
-    with open_store(ctx) as store:
-        results = import_prompt_file(
-            Registry(store), prompt_file, author or settings_from(ctx).author
-        )
+    with open_workbench(ctx) as wb:
+        results = wb.import_prompt(prompt_file, author)
     for result in results:
         click.echo(result.describe())
 
@@ -61,8 +61,8 @@ def add(ctx: click.Context, file: Path, author: str | None) -> None:
 @handle_errors
 def list_prompts(ctx: click.Context) -> None:
     """List prompts with their latest version and labels."""
-    with open_store(ctx) as store:
-        summaries = Registry(store).list_prompts()
+    with open_workbench(ctx) as wb:
+        summaries = wb.prompts.list_prompts()
     if not summaries:
         click.echo("no prompts yet: try `promptlab init --demo` or `promptlab prompt add FILE`")
         return
@@ -86,10 +86,11 @@ def list_prompts(ctx: click.Context) -> None:
 @handle_errors
 def show(ctx: click.Context, ref: str) -> None:
     """Show one version: REF is NAME, NAME@1.2.0, NAME@LABEL or NAME@sha256:PREFIX."""
-    with open_store(ctx) as store:
-        registry = Registry(store)
-        version = registry.resolve(ref)
-        labels = [k for k, v in registry.labels(version.prompt_name).items() if v.id == version.id]
+    with open_workbench(ctx) as wb:
+        version = wb.prompts.resolve(ref)
+        labels = [
+            k for k, v in wb.prompts.labels(version.prompt_name).items() if v.id == version.id
+        ]
     click.echo(f"{version.ref}  {version.id}")
     click.echo(f"author: {version.author}  created: {version.created_at:%Y-%m-%d %H:%M:%S %Z}")
     click.echo(f"message: {version.message or '-'}")
@@ -109,10 +110,9 @@ def show(ctx: click.Context, ref: str) -> None:
 @handle_errors
 def history(ctx: click.Context, name: str) -> None:
     """List every version of NAME, newest first, and the moves of its labels."""
-    with open_store(ctx) as store:
-        registry = Registry(store)
-        versions = registry.versions(name)
-        moves = registry.label_history(name)
+    with open_workbench(ctx) as wb:
+        versions = wb.prompts.versions(name)
+        moves = wb.prompts.label_history(name)
     _print_table(
         ("VERSION", "ID", "CREATED", "AUTHOR", "MESSAGE"),
         [
@@ -137,8 +137,8 @@ def history(ctx: click.Context, name: str) -> None:
 @handle_errors
 def diff(ctx: click.Context, name: str, ref_a: str, ref_b: str) -> None:
     """Show what changed in NAME from REF_A to REF_B (versions, labels or hashes)."""
-    with open_store(ctx) as store:
-        text = Registry(store).diff(name, ref_a, ref_b).to_text()
+    with open_workbench(ctx) as wb:
+        text = wb.prompts.diff(name, ref_a, ref_b).to_text()
     for line in text.splitlines():
         color = "green" if line.startswith("+") else "red" if line.startswith("-") else None
         click.secho(line, fg=color)
@@ -153,8 +153,8 @@ def diff(ctx: click.Context, name: str, ref_a: str, ref_b: str) -> None:
 @handle_errors
 def label(ctx: click.Context, name: str, ref: str, label: str) -> None:
     """Point LABEL (production, staging, any name) of NAME at version REF."""
-    with open_store(ctx) as store:
-        version = Registry(store).set_label(name, ref, label, actor=settings_from(ctx).author)
+    with open_workbench(ctx) as wb:
+        version = wb.set_label(name, ref, label)
     click.echo(f"{name}@{label} -> {version.semver} ({version.short_id})")
 
 
@@ -174,8 +174,8 @@ def render(
     ctx: click.Context, ref: str, variables: tuple[str, ...], vars_file: Path | None, as_json: bool
 ) -> None:
     """Render version REF with variable values; every invalid value is reported at once."""
-    with open_store(ctx) as store:
-        template = Registry(store).resolve(ref).template
+    with open_workbench(ctx) as wb:
+        template = wb.prompts.resolve(ref).template
     values = _read_vars_file(vars_file) if vars_file else {}
     raw: dict[str, str] = {}
     for item in variables:
@@ -210,8 +210,8 @@ def render(
 @handle_errors
 def export(ctx: click.Context, name: str, output: Path | None) -> None:
     """Write NAME with all its versions and labels as a YAML prompt file."""
-    with open_store(ctx) as store:
-        text = export_prompt(Registry(store), name)
+    with open_workbench(ctx) as wb:
+        text = wb.export_prompt(name)
     if output is None:
         click.echo(text, nl=False)
     else:
