@@ -17,9 +17,18 @@ from promptlab.providers import (
     Provider,
     build_provider,
 )
+from promptlab.providers.anthropic import AnthropicProvider
 from promptlab.providers.config import EndpointConfig, builtin_endpoints
+from promptlab.providers.openai import OpenAIProvider
 from promptlab.providers.sim import SIMULATED_HEADER
-from tests.fakellm_fixtures import ServerFactory, endpoint_for, fakellm, fakellm_factory
+from tests.fakellm_fixtures import (
+    ServerFactory,
+    anthropic_client,
+    endpoint_for,
+    fakellm,
+    fakellm_factory,
+    openai_client,
+)
 
 __all__ = ["fakellm", "fakellm_factory"]  # fixtures, imported for pytest
 
@@ -305,3 +314,22 @@ def test_an_openai_503_is_retried_per_item_and_does_not_throttle_the_endpoint(
     assert "overloaded" in error.provider_message
     assert error.kind not in THROTTLE_KINDS
     assert classify(error) is Action.RETRY
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_adapter_uses_the_client_it_is_given(fakellm: Any, kind: str) -> None:
+    """The client seam: the endpoint points nowhere, the given client at fakellm."""
+    nowhere = EndpointConfig(name="nowhere", kind=kind, base_url="http://127.0.0.1:9/v1")
+
+    async def run() -> CompletionResponse:
+        provider: OpenAIProvider | AnthropicProvider
+        if kind == "openai":
+            provider = OpenAIProvider(nowhere, "unused", client=openai_client(fakellm))
+        else:
+            provider = AnthropicProvider(nowhere, "unused", client=anthropic_client(fakellm))
+        try:
+            return await provider.complete(_request(max_tokens=32))
+        finally:
+            await provider.aclose()
+
+    assert "simulated" in asyncio.run(run()).model_version

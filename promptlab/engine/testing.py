@@ -8,6 +8,7 @@ empty), raises scripted errors, and keeps a history of every request id it saw.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable
@@ -17,6 +18,8 @@ from datetime import UTC, datetime, timedelta
 from promptlab.errors import ErrorKind, ProviderError
 from promptlab.providers.base import CompletionRequest, CompletionResponse, FinishReason
 
+#: How often held calls look whether they were released.
+HOLD_POLL_S = 0.005
 #: Seconds of its rate a scripted server's bucket holds.
 SERVER_BURST_S = 1.0
 
@@ -41,6 +44,8 @@ class ScriptedProvider:
     bug: Exception | None = None
     #: Block every call on this event when set (to hold requests in flight).
     hold: asyncio.Event | None = None
+    #: While set (`hold_requests`), calls wait until `release_requests` from any thread.
+    held: threading.Event | None = None
     calls: Counter[str] = field(default_factory=Counter)
     successes: Counter[str] = field(default_factory=Counter)
     throttled: int = 0
@@ -57,6 +62,8 @@ class ScriptedProvider:
         try:
             if self.hold is not None:
                 await self.hold.wait()
+            while self.held is not None and self.held.is_set():
+                await asyncio.sleep(HOLD_POLL_S)
             if self.bug is not None:
                 raise self.bug
             if self.rpm is not None and not self._take():
@@ -90,6 +97,16 @@ class ScriptedProvider:
             )
         finally:
             self.in_flight -= 1
+
+    def hold_requests(self) -> None:
+        """From any thread: calls from now on wait in flight until released."""
+        self.held = threading.Event()
+        self.held.set()
+
+    def release_requests(self) -> None:
+        """From any thread: let held calls go on."""
+        if self.held is not None:
+            self.held.clear()
 
     def _take(self) -> bool:
         assert self.rpm is not None

@@ -39,12 +39,19 @@ class AnthropicProvider:
     kind = "anthropic"
     supports_json_schema = True
 
-    def __init__(self, endpoint: EndpointConfig, api_key: str) -> None:
+    def __init__(
+        self,
+        endpoint: EndpointConfig,
+        api_key: str,
+        *,
+        client: anthropic.AsyncAnthropic | None = None,
+    ) -> None:
+        """`client` replaces the SDK client built from the endpoint (see OpenAIProvider)."""
         self.name = endpoint.name
         self.endpoint = endpoint
         # max_retries=0: the engine owns retries, or they multiply. aiohttp transport:
         # see OpenAIProvider.
-        self._client = anthropic.AsyncAnthropic(
+        self._client = client or anthropic.AsyncAnthropic(
             api_key=api_key,
             base_url=endpoint.base_url,
             max_retries=0,

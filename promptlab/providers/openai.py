@@ -34,7 +34,15 @@ class OpenAIProvider:
     kind = "openai"
     supports_json_schema = True
 
-    def __init__(self, endpoint: EndpointConfig, api_key: str | None) -> None:
+    def __init__(
+        self,
+        endpoint: EndpointConfig,
+        api_key: str | None,
+        *,
+        client: openai.AsyncOpenAI | None = None,
+    ) -> None:
+        """`client` replaces the SDK client built from the endpoint (a seam for tests and
+        custom transports); build it with `max_retries=0`, as the engine owns retries."""
         self.name = endpoint.name
         self.endpoint = endpoint
         # The official API wants max_completion_tokens (reasoning models reject
@@ -43,7 +51,7 @@ class OpenAIProvider:
         # max_retries=0: the engine owns retries, or they multiply. The SDK's aiohttp
         # transport (its documented choice for high concurrency) measured 1.7x the
         # requests/s of the default httpx2 one against fakellm.
-        self._client = openai.AsyncOpenAI(
+        self._client = client or openai.AsyncOpenAI(
             api_key=api_key or PLACEHOLDER_KEY,
             base_url=endpoint.base_url,
             max_retries=0,
