@@ -175,3 +175,48 @@ def test_an_empty_server_bucket_closes_the_gate_until_reset() -> None:
 )
 def test_reset_durations(text: str, seconds: float | None) -> None:
     assert _reset_seconds(text) == (pytest.approx(seconds) if seconds is not None else None)
+
+
+def test_a_full_server_bucket_is_spent_at_once_then_the_rate_paces() -> None:
+    """Cold start: 1 s of burst; once the server says it holds 500, 500 may go now."""
+    clock = FakeClock()
+    limiter = EndpointLimiter("e", Limits(rpm=3000), clock=clock)  # 50 a second
+    assert limiter._rpm.level == pytest.approx(50)  # before any header: one second's worth
+    limiter.observe_headers({"x-ratelimit-remaining-requests": "500"})
+    assert limiter._rpm.capacity == 500 and limiter._rpm.level == pytest.approx(500)
+
+    async def admit(count: int) -> int:
+        admitted = 0
+        for _ in range(count):
+            permit = await asyncio.wait_for(limiter.acquire(1), 0.01)
+            limiter.release(permit, 1)
+            admitted += 1
+        return admitted
+
+    assert asyncio.run(admit(500)) == 500  # the burst, with no clock time passing
+    assert limiter._rpm.time_until(1, clock.now) == pytest.approx(1 / 50)  # then the rate
+
+
+def test_requests_in_flight_are_taken_off_what_the_server_reports() -> None:
+    clock = FakeClock()
+    limiter = EndpointLimiter("e", Limits(rpm=6000, tpm=1_000_000), clock=clock)
+
+    async def hold(count: int, tokens: int) -> None:
+        for _ in range(count):
+            await limiter.acquire(tokens)
+
+    asyncio.run(hold(10, 100))
+    limiter.observe_headers(
+        {"x-ratelimit-remaining-requests": "40", "x-ratelimit-remaining-tokens": "5000"}
+    )
+    assert limiter._rpm.level == pytest.approx(30)
+    assert limiter._tpm.level == pytest.approx(4000)
+
+
+def test_a_server_with_less_room_than_we_thought_holds_us_back() -> None:
+    clock = FakeClock()
+    limiter = EndpointLimiter("e", Limits(rpm=6000), clock=clock)
+    limiter.observe_headers({"x-ratelimit-remaining-requests": "400"})  # another client drew
+    limiter.observe_headers({"x-ratelimit-remaining-requests": "3"})
+    assert limiter._rpm.level == pytest.approx(3)
+    assert limiter._rpm.capacity == 400  # the burst it can hold is still known

@@ -142,6 +142,10 @@ class EndpointLimiter:
         self._gate_until = 0.0
         self._throttles = 0
         self._in_flight = 0
+        self._in_flight_tokens = 0
+        #: The largest `remaining` the server reported per bucket: the burst it holds.
+        #: Our buckets may hold that much, so headroom the server grants gets spent.
+        self._server_burst = {"requests": 0.0, "tokens": 0.0}
         self._waiting = 0
         self._fifo = asyncio.Lock()
         self._slot_freed = asyncio.Event()
@@ -165,14 +169,19 @@ class EndpointLimiter:
 
     def _apply_rates(self, now: float, start: bool = False) -> None:
         burst = self._limits.burst_s
-        for bucket, base in ((self._rpm, self._base_rpm()), (self._tpm, self._base_tpm())):
+        for unit, bucket, base in (
+            ("requests", self._rpm, self._base_rpm()),
+            ("tokens", self._tpm, self._base_tpm()),
+        ):
             if base is None:
                 bucket.set_rate(math.inf, burst, now)
                 bucket.level = math.inf
                 bucket.capacity = math.inf
                 continue
             was_unlimited = math.isinf(bucket.capacity)
-            bucket.set_rate(base * self._factor / 60.0, burst, now)
+            bucket.set_rate(
+                base * self._factor / 60.0, burst, now, floor=max(1.0, self._server_burst[unit])
+            )
             if start or was_unlimited:
                 # Start with one second's worth at most: a smooth start, not a minute's burst.
                 bucket.level = min(bucket.capacity, max(1.0, base / 60.0))
@@ -207,6 +216,7 @@ class EndpointLimiter:
                     self._rpm.take(1)
                     self._tpm.take(tokens)
                     self._in_flight += 1
+                    self._in_flight_tokens += tokens
                     break
         finally:
             self._waiting -= 1
@@ -228,6 +238,7 @@ class EndpointLimiter:
         providers too.
         """
         self._in_flight -= 1
+        self._in_flight_tokens -= permit.tokens
         if used_tokens is not None:
             difference = permit.tokens - used_tokens
             if difference > 0:
@@ -277,12 +288,14 @@ class EndpointLimiter:
             self._slot_freed.set()
 
     def observe_headers(self, headers: Mapping[str, str]) -> None:
-        """Follow the server's rate-limit headers: learn limits, respect empty buckets."""
+        """Follow the server's rate-limit headers: learn limits, spend the headroom it
+        reports (or hold back when it has less than we thought), respect empty buckets."""
         if not headers:
             return
         lower = {k.lower(): v for k, v in headers.items()}
         now = self._clock()
         changed = False
+        reported: list[tuple[str, TokenBucket, int]] = []
         for unit, bucket in (("requests", self._rpm), ("tokens", self._tpm)):
             limit = _first_int(
                 lower, f"x-ratelimit-limit-{unit}", f"anthropic-ratelimit-{unit}-limit"
@@ -296,11 +309,12 @@ class EndpointLimiter:
             remaining = _first_int(
                 lower, f"x-ratelimit-remaining-{unit}", f"anthropic-ratelimit-{unit}-remaining"
             )
-            if remaining is None:
-                continue
-            bucket.refill(now)
-            if remaining < bucket.level:
-                bucket.level = float(remaining)
+            if remaining is not None:
+                reported.append((unit, bucket, remaining))
+        if changed:
+            self._apply_rates(now)
+        for unit, bucket, remaining in reported:
+            self._follow_remaining(unit, bucket, remaining, now)
             if remaining <= 0:
                 reset = _reset_seconds(
                     lower.get(f"x-ratelimit-reset-{unit}")
@@ -308,8 +322,24 @@ class EndpointLimiter:
                 )
                 if reset is not None and reset > 0:
                     self._gate_until = max(self._gate_until, now + reset)
-        if changed:
-            self._apply_rates(now)
+
+    def _follow_remaining(self, unit: str, bucket: TokenBucket, remaining: int, now: float) -> None:
+        """Take the server's `remaining` as the truth about what may be sent now.
+
+        Our own requests still in flight may not be counted there yet, so they are
+        taken off (a conservative reading). A server with more room than our bucket
+        holds (it was idle, its bucket is full) gets its burst now, and the steady
+        rate after that is still the configured or learned one.
+        """
+        if math.isinf(bucket.capacity):
+            return
+        bucket.refill(now)
+        in_flight = self._in_flight if unit == "requests" else self._in_flight_tokens
+        truth = float(remaining - in_flight)
+        if remaining > self._server_burst[unit]:
+            self._server_burst[unit] = float(remaining)
+            bucket.capacity = max(bucket.capacity, float(remaining))
+        bucket.level = min(bucket.capacity, truth)
 
     # ---- display -------------------------------------------------------------------
 
