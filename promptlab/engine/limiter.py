@@ -375,7 +375,7 @@ class RunCappedLimiter:
     A request takes a slot and budget from the run's cap first, then from the shared
     limiter, so the spec can only slow its own run down: other runs and later runs on
     the same endpoint and key see the shared budget as configured. Throttle feedback
-    and headers go to the shared limiter alone (they describe the server's budget).
+    goes to the shared limiter alone (it describes the server's budget); headers to both.
     """
 
     def __init__(self, shared: EndpointLimiter, cap: Limits) -> None:
@@ -410,7 +410,10 @@ class RunCappedLimiter:
         return self.shared.on_throttle(retry_after_s, epoch)
 
     def observe_headers(self, headers: Mapping[str, str]) -> None:
+        # The cap follows them too: the run may spend a burst the server grants, and
+        # its own limits still set its steady rate.
         self.shared.observe_headers(headers)
+        self.cap.observe_headers(headers)
 
     def state(self) -> LimiterState:
         return self.shared.state()
