@@ -12,6 +12,7 @@ from promptlab.engine.limiter import (
     DECREASE_FACTOR,
     EndpointLimiter,
     Limits,
+    RunCappedLimiter,
     TokenBucket,
     _reset_seconds,
 )
@@ -220,3 +221,11 @@ def test_a_server_with_less_room_than_we_thought_holds_us_back() -> None:
     limiter.observe_headers({"x-ratelimit-remaining-requests": "3"})
     assert limiter._rpm.level == pytest.approx(3)
     assert limiter._rpm.capacity == 400  # the burst it can hold is still known
+
+
+def test_a_capped_run_shows_the_tighter_of_its_cap_and_the_shared_budget() -> None:
+    shared = EndpointLimiter("sim", Limits(rpm=6000, concurrency=64), clock=FakeClock())
+    capped = RunCappedLimiter(shared, Limits(rpm=600, concurrency=8))
+    state = capped.state()
+    assert (state.name, state.rpm, state.concurrency) == ("sim (run cap)", 600, 8)
+    assert shared.state().rpm == 6000  # the shared budget itself is untouched

@@ -14,7 +14,7 @@ import random
 import re
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 #: Seconds of traffic a bucket may hold: a short burst, never a full minute at start.
@@ -416,14 +416,24 @@ class RunCappedLimiter:
         self.cap.observe_headers(headers)
 
     def state(self) -> LimiterState:
-        return self.shared.state()
+        """The endpoint as this run sees it: the tighter of its cap and the shared budget."""
+        shared, cap = self.shared.state(), self.cap.state()
+        return replace(
+            shared,
+            name=f"{shared.name} (run cap)",
+            rpm=_min_known(shared.rpm, cap.rpm),
+            tpm=_min_known(shared.tpm, cap.tpm),
+            concurrency=min(shared.concurrency, cap.concurrency),
+            in_flight=cap.in_flight,
+            waiting=cap.waiting + shared.waiting,
+        )
 
 
 #: What a lane admits its requests through: the shared limiter, or a run's cap inside it.
 Limiter = EndpointLimiter | RunCappedLimiter
 
 
-def _min_known(*values: int | None) -> float | None:
+def _min_known(*values: float | None) -> float | None:
     known = [v for v in values if v is not None]
     return float(min(known)) if known else None
 
