@@ -75,3 +75,25 @@ def test_importing_the_package_loads_no_heavy_library() -> None:
 def test_public_names_still_load_on_first_use() -> None:
     loaded = modules_after("from promptlab import Registry, Store, Template")
     assert {"duckdb", "jinja2"} <= loaded
+
+
+def test_planning_a_run_imports_neither_pyarrow_nor_pandas(tmp_path: Path) -> None:
+    # pyarrow imports pandas on its first array (~0.4 s); planning comes before a run's
+    # first request, so it writes NumPy columns and only the writer uses Arrow.
+    loaded = modules_after(
+        f"""
+        from promptlab.engine.planner import AllVariants, plan_items
+        from promptlab.records import VariantRecord
+        from promptlab.store import ItemStore, RunStore, Store
+
+        with Store({str(tmp_path / "plan.duckdb")!r}) as store:
+            variant = VariantRecord(0, "v", "p@1.0.0", "sha256:p", "fake", "m", {{}}, {{}})
+            RunStore(store).create_run("r1", "plan", {{}}, [variant])
+            rows = [{{"text": "hello"}}, {{"text": "world"}}]
+            planned = ItemStore(store).plan_items("r1", plan_items("r1", rows, ["v"],
+                AllVariants(1), 1))
+            pending = ItemStore(store).pending_chunk("r1", -1, [0], 10)
+            assert planned == 2 and [p.values["text"] for p in pending] == ["hello", "world"]
+        """
+    )
+    assert not loaded & {"pyarrow", "pandas"}
