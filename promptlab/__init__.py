@@ -1,5 +1,10 @@
 """promptlab: versioned prompts, A/B batches through one rate-limit-aware executor, DuckDB."""
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from promptlab.config import Settings
 from promptlab.errors import (
     ErrorKind,
@@ -7,9 +12,35 @@ from promptlab.errors import (
     ProviderError,
     VariableError,
 )
-from promptlab.registry import PromptVersion, Registry
-from promptlab.store import Store
-from promptlab.templates import Message, Template
+
+if TYPE_CHECKING:
+    from promptlab.registry import PromptVersion, Registry
+    from promptlab.store import Store
+    from promptlab.templates import Message, Template
+
+#: Public names loaded on first use: importing them pulls in DuckDB, pyarrow, jinja2 and
+#: jsonschema, which `promptlab --help` and every CLI start would otherwise pay for.
+_LAZY = {
+    "Message": "promptlab.templates",
+    "PromptVersion": "promptlab.registry",
+    "Registry": "promptlab.registry",
+    "Store": "promptlab.store",
+    "Template": "promptlab.templates",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'promptlab' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
 
 __all__ = [
     "ErrorKind",

@@ -5,14 +5,16 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from promptlab.config import Settings
 from promptlab.errors import PromptlabError
 from promptlab.redact import redact
-from promptlab.workbench import Workbench
+
+if TYPE_CHECKING:
+    from promptlab.workbench import Workbench
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -47,6 +49,10 @@ def settings_from(ctx: click.Context) -> Settings:
 
 def open_workbench(ctx: click.Context) -> Workbench:
     """The facade on the command's database; close it (or use `with`) when done."""
+    # Imported here, not at the top: the facade brings DuckDB, pyarrow and the engine,
+    # which `--help`, usage errors and `fakellm` never need (see tests/test_startup.py).
+    from promptlab.workbench import Workbench
+
     return Workbench.open(settings_from(ctx))
 
 

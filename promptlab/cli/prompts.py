@@ -9,13 +9,10 @@ from pathlib import Path
 import click
 
 from promptlab.cli.common import db_option, handle_errors, open_workbench
-from promptlab.workbench import (
-    PromptlabError,
-    VariableError,
-    VariableProblem,
-    coerce_text_values,
-    load_prompt_file,
-)
+
+# The errors module is light; the facade's other names are imported inside the commands
+# that use them, so `promptlab --help` does not load templates, the store or the engine.
+from promptlab.errors import PromptlabError, VariableError, VariableProblem
 
 
 @click.command()
@@ -48,6 +45,8 @@ def prompt() -> None:
 @handle_errors
 def add(ctx: click.Context, file: Path, author: str | None) -> None:
     """Import a YAML prompt file; each changed version becomes a new version."""
+    from promptlab.workbench import load_prompt_file  # the facade is heavy: see the top
+
     prompt_file = load_prompt_file(file)  # fully checked before anything is saved
     with open_workbench(ctx) as wb:
         results = wb.import_prompt(prompt_file, author)
@@ -174,6 +173,8 @@ def render(
     ctx: click.Context, ref: str, variables: tuple[str, ...], vars_file: Path | None, as_json: bool
 ) -> None:
     """Render version REF with variable values; every invalid value is reported at once."""
+    from promptlab.workbench import coerce_text_values  # the facade is heavy: see the top
+
     with open_workbench(ctx) as wb:
         template = wb.prompts.resolve(ref).template
     values = _read_vars_file(vars_file) if vars_file else {}

@@ -16,20 +16,18 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import click
 
 from promptlab.cli.common import EXIT_ERROR, EXIT_OK, db_option, handle_errors, open_workbench
-from promptlab.workbench import (
-    ConfigError,
-    RegistryError,
-    RunProgress,
-    RunStatus,
-    RunView,
-    TemplateError,
-    Workbench,
-    load_spec,
-)
+from promptlab.errors import ConfigError, RegistryError, TemplateError
+
+if TYPE_CHECKING:
+    from promptlab.workbench import RunProgress, RunView, Workbench
+
+# The facade (`promptlab.workbench`) is imported inside the functions that use it: it
+# brings DuckDB, pyarrow, jinja2 and the engine, which `--help` never needs.
 
 #: What `promptlab run` reports as a bad spec (exit 2): the spec names something wrong.
 SPEC_PROBLEMS = (ConfigError, RegistryError, TemplateError)
@@ -50,6 +48,8 @@ BAR_WIDTH = 28
 @handle_errors(usage=SPEC_PROBLEMS)
 def run_command(ctx: click.Context, spec_file: Path, strict: bool, quiet: bool) -> None:
     """Run a YAML run spec; print the run id, a progress bar and a summary."""
+    from promptlab.workbench import load_spec
+
     spec = load_spec(spec_file)
     _drive(ctx, lambda wb: wb.start_run(spec), strict, quiet)
 
@@ -215,6 +215,8 @@ def _watch(wb: Workbench, run_id: str, quiet: bool) -> None:
 
 def progress_line(p: RunProgress) -> str:
     """One line: bar, counts, throughput, ETA and the limiter state."""
+    from promptlab.workbench import RunStatus  # loaded already: a run is being watched
+
     if p.status == RunStatus.SUBMITTED and p.total == 0:
         return f"planning {p.name}: reading the dataset"
     filled = int(BAR_WIDTH * p.fraction)
@@ -254,6 +256,8 @@ def _print_summary(view: RunView) -> None:
 
 
 def _exit_code(view: RunView, strict: bool) -> int:
+    from promptlab.workbench import RunStatus  # loaded already: the run has a view
+
     if view.status == RunStatus.COMPLETED:
         return EXIT_ITEMS_FAILED if strict and view.counts.failed else EXIT_OK
     if view.status == RunStatus.CANCELLED:
