@@ -10,6 +10,7 @@ import anthropic
 from promptlab.providers.base import CompletionRequest, CompletionResponse, FinishReason
 from promptlab.providers.config import EndpointConfig
 from promptlab.providers.errors import kept_headers, map_anthropic_error
+from promptlab.providers.http_errors import malformed_body_error
 from promptlab.providers.wire import (
     ANTHROPIC_FINISH_REASONS,
     ANTHROPIC_SAMPLING,
@@ -54,9 +55,16 @@ class AnthropicProvider:
         started = time.perf_counter()
         try:
             raw = await self._client.messages.with_raw_response.create(**params)
+        except anthropic.AnthropicError as exc:
+            raise map_anthropic_error(exc, self.name) from exc
+        try:
             message = await raw.parse()
         except anthropic.AnthropicError as exc:
             raise map_anthropic_error(exc, self.name) from exc
+        except ValueError as exc:  # a 200 whose body is not JSON: the SDK lets it escape
+            raise malformed_body_error(
+                exc, raw.status_code, raw.headers, provider=self.name
+            ) from exc
         latency_ms = (time.perf_counter() - started) * 1000
         text = "".join(getattr(block, "text", "") for block in message.content)
         return CompletionResponse(

@@ -174,6 +174,22 @@ def error_from_response(
     )
 
 
+def malformed_body_error(
+    exc: Exception, status: int, headers: Mapping[str, str] | None, *, provider: str
+) -> ProviderError:
+    """A 2xx answer whose body is not the JSON the API documents: the server's fault."""
+    kept = kept_headers(headers)
+    return ProviderError(
+        ErrorKind.SERVER,
+        f"malformed response body (HTTP {status}): {exc}",
+        status=status,
+        provider=provider,
+        retry_after_s=retry_after_seconds(kept),
+        should_retry=should_retry(kept),
+        headers=kept,
+    )
+
+
 def connection_message(cause: aiohttp.ClientConnectionError) -> str:
     """What happened to the connection, in words, with aiohttp's own text."""
     text = str(cause) or type(cause).__name__

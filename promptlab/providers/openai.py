@@ -10,6 +10,7 @@ import openai
 from promptlab.providers.base import CompletionRequest, CompletionResponse, FinishReason
 from promptlab.providers.config import EndpointConfig
 from promptlab.providers.errors import kept_headers, map_openai_error
+from promptlab.providers.http_errors import malformed_body_error
 from promptlab.providers.wire import (
     OPENAI_FINISH_REASONS,
     max_tokens_param,
@@ -58,9 +59,16 @@ class OpenAIProvider:
         started = time.perf_counter()
         try:
             raw = await self._client.chat.completions.with_raw_response.create(**params)
+        except openai.OpenAIError as exc:
+            raise map_openai_error(exc, self.name) from exc
+        try:
             completion = raw.parse()
         except openai.OpenAIError as exc:
             raise map_openai_error(exc, self.name) from exc
+        except ValueError as exc:  # a 200 whose body is not JSON: the SDK lets it escape
+            raise malformed_body_error(
+                exc, raw.status_code, raw.headers, provider=self.name
+            ) from exc
         latency_ms = (time.perf_counter() - started) * 1000
         choice = completion.choices[0] if completion.choices else None
         usage = completion.usage
