@@ -134,6 +134,7 @@ FAULT_KINDS = [
     ({"api_key": "other"}, ErrorKind.AUTH, ErrorKind.AUTH),
     ({"context_window": 60}, ErrorKind.CONTEXT_LENGTH, ErrorKind.CONTEXT_LENGTH),
     ({"timeout_rate": 1.0, "timeout_hold_s": 5.0}, ErrorKind.TIMEOUT, ErrorKind.TIMEOUT),
+    ({"garbled_rate": 1.0}, ErrorKind.SERVER, ErrorKind.SERVER),
 ]
 
 
@@ -365,3 +366,35 @@ def test_an_adapter_uses_the_client_it_is_given(fakellm: Any, kind: str) -> None
             await provider.aclose()
 
     assert "simulated" in asyncio.run(run()).model_version
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_malformed_body_is_a_server_error(
+    fakellm_factory: ServerFactory, kind: str, transport: str
+) -> None:
+    # Regression: the SDK adapters let the SDKs' JSONDecodeError escape unmapped.
+    server = fakellm_factory(garbled_rate=1.0)
+    error = _error(_endpoint(transport, server, kind), _request())
+    assert (error.kind, error.status) == (ErrorKind.SERVER, 200)
+    assert error.provider_message.startswith("malformed response body (HTTP 200): ")
+    assert isinstance(error.__cause__, ValueError)
+    assert classify(error) is Action.RETRY
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [CompletionRequest(**EVERY_FIELD), _request(max_tokens=50), _request(top_p=0.5)],
+    ids=["every-field", "plain", "one-sampling-parameter"],
+)
+@pytest.mark.parametrize("kind", KINDS)
+def test_both_transports_send_the_same_request(
+    fakellm_factory: ServerFactory, kind: str, request_: CompletionRequest
+) -> None:
+    server = fakellm_factory()
+    sent = []
+    for transport in TRANSPORTS:
+        _complete(_endpoint(transport, server, kind), request_)
+        sent.append(_last_request(server))
+    lean, sdk = sent
+    assert lean["body"] == sdk["body"]
+    assert lean["headers"] == sdk["headers"]  # anthropic-version, request id, content type
