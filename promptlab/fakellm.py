@@ -67,6 +67,9 @@ class FakeLLMConfig:
     #: Share of 400s whose message echoes the caller's key header verbatim (for tests
     #: that check keys are scrubbed from stored errors).
     echo_auth_rate: float = 0.0
+    #: Share of answers sent as a 200 whose JSON body is cut off half-way (a proxy or
+    #: server bug), for tests that check a malformed body is a server error.
+    garbled_rate: float = 0.0
     seed: int = 0
     #: When set, requests must carry this key (`Authorization: Bearer` / `x-api-key`).
     api_key: str | None = None
@@ -76,7 +79,7 @@ class FakeLLMConfig:
     def __post_init__(self) -> None:
         rates = (
             self.fail_rate, self.timeout_rate, self.quota_rate, self.overloaded_rate,
-            self.reset_rate, self.echo_auth_rate,
+            self.reset_rate, self.echo_auth_rate, self.garbled_rate,
         )  # fmt: skip
         if any(r < 0 or r > 1 for r in rates) or sum(rates) > 1 + 1e-9:
             raise ValueError("fault rates must be in [0, 1] and add up to at most 1")
@@ -207,7 +210,7 @@ class FakeLLM:
         for name, rate in (
             ("quota", c.quota_rate), ("reset", c.reset_rate), ("timeout", c.timeout_rate),
             ("overloaded", c.overloaded_rate), ("fail", c.fail_rate),
-            ("echo_auth", c.echo_auth_rate),
+            ("echo_auth", c.echo_auth_rate), ("garbled", c.garbled_rate),
         ):  # fmt: skip
             if draw < rate:
                 return name
@@ -317,7 +320,12 @@ class FakeLLM:
                 await asyncio.sleep(delay_ms / 1000)
             make = wire.anthropic_message if anthropic else wire.openai_completion
             payload = make(resp_id, model, out.text, out.finish_reason, usage)
+            if fault == "garbled":
+                stats.server_errors += 1
+                payload = payload[: len(payload) // 2]
             response = web.Response(body=payload, content_type="application/json", headers=headers)
+        if fault == "garbled":
+            return response  # counted as a server error above, not as a completion
         stats.successes += 1
         if req.request_id:
             stats.completed_ids[req.request_id] = stats.completed_ids.get(req.request_id, 0) + 1

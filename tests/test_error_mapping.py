@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import json
 from typing import Any
 
 import aiohttp
@@ -10,6 +11,7 @@ import anthropic
 import httpx2
 import openai
 import pytest
+from anthropic._error_classes import ERROR_CLASSES, make_status_error  # the SDK's own dispatch
 
 from promptlab.errors import ErrorKind
 from promptlab.providers.errors import (
@@ -22,6 +24,7 @@ from promptlab.providers.errors import (
     should_retry,
     unmapped_exceptions,
 )
+from promptlab.providers.http import status_error
 
 SDKS = [(openai, OPENAI_ERROR_KINDS), (anthropic, ANTHROPIC_ERROR_KINDS)]
 
@@ -185,3 +188,59 @@ def test_connection_errors_say_what_happened(
         error = map_anthropic_error(_raised_from(exc, cause), "p")
     assert error.kind is kind
     assert error.provider_message.startswith(message)
+
+
+def _same(a: Any, b: Any) -> tuple[Any, ...]:
+    return (a.kind, a.status, a.retry_after_s, a.should_retry, a.headers) == (
+        b.kind, b.status, b.retry_after_s, b.should_retry, b.headers
+    ), (a.kind, b.kind)  # fmt: skip
+
+
+# Every (status, error code) the anthropic SDK picks an exception class for.
+ANTHROPIC_ANSWERS = sorted(ERROR_CLASSES, key=lambda k: (k[0], k[1] or ""))
+LEAN_HEADERS = {"retry-after": "2", "x-should-retry": "true", "content-type": "text/html"}
+
+
+@pytest.mark.parametrize(("status", "code"), ANTHROPIC_ANSWERS)
+def test_the_lean_path_maps_every_anthropic_answer_as_the_sdk_does(
+    status: int, code: str | None
+) -> None:
+    details = {"details": {"error_code": code}} if code else {}
+    body = {"type": "error", "error": {"type": "x_error", "message": "m", **details}}
+    raw = json.dumps(body).encode()
+    exc = make_status_error("m", body=body, response=_response(status, LEAN_HEADERS))
+    sdk = map_anthropic_error(exc, "a")
+    lean = status_error(status, LEAN_HEADERS, raw, provider="a", anthropic=True)
+    same, kinds = _same(sdk, lean)
+    assert same, kinds
+
+
+OPENAI_BODIES = [{}, {"code": "insufficient_quota"}, {"code": "context_length_exceeded"},
+                 {"code": "content_policy_violation"}, {"type": "server_error"}]  # fmt: skip
+
+
+@pytest.mark.parametrize("body", OPENAI_BODIES)
+@pytest.mark.parametrize("status", [*range(400, 432), 499, *range(500, 505), 529])
+def test_the_lean_path_maps_every_openai_answer_as_the_sdk_does(
+    status: int, body: dict[str, Any]
+) -> None:
+    wire_body = {"error": {"message": "m", **body}}
+    client = openai.OpenAI(api_key="k", base_url="http://127.0.0.1:9/v1")
+    exc = client._make_status_error("m", body=wire_body, response=_response(status, LEAN_HEADERS))
+    sdk = map_openai_error(exc, "o")
+    lean = status_error(status, LEAN_HEADERS, json.dumps(wire_body).encode(), provider="o")
+    same, kinds = _same(sdk, lean)
+    assert same, kinds
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (b"<html>502 Bad Gateway</html>", "<html>502 Bad Gateway</html>"),
+        (b"", "Error code: 502"),
+        (b'{"error": {"message": "upstream down"}}', "upstream down"),
+    ],
+)
+def test_a_non_json_error_body_is_kept_as_text(raw: bytes, message: str) -> None:
+    error = status_error(502, {}, raw, provider="p")
+    assert (error.kind, error.status, error.provider_message) == (ErrorKind.SERVER, 502, message)

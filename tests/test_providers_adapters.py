@@ -1,4 +1,7 @@
-"""The OpenAI, Anthropic and sim adapters: real SDKs against fakellm, errors as kinds."""
+"""The OpenAI, Anthropic and sim adapters against fakellm, errors as kinds.
+
+Every openai/anthropic test runs twice: the lean HTTP path and the SDK adapters.
+"""
 
 from __future__ import annotations
 
@@ -34,10 +37,23 @@ __all__ = ["fakellm", "fakellm_factory"]  # fixtures, imported for pytest
 
 KEY_ENV = {"FAKELLM_KEY": "sk-test"}
 KINDS = ["openai", "anthropic"]
+#: Every adapter test runs against both transports of the openai and anthropic kinds.
+TRANSPORTS = ["http", "sdk"]
 MESSAGES = (
     {"role": "system", "content": "You are a concise travel writer."},
     {"role": "user", "content": "Describe Lisbon in three sentences for a first-time visitor."},
 )
+
+
+@pytest.fixture(params=TRANSPORTS)
+def transport(request: pytest.FixtureRequest) -> str:
+    """The lean HTTP path (providers/http.py) or the SDK adapters."""
+    param: str = request.param
+    return param
+
+
+def _endpoint(transport: str, server: Any, kind: str, **fields: Any) -> EndpointConfig:
+    return endpoint_for(server, kind, transport=transport, **fields)
 
 
 def _request(**fields: Any) -> CompletionRequest:
@@ -62,8 +78,8 @@ def _error(endpoint: EndpointConfig, request: CompletionRequest) -> ProviderErro
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_adapter_returns_one_response_shape(fakellm: Any, kind: str) -> None:
-    response = _complete(endpoint_for(fakellm, kind), _request(max_tokens=400))
+def test_adapter_returns_one_response_shape(fakellm: Any, kind: str, transport: str) -> None:
+    response = _complete(_endpoint(transport, fakellm, kind), _request(max_tokens=400))
     assert response.text
     assert response.input_tokens > 0 and response.output_tokens > 0
     assert response.finish_reason in (FinishReason.STOP, FinishReason.LENGTH)
@@ -72,34 +88,38 @@ def test_adapter_returns_one_response_shape(fakellm: Any, kind: str) -> None:
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_length_finish_is_normalized(fakellm: Any, kind: str) -> None:
-    response = _complete(endpoint_for(fakellm, kind), _request(max_tokens=3))
+def test_length_finish_is_normalized(fakellm: Any, kind: str, transport: str) -> None:
+    response = _complete(_endpoint(transport, fakellm, kind), _request(max_tokens=3))
     assert response.finish_reason is FinishReason.LENGTH
     assert response.output_tokens <= 3
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_rate_limit_headers_are_surfaced(fakellm_factory: ServerFactory, kind: str) -> None:
+def test_rate_limit_headers_are_surfaced(
+    fakellm_factory: ServerFactory, kind: str, transport: str
+) -> None:
     server = fakellm_factory(rpm=600, tpm=1_000_000)
-    response = _complete(endpoint_for(server, kind), _request())
+    response = _complete(_endpoint(transport, server, kind), _request())
     prefix = "x-ratelimit-" if kind == "openai" else "anthropic-ratelimit-"
     assert any(name.startswith(prefix) for name in response.headers)
     assert "x-fakellm" not in response.headers  # only rate-limit and retry headers are kept
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_request_id_reaches_the_server(fakellm_factory: ServerFactory, kind: str) -> None:
+def test_request_id_reaches_the_server(
+    fakellm_factory: ServerFactory, kind: str, transport: str
+) -> None:
     server = fakellm_factory()
-    endpoint = endpoint_for(server, kind)
+    endpoint = _endpoint(transport, server, kind)
     _complete(endpoint, _request(request_id="item-42"))
     _complete(endpoint, _request(request_id="item-42"))
     assert server.stats()["duplicate_ids"] == ["item-42"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_schema_request_gets_json(fakellm: Any, kind: str) -> None:
+def test_schema_request_gets_json(fakellm: Any, kind: str, transport: str) -> None:
     schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
-    response = _complete(endpoint_for(fakellm, kind), _request(output_schema=schema))
+    response = _complete(_endpoint(transport, fakellm, kind), _request(output_schema=schema))
     assert response.text.lstrip().startswith(("{", "Here", "```"))
 
 
@@ -114,6 +134,7 @@ FAULT_KINDS = [
     ({"api_key": "other"}, ErrorKind.AUTH, ErrorKind.AUTH),
     ({"context_window": 60}, ErrorKind.CONTEXT_LENGTH, ErrorKind.CONTEXT_LENGTH),
     ({"timeout_rate": 1.0, "timeout_hold_s": 5.0}, ErrorKind.TIMEOUT, ErrorKind.TIMEOUT),
+    ({"garbled_rate": 1.0}, ErrorKind.SERVER, ErrorKind.SERVER),
 ]
 
 
@@ -125,19 +146,20 @@ def test_each_fault_maps_to_its_kind(
     openai_kind: ErrorKind,
     anthropic_kind: ErrorKind,
     kind: str,
+    transport: str,
 ) -> None:
     config = dict(config)  # the table is shared by both parametrized kinds
     sends = config.pop("_send", 1)
     server = fakellm_factory(**config)
     # The server's own window (not our preflight) must be what refuses the prompt.
-    endpoint = endpoint_for(server, kind, context_windows={})
+    endpoint = _endpoint(transport, server, kind, context_windows={})
     request = _request(max_tokens=40, timeout_s=0.3)
     for _ in range(sends - 1):
         _complete(endpoint, request)
     error = _error(endpoint, request)
     assert error.kind is (openai_kind if kind == "openai" else anthropic_kind)
     assert error.provider == endpoint.name
-    assert isinstance(error.__cause__, Exception)  # raised from the SDK's exception
+    assert isinstance(error.__cause__, Exception)  # from the SDK exception or HTTP answer
     if error.kind is ErrorKind.RATE_LIMIT:
         assert error.status == 429
         assert error.retry_after_s is not None and error.retry_after_s > 0
@@ -149,12 +171,12 @@ def test_each_fault_maps_to_its_kind(
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_adapters_send_and_leave_the_context_window_check_to_the_engine(
-    fakellm_factory: ServerFactory, kind: str
+    fakellm_factory: ServerFactory, kind: str, transport: str
 ) -> None:
     # The engine checks each attempt once, before it takes a permit (engine/run.py
     # `_prepare`); a second check in the adapter would only repeat the token count.
     server = fakellm_factory()
-    endpoint = endpoint_for(server, kind, context_windows={"careful": 100})
+    endpoint = _endpoint(transport, server, kind, context_windows={"careful": 100})
     _complete(endpoint, _request(max_tokens=90))
     assert server.stats()["attempts"] == 1
 
@@ -200,9 +222,11 @@ def _last_request(server: Any) -> dict[str, Any]:
     return last
 
 
-def test_openai_adapter_sends_every_spec_parameter(fakellm_factory: ServerFactory) -> None:
+def test_openai_adapter_sends_every_spec_parameter(
+    fakellm_factory: ServerFactory, transport: str
+) -> None:
     server = fakellm_factory()
-    response = _complete(endpoint_for(server, "openai"), CompletionRequest(**EVERY_FIELD))
+    response = _complete(_endpoint(transport, server, "openai"), CompletionRequest(**EVERY_FIELD))
     assert response.text
     sent = _last_request(server)
     body = sent["body"]
@@ -219,21 +243,25 @@ def test_openai_adapter_sends_every_spec_parameter(fakellm_factory: ServerFactor
 
 
 def test_openai_adapter_sends_max_completion_tokens_to_the_official_api(
-    fakellm_factory: ServerFactory, monkeypatch: pytest.MonkeyPatch
+    fakellm_factory: ServerFactory, monkeypatch: pytest.MonkeyPatch, transport: str
 ) -> None:
     server = fakellm_factory()
     # No base_url in the endpoint = the official API; the SDK's own env var points it here.
     monkeypatch.setenv("OPENAI_BASE_URL", server.openai_base_url)
-    endpoint = dataclasses.replace(endpoint_for(server, "openai"), base_url=None)
+    endpoint = dataclasses.replace(_endpoint(transport, server, "openai"), base_url=None)
     _complete(endpoint, CompletionRequest(**EVERY_FIELD))
     body = _last_request(server)["body"]
     assert body["max_completion_tokens"] == 123 and "max_tokens" not in body
 
 
-def test_anthropic_adapter_sends_every_spec_parameter(fakellm_factory: ServerFactory) -> None:
+def test_anthropic_adapter_sends_every_spec_parameter(
+    fakellm_factory: ServerFactory, transport: str
+) -> None:
     server = fakellm_factory()
     # A TypeError from the SDK (a parameter it no longer takes) fails this test.
-    response = _complete(endpoint_for(server, "anthropic"), CompletionRequest(**EVERY_FIELD))
+    response = _complete(
+        _endpoint(transport, server, "anthropic"), CompletionRequest(**EVERY_FIELD)
+    )
     assert response.text
     sent = _last_request(server)
     body = sent["body"]
@@ -249,9 +277,10 @@ def test_anthropic_adapter_sends_every_spec_parameter(fakellm_factory: ServerFac
 
 def test_anthropic_adapter_keeps_the_sdk_api_version_without_sampling(
     fakellm_factory: ServerFactory,
+    transport: str,
 ) -> None:
     server = fakellm_factory()
-    _complete(endpoint_for(server, "anthropic"), _request(max_tokens=50))
+    _complete(_endpoint(transport, server, "anthropic"), _request(max_tokens=50))
     sent = _last_request(server)
     assert not {"temperature", "top_p"} & set(sent["body"])
     # The SDK's own (newer) version, not the pinned one.
@@ -260,10 +289,10 @@ def test_anthropic_adapter_keeps_the_sdk_api_version_without_sampling(
 
 @pytest.mark.parametrize("field", ["temperature", "top_p"])
 def test_anthropic_adapter_sends_one_sampling_parameter_alone(
-    fakellm_factory: ServerFactory, field: str
+    fakellm_factory: ServerFactory, field: str, transport: str
 ) -> None:
     server = fakellm_factory()
-    _complete(endpoint_for(server, "anthropic"), _request(**{field: 0.5}))
+    _complete(_endpoint(transport, server, "anthropic"), _request(**{field: 0.5}))
     body = _last_request(server)["body"]
     assert body[field] == 0.5
     assert not {"temperature", "top_p"} - {field} & set(body)
@@ -271,9 +300,10 @@ def test_anthropic_adapter_sends_one_sampling_parameter_alone(
 
 def test_a_model_refusing_both_sampling_parameters_is_a_bad_request_that_says_so(
     fakellm_factory: ServerFactory,
+    transport: str,
 ) -> None:
     server = fakellm_factory()
-    endpoint = endpoint_for(server, "anthropic")
+    endpoint = _endpoint(transport, server, "anthropic")
     error = _error(endpoint, _request(model="claude-haiku-4-5", temperature=0.3, top_p=0.9))
     assert error.kind is ErrorKind.BAD_REQUEST and error.status == 400
     assert "cannot both be specified" in error.provider_message
@@ -281,22 +311,24 @@ def test_a_model_refusing_both_sampling_parameters_is_a_bad_request_that_says_so
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_an_echoed_key_reaches_the_error_message_whole(
-    fakellm_factory: ServerFactory, kind: str
+    fakellm_factory: ServerFactory, kind: str, transport: str
 ) -> None:
     # fakellm's echo switch stands in for a server that puts the caller's key in an
     # error; the message is kept whole so the code that scrubs stored errors can be
     # tested against it.
     server = fakellm_factory(echo_auth_rate=1.0)
-    error = _error(endpoint_for(server, kind), _request())
+    error = _error(_endpoint(transport, server, kind), _request())
     assert error.kind is ErrorKind.BAD_REQUEST
     assert KEY_ENV["FAKELLM_KEY"] in error.provider_message
     assert KEY_ENV["FAKELLM_KEY"] in str(error)
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_a_connection_reset_is_reported_as_one(fakellm_factory: ServerFactory, kind: str) -> None:
+def test_a_connection_reset_is_reported_as_one(
+    fakellm_factory: ServerFactory, kind: str, transport: str
+) -> None:
     server = fakellm_factory(reset_rate=1.0)
-    error = _error(endpoint_for(server, kind), _request())
+    error = _error(_endpoint(transport, server, kind), _request())
     assert error.kind is ErrorKind.CONNECTION
     # Not the SDKs' "Request timed out." / "Connection error.": what aiohttp saw.
     assert error.provider_message == "connection reset by server: Server disconnected"
@@ -305,11 +337,12 @@ def test_a_connection_reset_is_reported_as_one(fakellm_factory: ServerFactory, k
 
 def test_an_openai_503_is_retried_per_item_and_does_not_throttle_the_endpoint(
     fakellm_factory: ServerFactory,
+    transport: str,
 ) -> None:
     # The engine closes a shared gate and cuts rate and concurrency on THROTTLE_KINDS;
     # random 503s treated that way serialised a whole run (200 items: 50 s, not 2 s).
     server = fakellm_factory(overloaded_rate=1.0)
-    error = _error(endpoint_for(server, "openai"), _request())
+    error = _error(_endpoint(transport, server, "openai"), _request())
     assert (error.status, error.kind, error.retry_after_s) == (503, ErrorKind.SERVER, None)
     assert "overloaded" in error.provider_message
     assert error.kind not in THROTTLE_KINDS
@@ -333,3 +366,35 @@ def test_an_adapter_uses_the_client_it_is_given(fakellm: Any, kind: str) -> None
             await provider.aclose()
 
     assert "simulated" in asyncio.run(run()).model_version
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_malformed_body_is_a_server_error(
+    fakellm_factory: ServerFactory, kind: str, transport: str
+) -> None:
+    # Regression: the SDK adapters let the SDKs' JSONDecodeError escape unmapped.
+    server = fakellm_factory(garbled_rate=1.0)
+    error = _error(_endpoint(transport, server, kind), _request())
+    assert (error.kind, error.status) == (ErrorKind.SERVER, 200)
+    assert error.provider_message.startswith("malformed response body (HTTP 200): ")
+    assert isinstance(error.__cause__, ValueError)
+    assert classify(error) is Action.RETRY
+
+
+@pytest.mark.parametrize(
+    "request_",
+    [CompletionRequest(**EVERY_FIELD), _request(max_tokens=50), _request(top_p=0.5)],
+    ids=["every-field", "plain", "one-sampling-parameter"],
+)
+@pytest.mark.parametrize("kind", KINDS)
+def test_both_transports_send_the_same_request(
+    fakellm_factory: ServerFactory, kind: str, request_: CompletionRequest
+) -> None:
+    server = fakellm_factory()
+    sent = []
+    for transport in TRANSPORTS:
+        _complete(_endpoint(transport, server, kind), request_)
+        sent.append(_last_request(server))
+    lean, sdk = sent
+    assert lean["body"] == sdk["body"]
+    assert lean["headers"] == sdk["headers"]  # anthropic-version, request id, content type

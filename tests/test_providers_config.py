@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from promptlab.errors import ConfigError
+from promptlab.engine import parse_spec
+from promptlab.errors import ConfigError, SpecError
 from promptlab.providers import build_provider, cost_usd, load_endpoints, parse_model_ref
 from promptlab.providers.config import ANY_MODEL, ModelPrice, price_for
 
@@ -83,6 +85,7 @@ def test_example_file_loads() -> None:
         ("endpoints: {x: {kind: openai, api_key: sk-123}}", "environment variable|env var"),
         ("endpoints: {x: {kind: openai, rpm: -1}}", "positive integer"),
         ("endpoints: {x: {kind: openai, colour: red}}", "unknown field"),
+        ("endpoints: {x: {kind: openai, transport: grpc}}", "transport must be one of http, sdk"),
         ("endpoints: {x: {kind: sim, models: {a: {input_per_mtok: -2}}}}", "non-negative"),
         ("endpoints: [1, 2]", "'endpoints'"),
         ("endpoints: {x: [", "not valid YAML"),
@@ -135,3 +138,40 @@ def test_endpoints_can_key_a_dict() -> None:
     endpoints = load_endpoints(None, environ={})
     budgets = {endpoints["openai"]: 1, endpoints["sim"]: 2}
     assert budgets[load_endpoints(None, environ={})["openai"]] == 1
+
+
+def test_transport_defaults_to_http_and_the_file_can_choose_the_sdk(tmp_path: Path) -> None:
+    path = tmp_path / "providers.yaml"
+    path.write_text("endpoints: {anthropic: {transport: sdk}, vllm: {kind: openai}}\n")
+    endpoints = load_endpoints(path, environ={})
+    assert endpoints["anthropic"].transport == "sdk"
+    assert endpoints["anthropic"].rpm == 50  # the other built-in fields are kept
+    assert endpoints["openai"].transport == endpoints["vllm"].transport == "http"
+
+
+@pytest.mark.parametrize(
+    ("kind", "transport", "cls"),
+    [
+        ("openai", "http", "OpenAIHttpProvider"),
+        ("anthropic", "http", "AnthropicHttpProvider"),
+        ("openai", "sdk", "OpenAIProvider"),
+        ("anthropic", "sdk", "AnthropicProvider"),
+    ],
+)
+def test_build_provider_picks_the_transport(kind: str, transport: str, cls: str) -> None:
+    cfg = replace(load_endpoints(None, environ={})[kind], transport=transport)
+    provider = build_provider(cfg, environ={"OPENAI_API_KEY": "k", "ANTHROPIC_API_KEY": "k"})
+    assert type(provider).__name__ == cls
+
+
+def test_a_run_spec_cannot_choose_the_transport(tmp_path: Path) -> None:
+    dataset = tmp_path / "d.jsonl"
+    dataset.write_text('{"q": "x"}\n')
+    spec = {
+        "dataset": str(dataset),
+        "variants": [{"messages": [{"role": "user", "content": "{{q}}"}], "model": "x:m"}],
+        "endpoints": {"x": {"kind": "openai", "base_url": "http://127.0.0.1:9/v1",
+                            "transport": "sdk"}},
+    }  # fmt: skip
+    with pytest.raises(SpecError, match="allowed keys are"):
+        parse_spec(spec)

@@ -27,13 +27,23 @@ def build_provider(
     environ: Mapping[str, str] | None = None,
     latency_scale: float | None = None,
 ) -> Provider:
-    """The adapter for an endpoint, its key read now from the env var the config names."""
-    # Adapters import their SDK lazily: the sim needs neither, and both are slow to import.
+    """The adapter for an endpoint, its key read now from the env var the config names.
+
+    `openai` and `anthropic` endpoints get the lean HTTP adapters (providers/http.py)
+    unless their `transport` is "sdk" (the official SDK adapters).
+    """
+    # Adapters import lazily: the sim needs no HTTP client, and the SDKs are slow to import.
     if endpoint.kind == "sim":
         from promptlab.providers.sim import SimProvider
 
         return SimProvider(endpoint, latency_scale=latency_scale)
     api_key = _read_key(endpoint, os.environ if environ is None else environ)
+    if endpoint.kind in ("openai", "anthropic") and endpoint.transport == "http":
+        from promptlab.providers.http import AnthropicHttpProvider, OpenAIHttpProvider
+
+        if endpoint.kind == "openai":
+            return OpenAIHttpProvider(endpoint, api_key)
+        return AnthropicHttpProvider(endpoint, api_key)
     if endpoint.kind == "openai":
         from promptlab.providers.openai import OpenAIProvider
 

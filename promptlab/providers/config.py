@@ -18,6 +18,9 @@ from promptlab.yamlio import read_yaml
 
 #: Endpoint kinds an adapter exists for.
 KINDS = ("openai", "anthropic", "sim")
+#: How openai and anthropic endpoints are reached: the lean aiohttp path (providers/
+#: http.py, the default) or the vendor SDK adapters. Set only in the providers file.
+TRANSPORTS = ("http", "sdk")
 
 #: Ollama's OpenAI-compatible endpoint, the most common local server.
 DEFAULT_LOCAL_BASE_URL = "http://localhost:11434/v1"
@@ -49,6 +52,8 @@ class EndpointConfig:
     context_windows: dict[str, int] = field(default_factory=dict)
     #: Multiplies the simulated latency of a `sim` endpoint (0 = answer at once).
     latency_scale: float = 1.0
+    #: One of TRANSPORTS; ignored by `sim` endpoints.
+    transport: str = "http"
 
     def __hash__(self) -> int:
         # The dict fields are unhashable; an endpoint is identified by where it points and
@@ -154,6 +159,7 @@ _ENDPOINT_FIELDS = {
     "concurrency",
     "models",
     "latency_scale",
+    "transport",
 }
 _MODEL_FIELDS = {"input_per_mtok", "output_per_mtok", "context_window"}
 
@@ -206,6 +212,13 @@ def _merge_endpoint(
     for key in ("rpm", "tpm", "concurrency"):
         if key in spec:
             changes[key] = _optional_positive_int(spec[key], f"{where}: {key}")
+    if "transport" in spec:
+        if spec["transport"] not in TRANSPORTS:
+            raise ConfigError(
+                f"{where}: transport must be one of {', '.join(TRANSPORTS)}, "
+                f"got {spec['transport']!r}"
+            )
+        changes["transport"] = spec["transport"]
     if "latency_scale" in spec:
         changes["latency_scale"] = _non_negative(spec["latency_scale"], f"{where}: latency_scale")
     return replace(current, **changes)

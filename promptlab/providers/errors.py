@@ -1,17 +1,16 @@
-"""SDK exceptions mapped, once, to promptlab's ErrorKind; plus the headers worth keeping.
+"""SDK exceptions mapped, once, to promptlab's ErrorKind.
 
 Every exception class the `openai` and `anthropic` packages export has an explicit
 entry below (tests/test_error_mapping.py fails when an SDK upgrade adds one). At run
 time the lookup walks the class's MRO, so an unlisted subclass still maps like its
-parent. A few kinds need the response body: OpenAI's `insufficient_quota` 429,
-context-length 400s and content-policy 400s.
+parent. The status, headers and body an SDK error carries then go through
+`http_errors.error_from_response`, the one mapping the lean HTTP path uses too: it
+refines the kind from the body (OpenAI's `insufficient_quota` 429, context-length and
+content-policy 400s) and reads the retry hints.
 """
 
 from __future__ import annotations
 
-import email.utils
-import errno
-import time
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -20,30 +19,16 @@ import anthropic
 import openai
 
 from promptlab.errors import ErrorKind, ProviderError
+from promptlab.providers.http_errors import (
+    connection_message,
+    error_from_response,
+    kept_headers,
+    retry_after_seconds,
+    should_retry,
+)
 
 #: Placeholder in the tables: decide from the HTTP status (generic status errors).
 BY_STATUS: Final = "by_status"
-
-_STATUS_KINDS: dict[int, ErrorKind] = {
-    400: ErrorKind.BAD_REQUEST,
-    401: ErrorKind.AUTH,
-    402: ErrorKind.QUOTA,
-    403: ErrorKind.AUTH,
-    404: ErrorKind.NOT_FOUND,
-    408: ErrorKind.TIMEOUT,
-    409: ErrorKind.SERVER,
-    413: ErrorKind.BAD_REQUEST,
-    422: ErrorKind.BAD_REQUEST,
-    429: ErrorKind.RATE_LIMIT,
-    499: ErrorKind.CONNECTION,
-    # A 503 is a transient server error, retried by each item with its own backoff.
-    # Only 529 (Anthropic's overload answer) is `overloaded`, which the engine treats
-    # like a 429 (shared gate, rate and concurrency cut): random 503s treated that way
-    # cut an endpoint to one request at a time (200 items: 50 s instead of 2 s).
-    503: ErrorKind.SERVER,
-    504: ErrorKind.TIMEOUT,
-    529: ErrorKind.OVERLOADED,
-}
 
 OPENAI_ERROR_KINDS: dict[type[BaseException], ErrorKind | str] = {
     openai.OpenAIError: ErrorKind.BAD_REQUEST,  # raised client-side: retrying will not help
@@ -120,71 +105,12 @@ ANTHROPIC_ERROR_KINDS: dict[type[BaseException], ErrorKind | str] = {
     anthropic.RampLimitExceededError: ErrorKind.RATE_LIMIT,
 }
 
-#: Response headers kept on every response and error: rate-limit state and retry hints.
-_KEPT_PREFIXES = ("x-ratelimit-", "anthropic-ratelimit-")
-_KEPT_HEADERS = frozenset(
-    {"retry-after", "retry-after-ms", "x-should-retry", "x-request-id", "request-id"}
-)
-#: Socket errors that mean the peer dropped an open connection.
-_RESET_ERRNOS = frozenset({errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED})
-#: Body codes that turn a 400 into a more precise kind.
-_CONTEXT_CODES = frozenset({"context_length_exceeded", "string_above_max_length"})
-_CONTENT_FILTER_CODES = frozenset({"content_filter", "content_policy_violation"})
-#: Anthropic reports an over-long prompt only in its message text.
-_ANTHROPIC_CONTEXT_PHRASES = ("prompt is too long", "context limit", "context window")
-
-
-def kept_headers(headers: Mapping[str, str] | None) -> dict[str, str]:
-    """The rate-limit and retry headers of a response, names lower-cased."""
-    if not headers:
-        return {}
-    kept: dict[str, str] = {}
-    for name, value in headers.items():
-        low = name.lower()
-        if low in _KEPT_HEADERS or low.startswith(_KEPT_PREFIXES):
-            kept[low] = value
-    return kept
-
-
-def retry_after_seconds(headers: Mapping[str, str]) -> float | None:
-    """The server's retry hint: `retry-after-ms`, else `retry-after` (seconds or a date)."""
-    millis = headers.get("retry-after-ms")
-    if millis is not None:
-        try:
-            return max(0.0, float(millis) / 1000)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        parsed = email.utils.parsedate_tz(value)
-        if parsed is None:
-            return None
-        return max(0.0, email.utils.mktime_tz(parsed) - time.time())
-
-
-def should_retry(headers: Mapping[str, str]) -> bool | None:
-    """The `x-should-retry` header as a bool, None when absent or unreadable."""
-    value = headers.get("x-should-retry", "").strip().lower()
-    return {"true": True, "false": False}.get(value)
-
 
 def _lookup(table: Mapping[type[BaseException], ErrorKind | str], exc: BaseException) -> Any:
     for cls in type(exc).__mro__:
         if cls in table:
             return table[cls]
     return None
-
-
-def _body_error(body: object) -> Mapping[str, Any]:
-    """The error object inside a body, whichever SDK unwrapped it (or not)."""
-    if isinstance(body, Mapping):
-        inner = body.get("error")
-        return inner if isinstance(inner, Mapping) else body
-    return {}
 
 
 def map_sdk_error(
@@ -198,27 +124,27 @@ def map_sdk_error(
     response = getattr(exc, "response", None)
     status: int | None = getattr(exc, "status_code", None)
     raw_headers = getattr(response, "headers", None)
-    headers = kept_headers(dict(raw_headers.items()) if raw_headers is not None else None)
-    error = _body_error(getattr(exc, "body", None))
-    code = str(error.get("code") or error.get("type") or "")
-    message = str(error.get("message") or getattr(exc, "message", None) or exc)
-    if kind == BY_STATUS or kind is None:
-        kind = _kind_for_status(status)
-    kind = _refine(kind, status, code, message)
-    dropped = _dropped_connection(exc)
-    if dropped is not None and kind in (ErrorKind.TIMEOUT, ErrorKind.CONNECTION):
-        # The SDKs' own text ("Request timed out." / "Connection error.") hides what happened.
-        kind = ErrorKind.CONNECTION
-        message = _connection_message(dropped)
-    return ProviderError(
-        kind,
-        message,
-        status=status,
+    error = error_from_response(
+        status,
+        dict(raw_headers.items()) if raw_headers is not None else None,
+        getattr(exc, "body", None),
         provider=provider,
-        retry_after_s=retry_after_seconds(headers),
-        should_retry=should_retry(headers),
-        headers=headers,
+        kind=None if kind == BY_STATUS else kind,
+        fallback_message=str(getattr(exc, "message", None) or exc),
     )
+    dropped = _dropped_connection(exc)
+    if dropped is not None and error.kind in (ErrorKind.TIMEOUT, ErrorKind.CONNECTION):
+        # The SDKs' own text ("Request timed out." / "Connection error.") hides what happened.
+        error = ProviderError(
+            ErrorKind.CONNECTION,
+            connection_message(dropped),
+            status=status,
+            provider=provider,
+            retry_after_s=error.retry_after_s,
+            should_retry=error.should_retry,
+            headers=error.headers,
+        )
+    return error
 
 
 def _dropped_connection(exc: BaseException) -> aiohttp.ClientConnectionError | None:
@@ -236,40 +162,6 @@ def _dropped_connection(exc: BaseException) -> aiohttp.ClientConnectionError | N
             return cause
         cause = cause.__cause__ or cause.__context__
     return None
-
-
-def _connection_message(cause: aiohttp.ClientConnectionError) -> str:
-    """What happened to the connection, in words, with aiohttp's own text."""
-    text = str(cause) or type(cause).__name__
-    if isinstance(cause, aiohttp.ClientConnectorError):
-        return f"could not connect: {text}"
-    dropped = isinstance(cause, aiohttp.ServerDisconnectedError) or (
-        isinstance(cause, aiohttp.ClientOSError) and cause.errno in _RESET_ERRNOS
-    )
-    if dropped:
-        return f"connection reset by server: {text}"
-    return f"connection failed: {text}"
-
-
-def _kind_for_status(status: int | None) -> ErrorKind:
-    if status is None:
-        return ErrorKind.SERVER
-    if status in _STATUS_KINDS:
-        return _STATUS_KINDS[status]
-    return ErrorKind.SERVER if status >= 500 else ErrorKind.BAD_REQUEST
-
-
-def _refine(kind: ErrorKind, status: int | None, code: str, message: str) -> ErrorKind:
-    """Kinds only the body can tell: quota 429s, context-length and content-filter 400s."""
-    if status == 429 and code == "insufficient_quota":
-        return ErrorKind.QUOTA
-    if kind is ErrorKind.BAD_REQUEST:
-        lowered = message.lower()
-        if code in _CONTEXT_CODES or any(p in lowered for p in _ANTHROPIC_CONTEXT_PHRASES):
-            return ErrorKind.CONTEXT_LENGTH
-        if code in _CONTENT_FILTER_CODES:
-            return ErrorKind.CONTENT_FILTER
-    return kind
 
 
 def map_openai_error(exc: BaseException, provider: str) -> ProviderError:
@@ -297,3 +189,17 @@ def unmapped_exceptions(
         ):
             missing.append(name)
     return sorted(missing)
+
+
+__all__ = [
+    "ANTHROPIC_ERROR_KINDS",
+    "BY_STATUS",
+    "OPENAI_ERROR_KINDS",
+    "kept_headers",
+    "map_anthropic_error",
+    "map_openai_error",
+    "map_sdk_error",
+    "retry_after_seconds",
+    "should_retry",
+    "unmapped_exceptions",
+]

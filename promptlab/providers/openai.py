@@ -7,25 +7,19 @@ from typing import Any
 
 import openai
 
-from promptlab.providers.base import (
-    REQUEST_ID_HEADER,
-    CompletionRequest,
-    CompletionResponse,
-    FinishReason,
-)
+from promptlab.providers.base import CompletionRequest, CompletionResponse, FinishReason
 from promptlab.providers.config import EndpointConfig
 from promptlab.providers.errors import kept_headers, map_openai_error
+from promptlab.providers.http_errors import malformed_body_error
+from promptlab.providers.wire import (
+    OPENAI_FINISH_REASONS,
+    max_tokens_param,
+    openai_body,
+    request_id_headers,
+)
 
 #: Local servers (Ollama, vLLM) ignore the key, but the SDK insists on having one.
 PLACEHOLDER_KEY = "not-needed"
-
-_FINISH_REASONS = {
-    "stop": FinishReason.STOP,
-    "length": FinishReason.LENGTH,
-    "content_filter": FinishReason.CONTENT_FILTER,
-    "tool_calls": FinishReason.TOOL_CALLS,
-    "function_call": FinishReason.TOOL_CALLS,
-}
 
 
 class OpenAIProvider:
@@ -45,9 +39,7 @@ class OpenAIProvider:
         custom transports); build it with `max_retries=0`, as the engine owns retries."""
         self.name = endpoint.name
         self.endpoint = endpoint
-        # The official API wants max_completion_tokens (reasoning models reject
-        # max_tokens); compatible servers (vLLM, Ollama) only know max_tokens.
-        self._max_tokens_param = "max_completion_tokens" if not endpoint.base_url else "max_tokens"
+        self._max_tokens_param = max_tokens_param(endpoint.base_url)
         # max_retries=0: the engine owns retries, or they multiply. The SDK's aiohttp
         # transport (its documented choice for high concurrency) measured 1.7x the
         # requests/s of the default httpx2 one against fakellm.
@@ -67,9 +59,16 @@ class OpenAIProvider:
         started = time.perf_counter()
         try:
             raw = await self._client.chat.completions.with_raw_response.create(**params)
+        except openai.OpenAIError as exc:
+            raise map_openai_error(exc, self.name) from exc
+        try:
             completion = raw.parse()
         except openai.OpenAIError as exc:
             raise map_openai_error(exc, self.name) from exc
+        except ValueError as exc:  # a 200 whose body is not JSON: the SDK lets it escape
+            raise malformed_body_error(
+                exc, raw.status_code, raw.headers, provider=self.name
+            ) from exc
         latency_ms = (time.perf_counter() - started) * 1000
         choice = completion.choices[0] if completion.choices else None
         usage = completion.usage
@@ -77,7 +76,7 @@ class OpenAIProvider:
             text=(choice.message.content or "") if choice else "",
             input_tokens=usage.prompt_tokens if usage else 0,
             output_tokens=usage.completion_tokens if usage else 0,
-            finish_reason=_FINISH_REASONS.get(
+            finish_reason=OPENAI_FINISH_REASONS.get(
                 (choice.finish_reason if choice else None) or "stop", FinishReason.STOP
             ),
             model_version=completion.model,
@@ -87,23 +86,11 @@ class OpenAIProvider:
         )
 
     def _params(self, request: CompletionRequest) -> dict[str, Any]:
-        params: dict[str, Any] = {
-            "model": request.model,
-            "messages": [dict(m) for m in request.messages],
-            self._max_tokens_param: request.max_tokens,
-            "timeout": request.timeout_s,
-        }
-        for key in ("temperature", "top_p", "seed"):
-            value = getattr(request, key)
-            if value is not None:
-                params[key] = value
-        if request.output_schema is not None:
-            params["response_format"] = {
-                "type": "json_schema",
-                "json_schema": {"name": "output", "schema": dict(request.output_schema)},
-            }
-        if request.request_id:
-            params["extra_headers"] = {REQUEST_ID_HEADER: request.request_id}
+        params = openai_body(request, self._max_tokens_param)
+        params["timeout"] = request.timeout_s
+        headers = request_id_headers(request)
+        if headers:
+            params["extra_headers"] = headers
         return params
 
     async def aclose(self) -> None:
