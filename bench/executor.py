@@ -151,8 +151,9 @@ def spec_for(
                 "params": {"max_tokens": max_tokens, "temperature": 0.0},
             }
         ],
-        "endpoints": {"fake": {"kind": "openai", "base_url": f"{base}/v1"}},
-        "limits": {"fake": limits},
+        # The endpoint's own limits (what a providers file would say): the engine spends
+        # the headroom the server reports within them.
+        "endpoints": {"fake": {"kind": "openai", "base_url": f"{base}/v1", **limits}},
         "retry": retry,
     }
 

@@ -22,7 +22,7 @@ from promptlab.engine.planner import AllVariants, plan_items
 from promptlab.records import FinalRow, VariantRecord, WriteBatch
 from promptlab.redact import Redactor
 from promptlab.store import ItemStore, RunStore, Store
-from promptlab.store.items import _redacted
+from promptlab.store.items import redacted_batch
 
 #: About the length of a short structured answer, with ordinary words and numbers.
 OUTPUT = ("The ticket concerns billing; priority 2, category refund, sentiment neutral. " * 8)[:600]
@@ -90,7 +90,7 @@ def main() -> None:
 
         t0 = time.perf_counter()
         for batch in work:
-            _redacted(batch, Redactor.from_environ())
+            redacted_batch(batch, Redactor.from_environ())
         redact_s = time.perf_counter() - t0
 
         t0 = time.perf_counter()

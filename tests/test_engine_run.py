@@ -13,10 +13,11 @@ import pytest
 
 from promptlab.engine import Engine, RunSpec, parse_spec
 from promptlab.engine.testing import ManualClock, ScriptedProvider
-from promptlab.errors import ErrorKind, ProviderError
+from promptlab.errors import ConfigError, ErrorKind, ProviderError
 from promptlab.providers.base import CompletionRequest
 from promptlab.providers.config import EndpointConfig
-from promptlab.store import RunStore, Store
+from promptlab.records import RunStatus
+from promptlab.store import ItemStore, RunStore, Store
 
 TEMPLATE = [{"role": "user", "content": "Summarize: {{ text }}"}]
 
@@ -310,6 +311,55 @@ def test_cancel_while_a_resume_is_starting_leaves_the_run_cancelled(
         progress = second.wait(run_id, timeout=30)
     assert progress.status == "cancelled"
     assert progress.done == 40 and progress.succeeded < 40
+
+
+def test_one_broken_adapter_stops_the_run_while_another_endpoint_answers(
+    store: Store, tmp_path: Path
+) -> None:
+    # The good endpoint answers many times between two failures of the broken one.
+    good = ScriptedProvider(name="good", latency_s=0.002)
+    broken = ScriptedProvider(name="broken", latency_s=0.02, bug=TypeError("adapter bug"))
+    endpoints = {
+        "good": EndpointConfig("good", "openai", concurrency=4),
+        "broken": EndpointConfig("broken", "openai", concurrency=1),
+    }
+    spec = make_spec(write_dataset(tmp_path / "d.csv", 200))
+    data = dict(spec.raw)
+    data["variants"] = [
+        {**data["variants"][0], "name": "ok", "model": "good:m"},
+        {**data["variants"][0], "name": "bad", "model": "broken:m"},
+    ]
+    providers = {"good": good, "broken": broken}
+    with Engine(store, endpoints=endpoints, provider_factory=lambda c: providers[c.name]) as e:
+        run_id = e.submit(parse_spec(data))
+        progress = e.wait(run_id, timeout=30)
+    assert progress.status == "failed", progress
+    assert progress.reason is not None and "the broken adapter failed" in progress.reason
+    # Stopped at its third failure in a row, though answers from `good` came in between.
+    assert sum(broken.calls.values()) <= 4
+
+
+def test_a_cancel_pressed_during_a_resume_that_fails_still_cancels(
+    store: Store, tmp_path: Path, provider: ScriptedProvider
+) -> None:
+    endpoints = {"fake": EndpointConfig("fake", "openai", concurrency=4)}
+    provider.latency_s = 0.05
+    with Engine(store, endpoints=endpoints, provider_factory=lambda _c: provider) as first:
+        run_id = first.submit(make_spec(write_dataset(tmp_path / "d.csv", 40)))
+        first.cancel(run_id)
+        first.wait(run_id, timeout=30)
+    ItemStore(store).reopen(run_id, [])  # as if the process had died mid-run
+    RunStore(store).set_status(run_id, RunStatus.RUNNING)
+
+    def cancel_then_fail(_cfg: EndpointConfig) -> ScriptedProvider:
+        second.cancel(run_id)  # pressed while the resume holds the run
+        raise ConfigError("the providers file went bad")
+
+    second = Engine(store, endpoints=endpoints, provider_factory=cancel_then_fail)
+    with second, pytest.raises(ConfigError):
+        second.resume(run_id)
+    with second:
+        assert second.status(run_id).status == "cancelled"  # the Cancel was not lost
 
 
 def test_a_specs_limits_cap_only_its_own_run(

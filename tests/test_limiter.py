@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -229,3 +230,22 @@ def test_a_capped_run_shows_the_tighter_of_its_cap_and_the_shared_budget() -> No
     state = capped.state()
     assert (state.name, state.rpm, state.concurrency) == ("sim (run cap)", 600, 8)
     assert shared.state().rpm == 6000  # the shared budget itself is untouched
+
+
+def test_server_headroom_never_lifts_a_runs_own_cap() -> None:
+    clock = FakeClock()
+    shared = EndpointLimiter("e", Limits(rpm=60_000), clock=clock)
+    capped = RunCappedLimiter(shared, Limits(rpm=60))  # one a second for this run
+    capped.observe_headers({"x-ratelimit-remaining-requests": "9999"})
+
+    async def admitted_without_waiting() -> int:
+        count = 0
+        with contextlib.suppress(TimeoutError):
+            for _ in range(100):
+                permit = await asyncio.wait_for(capped.acquire(1), 0.01)
+                capped.release(permit, 1)
+                count += 1
+        return count
+
+    assert asyncio.run(admitted_without_waiting()) == 1  # the cap's one-second burst
+    assert shared._rpm.level > 9000  # the shared budget did take the headroom

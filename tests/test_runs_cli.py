@@ -95,6 +95,12 @@ def test_run_prints_the_id_then_a_summary_and_exits_0(
             "endpoints: {openai: {base_url: 'http://127.0.0.1:9/v1'}}\n",
             "may not change base_url of a configured endpoint",
         ),
+        # Nor change the shared budget every later run on that endpoint would get.
+        (
+            "dataset: rows.csv\nvariants: [{prompt: x}]\n"
+            "endpoints: {sim: {rpm: 100000, concurrency: 500}}\n",
+            "may not change concurrency, rpm of a configured endpoint",
+        ),
         (
             "dataset: rows.csv\nvariants: [{prompt: x}]\n"
             "endpoints: {leak: {kind: openai, base_url: 'http://127.0.0.1:9/v1',"

@@ -60,7 +60,7 @@ def run_command(ctx: click.Context, spec_file: Path, strict: bool, quiet: bool) 
 @click.option("--strict", is_flag=True, help="Exit 4 when the run completes with failed items.")
 @click.option("--quiet", is_flag=True, help="No progress bar; only the summary.")
 @click.pass_context
-@handle_errors
+@handle_errors(usage=(ConfigError,))
 def resume_command(ctx: click.Context, run_id: str, strict: bool, quiet: bool) -> None:
     """Resume a run that was interrupted, cancelled or stopped; finished items are kept."""
     _drive(ctx, lambda wb: wb.resume_run(run_id), strict, quiet)

@@ -43,7 +43,7 @@ from promptlab.providers import build_provider, load_endpoints
 from promptlab.providers.base import Provider
 from promptlab.providers.config import EndpointConfig
 from promptlab.records import FINAL_RUN_STATUSES, ItemErrorKind, RunStatus, VariantRecord
-from promptlab.redact import watch_env
+from promptlab.redact import redact, watch_env
 from promptlab.store import ItemStore, ReadModels, RunStore, Store
 from promptlab.store.connection import is_storage_failure
 
@@ -126,6 +126,18 @@ class Engine:
         writer.start()
         return writer
 
+    def _settle_writer(self) -> None:
+        """Store every answer the writer holds before items are reopened or cancelled.
+
+        A held answer must land as its item's final row: reopening the item would send
+        it again, cancelling it would shadow the answer.
+        """
+        if not self._call(self._writer.flush(), timeout=None):
+            raise StoreError(
+                f"{self._writer.stalled_reason or STORE_UNWRITABLE}; answers are waiting "
+                "to be stored: free space and try again"
+            )
+
     def _ingest_spills(self) -> None:
         """Commit rows an earlier engine spilled, before any run can be resumed."""
         for path in spilled_files(self._spill_dirs):
@@ -173,8 +185,14 @@ class Engine:
         finally:
             with self._claims_lock:
                 self._claims.discard(run_id)
+                # A Cancel pressed during a resume that then failed still applies.
+                cancel_now = run_id in self._pending_cancels and run_id not in self._active
+                self._pending_cancels.discard(run_id)
+            if cancel_now:
+                self.cancel(run_id)
 
     def _resume_claimed(self, run_id: str) -> str:
+        self._settle_writer()
         record = self.runs.get_run(run_id)
         if record.status == RunStatus.COMPLETED:
             raise EngineError(f"run {run_id} is completed: nothing to resume")
@@ -202,15 +220,16 @@ class Engine:
     def cancel(self, run_id: str) -> None:
         """Stop dispatching now; in-flight requests finish. Inactive runs are closed at once."""
         with self._claims_lock:
-            if run_id in self._claims:
+            if run_id in self._claims and run_id not in self._active:
                 # Being resumed: closing its items now would be undone when the resume
                 # reopens them, and the run would then complete. Cancel it as it starts.
                 self._pending_cancels.add(run_id)
                 return
-        active = self._active.get(run_id)
+            active = self._active.get(run_id)
         if active is not None:
             self._loop.call_soon_threadsafe(self._cancel_on_loop, run_id)
             return
+        self._settle_writer()
         record = self.runs.get_run(run_id)
         if record.status in FINAL_RUN_STATUSES:
             return
@@ -350,10 +369,13 @@ class Engine:
             task = self._loop.create_task(
                 self._drive(run_id, spec, variants, endpoints, plan), name=f"run-{run_id}"
             )
+            # Active and unclaimed in one step: a Cancel sees one or the other, never a gap.
             with self._claims_lock:
                 cancelled = run_id in self._pending_cancels
                 self._pending_cancels.discard(run_id)
-            self._active[run_id] = _Active(None, None, task, done, cancel_requested=cancelled)
+                self._active[run_id] = _Active(None, None, task, done, cancel_requested=cancelled)
+                self._claims.discard(run_id)
+            self._unrecorded_ends.pop(run_id, None)
             task.add_done_callback(lambda _t: self._finish(run_id))
             ready.set()
 
@@ -449,6 +471,7 @@ class Engine:
             if cancel_reason is not None and flushed:
                 await asyncio.to_thread(self.items.cancel_open_items, run_id, cancel_reason)
             await asyncio.to_thread(self.runs.set_status, run_id, status, reason)
+            self._unrecorded_ends.pop(run_id, None)
         except Exception as exc:
             if not is_storage_failure(exc):
                 raise
@@ -458,7 +481,7 @@ class Engine:
                 if STORE_UNWRITABLE in said
                 else f"{said} (not recorded: {STORE_UNWRITABLE}: {exc})"
             )
-            self._unrecorded_ends[run_id] = (status, note)
+            self._unrecorded_ends[run_id] = (status, redact(note))
             log.error("run %s: %s", run_id, note)
 
     async def _shutdown(self) -> None:

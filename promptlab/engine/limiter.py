@@ -127,8 +127,12 @@ class EndpointLimiter:
         *,
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
+        spend_headroom: bool = True,
     ) -> None:
         self.name = name
+        #: False for a run's own cap: the server's headroom may hold it back, never
+        #: let it burst past what its spec asked for.
+        self._spend_headroom = spend_headroom
         self._clock = clock
         self._rng = rng or random.Random()
         self._limits = limits
@@ -336,6 +340,9 @@ class EndpointLimiter:
         bucket.refill(now)
         in_flight = self._in_flight if unit == "requests" else self._in_flight_tokens
         truth = float(remaining - in_flight)
+        if not self._spend_headroom:
+            bucket.level = min(bucket.level, truth)
+            return
         if remaining > self._server_burst[unit]:
             self._server_burst[unit] = float(remaining)
             bucket.capacity = max(bucket.capacity, float(remaining))
@@ -389,6 +396,8 @@ class RunCappedLimiter:
                 concurrency=cap.concurrency or UNCAPPED_CONCURRENCY,
                 burst_s=cap.burst_s,
             ),
+            clock=shared._clock,
+            spend_headroom=False,
         )
 
     async def acquire(self, tokens: int) -> Permit:
@@ -410,8 +419,8 @@ class RunCappedLimiter:
         return self.shared.on_throttle(retry_after_s, epoch)
 
     def observe_headers(self, headers: Mapping[str, str]) -> None:
-        # The cap follows them too: the run may spend a burst the server grants, and
-        # its own limits still set its steady rate.
+        # The cap follows them too, but only to hold back: a server with less room than
+        # the cap thinks slows this run; more room never lifts the spec's own limits.
         self.shared.observe_headers(headers)
         self.cap.observe_headers(headers)
 

@@ -88,7 +88,9 @@ class RunExecution:
         self.stop_reason: str | None = None
         self._feeders: list[asyncio.Task[None]] = []
         self._items: set[asyncio.Task[None]] = set()
-        self._internal_streak = 0
+        #: Adapter bugs in a row, per endpoint: one broken adapter stops the run even
+        #: while another endpoint's answers keep coming.
+        self._internal_streak: dict[str, int] = {}
 
     # ---- control -------------------------------------------------------------------
 
@@ -142,8 +144,12 @@ class RunExecution:
                 for item in chunk:
                     if self.stopping.is_set():
                         return
-                    # Backpressure: while the store cannot write, nothing new is sent.
-                    await self.writer.wait_writable()
+                    # Backpressure: while the store cannot write, nothing new is sent;
+                    # once it has given up, the run stops with the store's message.
+                    gave_up = await self.writer.wait_writable()
+                    if gave_up is not None:
+                        self.stop(f"store: {gave_up}")
+                        return
                     prepared = self._prepare(item, lane)
                     if prepared is None:
                         continue
@@ -232,7 +238,7 @@ class RunExecution:
                 self._internal_error(lane, exc)
                 return
             if response is not None:
-                self._internal_streak = 0
+                self._internal_streak[lane.endpoint.name] = 0
                 lane.limiter.release(permit, response.input_tokens + response.output_tokens)
                 lane.limiter.observe_headers(response.headers)
                 self._attempt(item, attempt, started_at, t0, response, None, wait_s, wait_reason)
@@ -292,15 +298,16 @@ class RunExecution:
 
     def _internal_error(self, lane: Lane, exc: Exception) -> None:
         """Count an adapter bug; log its traceback once, stop the run when it repeats."""
-        self._internal_streak += 1
-        if self._internal_streak == 1:
+        streak = self._internal_streak.get(lane.endpoint.name, 0) + 1
+        self._internal_streak[lane.endpoint.name] = streak
+        if streak == 1:
             log.error(
                 "run %s: the %s adapter raised", self.run_id, lane.endpoint.name, exc_info=exc
             )
-        if self._internal_streak >= INTERNAL_STOP_AFTER and self.stop_reason is None:
+        if streak >= INTERNAL_STOP_AFTER and self.stop_reason is None:
             self.stop(
                 f"{ItemErrorKind.INTERNAL}: the {lane.endpoint.name} adapter failed "
-                f"{self._internal_streak} items in a row with {exc!r}"
+                f"{streak} items in a row with {exc!r}"
             )
 
     def _cancel_after_error(self, item: PendingItem, attempt: int, error: ProviderError) -> None:

@@ -292,24 +292,27 @@ def merge_endpoints(
 ) -> dict[str, EndpointConfig]:
     """The configured endpoints with a spec's inline ones added or overriding fields.
 
-    The security model (README, "Security"): a spec may tune the limits of a configured
-    endpoint but never move it (kind, base_url) or name a key; an endpoint it adds has
-    no key and points at loopback. Keys reach only servers the providers file names.
+    The security model (README, "Security"): a spec never changes a configured endpoint
+    (its place, key or shared budget; `limits:` caps only the run itself) and never
+    names a key; an endpoint it adds has no key and points at loopback. Keys reach only
+    servers the providers file names.
     """
     out = dict(base)
     for name, values in inline.items():
         current = out.get(name)
         if current is not None:
-            moved = sorted(
-                field
-                for field in ("kind", "base_url")
-                if field in values and values[field] != getattr(current, field)
+            # Its place, key and shared budget belong to the providers file: a spec
+            # pasted into a shared app must not redirect it or change everyone's budget.
+            changed = sorted(
+                field for field in values if values[field] != getattr(current, field, None)
             )
-            if moved:
+            if changed:
                 raise SpecError(
-                    f"endpoints.{name}: a run spec may not change {', '.join(moved)} of a "
-                    "configured endpoint (use a new endpoint name, or the providers file)"
+                    f"endpoints.{name}: a run spec may not change {', '.join(changed)} of a "
+                    "configured endpoint (cap this run with `limits:`, or use a new "
+                    "endpoint name, or the providers file)"
                 )
+            continue
         else:
             kind = values.get("kind")
             if kind not in KINDS:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import tempfile
 import uuid
 from dataclasses import asdict, fields
@@ -19,6 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from promptlab.records import AttemptRow, FinalRow, WriteBatch
+from promptlab.redact import Redactor
+from promptlab.store.items import redacted_batch
 
 SPILL_SUFFIX = ".jsonl"
 _DATETIME_FIELDS = frozenset({"started_at", "ended_at", "finished_at"})
@@ -32,18 +35,26 @@ def spill_dirs(db_path: Path) -> tuple[Path, ...]:
     """
     resolved = db_path.resolve()
     tag = hashlib.sha256(str(resolved).encode()).hexdigest()[:12]
+    # Per user in the shared temp folder: nobody else may read the answers or plant rows.
+    user = f"{os.getuid()}" if hasattr(os, "getuid") else "user"
     return (
         resolved.parent / f"{resolved.name}.unsaved",
-        Path(tempfile.gettempdir()) / "promptlab-unsaved" / f"{resolved.name}-{tag}",
+        Path(tempfile.gettempdir()) / f"promptlab-unsaved-{user}" / f"{resolved.name}-{tag}",
     )
 
 
 def spill_batch(batch: WriteBatch, folder: Path) -> Path:
-    """Write `batch` to a new file in `folder` (fsynced, then renamed into place)."""
-    folder.mkdir(parents=True, exist_ok=True)
+    """Write `batch` to a new file in `folder` (fsynced, then renamed into place).
+
+    Messages and outputs are redacted first, as they would be in the store; the folder
+    and file are readable by their owner only.
+    """
+    batch = redacted_batch(batch, Redactor.from_environ())
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     name = f"{datetime.now():%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
     partial = folder / f"{name}.partial"
-    with partial.open("w", encoding="utf-8") as handle:
+    descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with open(descriptor, "w", encoding="utf-8") as handle:
         for key in batch.dispatched:
             handle.write(json.dumps({"row": "dispatched", "key": key}) + "\n")
         for attempt in batch.attempts:
@@ -59,12 +70,19 @@ def spill_batch(batch: WriteBatch, folder: Path) -> Path:
 
 
 def spilled_files(folders: tuple[Path, ...]) -> list[Path]:
-    """Spill files waiting in `folders`, oldest first."""
+    """Spill files waiting in `folders`, oldest first: regular files this user owns only
+    (a file planted by someone else, or a symlink, would be taken as stored answers)."""
     found: list[Path] = []
     for folder in folders:
-        if folder.is_dir():
-            found.extend(folder.glob(f"*{SPILL_SUFFIX}"))
+        if folder.is_dir() and not folder.is_symlink():
+            found.extend(p for p in folder.glob(f"*{SPILL_SUFFIX}") if _own_regular_file(p))
     return sorted(found, key=lambda p: p.name)
+
+
+def _own_regular_file(path: Path) -> bool:
+    info = path.lstat()
+    owner_ok = not hasattr(os, "getuid") or info.st_uid == os.getuid()
+    return stat.S_ISREG(info.st_mode) and owner_ok
 
 
 def read_spill(path: Path) -> WriteBatch:

@@ -64,8 +64,6 @@ class ScriptedProvider:
                 await self.hold.wait()
             while self.held is not None and self.held.is_set():
                 await asyncio.sleep(HOLD_POLL_S)
-            if self.bug is not None:
-                raise self.bug
             if self.rpm is not None and not self._take():
                 self.throttled += 1
                 raise ProviderError(
@@ -83,6 +81,8 @@ class ScriptedProvider:
                     raise error
             if self.latency_s:
                 await asyncio.sleep(self.latency_s)
+            if self.bug is not None:
+                raise self.bug
             self.successes[key] += 1
             text = f"answer to {request.messages[-1]['content'][:40]}"
             return CompletionResponse(

@@ -42,6 +42,24 @@ MAX_BATCH_FAILURES = 3
 STALL_STOP_S = 10.0
 
 
+class StorageFailure(Exception):
+    """The disk refused a row-by-row write; `unwritten` holds the rows not yet stored."""
+
+    def __init__(self, cause: Exception) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+        self.unwritten = WriteBatch()
+
+
+def _joined(rows: list[WriteBatch]) -> WriteBatch:
+    joined = WriteBatch()
+    for row in rows:
+        joined.dispatched += row.dispatched
+        joined.attempts += row.attempts
+        joined.finals += row.finals
+    return joined
+
+
 class BatchWriter:
     """Collects writes from every run on the engine loop; one flush commits at a time."""
 
@@ -62,6 +80,7 @@ class BatchWriter:
         self._full = asyncio.Event()
         self._writable = asyncio.Event()
         self._writable.set()
+        self._stopping = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.committed_rows = 0
         self.last_error: str | None = None
@@ -80,9 +99,11 @@ class BatchWriter:
         Returns the spill file when rows had to be set aside there.
         """
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            # Let the loop finish the write it may be in: cancelling it mid-commit could
+            # drop that batch if the commit then failed.
+            self._stopping.set()
+            self._full.set()
+            await self._task
             self._task = None
         if await self.flush():
             return None
@@ -111,9 +132,14 @@ class BatchWriter:
         """Rows buffered and not yet committed."""
         return len(self._batch)
 
-    async def wait_writable(self) -> None:
-        """Return once the store takes writes (at once when it does)."""
+    async def wait_writable(self) -> str | None:
+        """Wait until the store takes writes (at once when it does).
+
+        Returns None then, or the reason when the store has stayed unwritable for
+        STALL_STOP_S: the caller should stop instead of dispatching.
+        """
         await self._writable.wait()
+        return self.stalled_reason if self._stall_reported else None
 
     # ---- committing ------------------------------------------------------------------
 
@@ -144,7 +170,12 @@ class BatchWriter:
             if not len(batch):
                 return
             if self._failures >= MAX_BATCH_FAILURES and self.stalled_reason is None:
-                await asyncio.to_thread(self._write_row_by_row, batch)
+                try:
+                    await asyncio.to_thread(self._write_row_by_row, batch)
+                except StorageFailure as failure:
+                    self._keep(failure.unwritten)
+                    self._failed(failure.cause)
+                    raise
                 self._failures = 0
                 return
             try:
@@ -179,32 +210,46 @@ class BatchWriter:
             self._stalled_since = time.monotonic()
             log.error("the store cannot write; dispatch paused: %s", exc)
         self.stalled_reason = f"{STORE_UNWRITABLE}: {exc}"
-        self._writable.clear()
+        if not self._stall_reported:
+            self._writable.clear()
 
     def _write_row_by_row(self, batch: WriteBatch) -> None:
-        """Commit each row alone; a final row the store refuses is kept as a failure."""
-        for key in batch.dispatched:
-            self._write_alone(WriteBatch(dispatched=[key]))
-        for attempt in batch.attempts:
-            self._write_alone(WriteBatch(attempts=[attempt]))
-        for final in batch.finals:
-            error = self._write_alone(WriteBatch(finals=[final]))
-            if error is not None:
-                # The item still gets its one final row, without what could not be stored.
-                stored = replace(
-                    final,
-                    status="failed",
-                    error_kind=ItemErrorKind.STORE_ERROR,
-                    error_message=f"the result could not be stored: {error}"[:500],
-                    output_text=None,
-                    params={},
-                )
-                self._write_alone(WriteBatch(finals=[stored]))
+        """Commit each row alone; a final row the store refuses is kept as a failure.
+
+        A storage failure (the disk, not the row) stops the pass: the rows not yet
+        written go back to the caller inside the StorageFailure.
+        """
+        rows = [WriteBatch(dispatched=[key]) for key in batch.dispatched]
+        rows += [WriteBatch(attempts=[attempt]) for attempt in batch.attempts]
+        rows += [WriteBatch(finals=[final]) for final in batch.finals]
+        for position, row in enumerate(rows):
+            try:
+                self._write_one(row)
+            except StorageFailure as failure:
+                failure.unwritten = _joined(rows[position:])
+                raise
+
+    def _write_one(self, row: WriteBatch) -> None:
+        error = self._write_alone(row)
+        if error is None or not row.finals:
+            return
+        # The item still gets its one final row, without what could not be stored.
+        stored = replace(
+            row.finals[0],
+            status="failed",
+            error_kind=ItemErrorKind.STORE_ERROR,
+            error_message=f"the result could not be stored: {error}"[:500],
+            output_text=None,
+            params={},
+        )
+        self._write_alone(WriteBatch(finals=[stored]))
 
     def _write_alone(self, batch: WriteBatch) -> str | None:
         try:
             self._items.write_batch(batch)
         except Exception as exc:  # noqa: BLE001 - one row is set aside, the rest go on
+            if is_storage_failure(exc):
+                raise StorageFailure(exc) from exc
             log.error("set aside a row the store refused: %s", exc)
             return str(exc)
         self.committed_rows += len(batch)
@@ -232,12 +277,16 @@ class BatchWriter:
         return None
 
     async def _loop(self) -> None:
-        while True:
+        while not self._stopping.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._full.wait(), self._interval_s)
-            if await self.flush():
+            if self._stopping.is_set() or await self.flush():
                 continue
-            if not self._stall_reported and self._on_stall is not None:
+            if not self._stall_reported:
                 self._stall_reported = True
-                self._on_stall(self.stalled_reason or STORE_UNWRITABLE)
-            await asyncio.sleep(RETRY_FLUSH_S)
+                # Runs waiting to dispatch wake up to see that the store gave out, and stop.
+                self._writable.set()
+                if self._on_stall is not None:
+                    self._on_stall(self.stalled_reason or STORE_UNWRITABLE)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), RETRY_FLUSH_S)

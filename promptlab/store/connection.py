@@ -35,6 +35,7 @@ _STORAGE_MESSAGES = (
     "read-only file system",
     "input/output error",
     "could not write file",
+    "could not write to file",
     "could not fsync",
 )
 _STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO})

@@ -132,7 +132,7 @@ class ItemStore:
 
         Messages and outputs are redacted first: a server may echo the key it was sent.
         """
-        batch = _redacted(batch, Redactor.from_environ())
+        batch = redacted_batch(batch, Redactor.from_environ())
         # The first final row per item wins, so the results insert and the items update
         # below cannot pick different rows for one item.
         first_finals: dict[str, FinalRow] = {}
@@ -271,7 +271,7 @@ class ItemStore:
         return int(count[0]) if count else 0
 
 
-def _redacted(batch: WriteBatch, redactor: Redactor) -> WriteBatch:
+def redacted_batch(batch: WriteBatch, redactor: Redactor) -> WriteBatch:
     """The batch with secrets masked; rows are copied only when something was masked."""
     attempts = [_masked(a, redactor, ("error_message",)) for a in batch.attempts]
     finals = [_masked(f, redactor, ("error_message", "output_text")) for f in batch.finals]

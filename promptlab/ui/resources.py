@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import threading
 
 import streamlit as st
@@ -26,6 +27,10 @@ def _open_workbench(db_path: str, load_demo: bool) -> Workbench:
     if load_demo and workbench.prompts.is_empty():
         workbench.load_demo()  # first start with an empty database
     with _opened_lock:
+        if not _opened:
+            # Stop the engine when the server stops: answers it still holds (a full disk)
+            # are spilled for the next start instead of being lost.
+            atexit.register(close_all)
         _opened.append(workbench)
     return workbench
 

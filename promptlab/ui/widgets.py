@@ -9,6 +9,8 @@ from typing import Any
 
 import streamlit as st
 
+from promptlab.redact import redact
+
 #: Strings allowed to be longer than this get a text area instead of a one-line input.
 LONG_TEXT_CHARS = 200
 #: ASCII punctuation that Markdown (or Streamlit's additions: `$` LaTeX, `:` icons and
@@ -95,5 +97,6 @@ def escape_markdown(text: str) -> str:
 
 
 def show_error(error: str | BaseException, *, icon: str = ":material/error:") -> None:
-    """An error box showing the message as plain text (`__class__` stays `__class__`)."""
-    st.error(escape_markdown(str(error)), icon=icon)
+    """An error box showing the message as plain text (`__class__` stays `__class__`),
+    with any key value or credential-shaped string masked."""
+    st.error(escape_markdown(redact(str(error))), icon=icon)
