@@ -207,7 +207,8 @@ class Engine:
         # the process died, or a chunk failed) is planned again from scratch.
         replan = record.scheduled_at is None
         if replan:
-            check_dataset(spec.dataset)
+            # The dataset may have changed since: the plan's ceiling holds again.
+            check_plan_size(spec, check_dataset(spec.dataset), self.settings.max_items)
             self.items.clear_plan(run_id)
         else:
             reopened = self.items.reopen(
