@@ -101,7 +101,7 @@ def draft_messages(base: PromptVersion) -> list[dict[str, str]]:
     key = f"draft::{base.id}"
     if key not in st.session_state:
         st.session_state[key] = [
-            {"uid": uuid.uuid4().hex, "role": m.role, "content": m.content}
+            {"uid": uuid.uuid4().hex, "role": m.role, "content": m.content, "when": m.when}
             for m in base.template.messages
         ]
     drafts: list[dict[str, str]] = st.session_state[key]
@@ -124,6 +124,9 @@ def edit_tab(wb: Workbench, base: PromptVersion) -> None:
             value=draft["content"],
             key=f"content::{draft['uid']}",
             height=160,
+            help=f"Sent only when `{draft['when']}` has a value (set in the prompt file)."
+            if draft.get("when")
+            else None,
         )
         if remove_col.button("✕", key=f"remove::{draft['uid']}", help="Remove this message"):
             drafts.pop(index)
@@ -176,7 +179,11 @@ def edit_tab(wb: Workbench, base: PromptVersion) -> None:
     if saved:
         try:
             template = Template.build(
-                [{"role": d["role"], "content": d["content"]} for d in drafts],
+                # `when:` (an optional message) is kept as it was; the YAML file sets it.
+                [
+                    {"role": d["role"], "content": d["content"], "when": d.get("when")}
+                    for d in drafts
+                ],
                 params={
                     "model": model.strip(),
                     "temperature": temperature,

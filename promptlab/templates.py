@@ -124,6 +124,9 @@ _ENV = _environment()
 class Message:
     role: str
     content: str
+    #: A variable name: the message is sent only when that value is present and not
+    #: empty (an optional system prompt, a few-shot turn only some rows have).
+    when: str | None = None
 
 
 @dataclass(frozen=True)
@@ -150,6 +153,8 @@ class Template:
         """Check messages, params and schemas; return a template ready to save."""
         msgs = tuple(_to_message(m, i) for i, m in enumerate(messages))
         check_role_order(msgs)
+        # Optional messages may all be left out: the order must hold then too.
+        check_role_order(tuple(m for m in msgs if m.when is None))
         for index, message in enumerate(msgs):
             if len(message.content) > MAX_MESSAGE_CHARS:
                 raise TemplateLimitError(
@@ -158,10 +163,11 @@ class Template:
                 )
             check_safe(message.content, where=_where(index, message))
         names, shapes = _extract(msgs)
+        refinements = _optional_when_variables(msgs, names, variables or {})
         template = cls(
             messages=msgs,
             params=normalize_params(params or {}),
-            variables=variable_schema(names, shapes, variables or {}),
+            variables=variable_schema(names, shapes, refinements),
             output_schema=_check_output_schema(output_schema),
         )
         size = len(json.dumps(template.canonical(), ensure_ascii=False))
@@ -190,7 +196,11 @@ class Template:
     def canonical(self) -> dict[str, Any]:
         """Plain JSON-able content; the version id is the hash of this."""
         return {
-            "messages": [{"role": m.role, "content": m.content} for m in self.messages],
+            # `when` only where set, so templates without it keep their content hash.
+            "messages": [
+                {"role": m.role, "content": m.content, **({"when": m.when} if m.when else {})}
+                for m in self.messages
+            ],
             "params": dict(sorted(self.params.items())),
             "variables": self.variables,
             "output_schema": self.output_schema,
@@ -202,7 +212,9 @@ class Template:
     @classmethod
     def from_canonical(cls, content: Mapping[str, Any]) -> Template:
         return cls(
-            messages=tuple(Message(m["role"], m["content"]) for m in content["messages"]),
+            messages=tuple(
+                Message(m["role"], m["content"], m.get("when")) for m in content["messages"]
+            ),
             params=dict(content["params"]),
             variables=dict(content["variables"]),
             output_schema=content.get("output_schema"),
@@ -234,10 +246,17 @@ class Template:
         One budget of loop iterations and characters covers all messages; going past it
         raises TemplateLimitError naming the message being rendered.
         """
-        filled = self.validate_values(values)
+        # An empty value of a `when:` variable means "leave the message out", not a value
+        # to check against its type (a JSONL null, a blank CSV cell).
+        optional = {m.when for m in self.messages if m.when is not None}
+        filled = self.validate_values(
+            {k: v for k, v in values.items() if not (k in optional and _is_empty(v))}
+        )
         budget = RenderBudget()
         rendered = []
         for index, message in enumerate(self.messages):
+            if message.when is not None and _is_empty(filled.get(message.when)):
+                continue
             budget.where = _where(index, message)
             compiled = _compiled(message.content, budget.where)
             chunks = []
@@ -251,6 +270,9 @@ class Template:
             except (TypeError, ValueError, OverflowError) as exc:  # a filter given the wrong kind
                 raise TemplateError(f"{budget.where}: {type(exc).__name__}: {exc}") from exc
             rendered.append({"role": message.role, "content": "".join(chunks)})
+        if len(rendered) != len(self.messages):
+            sent = tuple(Message(m["role"], m["content"]) for m in rendered)
+            check_role_order(sent)  # e.g. an optional turn left two user messages in a row
         return rendered
 
 
@@ -473,7 +495,34 @@ def _to_message(item: Mapping[str, Any] | Message, index: int) -> Message:
     role, content = _text_field(item, "role", index), _text_field(item, "content", index)
     if not content.strip():
         raise TemplateError(f"messages[{index}].content: empty")
-    return Message(role.strip().lower(), content)
+    when = item.get("when")
+    if when is not None and (not isinstance(when, str) or not _IDENTIFIER.match(when)):
+        raise TemplateError(f"messages[{index}].when: expected a variable name, got {when!r:.40}")
+    return Message(role.strip().lower(), content, when)
+
+
+def _optional_when_variables(
+    messages: tuple[Message, ...], names: list[str], refinements: Mapping[str, Any]
+) -> Mapping[str, Any]:
+    """Add each `when:` variable to `names`, optional unless the author said otherwise."""
+    if not isinstance(refinements, Mapping) or refinements.get("type") == "object":
+        return refinements  # a full schema is the author's word; checked as given
+    out = dict(refinements)
+    for message in messages:
+        if message.when is None:
+            continue
+        if message.when not in names:
+            names.append(message.when)
+        if message.when not in out:
+            out[message.when] = {"required": False}
+    return out
+
+
+def _is_empty(value: Any) -> bool:
+    return value is None or (isinstance(value, str | list | dict) and not value)
+
+
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def _text_field(item: Mapping[str, Any], name: str, index: int) -> str:

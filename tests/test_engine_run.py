@@ -479,3 +479,26 @@ def test_scripted_errors_are_raised_in_order_one_per_attempt(
         ).fetchall()
     assert rows == [(1, "server", "error"), (2, "timeout", "error"), (3, None, "ok")]
     assert not provider.script
+
+
+def test_params_can_come_from_dataset_columns_row_by_row(
+    engine: Engine, store: Store, tmp_path: Path, provider: ScriptedProvider
+) -> None:
+    seen: dict[str, CompletionRequest] = {}
+    provider.fault = lambda request, _n: seen.update({request.request_id or "": request})  # type: ignore[func-returns-value]
+    dataset = tmp_path / "d.csv"
+    dataset.write_text("text,budget\nshort,16\nlong,300\nblank,\nbad,lots\n")
+    data = dict(make_spec(dataset).raw)
+    data["variants"] = [{**data["variants"][0], "params_from": {"max_tokens": "budget"}}]
+    run_id = engine.submit(parse_spec(data))
+    assert engine.wait(run_id, timeout=30).status == "completed"
+    with store.read() as cur:
+        rows = cur.execute(
+            "SELECT row_index, idempotency_key, status, error_message, params FROM results "
+            "WHERE run_id = ? ORDER BY row_index",
+            [run_id],
+        ).fetchall()
+    sent = [seen[key].max_tokens if key in seen else None for _, key, *_ in rows]
+    assert sent == [16, 300, 20, None]  # a blank cell keeps the variant's own max_tokens
+    assert rows[3][2] == "failed" and "column 'budget' (max_tokens): 'lots'" in rows[3][3]
+    assert '"max_tokens": 300' in rows[1][4]  # the params actually sent are recorded

@@ -146,6 +146,10 @@ def test_run_prints_the_id_then_a_summary_and_exits_0(
             "the simulator has no model 'nosuchmodel'",
         ),
         (
+            "dataset: rows.csv\nvariants: [{prompt: x, params_from: {seed: col}}]\n",
+            "params_from: map params (max_tokens, temperature, top_p) to dataset column",
+        ),
+        (
             "name: 123\ndataset: rows.csv\nvariants: [{prompt: x}]\n",
             "'name' must be a string, got 123",
         ),

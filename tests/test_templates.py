@@ -456,3 +456,50 @@ def test_values_of_the_wrong_kind_for_a_filter_are_a_template_error(
 ) -> None:
     with pytest.raises(TemplateError, match=r"^messages\[0\] \(user\): "):
         build(source, variables=typed(values)).render(values)
+
+
+def test_an_optional_message_is_sent_only_when_its_variable_has_a_value() -> None:
+    template = Template.build(
+        [
+            {"role": "system", "content": "{{ system_prompt }}", "when": "system_prompt"},
+            {"role": "user", "content": "{{ question }}"},
+        ]
+    )
+    assert "system_prompt" not in template.variables.get("required", [])
+    with_system = template.render({"system_prompt": "Be brief.", "question": "Why?"})
+    assert [m["role"] for m in with_system] == ["system", "user"]
+    for absent in ({}, {"system_prompt": ""}, {"system_prompt": None}):
+        rendered = template.render({"question": "Why?", **absent})
+        assert rendered == [{"role": "user", "content": "Why?"}]
+
+
+def test_when_is_kept_in_the_content_and_only_where_set() -> None:
+    plain = Template.build([{"role": "user", "content": "{{ q }}"}])
+    assert "when" not in plain.canonical()["messages"][0]  # old hashes stay as they were
+    optional = Template.build(
+        [{"role": "system", "content": "ctx", "when": "ctx"}, {"role": "user", "content": "hi"}]
+    )
+    again = Template.from_canonical(optional.canonical())
+    assert again.messages[0].when == "ctx" and again.content_hash() == optional.content_hash()
+
+
+@pytest.mark.parametrize(
+    ("messages", "error"),
+    [
+        # Without the optional user turn, two assistant... no: user then user in a row.
+        (
+            [
+                {"role": "user", "content": "a"},
+                {"role": "assistant", "content": "b", "when": "shot"},
+                {"role": "user", "content": "c"},
+            ],
+            "two user messages in a row",
+        ),
+        ([{"role": "user", "content": "a", "when": "not a name"}], "expected a variable name"),
+    ],
+)
+def test_optional_messages_must_keep_the_role_order_when_left_out(
+    messages: list[dict[str, str]], error: str
+) -> None:
+    with pytest.raises(TemplateError, match=error):
+        Template.build(messages)

@@ -13,8 +13,9 @@ from promptlab.engine.clock import SYSTEM_CLOCK, Clock
 from promptlab.engine.limiter import Limiter, Permit
 from promptlab.engine.progress import Counters
 from promptlab.engine.retry import THROTTLE_KINDS, Action, RetryPolicy, classify
+from promptlab.engine.spec import PARAM_COLUMNS_KEY
 from promptlab.engine.writer import BatchWriter
-from promptlab.errors import ErrorKind, PromptlabError, ProviderError
+from promptlab.errors import ErrorKind, PromptlabError, ProviderError, TemplateError
 from promptlab.providers.base import CompletionRequest, CompletionResponse, Provider
 from promptlab.providers.config import EndpointConfig, cost_usd
 from promptlab.records import (
@@ -26,7 +27,7 @@ from promptlab.records import (
     VariantRecord,
 )
 from promptlab.store.items import ItemStore
-from promptlab.templates import Template, coerce_text_values
+from promptlab.templates import Template, coerce_text_values, normalize_params
 from promptlab.tokens import check_fits
 
 log = logging.getLogger(__name__)
@@ -91,6 +92,8 @@ class RunExecution:
         #: Adapter bugs in a row, per endpoint: one broken adapter stops the run even
         #: while another endpoint's answers keep coming.
         self._internal_streak: dict[str, int] = {}
+        #: Params of items whose variant reads some from dataset columns, until final.
+        self._row_params: dict[str, Mapping[str, Any]] = {}
 
     # ---- control -------------------------------------------------------------------
 
@@ -169,9 +172,9 @@ class RunExecution:
         """Render the request; an item that cannot be sent gets its final row now."""
         variant = self.variants[item.variant_index]
         template = self.templates[item.variant_index]
-        params = variant.params
-        max_tokens = int(params.get("max_tokens") or 256)
         try:
+            params = row_params(variant.params, item.values)
+            max_tokens = int(params.get("max_tokens") or 256)
             values = coerce_text_values(template, {k: v for k, v in item.values.items()})
             messages = template.render(values)
             tokens = check_fits(lane.endpoint, variant.model, messages, max_tokens)
@@ -195,6 +198,8 @@ class RunExecution:
             request_id=item.key,
             timeout_s=self.policy.timeout_s,
         )
+        if params is not variant.params:
+            self._row_params[item.key] = params
         return Prepared(request, tokens + max_tokens)
 
     async def _run_item(
@@ -385,7 +390,7 @@ class RunExecution:
                 prompt_version_id=variant.prompt_version_id,
                 endpoint=variant.endpoint,
                 model=variant.model,
-                params=variant.params,
+                params=self._row_params.pop(item.key, variant.params),
                 attempts=item.attempts if attempts is None else attempts,
                 finished_at=self.clock.now(),
                 error_kind=error[0] if error else None,
@@ -394,6 +399,31 @@ class RunExecution:
             )
         )
         self.counters.finished(status, was_in_flight)
+
+
+def row_params(params: Mapping[str, Any], row: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The variant's params with those it reads from dataset columns filled in for `row`.
+
+    A blank cell keeps the variant's own value; a value of the wrong type or range
+    raises TemplateError naming the column (the item fails as invalid input).
+    """
+    columns = params.get(PARAM_COLUMNS_KEY)
+    if not columns:
+        return params
+    out = {k: v for k, v in params.items() if k != PARAM_COLUMNS_KEY}
+    for param, column in columns.items():
+        raw = row.get(column)
+        if raw is None or (isinstance(raw, str) and not raw.strip()):
+            continue
+        try:
+            value: Any = int(raw) if param == "max_tokens" else float(raw)
+            normalize_params({"model": "check:only", param: value})
+        except (TypeError, ValueError, TemplateError) as exc:
+            raise TemplateError(
+                f"column {column!r} ({param}): {raw!r} is not valid: {exc}"
+            ) from exc
+        out[param] = value
+    return out
 
 
 def _describe(error: ProviderError) -> tuple[str, str]:

@@ -25,7 +25,11 @@ from promptlab.yamlio import parse_yaml, read_yaml
 SPEC_FIELDS = frozenset(
     {"name", "dataset", "variants", "repeats", "limits", "retry", "endpoints", "limit_rows"}
 )
-VARIANT_FIELDS = frozenset({"name", "prompt", "messages", "model", "params", "output_schema"})
+VARIANT_FIELDS = frozenset(
+    {"name", "prompt", "messages", "model", "params", "params_from", "output_schema"}
+)
+#: Where a variant's record keeps `params_from` (param -> dataset column) among its params.
+PARAM_COLUMNS_KEY = "columns"
 LIMIT_FIELDS = frozenset({"rpm", "tpm", "concurrency", "burst_s"})
 ENDPOINT_FIELDS = frozenset({"kind", "base_url", "rpm", "tpm", "concurrency"})
 #: Request params a variant may set on top of its template's.
@@ -52,6 +56,8 @@ class VariantSpec:
     model: str | None = None
     params: Mapping[str, Any] = field(default_factory=dict)
     output_schema: Mapping[str, Any] | None = None
+    #: Params read per row from dataset columns (param -> column), e.g. max_tokens.
+    params_from: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -191,7 +197,23 @@ def _variant(data: Any, index: int) -> VariantSpec:
         model=str(model) if model is not None else None,
         params=dict(params),
         output_schema=data.get("output_schema"),
+        params_from=_params_from(data.get("params_from"), where),
     )
+
+
+def _params_from(value: Any, where: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if (
+        not isinstance(value, Mapping)
+        or set(value) - VARIANT_PARAMS
+        or not all(isinstance(c, str) and c for c in value.values())
+    ):
+        raise SpecError(
+            f"{where}.params_from: map params ({', '.join(sorted(VARIANT_PARAMS))}) to "
+            "dataset column names"
+        )
+    return {str(k): str(v) for k, v in value.items()}
 
 
 def _limits(data: Any) -> dict[str, Limits]:
@@ -395,6 +417,8 @@ def resolve_variants(
             if key in template.params
         }
         params.update(variant.params)
+        if variant.params_from:
+            params[PARAM_COLUMNS_KEY] = dict(variant.params_from)
         records.append(
             VariantRecord(
                 index=index,
