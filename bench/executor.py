@@ -28,7 +28,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,14 +36,7 @@ from typing import Any
 import aiohttp
 import openai
 import yaml
-from aiolimiter import AsyncLimiter
-from tenacity import (
-    RetryCallState,
-    retry,
-    retry_if_exception_type,
-    stop_after_attempt,
-    wait_random_exponential,
-)
+from peer import Peer  # bench/peer.py, beside this script
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "gpt-4o-mini"
@@ -58,14 +51,6 @@ SERVER_BURST_S = 10.0
 STEADY_FROM, STEADY_TO = 0.1, 0.9
 #: A window of this many seconds with no 429 after the last one counts as converged.
 CONVERGE_QUIET_S = 5.0
-#: The peer's limiter window: one second of the per-minute budget, so it never bursts
-#: more than a second's worth. A 60 s window (`AsyncLimiter(rpm)`) bursts a whole minute:
-#: in rpm at --scale 0.5 it finished as fast as the engine but drew ~63% 429s and failed
-#: a few items after 6 attempts; this one draws none and forgoes the server's burst.
-PEER_WINDOW_S = 1.0
-#: The peer's retries: the OpenAI cookbook's tenacity recipe (6 attempts, random exponential
-#: waits), with shorter waits than its 1-60 s since the server is local.
-PEER_ATTEMPTS, PEER_BACKOFF_BASE_S, PEER_BACKOFF_MAX_S = 6, 0.5, 20.0
 
 
 @dataclass
@@ -362,86 +347,6 @@ def bare_aiohttp(base: str, n: int, concurrency: int) -> float:
     return asyncio.run(main())
 
 
-# ---- the peer: the best hand-written client -----------------------------------------
-
-
-class RetryableStatus(Exception):
-    """A 429 or 5xx answer, with the server's retry-after when it sent one."""
-
-    def __init__(self, status: int, retry_after_s: float | None) -> None:
-        super().__init__(f"HTTP {status}")
-        self.retry_after_s = retry_after_s
-
-
-def retry_after_s(headers: Mapping[str, str]) -> float | None:
-    """`retry-after-ms`, else `retry-after` in seconds; None when absent or a date."""
-    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
-        with contextlib.suppress(KeyError, ValueError):
-            return float(headers[name]) * scale
-    return None
-
-
-def wait_retry_after_or_backoff(state: RetryCallState) -> float:
-    """Jittered exponential backoff, but never less than the server's retry-after."""
-    backoff = wait_random_exponential(multiplier=PEER_BACKOFF_BASE_S, max=PEER_BACKOFF_MAX_S)
-    exc = state.outcome.exception() if state.outcome else None
-    hinted = exc.retry_after_s if isinstance(exc, RetryableStatus) else None
-    return max(hinted or 0.0, backoff(state))
-
-
-class Peer:
-    """aiohttp + aiolimiter + tenacity + a semaphore, as a careful engineer writes it."""
-
-    def __init__(
-        self, base: str, *, concurrency: int, max_tokens: int, rpm: int | None = None,
-        tpm: int | None = None, timeout_s: float = 600.0,
-    ) -> None:  # fmt: skip
-        self.url = f"{base}/v1/chat/completions"
-        self.gate = asyncio.Semaphore(concurrency)
-        self.max_tokens = max_tokens
-        self.requests = AsyncLimiter(rpm / 60 * PEER_WINDOW_S, PEER_WINDOW_S) if rpm else None
-        self.tokens = AsyncLimiter(tpm / 60 * PEER_WINDOW_S, PEER_WINDOW_S) if tpm else None
-        self.timeout = aiohttp.ClientTimeout(total=timeout_s)
-
-    @retry(
-        stop=stop_after_attempt(PEER_ATTEMPTS),
-        wait=wait_retry_after_or_backoff,
-        retry=retry_if_exception_type((RetryableStatus, aiohttp.ClientError, TimeoutError)),
-        reraise=True,
-    )
-    async def complete(self, session: aiohttp.ClientSession, text: str) -> None:
-        from promptlab.tokens import estimate_prompt_tokens  # the count fakellm charges
-
-        messages = [{"role": "user", "content": text}]
-        body = {"model": MODEL, "messages": messages, "max_tokens": self.max_tokens}
-        async with self.gate:  # in flight only: a backoff sleep holds no slot
-            if self.requests:
-                await self.requests.acquire()
-            if self.tokens:
-                await self.tokens.acquire(estimate_prompt_tokens(messages) + self.max_tokens)
-            async with session.post(self.url, json=body, timeout=self.timeout) as resp:
-                if resp.status == 429 or resp.status >= 500:
-                    raise RetryableStatus(resp.status, retry_after_s(resp.headers))
-                resp.raise_for_status()
-                await resp.json()
-
-    async def run(self, texts: list[str]) -> dict[str, Any]:
-        times: list[float] = []
-        connector = aiohttp.TCPConnector(limit=0)  # the semaphore is the limit
-        async with aiohttp.ClientSession(connector=connector) as session:
-
-            async def one(text: str) -> None:
-                with contextlib.suppress(RetryableStatus, aiohttp.ClientError, TimeoutError):
-                    await self.complete(session, text)
-                    times.append(time.time())
-
-            t0 = time.monotonic()
-            await asyncio.gather(*(one(t) for t in texts))
-            wall = time.monotonic() - t0
-        ok = len(times)
-        return {"ok": ok, "failed": len(texts) - ok, "lost": 0, "wall": wall, "times": times}
-
-
 # ---- scenarios ---------------------------------------------------------------------
 
 
@@ -463,7 +368,7 @@ def run_client(
             base, texts, max_tokens=max_tokens, concurrency=concurrency, timeout_s=timeout_s
         )
     peer = Peer(
-        base, concurrency=concurrency, max_tokens=max_tokens, rpm=limits.get("rpm"),
+        base, model=MODEL, concurrency=concurrency, max_tokens=max_tokens, rpm=limits.get("rpm"),
         tpm=limits.get("tpm"), timeout_s=timeout_s,
     )  # fmt: skip
     return asyncio.run(peer.run(texts))
