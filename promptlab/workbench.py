@@ -72,7 +72,7 @@ class RunView:
     variants: list[VariantSummary]
     failure_kinds: dict[str, int]
     failures: list[FailureExample]
-    events: list[tuple[str, str | None, datetime]]
+    events: list[tuple[RunStatus, str | None, datetime]]
     #: When the run last started running: later than `run.started_at` after a resume.
     last_started_at: datetime | None
     active: bool = False

@@ -12,7 +12,6 @@ from datetime import datetime
 
 import duckdb
 
-from promptlab.errors import StoreError
 from promptlab.records import (
     FINAL_ITEM_STATUSES,
     OPEN_ITEM_STATUSES,
@@ -20,12 +19,13 @@ from promptlab.records import (
     ItemCounts,
     ItemStatus,
     RunRecord,
+    RunStatus,
     RunSummary,
     RunWithCounts,
     VariantSummary,
 )
 from promptlab.store.connection import Store
-from promptlab.store.runs import RUN_COLUMNS, run_from_row
+from promptlab.store.runs import RUN_COLUMNS, fetch_events, fetch_run, run_from_row
 
 #: Per-state item counts as SQL aggregates over `items`, named as ItemCounts fields.
 _COUNT_COLUMNS = ", ".join(f"count(*) FILTER (WHERE status = '{s}') AS {s}" for s in ItemStatus)
@@ -64,26 +64,17 @@ class ReadModels:
 
     def run(self, run_id: str) -> RunRecord:
         with self._reading() as cur:
-            row = cur.execute(
-                f"SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?", [run_id]
-            ).fetchone()
-        if row is None:
-            raise StoreError(f"no run with id {run_id!r}")
-        return run_from_row(row)
+            return fetch_run(cur, run_id)
 
     def item_counts_of(self, run_id: str) -> ItemCounts:
         """Items of the run per state, typed."""
         counts = self.item_counts(run_id)
         return ItemCounts(**{str(k): v for k, v in counts.items()})
 
-    def events(self, run_id: str) -> list[tuple[str, str | None, datetime]]:
+    def events(self, run_id: str) -> list[tuple[RunStatus, str | None, datetime]]:
         """Every status change of the run, oldest first: (status, reason, when)."""
         with self._reading() as cur:
-            rows = cur.execute(
-                "SELECT status, reason, changed_at FROM run_events WHERE run_id = ? ORDER BY seq",
-                [run_id],
-            ).fetchall()
-        return [(str(r[0]), r[1], r[2]) for r in rows]
+            return fetch_events(cur, run_id)
 
     def last_start(self, run_id: str) -> datetime | None:
         """When the run last started running (its resume, if it was resumed)."""

@@ -88,12 +88,7 @@ class RunStore:
 
     def get_run(self, run_id: str) -> RunRecord:
         with self.store.read() as cur:
-            row = cur.execute(
-                f"SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?", [run_id]
-            ).fetchone()
-        if row is None:
-            raise StoreError(f"no run with id {run_id!r}")
-        return run_from_row(row)
+            return fetch_run(cur, run_id)
 
     def list_runs(self, limit: int = 100) -> list[RunRecord]:
         """The newest `limit` runs, newest first."""
@@ -106,11 +101,7 @@ class RunStore:
     def events(self, run_id: str) -> list[tuple[RunStatus, str | None, datetime]]:
         """Every status change of the run, oldest first: (status, reason, when)."""
         with self.store.read() as cur:
-            rows = cur.execute(
-                "SELECT status, reason, changed_at FROM run_events WHERE run_id = ? ORDER BY seq",
-                [run_id],
-            ).fetchall()
-        return [(RunStatus(r[0]), r[1], r[2]) for r in rows]
+            return fetch_events(cur, run_id)
 
     def variants(self, run_id: str) -> list[VariantRecord]:
         with self.store.read() as cur:
@@ -123,6 +114,23 @@ class RunStore:
             VariantRecord(r[0], r[1], r[2], r[3], r[4], r[5], json.loads(r[6]), json.loads(r[7]))
             for r in rows
         ]
+
+
+def fetch_run(cur: Any, run_id: str) -> RunRecord:
+    """The run's record, read on `cur` (a plain read or a snapshot)."""
+    row = cur.execute(f"SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?", [run_id]).fetchone()
+    if row is None:
+        raise StoreError(f"no run with id {run_id!r}")
+    return run_from_row(row)
+
+
+def fetch_events(cur: Any, run_id: str) -> list[tuple[RunStatus, str | None, datetime]]:
+    """The run's status changes, oldest first, read on `cur`."""
+    rows = cur.execute(
+        "SELECT status, reason, changed_at FROM run_events WHERE run_id = ? ORDER BY seq",
+        [run_id],
+    ).fetchall()
+    return [(RunStatus(r[0]), r[1], r[2]) for r in rows]
 
 
 def run_from_row(row: tuple[Any, ...]) -> RunRecord:
