@@ -8,12 +8,22 @@ not the store or the engine's internals; the names they need are re-exported her
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 
+from promptlab.batchfile import StoredResult, batch_output_lines, first_model
 from promptlab.config import PROJECT_ROOT, Settings
 from promptlab.demo import load_demo_prompts
-from promptlab.engine import Engine, RunProgress, RunSpec, load_spec, parse_spec_text
+from promptlab.engine import (
+    Engine,
+    RunProgress,
+    RunSpec,
+    load_spec,
+    parse_spec,
+    parse_spec_text,
+)
 from promptlab.engine.limiter import LimiterState
 from promptlab.errors import (
     ConfigError,
@@ -227,6 +237,57 @@ class Workbench:
     def progress(self, run_id: str) -> RunProgress:
         """Live counts of an active run (stored ones otherwise), for progress bars."""
         return self.engine.status(run_id)
+
+    def batch_spec(
+        self, requests: Path, endpoint: str, model: str | None, id_field: str = "custom_id"
+    ) -> RunSpec:
+        """A run that sends every line of a request file as written (promptlab batch)."""
+        model = model or first_model(requests)
+        if not model:
+            raise SpecError(f"{requests}: no line names a model: give --model")
+        variant = {
+            "name": "requests",
+            "requests": "as_written",
+            "id_field": id_field,
+            "model": f"{endpoint}:{model}",
+        }
+        data = {"name": f"batch {requests.name}", "dataset": str(requests.resolve())}
+        return parse_spec({**data, "variants": [variant]})
+
+    def write_batch_output(self, run_id: str, path: Path) -> int:
+        """The run's results in the OpenAI Batch output format; returns the line count."""
+        spec = self._reads.run(run_id).spec
+        id_field = next(
+            (v.get("id_field", "custom_id") for v in spec.get("variants", [])
+             if v.get("requests") == "as_written"),
+            None,
+        )  # fmt: skip
+        if id_field is None:
+            raise SpecError(f"run {run_id} does not run a request file")
+        results = (
+            StoredResult(
+                r[0],
+                str(json.loads(r[1]).get(id_field)),
+                r[2],
+                r[3],
+                r[4],
+                r[5],
+                r[6],
+                r[7],
+                r[8],
+                r[9],
+            )  # fmt: skip
+            for r in self._reads.results_with_rows(run_id)
+        )
+        count = 0
+        try:
+            with path.open("w", encoding="utf-8") as handle:
+                for line in batch_output_lines(results):
+                    handle.write(line + "\n")
+                    count += 1
+        except OSError as exc:
+            raise PromptlabError(f"cannot write {path}: {exc.strerror or exc}") from exc
+        return count
 
     def list_runs(self, limit: int = 50) -> list[RunWithCounts]:
         """The newest runs with their items per state, in one query."""

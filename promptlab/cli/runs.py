@@ -59,11 +59,47 @@ def run_command(ctx: click.Context, spec_file: Path, strict: bool, quiet: bool) 
 @click.argument("run_id")
 @click.option("--strict", is_flag=True, help="Exit 4 when the run completes with failed items.")
 @click.option("--quiet", is_flag=True, help="No progress bar; only the summary.")
+@click.option(
+    "-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+    help="For a `promptlab batch` run: write its results in the OpenAI Batch output format.",
+)  # fmt: skip
 @click.pass_context
 @handle_errors(usage=(ConfigError,))
-def resume_command(ctx: click.Context, run_id: str, strict: bool, quiet: bool) -> None:
+def resume_command(
+    ctx: click.Context, run_id: str, strict: bool, quiet: bool, output: Path | None
+) -> None:
     """Resume a run that was interrupted, cancelled or stopped; finished items are kept."""
-    _drive(ctx, lambda wb: wb.resume_run(run_id), strict, quiet)
+    _drive(ctx, lambda wb: wb.resume_run(run_id), strict, quiet, output)
+
+
+@click.command("batch")
+@db_option
+@click.argument("requests_file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--endpoint", required=True, help="Endpoint name (providers file or built-in).")
+@click.option("--model", help="Model at the endpoint (default: the first line's body model).")
+@click.option(
+    "-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the results here in the OpenAI Batch output format.",
+)  # fmt: skip
+@click.option("--id-field", default="custom_id", show_default=True, help="Each line's id.")
+@click.option("--strict", is_flag=True, help="Exit 4 when the run completes with failed items.")
+@click.option("--quiet", is_flag=True, help="No progress bar; only the run id and summary.")
+@click.pass_context
+@handle_errors(usage=SPEC_PROBLEMS)
+def batch_command(
+    ctx: click.Context, requests_file: Path, endpoint: str, model: str | None,
+    output: Path | None, id_field: str, strict: bool, quiet: bool,
+) -> None:  # fmt: skip
+    """Run a file of requests as written (OpenAI Batch input lines or chat bodies).
+
+    Every line is checked first; each is sent with its own messages and params, its id
+    as the request id. The run is durable like any other (`status`, `resume`).
+    """
+
+    def start(wb: Workbench) -> str:
+        return wb.start_run(wb.batch_spec(requests_file, endpoint, model, id_field))
+
+    _drive(ctx, start, strict, quiet, output)
 
 
 @click.command("status")
@@ -160,7 +196,11 @@ def cancel_command(ctx: click.Context, run_id: str) -> None:
 
 
 def _drive(
-    ctx: click.Context, start: Callable[[Workbench], str], strict: bool, quiet: bool
+    ctx: click.Context,
+    start: Callable[[Workbench], str],
+    strict: bool,
+    quiet: bool,
+    output: Path | None = None,
 ) -> None:
     with open_workbench(ctx) as wb:
         wb.engine  # noqa: B018 - start it now: a bad providers file is a clear error first
@@ -170,6 +210,9 @@ def _drive(
         wb.wait(run_id)
         view = wb.run_view(run_id)
         _print_summary(view)
+        if output is not None:
+            count = wb.write_batch_output(run_id, output)
+            click.echo(f"  wrote {count} results to {output} (OpenAI Batch output format)")
     # The run's final state decides: a Ctrl-C that came after the run completed is moot.
     raise SystemExit(_exit_code(view, strict))
 
@@ -265,4 +308,10 @@ def _exit_code(view: RunView, strict: bool) -> int:
     return EXIT_ERROR
 
 
-commands: list[click.Command] = [run_command, resume_command, status_command, cancel_command]
+commands: list[click.Command] = [
+    run_command,
+    batch_command,
+    resume_command,
+    status_command,
+    cancel_command,
+]

@@ -18,6 +18,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from promptlab.batchfile import check_request_file
 from promptlab.config import Settings
 from promptlab.engine.clock import SYSTEM_CLOCK, Clock
 from promptlab.engine.limiter import EndpointLimiter, Limiter, Limits, RunCappedLimiter
@@ -166,6 +167,9 @@ class Engine:
         check_limits(spec.limits, endpoints)
         variants = resolve_variants(spec, endpoints, self._get_registry())
         check_plan_size(spec, check_dataset(spec.dataset), self.settings.max_items)
+        for variant in spec.variants:
+            if variant.as_written:  # every line a request that can be sent, ids unique
+                check_request_file(spec.dataset, variant.id_field)
         self._call(self._prepare_lanes(variants, endpoints))
         run_id = new_run_id()
         self.runs.create_run(run_id, spec.name, spec.raw, variants)

@@ -9,11 +9,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from promptlab.batchfile import request_from_row
 from promptlab.engine.clock import SYSTEM_CLOCK, Clock
 from promptlab.engine.limiter import Limiter, Permit
 from promptlab.engine.progress import Counters
 from promptlab.engine.retry import THROTTLE_KINDS, Action, RetryPolicy, classify
-from promptlab.engine.spec import PARAM_COLUMNS_KEY
+from promptlab.engine.spec import AS_WRITTEN, PARAM_COLUMNS_KEY
 from promptlab.engine.writer import BatchWriter
 from promptlab.errors import ErrorKind, PromptlabError, ProviderError, TemplateError
 from promptlab.providers.base import CompletionRequest, CompletionResponse, Provider
@@ -77,7 +78,11 @@ class RunExecution:
         self.run_id = run_id
         self.clock = clock
         self.variants = {v.index: v for v in variants}
-        self.templates = {v.index: Template.from_canonical(v.template) for v in variants}
+        self.templates = {
+            v.index: Template.from_canonical(v.template)
+            for v in variants
+            if not v.template.get(AS_WRITTEN)
+        }
         self.lanes = list(lanes)
         self.lane_of = {i: lane for lane in lanes for i in lane.variant_indexes}
         self.policy = policy
@@ -171,6 +176,8 @@ class RunExecution:
     def _prepare(self, item: PendingItem, lane: Lane) -> Prepared | None:
         """Render the request; an item that cannot be sent gets its final row now."""
         variant = self.variants[item.variant_index]
+        if variant.template.get(AS_WRITTEN):
+            return self._prepare_as_written(item, lane, variant)
         template = self.templates[item.variant_index]
         try:
             params = row_params(variant.params, item.values)
@@ -200,6 +207,34 @@ class RunExecution:
         )
         if params is not variant.params:
             self._row_params[item.key] = params
+        return Prepared(request, tokens + max_tokens)
+
+    def _prepare_as_written(
+        self, item: PendingItem, lane: Lane, variant: VariantRecord
+    ) -> Prepared | None:
+        """A request line sent as it is: its messages, its params, its id as request id."""
+        try:
+            line = request_from_row(item.values, str(variant.template.get("id_field")))
+            max_tokens = int(line.params["max_tokens"])
+            tokens = check_fits(lane.endpoint, variant.model, list(line.messages), max_tokens)
+        except ProviderError as exc:
+            self._final(item, ItemStatus.FAILED, False, error=(exc.kind.value, str(exc)))
+            return None
+        except PromptlabError as exc:
+            error = (ItemErrorKind.INVALID_INPUT, str(exc))
+            self._final(item, ItemStatus.FAILED, False, error=error)
+            return None
+        self._row_params[item.key] = line.params
+        request = CompletionRequest(
+            model=variant.model,
+            messages=line.messages,
+            max_tokens=max_tokens,
+            temperature=line.params.get("temperature"),
+            top_p=line.params.get("top_p"),
+            seed=line.params.get("seed"),
+            request_id=line.custom_id,
+            timeout_s=self.policy.timeout_s,
+        )
         return Prepared(request, tokens + max_tokens)
 
     async def _run_item(

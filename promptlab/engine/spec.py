@@ -26,8 +26,13 @@ SPEC_FIELDS = frozenset(
     {"name", "dataset", "variants", "repeats", "limits", "retry", "endpoints", "limit_rows"}
 )
 VARIANT_FIELDS = frozenset(
-    {"name", "prompt", "messages", "model", "params", "params_from", "output_schema"}
-)
+    {
+        "name", "prompt", "messages", "model", "params", "params_from", "output_schema",
+        "requests", "id_field",
+    }
+)  # fmt: skip
+#: `requests: as_written`: each dataset line is a request (see promptlab/batchfile.py).
+AS_WRITTEN = "as_written"
 #: Where a variant's record keeps `params_from` (param -> dataset column) among its params.
 PARAM_COLUMNS_KEY = "columns"
 LIMIT_FIELDS = frozenset({"rpm", "tpm", "concurrency", "burst_s"})
@@ -58,6 +63,9 @@ class VariantSpec:
     output_schema: Mapping[str, Any] | None = None
     #: Params read per row from dataset columns (param -> column), e.g. max_tokens.
     params_from: Mapping[str, str] = field(default_factory=dict)
+    #: Each dataset line is a request sent as written; its id is in `id_field`.
+    as_written: bool = False
+    id_field: str = "custom_id"
 
 
 @dataclass(frozen=True)
@@ -163,6 +171,8 @@ def _variant(data: Any, index: int) -> VariantSpec:
     unknown = sorted(set(data) - VARIANT_FIELDS)
     if unknown:
         raise SpecError(f"{where}: unknown field(s) {', '.join(unknown)}")
+    if "requests" in data:
+        return _as_written_variant(data, index, where)
     prompt = data.get("prompt")
     messages = data.get("messages")
     if (prompt is None) == (messages is None):
@@ -198,6 +208,29 @@ def _variant(data: Any, index: int) -> VariantSpec:
         params=dict(params),
         output_schema=data.get("output_schema"),
         params_from=_params_from(data.get("params_from"), where),
+    )
+
+
+def _as_written_variant(data: Mapping[str, Any], index: int, where: str) -> VariantSpec:
+    if data["requests"] != AS_WRITTEN:
+        raise SpecError(f"{where}.requests: the only value is {AS_WRITTEN!r}")
+    extra = sorted(set(data) & {"prompt", "messages", "params", "params_from", "output_schema"})
+    if extra:
+        raise SpecError(f"{where}: requests sent as written take no {', '.join(extra)}")
+    model, id_field = data.get("model"), data.get("id_field", "custom_id")
+    if not isinstance(model, str):
+        raise SpecError(f"{where}.model: required ('endpoint:model') for requests as written")
+    try:
+        parse_model_ref(model)
+    except ConfigError as exc:
+        raise SpecError(f"{where}.model: {exc}") from exc
+    if not isinstance(id_field, str) or not id_field:
+        raise SpecError(f"{where}.id_field: expected a field name")
+    return VariantSpec(
+        name=str(data.get("name") or f"variant-{index + 1}"),
+        model=model,
+        as_written=True,
+        id_field=id_field,
     )
 
 
@@ -386,6 +419,24 @@ def resolve_variants(
     records = []
     for index, variant in enumerate(spec.variants):
         where = f"variants[{index}] ({variant.name})"
+        if variant.as_written:
+            endpoint, model = parse_model_ref(str(variant.model))
+            if endpoint not in endpoints:
+                known = ", ".join(sorted(endpoints))
+                raise SpecError(f"{where}: unknown endpoint {endpoint!r} (known: {known})")
+            records.append(
+                VariantRecord(
+                    index=index,
+                    name=variant.name,
+                    prompt_ref=f"requests:{AS_WRITTEN}",
+                    prompt_version_id=f"requests:{AS_WRITTEN}",
+                    endpoint=endpoint,
+                    model=model,
+                    params={},
+                    template={AS_WRITTEN: True, "id_field": variant.id_field},
+                )
+            )
+            continue
         try:
             if variant.prompt is not None:
                 if registry is None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
+from typing import Any
 
 import duckdb
 
@@ -75,6 +76,22 @@ class ReadModels:
         """Every status change of the run, oldest first: (status, reason, when)."""
         with self._reading() as cur:
             return fetch_events(cur, run_id)
+
+    def results_with_rows(self, run_id: str, batch_rows: int = 5_000) -> Iterator[tuple[Any, ...]]:
+        """Each final row with its dataset row (JSON), in plan order, a batch at a time:
+        (key, row_values, status, output_text, input_tokens, output_tokens, finish_reason,
+        model_version, error_kind, error_message)."""
+        with self.store.read() as cur:
+            cur.execute(
+                "SELECT r.idempotency_key, rr.row_values, r.status, r.output_text, "
+                "r.input_tokens, r.output_tokens, r.finish_reason, r.model_version, "
+                "r.error_kind, r.error_message FROM results r JOIN run_rows rr "
+                "ON rr.run_id = r.run_id AND rr.row_index = r.row_index "
+                "WHERE r.run_id = ? ORDER BY r.seq",
+                [run_id],
+            )
+            while rows := cur.fetchmany(batch_rows):
+                yield from rows
 
     def last_start(self, run_id: str) -> datetime | None:
         """When the run last started running (its resume, if it was resumed)."""
