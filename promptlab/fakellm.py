@@ -71,6 +71,8 @@ class FakeLLMConfig:
     #: server bug), for tests that check a malformed body is a server error.
     garbled_rate: float = 0.0
     seed: int = 0
+    #: How many received request bodies `/_requests` keeps (a test may want a whole run).
+    record_requests: int = RECENT_REQUESTS
     #: When set, requests must carry this key (`Authorization: Bearer` / `x-api-key`).
     api_key: str | None = None
     #: When set, prompt + max_tokens beyond it is rejected with a context-length 400.
@@ -198,7 +200,9 @@ class FakeLLM:
 
     def reset(self) -> None:
         self.stats = Stats()
-        self.received: collections.deque[dict[str, Any]] = collections.deque(maxlen=RECENT_REQUESTS)
+        self.received: collections.deque[dict[str, Any]] = collections.deque(
+            maxlen=self.config.record_requests
+        )
         self.limiter = Limiter(self.config.rpm, self.config.tpm, self.config.burst_s)
         # One draw per attempt from a seeded stream: a retry can succeed where the
         # first attempt failed, and a run with the same seed and order sees the same faults.

@@ -21,12 +21,13 @@ from promptlab.cli import main
 from promptlab.fakellm import FakeLLMConfig, RunningServer, serve_in_thread
 from promptlab.store import RunStore, Store
 
-LINES = 50  # fakellm keeps the last 100 request bodies
+LINES = 2_000
 
 
 @pytest.fixture
 def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[RunningServer]:
-    with serve_in_thread(FakeLLMConfig(port=0, latency_ms=1)) as running:
+    config = FakeLLMConfig(port=0, latency_ms=1, record_requests=LINES)
+    with serve_in_thread(config) as running:
         providers = tmp_path / "providers.yaml"
         providers.write_text(
             yaml.safe_dump(
@@ -85,7 +86,7 @@ def test_a_batch_file_round_trips_exactly_as_written(
         openai.types.chat.ChatCompletion.model_validate(line["response"]["body"])
     run_id = result.stdout.split()[1]
     status = CliRunner().invoke(main, ["status", run_id])
-    assert "succeeded=50" in status.stdout
+    assert f"succeeded={LINES}" in status.stdout
 
 
 @pytest.mark.parametrize(
