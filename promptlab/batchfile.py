@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from promptlab.errors import SpecError, TemplateError
+from promptlab.template_limits import MAX_MESSAGE_CHARS
 from promptlab.templates import ROLES, normalize_params
 
 #: Body fields sent as written; `max_completion_tokens` is taken as `max_tokens`.
@@ -62,6 +63,11 @@ def request_from_row(row: Mapping[str, Any], id_field: str = "custom_id") -> Bat
         ):
             raise TemplateError(
                 f"messages[{index}]: expected {{role: {'|'.join(ROLES)}, content: text}}"
+            )
+        if len(message["content"]) > MAX_MESSAGE_CHARS:  # the bound a template has
+            raise TemplateError(
+                f"messages[{index}]: {len(message['content'])} characters, more than the "
+                f"{MAX_MESSAGE_CHARS} allowed in a message"
             )
     params = {k: body[k] for k in BODY_PARAMS if k in body and body[k] is not None}
     if "max_completion_tokens" in params:

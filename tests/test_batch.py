@@ -100,6 +100,8 @@ def test_a_batch_file_round_trips_exactly_as_written(
         ('{"custom_id": "a", "body": {"messages": [{"role": "user", "content": "x"}], '
          '"tools": []}}', "line 2: body fields not supported: tools"),
         ("not json", "line 2: not valid JSON"),
+        ('{"custom_id": "big", "body": {"messages": [{"role": "user", "content": "'
+         + "x" * 200_001 + '"}]}}', "line 2: messages[0]: 200001 characters, more than"),
     ],
 )  # fmt: skip
 def test_a_malformed_line_is_refused_before_a_run_exists(
