@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from promptlab.errors import SpecError, TemplateError
+from promptlab.jsonl import numbered_jsonl
 from promptlab.template_limits import MAX_MESSAGE_CHARS
 from promptlab.templates import ROLES, normalize_params
 
@@ -107,18 +108,10 @@ def check_request_file(path: Path, id_field: str = "custom_id") -> int:
 
 
 def _lines(path: Path) -> Iterator[tuple[int, Mapping[str, Any]]]:
+    # The dataset reader's checks (JSON objects, UTF-8, no unpaired surrogates), numbered.
     try:
         with path.open(encoding="utf-8") as handle:
-            for number, line in enumerate(handle, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    value = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise SpecError(f"{path}, line {number}: not valid JSON ({exc.msg})") from exc
-                if not isinstance(value, dict):
-                    raise SpecError(f"{path}, line {number}: expected a JSON object")
-                yield number, value
+            yield from numbered_jsonl(handle, path)
     except OSError as exc:
         raise SpecError(f"{path}: {exc.strerror or exc}") from exc
     except UnicodeDecodeError as exc:

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 from promptlab.engine.limiter import DEFAULT_BURST_S, Limits
 from promptlab.engine.retry import RetryPolicy
 from promptlab.errors import ConfigError, PromptlabError, SpecError, TemplateError
+from promptlab.jsonl import numbered_jsonl
 from promptlab.providers.config import KINDS, EndpointConfig, parse_model_ref
 from promptlab.records import VariantRecord
 from promptlab.sim import SIM_MODELS
@@ -559,23 +560,5 @@ def _csv_reader(handle: Any) -> csv.DictReader[str]:
 
 
 def _jsonl(handle: Any, path: Path) -> Iterator[dict[str, Any]]:
-    for number, line in enumerate(handle, start=1):
-        if not line.strip():
-            continue
-        try:
-            value = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise SpecError(f"dataset {path}, line {number}: not valid JSON ({exc.msg})") from exc
-        if not isinstance(value, dict):
-            raise SpecError(f"dataset {path}, line {number}: expected a JSON object")
-        # JSON may escape half of a UTF-16 pair ("\ud800"): not text anyone can store.
-        # Only lines with such an escape need the (costly) full check.
-        try:
-            if "\\ud" in line or "\\uD" in line:
-                json.dumps(value, ensure_ascii=False).encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise SpecError(
-                f"dataset {path}, line {number}: contains an unpaired surrogate "
-                f"({exc.object[exc.start : exc.end]!a}), which is not valid text"
-            ) from exc
+    for _number, value in numbered_jsonl(handle, path):
         yield value
