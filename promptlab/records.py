@@ -330,9 +330,34 @@ class PlannedItem:
 
 
 @dataclass(frozen=True)
+class OutputHistory:
+    """Means over earlier succeeded results of one (version, model), for estimates."""
+
+    results: int
+    output_tokens: float
+    latency_ms: float
+
+
+@dataclass(frozen=True)
+class AssignmentRecord:
+    """Which variant an experiment gave one unit (a dataset row's user or session)."""
+
+    experiment: str
+    revision: int
+    unit_id: str
+    row_index: int
+    variant: str
+    bucket: int
+    #: False when the unit is outside the ramp or the experiment is killed (-> control).
+    in_experiment: bool
+
+
+@dataclass(frozen=True)
 class PlannedChunk:
-    """A slice of a run's plan: the dataset rows it covers and their items."""
+    """A slice of a run's plan: the dataset rows it covers, their items and assignments."""
 
     first_row: int
     rows: list[Mapping[str, Any]]
     items: list[PlannedItem]
+    #: The experiment's decisions for these rows (split runs only), recorded with the plan.
+    assignments: list[AssignmentRecord] = field(default_factory=list)

@@ -10,19 +10,28 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import hashlib
+import itertools
 import logging
 import os
 import threading
 import uuid
-from collections.abc import Callable, Coroutine, Mapping
+from collections import Counter
+from collections.abc import Callable, Coroutine, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from promptlab.batchfile import check_request_file
 from promptlab.config import Settings
 from promptlab.engine.clock import SYSTEM_CLOCK, Clock
+from promptlab.engine.estimate import RunEstimate, estimate_run
 from promptlab.engine.limiter import EndpointLimiter, Limiter, Limits, RunCappedLimiter
-from promptlab.engine.planner import AllVariants, plan_items
+from promptlab.engine.planner import (
+    AllVariants,
+    AssignmentStrategy,
+    StickySplit,
+    plan_items,
+    unit_id_of,
+)
 from promptlab.engine.progress import Counters, RunProgress
 from promptlab.engine.retry import STOP_KINDS
 from promptlab.engine.run import RunExecution, lanes_for
@@ -39,7 +48,7 @@ from promptlab.engine.spec import (
 )
 from promptlab.engine.spill import read_spill, spill_dirs, spilled_files
 from promptlab.engine.writer import STORE_UNWRITABLE, BatchWriter
-from promptlab.errors import ConfigError, EngineError, PromptlabError, StoreError
+from promptlab.errors import ConfigError, EngineError, PromptlabError, SpecError, StoreError
 from promptlab.providers import build_provider, load_endpoints
 from promptlab.providers.base import Provider
 from promptlab.providers.config import EndpointConfig
@@ -47,11 +56,16 @@ from promptlab.records import FINAL_RUN_STATUSES, ItemErrorKind, RunStatus, Vari
 from promptlab.redact import redact, watch_env
 from promptlab.store import ItemStore, ReadModels, RunStore, Store
 from promptlab.store.connection import is_storage_failure
+from promptlab.store.datasets import DatasetStore
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 ProviderFactory = Callable[[EndpointConfig], Provider]
+#: Rows an estimate reads to count requests per variant (scaled to the whole dataset).
+ESTIMATE_ROWS = 20_000
+#: Rows rendered to average the prompt tokens of each variant.
+TOKEN_SAMPLE_ROWS = 50
 #: Seconds a caller thread waits for the engine loop to answer a quick question.
 CALL_TIMEOUT_S = 30.0
 
@@ -166,15 +180,46 @@ class Engine:
         endpoints = merge_endpoints(self._endpoints, spec.endpoints)
         check_limits(spec.limits, endpoints)
         variants = resolve_variants(spec, endpoints, self._get_registry())
-        check_plan_size(spec, check_dataset(spec.dataset), self.settings.max_items)
+        check_plan_size(spec, self._row_count(spec), self.settings.max_items)
         for variant in spec.variants:
             if variant.as_written:  # every line a request that can be sent, ids unique
+                if spec.dataset is None:
+                    raise SpecError("requests sent as written are read from a JSONL file")
                 check_request_file(spec.dataset, variant.id_field)
+        if spec.split:  # every row has a unit to assign, before the run exists
+            for row_index, row in enumerate(self._rows(spec)):
+                unit_id_of(row, str(spec.unit_column), row_index)
         self._call(self._prepare_lanes(variants, endpoints))
         run_id = new_run_id()
         self.runs.create_run(run_id, spec.name, spec.raw, variants)
         self._start(run_id, spec, variants, endpoints, plan=True)
         return run_id
+
+    def estimate(self, spec: RunSpec) -> RunEstimate:
+        """Requests, tokens, cost and time the spec would take (see engine/estimate.py).
+
+        Per-variant requests are counted on the first rows (all of them up to
+        ESTIMATE_ROWS) with the run's own assignment, and scaled to the whole dataset.
+        """
+        endpoints = merge_endpoints(self._endpoints, spec.endpoints)
+        check_limits(spec.limits, endpoints)
+        variants = resolve_variants(spec, endpoints, self._get_registry())
+        rows = self._row_count(spec)
+        used = min(rows, spec.limit_rows) if spec.limit_rows is not None else rows
+        names = [v.name for v in variants]
+        strategy = _strategy(spec, names)
+        counts: Counter[str] = Counter()
+        sample: list[Mapping[str, Any]] = []
+        seen = 0
+        for row_index, row in enumerate(itertools.islice(self._rows(spec), ESTIMATE_ROWS)):
+            seen += 1
+            if len(sample) < TOKEN_SAMPLE_ROWS:
+                sample.append(row)
+            for index in strategy.variants_for(row_index, row):
+                counts[names[index]] += 1
+        scale = used / seen if seen else 0.0
+        requests = {name: round(counts[name] * scale) * spec.repeats for name in names}
+        return estimate_run(variants, requests, sample, endpoints, self.reads.output_history())
 
     def resume(self, run_id: str) -> str:
         """Continue a run whose process died, or that was cancelled or stopped."""
@@ -212,7 +257,7 @@ class Engine:
         replan = record.scheduled_at is None
         if replan:
             # The dataset may have changed since: the plan's ceiling holds again.
-            check_plan_size(spec, check_dataset(spec.dataset), self.settings.max_items)
+            check_plan_size(spec, self._row_count(spec), self.settings.max_items)
             self.items.clear_plan(run_id)
         else:
             reopened = self.items.reopen(
@@ -326,6 +371,17 @@ class Engine:
 
     # ---- internals -----------------------------------------------------------------
 
+    def _row_count(self, spec: RunSpec) -> int:
+        """The dataset's rows, checked readable (a file) or known (an imported dataset)."""
+        if spec.dataset is not None:
+            return check_dataset(spec.dataset)
+        return DatasetStore(self.store).get(str(spec.dataset_name)).row_count
+
+    def _rows(self, spec: RunSpec) -> Iterator[Mapping[str, Any]]:
+        if spec.dataset is not None:
+            return iter_rows(spec.dataset, spec.limit_rows)
+        return DatasetStore(self.store).iter_rows(str(spec.dataset_name), spec.limit_rows)
+
     def _get_registry(self) -> VersionResolver:
         if self._registry is None:
             from promptlab.registry import Registry
@@ -412,9 +468,10 @@ class Engine:
         active = self._active[run_id]
         try:
             if plan:
-                rows = iter_rows(spec.dataset, spec.limit_rows)
                 names = [v.name for v in variants]
-                chunks = plan_items(run_id, rows, names, AllVariants(len(names)), spec.repeats)
+                chunks = plan_items(
+                    run_id, self._rows(spec), names, _strategy(spec, names), spec.repeats
+                )
                 await asyncio.to_thread(self.items.plan_items, run_id, chunks)
             await asyncio.to_thread(self.runs.set_status, run_id, RunStatus.SCHEDULED)
             record = await asyncio.to_thread(self.runs.get_run, run_id)
@@ -496,6 +553,21 @@ class Engine:
                 await provider.aclose()
             except Exception:  # noqa: BLE001 - closing is best effort
                 log.warning("closing a provider failed", exc_info=True)
+
+
+def _strategy(spec: RunSpec, names: list[str]) -> AssignmentStrategy:
+    """Every row through every variant, or (a split) each unit's one variant."""
+    if not spec.split or spec.experiment is None:
+        return AllVariants(len(names))
+    from promptlab.experiments import assign, config_from_mapping
+
+    config = config_from_mapping(spec.experiment)
+
+    def assigner(unit_id: str) -> tuple[str, int, bool]:
+        decided = assign(config, unit_id)
+        return decided.variant, decided.bucket, decided.in_experiment
+
+    return StickySplit(config.name, config.revision, assigner, str(spec.unit_column), names)
 
 
 def new_run_id() -> str:

@@ -2,9 +2,10 @@
 
 A planned item is one (dataset row, variant, repeat) with its idempotency key and its
 place in the plan (`seq`). Which variants a row goes through is the assignment
-strategy's decision: today every row goes through every variant (`AllVariants`, for
-paired comparisons); the experiments work adds sticky traffic splits as another
-strategy. Nothing here reads the store or the network: rows come in, items go out.
+strategy's decision: every variant (`AllVariants`, for paired comparisons), or the one
+variant an experiment's sticky split gives the row's unit (`StickySplit`, which also
+reports each decision so it is stored with the plan). Nothing here reads the store or
+the network: rows come in, items go out.
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
-from promptlab.records import PlannedChunk, PlannedItem
+from promptlab.errors import SpecError
+from promptlab.records import AssignmentRecord, PlannedChunk, PlannedItem
 
 #: Dataset rows per planned chunk: large enough to insert fast, small enough to stay flat.
 PLAN_CHUNK_ROWS = 20_000
@@ -44,6 +46,66 @@ class AllVariants:
         return range(self.variant_count)
 
 
+@runtime_checkable
+class RecordsAssignments(Protocol):
+    """A strategy whose decisions are stored with the plan (to check sample ratios later)."""
+
+    def drain_assignments(self) -> list[AssignmentRecord]: ...
+
+
+class Assigner(Protocol):
+    """What a split needs of an experiment: unit id -> (variant, bucket, in experiment)."""
+
+    def __call__(self, unit_id: str) -> tuple[str, int, bool]: ...
+
+
+class StickySplit:
+    """Each row to the one variant its unit (user, session) is assigned by the experiment.
+
+    The same unit gets the same variant in every run and in live traffic, because the
+    assignment is a pure function of the experiment's config and the unit id.
+    """
+
+    def __init__(
+        self,
+        experiment: str,
+        revision: int,
+        assign: Assigner,
+        unit_column: str,
+        variant_names: Sequence[str],
+    ) -> None:
+        self.experiment = experiment
+        self.revision = revision
+        self._assign = assign
+        self.unit_column = unit_column
+        self._index = {name: i for i, name in enumerate(variant_names)}
+        self._decided: list[AssignmentRecord] = []
+
+    def variants_for(self, row_index: int, row: Mapping[str, Any]) -> Sequence[int]:
+        unit = unit_id_of(row, self.unit_column, row_index)
+        variant, bucket, in_experiment = self._assign(unit)
+        self._decided.append(
+            AssignmentRecord(
+                self.experiment, self.revision, unit, row_index, variant, bucket, in_experiment
+            )
+        )
+        return (self._index[variant],)
+
+    def drain_assignments(self) -> list[AssignmentRecord]:
+        decided, self._decided = self._decided, []
+        return decided
+
+
+def unit_id_of(row: Mapping[str, Any], column: str, row_index: int) -> str:
+    """The row's unit id as text; a row without one cannot be assigned (SpecError)."""
+    value = row.get(column)
+    if value is None or isinstance(value, bool) or (isinstance(value, str) and not value.strip()):
+        raise SpecError(f"dataset row {row_index + 1}: no unit id in column {column!r}")
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # 12.0 from a typed column is the same unit as "12"
+    return str(value)
+
+
 def plan_items(
     run_id: str,
     rows: Iterable[Mapping[str, Any]],
@@ -60,6 +122,7 @@ def plan_items(
     first_row = 0
     chunk: list[Mapping[str, Any]] = []
     items: list[PlannedItem] = []
+    recorded = strategy if isinstance(strategy, RecordsAssignments) else None
     for row_index, row in enumerate(rows):
         chunk.append(row)
         for variant_index in strategy.variants_for(row_index, row):
@@ -69,8 +132,12 @@ def plan_items(
                 items.append(PlannedItem(key, seq, row_index, variant_index, repeat))
                 seq += 1
         if len(chunk) >= chunk_rows:
-            yield PlannedChunk(first_row, chunk, items)
+            yield PlannedChunk(first_row, chunk, items, _drain(recorded))
             first_row += len(chunk)
             chunk, items = [], []
     if chunk:
-        yield PlannedChunk(first_row, chunk, items)
+        yield PlannedChunk(first_row, chunk, items, _drain(recorded))
+
+
+def _drain(strategy: RecordsAssignments | None) -> list[AssignmentRecord]:
+    return strategy.drain_assignments() if strategy is not None else []

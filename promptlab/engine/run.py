@@ -14,6 +14,7 @@ from promptlab.engine.clock import SYSTEM_CLOCK, Clock
 from promptlab.engine.limiter import Limiter, Permit
 from promptlab.engine.progress import Counters
 from promptlab.engine.retry import THROTTLE_KINDS, Action, RetryPolicy, classify
+from promptlab.engine.sampling import SAMPLING_KEY, Sampling, sampling_from_params
 from promptlab.engine.spec import AS_WRITTEN, PARAM_COLUMNS_KEY
 from promptlab.engine.writer import BatchWriter
 from promptlab.errors import ErrorKind, PromptlabError, ProviderError, TemplateError
@@ -82,6 +83,12 @@ class RunExecution:
             v.index: Template.from_canonical(v.template)
             for v in variants
             if not v.template.get(AS_WRITTEN)
+        }
+        #: Variants whose temperature or top_p moves over the batch.
+        self.sampling: dict[int, Sampling] = {
+            v.index: sampling
+            for v in variants
+            if (sampling := sampling_from_params(v.params)) is not None
         }
         self.lanes = list(lanes)
         self.lane_of = {i: lane for lane in lanes for i in lane.variant_indexes}
@@ -181,6 +188,10 @@ class RunExecution:
         template = self.templates[item.variant_index]
         try:
             params = row_params(variant.params, item.values)
+            sampling = self.sampling.get(item.variant_index)
+            if sampling is not None:
+                moved = sampling.apply(params, item.seq, self.counters.total)
+                params = {k: v for k, v in moved.items() if k != SAMPLING_KEY}
             max_tokens = int(params.get("max_tokens") or 256)
             values = coerce_text_values(template, {k: v for k, v in item.values.items()})
             messages = template.render(values)

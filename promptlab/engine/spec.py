@@ -6,6 +6,7 @@ import csv
 import ipaddress
 import json
 import math
+import re
 import stat
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -15,6 +16,7 @@ from urllib.parse import urlsplit
 
 from promptlab.engine.limiter import DEFAULT_BURST_S, Limits
 from promptlab.engine.retry import RetryPolicy
+from promptlab.engine.sampling import FIXED, SAMPLING_KEY, parse_sampling
 from promptlab.errors import ConfigError, PromptlabError, SpecError, TemplateError
 from promptlab.jsonl import numbered_jsonl
 from promptlab.providers.config import KINDS, EndpointConfig, parse_model_ref
@@ -24,12 +26,19 @@ from promptlab.templates import Template, normalize_params
 from promptlab.yamlio import parse_yaml, read_yaml
 
 SPEC_FIELDS = frozenset(
-    {"name", "dataset", "variants", "repeats", "limits", "retry", "endpoints", "limit_rows"}
-)
+    {
+        "name", "dataset", "variants", "repeats", "limits", "retry", "endpoints", "limit_rows",
+        "experiment", "mode", "unit_column",
+    }
+)  # fmt: skip
+#: How an experiment's variants share a dataset's rows (see promptlab/experiments.py).
+MODES = ("split", "all")
+#: A managed dataset's name (`promptlab dataset import`): no folder, no file suffix.
+DATASET_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 VARIANT_FIELDS = frozenset(
     {
         "name", "prompt", "messages", "model", "params", "params_from", "output_schema",
-        "requests", "id_field",
+        "requests", "id_field", "sampling",
     }
 )  # fmt: skip
 #: `requests: as_written`: each dataset line is a request (see promptlab/batchfile.py).
@@ -64,6 +73,8 @@ class VariantSpec:
     output_schema: Mapping[str, Any] | None = None
     #: Params read per row from dataset columns (param -> column), e.g. max_tokens.
     params_from: Mapping[str, str] = field(default_factory=dict)
+    #: How temperature or top_p moves over the batch (promptlab/engine/sampling.py).
+    sampling: Mapping[str, Any] | None = None
     #: Each dataset line is a request sent as written; its id is in `id_field`.
     as_written: bool = False
     id_field: str = "custom_id"
@@ -74,7 +85,8 @@ class RunSpec:
     """A whole run: what to send, to whom, how fast, and how to retry."""
 
     name: str
-    dataset: Path
+    #: A CSV or JSONL file, or None when `dataset_name` names an imported dataset.
+    dataset: Path | None
     variants: tuple[VariantSpec, ...]
     repeats: int = 1
     limit_rows: int | None = None
@@ -83,6 +95,23 @@ class RunSpec:
     endpoints: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     #: The spec as plain data (dataset path made absolute), stored with the run.
     raw: Mapping[str, Any] = field(default_factory=dict)
+    #: An imported dataset (promptlab/datasets.py) instead of a file.
+    dataset_name: str | None = None
+    #: The experiment's full config (as exported), when the variants come from one.
+    experiment: Mapping[str, Any] | None = None
+    #: `split`: each row to its unit's one variant; `all`: every row to every variant.
+    mode: str = "all"
+    #: The dataset column holding the unit id (user, session) in a split run.
+    unit_column: str | None = None
+
+    @property
+    def split(self) -> bool:
+        return self.mode == "split"
+
+    @property
+    def dataset_label(self) -> str:
+        """How the dataset is named in messages: its file, or `dataset NAME`."""
+        return f"dataset {self.dataset_name}" if self.dataset_name else f"dataset {self.dataset}"
 
 
 def load_spec(path: str | Path) -> RunSpec:
@@ -120,18 +149,23 @@ def parse_spec(
     if "name" in data and not isinstance(data["name"], str):
         raise SpecError(f"run spec: 'name' must be a string, got {data['name']!r}")
     if "dataset" not in data or not isinstance(data["dataset"], str):
-        raise SpecError("run spec: 'dataset' must name a CSV or JSONL file")
-    dataset = Path(data["dataset"])
-    if not dataset.is_absolute() and base_dir is not None:
-        dataset = (base_dir / dataset).resolve()
-    if dataset.suffix.lower() not in DATASET_SUFFIXES:
-        raise SpecError(f"dataset {dataset}: expected a .csv or .jsonl file")
-    if dataset_root is not None and not dataset.resolve().is_relative_to(dataset_root.resolve()):
-        raise SpecError(
-            f"dataset {data['dataset']}: outside {dataset_root}; the app reads datasets "
-            "only from the project's data folder"
-        )
-    variants_data = data.get("variants")
+        raise SpecError("run spec: 'dataset' must name a CSV or JSONL file, or an imported dataset")
+    dataset: Path | None = Path(data["dataset"])
+    dataset_name = None
+    if DATASET_NAME.match(data["dataset"]) and Path(data["dataset"]).suffix.lower() not in (
+        *DATASET_SUFFIXES,
+        ".parquet",
+    ):
+        dataset, dataset_name = None, data["dataset"]
+    else:
+        dataset = _dataset_file(data["dataset"], base_dir, dataset_root)
+    experiment, mode, unit_column = _experiment(data)
+    if experiment is not None:
+        if "variants" in data:
+            raise SpecError("run spec: give 'experiment' or 'variants', not both")
+        variants_data = experiment_variants(experiment)
+    else:
+        variants_data = data.get("variants")
     if not isinstance(variants_data, list) or not variants_data:
         raise SpecError("run spec: 'variants' must be a non-empty list")
     variants = tuple(_variant(v, i) for i, v in enumerate(variants_data))
@@ -151,10 +185,14 @@ def parse_spec(
         raise SpecError(str(exc)) from exc
     endpoints = _endpoints(data.get("endpoints") or {})
     # Stored as JSON with the run: YAML dates and the like become their text.
-    raw = json.loads(json.dumps({**data, "dataset": str(dataset)}, default=str))
+    raw = json.loads(json.dumps({**data, "dataset": str(dataset or dataset_name)}, default=str))
     return RunSpec(
         name=raw.get("name") or default_name,
         dataset=dataset,
+        dataset_name=dataset_name,
+        experiment=experiment,
+        mode=mode,
+        unit_column=unit_column,
         variants=variants,
         repeats=repeats,
         limit_rows=limit_rows,
@@ -163,6 +201,69 @@ def parse_spec(
         endpoints=endpoints,
         raw=raw,
     )
+
+
+def _dataset_file(value: str, base_dir: Path | None, dataset_root: Path | None) -> Path:
+    dataset = Path(value)
+    if not dataset.is_absolute() and base_dir is not None:
+        dataset = (base_dir / dataset).resolve()
+    if dataset.suffix.lower() not in DATASET_SUFFIXES:
+        raise SpecError(
+            f"dataset {dataset}: expected a .csv or .jsonl file, or the name of an imported "
+            "dataset (promptlab dataset import; Parquet files are imported first)"
+        )
+    if dataset_root is not None and not dataset.resolve().is_relative_to(dataset_root.resolve()):
+        raise SpecError(
+            f"dataset {value}: outside {dataset_root}; the app reads datasets "
+            "only from the project's data folder"
+        )
+    return dataset
+
+
+def _experiment(data: Mapping[str, Any]) -> tuple[Mapping[str, Any] | None, str, str | None]:
+    """The experiment's config, the mode and the unit column of a spec that runs one."""
+    config = data.get("experiment")
+    if config is None:
+        for key in ("mode", "unit_column"):
+            if key in data:
+                raise SpecError(f"run spec: '{key}' needs an 'experiment'")
+        return None, "all", None
+    if not isinstance(config, Mapping):
+        raise SpecError(
+            "experiment: expected an experiment's name (resolved by the app and the CLI) or "
+            "its exported config"
+        )
+    from promptlab.experiments import config_from_mapping
+
+    checked = config_from_mapping(config)
+    mode = data.get("mode", checked.mode)
+    if mode not in MODES:
+        raise SpecError(f"mode: one of {', '.join(MODES)}, got {mode!r}")
+    unit_column = data.get("unit_column", checked.unit_column)
+    if unit_column is not None and (not isinstance(unit_column, str) or not unit_column):
+        raise SpecError(f"unit_column: expected a column name, got {unit_column!r}")
+    if mode == "split" and not unit_column:
+        raise SpecError(
+            f"unit_column: a split run of experiment {checked.name} needs the dataset column "
+            "holding the unit id (user, session)"
+        )
+    return checked.to_dict(), mode, unit_column
+
+
+def experiment_variants(config: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Run-spec variants from an experiment's config: each pinned to its version id."""
+    out = []
+    for variant in config["variants"]:
+        prompt_name = str(variant["prompt"]).split("@", 1)[0]
+        spec_variant: dict[str, Any] = {
+            "name": variant["name"],
+            "prompt": f"{prompt_name}@{variant['prompt_version_id']}",
+        }
+        for key in ("model", "params", "sampling"):
+            if variant.get(key):
+                spec_variant[key] = variant[key]
+        out.append(spec_variant)
+    return out
 
 
 def _variant(data: Any, index: int) -> VariantSpec:
@@ -200,6 +301,9 @@ def _variant(data: Any, index: int) -> VariantSpec:
             f"{where}.output_schema: only for inline messages; a registry prompt "
             "carries its own output schema"
         )
+    sampling = data.get("sampling")
+    if sampling is not None:
+        parse_sampling(sampling, where)
     name = data.get("name") or prompt or f"variant-{index + 1}"
     return VariantSpec(
         name=str(name),
@@ -209,13 +313,16 @@ def _variant(data: Any, index: int) -> VariantSpec:
         params=dict(params),
         output_schema=data.get("output_schema"),
         params_from=_params_from(data.get("params_from"), where),
+        sampling=dict(sampling) if sampling is not None else None,
     )
 
 
 def _as_written_variant(data: Mapping[str, Any], index: int, where: str) -> VariantSpec:
     if data["requests"] != AS_WRITTEN:
         raise SpecError(f"{where}.requests: the only value is {AS_WRITTEN!r}")
-    extra = sorted(set(data) & {"prompt", "messages", "params", "params_from", "output_schema"})
+    extra = sorted(
+        set(data) & {"prompt", "messages", "params", "params_from", "output_schema", "sampling"}
+    )
     if extra:
         raise SpecError(f"{where}: requests sent as written take no {', '.join(extra)}")
     model, id_field = data.get("model"), data.get("id_field", "custom_id")
@@ -471,6 +578,8 @@ def resolve_variants(
         params.update(variant.params)
         if variant.params_from:
             params[PARAM_COLUMNS_KEY] = dict(variant.params_from)
+        if variant.sampling and variant.sampling.get("strategy", FIXED) != FIXED:
+            params[SAMPLING_KEY] = dict(variant.sampling)
         records.append(
             VariantRecord(
                 index=index,
@@ -527,10 +636,13 @@ def check_dataset(path: Path) -> int:
 def check_plan_size(spec: RunSpec, rows: int, ceiling: int) -> int:
     """The number of items the run will plan; refused when it is over `ceiling`."""
     used_rows = min(rows, spec.limit_rows) if spec.limit_rows is not None else rows
-    items = used_rows * len(spec.variants) * spec.repeats
+    # A split sends each row to one variant; otherwise each row goes through every one.
+    per_row = 1 if spec.split else len(spec.variants)
+    items = used_rows * per_row * spec.repeats
     if items > ceiling:
+        shape = "1 variant (split)" if spec.split else f"{len(spec.variants)} variants"
         raise SpecError(
-            f"run spec: {items:,} items ({used_rows:,} rows x {len(spec.variants)} variants x "
+            f"run spec: {items:,} items ({used_rows:,} rows x {shape} x "
             f"{spec.repeats} repeats) is over the limit of {ceiling:,} items per run "
             "(PROMPTLAB_MAX_ITEMS)"
         )

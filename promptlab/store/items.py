@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from promptlab.records import (
+    AssignmentRecord,
     AttemptRow,
     FinalRow,
     PendingItem,
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
 #: One DuckDB row group, so each slice's results are written as whole row groups.
 CANCEL_SLICE = 122_880
 #: Tables holding a run's planned items and everything recorded about them.
-_PLAN_TABLES = ("items", "run_rows", "results", "attempts")
+_PLAN_TABLES = ("items", "run_rows", "results", "attempts", "assignments")
 
 
 class ItemStore:
@@ -76,6 +77,14 @@ class ItemStore:
             with self.store.transaction() as tx:
                 tx.register("plan_rows", row_table)
                 tx.register("plan_items", item_table)
+                if chunk.assignments:
+                    # In the same transaction as the items: a plan never lacks its record.
+                    tx.register("plan_assignments", _assignments_table(chunk.assignments))
+                    tx.execute(
+                        "INSERT INTO assignments SELECT ?, experiment, revision, unit_id, "
+                        "row_index, variant, bucket, in_experiment FROM plan_assignments",
+                        [run_id],
+                    )
                 tx.execute(
                     "INSERT INTO run_rows SELECT ?, row_index, row_values FROM plan_rows", [run_id]
                 )
@@ -287,6 +296,18 @@ def _masked(row: Any, redactor: Redactor, names: tuple[str, ...]) -> Any:
             if masked != text:
                 changes[name] = masked
     return replace(row, **changes) if changes else row
+
+
+def _assignments_table(rows: Sequence[AssignmentRecord]) -> dict[str, Any]:
+    return {
+        "experiment": _text_column(a.experiment for a in rows),
+        "revision": np.fromiter((a.revision for a in rows), np.int32, len(rows)),
+        "unit_id": _text_column(a.unit_id for a in rows),
+        "row_index": np.fromiter((a.row_index for a in rows), np.int64, len(rows)),
+        "variant": _text_column(a.variant for a in rows),
+        "bucket": np.fromiter((a.bucket for a in rows), np.int32, len(rows)),
+        "in_experiment": np.fromiter((a.in_experiment for a in rows), np.bool_, len(rows)),
+    }
 
 
 def _text_column(values: Iterable[str]) -> np.ndarray[Any, np.dtype[np.object_]]:

@@ -19,6 +19,7 @@ from promptlab.records import (
     FailureExample,
     ItemCounts,
     ItemStatus,
+    OutputHistory,
     RunRecord,
     RunStatus,
     RunSummary,
@@ -111,6 +112,17 @@ class ReadModels:
         counts: dict[str, int] = dict.fromkeys((*OPEN_ITEM_STATUSES, *FINAL_ITEM_STATUSES), 0)
         counts.update({ItemStatus(r[0]): int(r[1]) for r in rows})
         return counts
+
+    def output_history(self) -> dict[tuple[str, str], OutputHistory]:
+        """Mean output tokens and latency of succeeded results per (version id, model)."""
+        with self._reading() as cur:
+            rows = cur.execute(
+                "SELECT prompt_version_id, model, count(*), avg(output_tokens), avg(latency_ms) "
+                "FROM results WHERE status = 'succeeded' GROUP BY ALL"
+            ).fetchall()
+        return {
+            (r[0], r[1]): OutputHistory(int(r[2]), float(r[3] or 0), float(r[4] or 0)) for r in rows
+        }
 
     def list_runs_with_counts(self, limit: int = 100) -> list[RunWithCounts]:
         """The newest `limit` runs, newest first, each with its items per state: one query."""
