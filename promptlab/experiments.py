@@ -333,10 +333,14 @@ def assignment_row(
 # ---- allocation -------------------------------------------------------------------------
 
 
-def bucket_counts(weights: Mapping[str, float]) -> dict[str, int]:
-    """Buckets per variant by the largest remainder method; ties go to the earlier variant.
+def bucket_counts(
+    weights: Mapping[str, float], previous: Mapping[str, int] | None = None
+) -> dict[str, int]:
+    """Buckets per variant by the largest remainder method. Exact (fractions).
 
-    Exact (fractions), so the same weights always give the same counts.
+    Equal remainders go first to variants that already had the bucket (`previous`
+    counts above their new floor), so rounding never moves a unit between two variants
+    whose shares did not change; then to the earlier variant.
     """
     exact = {name: Fraction(w) for name, w in weights.items()}
     total = sum(exact.values())
@@ -344,9 +348,13 @@ def bucket_counts(weights: Mapping[str, float]) -> dict[str, int]:
         raise ExperimentError("weights: at least one weight must be above 0")
     quotas = {name: w * BUCKETS / total for name, w in exact.items()}
     counts = {name: int(q) for name, q in quotas.items()}
-    order = list(weights)
+    had = previous or {}
+    order = {name: index for index, name in enumerate(weights)}
     leftover = BUCKETS - sum(counts.values())
-    by_remainder = sorted(order, key=lambda n: (-(quotas[n] - counts[n]), order.index(n)))
+    by_remainder = sorted(
+        order,
+        key=lambda n: (-(quotas[n] - counts[n]), had.get(n, 0) <= counts[n], order[n]),
+    )
     for name in by_remainder[:leftover]:
         counts[name] += 1
     return counts
@@ -361,7 +369,8 @@ def allocate(weights: Mapping[str, float], previous: Allocation | None = None) -
     variants that grew, lowest first: the number of buckets that change variant is the
     sum of the positive count changes, the least any allocation could move.
     """
-    counts = bucket_counts(weights)
+    previous_counts = {n: sum(e - s for s, e in r) for n, r in (previous or {}).items()}
+    counts = bucket_counts(weights, previous_counts)
     if not previous:
         allocation: Allocation = {}
         start = 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from datetime import UTC, datetime
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -277,14 +278,22 @@ def test_a_weight_change_moves_the_fewest_buckets(
     new = allocate(after, old)
     old_owner, new_owner = owners(old), owners(new)
     assert "" not in new_owner  # every bucket has a variant
-    old_counts, new_counts = bucket_counts(before), bucket_counts(after)
+    old_counts = bucket_counts(before)
+    new_counts = bucket_counts(after, old_counts)
     assert {n: sum(e - s for s, e in r) for n, r in new.items()} == new_counts
     moved = sum(a != b for a, b in zip(old_owner, new_owner, strict=True))
     growth = sum(max(0, new_counts[name] - old_counts.get(name, 0)) for name in new_counts)
     assert moved == growth
+
+    def share(weights: dict[str, int], name: str) -> Fraction:
+        return Fraction(weights.get(name, -1), sum(weights.values()))
+
+    same_share = {n for n in before if share(before, n) == share(after, n)}
     for a, b in zip(old_owner, new_owner, strict=True):
         if a != b:  # only from a variant that shrank (or left) to one that grew
             assert new_counts.get(a, 0) < old_counts[a] and new_counts[b] > old_counts.get(b, 0)
+            # ... and never between two variants whose shares did not change
+            assert not {a, b} <= same_share
     for ranges in new.values():  # merged: no two ranges touch
         assert all(e1 < s2 for (_, e1), (s2, _) in zip(ranges, ranges[1:], strict=False))
 

@@ -86,14 +86,17 @@ def test_every_change_is_a_new_revision_with_author_time_and_note(wb: Workbench)
     third = wb.update_experiment("tone", ramp=25)
     fourth = wb.update_experiment("tone", killed=True, note="bad outputs")
     same = wb.update_experiment("tone", killed=True)
+    revived = wb.update_experiment("tone", killed=False)
+    assert revived.revision == 5 and revived.allocation == fourth.allocation == second.allocation
+    assert assign(revived, "c1") == assign(third, "c1")  # units come back to their variants
     assert [c.revision for c in (first, second, third, fourth, same)] == [1, 2, 3, 4, 4]
     history = wb.experiment_history("tone")
     assert [(c.revision, c.note) for c in history] == [
-        (4, "bad outputs"), (3, ""), (2, "more"), (1, "start"),
+        (5, ""), (4, "bad outputs"), (3, ""), (2, "more"), (1, "start"),
     ]  # fmt: skip
     assert all(c.author == "tester" and c.created_at.tzinfo is not None for c in history)
     assert wb.experiment("tone", 2).bucket_counts() == {"control": 5000, "concise": 5000}
-    assert wb.experiment("tone").killed and wb.experiment("tone").ramp == 25
+    assert wb.experiment("tone", 4).killed and wb.experiment("tone").ramp == 25
     # The weight change moved only the 2,000 buckets concise gained.
     moved = sum(
         a != b for a, b in zip(owners(first.allocation), owners(second.allocation), strict=True)
