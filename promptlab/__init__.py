@@ -14,6 +14,12 @@ from promptlab.errors import (
 )
 
 if TYPE_CHECKING:
+    from promptlab.experiments import (
+        Assignment,
+        ExperimentConfig,
+        assign,
+        load_experiment_config,
+    )
     from promptlab.registry import PromptVersion, Registry
     from promptlab.store import Store
     from promptlab.templates import Message, Template
@@ -21,6 +27,12 @@ if TYPE_CHECKING:
 #: Public names loaded on first use: importing them pulls in DuckDB, pyarrow, jinja2 and
 #: jsonschema, which `promptlab --help` and every CLI start would otherwise pay for.
 _LAZY = {
+    # Experiments: `promptlab.assign(promptlab.load_experiment_config(FILE), unit_id)` in
+    # a live service, on an exported config, with no database (promptlab/experiments.py).
+    "Assignment": "promptlab.experiments",
+    "ExperimentConfig": "promptlab.experiments",
+    "assign": "promptlab.experiments",
+    "load_experiment_config": "promptlab.experiments",
     "Message": "promptlab.templates",
     "PromptVersion": "promptlab.registry",
     "Registry": "promptlab.registry",
@@ -43,7 +55,9 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "Assignment",
     "ErrorKind",
+    "ExperimentConfig",
     "Message",
     "PromptVersion",
     "PromptlabError",
@@ -53,4 +67,6 @@ __all__ = [
     "Store",
     "Template",
     "VariableError",
+    "assign",
+    "load_experiment_config",
 ]

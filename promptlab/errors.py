@@ -16,6 +16,7 @@
     │   ├── PromptExistsError        creating a prompt under a name already in use
     │   └── VersionError             a semantic version override is not allowed
     ├── PromptFileError              a YAML prompt file is malformed (file and field)
+    ├── ExperimentError              an experiment file, config, unit id or exposure is wrong
     ├── EngineError                  a run cannot be submitted, resumed or cancelled as asked
     └── ProviderError                a provider call failed; `kind` says how (ErrorKind)
 
@@ -124,6 +125,10 @@ class VersionError(RegistryError):
 
 class PromptFileError(PromptlabError):
     """A YAML prompt file is malformed; the message names file and field."""
+
+
+class ExperimentError(PromptlabError):
+    """An experiment file, exported config, unit id or exposure line is wrong (names where)."""
 
 
 class EngineError(PromptlabError):

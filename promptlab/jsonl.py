@@ -7,28 +7,33 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from promptlab.errors import SpecError
+from promptlab.errors import PromptlabError, SpecError
 
 
-def numbered_jsonl(handle: Any, path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Each JSON object of a JSON Lines file with its line number; blank lines skipped."""
+def numbered_jsonl(
+    handle: Any, path: Path, *, label: str = "dataset", error: type[PromptlabError] = SpecError
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Each JSON object of a JSON Lines file with its line number; blank lines skipped.
+
+    Errors are `error`s naming the file as `{label} {path}, line N`.
+    """
     for number, line in enumerate(handle, start=1):
         if not line.strip():
             continue
         try:
             value = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise SpecError(f"dataset {path}, line {number}: not valid JSON ({exc.msg})") from exc
+            raise error(f"{label} {path}, line {number}: not valid JSON ({exc.msg})") from exc
         if not isinstance(value, dict):
-            raise SpecError(f"dataset {path}, line {number}: expected a JSON object")
+            raise error(f"{label} {path}, line {number}: expected a JSON object")
         # JSON may escape half of a UTF-16 pair ("\ud800"): not text anyone can store.
         # Only lines with such an escape need the (costly) full check.
         try:
             if "\\ud" in line or "\\uD" in line:
                 json.dumps(value, ensure_ascii=False).encode("utf-8")
         except UnicodeEncodeError as exc:
-            raise SpecError(
-                f"dataset {path}, line {number}: contains an unpaired surrogate "
+            raise error(
+                f"{label} {path}, line {number}: contains an unpaired surrogate "
                 f"({exc.object[exc.start : exc.end]!a}), which is not valid text"
             ) from exc
         yield number, value

@@ -8,10 +8,13 @@ not the store or the engine's internals; the names they need are re-exported her
 
 from __future__ import annotations
 
+import functools
 import json
-from dataclasses import dataclass
-from datetime import datetime
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from promptlab.batchfile import StoredResult, batch_output_lines, first_model
 from promptlab.config import PROJECT_ROOT, Settings
@@ -28,6 +31,7 @@ from promptlab.engine.limiter import LimiterState
 from promptlab.errors import (
     ConfigError,
     DatabaseLockedError,
+    ExperimentError,
     NotFoundError,
     PromptExistsError,
     PromptlabError,
@@ -37,6 +41,26 @@ from promptlab.errors import (
     TemplateError,
     VariableError,
     VariableProblem,
+)
+from promptlab.experiments import (
+    Assignment,
+    ExperimentConfig,
+    ExperimentFile,
+    ExperimentVariant,
+    Exposure,
+    allocate,
+    assign,
+    bucket_of,
+    check_exposure,
+    config_from_mapping,
+    config_json,
+    describe_changes,
+    export_yaml,
+    exposure_line,
+    load_experiment_config,
+    load_experiment_file,
+    parse_experiment_file,
+    read_exposures,
 )
 from promptlab.newprompt import create_prompt
 from promptlab.promptfiles import (
@@ -59,6 +83,7 @@ from promptlab.records import (
 )
 from promptlab.registry import PromptVersion, Registry, SaveResult
 from promptlab.store import ReadModels, Store
+from promptlab.store.experiments import AssignmentCount, ExperimentStore, StoredRevision
 from promptlab.templates import ROLES, Template, coerce_text_values
 
 #: Failed items a run view lists with their messages (the counts cover them all).
@@ -328,9 +353,203 @@ class Workbench:
             limiters=live.limiters if live and live.active else (),
         )
 
+    # ---- experiments ---------------------------------------------------------------
+    # Sticky splits of units over prompt variants (rules in promptlab/experiments.py).
+    # Every change is a new revision with its author, time and note.
+
+    @functools.cached_property
+    def _experiment_rows(self) -> ExperimentStore:
+        return ExperimentStore(self.store)
+
+    def add_experiment(
+        self, source: str | Path | Mapping[str, Any] | ExperimentFile, *, note: str = ""
+    ) -> tuple[ExperimentConfig, bool]:
+        """Add an experiment file (a path, its data, or a loaded one) as the next revision.
+
+        Each variant's prompt reference is resolved and its version id pinned (a variant
+        that gives `prompt_version_id` keeps that one). The allocation starts from the
+        previous revision's, so only the buckets a weight change frees move. A file
+        identical to the latest revision (pins included) creates nothing: `created` is
+        False and the latest revision is returned.
+        """
+        if isinstance(source, ExperimentFile):
+            experiment = source
+        elif isinstance(source, Mapping):
+            experiment = parse_experiment_file(source)
+        else:
+            experiment = load_experiment_file(source)
+        return self._save_experiment(self._pin_variants(experiment), note)
+
+    def experiments(self) -> list[ExperimentConfig]:
+        """The latest revision of every experiment, by name."""
+        return [_stored_config(row) for row in self._experiment_rows.latest_revisions()]
+
+    def experiment(self, name: str, revision: int | None = None) -> ExperimentConfig:
+        """One revision of `name` (the latest by default)."""
+        rows = self._experiment_rows
+        row = rows.latest(name) if revision is None else rows.revision(name, revision)
+        if row is None:
+            if revision is not None and rows.latest(name) is not None:
+                raise ExperimentError(f"experiment {name!r} has no revision {revision}")
+            raise ExperimentError(f"no experiment named {name!r}")
+        return _stored_config(row)
+
+    def experiment_history(self, name: str) -> list[ExperimentConfig]:
+        """Every revision of `name`, newest first (`describe_changes` says what each changed)."""
+        rows = self._experiment_rows.revisions(name)
+        if not rows:
+            raise ExperimentError(f"no experiment named {name!r}")
+        return [_stored_config(row) for row in rows]
+
+    def update_experiment(
+        self,
+        name: str,
+        *,
+        weights: Mapping[str, float] | None = None,
+        ramp: float | None = None,
+        killed: bool | None = None,
+        note: str = "",
+    ) -> ExperimentConfig:
+        """A new revision with some weights, the ramp or the kill switch changed.
+
+        Variants not named in `weights` keep theirs; pins and everything else carry
+        over. Changing nothing creates nothing and returns the latest revision.
+        """
+        latest = self.experiment(name)
+        data = latest.to_dict()
+        for variant_name, weight in (weights or {}).items():
+            latest.variant(variant_name)  # an unknown name is an error naming the known ones
+            for variant in data["variants"]:
+                if variant["name"] == variant_name:
+                    variant["weight"] = weight
+        if ramp is not None:
+            data["ramp"] = ramp
+        if killed is not None:
+            data["killed"] = killed
+        config, _ = self._save_experiment(
+            parse_experiment_file(data, source=f"experiment {name}"), note
+        )
+        return config
+
+    def export_experiment(self, name: str, revision: int | None = None) -> str:
+        """The full config of a revision as YAML: what `promptlab assign FILE` reads."""
+        return export_yaml(self.experiment(name, revision))
+
+    def import_exposures(self, path: str | Path) -> int:
+        """Import an exposure log (JSON Lines); return how many exposures were new.
+
+        Every line is checked against the revision it names (its experiment, variant,
+        bucket and pinned version); a bad line refuses the whole file, naming its line,
+        and nothing is stored. Exposures already stored are not stored twice.
+        """
+        path = Path(path)
+        configs: dict[tuple[str, int], ExperimentConfig] = {}
+
+        def checked_batches() -> Iterator[list[Exposure]]:
+            batch: list[Exposure] = []
+            for exposure in read_exposures(path):
+                where = f"exposures {path}, line {exposure.line}"
+                key = (exposure.experiment, exposure.revision)
+                try:
+                    if key not in configs:
+                        configs[key] = self.experiment(*key)
+                    check_exposure(exposure, configs[key])
+                except ExperimentError as exc:
+                    raise ExperimentError(f"{where}: {exc}") from exc
+                batch.append(exposure)
+                if len(batch) >= EXPOSURE_BATCH:
+                    yield batch
+                    batch = []
+            yield batch
+
+        return self._experiment_rows.add_exposures(
+            checked_batches(), source=str(path), imported_at=datetime.now(UTC)
+        )
+
+    def exposure_counts(self, name: str) -> dict[tuple[int, str], int]:
+        """Distinct units exposed per (revision, variant) of `name`."""
+        return self._experiment_rows.exposure_counts(name)
+
+    def assignment_counts(
+        self, *, experiment: str | None = None, run_id: str | None = None
+    ) -> list[AssignmentCount]:
+        """Dataset rows split runs assigned, per experiment, revision, variant."""
+        return self._experiment_rows.assignment_counts(experiment=experiment, run_id=run_id)
+
+    def _pin_variants(self, experiment: ExperimentFile) -> ExperimentFile:
+        pinned = []
+        for index, variant in enumerate(experiment.variants):
+            ref = variant.prompt
+            if variant.prompt_version_id is not None:
+                ref = f"{variant.prompt.split('@', 1)[0]}@{variant.prompt_version_id}"
+            try:
+                version = self.prompts.resolve(ref)
+            except RegistryError as exc:
+                where = f"{experiment.source}: variants[{index}].prompt"
+                raise ExperimentError(f"{where}: {exc}") from exc
+            pinned.append(replace(variant, prompt_version_id=version.id))
+        return replace(experiment, variants=tuple(pinned))
+
+    def _save_experiment(
+        self, experiment: ExperimentFile, note: str
+    ) -> tuple[ExperimentConfig, bool]:
+        latest = self._experiment_rows.latest(experiment.name)
+        previous = _stored_config(latest) if latest is not None else None
+        if previous is not None:
+            if experiment.salt != previous.salt:
+                raise ExperimentError(
+                    f"{experiment.source}: salt: {experiment.name} was created with salt "
+                    f"{previous.salt!r}; a salt never changes (it would move every unit)"
+                )
+            if experiment.content() == previous.content():
+                return previous, False
+        config = ExperimentConfig(
+            name=experiment.name,
+            description=experiment.description,
+            salt=experiment.salt,
+            revision=previous.revision + 1 if previous else 1,
+            mode=experiment.mode,
+            unit_column=experiment.unit_column,
+            ramp=experiment.ramp,
+            killed=experiment.killed,
+            variants=experiment.variants,
+            allocation=allocate(experiment.weights, previous.allocation if previous else None),
+            author=self.settings.author,
+            created_at=datetime.now(UTC),
+            note=note,
+        )
+        self._experiment_rows.add_revision(
+            config.name,
+            config.revision,
+            config.salt,
+            config_json(config),
+            author=config.author,
+            created_at=config.created_at,
+            note=note,
+        )
+        return config, True
+
+
+#: Exposures checked and inserted at a time (all in one transaction).
+EXPOSURE_BATCH = 50_000
+
+
+def _stored_config(row: StoredRevision) -> ExperimentConfig:
+    return config_from_mapping(row.config, source=f"experiment {row.name} revision {row.revision}")
+
 
 __all__ = [
     "ROLES",
+    "Assignment",
+    "AssignmentCount",
+    "ExperimentConfig",
+    "ExperimentError",
+    "ExperimentVariant",
+    "assign",
+    "bucket_of",
+    "describe_changes",
+    "exposure_line",
+    "load_experiment_config",
     "ConfigError",
     "DatabaseLockedError",
     "FailureExample",

@@ -20,7 +20,9 @@ PACKAGES = [
 README = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
 #: Adding or removing a public name is a decision: change this list and the README.
 PUBLIC = [
+    "Assignment",
     "ErrorKind",
+    "ExperimentConfig",
     "Message",
     "PromptVersion",
     "PromptlabError",
@@ -30,6 +32,8 @@ PUBLIC = [
     "Store",
     "Template",
     "VariableError",
+    "assign",
+    "load_experiment_config",
 ]
 
 

@@ -172,6 +172,59 @@ MIGRATIONS: tuple[Migration, ...] = (
             """,
         ),
     ),
+    Migration(
+        "0004_experiments",
+        (
+            # One row per experiment: its salt never changes, so assignments stay sticky.
+            """
+            CREATE TABLE experiments (
+                name        VARCHAR PRIMARY KEY,
+                salt        VARCHAR NOT NULL,
+                created_at  TIMESTAMPTZ NOT NULL,
+                created_by  VARCHAR NOT NULL
+            )
+            """,
+            # Every change is a new revision; `config` is the exported form (JSON).
+            """
+            CREATE TABLE experiment_revisions (
+                name        VARCHAR NOT NULL,
+                revision    INTEGER NOT NULL,
+                config      JSON NOT NULL,
+                author      VARCHAR NOT NULL,
+                created_at  TIMESTAMPTZ NOT NULL,
+                note        VARCHAR NOT NULL DEFAULT '',
+                PRIMARY KEY (name, revision)
+            )
+            """,
+            # Units served a variant by live traffic (imported from exposure logs).
+            """
+            CREATE TABLE exposures (
+                experiment        VARCHAR NOT NULL,
+                revision          INTEGER NOT NULL,
+                unit_id           VARCHAR NOT NULL,
+                variant           VARCHAR NOT NULL,
+                bucket            INTEGER NOT NULL,
+                prompt_version_id VARCHAR NOT NULL,
+                source            VARCHAR NOT NULL,
+                exposed_at        TIMESTAMPTZ NOT NULL,
+                imported_at       TIMESTAMPTZ NOT NULL
+            )
+            """,
+            # What a split run decided for each dataset row, recorded with its plan.
+            """
+            CREATE TABLE assignments (
+                run_id        VARCHAR NOT NULL,
+                experiment    VARCHAR NOT NULL,
+                revision      INTEGER NOT NULL,
+                unit_id       VARCHAR NOT NULL,
+                row_index     BIGINT NOT NULL,
+                variant       VARCHAR NOT NULL,
+                bucket        INTEGER NOT NULL,
+                in_experiment BOOLEAN NOT NULL
+            )
+            """,
+        ),
+    ),
 )
 
 

@@ -1,0 +1,304 @@
+"""`promptlab experiment ...`, `promptlab assign` and `promptlab exposures import`.
+
+`promptlab assign FILE UNIT...` on an exported config never opens the database: a live
+service may call it while the app holds the DuckDB file. It imports only the pure
+`promptlab.experiments` module (no DuckDB, no engine), so it also starts fast.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from promptlab.cli.common import db_option, handle_errors, open_workbench
+from promptlab.errors import ExperimentError
+
+if TYPE_CHECKING:
+    from promptlab.experiments import ExperimentConfig
+
+
+@click.group()
+def experiment() -> None:
+    """Sticky traffic splits over prompt variants: add, list, show, export, set."""
+
+
+@experiment.command("add")
+@db_option
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--note", default="", help="Why: kept with the new revision.")
+@click.pass_context
+@handle_errors
+def add(ctx: click.Context, file: Path, note: str) -> None:
+    """Add an experiment file; a changed file becomes a new revision."""
+    from promptlab.experiments import load_experiment_file
+
+    experiment_file = load_experiment_file(file)  # fully checked before the database opens
+    with open_workbench(ctx) as wb:
+        config, created = wb.add_experiment(experiment_file, note=note)
+    if created:
+        click.echo(f"added {config.name} revision {config.revision}: {_split(config)}")
+    else:
+        click.echo(f"no changes: {config.name} is at revision {config.revision}")
+
+
+@experiment.command("list")
+@db_option
+@click.pass_context
+@handle_errors
+def list_experiments(ctx: click.Context) -> None:
+    """List experiments with their latest revision, split, ramp and kill switch."""
+    with open_workbench(ctx) as wb:
+        configs = wb.experiments()
+    if not configs:
+        click.echo("no experiments yet: try `promptlab experiment add FILE.yaml`")
+        return
+    rows = [
+        (
+            c.name,
+            str(c.revision),
+            c.mode,
+            _state(c),
+            _split(c),
+            f"{c.created_at:%Y-%m-%d %H:%M}",
+            c.author,
+        )
+        for c in configs
+    ]
+    _table(("NAME", "REV", "MODE", "STATE", "SPLIT", "UPDATED", "AUTHOR"), rows)
+
+
+@experiment.command("show")
+@db_option
+@click.argument("name")
+@click.option("--revision", type=click.IntRange(min=1), help="A past revision (default latest).")
+@click.pass_context
+@handle_errors
+def show(ctx: click.Context, name: str, revision: int | None) -> None:
+    """Show one experiment: variants, weights, allocation, ramp, kill switch, history."""
+    from promptlab.experiments import describe_changes
+
+    with open_workbench(ctx) as wb:
+        config = wb.experiment(name, revision)
+        history = wb.experiment_history(name)
+        exposures = wb.exposure_counts(name)
+    click.echo(f"{config.name}  revision {config.revision} of {history[0].revision}")
+    if config.description:
+        click.echo(config.description)
+    click.echo(
+        f"mode: {config.mode}  unit column: {config.unit_column or '-'}  salt: {config.salt}"
+    )
+    click.echo(f"state: {_state(config)}")
+    counts = config.bucket_counts()
+    rows = []
+    for v in config.variants:
+        ranges = config.allocation[v.name]
+        rows.append(
+            (
+                v.name,
+                "control" if v.control else "treatment",
+                f"{v.weight:g}",
+                f"{counts[v.name]} ({counts[v.name] / 100:.2f}%)",
+                ", ".join(f"[{s}, {e})" for s, e in ranges[:3])
+                + (f" +{len(ranges) - 3} more" if len(ranges) > 3 else ""),
+                v.prompt,
+                (v.prompt_version_id or "-")[:15],
+                v.model or "-",
+                str(exposures.get((config.revision, v.name), 0)),
+            )
+        )
+    click.echo("")
+    _table(
+        ("VARIANT", "ROLE", "WEIGHT", "BUCKETS", "RANGES", "PROMPT", "VERSION", "MODEL", "EXPOSED"),
+        rows,
+    )
+    click.echo("\nhistory (newest first):")
+    older = [*history[1:], None]
+    _table(
+        ("REV", "CREATED", "AUTHOR", "CHANGES", "NOTE"),
+        [
+            (
+                str(h.revision),
+                f"{h.created_at:%Y-%m-%d %H:%M}",
+                h.author,
+                "; ".join(describe_changes(before, h)),
+                h.note or "-",
+            )
+            for h, before in zip(history, older, strict=True)
+        ],
+    )
+
+
+@experiment.command("export")
+@db_option
+@click.argument("name")
+@click.option("--revision", type=click.IntRange(min=1), help="A past revision (default latest).")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path))
+@click.pass_context
+@handle_errors
+def export(ctx: click.Context, name: str, revision: int | None, output: Path | None) -> None:
+    """Write the full config (allocation and pins included): what `promptlab assign` reads."""
+    with open_workbench(ctx) as wb:
+        text = wb.export_experiment(name, revision)
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    try:
+        output.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise ExperimentError(f"cannot write {output}: {exc.strerror or exc}") from exc
+    click.echo(f"wrote {output}")
+
+
+@experiment.command("set")
+@db_option
+@click.argument("name")
+@click.option("--weight", "weights", multiple=True, metavar="VARIANT=W", help="A new weight.")
+@click.option("--ramp", type=click.FloatRange(0, 100), help="Percent of units in the experiment.")
+@click.option("--kill/--revive", "killed", default=None, help="Send every unit to control.")
+@click.option("--note", default="", help="Why: kept with the new revision.")
+@click.pass_context
+@handle_errors
+def set_command(
+    ctx: click.Context,
+    name: str,
+    weights: Sequence[str],
+    ramp: float | None,
+    killed: bool | None,
+    note: str,
+) -> None:
+    """Change weights, the ramp or the kill switch: a new revision with your note."""
+    if not weights and ramp is None and killed is None:
+        raise click.UsageError("nothing to change: give --weight, --ramp, --kill or --revive")
+    parsed = dict(_weight(text) for text in weights)
+    with open_workbench(ctx) as wb:
+        before = wb.experiment(name)
+        after = wb.update_experiment(name, weights=parsed, ramp=ramp, killed=killed, note=note)
+    from promptlab.experiments import describe_changes
+
+    if after.revision == before.revision:
+        click.echo(f"no changes: {name} is at revision {after.revision}")
+    else:
+        changes = "; ".join(describe_changes(before, after))
+        click.echo(f"{name} revision {after.revision}: {changes}")
+
+
+@click.command("assign")
+@db_option
+@click.argument("experiment_or_file")
+@click.argument("units", nargs=-1)
+@click.option(
+    "--units",
+    "units_file",
+    type=click.Path(dir_okay=False, path_type=Path, allow_dash=True),
+    help="A file of unit ids, one per line ('-' reads stdin).",
+)
+@click.option(
+    "--log",
+    "log_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Append an exposure line per unit in the experiment (for `exposures import`).",
+)
+@click.pass_context
+@handle_errors
+def assign_command(
+    ctx: click.Context,
+    experiment_or_file: str,
+    units: Sequence[str],
+    units_file: Path | None,
+    log_file: Path | None,
+) -> None:
+    """Print each unit's variant as one JSON line.
+
+    EXPERIMENT_OR_FILE is an exported config file (the database is never opened) or an
+    experiment's name (its latest revision, read from the database).
+    """
+    from promptlab.experiments import assign, exposure_line, load_experiment_config
+
+    all_units = [*units, *(_read_units(units_file) if units_file else [])]
+    if not all_units:
+        raise click.UsageError("give unit ids as arguments or with --units FILE")
+    if Path(experiment_or_file).is_file():
+        config = load_experiment_config(experiment_or_file)
+    else:
+        with open_workbench(ctx) as wb:
+            config = wb.experiment(experiment_or_file)
+    now = datetime.now(UTC)
+    exposures = []
+    for unit in all_units:
+        decided = assign(config, unit)
+        click.echo(json.dumps(decided._asdict()))
+        if decided.in_experiment:
+            exposures.append(exposure_line(decided, config, now))
+    if log_file is not None and exposures:
+        try:
+            with log_file.open("a", encoding="utf-8") as handle:
+                handle.write("".join(line + "\n" for line in exposures))
+        except OSError as exc:
+            raise ExperimentError(f"cannot write {log_file}: {exc.strerror or exc}") from exc
+
+
+@click.group()
+def exposures() -> None:
+    """Exposure logs of live traffic: import."""
+
+
+@exposures.command("import")
+@db_option
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.pass_context
+@handle_errors
+def import_exposures(ctx: click.Context, file: Path) -> None:
+    """Import an exposure log (JSON Lines); a bad line refuses the whole file."""
+    with open_workbench(ctx) as wb:
+        added = wb.import_exposures(file)
+    click.echo(f"imported {added} new exposures from {file}")
+
+
+def _read_units(path: Path) -> Iterator[str]:
+    try:
+        handle = click.open_file(str(path), encoding="utf-8")
+        with handle:
+            for line in handle:
+                if line.strip():
+                    yield line.strip()
+    except OSError as exc:
+        raise ExperimentError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+
+
+def _weight(text: str) -> tuple[str, float]:
+    name, sep, value = text.partition("=")
+    try:
+        weight = float(value)
+    except ValueError:
+        weight = -1.0
+    if not sep or not name or weight < 0:
+        raise click.UsageError(f"--weight {text!r}: expected VARIANT=WEIGHT, like staging=40")
+    return name, int(weight) if weight.is_integer() else weight
+
+
+def _split(config: ExperimentConfig) -> str:
+    counts = config.bucket_counts()
+    return ", ".join(f"{name} {counts[name] / 100:g}%" for name in config.allocation)
+
+
+def _state(config: ExperimentConfig) -> str:
+    if config.killed:
+        return "killed (all to control)"
+    return f"ramp {config.ramp:g}%"
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
+    ]
+    click.echo("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
+    for row in rows:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+
+
+commands: list[click.Command] = [experiment, assign_command, exposures]
