@@ -226,18 +226,6 @@ class Assignment(NamedTuple):
     reason: str
 
 
-class AssignmentRow(NamedTuple):
-    """One dataset row's assignment in a run, as `ExperimentStore.record_assignments` keeps it."""
-
-    experiment: str
-    revision: int
-    unit_id: str
-    row_index: int
-    variant: str
-    bucket: int
-    in_experiment: bool
-
-
 @dataclass(frozen=True)
 class Exposure:
     """One line of an exposure log: a unit was served a variant of a revision."""
@@ -318,16 +306,6 @@ def assign(config: ExperimentConfig | Mapping[str, Any], unit_id: object) -> Ass
         )
     variant = config.variant(config.variant_of_bucket(bucket))
     return Assignment(unit, variant.name, bucket, variant.prompt_version_id, True, REASON_ASSIGNED)
-
-
-def assignment_row(
-    config: ExperimentConfig, row_index: int, assignment: Assignment
-) -> AssignmentRow:
-    """The row a run records for dataset row `row_index` (see `record_assignments`)."""
-    return AssignmentRow(
-        config.name, config.revision, assignment.unit, row_index, assignment.variant,
-        assignment.bucket, assignment.in_experiment,
-    )  # fmt: skip
 
 
 # ---- allocation -------------------------------------------------------------------------
@@ -584,11 +562,16 @@ def _params(value: Any, where: str) -> dict[str, Any]:
 
 
 def check_sampling(value: Any, where: str) -> dict[str, Any] | None:
-    """A variant's `sampling` settings: only shaped here (a mapping); the engine checks them."""
+    """A variant's `sampling` settings, checked as a run spec's (promptlab/sampling.py)."""
     if value is None:
         return None
-    if not isinstance(value, Mapping):
-        raise ExperimentError(f"{where}: expected a mapping, got {type(value).__name__}")
+    from promptlab.errors import SpecError
+    from promptlab.sampling import parse_sampling
+
+    try:
+        parse_sampling(value, where.removesuffix(".sampling"))
+    except SpecError as exc:
+        raise ExperimentError(str(exc)) from exc
     return dict(value)
 
 

@@ -25,8 +25,8 @@ from promptlab.engine import (
     RunSpec,
     load_spec,
     parse_spec,
-    parse_spec_text,
 )
+from promptlab.engine.estimate import RunEstimate, VariantEstimate
 from promptlab.engine.limiter import LimiterState
 from promptlab.errors import (
     ConfigError,
@@ -85,6 +85,7 @@ from promptlab.registry import PromptVersion, Registry, SaveResult
 from promptlab.store import ReadModels, Store
 from promptlab.store.experiments import AssignmentCount, ExperimentStore, StoredRevision
 from promptlab.templates import ROLES, Template, coerce_text_values
+from promptlab.yamlio import parse_yaml, read_yaml
 
 #: Failed items a run view lists with their messages (the counts cover them all).
 FAILURES_SHOWN = 10
@@ -242,7 +243,67 @@ class Workbench:
 
     def parse_pasted_spec(self, text: str) -> RunSpec:
         """A spec typed into the app: paths from the project folder, data folder only."""
-        return parse_spec_text(text, base_dir=PROJECT_ROOT, dataset_root=self.settings.data_dir)
+        data = parse_yaml(text, where="run spec", error=SpecError)
+        return parse_spec(
+            self._with_experiment(data), base_dir=PROJECT_ROOT, dataset_root=self.settings.data_dir
+        )
+
+    def load_spec(self, path: Path) -> RunSpec:
+        """A spec file; relative paths are relative to it (see `_with_experiment`)."""
+        data = read_yaml(path, error=SpecError)
+        return parse_spec(self._with_experiment(data), base_dir=path.parent, default_name=path.stem)
+
+    def _with_experiment(self, data: Any) -> Any:
+        """`experiment: NAME` (or `NAME@REVISION`) becomes that revision's full config.
+
+        The config is stored with the run, so a resume plans exactly the same split.
+        """
+        if not isinstance(data, Mapping) or not isinstance(data.get("experiment"), str):
+            return data
+        name, _, revision = data["experiment"].partition("@")
+        if revision and not revision.isdigit():
+            raise SpecError(
+                f"experiment: expected NAME or NAME@REVISION, got {data['experiment']!r}"
+            )
+        config = self.experiment(name, int(revision) if revision else None)
+        return {**data, "experiment": config.to_dict()}
+
+    def experiment_run_spec(
+        self,
+        name: str,
+        dataset: str,
+        *,
+        mode: str | None = None,
+        unit_column: str | None = None,
+        repeats: int = 1,
+        limit_rows: int | None = None,
+        run_name: str | None = None,
+    ) -> RunSpec:
+        """A run of the experiment's latest revision on an imported dataset.
+
+        A split run's unit column is the one given, else the experiment's, else the
+        dataset's own (set when it was imported).
+        """
+        config = self.experiment(name)
+        data: dict[str, Any] = {
+            "name": run_name or f"{name} r{config.revision} on {dataset}",
+            "dataset": dataset,
+            "experiment": config.to_dict(),
+            "repeats": repeats,
+        }
+        if mode is not None:
+            data["mode"] = mode
+        if (mode or config.mode) == "split":
+            unit = unit_column or config.unit_column or self.dataset(dataset).unit_column
+            if unit:
+                data["unit_column"] = unit
+        if limit_rows is not None:
+            data["limit_rows"] = limit_rows
+        return parse_spec(data, base_dir=PROJECT_ROOT, dataset_root=self.settings.data_dir)
+
+    def estimate(self, spec: RunSpec) -> RunEstimate:
+        """Requests, tokens, cost and time the run would take, before it starts."""
+        return self.engine.estimate(spec)
 
     def start_run(self, spec: RunSpec) -> str:
         return self.engine.submit(spec)
@@ -540,6 +601,8 @@ def _stored_config(row: StoredRevision) -> ExperimentConfig:
 
 __all__ = [
     "ROLES",
+    "RunEstimate",
+    "VariantEstimate",
     "Assignment",
     "AssignmentCount",
     "ExperimentConfig",

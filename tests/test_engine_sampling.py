@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from promptlab.engine import Engine, parse_spec
-from promptlab.engine.sampling import Sampling, parse_sampling
+from promptlab.sampling import Sampling, parse_sampling
 from promptlab.errors import SpecError
 from promptlab.fakellm import FakeLLMConfig, RunningServer, serve_in_thread
 from promptlab.providers.config import EndpointConfig

@@ -13,10 +13,8 @@ import pytest
 from promptlab.config import DEMO_DIR, Settings
 from promptlab.errors import ExperimentError
 from promptlab.experiments import (
-    AssignmentRow,
     allocate,
     assign,
-    assignment_row,
     exposure_line,
     owners,
 )
@@ -186,20 +184,6 @@ def test_a_bad_line_after_whole_batches_were_inserted_rolls_them_back(
     with pytest.raises(ExperimentError, match=f"line {count + 1}: .*has no variant 'nope'"):
         wb.import_exposures(log)
     assert wb.exposure_counts("tone") == {}
-
-
-def test_record_assignments_and_counts(wb: Workbench, store: Store) -> None:
-    config, _ = wb.add_experiment(data())
-    rows = [assignment_row(config, i, assign(config, f"c{i}")) for i in range(1000)]
-    rows.append(AssignmentRow("tone", 1, "x", 1000, "control", 5, False))
-    assert ExperimentStore(store).record_assignments("run_1", rows) == 1001
-    assert ExperimentStore(store).record_assignments("run_1", []) == 0
-    counts = wb.assignment_counts(run_id="run_1")
-    assert sum(c.rows for c in counts) == 1001
-    assert {(c.variant, c.in_experiment) for c in counts} == {
-        ("control", True), ("concise", True), ("control", False),
-    }  # fmt: skip
-    assert wb.assignment_counts(experiment="other") == []
 
 
 def test_revisions_race_is_refused(store: Store) -> None:

@@ -48,10 +48,7 @@ BAR_WIDTH = 28
 @handle_errors(usage=SPEC_PROBLEMS)
 def run_command(ctx: click.Context, spec_file: Path, strict: bool, quiet: bool) -> None:
     """Run a YAML run spec; print the run id, a progress bar and a summary."""
-    from promptlab.workbench import load_spec
-
-    spec = load_spec(spec_file)
-    _drive(ctx, lambda wb: wb.start_run(spec), strict, quiet)
+    _drive(ctx, lambda wb: wb.start_run(wb.load_spec(spec_file)), strict, quiet)
 
 
 @click.command("resume")

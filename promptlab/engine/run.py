@@ -14,7 +14,6 @@ from promptlab.engine.clock import SYSTEM_CLOCK, Clock
 from promptlab.engine.limiter import Limiter, Permit
 from promptlab.engine.progress import Counters
 from promptlab.engine.retry import THROTTLE_KINDS, Action, RetryPolicy, classify
-from promptlab.engine.sampling import SAMPLING_KEY, Sampling, sampling_from_params
 from promptlab.engine.spec import AS_WRITTEN, PARAM_COLUMNS_KEY
 from promptlab.engine.writer import BatchWriter
 from promptlab.errors import ErrorKind, PromptlabError, ProviderError, TemplateError
@@ -28,6 +27,7 @@ from promptlab.records import (
     PendingItem,
     VariantRecord,
 )
+from promptlab.sampling import SAMPLING_KEY, Sampling, sampling_from_params
 from promptlab.store.items import ItemStore
 from promptlab.templates import Template, coerce_text_values, normalize_params
 from promptlab.tokens import check_fits

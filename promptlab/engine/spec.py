@@ -16,11 +16,11 @@ from urllib.parse import urlsplit
 
 from promptlab.engine.limiter import DEFAULT_BURST_S, Limits
 from promptlab.engine.retry import RetryPolicy
-from promptlab.engine.sampling import FIXED, SAMPLING_KEY, parse_sampling
 from promptlab.errors import ConfigError, PromptlabError, SpecError, TemplateError
 from promptlab.jsonl import numbered_jsonl
 from promptlab.providers.config import KINDS, EndpointConfig, parse_model_ref
 from promptlab.records import VariantRecord
+from promptlab.sampling import FIXED, SAMPLING_KEY, parse_sampling
 from promptlab.sim import SIM_MODELS
 from promptlab.templates import Template, normalize_params
 from promptlab.yamlio import parse_yaml, read_yaml
@@ -73,7 +73,7 @@ class VariantSpec:
     output_schema: Mapping[str, Any] | None = None
     #: Params read per row from dataset columns (param -> column), e.g. max_tokens.
     params_from: Mapping[str, str] = field(default_factory=dict)
-    #: How temperature or top_p moves over the batch (promptlab/engine/sampling.py).
+    #: How temperature or top_p moves over the batch (promptlab/sampling.py).
     sampling: Mapping[str, Any] | None = None
     #: Each dataset line is a request sent as written; its id is in `id_field`.
     as_written: bool = False
@@ -160,12 +160,11 @@ def parse_spec(
     else:
         dataset = _dataset_file(data["dataset"], base_dir, dataset_root)
     experiment, mode, unit_column = _experiment(data)
+    variants_data: Any = data.get("variants")
     if experiment is not None:
         if "variants" in data:
             raise SpecError("run spec: give 'experiment' or 'variants', not both")
         variants_data = experiment_variants(experiment)
-    else:
-        variants_data = data.get("variants")
     if not isinstance(variants_data, list) or not variants_data:
         raise SpecError("run spec: 'variants' must be a non-empty list")
     variants = tuple(_variant(v, i) for i, v in enumerate(variants_data))
@@ -233,9 +232,13 @@ def _experiment(data: Mapping[str, Any]) -> tuple[Mapping[str, Any] | None, str,
             "experiment: expected an experiment's name (resolved by the app and the CLI) or "
             "its exported config"
         )
+    from promptlab.errors import ExperimentError
     from promptlab.experiments import config_from_mapping
 
-    checked = config_from_mapping(config)
+    try:
+        checked = config_from_mapping(config, source="experiment")
+    except ExperimentError as exc:
+        raise SpecError(str(exc)) from exc
     mode = data.get("mode", checked.mode)
     if mode not in MODES:
         raise SpecError(f"mode: one of {', '.join(MODES)}, got {mode!r}")

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from promptlab.errors import StoreError
-from promptlab.experiments import AssignmentRow, Exposure
+from promptlab.experiments import Exposure
 from promptlab.store.connection import Store
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -174,31 +174,6 @@ class ExperimentStore:
         return {(int(r[0]), str(r[1])): int(r[2]) for r in rows}
 
     # ---- run assignments -----------------------------------------------------------
-
-    def record_assignments(self, run_id: str, rows: Sequence[AssignmentRow]) -> int:
-        """Store what a split run decided for its dataset rows, in one transaction."""
-        if not rows:
-            return 0
-        table = {
-            "experiment": _text_column(r.experiment for r in rows),
-            "revision": np.fromiter((r.revision for r in rows), np.int32, len(rows)),
-            "unit_id": _text_column(r.unit_id for r in rows),
-            "row_index": np.fromiter((r.row_index for r in rows), np.int64, len(rows)),
-            "variant": _text_column(r.variant for r in rows),
-            "bucket": np.fromiter((r.bucket for r in rows), np.int32, len(rows)),
-            "in_experiment": np.fromiter((r.in_experiment for r in rows), np.bool_, len(rows)),
-        }
-        with self.store.transaction() as tx:
-            tx.register("x_assignments", table)
-            try:
-                tx.execute(
-                    "INSERT INTO assignments SELECT ?, experiment, revision, unit_id, row_index, "
-                    "variant, bucket, in_experiment FROM x_assignments",
-                    [run_id],
-                )
-            finally:
-                tx.unregister("x_assignments")
-        return len(rows)
 
     def assignment_counts(
         self, *, experiment: str | None = None, run_id: str | None = None

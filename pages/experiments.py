@@ -1,0 +1,317 @@
+"""Experiments: create one from prompt versions, change its split, launch it on a dataset."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from promptlab.ui.resources import get_workbench
+from promptlab.ui.shell import require_shell
+from promptlab.ui.widgets import show_error
+from promptlab.workbench import ExperimentConfig, PromptlabError, RunEstimate, Workbench
+
+POLL_EVERY = timedelta(seconds=1)
+MAX_VARIANTS = 6
+
+
+def experiments_table(configs: list[ExperimentConfig]) -> None:
+    st.dataframe(
+        pd.DataFrame(
+            {
+                "experiment": c.name,
+                "revision": c.revision,
+                "mode": c.mode,
+                "split": " / ".join(f"{v.name} {v.weight:g}" for v in c.variants),
+                "control": c.control.name,
+                "ramp %": c.ramp,
+                "killed": c.killed,
+                "changed": c.created_at,
+                "by": c.author,
+            }
+            for c in configs
+        ),
+        hide_index=True,
+        width="stretch",
+    )
+
+
+def create_form(wb: Workbench) -> None:
+    prompts = [p.name for p in wb.prompts.list_prompts()]
+    with st.expander("New experiment", icon=":material/add:", expanded=not wb.experiments()):
+        if not prompts:
+            st.info("Create a prompt first (Prompts page).", icon=":material/info:")
+            return
+        count = st.number_input(
+            "Variants", min_value=2, max_value=MAX_VARIANTS, value=2, key="new_count"
+        )
+        with st.form("new_experiment"):
+            name = st.text_input("Name", key="new_name", placeholder="triage-tone")
+            left, right = st.columns(2)
+            mode = left.selectbox(
+                "Mode",
+                ["split", "all"],
+                key="new_mode",
+                help="split: each unit (user, session) gets one variant, sticky; "
+                "all: every row through every variant, for a paired comparison",
+            )
+            unit_column = right.text_input(
+                "Unit column",
+                key="new_unit",
+                help="The dataset column holding the user or session id (for split runs)",
+            )
+            variants = []
+            for i in range(int(count)):
+                st.markdown(f"**Variant {i + 1}**" + (" (control)" if i == 0 else ""))
+                cols = st.columns([2, 3, 2, 2, 1])
+                v_name = cols[0].text_input(
+                    "Name", value="control" if i == 0 else f"variant-{i}", key=f"new_v{i}_name"
+                )
+                prompt = cols[1].selectbox("Prompt", prompts, key=f"new_v{i}_prompt")
+                version = cols[2].text_input(
+                    "Version or label",
+                    value="production" if i == 0 else "staging",
+                    key=f"new_v{i}_version",
+                    help="1.2.0, a label like production, or sha256:abcd",
+                )
+                model = cols[3].text_input(
+                    "Model (optional)",
+                    key=f"new_v{i}_model",
+                    help="endpoint:model, e.g. sim:fast; empty: the version's own model",
+                )
+                weight = cols[4].number_input(
+                    "Weight", min_value=0.0, value=50.0, key=f"new_v{i}_weight"
+                )
+                variant: dict[str, Any] = {
+                    "name": v_name,
+                    "prompt": f"{prompt}@{version}" if version else prompt,
+                    "weight": weight,
+                }
+                if i == 0:
+                    variant["control"] = True
+                if model:
+                    variant["model"] = model
+                variants.append(variant)
+            submitted = st.form_submit_button("Create experiment", type="primary")
+        if submitted:
+            data: dict[str, Any] = {"name": name, "mode": mode, "variants": variants}
+            if unit_column:
+                data["unit_column"] = unit_column
+            try:
+                config, created = wb.add_experiment(data)
+            except PromptlabError as exc:
+                show_error(exc)
+            else:
+                st.session_state["experiment_choice"] = config.name
+                if created:
+                    st.success(f"Created {config.name}", icon=":material/check_circle:")
+                else:
+                    st.info(f"{config.name} already has this content", icon=":material/info:")
+
+
+def change_form(wb: Workbench, config: ExperimentConfig) -> None:
+    """Weights and ramp as a new revision; the kill switch asks for a confirmation."""
+    st.markdown("**Traffic**")
+    with st.form(f"change_{config.name}_{config.revision}"):
+        cols = st.columns(len(config.variants) + 1)
+        weights = {
+            v.name: cols[i].number_input(
+                f"{v.name} weight", min_value=0.0, value=float(v.weight), key=f"w_{v.name}"
+            )
+            for i, v in enumerate(config.variants)
+        }
+        ramp = cols[-1].slider(
+            "Ramp %",
+            0.0,
+            100.0,
+            float(config.ramp),
+            help="Share of units that enter the experiment; the rest get control. "
+            "Raising it only adds units.",
+        )
+        note = st.text_input("Note", key=f"note_{config.name}", placeholder="why this change")
+        if st.form_submit_button("Save as new revision"):
+            try:
+                wb.update_experiment(config.name, weights=weights, ramp=ramp, note=note)
+            except PromptlabError as exc:
+                show_error(exc)
+            else:
+                st.rerun()
+    kill_switch(wb, config)
+
+
+def kill_switch(wb: Workbench, config: ExperimentConfig) -> None:
+    pending = f"confirm_kill_{config.name}"
+    if config.killed:
+        st.warning("Killed: every unit goes to control.", icon=":material/block:")
+        if st.button("Revive experiment", key=f"revive_{config.name}"):
+            wb.update_experiment(config.name, killed=False, note="revived")
+            st.rerun()
+        return
+    if not st.session_state.get(pending):
+        if st.button("Kill switch…", key=f"kill_{config.name}", icon=":material/block:"):
+            st.session_state[pending] = True
+            st.rerun()
+        return
+    st.error(
+        f"Send every unit of {config.name} to {config.control.name} now? This is a new "
+        "revision; live services pick it up with the next exported config.",
+        icon=":material/warning:",
+    )
+    yes, no, _ = st.columns([1, 1, 4])
+    if yes.button("Kill it", type="primary", key=f"kill_yes_{config.name}"):
+        st.session_state.pop(pending, None)
+        wb.update_experiment(config.name, killed=True, note="kill switch")
+        st.rerun()
+    if no.button("Keep running", key=f"kill_no_{config.name}"):
+        st.session_state.pop(pending, None)
+        st.rerun()
+
+
+def history(wb: Workbench, name: str) -> None:
+    revisions = wb.experiment_history(name)
+    st.dataframe(
+        pd.DataFrame(
+            {
+                "revision": c.revision,
+                "split": " / ".join(f"{v.name} {v.weight:g}" for v in c.variants),
+                "ramp %": c.ramp,
+                "killed": c.killed,
+                "note": c.note,
+                "by": c.author,
+                "at": c.created_at,
+            }
+            for c in revisions
+        ),
+        hide_index=True,
+        width="stretch",
+    )
+
+
+def launch(wb: Workbench, config: ExperimentConfig) -> None:
+    st.markdown("**Launch on a dataset**")
+    datasets = {d.name: d for d in wb.datasets()}
+    if not datasets:
+        st.info("Import a dataset first (Datasets page).", icon=":material/info:")
+        return
+    cols = st.columns([2, 1, 2, 1, 1])
+    dataset = cols[0].selectbox("Dataset", list(datasets), key=f"launch_ds_{config.name}")
+    mode = cols[1].selectbox(
+        "Mode", ["split", "all"], index=0 if config.mode == "split" else 1, key="launch_mode"
+    )
+    columns = [c for c, _ in datasets[dataset].columns]
+    default_unit = config.unit_column or datasets[dataset].unit_column
+    unit = cols[2].selectbox(
+        "Unit column",
+        columns,
+        index=columns.index(default_unit) if default_unit in columns else 0,
+        key="launch_unit",
+        disabled=mode != "split",
+    )
+    repeats = cols[3].number_input("Repeats", 1, 1000, 1, key="launch_repeats")
+    limit = cols[4].number_input(
+        "Rows (0 = all)", 0, datasets[dataset].row_count, 0, key="launch_limit"
+    )
+    try:
+        spec = wb.experiment_run_spec(
+            config.name,
+            dataset,
+            mode=mode,
+            unit_column=unit if mode == "split" else None,
+            repeats=int(repeats),
+            limit_rows=int(limit) or None,
+        )
+        estimate = wb.estimate(spec)
+    except PromptlabError as exc:
+        show_error(exc)
+        return
+    show_estimate(estimate)
+    if st.button("Start", type="primary", key="launch_start", icon=":material/play_arrow:"):
+        try:
+            st.session_state["launched_run"] = wb.start_run(spec)
+        except PromptlabError as exc:
+            show_error(exc)
+
+
+def show_estimate(estimate: RunEstimate) -> None:
+    cols = st.columns(4)
+    cols[0].metric("Requests", f"{estimate.requests:,}")
+    cols[1].metric(
+        "Tokens",
+        f"{estimate.input_tokens + estimate.output_tokens:,}",
+        help=f"{estimate.input_tokens:,} in, {estimate.output_tokens:,} out",
+    )
+    cols[2].metric(
+        "Cost",
+        f"${estimate.cost_usd:.4f}" if estimate.cost_usd is not None else "no price",
+        help="from the providers file's price table",
+    )
+    cols[3].metric("Time", _duration(estimate.seconds), help=f"bounded by {estimate.bound}")
+    st.caption(
+        "Per variant: "
+        + "; ".join(
+            f"{v.name} {v.requests:,} requests (output from {v.basis})" for v in estimate.variants
+        )
+    )
+
+
+@st.fragment(run_every=POLL_EVERY)
+def follow(wb: Workbench, run_id: str) -> None:
+    view = wb.run_view(run_id)
+    c = view.counts
+    st.progress(
+        view.fraction_closed,
+        text=f"{run_id} · {view.status}: {c.finished} of {view.total} items closed "
+        f"({c.succeeded} succeeded, {c.failed} failed)",
+    )
+    if view.variants:
+        st.dataframe(
+            pd.DataFrame(
+                {
+                    "variant": v.name,
+                    "items": v.succeeded + v.failed + v.cancelled + v.open,
+                    "succeeded": v.succeeded,
+                    "completion": v.completion_rate,
+                    "p50 ms": v.latency_p50_ms,
+                    "p90 ms": v.latency_p90_ms,
+                }
+                for v in view.variants
+            ),
+            hide_index=True,
+            width="stretch",
+        )
+    st.page_link("pages/runs.py", label="Open in Runs", icon=":material/play_circle:")
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+require_shell("pages/experiments.py")
+st.title("Experiments")
+workbench = get_workbench()
+create_form(workbench)
+configs = workbench.experiments()
+if configs:
+    experiments_table(configs)
+    names = [c.name for c in configs]
+    if st.session_state.get("experiment_choice") not in names:
+        st.session_state["experiment_choice"] = names[0]
+    chosen = st.selectbox("Experiment", names, key="experiment_choice")
+    current = next(c for c in configs if c.name == chosen)
+    left, right = st.columns(2)
+    with left:
+        change_form(workbench, current)
+    with right:
+        st.markdown("**Revisions**")
+        history(workbench, chosen)
+    launch(workbench, current)
+    if st.session_state.get("launched_run"):
+        follow(workbench, st.session_state["launched_run"])
+else:
+    st.info("No experiments yet.", icon=":material/info:")
