@@ -6,6 +6,7 @@ Deep link: `?run=RUN_ID&item=KEY` opens that run and item.
 
 from __future__ import annotations
 
+import zlib
 from datetime import timedelta
 
 import pandas as pd
@@ -254,7 +255,7 @@ def items(wb: Workbench, view: RunView) -> None:
     )  # fmt: skip
     filters = (status, variant, kind, search.strip())
     # Keys carry the filters: a new filter starts at page 1 with nothing selected.
-    scope = f"{run_id}_{abs(hash(filters))}"
+    scope = f"{run_id}_{zlib.crc32(repr(filters).encode()):08x}"
     page_no = st.session_state.get(f"items_page_{scope}", 1)
     try:
         page = wb.run_items(
@@ -345,7 +346,6 @@ def item_detail(wb: Workbench, run_id: str, key: str) -> None:
             ),
             hide_index=True,
             width="stretch",
-            key=f"item_inputs_{item.key}",
         )
         st.markdown("Params")
         st.json(dict(item.params), expanded=True)
@@ -402,7 +402,6 @@ def item_outcome(item: ItemView) -> None:
             },
             hide_index=True,
             width="stretch",
-            key=f"item_attempts_{item.key}",
         )
 
 
