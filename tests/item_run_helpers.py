@@ -6,10 +6,15 @@ Shared by the item read-model, CLI and Runs page tests.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from promptlab.engine import RunSpec, parse_spec
+from promptlab.fakellm import FakeLLMConfig, RunningServer, serve_in_thread
+from promptlab.workbench import Workbench
 
 #: Dataset rows; the row at BAD_ROW has no `text`, so it fails validation (never sent).
 ROWS = 20
@@ -62,3 +67,20 @@ def item_spec(tmp_path: Path, base_url: str, rows: int = ROWS) -> RunSpec:
             },
         }
     )
+
+
+@pytest.fixture
+def retrying_server() -> Iterator[RunningServer]:
+    """fakellm where 40% of attempts get a 500: several items need retries (and wait)."""
+    config = FakeLLMConfig(port=0, latency_ms=1, fail_rate=0.4, seed=7, record_requests=1_000)
+    with serve_in_thread(config) as running:
+        yield running
+
+
+@pytest.fixture
+def finished_run(tmp_path: Path, retrying_server: RunningServer, db_path: Path) -> str:
+    """The run of `item_spec`, completed in the test's database; its workbench closed."""
+    with Workbench.open() as wb:
+        run_id = wb.start_run(item_spec(tmp_path, retrying_server.openai_base_url))
+        assert wb.wait(run_id, timeout=60).status == "completed"
+    return run_id

@@ -4,37 +4,23 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from promptlab.engine.planner import AllVariants, plan_items
 from promptlab.errors import NotFoundError, PromptlabError, StoreError
-from promptlab.fakellm import FakeLLMConfig, RunningServer, serve_in_thread
+from promptlab.fakellm import RunningServer
 from promptlab.records import ItemStatus, PlannedChunk, PlannedItem, VariantRecord
 from promptlab.store import ItemStore, ReadModels, RunStore, Store
 from promptlab.templates import Template
 from promptlab.workbench import ItemKeyError, Workbench
-from tests.item_run_helpers import BAD_ROW, ROWS, SYSTEM, USER, VARIANTS, item_spec
-
-TIMEOUT_S = 60
-
-
-@pytest.fixture
-def server() -> Iterator[RunningServer]:
-    # 40% of attempts get a 500: several items need retries (and wait before them).
-    config = FakeLLMConfig(port=0, latency_ms=1, fail_rate=0.4, seed=7, record_requests=1_000)
-    with serve_in_thread(config) as running:
-        yield running
-
-
-@pytest.fixture
-def finished_run(tmp_path: Path, server: RunningServer, db_path: Path) -> str:
-    """The run of tests/item_run_helpers.py, completed; its workbench closed again."""
-    with Workbench.open() as wb:
-        run_id = wb.start_run(item_spec(tmp_path, server.openai_base_url))
-        assert wb.wait(run_id, timeout=TIMEOUT_S).status == "completed"
-    return run_id
+from tests.item_run_helpers import (
+    BAD_ROW,
+    ROWS,
+    SYSTEM,
+    USER,
+    VARIANTS,
+)
 
 
 @pytest.fixture
@@ -80,9 +66,9 @@ def test_filters_narrow_the_list_and_the_count(wb: Workbench, finished_run: str)
 
 
 def test_an_item_shows_the_messages_exactly_as_the_server_received_them(
-    wb: Workbench, finished_run: str, server: RunningServer
+    wb: Workbench, finished_run: str, retrying_server: RunningServer
 ) -> None:
-    received = {r["headers"]["x-client-request-id"]: r["body"] for r in server.requests()}
+    received = {r["headers"]["x-client-request-id"]: r["body"] for r in retrying_server.requests()}
     page = wb.run_items(finished_run)
     sent = [r for r in page.rows if r.error_kind != "invalid_input"]
     assert sent and all(r.key in received for r in sent)
