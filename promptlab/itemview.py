@@ -5,6 +5,10 @@ request. `item_request` renders it again exactly as the engine's `_prepare` does
 params filled in, text cells coerced to the variables' types, the template rendered;
 a request file's line taken as written), so the messages shown are the messages sent.
 A row that fails validation gives the render error instead: that is how its item failed.
+
+What is shown passes through the redactor like everything else promptlab shows: a key
+that sits in a dataset row is masked in the inputs and the messages (the stored output,
+errors and attempts were masked before they were written).
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ from __future__ import annotations
 import json
 import string
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from promptlab.batchfile import request_from_row
@@ -21,6 +25,7 @@ from promptlab.engine.run import row_params
 from promptlab.engine.spec import AS_WRITTEN, PARAM_COLUMNS_KEY
 from promptlab.errors import PromptlabError
 from promptlab.records import AttemptRow, FinalRow, ItemDetail, ItemStatus, VariantRecord
+from promptlab.redact import Redactor
 from promptlab.templates import Template, coerce_text_values
 
 #: Fewest hex digits of a key accepted as a prefix of one.
@@ -134,6 +139,27 @@ def item_request(variant: VariantRecord, row: Mapping[str, Any]) -> ItemRequest:
     except PromptlabError as exc:
         return ItemRequest(None, params, str(exc))
     return ItemRequest(tuple(messages), params, None)
+
+
+def masked(detail: ItemDetail, request: ItemRequest) -> ItemView:
+    """The view with any secret in the row, the messages or the render error masked."""
+    redactor = Redactor.from_environ()
+    messages = request.messages
+    if messages is not None:
+        messages = tuple({**m, "content": redactor(m["content"])} for m in messages)
+    request = ItemRequest(messages, request.params, redactor.optional(request.error))
+    row = {name: _masked_value(value, redactor) for name, value in detail.row.items()}
+    return ItemView(replace(detail, row=row), request)
+
+
+def _masked_value(value: Any, redactor: Redactor) -> Any:
+    if isinstance(value, str):
+        return redactor(value)
+    if isinstance(value, Mapping):
+        return {k: _masked_value(v, redactor) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_masked_value(v, redactor) for v in value]
+    return value
 
 
 def check_key_prefix(run_id: str, key: str) -> str:

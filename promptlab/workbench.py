@@ -45,6 +45,7 @@ from promptlab.itemview import (
     ambiguous,
     check_key_prefix,
     item_request,
+    masked,
 )
 from promptlab.newprompt import create_prompt
 from promptlab.promptfiles import (
@@ -372,7 +373,8 @@ class Workbench:
                     raise NotFoundError(f"run {run_id} has no item whose key starts with {key!r}")
                 key = keys[0]
             detail = reads.item_detail(run_id, key)
-        return ItemView(detail, item_request(detail.variant, detail.row))
+        # Rendered from the row as stored, then masked for display like everything shown.
+        return masked(detail, item_request(detail.variant, detail.row))
 
 
 __all__ = [

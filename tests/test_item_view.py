@@ -190,3 +190,17 @@ def test_output_that_is_json_is_parsed_for_display() -> None:
     assert view("plain words").output_json is None
     assert view("42").output_json is None  # a bare number is text, not a document
     assert json.dumps(view("[]").output_json) == "[]"
+
+
+def test_a_key_in_a_dataset_row_is_masked_in_inputs_and_messages(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = "sk-live-0123456789abcdef"
+    monkeypatch.setenv("OPENAI_API_KEY", secret)
+    RunStore(store).create_run(RUN, "planned", {}, [VARIANT])
+    rows = [{"name": f"my key is {secret}", "extra": {"nested": [secret]}}]
+    ItemStore(store).plan_items(RUN, plan_items(RUN, rows, ["v"], AllVariants(1), 1))
+    key = ReadModels(store).items(RUN).rows[0].key
+    view = Workbench(store).item_view(RUN, key)
+    assert view.messages == ({"role": "user", "content": "Hi my key is [redacted]"},)
+    assert view.row == {"name": "my key is [redacted]", "extra": {"nested": ["[redacted]"]}}
