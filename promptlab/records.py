@@ -25,7 +25,10 @@ __all__ = [
     "FailureExample",
     "FinalRow",
     "ItemCounts",
+    "ItemDetail",
     "ItemErrorKind",
+    "ItemPage",
+    "ItemRow",
     "ItemStatus",
     "LabelEvent",
     "OPEN_ITEM_STATUSES",
@@ -316,6 +319,54 @@ class VariantSummary:
     @property
     def finished(self) -> int:
         return self.succeeded + self.failed + self.cancelled
+
+
+@dataclass(frozen=True)
+class ItemRow:
+    """One item of a run as the items list shows it; result fields are None while open."""
+
+    key: str
+    seq: int
+    #: 0-based, like the store; people read `row_index + 1`.
+    row_index: int
+    variant: str
+    repeat: int
+    status: ItemStatus
+    error_kind: str | None
+    attempts: int
+    latency_ms: float | None
+    #: The first OUTPUT_PREVIEW_CHARS characters of the output (succeeded items).
+    output_preview: str | None
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True)
+class ItemPage:
+    """A page of a run's items in plan order, and how many items match the filters."""
+
+    rows: list[ItemRow]
+    total: int
+    offset: int
+    limit: int
+
+
+@dataclass(frozen=True)
+class ItemDetail:
+    """Everything stored about one item: its row, its variant, its result, its attempts."""
+
+    run_id: str
+    key: str
+    seq: int
+    row_index: int
+    repeat: int
+    status: ItemStatus
+    #: The dataset row as planned (the values the template was rendered with).
+    row: Mapping[str, Any]
+    variant: VariantRecord
+    #: The final row; None while the item is pending or in flight.
+    result: FinalRow | None
+    #: Every request sent for it, in order (retries and resumes included).
+    attempts: list[AttemptRow]
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from promptlab.engine import (
     parse_spec_text,
 )
 from promptlab.engine.limiter import LimiterState
+from promptlab.engine.planner import KEY_HEX_DIGITS
 from promptlab.errors import (
     ConfigError,
     DatabaseLockedError,
@@ -62,6 +63,14 @@ from promptlab.experiments import (
     parse_experiment_file,
     read_exposures,
 )
+from promptlab.itemview import (
+    ItemKeyError,
+    ItemView,
+    ambiguous,
+    check_key_prefix,
+    item_request,
+    masked,
+)
 from promptlab.newprompt import create_prompt
 from promptlab.promptfiles import (
     PromptFile,
@@ -75,6 +84,9 @@ from promptlab.records import (
     FINAL_RUN_STATUSES,
     FailureExample,
     ItemCounts,
+    ItemPage,
+    ItemRow,
+    ItemStatus,
     RunRecord,
     RunStatus,
     RunSummary,
@@ -353,6 +365,42 @@ class Workbench:
             limiters=live.limiters if live and live.active else (),
         )
 
+    # ---- one run's items -----------------------------------------------------------
+
+    def run_items(
+        self,
+        run_id: str,
+        *,
+        status: str | None = None,
+        variant: str | None = None,
+        error_kind: str | None = None,
+        search: str | None = None,
+        offset: int = 0,
+        limit: int = 50,
+    ) -> ItemPage:
+        """A page of the run's items in plan order; see `ReadModels.items` for the filters."""
+        return self._reads.items(
+            run_id, status=status, variant=variant, error_kind=error_kind, search=search,
+            offset=offset, limit=limit,
+        )  # fmt: skip
+
+    def item_view(self, run_id: str, key: str) -> ItemView:
+        """One item: row, variant, result and attempts (one snapshot), and the messages it
+        was sent as. `key` may be a prefix of at least 8 hex digits matching one item."""
+        key = check_key_prefix(run_id, key)
+        with self._reads.snapshot() as reads:
+            if len(key) < KEY_HEX_DIGITS:
+                keys = reads.item_keys(run_id, key, limit=3)
+                if len(keys) > 1:
+                    raise ambiguous(run_id, key, keys)
+                if not keys:
+                    reads.run(run_id)  # an unknown run says so first
+                    raise NotFoundError(f"run {run_id} has no item whose key starts with {key!r}")
+                key = keys[0]
+            detail = reads.item_detail(run_id, key)
+        # Rendered from the row as stored, then masked for display like everything shown.
+        return masked(detail, item_request(detail.variant, detail.row))
+
     # ---- experiments ---------------------------------------------------------------
     # Sticky splits of units over prompt variants (rules in promptlab/experiments.py).
     # Every change is a new revision with its author, time and note.
@@ -554,6 +602,11 @@ __all__ = [
     "DatabaseLockedError",
     "FailureExample",
     "ItemCounts",
+    "ItemKeyError",
+    "ItemPage",
+    "ItemRow",
+    "ItemStatus",
+    "ItemView",
     "NotFoundError",
     "PromptExistsError",
     "PromptFile",
