@@ -16,6 +16,7 @@
     │   ├── PromptExistsError        creating a prompt under a name already in use
     │   └── VersionError             a semantic version override is not allowed
     ├── PromptFileError              a YAML prompt file is malformed (file and field)
+    ├── DatasetError                 a dataset cannot be imported or changed (file, line, column)
     ├── EngineError                  a run cannot be submitted, resumed or cancelled as asked
     └── ProviderError                a provider call failed; `kind` says how (ErrorKind)
 
@@ -124,6 +125,11 @@ class VersionError(RegistryError):
 
 class PromptFileError(PromptlabError):
     """A YAML prompt file is malformed; the message names file and field."""
+
+
+class DatasetError(PromptlabError):
+    """A dataset file cannot be imported, or a dataset changed as asked; the message
+    names the file and the place (line, byte, column)."""
 
 
 class EngineError(PromptlabError):
