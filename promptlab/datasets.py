@@ -31,7 +31,7 @@ import duckdb
 from promptlab.errors import DatasetError, NotFoundError, TemplateError, VariableError
 from promptlab.records import DatasetInfo, RowCheck, RowProblem, utcnow
 from promptlab.store.connection import Store
-from promptlab.store.datasets import DatasetTables, DatasetWrites, Source
+from promptlab.store.datasets import JSON_MAX_LINE_BYTES, DatasetTables, DatasetWrites, Source
 from promptlab.templates import Template, coerce_text_values
 
 #: Like prompt names: lowercase letters, digits, '.', '-', '_'.
@@ -43,8 +43,6 @@ MAX_FILE_BYTES = 2**30
 #: A CSV header row longer than this is not a header.
 MAX_HEADER_BYTES = 2**20
 MAX_COLUMNS = 1000
-#: The longest line read when locating a JSON Lines error (DuckDB's own object limit).
-MAX_LINE_BYTES = 16 * 2**20
 #: Where a row problem is not about one variable (a render error).
 TEMPLATE_COLUMN = "(template)"
 NUL = b"\0"
@@ -461,10 +459,10 @@ def _locate_jsonl_problem(path: Path) -> str | None:
     nonblank = 0
     with path.open("rb") as handle:
         number = 0
-        while line := handle.readline(MAX_LINE_BYTES + 1):
+        while line := handle.readline(JSON_MAX_LINE_BYTES + 1):
             number += 1
-            if len(line) > MAX_LINE_BYTES:
-                return f", line {number}: longer than {MAX_LINE_BYTES:,} bytes"
+            if len(line) > JSON_MAX_LINE_BYTES:
+                return f", line {number}: longer than {JSON_MAX_LINE_BYTES:,} bytes"
             if NUL in line:
                 return f", line {number}, byte {line.index(NUL) + 1}: a NUL byte"
             try:

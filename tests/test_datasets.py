@@ -96,6 +96,14 @@ def test_jsonl_round_trip_keeps_values_and_types(datasets: DatasetStore, tmp_pat
     ]
 
 
+def test_jsonl_with_crlf_line_ends_blank_lines_and_commas_in_text(
+    datasets: DatasetStore, tmp_path: Path
+) -> None:
+    path = write(tmp_path, "crlf.jsonl", '{"a": "x,\\"y\\""}\r\n\r\n  \r\n{"a": "z"}\r\n')
+    assert datasets.import_file(path, "crlf", author="a").row_count == 2
+    assert datasets.preview("crlf") == [{"a": 'x,"y"'}, {"a": "z"}]
+
+
 def test_jsonl_values_of_mixed_plain_types_are_kept_as_written(
     datasets: DatasetStore, tmp_path: Path
 ) -> None:

@@ -1,8 +1,8 @@
 """Datasets in DuckDB: the catalog, the rows, and the reader SQL that imports a file.
 
-Files are read by DuckDB's own readers (`read_csv`, `read_ndjson_objects` and
-`read_json`, `read_parquet`) and inserted with one `INSERT ... SELECT`, so no row passes
-through Python on the way in. The rules (names, formats, what a malformed file is and
+Files are read by DuckDB's own readers (`read_csv`, `read_json` for JSON Lines types,
+`read_parquet`) and inserted with one `INSERT ... SELECT`, so no row passes through
+Python on the way in. The rules (names, formats, what a malformed file is and
 how to say so) stay in `promptlab.datasets`; this module only runs SQL.
 """
 
@@ -55,10 +55,31 @@ def _csv_reader() -> str:
     )
 
 
+#: The longest JSON Lines line read (DuckDB's `maximum_object_size` is 16 MB).
+JSON_MAX_LINE_BYTES = 4 * 2**20
+
+
 def _json_reader() -> str:
     # sample_size = -1: types are inferred from every row, so a row's place in the file
-    # never changes what type its column gets.
-    return "read_json(?, format = 'newline_delimited', records = true, sample_size = -1)"
+    # never changes what type its column gets. Only DESCRIBE uses this reader (DuckDB
+    # reads the file once at bind time, within the store's memory).
+    return (
+        "read_json(?, format = 'newline_delimited', records = true, sample_size = -1, "
+        f"maximum_object_size = {JSON_MAX_LINE_BYTES})"
+    )
+
+
+def _json_lines_reader() -> str:
+    # The rows are read as lines of text and parsed by json(): DuckDB's JSON readers hold
+    # a 32 MB buffer per thread whatever their options, more than the store's working
+    # memory (64 MB) on two threads, so a million-line import ran out of memory. A byte
+    # 0x01 never occurs in valid JSON (control characters must be escaped), so as the
+    # delimiter it keeps each line one value; an invalid line fails in json().
+    return (
+        "read_csv(?, columns = {'line': 'VARCHAR'}, header = false, auto_detect = false, "
+        "delim = chr(1), quote = '', escape = '', strict_mode = false, encoding = 'utf-8', "
+        f"max_line_size = {JSON_MAX_LINE_BYTES}, buffer_size = {CSV_BUFFER_BYTES})"
+    )
 
 
 def _select_rows(source: Source, columns: Sequence[str]) -> tuple[str, list[Any]]:
@@ -79,9 +100,15 @@ def _select_rows(source: Source, columns: Sequence[str]) -> tuple[str, list[Any]
             params,
         )
     if source.format == "jsonl":
-        # Each object as written: no keys added for other rows' columns, numbers untouched.
+        # Each object as written: no keys added for other rows' columns, numbers untouched;
         # json() writes it as strict JSON (DuckDB's parser lets a trailing comma pass).
-        return "SELECT row_number() OVER (), json(json) FROM read_ndjson_objects(?)", [source.path]
+        # Blank lines are no rows (with CRLF line ends they read as null).
+        return (
+            "SELECT row_number() OVER (), CASE WHEN json_type(line) = 'OBJECT' "
+            "THEN json(line) ELSE error('not a JSON object') END "
+            f"FROM (SELECT line FROM {_json_lines_reader()} WHERE trim(line) <> '')",
+            [source.path],
+        )
     fields = ", ".join(f"{quote_identifier(c)} := {quote_identifier(c)}" for c in columns)
     return (
         f"SELECT row_number() OVER (), to_json(struct_pack({fields})) FROM read_parquet(?)",
