@@ -18,7 +18,8 @@ from typing import Any
 
 from promptlab.batchfile import StoredResult, batch_output_lines, first_model
 from promptlab.config import PROJECT_ROOT, Settings
-from promptlab.demo import load_demo_prompts
+from promptlab.datasets import DatasetStore, check_rows
+from promptlab.demo import load_demo_datasets, load_demo_prompts
 from promptlab.engine import (
     Engine,
     RunProgress,
@@ -32,6 +33,7 @@ from promptlab.engine.planner import KEY_HEX_DIGITS
 from promptlab.errors import (
     ConfigError,
     DatabaseLockedError,
+    DatasetError,
     ExperimentError,
     NotFoundError,
     PromptExistsError,
@@ -82,11 +84,14 @@ from promptlab.promptfiles import (
 )
 from promptlab.records import (
     FINAL_RUN_STATUSES,
+    DatasetInfo,
     FailureExample,
     ItemCounts,
     ItemPage,
     ItemRow,
     ItemStatus,
+    RowCheck,
+    RowProblem,
     RunRecord,
     RunStatus,
     RunSummary,
@@ -184,6 +189,7 @@ class Workbench:
         #: Versions, labels, references and diffs: the registry's rules.
         self.prompts = Registry(store)
         self._reads = ReadModels(store)
+        self._datasets = DatasetStore(store)
         self._engine = engine
         self._owns_store = owns_store
 
@@ -577,6 +583,51 @@ class Workbench:
         )
         return config, True
 
+    # ---- datasets ------------------------------------------------------------------
+
+    def import_dataset(
+        self,
+        path: str | Path,
+        name: str,
+        *,
+        fmt: str | None = None,
+        unit_column: str | None = None,
+        replace: bool = False,
+    ) -> DatasetInfo:
+        """Import a CSV, JSON Lines or Parquet file as a dataset (see promptlab.datasets)."""
+        return self._datasets.import_file(
+            path, name, fmt=fmt, unit_column=unit_column, replace=replace,
+            author=self.settings.author,
+        )  # fmt: skip
+
+    def load_demo_datasets(self) -> list[DatasetInfo]:
+        """Import the demo datasets missing from the store (`tickets`)."""
+        return load_demo_datasets(self._datasets)
+
+    def datasets(self) -> list[DatasetInfo]:
+        return self._datasets.list()
+
+    def dataset(self, name: str) -> DatasetInfo:
+        return self._datasets.get(name)
+
+    def dataset_preview(self, name: str, limit: int = 20) -> list[dict[str, Any]]:
+        return self._datasets.preview(name, limit)
+
+    def iter_dataset_rows(self, name: str, limit: int | None = None) -> Iterator[dict[str, Any]]:
+        """Rows in row order (row 1 first), streamed from the store."""
+        return self._datasets.iter_rows(name, limit)
+
+    def set_dataset_unit_column(self, name: str, column: str | None) -> DatasetInfo:
+        return self._datasets.set_unit_column(name, column)
+
+    def delete_dataset(self, name: str) -> None:
+        self._datasets.delete(name)
+
+    def check_dataset_rows(self, name: str, prompt_ref: str, listed: int = 100) -> RowCheck:
+        """Every row of the dataset checked against a prompt version's variables."""
+        template = self.prompts.resolve(prompt_ref).template
+        return check_rows(self._datasets.iter_rows(name), template, listed=listed)
+
 
 #: Exposures checked and inserted at a time (all in one transaction).
 EXPOSURE_BATCH = 50_000
@@ -600,6 +651,8 @@ __all__ = [
     "load_experiment_config",
     "ConfigError",
     "DatabaseLockedError",
+    "DatasetError",
+    "DatasetInfo",
     "FailureExample",
     "ItemCounts",
     "ItemKeyError",
@@ -613,6 +666,8 @@ __all__ = [
     "PromptVersion",
     "PromptlabError",
     "RegistryError",
+    "RowCheck",
+    "RowProblem",
     "RunProgress",
     "RunRecord",
     "RunSpec",
