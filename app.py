@@ -21,6 +21,7 @@ except StoreError as exc:  # in use by another process, or not a usable database
 pages = [
     st.Page("pages/prompts.py", title="Prompts", icon=":material/edit_note:", default=True),
     st.Page("pages/runs.py", title="Runs", icon=":material/play_circle:"),
+    st.Page("pages/datasets.py", title="Datasets", icon=":material/table:"),
 ]
 navigation = st.navigation(pages)
 mark_shell_run()

@@ -1,7 +1,12 @@
-"""Runs: start a run from a YAML spec, watch it live, compare its variants, cancel, resume."""
+"""Runs: start a run from a YAML spec, watch it live, compare its variants, cancel, resume,
+and open any item (inputs, messages sent, params, output, error, attempts).
+
+Deep link: `?run=RUN_ID&item=KEY` opens that run and item.
+"""
 
 from __future__ import annotations
 
+import zlib
 from datetime import timedelta
 
 import pandas as pd
@@ -9,11 +14,24 @@ import streamlit as st
 
 from promptlab.ui.resources import get_workbench
 from promptlab.ui.shell import require_shell
-from promptlab.ui.widgets import show_error
-from promptlab.workbench import PromptlabError, RunView, RunWithCounts, Workbench
+from promptlab.ui.widgets import show_error, show_messages
+from promptlab.workbench import (
+    ItemPage,
+    ItemStatus,
+    ItemView,
+    PromptlabError,
+    RunView,
+    RunWithCounts,
+    Workbench,
+)
 
 #: How often the live panel polls; each poll reads one snapshot of the store.
 POLL_EVERY = timedelta(seconds=1)
+#: Items per page of the items table.
+ITEMS_PAGE = 50
+ALL = "all"
+#: (run id, item key) of the item opened, kept across polls and runs picked.
+ITEM_CHOICE = "item_choice"
 EXAMPLE_SPEC = """\
 name: triage-production-vs-staging
 dataset: data/demo/tickets.csv   # CSV or JSONL; relative to the project folder
@@ -88,6 +106,7 @@ def live(wb: Workbench) -> None:
     if st.session_state.get("run_choice") not in labels:
         st.session_state.pop("run_choice", None)
     selected = st.selectbox("Run", list(labels), format_func=labels.__getitem__, key="run_choice")
+    _link(run=selected)
     run_detail(wb, selected)
 
 
@@ -133,6 +152,7 @@ def run_detail(wb: Workbench, run_id: str) -> None:
     variants(view)
     failures(view)
     actions(wb, view)
+    items(wb, view)
 
 
 def outcome(view: RunView) -> None:
@@ -219,6 +239,195 @@ def actions(wb: Workbench, view: RunView) -> None:
             st.rerun()
 
 
+def items(wb: Workbench, view: RunView) -> None:
+    """The run's items, filtered and paged; the one picked is opened below the table."""
+    run_id = view.run_id
+    st.markdown("**Items**")
+    cols = st.columns(4)
+    status = cols[0].selectbox("Status", [ALL, *ItemStatus], key=f"items_status_{run_id}")
+    variant = cols[1].selectbox(
+        "Variant", [ALL, *(v.name for v in view.variants)], key=f"items_variant_{run_id}"
+    )
+    kind = cols[2].selectbox("Error kind", [ALL, *view.failure_kinds], key=f"items_kind_{run_id}")
+    search = cols[3].text_input(
+        "Search", key=f"items_search_{run_id}", help="A key prefix, or text in the dataset "
+        "row, the output or the error (any case).",
+    )  # fmt: skip
+    filters = (status, variant, kind, search.strip())
+    # Keys carry the filters: a new filter starts at page 1 with nothing selected.
+    scope = f"{run_id}_{zlib.crc32(repr(filters).encode()):08x}"
+    page_no = st.session_state.get(f"items_page_{scope}", 1)
+    try:
+        page = wb.run_items(
+            run_id,
+            status=None if status == ALL else status,
+            variant=None if variant == ALL else variant,
+            error_kind=None if kind == ALL else kind,
+            search=filters[3] or None,
+            offset=(page_no - 1) * ITEMS_PAGE,
+            limit=ITEMS_PAGE,
+        )
+    except PromptlabError as exc:
+        show_error(exc)
+        return
+    picked = items_table(page, f"items_table_{scope}_{page_no}")
+    if page.total > ITEMS_PAGE:
+        pages = -(-page.total // ITEMS_PAGE)
+        st.pagination(pages, key=f"items_page_{scope}")
+    if picked is not None:
+        st.session_state[ITEM_CHOICE] = (run_id, picked)
+    choice = st.session_state.get(ITEM_CHOICE)
+    if choice and choice[0] == run_id:
+        _link(run=run_id, item=choice[1])
+        item_detail(wb, run_id, choice[1])
+
+
+def items_table(page: ItemPage, key: str) -> str | None:
+    """The page as a table to pick from; the key of a row picked now, else None."""
+    st.caption(
+        f"{page.total} items" if page.total <= len(page.rows) else
+        f"items {page.offset + 1}-{page.offset + len(page.rows)} of {page.total}"
+    )  # fmt: skip
+    if not page.rows:
+        return None
+    event = st.dataframe(
+        pd.DataFrame(
+            {
+                "key": r.key,
+                "row": r.row_index + 1,
+                "variant": r.variant,
+                "repeat": r.repeat,
+                "status": r.status,
+                "error": r.error_kind,
+                "attempts": r.attempts,
+                "latency ms": r.latency_ms,
+                "output": r.output_preview,
+                "finished": r.finished_at,
+            }
+            for r in page.rows
+        ),
+        column_config={"latency ms": st.column_config.NumberColumn(format="%.0f")},
+        hide_index=True,
+        width="stretch",
+        key=key,
+        on_select="rerun",
+        selection_mode="single-row",
+    )
+    rows = list(event.selection.rows)
+    # A selection is taken once, when it changes: the table refreshes every poll, and a
+    # row index kept from an earlier click must not open whichever item moved there.
+    seen = st.session_state.get("_items_seen")
+    st.session_state["_items_seen"] = (key, rows)
+    if rows and seen != (key, rows) and rows[0] < len(page.rows):
+        return page.rows[rows[0]].key
+    return None
+
+
+def item_detail(wb: Workbench, run_id: str, key: str) -> None:
+    """How one item came to be: inputs, messages sent, params, output, error, attempts."""
+    try:
+        item = wb.item_view(run_id, key)
+    except PromptlabError as exc:
+        show_error(exc)
+        return
+    v = item.variant
+    st.markdown(f"**Item** `{item.key}` · {item.status}")
+    st.caption(
+        f"dataset row {item.detail.row_index + 1} · variant {v.name} ({v.prompt_ref}, "
+        f"{v.prompt_version_id[:19]}) · {v.endpoint}:{v.model} · repeat {item.detail.repeat}"
+    )
+    left, right = st.columns(2)
+    with left:
+        st.markdown("Inputs")
+        st.dataframe(
+            pd.DataFrame(
+                {"variable": name, "value": value if isinstance(value, str) else repr(value)}
+                for name, value in item.row.items()
+            ),
+            hide_index=True,
+            width="stretch",
+        )
+        st.markdown("Params")
+        st.json(dict(item.params), expanded=True)
+    with right:
+        st.markdown("Messages sent")
+        if item.messages is not None:
+            show_messages(item.messages)
+        else:
+            show_error(f"not sent: {item.render_error}")
+    item_outcome(item)
+
+
+def item_outcome(item: ItemView) -> None:
+    st.markdown("Output")
+    if item.output_json is not None:
+        st.json(item.output_json, expanded=True)
+    elif item.output_text is not None:
+        st.code(item.output_text, language=None, wrap_lines=True)
+    else:
+        st.caption("no output" if item.status.is_final else "not finished yet")
+    if item.error is not None:
+        kind, message = item.error
+        show_error(f"{kind}: {message}" if kind else message)
+    r = item.result
+    if r is not None and r.status == ItemStatus.SUCCEEDED:
+        cols = st.columns(5)
+        cols[0].metric("Tokens in", r.input_tokens)
+        cols[1].metric("Tokens out", r.output_tokens)
+        cols[2].metric("Cost", f"${r.cost_usd or 0:.6f}")
+        cols[3].metric("Latency", _ms(r.latency_ms))
+        cols[4].metric("Finish", r.finish_reason or "–", help=f"model {r.model_version}")
+    st.markdown(f"Attempts ({len(item.attempts)})")
+    if item.attempts:
+        st.dataframe(
+            pd.DataFrame(
+                {
+                    "attempt": a.attempt,
+                    "started": a.started_at,
+                    "ended": a.ended_at,
+                    "outcome": a.outcome,
+                    "kind": a.error_kind,
+                    "http": a.http_status,
+                    "wait ms": a.wait_ms,
+                    "waited for": a.wait_reason,
+                    "retry-after s": a.retry_after_s,
+                    "latency ms": a.latency_ms,
+                    "message": a.error_message,
+                }
+                for a in item.attempts
+            ),
+            column_config={
+                "wait ms": st.column_config.NumberColumn(format="%.0f"),
+                "latency ms": st.column_config.NumberColumn(format="%.0f"),
+            },
+            hide_index=True,
+            width="stretch",
+        )
+
+
+def deep_link() -> None:
+    """`?run=RUN_ID&item=KEY`: open that run and item, once per session."""
+    if st.session_state.get("_deep_link_done"):
+        return
+    st.session_state["_deep_link_done"] = True
+    run_id = st.query_params.get("run")
+    if run_id:
+        st.session_state["run_choice"] = run_id
+        item = st.query_params.get("item")
+        if item:
+            st.session_state[ITEM_CHOICE] = (run_id, item)
+
+
+def _link(run: str, item: str | None = None) -> None:
+    """Keep the address bar on what is shown, so it can be shared as a deep link."""
+    current = st.query_params.to_dict()
+    if item is None and current.get("run") == run:
+        return  # the same run: its item link stays until another item is opened
+    wanted = {"run": run, **({"item": item} if item else {})}
+    if current != wanted:
+        st.query_params.from_dict(wanted)
+
+
 def _rate(view: RunView) -> str:
     return f"{view.throughput_per_s:.1f}/s" if view.throughput_per_s is not None else "–"
 
@@ -231,4 +440,5 @@ require_shell("pages/runs.py")
 st.title("Runs")
 workbench = get_workbench()
 start_form(workbench)
+deep_link()
 live(workbench)

@@ -17,6 +17,7 @@
     │   └── VersionError             a semantic version override is not allowed
     ├── PromptFileError              a YAML prompt file is malformed (file and field)
     ├── ExperimentError              an experiment file, config, unit id or exposure is wrong
+    ├── DatasetError                 a dataset cannot be imported or changed (file, line, column)
     ├── EngineError                  a run cannot be submitted, resumed or cancelled as asked
     └── ProviderError                a provider call failed; `kind` says how (ErrorKind)
 
@@ -129,6 +130,11 @@ class PromptFileError(PromptlabError):
 
 class ExperimentError(PromptlabError):
     """An experiment file, exported config, unit id or exposure line is wrong (names where)."""
+
+
+class DatasetError(PromptlabError):
+    """A dataset file cannot be imported, or a dataset changed as asked; the message
+    names the file and the place (line, byte, column)."""
 
 
 class EngineError(PromptlabError):

@@ -19,18 +19,24 @@ from promptlab.templates import Template
 
 __all__ = [
     "AttemptRow",
+    "DatasetInfo",
     "ErrorKind",
     "FINAL_ITEM_STATUSES",
     "FINAL_RUN_STATUSES",
     "FailureExample",
     "FinalRow",
     "ItemCounts",
+    "ItemDetail",
     "ItemErrorKind",
+    "ItemPage",
+    "ItemRow",
     "ItemStatus",
     "LabelEvent",
     "OPEN_ITEM_STATUSES",
     "PendingItem",
     "PromptVersion",
+    "RowCheck",
+    "RowProblem",
     "RunRecord",
     "RunStatus",
     "RunSummary",
@@ -319,6 +325,54 @@ class VariantSummary:
 
 
 @dataclass(frozen=True)
+class ItemRow:
+    """One item of a run as the items list shows it; result fields are None while open."""
+
+    key: str
+    seq: int
+    #: 0-based, like the store; people read `row_index + 1`.
+    row_index: int
+    variant: str
+    repeat: int
+    status: ItemStatus
+    error_kind: str | None
+    attempts: int
+    latency_ms: float | None
+    #: The first OUTPUT_PREVIEW_CHARS characters of the output (succeeded items).
+    output_preview: str | None
+    finished_at: datetime | None
+
+
+@dataclass(frozen=True)
+class ItemPage:
+    """A page of a run's items in plan order, and how many items match the filters."""
+
+    rows: list[ItemRow]
+    total: int
+    offset: int
+    limit: int
+
+
+@dataclass(frozen=True)
+class ItemDetail:
+    """Everything stored about one item: its row, its variant, its result, its attempts."""
+
+    run_id: str
+    key: str
+    seq: int
+    row_index: int
+    repeat: int
+    status: ItemStatus
+    #: The dataset row as planned (the values the template was rendered with).
+    row: Mapping[str, Any]
+    variant: VariantRecord
+    #: The final row; None while the item is pending or in flight.
+    result: FinalRow | None
+    #: Every request sent for it, in order (retries and resumes included).
+    attempts: list[AttemptRow]
+
+
+@dataclass(frozen=True)
 class PlannedItem:
     """One request a run will make: a row through a variant, the `repeat`-th time."""
 
@@ -361,3 +415,55 @@ class PlannedChunk:
     items: list[PlannedItem]
     #: The experiment's decisions for these rows (split runs only), recorded with the plan.
     assignments: list[AssignmentRecord] = field(default_factory=list)
+
+
+# ---- datasets ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """A dataset in the store: where it came from and its shape (rows are apart)."""
+
+    name: str
+    #: The file name it was imported from (no folder: the store may move machines).
+    source: str
+    format: str
+    row_count: int
+    #: (name, DuckDB type) in file order; CSV columns are all VARCHAR (cells are text).
+    columns: tuple[tuple[str, str], ...]
+    #: The column that identifies a unit (a user, a customer) for experiments.
+    unit_column: str | None
+    imported_at: datetime
+    author: str
+
+    @property
+    def column_names(self) -> list[str]:
+        return [name for name, _type in self.columns]
+
+
+@dataclass(frozen=True)
+class RowProblem:
+    """One thing wrong with one dataset row for a template: its row (1-based) and column."""
+
+    row_number: int
+    column: str
+    problem: str
+
+    def __str__(self) -> str:
+        return f"row {self.row_number}, column {self.column}: {self.problem}"
+
+
+@dataclass(frozen=True)
+class RowCheck:
+    """Rows checked against a template's variables: every bad row, the first problems."""
+
+    total: int
+    valid: int
+    #: The first problems found, in row order (a bad row may have several).
+    problems: list[RowProblem]
+    #: Every bad row number, so a run can be planned on the valid rows only.
+    bad_rows: frozenset[int]
+
+    @property
+    def bad(self) -> int:
+        return self.total - self.valid

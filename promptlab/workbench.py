@@ -18,7 +18,8 @@ from typing import Any
 
 from promptlab.batchfile import StoredResult, batch_output_lines, first_model
 from promptlab.config import PROJECT_ROOT, Settings
-from promptlab.demo import load_demo_prompts
+from promptlab.datasets import DatasetStore, check_rows
+from promptlab.demo import load_demo_datasets, load_demo_prompts
 from promptlab.engine import (
     Engine,
     RunProgress,
@@ -28,9 +29,11 @@ from promptlab.engine import (
 )
 from promptlab.engine.estimate import RunEstimate, VariantEstimate
 from promptlab.engine.limiter import LimiterState
+from promptlab.engine.planner import KEY_HEX_DIGITS
 from promptlab.errors import (
     ConfigError,
     DatabaseLockedError,
+    DatasetError,
     ExperimentError,
     NotFoundError,
     PromptExistsError,
@@ -62,6 +65,14 @@ from promptlab.experiments import (
     parse_experiment_file,
     read_exposures,
 )
+from promptlab.itemview import (
+    ItemKeyError,
+    ItemView,
+    ambiguous,
+    check_key_prefix,
+    item_request,
+    masked,
+)
 from promptlab.newprompt import create_prompt
 from promptlab.promptfiles import (
     PromptFile,
@@ -73,8 +84,14 @@ from promptlab.promptfiles import (
 )
 from promptlab.records import (
     FINAL_RUN_STATUSES,
+    DatasetInfo,
     FailureExample,
     ItemCounts,
+    ItemPage,
+    ItemRow,
+    ItemStatus,
+    RowCheck,
+    RowProblem,
     RunRecord,
     RunStatus,
     RunSummary,
@@ -173,6 +190,7 @@ class Workbench:
         #: Versions, labels, references and diffs: the registry's rules.
         self.prompts = Registry(store)
         self._reads = ReadModels(store)
+        self._datasets = DatasetStore(store)
         self._engine = engine
         self._owns_store = owns_store
 
@@ -414,6 +432,42 @@ class Workbench:
             limiters=live.limiters if live and live.active else (),
         )
 
+    # ---- one run's items -----------------------------------------------------------
+
+    def run_items(
+        self,
+        run_id: str,
+        *,
+        status: str | None = None,
+        variant: str | None = None,
+        error_kind: str | None = None,
+        search: str | None = None,
+        offset: int = 0,
+        limit: int = 50,
+    ) -> ItemPage:
+        """A page of the run's items in plan order; see `ReadModels.items` for the filters."""
+        return self._reads.items(
+            run_id, status=status, variant=variant, error_kind=error_kind, search=search,
+            offset=offset, limit=limit,
+        )  # fmt: skip
+
+    def item_view(self, run_id: str, key: str) -> ItemView:
+        """One item: row, variant, result and attempts (one snapshot), and the messages it
+        was sent as. `key` may be a prefix of at least 8 hex digits matching one item."""
+        key = check_key_prefix(run_id, key)
+        with self._reads.snapshot() as reads:
+            if len(key) < KEY_HEX_DIGITS:
+                keys = reads.item_keys(run_id, key, limit=3)
+                if len(keys) > 1:
+                    raise ambiguous(run_id, key, keys)
+                if not keys:
+                    reads.run(run_id)  # an unknown run says so first
+                    raise NotFoundError(f"run {run_id} has no item whose key starts with {key!r}")
+                key = keys[0]
+            detail = reads.item_detail(run_id, key)
+        # Rendered from the row as stored, then masked for display like everything shown.
+        return masked(detail, item_request(detail.variant, detail.row))
+
     # ---- experiments ---------------------------------------------------------------
     # Sticky splits of units over prompt variants (rules in promptlab/experiments.py).
     # Every change is a new revision with its author, time and note.
@@ -590,6 +644,51 @@ class Workbench:
         )
         return config, True
 
+    # ---- datasets ------------------------------------------------------------------
+
+    def import_dataset(
+        self,
+        path: str | Path,
+        name: str,
+        *,
+        fmt: str | None = None,
+        unit_column: str | None = None,
+        replace: bool = False,
+    ) -> DatasetInfo:
+        """Import a CSV, JSON Lines or Parquet file as a dataset (see promptlab.datasets)."""
+        return self._datasets.import_file(
+            path, name, fmt=fmt, unit_column=unit_column, replace=replace,
+            author=self.settings.author,
+        )  # fmt: skip
+
+    def load_demo_datasets(self) -> list[DatasetInfo]:
+        """Import the demo datasets missing from the store (`tickets`)."""
+        return load_demo_datasets(self._datasets)
+
+    def datasets(self) -> list[DatasetInfo]:
+        return self._datasets.list()
+
+    def dataset(self, name: str) -> DatasetInfo:
+        return self._datasets.get(name)
+
+    def dataset_preview(self, name: str, limit: int = 20) -> list[dict[str, Any]]:
+        return self._datasets.preview(name, limit)
+
+    def iter_dataset_rows(self, name: str, limit: int | None = None) -> Iterator[dict[str, Any]]:
+        """Rows in row order (row 1 first), streamed from the store."""
+        return self._datasets.iter_rows(name, limit)
+
+    def set_dataset_unit_column(self, name: str, column: str | None) -> DatasetInfo:
+        return self._datasets.set_unit_column(name, column)
+
+    def delete_dataset(self, name: str) -> None:
+        self._datasets.delete(name)
+
+    def check_dataset_rows(self, name: str, prompt_ref: str, listed: int = 100) -> RowCheck:
+        """Every row of the dataset checked against a prompt version's variables."""
+        template = self.prompts.resolve(prompt_ref).template
+        return check_rows(self._datasets.iter_rows(name), template, listed=listed)
+
 
 #: Exposures checked and inserted at a time (all in one transaction).
 EXPOSURE_BATCH = 50_000
@@ -615,14 +714,23 @@ __all__ = [
     "load_experiment_config",
     "ConfigError",
     "DatabaseLockedError",
+    "DatasetError",
+    "DatasetInfo",
     "FailureExample",
     "ItemCounts",
+    "ItemKeyError",
+    "ItemPage",
+    "ItemRow",
+    "ItemStatus",
+    "ItemView",
     "NotFoundError",
     "PromptExistsError",
     "PromptFile",
     "PromptVersion",
     "PromptlabError",
     "RegistryError",
+    "RowCheck",
+    "RowProblem",
     "RunProgress",
     "RunRecord",
     "RunSpec",

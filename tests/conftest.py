@@ -50,3 +50,6 @@ def registry(store: Store) -> Registry:
 
 # A real fakellm server on loopback, shared by tests of providers and the engine.
 from tests.fakellm_fixtures import fakellm, fakellm_factory  # noqa: E402,F401
+
+# A finished run over a retrying fakellm, for the item read-model, CLI and page tests.
+from tests.item_run_helpers import finished_run, retrying_server  # noqa: E402,F401

@@ -162,3 +162,40 @@ def metric(page: Page, label: str) -> int:
         has=page.locator("[data-testid='stMetricLabel']", has_text=re.compile(f"^{label}$"))
     )
     return int(box.locator("[data-testid='stMetricValue']").inner_text().strip())
+
+
+@pytest.fixture
+def run_with_items(tmp_path: Path) -> tuple[str, str]:
+    """A finished sim run in the database the app will open: (run id, one item's key)."""
+    from promptlab.config import Settings
+    from promptlab.engine import parse_spec
+    from promptlab.workbench import Workbench
+
+    dataset = tmp_path / "rows.csv"
+    dataset.write_text("text\nfirst row\nsecond row\n")
+    spec = parse_spec(
+        {"name": "linked", "dataset": str(dataset), "variants": [
+            {"messages": [{"role": "user", "content": "Say {{ text }}"}], "model": "sim:fast",
+             "params": {"max_tokens": 16}}]}
+    )  # fmt: skip
+    settings = Settings.from_env().with_db(tmp_path / "app.duckdb")
+    with Workbench.open(settings) as wb:
+        run_id = wb.start_run(spec)
+        assert wb.wait(run_id, timeout=60).status == "completed"
+        key = wb.run_items(run_id, offset=1, limit=1).rows[0].key
+    return run_id, key
+
+
+def test_deep_link_to_an_item_on_a_fresh_server(
+    run_with_items: tuple[str, str], app_url: str, page: Page, tmp_path: Path
+) -> None:
+    from playwright.sync_api import expect
+
+    run_id, key = run_with_items
+    # The first request of this server process: the query survives the trip via app.py.
+    page.goto(f"{app_url}/runs?run={run_id}&item={key[:10]}")
+    expect(page.get_by_text(key, exact=True)).to_be_visible(timeout=30_000)
+    expect(page.get_by_text("Say second row")).to_be_visible(timeout=30_000)
+    expect(page.get_by_text("Attempts (1)")).to_be_visible(timeout=30_000)
+    assert f"run={run_id}" in page.url and "item=" in page.url
+    page.screenshot(path=str(tmp_path / "05-item.png"), full_page=True)

@@ -60,7 +60,14 @@ def invoke_cli(*args: str) -> str:
 
 @pytest.mark.parametrize(
     "args",
-    [("--help",), ("run", "--help"), ("prompt", "--help"), ("fakellm", "--help")],
+    [
+        ("--help",),
+        ("run", "--help"),
+        ("prompt", "--help"),
+        ("fakellm", "--help"),
+        ("dataset", "--help"),
+        ("dataset", "import", "--help"),
+    ],
     ids=" ".join,
 )
 def test_help_imports_no_heavy_library(args: tuple[str, ...]) -> None:

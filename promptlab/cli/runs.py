@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 import click
 
 from promptlab.cli.common import EXIT_ERROR, EXIT_OK, db_option, handle_errors, open_workbench
+from promptlab.cli.items import item_lines, items_lines
 from promptlab.errors import ConfigError, RegistryError, TemplateError
 
 if TYPE_CHECKING:
@@ -99,15 +100,52 @@ def batch_command(
     _drive(ctx, start, strict, quiet, output)
 
 
+ITEM_STATUSES = ("pending", "in_flight", "succeeded", "failed", "cancelled")
+
+
 @click.command("status")
 @db_option
 @click.argument("run_id", required=False)
-@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True)
+@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True,
+              help="Runs listed, or items per page with --items.")  # fmt: skip
+@click.option("--items", "list_items", is_flag=True, help="List the run's items (plan order).")
+@click.option("--status", "item_status", type=click.Choice(ITEM_STATUSES),
+              help="With --items: only items in this state.")  # fmt: skip
+@click.option("--variant", help="With --items: only this variant's items.")
+@click.option("--error-kind", help="With --items: only items that failed with this kind.")
+@click.option("--search", help="With --items: a key prefix, or text in the row, output or error.")
+@click.option("--offset", type=click.IntRange(min=0), default=0, help="With --items: skip N.")
+@click.option("--item", "item_key", metavar="KEY",
+              help="Show one item (its key or 8+ hex digits of it): inputs, messages, "
+              "params, output, error and every attempt.")  # fmt: skip
 @click.pass_context
 @handle_errors
-def status_command(ctx: click.Context, run_id: str | None, limit: int) -> None:
-    """Show one run (counts, variants side by side, failures) or list recent runs."""
+def status_command(
+    ctx: click.Context, run_id: str | None, limit: int, list_items: bool,
+    item_status: str | None, variant: str | None, error_kind: str | None,
+    search: str | None, offset: int, item_key: str | None,
+) -> None:  # fmt: skip
+    """Show one run (counts, variants side by side, failures) or list recent runs.
+
+    With --items, list the run's items; with --item KEY, show how one item came to be.
+    """
+    if (list_items or item_key) and run_id is None:
+        raise click.UsageError("--items and --item need a RUN_ID")
     with open_workbench(ctx) as wb:
+        if item_key is not None:
+            for line in item_lines(wb.item_view(run_id or "", item_key)):
+                click.echo(line)
+            return
+        if list_items:
+            filters = {"status": item_status, "variant": variant, "error kind": error_kind,
+                       "search": search}  # fmt: skip
+            page = wb.run_items(
+                run_id or "", status=item_status, variant=variant, error_kind=error_kind,
+                search=search, offset=offset, limit=limit,
+            )  # fmt: skip
+            for line in items_lines(run_id or "", page, filters):
+                click.echo(line)
+            return
         if run_id is None:
             listed = wb.list_runs(limit)
             if not listed:

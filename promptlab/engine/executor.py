@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 from promptlab.batchfile import check_request_file
 from promptlab.config import Settings
+from promptlab.datasets import DatasetStore
 from promptlab.engine.clock import SYSTEM_CLOCK, Clock
 from promptlab.engine.estimate import RunEstimate, estimate_run
 from promptlab.engine.limiter import EndpointLimiter, Limiter, Limits, RunCappedLimiter
@@ -56,7 +57,6 @@ from promptlab.records import FINAL_RUN_STATUSES, ItemErrorKind, RunStatus, Vari
 from promptlab.redact import redact, watch_env
 from promptlab.store import ItemStore, ReadModels, RunStore, Store
 from promptlab.store.connection import is_storage_failure
-from promptlab.store.datasets import DatasetStore
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

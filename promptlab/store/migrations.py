@@ -173,6 +173,34 @@ MIGRATIONS: tuple[Migration, ...] = (
         ),
     ),
     Migration(
+        "0003_datasets",
+        (
+            # One row per imported dataset; `columns` is a JSON list of {name, type}.
+            """
+            CREATE TABLE datasets (
+                name        VARCHAR PRIMARY KEY,
+                source      VARCHAR NOT NULL,
+                format      VARCHAR NOT NULL,
+                row_count   BIGINT NOT NULL,
+                columns     JSON NOT NULL,
+                unit_column VARCHAR,
+                imported_at TIMESTAMPTZ NOT NULL,
+                author      VARCHAR NOT NULL
+            )
+            """,
+            # Rows of every dataset, 1-based in file order. No key index (it would stay
+            # in memory, ~100 bytes a row): rows are inserted in order, so zone maps on
+            # row_number find a range.
+            """
+            CREATE TABLE dataset_rows (
+                dataset    VARCHAR NOT NULL,
+                row_number BIGINT NOT NULL,
+                row_values JSON NOT NULL
+            )
+            """,
+        ),
+    ),
+    Migration(
         "0004_experiments",
         (
             # One row per experiment: its salt never changes, so assignments stay sticky.

@@ -105,15 +105,7 @@ class RunStore:
 
     def variants(self, run_id: str) -> list[VariantRecord]:
         with self.store.read() as cur:
-            rows = cur.execute(
-                "SELECT variant_index, name, prompt_ref, prompt_version_id, endpoint, model, "
-                "params, template FROM run_variants WHERE run_id = ? ORDER BY variant_index",
-                [run_id],
-            ).fetchall()
-        return [
-            VariantRecord(r[0], r[1], r[2], r[3], r[4], r[5], json.loads(r[6]), json.loads(r[7]))
-            for r in rows
-        ]
+            return fetch_variants(cur, run_id)
 
 
 def fetch_run(cur: Any, run_id: str) -> RunRecord:
@@ -122,6 +114,20 @@ def fetch_run(cur: Any, run_id: str) -> RunRecord:
     if row is None:
         raise StoreError(f"no run with id {run_id!r}")
     return run_from_row(row)
+
+
+def fetch_variants(cur: Any, run_id: str, index: int | None = None) -> list[VariantRecord]:
+    """The run's variants in order (or only the one at `index`), read on `cur`."""
+    only = "" if index is None else " AND variant_index = ?"
+    rows = cur.execute(
+        "SELECT variant_index, name, prompt_ref, prompt_version_id, endpoint, model, "
+        f"params, template FROM run_variants WHERE run_id = ?{only} ORDER BY variant_index",
+        [run_id] if index is None else [run_id, index],
+    ).fetchall()
+    return [
+        VariantRecord(r[0], r[1], r[2], r[3], r[4], r[5], json.loads(r[6]), json.loads(r[7]))
+        for r in rows
+    ]
 
 
 def fetch_events(cur: Any, run_id: str) -> list[tuple[RunStatus, str | None, datetime]]:

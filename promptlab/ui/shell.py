@@ -25,9 +25,11 @@ def require_shell(page_path: str) -> None:
     """Restart through app.py when this page was started without it."""
     if st.session_state.get(_SHELL_FLAG):
         return
-    st.session_state[_DEEP_LINK] = page_path
+    # The query (`?run=...&item=...`) goes along: switch_page drops it unless given.
+    query = st.query_params.to_dict()
+    st.session_state[_DEEP_LINK] = (page_path, query)
     try:
-        st.switch_page("app.py")
+        st.switch_page("app.py", query_params=query)
     except StreamlitAPIException:
         # No app.py page to go through: the page runs alone (an AppTest of one page).
         st.session_state.pop(_DEEP_LINK, None)
@@ -37,4 +39,5 @@ def follow_deep_link() -> None:
     """In app.py, after st.navigation: go on to the page a deep link asked for."""
     target = st.session_state.pop(_DEEP_LINK, None)
     if target:
-        st.switch_page(target)
+        page_path, query = target
+        st.switch_page(page_path, query_params=query)

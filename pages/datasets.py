@@ -1,0 +1,185 @@
+"""Datasets: import a file, see its columns and first rows, set its unit column, and
+check its rows against a prompt version."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from promptlab.ui.resources import get_workbench
+from promptlab.ui.shell import require_shell
+from promptlab.ui.uploads import dataset_name_for, saved_upload
+from promptlab.ui.widgets import show_error
+from promptlab.workbench import DatasetInfo, PromptlabError, RowCheck, StoreError, Workbench
+
+PREVIEW_ROWS = 20
+NO_UNIT = "(none)"
+
+
+def import_form(wb: Workbench) -> None:
+    upload = st.file_uploader(
+        "File", type=["csv", "jsonl", "ndjson", "parquet"], key="dataset_upload",
+        help="CSV with a header row, JSON Lines (one object a line), or Parquet.",
+    )  # fmt: skip
+    name = st.text_input(
+        "Name", key="dataset_name", placeholder=dataset_name_for(upload.name) if upload else "",
+        help="Lowercase letters, digits, - _ . (default: from the file name)",
+    )  # fmt: skip
+    unit = st.text_input(
+        "Unit column (optional)", key="dataset_unit",
+        help="The column naming the unit an experiment assigns: a user, a customer.",
+    )  # fmt: skip
+    replace = st.checkbox("Replace a dataset of the same name", key="dataset_replace")
+    if st.button("Import", type="primary", key="dataset_import", disabled=upload is None):
+        assert upload is not None
+        chosen = name.strip() or dataset_name_for(upload.name)
+        try:
+            with saved_upload(upload, upload.name, upload.size) as path:
+                info = wb.import_dataset(
+                    path, chosen, unit_column=unit.strip() or None, replace=replace
+                )
+        except PromptlabError as exc:
+            show_error(exc)
+        else:
+            st.session_state["dataset_choice"] = info.name  # show what was just imported
+            st.success(
+                f"Imported {info.name}: {info.row_count:,} rows, {len(info.columns)} columns",
+                icon=":material/check_circle:",
+            )
+
+
+def datasets_table(infos: list[DatasetInfo]) -> None:
+    st.dataframe(
+        pd.DataFrame(
+            {
+                "dataset": i.name,
+                "rows": i.row_count,
+                "columns": ", ".join(i.column_names),
+                "unit column": i.unit_column or "",
+                "source": i.source,
+                "imported": i.imported_at,
+                "by": i.author,
+            }
+            for i in infos
+        ),
+        hide_index=True,
+        width="stretch",
+    )
+
+
+def detail(wb: Workbench, info: DatasetInfo) -> None:
+    st.caption(
+        f"{info.row_count:,} rows from {info.source} ({info.format}), imported "
+        f"{info.imported_at:%Y-%m-%d %H:%M} by {info.author}"
+    )
+    columns, rows = st.columns([1, 3])
+    with columns:
+        st.dataframe(
+            pd.DataFrame({"column": c, "type": t} for c, t in info.columns),
+            hide_index=True,
+            width="stretch",
+        )
+    with rows:
+        preview = wb.dataset_preview(info.name, PREVIEW_ROWS)
+        table = pd.DataFrame([{k: _cell(v) for k, v in row.items()} for row in preview])
+        table.index = range(1, len(table) + 1)  # row numbers as the store counts them
+        st.dataframe(table, width="stretch")
+    unit_form(wb, info)
+    check_form(wb, info)
+    with st.expander("Delete this dataset", icon=":material/delete:"):
+        st.caption("Runs keep their own copy of the rows they used.")
+        if st.button("Delete", key=f"dataset_delete_{info.name}"):
+            try:
+                wb.delete_dataset(info.name)
+            except PromptlabError as exc:
+                show_error(exc)
+            else:
+                st.session_state.pop("dataset_choice", None)
+                st.rerun()
+
+
+def unit_form(wb: Workbench, info: DatasetInfo) -> None:
+    options = [NO_UNIT, *info.column_names]
+    current = options.index(info.unit_column) if info.unit_column in options else 0
+    left, right = st.columns([3, 1], vertical_alignment="bottom")
+    chosen = left.selectbox(
+        "Unit column", options, index=current, key=f"unit_{info.name}",
+        help="The column an experiment assigns variants by (all rows of a unit get the same).",
+    )  # fmt: skip
+    if right.button("Save unit column", key=f"unit_save_{info.name}"):
+        try:
+            wb.set_dataset_unit_column(info.name, None if chosen == NO_UNIT else chosen)
+        except PromptlabError as exc:
+            show_error(exc)
+        else:
+            st.success(f"Unit column: {chosen}", icon=":material/check_circle:")
+
+
+def check_form(wb: Workbench, info: DatasetInfo) -> None:
+    st.subheader("Check rows against a prompt")
+    prompts = wb.prompts.list_prompts()
+    if not prompts:
+        st.info("No prompts yet.", icon=":material/info:")
+        return
+    left, right = st.columns(2)
+    prompt = left.selectbox("Prompt", [p.name for p in prompts], key="check_prompt")
+    summary = next(p for p in prompts if p.name == prompt)
+    refs = [*summary.labels, *(v.semver for v in wb.prompts.versions(prompt))]
+    ref = right.selectbox("Version or label", refs, key="check_ref")
+    if st.button("Check rows", key="check_rows"):
+        try:
+            result = wb.check_dataset_rows(info.name, f"{prompt}@{ref}")
+        except PromptlabError as exc:
+            show_error(exc)
+        else:
+            show_check(result)
+
+
+def show_check(result: RowCheck) -> None:
+    cols = st.columns(3)
+    cols[0].metric("Rows", f"{result.total:,}")
+    cols[1].metric("Valid", f"{result.valid:,}")
+    cols[2].metric("Bad", f"{result.bad:,}")
+    if not result.problems:
+        st.success("Every row fits the prompt's variables.", icon=":material/check_circle:")
+        return
+    shown = len({p.row_number for p in result.problems})
+    if result.bad > shown:
+        st.caption(f"The first problems, from {shown:,} of the {result.bad:,} bad rows:")
+    st.dataframe(
+        pd.DataFrame(
+            {"row": p.row_number, "column": p.column, "problem": p.problem} for p in result.problems
+        ),
+        hide_index=True,
+        width="stretch",
+    )
+
+
+def _cell(value: Any) -> Any:
+    """Nested values as JSON text: a table cell shows one value."""
+    return json.dumps(value, ensure_ascii=False) if isinstance(value, dict | list) else value
+
+
+require_shell("pages/datasets.py")
+st.title("Datasets")
+try:
+    wb = get_workbench()
+except StoreError as exc:  # e.g. PROMPTLAB_DB under a regular file, or not a database
+    show_error(exc)
+    st.stop()
+infos = wb.datasets()
+with st.expander("Import a file", expanded=not infos, icon=":material/upload:"):
+    import_form(wb)
+infos = wb.datasets()  # with the one just imported
+if not infos:
+    st.info("No datasets yet.", icon=":material/info:")
+    st.stop()
+datasets_table(infos)
+names = [i.name for i in infos]
+if st.session_state.get("dataset_choice") not in names:
+    st.session_state.pop("dataset_choice", None)
+selected = st.selectbox("Dataset", names, key="dataset_choice")
+detail(wb, next(i for i in infos if i.name == selected))

@@ -1,0 +1,163 @@
+"""`promptlab dataset ...`: import files as datasets, look at them, check them against a prompt."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import click
+
+from promptlab.cli.common import EXIT_ERROR, db_option, handle_errors, open_workbench
+
+#: Rows `dataset show` prints unless --rows says otherwise.
+SHOWN_ROWS = 5
+
+
+@click.group()
+def dataset() -> None:
+    """Manage datasets: import, list, show, check against a prompt, unit column, delete."""
+
+
+@dataset.command("import")
+@db_option
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--name", required=True, help="Dataset name: lowercase letters, digits, - _ .")
+@click.option("--unit-column", help="Column naming the unit (a user, a customer) of experiments.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["csv", "jsonl", "parquet"]),
+    help="Format of FILE (default: from its suffix, .csv .jsonl .ndjson .parquet).",
+)
+@click.option("--replace", is_flag=True, help="Replace a dataset of the same name.")
+@click.pass_context
+@handle_errors
+def import_(
+    ctx: click.Context,
+    file: Path,
+    name: str,
+    unit_column: str | None,
+    fmt: str | None,
+    replace: bool,
+) -> None:
+    """Import FILE (CSV with a header row, JSON Lines objects, or Parquet) as a dataset."""
+    with open_workbench(ctx) as wb:
+        info = wb.import_dataset(file, name, fmt=fmt, unit_column=unit_column, replace=replace)
+    unit = f", unit column {info.unit_column}" if info.unit_column else ""
+    click.echo(
+        f"imported {info.name}: {info.row_count:,} rows, {len(info.columns)} columns{unit} "
+        f"(from {info.source})"
+    )
+
+
+@dataset.command("list")
+@db_option
+@click.pass_context
+@handle_errors
+def list_datasets(ctx: click.Context) -> None:
+    """List datasets with their rows, columns and unit column."""
+    with open_workbench(ctx) as wb:
+        infos = wb.datasets()
+    if not infos:
+        click.echo("no datasets yet: try `promptlab dataset import FILE --name NAME`")
+        return
+    _print_table(
+        ("NAME", "ROWS", "COLUMNS", "UNIT", "SOURCE", "IMPORTED"),
+        [
+            (
+                i.name,
+                f"{i.row_count:,}",
+                str(len(i.columns)),
+                i.unit_column or "-",
+                i.source,
+                f"{i.imported_at:%Y-%m-%d %H:%M}",
+            )
+            for i in infos
+        ],
+    )
+
+
+@dataset.command("show")
+@db_option
+@click.argument("name")
+@click.option("--rows", "rows", type=click.IntRange(min=0), default=SHOWN_ROWS, show_default=True)
+@click.pass_context
+@handle_errors
+def show(ctx: click.Context, name: str, rows: int) -> None:
+    """Show a dataset: its columns and types, row count, unit column and first rows."""
+    with open_workbench(ctx) as wb:
+        info = wb.dataset(name)
+        first = wb.dataset_preview(name, rows)
+    click.echo(f"{info.name}: {info.row_count:,} rows from {info.source} ({info.format})")
+    click.echo(f"imported {info.imported_at:%Y-%m-%d %H:%M:%S %Z} by {info.author}")
+    click.echo(f"unit column: {info.unit_column or '-'}")
+    click.echo("")
+    _print_table(("COLUMN", "TYPE"), list(info.columns))
+    if first:
+        click.echo("")
+        for number, row in enumerate(first, start=1):
+            click.echo(f"{number}: {json.dumps(row, ensure_ascii=False)}")
+
+
+@dataset.command("check")
+@db_option
+@click.argument("name")
+@click.argument("prompt_ref")
+@click.option(
+    "--listed", type=click.IntRange(min=0), default=100, show_default=True,
+    help="How many problems to print (every bad row is counted).",
+)  # fmt: skip
+@click.pass_context
+@handle_errors
+def check(ctx: click.Context, name: str, prompt_ref: str, listed: int) -> None:
+    """Check every row of NAME against PROMPT_REF's variables; exit 1 if a row is bad."""
+    with open_workbench(ctx) as wb:
+        result = wb.check_dataset_rows(name, prompt_ref, listed)
+    for problem in result.problems:
+        click.echo(str(problem))
+    shown = len({p.row_number for p in result.problems})
+    more = f" ({result.bad - shown:,} more not listed)" if result.bad > shown else ""
+    click.echo(
+        f"{result.valid:,} of {result.total:,} rows valid for {prompt_ref}, "
+        f"{result.bad:,} bad{more}"
+    )
+    if result.bad:
+        raise SystemExit(EXIT_ERROR)
+
+
+@dataset.command("unit")
+@db_option
+@click.argument("name")
+@click.argument("column")
+@click.pass_context
+@handle_errors
+def unit(ctx: click.Context, name: str, column: str) -> None:
+    """Make COLUMN the unit column of NAME (the unit an experiment assigns)."""
+    with open_workbench(ctx) as wb:
+        info = wb.set_dataset_unit_column(name, column)
+    click.echo(f"{info.name}: unit column {info.unit_column}")
+
+
+@dataset.command("delete")
+@db_option
+@click.argument("name")
+@click.pass_context
+@handle_errors
+def delete(ctx: click.Context, name: str) -> None:
+    """Delete a dataset and its rows (runs keep their own copy of the rows they used)."""
+    with open_workbench(ctx) as wb:
+        wb.delete_dataset(name)
+    click.echo(f"deleted {name}")
+
+
+def _print_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    widths = [
+        max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)
+    ]
+    click.echo("  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)).rstrip())
+    for row in rows:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+
+
+commands: list[click.Command] = [dataset]

@@ -1,0 +1,120 @@
+"""The Datasets page, driven by Streamlit's AppTest on a real database."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from promptlab.config import DEMO_DIR
+from promptlab.ui.resources import get_workbench
+from promptlab.ui.uploads import dataset_name_for, saved_upload
+from promptlab.workbench import DatasetError
+from tests.apptest_helpers import shown
+
+PAGE = str(Path(__file__).resolve().parent.parent / "pages" / "datasets.py")
+TIMEOUT_S = 30
+TICKETS = (DEMO_DIR / "tickets.csv").read_bytes()
+
+
+def open_page() -> AppTest:
+    at = AppTest.from_file(PAGE, default_timeout=TIMEOUT_S).run()
+    assert not at.exception, at.exception
+    return at
+
+
+def upload(at: AppTest, name: str, content: bytes, dataset: str = "", unit: str = "") -> AppTest:
+    at.file_uploader(key="dataset_upload").upload(name, content, "text/csv")
+    at.run()
+    at.text_input(key="dataset_name").input(dataset)
+    at.text_input(key="dataset_unit").input(unit)
+    at.button(key="dataset_import").click().run()
+    assert not at.exception, at.exception
+    return at
+
+
+def test_empty_page_offers_the_import_form() -> None:
+    at = open_page()
+    assert any("No datasets yet" in i.value for i in at.info)
+    assert at.button(key="dataset_import").disabled  # nothing uploaded yet
+
+
+def test_upload_imports_lists_and_shows_the_dataset() -> None:
+    at = upload(open_page(), "Tickets.csv", TICKETS, unit="customer_id")
+    assert [s.value for s in at.success] == ["Imported tickets: 40 rows, 4 columns"]
+    table = at.dataframe[0].value
+    assert list(table["dataset"]) == ["tickets"]
+    assert list(table["rows"]) == [40] and list(table["unit column"]) == ["customer_id"]
+    assert at.selectbox(key="dataset_choice").value == "tickets"
+    types = at.dataframe[1].value
+    assert list(types["column"]) == ["ticket_id", "customer_id", "ticket", "customer_tier"]
+    assert set(types["type"]) == {"VARCHAR"}
+    preview = at.dataframe[2].value
+    assert len(preview) == 20 and list(preview.index)[:2] == [1, 2]  # row numbers from 1
+    assert preview["ticket_id"].iloc[0] == "T-1001"
+    info = get_workbench().dataset("tickets")
+    assert (info.source, info.unit_column) == ("Tickets.csv", "customer_id")
+
+
+def test_a_malformed_upload_shows_the_place_and_stores_nothing() -> None:
+    at = upload(open_page(), "few.csv", b"a,b,c\n1,2,3\n4,5\n", dataset="few")
+    assert [shown(e.value) for e in at.error] == ["few.csv, line 3: expected 3 fields, found 2"]
+    assert get_workbench().datasets() == []
+
+
+def test_unit_column_picker_saves(tmp_path: Path) -> None:
+    get_workbench().import_dataset(DEMO_DIR / "tickets.csv", "tickets")
+    at = open_page()
+    picker = at.selectbox(key="unit_tickets")
+    assert picker.value == "(none)"
+    picker.set_value("customer_id")
+    at.button(key="unit_save_tickets").click().run()
+    assert not at.exception
+    assert get_workbench().dataset("tickets").unit_column == "customer_id"
+    assert any("Unit column: customer_id" in s.value for s in at.success)
+
+
+def test_check_rows_shows_the_bad_rows(tmp_path: Path) -> None:
+    data = tmp_path / "mixed.csv"
+    data.write_text("ticket,customer_tier\nfine,pro\nbad plan,gold\n", encoding="utf-8")
+    get_workbench().import_dataset(data, "mixed")
+    at = open_page()
+    at.selectbox(key="check_prompt").set_value("ticket-triage").run()
+    at.selectbox(key="check_ref").set_value("staging").run()
+    at.button(key="check_rows").click().run()
+    assert not at.exception
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics == {"Rows": "2", "Valid": "1", "Bad": "1"}
+    problems = at.dataframe[-1].value
+    assert problems.to_dict("records") == [
+        {
+            "row": 2,
+            "column": "customer_tier",
+            "problem": "'gold' is not one of ['free', 'pro', 'enterprise']",
+        }
+    ]
+
+
+def test_delete_removes_the_dataset(tmp_path: Path) -> None:
+    get_workbench().import_dataset(DEMO_DIR / "tickets.csv", "tickets")
+    at = open_page()
+    at.button(key="dataset_delete_tickets").click().run()
+    assert not at.exception
+    assert get_workbench().datasets() == []
+    assert any("No datasets yet" in i.value for i in at.info)
+
+
+def test_saved_upload_is_bounded_and_removed_afterwards() -> None:
+    with saved_upload(io.BytesIO(b"a\n1\n"), "../../etc/x.csv", 4) as path:
+        assert path.name == "x.csv" and path.read_bytes() == b"a\n1\n"
+        folder = path.parent
+    assert not folder.exists()
+    refused = r"^big\.csv: 4 bytes, more than the 3 an upload may have$"
+    with (
+        pytest.raises(DatasetError, match=refused),
+        saved_upload(io.BytesIO(b"a\n1\n"), "big.csv", 4, max_bytes=3),
+    ):
+        pass
+    assert dataset_name_for("My Tickets (2024).CSV") == "my-tickets-2024"
