@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from promptlab.ui.resources import get_settings, get_workbench
+from promptlab.ui.resources import get_settings, get_workbench, start_demo_run
 from promptlab.ui.shell import follow_deep_link, mark_shell_run
 from promptlab.ui.widgets import show_error
 from promptlab.workbench import DatabaseLockedError, StoreError
@@ -13,6 +13,7 @@ st.set_page_config(page_title="promptlab", page_icon=":material/science:", layou
 
 try:
     get_workbench()  # opens the database once per process; loads the demo into an empty one
+    start_demo_run()  # ... and runs the demo experiment there, once, in the background
 except StoreError as exc:  # in use by another process, or not a usable database file
     icon = ":material/lock:" if isinstance(exc, DatabaseLockedError) else ":material/error:"
     show_error(exc, icon=icon)
@@ -22,6 +23,7 @@ pages = [
     st.Page("pages/prompts.py", title="Prompts", icon=":material/edit_note:", default=True),
     st.Page("pages/runs.py", title="Runs", icon=":material/play_circle:"),
     st.Page("pages/datasets.py", title="Datasets", icon=":material/table:"),
+    st.Page("pages/experiments.py", title="Experiments", icon=":material/science:"),
 ]
 navigation = st.navigation(pages)
 mark_shell_run()

@@ -281,7 +281,8 @@ def follow(wb: Workbench, run_id: str) -> None:
             hide_index=True,
             width="stretch",
         )
-    st.page_link("pages/runs.py", label="Open in Runs", icon=":material/play_circle:")
+    # A plain link: the Runs page opens the run (and its items) from ?run= on any server.
+    st.markdown(f":material/play_circle: [Open {run_id} in Runs](runs?run={run_id})")
 
 
 def _duration(seconds: float) -> str:

@@ -1,5 +1,5 @@
-"""Demo content: the prompts and datasets in data/demo, loaded by `init --demo` and the
-app's first start."""
+"""Demo content: the prompts, datasets and experiments in data/demo, loaded by
+`init --demo` and the app's first start."""
 
 from __future__ import annotations
 
@@ -14,6 +14,14 @@ from promptlab.registry import Registry, SaveResult
 DEMO_AUTHOR = "demo"
 #: Demo datasets: name -> (file in the demo folder, unit column).
 DEMO_DATASETS = {"tickets": ("tickets.csv", "customer_id")}
+#: The experiment the app's first start runs on the demo dataset (Workbench.start_demo_run).
+DEMO_EXPERIMENT = "triage-split"
+DEMO_DATASET = "tickets"
+
+
+def demo_experiment_files(demo_dir: Path = DEMO_DIR) -> list[Path]:
+    """The demo experiment files (added through the workbench: prompt refs get pinned)."""
+    return sorted((demo_dir / "experiments").glob("*.yaml"))
 
 
 def load_demo_prompts(registry: Registry, demo_dir: Path = DEMO_DIR) -> list[SaveResult]:

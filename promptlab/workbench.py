@@ -19,7 +19,13 @@ from typing import Any
 from promptlab.batchfile import StoredResult, batch_output_lines, first_model
 from promptlab.config import PROJECT_ROOT, Settings
 from promptlab.datasets import DatasetStore, check_rows
-from promptlab.demo import load_demo_datasets, load_demo_prompts
+from promptlab.demo import (
+    DEMO_DATASET,
+    DEMO_EXPERIMENT,
+    demo_experiment_files,
+    load_demo_datasets,
+    load_demo_prompts,
+)
 from promptlab.engine import (
     Engine,
     RunProgress,
@@ -248,7 +254,31 @@ class Workbench:
         return export_prompt(self.prompts, name)
 
     def load_demo(self) -> list[SaveResult]:
-        return load_demo_prompts(self.prompts)
+        """The demo prompts, datasets and experiments; what is already there is kept."""
+        results = load_demo_prompts(self.prompts)
+        self.load_demo_datasets()
+        present = {c.name for c in self.experiments()}
+        for path in demo_experiment_files():
+            experiment = load_experiment_file(path)
+            if experiment.name not in present:
+                self.add_experiment(experiment, note="demo")
+        return results
+
+    def start_demo_run(self) -> str | None:
+        """Run the demo experiment on the demo dataset, once, into a database with no runs.
+
+        It runs for real through the simulated model, so a newcomer's first look shows
+        a finished A/B experiment. Returns the run id, or None when there was nothing to do.
+        """
+        names = {c.name for c in self.experiments()}
+        if DEMO_EXPERIMENT not in names or self.list_runs(limit=1):
+            return None
+        if DEMO_DATASET not in {d.name for d in self.datasets()}:
+            return None
+        spec = self.experiment_run_spec(
+            DEMO_EXPERIMENT, DEMO_DATASET, run_name=f"demo: {DEMO_EXPERIMENT} on {DEMO_DATASET}"
+        )
+        return self.start_run(spec)
 
     # ---- runs ----------------------------------------------------------------------
 
@@ -283,7 +313,10 @@ class Workbench:
             raise SpecError(
                 f"experiment: expected NAME or NAME@REVISION, got {data['experiment']!r}"
             )
-        config = self.experiment(name, int(revision) if revision else None)
+        try:
+            config = self.experiment(name, int(revision) if revision else None)
+        except ExperimentError as exc:
+            raise SpecError(f"experiment: {exc}") from exc
         return {**data, "experiment": config.to_dict()}
 
     def experiment_run_spec(

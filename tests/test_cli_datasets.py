@@ -18,7 +18,7 @@ def run(*args: str) -> Result:
 @pytest.fixture
 def db(tmp_path: Path) -> str:
     path = str(tmp_path / "cli.duckdb")
-    assert run("--db", path, "init", "--demo").exit_code == 0
+    assert run("--db", path, "prompt", "add", str(DEMO_DIR / "ticket-triage.yaml")).exit_code == 0
     return path
 
 

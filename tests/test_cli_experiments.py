@@ -29,7 +29,7 @@ def run(*args: str, input: str | None = None) -> Result:
 @pytest.fixture
 def db(tmp_path: Path) -> str:
     path = str(tmp_path / "x.duckdb")
-    assert run("--db", path, "init", "--demo").exit_code == 0
+    assert run("--db", path, "prompt", "add", str(DEMO_DIR / "ticket-triage.yaml")).exit_code == 0
     assert (
         "added triage-split revision 1"
         in run("--db", path, "experiment", "add", DEMO_EXPERIMENT).output
@@ -137,7 +137,7 @@ def demo_config(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One exported demo config for the module: hypothesis calls its test many times."""
     folder = tmp_path_factory.mktemp("demo")
     db = str(folder / "x.duckdb")
-    run("--db", db, "init", "--demo")
+    run("--db", db, "prompt", "add", str(DEMO_DIR / "ticket-triage.yaml"))
     run("--db", db, "experiment", "add", DEMO_EXPERIMENT)
     path = folder / "config.yaml"
     run("--db", db, "experiment", "export", "triage-split", "-o", str(path))

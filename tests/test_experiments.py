@@ -163,16 +163,24 @@ def test_bad_variants_are_refused_naming_the_variant(variant: dict[str, Any], me
     assert message in str(caught.value)
 
 
-def test_sampling_is_kept_opaque_and_params_model_are_kept() -> None:
+def test_sampling_params_and_model_are_kept() -> None:
     data = file_data()
+    cosine = {"strategy": "cosine", "base": 0.9, "amplitude": 0.1}
     data["variants"][1].update(
-        model="sim:fast",
-        params={"temperature": 0.2, "max_tokens": 300},
-        sampling={"strategy": "cosine", "anything": [1, 2]},
+        model="sim:fast", params={"temperature": 0.2, "max_tokens": 300}, sampling=cosine
     )
     concise = parse_experiment_file(data).variants[1]
     assert concise.model == "sim:fast" and concise.params == {"temperature": 0.2, "max_tokens": 300}
-    assert concise.sampling == {"strategy": "cosine", "anything": [1, 2]}
+    assert concise.sampling == cosine
+
+
+def test_sampling_is_checked_like_a_run_spec_s() -> None:
+    data = file_data()
+    data["variants"][1]["sampling"] = {"strategy": "cosine", "anything": [1, 2]}
+    with pytest.raises(
+        ExperimentError, match=r"variants\[1\]\.sampling: unknown field\(s\) anything"
+    ):
+        parse_experiment_file(data)
 
 
 def test_the_exported_form_round_trips_and_carries_what_assign_needs(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from promptlab.config import DEMO_DIR
+from promptlab.demo import load_demo_prompts
 from promptlab.ui.resources import get_workbench
 from promptlab.ui.uploads import dataset_name_for, saved_upload
 from promptlab.workbench import DatasetError
@@ -17,6 +18,13 @@ from tests.apptest_helpers import shown
 PAGE = str(Path(__file__).resolve().parent.parent / "pages" / "datasets.py")
 TIMEOUT_S = 30
 TICKETS = (DEMO_DIR / "tickets.csv").read_bytes()
+
+
+@pytest.fixture(autouse=True)
+def prompts_without_demo_datasets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The demo prompts, but not the demo dataset the app's first start would import."""
+    monkeypatch.setenv("PROMPTLAB_DEMO", "0")
+    load_demo_prompts(get_workbench().prompts)
 
 
 def open_page() -> AppTest:

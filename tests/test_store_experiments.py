@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from promptlab.config import DEMO_DIR, Settings
+from promptlab.demo import load_demo_prompts
 from promptlab.errors import ExperimentError
 from promptlab.experiments import (
     allocate,
@@ -28,7 +29,7 @@ NOW = datetime(2026, 1, 2, tzinfo=UTC)
 @pytest.fixture
 def wb(store: Store) -> Iterator[Workbench]:
     bench = Workbench(store, Settings.from_env())
-    bench.load_demo()
+    load_demo_prompts(bench.prompts)  # prompts only: the demo experiment is added by tests
     yield bench
     bench.close()
 

@@ -17,11 +17,16 @@ from promptlab.errors import PromptlabError, VariableError, VariableProblem
 
 @click.command()
 @db_option
-@click.option("--demo", is_flag=True, help="Also load the demo prompts from data/demo.")
+@click.option(
+    "--demo",
+    is_flag=True,
+    help="Also load data/demo (prompts, the tickets dataset, the triage-split experiment) and, "
+    "into a database with no runs, run the demo experiment on the simulated model.",
+)
 @click.pass_context
 @handle_errors
 def init(ctx: click.Context, demo: bool) -> None:
-    """Create the database (and apply migrations); with --demo, load the demo prompts."""
+    """Create the database (and apply migrations); with --demo, load and run the demo."""
     with open_workbench(ctx) as wb:
         click.echo(f"database ready: {wb.store.path}")
         if demo:
@@ -30,6 +35,10 @@ def init(ctx: click.Context, demo: bool) -> None:
             click.echo(
                 f"demo prompts: {created} new versions ({len(results) - created} already there)"
             )
+            run_id = wb.start_demo_run()
+            if run_id is not None:
+                done = wb.wait(run_id)
+                click.echo(f"demo experiment run {run_id}: {done.status}, {done.total} items")
 
 
 @click.group()

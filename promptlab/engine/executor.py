@@ -187,6 +187,7 @@ class Engine:
                     raise SpecError("requests sent as written are read from a JSONL file")
                 check_request_file(spec.dataset, variant.id_field)
         if spec.split:  # every row has a unit to assign, before the run exists
+            self._check_unit_column(spec)
             for row_index, row in enumerate(self._rows(spec)):
                 unit_id_of(row, str(spec.unit_column), row_index)
         self._call(self._prepare_lanes(variants, endpoints))
@@ -376,6 +377,19 @@ class Engine:
         if spec.dataset is not None:
             return check_dataset(spec.dataset)
         return DatasetStore(self.store).get(str(spec.dataset_name)).row_count
+
+    def _check_unit_column(self, spec: RunSpec) -> None:
+        column = str(spec.unit_column)
+        if spec.dataset_name is not None:
+            columns = DatasetStore(self.store).get(spec.dataset_name).column_names
+        else:
+            first = next(iter(iter_rows(spec.dataset, 1)), {}) if spec.dataset else {}
+            columns = list(first)
+        if column not in columns:
+            raise SpecError(
+                f"unit_column: {spec.dataset_label} has no column {column!r} "
+                f"(columns: {', '.join(columns)})"
+            )
 
     def _rows(self, spec: RunSpec) -> Iterator[Mapping[str, Any]]:
         if spec.dataset is not None:

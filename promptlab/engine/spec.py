@@ -148,17 +148,7 @@ def parse_spec(
         raise SpecError(f"run spec: unknown field(s) {', '.join(unknown)}")
     if "name" in data and not isinstance(data["name"], str):
         raise SpecError(f"run spec: 'name' must be a string, got {data['name']!r}")
-    if "dataset" not in data or not isinstance(data["dataset"], str):
-        raise SpecError("run spec: 'dataset' must name a CSV or JSONL file, or an imported dataset")
-    dataset: Path | None = Path(data["dataset"])
-    dataset_name = None
-    if DATASET_NAME.match(data["dataset"]) and Path(data["dataset"]).suffix.lower() not in (
-        *DATASET_SUFFIXES,
-        ".parquet",
-    ):
-        dataset, dataset_name = None, data["dataset"]
-    else:
-        dataset = _dataset_file(data["dataset"], base_dir, dataset_root)
+    dataset, dataset_name = _dataset(data.get("dataset"), base_dir, dataset_root)
     experiment, mode, unit_column = _experiment(data)
     variants_data: Any = data.get("variants")
     if experiment is not None:
@@ -202,14 +192,31 @@ def parse_spec(
     )
 
 
+def _dataset(
+    value: Any, base_dir: Path | None, dataset_root: Path | None
+) -> tuple[Path | None, str | None]:
+    """A file (a path with a suffix), or an imported dataset: `NAME` or `{name: NAME}`."""
+    if isinstance(value, Mapping) and set(value) == {"name"}:
+        value = value["name"]
+        if not isinstance(value, str) or not DATASET_NAME.match(value):
+            raise SpecError(f"dataset.name: not a dataset name: {value!r}")
+        return None, value
+    if not isinstance(value, str):
+        raise SpecError("run spec: 'dataset' must name a CSV or JSONL file, or an imported dataset")
+    if DATASET_NAME.match(value) and not Path(value).suffix:
+        return None, value
+    return _dataset_file(value, base_dir, dataset_root), None
+
+
 def _dataset_file(value: str, base_dir: Path | None, dataset_root: Path | None) -> Path:
     dataset = Path(value)
     if not dataset.is_absolute() and base_dir is not None:
         dataset = (base_dir / dataset).resolve()
     if dataset.suffix.lower() not in DATASET_SUFFIXES:
         raise SpecError(
-            f"dataset {dataset}: expected a .csv or .jsonl file, or the name of an imported "
-            "dataset (promptlab dataset import; Parquet files are imported first)"
+            f"dataset {dataset}: expected a .csv or .jsonl file, or an imported dataset "
+            "(`dataset: NAME`, or `dataset: {name: NAME}` for a name with a dot; Parquet "
+            "files are imported first with promptlab dataset import)"
         )
     if dataset_root is not None and not dataset.resolve().is_relative_to(dataset_root.resolve()):
         raise SpecError(

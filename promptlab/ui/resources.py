@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import atexit
+import logging
 import threading
 
 import streamlit as st
 
 from promptlab.config import Settings
 from promptlab.redact import install_log_redaction
-from promptlab.workbench import Workbench
+from promptlab.workbench import PromptlabError, Workbench
+
+log = logging.getLogger(__name__)
 
 _opened: list[Workbench] = []
 _opened_lock = threading.Lock()
+#: Databases this process loaded the demo into (they were empty): the app runs the demo
+#: experiment on them once (`start_demo_run`).
+_fresh_demo: set[str] = set()
 
 
 def get_settings() -> Settings:
@@ -26,6 +32,8 @@ def _open_workbench(db_path: str, load_demo: bool) -> Workbench:
     workbench = Workbench.open(get_settings())
     if load_demo and workbench.prompts.is_empty():
         workbench.load_demo()  # first start with an empty database
+        with _opened_lock:
+            _fresh_demo.add(db_path)
     with _opened_lock:
         if not _opened:
             # Stop the engine when the server stops: answers it still holds (a full disk)
@@ -41,10 +49,28 @@ def get_workbench() -> Workbench:
     return _open_workbench(str(settings.db_path), settings.load_demo)
 
 
+def start_demo_run() -> None:
+    """On the app's first start with an empty database, run the demo experiment for real.
+
+    It runs in the background on the simulated model (about 3 s); the Runs and
+    Experiments pages show it live and then finished.
+    """
+    db_path = str(get_settings().db_path)
+    with _opened_lock:
+        fresh = db_path in _fresh_demo
+        _fresh_demo.discard(db_path)
+    if fresh:
+        try:
+            get_workbench().start_demo_run()
+        except PromptlabError as exc:  # the app still works; the demo run is a nicety
+            log.warning("the demo experiment did not start: %s", exc)
+
+
 def close_all() -> None:
     """Close every workbench this process opened (engines, databases); for tests."""
     _open_workbench.clear()
     with _opened_lock:
+        _fresh_demo.clear()
         opened, _opened[:] = list(_opened), []
     for workbench in opened:
         workbench.close()

@@ -1,0 +1,150 @@
+"""Experiments run through the engine: sticky split plans, recorded assignments, estimates."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from promptlab.config import Settings
+from promptlab.errors import SpecError
+from promptlab.experiments import assign, bucket_of
+from promptlab.records import RunStatus
+from promptlab.store import Store
+from promptlab.workbench import Workbench
+
+#: data/demo/tickets.csv: 40 tickets from 17 customers.
+ROWS = 40
+
+
+@pytest.fixture
+def wb(store: Store) -> Iterator[Workbench]:
+    bench = Workbench(store, Settings.from_env())
+    bench.load_demo()
+    yield bench
+    bench.close()
+
+
+def planned(store: Store, run_id: str) -> list[tuple[Any, ...]]:
+    """(customer_id, variant) of every item, from the rows the run copied."""
+    with store.read() as cur:
+        rows = cur.execute(
+            "SELECT r.row_values, v.name FROM items i "
+            "JOIN run_rows r ON r.run_id = i.run_id AND r.row_index = i.row_index "
+            "JOIN run_variants v ON v.run_id = i.run_id AND v.variant_index = i.variant_index "
+            "WHERE i.run_id = ? ORDER BY i.seq",
+            [run_id],
+        ).fetchall()
+    return [(json.loads(values)["customer_id"], variant) for values, variant in rows]
+
+
+def recorded(store: Store, run_id: str) -> list[tuple[Any, ...]]:
+    with store.read() as cur:
+        return cur.execute(
+            "SELECT unit_id, variant, bucket, in_experiment, experiment, revision "
+            "FROM assignments WHERE run_id = ? ORDER BY row_index",
+            [run_id],
+        ).fetchall()
+
+
+def test_a_split_run_sends_each_row_to_its_unit_s_one_variant(wb: Workbench, store: Store) -> None:
+    config = wb.experiment("triage-split")
+    run_id = wb.start_run(wb.experiment_run_spec("triage-split", "tickets"))
+    assert wb.wait(run_id, 60).status == RunStatus.COMPLETED
+    items = planned(store, run_id)
+    assert len(items) == ROWS  # one item per row, not one per variant
+    for customer, variant in items:
+        assert variant == assign(config, customer).variant
+    # Sticky: every row of one customer went to the same variant.
+    by_customer: dict[str, set[str]] = {}
+    for customer, variant in items:
+        by_customer.setdefault(customer, set()).add(variant)
+    assert len(by_customer) == 17 and all(len(v) == 1 for v in by_customer.values())
+    # Every decision is recorded with the plan: unit, variant, bucket, revision.
+    decisions = recorded(store, run_id)
+    assert [(d[0], d[1]) for d in decisions] == items
+    assert all(d[2] == bucket_of(config.salt, d[0]) for d in decisions)
+    assert {(d[3], d[4], d[5]) for d in decisions} == {(True, "triage-split", 1)}
+    counts = {c.variant: c.rows for c in wb.assignment_counts(run_id=run_id)}
+    assert counts == Counter(v for _, v in items)
+    assert set(counts) == {"control", "staging"}
+
+
+def test_an_all_mode_run_sends_every_row_through_every_variant(wb: Workbench, store: Store) -> None:
+    run_id = wb.start_run(wb.experiment_run_spec("triage-split", "tickets", mode="all"))
+    assert wb.wait(run_id, 60).status == RunStatus.COMPLETED
+    assert Counter(v for _, v in planned(store, run_id)) == {"control": ROWS, "staging": ROWS}
+    assert recorded(store, run_id) == []
+
+
+def test_the_kill_switch_sends_every_unit_to_control(wb: Workbench, store: Store) -> None:
+    wb.update_experiment("triage-split", killed=True, note="broken")
+    run_id = wb.start_run(wb.experiment_run_spec("triage-split", "tickets", limit_rows=10))
+    assert wb.wait(run_id, 60).status == RunStatus.COMPLETED
+    assert {v for _, v in planned(store, run_id)} == {"control"}
+    assert {(d[1], d[3], d[5]) for d in recorded(store, run_id)} == {("control", False, 2)}
+
+
+def test_a_weight_change_is_a_new_revision_that_the_next_run_follows(
+    wb: Workbench, store: Store
+) -> None:
+    config = wb.update_experiment("triage-split", weights={"control": 0, "staging": 100})
+    assert config.revision == 2
+    run_id = wb.start_run(wb.experiment_run_spec("triage-split", "tickets", limit_rows=5))
+    assert wb.wait(run_id, 60).status == RunStatus.COMPLETED
+    assert {v for _, v in planned(store, run_id)} == {"staging"}
+
+
+def test_a_row_without_a_unit_id_is_refused_before_the_run_exists(
+    wb: Workbench, tmp_path: Path
+) -> None:
+    rows = tmp_path / "rows.csv"
+    rows.write_text("customer_id,ticket\nC-1,Refund please\n,No customer here\n")
+    wb.import_dataset(rows, "orphans")
+    spec = wb.experiment_run_spec("triage-split", "orphans")
+    with pytest.raises(SpecError, match=r"dataset row 2: no unit id in column 'customer_id'"):
+        wb.start_run(spec)
+    assert wb.list_runs() == []
+
+
+def test_a_unit_column_the_dataset_lacks_is_named(wb: Workbench) -> None:
+    spec = wb.experiment_run_spec("triage-split", "tickets", unit_column="user")
+    with pytest.raises(SpecError, match=r"unit_column: dataset tickets has no column 'user'"):
+        wb.start_run(spec)
+    assert wb.list_runs() == []
+
+
+def test_a_pasted_spec_names_the_experiment_and_its_revision(wb: Workbench) -> None:
+    wb.update_experiment("triage-split", ramp=50)
+    spec = wb.parse_pasted_spec("experiment: triage-split@1\ndataset: tickets\n")
+    assert spec.experiment is not None and spec.experiment["revision"] == 1
+    assert spec.split and spec.unit_column == "customer_id" and spec.dataset_name == "tickets"
+    assert [v.prompt for v in spec.variants][0].startswith("ticket-triage@sha256:")
+    with pytest.raises(SpecError, match="experiment: no experiment named 'nope'"):
+        wb.parse_pasted_spec("experiment: nope\ndataset: tickets\n")
+    with pytest.raises(SpecError, match="give 'experiment' or 'variants', not both"):
+        wb.parse_pasted_spec(
+            "experiment: triage-split\ndataset: tickets\nvariants: [{prompt: ticket-triage}]\n"
+        )
+
+
+def test_the_estimate_counts_the_split_it_will_plan(wb: Workbench, store: Store) -> None:
+    spec = wb.experiment_run_spec("triage-split", "tickets", repeats=2)
+    estimate = wb.estimate(spec)
+    by_variant = {v.name: v.requests for v in estimate.variants}
+    assert estimate.requests == 2 * ROWS
+    assert estimate.input_tokens > 0 and estimate.output_tokens > 0
+    assert estimate.cost_usd is not None and estimate.cost_usd > 0
+    assert estimate.seconds > 0 and "sim" in estimate.bound
+    assert all(v.basis == "simulator profile" for v in estimate.variants)
+    run_id = wb.start_run(spec)
+    assert wb.wait(run_id, 60).status == RunStatus.COMPLETED
+    assert by_variant == Counter(v for _, v in planned(store, run_id))
+    # The next estimate of the same versions learns from the results stored.
+    again = wb.estimate(spec)
+    assert all(v.basis.endswith("results") for v in again.variants)
+    assert again.output_tokens != estimate.output_tokens

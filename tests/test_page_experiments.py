@@ -1,0 +1,116 @@
+"""The Experiments page, driven by Streamlit's AppTest on a real database and the sim model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+from promptlab.ui.resources import get_workbench
+
+PAGE = str(Path(__file__).resolve().parent.parent / "pages" / "experiments.py")
+TIMEOUT_S = 30
+
+
+def open_page() -> AppTest:
+    at = AppTest.from_file(PAGE, default_timeout=TIMEOUT_S).run()
+    assert not at.exception, at.exception
+    return at
+
+
+def button(at: AppTest, label: str) -> object:
+    return next(b for b in at.button if b.label == label)
+
+
+def test_the_demo_experiment_is_listed_with_its_split() -> None:
+    at = open_page()
+    table = at.dataframe[0].value
+    assert list(table["experiment"]) == ["triage-split"]
+    assert list(table["split"]) == ["control 70 / staging 30"]
+    assert at.selectbox(key="experiment_choice").value == "triage-split"
+
+
+def test_create_a_70_30_experiment_from_two_versions_in_the_form() -> None:
+    at = open_page()
+    at.text_input(key="new_name").input("triage-v1-vs-v11")
+    at.text_input(key="new_unit").input("customer_id")
+    at.selectbox(key="new_v0_prompt").select("ticket-triage")
+    at.text_input(key="new_v0_version").input("1.0.0")
+    at.number_input(key="new_v0_weight").set_value(70.0)
+    at.selectbox(key="new_v1_prompt").select("ticket-triage")
+    at.text_input(key="new_v1_version").input("1.1.0")
+    at.number_input(key="new_v1_weight").set_value(30.0)
+    button(at, "Create experiment").click()  # type: ignore[attr-defined]
+    at.run()
+    assert not at.exception, at.exception
+    assert [s.value for s in at.success] == ["Created triage-v1-vs-v11"]
+    config = get_workbench().experiment("triage-v1-vs-v11")
+    assert config.weights == {"control": 70.0, "variant-1": 30.0}
+    assert config.bucket_counts() == {"control": 7000, "variant-1": 3000}
+    wb = get_workbench()
+    assert (
+        config.variant("control").prompt_version_id == wb.prompts.resolve("ticket-triage@1.0.0").id
+    )
+    assert at.selectbox(key="experiment_choice").value == "triage-v1-vs-v11"
+
+
+def test_a_bad_form_names_the_problem_and_saves_nothing() -> None:
+    at = open_page()
+    at.text_input(key="new_name").input("Bad Name")
+    button(at, "Create experiment").click()  # type: ignore[attr-defined]
+    at.run()
+    assert not at.exception, at.exception
+    assert at.error and "name" in at.error[0].value
+    assert [c.name for c in get_workbench().experiments()] == ["triage-split"]
+
+
+def test_launch_on_the_demo_dataset_shows_the_estimate_and_follows_the_run() -> None:
+    at = open_page()
+    assert at.selectbox(key="launch_ds_triage-split").value == "tickets"
+    assert at.selectbox(key="launch_unit").value == "customer_id"
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Requests"] == "40"  # split: one request per ticket
+    assert metrics["Cost"].startswith("$")
+    at.button(key="launch_start").click().run()
+    assert not at.exception, at.exception
+    run_id = at.session_state["launched_run"]
+    assert get_workbench().wait(run_id, 60).status == "completed"
+    at.run()
+    progress = at.get("progress")[-1]
+    assert "completed: 40 of 40 items closed" in progress.proto.text
+    variants = at.dataframe[-1].value
+    assert set(variants["variant"]) == {"control", "staging"}
+    assert variants["items"].sum() == 40
+
+
+def test_weights_and_ramp_save_a_new_revision() -> None:
+    at = open_page()
+    at.number_input(key="w_control").set_value(50.0)
+    at.number_input(key="w_staging").set_value(50.0)
+    at.slider[0].set_value(20.0)
+    at.text_input(key="note_triage-split").input("even split, slow ramp")
+    button(at, "Save as new revision").click()  # type: ignore[attr-defined]
+    at.run()
+    assert not at.exception, at.exception
+    config = get_workbench().experiment("triage-split")
+    assert (config.revision, config.ramp, config.note) == (2, 20.0, "even split, slow ramp")
+    assert config.weights == {"control": 50.0, "staging": 50.0}
+    history = at.dataframe[1].value
+    assert list(history["revision"]) == [2, 1]
+
+
+def test_the_kill_switch_asks_before_it_acts() -> None:
+    at = open_page()
+    at.button(key="kill_triage-split").click().run()
+    assert get_workbench().experiment("triage-split").killed is False  # not yet
+    assert any("Send every unit of triage-split to control" in e.value for e in at.error)
+    at.button(key="kill_no_triage-split").click().run()
+    assert get_workbench().experiment("triage-split").killed is False
+    at.button(key="kill_triage-split").click().run()
+    at.button(key="kill_yes_triage-split").click().run()
+    assert not at.exception, at.exception
+    config = get_workbench().experiment("triage-split")
+    assert config.killed and config.revision == 2 and config.note == "kill switch"
+    assert any("Killed" in w.value for w in at.warning)
+    at.button(key="revive_triage-split").click().run()
+    assert get_workbench().experiment("triage-split").killed is False
