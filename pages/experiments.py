@@ -278,6 +278,13 @@ def follow(wb: Workbench, run_id: str) -> None:
                 }
                 for v in view.variants
             ),
+            column_config={
+                "completion": st.column_config.NumberColumn(
+                    format="percent", help="succeeded / finished items"
+                ),
+                "p50 ms": st.column_config.NumberColumn(format="%.0f"),
+                "p90 ms": st.column_config.NumberColumn(format="%.0f"),
+            },
             hide_index=True,
             width="stretch",
         )

@@ -199,3 +199,51 @@ def test_deep_link_to_an_item_on_a_fresh_server(
     expect(page.get_by_text("Attempts (1)")).to_be_visible(timeout=30_000)
     assert f"run={run_id}" in page.url and "item=" in page.url
     page.screenshot(path=str(tmp_path / "05-item.png"), full_page=True)
+
+
+def test_create_an_experiment_in_the_form_launch_it_and_follow_it(
+    app_url: str, page: Page, tmp_path: Path
+) -> None:
+    from playwright.sync_api import expect
+
+    page.goto(f"{app_url}/experiments")
+    expect(page.get_by_role("heading", name="Experiments")).to_be_visible(timeout=30_000)
+    # The first start brought the demo experiment (and ran it: see the Runs page).
+    expect(page.get_by_text("staging weight")).to_be_visible(timeout=30_000)
+    page.get_by_text("New experiment").click()
+    form = page.get_by_test_id("stForm").first
+    form.get_by_role("textbox", name="Name", exact=True).first.fill("triage-70-30")
+    form.get_by_role("textbox", name="Unit column").fill("customer_id")
+    selects = form.get_by_test_id("stSelectbox")  # mode, then each variant's prompt
+    for index in (1, 2):
+        combo = selects.nth(index).get_by_role("combobox")
+        combo.click()
+        combo.fill("ticket-triage")
+        combo.press("Enter")
+    versions = form.get_by_role("textbox", name="Version or label")
+    versions.nth(0).fill("1.0.0")
+    versions.nth(1).fill("1.1.0")
+    weights = form.get_by_role("spinbutton", name="Weight")
+    weights.nth(0).fill("70")
+    weights.nth(1).fill("30")
+    form.get_by_role("button", name="Create experiment").click()
+    expect(page.get_by_text("Created triage-70-30")).to_be_visible(timeout=30_000)
+    expect(page.get_by_text("variant-1 weight")).to_be_visible(timeout=30_000)  # it is chosen
+    # Launch on the demo dataset, split by customer: the estimate comes first.
+    expect(page.get_by_text("Requests", exact=True)).to_be_visible(timeout=30_000)
+    assert metric(page, "Requests") == 40
+    page.screenshot(path=str(tmp_path / "06-experiment-estimate.png"), full_page=True)
+    page.get_by_role("button", name="Start").click()
+    expect(page.get_by_text(re.compile(r"completed: 40 of 40 items closed"))).to_be_visible(
+        timeout=120_000
+    )
+    page.screenshot(path=str(tmp_path / "07-experiment-run.png"), full_page=True)
+    # From the run, open it in Runs and open one of its items.
+    link = page.get_by_role("link", name=re.compile(r"^Open run_\w+ in Runs$"))
+    with page.context.expect_page() as opened:  # Markdown links open a new tab
+        link.click()
+    page = opened.value
+    heading = page.get_by_role("heading", name=re.compile(r"triage-70-30 .* · completed"))
+    expect(heading).to_be_visible(timeout=30_000)
+    expect(page.get_by_text("40 of 40 items closed")).to_be_visible(timeout=30_000)
+    page.screenshot(path=str(tmp_path / "08-experiment-in-runs.png"), full_page=True)
