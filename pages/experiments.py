@@ -213,6 +213,12 @@ def launch(wb: Workbench, config: ExperimentConfig) -> None:
     limit = cols[4].number_input(
         "Rows (0 = all)", 0, datasets[dataset].row_count, 0, key="launch_limit"
     )
+    skip = st.checkbox(
+        "Only rows that pass the variables check",
+        key="launch_skip",
+        help="Rows a variant's template refuses get no items (see the Datasets page's row "
+        "check); otherwise they fail as invalid_input",
+    )
     try:
         spec = wb.experiment_run_spec(
             config.name,
@@ -221,6 +227,7 @@ def launch(wb: Workbench, config: ExperimentConfig) -> None:
             unit_column=unit if mode == "split" else None,
             repeats=int(repeats),
             limit_rows=int(limit) or None,
+            skip_invalid_rows=skip,
         )
         estimate = wb.estimate(spec)
     except PromptlabError as exc:

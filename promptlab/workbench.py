@@ -329,6 +329,7 @@ class Workbench:
         repeats: int = 1,
         limit_rows: int | None = None,
         run_name: str | None = None,
+        skip_invalid_rows: bool = False,
     ) -> RunSpec:
         """A run of the experiment's latest revision on an imported dataset.
 
@@ -350,6 +351,8 @@ class Workbench:
                 data["unit_column"] = unit
         if limit_rows is not None:
             data["limit_rows"] = limit_rows
+        if skip_invalid_rows:
+            data["skip_invalid_rows"] = True
         return parse_spec(data, base_dir=PROJECT_ROOT, dataset_root=self.settings.data_dir)
 
     def estimate(self, spec: RunSpec) -> RunEstimate:

@@ -197,3 +197,20 @@ def test_assign_on_a_file_imports_no_heavy_library(exported: Path) -> None:
 def test_promptlab_assign_imports_no_heavy_library() -> None:
     loaded = modules_after("import promptlab; promptlab.assign, promptlab.load_experiment_config")
     assert not loaded & set(HEAVY)
+
+
+def test_experiment_run_estimates_then_runs_the_split(tmp_path: Path) -> None:
+    db = str(tmp_path / "run.duckdb")
+    assert run("--db", db, "init", "--demo").exit_code == 0  # loads and runs the demo once
+    estimate = run("--db", db, "experiment", "run", "triage-split", "--dataset", "tickets",
+                   "--estimate")  # fmt: skip
+    assert estimate.exit_code == 0, estimate.output
+    assert estimate.output.startswith("estimate: 40 requests, ")
+    assert "control: " in estimate.output and "(output from 29 results)" in estimate.output
+    assert "run run_" not in estimate.output  # nothing sent
+    result = run("--db", db, "experiment", "run", "triage-split", "--dataset", "tickets",
+                 "--mode", "all", "--limit-rows", "5", "--quiet")  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "estimate: 10 requests" in result.output and "completed" in result.output
+    bad = run("--db", db, "experiment", "run", "triage-split", "--dataset", "nope")
+    assert bad.exit_code == 2 and "no dataset named 'nope'" in bad.stderr

@@ -148,3 +148,28 @@ def test_the_estimate_counts_the_split_it_will_plan(wb: Workbench, store: Store)
     again = wb.estimate(spec)
     assert all(v.basis.endswith("results") for v in again.variants)
     assert again.output_tokens != estimate.output_tokens
+
+
+def test_rows_a_template_refuses_are_skipped_when_asked(
+    wb: Workbench, store: Store, tmp_path: Path
+) -> None:
+    rows = tmp_path / "rows.csv"
+    rows.write_text(
+        "customer_id,ticket,customer_tier\n"
+        "C-1,Refund please,pro\n"
+        "C-2,Card declined,gold\n"  # not one of free, pro, enterprise
+        "C-3,Cannot log in,free\n"
+    )
+    wb.import_dataset(rows, "mixed")
+    check = wb.check_dataset_rows("mixed", "ticket-triage@staging")  # 2.0.0 has the tier
+    assert check.bad_rows == frozenset({2})
+    skipping = wb.experiment_run_spec("triage-split", "mixed", skip_invalid_rows=True)
+    assert wb.estimate(skipping).requests == 2
+    run_id = wb.start_run(skipping)
+    assert wb.wait(run_id, 60).status == RunStatus.COMPLETED
+    assert [c for c, _ in planned(store, run_id)] == ["C-1", "C-3"]
+    assert [d[0] for d in recorded(store, run_id)] == ["C-1", "C-3"]
+    # Without it the row goes out and fails as invalid input on staging, as before.
+    run_id = wb.start_run(wb.experiment_run_spec("triage-split", "mixed", mode="all"))
+    assert wb.wait(run_id, 60).status == RunStatus.COMPLETED
+    assert wb.run_view(run_id).failure_kinds == {"invalid_input": 1}

@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING
 import click
 
 from promptlab.cli.common import db_option, handle_errors, open_workbench
-from promptlab.errors import ExperimentError
+from promptlab.errors import ExperimentError, NotFoundError, SpecError
 
 if TYPE_CHECKING:
     from promptlab.experiments import ExperimentConfig
+    from promptlab.workbench import RunEstimate, Workbench
 
 
 @click.group()
@@ -185,6 +186,60 @@ def set_command(
     else:
         changes = "; ".join(describe_changes(before, after))
         click.echo(f"{name} revision {after.revision}: {changes}")
+
+
+@experiment.command("run")
+@db_option
+@click.argument("name")
+@click.option("--dataset", required=True, help="An imported dataset (promptlab dataset import).")
+@click.option("--mode", type=click.Choice(["split", "all"]), help="Default: the experiment's.")
+@click.option("--unit-column", help="Default: the experiment's, else the dataset's.")
+@click.option("--repeats", type=click.IntRange(1, 1000), default=1, show_default=True)
+@click.option("--limit-rows", type=click.IntRange(min=1), help="Only the first N rows.")
+@click.option("--skip-invalid-rows", is_flag=True, help="Plan only rows every template accepts.")
+@click.option("--estimate", "estimate_only", is_flag=True, help="Print the estimate; send nothing.")
+@click.option("--strict", is_flag=True, help="Exit 4 when the run completes with failed items.")
+@click.option("--quiet", is_flag=True, help="No progress bar; only the run id and summary.")
+@click.pass_context
+@handle_errors(usage=(SpecError, ExperimentError, NotFoundError))
+def run_experiment(
+    ctx: click.Context,
+    name: str,
+    dataset: str,
+    mode: str | None,
+    unit_column: str | None,
+    repeats: int,
+    limit_rows: int | None,
+    skip_invalid_rows: bool,
+    estimate_only: bool,
+    strict: bool,
+    quiet: bool,
+) -> None:
+    """Run the experiment's latest revision on a dataset: the estimate, then the run."""
+    from promptlab.cli.runs import drive_run
+
+    def start(wb: Workbench) -> str | None:
+        spec = wb.experiment_run_spec(
+            name, dataset, mode=mode, unit_column=unit_column, repeats=repeats,
+            limit_rows=limit_rows, skip_invalid_rows=skip_invalid_rows,
+        )  # fmt: skip
+        for line in estimate_lines(wb.estimate(spec)):
+            click.echo(line)
+        return None if estimate_only else wb.start_run(spec)
+
+    drive_run(ctx, start, strict, quiet)
+
+
+def estimate_lines(estimate: RunEstimate) -> Iterator[str]:
+    cost = f"${estimate.cost_usd:.4f}" if estimate.cost_usd is not None else "no price"
+    yield (
+        f"estimate: {estimate.requests:,} requests, {estimate.input_tokens:,} tokens in, "
+        f"{estimate.output_tokens:,} out, {cost}, about {estimate.seconds:.0f} s "
+        f"(bounded by {estimate.bound})"
+    )
+    for v in estimate.variants:
+        model = f"{v.endpoint}:{v.model}"
+        yield f"  {v.name}: {v.requests:,} requests on {model} (output from {v.basis})"
 
 
 @click.command("assign")

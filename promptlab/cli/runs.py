@@ -49,7 +49,7 @@ BAR_WIDTH = 28
 @handle_errors(usage=SPEC_PROBLEMS)
 def run_command(ctx: click.Context, spec_file: Path, strict: bool, quiet: bool) -> None:
     """Run a YAML run spec; print the run id, a progress bar and a summary."""
-    _drive(ctx, lambda wb: wb.start_run(wb.load_spec(spec_file)), strict, quiet)
+    drive_run(ctx, lambda wb: wb.start_run(wb.load_spec(spec_file)), strict, quiet)
 
 
 @click.command("resume")
@@ -67,7 +67,7 @@ def resume_command(
     ctx: click.Context, run_id: str, strict: bool, quiet: bool, output: Path | None
 ) -> None:
     """Resume a run that was interrupted, cancelled or stopped; finished items are kept."""
-    _drive(ctx, lambda wb: wb.resume_run(run_id), strict, quiet, output)
+    drive_run(ctx, lambda wb: wb.resume_run(run_id), strict, quiet, output)
 
 
 @click.command("batch")
@@ -97,7 +97,7 @@ def batch_command(
     def start(wb: Workbench) -> str:
         return wb.start_run(wb.batch_spec(requests_file, endpoint, model, id_field))
 
-    _drive(ctx, start, strict, quiet, output)
+    drive_run(ctx, start, strict, quiet, output)
 
 
 ITEM_STATUSES = ("pending", "in_flight", "succeeded", "failed", "cancelled")
@@ -230,16 +230,19 @@ def cancel_command(ctx: click.Context, run_id: str) -> None:
     click.echo(f"run {run_id}: {before} -> {after}")
 
 
-def _drive(
+def drive_run(
     ctx: click.Context,
-    start: Callable[[Workbench], str],
+    start: Callable[[Workbench], str | None],
     strict: bool,
     quiet: bool,
     output: Path | None = None,
 ) -> None:
+    """Start a run (`start` returns its id, or None to stop there), watch it, summarize it."""
     with open_workbench(ctx) as wb:
         wb.engine  # noqa: B018 - start it now: a bad providers file is a clear error first
         run_id = start(wb)
+        if run_id is None:
+            return
         click.echo(f"run {run_id}")
         _watch(wb, run_id, quiet)
         wb.wait(run_id)

@@ -22,13 +22,14 @@ from typing import Any, TypeVar
 
 from promptlab.batchfile import check_request_file
 from promptlab.config import Settings
-from promptlab.datasets import DatasetStore
+from promptlab.datasets import DatasetStore, check_rows
 from promptlab.engine.clock import SYSTEM_CLOCK, Clock
 from promptlab.engine.estimate import RunEstimate, estimate_run
 from promptlab.engine.limiter import EndpointLimiter, Limiter, Limits, RunCappedLimiter
 from promptlab.engine.planner import (
     AllVariants,
     AssignmentStrategy,
+    SkipRows,
     StickySplit,
     plan_items,
     unit_id_of,
@@ -37,6 +38,7 @@ from promptlab.engine.progress import Counters, RunProgress
 from promptlab.engine.retry import STOP_KINDS
 from promptlab.engine.run import RunExecution, lanes_for
 from promptlab.engine.spec import (
+    AS_WRITTEN,
     RunSpec,
     VersionResolver,
     check_dataset,
@@ -57,6 +59,7 @@ from promptlab.records import FINAL_RUN_STATUSES, ItemErrorKind, RunStatus, Vari
 from promptlab.redact import redact, watch_env
 from promptlab.store import ItemStore, ReadModels, RunStore, Store
 from promptlab.store.connection import is_storage_failure
+from promptlab.templates import Template
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -208,7 +211,7 @@ class Engine:
         rows = self._row_count(spec)
         used = min(rows, spec.limit_rows) if spec.limit_rows is not None else rows
         names = [v.name for v in variants]
-        strategy = _strategy(spec, names)
+        strategy = self._plan_strategy(spec, variants, ESTIMATE_ROWS)
         counts: Counter[str] = Counter()
         sample: list[Mapping[str, Any]] = []
         seen = 0
@@ -378,6 +381,27 @@ class Engine:
             return check_dataset(spec.dataset)
         return DatasetStore(self.store).get(str(spec.dataset_name)).row_count
 
+    def _plan_strategy(
+        self, spec: RunSpec, variants: list[VariantRecord], rows: int | None = None
+    ) -> AssignmentStrategy:
+        """The run's assignment; with `skip_invalid_rows`, minus rows a template refuses.
+
+        The check reads the dataset once more (up to `rows` rows) and renders each row
+        with every variant's template, the way the run would.
+        """
+        strategy = _strategy(spec, [v.name for v in variants])
+        if not spec.skip_invalid_rows:
+            return strategy
+        skipped: set[int] = set()
+        for variant in variants:
+            if variant.template.get(AS_WRITTEN):
+                continue
+            template = Template.from_canonical(variant.template)
+            sample = (dict(row) for row in itertools.islice(self._rows(spec), rows))
+            found = check_rows(sample, template, listed=0)
+            skipped.update(number - 1 for number in found.bad_rows)
+        return SkipRows(strategy, frozenset(skipped))
+
     def _check_unit_column(self, spec: RunSpec) -> None:
         column = str(spec.unit_column)
         if spec.dataset_name is not None:
@@ -483,9 +507,8 @@ class Engine:
         try:
             if plan:
                 names = [v.name for v in variants]
-                chunks = plan_items(
-                    run_id, self._rows(spec), names, _strategy(spec, names), spec.repeats
-                )
+                strategy = await asyncio.to_thread(self._plan_strategy, spec, variants)
+                chunks = plan_items(run_id, self._rows(spec), names, strategy, spec.repeats)
                 await asyncio.to_thread(self.items.plan_items, run_id, chunks)
             await asyncio.to_thread(self.runs.set_status, run_id, RunStatus.SCHEDULED)
             record = await asyncio.to_thread(self.runs.get_run, run_id)

@@ -96,6 +96,23 @@ class StickySplit:
         return decided
 
 
+class SkipRows:
+    """Another strategy, minus the rows that fail the variables check (no items for them)."""
+
+    def __init__(self, inner: AssignmentStrategy, skipped: frozenset[int]) -> None:
+        self.inner = inner
+        #: Row indexes (0-based, like `row_index`) that get no items.
+        self.skipped = skipped
+
+    def variants_for(self, row_index: int, row: Mapping[str, Any]) -> Sequence[int]:
+        if row_index in self.skipped:
+            return ()
+        return self.inner.variants_for(row_index, row)
+
+    def drain_assignments(self) -> list[AssignmentRecord]:
+        return self.inner.drain_assignments() if isinstance(self.inner, RecordsAssignments) else []
+
+
 def unit_id_of(row: Mapping[str, Any], column: str, row_index: int) -> str:
     """The row's unit id as text; a row without one cannot be assigned (SpecError)."""
     value = row.get(column)

@@ -28,7 +28,7 @@ from promptlab.yamlio import parse_yaml, read_yaml
 SPEC_FIELDS = frozenset(
     {
         "name", "dataset", "variants", "repeats", "limits", "retry", "endpoints", "limit_rows",
-        "experiment", "mode", "unit_column",
+        "experiment", "mode", "unit_column", "skip_invalid_rows",
     }
 )  # fmt: skip
 #: How an experiment's variants share a dataset's rows (see promptlab/experiments.py).
@@ -103,6 +103,8 @@ class RunSpec:
     mode: str = "all"
     #: The dataset column holding the unit id (user, session) in a split run.
     unit_column: str | None = None
+    #: Plan only the rows every variant's template accepts (the others get no items).
+    skip_invalid_rows: bool = False
 
     @property
     def split(self) -> bool:
@@ -150,6 +152,9 @@ def parse_spec(
         raise SpecError(f"run spec: 'name' must be a string, got {data['name']!r}")
     dataset, dataset_name = _dataset(data.get("dataset"), base_dir, dataset_root)
     experiment, mode, unit_column = _experiment(data)
+    skip_invalid_rows = data.get("skip_invalid_rows", False)
+    if not isinstance(skip_invalid_rows, bool):
+        raise SpecError(f"skip_invalid_rows: expected true or false, got {skip_invalid_rows!r}")
     variants_data: Any = data.get("variants")
     if experiment is not None:
         if "variants" in data:
@@ -182,6 +187,7 @@ def parse_spec(
         experiment=experiment,
         mode=mode,
         unit_column=unit_column,
+        skip_invalid_rows=skip_invalid_rows,
         variants=variants,
         repeats=repeats,
         limit_rows=limit_rows,
