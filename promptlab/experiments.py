@@ -88,7 +88,7 @@ class ExperimentVariant:
     model: str | None = None
     #: temperature / top_p / max_tokens overriding the prompt's.
     params: Mapping[str, Any] = field(default_factory=dict)
-    #: Opaque here: the engine checks it (see `check_sampling`).
+    #: How temperature or top_p moves over a batch (checked by promptlab/sampling.py).
     sampling: Mapping[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
