@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -11,9 +12,17 @@ import streamlit as st
 from promptlab.ui.resources import get_workbench
 from promptlab.ui.shell import require_shell
 from promptlab.ui.widgets import show_error
-from promptlab.workbench import ExperimentConfig, PromptlabError, RunEstimate, Workbench
+from promptlab.workbench import (
+    ExperimentConfig,
+    PromptlabError,
+    RunEstimate,
+    RunSpec,
+    Workbench,
+)
 
 POLL_EVERY = timedelta(seconds=1)
+#: Seconds an estimate is reused while the form does not change (results may come in).
+ESTIMATE_TTL = 30
 MAX_VARIANTS = 6
 
 
@@ -114,11 +123,14 @@ def create_form(wb: Workbench) -> None:
 def change_form(wb: Workbench, config: ExperimentConfig) -> None:
     """Weights and ramp as a new revision; the kill switch asks for a confirmation."""
     st.markdown("**Traffic**")
-    with st.form(f"change_{config.name}_{config.revision}"):
+    # Keys carry the experiment and its revision: a widget of another experiment (or of
+    # the revision before a save) must never lend its value to this one.
+    rev = f"{config.name}_{config.revision}"
+    with st.form(f"change_{rev}"):
         cols = st.columns(len(config.variants) + 1)
         weights = {
             v.name: cols[i].number_input(
-                f"{v.name} weight", min_value=0.0, value=float(v.weight), key=f"w_{v.name}"
+                f"{v.name} weight", min_value=0.0, value=float(v.weight), key=f"w_{rev}_{v.name}"
             )
             for i, v in enumerate(config.variants)
         }
@@ -127,10 +139,11 @@ def change_form(wb: Workbench, config: ExperimentConfig) -> None:
             0.0,
             100.0,
             float(config.ramp),
+            key=f"ramp_{rev}",
             help="Share of units that enter the experiment; the rest get control. "
             "Raising it only adds units.",
         )
-        note = st.text_input("Note", key=f"note_{config.name}", placeholder="why this change")
+        note = st.text_input("Note", key=f"note_{rev}", placeholder="why this change")
         if st.form_submit_button("Save as new revision"):
             try:
                 wb.update_experiment(config.name, weights=weights, ramp=ramp, note=note)
@@ -146,8 +159,7 @@ def kill_switch(wb: Workbench, config: ExperimentConfig) -> None:
     if config.killed:
         st.warning("Killed: every unit goes to control.", icon=":material/block:")
         if st.button("Revive experiment", key=f"revive_{config.name}"):
-            wb.update_experiment(config.name, killed=False, note="revived")
-            st.rerun()
+            _change(wb, config.name, killed=False, note="revived")
         return
     if not st.session_state.get(pending):
         if st.button("Kill switch…", key=f"kill_{config.name}", icon=":material/block:"):
@@ -162,10 +174,18 @@ def kill_switch(wb: Workbench, config: ExperimentConfig) -> None:
     yes, no, _ = st.columns([1, 1, 4])
     if yes.button("Kill it", type="primary", key=f"kill_yes_{config.name}"):
         st.session_state.pop(pending, None)
-        wb.update_experiment(config.name, killed=True, note="kill switch")
-        st.rerun()
+        _change(wb, config.name, killed=True, note="kill switch")
     if no.button("Keep running", key=f"kill_no_{config.name}"):
         st.session_state.pop(pending, None)
+        st.rerun()
+
+
+def _change(wb: Workbench, name: str, *, killed: bool, note: str) -> None:
+    try:
+        wb.update_experiment(name, killed=killed, note=note)
+    except PromptlabError as exc:
+        show_error(exc)
+    else:
         st.rerun()
 
 
@@ -195,50 +215,81 @@ def launch(wb: Workbench, config: ExperimentConfig) -> None:
     if not datasets:
         st.info("Import a dataset first (Datasets page).", icon=":material/info:")
         return
+    key = f"launch_{config.name}"
     cols = st.columns([2, 1, 2, 1, 1])
-    dataset = cols[0].selectbox("Dataset", list(datasets), key=f"launch_ds_{config.name}")
+    dataset = cols[0].selectbox("Dataset", list(datasets), key=f"{key}_dataset")
+    info = datasets[dataset]
     mode = cols[1].selectbox(
-        "Mode", ["split", "all"], index=0 if config.mode == "split" else 1, key="launch_mode"
+        "Mode", ["split", "all"], index=0 if config.mode == "split" else 1, key=f"{key}_mode"
     )
-    columns = [c for c, _ in datasets[dataset].columns]
-    default_unit = config.unit_column or datasets[dataset].unit_column
+    columns = info.column_names
+    default_unit = config.unit_column or info.unit_column
     unit = cols[2].selectbox(
         "Unit column",
         columns,
-        index=columns.index(default_unit) if default_unit in columns else 0,
-        key="launch_unit",
+        # No silent fallback to the first column: a split by the wrong column is not sticky.
+        index=columns.index(default_unit) if default_unit in columns else None,
+        key=f"{key}_{dataset}_unit",
         disabled=mode != "split",
+        placeholder="the user or session id column",
     )
-    repeats = cols[3].number_input("Repeats", 1, 1000, 1, key="launch_repeats")
-    limit = cols[4].number_input(
-        "Rows (0 = all)", 0, datasets[dataset].row_count, 0, key="launch_limit"
-    )
+    repeats = cols[3].number_input("Repeats", 1, 1000, 1, key=f"{key}_repeats")
+    limit = cols[4].number_input("Rows (0 = all)", 0, info.row_count, 0, key=f"{key}_limit")
     skip = st.checkbox(
         "Only rows that pass the variables check",
-        key="launch_skip",
+        key=f"{key}_skip",
         help="Rows a variant's template refuses get no items (see the Datasets page's row "
         "check); otherwise they fail as invalid_input",
     )
+    choice = LaunchChoice(
+        config.name, config.revision, dataset, str(info.imported_at), mode,
+        unit if mode == "split" else None, int(repeats), int(limit) or None, skip,
+    )  # fmt: skip
     try:
-        spec = wb.experiment_run_spec(
-            config.name,
-            dataset,
-            mode=mode,
-            unit_column=unit if mode == "split" else None,
-            repeats=int(repeats),
-            limit_rows=int(limit) or None,
-            skip_invalid_rows=skip,
-        )
-        estimate = wb.estimate(spec)
+        estimate = estimate_for(choice)
     except PromptlabError as exc:
         show_error(exc)
         return
     show_estimate(estimate)
-    if st.button("Start", type="primary", key="launch_start", icon=":material/play_arrow:"):
+    if st.button("Start", type="primary", key=f"{key}_start", icon=":material/play_arrow:"):
         try:
-            st.session_state["launched_run"] = wb.start_run(spec)
+            st.session_state["launched_run"] = wb.start_run(spec_for(wb, choice))
         except PromptlabError as exc:
             show_error(exc)
+
+
+@dataclass(frozen=True)
+class LaunchChoice:
+    """What the launch form says; with the dataset's import time, it keys the estimate."""
+
+    experiment: str
+    revision: int
+    dataset: str
+    imported_at: str
+    mode: str
+    unit_column: str | None
+    repeats: int
+    limit_rows: int | None
+    skip_invalid_rows: bool
+
+
+def spec_for(wb: Workbench, choice: LaunchChoice) -> RunSpec:
+    return wb.experiment_run_spec(
+        choice.experiment,
+        choice.dataset,
+        mode=choice.mode,
+        unit_column=choice.unit_column,
+        repeats=choice.repeats,
+        limit_rows=choice.limit_rows,
+        skip_invalid_rows=choice.skip_invalid_rows,
+    )
+
+
+@st.cache_data(ttl=ESTIMATE_TTL, show_spinner="Estimating…", max_entries=64)
+def estimate_for(choice: LaunchChoice) -> RunEstimate:
+    """The estimate reads rows and earlier results: once per form state, not per rerun."""
+    wb = get_workbench()
+    return wb.estimate(spec_for(wb, choice))
 
 
 def show_estimate(estimate: RunEstimate) -> None:

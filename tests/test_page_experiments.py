@@ -7,6 +7,7 @@ from pathlib import Path
 from streamlit.testing.v1 import AppTest
 
 from promptlab.ui.resources import get_workbench
+from tests.apptest_helpers import shown
 
 PAGE = str(Path(__file__).resolve().parent.parent / "pages" / "experiments.py")
 TIMEOUT_S = 30
@@ -66,12 +67,12 @@ def test_a_bad_form_names_the_problem_and_saves_nothing() -> None:
 
 def test_launch_on_the_demo_dataset_shows_the_estimate_and_follows_the_run() -> None:
     at = open_page()
-    assert at.selectbox(key="launch_ds_triage-split").value == "tickets"
-    assert at.selectbox(key="launch_unit").value == "customer_id"
+    assert at.selectbox(key="launch_triage-split_dataset").value == "tickets"
+    assert at.selectbox(key="launch_triage-split_tickets_unit").value == "customer_id"
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Requests"] == "40"  # split: one request per ticket
     assert metrics["Cost"].startswith("$")
-    at.button(key="launch_start").click().run()
+    at.button(key="launch_triage-split_start").click().run()
     assert not at.exception, at.exception
     run_id = at.session_state["launched_run"]
     assert get_workbench().wait(run_id, 60).status == "completed"
@@ -85,10 +86,10 @@ def test_launch_on_the_demo_dataset_shows_the_estimate_and_follows_the_run() -> 
 
 def test_weights_and_ramp_save_a_new_revision() -> None:
     at = open_page()
-    at.number_input(key="w_control").set_value(50.0)
-    at.number_input(key="w_staging").set_value(50.0)
-    at.slider[0].set_value(20.0)
-    at.text_input(key="note_triage-split").input("even split, slow ramp")
+    at.number_input(key="w_triage-split_1_control").set_value(50.0)
+    at.number_input(key="w_triage-split_1_staging").set_value(50.0)
+    at.slider(key="ramp_triage-split_1").set_value(20.0)
+    at.text_input(key="note_triage-split_1").input("even split, slow ramp")
     button(at, "Save as new revision").click()  # type: ignore[attr-defined]
     at.run()
     assert not at.exception, at.exception
@@ -114,3 +115,38 @@ def test_the_kill_switch_asks_before_it_acts() -> None:
     assert any("Killed" in w.value for w in at.warning)
     at.button(key="revive_triage-split").click().run()
     assert get_workbench().experiment("triage-split").killed is False
+
+
+def test_each_experiment_shows_and_saves_its_own_weights() -> None:
+    wb = get_workbench()
+    wb.add_experiment(
+        {"name": "other", "variants": [
+            {"name": "control", "prompt": "ticket-triage@1.0.0", "weight": 50, "control": True},
+            {"name": "staging", "prompt": "ticket-triage@staging", "weight": 50}]}
+    )  # fmt: skip
+    at = open_page()
+    at.selectbox(key="experiment_choice").select("triage-split").run()
+    assert at.number_input(key="w_triage-split_1_control").value == 70.0
+    at.selectbox(key="experiment_choice").select("other").run()
+    # Same variant names, another experiment: its own stored weights, not the last shown.
+    assert at.number_input(key="w_other_1_control").value == 50.0
+    at.slider(key="ramp_other_1").set_value(40.0)
+    button(at, "Save as new revision").click()  # type: ignore[attr-defined]
+    at.run()
+    saved = wb.experiment("other")
+    assert (saved.revision, saved.ramp, saved.weights) == (2, 40.0, {"control": 50, "staging": 50})
+    assert wb.experiment("triage-split").revision == 1
+
+
+def test_a_dataset_without_a_unit_column_asks_for_one() -> None:
+    wb = get_workbench()
+    wb.set_dataset_unit_column("tickets", None)
+    wb.add_experiment(
+        {"name": "no-unit", "variants": [
+            {"name": "control", "prompt": "ticket-triage@1.0.0", "weight": 50, "control": True},
+            {"name": "staging", "prompt": "ticket-triage@staging", "weight": 50}]}
+    )  # fmt: skip
+    at = open_page()
+    at.selectbox(key="experiment_choice").select("no-unit").run()
+    assert at.selectbox(key="launch_no-unit_tickets_unit").value is None
+    assert any("unit_column: a split run of experiment no-unit" in shown(e.value) for e in at.error)
