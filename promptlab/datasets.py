@@ -186,6 +186,11 @@ class DatasetStore:
         self.get(name)  # an unknown name fails here, not at the first row
         return (json.loads(text) for text in self.tables.rows(name, limit, chunk))
 
+    def first_row_without(self, name: str, column: str, limit: int | None = None) -> int | None:
+        """The first row (from 1) with no value in `column`, read in DuckDB; None if none."""
+        self.get(name)
+        return self.tables.first_row_without(name, column, limit)
+
     def set_unit_column(self, name: str, column: str | None) -> DatasetInfo:
         """Name the column that identifies a unit (None: no unit column)."""
         info = self.get(name)

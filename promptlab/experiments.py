@@ -284,6 +284,21 @@ def ramp_threshold(ramp: float) -> int:
     return round(ramp * BUCKETS / 100)
 
 
+def expected_shares(config: ExperimentConfig) -> dict[str, float]:
+    """The share of units each variant gets in expectation, ramp and kill switch included.
+
+    Estimates use it: counting the first rows of a dataset sorted by unit would say 100/0.
+    """
+    control = config.control.name
+    if config.killed:
+        return {v.name: float(v.name == control) for v in config.variants}
+    inside = config.ramp / 100
+    counts = config.bucket_counts()
+    shares = {v.name: inside * counts.get(v.name, 0) / BUCKETS for v in config.variants}
+    shares[control] += 1 - inside
+    return shares
+
+
 def assign(config: ExperimentConfig | Mapping[str, Any], unit_id: object) -> Assignment:
     """The variant `unit_id` gets in this revision of the experiment.
 

@@ -2,9 +2,10 @@
 
 A variant may hold a sampling param fixed (the default), let it decay linearly from
 one bound to another over the batch, or swing it on a cosine schedule around a base,
-clipped to bounds. The position is the item's place in the run's plan (`seq` out of
-the run's items), so a resumed run sends every item the value it would have had; the
-value used is stored with the item's result (its `params`).
+clipped to bounds. The position is the item's place in the dataset (row x repeats +
+repeat, out of rows x repeats), so every variant sweeps the same schedule whatever the
+others do, and a resumed run sends every item the value it would have had; the value
+used is stored with the item's result (its `params`).
 
 ```yaml
 sampling: {strategy: linear_decay, param: temperature, start: 1.0, end: 0.2}
@@ -51,7 +52,7 @@ class Sampling:
     high: float = 0.0
 
     def value_at(self, seq: int, total: int) -> float | None:
-        """The param's value for the item at plan position `seq` of `total`; None if fixed."""
+        """The param's value at position `seq` of `total` (see above); None if fixed."""
         if self.strategy == LINEAR_DECAY:
             fraction = seq / (total - 1) if total > 1 else 0.0
             return round(self.start + (self.end - self.start) * min(max(fraction, 0.0), 1.0), 6)

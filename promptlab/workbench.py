@@ -304,20 +304,37 @@ class Workbench:
     def _with_experiment(self, data: Any) -> Any:
         """`experiment: NAME` (or `NAME@REVISION`) becomes that revision's full config.
 
-        The config is stored with the run, so a resume plans exactly the same split.
+        The config is stored with the run, so a resume plans exactly the same split. A
+        config given in full must be a stored revision as it is: a run records its
+        assignments under that experiment and revision, so an edited copy (another
+        salt, other buckets) would falsify them.
         """
-        if not isinstance(data, Mapping) or not isinstance(data.get("experiment"), str):
+        if not isinstance(data, Mapping) or "experiment" not in data:
             return data
-        name, _, revision = data["experiment"].partition("@")
-        if revision and not revision.isdigit():
-            raise SpecError(
-                f"experiment: expected NAME or NAME@REVISION, got {data['experiment']!r}"
-            )
+        given = data["experiment"]
+        if isinstance(given, str):
+            name, _, revision = given.partition("@")
+            if revision and not revision.isdigit():
+                raise SpecError(f"experiment: expected NAME or NAME@REVISION, got {given!r}")
+            try:
+                config = self.experiment(name, int(revision) if revision else None)
+            except ExperimentError as exc:
+                raise SpecError(f"experiment: {exc}") from exc
+            return {**data, "experiment": config.to_dict()}
+        if not isinstance(given, Mapping):
+            return data  # parse_spec names the problem
         try:
-            config = self.experiment(name, int(revision) if revision else None)
+            config = config_from_mapping(given, source="experiment")
+            stored = self.experiment(config.name, config.revision)
         except ExperimentError as exc:
             raise SpecError(f"experiment: {exc}") from exc
-        return {**data, "experiment": config.to_dict()}
+        if (stored.content(), stored.allocation) != (config.content(), config.allocation):
+            raise SpecError(
+                f"experiment: the config given is not revision {config.revision} of "
+                f"{config.name} as stored; name it instead "
+                f"(experiment: {config.name}@{config.revision})"
+            )
+        return {**data, "experiment": stored.to_dict()}
 
     def experiment_run_spec(
         self,
@@ -339,7 +356,7 @@ class Workbench:
         config = self.experiment(name)
         data: dict[str, Any] = {
             "name": run_name or f"{name} r{config.revision} on {dataset}",
-            "dataset": dataset,
+            "dataset": {"name": dataset},
             "experiment": config.to_dict(),
             "repeats": repeats,
         }

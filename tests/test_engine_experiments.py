@@ -9,8 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from promptlab.config import Settings
+from promptlab.engine import parse_spec
 from promptlab.errors import SpecError
 from promptlab.experiments import assign, bucket_of
 from promptlab.records import RunStatus
@@ -143,7 +145,9 @@ def test_the_estimate_counts_the_split_it_will_plan(wb: Workbench, store: Store)
     assert all(v.basis == "simulator profile" for v in estimate.variants)
     run_id = wb.start_run(spec)
     assert wb.wait(run_id, 60).status == RunStatus.COMPLETED
-    assert by_variant == Counter(v for _, v in planned(store, run_id))
+    # Per variant: the expected shares (70/30), not the first rows' (which may be sorted).
+    assert by_variant == {"control": 56, "staging": 24}
+    assert sum(Counter(v for _, v in planned(store, run_id)).values()) == 80
     # The next estimate of the same versions learns from the results stored.
     again = wb.estimate(spec)
     assert all(v.basis.endswith("results") for v in again.variants)
@@ -173,3 +177,46 @@ def test_rows_a_template_refuses_are_skipped_when_asked(
     run_id = wb.start_run(wb.experiment_run_spec("triage-split", "mixed", mode="all"))
     assert wb.wait(run_id, 60).status == RunStatus.COMPLETED
     assert wb.run_view(run_id).failure_kinds == {"invalid_input": 1}
+
+
+def test_the_estimate_follows_ramp_and_kill_switch(wb: Workbench) -> None:
+    wb.update_experiment("triage-split", ramp=50)  # half the units stay on control
+    by_variant = {
+        v.name: v.requests
+        for v in wb.estimate(wb.experiment_run_spec("triage-split", "tickets")).variants
+    }
+    assert by_variant == {"control": 34, "staging": 6}
+    wb.update_experiment("triage-split", killed=True)
+    by_variant = {
+        v.name: v.requests
+        for v in wb.estimate(wb.experiment_run_spec("triage-split", "tickets")).variants
+    }
+    assert by_variant == {"control": 40, "staging": 0}
+
+
+def test_the_estimate_checks_what_submit_checks(wb: Workbench) -> None:
+    spec = wb.experiment_run_spec("triage-split", "tickets", unit_column="user")
+    with pytest.raises(SpecError, match=r"unit_column: dataset tickets has no column 'user'"):
+        wb.estimate(spec)
+
+
+def test_a_pasted_config_must_be_a_stored_revision(wb: Workbench) -> None:
+    config = wb.experiment("triage-split").to_dict()
+    same = wb.parse_pasted_spec(yaml.safe_dump({"experiment": config, "dataset": "tickets"}))
+    assert same.experiment is not None and same.experiment["salt"] == "triage-split"
+    forged = {**config, "salt": "other"}
+    with pytest.raises(SpecError, match="not revision 1 of triage-split as stored"):
+        wb.parse_pasted_spec(yaml.safe_dump({"experiment": forged, "dataset": "tickets"}))
+
+
+def test_a_dataset_named_with_a_dot_runs_and_resumes(wb: Workbench, tmp_path: Path) -> None:
+    rows = tmp_path / "rows.csv"
+    rows.write_text("customer_id,ticket\nC-1,Refund please\nC-2,Cannot log in\n")
+    wb.import_dataset(rows, "tickets.v2")
+    spec = wb.experiment_run_spec("triage-split", "tickets.v2")
+    assert spec.dataset_name == "tickets.v2"
+    run_id = wb.start_run(spec)
+    assert wb.wait(run_id, 60).status == RunStatus.COMPLETED
+    stored = wb.run_view(run_id).run.spec
+    assert stored["dataset"] == {"name": "tickets.v2"}
+    assert parse_spec(stored).dataset_name == "tickets.v2"  # what resume reads back

@@ -86,17 +86,19 @@ def test_each_item_is_sent_and_stored_with_its_scheduled_value(
 ) -> None:
     rows = tmp_path / "rows.csv"
     rows.write_text("text\n" + "".join(f"row {i}\n" for i in range(11)))
+    decay = {"strategy": "linear_decay", "start": 1.0, "end": 0.0}
     spec = parse_spec(
         {
             "dataset": str(rows),
-            "variants": [
+            "variants": [  # two variants: each sweeps the whole schedule over the rows
                 {
-                    "name": "decay",
-                    "messages": [{"role": "user", "content": "Say {{ text }}"}],
+                    "name": name,
+                    "messages": [{"role": "user", "content": f"{verb} {{{{ text }}}}"}],
                     "model": "fake:gpt-4o-mini",
                     "params": {"max_tokens": 20, "top_p": 0.5},
-                    "sampling": {"strategy": "linear_decay", "start": 1.0, "end": 0.0},
+                    "sampling": decay,
                 }
+                for name, verb in (("say", "Say"), ("echo", "Echo"))
             ],
         }
     )
@@ -109,15 +111,18 @@ def test_each_item_is_sent_and_stored_with_its_scheduled_value(
     with Engine(store, endpoints=endpoints) as engine:
         run_id = engine.submit(spec)
         assert engine.wait(run_id, 60).status == RunStatus.COMPLETED
-    # Row i says "row i" and, one at a time in plan order, gets temperature 1 - i/10.
+    # Row i of either variant gets temperature 1 - i/10: the schedule runs over the rows.
     sent = {r["body"]["messages"][0]["content"]: r["body"] for r in server.requests()}
     for i in range(11):
-        body = sent[f"Say row {i}"]
-        assert body["temperature"] == pytest.approx(1.0 - i / 10)
-        assert body["top_p"] == 0.5  # the param the strategy does not move stays
+        for verb in ("Say", "Echo"):
+            body = sent[f"{verb} row {i}"]
+            assert body["temperature"] == pytest.approx(1.0 - i / 10)
+            assert body["top_p"] == 0.5  # the param the strategy does not move stays
     with store.read() as cur:
         stored = cur.execute(
-            "SELECT row_index, params FROM results WHERE run_id = ? ORDER BY row_index", [run_id]
+            "SELECT row_index, params FROM results WHERE run_id = ? AND variant = 'say' "
+            "ORDER BY row_index",
+            [run_id],
         ).fetchall()
     assert [json.loads(p)["temperature"] for _, p in stored] == pytest.approx(
         [1.0 - i / 10 for i in range(11)]

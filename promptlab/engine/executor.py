@@ -15,7 +15,6 @@ import logging
 import os
 import threading
 import uuid
-from collections import Counter
 from collections.abc import Callable, Coroutine, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -190,9 +189,7 @@ class Engine:
                     raise SpecError("requests sent as written are read from a JSONL file")
                 check_request_file(spec.dataset, variant.id_field)
         if spec.split:  # every row has a unit to assign, before the run exists
-            self._check_unit_column(spec)
-            for row_index, row in enumerate(self._rows(spec)):
-                unit_id_of(row, str(spec.unit_column), row_index)
+            self._check_units(spec)
         self._call(self._prepare_lanes(variants, endpoints))
         run_id = new_run_id()
         self.runs.create_run(run_id, spec.name, spec.raw, variants)
@@ -202,27 +199,31 @@ class Engine:
     def estimate(self, spec: RunSpec) -> RunEstimate:
         """Requests, tokens, cost and time the spec would take (see engine/estimate.py).
 
-        Per-variant requests are counted on the first rows (all of them up to
-        ESTIMATE_ROWS) with the run's own assignment, and scaled to the whole dataset.
+        Checks what `submit` checks first (the unit column, the plan's size). A split's
+        requests per variant are its expected share of units (ramp and kill switch
+        included); with `skip_invalid_rows`, the share of valid rows among the first
+        ESTIMATE_ROWS scales the dataset.
         """
         endpoints = merge_endpoints(self._endpoints, spec.endpoints)
         check_limits(spec.limits, endpoints)
         variants = resolve_variants(spec, endpoints, self._get_registry())
         rows = self._row_count(spec)
+        check_plan_size(spec, rows, self.settings.max_items)
+        if spec.split:
+            self._check_unit_column(spec)
         used = min(rows, spec.limit_rows) if spec.limit_rows is not None else rows
-        names = [v.name for v in variants]
-        strategy = self._plan_strategy(spec, variants, ESTIMATE_ROWS)
-        counts: Counter[str] = Counter()
-        sample: list[Mapping[str, Any]] = []
-        seen = 0
-        for row_index, row in enumerate(itertools.islice(self._rows(spec), ESTIMATE_ROWS)):
-            seen += 1
-            if len(sample) < TOKEN_SAMPLE_ROWS:
-                sample.append(row)
-            for index in strategy.variants_for(row_index, row):
-                counts[names[index]] += 1
-        scale = used / seen if seen else 0.0
-        requests = {name: round(counts[name] * scale) * spec.repeats for name in names}
+        sample = list(itertools.islice(self._rows(spec), TOKEN_SAMPLE_ROWS))
+        if spec.skip_invalid_rows and used:
+            strategy = self._plan_strategy(spec, variants, min(used, ESTIMATE_ROWS))
+            skipped = len(strategy.skipped) if isinstance(strategy, SkipRows) else 0
+            used = round(used * (1 - skipped / min(used, ESTIMATE_ROWS)))
+        if spec.split and spec.experiment is not None:
+            from promptlab.experiments import config_from_mapping, expected_shares
+
+            shares = expected_shares(config_from_mapping(spec.experiment))
+        else:
+            shares = {v.name: 1.0 for v in variants}
+        requests = {v.name: round(used * shares.get(v.name, 0.0)) * spec.repeats for v in variants}
         return estimate_run(variants, requests, sample, endpoints, self.reads.output_history())
 
     def resume(self, run_id: str) -> str:
@@ -402,6 +403,20 @@ class Engine:
             skipped.update(number - 1 for number in found.bad_rows)
         return SkipRows(strategy, frozenset(skipped))
 
+    def _check_units(self, spec: RunSpec) -> None:
+        """The unit column exists and every row has a unit id (SpecError naming the row)."""
+        self._check_unit_column(spec)
+        column = str(spec.unit_column)
+        if spec.dataset_name is not None:  # one query in DuckDB, not a pass in Python
+            row = DatasetStore(self.store).first_row_without(
+                spec.dataset_name, column, spec.limit_rows
+            )
+            if row is not None:
+                raise SpecError(f"dataset row {row}: no unit id in column {column!r}")
+            return
+        for row_index, values in enumerate(self._rows(spec)):
+            unit_id_of(values, column, row_index)
+
     def _check_unit_column(self, spec: RunSpec) -> None:
         column = str(spec.unit_column)
         if spec.dataset_name is not None:
@@ -520,9 +535,11 @@ class Engine:
                 {v.endpoint: self._providers[_budget_key(endpoints[v.endpoint])] for v in variants},
                 {v.endpoint: self._lane_limiter(endpoints[v.endpoint], spec) for v in variants},
             )
+            rows = await asyncio.to_thread(self.items.row_count, run_id)
             execution = RunExecution(
-                run_id, variants, lanes, spec.retry, self.items, self._writer, counters, self.clock
-            )
+                run_id, variants, lanes, spec.retry, self.items, self._writer, counters,
+                self.clock, repeats=spec.repeats, rows=rows,
+            )  # fmt: skip
             active.execution, active.counters = execution, counters
             if active.cancel_requested:
                 execution.cancel()

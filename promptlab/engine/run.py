@@ -75,9 +75,16 @@ class RunExecution:
         writer: BatchWriter,
         counters: Counters,
         clock: Clock = SYSTEM_CLOCK,
+        *,
+        repeats: int = 1,
+        rows: int | None = None,
     ) -> None:
         self.run_id = run_id
         self.clock = clock
+        #: A sampling schedule runs over the dataset: an item's position is its row (and
+        #: repeat), so every variant sweeps the same values whatever the others do.
+        self.repeats = repeats
+        self.positions = (rows if rows is not None else counters.total) * repeats
         self.variants = {v.index: v for v in variants}
         self.templates = {
             v.index: Template.from_canonical(v.template)
@@ -190,7 +197,8 @@ class RunExecution:
             params = row_params(variant.params, item.values)
             sampling = self.sampling.get(item.variant_index)
             if sampling is not None:
-                moved = sampling.apply(params, item.seq, self.counters.total)
+                position = item.row_index * self.repeats + item.repeat
+                moved = sampling.apply(params, position, self.positions)
                 params = {k: v for k, v in moved.items() if k != SAMPLING_KEY}
             max_tokens = int(params.get("max_tokens") or 256)
             values = coerce_text_values(template, {k: v for k, v in item.values.items()})

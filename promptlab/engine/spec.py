@@ -33,8 +33,9 @@ SPEC_FIELDS = frozenset(
 )  # fmt: skip
 #: How an experiment's variants share a dataset's rows (see promptlab/experiments.py).
 MODES = ("split", "all")
-#: A managed dataset's name (`promptlab dataset import`): no folder, no file suffix.
-DATASET_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+#: An imported dataset's name (promptlab/datasets.py NAME_PATTERN); in a spec, a bare
+#: name has no file suffix, and `{name: NAME}` takes any (a name with a dot).
+DATASET_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,79}$")
 VARIANT_FIELDS = frozenset(
     {
         "name", "prompt", "messages", "model", "params", "params_from", "output_schema",
@@ -179,7 +180,9 @@ def parse_spec(
         raise SpecError(str(exc)) from exc
     endpoints = _endpoints(data.get("endpoints") or {})
     # Stored as JSON with the run: YAML dates and the like become their text.
-    raw = json.loads(json.dumps({**data, "dataset": str(dataset or dataset_name)}, default=str))
+    # An imported dataset is stored as {name: NAME}: read back (resume) it means the same.
+    stored_dataset: Any = str(dataset) if dataset is not None else {"name": dataset_name}
+    raw = json.loads(json.dumps({**data, "dataset": stored_dataset}, default=str))
     return RunSpec(
         name=raw.get("name") or default_name,
         dataset=dataset,

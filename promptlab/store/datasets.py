@@ -168,6 +168,17 @@ class DatasetTables:
             rows = cur.execute("SELECT name FROM datasets ORDER BY name").fetchall()
         return [r[0] for r in rows]
 
+    def first_row_without(self, name: str, column: str, limit: int | None = None) -> int | None:
+        """The first row (1-based) whose `column` is missing, null, empty or blank."""
+        with self.store.read() as cur:
+            found = cur.execute(
+                "SELECT min(row_number) FROM dataset_rows WHERE dataset = ? "
+                "AND row_number <= ? AND coalesce(trim(json_extract_string(row_values, "
+                "'$.' || json_quote(?)::VARCHAR)), '') = ''",
+                [name, limit if limit is not None else 2**62, column],
+            ).fetchone()
+        return int(found[0]) if found and found[0] is not None else None
+
     def rows(self, name: str, limit: int | None = None, chunk: int = 5000) -> Iterator[str]:
         """Each row's JSON text in row order, read `chunk` rows at a time.
 

@@ -99,6 +99,14 @@ class ItemStore:
                 )
         return total
 
+    def row_count(self, run_id: str) -> int:
+        """Dataset rows the run copied when it was planned."""
+        with self.store.read() as cur:
+            found = cur.execute(
+                "SELECT count(*) FROM run_rows WHERE run_id = ?", [run_id]
+            ).fetchone()
+        return int(found[0]) if found else 0
+
     def pending_chunk(
         self, run_id: str, after_seq: int, variant_indexes: Sequence[int], limit: int
     ) -> list[PendingItem]:
