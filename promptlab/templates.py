@@ -47,6 +47,7 @@ from promptlab.template_limits import (
     RenderBudget,
     count_loop_items,
 )
+from promptlab.validation import json_path
 
 ROLES = ("system", "user", "assistant")
 PARAM_DEFAULTS: dict[str, Any] = {
@@ -666,6 +667,7 @@ def _check_output_schema(schema: Mapping[str, Any] | None) -> dict[str, Any] | N
     try:
         jsonschema.Draft202012Validator.check_schema(schema)
     except jsonschema.SchemaError as exc:
-        path = "/".join(str(p) for p in exc.path) or "(root)"
-        raise TemplateError(f"output_schema at {path}: {exc.message}") from exc
+        # The path inside the schema, as written: `output_schema.properties.price.minimum`.
+        path = json_path(exc.absolute_path).replace("$", "output_schema", 1)
+        raise TemplateError(f"{path}: {exc.message}") from exc
     return dict(schema)
