@@ -100,6 +100,18 @@ CORPUS = [
         GOOD,
     ),
     (
+        "trailing commas in nested arrays",
+        '{"category": "bug", "priority": "low", "items": [{"price": 1,}, {"price": 2},],}',
+        CheckStatus.REPAIRED,
+        {**GOOD, "items": [{"price": 1}, {"price": 2}]},
+    ),
+    (
+        "cut off inside a string holding brackets and escapes",
+        '{"category": "bug", "priority": "low", "note": "a \\"quoted\\" [x,} and',
+        CheckStatus.REPAIRED,
+        {**GOOD, "note": 'a "quoted" [x,} and'},
+    ),
+    (
         "unclosed fence, cut brace",
         'Result:\n```json\n{"category": "bug", "priority": "low"',
         CheckStatus.REPAIRED,

@@ -253,6 +253,17 @@ MIGRATIONS: tuple[Migration, ...] = (
             """,
         ),
     ),
+    Migration(
+        "0005_output_checks",
+        (
+            # What the output check found for a succeeded result (promptlab.validation):
+            # valid, repaired, invalid, truncated or no_schema; NULL on rows stored before
+            # checks existed and on failed items. `check_errors` is a JSON list of
+            # `PATH: message` strings.
+            "ALTER TABLE results ADD COLUMN check_status VARCHAR",
+            "ALTER TABLE results ADD COLUMN check_errors JSON",
+        ),
+    ),
 )
 
 

@@ -20,6 +20,7 @@ from promptlab.records import (
     OPEN_ITEM_STATUSES,
     AttemptRow,
     FailureExample,
+    FieldFailure,
     FinalRow,
     ItemCounts,
     ItemDetail,
@@ -50,11 +51,23 @@ LATENCY_QUANTILES = (0.5, 0.9, 0.99)
 OUTPUT_PREVIEW_CHARS = 120
 #: Most items one page of the items list holds.
 MAX_ITEMS_PAGE = 1_000
+#: Succeeded results per output check status (NULL: stored before checks, no schema).
+_CHECK_COUNTS = (
+    "count(*) FILTER (WHERE coalesce(check_status, 'no_schema') "
+    "IN ('valid', 'repaired', 'no_schema')) AS completed, "
+    "count(*) FILTER (WHERE check_status IN ('valid', 'repaired', 'invalid', 'truncated')) "
+    "AS checked, "
+    "count(*) FILTER (WHERE check_status = 'valid') AS valid, "
+    "count(*) FILTER (WHERE check_status = 'repaired') AS repaired, "
+    "count(*) FILTER (WHERE check_status = 'invalid') AS invalid, "
+    "count(*) FILTER (WHERE check_status = 'truncated') AS truncated"
+)
 #: The `results` columns in table order, as FinalRow takes them (key first).
 _RESULT_COLUMNS = (
     "idempotency_key, run_id, seq, row_index, variant, repeat, status, error_kind, "
     "error_message, prompt_version_id, endpoint, model, params, output_text, input_tokens, "
-    "output_tokens, finish_reason, model_version, latency_ms, cost_usd, attempts, finished_at"
+    "output_tokens, finish_reason, model_version, latency_ms, cost_usd, attempts, finished_at, "
+    "check_status, check_errors"
 )
 _ATTEMPT_COLUMNS = (
     "idempotency_key, run_id, attempt, started_at, ended_at, outcome, error_kind, http_status, "
@@ -186,14 +199,17 @@ class ReadModels:
                 "usage AS (SELECT variant, "
                 f"quantile_cont(latency_ms, [{quantiles}]) AS latency, "
                 "sum(input_tokens) AS input_tokens, sum(output_tokens) AS output_tokens, "
-                "sum(cost_usd) AS cost_usd "
+                "sum(cost_usd) AS cost_usd, "
+                f"{_CHECK_COUNTS} "
                 "FROM results WHERE run_id = ? AND status = 'succeeded' GROUP BY variant) "
                 "SELECT v.variant_index, v.name, v.prompt_ref, v.endpoint, v.model, "
                 "coalesce(c.succeeded, 0), coalesce(c.failed, 0), coalesce(c.cancelled, 0), "
                 "coalesce(c.pending, 0) + coalesce(c.in_flight, 0), "
-                "c.succeeded / nullif(c.succeeded + c.failed + c.cancelled, 0), "
+                "coalesce(u.completed, 0) / nullif(c.succeeded + c.failed + c.cancelled, 0), "
                 "u.latency, coalesce(u.input_tokens, 0), coalesce(u.output_tokens, 0), "
-                "coalesce(u.cost_usd, 0) "
+                "coalesce(u.cost_usd, 0), "
+                "coalesce(u.completed, 0), coalesce(u.checked, 0), coalesce(u.valid, 0), "
+                "coalesce(u.repaired, 0), coalesce(u.invalid, 0), coalesce(u.truncated, 0) "
                 "FROM run_variants v LEFT JOIN counts c USING (variant_index) "
                 "LEFT JOIN usage u ON u.variant = v.name "
                 "WHERE v.run_id = ? ORDER BY v.variant_index",
@@ -217,9 +233,37 @@ class ReadModels:
                 input_tokens=int(r[11]),
                 output_tokens=int(r[12]),
                 cost_usd=float(r[13]),
+                completed=int(r[14]),
+                checked=int(r[15]),
+                valid=int(r[16]),
+                repaired=int(r[17]),
+                invalid=int(r[18]),
+                truncated=int(r[19]),
             )
             for r in rows
         ]
+
+    def field_failures(self, run_id: str, limit: int = 20) -> list[FieldFailure]:
+        """The output paths that fail their check most, per variant, most outputs first.
+
+        Array indexes are folded (`$.items[2].price` -> `$.items[*].price`); an output
+        counts once per path however many errors it has there.
+        """
+        with self._reading() as cur:
+            rows = cur.execute(
+                "WITH errors AS (SELECT variant, idempotency_key, "
+                "unnest(CAST(check_errors AS VARCHAR[])) AS error FROM results "
+                "WHERE run_id = ? AND status = 'succeeded' "
+                "AND check_status IN ('invalid', 'truncated')), "
+                "split AS (SELECT variant, idempotency_key, "
+                r"regexp_replace(split_part(error, ': ', 1), '\[\d+\]', '[*]', 'g') AS path, "
+                "substr(error, strpos(error, ': ') + 2) AS message FROM errors) "
+                "SELECT variant, path, count(DISTINCT idempotency_key) AS outputs, "
+                "mode(message) FROM split GROUP BY variant, path "
+                "ORDER BY outputs DESC, variant, path LIMIT ?",
+                [run_id, limit],
+            ).fetchall()
+        return [FieldFailure(r[0], r[1], int(r[2]), r[3]) for r in rows]
 
     def failure_kinds(self, run_id: str) -> dict[str, int]:
         """Failed items per error kind, most frequent first."""
@@ -433,5 +477,6 @@ def _final_row(r: tuple[Any, ...]) -> FinalRow:
         prompt_version_id=r[9], endpoint=r[10], model=r[11],
         params=json.loads(r[12]) if r[12] else {}, output_text=r[13], input_tokens=r[14],
         output_tokens=r[15], finish_reason=r[16], model_version=r[17], latency_ms=r[18],
-        cost_usd=r[19], attempts=int(r[20]), finished_at=r[21],
+        cost_usd=r[19], attempts=int(r[20]), finished_at=r[21], check_status=r[22],
+        check_errors=tuple(json.loads(r[23])) if r[23] else (),
     )  # fmt: skip
