@@ -393,6 +393,8 @@ class ItemRow:
     #: The first OUTPUT_PREVIEW_CHARS characters of the output (succeeded items).
     output_preview: str | None
     finished_at: datetime | None
+    #: The output check's status (succeeded items of runs since checks existed).
+    check_status: str | None = None
 
 
 @dataclass(frozen=True)

@@ -33,11 +33,14 @@ import jsonschema_rs
 import orjson
 from json_repair import repair_json
 
+from promptlab.errors import TemplateError
+
 __all__ = [
     "CheckStatus",
     "Checker",
     "OutputCheck",
     "check_output",
+    "check_schema",
     "checker_for",
     "extract_json",
     "json_path",
@@ -88,6 +91,17 @@ class OutputCheck:
     parsed: Any = None
 
 
+def check_schema(schema: Mapping[str, Any], root: str = "output_schema") -> dict[str, Any]:
+    """`schema` as a plain dict if it is a valid Draft 2020-12 schema; else TemplateError
+    naming the path inside it (`output_schema.properties.price.minimum: ...`)."""
+    try:
+        jsonschema.Draft202012Validator.check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        path = json_path(exc.absolute_path).replace("$", root, 1)
+        raise TemplateError(f"{path}: {exc.message}") from exc
+    return dict(schema)
+
+
 def schema_hash(schema: Mapping[str, Any]) -> str:
     """The schema's canonical hash: equal schemas share one compiled validator."""
     blob = json.dumps(schema, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
@@ -109,17 +123,15 @@ class Checker:
             self._fast = None
 
     def errors(self, value: Any) -> tuple[str, ...]:
-        """Every way `value` breaks the schema, as `PATH: message`, in path order."""
+        """Every way `value` breaks the schema, as `PATH: message`, sorted."""
         if self._fast is not None:
             try:
                 if self._fast.is_valid(value):
                     return ()
             except Exception:  # noqa: BLE001 - e.g. a number too large for it: ask jsonschema
                 pass
-        found = sorted(
-            (_describe(error) for error in self._validator.iter_errors(value)),
-            key=lambda e: e[0],
-        )
+        # Sorted by path, then message: the same output always lists its errors alike.
+        found = sorted(_describe(error) for error in self._validator.iter_errors(value))
         return tuple(f"{path}: {message}" for path, message in found[:MAX_ERRORS])
 
     def check(self, text: str | None, finish_reason: str | None = None) -> OutputCheck:

@@ -487,13 +487,14 @@ class Workbench:
         variant: str | None = None,
         error_kind: str | None = None,
         search: str | None = None,
+        check: str | None = None,
         offset: int = 0,
         limit: int = 50,
     ) -> ItemPage:
         """A page of the run's items in plan order; see `ReadModels.items` for the filters."""
         return self._reads.items(
             run_id, status=status, variant=variant, error_kind=error_kind, search=search,
-            offset=offset, limit=limit,
+            check=check, offset=offset, limit=limit,
         )  # fmt: skip
 
     def item_view(self, run_id: str, key: str) -> ItemView:

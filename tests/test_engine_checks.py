@@ -9,7 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
+from promptlab.cli import main
+from promptlab.cli.runs import CHECK_STATUSES
 from promptlab.engine import RunSpec, parse_spec
 from promptlab.store import ReadModels, Store
 from promptlab.validation import CheckStatus, check_output
@@ -151,3 +154,48 @@ def test_item_view_carries_the_check(db_path: Path, checked_run: str) -> None:
     assert invalid and all(v.check_errors for v in invalid)
     valid = next(v for v in views if v.check_status == CheckStatus.VALID)
     assert valid.check_errors == () and valid.output_json is not None
+
+
+def test_status_shows_the_rates_and_the_failing_fields(checked_run: str) -> None:
+    with Workbench.open() as wb:
+        view = wb.run_view(checked_run)
+    result = CliRunner().invoke(main, ["status", checked_run])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    header = next(line for line in lines if line.strip().startswith("variant "))
+    assert header.split()[6:10] == ["complete", "valid", "repaired", "truncated"]
+    json_v = next(v for v in view.variants if v.name == "json")
+    row = next(line for line in lines if line.strip().startswith("json "))
+    assert row.split()[6:10] == [
+        f"{x:.1%}"
+        for x in (
+            json_v.completion_rate,
+            json_v.validity_rate,
+            json_v.repair_rate,
+            json_v.truncation_rate,
+        )
+        if x is not None
+    ]
+    plain = next(line for line in lines if line.strip().startswith("plain "))
+    assert plain.split()[6:10] == ["100.0%", "-", "-", "-"]
+    at = lines.index("  output fields that fail most:")
+    top = view.field_failures[0]
+    assert lines[at + 2].split()[:3] == ["json", top.path, str(top.outputs)]
+
+
+def test_status_item_shows_the_check_and_every_error(checked_run: str) -> None:
+    with Workbench.open() as wb:
+        page = wb.run_items(checked_run, variant="json", limit=ROWS)
+        key = next(r.key for r in page.rows if r.check_status == "invalid")
+        errors = wb.item_view(checked_run, key).check_errors
+    listed = CliRunner().invoke(main, ["status", checked_run, "--items", "--check", "invalid"])
+    lines = listed.stdout.splitlines()
+    assert lines[1].split()[4:7] == ["status", "error", "check"]
+    assert len(lines) - 2 == len([r for r in page.rows if r.check_status == "invalid"])
+    assert all(line.split()[6] == "invalid" for line in lines[2:])
+    assert tuple(CheckStatus) == CHECK_STATUSES
+    result = CliRunner().invoke(main, ["status", checked_run, "--item", key])
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    at = lines.index("check: invalid")
+    assert lines[at + 1 : at + 1 + len(errors)] == [f"  {e}" for e in errors]

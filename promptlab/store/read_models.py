@@ -51,6 +51,8 @@ LATENCY_QUANTILES = (0.5, 0.9, 0.99)
 OUTPUT_PREVIEW_CHARS = 120
 #: Most items one page of the items list holds.
 MAX_ITEMS_PAGE = 1_000
+#: What `items(check=...)` accepts: promptlab.validation.CheckStatus values.
+CHECK_STATUSES = ("valid", "repaired", "invalid", "truncated", "no_schema")
 #: Succeeded results per output check status (NULL: stored before checks, no schema).
 _CHECK_COUNTS = (
     "count(*) FILTER (WHERE coalesce(check_status, 'no_schema') "
@@ -321,13 +323,15 @@ class ReadModels:
         variant: str | None = None,
         error_kind: str | None = None,
         search: str | None = None,
+        check: str | None = None,
         offset: int = 0,
         limit: int = 50,
     ) -> ItemPage:
         """A page of the run's items in plan order, filtered, with the count that matches.
 
-        `search` matches a key prefix, or text (any case) in the dataset row, the output
-        or the error message. Filtering and paging read `items` alone; the page's result
+        `check` keeps items whose output check has that status. `search` matches a key
+        prefix, or text (any case) in the dataset row, the output or the error message.
+        Filtering and paging read `items` alone; the page's result
         fields come from `results` by `seq` (no key index there: zone maps on `seq` find
         the page's row groups). bench/item_reads.py times it on a million items.
         """
@@ -348,6 +352,13 @@ class ReadModels:
         if error_kind:
             where.append("i.error_kind = ?")
             args.append(error_kind)
+        if check:
+            if check not in CHECK_STATUSES:
+                raise PromptlabError(
+                    f"unknown check status {check!r}: one of {', '.join(CHECK_STATUSES)}"
+                )
+            where.append("i.seq IN (SELECT seq FROM results WHERE run_id = ? AND check_status = ?)")
+            args += [run_id, check]
         if search:
             needle = search.lower()
             where.append(
@@ -390,7 +401,8 @@ class ReadModels:
                     int(f[0]): f
                     for f in cur.execute(
                         f"SELECT seq, latency_ms, left(output_text, {OUTPUT_PREVIEW_CHARS}), "
-                        "finished_at FROM results WHERE run_id = ? AND seq BETWEEN ? AND ? "
+                        "finished_at, check_status FROM results "
+                        "WHERE run_id = ? AND seq BETWEEN ? AND ? "
                         "AND list_contains(?, seq)",
                         bounds,
                     ).fetchall()
@@ -411,6 +423,7 @@ class ReadModels:
                     latency_ms=f[1] if f else None,
                     output_preview=f[2] if f else None,
                     finished_at=f[3] if f else None,
+                    check_status=f[4] if f else None,
                 )
             )
         return ItemPage(rows=page, total=int(total[0]) if total else 0, offset=offset, limit=limit)
