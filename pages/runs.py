@@ -188,6 +188,7 @@ def variants(view: RunView) -> None:
                 "repaired": v.repair_rate,
                 "invalid": v.invalid_rate,
                 "truncated": v.truncation_rate,
+                "rules failed": v.rule_failure_rate,
                 "p50 ms": v.latency_p50_ms,
                 "p90 ms": v.latency_p90_ms,
                 "p99 ms": v.latency_p99_ms,
@@ -213,6 +214,9 @@ def variants(view: RunView) -> None:
             ),
             "truncated": st.column_config.NumberColumn(
                 format="percent", help="outputs cut off at the token limit"
+            ),
+            "rules failed": st.column_config.NumberColumn(
+                format="percent", help="outputs that failed a rule of severity error"
             ),
             "p50 ms": st.column_config.NumberColumn(format="%.0f"),
             "p90 ms": st.column_config.NumberColumn(format="%.0f"),
@@ -454,7 +458,8 @@ def item_outcome(item: ItemView) -> None:
 
 
 def item_check(item: ItemView) -> None:
-    """The output check: its status and every error by path."""
+    """The output check: its status and every error by path; then the rules' verdict."""
+    item_rules(item)
     status = item.check_status
     if status is None:
         return
@@ -467,6 +472,20 @@ def item_check(item: ItemView) -> None:
     show_error(f"check: {status}, {len(item.check_errors)} errors")
     # Every error by its path, as stored; code keeps `$.items[2]` and quotes literal.
     st.code("\n".join(item.check_errors), language=None, wrap_lines=True)
+
+
+def item_rules(item: ItemView) -> None:
+    if item.rule_status is None:
+        return
+    if item.rule_status == "passed":
+        st.caption("rules: passed")
+        return
+    failed = f"rules: {item.rule_status}, {len(item.rule_errors)} not met"
+    if item.rule_status == "failed":
+        show_error(failed)
+    else:
+        st.warning(failed, icon=":material/warning:")
+    st.code("\n".join(item.rule_errors), language=None, wrap_lines=True)
 
 
 def deep_link() -> None:

@@ -126,6 +126,16 @@ class ItemView:
         return self.result.check_errors if self.result is not None else ()
 
     @property
+    def rule_status(self) -> str | None:
+        """passed, warned or failed; None when the output had no rules to meet."""
+        return self.result.rule_status if self.result is not None else None
+
+    @property
+    def rule_errors(self) -> tuple[str, ...]:
+        """Every rule that failed or raised, as `RULE: why`."""
+        return self.result.rule_errors if self.result is not None else ()
+
+    @property
     def error(self) -> tuple[str | None, str] | None:
         """(kind, message) of a failed or cancelled item; None otherwise."""
         r = self.result

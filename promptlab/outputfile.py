@@ -21,6 +21,7 @@ from typing import Any
 
 from promptlab.errors import OutputFileError, TemplateError
 from promptlab.jsonl import numbered_json_values
+from promptlab.rules import RuleSet, RuleStatus, parse_rules
 from promptlab.validation import CheckStatus, OutputCheck, check_schema
 from promptlab.yamlio import read_yaml
 
@@ -92,6 +93,17 @@ def _batch_line(
     return OutputLine(number, ident, text, finish if isinstance(finish, str) else None)
 
 
+def load_rules(path: Path) -> RuleSet:
+    """Rules from a YAML file: a list of rules, or a mapping with a `rules:` list."""
+    data = read_yaml(path, error=OutputFileError)
+    if isinstance(data, Mapping):
+        data = data.get("rules")
+    try:
+        return RuleSet(parse_rules(data, where=f"rules {path}"))
+    except TemplateError as exc:
+        raise OutputFileError(str(exc)) from exc
+
+
 def load_schema(path: Path) -> dict[str, Any]:
     """An output schema from a JSON (or YAML) file, checked as a template's would be."""
     schema = read_yaml(path, error=OutputFileError)  # YAML reads JSON too
@@ -108,9 +120,13 @@ class Tally:
     """Outputs counted per check status, for the summary line and the exit code."""
 
     counts: Counter[str] = field(default_factory=Counter)
+    rules_failed: int = 0
+    with_rules: bool = False
 
-    def add(self, check: OutputCheck) -> None:
+    def add(self, check: OutputCheck, rules: RuleStatus | None = None) -> None:
         self.counts[check.status.value] += 1
+        if rules is RuleStatus.FAILED:
+            self.rules_failed += 1
 
     @property
     def total(self) -> int:
@@ -118,15 +134,19 @@ class Tally:
 
     @property
     def unusable(self) -> int:
-        """Invalid or truncated outputs: the ones that make `validate` exit 1."""
-        return self.counts[CheckStatus.INVALID.value] + self.counts[CheckStatus.TRUNCATED.value]
+        """Invalid or truncated outputs, or failing a rule: the ones that make `validate`
+        exit 1."""
+        bad = CheckStatus.INVALID.value, CheckStatus.TRUNCATED.value
+        return sum(self.counts[s] for s in bad) + self.rules_failed
 
     def as_dict(self) -> dict[str, int]:
         shown = ("valid", "repaired", "invalid", "truncated")
-        return {"outputs": self.total, **{s: self.counts[s] for s in shown}}
+        rules = {"rules_failed": self.rules_failed} if self.with_rules else {}
+        return {"outputs": self.total, **{s: self.counts[s] for s in shown}, **rules}
 
     def line(self) -> str:
         parts = ", ".join(
             f"{self.counts[s]} {s}" for s in ("valid", "repaired", "invalid", "truncated")
         )
-        return f"{self.total} outputs: {parts}"
+        rules = f"; {self.rules_failed} failed a rule" if self.with_rules else ""
+        return f"{self.total} outputs: {parts}{rules}"

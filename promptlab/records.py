@@ -231,6 +231,11 @@ class FinalRow:
     check_status: str | None = None
     #: Every problem the check found, as `PATH: message`.
     check_errors: tuple[str, ...] = ()
+    #: The rules' verdict (a promptlab.rules.RuleStatus value) on a valid or repaired
+    #: output of a template with rules; None otherwise.
+    rule_status: str | None = None
+    #: Every rule that failed or raised, as `RULE: why` (`RULE (warning): why`).
+    rule_errors: tuple[str, ...] = ()
 
 
 @dataclass
@@ -305,9 +310,10 @@ class VariantSummary:
     """One variant of a run: where it is, how it went, what it cost.
 
     Latencies are over succeeded results. `completion_rate` is completed / finished
-    (None while nothing has finished), where an item is completed when it succeeded and
-    its output check is valid, repaired or no_schema. The check rates are shares of
-    `checked`, the succeeded results checked against an output schema (None when none).
+    (None while nothing has finished), where an item is completed when it succeeded, its
+    output check is valid, repaired or no_schema, and no error-severity rule failed. The
+    check rates are shares of `checked`, the succeeded results checked against an output
+    schema or rules (None when none).
     """
 
     variant_index: int
@@ -333,6 +339,9 @@ class VariantSummary:
     repaired: int = 0
     invalid: int = 0
     truncated: int = 0
+    #: Outputs whose rules of severity error failed (or raised), and those with warnings.
+    rule_failed: int = 0
+    rule_warned: int = 0
 
     @property
     def finished(self) -> int:
@@ -359,6 +368,11 @@ class VariantSummary:
     def truncation_rate(self) -> float | None:
         """Cut off at the token limit, of the checked outputs."""
         return self._share(self.truncated)
+
+    @property
+    def rule_failure_rate(self) -> float | None:
+        """Failed an error-severity rule, of the checked outputs."""
+        return self._share(self.rule_failed)
 
 
 @dataclass(frozen=True)

@@ -145,3 +145,42 @@ def test_a_prompt_versions_schema(tmp_path: Path, db_path: Path) -> None:
     ], result.output
     both = validate("--prompt", "x", "--schema", "y.json", str(outputs))
     assert both.exit_code == 2 and "either --schema SCHEMA.json or --prompt REF" in both.output
+
+
+def test_rules_from_a_file_are_checked_on_usable_outputs(tmp_path: Path, schema_file: Path) -> None:
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(
+        "rules:\n"
+        "  - {name: bugs only, expr: \"category == 'bug'\"}\n"
+        "  - {name: terse, expr: 'size(priority) <= 3', severity: warning}\n"
+    )
+    outputs = write(
+        tmp_path,
+        [
+            '{"category": "bug", "priority": "low"}',
+            '{"category": "billing", "priority": "high"}',
+            '{"category": "bug", "priority": "urgent"}',
+        ],
+    )
+    result = validate("--schema", str(schema_file), "--rules", str(rules), str(outputs))
+    assert result.exit_code == 1, result.output
+    assert result.stdout.splitlines() == [
+        "line 1: valid",
+        "line 2: valid, rules failed",
+        "  rule bugs only: `category == 'bug'` is false",
+        "  rule terse (warning): `size(priority) <= 3` is false",
+        "line 3: valid, rules warned",
+        "  rule terse (warning): `size(priority) <= 3` is false",
+        "3 outputs: 3 valid, 0 repaired, 0 invalid, 0 truncated; 1 failed a rule",
+    ]
+    as_json = validate("--schema", str(schema_file), "--rules", str(rules), "--json", str(outputs))
+    records = [json.loads(line) for line in as_json.stdout.splitlines()]
+    assert [r.get("rules") for r in records[:3]] == ["passed", "failed", "warned"]
+    assert records[-1]["summary"]["rules_failed"] == 1
+    rules.write_text("- {expr: 'size(x) <'}\n")
+    bad = validate("--schema", str(schema_file), "--rules", str(rules), str(outputs))
+    assert bad.exit_code == 1
+    assert (
+        bad.stderr.strip()
+        == f"error: rules {rules}[0]: syntax error at the end (column 10): invalid syntax"
+    )

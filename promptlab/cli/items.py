@@ -75,6 +75,9 @@ def item_lines(view: ItemView) -> list[str]:
     if view.check_status is not None:
         lines.append(f"check: {view.check_status}")
         lines += [f"  {error}" for error in view.check_errors]
+    if view.rule_status is not None:
+        lines.append(f"rules: {view.rule_status}")
+        lines += [f"  {error}" for error in view.rule_errors]
     if view.error is not None:
         kind, why = view.error
         lines.append(f"error: {kind + ': ' if kind else ''}{why}")

@@ -192,7 +192,7 @@ def status_command(
 def variant_table(view: RunView) -> list[str]:
     """The per-variant summary as aligned text lines, a header first."""
     header = ("variant", "model", "ok", "failed", "cancel", "open", "complete", "valid",
-              "repaired", "truncated", "p50 ms", "p90 ms", "p99 ms", "tokens",
+              "repaired", "truncated", "rules failed", "p50 ms", "p90 ms", "p99 ms", "tokens",
               "cost $")  # fmt: skip
     rows: list[tuple[str, ...]] = [header]
     for v in view.variants:
@@ -206,7 +206,13 @@ def variant_table(view: RunView) -> list[str]:
                 str(v.open),
                 *(
                     _percent(x)
-                    for x in (v.completion_rate, v.validity_rate, v.repair_rate, v.truncation_rate)
+                    for x in (
+                        v.completion_rate,
+                        v.validity_rate,
+                        v.repair_rate,
+                        v.truncation_rate,
+                        v.rule_failure_rate,
+                    )
                 ),
                 *(
                     f"{x:.0f}" if x is not None else "-"

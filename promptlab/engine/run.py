@@ -85,11 +85,12 @@ class RunExecution:
             for v in variants
             if not v.template.get(AS_WRITTEN)
         }
-        #: Compiled output checks of variants whose template has an output schema.
+        #: Compiled output checks of variants whose template has an output schema or
+        #: rules (rules need the output parsed: with no schema, any JSON fits).
         self.checkers: dict[int, Checker] = {
-            index: checker_for(template.output_schema)
+            index: checker_for(template.output_schema or {})
             for index, template in self.templates.items()
-            if template.output_schema is not None
+            if template.output_schema is not None or template.rules
         }
         #: Variants whose temperature or top_p moves over the batch.
         self.sampling: dict[int, Sampling] = {
@@ -460,7 +461,12 @@ class RunExecution:
         if checker is None:
             return {"check_status": CheckStatus.NO_SCHEMA.value}
         check = checker.check(response.text, str(response.finish_reason))
-        return {"check_status": check.status.value, "check_errors": check.errors}
+        fields: dict[str, Any] = {"check_status": check.status.value, "check_errors": check.errors}
+        rules = self.templates[variant_index].rule_set
+        if rules and check.status in (CheckStatus.VALID, CheckStatus.REPAIRED):
+            status, failed = rules.check(check.parsed)
+            fields |= {"rule_status": status.value, "rule_errors": tuple(map(str, failed))}
+        return fields
 
 
 def row_params(params: Mapping[str, Any], row: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -291,11 +291,14 @@ def redacted_batch(batch: WriteBatch, redactor: Redactor) -> WriteBatch:
 
 
 def _masked_errors(row: FinalRow, redactor: Redactor) -> FinalRow:
-    # Check errors quote the output ("'sk-...' is not of type 'integer'").
-    if not row.check_errors:
+    # Check and rule errors quote the output ("'sk-...' is not of type 'integer'").
+    if not row.check_errors and not row.rule_errors:
         return row
-    masked = tuple(redactor(e) for e in row.check_errors)
-    return replace(row, check_errors=masked) if masked != row.check_errors else row
+    checks = tuple(redactor(e) for e in row.check_errors)
+    rules = tuple(redactor(e) for e in row.rule_errors)
+    if (checks, rules) == (row.check_errors, row.rule_errors):
+        return row
+    return replace(row, check_errors=checks, rule_errors=rules)
 
 
 def _masked(row: Any, redactor: Redactor, names: tuple[str, ...]) -> Any:
@@ -383,6 +386,11 @@ def _finals_table(rows: Sequence[FinalRow]) -> pa.Table:
             "check_status": pa.array([r.check_status for r in rows], pa.string()),
             "check_errors": pa.array(
                 [json.dumps(list(r.check_errors)) if r.check_status else None for r in rows],
+                pa.string(),
+            ),
+            "rule_status": pa.array([r.rule_status for r in rows], pa.string()),
+            "rule_errors": pa.array(
+                [json.dumps(list(r.rule_errors)) if r.rule_status else None for r in rows],
                 pa.string(),
             ),
         }

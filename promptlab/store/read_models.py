@@ -56,7 +56,10 @@ CHECK_STATUSES = ("valid", "repaired", "invalid", "truncated", "no_schema")
 #: Succeeded results per output check status (NULL: stored before checks, no schema).
 _CHECK_COUNTS = (
     "count(*) FILTER (WHERE coalesce(check_status, 'no_schema') "
-    "IN ('valid', 'repaired', 'no_schema')) AS completed, "
+    "IN ('valid', 'repaired', 'no_schema') AND coalesce(rule_status, '') <> 'failed') "
+    "AS completed, "
+    "count(*) FILTER (WHERE rule_status = 'failed') AS rule_failed, "
+    "count(*) FILTER (WHERE rule_status = 'warned') AS rule_warned, "
     "count(*) FILTER (WHERE check_status IN ('valid', 'repaired', 'invalid', 'truncated')) "
     "AS checked, "
     "count(*) FILTER (WHERE check_status = 'valid') AS valid, "
@@ -69,7 +72,7 @@ _RESULT_COLUMNS = (
     "idempotency_key, run_id, seq, row_index, variant, repeat, status, error_kind, "
     "error_message, prompt_version_id, endpoint, model, params, output_text, input_tokens, "
     "output_tokens, finish_reason, model_version, latency_ms, cost_usd, attempts, finished_at, "
-    "check_status, check_errors"
+    "check_status, check_errors, rule_status, rule_errors"
 )
 _ATTEMPT_COLUMNS = (
     "idempotency_key, run_id, attempt, started_at, ended_at, outcome, error_kind, http_status, "
@@ -211,7 +214,8 @@ class ReadModels:
                 "u.latency, coalesce(u.input_tokens, 0), coalesce(u.output_tokens, 0), "
                 "coalesce(u.cost_usd, 0), "
                 "coalesce(u.completed, 0), coalesce(u.checked, 0), coalesce(u.valid, 0), "
-                "coalesce(u.repaired, 0), coalesce(u.invalid, 0), coalesce(u.truncated, 0) "
+                "coalesce(u.repaired, 0), coalesce(u.invalid, 0), coalesce(u.truncated, 0), "
+                "coalesce(u.rule_failed, 0), coalesce(u.rule_warned, 0) "
                 "FROM run_variants v LEFT JOIN counts c USING (variant_index) "
                 "LEFT JOIN usage u ON u.variant = v.name "
                 "WHERE v.run_id = ? ORDER BY v.variant_index",
@@ -241,6 +245,8 @@ class ReadModels:
                 repaired=int(r[17]),
                 invalid=int(r[18]),
                 truncated=int(r[19]),
+                rule_failed=int(r[20]),
+                rule_warned=int(r[21]),
             )
             for r in rows
         ]
@@ -491,5 +497,6 @@ def _final_row(r: tuple[Any, ...]) -> FinalRow:
         params=json.loads(r[12]) if r[12] else {}, output_text=r[13], input_tokens=r[14],
         output_tokens=r[15], finish_reason=r[16], model_version=r[17], latency_ms=r[18],
         cost_usd=r[19], attempts=int(r[20]), finished_at=r[21], check_status=r[22],
-        check_errors=tuple(json.loads(r[23])) if r[23] else (),
+        check_errors=tuple(json.loads(r[23])) if r[23] else (), rule_status=r[24],
+        rule_errors=tuple(json.loads(r[25])) if r[25] else (),
     )  # fmt: skip
