@@ -19,7 +19,6 @@ Nothing here raises on arbitrary text: whatever comes back, the answer is an Out
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import re
@@ -164,16 +163,20 @@ class Checker:
         return OutputCheck(CheckStatus.REPAIRED if repaired else CheckStatus.VALID, (), found)
 
 
-@functools.lru_cache(maxsize=256)
-def _checker_by_hash(digest: str, blob: str) -> Checker:
-    del digest  # the key: equal schemas, one entry
-    return Checker(json.loads(blob))
+#: Compiled checkers by schema hash; a process sees few distinct schemas.
+_CHECKERS: dict[str, Checker] = {}
+MAX_CACHED_SCHEMAS = 256
 
 
 def checker_for(schema: Mapping[str, Any]) -> Checker:
-    """The compiled checker of `schema`, built once per distinct schema."""
-    blob = json.dumps(schema, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return _checker_by_hash(hashlib.sha256(blob.encode("utf-8")).hexdigest(), blob)
+    """The compiled checker of `schema`, built once per distinct schema (by its hash)."""
+    digest = schema_hash(schema)
+    checker = _CHECKERS.get(digest)
+    if checker is None:
+        if len(_CHECKERS) >= MAX_CACHED_SCHEMAS:
+            _CHECKERS.pop(next(iter(_CHECKERS)))  # the oldest
+        checker = _CHECKERS[digest] = Checker(schema)
+    return checker
 
 
 def check_output(

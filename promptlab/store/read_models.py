@@ -265,9 +265,12 @@ class ReadModels:
                 "AND check_status IN ('invalid', 'truncated')), "
                 "split AS (SELECT variant, idempotency_key, "
                 r"regexp_replace(split_part(error, ': ', 1), '\[\d+\]', '[*]', 'g') AS path, "
-                "substr(error, strpos(error, ': ') + 2) AS message FROM errors) "
+                "substr(error, strpos(error, ': ') + 2) AS message FROM errors), "
+                "counted AS (SELECT *, count(*) OVER (PARTITION BY variant, path, message) AS n "
+                "FROM split) "
+                # The most frequent message; ties go to the first in text order (stable).
                 "SELECT variant, path, count(DISTINCT idempotency_key) AS outputs, "
-                "mode(message) FROM split GROUP BY variant, path "
+                "first(message ORDER BY n DESC, message) FROM counted GROUP BY variant, path "
                 "ORDER BY outputs DESC, variant, path LIMIT ?",
                 [run_id, limit],
             ).fetchall()
