@@ -16,6 +16,7 @@ from promptlab.ui.resources import get_workbench
 from promptlab.ui.shell import require_shell
 from promptlab.ui.widgets import show_error, show_messages
 from promptlab.workbench import (
+    CheckStatus,
     ItemPage,
     ItemStatus,
     ItemView,
@@ -150,6 +151,7 @@ def run_detail(wb: Workbench, run_id: str) -> None:
         )
     outcome(view)
     variants(view)
+    field_failures(view)
     failures(view)
     actions(wb, view)
     items(wb, view)
@@ -182,6 +184,11 @@ def variants(view: RunView) -> None:
                 "cancelled": v.cancelled,
                 "open": v.open,
                 "completion": v.completion_rate,
+                "valid": v.validity_rate,
+                "repaired": v.repair_rate,
+                "invalid": v.invalid_rate,
+                "truncated": v.truncation_rate,
+                "rules failed": v.rule_failure_rate,
                 "p50 ms": v.latency_p50_ms,
                 "p90 ms": v.latency_p90_ms,
                 "p99 ms": v.latency_p99_ms,
@@ -192,7 +199,24 @@ def variants(view: RunView) -> None:
         ),
         column_config={
             "completion": st.column_config.NumberColumn(
-                format="percent", help="succeeded / finished items"
+                format="percent",
+                help="items that succeeded with a usable output (valid, repaired, or no "
+                "output schema) / finished items",
+            ),
+            "valid": st.column_config.NumberColumn(
+                format="percent", help="outputs that fit the output schema as written"
+            ),
+            "repaired": st.column_config.NumberColumn(
+                format="percent", help="outputs that fit the schema once repaired"
+            ),
+            "invalid": st.column_config.NumberColumn(
+                format="percent", help="outputs that break the schema or hold no JSON"
+            ),
+            "truncated": st.column_config.NumberColumn(
+                format="percent", help="outputs cut off at the token limit"
+            ),
+            "rules failed": st.column_config.NumberColumn(
+                format="percent", help="outputs that failed a rule of severity error"
             ),
             "p50 ms": st.column_config.NumberColumn(format="%.0f"),
             "p90 ms": st.column_config.NumberColumn(format="%.0f"),
@@ -202,6 +226,27 @@ def variants(view: RunView) -> None:
         hide_index=True,
         width="stretch",
         key=f"variants_{view.run_id}",
+    )
+
+
+def field_failures(view: RunView) -> None:
+    """Which output paths fail their check most, per variant."""
+    if not view.field_failures:
+        return
+    st.markdown("**Output fields that fail most**")
+    st.dataframe(
+        pd.DataFrame(
+            {
+                "variant": f.variant,
+                "path": f.path,
+                "outputs": f.outputs,
+                "most common error": f.example,
+            }
+            for f in view.field_failures
+        ),
+        hide_index=True,
+        width="stretch",
+        key=f"fields_{view.run_id}",
     )
 
 
@@ -243,17 +288,21 @@ def items(wb: Workbench, view: RunView) -> None:
     """The run's items, filtered and paged; the one picked is opened below the table."""
     run_id = view.run_id
     st.markdown("**Items**")
-    cols = st.columns(4)
+    cols = st.columns(5)
     status = cols[0].selectbox("Status", [ALL, *ItemStatus], key=f"items_status_{run_id}")
     variant = cols[1].selectbox(
         "Variant", [ALL, *(v.name for v in view.variants)], key=f"items_variant_{run_id}"
     )
     kind = cols[2].selectbox("Error kind", [ALL, *view.failure_kinds], key=f"items_kind_{run_id}")
-    search = cols[3].text_input(
+    check = cols[3].selectbox(
+        "Check", [ALL, *CheckStatus], key=f"items_check_{run_id}",
+        help="What the output check found (outputs of a template with an output schema).",
+    )  # fmt: skip
+    search = cols[4].text_input(
         "Search", key=f"items_search_{run_id}", help="A key prefix, or text in the dataset "
         "row, the output or the error (any case).",
     )  # fmt: skip
-    filters = (status, variant, kind, search.strip())
+    filters = (status, variant, kind, check, search.strip())
     # Keys carry the filters: a new filter starts at page 1 with nothing selected.
     scope = f"{run_id}_{zlib.crc32(repr(filters).encode()):08x}"
     page_no = st.session_state.get(f"items_page_{scope}", 1)
@@ -263,7 +312,8 @@ def items(wb: Workbench, view: RunView) -> None:
             status=None if status == ALL else status,
             variant=None if variant == ALL else variant,
             error_kind=None if kind == ALL else kind,
-            search=filters[3] or None,
+            check=None if check == ALL else check,
+            search=filters[4] or None,
             offset=(page_no - 1) * ITEMS_PAGE,
             limit=ITEMS_PAGE,
         )
@@ -299,6 +349,7 @@ def items_table(page: ItemPage, key: str) -> str | None:
                 "repeat": r.repeat,
                 "status": r.status,
                 "error": r.error_kind,
+                "check": r.check_status,
                 "attempts": r.attempts,
                 "latency ms": r.latency_ms,
                 "output": r.output_preview,
@@ -369,6 +420,7 @@ def item_outcome(item: ItemView) -> None:
     if item.error is not None:
         kind, message = item.error
         show_error(f"{kind}: {message}" if kind else message)
+    item_check(item)
     r = item.result
     if r is not None and r.status == ItemStatus.SUCCEEDED:
         cols = st.columns(5)
@@ -403,6 +455,37 @@ def item_outcome(item: ItemView) -> None:
             hide_index=True,
             width="stretch",
         )
+
+
+def item_check(item: ItemView) -> None:
+    """The output check: its status and every error by path; then the rules' verdict."""
+    item_rules(item)
+    status = item.check_status
+    if status is None:
+        return
+    if status in (CheckStatus.VALID, CheckStatus.NO_SCHEMA):
+        st.caption(f"check: {status}")
+        return
+    if status == CheckStatus.REPAIRED:
+        st.info("check: repaired (the output needed repair before it fit the schema)")
+        return
+    show_error(f"check: {status}, {len(item.check_errors)} errors")
+    # Every error by its path, as stored; code keeps `$.items[2]` and quotes literal.
+    st.code("\n".join(item.check_errors), language=None, wrap_lines=True)
+
+
+def item_rules(item: ItemView) -> None:
+    if item.rule_status is None:
+        return
+    if item.rule_status == "passed":
+        st.caption("rules: passed")
+        return
+    failed = f"rules: {item.rule_status}, {len(item.rule_errors)} not met"
+    if item.rule_status == "failed":
+        show_error(failed)
+    else:
+        st.warning(failed, icon=":material/warning:")
+    st.code("\n".join(item.rule_errors), language=None, wrap_lines=True)
 
 
 def deep_link() -> None:

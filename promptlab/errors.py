@@ -19,6 +19,7 @@
     ├── ExperimentError              an experiment file, config, unit id or exposure is wrong
     ├── DatasetError                 a dataset cannot be imported or changed (file, line, column)
     ├── EngineError                  a run cannot be submitted, resumed or cancelled as asked
+    ├── OutputFileError              a file of outputs or a schema to check them is wrong (line)
     └── ProviderError                a provider call failed; `kind` says how (ErrorKind)
 
 Inside a batch, a ProviderError is data: it is recorded on the item, not raised
@@ -135,6 +136,10 @@ class ExperimentError(PromptlabError):
 class DatasetError(PromptlabError):
     """A dataset file cannot be imported, or a dataset changed as asked; the message
     names the file and the place (line, byte, column)."""
+
+
+class OutputFileError(PromptlabError):
+    """A file given to `promptlab validate` (outputs or schema) is malformed; names the line."""
 
 
 class EngineError(PromptlabError):

@@ -27,6 +27,7 @@ from promptlab.errors import PromptlabError
 from promptlab.records import AttemptRow, FinalRow, ItemDetail, ItemStatus, VariantRecord
 from promptlab.redact import Redactor
 from promptlab.templates import Template, coerce_text_values
+from promptlab.validation import CheckStatus
 
 #: Fewest hex digits of a key accepted as a prefix of one.
 MIN_KEY_PREFIX = 8
@@ -112,6 +113,27 @@ class ItemView:
             return json.loads(text)
         except ValueError:
             return None
+
+    @property
+    def check_status(self) -> CheckStatus | None:
+        """What the output check found; None for failed items and older results."""
+        r = self.result
+        return CheckStatus(r.check_status) if r is not None and r.check_status else None
+
+    @property
+    def check_errors(self) -> tuple[str, ...]:
+        """Every problem the check found, as `PATH: message`."""
+        return self.result.check_errors if self.result is not None else ()
+
+    @property
+    def rule_status(self) -> str | None:
+        """passed, warned or failed; None when the output had no rules to meet."""
+        return self.result.rule_status if self.result is not None else None
+
+    @property
+    def rule_errors(self) -> tuple[str, ...]:
+        """Every rule that failed or raised, as `RULE: why`."""
+        return self.result.rule_errors if self.result is not None else ()
 
     @property
     def error(self) -> tuple[str | None, str] | None:

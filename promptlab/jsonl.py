@@ -17,6 +17,17 @@ def numbered_jsonl(
 
     Errors are `error`s naming the file as `{label} {path}, line N`.
     """
+    for number, value in numbered_json_values(handle, path, label=label, error=error):
+        if not isinstance(value, dict):
+            raise error(f"{label} {path}, line {number}: expected a JSON object")
+        yield number, value
+
+
+def numbered_json_values(
+    handle: Any, path: Path, *, label: str = "dataset", error: type[PromptlabError] = SpecError
+) -> Iterator[tuple[int, Any]]:
+    """Each JSON value (any kind) of a JSON Lines file with its line number; blank lines
+    skipped. Errors are `error`s naming the file as `{label} {path}, line N`."""
     for number, line in enumerate(handle, start=1):
         if not line.strip():
             continue
@@ -24,8 +35,6 @@ def numbered_jsonl(
             value = json.loads(line)
         except json.JSONDecodeError as exc:
             raise error(f"{label} {path}, line {number}: not valid JSON ({exc.msg})") from exc
-        if not isinstance(value, dict):
-            raise error(f"{label} {path}, line {number}: expected a JSON object")
         # JSON may escape half of a UTF-16 pair ("\ud800"): not text anyone can store.
         # Only lines with such an escape need the (costly) full check.
         try:

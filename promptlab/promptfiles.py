@@ -45,7 +45,9 @@ from promptlab.registry import (
 from promptlab.templates import Template
 from promptlab.yamlio import parse_yaml, read_yaml
 
-_VERSION_KEYS = {"version", "message", "author", "params", "variables", "output_schema", "messages"}
+_VERSION_KEYS = {
+    "version", "message", "author", "params", "variables", "output_schema", "rules", "messages",
+}  # fmt: skip
 _TOP_KEYS = {"name", "description", "labels", "versions"} | _VERSION_KEYS
 
 
@@ -134,6 +136,7 @@ def _parse_version(item: Any, where: str) -> VersionSpec:
             params=item.get("params"),
             variables=item.get("variables"),
             output_schema=item.get("output_schema"),
+            rules=item.get("rules"),
         )
     except PromptlabError as exc:
         raise PromptFileError(f"{where}: {exc}") from exc
@@ -236,6 +239,8 @@ def _version_doc(semver: str, message: str, author: str, template: Template) -> 
         doc["variables"] = variables
     if template.output_schema is not None:
         doc["output_schema"] = template.output_schema
+    if template.rules:
+        doc["rules"] = [dict(r) for r in template.rules]
     doc["messages"] = [{"role": m.role, "content": m.content} for m in template.messages]
     return doc
 

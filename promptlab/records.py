@@ -24,6 +24,7 @@ __all__ = [
     "FINAL_ITEM_STATUSES",
     "FINAL_RUN_STATUSES",
     "FailureExample",
+    "FieldFailure",
     "FinalRow",
     "ItemCounts",
     "ItemDetail",
@@ -225,6 +226,16 @@ class FinalRow:
     model_version: str | None = None
     latency_ms: float | None = None
     cost_usd: float | None = None
+    #: The output check of a succeeded result (a promptlab.validation.CheckStatus value);
+    #: None on failed items and on results stored before checks existed.
+    check_status: str | None = None
+    #: Every problem the check found, as `PATH: message`.
+    check_errors: tuple[str, ...] = ()
+    #: The rules' verdict (a promptlab.rules.RuleStatus value) on a valid or repaired
+    #: output of a template with rules; None otherwise.
+    rule_status: str | None = None
+    #: Every rule that failed or raised, as `RULE: why` (`RULE (warning): why`).
+    rule_errors: tuple[str, ...] = ()
 
 
 @dataclass
@@ -298,8 +309,11 @@ class RunWithCounts:
 class VariantSummary:
     """One variant of a run: where it is, how it went, what it cost.
 
-    Latencies are over succeeded results; `completion_rate` is succeeded / finished
-    and None while nothing has finished.
+    Latencies are over succeeded results. `completion_rate` is completed / finished
+    (None while nothing has finished), where an item is completed when it succeeded, its
+    output check is valid, repaired or no_schema, and no error-severity rule failed. The
+    check rates are shares of `checked`, the succeeded results checked against an output
+    schema or rules (None when none).
     """
 
     variant_index: int
@@ -318,10 +332,62 @@ class VariantSummary:
     input_tokens: int
     output_tokens: int
     cost_usd: float
+    #: Succeeded items that count as complete (valid, repaired or no schema).
+    completed: int = 0
+    checked: int = 0
+    valid: int = 0
+    repaired: int = 0
+    invalid: int = 0
+    truncated: int = 0
+    #: Outputs whose rules of severity error failed (or raised), and those with warnings.
+    rule_failed: int = 0
+    rule_warned: int = 0
 
     @property
     def finished(self) -> int:
         return self.succeeded + self.failed + self.cancelled
+
+    def _share(self, count: int) -> float | None:
+        return count / self.checked if self.checked else None
+
+    @property
+    def validity_rate(self) -> float | None:
+        """Valid as written, of the checked outputs."""
+        return self._share(self.valid)
+
+    @property
+    def repair_rate(self) -> float | None:
+        """Fit the schema only once repaired, of the checked outputs."""
+        return self._share(self.repaired)
+
+    @property
+    def invalid_rate(self) -> float | None:
+        return self._share(self.invalid)
+
+    @property
+    def truncation_rate(self) -> float | None:
+        """Cut off at the token limit, of the checked outputs."""
+        return self._share(self.truncated)
+
+    @property
+    def rule_failure_rate(self) -> float | None:
+        """Failed an error-severity rule, of the checked outputs."""
+        return self._share(self.rule_failed)
+
+
+@dataclass(frozen=True)
+class FieldFailure:
+    """How often one path of the output failed its check, in one variant of a run.
+
+    Array indexes are folded (`$.items[*].price`) so one field is counted once.
+    """
+
+    variant: str
+    path: str
+    #: Outputs with at least one error at this path.
+    outputs: int
+    #: The most frequent error message at this path.
+    example: str
 
 
 @dataclass(frozen=True)
@@ -341,6 +407,8 @@ class ItemRow:
     #: The first OUTPUT_PREVIEW_CHARS characters of the output (succeeded items).
     output_preview: str | None
     finished_at: datetime | None
+    #: The output check's status (succeeded items of runs since checks existed).
+    check_status: str | None = None
 
 
 @dataclass(frozen=True)

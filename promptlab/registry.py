@@ -269,8 +269,13 @@ class Registry:
 
 
 def classify_change(old: Template, new: Template) -> Bump:
-    """major: the variable contract or output schema changed; minor: message text; patch: params."""
-    if old.variables != new.variables or old.output_schema != new.output_schema:
+    """major: the variable contract, output schema or rules changed; minor: message text;
+    patch: params."""
+    if (
+        old.variables != new.variables
+        or old.output_schema != new.output_schema
+        or old.rules != new.rules  # the output contract, like the schema
+    ):
         return "major"
     if old.messages != new.messages:
         return "minor"

@@ -35,6 +35,7 @@ from promptlab.errors import (
     VariableError,
     VariableProblem,
 )
+from promptlab.rules import RuleSet, parse_rules
 from promptlab.schema_messages import describe
 from promptlab.template_limits import (
     BOUNDED_FILTERS,
@@ -47,6 +48,7 @@ from promptlab.template_limits import (
     RenderBudget,
     count_loop_items,
 )
+from promptlab.validation import check_schema
 
 ROLES = ("system", "user", "assistant")
 PARAM_DEFAULTS: dict[str, Any] = {
@@ -141,6 +143,8 @@ class Template:
     params: Mapping[str, Any] = field(default_factory=lambda: dict(PARAM_DEFAULTS))
     variables: Mapping[str, Any] = field(default_factory=dict)
     output_schema: Mapping[str, Any] | None = None
+    #: Business rules over the parsed output, in the author's form (promptlab.rules).
+    rules: tuple[Mapping[str, Any], ...] = ()
 
     @classmethod
     def build(
@@ -149,6 +153,7 @@ class Template:
         params: Mapping[str, Any] | None = None,
         variables: Mapping[str, Any] | None = None,
         output_schema: Mapping[str, Any] | None = None,
+        rules: Sequence[Mapping[str, Any]] | None = None,
     ) -> Template:
         """Check messages, params and schemas; return a template ready to save."""
         msgs = tuple(_to_message(m, i) for i, m in enumerate(messages))
@@ -169,6 +174,7 @@ class Template:
             params=normalize_params(params or {}),
             variables=variable_schema(names, shapes, refinements),
             output_schema=_check_output_schema(output_schema),
+            rules=_checked_rules(rules),
         )
         size = len(json.dumps(template.canonical(), ensure_ascii=False))
         if size > MAX_TEMPLATE_CHARS:
@@ -204,6 +210,8 @@ class Template:
             "params": dict(sorted(self.params.items())),
             "variables": self.variables,
             "output_schema": self.output_schema,
+            # Only when set, so templates without rules keep their content hash.
+            **({"rules": [dict(r) for r in self.rules]} if self.rules else {}),
         }
 
     def content_hash(self) -> str:
@@ -218,7 +226,13 @@ class Template:
             params=dict(content["params"]),
             variables=dict(content["variables"]),
             output_schema=content.get("output_schema"),
+            rules=tuple(content.get("rules") or ()),
         )
+
+    @functools.cached_property
+    def rule_set(self) -> RuleSet:
+        """The rules, parsed once, ready to check outputs."""
+        return RuleSet(parse_rules(list(self.rules)))
 
     @functools.cached_property
     def _validator(self) -> jsonschema.Draft202012Validator:
@@ -658,14 +672,16 @@ def _problem_variable(error: jsonschema.ValidationError) -> str:
     return "(values)"
 
 
+def _checked_rules(rules: Sequence[Mapping[str, Any]] | None) -> tuple[dict[str, Any], ...]:
+    """The rules as saved; a malformed rule or expression is refused with its position."""
+    parse_rules(rules)
+    return tuple(dict(r) for r in rules or ())
+
+
 def _check_output_schema(schema: Mapping[str, Any] | None) -> dict[str, Any] | None:
     if schema is None:
         return None
     if not isinstance(schema, Mapping):
         raise TemplateError("output_schema: expected a JSON Schema object")
-    try:
-        jsonschema.Draft202012Validator.check_schema(schema)
-    except jsonschema.SchemaError as exc:
-        path = "/".join(str(p) for p in exc.path) or "(root)"
-        raise TemplateError(f"output_schema at {path}: {exc.message}") from exc
-    return dict(schema)
+    # Refused with the path inside the schema: `output_schema.properties.price.minimum`.
+    return check_schema(schema)

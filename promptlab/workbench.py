@@ -92,6 +92,7 @@ from promptlab.records import (
     FINAL_RUN_STATUSES,
     DatasetInfo,
     FailureExample,
+    FieldFailure,
     ItemCounts,
     ItemPage,
     ItemRow,
@@ -108,6 +109,7 @@ from promptlab.registry import PromptVersion, Registry, SaveResult
 from promptlab.store import ReadModels, Store
 from promptlab.store.experiments import AssignmentCount, ExperimentStore, StoredRevision
 from promptlab.templates import ROLES, Template, coerce_text_values
+from promptlab.validation import CheckStatus
 from promptlab.yamlio import parse_yaml, read_yaml
 
 #: Failed items a run view lists with their messages (the counts cover them all).
@@ -138,6 +140,8 @@ class RunView:
     throughput_per_s: float | None = None
     eta_s: float | None = None
     limiters: tuple[LimiterState, ...] = ()
+    #: The output paths that fail their check most, per variant (see `field_failures`).
+    field_failures: tuple[FieldFailure, ...] = ()
 
     @property
     def run_id(self) -> str:
@@ -461,6 +465,7 @@ class Workbench:
             examples = reads.failure_examples(run_id, failures)
             events = reads.events(run_id)
             last_start = reads.last_start(run_id)
+            fields = reads.field_failures(run_id)
         status: str = run.status
         reason = run.status_reason
         live = None
@@ -483,7 +488,14 @@ class Workbench:
             throughput_per_s=live.throughput_per_s if live and live.active else None,
             eta_s=live.eta_s if live and live.active else None,
             limiters=live.limiters if live and live.active else (),
+            field_failures=tuple(fields),
         )
+
+    def field_failures(self, run_id: str, limit: int = 20) -> list[FieldFailure]:
+        """The output paths that fail their check most in a run, per variant."""
+        with self._reads.snapshot() as reads:
+            reads.run(run_id)  # an unknown run is an error, not an empty list
+            return reads.field_failures(run_id, limit)
 
     # ---- one run's items -----------------------------------------------------------
 
@@ -495,13 +507,14 @@ class Workbench:
         variant: str | None = None,
         error_kind: str | None = None,
         search: str | None = None,
+        check: str | None = None,
         offset: int = 0,
         limit: int = 50,
     ) -> ItemPage:
         """A page of the run's items in plan order; see `ReadModels.items` for the filters."""
         return self._reads.items(
             run_id, status=status, variant=variant, error_kind=error_kind, search=search,
-            offset=offset, limit=limit,
+            check=check, offset=offset, limit=limit,
         )  # fmt: skip
 
     def item_view(self, run_id: str, key: str) -> ItemView:
@@ -769,7 +782,9 @@ __all__ = [
     "DatabaseLockedError",
     "DatasetError",
     "DatasetInfo",
+    "CheckStatus",
     "FailureExample",
+    "FieldFailure",
     "ItemCounts",
     "ItemKeyError",
     "ItemPage",

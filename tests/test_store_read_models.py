@@ -88,12 +88,13 @@ def test_variant_summaries_are_exact_and_include_variants_without_results(
         succeeded=4, failed=0, cancelled=0, open=0, completion_rate=1.0,
         latency_p50_ms=25.0, latency_p90_ms=pytest.approx(37.0),
         latency_p99_ms=pytest.approx(39.7), input_tokens=10, output_tokens=100, cost_usd=1.0,
+        completed=4,  # rows without a check count as complete (stored before checks)
     )  # fmt: skip
     assert b == VariantSummary(
         variant_index=1, name="b", prompt_ref="greet@2.0.0", endpoint="anthropic",
         model="claude-b", succeeded=1, failed=1, cancelled=1, open=1,
         completion_rate=pytest.approx(1 / 3), latency_p50_ms=100.0, latency_p90_ms=100.0,
-        latency_p99_ms=100.0, input_tokens=5, output_tokens=6, cost_usd=0.5,
+        latency_p99_ms=100.0, input_tokens=5, output_tokens=6, cost_usd=0.5, completed=1,
     )  # fmt: skip
     assert c == VariantSummary(
         variant_index=2, name="c", prompt_ref="greet@3.0.0", endpoint="openai", model="gpt-c",

@@ -27,7 +27,8 @@ def items_lines(run_id: str, page: ItemPage, filters: Mapping[str, str | None]) 
         return [f"run {run_id}: no items{where}" + (f" after {page.offset}" if page.offset else "")]
     first = page.offset + 1
     lines = [f"run {run_id}: items {first}-{page.offset + len(page.rows)} of {page.total}{where}"]
-    header = ("key", "row", "variant", "repeat", "status", "error", "tries", "ms", "output")
+    header = ("key", "row", "variant", "repeat", "status", "error", "check", "tries", "ms",
+              "output")  # fmt: skip
     rows: list[tuple[str, ...]] = [header]
     for r in page.rows:
         rows.append(
@@ -38,12 +39,13 @@ def items_lines(run_id: str, page: ItemPage, filters: Mapping[str, str | None]) 
                 str(r.repeat),
                 r.status,
                 r.error_kind or "-",
+                r.check_status or "-",
                 str(r.attempts),
                 f"{r.latency_ms:.0f}" if r.latency_ms is not None else "-",
                 _one_line(r.output_preview or "", PREVIEW_CHARS) or "-",
             )
         )
-    return lines + table(rows, right={1, 3, 6, 7})
+    return lines + table(rows, right={1, 3, 7, 8})
 
 
 def item_lines(view: ItemView) -> list[str]:
@@ -70,6 +72,12 @@ def item_lines(view: ItemView) -> list[str]:
         parsed = view.output_json
         text = view.output_text if parsed is None else json.dumps(parsed, indent=2)
         lines += _indented(text, "  ")
+    if view.check_status is not None:
+        lines.append(f"check: {view.check_status}")
+        lines += [f"  {error}" for error in view.check_errors]
+    if view.rule_status is not None:
+        lines.append(f"rules: {view.rule_status}")
+        lines += [f"  {error}" for error in view.rule_errors]
     if view.error is not None:
         kind, why = view.error
         lines.append(f"error: {kind + ': ' if kind else ''}{why}")

@@ -101,6 +101,8 @@ def batch_command(
 
 
 ITEM_STATUSES = ("pending", "in_flight", "succeeded", "failed", "cancelled")
+#: promptlab.validation.CheckStatus, written out like ITEM_STATUSES.
+CHECK_STATUSES = ("valid", "repaired", "invalid", "truncated", "no_schema")
 
 
 @click.command("status")
@@ -114,6 +116,8 @@ ITEM_STATUSES = ("pending", "in_flight", "succeeded", "failed", "cancelled")
 @click.option("--variant", help="With --items: only this variant's items.")
 @click.option("--error-kind", help="With --items: only items that failed with this kind.")
 @click.option("--search", help="With --items: a key prefix, or text in the row, output or error.")
+@click.option("--check", type=click.Choice(CHECK_STATUSES),
+              help="With --items: only items whose output check has this status.")  # fmt: skip
 @click.option("--offset", type=click.IntRange(min=0), default=0, help="With --items: skip N.")
 @click.option("--item", "item_key", metavar="KEY",
               help="Show one item (its key or 8+ hex digits of it): inputs, messages, "
@@ -123,7 +127,7 @@ ITEM_STATUSES = ("pending", "in_flight", "succeeded", "failed", "cancelled")
 def status_command(
     ctx: click.Context, run_id: str | None, limit: int, list_items: bool,
     item_status: str | None, variant: str | None, error_kind: str | None,
-    search: str | None, offset: int, item_key: str | None,
+    search: str | None, check: str | None, offset: int, item_key: str | None,
 ) -> None:  # fmt: skip
     """Show one run (counts, variants side by side, failures) or list recent runs.
 
@@ -138,10 +142,10 @@ def status_command(
             return
         if list_items:
             filters = {"status": item_status, "variant": variant, "error kind": error_kind,
-                       "search": search}  # fmt: skip
+                       "check": check, "search": search}  # fmt: skip
             page = wb.run_items(
                 run_id or "", status=item_status, variant=variant, error_kind=error_kind,
-                search=search, offset=offset, limit=limit,
+                search=search, check=check, offset=offset, limit=limit,
             )  # fmt: skip
             for line in items_lines(run_id or "", page, filters):
                 click.echo(line)
@@ -168,9 +172,13 @@ def status_command(
     )
     for status, reason, at in view.events:
         click.echo(f"  {at:%Y-%m-%d %H:%M:%S}  {status}" + (f"  ({reason})" if reason else ""))
-    click.echo("  variants:")
+    click.echo("  variants (complete: succeeded and valid, repaired or no schema):")
     for line in variant_table(view):
         click.echo(f"    {line}")
+    if view.field_failures:
+        click.echo("  output fields that fail most:")
+        for line in field_lines(view):
+            click.echo(f"    {line}")
     if view.failure_kinds:
         kinds = view.failure_kinds.items()
         click.echo("  failures: " + ", ".join(f"{k}={v}" for k, v in kinds))
@@ -183,8 +191,9 @@ def status_command(
 
 def variant_table(view: RunView) -> list[str]:
     """The per-variant summary as aligned text lines, a header first."""
-    header = ("variant", "model", "ok", "failed", "cancel", "open", "complete", "p50 ms",
-              "p90 ms", "p99 ms", "tokens", "cost $")  # fmt: skip
+    header = ("variant", "model", "ok", "failed", "cancel", "open", "complete", "valid",
+              "repaired", "truncated", "rules failed", "p50 ms", "p90 ms", "p99 ms", "tokens",
+              "cost $")  # fmt: skip
     rows: list[tuple[str, ...]] = [header]
     for v in view.variants:
         rows.append(
@@ -195,7 +204,16 @@ def variant_table(view: RunView) -> list[str]:
                 str(v.failed),
                 str(v.cancelled),
                 str(v.open),
-                f"{v.completion_rate:.1%}" if v.completion_rate is not None else "-",
+                *(
+                    _percent(x)
+                    for x in (
+                        v.completion_rate,
+                        v.validity_rate,
+                        v.repair_rate,
+                        v.truncation_rate,
+                        v.rule_failure_rate,
+                    )
+                ),
                 *(
                     f"{x:.0f}" if x is not None else "-"
                     for x in (v.latency_p50_ms, v.latency_p90_ms, v.latency_p99_ms)
@@ -210,6 +228,23 @@ def variant_table(view: RunView) -> list[str]:
                   enumerate(zip(row, widths, strict=True))).rstrip()
         for row in rows
     ]  # fmt: skip
+
+
+def field_lines(view: RunView) -> list[str]:
+    """The output paths that fail their check most, per variant, as aligned lines."""
+    rows: list[tuple[str, ...]] = [("variant", "path", "outputs", "most common error")]
+    for f in view.field_failures:
+        rows.append((f.variant, f.path, str(f.outputs), f.example))
+    widths = [max(len(row[i]) for row in rows) for i in range(3)]
+    return [
+        "  ".join([row[0].ljust(widths[0]), row[1].ljust(widths[1]), row[2].rjust(widths[2]),
+                   row[3]]).rstrip()
+        for row in rows
+    ]  # fmt: skip
+
+
+def _percent(value: float | None) -> str:
+    return f"{value:.1%}" if value is not None else "-"
 
 
 @click.command("cancel")

@@ -31,6 +31,7 @@ from promptlab.sampling import SAMPLING_KEY, Sampling, sampling_from_params
 from promptlab.store.items import ItemStore
 from promptlab.templates import Template, coerce_text_values, normalize_params
 from promptlab.tokens import check_fits
+from promptlab.validation import Checker, CheckStatus, checker_for
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +91,13 @@ class RunExecution:
             v.index: Template.from_canonical(v.template)
             for v in variants
             if not v.template.get(AS_WRITTEN)
+        }
+        #: Compiled output checks of variants whose template has an output schema or
+        #: rules (rules need the output parsed: with no schema, any JSON fits).
+        self.checkers: dict[int, Checker] = {
+            index: checker_for(template.output_schema or {})
+            for index, template in self.templates.items()
+            if template.output_schema is not None or template.rules
         }
         #: Variants whose temperature or top_p moves over the batch.
         self.sampling: dict[int, Sampling] = {
@@ -431,6 +439,7 @@ class RunExecution:
                 "cost_usd": cost_usd(
                     lane.endpoint, variant.model, response.input_tokens, response.output_tokens
                 ),
+                **self._check(item.variant_index, response),
             }
         self.writer.final(
             FinalRow(
@@ -453,6 +462,19 @@ class RunExecution:
             )
         )
         self.counters.finished(status, was_in_flight)
+
+    def _check(self, variant_index: int, response: CompletionResponse) -> dict[str, Any]:
+        """The output check's status and errors, as FinalRow fields (compiled validator)."""
+        checker = self.checkers.get(variant_index)
+        if checker is None:
+            return {"check_status": CheckStatus.NO_SCHEMA.value}
+        check = checker.check(response.text, str(response.finish_reason))
+        fields: dict[str, Any] = {"check_status": check.status.value, "check_errors": check.errors}
+        rules = self.templates[variant_index].rule_set
+        if rules and check.status in (CheckStatus.VALID, CheckStatus.REPAIRED):
+            status, failed = rules.check(check.parsed)
+            fields |= {"rule_status": status.value, "rule_errors": tuple(map(str, failed))}
+        return fields
 
 
 def row_params(params: Mapping[str, Any], row: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -39,7 +39,7 @@ DATASET_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,79}$")
 VARIANT_FIELDS = frozenset(
     {
         "name", "prompt", "messages", "model", "params", "params_from", "output_schema",
-        "requests", "id_field", "sampling",
+        "rules", "requests", "id_field", "sampling",
     }
 )  # fmt: skip
 #: `requests: as_written`: each dataset line is a request (see promptlab/batchfile.py).
@@ -72,6 +72,8 @@ class VariantSpec:
     model: str | None = None
     params: Mapping[str, Any] = field(default_factory=dict)
     output_schema: Mapping[str, Any] | None = None
+    #: Business rules over the parsed output (promptlab.rules), inline variants only.
+    rules: tuple[Mapping[str, Any], ...] | None = None
     #: Params read per row from dataset columns (param -> column), e.g. max_tokens.
     params_from: Mapping[str, str] = field(default_factory=dict)
     #: How temperature or top_p moves over the batch (promptlab/sampling.py).
@@ -315,11 +317,11 @@ def _variant(data: Any, index: int) -> VariantSpec:
         normalize_params({"model": "check:only", **params})
     except TemplateError as exc:
         raise SpecError(f"{where}.{exc}") from exc
-    if prompt is not None and data.get("output_schema") is not None:
-        raise SpecError(
-            f"{where}.output_schema: only for inline messages; a registry prompt "
-            "carries its own output schema"
-        )
+    for key in ("output_schema", "rules"):
+        if prompt is not None and data.get(key) is not None:
+            raise SpecError(
+                f"{where}.{key}: only for inline messages; a registry prompt carries its own"
+            )
     sampling = data.get("sampling")
     if sampling is not None:
         parse_sampling(sampling, where)
@@ -331,6 +333,7 @@ def _variant(data: Any, index: int) -> VariantSpec:
         model=str(model) if model is not None else None,
         params=dict(params),
         output_schema=data.get("output_schema"),
+        rules=tuple(data["rules"]) if isinstance(data.get("rules"), list) else data.get("rules"),
         params_from=_params_from(data.get("params_from"), where),
         sampling=dict(sampling) if sampling is not None else None,
     )
@@ -340,7 +343,8 @@ def _as_written_variant(data: Mapping[str, Any], index: int, where: str) -> Vari
     if data["requests"] != AS_WRITTEN:
         raise SpecError(f"{where}.requests: the only value is {AS_WRITTEN!r}")
     extra = sorted(
-        set(data) & {"prompt", "messages", "params", "params_from", "output_schema", "sampling"}
+        set(data)
+        & {"prompt", "messages", "params", "params_from", "output_schema", "rules", "sampling"}
     )
     if extra:
         raise SpecError(f"{where}: requests sent as written take no {', '.join(extra)}")
@@ -573,7 +577,9 @@ def resolve_variants(
                 version_id, ref = version.id, f"{version.prompt_name}@{version.semver}"
             else:
                 template = Template.build(
-                    list(variant.messages or ()), output_schema=variant.output_schema
+                    list(variant.messages or ()),
+                    output_schema=variant.output_schema,
+                    rules=variant.rules,
                 )
                 version_id, ref = template.content_hash(), f"inline:{variant.name}"
         except PromptlabError as exc:

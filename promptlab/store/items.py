@@ -291,8 +291,22 @@ class ItemStore:
 def redacted_batch(batch: WriteBatch, redactor: Redactor) -> WriteBatch:
     """The batch with secrets masked; rows are copied only when something was masked."""
     attempts = [_masked(a, redactor, ("error_message",)) for a in batch.attempts]
-    finals = [_masked(f, redactor, ("error_message", "output_text")) for f in batch.finals]
+    finals = [
+        _masked_errors(_masked(f, redactor, ("error_message", "output_text")), redactor)
+        for f in batch.finals
+    ]
     return WriteBatch(dispatched=batch.dispatched, attempts=attempts, finals=finals)
+
+
+def _masked_errors(row: FinalRow, redactor: Redactor) -> FinalRow:
+    # Check and rule errors quote the output ("'sk-...' is not of type 'integer'").
+    if not row.check_errors and not row.rule_errors:
+        return row
+    checks = tuple(redactor(e) for e in row.check_errors)
+    rules = tuple(redactor(e) for e in row.rule_errors)
+    if (checks, rules) == (row.check_errors, row.rule_errors):
+        return row
+    return replace(row, check_errors=checks, rule_errors=rules)
 
 
 def _masked(row: Any, redactor: Redactor, names: tuple[str, ...]) -> Any:
@@ -377,5 +391,15 @@ def _finals_table(rows: Sequence[FinalRow]) -> pa.Table:
             "cost_usd": pa.array([r.cost_usd for r in rows], pa.float64()),
             "attempts": pa.array([r.attempts for r in rows], pa.int32()),
             "finished_at": pa.array([r.finished_at for r in rows], utc_us),
+            "check_status": pa.array([r.check_status for r in rows], pa.string()),
+            "check_errors": pa.array(
+                [json.dumps(list(r.check_errors)) if r.check_status else None for r in rows],
+                pa.string(),
+            ),
+            "rule_status": pa.array([r.rule_status for r in rows], pa.string()),
+            "rule_errors": pa.array(
+                [json.dumps(list(r.rule_errors)) if r.rule_status else None for r in rows],
+                pa.string(),
+            ),
         }
     )

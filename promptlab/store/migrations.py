@@ -253,6 +253,21 @@ MIGRATIONS: tuple[Migration, ...] = (
             """,
         ),
     ),
+    Migration(
+        "0005_output_checks",
+        (
+            # What the output check found for a succeeded result (promptlab.validation):
+            # valid, repaired, invalid, truncated or no_schema; NULL on rows stored before
+            # checks existed and on failed items. `check_errors` is a JSON list of
+            # `PATH: message` strings. `rule_status` is passed, warned or failed (a rule of
+            # severity error failed or raised) for outputs checked against rules;
+            # `rule_errors` a JSON list of `RULE: why` strings.
+            "ALTER TABLE results ADD COLUMN check_status VARCHAR",
+            "ALTER TABLE results ADD COLUMN check_errors JSON",
+            "ALTER TABLE results ADD COLUMN rule_status VARCHAR",
+            "ALTER TABLE results ADD COLUMN rule_errors JSON",
+        ),
+    ),
 )
 
 

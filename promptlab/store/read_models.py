@@ -20,6 +20,7 @@ from promptlab.records import (
     OPEN_ITEM_STATUSES,
     AttemptRow,
     FailureExample,
+    FieldFailure,
     FinalRow,
     ItemCounts,
     ItemDetail,
@@ -50,11 +51,28 @@ LATENCY_QUANTILES = (0.5, 0.9, 0.99)
 OUTPUT_PREVIEW_CHARS = 120
 #: Most items one page of the items list holds.
 MAX_ITEMS_PAGE = 1_000
+#: What `items(check=...)` accepts: promptlab.validation.CheckStatus values.
+CHECK_STATUSES = ("valid", "repaired", "invalid", "truncated", "no_schema")
+#: Succeeded results per output check status (NULL: stored before checks, no schema).
+_CHECK_COUNTS = (
+    "count(*) FILTER (WHERE coalesce(check_status, 'no_schema') "
+    "IN ('valid', 'repaired', 'no_schema') AND coalesce(rule_status, '') <> 'failed') "
+    "AS completed, "
+    "count(*) FILTER (WHERE rule_status = 'failed') AS rule_failed, "
+    "count(*) FILTER (WHERE rule_status = 'warned') AS rule_warned, "
+    "count(*) FILTER (WHERE check_status IN ('valid', 'repaired', 'invalid', 'truncated')) "
+    "AS checked, "
+    "count(*) FILTER (WHERE check_status = 'valid') AS valid, "
+    "count(*) FILTER (WHERE check_status = 'repaired') AS repaired, "
+    "count(*) FILTER (WHERE check_status = 'invalid') AS invalid, "
+    "count(*) FILTER (WHERE check_status = 'truncated') AS truncated"
+)
 #: The `results` columns in table order, as FinalRow takes them (key first).
 _RESULT_COLUMNS = (
     "idempotency_key, run_id, seq, row_index, variant, repeat, status, error_kind, "
     "error_message, prompt_version_id, endpoint, model, params, output_text, input_tokens, "
-    "output_tokens, finish_reason, model_version, latency_ms, cost_usd, attempts, finished_at"
+    "output_tokens, finish_reason, model_version, latency_ms, cost_usd, attempts, finished_at, "
+    "check_status, check_errors, rule_status, rule_errors"
 )
 _ATTEMPT_COLUMNS = (
     "idempotency_key, run_id, attempt, started_at, ended_at, outcome, error_kind, http_status, "
@@ -186,14 +204,18 @@ class ReadModels:
                 "usage AS (SELECT variant, "
                 f"quantile_cont(latency_ms, [{quantiles}]) AS latency, "
                 "sum(input_tokens) AS input_tokens, sum(output_tokens) AS output_tokens, "
-                "sum(cost_usd) AS cost_usd "
+                "sum(cost_usd) AS cost_usd, "
+                f"{_CHECK_COUNTS} "
                 "FROM results WHERE run_id = ? AND status = 'succeeded' GROUP BY variant) "
                 "SELECT v.variant_index, v.name, v.prompt_ref, v.endpoint, v.model, "
                 "coalesce(c.succeeded, 0), coalesce(c.failed, 0), coalesce(c.cancelled, 0), "
                 "coalesce(c.pending, 0) + coalesce(c.in_flight, 0), "
-                "c.succeeded / nullif(c.succeeded + c.failed + c.cancelled, 0), "
+                "coalesce(u.completed, 0) / nullif(c.succeeded + c.failed + c.cancelled, 0), "
                 "u.latency, coalesce(u.input_tokens, 0), coalesce(u.output_tokens, 0), "
-                "coalesce(u.cost_usd, 0) "
+                "coalesce(u.cost_usd, 0), "
+                "coalesce(u.completed, 0), coalesce(u.checked, 0), coalesce(u.valid, 0), "
+                "coalesce(u.repaired, 0), coalesce(u.invalid, 0), coalesce(u.truncated, 0), "
+                "coalesce(u.rule_failed, 0), coalesce(u.rule_warned, 0) "
                 "FROM run_variants v LEFT JOIN counts c USING (variant_index) "
                 "LEFT JOIN usage u ON u.variant = v.name "
                 "WHERE v.run_id = ? ORDER BY v.variant_index",
@@ -217,9 +239,42 @@ class ReadModels:
                 input_tokens=int(r[11]),
                 output_tokens=int(r[12]),
                 cost_usd=float(r[13]),
+                completed=int(r[14]),
+                checked=int(r[15]),
+                valid=int(r[16]),
+                repaired=int(r[17]),
+                invalid=int(r[18]),
+                truncated=int(r[19]),
+                rule_failed=int(r[20]),
+                rule_warned=int(r[21]),
             )
             for r in rows
         ]
+
+    def field_failures(self, run_id: str, limit: int = 20) -> list[FieldFailure]:
+        """The output paths that fail their check most, per variant, most outputs first.
+
+        Array indexes are folded (`$.items[2].price` -> `$.items[*].price`); an output
+        counts once per path however many errors it has there.
+        """
+        with self._reading() as cur:
+            rows = cur.execute(
+                "WITH errors AS (SELECT variant, idempotency_key, "
+                "unnest(CAST(check_errors AS VARCHAR[])) AS error FROM results "
+                "WHERE run_id = ? AND status = 'succeeded' "
+                "AND check_status IN ('invalid', 'truncated')), "
+                "split AS (SELECT variant, idempotency_key, "
+                r"regexp_replace(split_part(error, ': ', 1), '\[\d+\]', '[*]', 'g') AS path, "
+                "substr(error, strpos(error, ': ') + 2) AS message FROM errors), "
+                "counted AS (SELECT *, count(*) OVER (PARTITION BY variant, path, message) AS n "
+                "FROM split) "
+                # The most frequent message; ties go to the first in text order (stable).
+                "SELECT variant, path, count(DISTINCT idempotency_key) AS outputs, "
+                "first(message ORDER BY n DESC, message) FROM counted GROUP BY variant, path "
+                "ORDER BY outputs DESC, variant, path LIMIT ?",
+                [run_id, limit],
+            ).fetchall()
+        return [FieldFailure(r[0], r[1], int(r[2]), r[3]) for r in rows]
 
     def failure_kinds(self, run_id: str) -> dict[str, int]:
         """Failed items per error kind, most frequent first."""
@@ -277,13 +332,15 @@ class ReadModels:
         variant: str | None = None,
         error_kind: str | None = None,
         search: str | None = None,
+        check: str | None = None,
         offset: int = 0,
         limit: int = 50,
     ) -> ItemPage:
         """A page of the run's items in plan order, filtered, with the count that matches.
 
-        `search` matches a key prefix, or text (any case) in the dataset row, the output
-        or the error message. Filtering and paging read `items` alone; the page's result
+        `check` keeps items whose output check has that status. `search` matches a key
+        prefix, or text (any case) in the dataset row, the output or the error message.
+        Filtering and paging read `items` alone; the page's result
         fields come from `results` by `seq` (no key index there: zone maps on `seq` find
         the page's row groups). bench/item_reads.py times it on a million items.
         """
@@ -304,6 +361,13 @@ class ReadModels:
         if error_kind:
             where.append("i.error_kind = ?")
             args.append(error_kind)
+        if check:
+            if check not in CHECK_STATUSES:
+                raise PromptlabError(
+                    f"unknown check status {check!r}: one of {', '.join(CHECK_STATUSES)}"
+                )
+            where.append("i.seq IN (SELECT seq FROM results WHERE run_id = ? AND check_status = ?)")
+            args += [run_id, check]
         if search:
             needle = search.lower()
             where.append(
@@ -346,7 +410,8 @@ class ReadModels:
                     int(f[0]): f
                     for f in cur.execute(
                         f"SELECT seq, latency_ms, left(output_text, {OUTPUT_PREVIEW_CHARS}), "
-                        "finished_at FROM results WHERE run_id = ? AND seq BETWEEN ? AND ? "
+                        "finished_at, check_status FROM results "
+                        "WHERE run_id = ? AND seq BETWEEN ? AND ? "
                         "AND list_contains(?, seq)",
                         bounds,
                     ).fetchall()
@@ -367,6 +432,7 @@ class ReadModels:
                     latency_ms=f[1] if f else None,
                     output_preview=f[2] if f else None,
                     finished_at=f[3] if f else None,
+                    check_status=f[4] if f else None,
                 )
             )
         return ItemPage(rows=page, total=int(total[0]) if total else 0, offset=offset, limit=limit)
@@ -433,5 +499,7 @@ def _final_row(r: tuple[Any, ...]) -> FinalRow:
         prompt_version_id=r[9], endpoint=r[10], model=r[11],
         params=json.loads(r[12]) if r[12] else {}, output_text=r[13], input_tokens=r[14],
         output_tokens=r[15], finish_reason=r[16], model_version=r[17], latency_ms=r[18],
-        cost_usd=r[19], attempts=int(r[20]), finished_at=r[21],
+        cost_usd=r[19], attempts=int(r[20]), finished_at=r[21], check_status=r[22],
+        check_errors=tuple(json.loads(r[23])) if r[23] else (), rule_status=r[24],
+        rule_errors=tuple(json.loads(r[25])) if r[25] else (),
     )  # fmt: skip
