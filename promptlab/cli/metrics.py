@@ -91,7 +91,9 @@ def _pct(value: float | None) -> str:
 
 
 def _p(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3g}"
+    if value is None:
+        return "-"
+    return "<0.0001" if value < 0.0001 else f"{value:.3g}"  # --json keeps the exact value
 
 
 def aligned(rows: list[tuple[str, ...]], left: set[int]) -> list[str]:
