@@ -107,7 +107,7 @@ from promptlab.records import (
     VariantSummary,
 )
 from promptlab.registry import PromptVersion, Registry, SaveResult
-from promptlab.stats import MetricComparison, SrmCheck, Verdict
+from promptlab.stats import MetricComparison, SrmCheck, Verdict, sample_size_two_proportions
 from promptlab.store import ReadModels, Store
 from promptlab.store.experiments import AssignmentCount, ExperimentStore, StoredRevision
 from promptlab.store.metrics import MetricsReads
@@ -800,6 +800,7 @@ __all__ = [
     "MetricsRow",
     "SrmCheck",
     "Verdict",
+    "sample_size_two_proportions",
     "ExperimentConfig",
     "ExperimentError",
     "ExperimentVariant",

@@ -92,3 +92,22 @@ def test_compare_errors_are_one_line(db: str, runs: tuple[Path, str, str]) -> No
 @pytest.mark.parametrize("command", ["metrics", "compare"])
 def test_help_stays_light(command: str) -> None:
     assert not modules_after(invoke_cli(command, "--help")) & set(HEAVY)
+
+
+def test_compare_says_the_sample_size_for_a_chosen_effect(
+    db: str,
+    runs: tuple[Path, str, str],  # noqa: F811
+) -> None:
+    result = cli("--db", db, "compare", "--run", runs[1], "--mde", "5")
+    # Control completed everything: 5 points down from 100% (statsmodels'
+    # samplesize_proportions_2indep_onetail(-0.05, 1 - 1e-9, 0.8) = 151.8).
+    assert result.output.splitlines()[-1] == (
+        "sample size: 152 units per arm detect a change of -5.0 pp from control's 100.0% "
+        "completion (alpha 0.05, power 80%)"
+    )
+    data = json.loads(cli("--db", db, "compare", "--run", runs[1], "--mde", "5", "--json").output)
+    assert data["units_needed"] == {"base": 1.0, "change": -0.05, "per_arm": 152}
+    assert (
+        json.loads(cli("--db", db, "compare", "--run", runs[1], "--json").output)["units_needed"]
+        is None
+    )

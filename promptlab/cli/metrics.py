@@ -53,11 +53,16 @@ def metrics_command(
 @db_option
 @click.option("--run", "run_id", required=True, help="The run whose variants are compared.")
 @click.argument("variants", nargs=-1)
+@click.option(
+    "--mde", type=click.FloatRange(min=0, min_open=True, max=50), metavar="PP",
+    help="Also say how many units per arm detect a change of PP percentage points "
+    "in control's completion rate (alpha 0.05, power 80%).",
+)  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
 @click.pass_context
 @handle_errors
 def compare_command(
-    ctx: click.Context, run_id: str, variants: tuple[str, ...], as_json: bool
+    ctx: click.Context, run_id: str, variants: tuple[str, ...], mde: float | None, as_json: bool
 ) -> None:
     """Each variant of a run against control (or VARIANT_B against VARIANT_A).
 
@@ -69,8 +74,9 @@ def compare_command(
     a, b = variants if variants else (None, None)
     with open_workbench(ctx) as wb:
         comparison = wb.compare(run_id, a, b)
+    needed = units_needed(comparison, mde) if mde is not None else None
     if as_json:
-        click.echo(json.dumps(comparison_json(comparison), indent=2))
+        click.echo(json.dumps({**comparison_json(comparison), "units_needed": needed}, indent=2))
         return
     kind = "paired tests" if comparison.paired else "independent samples"
     click.echo(
@@ -80,6 +86,27 @@ def compare_command(
         click.echo(line)
     if comparison.srm is not None:
         click.echo(srm_line(comparison))
+    if needed is not None:
+        click.echo(
+            f"sample size: {needed['per_arm']} units per arm detect a change of "
+            f"{needed['change'] * 100:+.1f} pp from control's {needed['base']:.1%} completion "
+            "(alpha 0.05, power 80%)"
+        )
+
+
+def units_needed(comparison: Comparison, mde_pp: float) -> dict[str, Any] | None:
+    """Units per arm that detect a change of `mde_pp` points in control's completion rate
+    (downward when upward would pass 100%); None when control has finished nothing."""
+    from promptlab.workbench import sample_size_two_proportions
+
+    base = next((r.control_value for r in comparison.rows if not r.lower_is_better), None)
+    if base is None:
+        return None
+    change = mde_pp / 100 if base + mde_pp / 100 < 1 else -mde_pp / 100
+    # A rate of exactly 0 or 1 has no variance: nudge it inside so the formula holds.
+    inside = min(max(base, 1e-9), 1 - 1e-9)
+    per_arm = sample_size_two_proportions(inside, change)
+    return {"base": base, "change": change, "per_arm": per_arm}
 
 
 def _ms(value: float | None) -> str:
