@@ -226,7 +226,13 @@ def mann_whitney(a: Any, b: Any) -> TestResult:
     if not xa.size or not xb.size:
         return TestResult(math.nan, 1.0, "Mann-Whitney U")
     result = mannwhitneyu(xb, xa, alternative="two-sided")
-    return TestResult(float(result.statistic), float(result.pvalue), "Mann-Whitney U")
+    return TestResult(float(result.statistic), _defined(result.pvalue), "Mann-Whitney U")
+
+
+def _defined(p_value: Any) -> float:
+    """A test's p-value; NaN (no variation to test) is no evidence at all: 1."""
+    p = float(p_value)
+    return 1.0 if math.isnan(p) else p
 
 
 # ---- paired (all-mode runs) ----------------------------------------------------------
@@ -265,7 +271,7 @@ def wilcoxon_paired(a: Any, b: Any) -> TestResult:
     if not np.any(xb - xa):
         return TestResult(0.0, 1.0, "Wilcoxon signed-rank")
     result = wilcoxon(xb, xa, alternative="two-sided")
-    return TestResult(float(result.statistic), float(result.pvalue), "Wilcoxon signed-rank")
+    return TestResult(float(result.statistic), _defined(result.pvalue), "Wilcoxon signed-rank")
 
 
 # ---- many comparisons ----------------------------------------------------------------

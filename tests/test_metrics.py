@@ -235,3 +235,27 @@ def test_parse_since() -> None:
     assert parse_since("2026-11-01") == datetime(2026, 11, 1, tzinfo=UTC)
     with pytest.raises(PromptlabError, match="--since: expected an age like 7d"):
         parse_since("last week")
+
+
+def test_a_variant_that_never_answered_has_no_latency_to_compare(
+    wb: Workbench, runs: tuple[Path, str, str]
+) -> None:
+    paired = runs[2]
+    with wb.store.transaction() as cur:
+        cur.execute(
+            "UPDATE results SET status = 'failed', error_kind = 'timeout', latency_ms = NULL "
+            "WHERE run_id = ? AND variant = 'staging'",
+            [paired],
+        )
+    staging = wb.metrics(run_id=paired)[1]
+    assert (staging.failed, staging.failed_by_kind, staging.latency_p50_ms) == (
+        40,
+        {"timeout": 40},
+        None,
+    )
+    completion, *latency = wb.compare(paired).rows
+    assert completion.test == "McNemar chi-square" and completion.effect == -1.0
+    assert completion.verdict == Verdict.WORSE
+    assert {(r.test, r.effect, r.verdict) for r in latency} == {
+        ("no data", None, Verdict.UNDECIDED)
+    }
