@@ -15,6 +15,7 @@ from enum import StrEnum
 from typing import Any
 
 from promptlab.errors import ErrorKind
+from promptlab.stats import Interval, wilson_interval
 from promptlab.templates import Template
 
 __all__ = [
@@ -33,7 +34,9 @@ __all__ = [
     "ItemRow",
     "ItemStatus",
     "LabelEvent",
+    "MetricsRow",
     "OPEN_ITEM_STATUSES",
+    "PairedCompletion",
     "PendingItem",
     "PromptVersion",
     "RowCheck",
@@ -535,3 +538,73 @@ class RowCheck:
     @property
     def bad(self) -> int:
         return self.total - self.valid
+
+
+# ---- metrics and comparisons ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MetricsRow:
+    """What one run variant, or one prompt version on one model, added up to.
+
+    Run rows have `run_id` and `variant`; version rows (across runs) have neither and
+    count the `runs` they come from. Counts are over final rows (results); latencies
+    over succeeded ones. `completed` counts succeeded results whose output passed its
+    check (valid, repaired or no schema) once results carry checks.
+    """
+
+    run_id: str | None
+    variant: str | None
+    prompt_name: str | None
+    prompt_version: str | None
+    prompt_version_id: str
+    model: str
+    runs: int
+    finished: int
+    succeeded: int
+    failed: int
+    cancelled: int
+    #: Items of a run variant still pending or in flight (0 for version rows).
+    open: int
+    completed: int
+    failed_by_kind: Mapping[str, int]
+    latency_mean_ms: float | None
+    latency_p50_ms: float | None
+    latency_p90_ms: float | None
+    latency_p95_ms: float | None
+    latency_p99_ms: float | None
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+    first_finished_at: datetime | None
+    last_finished_at: datetime | None
+
+    @property
+    def completion_rate(self) -> float | None:
+        return self.completed / self.finished if self.finished else None
+
+    @property
+    def completion_interval(self) -> Interval:
+        """Wilson 95% interval of the completion rate ((0, 1) with nothing finished)."""
+        return wilson_interval(self.completed, self.finished)
+
+    @property
+    def label(self) -> str:
+        """The variant, or `name@version` for a version row."""
+        if self.variant is not None:
+            return self.variant
+        if self.prompt_name and self.prompt_version:
+            return f"{self.prompt_name}@{self.prompt_version}"
+        return self.prompt_version_id[:19]
+
+
+@dataclass(frozen=True)
+class PairedCompletion:
+    """Completion of two variants over the same (row, repeat) pairs of an all-mode run."""
+
+    pairs: int
+    a_completed: int
+    b_completed: int
+    #: Pairs only A completed (McNemar's b) and only B completed (c).
+    only_a: int
+    only_b: int

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from promptlab.batchfile import StoredResult, batch_output_lines, first_model
+from promptlab.compare import Comparison, compare_run, parse_since
 from promptlab.config import PROJECT_ROOT, Settings
 from promptlab.datasets import DatasetStore, check_rows
 from promptlab.demo import (
@@ -97,6 +98,7 @@ from promptlab.records import (
     ItemPage,
     ItemRow,
     ItemStatus,
+    MetricsRow,
     RowCheck,
     RowProblem,
     RunRecord,
@@ -106,8 +108,10 @@ from promptlab.records import (
     VariantSummary,
 )
 from promptlab.registry import PromptVersion, Registry, SaveResult
+from promptlab.stats import MetricComparison, SrmCheck, Verdict, sample_size_two_proportions
 from promptlab.store import ReadModels, Store
 from promptlab.store.experiments import AssignmentCount, ExperimentStore, StoredRevision
+from promptlab.store.metrics import MetricsReads
 from promptlab.templates import ROLES, Template, coerce_text_values
 from promptlab.validation import CheckStatus
 from promptlab.yamlio import parse_yaml, read_yaml
@@ -534,6 +538,40 @@ class Workbench:
         # Rendered from the row as stored, then masked for display like everything shown.
         return masked(detail, item_request(detail.variant, detail.row))
 
+    # ---- metrics and comparisons ---------------------------------------------------
+    # Aggregates in DuckDB (promptlab/store/metrics.py), tests in promptlab/stats.py.
+
+    @functools.cached_property
+    def _metric_reads(self) -> MetricsReads:
+        return MetricsReads(self.store)
+
+    def metrics(
+        self,
+        run_id: str | None = None,
+        prompt: str | None = None,
+        since: datetime | str | None = None,
+    ) -> list[MetricsRow]:
+        """Items, completion, failures by kind, latency percentiles, tokens and cost.
+
+        With `run_id`, one row per variant of that run; otherwise one row per prompt
+        version and model across runs (`prompt` keeps one prompt's versions). `since`
+        (a datetime, or `7d`, `24h`, a date) keeps results finished from then on.
+        """
+        when = parse_since(since) if isinstance(since, str) else since
+        if run_id is not None:
+            rows = self._metric_reads.run_metrics(run_id, when)
+            return [r for r in rows if prompt is None or r.prompt_name == prompt]
+        return self._metric_reads.version_metrics(prompt, when)
+
+    def compare(
+        self, run_id: str, variant_a: str | None = None, variant_b: str | None = None
+    ) -> Comparison:
+        """Each variant of the run against control (or B against A), with significance;
+        see promptlab/compare.py for the tests used."""
+        run = self._reads.run(run_id)
+        metrics = self._metric_reads.run_metrics(run_id)
+        return compare_run(self._metric_reads, run, metrics, variant_a, variant_b)
+
     # ---- experiments ---------------------------------------------------------------
     # Sticky splits of units over prompt variants (rules in promptlab/experiments.py).
     # Every change is a new revision with its author, time and note.
@@ -770,6 +808,12 @@ __all__ = [
     "VariantEstimate",
     "Assignment",
     "AssignmentCount",
+    "Comparison",
+    "MetricComparison",
+    "MetricsRow",
+    "SrmCheck",
+    "Verdict",
+    "sample_size_two_proportions",
     "ExperimentConfig",
     "ExperimentError",
     "ExperimentVariant",

@@ -1,0 +1,220 @@
+"""Metrics per run variant and per prompt version, computed in DuckDB, and the samples
+`promptlab compare` tests (latencies as NumPy arrays, paired completion counts).
+
+Completion counts a succeeded result whose output passed its check. Results gain
+`check_status` / `rule_status` with output checks (migration 0005_output_checks); the
+predicate is built from the columns the table has, so it reads databases from before
+and after that migration alike.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import duckdb
+
+from promptlab.errors import NotFoundError
+from promptlab.records import MetricsRow, PairedCompletion
+from promptlab.store.connection import Store
+from promptlab.store.runs import fetch_run
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+#: The latency percentiles a metrics row carries, in MetricsRow field order.
+METRIC_QUANTILES = (0.5, 0.9, 0.95, 0.99)
+#: Output check statuses that count as complete (promptlab.validation's names).
+COMPLETE_CHECKS = ("valid", "repaired", "no_schema")
+
+#: The aggregates of one group of results, in the order `_row` reads them.
+_AGGREGATES = (
+    "count(DISTINCT run_id) AS runs, count(*) AS finished, "
+    "count(*) FILTER (WHERE status = 'succeeded') AS succeeded, "
+    "count(*) FILTER (WHERE status = 'failed') AS failed, "
+    "count(*) FILTER (WHERE status = 'cancelled') AS cancelled, "
+    "count(*) FILTER (WHERE {completed}) AS completed, "
+    "histogram(error_kind) FILTER (WHERE status = 'failed') AS kinds, "
+    "avg(latency_ms) FILTER (WHERE status = 'succeeded') AS latency_mean, "
+    "quantile_cont(latency_ms, [{quantiles}]) FILTER (WHERE status = 'succeeded') AS latency, "
+    "coalesce(sum(input_tokens), 0) AS input_tokens, "
+    "coalesce(sum(output_tokens), 0) AS output_tokens, "
+    "coalesce(sum(cost_usd), 0) AS cost_usd, "
+    "min(finished_at) AS first_at, max(finished_at) AS last_at"
+)
+
+
+def completed_predicate(columns: set[str]) -> str:
+    """SQL that is true for a result that counts as complete, given `results`' columns."""
+    parts = ["status = 'succeeded'"]
+    if "check_status" in columns:
+        allowed = ", ".join(f"'{c}'" for c in COMPLETE_CHECKS)
+        parts.append(f"coalesce(check_status, 'no_schema') IN ({allowed})")
+    if "rule_status" in columns:
+        parts.append("coalesce(rule_status, '') <> 'failed'")
+    return " AND ".join(parts)
+
+
+class MetricsReads:
+    """Aggregates and samples over `results`; each call reads on its own."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def _completed(self, cur: duckdb.DuckDBPyConnection) -> str:
+        rows = cur.execute(
+            "SELECT column_name FROM duckdb_columns() "
+            "WHERE table_name = 'results' AND schema_name = 'main'"
+        ).fetchall()
+        return completed_predicate({r[0] for r in rows})
+
+    def _aggregates(self, cur: duckdb.DuckDBPyConnection) -> str:
+        quantiles = ", ".join(str(q) for q in METRIC_QUANTILES)
+        return _AGGREGATES.format(completed=self._completed(cur), quantiles=quantiles)
+
+    def run_metrics(self, run_id: str, since: datetime | None = None) -> list[MetricsRow]:
+        """One row per variant of the run, in variant order (variants with no results too)."""
+        window, args = _since(since)
+        with self.store.read() as cur:
+            fetch_run(cur, run_id)
+            rows = cur.execute(
+                f"WITH agg AS (SELECT variant, {self._aggregates(cur)} FROM results "
+                f"WHERE run_id = ?{window} GROUP BY variant), "
+                "open AS (SELECT variant_index, count(*) AS open FROM items WHERE run_id = ? "
+                "AND status IN ('pending', 'in_flight') GROUP BY variant_index), "
+                "names AS (SELECT id, any_value(prompt_name) AS prompt_name, "
+                "any_value(semver) AS semver FROM prompt_versions GROUP BY id) "
+                "SELECT ?, v.name, n.prompt_name, n.semver, v.prompt_version_id, "
+                "v.endpoint || ':' || v.model, coalesce(a.runs, 0), coalesce(a.finished, 0), "
+                "coalesce(a.succeeded, 0), coalesce(a.failed, 0), coalesce(a.cancelled, 0), "
+                "coalesce(o.open, 0), coalesce(a.completed, 0), a.kinds, a.latency_mean, "
+                "a.latency, coalesce(a.input_tokens, 0), coalesce(a.output_tokens, 0), "
+                "coalesce(a.cost_usd, 0), a.first_at, a.last_at "
+                "FROM run_variants v LEFT JOIN agg a ON a.variant = v.name "
+                "LEFT JOIN open o USING (variant_index) "
+                "LEFT JOIN names n ON n.id = v.prompt_version_id "
+                "WHERE v.run_id = ? ORDER BY v.variant_index",
+                [run_id, *args, run_id, run_id, run_id],
+            ).fetchall()
+        return [_row(r) for r in rows]
+
+    def version_metrics(
+        self, prompt: str | None = None, since: datetime | None = None
+    ) -> list[MetricsRow]:
+        """One row per (prompt version, endpoint:model) across runs, oldest version first.
+
+        `prompt` keeps that prompt's versions; results of inline or request-file
+        variants (no stored version) are listed by their version id without `prompt`.
+        """
+        window, args = _since(since)
+        with self.store.read() as cur:
+            name_filter, name_args = "", []
+            if prompt is not None:
+                if not cur.execute("SELECT 1 FROM prompts WHERE name = ?", [prompt]).fetchone():
+                    raise NotFoundError(f"no prompt named {prompt!r}")
+                name_filter, name_args = " WHERE prompt_name = ?", [prompt]
+            join = "JOIN" if prompt is not None else "LEFT JOIN"
+            version_filter = (
+                " AND prompt_version_id IN (SELECT id FROM prompt_versions WHERE prompt_name = ?)"
+                if prompt is not None
+                else ""
+            )
+            rows = cur.execute(
+                "WITH names AS (SELECT id, any_value(prompt_name) AS prompt_name, "
+                "any_value(semver) AS semver, any_value(major) AS major, "
+                "any_value(minor) AS minor, any_value(patch) AS patch FROM prompt_versions"
+                f"{name_filter} GROUP BY id), "
+                "agg AS (SELECT prompt_version_id, endpoint || ':' || model AS model, "
+                f"{self._aggregates(cur)} FROM results WHERE true{window}{version_filter} "
+                "GROUP BY ALL) "
+                "SELECT NULL, NULL, n.prompt_name, n.semver, a.prompt_version_id, a.model, "
+                "a.runs, a.finished, a.succeeded, a.failed, a.cancelled, 0, a.completed, "
+                "a.kinds, a.latency_mean, a.latency, a.input_tokens, a.output_tokens, "
+                "a.cost_usd, a.first_at, a.last_at "
+                f"FROM agg a {join} names n ON n.id = a.prompt_version_id "
+                "ORDER BY n.prompt_name NULLS LAST, n.major, n.minor, n.patch, "
+                "a.prompt_version_id, a.model",
+                [*name_args, *args, *name_args],
+            ).fetchall()
+        return [_row(r) for r in rows]
+
+    def latencies(self, run_id: str, variant: str) -> npt.NDArray[np.float64]:
+        """Latencies (ms) of the variant's succeeded results, as a NumPy array."""
+        with self.store.read() as cur:
+            columns = cur.execute(
+                "SELECT latency_ms FROM results WHERE run_id = ? AND variant = ? "
+                "AND status = 'succeeded' AND latency_ms IS NOT NULL",
+                [run_id, variant],
+            ).fetchnumpy()
+        return _floats(columns["latency_ms"])
+
+    def paired_latencies(
+        self, run_id: str, a: str, b: str
+    ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+        """Latencies of A and B over the (row, repeat) pairs both succeeded on."""
+        with self.store.read() as cur:
+            columns = cur.execute(
+                "SELECT x.latency_ms AS a, y.latency_ms AS b FROM results x JOIN results y "
+                "ON y.run_id = x.run_id AND y.row_index = x.row_index AND y.repeat = x.repeat "
+                "WHERE x.run_id = ? AND x.variant = ? AND y.variant = ? "
+                "AND x.status = 'succeeded' AND y.status = 'succeeded' "
+                "AND x.latency_ms IS NOT NULL AND y.latency_ms IS NOT NULL "
+                "ORDER BY x.row_index, x.repeat",
+                [run_id, a, b],
+            ).fetchnumpy()
+        return _floats(columns["a"]), _floats(columns["b"])
+
+    def paired_completion(self, run_id: str, a: str, b: str) -> PairedCompletion:
+        """Completion of A and B over the (row, repeat) pairs both finished."""
+        with self.store.read() as cur:
+            done = self._completed(cur)
+            row = cur.execute(
+                "WITH x AS (SELECT row_index, repeat, "
+                f"({done}) AS ok FROM results WHERE run_id = ? AND variant = ?), "
+                "y AS (SELECT row_index, repeat, "
+                f"({done}) AS ok FROM results WHERE run_id = ? AND variant = ?) "
+                "SELECT count(*), count(*) FILTER (WHERE x.ok), count(*) FILTER (WHERE y.ok), "
+                "count(*) FILTER (WHERE x.ok AND NOT y.ok), "
+                "count(*) FILTER (WHERE y.ok AND NOT x.ok) "
+                "FROM x JOIN y USING (row_index, repeat)",
+                [run_id, a, run_id, b],
+            ).fetchone()
+        assert row is not None
+        return PairedCompletion(*(int(v) for v in row))
+
+    def assigned_units(self, run_id: str) -> dict[str, int]:
+        """Distinct units a split run assigned to each variant (its `assignments`)."""
+        with self.store.read() as cur:
+            rows = cur.execute(
+                "SELECT variant, count(DISTINCT unit_id) FROM assignments WHERE run_id = ? "
+                "GROUP BY variant ORDER BY variant",
+                [run_id],
+            ).fetchall()
+        return {r[0]: int(r[1]) for r in rows}
+
+
+def _since(since: datetime | None) -> tuple[str, list[Any]]:
+    return (" AND finished_at >= ?", [since]) if since is not None else ("", [])
+
+
+def _floats(column: Any) -> npt.NDArray[np.float64]:
+    import numpy as np
+
+    return np.asarray(column, dtype=np.float64)
+
+
+def _row(r: tuple[Any, ...]) -> MetricsRow:
+    latency = r[15]
+    return MetricsRow(
+        run_id=r[0], variant=r[1], prompt_name=r[2], prompt_version=r[3],
+        prompt_version_id=r[4], model=r[5], runs=int(r[6]), finished=int(r[7]),
+        succeeded=int(r[8]), failed=int(r[9]), cancelled=int(r[10]), open=int(r[11]),
+        completed=int(r[12]), failed_by_kind={str(k): int(v) for k, v in (r[13] or {}).items()},
+        latency_mean_ms=r[14], latency_p50_ms=latency[0] if latency else None,
+        latency_p90_ms=latency[1] if latency else None,
+        latency_p95_ms=latency[2] if latency else None,
+        latency_p99_ms=latency[3] if latency else None, input_tokens=int(r[16]),
+        output_tokens=int(r[17]), cost_usd=float(r[18]), first_finished_at=r[19],
+        last_finished_at=r[20],
+    )  # fmt: skip

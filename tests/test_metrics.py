@@ -1,0 +1,261 @@
+"""Metrics per variant and version in DuckDB, and `Workbench.compare` on real runs.
+
+Two runs of the demo experiment on the simulated model (a 70/30 split by customer and
+an all-mode run) are made once for the module; each figure is checked against the
+same figure computed here from the stored rows with numpy and scipy.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.stats import chisquare, mannwhitneyu, wilcoxon
+
+from promptlab.compare import parse_since
+from promptlab.config import Settings
+from promptlab.errors import NotFoundError, PromptlabError
+from promptlab.experiments import expected_shares
+from promptlab.records import RunStatus
+from promptlab.stats import Verdict, mcnemar, two_proportions
+from promptlab.store import Store
+from promptlab.store.metrics import completed_predicate
+from promptlab.workbench import Workbench
+
+
+def settings(path: Path) -> Settings:
+    return Settings.from_env({"PROMPTLAB_DB": str(path), "PROMPTLAB_AUTHOR": "tester"})
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
+    """(database, split run id, all-mode run id), made once."""
+    path = tmp_path_factory.mktemp("metrics") / "runs.duckdb"
+    with Store(path) as store, Workbench(store, settings(path)) as wb:
+        wb.load_demo()
+        split = wb.start_run(wb.experiment_run_spec("triage-split", "tickets"))
+        assert wb.wait(split, 60).status == RunStatus.COMPLETED
+        paired = wb.start_run(wb.experiment_run_spec("triage-split", "tickets", mode="all"))
+        assert wb.wait(paired, 60).status == RunStatus.COMPLETED
+    return path, split, paired
+
+
+@pytest.fixture
+def db(runs: tuple[Path, str, str], tmp_path: Path) -> Path:
+    """A copy of the module's database, so a test may change it."""
+    copy = tmp_path / "copy.duckdb"
+    shutil.copy(runs[0], copy)
+    return copy
+
+
+@pytest.fixture
+def wb(db: Path) -> Iterator[Workbench]:
+    with Store(db) as store, Workbench(store, settings(db)) as bench:
+        yield bench
+
+
+def latencies(wb: Workbench, run_id: str, variant: str) -> np.ndarray:
+    with wb.store.read() as cur:
+        rows = cur.execute(
+            "SELECT latency_ms FROM results WHERE run_id = ? AND variant = ? "
+            "AND status = 'succeeded'",
+            [run_id, variant],
+        ).fetchall()
+    return np.array([r[0] for r in rows])
+
+
+def test_run_metrics_match_the_stored_rows(wb: Workbench, runs: tuple[Path, str, str]) -> None:
+    split = runs[1]
+    rows = wb.metrics(run_id=split)
+    assert [r.variant for r in rows] == ["control", "staging"]
+    assert sum(r.finished for r in rows) == 40
+    for row in rows:
+        x = latencies(wb, split, row.variant or "")
+        assert row.finished == row.succeeded == x.size and row.failed == 0
+        # Every output passes here (with output checks, completion may count fewer).
+        assert row.completed <= row.succeeded
+        assert row.completion_rate == row.completed / row.finished
+        assert row.prompt_name == "ticket-triage" and row.model == "sim:careful"
+        quantiles = np.quantile(x, [0.5, 0.9, 0.95, 0.99])
+        found = [row.latency_p50_ms, row.latency_p90_ms, row.latency_p95_ms, row.latency_p99_ms]
+        assert found == pytest.approx(quantiles.tolist())
+        assert row.latency_mean_ms == pytest.approx(x.mean())
+        assert row.input_tokens > 0 and row.cost_usd > 0 and row.open == 0
+        ci = row.completion_interval
+        assert ci.low < 1.0 == ci.high
+
+
+def test_version_metrics_add_up_every_run_of_each_version(
+    wb: Workbench, runs: tuple[Path, str, str]
+) -> None:
+    rows = wb.metrics(prompt="ticket-triage", since="7d")
+    assert [r.label for r in rows] == ["ticket-triage@1.1.0", "ticket-triage@2.0.0"]
+    assert all(r.runs == 2 and r.run_id is None for r in rows)
+    assert sum(r.finished for r in rows) == 40 + 80
+    by_run = {r.prompt_version_id: r.finished for r in wb.metrics(run_id=runs[1])}
+    for row in rows:
+        assert row.finished == by_run[row.prompt_version_id] + 40  # + its all-mode items
+    assert wb.metrics() == rows  # the demo's only prompt with results
+    assert wb.metrics(prompt="ticket-triage", since=datetime.now(UTC) + timedelta(hours=1)) == []
+    assert wb.metrics(prompt="article-summarizer") == []
+    with pytest.raises(NotFoundError, match="no prompt named 'nope'"):
+        wb.metrics(prompt="nope")
+
+
+def test_compare_a_split_run_tests_independent_samples_and_the_split(
+    wb: Workbench, runs: tuple[Path, str, str]
+) -> None:
+    split = runs[1]
+    comparison = wb.compare(split)
+    assert (comparison.mode, comparison.control, comparison.paired) == ("split", "control", False)
+    assert [(r.variant, r.metric) for r in comparison.rows] == [
+        ("staging", "completion rate"),
+        ("staging", "latency p50"),
+        ("staging", "latency p90"),
+        ("staging", "latency p99"),
+    ]
+    completion = comparison.rows[0]
+    counts = {r.variant: r for r in comparison.metrics}
+    expected = two_proportions(
+        counts["control"].completed, counts["control"].finished,
+        counts["staging"].completed, counts["staging"].finished,
+    )  # fmt: skip
+    assert (completion.p_value, completion.test) == (expected.p_value, "Fisher exact")
+    assert completion.interval == expected.interval
+    xa, xb = latencies(wb, split, "control"), latencies(wb, split, "staging")
+    reference = mannwhitneyu(xb, xa, alternative="two-sided").pvalue
+    for row in comparison.rows[1:]:
+        assert row.p_value == pytest.approx(reference) and row.test.endswith("Mann-Whitney U")
+        assert (row.n_control, row.n_variant) == (xa.size, xb.size)
+        assert row.interval is not None and row.interval.low <= row.effect <= row.interval.high
+    assert all(r.adjusted_p is not None and r.adjusted_p >= r.p_value for r in comparison.rows)
+    assert all(r.verdict in set(Verdict) for r in comparison.rows)
+    # SRM: distinct customers per variant against the experiment's 70/30.
+    srm = comparison.srm
+    assert srm is not None
+    with wb.store.read() as cur:
+        units = dict(
+            cur.execute(
+                "SELECT variant, count(DISTINCT unit_id) FROM assignments WHERE run_id = ? "
+                "GROUP BY variant",
+                [split],
+            ).fetchall()
+        )
+    assert srm.observed == units and sum(units.values()) == 17
+    shares = expected_shares(wb.experiment("triage-split"))
+    assert srm.expected == pytest.approx({k: 17 * v for k, v in shares.items()})
+    names = list(srm.observed)
+    assert srm.p_value == pytest.approx(
+        chisquare([units[n] for n in names], [17 * shares[n] for n in names]).pvalue
+    )
+    assert not srm.mismatch
+
+
+def test_compare_an_all_mode_run_pairs_rows(wb: Workbench, runs: tuple[Path, str, str]) -> None:
+    paired = runs[2]
+    comparison = wb.compare(paired)
+    assert (comparison.mode, comparison.paired, comparison.srm) == ("all", True, None)
+    completion = comparison.rows[0]
+    assert (completion.n_control, completion.n_variant) == (40, 40)
+    assert completion.test.startswith("McNemar")
+    xa, xb = latencies(wb, paired, "control"), latencies(wb, paired, "staging")
+    with wb.store.read() as cur:
+        pairs = cur.execute(
+            "SELECT a.latency_ms, b.latency_ms FROM results a JOIN results b "
+            "USING (run_id, row_index, repeat) WHERE a.run_id = ? AND a.variant = 'control' "
+            "AND b.variant = 'staging' ORDER BY row_index",
+            [paired],
+        ).fetchall()
+    reference = wilcoxon([p[1] for p in pairs], [p[0] for p in pairs]).pvalue
+    for row, q in zip(comparison.rows[1:], (0.5, 0.9, 0.99), strict=True):
+        assert row.test == "bootstrap + Wilcoxon signed-rank"
+        assert row.p_value == pytest.approx(reference)
+        assert row.control_value == pytest.approx(np.quantile(xa, q))
+        assert row.effect == pytest.approx(np.quantile(xb, q) - np.quantile(xa, q))
+    # Repeatable: the bootstrap is seeded.
+    assert wb.compare(paired).rows == comparison.rows
+
+
+def test_compare_names_variants_and_refuses_what_it_cannot_compare(
+    wb: Workbench, runs: tuple[Path, str, str]
+) -> None:
+    swapped = wb.compare(runs[2], "staging", "control")
+    assert swapped.control == "staging" and {r.variant for r in swapped.rows} == {"control"}
+    with pytest.raises(PromptlabError, match=r"no variant 'nope' \(variants: control, staging\)"):
+        wb.compare(runs[2], "control", "nope")
+    with pytest.raises(PromptlabError, match="not itself"):
+        wb.compare(runs[2], "control", "control")
+    with pytest.raises(PromptlabError, match="no run with id 'run_nope'"):
+        wb.compare("run_nope")
+
+
+def test_completion_counts_only_outputs_that_passed_their_checks(
+    wb: Workbench, runs: tuple[Path, str, str]
+) -> None:
+    paired = runs[2]
+    # The columns output checks add (migration 0005_output_checks), set by hand here.
+    with wb.store.transaction() as cur:
+        cur.execute("ALTER TABLE results ADD COLUMN IF NOT EXISTS check_status VARCHAR")
+        cur.execute("ALTER TABLE results ADD COLUMN IF NOT EXISTS rule_status VARCHAR")
+        cur.execute(
+            "UPDATE results SET check_status = CASE WHEN row_index < 3 THEN 'invalid' "
+            "WHEN row_index = 3 THEN 'truncated' ELSE 'valid' END, "
+            "rule_status = CASE WHEN row_index = 4 THEN 'failed' ELSE 'passed' END "
+            "WHERE run_id = ? AND variant = 'staging'",
+            [paired],
+        )
+        cur.execute(
+            "UPDATE results SET check_status = NULL, rule_status = NULL "
+            "WHERE run_id = ? AND variant = 'control'",
+            [paired],
+        )
+    rows = {r.variant: r for r in wb.metrics(run_id=paired)}
+    assert (rows["control"].completed, rows["staging"].completed) == (40, 35)
+    assert rows["staging"].succeeded == 40 and rows["staging"].completion_rate == 35 / 40
+    completion = wb.compare(paired).rows[0]
+    assert completion.test == "McNemar exact"  # 5 discordant pairs, all one way
+    assert completion.p_value == mcnemar(5, 0).p_value == 0.0625
+    assert completion.effect == pytest.approx(-5 / 40)
+
+
+def test_the_completion_predicate_follows_the_columns_present() -> None:
+    assert completed_predicate({"status"}) == "status = 'succeeded'"
+    both = completed_predicate({"status", "check_status", "rule_status"})
+    assert "IN ('valid', 'repaired', 'no_schema')" in both and "'failed'" in both
+
+
+def test_parse_since() -> None:
+    now = datetime(2026, 11, 30, 12, tzinfo=UTC)
+    assert parse_since("7d", now) == datetime(2026, 11, 23, 12, tzinfo=UTC)
+    assert parse_since("24h", now) == datetime(2026, 11, 29, 12, tzinfo=UTC)
+    assert parse_since("2026-11-01") == datetime(2026, 11, 1, tzinfo=UTC)
+    with pytest.raises(PromptlabError, match="--since: expected an age like 7d"):
+        parse_since("last week")
+
+
+def test_a_variant_that_never_answered_has_no_latency_to_compare(
+    wb: Workbench, runs: tuple[Path, str, str]
+) -> None:
+    paired = runs[2]
+    with wb.store.transaction() as cur:
+        cur.execute(
+            "UPDATE results SET status = 'failed', error_kind = 'timeout', latency_ms = NULL "
+            "WHERE run_id = ? AND variant = 'staging'",
+            [paired],
+        )
+    staging = wb.metrics(run_id=paired)[1]
+    assert (staging.failed, staging.failed_by_kind, staging.latency_p50_ms) == (
+        40,
+        {"timeout": 40},
+        None,
+    )
+    completion, *latency = wb.compare(paired).rows
+    assert completion.test == "McNemar chi-square" and completion.effect == -1.0
+    assert completion.verdict == Verdict.WORSE
+    assert {(r.test, r.effect, r.verdict) for r in latency} == {
+        ("no data", None, Verdict.UNDECIDED)
+    }
