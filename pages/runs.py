@@ -116,6 +116,7 @@ def run_detail(wb: Workbench, run_id: str) -> None:
     st.subheader(f"{view.run.name} · {view.status}")
     if view.reason:
         st.text(view.reason)
+    alerts(view)
     c = view.counts
     st.progress(
         view.fraction_closed,
@@ -155,6 +156,12 @@ def run_detail(wb: Workbench, run_id: str) -> None:
     failures(view)
     actions(wb, view)
     items(wb, view)
+
+
+def alerts(view: RunView) -> None:
+    """Anomalies seen in the results (a burst of failures, a field gone empty, ...)."""
+    for alert in view.alerts:
+        st.warning(f"{alert.kind}: {alert.message}", icon=":material/warning:")
 
 
 def outcome(view: RunView) -> None:

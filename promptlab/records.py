@@ -608,3 +608,18 @@ class PairedCompletion:
     #: Pairs only A completed (McNemar's b) and only B completed (c).
     only_a: int
     only_b: int
+
+
+@dataclass(frozen=True)
+class AlertRecord:
+    """An anomaly seen in a run's results (promptlab.anomalies): what, where, the figures."""
+
+    run_id: str
+    variant: str
+    #: A promptlab.anomalies.AlertKind value.
+    kind: str
+    #: One line: the variant, what was seen with its figures, the items it spans.
+    message: str
+    first_seq: int
+    last_seq: int
+    raised_at: datetime

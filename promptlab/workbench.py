@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from promptlab.anomalies import detect, observation_of, schema_fields
 from promptlab.batchfile import StoredResult, batch_output_lines, first_model
 from promptlab.compare import Comparison, compare_run, parse_since
 from promptlab.config import PROJECT_ROOT, Settings
@@ -91,6 +92,7 @@ from promptlab.promptfiles import (
 )
 from promptlab.records import (
     FINAL_RUN_STATUSES,
+    AlertRecord,
     DatasetInfo,
     FailureExample,
     FieldFailure,
@@ -109,7 +111,8 @@ from promptlab.records import (
 )
 from promptlab.registry import PromptVersion, Registry, SaveResult
 from promptlab.stats import MetricComparison, SrmCheck, Verdict, sample_size_two_proportions
-from promptlab.store import ReadModels, Store
+from promptlab.store import ReadModels, RunStore, Store
+from promptlab.store.alerts import AlertStore
 from promptlab.store.experiments import AssignmentCount, ExperimentStore, StoredRevision
 from promptlab.store.metrics import MetricsReads
 from promptlab.templates import ROLES, Template, coerce_text_values
@@ -146,6 +149,8 @@ class RunView:
     limiters: tuple[LimiterState, ...] = ()
     #: The output paths that fail their check most, per variant (see `field_failures`).
     field_failures: tuple[FieldFailure, ...] = ()
+    #: Anomalies seen in the run's results (promptlab.anomalies), oldest items first.
+    alerts: tuple[AlertRecord, ...] = ()
 
     @property
     def run_id(self) -> str:
@@ -493,6 +498,7 @@ class Workbench:
             eta_s=live.eta_s if live and live.active else None,
             limiters=live.limiters if live and live.active else (),
             field_failures=tuple(fields),
+            alerts=tuple(self._alerts.for_run(run_id)),
         )
 
     def field_failures(self, run_id: str, limit: int = 20) -> list[FieldFailure]:
@@ -500,6 +506,30 @@ class Workbench:
         with self._reads.snapshot() as reads:
             reads.run(run_id)  # an unknown run is an error, not an empty list
             return reads.field_failures(run_id, limit)
+
+    # ---- anomaly alerts ------------------------------------------------------------
+
+    @functools.cached_property
+    def _alerts(self) -> AlertStore:
+        return AlertStore(self.store)
+
+    def alerts(self, run_id: str) -> list[AlertRecord]:
+        """The run's stored alerts (raised live by the engine or by `detect_anomalies`)."""
+        self._reads.run(run_id)  # an unknown run is an error, not an empty list
+        return self._alerts.for_run(run_id)
+
+    def detect_anomalies(self, run_id: str) -> list[AlertRecord]:
+        """Run every detector over the run's stored results in finishing order; the run's
+        alerts become what it finds (running it again gives the same alerts)."""
+        self._reads.run(run_id)
+        expected = {
+            v.name: schema_fields(v.template.get("output_schema"))
+            for v in RunStore(self.store).variants(run_id)
+        }
+        stream = (observation_of(*row) for row in self._alerts.finished_stream(run_id))
+        found = list(detect(run_id, stream, expected))
+        self._alerts.replace(run_id, found)
+        return found
 
     # ---- one run's items -----------------------------------------------------------
 

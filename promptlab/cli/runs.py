@@ -122,19 +122,22 @@ CHECK_STATUSES = ("valid", "repaired", "invalid", "truncated", "no_schema")
 @click.option("--item", "item_key", metavar="KEY",
               help="Show one item (its key or 8+ hex digits of it): inputs, messages, "
               "params, output, error and every attempt.")  # fmt: skip
+@click.option("--detect", is_flag=True,
+              help="Run the anomaly detectors over the stored results again first "
+              "(replaces the run's alerts).")  # fmt: skip
 @click.pass_context
 @handle_errors
 def status_command(
     ctx: click.Context, run_id: str | None, limit: int, list_items: bool,
     item_status: str | None, variant: str | None, error_kind: str | None,
-    search: str | None, check: str | None, offset: int, item_key: str | None,
+    search: str | None, check: str | None, offset: int, item_key: str | None, detect: bool,
 ) -> None:  # fmt: skip
     """Show one run (counts, variants side by side, failures) or list recent runs.
 
     With --items, list the run's items; with --item KEY, show how one item came to be.
     """
-    if (list_items or item_key) and run_id is None:
-        raise click.UsageError("--items and --item need a RUN_ID")
+    if (list_items or item_key or detect) and run_id is None:
+        raise click.UsageError("--items, --item and --detect need a RUN_ID")
     with open_workbench(ctx) as wb:
         if item_key is not None:
             for line in item_lines(wb.item_view(run_id or "", item_key)):
@@ -161,6 +164,8 @@ def status_command(
                     f"{r.submitted_at:%Y-%m-%d %H:%M}  {r.name}"
                 )
             return
+        if detect:
+            wb.detect_anomalies(run_id)
         view = wb.run_view(run_id)
     c = view.counts
     click.echo(f"run {view.run_id} ({view.run.name}): {view.status}")
@@ -175,6 +180,10 @@ def status_command(
     click.echo("  variants (complete: succeeded and valid, repaired or no schema):")
     for line in variant_table(view):
         click.echo(f"    {line}")
+    if view.alerts:
+        click.echo(f"  alerts ({len(view.alerts)}):")
+        for alert in view.alerts:
+            click.echo(f"    {alert.kind}: {alert.message}")
     if view.field_failures:
         click.echo("  output fields that fail most:")
         for line in field_lines(view):

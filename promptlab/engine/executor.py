@@ -54,9 +54,16 @@ from promptlab.errors import ConfigError, EngineError, PromptlabError, SpecError
 from promptlab.providers import build_provider, load_endpoints
 from promptlab.providers.base import Provider
 from promptlab.providers.config import EndpointConfig
-from promptlab.records import FINAL_RUN_STATUSES, ItemErrorKind, RunStatus, VariantRecord
+from promptlab.records import (
+    FINAL_RUN_STATUSES,
+    AlertRecord,
+    ItemErrorKind,
+    RunStatus,
+    VariantRecord,
+)
 from promptlab.redact import redact, watch_env
 from promptlab.store import ItemStore, ReadModels, RunStore, Store
+from promptlab.store.alerts import AlertStore
 from promptlab.store.connection import is_storage_failure
 from promptlab.templates import Template
 
@@ -100,6 +107,7 @@ class Engine:
         self.runs = runs or RunStore(store)
         self.items = items or ItemStore(store)
         self.reads = ReadModels(store)
+        self.alerts = AlertStore(store)
         self.settings = settings or Settings.from_env()
         self._endpoints = dict(endpoints or load_endpoints(self.settings.providers_file))
         # Whatever these variables are called, their values never reach the store or logs.
@@ -536,15 +544,21 @@ class Engine:
                 {v.endpoint: self._lane_limiter(endpoints[v.endpoint], spec) for v in variants},
             )
             rows = await asyncio.to_thread(self.items.row_count, run_id)
+            alert_writes: list[asyncio.Task[None]] = []
+
+            def store_alerts(alerts: list[AlertRecord]) -> None:
+                alert_writes.append(asyncio.create_task(self._store_alerts(run_id, alerts)))
+
             execution = RunExecution(
                 run_id, variants, lanes, spec.retry, self.items, self._writer, counters,
-                self.clock, repeats=spec.repeats, rows=rows,
+                self.clock, repeats=spec.repeats, rows=rows, alert_sink=store_alerts,
             )  # fmt: skip
             active.execution, active.counters = execution, counters
             if active.cancel_requested:
                 execution.cancel()
             await asyncio.to_thread(self.runs.set_status, run_id, RunStatus.RUNNING)
             await execution.execute()
+            await asyncio.gather(*alert_writes)
             await self._close_run(run_id, execution)
         except Exception as exc:
             if isinstance(exc, PromptlabError):  # an explained failure: its message says it all
@@ -557,6 +571,16 @@ class Engine:
             if is_storage_failure(exc):
                 reason = f"{STORE_UNWRITABLE}: {exc}"
             await self._end_run(run_id, RunStatus.FAILED, reason, f"run failed: {reason}")
+
+    async def _store_alerts(self, run_id: str, alerts: list[AlertRecord]) -> None:
+        """A small insert off the loop; an alert the store cannot take is only logged
+        (`Workbench.detect_anomalies` recomputes every alert from the stored results)."""
+        try:
+            await asyncio.to_thread(self.alerts.add, alerts)
+        except Exception as exc:  # noqa: BLE001 - an alert must never fail the run
+            log.warning("run %s: alerts not stored: %s", run_id, exc)
+        for alert in alerts:
+            log.warning("run %s: alert: %s", run_id, alert.message)
 
     async def _close_run(self, run_id: str, execution: RunExecution) -> None:
         if execution.stop_reason is not None:

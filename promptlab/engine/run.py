@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from promptlab.anomalies import RunDetector, observation_of, schema_fields
 from promptlab.batchfile import request_from_row
 from promptlab.engine.clock import SYSTEM_CLOCK, Clock
 from promptlab.engine.limiter import Limiter, Permit
@@ -20,6 +21,7 @@ from promptlab.errors import ErrorKind, PromptlabError, ProviderError, TemplateE
 from promptlab.providers.base import CompletionRequest, CompletionResponse, Provider
 from promptlab.providers.config import EndpointConfig, cost_usd
 from promptlab.records import (
+    AlertRecord,
     AttemptRow,
     FinalRow,
     ItemErrorKind,
@@ -79,6 +81,7 @@ class RunExecution:
         *,
         repeats: int = 1,
         rows: int | None = None,
+        alert_sink: Callable[[list[AlertRecord]], None] | None = None,
     ) -> None:
         self.run_id = run_id
         self.clock = clock
@@ -121,6 +124,17 @@ class RunExecution:
         self._internal_streak: dict[str, int] = {}
         #: Params of items whose variant reads some from dataset columns, until final.
         self._row_params: dict[str, Mapping[str, Any]] = {}
+        #: Anomaly detectors fed each final row as it is recorded (O(1) per item); what
+        #: they raise goes to `alert_sink` (the engine stores it off the loop).
+        self.detector = RunDetector(
+            run_id,
+            {
+                self.variants[index].name: schema_fields(template.output_schema)
+                for index, template in self.templates.items()
+            },
+            now=clock.now,
+        )
+        self.alert_sink = alert_sink
 
     # ---- control -------------------------------------------------------------------
 
@@ -428,7 +442,9 @@ class RunExecution:
     ) -> None:
         variant = self.variants[item.variant_index]
         usage: dict[str, Any] = {}
+        parsed: Any = None
         if response is not None and lane is not None:
+            checked, parsed = self._check(item.variant_index, response)
             usage = {
                 "output_text": response.text,
                 "input_tokens": response.input_tokens,
@@ -439,42 +455,55 @@ class RunExecution:
                 "cost_usd": cost_usd(
                     lane.endpoint, variant.model, response.input_tokens, response.output_tokens
                 ),
-                **self._check(item.variant_index, response),
+                **checked,
             }
-        self.writer.final(
-            FinalRow(
-                key=item.key,
-                run_id=self.run_id,
-                seq=item.seq,
-                row_index=item.row_index,
-                variant=variant.name,
-                repeat=item.repeat,
-                status=status,
-                prompt_version_id=variant.prompt_version_id,
-                endpoint=variant.endpoint,
-                model=variant.model,
-                params=self._row_params.pop(item.key, variant.params),
-                attempts=item.attempts if attempts is None else attempts,
-                finished_at=self.clock.now(),
-                error_kind=error[0] if error else None,
-                error_message=error[1][:MAX_MESSAGE_CHARS] if error else None,
-                **usage,
-            )
+        row = FinalRow(
+            key=item.key,
+            run_id=self.run_id,
+            seq=item.seq,
+            row_index=item.row_index,
+            variant=variant.name,
+            repeat=item.repeat,
+            status=status,
+            prompt_version_id=variant.prompt_version_id,
+            endpoint=variant.endpoint,
+            model=variant.model,
+            params=self._row_params.pop(item.key, variant.params),
+            attempts=item.attempts if attempts is None else attempts,
+            finished_at=self.clock.now(),
+            error_kind=error[0] if error else None,
+            error_message=error[1][:MAX_MESSAGE_CHARS] if error else None,
+            **usage,
         )
+        self.writer.final(row)
         self.counters.finished(status, was_in_flight)
+        if status != ItemStatus.CANCELLED:
+            self._detect(row, parsed)
 
-    def _check(self, variant_index: int, response: CompletionResponse) -> dict[str, Any]:
-        """The output check's status and errors, as FinalRow fields (compiled validator)."""
+    def _detect(self, row: FinalRow, parsed: Any) -> None:
+        obs = observation_of(
+            row.seq, row.variant, row.status, row.error_kind, row.check_status,
+            row.output_text, parsed,
+        )  # fmt: skip
+        alerts = self.detector.observe(obs)
+        if alerts and self.alert_sink is not None:
+            self.alert_sink(alerts)
+
+    def _check(
+        self, variant_index: int, response: CompletionResponse
+    ) -> tuple[dict[str, Any], Any]:
+        """The output check's status and errors, as FinalRow fields (compiled validator),
+        and the JSON value found in the output (None when there is no check)."""
         checker = self.checkers.get(variant_index)
         if checker is None:
-            return {"check_status": CheckStatus.NO_SCHEMA.value}
+            return {"check_status": CheckStatus.NO_SCHEMA.value}, None
         check = checker.check(response.text, str(response.finish_reason))
         fields: dict[str, Any] = {"check_status": check.status.value, "check_errors": check.errors}
         rules = self.templates[variant_index].rule_set
         if rules and check.status in (CheckStatus.VALID, CheckStatus.REPAIRED):
             status, failed = rules.check(check.parsed)
             fields |= {"rule_status": status.value, "rule_errors": tuple(map(str, failed))}
-        return fields
+        return fields, check.parsed
 
 
 def row_params(params: Mapping[str, Any], row: Mapping[str, Any]) -> Mapping[str, Any]:

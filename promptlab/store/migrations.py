@@ -268,6 +268,25 @@ MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE results ADD COLUMN rule_errors JSON",
         ),
     ),
+    Migration(
+        "0006_alerts",
+        (
+            # Anomalies seen in a run's results (promptlab.anomalies), raised live by the
+            # engine or by an after-run pass; rows are only added, or replaced per run
+            # as a whole when the pass is run again.
+            """
+            CREATE TABLE alerts (
+                run_id     VARCHAR NOT NULL,
+                variant    VARCHAR NOT NULL,
+                kind       VARCHAR NOT NULL,
+                message    VARCHAR NOT NULL,
+                first_seq  BIGINT NOT NULL,
+                last_seq   BIGINT NOT NULL,
+                raised_at  TIMESTAMPTZ NOT NULL
+            )
+            """,
+        ),
+    ),
 )
 
 
