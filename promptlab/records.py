@@ -578,10 +578,46 @@ class MetricsRow:
     cost_usd: float
     first_finished_at: datetime | None
     last_finished_at: datetime | None
+    #: Succeeded results checked against an output schema or rules, and how their
+    #: checks came out (the same counts as VariantSummary's; 0 before output checks).
+    checked: int = 0
+    valid: int = 0
+    repaired: int = 0
+    invalid: int = 0
+    truncated: int = 0
+    #: Checked outputs whose rules of severity error failed (or raised).
+    rule_failed: int = 0
 
     @property
     def completion_rate(self) -> float | None:
         return self.completed / self.finished if self.finished else None
+
+    def _share(self, count: int) -> float | None:
+        return count / self.checked if self.checked else None
+
+    @property
+    def validity_rate(self) -> float | None:
+        """Valid as written, of the checked outputs (None when none was checked)."""
+        return self._share(self.valid)
+
+    @property
+    def repair_rate(self) -> float | None:
+        """Fit the schema only once repaired, of the checked outputs."""
+        return self._share(self.repaired)
+
+    @property
+    def invalid_rate(self) -> float | None:
+        return self._share(self.invalid)
+
+    @property
+    def truncation_rate(self) -> float | None:
+        """Cut off at the token limit, of the checked outputs."""
+        return self._share(self.truncated)
+
+    @property
+    def rule_failure_rate(self) -> float | None:
+        """Failed an error-severity rule, of the checked outputs."""
+        return self._share(self.rule_failed)
 
     @property
     def completion_interval(self) -> Interval:

@@ -26,10 +26,15 @@ def db(runs: tuple[Path, str, str], tmp_path: Path) -> str:  # noqa: F811
     return str(copy)
 
 
+def first_table(output: str) -> list[str]:
+    """The metrics table: the lines before the output-check table (when there is one)."""
+    return output.split("output checks (")[0].splitlines()
+
+
 def test_metrics_of_a_run_one_row_per_variant(db: str, runs: tuple[Path, str, str]) -> None:  # noqa: F811
     result = cli("--db", db, "metrics", "--run", runs[1])
     assert result.exit_code == 0, result.output
-    lines = result.output.splitlines()
+    lines = first_table(result.output)
     assert lines[0].split()[:6] == ["variant", "model", "items", "ok", "failed", "complete"]
     assert "p99 ms" in lines[0] and "95% interval" in lines[0]
     assert [line.split()[0] for line in lines[1:]] == ["control", "staging"]
@@ -38,7 +43,7 @@ def test_metrics_of_a_run_one_row_per_variant(db: str, runs: tuple[Path, str, st
 def test_the_retrospective_query_is_one_line(db: str) -> None:
     result = cli("--db", db, "metrics", "--prompt", "ticket-triage", "--since", "7d")
     assert result.exit_code == 0, result.output
-    rows = result.output.splitlines()[1:]
+    rows = first_table(result.output)[1:]
     assert [r.split()[0] for r in rows] == ["ticket-triage@1.1.0", "ticket-triage@2.0.0"]
     data = json.loads(cli("--db", db, "metrics", "--prompt", "ticket-triage", "--json").output)
     assert [d["prompt_version"] for d in data] == ["1.1.0", "2.0.0"]

@@ -43,6 +43,10 @@ def metrics_command(
         return
     for line in metrics_table(rows):
         click.echo(line)
+    if any(r.checked for r in rows):
+        click.echo("output checks (shares of the checked outputs):")
+        for line in checks_table(rows):
+            click.echo(line)
     for r in rows:
         if r.failed_by_kind:
             kinds = ", ".join(f"{k}={n}" for k, n in sorted(r.failed_by_kind.items()))
@@ -161,6 +165,19 @@ def metrics_table(rows: list[MetricsRow]) -> list[str]:
     return aligned(table, {0, 1})
 
 
+def checks_table(rows: list[MetricsRow]) -> list[str]:
+    """Validity, repair, invalid, truncation and rule-failure rates of rows with checks."""
+    header = ("variant" if rows[0].variant is not None else "version", "model", "checked",
+              "valid", "repaired", "invalid", "truncated", "rule failed")  # fmt: skip
+    table: list[tuple[str, ...]] = [header]
+    for r in rows:
+        if r.checked:
+            table.append((r.label, r.model, str(r.checked), _pct(r.validity_rate),
+                          _pct(r.repair_rate), _pct(r.invalid_rate), _pct(r.truncation_rate),
+                          _pct(r.rule_failure_rate)))  # fmt: skip
+    return aligned(table, {0, 1})
+
+
 def _value(row: MetricComparison, value: float | None) -> str:
     return _ms(value) if row.lower_is_better else _pct(value)
 
@@ -231,6 +248,11 @@ def metrics_json(row: MetricsRow) -> dict[str, Any]:
         completion_rate=row.completion_rate,
         completion_low=ci.low if row.finished else None,
         completion_high=ci.high if row.finished else None,
+        validity_rate=row.validity_rate,
+        repair_rate=row.repair_rate,
+        invalid_rate=row.invalid_rate,
+        truncation_rate=row.truncation_rate,
+        rule_failure_rate=row.rule_failure_rate,
     )
     return dict(out)
 

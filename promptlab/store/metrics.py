@@ -41,7 +41,26 @@ _AGGREGATES = (
     "coalesce(sum(input_tokens), 0) AS input_tokens, "
     "coalesce(sum(output_tokens), 0) AS output_tokens, "
     "coalesce(sum(cost_usd), 0) AS cost_usd, "
-    "min(finished_at) AS first_at, max(finished_at) AS last_at"
+    "min(finished_at) AS first_at, max(finished_at) AS last_at, {checks}"
+)
+#: Output check counts (checked = checked against a schema or rules, as on the Runs page).
+_CHECK_AGGREGATES = (
+    "count(*) FILTER (WHERE check_status IN ('valid', 'repaired', 'invalid', 'truncated')) "
+    "AS checked, "
+    "count(*) FILTER (WHERE check_status = 'valid') AS valid, "
+    "count(*) FILTER (WHERE check_status = 'repaired') AS repaired, "
+    "count(*) FILTER (WHERE check_status = 'invalid') AS invalid, "
+    "count(*) FILTER (WHERE check_status = 'truncated') AS truncated, "
+    "count(*) FILTER (WHERE rule_status = 'failed') AS rule_failed"
+)
+#: The same names on a database from before output checks: nothing was checked.
+_NO_CHECK_AGGREGATES = (
+    "0 AS checked, 0 AS valid, 0 AS repaired, 0 AS invalid, 0 AS truncated, 0 AS rule_failed"
+)
+#: The check counts as selected from `agg`, in the order `_row` reads them.
+_CHECK_COLUMNS = (
+    "coalesce(a.checked, 0), coalesce(a.valid, 0), coalesce(a.repaired, 0), "
+    "coalesce(a.invalid, 0), coalesce(a.truncated, 0), coalesce(a.rule_failed, 0)"
 )
 
 
@@ -62,16 +81,24 @@ class MetricsReads:
     def __init__(self, store: Store) -> None:
         self.store = store
 
-    def _completed(self, cur: duckdb.DuckDBPyConnection) -> str:
+    def _columns(self, cur: duckdb.DuckDBPyConnection) -> set[str]:
         rows = cur.execute(
             "SELECT column_name FROM duckdb_columns() "
             "WHERE table_name = 'results' AND schema_name = 'main'"
         ).fetchall()
-        return completed_predicate({r[0] for r in rows})
+        return {r[0] for r in rows}
 
     def _aggregates(self, cur: duckdb.DuckDBPyConnection) -> str:
+        columns = self._columns(cur)
         quantiles = ", ".join(str(q) for q in METRIC_QUANTILES)
-        return _AGGREGATES.format(completed=self._completed(cur), quantiles=quantiles)
+        checks = (
+            _CHECK_AGGREGATES
+            if {"check_status", "rule_status"} <= columns
+            else _NO_CHECK_AGGREGATES
+        )
+        return _AGGREGATES.format(
+            completed=completed_predicate(columns), quantiles=quantiles, checks=checks
+        )
 
     def run_metrics(self, run_id: str, since: datetime | None = None) -> list[MetricsRow]:
         """One row per variant of the run, in variant order (variants with no results too)."""
@@ -90,7 +117,7 @@ class MetricsReads:
                 "coalesce(a.succeeded, 0), coalesce(a.failed, 0), coalesce(a.cancelled, 0), "
                 "coalesce(o.open, 0), coalesce(a.completed, 0), a.kinds, a.latency_mean, "
                 "a.latency, coalesce(a.input_tokens, 0), coalesce(a.output_tokens, 0), "
-                "coalesce(a.cost_usd, 0), a.first_at, a.last_at "
+                f"coalesce(a.cost_usd, 0), a.first_at, a.last_at, {_CHECK_COLUMNS} "
                 "FROM run_variants v LEFT JOIN agg a ON a.variant = v.name "
                 "LEFT JOIN open o USING (variant_index) "
                 "LEFT JOIN names n ON n.id = v.prompt_version_id "
@@ -131,7 +158,7 @@ class MetricsReads:
                 "SELECT NULL, NULL, n.prompt_name, n.semver, a.prompt_version_id, a.model, "
                 "a.runs, a.finished, a.succeeded, a.failed, a.cancelled, 0, a.completed, "
                 "a.kinds, a.latency_mean, a.latency, a.input_tokens, a.output_tokens, "
-                "a.cost_usd, a.first_at, a.last_at "
+                f"a.cost_usd, a.first_at, a.last_at, {_CHECK_COLUMNS} "
                 f"FROM agg a {join} names n ON n.id = a.prompt_version_id "
                 "ORDER BY n.prompt_name NULLS LAST, n.major, n.minor, n.patch, "
                 "a.prompt_version_id, a.model",
@@ -168,7 +195,7 @@ class MetricsReads:
     def paired_completion(self, run_id: str, a: str, b: str) -> PairedCompletion:
         """Completion of A and B over the (row, repeat) pairs both finished."""
         with self.store.read() as cur:
-            done = self._completed(cur)
+            done = completed_predicate(self._columns(cur))
             row = cur.execute(
                 "WITH x AS (SELECT row_index, repeat, "
                 f"({done}) AS ok FROM results WHERE run_id = ? AND variant = ?), "
@@ -216,5 +243,6 @@ def _row(r: tuple[Any, ...]) -> MetricsRow:
         latency_p95_ms=latency[2] if latency else None,
         latency_p99_ms=latency[3] if latency else None, input_tokens=int(r[16]),
         output_tokens=int(r[17]), cost_usd=float(r[18]), first_finished_at=r[19],
-        last_finished_at=r[20],
+        last_finished_at=r[20], checked=int(r[21]), valid=int(r[22]), repaired=int(r[23]),
+        invalid=int(r[24]), truncated=int(r[25]), rule_failed=int(r[26]),
     )  # fmt: skip
