@@ -444,7 +444,7 @@ def item_outcome(item: ItemView) -> None:
                     "attempt": a.attempt,
                     "started": a.started_at,
                     "ended": a.ended_at,
-                    "outcome": a.outcome,
+                    "outcome": a.outcome + (" (re-ask)" if a.reask else ""),
                     "kind": a.error_kind,
                     "http": a.http_status,
                     "wait ms": a.wait_ms,

@@ -201,6 +201,8 @@ class AttemptRow:
     wait_reason: str | None
     retry_after_s: float | None
     latency_ms: float | None
+    #: A follow-up turn sent because the output before it failed its check (`reask`).
+    reask: bool = False
 
 
 @dataclass(frozen=True)

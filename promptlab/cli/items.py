@@ -100,7 +100,7 @@ def item_lines(view: ItemView) -> list[str]:
                 (
                     str(a.attempt),
                     f"{a.started_at:%H:%M:%S.%f}"[:-3],
-                    a.outcome,
+                    a.outcome + (" (re-ask)" if a.reask else ""),
                     a.error_kind or "-",
                     str(a.http_status) if a.http_status is not None else "-",
                     f"{a.wait_ms:.0f}",

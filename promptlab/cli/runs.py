@@ -136,8 +136,10 @@ def status_command(
 
     With --items, list the run's items; with --item KEY, show how one item came to be.
     """
-    if (list_items or item_key or detect) and run_id is None:
-        raise click.UsageError("--items, --item and --detect need a RUN_ID")
+    if (list_items or item_key) and run_id is None:
+        raise click.UsageError("--items and --item need a RUN_ID")
+    if detect and run_id is None:
+        raise click.UsageError("--detect needs a RUN_ID")
     with open_workbench(ctx) as wb:
         if item_key is not None:
             for line in item_lines(wb.item_view(run_id or "", item_key)):

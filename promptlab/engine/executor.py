@@ -552,6 +552,7 @@ class Engine:
             execution = RunExecution(
                 run_id, variants, lanes, spec.retry, self.items, self._writer, counters,
                 self.clock, repeats=spec.repeats, rows=rows, alert_sink=store_alerts,
+                reask=spec.reask,
             )  # fmt: skip
             active.execution, active.counters = execution, counters
             if active.cancel_requested:

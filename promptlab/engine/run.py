@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from promptlab.anomalies import RunDetector, observation_of, schema_fields
@@ -33,7 +33,7 @@ from promptlab.sampling import SAMPLING_KEY, Sampling, sampling_from_params
 from promptlab.store.items import ItemStore
 from promptlab.templates import Template, coerce_text_values, normalize_params
 from promptlab.tokens import check_fits
-from promptlab.validation import Checker, CheckStatus, checker_for
+from promptlab.validation import Checker, CheckStatus, OutputCheck, checker_for
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +82,7 @@ class RunExecution:
         repeats: int = 1,
         rows: int | None = None,
         alert_sink: Callable[[list[AlertRecord]], None] | None = None,
+        reask: int = 0,
     ) -> None:
         self.run_id = run_id
         self.clock = clock
@@ -135,6 +136,8 @@ class RunExecution:
             now=clock.now,
         )
         self.alert_sink = alert_sink
+        #: Follow-up turns per item for an output that failed its check (not truncated).
+        self.reask = reask
 
     # ---- control -------------------------------------------------------------------
 
@@ -323,7 +326,15 @@ class RunExecution:
                 lane.limiter.release(permit, response.input_tokens + response.output_tokens)
                 lane.limiter.observe_headers(response.headers)
                 self._attempt(item, attempt, started_at, t0, response, None, wait_s, wait_reason)
-                self._final(item, ItemStatus.SUCCEEDED, True, attempt, response=response, lane=lane)
+                check = None
+                if self.reask and item.variant_index in self.checkers:
+                    response, check, attempt = await self._reask(
+                        item, lane, prepared, response, attempt
+                    )
+                self._final(
+                    item, ItemStatus.SUCCEEDED, True, attempt,
+                    response=response, lane=lane, check=check,
+                )  # fmt: skip
                 return
             assert error is not None
             last_error = error
@@ -377,6 +388,70 @@ class RunExecution:
             wait_s = delay + permit.waited_s
             wait_reason = WAIT_BACKOFF if delay > 0 else permit.wait_reason
 
+    async def _reask(
+        self,
+        item: PendingItem,
+        lane: Lane,
+        prepared: Prepared,
+        response: CompletionResponse,
+        attempt: int,
+    ) -> tuple[CompletionResponse, OutputCheck, int]:
+        """While the output is invalid (not truncated) and re-asks are left, send the
+        conversation back with the answer and its errors; each turn is its own attempt.
+
+        Re-asks have their own budget: transport errors of a re-ask are not retried, and
+        then the last answer stands as the result.
+        """
+        checker = self.checkers[item.variant_index]
+        check = checker.check(response.text, str(response.finish_reason))
+        for _ in range(self.reask):
+            if check.status is not CheckStatus.INVALID or self.stopping.is_set():
+                break
+            request = replace(
+                prepared.request,
+                messages=(
+                    *prepared.request.messages,
+                    {"role": "assistant", "content": response.text},
+                    {"role": "user", "content": reask_message(check.errors)},
+                ),
+            )
+            # Rough: the answer and the errors added to what the first request held.
+            tokens = (
+                prepared.tokens + (len(response.text) + len(request.messages[-1]["content"])) // 3
+            )
+            permit = await lane.limiter.acquire(tokens)
+            attempt += 1
+            started_at, t0 = self.clock.now(), self.clock.monotonic()
+            answer: CompletionResponse | None = None
+            error: ProviderError | None = None
+            try:
+                answer = await asyncio.wait_for(
+                    lane.provider.complete(request), self.policy.timeout_s + TIMEOUT_GRACE_S
+                )
+            except ProviderError as exc:
+                error = exc
+            except TimeoutError:
+                error = ProviderError(
+                    ErrorKind.TIMEOUT,
+                    f"no answer within {self.policy.timeout_s:g} s",
+                    provider=lane.endpoint.name,
+                )
+            except Exception:  # noqa: BLE001 - an adapter bug ends the re-asks, not the item
+                log.warning("run %s: a re-ask failed", self.run_id, exc_info=True)
+            waited = permit.waited_s, permit.wait_reason
+            if answer is None:
+                lane.limiter.release(permit, None)
+                if error is not None:
+                    lane.limiter.observe_headers(error.headers)
+                self._attempt(item, attempt, started_at, t0, None, error, *waited, reask=True)
+                break
+            lane.limiter.release(permit, answer.input_tokens + answer.output_tokens)
+            lane.limiter.observe_headers(answer.headers)
+            self._attempt(item, attempt, started_at, t0, answer, None, *waited, reask=True)
+            response = answer
+            check = checker.check(response.text, str(response.finish_reason))
+        return response, check, attempt
+
     def _internal_error(self, lane: Lane, exc: Exception) -> None:
         """Count an adapter bug; log its traceback once, stop the run when it repeats."""
         streak = self._internal_streak.get(lane.endpoint.name, 0) + 1
@@ -407,6 +482,8 @@ class RunExecution:
         error: ProviderError | None,
         wait_s: float,
         wait_reason: str | None,
+        *,
+        reask: bool = False,
     ) -> None:
         elapsed_ms = (self.clock.monotonic() - t0) * 1000
         self.writer.attempt(
@@ -426,6 +503,7 @@ class RunExecution:
                 wait_reason=wait_reason,
                 retry_after_s=error.retry_after_s if error else None,
                 latency_ms=response.latency_ms if response is not None else elapsed_ms,
+                reask=reask,
             )
         )
 
@@ -439,12 +517,13 @@ class RunExecution:
         error: tuple[str | None, str] | None = None,
         response: CompletionResponse | None = None,
         lane: Lane | None = None,
+        check: OutputCheck | None = None,
     ) -> None:
         variant = self.variants[item.variant_index]
         usage: dict[str, Any] = {}
         parsed: Any = None
         if response is not None and lane is not None:
-            checked, parsed = self._check(item.variant_index, response)
+            checked, parsed = self._check(item.variant_index, response, check)
             usage = {
                 "output_text": response.text,
                 "input_tokens": response.input_tokens,
@@ -490,14 +569,14 @@ class RunExecution:
             self.alert_sink(alerts)
 
     def _check(
-        self, variant_index: int, response: CompletionResponse
+        self, variant_index: int, response: CompletionResponse, done: OutputCheck | None = None
     ) -> tuple[dict[str, Any], Any]:
         """The output check's status and errors, as FinalRow fields (compiled validator),
         and the JSON value found in the output (None when there is no check)."""
         checker = self.checkers.get(variant_index)
         if checker is None:
             return {"check_status": CheckStatus.NO_SCHEMA.value}, None
-        check = checker.check(response.text, str(response.finish_reason))
+        check = done or checker.check(response.text, str(response.finish_reason))
         fields: dict[str, Any] = {"check_status": check.status.value, "check_errors": check.errors}
         rules = self.templates[variant_index].rule_set
         if rules and check.status in (CheckStatus.VALID, CheckStatus.REPAIRED):
@@ -529,6 +608,22 @@ def row_params(params: Mapping[str, Any], row: Mapping[str, Any]) -> Mapping[str
             ) from exc
         out[param] = value
     return out
+
+
+#: Error paths listed in a re-ask; the rest are counted (a long list helps no model).
+REASK_ERRORS_LISTED = 20
+
+
+def reask_message(errors: Sequence[str]) -> str:
+    """The follow-up user turn: what was wrong with the answer, by JSONPath."""
+    listed = "\n".join(f"- {e}" for e in errors[:REASK_ERRORS_LISTED])
+    more = len(errors) - REASK_ERRORS_LISTED
+    tail = f"\n- and {more} more" if more > 0 else ""
+    return (
+        "Your answer does not fit the required JSON schema:\n"
+        f"{listed}{tail}\n"
+        "Reply again with only the corrected JSON."
+    )
 
 
 def _describe(error: ProviderError) -> tuple[str, str]:

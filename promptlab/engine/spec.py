@@ -28,7 +28,7 @@ from promptlab.yamlio import parse_yaml, read_yaml
 SPEC_FIELDS = frozenset(
     {
         "name", "dataset", "variants", "repeats", "limits", "retry", "endpoints", "limit_rows",
-        "experiment", "mode", "unit_column", "skip_invalid_rows",
+        "experiment", "mode", "unit_column", "skip_invalid_rows", "reask",
     }
 )  # fmt: skip
 #: How an experiment's variants share a dataset's rows (see promptlab/experiments.py).
@@ -83,6 +83,10 @@ class VariantSpec:
     id_field: str = "custom_id"
 
 
+#: Most follow-up turns a run spec may ask for per item (`reask`).
+MAX_REASKS = 3
+
+
 @dataclass(frozen=True)
 class RunSpec:
     """A whole run: what to send, to whom, how fast, and how to retry."""
@@ -108,6 +112,9 @@ class RunSpec:
     unit_column: str | None = None
     #: Plan only the rows every variant's template accepts (the others get no items).
     skip_invalid_rows: bool = False
+    #: Follow-up turns per item when an output fails its schema check (not truncated):
+    #: the conversation, the answer and its errors go back once more (0: never).
+    reask: int = 0
 
     @property
     def split(self) -> bool:
@@ -158,6 +165,9 @@ def parse_spec(
     skip_invalid_rows = data.get("skip_invalid_rows", False)
     if not isinstance(skip_invalid_rows, bool):
         raise SpecError(f"skip_invalid_rows: expected true or false, got {skip_invalid_rows!r}")
+    reask = data.get("reask", 0)
+    if isinstance(reask, bool) or not isinstance(reask, int) or not 0 <= reask <= MAX_REASKS:
+        raise SpecError(f"reask: expected a whole number from 0 to {MAX_REASKS}, got {reask!r}")
     variants_data: Any = data.get("variants")
     if experiment is not None:
         if "variants" in data:
@@ -193,6 +203,7 @@ def parse_spec(
         mode=mode,
         unit_column=unit_column,
         skip_invalid_rows=skip_invalid_rows,
+        reask=reask,
         variants=variants,
         repeats=repeats,
         limit_rows=limit_rows,

@@ -357,6 +357,7 @@ def _attempts_table(rows: Sequence[AttemptRow]) -> pa.Table:
             "wait_reason": pa.array([r.wait_reason for r in rows], pa.string()),
             "retry_after_s": pa.array([r.retry_after_s for r in rows], pa.float64()),
             "latency_ms": pa.array([r.latency_ms for r in rows], pa.float64()),
+            "reask": pa.array([r.reask for r in rows], pa.bool_()),
         }
     )
 

@@ -287,6 +287,14 @@ MIGRATIONS: tuple[Migration, ...] = (
             """,
         ),
     ),
+    Migration(
+        "0007_reask_attempts",
+        (
+            # True on an attempt that was a follow-up turn asking the model to fix an
+            # output that failed its check (a run spec's `reask`); NULL on older rows.
+            "ALTER TABLE attempts ADD COLUMN reask BOOLEAN",
+        ),
+    ),
 )
 
 

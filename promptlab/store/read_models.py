@@ -76,7 +76,7 @@ _RESULT_COLUMNS = (
 )
 _ATTEMPT_COLUMNS = (
     "idempotency_key, run_id, attempt, started_at, ended_at, outcome, error_kind, http_status, "
-    "error_message, wait_ms, wait_reason, retry_after_s, latency_ms"
+    "error_message, wait_ms, wait_reason, retry_after_s, latency_ms, coalesce(reask, false)"
 )
 
 
