@@ -99,6 +99,8 @@ def filled_fields(parsed: Any) -> frozenset[str] | None:
 #: Check statuses whose parsed output is watched for empty fields (a truncated one is
 #: missing its tail for a reason of its own).
 PARSED_CHECKS = frozenset({"valid", "repaired", "invalid"})
+#: `observation_of` without the check's parsed value: it parses the output itself.
+NOT_PARSED: Any = object()
 
 
 def observation_of(
@@ -108,14 +110,16 @@ def observation_of(
     error_kind: str | None,
     check_status: str | None,
     output_text: str | None,
-    parsed: Any = None,
+    parsed: Any = NOT_PARSED,
 ) -> Observation:
-    """The observation of one final row; `parsed` spares parsing the output again."""
+    """The observation of one final row; `parsed` (the check's value, None when it found
+    no JSON) spares parsing the output again."""
     filled = None
     if status == "succeeded" and check_status in PARSED_CHECKS:
-        if parsed is None and output_text:
+        if parsed is NOT_PARSED:
+            parsed = None
             try:
-                parsed, _repaired = extract_json(output_text)
+                parsed, _repaired = extract_json(output_text or "")
             except Exception:  # noqa: BLE001 - no JSON in it: nothing to watch
                 parsed = None
         filled = filled_fields(parsed)

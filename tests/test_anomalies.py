@@ -129,3 +129,16 @@ def test_per_item_cost_is_small_and_flat() -> None:
     cost(observations[20_000:80_000])
     last = cost(observations[80_000:])
     assert last < 3 * first + 0.05
+
+
+def test_observations_of_stored_rows() -> None:
+    from promptlab.anomalies import observation_of
+
+    text = 'Here: ```json\n{"category": "bug", "summary": "", "tags": []}\n```'
+    obs = observation_of(4, "a", "succeeded", None, "repaired", text)
+    assert obs.filled == frozenset({"category"}) and obs.output_chars == len(text)
+    # The engine passes the check's value: None (no JSON found) is not parsed again.
+    assert observation_of(4, "a", "succeeded", None, "invalid", text, None).filled is None
+    assert observation_of(4, "a", "succeeded", None, "truncated", text).filled is None
+    failed = observation_of(5, "a", "failed", "timeout", None, None)
+    assert not failed.completed and failed.output_chars is None and failed.filled is None
