@@ -310,8 +310,49 @@ class RunWithCounts:
     items: ItemCounts
 
 
+class CheckRates:
+    """Output-check rates as shares of the checked outputs (None when none was checked).
+
+    Shared by the records that carry the check counts (VariantSummary, MetricsRow).
+    """
+
+    checked: int
+    valid: int
+    repaired: int
+    invalid: int
+    truncated: int
+    rule_failed: int
+
+    def _share(self, count: int) -> float | None:
+        return count / self.checked if self.checked else None
+
+    @property
+    def validity_rate(self) -> float | None:
+        """Valid as written, of the checked outputs."""
+        return self._share(self.valid)
+
+    @property
+    def repair_rate(self) -> float | None:
+        """Fit the schema only once repaired, of the checked outputs."""
+        return self._share(self.repaired)
+
+    @property
+    def invalid_rate(self) -> float | None:
+        return self._share(self.invalid)
+
+    @property
+    def truncation_rate(self) -> float | None:
+        """Cut off at the token limit, of the checked outputs."""
+        return self._share(self.truncated)
+
+    @property
+    def rule_failure_rate(self) -> float | None:
+        """Failed an error-severity rule, of the checked outputs."""
+        return self._share(self.rule_failed)
+
+
 @dataclass(frozen=True)
-class VariantSummary:
+class VariantSummary(CheckRates):
     """One variant of a run: where it is, how it went, what it cost.
 
     Latencies are over succeeded results. `completion_rate` is completed / finished
@@ -351,33 +392,6 @@ class VariantSummary:
     @property
     def finished(self) -> int:
         return self.succeeded + self.failed + self.cancelled
-
-    def _share(self, count: int) -> float | None:
-        return count / self.checked if self.checked else None
-
-    @property
-    def validity_rate(self) -> float | None:
-        """Valid as written, of the checked outputs."""
-        return self._share(self.valid)
-
-    @property
-    def repair_rate(self) -> float | None:
-        """Fit the schema only once repaired, of the checked outputs."""
-        return self._share(self.repaired)
-
-    @property
-    def invalid_rate(self) -> float | None:
-        return self._share(self.invalid)
-
-    @property
-    def truncation_rate(self) -> float | None:
-        """Cut off at the token limit, of the checked outputs."""
-        return self._share(self.truncated)
-
-    @property
-    def rule_failure_rate(self) -> float | None:
-        """Failed an error-severity rule, of the checked outputs."""
-        return self._share(self.rule_failed)
 
 
 @dataclass(frozen=True)
@@ -546,7 +560,7 @@ class RowCheck:
 
 
 @dataclass(frozen=True)
-class MetricsRow:
+class MetricsRow(CheckRates):
     """What one run variant, or one prompt version on one model, added up to.
 
     Run rows have `run_id` and `variant`; version rows (across runs) have neither and
@@ -593,33 +607,6 @@ class MetricsRow:
     @property
     def completion_rate(self) -> float | None:
         return self.completed / self.finished if self.finished else None
-
-    def _share(self, count: int) -> float | None:
-        return count / self.checked if self.checked else None
-
-    @property
-    def validity_rate(self) -> float | None:
-        """Valid as written, of the checked outputs (None when none was checked)."""
-        return self._share(self.valid)
-
-    @property
-    def repair_rate(self) -> float | None:
-        """Fit the schema only once repaired, of the checked outputs."""
-        return self._share(self.repaired)
-
-    @property
-    def invalid_rate(self) -> float | None:
-        return self._share(self.invalid)
-
-    @property
-    def truncation_rate(self) -> float | None:
-        """Cut off at the token limit, of the checked outputs."""
-        return self._share(self.truncated)
-
-    @property
-    def rule_failure_rate(self) -> float | None:
-        """Failed an error-severity rule, of the checked outputs."""
-        return self._share(self.rule_failed)
 
     @property
     def completion_interval(self) -> Interval:
