@@ -239,7 +239,7 @@ def check_rows(
 # ---- checking a file -----------------------------------------------------------------
 
 
-def _check_file(path: Path, where: str, max_bytes: int) -> None:
+def _check_file(path: Path, where: str, max_bytes: int, what: str = "a dataset") -> None:
     try:
         info = path.stat()
     except OSError as exc:
@@ -251,7 +251,7 @@ def _check_file(path: Path, where: str, max_bytes: int) -> None:
         raise DatasetError(f"{where}: the file is empty")
     if info.st_size > max_bytes:
         raise DatasetError(
-            f"{where}: {info.st_size:,} bytes, more than the {max_bytes:,} a dataset may have"
+            f"{where}: {info.st_size:,} bytes, more than the {max_bytes:,} {what} may have"
         )
 
 

@@ -138,6 +138,11 @@ class DatasetError(PromptlabError):
     names the file and the place (line, byte, column)."""
 
 
+class FeedbackError(PromptlabError):
+    """A feedback or production log file cannot be imported, or a rating is wrong; the
+    message names the file, the row and the column."""
+
+
 class OutputFileError(PromptlabError):
     """A file given to `promptlab validate` (outputs or schema) is malformed; names the line."""
 

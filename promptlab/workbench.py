@@ -73,6 +73,7 @@ from promptlab.experiments import (
     parse_experiment_file,
     read_exposures,
 )
+from promptlab.feedback import FeedbackImporter
 from promptlab.itemview import (
     ItemKeyError,
     ItemView,
@@ -601,6 +602,26 @@ class Workbench:
         run = self._reads.run(run_id)
         metrics = self._metric_reads.run_metrics(run_id)
         return compare_run(self._metric_reads, run, metrics, variant_a, variant_b)
+
+    # ---- feedback and production logs ----------------------------------------------
+    # Whole files or nothing (promptlab/feedback.py); counted in metrics and compare.
+
+    @functools.cached_property
+    def _feedback(self) -> FeedbackImporter:
+        return FeedbackImporter(self.store, self.prompts)
+
+    def import_feedback(self, path: str | Path) -> int:
+        """Import feedback events (CSV, JSON Lines, Parquet); returns how many rows."""
+        return self._feedback.import_feedback(path)
+
+    def import_logs(self, path: str | Path, columns: Mapping[str, str] | None = None) -> int:
+        """Import a production request log; `columns` maps a field (version, unit_id,
+        latency_ms, clicked, completed, event_time) to the file's column for it."""
+        return self._feedback.import_logs(path, columns)
+
+    def rate_result(self, run_id: str, key: str, kind: str) -> None:
+        """Record a rating given in the app (thumbs_up, thumbs_down, click) on a result."""
+        self._feedback.rate(run_id, key, kind)
 
     # ---- experiments ---------------------------------------------------------------
     # Sticky splits of units over prompt variants (rules in promptlab/experiments.py).

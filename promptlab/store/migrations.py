@@ -295,6 +295,44 @@ MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE attempts ADD COLUMN reask BOOLEAN",
         ),
     ),
+    Migration(
+        "0008_feedback",
+        (
+            # What users did with outputs (promptlab.feedback): one row per event. A row
+            # names a result (its idempotency key, with the run, variant and version read
+            # from `results` at import), or only a prompt version and a unit (NULL key,
+            # run and variant). `kind` is impression, click, thumbs_up, thumbs_down or
+            # completed; `source` the file name, or 'app' for a rating in the app.
+            """
+            CREATE TABLE feedback (
+                idempotency_key   VARCHAR,
+                run_id            VARCHAR,
+                prompt_version_id VARCHAR NOT NULL,
+                variant           VARCHAR,
+                unit_id           VARCHAR,
+                kind              VARCHAR NOT NULL,
+                value             DOUBLE NOT NULL DEFAULT 1,
+                event_time        TIMESTAMPTZ NOT NULL,
+                source            VARCHAR NOT NULL,
+                imported_at       TIMESTAMPTZ NOT NULL
+            )
+            """,
+            # Production requests, one row per request, with the prompt version that
+            # served it (resolved from the log's version reference at import).
+            """
+            CREATE TABLE production_logs (
+                prompt_version_id VARCHAR NOT NULL,
+                unit_id           VARCHAR,
+                latency_ms        DOUBLE,
+                clicked           BOOLEAN,
+                completed         BOOLEAN,
+                event_time        TIMESTAMPTZ NOT NULL,
+                source            VARCHAR NOT NULL,
+                imported_at       TIMESTAMPTZ NOT NULL
+            )
+            """,
+        ),
+    ),
 )
 
 

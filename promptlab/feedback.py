@@ -1,0 +1,250 @@
+"""Feedback events and production logs: import a file whole or not at all, rate a result.
+
+Files are CSV, JSON Lines or Parquet, read by the dataset readers (the same checks and
+one-line errors for a malformed file, see `promptlab.datasets`). Every row is checked
+in DuckDB before anything is written; the first bad row is named (its row, or its line
+in JSON Lines, its column and value) with how many more there are, and the file is
+refused as a whole.
+
+A feedback row names a result by `result_id` (its idempotency key: run, variant and
+prompt version are read from the stored result), or a prompt version and a unit
+(`version` and `unit_id`). `kind` is one of KINDS, `value` a number (default 1),
+`event_time` an ISO 8601 time (UTC unless it says otherwise; the import time if empty).
+
+A production log row is one request: the `version` that served it (`name@1.2.0`,
+`name@label` or a version id; a label is resolved when the file is imported), then
+`unit_id`, `latency_ms`, `clicked`, `completed` (true/false, 1/0, yes/no) and
+`event_time`, each under a column name that may be mapped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+
+import duckdb
+
+from promptlab.datasets import (
+    MAX_FILE_BYTES,
+    _check_file,
+    _csv_header,
+    _line_of_row,
+    _readable_by_duckdb,
+    _refuse_nul_bytes,
+    _translate,
+    format_of,
+)
+from promptlab.errors import DatasetError, FeedbackError, PromptlabError
+from promptlab.records import utcnow
+from promptlab.registry import Registry
+from promptlab.store.connection import Store
+from promptlab.store.datasets import DatasetTables, Source
+from promptlab.store.feedback import BadRow, FeedbackTables, FeedbackWrites
+
+KINDS = ("impression", "click", "thumbs_up", "thumbs_down", "completed")
+#: Kinds a person gives in the app on the item view.
+RATINGS = ("thumbs_up", "thumbs_down", "click")
+#: The columns of a feedback file (fixed names).
+FEEDBACK_COLUMNS = ("result_id", "version", "unit_id", "kind", "value", "event_time")
+#: The fields of a production log, each read from the column of the same name unless
+#: mapped (`import_logs(columns={"latency_ms": "duration"})`, `--latency-column`).
+LOG_FIELDS = ("version", "unit_id", "latency_ms", "clicked", "completed", "event_time")
+#: Distinct version references one file may name (each is resolved in the registry).
+MAX_VERSION_REFS = 10_000
+
+_TIME_HINT = "ISO 8601, e.g. 2026-11-01T09:30:00Z"
+_REF_HINT = "give name@version, name@label or a version id"
+
+
+class FeedbackImporter:
+    """Import feedback and production logs into one store; rate a result."""
+
+    def __init__(self, store: Store, registry: Registry) -> None:
+        self.tables = FeedbackTables(store)
+        self._readers = DatasetTables(store)
+        self.registry = registry
+
+    def import_feedback(self, path: str | Path, *, max_bytes: int = MAX_FILE_BYTES) -> int:
+        """Import every feedback event of `path`; returns how many. Nothing on a bad row."""
+
+        def fields(found: list[str]) -> dict[str, str | None]:
+            columns = {name: _match(name, found) for name in FEEDBACK_COLUMNS}
+            where = Path(path).name
+            if columns["kind"] is None:
+                raise FeedbackError(_missing(where, "kind", found))
+            if columns["result_id"] is None and columns["version"] is None:
+                raise FeedbackError(
+                    f"{where}: no column 'result_id' or 'version' naming what the feedback "
+                    f"is about; columns: {', '.join(found)}"
+                )
+            return columns
+
+        return self._import(path, max_bytes, fields, feedback=True)
+
+    def import_logs(
+        self,
+        path: str | Path,
+        columns: Mapping[str, str] | None = None,
+        *,
+        max_bytes: int = MAX_FILE_BYTES,
+    ) -> int:
+        """Import every request of a production log; returns how many. Nothing on a bad row.
+
+        `columns` maps a field (LOG_FIELDS) to the file's column for it.
+        """
+        given = dict(columns or {})
+        for field in given:
+            if field not in LOG_FIELDS:
+                raise FeedbackError(f"no log field {field!r}: fields are {', '.join(LOG_FIELDS)}")
+
+        def fields(found: list[str]) -> dict[str, str | None]:
+            where = Path(path).name
+            mapped: dict[str, str | None] = {}
+            for field in LOG_FIELDS:
+                column = _match(given.get(field, field), found)
+                if column is None and (field in given or field == "version"):
+                    raise FeedbackError(_missing(where, given.get(field, field), found))
+                mapped[field] = column
+            return mapped
+
+        return self._import(path, max_bytes, fields, feedback=False)
+
+    def rate(self, run_id: str, key: str, kind: str) -> None:
+        """A rating given in the app: one feedback row of source 'app' for the result."""
+        if kind not in KINDS:
+            raise FeedbackError(f"rating {kind!r} is not one of {', '.join(KINDS)}")
+        found = self.tables.result_of(run_id, key)
+        if found is None:
+            raise FeedbackError(f"run {run_id} has no result {key!r}")
+        version_id, variant = found
+        self.tables.add_rating(run_id, key, version_id, variant, kind, utcnow())
+
+    # ---- one import ----------------------------------------------------------------
+
+    def _import(
+        self,
+        path: str | Path,
+        max_bytes: int,
+        fields: Callable[[list[str]], dict[str, str | None]],
+        *,
+        feedback: bool,
+    ) -> int:
+        path = Path(path)
+        where = path.name
+        what = "a feedback file" if feedback else "a log file"
+        try:
+            fmt = format_of(path)
+            _check_file(path, where, max_bytes, what)
+            csv_columns: tuple[str, ...] = ()
+            if fmt == "csv":
+                csv_columns = _csv_header(path, where)
+                _refuse_nul_bytes(path, where)
+        except DatasetError as exc:
+            raise FeedbackError(str(exc)) from exc
+        with _readable_by_duckdb(path) as duck_path:
+            source = Source(fmt, duck_path, csv_columns)
+            try:
+                found = [c for c, _type in self._readers.describe(source)]
+            except duckdb.Error as exc:
+                raise FeedbackError(str(_translate(exc, source, path, where))) from exc
+            columns = fields(found)
+            with self.tables.importing() as writes:
+                try:
+                    count = writes.stage(source, found)
+                except duckdb.Error as exc:
+                    raise FeedbackError(str(_translate(exc, source, path, where))) from exc
+                if count == 0:
+                    raise FeedbackError(f"{where}: no rows")
+                version = columns.get("version")
+                refs = self._resolve_refs(writes, version, where) if version else {}
+                writes.stage_refs(refs)
+                writes.stage_fields(columns)
+                bad = writes.first_bad_feedback(KINDS) if feedback else writes.first_bad_log()
+                if bad is not None:
+                    place = f"line {_line_of_row(path, bad.row_number)}" if fmt == "jsonl" else (
+                        f"row {bad.row_number}"
+                    )  # fmt: skip
+                    raise FeedbackError(describe_bad_row(f"{where}, {place}", bad, columns))
+                now = utcnow()
+                if feedback:
+                    return writes.insert_feedback(where, now)
+                return writes.insert_logs(where, now)
+
+    def _resolve_refs(self, writes: FeedbackWrites, column: str, where: str) -> dict[str, str]:
+        refs = writes.distinct_values(column, MAX_VERSION_REFS + 1)
+        if len(refs) > MAX_VERSION_REFS:
+            raise FeedbackError(
+                f"{where}, column {column}: more than {MAX_VERSION_REFS:,} distinct versions"
+            )
+        known = writes.known_version_ids(refs)
+        return resolve_refs(refs, known, lambda ref: self.registry.resolve(ref).id)
+
+
+def resolve_refs(
+    refs: Iterable[str], known_ids: set[str], resolve: Callable[[str], str]
+) -> dict[str, str]:
+    """Each reference that names a version, with its id (unknown ones are left out).
+
+    A stored id stands for itself; `name@...` is resolved in the registry. A bare name
+    is not a version (it would be whatever is latest at import time).
+    """
+    resolved: dict[str, str] = {}
+    for ref in refs:
+        if ref in known_ids:
+            resolved[ref] = ref
+        elif "@" in ref:
+            try:
+                resolved[ref] = resolve(ref)
+            except PromptlabError:
+                continue
+    return resolved
+
+
+def describe_bad_row(place: str, bad: BadRow, columns: Mapping[str, str | None]) -> str:
+    """One line: where the first bad row is, which column, what is wrong, how many more."""
+    values = bad.fields
+
+    def at(field: str) -> str:
+        return f"{place}, column {columns.get(field) or field}"
+
+    problems = {
+        "kind_missing": lambda: f"{at('kind')}: empty; expected one of {', '.join(KINDS)}",
+        "kind_unknown": lambda: (
+            f"{at('kind')}: {values['kind']!r} is not one of {', '.join(KINDS)}"
+        ),
+        "no_target": lambda: (
+            f"{place}: no result_id, and no version with a unit_id: a row names a result, "
+            "or a prompt version and a unit"
+        ),
+        "result_unknown": lambda: f"{at('result_id')}: no result has id {values['result_id']!r}",
+        "version_missing": lambda: f"{at('version')}: empty; {_REF_HINT}",
+        "version_unknown": lambda: (
+            f"{at('version')}: {values['version']!r} is no known prompt version ({_REF_HINT})"
+        ),
+        "value_bad": lambda: f"{at('value')}: {values['value']!r} is not a number",
+        "latency_bad": lambda: (
+            f"{at('latency_ms')}: {values['latency_ms']!r} is not a latency "
+            "(milliseconds, 0 or more)"
+        ),
+        "clicked_bad": lambda: f"{at('clicked')}: {values['clicked']!r} is not true or false",
+        "completed_bad": lambda: f"{at('completed')}: {values['completed']!r} is not true or false",
+        "time_bad": lambda: (
+            f"{at('event_time')}: {values['event_time']!r} is not a time ({_TIME_HINT})"
+        ),
+    }
+    message = problems[bad.problem]()
+    more = bad.bad_rows - 1
+    if more:
+        message += f" (and {more} more bad row{'s' if more > 1 else ''}; nothing was imported)"
+    return message
+
+
+def _match(name: str, found: list[str]) -> str | None:
+    """The file's column called `name` (exactly, else ignoring case, as DuckDB compares)."""
+    if name in found:
+        return name
+    return next((c for c in found if c.lower() == name.lower()), None)
+
+
+def _missing(where: str, column: str, found: list[str]) -> str:
+    return f"{where}: no column {column!r}; columns: {', '.join(found)}"
