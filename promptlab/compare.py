@@ -18,15 +18,16 @@ as NumPy arrays) and leaves the statistics to `promptlab.stats`. What it does, b
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from promptlab.errors import PromptlabError
-from promptlab.records import MetricsRow, RunRecord
+from promptlab.records import LogMetricsRow, MetricsRow, RunRecord
 from promptlab.stats import (
     MetricComparison,
     SrmCheck,
+    TestResult,
     Verdict,
     bootstrap_quantile_diff,
     holm_verdicts,
@@ -38,11 +39,15 @@ from promptlab.stats import (
 )
 
 if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
     from promptlab.store.metrics import MetricsReads
 
 #: The latency percentiles compared, with their metric names.
 COMPARED_QUANTILES = ((0.5, "latency p50"), (0.9, "latency p90"), (0.99, "latency p99"))
 COMPLETION = "completion rate"
+CTR = "CTR"
 #: Bootstrap draws per latency comparison, and the seed that makes a table repeatable.
 N_BOOT = 2000
 SEED = 12
@@ -61,6 +66,8 @@ class Comparison:
     #: The sample-ratio check of a split run's assignments; None for all-mode runs.
     srm: SrmCheck | None
     metrics: list[MetricsRow]
+    #: Production log totals of both versions (control first) for a `logs` comparison.
+    logs: list[LogMetricsRow] = field(default_factory=list)
 
     def verdicts(self) -> dict[tuple[str, str], Verdict]:
         return {(r.variant, r.metric): r.verdict for r in self.rows}
@@ -120,10 +127,12 @@ def compare_run(
 def _compare_pair(
     reads: MetricsReads, run_id: str, a: MetricsRow, b: MetricsRow, paired: bool
 ) -> list[MetricComparison]:
-    import numpy as np
-
     name_a, name_b = a.variant or "", b.variant or ""
     rows = [_completion(reads, run_id, a, b, paired)]
+    if a.impressions and b.impressions:
+        # Clicks are per impression, not per (row, repeat) pair: independent samples.
+        rows.append(proportion_row(CTR, name_a, name_b, a.clicks, a.impressions,
+                                   b.clicks, b.impressions))  # fmt: skip
     xa, xb = reads.latencies(run_id, name_a), reads.latencies(run_id, name_b)
     test = None
     if paired:
@@ -131,6 +140,20 @@ def _compare_pair(
         test = wilcoxon_paired(pa, pb) if pa.size else None
     elif xa.size and xb.size:
         test = mann_whitney(xa, xb)
+    return rows + latency_rows(name_a, name_b, xa, xb, test)
+
+
+def latency_rows(
+    name_a: str,
+    name_b: str,
+    xa: npt.NDArray[np.float64],
+    xb: npt.NDArray[np.float64],
+    test: TestResult | None,
+) -> list[MetricComparison]:
+    """Latency p50/p90/p99 of B against A: bootstrap interval, `test`'s p-value."""
+    import numpy as np
+
+    rows: list[MetricComparison] = []
     for q, metric in COMPARED_QUANTILES:
         if not xa.size or not xb.size or test is None:
             rows.append(
@@ -168,6 +191,72 @@ def _compare_pair(
             )  # fmt: skip
         )
     return rows
+
+
+def proportion_row(
+    metric: str, name_a: str, name_b: str, s_a: int, n_a: int, s_b: int, n_b: int
+) -> MetricComparison:
+    """A rate of B against A from independent samples (`two_proportions`)."""
+    diff = two_proportions(s_a, n_a, s_b, n_b)
+    has_data = n_a > 0 and n_b > 0
+    return MetricComparison(
+        metric=metric, variant=name_b, control=name_a,
+        control_value=s_a / n_a if n_a else None, variant_value=s_b / n_b if n_b else None,
+        n_control=n_a, n_variant=n_b, effect=diff.effect if has_data else None,
+        interval=diff.interval if has_data else None, p_value=diff.p_value, test=diff.test,
+        lower_is_better=False,
+    )  # fmt: skip
+
+
+def compare_versions(
+    reads: MetricsReads,
+    a: tuple[str, str],
+    b: tuple[str, str],
+    *,
+    logs: bool = False,
+    since: datetime | None = None,
+) -> Comparison:
+    """Version B against version A, each given as (version id, label): from production
+    logs (`logs`), else from their results across runs; independent samples.
+
+    Completion and CTR by two proportions, latency p50/p90/p99 by a bootstrap interval
+    and a Mann-Whitney test; Holm's correction over the table.
+    """
+    (id_a, name_a), (id_b, name_b) = a, b
+    if id_a == id_b:
+        raise PromptlabError(f"compare {name_a} with another version, not itself")
+    if logs:
+        (log_a, xa), (log_b, xb) = reads.log_sample(id_a, since), reads.log_sample(id_b, since)
+        for name, found in ((name_a, log_a), (name_b, log_b)):
+            if found is None:
+                raise PromptlabError(f"no production logs for {name}" + _since_text(since))
+        assert log_a is not None and log_b is not None
+        rows = [
+            proportion_row(COMPLETION, name_a, name_b, log_a.completed, log_a.completion_known,
+                           log_b.completed, log_b.completion_known),
+            proportion_row(CTR, name_a, name_b, log_a.clicks, log_a.click_known,
+                           log_b.clicks, log_b.click_known),
+        ]  # fmt: skip
+        test = mann_whitney(xa, xb) if xa.size and xb.size else None
+        rows += latency_rows(name_a, name_b, xa, xb, test)
+        return Comparison("", "logs", name_a, False, holm_verdicts(rows), None, [],
+                          [log_a, log_b])  # fmt: skip
+    (fin_a, done_a, imp_a, clk_a), xa = reads.version_sample(id_a, since=since)
+    (fin_b, done_b, imp_b, clk_b), xb = reads.version_sample(id_b, since=since)
+    for name, finished in ((name_a, fin_a), (name_b, fin_b)):
+        if not finished:
+            raise PromptlabError(f"no results of {name}" + _since_text(since))
+    rows = [proportion_row(COMPLETION, name_a, name_b, done_a, fin_a, done_b, fin_b)]
+    if imp_a and imp_b:
+        rows.append(proportion_row(CTR, name_a, name_b, clk_a, imp_a, clk_b, imp_b))
+    test = mann_whitney(xa, xb) if xa.size and xb.size else None
+    rows += latency_rows(name_a, name_b, xa, xb, test)
+    metrics = [m for m in reads.version_metrics(None, since) if m.prompt_version_id in (id_a, id_b)]
+    return Comparison("", "versions", name_a, False, holm_verdicts(rows), None, metrics)
+
+
+def _since_text(since: datetime | None) -> str:
+    return f" since {since.isoformat()}" if since is not None else ""
 
 
 def _completion(

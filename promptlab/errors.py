@@ -18,6 +18,7 @@
     ├── PromptFileError              a YAML prompt file is malformed (file and field)
     ├── ExperimentError              an experiment file, config, unit id or exposure is wrong
     ├── DatasetError                 a dataset cannot be imported or changed (file, line, column)
+    ├── FeedbackError                a feedback or log file has a bad row (file, row, column)
     ├── EngineError                  a run cannot be submitted, resumed or cancelled as asked
     ├── OutputFileError              a file of outputs or a schema to check them is wrong (line)
     └── ProviderError                a provider call failed; `kind` says how (ErrorKind)

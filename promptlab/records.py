@@ -34,6 +34,7 @@ __all__ = [
     "ItemRow",
     "ItemStatus",
     "LabelEvent",
+    "LogMetricsRow",
     "MetricsRow",
     "OPEN_ITEM_STATUSES",
     "PairedCompletion",
@@ -603,6 +604,22 @@ class MetricsRow(CheckRates):
     truncated: int = 0
     #: Checked outputs whose rules of severity error failed (or raised).
     rule_failed: int = 0
+    #: Feedback (promptlab.feedback): impressions, and clicks counted at most once per
+    #: impression of the same result (or unit); thumbs as given.
+    impressions: int = 0
+    clicks: int = 0
+    thumbs_up: int = 0
+    thumbs_down: int = 0
+
+    @property
+    def ctr(self) -> float | None:
+        """Click-through rate: clicks over impressions (None with no impression)."""
+        return self.clicks / self.impressions if self.impressions else None
+
+    @property
+    def ctr_interval(self) -> Interval:
+        """Wilson 95% interval of the CTR ((0, 1) with no impression)."""
+        return wilson_interval(self.clicks, self.impressions)
 
     @property
     def completion_rate(self) -> float | None:
@@ -618,6 +635,56 @@ class MetricsRow(CheckRates):
         """The variant, or `name@version` for a version row."""
         if self.variant is not None:
             return self.variant
+        if self.prompt_name and self.prompt_version:
+            return f"{self.prompt_name}@{self.prompt_version}"
+        return self.prompt_version_id[:19]
+
+
+@dataclass(frozen=True)
+class LogMetricsRow:
+    """What one prompt version's production requests (imported logs) added up to.
+
+    Rates are over the requests that say: completion over those with `completed` set,
+    CTR (clicks over requests) over those with `clicked` set; latencies over those
+    with a latency.
+    """
+
+    prompt_name: str | None
+    prompt_version: str | None
+    prompt_version_id: str
+    requests: int
+    latency_mean_ms: float | None
+    latency_p50_ms: float | None
+    latency_p90_ms: float | None
+    latency_p95_ms: float | None
+    latency_p99_ms: float | None
+    #: Requests whose log says whether they completed, and how many did.
+    completion_known: int
+    completed: int
+    #: Requests whose log says whether they were clicked, and how many were.
+    click_known: int
+    clicks: int
+    first_event_at: datetime | None
+    last_event_at: datetime | None
+
+    @property
+    def completion_rate(self) -> float | None:
+        return self.completed / self.completion_known if self.completion_known else None
+
+    @property
+    def completion_interval(self) -> Interval:
+        return wilson_interval(self.completed, self.completion_known)
+
+    @property
+    def ctr(self) -> float | None:
+        return self.clicks / self.click_known if self.click_known else None
+
+    @property
+    def ctr_interval(self) -> Interval:
+        return wilson_interval(self.clicks, self.click_known)
+
+    @property
+    def label(self) -> str:
         if self.prompt_name and self.prompt_version:
             return f"{self.prompt_name}@{self.prompt_version}"
         return self.prompt_version_id[:19]

@@ -18,7 +18,7 @@ from typing import Any
 
 from promptlab.anomalies import detect, observation_of, schema_fields
 from promptlab.batchfile import StoredResult, batch_output_lines, first_model
-from promptlab.compare import Comparison, compare_run, parse_since
+from promptlab.compare import Comparison, compare_run, compare_versions, parse_since
 from promptlab.config import PROJECT_ROOT, Settings
 from promptlab.datasets import DatasetStore, check_rows
 from promptlab.demo import (
@@ -43,6 +43,7 @@ from promptlab.errors import (
     DatabaseLockedError,
     DatasetError,
     ExperimentError,
+    FeedbackError,
     NotFoundError,
     PromptExistsError,
     PromptlabError,
@@ -101,6 +102,7 @@ from promptlab.records import (
     ItemPage,
     ItemRow,
     ItemStatus,
+    LogMetricsRow,
     MetricsRow,
     RowCheck,
     RowProblem,
@@ -623,6 +625,53 @@ class Workbench:
         """Record a rating given in the app (thumbs_up, thumbs_down, click) on a result."""
         self._feedback.rate(run_id, key, kind)
 
+    def log_metrics(
+        self, prompt: str | None = None, since: datetime | str | None = None
+    ) -> list[LogMetricsRow]:
+        """Per prompt version in the imported production logs: requests, latency
+        percentiles, completion and CTR (clicks over requests), each rate with Wilson."""
+        when = parse_since(since) if isinstance(since, str) else since
+        return self._metric_reads.log_metrics(prompt, when)
+
+    def compare_versions(
+        self,
+        ref_a: str,
+        ref_b: str,
+        *,
+        run_id: str | None = None,
+        logs: bool = False,
+        since: datetime | str | None = None,
+    ) -> Comparison:
+        """Version B against version A (references or ids): in one run (`run_id`: its
+        variants of these versions), in the production logs (`logs`), or across every
+        run's results; see promptlab/compare.py."""
+        if run_id is not None and logs:
+            raise PromptlabError("compare versions in a run or in the logs, not both")
+        a, b = self._version_label(ref_a), self._version_label(ref_b)
+        when = parse_since(since) if isinstance(since, str) else since
+        if run_id is None:
+            return compare_versions(self._metric_reads, a, b, logs=logs, since=when)
+        # One run's variants are compared on everything they finished, as `compare --run`.
+        metrics = self._metric_reads.run_metrics(run_id)
+        names = []
+        for version_id, label in (a, b):
+            found = [m.variant or "" for m in metrics if m.prompt_version_id == version_id]
+            if len(found) != 1:
+                what = "no variant" if not found else f"variants {', '.join(found)}"
+                raise PromptlabError(
+                    f"run {run_id} has {what} of {label}: compare its variants by name "
+                    f"(promptlab compare --run {run_id} A B)"
+                )
+            names.append(found[0])
+        return compare_run(self._metric_reads, self._reads.run(run_id), metrics, *names)
+
+    def _version_label(self, ref: str) -> tuple[str, str]:
+        """(version id, `name@semver`) of a reference; a stored id stands for itself."""
+        if ref.startswith("sha256:") and "@" not in ref:
+            return ref, ref[:19]
+        version = self.prompts.resolve(ref)
+        return version.id, version.ref
+
     # ---- experiments ---------------------------------------------------------------
     # Sticky splits of units over prompt variants (rules in promptlab/experiments.py).
     # Every change is a new revision with its author, time and note.
@@ -860,6 +909,7 @@ __all__ = [
     "Assignment",
     "AssignmentCount",
     "Comparison",
+    "LogMetricsRow",
     "MetricComparison",
     "MetricsRow",
     "SrmCheck",
@@ -877,6 +927,7 @@ __all__ = [
     "DatabaseLockedError",
     "DatasetError",
     "DatasetInfo",
+    "FeedbackError",
     "CheckStatus",
     "FailureExample",
     "FieldFailure",

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import click
 
-from promptlab.cli import datasets, experiments, fakellm, metrics, prompts, runs, validate
+from promptlab.cli import (
+    datasets,
+    experiments,
+    fakellm,
+    feedback,
+    metrics,
+    prompts,
+    runs,
+    validate,
+)
 from promptlab.cli.common import db_option
 from promptlab.redact import install_log_redaction
 
@@ -19,6 +28,6 @@ def main(ctx: click.Context) -> None:
     install_log_redaction()
 
 
-for module in (prompts, fakellm, runs, datasets, experiments, validate, metrics):
+for module in (prompts, fakellm, runs, datasets, experiments, validate, metrics, feedback):
     for command in module.commands:
         main.add_command(command)

@@ -15,7 +15,7 @@ import click
 from promptlab.cli.common import db_option, handle_errors, open_workbench
 
 if TYPE_CHECKING:
-    from promptlab.workbench import Comparison, MetricComparison, MetricsRow
+    from promptlab.workbench import Comparison, LogMetricsRow, MetricComparison, MetricsRow
 
 
 @click.command("metrics")
@@ -23,26 +23,57 @@ if TYPE_CHECKING:
 @click.option("--run", "run_id", help="One run: a row per variant.")
 @click.option("--prompt", help="Only this prompt's versions (a row per version and model).")
 @click.option("--since", help="Only results finished since: 7d, 24h, 30m, 2w or a date.")
+@click.option(
+    "--logs", "logs_only", is_flag=True,
+    help="The imported production logs instead: a row per version.",
+)  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
 @click.pass_context
 @handle_errors
 def metrics_command(
-    ctx: click.Context, run_id: str | None, prompt: str | None, since: str | None, as_json: bool
+    ctx: click.Context,
+    run_id: str | None,
+    prompt: str | None,
+    since: str | None,
+    logs_only: bool,
+    as_json: bool,
 ) -> None:
-    """Completion, failures, latency percentiles, tokens and cost per version or variant.
+    """Completion, CTR, failures, latency percentiles, tokens and cost per version or variant.
 
-    `promptlab metrics --prompt NAME --since 7d`: each version of NAME over the last week.
+    `promptlab metrics --prompt NAME --since 7d`: each version of NAME over the last week,
+    from results (with their feedback) and from the production logs.
     """
+    if logs_only and run_id is not None:
+        raise click.UsageError("--logs reads the production logs, not a run: drop --run")
     with open_workbench(ctx) as wb:
-        rows = wb.metrics(run_id=run_id, prompt=prompt, since=since)
+        rows = [] if logs_only else wb.metrics(run_id=run_id, prompt=prompt, since=since)
+        log_rows = [] if run_id is not None else wb.log_metrics(prompt=prompt, since=since)
+    if logs_only:
+        if as_json:
+            click.echo(json.dumps([log_metrics_json(r) for r in log_rows], indent=2))
+        elif not log_rows:
+            click.echo("no production logs" + (f" since {since}" if since else ""))
+        else:
+            for line in logs_table(log_rows):
+                click.echo(line)
+        return
     if as_json:
         click.echo(json.dumps([metrics_json(r) for r in rows], indent=2))
         return
-    if not rows:
+    if not rows and not log_rows:
         click.echo("no results" + (f" since {since}" if since else ""))
         return
-    for line in metrics_table(rows):
-        click.echo(line)
+    if rows:
+        for line in metrics_table(rows):
+            click.echo(line)
+    if any(r.impressions or r.thumbs_up or r.thumbs_down for r in rows):
+        click.echo("feedback (CTR: clicks over impressions):")
+        for line in feedback_table(rows):
+            click.echo(line)
+    if log_rows:
+        click.echo("production logs:")
+        for line in logs_table(log_rows):
+            click.echo(line)
     if any(r.checked for r in rows):
         click.echo("output checks (shares of the checked outputs):")
         for line in checks_table(rows):
@@ -55,7 +86,9 @@ def metrics_command(
 
 @click.command("compare")
 @db_option
-@click.option("--run", "run_id", required=True, help="The run whose variants are compared.")
+@click.option("--run", "run_id", help="The run whose variants (or versions) are compared.")
+@click.option("--logs", is_flag=True, help="Compare two versions in the production logs.")
+@click.option("--since", help="Versions: only results or requests since 7d, 24h or a date.")
 @click.argument("variants", nargs=-1)
 @click.option(
     "--mde", type=click.FloatRange(min=0, min_open=True, max=50), metavar="PP",
@@ -66,26 +99,46 @@ def metrics_command(
 @click.pass_context
 @handle_errors
 def compare_command(
-    ctx: click.Context, run_id: str, variants: tuple[str, ...], mde: float | None, as_json: bool
+    ctx: click.Context,
+    run_id: str | None,
+    logs: bool,
+    since: str | None,
+    variants: tuple[str, ...],
+    mde: float | None,
+    as_json: bool,
 ) -> None:
-    """Each variant of a run against control (or VARIANT_B against VARIANT_A).
+    """Each variant of a run against control (`--run RUN [VARIANT_A VARIANT_B]`), or
+    version REF_B against REF_A (`REF_A REF_B [--run RUN | --logs] [--since DATE]`).
 
-    Completion rate and latency p50/p90/p99: the delta, its 95% interval, the p-value,
-    Holm's adjusted p-value, the test and a verdict; for a split run, the SRM check.
+    Completion rate, CTR (with feedback) and latency p50/p90/p99: the delta, its 95%
+    interval, the p-value, Holm's adjusted p-value, the test and a verdict; for a split
+    run, the SRM check. Versions are references (name@1.2.0, name@label) or ids.
     """
     if len(variants) not in (0, 2):
-        raise click.UsageError("give two variants (VARIANT_A VARIANT_B) or none")
+        raise click.UsageError("give two variants or versions (A B), or none with --run")
+    by_version = len(variants) == 2 and all(_is_version_ref(v) for v in variants)
+    if run_id is None and not by_version:
+        raise click.UsageError("give --run RUN, or two versions (REF_A REF_B, as name@version)")
+    if (logs or since) and not by_version:
+        raise click.UsageError("--logs and --since compare two versions: give REF_A REF_B")
     a, b = variants if variants else (None, None)
     with open_workbench(ctx) as wb:
-        comparison = wb.compare(run_id, a, b)
+        if by_version:
+            assert a is not None and b is not None
+            comparison = wb.compare_versions(a, b, run_id=run_id, logs=logs, since=since)
+        else:
+            assert run_id is not None
+            comparison = wb.compare(run_id, a, b)
     needed = units_needed(comparison, mde) if mde is not None else None
     if as_json:
         click.echo(json.dumps({**comparison_json(comparison), "units_needed": needed}, indent=2))
         return
     kind = "paired tests" if comparison.paired else "independent samples"
-    click.echo(
-        f"run {comparison.run_id}: {comparison.mode} mode ({kind}), control {comparison.control}"
+    where = f"run {comparison.run_id}" if comparison.run_id else "versions"
+    source = {"logs": "production logs", "versions": "results across runs"}.get(
+        comparison.mode, f"{comparison.mode} mode"
     )
+    click.echo(f"{where}: {source} ({kind}), control {comparison.control}")
     for line in comparison_table(comparison.rows):
         click.echo(line)
     if comparison.srm is not None:
@@ -96,6 +149,11 @@ def compare_command(
             f"{needed['change'] * 100:+.1f} pp from control's {needed['base']:.1%} completion "
             "(alpha 0.05, power 80%)"
         )
+
+
+def _is_version_ref(text: str) -> bool:
+    """A prompt version reference (name@...) or id, not a variant name."""
+    return "@" in text or text.startswith("sha256:")
 
 
 def units_needed(comparison: Comparison, mde_pp: float) -> dict[str, Any] | None:
@@ -163,6 +221,34 @@ def metrics_table(rows: list[MetricsRow]) -> list[str]:
             )  # fmt: skip
         )
     return aligned(table, {0, 1})
+
+
+def feedback_table(rows: list[MetricsRow]) -> list[str]:
+    """Impressions, clicks, CTR with its Wilson interval, thumbs up and down."""
+    header = ("variant" if rows[0].variant is not None else "version", "model", "impressions",
+              "clicks", "CTR", "95% interval", "thumbs up", "thumbs down")  # fmt: skip
+    table: list[tuple[str, ...]] = [header]
+    for r in rows:
+        ci = r.ctr_interval
+        table.append((r.label, r.model, str(r.impressions), str(r.clicks), _pct(r.ctr),
+                      f"{ci.low:.1%}-{ci.high:.1%}" if r.impressions else "-",
+                      str(r.thumbs_up), str(r.thumbs_down)))  # fmt: skip
+    return aligned(table, {0, 1})
+
+
+def logs_table(rows: list[LogMetricsRow]) -> list[str]:
+    """Per version in the production logs: requests, completion, CTR, latency percentiles."""
+    header = ("version", "requests", "complete", "95% interval", "CTR", "95% interval",
+              "mean ms", "p50 ms", "p90 ms", "p95 ms", "p99 ms")  # fmt: skip
+    table: list[tuple[str, ...]] = [header]
+    for r in rows:
+        done, ctr = r.completion_interval, r.ctr_interval
+        table.append((r.label, str(r.requests), _pct(r.completion_rate),
+                      f"{done.low:.1%}-{done.high:.1%}" if r.completion_known else "-",
+                      _pct(r.ctr), f"{ctr.low:.1%}-{ctr.high:.1%}" if r.click_known else "-",
+                      _ms(r.latency_mean_ms), _ms(r.latency_p50_ms), _ms(r.latency_p90_ms),
+                      _ms(r.latency_p95_ms), _ms(r.latency_p99_ms)))  # fmt: skip
+    return aligned(table, {0})
 
 
 def checks_table(rows: list[MetricsRow]) -> list[str]:
@@ -253,6 +339,24 @@ def metrics_json(row: MetricsRow) -> dict[str, Any]:
         invalid_rate=row.invalid_rate,
         truncation_rate=row.truncation_rate,
         rule_failure_rate=row.rule_failure_rate,
+        ctr=row.ctr,
+        ctr_low=row.ctr_interval.low if row.impressions else None,
+        ctr_high=row.ctr_interval.high if row.impressions else None,
+    )
+    return dict(out)
+
+
+def log_metrics_json(row: LogMetricsRow) -> dict[str, Any]:
+    out = _plain(asdict(row))
+    done, ctr = row.completion_interval, row.ctr_interval
+    out.update(
+        label=row.label,
+        completion_rate=row.completion_rate,
+        completion_low=done.low if row.completion_known else None,
+        completion_high=done.high if row.completion_known else None,
+        ctr=row.ctr,
+        ctr_low=ctr.low if row.click_known else None,
+        ctr_high=ctr.high if row.click_known else None,
     )
     return dict(out)
 
@@ -267,6 +371,7 @@ def comparison_json(comparison: Comparison) -> dict[str, Any]:
         "rows": [_plain(asdict(r)) for r in comparison.rows],
         "srm": _plain(asdict(srm)) if srm is not None else None,
         "metrics": [metrics_json(m) for m in comparison.metrics],
+        "logs": [log_metrics_json(m) for m in comparison.logs],
     }
 
 

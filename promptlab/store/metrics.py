@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 
 from promptlab.errors import NotFoundError
-from promptlab.records import MetricsRow, PairedCompletion
+from promptlab.records import LogMetricsRow, MetricsRow, PairedCompletion
 from promptlab.store.connection import Store
 from promptlab.store.runs import fetch_run
 
@@ -64,6 +64,24 @@ _CHECK_COLUMNS = (
 )
 
 
+#: Feedback counts per result (or per unit, for rows that name no result), in a CTE
+#: named `fbk`: a click counts at most once per impression of the same thing.
+_FEEDBACK_PER_KEY = (
+    "fbk AS (SELECT {group}, coalesce(idempotency_key, unit_id) AS k, "
+    "count(*) FILTER (WHERE kind = 'impression') AS imp, "
+    "count(*) FILTER (WHERE kind = 'click') AS clk, "
+    "count(*) FILTER (WHERE kind = 'thumbs_up') AS up, "
+    "count(*) FILTER (WHERE kind = 'thumbs_down') AS down "
+    "FROM feedback WHERE {where} GROUP BY ALL), "
+    "fb AS (SELECT {group}, sum(imp) AS impressions, sum(least(clk, imp)) AS clicks, "
+    "sum(up) AS up, sum(down) AS down FROM fbk GROUP BY ALL)"
+)
+#: The feedback counts as selected from `fb`, in the order `_row` reads them.
+_FEEDBACK_COLUMNS = (
+    "coalesce(f.impressions, 0), coalesce(f.clicks, 0), coalesce(f.up, 0), coalesce(f.down, 0)"
+)
+
+
 def completed_predicate(columns: set[str]) -> str:
     """SQL that is true for a result that counts as complete, given `results`' columns."""
     parts = ["status = 'succeeded'"]
@@ -103,10 +121,13 @@ class MetricsReads:
     def run_metrics(self, run_id: str, since: datetime | None = None) -> list[MetricsRow]:
         """One row per variant of the run, in variant order (variants with no results too)."""
         window, args = _since(since)
+        fb_window, fb_args = _since(since, "event_time")
         with self.store.read() as cur:
             fetch_run(cur, run_id)
+            feedback = _FEEDBACK_PER_KEY.format(group="variant", where=f"run_id = ?{fb_window}")
             rows = cur.execute(
-                f"WITH agg AS (SELECT variant, {self._aggregates(cur)} FROM results "
+                f"WITH {feedback}, "
+                f"agg AS (SELECT variant, {self._aggregates(cur)} FROM results "
                 f"WHERE run_id = ?{window} GROUP BY variant), "
                 "open AS (SELECT variant_index, count(*) AS open FROM items WHERE run_id = ? "
                 "AND status IN ('pending', 'in_flight') GROUP BY variant_index), "
@@ -117,12 +138,14 @@ class MetricsReads:
                 "coalesce(a.succeeded, 0), coalesce(a.failed, 0), coalesce(a.cancelled, 0), "
                 "coalesce(o.open, 0), coalesce(a.completed, 0), a.kinds, a.latency_mean, "
                 "a.latency, coalesce(a.input_tokens, 0), coalesce(a.output_tokens, 0), "
-                f"coalesce(a.cost_usd, 0), a.first_at, a.last_at, {_CHECK_COLUMNS} "
+                f"coalesce(a.cost_usd, 0), a.first_at, a.last_at, {_CHECK_COLUMNS}, "
+                f"{_FEEDBACK_COLUMNS} "
                 "FROM run_variants v LEFT JOIN agg a ON a.variant = v.name "
                 "LEFT JOIN open o USING (variant_index) "
                 "LEFT JOIN names n ON n.id = v.prompt_version_id "
+                "LEFT JOIN fb f ON f.variant = v.name "
                 "WHERE v.run_id = ? ORDER BY v.variant_index",
-                [run_id, *args, run_id, run_id, run_id],
+                [run_id, *fb_args, run_id, *args, run_id, run_id, run_id],
             ).fetchall()
         return [_row(r) for r in rows]
 
@@ -135,6 +158,7 @@ class MetricsReads:
         variants (no stored version) are listed by their version id without `prompt`.
         """
         window, args = _since(since)
+        fb_window, fb_args = _since(since, "event_time")
         with self.store.read() as cur:
             name_filter, name_args = "", []
             if prompt is not None:
@@ -147,8 +171,12 @@ class MetricsReads:
                 if prompt is not None
                 else ""
             )
+            feedback = _FEEDBACK_PER_KEY.format(
+                group="prompt_version_id", where=f"true{fb_window}{version_filter}"
+            )
             rows = cur.execute(
-                "WITH names AS (SELECT id, any_value(prompt_name) AS prompt_name, "
+                f"WITH {feedback}, "
+                "names AS (SELECT id, any_value(prompt_name) AS prompt_name, "
                 "any_value(semver) AS semver, any_value(major) AS major, "
                 "any_value(minor) AS minor, any_value(patch) AS patch FROM prompt_versions"
                 f"{name_filter} GROUP BY id), "
@@ -158,13 +186,93 @@ class MetricsReads:
                 "SELECT NULL, NULL, n.prompt_name, n.semver, a.prompt_version_id, a.model, "
                 "a.runs, a.finished, a.succeeded, a.failed, a.cancelled, 0, a.completed, "
                 "a.kinds, a.latency_mean, a.latency, a.input_tokens, a.output_tokens, "
-                f"a.cost_usd, a.first_at, a.last_at, {_CHECK_COLUMNS} "
+                f"a.cost_usd, a.first_at, a.last_at, {_CHECK_COLUMNS}, {_FEEDBACK_COLUMNS} "
                 f"FROM agg a {join} names n ON n.id = a.prompt_version_id "
+                "LEFT JOIN fb f ON f.prompt_version_id = a.prompt_version_id "
                 "ORDER BY n.prompt_name NULLS LAST, n.major, n.minor, n.patch, "
                 "a.prompt_version_id, a.model",
-                [*name_args, *args, *name_args],
+                [*fb_args, *name_args, *name_args, *args, *name_args],
             ).fetchall()
         return [_row(r) for r in rows]
+
+    def log_metrics(
+        self, prompt: str | None = None, since: datetime | None = None
+    ) -> list[LogMetricsRow]:
+        """One row per prompt version in the production logs (`prompt`: its versions only),
+        oldest version first; `since` keeps requests from then on (their event time)."""
+        window, args = _since(since, "event_time")
+        with self.store.read() as cur:
+            name_filter, name_args = "", []
+            if prompt is not None:
+                if not cur.execute("SELECT 1 FROM prompts WHERE name = ?", [prompt]).fetchone():
+                    raise NotFoundError(f"no prompt named {prompt!r}")
+                name_filter, name_args = " WHERE prompt_name = ?", [prompt]
+            join = "JOIN" if prompt is not None else "LEFT JOIN"
+            quantiles = ", ".join(str(q) for q in METRIC_QUANTILES)
+            rows = cur.execute(
+                "WITH names AS (SELECT id, any_value(prompt_name) AS prompt_name, "
+                "any_value(semver) AS semver, any_value(major) AS major, "
+                "any_value(minor) AS minor, any_value(patch) AS patch FROM prompt_versions"
+                f"{name_filter} GROUP BY id), "
+                "agg AS (SELECT prompt_version_id, count(*) AS requests, "
+                "avg(latency_ms) AS latency_mean, "
+                f"quantile_cont(latency_ms, [{quantiles}]) AS latency, "
+                "count(completed) AS completion_known, count(*) FILTER (WHERE completed) AS done, "
+                "count(clicked) AS click_known, count(*) FILTER (WHERE clicked) AS clicks, "
+                "min(event_time) AS first_at, max(event_time) AS last_at "
+                f"FROM production_logs WHERE true{window} GROUP BY prompt_version_id) "
+                "SELECT n.prompt_name, n.semver, a.* "
+                f"FROM agg a {join} names n ON n.id = a.prompt_version_id "
+                "ORDER BY n.prompt_name NULLS LAST, n.major, n.minor, n.patch, "
+                "a.prompt_version_id",
+                [*name_args, *args],
+            ).fetchall()
+        return [_log_row(r) for r in rows]
+
+    def log_sample(
+        self, version_id: str, since: datetime | None = None
+    ) -> tuple[LogMetricsRow | None, npt.NDArray[np.float64]]:
+        """A version's production log totals and its request latencies (ms)."""
+        window, args = _since(since, "event_time")
+        rows = [r for r in self.log_metrics(None, since) if r.prompt_version_id == version_id]
+        with self.store.read() as cur:
+            columns = cur.execute(
+                "SELECT latency_ms FROM production_logs WHERE prompt_version_id = ? "
+                f"AND latency_ms IS NOT NULL{window}",
+                [version_id, *args],
+            ).fetchnumpy()
+        return (rows[0] if rows else None), _floats(columns["latency_ms"])
+
+    def version_sample(
+        self, version_id: str, run_id: str | None = None, since: datetime | None = None
+    ) -> tuple[tuple[int, int, int, int], npt.NDArray[np.float64]]:
+        """A version's results across runs (or in one run): (finished, completed,
+        impressions, clicks) and the latencies (ms) of its succeeded results."""
+        window, args = _since(since)
+        fb_window, fb_args = _since(since, "event_time")
+        run_filter, run_args = (" AND run_id = ?", [run_id]) if run_id is not None else ("", [])
+        with self.store.read() as cur:
+            done = completed_predicate(self._columns(cur))
+            feedback = _FEEDBACK_PER_KEY.format(
+                group="prompt_version_id",
+                where=f"prompt_version_id = ?{run_filter}{fb_window}",
+            )
+            row = cur.execute(
+                f"WITH {feedback}, "
+                f"agg AS (SELECT count(*) AS finished, count(*) FILTER (WHERE {done}) AS done "
+                f"FROM results WHERE prompt_version_id = ?{run_filter}{window}) "
+                "SELECT a.finished, a.done, coalesce(sum(f.impressions), 0), "
+                "coalesce(sum(f.clicks), 0) FROM agg a LEFT JOIN fb f ON true GROUP BY ALL",
+                [version_id, *run_args, *fb_args, version_id, *run_args, *args],
+            ).fetchone()
+            columns = cur.execute(
+                "SELECT latency_ms FROM results WHERE prompt_version_id = ? "
+                f"AND status = 'succeeded' AND latency_ms IS NOT NULL{run_filter}{window}",
+                [version_id, *run_args, *args],
+            ).fetchnumpy()
+        assert row is not None
+        counts = (int(row[0]), int(row[1]), int(row[2]), int(row[3]))
+        return counts, _floats(columns["latency_ms"])
 
     def latencies(self, run_id: str, variant: str) -> npt.NDArray[np.float64]:
         """Latencies (ms) of the variant's succeeded results, as a NumPy array."""
@@ -221,8 +329,8 @@ class MetricsReads:
         return {r[0]: int(r[1]) for r in rows}
 
 
-def _since(since: datetime | None) -> tuple[str, list[Any]]:
-    return (" AND finished_at >= ?", [since]) if since is not None else ("", [])
+def _since(since: datetime | None, column: str = "finished_at") -> tuple[str, list[Any]]:
+    return (f" AND {column} >= ?", [since]) if since is not None else ("", [])
 
 
 def _floats(column: Any) -> npt.NDArray[np.float64]:
@@ -245,4 +353,18 @@ def _row(r: tuple[Any, ...]) -> MetricsRow:
         output_tokens=int(r[17]), cost_usd=float(r[18]), first_finished_at=r[19],
         last_finished_at=r[20], checked=int(r[21]), valid=int(r[22]), repaired=int(r[23]),
         invalid=int(r[24]), truncated=int(r[25]), rule_failed=int(r[26]),
+        impressions=int(r[27]), clicks=int(r[28]), thumbs_up=int(r[29]), thumbs_down=int(r[30]),
+    )  # fmt: skip
+
+
+def _log_row(r: tuple[Any, ...]) -> LogMetricsRow:
+    latency = r[5]
+    return LogMetricsRow(
+        prompt_name=r[0], prompt_version=r[1], prompt_version_id=r[2], requests=int(r[3]),
+        latency_mean_ms=r[4], latency_p50_ms=latency[0] if latency else None,
+        latency_p90_ms=latency[1] if latency else None,
+        latency_p95_ms=latency[2] if latency else None,
+        latency_p99_ms=latency[3] if latency else None, completion_known=int(r[6]),
+        completed=int(r[7]), click_known=int(r[8]), clicks=int(r[9]), first_event_at=r[10],
+        last_event_at=r[11],
     )  # fmt: skip
