@@ -66,14 +66,6 @@ def metrics_command(
     if rows:
         for line in metrics_table(rows):
             click.echo(line)
-    if any(r.impressions or r.thumbs_up or r.thumbs_down for r in rows):
-        click.echo("feedback (CTR: clicks over impressions):")
-        for line in feedback_table(rows):
-            click.echo(line)
-    if log_rows:
-        click.echo("production logs:")
-        for line in logs_table(log_rows):
-            click.echo(line)
     if any(r.checked for r in rows):
         click.echo("output checks (shares of the checked outputs):")
         for line in checks_table(rows):
@@ -82,6 +74,14 @@ def metrics_command(
         if r.failed_by_kind:
             kinds = ", ".join(f"{k}={n}" for k, n in sorted(r.failed_by_kind.items()))
             click.echo(f"failures {r.label} ({r.model}): {kinds}")
+    if any(r.impressions or r.thumbs_up or r.thumbs_down for r in rows):
+        click.echo("feedback (CTR: clicks over impressions):")
+        for line in feedback_table(rows):
+            click.echo(line)
+    if log_rows:
+        click.echo("production logs:")
+        for line in logs_table(log_rows):
+            click.echo(line)
 
 
 @click.command("compare")

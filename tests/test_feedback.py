@@ -1,0 +1,356 @@
+"""Feedback and production log imports, CTR metrics, and comparing versions by their logs.
+
+Runs of the demo experiment (tests.test_metrics' module fixture) give real results to
+attach feedback to; each test works on its own copy of that database.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import duckdb
+import pytest
+from click.testing import CliRunner, Result
+
+from promptlab.cli import main
+from promptlab.errors import FeedbackError
+from promptlab.feedback import FeedbackImporter
+from promptlab.stats import wilson_interval
+from promptlab.store import Store
+from promptlab.workbench import Workbench
+from tests.test_metrics import runs, settings  # noqa: F401 - the module's two demo runs
+
+KINDS = "impression, click, thumbs_up, thumbs_down, completed"
+
+
+@pytest.fixture
+def db(runs: tuple[Path, str, str], tmp_path: Path) -> Path:  # noqa: F811
+    copy = tmp_path / "feedback.duckdb"
+    shutil.copy(runs[0], copy)
+    return copy
+
+
+@pytest.fixture
+def wb(db: Path) -> Iterator[Workbench]:
+    with Store(db) as store, Workbench(store, settings(db)) as bench:
+        yield bench
+
+
+def keys(wb: Workbench, run_id: str, variant: str) -> list[str]:
+    with wb.store.read() as cur:
+        rows = cur.execute(
+            "SELECT idempotency_key FROM results WHERE run_id = ? AND variant = ? ORDER BY seq",
+            [run_id, variant],
+        ).fetchall()
+    return [r[0] for r in rows]
+
+
+def stored(wb: Workbench, table: str = "feedback") -> list[tuple[object, ...]]:
+    with wb.store.read() as cur:
+        return cur.execute(f"SELECT * FROM {table}").fetchall()
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def version_id(wb: Workbench, ref: str) -> str:
+    return wb.prompts.resolve(ref).id
+
+
+# ---- importing feedback --------------------------------------------------------------
+
+
+def test_csv_feedback_is_resolved_from_the_result(
+    wb: Workbench,
+    runs: tuple[Path, str, str],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    key = keys(wb, runs[1], "staging")[0]
+    path = write(
+        tmp_path / "fb.csv",
+        "result_id,version,unit_id,kind,value,event_time\n"
+        f"{key},,,impression,,2026-11-01T10:00:00Z\n"
+        f"{key},,,thumbs_up,2.5,2026-11-01 11:00:00+02:00\n"
+        ",ticket-triage@production,u7,click,,2026-11-02\n",
+    )
+    assert wb.import_feedback(path) == 3
+    rows = {r[5]: r for r in stored(wb)}
+    staging = version_id(wb, "ticket-triage@staging")
+    assert rows["impression"][:5] == (key, runs[1], staging, "staging", None)
+    assert rows["thumbs_up"][6] == 2.5 and rows["impression"][6] == 1.0
+    assert rows["thumbs_up"][7].isoformat() == "2026-11-01T09:00:00+00:00"
+    # A row by version and unit: no result, so no key, run or variant.
+    production = version_id(wb, "ticket-triage@production")
+    assert rows["click"][:5] == (None, None, production, None, "u7")
+    assert rows["click"][7].isoformat() == "2026-11-02T00:00:00+00:00"
+    assert {r[8] for r in rows.values()} == {"fb.csv"}
+
+
+def test_jsonl_and_parquet_feedback(
+    wb: Workbench,
+    runs: tuple[Path, str, str],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    a, b = keys(wb, runs[1], "control")[:2]
+    lines = [{"result_id": a, "kind": "impression"}, {"result_id": b, "kind": "click"}]
+    path = write(tmp_path / "fb.jsonl", "\n".join(json.dumps(x) for x in lines) + "\n\n")
+    assert wb.import_feedback(path) == 2
+    parquet = tmp_path / "fb.parquet"
+    with duckdb.connect() as con:
+        con.execute(
+            "COPY (SELECT ? AS result_id, 'completed' AS kind, 3.0 AS value, "
+            "TIMESTAMPTZ '2026-11-03 08:00:00+00' AS event_time) TO ? (FORMAT parquet)",
+            [a, str(parquet)],
+        )
+    assert wb.import_feedback(parquet) == 1
+    kinds = sorted((r[0], r[5], r[6]) for r in stored(wb))
+    assert kinds == sorted([(a, "impression", 1.0), (b, "click", 1.0), (a, "completed", 3.0)])
+
+
+BAD_FEEDBACK = [
+    ("{key},clik,,", "fb.csv, row 2, column kind: 'clik' is not one of " + KINDS),
+    ("{key},,,", f"fb.csv, row 2, column kind: empty; expected one of {KINDS}"),
+    ("nope,click,,", "fb.csv, row 2, column result_id: no result has id 'nope'"),
+    ("{key},click,many,", "fb.csv, row 2, column value: 'many' is not a number"),
+    (
+        "{key},click,,yesterday",
+        "fb.csv, row 2, column event_time: 'yesterday' is not a time "
+        "(ISO 8601, e.g. 2026-11-01T09:30:00Z)",
+    ),
+    (
+        ",click,,",
+        "fb.csv, row 2: no result_id, and no version with a unit_id: a row names a result, "
+        "or a prompt version and a unit",
+    ),
+]
+
+
+@pytest.mark.parametrize(("line", "message"), BAD_FEEDBACK, ids=[m[1] for m in BAD_FEEDBACK])
+def test_a_bad_feedback_row_is_named_and_nothing_is_written(
+    wb: Workbench,
+    runs: tuple[Path, str, str],  # noqa: F811
+    tmp_path: Path,
+    line: str,
+    message: str,  # noqa: F811
+) -> None:
+    key = keys(wb, runs[1], "control")[0]
+    path = write(
+        tmp_path / "fb.csv",
+        f"result_id,kind,value,event_time\n{key},impression,,\n{line.format(key=key)}\n",
+    )
+    with pytest.raises(FeedbackError) as raised:
+        wb.import_feedback(path)
+    assert str(raised.value) == message
+    assert stored(wb) == []
+
+
+def test_an_unknown_version_and_the_count_of_more_bad_rows(wb: Workbench, tmp_path: Path) -> None:
+    path = write(
+        tmp_path / "fb.csv",
+        "version,unit_id,kind\nticket-triage@production,u1,click\n"
+        "ticket-triage@9.9.9,u2,click\nticket-triage,u3,click\nticket-triage@2.0.0,u4,clak\n",
+    )
+    with pytest.raises(FeedbackError) as raised:
+        wb.import_feedback(path)
+    assert str(raised.value) == (
+        "fb.csv, row 2, column version: 'ticket-triage@9.9.9' is no known prompt version "
+        "(give name@version, name@label or a version id) (and 2 more bad rows; nothing was "
+        "imported)"
+    )
+    assert stored(wb) == []
+
+
+def test_jsonl_names_the_line_and_malformed_files_say_where(wb: Workbench, tmp_path: Path) -> None:
+    text = (
+        '{"version": "ticket-triage@2.0.0", "unit_id": "u", "kind": "click"}\n\n'
+        '{"version": "x@1.0.0", "unit_id": "u", "kind": "click"}\n'
+    )
+    path = write(tmp_path / "fb.jsonl", text)
+    with pytest.raises(FeedbackError, match=r"^fb\.jsonl, line 3, column version: 'x@1\.0\.0'"):
+        wb.import_feedback(path)
+    broken = write(tmp_path / "broken.jsonl", '{"kind": "click"}\n{"kind": \n')
+    with pytest.raises(FeedbackError) as raised:
+        wb.import_feedback(broken)
+    assert str(raised.value).startswith("broken.jsonl, line 2: not valid JSON")
+    short = write(tmp_path / "short.csv", "result_id,kind\nabc\n")
+    with pytest.raises(FeedbackError) as raised:
+        wb.import_feedback(short)
+    assert str(raised.value) == "short.csv, line 2: expected 2 fields, found 1"
+    no_kind = write(tmp_path / "nokind.csv", "result_id,what\nabc,click\n")
+    with pytest.raises(FeedbackError) as raised:
+        wb.import_feedback(no_kind)
+    assert str(raised.value) == "nokind.csv: no column 'kind'; columns: result_id, what"
+    assert stored(wb) == []
+
+
+def test_the_file_size_is_bounded(wb: Workbench, tmp_path: Path) -> None:
+    path = write(tmp_path / "fb.csv", "result_id,kind\nabc,click\n")
+    importer = FeedbackImporter(wb.store, wb.prompts)
+    with pytest.raises(FeedbackError) as raised:
+        importer.import_feedback(path, max_bytes=10)
+    assert str(raised.value) == "fb.csv: 25 bytes, more than the 10 a feedback file may have"
+
+
+def test_rate_result_writes_an_app_row(wb: Workbench, runs: tuple[Path, str, str]) -> None:  # noqa: F811
+    key = keys(wb, runs[1], "staging")[0]
+    wb.rate_result(runs[1], key, "thumbs_down")
+    (row,) = stored(wb)
+    assert row[:6] == (key, runs[1], version_id(wb, "ticket-triage@staging"), "staging", None,
+                       "thumbs_down")  # fmt: skip
+    assert row[8] == "app"
+    with pytest.raises(FeedbackError, match="rating 'meh' is not one of"):
+        wb.rate_result(runs[1], key, "meh")
+    with pytest.raises(FeedbackError, match=f"run {runs[1]} has no result 'nope'"):
+        wb.rate_result(runs[1], "nope", "click")
+
+
+# ---- CTR -----------------------------------------------------------------------------
+
+
+def test_ctr_per_variant_and_version(
+    wb: Workbench,
+    runs: tuple[Path, str, str],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    split = runs[1]
+    control, staging = keys(wb, split, "control"), keys(wb, split, "staging")
+    lines = ["result_id,kind"]
+    lines += [f"{k},impression" for k in control[:20]]  # 20 impressions, 4 clicks
+    lines += [f"{k},click" for k in control[:4]]
+    lines += [f"{control[0]},click"]  # a second click on one impression is not counted
+    lines += [f"{control[25]},click"]  # a click with no impression is not counted
+    lines += [f"{k},impression" for k in staging[:10]]  # 10 impressions, 6 clicks
+    lines += [f"{k},click" for k in staging[:6]] + [f"{staging[0]},thumbs_up"]
+    wb.import_feedback(write(tmp_path / "fb.csv", "\n".join(lines) + "\n"))
+    rows = {r.variant: r for r in wb.metrics(run_id=split)}
+    assert (rows["control"].impressions, rows["control"].clicks) == (20, 4)
+    assert (rows["staging"].impressions, rows["staging"].clicks) == (10, 6)
+    assert rows["staging"].thumbs_up == 1 and rows["control"].ctr == 0.2
+    assert rows["staging"].ctr_interval == wilson_interval(6, 10)
+    versions = {r.prompt_version: r for r in wb.metrics(prompt="ticket-triage")}
+    assert (versions["1.1.0"].impressions, versions["1.1.0"].clicks) == (20, 4)
+    assert (versions["2.0.0"].impressions, versions["2.0.0"].clicks) == (10, 6)
+    comparison = wb.compare(split)
+    ctr = next(r for r in comparison.rows if r.metric == "CTR")
+    assert (ctr.n_control, ctr.n_variant, ctr.control_value, ctr.variant_value) == (
+        20,
+        10,
+        0.2,
+        0.6,
+    )
+    out = CliRunner().invoke(main, ["--db", str(wb.store.path), "metrics", "--run", split])
+    assert "feedback (CTR: clicks over impressions):" in out.output
+    assert any(line.split()[:5] == ["staging", "sim:careful", "10", "6", "60.0%"]
+               for line in out.output.splitlines())  # fmt: skip
+
+
+# ---- production logs -----------------------------------------------------------------
+
+N = 40
+
+
+def log_csv(path: Path) -> Path:
+    """40 requests of each version, with columns named as a service might name them."""
+    lines = ["served_by,uid,ms,click,done,at"]
+    for i in range(N):
+        lines.append(f"ticket-triage@production,a{i},{300 + (i * 37) % 200},"
+                     f"{'true' if i % 20 == 0 else 'false'},{0 if i % 5 == 0 else 1},"
+                     f"2026-11-2{i % 8}T10:00:00Z")  # fmt: skip
+        lines.append(f"ticket-triage@2.0.0,b{i},{280 + (i * 53) % 190},"
+                     f"{'yes' if i % 8 == 0 else 'no'},{'false' if i % 10 == 0 else 'true'},"
+                     f"2026-11-2{i % 8}T11:00:00+01:00")  # fmt: skip
+    return write(path, "\n".join(lines) + "\n")
+
+
+def cli(*args: str) -> Result:
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def test_a_log_compares_exactly_as_scipy_says(wb: Workbench, tmp_path: Path) -> None:
+    db = str(wb.store.path)
+    wb.close()
+    path = log_csv(tmp_path / "requests.csv")
+    mapping = ["--version-column", "served_by", "--unit-column", "uid", "--latency-column",
+               "ms", "--clicked-column", "click", "--completed-column", "done",
+               "--time-column", "at"]  # fmt: skip
+    imported = cli("--db", db, "logs", "import", str(path), *mapping)
+    assert imported.output == "imported 80 requests from requests.csv\n"
+    result = cli("--db", db, "compare", "ticket-triage@production", "ticket-triage@2.0.0",
+                 "--logs", "--json")  # fmt: skip
+    data = json.loads(result.output)
+    assert data["mode"] == "logs" and data["control"] == "ticket-triage@1.1.0"
+    # Reference values computed with scipy 1.x on the same 40 + 40 requests:
+    #   counts: sum(i % 5 != 0) = 32, sum(i % 10 != 0) = 36, sum(i % 20 == 0) = 2,
+    #     sum(i % 8 == 0) = 5 over i in range(40);
+    #   Wilson: scipy.stats.binomtest(k, 40).proportion_ci(method="wilson");
+    #   completion p: scipy.stats.chi2_contingency([[36, 4], [32, 8]], correction=False)[1]
+    #     (the pooled two-proportion z-test; every expected cell is 5 or more);
+    #   CTR p: scipy.stats.fisher_exact([[5, 35], [2, 38]]).pvalue (expected cells < 5);
+    #   latency p: scipy.stats.mannwhitneyu(b, a, alternative="two-sided").pvalue;
+    #   quantiles: numpy.quantile (linear); Holm by hand: min p (latency) x 5 = 0.4426...,
+    #     which every larger p then takes as the running maximum.
+    a, b = data["logs"]
+    assert (a["requests"], a["completed"], a["clicks"]) == (40, 32, 2)
+    assert (b["requests"], b["completed"], b["clicks"]) == (40, 36, 5)
+    assert a["completion_low"] == pytest.approx(0.6524269365360051, abs=1e-12)
+    assert a["completion_high"] == pytest.approx(0.8950001027456229, abs=1e-12)
+    assert b["completion_low"] == pytest.approx(0.769482247724777, abs=1e-12)
+    assert b["completion_high"] == pytest.approx(0.9604204713173935, abs=1e-12)
+    assert a["ctr_low"] == pytest.approx(0.013820667386148358, abs=1e-12)
+    assert a["ctr_high"] == pytest.approx(0.16503877369140962, abs=1e-12)
+    assert b["ctr_low"] == pytest.approx(0.05459500250945404, abs=1e-12)
+    assert b["ctr_high"] == pytest.approx(0.26112119838851094, abs=1e-12)
+    rows = {r["metric"]: r for r in data["rows"]}
+    assert list(rows) == ["completion rate", "CTR", "latency p50", "latency p90", "latency p99"]
+    done, ctr = rows["completion rate"], rows["CTR"]
+    assert (done["control_value"], done["variant_value"]) == (0.8, 0.9)
+    assert (ctr["control_value"], ctr["variant_value"]) == (0.05, 0.125)
+    assert (done["n_control"], done["n_variant"]) == (40, 40)
+    assert done["test"] == "two-proportion z" and ctr["test"] == "Fisher exact"
+    assert done["p_value"] == pytest.approx(0.2104064530953678, abs=1e-12)
+    assert ctr["p_value"] == pytest.approx(0.431530494821634, abs=1e-12)
+    expected_quantiles = {"latency p50": (395.5, 374.5), "latency p90": (477.7, 447.5),
+                          "latency p99": (496.27, 463.44)}  # fmt: skip
+    for metric, (control, variant) in expected_quantiles.items():
+        row = rows[metric]
+        assert row["p_value"] == pytest.approx(0.08852070093113414, abs=1e-12)
+        assert row["control_value"] == pytest.approx(control, abs=1e-9)
+        assert row["variant_value"] == pytest.approx(variant, abs=1e-9)
+    for row in data["rows"]:
+        assert row["adjusted_p"] == pytest.approx(0.44260350465567067, abs=1e-12)
+        assert row["verdict"] == "not yet distinguishable"
+    table = cli("--db", db, "metrics", "--logs", "--prompt", "ticket-triage")
+    assert table.output.splitlines()[1].split()[:3] == ["ticket-triage@1.1.0", "40", "80.0%"]
+
+
+def test_bad_log_rows_and_columns(wb: Workbench, tmp_path: Path) -> None:
+    head = "version,latency_ms,clicked,completed\n"
+    good = "ticket-triage@2.0.0,120,true,false\n"
+    cases = {
+        ",1,true,true": "logs.csv, row 2, column version: empty; give name@version, "
+        "name@label or a version id",
+        "ticket-triage@2.0.0,-4,true,true": "logs.csv, row 2, column latency_ms: '-4' is not a "
+        "latency (milliseconds, 0 or more)",
+        "ticket-triage@2.0.0,3,maybe,true": "logs.csv, row 2, column clicked: 'maybe' is not "
+        "true or false",
+        "ticket-triage@2.0.0,3,true,2": "logs.csv, row 2, column completed: '2' is not true "
+        "or false",
+    }
+    for line, message in cases.items():
+        path = write(tmp_path / "logs.csv", head + good + line + "\n")
+        with pytest.raises(FeedbackError) as raised:
+            wb.import_logs(path)
+        assert str(raised.value) == message
+    path = write(tmp_path / "logs.csv", head + good)
+    with pytest.raises(FeedbackError) as raised:
+        wb.import_logs(path, {"latency_ms": "duration"})
+    assert str(raised.value) == (
+        "logs.csv: no column 'duration'; columns: version, latency_ms, clicked, completed"
+    )
+    assert stored(wb, "production_logs") == []
+    assert wb.import_logs(path) == 1
