@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Iterable
 from pathlib import Path
 
 from promptlab.config import DEMO_DIR
@@ -17,6 +19,12 @@ DEMO_DATASETS = {"tickets": ("tickets.csv", "customer_id")}
 #: The experiment the app's first start runs on the demo dataset (Workbench.start_demo_run).
 DEMO_EXPERIMENT = "triage-split"
 DEMO_DATASET = "tickets"
+#: Simulated click-through per variant of the demo run (others: DEFAULT_CLICK_THROUGH),
+#: so the Compare page has a CTR effect to show on first start.
+DEMO_CLICK_THROUGH = {"control": 0.15, "staging": 0.35}
+DEFAULT_CLICK_THROUGH = 0.2
+#: The `source` of the feedback the demo run records.
+DEMO_FEEDBACK_SOURCE = "demo"
 
 
 def demo_experiment_files(demo_dir: Path = DEMO_DIR) -> list[Path]:
@@ -47,3 +55,21 @@ def load_demo_datasets(datasets: DatasetStore, demo_dir: Path = DEMO_DIR) -> lis
                 )
             )
     return imported
+
+
+def demo_clicked(key: str, variant: str) -> bool:
+    """Whether the simulated user clicked result `key`: a draw seeded by the key alone,
+    so the same run always gets the same clicks."""
+    draw = int(hashlib.sha256(f"demo-click:{key}".encode()).hexdigest()[:8], 16) / 2**32
+    return draw < DEMO_CLICK_THROUGH.get(variant, DEFAULT_CLICK_THROUGH)
+
+
+def demo_feedback_events(results: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """(key, kind) events for (key, variant) results: an impression each, and a click
+    for those the simulated user clicked."""
+    events: list[tuple[str, str]] = []
+    for key, variant in results:
+        events.append((key, "impression"))
+        if demo_clicked(key, variant):
+            events.append((key, "click"))
+    return events

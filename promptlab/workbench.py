@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
+import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -24,7 +26,9 @@ from promptlab.datasets import DatasetStore, check_rows
 from promptlab.demo import (
     DEMO_DATASET,
     DEMO_EXPERIMENT,
+    DEMO_FEEDBACK_SOURCE,
     demo_experiment_files,
+    demo_feedback_events,
     load_demo_datasets,
     load_demo_prompts,
 )
@@ -196,6 +200,11 @@ class RunView:
         return not self.active and self.status != RunStatus.COMPLETED
 
 
+log = logging.getLogger(__name__)
+#: How long closing waits for the demo run's clicks to be written.
+DEMO_FEEDBACK_JOIN_S = 30.0
+
+
 class Workbench:
     """Prompts, runs and their summaries over one database; see the module docstring."""
 
@@ -215,6 +224,7 @@ class Workbench:
         self._datasets = DatasetStore(store)
         self._engine = engine
         self._owns_store = owns_store
+        self._demo_thread: threading.Thread | None = None
 
     @classmethod
     def open(cls, settings: Settings | None = None) -> Workbench:
@@ -227,6 +237,10 @@ class Workbench:
         if self._engine is not None:
             self._engine.close()
             self._engine = None
+        if self._demo_thread is not None:
+            # It may be writing the demo's clicks: the store stays open until it is done.
+            self._demo_thread.join(DEMO_FEEDBACK_JOIN_S)
+            self._demo_thread = None
         if self._owns_store:
             self.store.close()
 
@@ -294,7 +308,32 @@ class Workbench:
         spec = self.experiment_run_spec(
             DEMO_EXPERIMENT, DEMO_DATASET, run_name=f"demo: {DEMO_EXPERIMENT} on {DEMO_DATASET}"
         )
-        return self.start_run(spec)
+        run_id = self.start_run(spec)
+        # The run goes on in the background: its simulated clicks are recorded once it ends.
+        self._demo_thread = threading.Thread(
+            target=self._demo_feedback_when_done,
+            args=(self.engine, run_id),
+            name="demo-feedback",
+            daemon=True,
+        )
+        self._demo_thread.start()
+        return run_id
+
+    def record_demo_feedback(self, run_id: str) -> int:
+        """Simulated impressions and clicks for a finished demo run's results (a different
+        click-through per variant, seeded by each result's key); once per run. Returns
+        how many events were added."""
+        return self._feedback.tables.add_run_events(
+            run_id, DEMO_FEEDBACK_SOURCE, demo_feedback_events, datetime.now(UTC)
+        )
+
+    def _demo_feedback_when_done(self, engine: Engine, run_id: str) -> None:
+        # `engine`, not self.engine: once the workbench closes, that would start another.
+        try:
+            if engine.wait(run_id).status == RunStatus.COMPLETED:
+                self.record_demo_feedback(run_id)
+        except Exception as exc:  # closed first, or the run failed: the demo has no clicks
+            log.warning("demo feedback for run %s not recorded: %s", run_id, exc)
 
     # ---- runs ----------------------------------------------------------------------
 

@@ -16,6 +16,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from promptlab.cli import main
+from promptlab.demo import DEMO_CLICK_THROUGH, demo_clicked
 from promptlab.errors import FeedbackError
 from promptlab.feedback import FeedbackImporter
 from promptlab.stats import wilson_interval
@@ -354,3 +355,45 @@ def test_bad_log_rows_and_columns(wb: Workbench, tmp_path: Path) -> None:
     )
     assert stored(wb, "production_logs") == []
     assert wb.import_logs(path) == 1
+
+
+# ---- the demo ------------------------------------------------------------------------
+
+
+def test_the_demo_run_records_simulated_clicks_once(tmp_path: Path) -> None:
+    path = tmp_path / "demo.duckdb"
+    with Store(path) as store, Workbench(store, settings(path)) as wb:
+        wb.load_demo()
+        run_id = wb.start_demo_run()
+        assert run_id is not None
+        wb.wait(run_id, 60)
+        wb.record_demo_feedback(run_id)  # whether or not the background thread was first
+        assert wb.record_demo_feedback(run_id) == 0
+        rows = {r.variant: r for r in wb.metrics(run_id=run_id)}
+        clicked = {k for k, v in demo_keys(wb, run_id) if demo_clicked(k, v)}
+        for variant, row in rows.items():
+            assert row.impressions == row.succeeded > 0
+            expected = sum(1 for k, v in demo_keys(wb, run_id) if v == variant and k in clicked)
+            assert row.clicks == expected
+        ctr = next(r for r in wb.compare(run_id).rows if r.metric == "CTR")
+        assert ctr.control == "control" and ctr.variant == "staging"
+        assert {r[8] for r in stored(wb)} == {"demo"}
+
+
+def demo_keys(wb: Workbench, run_id: str) -> list[tuple[str, str]]:
+    with wb.store.read() as cur:
+        rows = cur.execute(
+            "SELECT idempotency_key, variant FROM results WHERE run_id = ? "
+            "AND status = 'succeeded'",
+            [run_id],
+        ).fetchall()
+    return [(r[0], r[1]) for r in rows]
+
+
+def test_demo_clicks_are_seeded_by_the_key() -> None:
+    keys = [f"{i:032x}" for i in range(2000)]
+    control = sum(demo_clicked(k, "control") for k in keys) / len(keys)
+    staging = sum(demo_clicked(k, "staging") for k in keys) / len(keys)
+    assert [demo_clicked(k, "control") for k in keys] == [demo_clicked(k, "control") for k in keys]
+    assert abs(control - DEMO_CLICK_THROUGH["control"]) < 0.03
+    assert abs(staging - DEMO_CLICK_THROUGH["staging"]) < 0.03

@@ -38,6 +38,8 @@ def init(ctx: click.Context, demo: bool) -> None:
             run_id = wb.start_demo_run()
             if run_id is not None:
                 done = wb.wait(run_id)
+                # Now, not in the background: this process is about to exit.
+                wb.record_demo_feedback(run_id)
                 click.echo(f"demo experiment run {run_id}: {done.status}, {done.total} items")
 
 

@@ -9,7 +9,7 @@ the wording of problems live in `promptlab.feedback`; this module only runs SQL.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -114,6 +114,39 @@ class FeedbackTables:
                 "INSERT INTO feedback VALUES (?, ?, ?, ?, NULL, ?, 1, ?, 'app', ?)",
                 [key, run_id, version_id, variant, kind, at, at],
             )
+
+    def add_run_events(
+        self,
+        run_id: str,
+        source: str,
+        events_of: Callable[[list[tuple[str, str]]], list[tuple[str, str]]],
+        at: datetime,
+    ) -> int:
+        """Feedback for a run's succeeded results, once per (run, source): `events_of`
+        gets their (key, variant) and gives (key, kind) events. Returns how many were
+        added (0 when the run already has events of `source`)."""
+        with self.store.transaction() as tx:
+            done = tx.execute(
+                "SELECT count(*) FROM feedback WHERE run_id = ? AND source = ?", [run_id, source]
+            ).fetchone()
+            if done and done[0]:
+                return 0
+            results = tx.execute(
+                "SELECT idempotency_key, variant, prompt_version_id, finished_at FROM results "
+                "WHERE run_id = ? AND status = 'succeeded' ORDER BY seq",
+                [run_id],
+            ).fetchall()
+            by_key = {r[0]: r for r in results}
+            events = events_of([(r[0], r[1]) for r in results])
+            rows = [
+                [key, run_id, by_key[key][2], by_key[key][1], kind, by_key[key][3], source, at]
+                for key, kind in events
+            ]
+            if rows:
+                tx.executemany(
+                    "INSERT INTO feedback VALUES (?, ?, ?, ?, NULL, ?, 1, ?, ?, ?)", rows
+                )
+        return len(rows)
 
 
 class FeedbackWrites:
