@@ -10,6 +10,8 @@ little slower; 2% failed with a kind), in a temporary DuckDB file. Then times:
 - `Workbench.metrics(run_id=...)` (per variant) and `metrics(prompt=...)` (per version
   across runs), against a baseline that fetches the same columns into pandas and
   aggregates there (groupby + quantiles);
+- the same two metrics calls again with a feedback event per result and clicks on about
+  a fifth (CTR joined per variant and per version);
 - `Workbench.compare` on the run as stored (all-mode: McNemar, Wilcoxon on the pairs,
   three bootstraps) and as a split run (two proportions, Mann-Whitney), and the parts:
   fetching latencies as NumPy arrays, one bootstrap, Mann-Whitney, Wilcoxon.
@@ -102,6 +104,25 @@ def build(wb: Workbench, rows: int) -> int:
     return total
 
 
+def add_feedback(store: Store) -> int:
+    """An impression for every result and a click for about one in five (more for the
+    candidate): as many feedback events as results, and then some."""
+    with store.transaction() as tx:
+        tx.execute(
+            "INSERT INTO feedback SELECT idempotency_key, run_id, prompt_version_id, variant, "
+            "NULL, 'impression', 1, finished_at, 'bench', now() FROM results WHERE run_id = ?",
+            [RUN],
+        )
+        tx.execute(
+            "INSERT INTO feedback SELECT idempotency_key, run_id, prompt_version_id, variant, "
+            "NULL, 'click', 1, finished_at, 'bench', now() FROM results WHERE run_id = ? "
+            "AND hash(idempotency_key) % 100 < CASE variant WHEN 'control' THEN 20 ELSE 23 END",
+            [RUN],
+        )
+        row = tx.execute("SELECT count(*) FROM feedback").fetchone()
+    return int(row[0]) if row else 0
+
+
 def timed(label: str, call: Callable[[], Any], repeats: int) -> float:
     best = float("inf")
     for _ in range(repeats):
@@ -157,6 +178,17 @@ def main() -> None:
                 n,
             )
             timed("Workbench.metrics() (every version)", lambda: wb.metrics(), n)
+            t0 = time.perf_counter()
+            events = add_feedback(store)
+            print(f"added {events} feedback events in {time.perf_counter() - t0:.1f} s")
+            timed(
+                "Workbench.metrics(run_id) with feedback (CTR)", lambda: wb.metrics(run_id=RUN), n
+            )
+            timed(
+                "Workbench.metrics(prompt='bench', since='7d') with feedback",
+                lambda: wb.metrics(prompt="bench", since="7d"),
+                n,
+            )
             print("compare")
             timed("Workbench.compare: all-mode (paired tests)", lambda: wb.compare(RUN), n)
             reads = MetricsReads(store)

@@ -686,6 +686,8 @@ class Workbench:
         run's results; see promptlab/compare.py."""
         if run_id is not None and logs:
             raise PromptlabError("compare versions in a run or in the logs, not both")
+        if run_id is not None and since is not None:
+            raise PromptlabError("--since applies across runs or to the logs, not to one run")
         a, b = self._version_label(ref_a), self._version_label(ref_b)
         when = parse_since(since) if isinstance(since, str) else since
         if run_id is None:

@@ -397,3 +397,32 @@ def test_demo_clicks_are_seeded_by_the_key() -> None:
     assert [demo_clicked(k, "control") for k in keys] == [demo_clicked(k, "control") for k in keys]
     assert abs(control - DEMO_CLICK_THROUGH["control"]) < 0.03
     assert abs(staging - DEMO_CLICK_THROUGH["staging"]) < 0.03
+
+
+def test_cli_feedback_import_and_compare_by_version_in_a_run(
+    wb: Workbench,
+    runs: tuple[Path, str, str],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    split = runs[1]
+    key = keys(wb, split, "control")[0]
+    db = str(wb.store.path)
+    wb.close()
+    good = write(tmp_path / "fb.csv", f"result_id,kind\n{key},impression\n")
+    assert cli("--db", db, "feedback", "import", str(good)).output == (
+        "imported 1 feedback events from fb.csv\n"
+    )
+    bad = write(tmp_path / "bad.csv", f"result_id,kind\n{key},clik\n")
+    result = CliRunner().invoke(main, ["--db", db, "feedback", "import", str(bad)])
+    assert result.exit_code != 0
+    assert result.output.strip().endswith(
+        "bad.csv, row 1, column kind: 'clik' is not one of " + KINDS
+    )
+    by_version = json.loads(
+        cli("--db", db, "compare", "ticket-triage@production", "ticket-triage@staging",
+            "--run", split, "--json").output
+    )  # fmt: skip
+    by_variant = json.loads(cli("--db", db, "compare", "--run", split, "--json").output)
+    assert by_version["rows"] == by_variant["rows"]
+    usage = CliRunner().invoke(main, ["--db", db, "compare", "--logs"])
+    assert usage.exit_code == 2 and "give --run RUN, or two versions" in usage.output
