@@ -13,7 +13,14 @@ from promptlab.ui.resources import get_workbench
 from promptlab.ui.shell import require_shell
 from promptlab.ui.uploads import dataset_name_for, saved_upload
 from promptlab.ui.widgets import show_error
-from promptlab.workbench import DatasetInfo, PromptlabError, RowCheck, StoreError, Workbench
+from promptlab.workbench import (
+    LOG_FIELDS,
+    DatasetInfo,
+    PromptlabError,
+    RowCheck,
+    StoreError,
+    Workbench,
+)
 
 PREVIEW_ROWS = 20
 NO_UNIT = "(none)"
@@ -49,6 +56,46 @@ def import_form(wb: Workbench) -> None:
                 f"Imported {info.name}: {info.row_count:,} rows, {len(info.columns)} columns",
                 icon=":material/check_circle:",
             )
+
+
+FEEDBACK_HELP = (
+    "Feedback events: a row per event with `result_id` (a result's key; `run_id` "
+    "optional) or `version` + `unit_id`, `kind` (impression, click, thumbs_up, "
+    "thumbs_down, completed), optional `value` and `event_time`."
+)
+LOGS_HELP = (
+    "Production request logs: a row per request with `version` (name@version, "
+    "name@label or a version id), `unit_id`, `latency_ms`, `clicked`, `completed`, "
+    "`event_time`. Other column names can be mapped below."
+)
+
+
+def feedback_form(wb: Workbench) -> None:
+    """Import feedback events or a production log; the whole file or nothing."""
+    kind = st.radio(
+        "What the file holds", ["Feedback events", "Production logs"], horizontal=True,
+        key="fb_kind",
+    )  # fmt: skip
+    logs = kind == "Production logs"
+    st.caption(LOGS_HELP if logs else FEEDBACK_HELP)
+    upload = st.file_uploader("File", type=["csv", "jsonl", "ndjson", "parquet"], key="fb_upload")
+    columns: dict[str, str] = {}
+    if logs:
+        cols = st.columns(len(LOG_FIELDS))
+        for col, field in zip(cols, LOG_FIELDS, strict=True):
+            given = col.text_input(field, key=f"fb_col_{field}", placeholder=field)
+            if given.strip():
+                columns[field] = given.strip()
+    if st.button("Import", type="primary", key="fb_import", disabled=upload is None):
+        assert upload is not None
+        try:
+            with saved_upload(upload, upload.name, upload.size) as path:
+                n = wb.import_logs(path, columns) if logs else wb.import_feedback(path)
+        except PromptlabError as exc:
+            show_error(exc)
+        else:
+            what = ("log row" if logs else "feedback event") + ("" if n == 1 else "s")
+            st.success(f"Imported {n:,} {what} from {upload.name}", icon=":material/check_circle:")
 
 
 def datasets_table(infos: list[DatasetInfo]) -> None:
@@ -173,6 +220,8 @@ except StoreError as exc:  # e.g. PROMPTLAB_DB under a regular file, or not a da
 infos = wb.datasets()
 with st.expander("Import a file", expanded=not infos, icon=":material/upload:"):
     import_form(wb)
+with st.expander("Import feedback or production logs", icon=":material/thumbs_up_down:"):
+    feedback_form(wb)
 infos = wb.datasets()  # with the one just imported
 if not infos:
     st.info("No datasets yet.", icon=":material/info:")

@@ -414,6 +414,34 @@ def item_detail(wb: Workbench, run_id: str, key: str) -> None:
         else:
             show_error(f"not sent: {item.render_error}")
     item_outcome(item)
+    if item.result is not None:
+        rating(wb, run_id, item.key)
+
+
+#: The ratings a reviewer can give a result here, as (feedback kind, button label).
+RATINGS = (
+    ("thumbs_up", ":material/thumb_up: Good"),
+    ("thumbs_down", ":material/thumb_down: Bad"),
+    ("click", ":material/ads_click: Would click"),
+)
+
+
+def rating(wb: Workbench, run_id: str, key: str) -> None:
+    """Rate the output: each button stores one feedback event (source `app`) that the
+    metrics and Compare count with imported feedback."""
+    st.markdown("Rate this output")
+    cols = st.columns(len(RATINGS) + 1)
+    for col, (kind, label) in zip(cols, RATINGS, strict=False):
+        if col.button(label, key=f"rate_{kind}_{key}"):
+            try:
+                wb.rate_result(run_id, key, kind)
+            except PromptlabError as exc:
+                show_error(exc)
+    counts = wb.result_feedback(run_id, key)
+    cols[-1].caption(
+        " · ".join(f"{kind.replace('_', ' ')} {n}" for kind, n in sorted(counts.items()))
+        or "no feedback yet"
+    )
 
 
 def item_outcome(item: ItemView) -> None:

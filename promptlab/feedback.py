@@ -110,14 +110,17 @@ class FeedbackImporter:
         return self._import(path, max_bytes, fields, feedback=False)
 
     def rate(self, run_id: str, key: str, kind: str) -> None:
-        """A rating given in the app: one feedback row of source 'app' for the result."""
+        """A rating given in the app: a feedback row of source 'app' for the result (a
+        click comes with its impression, so that it counts in the CTR)."""
         if kind not in KINDS:
             raise FeedbackError(f"rating {kind!r} is not one of {', '.join(KINDS)}")
         found = self.tables.result_of(run_id, key)
         if found is None:
             raise FeedbackError(f"run {run_id} has no result {key!r}")
         version_id, variant = found
-        self.tables.add_rating(run_id, key, version_id, variant, kind, utcnow())
+        # CTR counts a click only against an impression: a reviewer's click is both.
+        kinds = ("impression", "click") if kind == "click" else (kind,)
+        self.tables.add_rating(run_id, key, version_id, variant, kinds, utcnow())
 
     # ---- one import ----------------------------------------------------------------
 

@@ -78,7 +78,7 @@ from promptlab.experiments import (
     parse_experiment_file,
     read_exposures,
 )
-from promptlab.feedback import FeedbackImporter
+from promptlab.feedback import LOG_FIELDS, FeedbackImporter
 from promptlab.itemview import (
     ItemKeyError,
     ItemView,
@@ -664,6 +664,10 @@ class Workbench:
         """Record a rating given in the app (thumbs_up, thumbs_down, click) on a result."""
         self._feedback.rate(run_id, key, kind)
 
+    def result_feedback(self, run_id: str, key: str) -> dict[str, int]:
+        """How many feedback events of each kind a result has (imported or rated here)."""
+        return self._feedback.tables.counts(run_id, key)
+
     def log_metrics(
         self, prompt: str | None = None, since: datetime | str | None = None
     ) -> list[LogMetricsRow]:
@@ -969,6 +973,7 @@ __all__ = [
     "DatasetError",
     "DatasetInfo",
     "FeedbackError",
+    "LOG_FIELDS",
     "CheckStatus",
     "FailureExample",
     "FieldFailure",

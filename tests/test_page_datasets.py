@@ -126,3 +126,45 @@ def test_saved_upload_is_bounded_and_removed_afterwards() -> None:
     ):
         pass
     assert dataset_name_for("My Tickets (2024).CSV") == "my-tickets-2024"
+
+
+LOG = (
+    "ver,user,ms,click,done,ts\n"
+    "ticket-triage@production,u1,120.5,true,true,2026-11-01T09:00:00Z\n"
+    "ticket-triage@production,u2,80,false,true,2026-11-01T09:01:00Z\n"
+)
+
+
+def import_log(at: AppTest, content: str) -> AppTest:
+    at.radio(key="fb_kind").set_value("Production logs").run()
+    at.file_uploader(key="fb_upload").upload("prod.csv", content.encode(), "text/csv")
+    at.run()
+    mapping = {"version": "ver", "unit_id": "user", "latency_ms": "ms", "clicked": "click"}
+    for field, column in {**mapping, "completed": "done", "event_time": "ts"}.items():
+        at.text_input(key=f"fb_col_{field}").input(column)
+    return at.button(key="fb_import").click().run()
+
+
+def test_a_production_log_with_mapped_columns_is_imported_from_the_page() -> None:
+    at = import_log(open_page(), LOG)
+    assert not at.exception
+    assert [s.value for s in at.success] == ["Imported 2 log rows from prod.csv"]
+    (row,) = get_workbench().log_metrics("ticket-triage")
+    assert (row.requests, row.completed, row.clicks) == (2, 2, 1)
+
+
+def test_a_bad_log_row_is_named_on_the_page_and_nothing_is_imported() -> None:
+    at = import_log(open_page(), LOG + "ticket-triage@9.9.9,u3,70,false,true,2026-11-01\n")
+    assert not at.success
+    (error,) = [shown(e.value) for e in at.error]
+    assert error.startswith("prod.csv, row 3, column ver: ") and "9.9.9" in error
+    assert get_workbench().log_metrics("ticket-triage") == []
+
+
+def test_feedback_events_are_imported_from_the_page() -> None:
+    at = open_page()
+    content = "version,unit_id,kind\nticket-triage@production,u1,impression\n"
+    at.file_uploader(key="fb_upload").upload("fb.csv", content.encode(), "text/csv")
+    at.run().button(key="fb_import").click().run()
+    assert not at.exception
+    assert [s.value for s in at.success] == ["Imported 1 feedback event from fb.csv"]

@@ -145,3 +145,26 @@ def test_items_page_through_a_run_longer_than_a_page(
     table = items_table(at).value
     assert len(table) == 30 and set(table["variant"]) == {"plain"}
     assert not at.get("pagination")  # 30 items: one page
+
+
+def test_rating_an_output_stores_feedback_that_the_metrics_count(
+    tmp_path: Path, server: RunningServer
+) -> None:
+    run_id = finished(tmp_path, server.openai_base_url, rows=2)
+    wb = get_workbench()
+    key = wb.run_items(run_id, status="succeeded", limit=1).rows[0].key
+    at = AppTest.from_file(PAGE, default_timeout=TIMEOUT_S)
+    at.query_params["run"] = run_id
+    at.query_params["item"] = key
+    at.run()
+    assert any(c.value == "no feedback yet" for c in at.caption)
+    at.button(key=f"rate_thumbs_up_{key}").click().run()
+    at.button(key=f"rate_thumbs_up_{key}").click().run()
+    at.button(key=f"rate_click_{key}").click().run()
+    assert not at.exception
+    # A reviewer's click comes with its impression, so it counts in the CTR.
+    assert any(c.value == "click 1 · impression 1 · thumbs up 2" for c in at.caption)
+    assert wb.result_feedback(run_id, key) == {"thumbs_up": 2, "click": 1, "impression": 1}
+    variant = wb.item_view(run_id, key).variant.name
+    row = next(m for m in wb.metrics(run_id=run_id) if m.variant == variant)
+    assert (row.thumbs_up, row.impressions, row.clicks) == (2, 1, 1)

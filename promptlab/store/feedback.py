@@ -100,19 +100,29 @@ class FeedbackTables:
             ).fetchone()
         return (str(row[0]), str(row[1])) if row else None
 
+    def counts(self, run_id: str, key: str) -> dict[str, int]:
+        """Feedback events recorded for one result, by kind (imported and app ratings)."""
+        with self.store.read() as cur:
+            rows = cur.execute(
+                "SELECT kind, count(*) FROM feedback "
+                "WHERE run_id = ? AND idempotency_key = ? GROUP BY kind",
+                [run_id, key],
+            ).fetchall()
+        return {str(kind): int(n) for kind, n in rows}
+
     def add_rating(
         self,
         run_id: str,
         key: str,
         version_id: str,
         variant: str,
-        kind: str,
+        kinds: Sequence[str],
         at: datetime,
     ) -> None:
         with self.store.transaction() as tx:
-            tx.execute(
+            tx.executemany(
                 "INSERT INTO feedback VALUES (?, ?, ?, ?, NULL, ?, 1, ?, 'app', ?)",
-                [key, run_id, version_id, variant, kind, at, at],
+                [[key, run_id, version_id, variant, kind, at, at] for kind in kinds],
             )
 
     def add_run_events(
