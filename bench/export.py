@@ -60,7 +60,7 @@ def arrow_baseline(store: Store, run_id: str, out: Path) -> None:
     import pyarrow.parquet as pq
 
     with store.read() as cur:
-        table = cur.execute("SELECT * FROM results WHERE run_id = ?", [run_id]).to_arrow_table()
+        table = cur.sql("SELECT * FROM results WHERE run_id = ?", params=[run_id]).to_arrow_table()
     pq.write_table(table, out)
 
 
