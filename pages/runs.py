@@ -12,6 +12,7 @@ from datetime import timedelta
 import pandas as pd
 import streamlit as st
 
+from promptlab.ui.downloads import download_buttons
 from promptlab.ui.resources import get_workbench
 from promptlab.ui.shell import require_shell
 from promptlab.ui.widgets import show_error, show_messages
@@ -151,7 +152,7 @@ def run_detail(wb: Workbench, run_id: str) -> None:
             width="stretch",
         )
     outcome(view)
-    variants(view)
+    variants(wb, view)
     field_failures(view)
     failures(view)
     actions(wb, view)
@@ -177,8 +178,8 @@ def outcome(view: RunView) -> None:
     cols[5].metric("Latency p95", _ms(s.latency_p95_ms))
 
 
-def variants(view: RunView) -> None:
-    """The variants side by side: an A/B run told apart."""
+def variants(wb: Workbench, view: RunView) -> None:
+    """The variants side by side: an A/B run told apart, and its metrics to download."""
     st.markdown("**Per variant**")
     st.dataframe(
         pd.DataFrame(
@@ -234,6 +235,10 @@ def variants(view: RunView) -> None:
         width="stretch",
         key=f"variants_{view.run_id}",
     )
+    download_buttons(
+        wb, "metrics", key=f"download_metrics_{view.run_id}", label="Download metrics",
+        run_id=view.run_id,
+    )  # fmt: skip
 
 
 def field_failures(view: RunView) -> None:
@@ -331,6 +336,12 @@ def items(wb: Workbench, view: RunView) -> None:
     if page.total > ITEMS_PAGE:
         pages = -(-page.total // ITEMS_PAGE)
         st.pagination(pages, key=f"items_page_{scope}")
+    # Every item of the run (the filters above page the view, not the file).
+    cols = st.columns(2)
+    with cols[0]:
+        download_buttons(wb, "items", key=f"download_items_{run_id}", run_id=run_id)
+    with cols[1]:
+        download_buttons(wb, "results", key=f"download_results_{run_id}", run_id=run_id)
     if picked is not None:
         st.session_state[ITEM_CHOICE] = (run_id, picked)
     choice = st.session_state.get(ITEM_CHOICE)

@@ -21,6 +21,7 @@
     ├── FeedbackError                a feedback or log file has a bad row (file, row, column)
     ├── EngineError                  a run cannot be submitted, resumed or cancelled as asked
     ├── OutputFileError              a file of outputs or a schema to check them is wrong (line)
+    ├── ExportError                  a table cannot be exported as asked (table, format, file)
     └── ProviderError                a provider call failed; `kind` says how (ErrorKind)
 
 Inside a batch, a ProviderError is data: it is recorded on the item, not raised
@@ -146,6 +147,10 @@ class FeedbackError(PromptlabError):
 
 class OutputFileError(PromptlabError):
     """A file given to `promptlab validate` (outputs or schema) is malformed; names the line."""
+
+
+class ExportError(PromptlabError):
+    """A table cannot be exported as asked; names the table, format, filter or file."""
 
 
 class EngineError(PromptlabError):

@@ -8,9 +8,11 @@ not the store or the engine's internals; the names they need are re-exported her
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
+import tempfile
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
@@ -47,6 +49,7 @@ from promptlab.errors import (
     DatabaseLockedError,
     DatasetError,
     ExperimentError,
+    ExportError,
     FeedbackError,
     NotFoundError,
     PromptExistsError,
@@ -78,6 +81,22 @@ from promptlab.experiments import (
     parse_experiment_file,
     read_exposures,
 )
+from promptlab.export import (
+    COMPARISON_COLUMNS,
+    METRICS_COLUMNS,
+    STORED_TABLES,
+    ExportFilters,
+    arrow_table,
+    check_format,
+    check_table,
+    check_target,
+    comparison_records,
+    discard,
+    file_name,
+    metrics_record,
+    publish,
+    temp_path,
+)
 from promptlab.feedback import LOG_FIELDS, FeedbackImporter
 from promptlab.itemview import (
     ItemKeyError,
@@ -96,6 +115,7 @@ from promptlab.promptfiles import (
     load_prompt_file,
     parse_yaml_mapping,
 )
+from promptlab.providers.config import load_endpoints
 from promptlab.records import (
     FINAL_RUN_STATUSES,
     AlertRecord,
@@ -116,11 +136,13 @@ from promptlab.records import (
     RunWithCounts,
     VariantSummary,
 )
+from promptlab.redact import secret_values, watch_env
 from promptlab.registry import PromptVersion, Registry, SaveResult
 from promptlab.stats import MetricComparison, SrmCheck, Verdict, sample_size_two_proportions
 from promptlab.store import ReadModels, RunStore, Store
 from promptlab.store.alerts import AlertStore
 from promptlab.store.experiments import AssignmentCount, ExperimentStore, StoredRevision
+from promptlab.store.export import ExportStore
 from promptlab.store.metrics import MetricsReads
 from promptlab.templates import ROLES, Template, coerce_text_values
 from promptlab.validation import CheckStatus
@@ -717,6 +739,104 @@ class Workbench:
         version = self.prompts.resolve(ref)
         return version.id, version.ref
 
+    # ---- export ------------------------------------------------------------------------
+    # COPY to CSV, Parquet or JSON Lines (names and files: promptlab/export.py; SQL:
+    # promptlab/store/export.py).
+
+    def export_table(
+        self,
+        table: str,
+        fmt: str,
+        path: str | Path,
+        *,
+        run_id: str | None = None,
+        experiment: str | None = None,
+        prompt: str | None = None,
+        force: bool = False,
+    ) -> int:
+        """Write a table's rows that pass the filters to `path`; return the rows written.
+
+        Tables: items, results, attempts, metrics, comparisons, feedback; formats: csv,
+        parquet, jsonl. The file appears whole or not at all (written beside it under a
+        temporary name, then renamed); an existing file is replaced only with `force`.
+        """
+        table, fmt = check_table(table), check_format(fmt)
+        filters = ExportFilters(run_id, experiment, prompt)
+        target = check_target(path, force=force)
+        temp = temp_path(target)
+        try:
+            count = self._export_to(table, fmt, temp, filters)
+            publish(temp, target, force=force)
+        finally:
+            discard(temp)
+        return count
+
+    def export_bytes(
+        self,
+        table: str,
+        fmt: str,
+        *,
+        run_id: str | None = None,
+        experiment: str | None = None,
+        prompt: str | None = None,
+    ) -> bytes:
+        """The file `export_table` would write, as bytes (the app's download buttons)."""
+        table, fmt = check_table(table), check_format(fmt)
+        filters = ExportFilters(run_id, experiment, prompt)
+        with tempfile.TemporaryDirectory(prefix="promptlab-export-") as folder:
+            temp = Path(folder) / file_name(table, fmt, filters)
+            self._export_to(table, fmt, temp, filters)
+            return temp.read_bytes()
+
+    def export_file_name(
+        self,
+        table: str,
+        fmt: str,
+        *,
+        run_id: str | None = None,
+        experiment: str | None = None,
+        prompt: str | None = None,
+    ) -> str:
+        """A file name saying what an export holds, e.g. `results-run-3f2a.parquet`."""
+        return file_name(table, fmt, ExportFilters(run_id, experiment, prompt))
+
+    def _export_to(self, table: str, fmt: str, target: Path, filters: ExportFilters) -> int:
+        rows = ExportStore(self.store)
+        secrets = self._export_secrets()
+        if table in STORED_TABLES:
+            return rows.copy_table(table, fmt, target, filters, secrets)
+        if table == "metrics":
+            records = [metrics_record(m) for m in self._export_metrics(rows, filters)]
+            return rows.copy_rows(arrow_table(records, METRICS_COLUMNS), fmt, target, secrets)
+        if filters.prompt is not None:
+            raise ExportError("export: comparisons are per run; --prompt does not apply")
+        if filters.run_id is not None:
+            run_ids = [filters.run_id]
+        elif filters.experiment is not None:
+            run_ids = rows.experiment_runs(filters.experiment)
+        else:
+            raise ExportError("export: comparisons are per run; give --run or --experiment")
+        records = [r for run_id in run_ids for r in comparison_records(self.compare(run_id))]
+        return rows.copy_rows(arrow_table(records, COMPARISON_COLUMNS), fmt, target, secrets)
+
+    def _export_metrics(self, rows: ExportStore, filters: ExportFilters) -> list[MetricsRow]:
+        """Per run variant with a run or an experiment, else per prompt version."""
+        if filters.experiment is not None:
+            run_ids = rows.experiment_runs(filters.experiment)
+            if filters.run_id is not None:
+                run_ids = [r for r in run_ids if r == filters.run_id]
+            return [m for r in run_ids for m in self.metrics(r, prompt=filters.prompt)]
+        return self.metrics(filters.run_id, prompt=filters.prompt)
+
+    def _export_secrets(self) -> list[str]:
+        """Values no exported file may hold: keys in the environment and the endpoints'
+        `api_key_env` variables, whatever they are called."""
+        # A broken providers file: the variables named like *_KEY, *_TOKEN... still count.
+        with contextlib.suppress(ConfigError):
+            endpoints = load_endpoints(self.settings.providers_file)
+            watch_env(c.api_key_env for c in endpoints.values())
+        return secret_values()
+
     # ---- experiments ---------------------------------------------------------------
     # Sticky splits of units over prompt variants (rules in promptlab/experiments.py).
     # Every change is a new revision with its author, time and note.
@@ -963,6 +1083,7 @@ __all__ = [
     "ExperimentConfig",
     "ExperimentError",
     "ExperimentVariant",
+    "ExportError",
     "assign",
     "bucket_of",
     "describe_changes",

@@ -14,6 +14,7 @@ from promptlab.cli import (
     runs,
     validate,
 )
+from promptlab.cli import export as export_cli
 from promptlab.cli.common import db_option
 from promptlab.redact import install_log_redaction
 
@@ -28,6 +29,16 @@ def main(ctx: click.Context) -> None:
     install_log_redaction()
 
 
-for module in (prompts, fakellm, runs, datasets, experiments, validate, metrics, feedback):
+for module in (
+    prompts,
+    fakellm,
+    runs,
+    datasets,
+    experiments,
+    validate,
+    metrics,
+    feedback,
+    export_cli,
+):
     for command in module.commands:
         main.add_command(command)

@@ -1,0 +1,59 @@
+"""`promptlab export`: a result table to CSV, Parquet or JSON Lines, through DuckDB's COPY.
+
+The facade is imported inside the command (it brings DuckDB): `--help` stays light.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from promptlab.cli.common import db_option, handle_errors, open_workbench
+from promptlab.export import FORMATS, TABLES, ExportFilters, check_format, check_table, file_name
+
+
+@click.command("export")
+@db_option
+@click.option(
+    "--table", "table", default="results", show_default=True, help=f"One of {', '.join(TABLES)}."
+)
+@click.option(
+    "--format", "fmt", default="parquet", show_default=True, help=f"One of {', '.join(FORMATS)}."
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path),
+    help="File to write (default: a name saying what it holds, in the current folder).",
+)
+@click.option("--run", "run_id", help="Only this run's rows.")
+@click.option("--experiment", help="Only the rows of runs of this experiment.")
+@click.option("--prompt", help="Only the rows of this prompt's versions.")
+@click.option("--force", is_flag=True, help="Overwrite the file if it exists.")
+@click.pass_context
+@handle_errors
+def export_command(
+    ctx: click.Context,
+    table: str,
+    fmt: str,
+    output: Path | None,
+    run_id: str | None,
+    experiment: str | None,
+    prompt: str | None,
+    force: bool,
+) -> None:
+    """Write a table (items, results, attempts, metrics, comparisons, feedback) to a file.
+
+    `promptlab export --run RUN_ID --table results --format parquet -o results.parquet`
+    """
+    table, fmt = check_table(table), check_format(fmt)
+    path = output or Path(file_name(table, fmt, ExportFilters(run_id, experiment, prompt)))
+    with open_workbench(ctx) as wb:
+        count = wb.export_table(
+            table, fmt, path, run_id=run_id, experiment=experiment, prompt=prompt, force=force
+        )
+    click.echo(f"wrote {count} rows to {path}")
+
+
+commands: list[click.Command] = [export_command]

@@ -1,0 +1,48 @@
+"""The Runs page offers a finished run's metrics, items and results as downloads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+from promptlab.engine import parse_spec_text
+from promptlab.ui.resources import get_workbench
+from tests.test_page_runs import PAGE, TIMEOUT_S, spec_text, write_rows
+
+
+def test_a_finished_run_has_download_buttons_for_its_tables(tmp_path: Path) -> None:
+    engine = get_workbench().engine
+    run_id = engine.submit(parse_spec_text(spec_text(write_rows(tmp_path))))
+    assert engine.wait(run_id, timeout=TIMEOUT_S).status == "completed"
+    at = AppTest.from_file(PAGE, default_timeout=TIMEOUT_S).run()
+    assert not at.exception
+    buttons = {b.key: b for b in at.get("download_button")}
+    for table in ("metrics", "items", "results"):
+        button = buttons[f"download_{table}_{run_id}::download"]
+        assert button.label == ("Download metrics" if table == "metrics" else f"Download {table}")
+        assert at.selectbox(key=f"download_{table}_{run_id}::format").value == "csv"
+    # The bytes are made on the click (deferred), and the click does not rerun the page.
+    at.selectbox(key=f"download_results_{run_id}::format").set_value("parquet").run()
+    assert not at.exception
+    picked = next(b for b in at.get("download_button") if b.key.startswith("download_results"))
+    assert picked.proto.deferred_file_id and not picked.proto.url
+    assert picked.proto.ignore_rerun
+    wb = get_workbench()
+    assert wb.export_file_name("results", "parquet", run_id=run_id) == (
+        f"results-run-{run_id}.parquet"
+    )
+    assert wb.export_bytes("results", "parquet", run_id=run_id)[:4] == b"PAR1"
+
+
+def test_the_deferred_download_makes_the_file_or_says_why_not(tmp_path: Path) -> None:
+    from promptlab.ui.downloads import _deferred
+
+    wb = get_workbench()
+    run_id = wb.engine.submit(parse_spec_text(spec_text(write_rows(tmp_path))))
+    assert wb.wait(run_id, timeout=TIMEOUT_S).status == "completed"
+    csv = _deferred(wb, "items", "csv", run_id, None, None)()
+    assert csv.decode().splitlines()[0].startswith("key,run_id,seq,row_index,variant")
+    assert len(csv.decode().splitlines()) == 1 + 3
+    failed = _deferred(wb, "comparisons", "csv", None, None, None)()
+    assert failed.startswith(b"export failed: ") and b"give --run or --experiment" in failed
