@@ -19,8 +19,15 @@ except StoreError as exc:  # in use by another process, or not a usable database
     show_error(exc, icon=icon)
     st.stop()
 
+# Once any run has results the app opens on Compare; before that, on Prompts.
+has_results = get_workbench().has_results()
 pages = [
-    st.Page("pages/prompts.py", title="Prompts", icon=":material/edit_note:", default=True),
+    st.Page(
+        "pages/compare.py", title="Compare", icon=":material/compare_arrows:", default=has_results
+    ),
+    st.Page(
+        "pages/prompts.py", title="Prompts", icon=":material/edit_note:", default=not has_results
+    ),
     st.Page("pages/runs.py", title="Runs", icon=":material/play_circle:"),
     st.Page("pages/datasets.py", title="Datasets", icon=":material/table:"),
     st.Page("pages/experiments.py", title="Experiments", icon=":material/science:"),
