@@ -100,14 +100,17 @@ def summary(comparison: Comparison) -> None:
         )
     else:
         st.caption("No SRM check: in an all-mode run every input went to every variant.")
-    st.dataframe(summary_rows(comparison), hide_index=True, width="stretch")
+    # The verdict right after the metric: the answer first, the figures behind it.
+    order = ("variant", "metric", "verdict", "control", "variant value", "delta",
+             "95% interval", "p", "adj p", "n", "test")  # fmt: skip
+    st.dataframe(summary_rows(comparison), hide_index=True, width="stretch", column_order=order)
     # EXPORT: the export branch's download buttons (promptlab/ui/downloads.py) go here,
     # one for the summary table above and one for the metrics rows.
     sample_size(comparison)
 
 
 def sample_size(comparison: Comparison) -> None:
-    mde = st.number_input(
+    mde = st.columns([1, 2])[0].number_input(
         "Smallest change in completion rate worth detecting (percentage points)",
         min_value=0.1, max_value=50.0, value=5.0, step=0.5, key="compare_mde",
     )  # fmt: skip
@@ -150,7 +153,7 @@ def side_by_side(wb: Workbench, run_id: str, control: str) -> None:
         )
         return
     pages = max(1, -(-page.total // SIDE_BY_SIDE_PAGE))
-    st.number_input(
+    st.columns([1, 2])[0].number_input(
         f"Page (of {pages}; {page.total} inputs)", min_value=1, max_value=pages, step=1,
         key=page_key,
     )  # fmt: skip

@@ -184,8 +184,8 @@ def over_time_chart(series: TimeSeries) -> go.Figure:
                        hovertemplate="%{y:.0f} ms<extra>" + name + "</extra>"),
             row=2, col=1,
         )  # fmt: skip
-    figure.update_yaxes(tickformat=".0%", row=1, col=1)
-    layout = {**_LAYOUT, "height": 460}
+    figure.update_yaxes(tickformat=".0%", range=[0, 1.05], row=1, col=1)
+    layout = {**_LAYOUT, "height": 460, "margin": {**_LAYOUT["margin"], "t": 80}}
     figure.update_layout(title=f"Over time (per {series.unit})", **layout)
     return figure
 
@@ -229,7 +229,8 @@ def forest_chart(rows: Sequence[MetricComparison]) -> go.Figure:
             )  # fmt: skip
             shown.add(verdict)
         figure.add_vline(x=0, line={"color": "#57606a", "dash": "dot"}, row=1, col=col)
-    figure.update_layout(title="Effect against control (95% interval)", **_LAYOUT)
+    layout = {**_LAYOUT, "margin": {**_LAYOUT["margin"], "t": 80}}
+    figure.update_layout(title="Effect against control (95% interval)", **layout)
     return figure
 
 
