@@ -68,15 +68,13 @@ def pick_run(runs: list[RunWithResults]) -> str:
 
 def pick_comparison(wb: Workbench, run_id: str, variants: list[str]) -> Comparison:
     """Control and variant pickers (control first: the experiment's, or the first)."""
-    default = wb.compare(run_id)
+    default = wb.control_variant(run_id, variants)
     left, right = st.columns(2)
     control = left.selectbox(
-        "Control", variants, index=variants.index(default.control), key=f"control_{run_id}"
+        "Control", variants, index=variants.index(default), key=f"control_{run_id}"
     )
     others = [ALL_VARIANTS, *(v for v in variants if v != control)]
     other = right.selectbox("Variant", others, key=f"variant_{run_id}_{control}")
-    if control == default.control and other == ALL_VARIANTS:
-        return default
     return wb.compare(run_id, control, None if other == ALL_VARIANTS else other)
 
 

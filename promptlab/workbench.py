@@ -26,7 +26,7 @@ from promptlab.charts import (
     over_time_chart,
     rate_chart,
 )
-from promptlab.compare import Comparison, compare_run, parse_since
+from promptlab.compare import Comparison, compare_run, control_of, parse_since
 from promptlab.compareview import (
     VERDICT_ICONS,
     srm_figures,
@@ -632,6 +632,10 @@ class Workbench:
     def runs_with_results(self, limit: int = 50) -> list[RunWithResults]:
         """The newest runs that have results, newest first, with their variants."""
         return ResultRuns(self.store).runs_with_results(limit)
+
+    def control_variant(self, run_id: str, variants: list[str]) -> str:
+        """The variant `compare` takes as control: the experiment's, else the first."""
+        return control_of(self._reads.run(run_id), variants)
 
     def latencies(self, run_id: str, variant: str) -> Any:
         """Latencies (ms) of the variant's succeeded results, as a NumPy float array."""
