@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from promptlab.ui.resources import get_settings, get_workbench, start_demo_run
-from promptlab.ui.shell import follow_deep_link, mark_shell_run
+from promptlab.ui.shell import follow_deep_link, land_on, mark_shell_run
 from promptlab.ui.widgets import show_error
 from promptlab.workbench import DatabaseLockedError, StoreError
 
@@ -19,8 +19,11 @@ except StoreError as exc:  # in use by another process, or not a usable database
     show_error(exc, icon=icon)
     st.stop()
 
+compare = st.Page("pages/compare.py", title="Compare", icon=":material/compare_arrows:")
+prompts = st.Page("pages/prompts.py", title="Prompts", icon=":material/edit_note:", default=True)
 pages = [
-    st.Page("pages/prompts.py", title="Prompts", icon=":material/edit_note:", default=True),
+    compare,
+    prompts,
     st.Page("pages/runs.py", title="Runs", icon=":material/play_circle:"),
     st.Page("pages/datasets.py", title="Datasets", icon=":material/table:"),
     st.Page("pages/experiments.py", title="Experiments", icon=":material/science:"),
@@ -28,6 +31,8 @@ pages = [
 navigation = st.navigation(pages)
 mark_shell_run()
 follow_deep_link()
+# Once any run has results the app opens on Compare; before that, on Prompts.
+land_on(compare, default=prompts, current=navigation, when=get_workbench().has_results)
 with st.sidebar:
     st.caption(f"Database: `{get_settings().db_path}`")
 navigation.run()

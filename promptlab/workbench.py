@@ -22,7 +22,22 @@ from typing import Any
 
 from promptlab.anomalies import detect, observation_of, schema_fields
 from promptlab.batchfile import StoredResult, batch_output_lines, first_model
-from promptlab.compare import Comparison, compare_run, compare_versions, parse_since
+from promptlab.charts import (
+    RATE_METRICS,
+    forest_chart,
+    latency_ecdf_chart,
+    latency_percentiles_chart,
+    over_time_chart,
+    rate_chart,
+)
+from promptlab.compare import Comparison, compare_run, compare_versions, control_of, parse_since
+from promptlab.compareview import (
+    VERDICT_ICONS,
+    srm_figures,
+    summary_rows,
+    units_needed,
+    units_needed_text,
+)
 from promptlab.config import PROJECT_ROOT, Settings
 from promptlab.datasets import DatasetStore, check_rows
 from promptlab.demo import (
@@ -144,7 +159,11 @@ from promptlab.store.alerts import AlertStore
 from promptlab.store.experiments import AssignmentCount, ExperimentStore, StoredRevision
 from promptlab.store.export import ExportStore
 from promptlab.store.metrics import MetricsReads
+from promptlab.store.result_runs import ResultRuns, RunWithResults
+from promptlab.store.side_by_side import SideBySidePage, SideBySideReads, SideBySideRow
+from promptlab.store.timeseries import TimeSeries, TimeseriesReads
 from promptlab.templates import ROLES, Template, coerce_text_values
+from promptlab.textdiff import word_diff_html
 from promptlab.validation import CheckStatus
 from promptlab.yamlio import parse_yaml, read_yaml
 
@@ -788,6 +807,18 @@ class Workbench:
             self._export_to(table, fmt, temp, filters)
             return temp.read_bytes()
 
+    def comparison_bytes(self, comparison: Comparison, fmt: str) -> bytes:
+        """A comparison as it is shown (any control, versions or logs), as a file written
+        by the same COPY as `export --table comparisons`."""
+        fmt = check_format(fmt)
+        records = comparison_records(comparison)
+        with tempfile.TemporaryDirectory(prefix="promptlab-export-") as folder:
+            temp = Path(folder) / f"comparison.{fmt}"
+            ExportStore(self.store).copy_rows(
+                arrow_table(records, COMPARISON_COLUMNS), fmt, temp, self._export_secrets()
+            )
+            return temp.read_bytes()
+
     def export_file_name(
         self,
         table: str,
@@ -836,6 +867,36 @@ class Workbench:
             endpoints = load_endpoints(self.settings.providers_file)
             watch_env(c.api_key_env for c in endpoints.values())
         return secret_values()
+
+    # ---- the Compare page ----------------------------------------------------------
+    # Reads behind its charts and side-by-side outputs (promptlab/store/result_runs.py,
+    # timeseries.py, side_by_side.py); the figures are built in promptlab/charts.py.
+
+    def has_results(self) -> bool:
+        """True once any run stored a result: the app then opens on the Compare page."""
+        return ResultRuns(self.store).has_results()
+
+    def runs_with_results(self, limit: int = 50) -> list[RunWithResults]:
+        """The newest runs that have results, newest first, with their variants."""
+        return ResultRuns(self.store).runs_with_results(limit)
+
+    def control_variant(self, run_id: str, variants: list[str]) -> str:
+        """The variant `compare` takes as control: the experiment's, else the first."""
+        return control_of(self._reads.run(run_id), variants)
+
+    def latencies(self, run_id: str, variant: str) -> Any:
+        """Latencies (ms) of the variant's succeeded results, as a NumPy float array."""
+        return self._metric_reads.latencies(run_id, variant)
+
+    def metrics_over_time(self, run_id: str) -> TimeSeries:
+        """Completion rate and p90 latency per variant per time bucket (unit from the span)."""
+        return TimeseriesReads(self.store).run_series(run_id)
+
+    def side_by_side(
+        self, run_id: str, offset: int = 0, limit: int = 10, only_different: bool = False
+    ) -> SideBySidePage:
+        """The same input (row, repeat) as each variant answered it, a page at a time."""
+        return SideBySideReads(self.store).page(run_id, offset, limit, only_different)
 
     # ---- experiments ---------------------------------------------------------------
     # Sticky splits of units over prompt variants (rules in promptlab/experiments.py).
@@ -1069,6 +1130,23 @@ def _stored_config(row: StoredRevision) -> ExperimentConfig:
 
 __all__ = [
     "ROLES",
+    # the Compare page
+    "RATE_METRICS",
+    "RunWithResults",
+    "SideBySidePage",
+    "SideBySideRow",
+    "TimeSeries",
+    "VERDICT_ICONS",
+    "forest_chart",
+    "latency_ecdf_chart",
+    "latency_percentiles_chart",
+    "over_time_chart",
+    "rate_chart",
+    "srm_figures",
+    "summary_rows",
+    "units_needed",
+    "units_needed_text",
+    "word_diff_html",
     "RunEstimate",
     "VariantEstimate",
     "Assignment",

@@ -247,3 +247,37 @@ def test_create_an_experiment_in_the_form_launch_it_and_follow_it(
     expect(heading).to_be_visible(timeout=30_000)
     expect(page.get_by_text("40 of 40 items closed")).to_be_visible(timeout=30_000)
     page.screenshot(path=str(tmp_path / "08-experiment-in-runs.png"), full_page=True)
+
+
+#: The Compare page's figures for a run of two variants: forest, rates, latency
+#: percentiles, latency ECDF and metrics over time.
+COMPARE_CHARTS = 5
+#: The demo split run: 40 tickets, each sent to one variant.
+DEMO_SPLIT_RESULTS = 40
+
+
+def test_compare_is_the_first_page_once_the_demo_run_has_results(
+    app_url: str, page: Page, tmp_path: Path
+) -> None:
+    from playwright.sync_api import expect
+
+    run_choice = page.get_by_role("combobox", name="Run")
+    finished = re.compile(rf"· {DEMO_SPLIT_RESULTS} results$")
+    deadline = time.monotonic() + 120
+    while True:  # the first start runs the demo experiment in the background
+        page.goto(app_url)  # a new session each time: it lands on Compare once results exist
+        try:
+            expect(run_choice).to_have_value(finished, timeout=5_000)
+            break
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+    expect(page.get_by_role("heading", name="Compare")).to_be_visible(timeout=30_000)
+    assert "/compare" in page.url and "run=run_" in page.url  # an address to share
+    expect(page.get_by_text("SRM check passed")).to_be_visible(timeout=30_000)
+    expect(page.locator(".js-plotly-plot")).to_have_count(COMPARE_CHARTS, timeout=30_000)
+    # Plotly drew into each one: bars, markers and lines are SVG paths.
+    for chart in page.locator(".js-plotly-plot").all():
+        expect(chart.locator("svg.main-svg").first).to_be_visible(timeout=30_000)
+    assert page.locator(".js-plotly-plot path.point, .js-plotly-plot path.js-line").count() > 0
+    page.screenshot(path=str(tmp_path / "09-compare.png"), full_page=True)

@@ -13,6 +13,15 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from promptlab.cli.common import db_option, handle_errors, open_workbench
+from promptlab.compareview import (
+    COMPARISON_COLUMNS,
+    comparison_cells,
+    fmt_ms,
+    fmt_pct,
+    srm_figures,
+    units_needed,
+    units_needed_text,
+)
 
 if TYPE_CHECKING:
     from promptlab.workbench import Comparison, LogMetricsRow, MetricComparison, MetricsRow
@@ -144,45 +153,12 @@ def compare_command(
     if comparison.srm is not None:
         click.echo(srm_line(comparison))
     if needed is not None:
-        click.echo(
-            f"sample size: {needed['per_arm']} units per arm detect a change of "
-            f"{needed['change'] * 100:+.1f} pp from control's {needed['base']:.1%} completion "
-            "(alpha 0.05, power 80%)"
-        )
+        click.echo(f"sample size: {units_needed_text(needed)}")
 
 
 def _is_version_ref(text: str) -> bool:
     """A prompt version reference (name@...) or id, not a variant name."""
     return "@" in text or text.startswith("sha256:")
-
-
-def units_needed(comparison: Comparison, mde_pp: float) -> dict[str, Any] | None:
-    """Units per arm that detect a change of `mde_pp` points in control's completion rate
-    (downward when upward would pass 100%); None when control has finished nothing."""
-    from promptlab.workbench import sample_size_two_proportions
-
-    base = next((r.control_value for r in comparison.rows if not r.lower_is_better), None)
-    if base is None:
-        return None
-    change = mde_pp / 100 if base + mde_pp / 100 < 1 else -mde_pp / 100
-    # A rate of exactly 0 or 1 has no variance: nudge it inside so the formula holds.
-    inside = min(max(base, 1e-9), 1 - 1e-9)
-    per_arm = sample_size_two_proportions(inside, change)
-    return {"base": base, "change": change, "per_arm": per_arm}
-
-
-def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value:.0f}"
-
-
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{value:.1%}"
-
-
-def _p(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return "<0.0001" if value < 0.0001 else f"{value:.3g}"  # --json keeps the exact value
 
 
 def aligned(rows: list[tuple[str, ...]], left: set[int]) -> list[str]:
@@ -209,13 +185,13 @@ def metrics_table(rows: list[MetricsRow]) -> list[str]:
                 str(r.finished),
                 str(r.succeeded),
                 str(r.failed),
-                _pct(r.completion_rate),
+                fmt_pct(r.completion_rate),
                 f"{ci.low:.1%}-{ci.high:.1%}" if r.finished else "-",
-                _ms(r.latency_mean_ms),
-                _ms(r.latency_p50_ms),
-                _ms(r.latency_p90_ms),
-                _ms(r.latency_p95_ms),
-                _ms(r.latency_p99_ms),
+                fmt_ms(r.latency_mean_ms),
+                fmt_ms(r.latency_p50_ms),
+                fmt_ms(r.latency_p90_ms),
+                fmt_ms(r.latency_p95_ms),
+                fmt_ms(r.latency_p99_ms),
                 str(r.input_tokens + r.output_tokens),
                 f"{r.cost_usd:.4f}",
             )  # fmt: skip
@@ -230,7 +206,7 @@ def feedback_table(rows: list[MetricsRow]) -> list[str]:
     table: list[tuple[str, ...]] = [header]
     for r in rows:
         ci = r.ctr_interval
-        table.append((r.label, r.model, str(r.impressions), str(r.clicks), _pct(r.ctr),
+        table.append((r.label, r.model, str(r.impressions), str(r.clicks), fmt_pct(r.ctr),
                       f"{ci.low:.1%}-{ci.high:.1%}" if r.impressions else "-",
                       str(r.thumbs_up), str(r.thumbs_down)))  # fmt: skip
     return aligned(table, {0, 1})
@@ -243,11 +219,11 @@ def logs_table(rows: list[LogMetricsRow]) -> list[str]:
     table: list[tuple[str, ...]] = [header]
     for r in rows:
         done, ctr = r.completion_interval, r.ctr_interval
-        table.append((r.label, str(r.requests), _pct(r.completion_rate),
+        table.append((r.label, str(r.requests), fmt_pct(r.completion_rate),
                       f"{done.low:.1%}-{done.high:.1%}" if r.completion_known else "-",
-                      _pct(r.ctr), f"{ctr.low:.1%}-{ctr.high:.1%}" if r.click_known else "-",
-                      _ms(r.latency_mean_ms), _ms(r.latency_p50_ms), _ms(r.latency_p90_ms),
-                      _ms(r.latency_p95_ms), _ms(r.latency_p99_ms)))  # fmt: skip
+                      fmt_pct(r.ctr), f"{ctr.low:.1%}-{ctr.high:.1%}" if r.click_known else "-",
+                      fmt_ms(r.latency_mean_ms), fmt_ms(r.latency_p50_ms), fmt_ms(r.latency_p90_ms),
+                      fmt_ms(r.latency_p95_ms), fmt_ms(r.latency_p99_ms)))  # fmt: skip
     return aligned(table, {0})
 
 
@@ -258,55 +234,22 @@ def checks_table(rows: list[MetricsRow]) -> list[str]:
     table: list[tuple[str, ...]] = [header]
     for r in rows:
         if r.checked:
-            table.append((r.label, r.model, str(r.checked), _pct(r.validity_rate),
-                          _pct(r.repair_rate), _pct(r.invalid_rate), _pct(r.truncation_rate),
-                          _pct(r.rule_failure_rate)))  # fmt: skip
+            table.append((r.label, r.model, str(r.checked), fmt_pct(r.validity_rate),
+                          fmt_pct(r.repair_rate), fmt_pct(r.invalid_rate),
+                          fmt_pct(r.truncation_rate), fmt_pct(r.rule_failure_rate)))  # fmt: skip
     return aligned(table, {0, 1})
 
 
-def _value(row: MetricComparison, value: float | None) -> str:
-    return _ms(value) if row.lower_is_better else _pct(value)
-
-
-def _delta(row: MetricComparison, value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:+.0f} ms" if row.lower_is_better else f"{value * 100:+.1f} pp"
-
-
 def comparison_table(rows: list[MetricComparison]) -> list[str]:
-    header = ("variant", "metric", "control", "variant value", "delta", "95% interval",
-              "p", "adj p", "test", "verdict", "n")  # fmt: skip
-    table: list[tuple[str, ...]] = [header]
-    for r in rows:
-        interval = "-"
-        if r.interval is not None:
-            interval = f"{_delta(r, r.interval.low)} .. {_delta(r, r.interval.high)}"
-        table.append(
-            (
-                r.variant,
-                r.metric,
-                _value(r, r.control_value),
-                _value(r, r.variant_value),
-                _delta(r, r.effect),
-                interval,
-                _p(r.p_value),
-                _p(r.adjusted_p),
-                r.test,
-                str(r.verdict),
-                f"{r.n_control}/{r.n_variant}",
-            )  # fmt: skip
-        )
+    table: list[tuple[str, ...]] = [COMPARISON_COLUMNS]
+    table += [comparison_cells(r) for r in rows]
     return aligned(table, {0, 1, 8, 9})
 
 
 def srm_line(comparison: Comparison) -> str:
     srm = comparison.srm
     assert srm is not None
-    units = ", ".join(
-        f"{name} {srm.observed[name]} (expected {srm.expected[name]:.1f})" for name in srm.observed
-    )
-    figures = f"chi-square {srm.statistic:.2f}, p {srm.p_value:.3g}; units: {units}"
+    figures = srm_figures(srm)
     if srm.mismatch:
         return (
             f"!! SAMPLE RATIO MISMATCH: {figures}. The split did not follow the weights: "

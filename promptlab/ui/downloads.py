@@ -15,7 +15,7 @@ from collections.abc import Callable
 import streamlit as st
 
 from promptlab.export import FORMATS, mime_type
-from promptlab.workbench import PromptlabError, Workbench
+from promptlab.workbench import Comparison, PromptlabError, Workbench
 
 log = logging.getLogger(__name__)
 
@@ -80,3 +80,25 @@ def _deferred(
             return f"export failed: {exc}\n".encode()
 
     return export
+
+
+def comparison_download(workbench: Workbench, comparison: Comparison, *, key: str) -> None:
+    """A format picker and a download button for a comparison exactly as shown."""
+    left, right = st.columns([1, 3], vertical_alignment="bottom")
+    fmt = left.selectbox(
+        "Format",
+        list(FORMATS),
+        format_func=FORMAT_LABELS.__getitem__,
+        key=f"{key}::format",
+        label_visibility="collapsed",
+    )
+    right.download_button(
+        "Download this comparison",
+        data=lambda: workbench.comparison_bytes(comparison, fmt),
+        file_name=f"comparison-{comparison.run_id or comparison.mode}.{fmt}",
+        mime=mime_type(fmt),
+        key=f"{key}::download",
+        on_click="ignore",
+        icon=":material/download:",
+        help=f"Every row of the table above as {FORMAT_LABELS[fmt]}, written by DuckDB's COPY.",
+    )

@@ -9,6 +9,9 @@ that was asked for.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
@@ -41,3 +44,21 @@ def follow_deep_link() -> None:
     if target:
         page_path, query = target
         st.switch_page(page_path, query_params=query)
+
+
+_LANDED = "_promptlab_landed"
+
+
+def land_on(page: Any, *, default: Any, current: Any, when: Callable[[], bool]) -> None:
+    """In app.py, after `follow_deep_link`: a session's first run on the default page
+    goes on to `page` instead when `when()` says so (Compare once results exist).
+
+    The default page is served at `/`, where no other page's deep link can point; a
+    page made default would lose its own address (`/compare?run=...` would say "page
+    not found"). So the default stays put and the first visit moves on.
+    """
+    if st.session_state.get(_LANDED):
+        return
+    st.session_state[_LANDED] = True
+    if current is default and when():
+        st.switch_page(page)

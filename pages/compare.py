@@ -1,0 +1,264 @@
+"""Compare: is variant B better than control, and how sure are we? The app's first page
+once any run has results. `?run=RUN_ID` opens that run. Besides a run's variants, two
+prompt versions can be compared across every run's results, or in imported production
+logs.
+
+The page only lays things out: the table rows come from `summary_rows`, the figures from
+promptlab/charts.py, the reads from the Workbench.
+"""
+
+from __future__ import annotations
+
+import html
+
+import streamlit as st
+
+from promptlab.ui.downloads import comparison_download, download_buttons
+from promptlab.ui.resources import get_workbench
+from promptlab.ui.shell import require_shell
+from promptlab.ui.widgets import escape_markdown, show_error
+from promptlab.workbench import (
+    Comparison,
+    MetricsRow,
+    PromptlabError,
+    RunWithResults,
+    SideBySideRow,
+    Workbench,
+    forest_chart,
+    latency_ecdf_chart,
+    latency_percentiles_chart,
+    over_time_chart,
+    rate_chart,
+    srm_figures,
+    summary_rows,
+    units_needed,
+    units_needed_text,
+    word_diff_html,
+)
+
+RUN_CHOICE = "compare_run"
+SOURCE_RUN, SOURCE_VERSIONS, SOURCE_LOGS = "A run's variants", "Two versions", "Production logs"
+ALL_VARIANTS = "(every variant)"
+#: Inputs shown per page of side-by-side outputs.
+SIDE_BY_SIDE_PAGE = 10
+_OUTPUT_BOX = (
+    "white-space:pre-wrap;font-family:var(--font-mono, monospace);font-size:0.85rem;"
+    "padding:0.5rem;border:1px solid rgba(128,128,128,0.3);border-radius:0.4rem"
+)
+
+
+def pick_run(runs: list[RunWithResults]) -> str:
+    """The run to compare: `?run=` once, else the newest with two or more variants."""
+    labels = {
+        r.run_id: f"{r.name} · {r.submitted_at:%Y-%m-%d %H:%M:%S} · {r.run_id} · "
+        f"{len(r.variants)} variants · {r.results} results"
+        for r in runs
+    }
+    if not st.session_state.get("_compare_deep_link_done"):
+        st.session_state["_compare_deep_link_done"] = True
+        wanted = st.query_params.get("run")
+        if wanted and wanted in labels:
+            st.session_state[RUN_CHOICE] = wanted
+        elif wanted:
+            st.warning(f"Run {wanted} has no results to compare yet.", icon=":material/info:")
+    if st.session_state.get(RUN_CHOICE) not in labels:
+        comparable = [r.run_id for r in runs if len(r.variants) > 1]
+        st.session_state[RUN_CHOICE] = (comparable or [runs[0].run_id])[0]
+    run_id = st.selectbox("Run", list(labels), format_func=labels.__getitem__, key=RUN_CHOICE)
+    if st.query_params.get("run") != run_id:
+        st.query_params.from_dict({"run": run_id})
+    return str(run_id)
+
+
+def pick_comparison(wb: Workbench, run_id: str, variants: list[str]) -> Comparison:
+    """Control and variant pickers (control first: the experiment's, or the first)."""
+    default = wb.control_variant(run_id, variants)
+    left, right = st.columns(2)
+    control = left.selectbox(
+        "Control", variants, index=variants.index(default), key=f"control_{run_id}"
+    )
+    others = [ALL_VARIANTS, *(v for v in variants if v != control)]
+    other = right.selectbox("Variant", others, key=f"variant_{run_id}_{control}")
+    return wb.compare(run_id, control, None if other == ALL_VARIANTS else other)
+
+
+def summary(comparison: Comparison) -> None:
+    kind = "paired tests over the same inputs" if comparison.paired else "independent samples"
+    st.caption(
+        f"{comparison.mode} mode ({kind}) · control **{escape_markdown(comparison.control)}** · "
+        "95% intervals, p-values adjusted by Holm across the table"
+    )
+    srm = comparison.srm
+    if srm is not None and srm.mismatch:
+        st.error(
+            "**Sample ratio mismatch**: the split did not follow the weights, so this "
+            f"comparison cannot be trusted until the assignment is fixed. "
+            f"{escape_markdown(srm_figures(srm))}",
+            icon=":material/warning:",
+        )
+    elif srm is not None:
+        st.success(
+            f"SRM check passed: {escape_markdown(srm_figures(srm))}", icon=":material/check:"
+        )
+    elif comparison.mode == "all":
+        st.caption("No SRM check: in an all-mode run every input went to every variant.")
+    else:
+        st.caption("No SRM check: these versions were not split by an experiment's weights.")
+    # The verdict right after the metric: the answer first, the figures behind it.
+    order = ("variant", "metric", "verdict", "control", "variant value", "delta",
+             "95% interval", "p", "adj p", "n", "test")  # fmt: skip
+    st.dataframe(summary_rows(comparison), hide_index=True, width="stretch", column_order=order)
+    comparison_download(get_workbench(), comparison, key=f"dl_cmp_{comparison.run_id}")
+    sample_size(comparison)
+
+
+def sample_size(comparison: Comparison) -> None:
+    mde = st.columns([1, 2])[0].number_input(
+        "Smallest change in completion rate worth detecting (percentage points)",
+        min_value=0.1, max_value=50.0, value=5.0, step=0.5, key="compare_mde",
+    )  # fmt: skip
+    needed = units_needed(comparison, float(mde))
+    if needed is None:
+        st.caption("Sample size: control has finished nothing yet.")
+    else:
+        st.caption(f"Sample size: {units_needed_text(needed)}.")
+
+
+def charts(wb: Workbench, run_id: str, metrics: list[MetricsRow], shown: list[str]) -> None:
+    rows = [m for m in metrics if m.variant in shown]
+    left, right = st.columns(2)
+    left.plotly_chart(rate_chart(rows), width="stretch", key="chart_rates")
+    right.plotly_chart(latency_percentiles_chart(rows), width="stretch", key="chart_latency")
+    left, right = st.columns(2)
+    samples = {name: wb.latencies(run_id, name) for name in shown}
+    left.plotly_chart(latency_ecdf_chart(samples), width="stretch", key="chart_ecdf")
+    right.plotly_chart(
+        over_time_chart(wb.metrics_over_time(run_id)), width="stretch", key="chart_time"
+    )
+
+
+def side_by_side(wb: Workbench, run_id: str, control: str) -> None:
+    st.subheader("Side-by-side outputs")
+    only_different = st.toggle("Only inputs whose outputs differ", key=f"sbs_diff_{run_id}")
+    # A page number per filter: the filtered list has fewer pages.
+    page_key = f"sbs_page_{run_id}_{only_different}"
+    page_no = int(st.session_state.get(page_key, 1))
+    page = wb.side_by_side(
+        run_id, (page_no - 1) * SIDE_BY_SIDE_PAGE, SIDE_BY_SIDE_PAGE, only_different
+    )
+    if page.total == 0:
+        st.info(
+            "No input was answered by two variants: side-by-side outputs need an all-mode "
+            "run (in a split run each input goes to one variant)."
+            if not only_different
+            else "Every input got the same output from every variant.",
+            icon=":material/info:",
+        )
+        return
+    pages = max(1, -(-page.total // SIDE_BY_SIDE_PAGE))
+    st.columns([1, 2])[0].number_input(
+        f"Page (of {pages}; {page.total} inputs)", min_value=1, max_value=pages, step=1,
+        key=page_key,
+    )  # fmt: skip
+    for row in page.rows:
+        side_by_side_row(row, control)
+
+
+def side_by_side_row(row: SideBySideRow, control: str) -> None:
+    """One input: each variant's output; words differing from control's are marked."""
+    st.markdown(f"**Row {row.row_index + 1}**" + (f", repeat {row.repeat}" if row.repeat else ""))
+    base = next((o for o in row.outputs if o.variant == control), row.outputs[0])
+    columns = st.columns(len(row.outputs))
+    for column, output in zip(columns, row.outputs, strict=True):
+        text = output.output_text
+        if text is None:
+            body = f"<em>{html.escape(output.status)}: {html.escape(output.error_kind or '')}</em>"
+        elif output is base:
+            body = html.escape(text)
+            # With one other output, control shows what it has that the other lacks.
+            if len(row.outputs) == 2:
+                other = row.outputs[1] if row.outputs[0] is base else row.outputs[0]
+                body = word_diff_html(text, other.output_text or "")[0]
+        else:
+            body = word_diff_html(base.output_text or "", text)[1]
+        latency = f" · {output.latency_ms:.0f} ms" if output.latency_ms is not None else ""
+        column.caption(f"{escape_markdown(output.variant)}{latency}")
+        column.html(f'<div style="{_OUTPUT_BOX}">{body}</div>')
+
+
+def versions(wb: Workbench, logs: bool) -> None:
+    """Version B against version A: from every run's results, or from production logs."""
+    rows = wb.log_metrics() if logs else wb.metrics()
+    labels = list(dict.fromkeys(r.label for r in rows if "@" in r.label))
+    if len(labels) < 2:
+        st.info(
+            "Two versions with production logs are needed: import a log on the Datasets page "
+            "(or `promptlab logs import FILE`)."
+            if logs
+            else "Two prompt versions with results are needed.",
+            icon=":material/info:",
+        )
+        return
+    left, middle, right = st.columns([2, 2, 1])
+    a = left.selectbox("Version A (control)", labels, key=f"ver_a_{logs}")
+    b = middle.selectbox("Version B", [v for v in labels if v != a], key=f"ver_b_{logs}_{a}")
+    since = right.text_input(
+        "Since", key=f"ver_since_{logs}", placeholder="e.g. 7d",
+        help="An age like 7d, 24h, 30m, 2w or a date like 2026-11-01; empty: everything.",
+    )  # fmt: skip
+    try:
+        comparison = wb.compare_versions(a, b, logs=logs, since=since.strip() or None)
+    except PromptlabError as exc:
+        show_error(exc)
+        return
+    summary(comparison)
+    st.plotly_chart(forest_chart(comparison.rows), width="stretch", key="chart_forest")
+    shown = comparison.logs or comparison.metrics
+    left, right = st.columns(2)
+    left.plotly_chart(rate_chart(shown), width="stretch", key="chart_rates")
+    right.plotly_chart(latency_percentiles_chart(shown), width="stretch", key="chart_latency")
+
+
+def run_variants(wb: Workbench, runs: list[RunWithResults]) -> None:
+    run_id = pick_run(runs)
+    variants = next(r.variants for r in runs if r.run_id == run_id)
+    metrics = wb.metrics(run_id=run_id)
+    if len(variants) < 2:
+        st.info("This run has one variant: nothing to compare it with.", icon=":material/info:")
+        charts(wb, run_id, metrics, variants)
+        return
+    try:
+        comparison = pick_comparison(wb, run_id, variants)
+    except PromptlabError as exc:
+        show_error(exc)
+        return
+    summary(comparison)
+    shown = [comparison.control, *dict.fromkeys(r.variant for r in comparison.rows)]
+    st.plotly_chart(forest_chart(comparison.rows), width="stretch", key="chart_forest")
+    charts(wb, run_id, metrics, shown)
+    download_buttons(wb, "metrics", key=f"dl_metrics_{run_id}", run_id=run_id)
+    side_by_side(wb, run_id, comparison.control)
+
+
+def main() -> None:
+    require_shell("pages/compare.py")
+    st.title("Compare")
+    wb = get_workbench()
+    source = st.segmented_control(
+        "Compare", [SOURCE_RUN, SOURCE_VERSIONS, SOURCE_LOGS], default=SOURCE_RUN,
+        key="compare_source", label_visibility="collapsed",
+    )  # fmt: skip
+    if source == SOURCE_VERSIONS:
+        versions(wb, logs=False)
+        return
+    if source == SOURCE_LOGS:
+        versions(wb, logs=True)
+        return
+    runs = wb.runs_with_results()
+    if not runs:
+        st.info("No results yet: start a run on the Runs page.", icon=":material/info:")
+        return
+    run_variants(wb, runs)
+
+
+main()

@@ -1,0 +1,94 @@
+"""A run's completion rate and p90 latency per variant per time bucket, from DuckDB.
+
+The bucket is chosen from the span of the run's results so a chart gets tens of
+points, not one or a million: a run of seconds is bucketed by second, a week by day.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from promptlab.store.connection import Store
+from promptlab.store.metrics import MetricsReads, completed_predicate
+from promptlab.store.runs import fetch_run
+
+#: date_trunc units, finest first, with the longest span each is used for.
+BUCKET_UNITS = (
+    ("second", timedelta(minutes=3)),
+    ("minute", timedelta(hours=3)),
+    ("hour", timedelta(days=4)),
+)
+#: Past the last span: one bucket a day.
+LONGEST_UNIT = "day"
+
+
+@dataclass(frozen=True)
+class TimeBucket:
+    """One variant's results finished within one bucket."""
+
+    variant: str
+    start: datetime
+    finished: int
+    completed: int
+    #: p90 of the succeeded results' latencies; None when none succeeded.
+    latency_p90_ms: float | None
+
+    @property
+    def completion_rate(self) -> float | None:
+        return self.completed / self.finished if self.finished else None
+
+
+@dataclass(frozen=True)
+class TimeSeries:
+    """A run's buckets, oldest first, variants in variant order within a bucket."""
+
+    run_id: str
+    #: The date_trunc unit the buckets start on (`second`, `minute`, `hour`, `day`).
+    unit: str
+    buckets: list[TimeBucket]
+
+
+def bucket_unit(first: datetime | None, last: datetime | None) -> str:
+    """The finest unit whose span limit covers `last - first`."""
+    if first is None or last is None:
+        return BUCKET_UNITS[0][0]
+    span = last - first
+    for unit, longest in BUCKET_UNITS:
+        if span <= longest:
+            return unit
+    return LONGEST_UNIT
+
+
+class TimeseriesReads:
+    """Results of one run, grouped by variant and time bucket."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def run_series(self, run_id: str) -> TimeSeries:
+        with self.store.read() as cur:
+            fetch_run(cur, run_id)
+            span = cur.execute(
+                "SELECT min(finished_at), max(finished_at) FROM results WHERE run_id = ?",
+                [run_id],
+            ).fetchone()
+            unit = bucket_unit(*(span or (None, None)))
+            # The metrics module owns what "complete" means; its predicate is reused.
+            done = completed_predicate(MetricsReads(self.store)._columns(cur))
+            rows = cur.execute(
+                f"SELECT variant, date_trunc('{unit}', finished_at) AS start, count(*), "
+                f"count(*) FILTER (WHERE {done}), "
+                "quantile_cont(latency_ms, 0.9) FILTER (WHERE status = 'succeeded') "
+                "FROM results WHERE run_id = ? GROUP BY variant, start",
+                [run_id],
+            ).fetchall()
+            order = cur.execute(
+                "SELECT name FROM run_variants WHERE run_id = ? ORDER BY variant_index", [run_id]
+            ).fetchall()
+        rank = {r[0]: i for i, r in enumerate(order)}
+        buckets = [
+            TimeBucket(r[0], r[1], int(r[2]), int(r[3]), None if r[4] is None else float(r[4]))
+            for r in sorted(rows, key=lambda r: (r[1], rank.get(r[0], len(rank)), r[0]))
+        ]
+        return TimeSeries(run_id, unit, buckets)
