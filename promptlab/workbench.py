@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from promptlab.anomalies import detect, observation_of, schema_fields
+from promptlab.audit import AuditEvent, AuditTrace, VerifyReport, event_record
 from promptlab.batchfile import StoredResult, batch_output_lines, first_model
 from promptlab.compare import Comparison, compare_run, parse_since
 from promptlab.config import PROJECT_ROOT, Settings
@@ -113,6 +114,7 @@ from promptlab.registry import PromptVersion, Registry, SaveResult
 from promptlab.stats import MetricComparison, SrmCheck, Verdict, sample_size_two_proportions
 from promptlab.store import ReadModels, RunStore, Store
 from promptlab.store.alerts import AlertStore
+from promptlab.store.audit import AuditFilter, AuditLog
 from promptlab.store.experiments import AssignmentCount, ExperimentStore, StoredRevision
 from promptlab.store.metrics import MetricsReads
 from promptlab.templates import ROLES, Template, coerce_text_values
@@ -239,7 +241,7 @@ class Workbench:
         self, name: str, template: Template, *, message: str = "", description: str = ""
     ) -> SaveResult:
         """Version 1.0.0 of a new prompt; see `promptlab.newprompt.create_prompt`."""
-        return create_prompt(
+        result = create_prompt(
             self.prompts,
             name,
             template,
@@ -247,21 +249,34 @@ class Workbench:
             message=message,
             description=description,
         )
+        self._audit_saved(result)
+        return result
 
     def save_version(
         self, name: str, template: Template, *, message: str = "", version: str | None = None
     ) -> SaveResult:
         """A new version of an existing prompt, authored by the configured author."""
-        return self.prompts.save_version(
+        result = self.prompts.save_version(
             name, template, author=self.settings.author, message=message, version=version
         )
+        self._audit_saved(result)
+        return result
 
     def set_label(self, name: str, ref: str, label: str) -> PromptVersion:
-        return self.prompts.set_label(name, ref, label, actor=self.settings.author)
+        version = self.prompts.set_label(name, ref, label, actor=self.settings.author)
+        self._audit_change(
+            "label.moved",
+            self.settings.author,
+            {"prompt": name, "label": label, "version_id": version.id, "ref": version.ref},
+        )
+        return version
 
     def import_prompt(self, prompt: PromptFile, author: str | None = None) -> list[SaveResult]:
         """Save a checked prompt file's versions and labels (see `load_prompt_file`)."""
-        return import_prompt_file(self.prompts, prompt, author or self.settings.author)
+        results = import_prompt_file(self.prompts, prompt, author or self.settings.author)
+        for result in results:
+            self._audit_saved(result, author)
+        return results
 
     def export_prompt(self, name: str) -> str:
         return export_prompt(self.prompts, name)
@@ -711,9 +726,13 @@ class Workbench:
                     batch = []
             yield batch
 
-        return self._experiment_rows.add_exposures(
+        added = self._experiment_rows.add_exposures(
             checked_batches(), source=str(path), imported_at=datetime.now(UTC)
         )
+        self._audit_change(
+            "exposures.imported", self.settings.author, {"source": str(path), "new": added}
+        )
+        return added
 
     def exposure_counts(self, name: str) -> dict[tuple[int, str], int]:
         """Distinct units exposed per (revision, variant) of `name`."""
@@ -776,6 +795,18 @@ class Workbench:
             created_at=config.created_at,
             note=note,
         )
+        self._audit_change(
+            "experiment.created" if previous is None else "experiment.changed",
+            config.author,
+            {
+                "experiment": config.name,
+                "revision": config.revision,
+                "weights": {v.name: v.weight for v in config.variants},
+                "ramp": config.ramp,
+                "killed": config.killed,
+                "note": note,
+            },
+        )
         return config, True
 
     # ---- datasets ------------------------------------------------------------------
@@ -790,10 +821,16 @@ class Workbench:
         replace: bool = False,
     ) -> DatasetInfo:
         """Import a CSV, JSON Lines or Parquet file as a dataset (see promptlab.datasets)."""
-        return self._datasets.import_file(
+        info = self._datasets.import_file(
             path, name, fmt=fmt, unit_column=unit_column, replace=replace,
             author=self.settings.author,
         )  # fmt: skip
+        self._audit_change(
+            "dataset.imported",
+            self.settings.author,
+            {"dataset": name, "source": str(path), "rows": info.row_count, "replace": replace},
+        )
+        return info
 
     def load_demo_datasets(self) -> list[DatasetInfo]:
         """Import the demo datasets missing from the store (`tickets`)."""
@@ -823,6 +860,116 @@ class Workbench:
         template = self.prompts.resolve(prompt_ref).template
         return check_rows(self._datasets.iter_rows(name), template, listed=listed)
 
+    # ---- audit trail ---------------------------------------------------------------
+    # Chaining and verification: promptlab/audit.py; SQL: promptlab/store/audit.py.
+
+    @functools.cached_property
+    def _audit(self) -> AuditLog:
+        return AuditLog(self.store)
+
+    def _audit_change(
+        self, kind: str, actor: str, payload: Mapping[str, Any], *, run_id: str | None = None
+    ) -> None:
+        """Record a change event (kind like ``feedback.imported``) unless the audit is off.
+
+        The one hook every change goes through: other modules call it after they change
+        something (imports, exports), with the actor who did it.
+        """
+        if self.settings.audit:
+            self._audit.record_change(kind, actor, payload, run_id=run_id)
+
+    def _audit_saved(self, result: SaveResult, author: str | None = None) -> None:
+        if result.created:
+            v = result.version
+            self._audit_change(
+                "prompt_version.created",
+                author or self.settings.author,
+                {"prompt": v.prompt_name, "version_id": v.id, "ref": v.ref, "bump": result.bump},
+            )
+
+    def audit_verify(self) -> VerifyReport:
+        """Check every chain of the audit trail; the report names the first bad event of each."""
+        return self._audit.verify()
+
+    def audit_events(
+        self,
+        *,
+        run_id: str | None = None,
+        experiment: str | None = None,
+        version_id: str | None = None,
+        model: str | None = None,
+        status: str | None = None,
+        error_kind: str | None = None,
+        kind: str | None = None,
+        trace_id: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int | None = 1_000,
+    ) -> list[AuditEvent]:
+        """Events matching every filter given, oldest first (at most `limit`)."""
+        return self._audit.events(
+            AuditFilter(
+                run_id=run_id,
+                experiment=experiment,
+                version_id=version_id,
+                model=model,
+                status=status,
+                error_kind=error_kind,
+                kind=kind,
+                trace_id=trace_id,
+                since=since,
+                until=until,
+                limit=limit,
+            )  # fmt: skip
+        )
+
+    def audit_trace(self, trace_or_key: str) -> AuditTrace:
+        """One item's trace by its trace id (its idempotency key) or a prefix of at least
+        8 hex digits of it: every event in order, with its assignment bucket if split."""
+        wanted = trace_or_key.strip().lower()
+        if len(wanted) < 8:
+            raise NotFoundError(f"trace {trace_or_key!r}: give at least 8 hex digits of it")
+        ids = self._audit.trace_ids(wanted, limit=3)
+        if not ids:
+            raise NotFoundError(f"no audit trace whose id starts with {trace_or_key!r}")
+        if len(ids) > 1:
+            raise NotFoundError(
+                f"trace {trace_or_key!r} is ambiguous: {', '.join(ids)}; give more digits"
+            )
+        events = self._audit.trace(ids[0])
+        run_id = events[0].run_id if events else None
+        bucket = self._audit.bucket_of(run_id, ids[0]) if run_id else None
+        return AuditTrace(ids[0], run_id, tuple(events), bucket)
+
+    def export_audit(
+        self,
+        path: str | Path,
+        *,
+        run_id: str | None = None,
+        where: AuditFilter | None = None,
+    ) -> int:
+        """Write the events of a run (or those `where` selects) as JSON Lines, each with
+        its seq and hashes so it can be checked again; return how many. Recorded as a
+        ``table.exported`` change event."""
+        where = where or AuditFilter(run_id=run_id, limit=None)
+        events = self._audit.events(where)
+        path = Path(path)
+        with path.open("w", encoding="utf-8") as handle:
+            for event in events:
+                handle.write(json.dumps(event_record(event), ensure_ascii=False) + "\n")
+        self._audit_change(
+            "table.exported",
+            self.settings.author,
+            {
+                "table": "audit_events",
+                "run_id": where.run_id,
+                "path": str(path),
+                "rows": len(events),
+            },
+            run_id=where.run_id,
+        )
+        return len(events)
+
 
 #: Exposures checked and inserted at a time (all in one transaction).
 EXPOSURE_BATCH = 50_000
@@ -834,6 +981,10 @@ def _stored_config(row: StoredRevision) -> ExperimentConfig:
 
 __all__ = [
     "ROLES",
+    "AuditEvent",
+    "AuditFilter",
+    "AuditTrace",
+    "VerifyReport",
     "RunEstimate",
     "VariantEstimate",
     "Assignment",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from promptlab.cli import datasets, experiments, fakellm, metrics, prompts, runs, validate
+from promptlab.cli import audit, datasets, experiments, fakellm, metrics, prompts, runs, validate
 from promptlab.cli.common import db_option
 from promptlab.redact import install_log_redaction
 
@@ -19,6 +19,6 @@ def main(ctx: click.Context) -> None:
     install_log_redaction()
 
 
-for module in (prompts, fakellm, runs, datasets, experiments, validate, metrics):
+for module in (prompts, fakellm, runs, datasets, experiments, validate, metrics, audit):
     for command in module.commands:
         main.add_command(command)

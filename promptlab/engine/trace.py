@@ -1,0 +1,133 @@
+"""An item's trace as audit payloads: one event per attempt, one for its final result.
+
+Few, whole events keep the per-item cost small: the result event carries every stage
+before and after the attempts (render, preflight, routing, response, validation and
+repair, rules, final state); each attempt event its own timing, outcome and wait. Top
+level fields (`version_id`, `model`, `status`, `error_kind`) are what the audit reads
+filter on. A split item's assignment bucket is recorded with the plan (`assignments`)
+and joined in when the trace is read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from promptlab.audit import Masker, canonical_json, payload_text
+from promptlab.providers.base import CompletionResponse
+from promptlab.records import AttemptRow, FinalRow, VariantRecord
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def render_stage(
+    variant: VariantRecord, values: Mapping[str, Any], messages: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
+    """The render stage (and the rendered prompt itself, shown in the trace view)."""
+    prompt = [dict(m) for m in messages]
+    return {
+        "render": {
+            "version_id": variant.prompt_version_id,
+            "ref": variant.prompt_ref,
+            "semver": variant.prompt_ref.rpartition("@")[2],
+            # The messages as rendered (their order is the template's); the row's values
+            # sorted by name, so the hash is the row's whatever the column order.
+            "prompt_hash": _digest(payload_text({"messages": prompt})),
+            "variables_hash": _digest(canonical_json(values)),
+        },
+        "prompt": prompt,
+    }
+
+
+def preflight_stage(tokens: int, max_tokens: int, window: int | None) -> dict[str, Any]:
+    return {"prompt_tokens": tokens, "max_tokens": max_tokens, "context_window": window}
+
+
+def masked_prompt(stages: dict[str, Any], masker: Masker, counts: dict[str, int]) -> dict[str, Any]:
+    """The stages with the chosen patterns masked in the prompt's text."""
+    prompt = [
+        {**m, "content": masker.mask(m["content"], counts)}
+        if isinstance(m.get("content"), str)
+        else m
+        for m in stages.get("prompt", ())
+    ]
+    return {**stages, "prompt": prompt}
+
+
+def attempt_payload(
+    row: AttemptRow, variant: VariantRecord, response: CompletionResponse | None
+) -> dict[str, Any]:
+    payload: dict[str, Any] = {
+        "stage": "attempt",
+        "attempt": row.attempt,
+        "status": row.outcome,
+        "error_kind": row.error_kind,
+        "http_status": row.http_status,
+        "error_message": row.error_message,
+        "started_at": row.started_at.isoformat(),
+        "ended_at": row.ended_at.isoformat(),
+        "wait_ms": row.wait_ms,
+        "wait_reason": row.wait_reason,
+        "retry_after_s": row.retry_after_s,
+        "latency_ms": row.latency_ms,
+        "reask": row.reask,
+        "version_id": variant.prompt_version_id,
+        "endpoint": variant.endpoint,
+        "model": variant.model,
+    }
+    if response is not None:
+        payload["model_version"] = response.model_version
+        payload["finish_reason"] = str(response.finish_reason)
+    return payload
+
+
+def result_payload(
+    row: FinalRow,
+    variant: VariantRecord,
+    stages: Mapping[str, Any] | None,
+    masked: Mapping[str, int] | None,
+) -> dict[str, Any]:
+    stages = stages or {}
+    payload: dict[str, Any] = {
+        "stage": "result",
+        "status": row.status,
+        "error_kind": row.error_kind,
+        "error_message": row.error_message,
+        "attempts": row.attempts,
+        "version_id": row.prompt_version_id,
+        "endpoint": row.endpoint,
+        "model": row.model,
+        "variant": row.variant,
+        "row_index": row.row_index,
+        "repeat": row.repeat,
+        "render": stages.get("render"),
+        "preflight": stages.get("preflight"),
+        "routing": {"endpoint": row.endpoint, "model": row.model, "variant": variant.name},
+        "response": None
+        if row.model_version is None and row.output_text is None
+        else {
+            "model_version": row.model_version,
+            "input_tokens": row.input_tokens,
+            "output_tokens": row.output_tokens,
+            "finish_reason": row.finish_reason,
+            "latency_ms": row.latency_ms,
+            "cost_usd": row.cost_usd,
+        },
+        "validation": None
+        if row.check_status is None
+        else {
+            "check_status": row.check_status,
+            "repaired": row.check_status == "repaired",
+            "check_errors": list(row.check_errors),
+            "rule_status": row.rule_status,
+            "rule_errors": list(row.rule_errors),
+        },
+        "prompt": stages.get("prompt"),
+        "output": row.output_text,
+    }
+    if masked is not None:
+        payload["masking"] = dict(masked)
+    return payload
