@@ -146,8 +146,14 @@ class AuditTrace:
     bucket: int | None = None
 
     @property
-    def attempts(self) -> list[AuditEvent]:
-        return [e for e in self.events if e.kind == "attempt"]
+    def attempts(self) -> list[dict[str, Any]]:
+        """Every attempt in order: those with their own event, then the answered one
+        folded into the result event."""
+        found = [dict(e.payload) for e in self.events if e.kind == "attempt"]
+        for e in self.events:
+            if e.kind == "result" and isinstance(e.payload.get("attempt"), dict):
+                found.append(dict(e.payload["attempt"]))
+        return sorted(found, key=lambda a: int(a.get("attempt", 0)))
 
     @property
     def result(self) -> AuditEvent | None:

@@ -69,25 +69,18 @@ def show_command(ctx: click.Context, trace_id: str, as_json: bool) -> None:
 
 
 def timeline_lines(event: AuditEvent) -> list[str]:
-    """One event as the lines `audit show` prints."""
+    """One event as the lines `audit show` prints (a result with its answered attempt)."""
     p: dict[str, Any] = dict(event.payload)
     at = event.at.isoformat(timespec="milliseconds")
     if event.kind == "attempt":
-        wait = (
-            f", waited {p.get('wait_ms', 0):.0f} ms ({p['wait_reason']})"
-            if p.get("wait_reason")
-            else ""
-        )
-        error = f" {p['error_kind']}: {p.get('error_message')}" if p.get("error_kind") else ""
-        return [
-            f"{at}  attempt {p.get('attempt')}: {p.get('status')}{error}, "
-            f"{p.get('latency_ms') or 0:.0f} ms{wait}"
-        ]
+        return [f"{at}  {attempt_line(p)}"]
     if event.kind != "result":
         return [f"{at}  {event.kind} by {event.actor}: {json.dumps(p, default=str)}"]
-    lines = [f"{at}  result: {p.get('status')}" + (
-        f" ({p['error_kind']}: {p.get('error_message')})" if p.get("error_kind") else ""
-    ) + f" after {p.get('attempts')} attempt(s)"]  # fmt: skip
+    lines = []
+    if isinstance(p.get("attempt"), dict):
+        lines.append(f"{p['attempt'].get('ended_at', at)}  {attempt_line(p['attempt'])}")
+    error = f" ({p['error_kind']}: {p.get('error_message')})" if p.get("error_kind") else ""
+    lines.append(f"{at}  result: {p.get('status')}{error} after {p.get('attempts')} attempt(s)")
     for stage in ("render", "preflight", "routing", "response", "validation", "masking"):
         if p.get(stage) is not None:
             lines.append(f"    {stage}: {json.dumps(p[stage], default=str)}")
@@ -96,6 +89,17 @@ def timeline_lines(event: AuditEvent) -> list[str]:
     if p.get("output") is not None:
         lines.append(f"    output: {p['output']}")
     return lines
+
+
+def attempt_line(p: dict[str, Any]) -> str:
+    wait = (
+        f", waited {p.get('wait_ms', 0):.0f} ms ({p['wait_reason']})"
+        if p.get("wait_reason")
+        else ""
+    )
+    error = f" {p['error_kind']}: {p.get('error_message')}" if p.get("error_kind") else ""
+    latency = p.get("latency_ms") or 0
+    return f"attempt {p.get('attempt')}: {p.get('status')}{error}, {latency:.0f} ms{wait}"
 
 
 @audit_group.command("export")

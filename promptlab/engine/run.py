@@ -148,6 +148,9 @@ class RunExecution:
         self.masker = masker if masker else None
         #: Render, preflight and routing stages of items in flight, until their final row.
         self._traces: dict[str, dict[str, Any]] = {}
+        #: An item's answered attempt, folded into its result event (one event per item
+        #: on the happy path): they are recorded back to back, so land in one batch.
+        self._answered: dict[str, dict[str, Any]] = {}
 
     # ---- control -------------------------------------------------------------------
 
@@ -528,18 +531,14 @@ class RunExecution:
         )  # fmt: skip
         self.writer.attempt(row)
         if self.audit:
-            variant = self.variants[item.variant_index]
-            self.writer.audit(
-                AuditDraft(
-                    self.chain,
-                    "attempt",
-                    f"{item.key}/a{attempt}",
-                    row.ended_at,
-                    trace.attempt_payload(row, variant, response),
-                    run_id=self.run_id,
-                    trace_id=item.key,
-                )  # fmt: skip
-            )
+            payload = trace.attempt_payload(row, response)
+            # Re-asks await between the answer and the final row: no folding there.
+            if response is not None and not (self.reask and item.variant_index in self.checkers):
+                self._answered[item.key] = payload
+                return
+            draft = AuditDraft(self.chain, "attempt", f"{item.key}/a{attempt}", row.ended_at,
+                               payload, run_id=self.run_id, trace_id=item.key)  # fmt: skip
+            self.writer.audit(draft)
 
     def _final(
         self,
@@ -604,7 +603,13 @@ class RunExecution:
                     "result",
                     f"{item.key}/final/{row.attempts}",
                     row.finished_at,
-                    trace.result_payload(row, variant, stages, masked if self.masker else None),
+                    trace.result_payload(
+                        row,
+                        variant,
+                        stages,
+                        self._answered.pop(item.key, None),
+                        masked if self.masker else None,
+                    ),
                     run_id=self.run_id,
                     trace_id=item.key,
                 )  # fmt: skip

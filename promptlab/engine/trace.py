@@ -1,11 +1,13 @@
-"""An item's trace as audit payloads: one event per attempt, one for its final result.
+"""An item's trace as audit payloads: an event per failed attempt, one for its result.
 
 Few, whole events keep the per-item cost small: the result event carries every stage
-before and after the attempts (render, preflight, routing, response, validation and
-repair, rules, final state); each attempt event its own timing, outcome and wait. Top
-level fields (`version_id`, `model`, `status`, `error_kind`) are what the audit reads
-filter on. A split item's assignment bucket is recorded with the plan (`assignments`)
-and joined in when the trace is read.
+around the attempts (render, preflight, routing, response, validation and repair,
+rules, final state) and the answered attempt itself (`attempt`), so an item answered
+at once is one event; each attempt that failed (or was re-asked) has its own event with
+its timing, outcome and wait. Empty fields are left out. Top level fields (`version_id`,
+`model`, `status`, `error_kind`) are what the audit reads filter on. A split item's
+assignment bucket is recorded with the plan (`assignments`) and joined in when the
+trace is read.
 """
 
 from __future__ import annotations
@@ -30,7 +32,6 @@ def render_stage(
     prompt = [dict(m) for m in messages]
     return {
         "render": {
-            "version_id": variant.prompt_version_id,
             "ref": variant.prompt_ref,
             "semver": variant.prompt_ref.rpartition("@")[2],
             # The messages as rendered (their order is the template's); the row's values
@@ -57,11 +58,13 @@ def masked_prompt(stages: dict[str, Any], masker: Masker, counts: dict[str, int]
     return {**stages, "prompt": prompt}
 
 
-def attempt_payload(
-    row: AttemptRow, variant: VariantRecord, response: CompletionResponse | None
-) -> dict[str, Any]:
+def _present(fields: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def attempt_payload(row: AttemptRow, response: CompletionResponse | None) -> dict[str, Any]:
+    """One attempt: its timing, outcome, error and the wait before it (and why)."""
     payload: dict[str, Any] = {
-        "stage": "attempt",
         "attempt": row.attempt,
         "status": row.outcome,
         "error_kind": row.error_kind,
@@ -73,26 +76,21 @@ def attempt_payload(
         "wait_reason": row.wait_reason,
         "retry_after_s": row.retry_after_s,
         "latency_ms": row.latency_ms,
-        "reask": row.reask,
-        "version_id": variant.prompt_version_id,
-        "endpoint": variant.endpoint,
-        "model": variant.model,
+        "reask": row.reask or None,
     }
-    if response is not None:
-        payload["model_version"] = response.model_version
-        payload["finish_reason"] = str(response.finish_reason)
-    return payload
+    return _present(payload)
 
 
 def result_payload(
     row: FinalRow,
     variant: VariantRecord,
     stages: Mapping[str, Any] | None,
+    answered: Mapping[str, Any] | None,
     masked: Mapping[str, int] | None,
 ) -> dict[str, Any]:
+    """The result: every stage around the attempts, and the answered attempt folded in."""
     stages = stages or {}
     payload: dict[str, Any] = {
-        "stage": "result",
         "status": row.status,
         "error_kind": row.error_kind,
         "error_message": row.error_message,
@@ -121,13 +119,13 @@ def result_payload(
         else {
             "check_status": row.check_status,
             "repaired": row.check_status == "repaired",
-            "check_errors": list(row.check_errors),
+            "check_errors": list(row.check_errors) or None,
             "rule_status": row.rule_status,
-            "rule_errors": list(row.rule_errors),
+            "rule_errors": list(row.rule_errors) or None,
         },
+        "attempt": answered,
         "prompt": stages.get("prompt"),
         "output": row.output_text,
+        "masking": None if masked is None else dict(masked),
     }
-    if masked is not None:
-        payload["masking"] = dict(masked)
-    return payload
+    return _present(payload)
