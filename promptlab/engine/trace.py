@@ -29,7 +29,7 @@ def render_stage(
     variant: VariantRecord, values: Mapping[str, Any], messages: Sequence[Mapping[str, Any]]
 ) -> dict[str, Any]:
     """The render stage (and the rendered prompt itself, shown in the trace view)."""
-    prompt = [dict(m) for m in messages]
+    prompt = list(messages)
     return {
         "render": {
             "ref": variant.prompt_ref,
@@ -96,9 +96,7 @@ def result_payload(
         "error_message": row.error_message,
         "attempts": row.attempts,
         "version_id": row.prompt_version_id,
-        "endpoint": row.endpoint,
         "model": row.model,
-        "variant": row.variant,
         "row_index": row.row_index,
         "repeat": row.repeat,
         "render": stages.get("render"),
