@@ -343,3 +343,17 @@ def test_an_api_key_reaches_no_text_or_json_column(
     assert ("audit_events", "payload") in columns
     assert hits == []
     assert "0123456789abcdef" not in (tmp_path / "out.jsonl").read_text()
+
+
+def test_events_filter_by_run_kind_model_status_and_experiment(
+    tmp_path: Path, fakellm: RunningServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = spec_for(tmp_path, fakellm, monkeypatch, rows=2)
+    with Workbench.open() as wb:
+        run_id = run(wb, spec)
+        assert wb.audit_events(experiment="nope") == []
+        assert {e.run_id for e in wb.audit_events(run_id=run_id)} == {run_id}
+        assert len(wb.audit_events(run_id=run_id, kind="result")) == 2
+        assert len(wb.audit_events(run_id=run_id, model="gpt-4o-mini", status="succeeded")) == 2
+        assert wb.audit_events(run_id=run_id, model="other") == []
+        assert wb.audit_events(run_id=run_id, status="failed") == []

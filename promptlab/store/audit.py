@@ -39,7 +39,12 @@ DEFAULT_LIMIT = 1_000
 
 @dataclass(frozen=True)
 class AuditFilter:
-    """What the Audit page and `audit_events` filter on; None means any."""
+    """What the Audit page and `audit_events` filter on; None means any.
+
+    `version_id` and `model` match result events (and change events naming them);
+    `status` and `error_kind` match result and attempt events (an attempt's status is
+    `ok` or `error`); `experiment` matches the runs made from it and its own events.
+    """
 
     run_id: str | None = None
     experiment: str | None = None
@@ -279,8 +284,11 @@ def _where(f: AuditFilter) -> tuple[list[str], list[Any]]:
     if f.run_id is not None:
         add("run_id = ?", f.run_id)
     if f.experiment is not None:
+        # A run belongs to an experiment when its run.submitted event names it (every
+        # run made from one, split or not); change events name it themselves.
         add(
-            "(run_id IN (SELECT DISTINCT run_id FROM assignments WHERE experiment = ?) "
+            "(run_id IN (SELECT run_id FROM audit_events WHERE chain = 'changes' AND "
+            "kind = 'run.submitted' AND json_extract_string(payload, '$.experiment') = ?) "
             "OR json_extract_string(payload, '$.experiment') = ?)",
             f.experiment,
             f.experiment,
