@@ -38,6 +38,8 @@ from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from typing import Any
 
+import orjson
+
 #: The chain of change events (everything that is not a run's item trace).
 CHANGES_CHAIN = "changes"
 #: Kinds of change events. Other branches add theirs through `Workbench._audit_change`.
@@ -53,11 +55,6 @@ def run_chain(run_id: str) -> str:
 def genesis_hash(chain: str) -> str:
     """The `prev_hash` of a chain's first event when nothing else anchors it."""
     return hashlib.sha256(f"promptlab-audit:{chain}".encode()).hexdigest()
-
-
-def canonical_json(value: Any) -> str:
-    """Sorted, compact JSON: one text per value, whatever order the dict was built in."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
 def utc_text(at: datetime) -> str:
@@ -79,7 +76,8 @@ def epoch_us(at: datetime) -> int:
 def payload_text(payload: Mapping[str, Any]) -> str:
     """A payload as stored and hashed: compact JSON (the text itself is what is hashed,
     so key order need not be canonical)."""
-    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False, default=str)
+    # orjson: about 5x the standard encoder, and this runs for every event.
+    return orjson.dumps(payload, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
 
 
 @dataclass(frozen=True)
@@ -218,7 +216,8 @@ def chain_drafts(
     state = dict(heads)
     out = []
     for draft, payload_json in zip(drafts, texts, strict=True):
-        seq, prev = state.get(draft.chain, (0, genesis_hash(draft.chain)))
+        head = state.get(draft.chain)
+        seq, prev = head if head is not None else (0, genesis_hash(draft.chain))
         seq += 1
         digest = event_hash(
             prev, draft.chain, seq, draft.event_id, draft.trace_id, draft.run_id,

@@ -16,12 +16,22 @@ import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from promptlab.audit import Masker, canonical_json, payload_text
+from promptlab.audit import Masker
 from promptlab.providers.base import CompletionResponse
 from promptlab.records import AttemptRow, FinalRow, VariantRecord
 
 
-def _digest(text: str) -> str:
+def prompt_hash(messages: Sequence[Mapping[str, Any]]) -> str:
+    """sha256 of the messages as rendered: role, US (0x1f), content, RS (0x1e) between
+    messages. Joined strings, not JSON: this runs for every item on the engine loop."""
+    text = "\x1e".join(f"{m.get('role')}\x1f{m.get('content')}" for m in messages)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def variables_hash(values: Mapping[str, Any]) -> str:
+    """sha256 of the row's values sorted by name (name, US, value as text; RS between),
+    so the hash is the row's whatever the column order."""
+    text = "\x1e".join(f"{k}\x1f{values[k]}" for k in sorted(values))
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -34,10 +44,8 @@ def render_stage(
         "render": {
             "ref": variant.prompt_ref,
             "semver": variant.prompt_ref.rpartition("@")[2],
-            # The messages as rendered (their order is the template's); the row's values
-            # sorted by name, so the hash is the row's whatever the column order.
-            "prompt_hash": _digest(payload_text({"messages": prompt})),
-            "variables_hash": _digest(canonical_json(values)),
+            "prompt_hash": prompt_hash(prompt),
+            "variables_hash": variables_hash(values),
         },
         "prompt": prompt,
     }
