@@ -38,6 +38,18 @@ def _positive_int(value: str | None, default: int) -> int:
     return number
 
 
+def _mask_names(value: str | None) -> tuple[str, ...]:
+    from promptlab.audit import MASK_PATTERNS
+
+    names = tuple(n.strip().lower() for n in (value or "").split(",") if n.strip())
+    unknown = [n for n in names if n not in MASK_PATTERNS]
+    if unknown:
+        raise ConfigError(
+            f"PROMPTLAB_MASK: unknown pattern {unknown[0]!r} (known: {', '.join(MASK_PATTERNS)})"
+        )
+    return names
+
+
 @dataclass(frozen=True)
 class Settings:
     """Everything promptlab reads from the environment, in one place."""
@@ -50,6 +62,11 @@ class Settings:
     #: The only folder the app reads datasets from (specs pasted into a shared app
     #: must not reach other files of the server). The CLI reads any path it is given.
     data_dir: Path = DATA_DIR
+    #: Record every item's trace in the audit trail (PROMPTLAB_AUDIT=0 turns it off).
+    audit: bool = True
+    #: Patterns masked in stored prompts and outputs (PROMPTLAB_MASK=email,phone,key;
+    #: see promptlab.audit.MASK_PATTERNS). Off by default: masking changes the outputs.
+    mask: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -62,6 +79,8 @@ class Settings:
             author=env.get("PROMPTLAB_AUTHOR") or env.get("USER") or "anonymous",
             max_items=_positive_int(env.get("PROMPTLAB_MAX_ITEMS"), DEFAULT_MAX_ITEMS),
             data_dir=Path(env.get("PROMPTLAB_DATA_DIR") or DATA_DIR),
+            audit=_flag(env.get("PROMPTLAB_AUDIT"), True),
+            mask=_mask_names(env.get("PROMPTLAB_MASK")),
         )
 
     def with_db(self, db_path: str | Path | None) -> Settings:

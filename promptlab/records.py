@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
+from promptlab.audit import AuditDraft
 from promptlab.errors import ErrorKind
 from promptlab.stats import Interval, wilson_interval
 from promptlab.templates import Template
@@ -251,9 +252,11 @@ class WriteBatch:
     dispatched: list[str] = field(default_factory=list)
     attempts: list[AttemptRow] = field(default_factory=list)
     finals: list[FinalRow] = field(default_factory=list)
+    #: Trace events of these rows (promptlab.audit), chained in the same transaction.
+    audit: list[AuditDraft] = field(default_factory=list)
 
     def __len__(self) -> int:
-        return len(self.dispatched) + len(self.attempts) + len(self.finals)
+        return len(self.dispatched) + len(self.attempts) + len(self.finals) + len(self.audit)
 
 
 # ---- read models ---------------------------------------------------------------------

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from promptlab.anomalies import detect, observation_of, schema_fields
+from promptlab.audit import AuditEvent, AuditTrace, VerifyReport, event_record
 from promptlab.batchfile import StoredResult, batch_output_lines, first_model
 from promptlab.charts import (
     RATE_METRICS,
@@ -156,6 +157,7 @@ from promptlab.registry import PromptVersion, Registry, SaveResult
 from promptlab.stats import MetricComparison, SrmCheck, Verdict, sample_size_two_proportions
 from promptlab.store import ReadModels, RunStore, Store
 from promptlab.store.alerts import AlertStore
+from promptlab.store.audit import AuditFilter, AuditLog
 from promptlab.store.experiments import AssignmentCount, ExperimentStore, StoredRevision
 from promptlab.store.export import ExportStore
 from promptlab.store.metrics import MetricsReads
@@ -297,7 +299,7 @@ class Workbench:
         self, name: str, template: Template, *, message: str = "", description: str = ""
     ) -> SaveResult:
         """Version 1.0.0 of a new prompt; see `promptlab.newprompt.create_prompt`."""
-        return create_prompt(
+        result = create_prompt(
             self.prompts,
             name,
             template,
@@ -305,21 +307,34 @@ class Workbench:
             message=message,
             description=description,
         )
+        self._audit_saved(result)
+        return result
 
     def save_version(
         self, name: str, template: Template, *, message: str = "", version: str | None = None
     ) -> SaveResult:
         """A new version of an existing prompt, authored by the configured author."""
-        return self.prompts.save_version(
+        result = self.prompts.save_version(
             name, template, author=self.settings.author, message=message, version=version
         )
+        self._audit_saved(result)
+        return result
 
     def set_label(self, name: str, ref: str, label: str) -> PromptVersion:
-        return self.prompts.set_label(name, ref, label, actor=self.settings.author)
+        version = self.prompts.set_label(name, ref, label, actor=self.settings.author)
+        self._audit_change(
+            "label.moved",
+            self.settings.author,
+            {"prompt": name, "label": label, "version_id": version.id, "ref": version.ref},
+        )
+        return version
 
     def import_prompt(self, prompt: PromptFile, author: str | None = None) -> list[SaveResult]:
         """Save a checked prompt file's versions and labels (see `load_prompt_file`)."""
-        return import_prompt_file(self.prompts, prompt, author or self.settings.author)
+        results = import_prompt_file(self.prompts, prompt, author or self.settings.author)
+        for result in results:
+            self._audit_saved(result, author)
+        return results
 
     def export_prompt(self, name: str) -> str:
         return export_prompt(self.prompts, name)
@@ -694,16 +709,29 @@ class Workbench:
 
     def import_feedback(self, path: str | Path) -> int:
         """Import feedback events (CSV, JSON Lines, Parquet); returns how many rows."""
-        return self._feedback.import_feedback(path)
+        count = self._feedback.import_feedback(path)
+        self._audit_change(
+            "feedback.imported", self.settings.author, {"file": Path(path).name, "rows": count}
+        )
+        return count
 
     def import_logs(self, path: str | Path, columns: Mapping[str, str] | None = None) -> int:
         """Import a production request log; `columns` maps a field (version, unit_id,
         latency_ms, clicked, completed, event_time) to the file's column for it."""
-        return self._feedback.import_logs(path, columns)
+        count = self._feedback.import_logs(path, columns)
+        self._audit_change(
+            "logs.imported",
+            self.settings.author,
+            {"file": Path(path).name, "rows": count, "columns": dict(columns or {})},
+        )
+        return count
 
     def rate_result(self, run_id: str, key: str, kind: str) -> None:
         """Record a rating given in the app (thumbs_up, thumbs_down, click) on a result."""
         self._feedback.rate(run_id, key, kind)
+        self._audit_change(
+            "feedback.rated", self.settings.author, {"key": key, "kind": kind}, run_id=run_id
+        )
 
     def result_feedback(self, run_id: str, key: str) -> dict[str, int]:
         """How many feedback events of each kind a result has (imported or rated here)."""
@@ -788,6 +816,7 @@ class Workbench:
             publish(temp, target, force=force)
         finally:
             discard(temp)
+        self._audit_exported(table, fmt, filters, count, target.name)
         return count
 
     def export_bytes(
@@ -804,7 +833,8 @@ class Workbench:
         filters = ExportFilters(run_id, experiment, prompt)
         with tempfile.TemporaryDirectory(prefix="promptlab-export-") as folder:
             temp = Path(folder) / file_name(table, fmt, filters)
-            self._export_to(table, fmt, temp, filters)
+            count = self._export_to(table, fmt, temp, filters)
+            self._audit_exported(table, fmt, filters, count, "download")
             return temp.read_bytes()
 
     def comparison_bytes(self, comparison: Comparison, fmt: str) -> bytes:
@@ -814,10 +844,23 @@ class Workbench:
         records = comparison_records(comparison)
         with tempfile.TemporaryDirectory(prefix="promptlab-export-") as folder:
             temp = Path(folder) / f"comparison.{fmt}"
-            ExportStore(self.store).copy_rows(
+            count = ExportStore(self.store).copy_rows(
                 arrow_table(records, COMPARISON_COLUMNS), fmt, temp, self._export_secrets()
             )
+            filters = ExportFilters(comparison.run_id or None, None, None)
+            self._audit_exported("comparisons", fmt, filters, count, "download")
             return temp.read_bytes()
+
+    def _audit_exported(
+        self, table: str, fmt: str, filters: ExportFilters, rows: int, target: str
+    ) -> None:
+        self._audit_change(
+            "table.exported",
+            self.settings.author,
+            {"table": table, "format": fmt, "rows": rows, "to": target,
+             "experiment": filters.experiment, "prompt": filters.prompt},
+            run_id=filters.run_id,
+        )  # fmt: skip
 
     def export_file_name(
         self,
@@ -1007,9 +1050,13 @@ class Workbench:
                     batch = []
             yield batch
 
-        return self._experiment_rows.add_exposures(
+        added = self._experiment_rows.add_exposures(
             checked_batches(), source=str(path), imported_at=datetime.now(UTC)
         )
+        self._audit_change(
+            "exposures.imported", self.settings.author, {"source": str(path), "new": added}
+        )
+        return added
 
     def exposure_counts(self, name: str) -> dict[tuple[int, str], int]:
         """Distinct units exposed per (revision, variant) of `name`."""
@@ -1072,6 +1119,18 @@ class Workbench:
             created_at=config.created_at,
             note=note,
         )
+        self._audit_change(
+            "experiment.created" if previous is None else "experiment.changed",
+            config.author,
+            {
+                "experiment": config.name,
+                "revision": config.revision,
+                "weights": {v.name: v.weight for v in config.variants},
+                "ramp": config.ramp,
+                "killed": config.killed,
+                "note": note,
+            },
+        )
         return config, True
 
     # ---- datasets ------------------------------------------------------------------
@@ -1086,10 +1145,16 @@ class Workbench:
         replace: bool = False,
     ) -> DatasetInfo:
         """Import a CSV, JSON Lines or Parquet file as a dataset (see promptlab.datasets)."""
-        return self._datasets.import_file(
+        info = self._datasets.import_file(
             path, name, fmt=fmt, unit_column=unit_column, replace=replace,
             author=self.settings.author,
         )  # fmt: skip
+        self._audit_change(
+            "dataset.imported",
+            self.settings.author,
+            {"dataset": name, "source": str(path), "rows": info.row_count, "replace": replace},
+        )
+        return info
 
     def load_demo_datasets(self) -> list[DatasetInfo]:
         """Import the demo datasets missing from the store (`tickets`)."""
@@ -1119,6 +1184,116 @@ class Workbench:
         template = self.prompts.resolve(prompt_ref).template
         return check_rows(self._datasets.iter_rows(name), template, listed=listed)
 
+    # ---- audit trail ---------------------------------------------------------------
+    # Chaining and verification: promptlab/audit.py; SQL: promptlab/store/audit.py.
+
+    @functools.cached_property
+    def _audit(self) -> AuditLog:
+        return AuditLog(self.store)
+
+    def _audit_change(
+        self, kind: str, actor: str, payload: Mapping[str, Any], *, run_id: str | None = None
+    ) -> None:
+        """Record a change event (kind like ``feedback.imported``) unless the audit is off.
+
+        The one hook every change goes through: other modules call it after they change
+        something (imports, exports), with the actor who did it.
+        """
+        if self.settings.audit:
+            self._audit.record_change(kind, actor, payload, run_id=run_id)
+
+    def _audit_saved(self, result: SaveResult, author: str | None = None) -> None:
+        if result.created:
+            v = result.version
+            self._audit_change(
+                "prompt_version.created",
+                author or self.settings.author,
+                {"prompt": v.prompt_name, "version_id": v.id, "ref": v.ref, "bump": result.bump},
+            )
+
+    def audit_verify(self) -> VerifyReport:
+        """Check every chain of the audit trail; the report names the first bad event of each."""
+        return self._audit.verify()
+
+    def audit_events(
+        self,
+        *,
+        run_id: str | None = None,
+        experiment: str | None = None,
+        version_id: str | None = None,
+        model: str | None = None,
+        status: str | None = None,
+        error_kind: str | None = None,
+        kind: str | None = None,
+        trace_id: str | None = None,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        limit: int | None = 1_000,
+    ) -> list[AuditEvent]:
+        """Events matching every filter given, oldest first (at most `limit`)."""
+        return self._audit.events(
+            AuditFilter(
+                run_id=run_id,
+                experiment=experiment,
+                version_id=version_id,
+                model=model,
+                status=status,
+                error_kind=error_kind,
+                kind=kind,
+                trace_id=trace_id,
+                since=since,
+                until=until,
+                limit=limit,
+            )  # fmt: skip
+        )
+
+    def audit_trace(self, trace_or_key: str) -> AuditTrace:
+        """One item's trace by its trace id (its idempotency key) or a prefix of at least
+        8 hex digits of it: every event in order, with its assignment bucket if split."""
+        wanted = trace_or_key.strip().lower()
+        if len(wanted) < 8:
+            raise NotFoundError(f"trace {trace_or_key!r}: give at least 8 hex digits of it")
+        ids = self._audit.trace_ids(wanted, limit=3)
+        if not ids:
+            raise NotFoundError(f"no audit trace whose id starts with {trace_or_key!r}")
+        if len(ids) > 1:
+            raise NotFoundError(
+                f"trace {trace_or_key!r} is ambiguous: {', '.join(ids)}; give more digits"
+            )
+        events = self._audit.trace(ids[0])
+        run_id = events[0].run_id if events else None
+        bucket = self._audit.bucket_of(run_id, ids[0]) if run_id else None
+        return AuditTrace(ids[0], run_id, tuple(events), bucket)
+
+    def export_audit(
+        self,
+        path: str | Path,
+        *,
+        run_id: str | None = None,
+        where: AuditFilter | None = None,
+    ) -> int:
+        """Write the events of a run (or those `where` selects) as JSON Lines, each with
+        its seq and hashes so it can be checked again; return how many. Recorded as a
+        ``table.exported`` change event."""
+        where = where or AuditFilter(run_id=run_id, limit=None)
+        events = self._audit.events(where)
+        path = Path(path)
+        with path.open("w", encoding="utf-8") as handle:
+            for event in events:
+                handle.write(json.dumps(event_record(event), ensure_ascii=False) + "\n")
+        self._audit_change(
+            "table.exported",
+            self.settings.author,
+            {
+                "table": "audit_events",
+                "run_id": where.run_id,
+                "path": str(path),
+                "rows": len(events),
+            },
+            run_id=where.run_id,
+        )
+        return len(events)
+
 
 #: Exposures checked and inserted at a time (all in one transaction).
 EXPOSURE_BATCH = 50_000
@@ -1147,6 +1322,10 @@ __all__ = [
     "units_needed",
     "units_needed_text",
     "word_diff_html",
+    "AuditEvent",
+    "AuditFilter",
+    "AuditTrace",
+    "VerifyReport",
     "RunEstimate",
     "VariantEstimate",
     "Assignment",

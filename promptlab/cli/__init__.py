@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from promptlab.cli import (
+    audit,
     datasets,
     experiments,
     fakellm,
@@ -39,6 +40,7 @@ for module in (
     metrics,
     feedback,
     export_cli,
+    audit,
 ):
     for command in module.commands:
         main.add_command(command)

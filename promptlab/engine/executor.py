@@ -19,6 +19,7 @@ from collections.abc import Callable, Coroutine, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from promptlab.audit import RUN_SUBMITTED, Masker, run_chain
 from promptlab.batchfile import check_request_file
 from promptlab.config import Settings
 from promptlab.datasets import DatasetStore, check_rows
@@ -64,6 +65,7 @@ from promptlab.records import (
 from promptlab.redact import redact, watch_env
 from promptlab.store import ItemStore, ReadModels, RunStore, Store
 from promptlab.store.alerts import AlertStore
+from promptlab.store.audit import AuditLog
 from promptlab.store.connection import is_storage_failure
 from promptlab.templates import Template
 
@@ -108,6 +110,7 @@ class Engine:
         self.items = items or ItemStore(store)
         self.reads = ReadModels(store)
         self.alerts = AlertStore(store)
+        self.audit_log = AuditLog(store)
         self.settings = settings or Settings.from_env()
         self._endpoints = dict(endpoints or load_endpoints(self.settings.providers_file))
         # Whatever these variables are called, their values never reach the store or logs.
@@ -201,6 +204,20 @@ class Engine:
         self._call(self._prepare_lanes(variants, endpoints))
         run_id = new_run_id()
         self.runs.create_run(run_id, spec.name, spec.raw, variants)
+        # Before the run's first trace event: its chain is anchored on this event.
+        self._audit_change(
+            RUN_SUBMITTED,
+            run_id,
+            {
+                "chain": run_chain(run_id),
+                "name": spec.name,
+                "variants": [
+                    {"name": v.name, "version_id": v.prompt_version_id, "model": v.model}
+                    for v in variants
+                ],
+                "experiment": (spec.experiment or {}).get("name"),
+            },
+        )
         self._start(run_id, spec, variants, endpoints, plan=True)
         return run_id
 
@@ -277,6 +294,7 @@ class Engine:
                 run_id, [*(k.value for k in STOP_KINDS), ItemErrorKind.INTERNAL]
             )
             log.info("run %s: %d items back to pending", run_id, reopened)
+        self._audit_change("run.resumed", run_id, {"chain": run_chain(run_id), "replan": replan})
         self._start(run_id, spec, variants, endpoints, plan=replan)
         return run_id
 
@@ -290,6 +308,7 @@ class Engine:
                 return
             active = self._active.get(run_id)
         if active is not None:
+            self._audit_change("run.cancelled", run_id, {"active": True})
             self._loop.call_soon_threadsafe(self._cancel_on_loop, run_id)
             return
         self._settle_writer()
@@ -298,6 +317,8 @@ class Engine:
             return
         self.items.cancel_open_items(run_id, "run cancelled")
         self.runs.set_status(run_id, RunStatus.CANCELLED, "cancelled")
+        self._audit_change("run.cancelled", run_id, {"active": False})
+        self._audit_end(run_id, RunStatus.CANCELLED, "cancelled")
 
     def status(self, run_id: str) -> RunProgress:
         """Live progress for an active run; stored counts for any other."""
@@ -383,6 +404,17 @@ class Engine:
         self.close()
 
     # ---- internals -----------------------------------------------------------------
+
+    def _audit_change(self, kind: str, run_id: str, payload: dict[str, Any]) -> None:
+        """A run's change event (submitted, resumed, cancelled), when the audit is on."""
+        if self.settings.audit:
+            self.audit_log.record_change(kind, self.settings.author, payload, run_id=run_id)
+
+    def _audit_end(self, run_id: str, status: str, reason: str | None) -> None:
+        if self.settings.audit:
+            self.audit_log.record_run_end(
+                run_id, self.settings.author, {"status": str(status), "reason": reason}
+            )
 
     def _row_count(self, spec: RunSpec) -> int:
         """The dataset's rows, checked readable (a file) or known (an imported dataset)."""
@@ -552,7 +584,8 @@ class Engine:
             execution = RunExecution(
                 run_id, variants, lanes, spec.retry, self.items, self._writer, counters,
                 self.clock, repeats=spec.repeats, rows=rows, alert_sink=store_alerts,
-                reask=spec.reask,
+                reask=spec.reask, audit=self.settings.audit,
+                masker=Masker(self.settings.mask) if self.settings.mask else None,
             )  # fmt: skip
             active.execution, active.counters = execution, counters
             if active.cancel_requested:
@@ -613,6 +646,8 @@ class Engine:
                 await asyncio.to_thread(self.items.cancel_open_items, run_id, cancel_reason)
             await asyncio.to_thread(self.runs.set_status, run_id, status, reason)
             self._unrecorded_ends.pop(run_id, None)
+            if flushed:  # the chain's head is then stored: the end event pins it
+                await asyncio.to_thread(self._audit_end, run_id, status, reason)
         except Exception as exc:
             if not is_storage_failure(exc):
                 raise

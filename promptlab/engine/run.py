@@ -10,7 +10,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from promptlab.anomalies import RunDetector, observation_of, schema_fields
+from promptlab.audit import AuditDraft, Masker, run_chain
 from promptlab.batchfile import request_from_row
+from promptlab.engine import trace
 from promptlab.engine.clock import SYSTEM_CLOCK, Clock
 from promptlab.engine.limiter import Limiter, Permit
 from promptlab.engine.progress import Counters
@@ -32,7 +34,7 @@ from promptlab.records import (
 from promptlab.sampling import SAMPLING_KEY, Sampling, sampling_from_params
 from promptlab.store.items import ItemStore
 from promptlab.templates import Template, coerce_text_values, normalize_params
-from promptlab.tokens import check_fits
+from promptlab.tokens import check_fits, context_window
 from promptlab.validation import Checker, CheckStatus, OutputCheck, checker_for
 
 log = logging.getLogger(__name__)
@@ -83,6 +85,8 @@ class RunExecution:
         rows: int | None = None,
         alert_sink: Callable[[list[AlertRecord]], None] | None = None,
         reask: int = 0,
+        audit: bool = True,
+        masker: Masker | None = None,
     ) -> None:
         self.run_id = run_id
         self.clock = clock
@@ -138,6 +142,15 @@ class RunExecution:
         self.alert_sink = alert_sink
         #: Follow-up turns per item for an output that failed its check (not truncated).
         self.reask = reask
+        #: Trace events go to the writer with the rows they describe (promptlab.audit).
+        self.audit = audit
+        self.chain = run_chain(run_id)
+        self.masker = masker if masker else None
+        #: Render, preflight and routing stages of items in flight, until their final row.
+        self._traces: dict[str, dict[str, Any]] = {}
+        #: An item's answered attempt, folded into its result event (one event per item
+        #: on the happy path): they are recorded back to back, so land in one batch.
+        self._answered: dict[str, dict[str, Any]] = {}
 
     # ---- control -------------------------------------------------------------------
 
@@ -228,7 +241,13 @@ class RunExecution:
             max_tokens = int(params.get("max_tokens") or 256)
             values = coerce_text_values(template, {k: v for k, v in item.values.items()})
             messages = template.render(values)
+            if self.audit:
+                self._traces[item.key] = trace.render_stage(variant, item.values, messages)
             tokens = check_fits(lane.endpoint, variant.model, messages, max_tokens)
+            if self.audit:
+                self._traces[item.key]["preflight"] = trace.preflight_stage(
+                    tokens, max_tokens, context_window(lane.endpoint, variant.model)
+                )
         except ProviderError as exc:
             self._final(item, ItemStatus.FAILED, False, error=(exc.kind.value, str(exc)))
             return None
@@ -260,7 +279,13 @@ class RunExecution:
         try:
             line = request_from_row(item.values, str(variant.template.get("id_field")))
             max_tokens = int(line.params["max_tokens"])
+            if self.audit:
+                self._traces[item.key] = trace.render_stage(variant, item.values, line.messages)
             tokens = check_fits(lane.endpoint, variant.model, list(line.messages), max_tokens)
+            if self.audit:
+                self._traces[item.key]["preflight"] = trace.preflight_stage(
+                    tokens, max_tokens, context_window(lane.endpoint, variant.model)
+                )
         except ProviderError as exc:
             self._final(item, ItemStatus.FAILED, False, error=(exc.kind.value, str(exc)))
             return None
@@ -486,8 +511,7 @@ class RunExecution:
         reask: bool = False,
     ) -> None:
         elapsed_ms = (self.clock.monotonic() - t0) * 1000
-        self.writer.attempt(
-            AttemptRow(
+        row = AttemptRow(
                 key=item.key,
                 run_id=self.run_id,
                 attempt=attempt,
@@ -504,8 +528,17 @@ class RunExecution:
                 retry_after_s=error.retry_after_s if error else None,
                 latency_ms=response.latency_ms if response is not None else elapsed_ms,
                 reask=reask,
-            )
-        )
+        )  # fmt: skip
+        self.writer.attempt(row)
+        if self.audit:
+            payload = trace.attempt_payload(row, response)
+            # Re-asks await between the answer and the final row: no folding there.
+            if response is not None and not (self.reask and item.variant_index in self.checkers):
+                self._answered[item.key] = payload
+                return
+            draft = AuditDraft(self.chain, "attempt", f"{item.key}/a{attempt}", row.ended_at,
+                               payload, run_id=self.run_id, trace_id=item.key)  # fmt: skip
+            self.writer.audit(draft)
 
     def _final(
         self,
@@ -522,10 +555,16 @@ class RunExecution:
         variant = self.variants[item.variant_index]
         usage: dict[str, Any] = {}
         parsed: Any = None
+        stages = self._traces.pop(item.key, None) if self.audit else None
+        masked: dict[str, int] = {}
         if response is not None and lane is not None:
             checked, parsed = self._check(item.variant_index, response, check)
+            text = response.text
+            if self.masker is not None:
+                # Checked as answered; stored (results and trace) with the patterns masked.
+                text = self.masker.mask(text, masked)
             usage = {
-                "output_text": response.text,
+                "output_text": text,
                 "input_tokens": response.input_tokens,
                 "output_tokens": response.output_tokens,
                 "finish_reason": str(response.finish_reason),
@@ -555,6 +594,26 @@ class RunExecution:
             **usage,
         )
         self.writer.final(row)
+        if self.audit:
+            if stages is not None and self.masker is not None:
+                stages = trace.masked_prompt(stages, self.masker, masked)
+            self.writer.audit(
+                AuditDraft(
+                    self.chain,
+                    "result",
+                    f"{item.key}/final/{row.attempts}",
+                    row.finished_at,
+                    trace.result_payload(
+                        row,
+                        variant,
+                        stages,
+                        self._answered.pop(item.key, None),
+                        masked if self.masker else None,
+                    ),
+                    run_id=self.run_id,
+                    trace_id=item.key,
+                )  # fmt: skip
+            )
         self.counters.finished(status, was_in_flight)
         if status != ItemStatus.CANCELLED:
             self._detect(row, parsed)

@@ -19,12 +19,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from promptlab.audit import AuditDraft
 from promptlab.records import AttemptRow, FinalRow, WriteBatch
 from promptlab.redact import Redactor
 from promptlab.store.items import redacted_batch
 
 SPILL_SUFFIX = ".jsonl"
-_DATETIME_FIELDS = frozenset({"started_at", "ended_at", "finished_at"})
+_DATETIME_FIELDS = frozenset({"started_at", "ended_at", "finished_at", "at"})
 
 
 def spill_dirs(db_path: Path) -> tuple[Path, ...]:
@@ -61,6 +62,8 @@ def spill_batch(batch: WriteBatch, folder: Path) -> Path:
             handle.write(json.dumps({"row": "attempt", **asdict(attempt)}, default=str) + "\n")
         for final in batch.finals:
             handle.write(json.dumps({"row": "final", **asdict(final)}, default=str) + "\n")
+        for draft in batch.audit:
+            handle.write(json.dumps({"row": "audit", **asdict(draft)}, default=str) + "\n")
         handle.flush()
         os.fsync(handle.fileno())
     # Only whole files are ingested: a crash half-way leaves a .partial, never a .jsonl.
@@ -98,6 +101,8 @@ def read_spill(path: Path) -> WriteBatch:
                 batch.attempts.append(AttemptRow(**_typed(record, AttemptRow)))
             elif kind == "final":
                 batch.finals.append(FinalRow(**_typed(record, FinalRow)))
+            elif kind == "audit":
+                batch.audit.append(AuditDraft(**_typed(record, AuditDraft)))
     return batch
 
 

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from promptlab.audit import AuditDraft
 from promptlab.engine.spill import spill_batch
 from promptlab.records import AttemptRow, FinalRow, ItemErrorKind, WriteBatch
 from promptlab.store.connection import is_storage_failure
@@ -57,6 +58,7 @@ def _joined(rows: list[WriteBatch]) -> WriteBatch:
         joined.dispatched += row.dispatched
         joined.attempts += row.attempts
         joined.finals += row.finals
+        joined.audit += row.audit
     return joined
 
 
@@ -122,6 +124,10 @@ class BatchWriter:
     def final(self, row: FinalRow) -> None:
         self._batch.finals.append(row)
         self._check_full()
+
+    def audit(self, draft: AuditDraft) -> None:
+        """A trace event, committed with the rows it describes (same batch)."""
+        self._batch.audit.append(draft)
 
     def _check_full(self) -> None:
         if len(self._batch) >= FLUSH_ROWS:
@@ -197,6 +203,7 @@ class BatchWriter:
         self._batch.dispatched[:0] = batch.dispatched
         self._batch.attempts[:0] = batch.attempts
         self._batch.finals[:0] = batch.finals
+        self._batch.audit[:0] = batch.audit
 
     def _failed(self, exc: Exception) -> None:
         self.last_error = str(exc)
@@ -222,6 +229,9 @@ class BatchWriter:
         rows = [WriteBatch(dispatched=[key]) for key in batch.dispatched]
         rows += [WriteBatch(attempts=[attempt]) for attempt in batch.attempts]
         rows += [WriteBatch(finals=[final]) for final in batch.finals]
+        # The trace goes last and whole: chained in order, it never depends on one row.
+        if batch.audit:
+            rows.append(WriteBatch(audit=batch.audit))
         for position, row in enumerate(rows):
             try:
                 self._write_one(row)

@@ -25,6 +25,7 @@ from promptlab.records import (
     utcnow,
 )
 from promptlab.redact import Redactor
+from promptlab.store.audit import append_events
 from promptlab.store.connection import Store
 
 if TYPE_CHECKING:
@@ -149,7 +150,8 @@ class ItemStore:
 
         Messages and outputs are redacted first: a server may echo the key it was sent.
         """
-        batch = redacted_batch(batch, Redactor.from_environ())
+        redactor = Redactor.from_environ()
+        batch = redacted_batch(batch, redactor)
         # The first final row per item wins, so the results insert and the items update
         # below cannot pick different rows for one item.
         first_finals: dict[str, FinalRow] = {}
@@ -188,6 +190,8 @@ class ItemStore:
                     "WHERE items.idempotency_key = f.idempotency_key "
                     "AND items.status IN ('pending', 'in_flight')"
                 )
+            # The trace of these rows, in their transaction: stored exactly when they are.
+            append_events(tx, batch.audit, redactor)
 
     def ingest_spill(self, batch: WriteBatch) -> None:
         """Commit rows a writer spilled when the store could not take them.
@@ -204,8 +208,17 @@ class ItemStore:
                     [keys],
                 ).fetchall()
             )
+            events = list({d.event_id for d in batch.audit})
+            stored = {
+                row[0]
+                for row in cur.execute(
+                    "SELECT event_id FROM audit_events WHERE list_contains(?, event_id)",
+                    [events],
+                ).fetchall()
+            }
         fresh = [a for a in batch.attempts if (a.key, a.attempt) not in known]
-        self.write_batch(WriteBatch(batch.dispatched, fresh, batch.finals))
+        audit = [d for d in batch.audit if d.event_id not in stored]
+        self.write_batch(WriteBatch(batch.dispatched, fresh, batch.finals, audit))
 
     # ---- resume and cancel ---------------------------------------------------------
 
@@ -295,7 +308,9 @@ def redacted_batch(batch: WriteBatch, redactor: Redactor) -> WriteBatch:
         _masked_errors(_masked(f, redactor, ("error_message", "output_text")), redactor)
         for f in batch.finals
     ]
-    return WriteBatch(dispatched=batch.dispatched, attempts=attempts, finals=finals)
+    return WriteBatch(
+        dispatched=batch.dispatched, attempts=attempts, finals=finals, audit=batch.audit
+    )
 
 
 def _masked_errors(row: FinalRow, redactor: Redactor) -> FinalRow:

@@ -333,6 +333,30 @@ MIGRATIONS: tuple[Migration, ...] = (
             """,
         ),
     ),
+    Migration(
+        "0009_audit",
+        (
+            # The audit trail (promptlab/audit.py): append-only, hash-chained per chain
+            # (`changes`, or `run:<run_id>` for a run's item traces). No key constraint
+            # on (chain, seq) on purpose: verification, not the schema, reports a row
+            # inserted out of place, and inserts stay cheap.
+            """
+            CREATE TABLE audit_events (
+                chain     VARCHAR NOT NULL,
+                seq       BIGINT NOT NULL,
+                event_id  VARCHAR NOT NULL,
+                trace_id  VARCHAR,
+                run_id    VARCHAR,
+                kind      VARCHAR NOT NULL,
+                actor     VARCHAR NOT NULL,
+                "at"      TIMESTAMPTZ NOT NULL,
+                payload   JSON NOT NULL,
+                prev_hash VARCHAR NOT NULL,
+                hash      VARCHAR NOT NULL
+            )
+            """,
+        ),
+    ),
 )
 
 

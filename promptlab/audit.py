@@ -1,0 +1,389 @@
+"""The audit trail's pure part: events, canonical JSON, hash chaining, and verification.
+
+Events live in chains. Each event stores `hash = sha256(prev_hash, its fields)`: chain,
+seq, event id, trace id, run id, kind, actor, time (UTC microseconds) and the payload's
+JSON text exactly as stored (DuckDB keeps JSON text verbatim), joined by a separator.
+Editing any field of a stored row breaks its own hash; deleting or inserting a row
+breaks the seq numbering or the next row's `prev_hash`. Verification names the first
+such event.
+
+How chains are anchored:
+
+- ``changes`` holds the change events (prompt versions, labels, experiments, runs
+  submitted / cancelled / resumed / ended, imports, exports). Its genesis `prev_hash`
+  is ``sha256("promptlab-audit:changes")``.
+- ``run:<run_id>`` holds one run's traces. It is anchored in ``changes``: the run's
+  ``run.submitted`` change event names the chain, and the run chain's first event uses
+  that event's hash as its `prev_hash` (``sha256("promptlab-audit:<chain>")`` when no
+  such event exists, e.g. a run submitted with the audit off: the chain is then marked
+  unanchored). Each ``run.ended`` change event records the run chain's head (seq and
+  hash) at that moment, so deleting a run's last events is caught too.
+- Chains are per run so concurrent runs need no global lock: each batch reads its
+  chains' heads inside its own transaction, so the chain always continues from the
+  last *stored* event, which is what keeps it whole across a kill -9.
+
+What it cannot catch (documented, not hidden): someone who rewrites a chain's tail and
+recomputes every hash after it, or deletes the newest change events; keep the head
+hash `promptlab audit verify` prints somewhere else to pin the log at that point.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from functools import cached_property
+from typing import Any
+
+import orjson
+
+#: The chain of change events (everything that is not a run's item trace).
+CHANGES_CHAIN = "changes"
+#: Kinds of change events. Other branches add theirs through `Workbench._audit_change`.
+RUN_SUBMITTED = "run.submitted"
+RUN_ENDED = "run.ended"
+
+
+def run_chain(run_id: str) -> str:
+    """The chain holding one run's item traces."""
+    return f"run:{run_id}"
+
+
+def genesis_hash(chain: str) -> str:
+    """The `prev_hash` of a chain's first event when nothing else anchors it."""
+    return hashlib.sha256(f"promptlab-audit:{chain}".encode()).hexdigest()
+
+
+def utc_text(at: datetime) -> str:
+    """A timestamp as exported: UTC ISO 8601 with microseconds."""
+    return at.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+#: Joins an event's fields before hashing (ASCII unit separator: in no field we write).
+_SEP = "\x1f"
+
+
+def epoch_us(at: datetime) -> int:
+    """A timestamp as hashed: exact integer microseconds since 1970 (what TIMESTAMPTZ keeps)."""
+    return (at - _EPOCH) // _MICROSECOND
+
+
+def payload_text(payload: Mapping[str, Any]) -> str:
+    """A payload as stored and hashed: compact JSON (the text itself is what is hashed,
+    so key order need not be canonical)."""
+    # orjson: about 5x the standard encoder, and this runs for every event.
+    return orjson.dumps(payload, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
+
+
+@dataclass(frozen=True)
+class AuditDraft:
+    """An event before it is chained: the store gives it its seq, prev_hash and hash."""
+
+    chain: str
+    kind: str
+    event_id: str
+    at: datetime
+    payload: Mapping[str, Any]
+    actor: str = "engine"
+    run_id: str | None = None
+    trace_id: str | None = None
+
+
+@dataclass(frozen=True)
+class AuditEvent:
+    """One stored event; `payload_json` is the stored (and hashed) text of `payload`."""
+
+    chain: str
+    seq: int
+    event_id: str
+    trace_id: str | None
+    run_id: str | None
+    kind: str
+    actor: str
+    at: datetime
+    payload_json: str
+    prev_hash: str
+    hash: str
+
+    @cached_property
+    def payload(self) -> dict[str, Any]:
+        value = json.loads(self.payload_json)
+        return value if isinstance(value, dict) else {"value": value}
+
+
+def event_record(event: AuditEvent) -> dict[str, Any]:
+    """One event as a JSON-ready dict (an export line): every stored field."""
+    return {
+        "chain": event.chain,
+        "seq": event.seq,
+        "event_id": event.event_id,
+        "trace_id": event.trace_id,
+        "run_id": event.run_id,
+        "kind": event.kind,
+        "actor": event.actor,
+        "at": utc_text(event.at),
+        "payload": event.payload,
+        "prev_hash": event.prev_hash,
+        "hash": event.hash,
+    }
+
+
+@dataclass(frozen=True)
+class AuditTrace:
+    """One item's events in order; the result event carries the stages around attempts."""
+
+    trace_id: str
+    run_id: str | None
+    events: tuple[AuditEvent, ...]
+    #: A split item's assignment bucket (from the run's plan); None when not split.
+    bucket: int | None = None
+
+    @property
+    def attempts(self) -> list[dict[str, Any]]:
+        """Every attempt in order: those with their own event, then the answered one
+        folded into the result event."""
+        found = [dict(e.payload) for e in self.events if e.kind == "attempt"]
+        for e in self.events:
+            if e.kind == "result" and isinstance(e.payload.get("attempt"), dict):
+                found.append(dict(e.payload["attempt"]))
+        return sorted(found, key=lambda a: int(a.get("attempt", 0)))
+
+    @property
+    def result(self) -> AuditEvent | None:
+        results = [e for e in self.events if e.kind == "result"]
+        return results[-1] if results else None
+
+    @property
+    def prompt(self) -> Any:
+        return None if self.result is None else self.result.payload.get("prompt")
+
+    @property
+    def output(self) -> str | None:
+        return None if self.result is None else self.result.payload.get("output")
+
+
+def event_hash(
+    prev_hash: str,
+    chain: str,
+    seq: int,
+    event_id: str,
+    trace_id: str | None,
+    run_id: str | None,
+    kind: str,
+    actor: str,
+    at: datetime,
+    payload_json: str,
+) -> str:
+    """The hash of one event chained to `prev_hash` (its payload as the stored JSON text)."""
+    text = _SEP.join(
+        (prev_hash, chain, str(seq), event_id, trace_id or "", run_id or "", kind, actor,
+         str(epoch_us(at)), payload_json)
+    )  # fmt: skip
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def hash_of(event: AuditEvent) -> str:
+    """What `event.hash` must be, recomputed from its stored fields."""
+    return event_hash(
+        event.prev_hash, event.chain, event.seq, event.event_id, event.trace_id,
+        event.run_id, event.kind, event.actor, event.at, event.payload_json,
+    )  # fmt: skip
+
+
+def chain_drafts(
+    drafts: Iterable[AuditDraft],
+    heads: Mapping[str, tuple[int, str]],
+    clean: Callable[[str], str] | None = None,
+) -> list[tuple[AuditDraft, int, str, str, str]]:
+    """Number and hash drafts in order: (draft, seq, payload_json, prev_hash, hash) each.
+
+    `heads` maps a chain to its last stored (seq, hash), or, for a chain with no event
+    yet, to (0, the prev_hash its first event takes). `clean` (secret redaction) runs on
+    each payload's JSON text before it is hashed; what it returns must still be JSON.
+    """
+    drafts = list(drafts)
+    texts = [payload_text(d.payload) for d in drafts]
+    if clean is not None:
+        # One pass over the whole batch: nothing to mask is the common case.
+        joined = "\x1e".join(texts)
+        if clean(joined) != joined:
+            texts = [_cleaned(t, d.payload, clean) for t, d in zip(texts, drafts, strict=True)]
+    state = dict(heads)
+    out = []
+    for draft, payload_json in zip(drafts, texts, strict=True):
+        head = state.get(draft.chain)
+        seq, prev = head if head is not None else (0, genesis_hash(draft.chain))
+        seq += 1
+        digest = event_hash(
+            prev, draft.chain, seq, draft.event_id, draft.trace_id, draft.run_id,
+            draft.kind, draft.actor, draft.at, payload_json,
+        )  # fmt: skip
+        out.append((draft, seq, payload_json, prev, digest))
+        state[draft.chain] = (seq, digest)
+    return out
+
+
+def _cleaned(payload_json: str, payload: Any, clean: Callable[[str], str]) -> str:
+    """The JSON text with secrets masked: on the whole text (one pass, the common case
+    of nothing to mask costs one scan), or string by string if masking broke the JSON."""
+    text = clean(payload_json)
+    if text == payload_json:
+        return text
+    try:
+        json.loads(text)
+    except ValueError:
+        return payload_text(_clean_strings(payload, clean))
+    return text
+
+
+def _clean_strings(value: Any, clean: Callable[[str], str]) -> Any:
+    if isinstance(value, str):
+        return clean(value)
+    if isinstance(value, Mapping):
+        return {str(k): _clean_strings(v, clean) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean_strings(v, clean) for v in value]
+    return value
+
+
+# ---- verification ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ChainProblem:
+    """The first thing wrong with a chain: what, at which seq / event."""
+
+    chain: str
+    seq: int
+    event_id: str
+    what: str  # "modified", "deleted", "inserted" or "unanchored"
+    detail: str
+
+    def __str__(self) -> str:
+        return (
+            f"chain {self.chain}: event seq {self.seq} ({self.event_id}) {self.what}: {self.detail}"
+        )
+
+
+@dataclass(frozen=True)
+class ChainStatus:
+    chain: str
+    events: int
+    head_seq: int
+    head_hash: str
+    anchored: bool
+    problem: ChainProblem | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.problem is None
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    chains: tuple[ChainStatus, ...] = field(default_factory=tuple)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.chains)
+
+    @property
+    def problems(self) -> list[ChainProblem]:
+        return [c.problem for c in self.chains if c.problem is not None]
+
+
+def verify_chain(chain: str, events: Sequence[AuditEvent], first_prev: str) -> ChainStatus:
+    """Walk one chain (events in seq order, ties in stored order); stop at the first
+    event modified, missing, or inserted out of place."""
+    expected, prev = 1, first_prev
+    head_seq, head_hash = 0, first_prev
+    for event in events:
+        problem = None
+        if event.seq < expected:
+            problem = ChainProblem(
+                chain, event.seq, event.event_id, "inserted",
+                f"a second event with seq {event.seq} (the chain was already at {expected - 1})",
+            )  # fmt: skip
+        elif event.seq > expected:
+            missing = (
+                f"seq {expected}"
+                if event.seq == expected + 1
+                else f"seqs {expected}-{event.seq - 1}"
+            )
+            problem = ChainProblem(
+                chain, event.seq, event.event_id, "deleted",
+                f"{missing} missing before it",
+            )  # fmt: skip
+        elif hash_of(event) != event.hash:
+            problem = ChainProblem(
+                chain, event.seq, event.event_id, "modified",
+                "its content no longer matches its hash",
+            )  # fmt: skip
+        elif event.prev_hash != prev:
+            problem = ChainProblem(
+                chain, event.seq, event.event_id, "inserted",
+                f"it does not follow event seq {event.seq - 1} (prev_hash differs)",
+            )  # fmt: skip
+        if problem is not None:
+            return ChainStatus(chain, len(events), head_seq, head_hash, True, problem)
+        expected, prev = event.seq + 1, event.hash
+        head_seq, head_hash = event.seq, event.hash
+    return ChainStatus(chain, len(events), head_seq, head_hash, True)
+
+
+def check_checkpoints(
+    status: ChainStatus, events: Sequence[AuditEvent], checkpoints: Iterable[tuple[int, str, str]]
+) -> ChainStatus:
+    """A whole chain must still hold each head a ``run.ended`` event recorded
+    (seq, hash, that event's id): otherwise its last events were deleted."""
+    if not status.ok:
+        return status
+    by_seq = {e.seq: e.hash for e in events}
+    for seq, digest, recorded_by in checkpoints:
+        if seq == 0:
+            continue
+        if by_seq.get(seq) != digest:
+            problem = ChainProblem(
+                status.chain, seq, recorded_by, "deleted",
+                f"the chain ends at seq {status.head_seq}, but change event {recorded_by} "
+                f"recorded its head at seq {seq}",
+            )  # fmt: skip
+            return ChainStatus(
+                status.chain, status.events, status.head_seq, status.head_hash,
+                status.anchored, problem,
+            )  # fmt: skip
+    return status
+
+
+# ---- masking -----------------------------------------------------------------------
+
+#: Patterns the user may turn on (PROMPTLAB_MASK=email,phone,key): personal data and
+#: key-like strings in prompts and outputs. Secrets proper are always redacted.
+MASK_PATTERNS: dict[str, re.Pattern[str]] = {
+    "email": re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}"),
+    "phone": re.compile(r"(?<![\w+])\+?\d[\d ().-]{7,}\d(?!\w)"),
+    "key": re.compile(r"\b(?=[A-Za-z0-9_-]*\d)(?=[A-Za-z0-9_-]*[A-Za-z])[A-Za-z0-9_-]{32,}\b"),
+}
+
+
+class Masker:
+    """Masks the chosen patterns; counts what it masked, per pattern."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.names = tuple(names)
+        self._patterns = [(name, MASK_PATTERNS[name]) for name in self.names]
+
+    def __bool__(self) -> bool:
+        return bool(self._patterns)
+
+    def mask(self, text: str, counts: dict[str, int]) -> str:
+        for name, pattern in self._patterns:
+            text, found = pattern.subn(f"[masked:{name}]", text)
+            if found:
+                counts[name] = counts.get(name, 0) + found
+        return text

@@ -1,0 +1,120 @@
+"""`promptlab audit verify | show | export`: the tamper-evident audit trail.
+
+The facade is imported inside the commands (it brings DuckDB): `--help` stays light.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from promptlab.cli.common import EXIT_ERROR, db_option, handle_errors, open_workbench
+
+if TYPE_CHECKING:
+    from promptlab.workbench import AuditEvent
+
+
+@click.group("audit")
+def audit_group() -> None:
+    """Verify, show and export the audit trail (item traces and change events)."""
+
+
+@audit_group.command("verify")
+@db_option
+@click.pass_context
+@handle_errors
+def verify_command(ctx: click.Context) -> None:
+    """Check every hash chain; exit 1 naming the first bad event of each broken chain."""
+    with open_workbench(ctx) as wb:
+        report = wb.audit_verify()
+    for chain in report.chains:
+        if chain.problem is not None:
+            click.echo(f"FAIL {chain.problem}", err=True)
+    runs = sum(1 for c in report.chains if c.chain != "changes")
+    events = sum(c.events for c in report.chains)
+    unanchored = [c.chain for c in report.chains if not c.anchored]
+    if unanchored:
+        click.echo(f"note: {len(unanchored)} run chain(s) not anchored by a run.submitted event")
+    if not report.ok:
+        ctx.exit(EXIT_ERROR)
+    head = next((c for c in report.chains if c.chain == "changes"), None)
+    pinned = f"; changes head seq {head.head_seq} {head.head_hash}" if head else ""
+    click.echo(f"ok: {events} events in {runs} run chain(s) and the changes chain{pinned}")
+
+
+@audit_group.command("show")
+@db_option
+@click.argument("trace_id")
+@click.option("--json", "as_json", is_flag=True, help="Print the events as JSON.")
+@click.pass_context
+@handle_errors
+def show_command(ctx: click.Context, trace_id: str, as_json: bool) -> None:
+    """The timeline of one item: TRACE_ID is its trace id (item key) or 8+ hex digits of it."""
+    from promptlab.audit import event_record
+
+    with open_workbench(ctx) as wb:
+        trace = wb.audit_trace(trace_id)
+    if as_json:
+        click.echo(json.dumps([event_record(e) for e in trace.events], indent=2))
+        return
+    click.echo(f"trace {trace.trace_id} (run {trace.run_id})")
+    if trace.bucket is not None:
+        click.echo(f"  assignment bucket {trace.bucket}")
+    for event in trace.events:
+        for line in timeline_lines(event):
+            click.echo(line)
+
+
+def timeline_lines(event: AuditEvent) -> list[str]:
+    """One event as the lines `audit show` prints (a result with its answered attempt)."""
+    p: dict[str, Any] = dict(event.payload)
+    at = event.at.isoformat(timespec="milliseconds")
+    if event.kind == "attempt":
+        return [f"{at}  {attempt_line(p)}"]
+    if event.kind != "result":
+        return [f"{at}  {event.kind} by {event.actor}: {json.dumps(p, default=str)}"]
+    lines = []
+    if isinstance(p.get("attempt"), dict):
+        lines.append(f"{p['attempt'].get('ended_at', at)}  {attempt_line(p['attempt'])}")
+    error = f" ({p['error_kind']}: {p.get('error_message')})" if p.get("error_kind") else ""
+    lines.append(f"{at}  result: {p.get('status')}{error} after {p.get('attempts')} attempt(s)")
+    for stage in ("render", "preflight", "routing", "response", "validation", "masking"):
+        if p.get(stage) is not None:
+            lines.append(f"    {stage}: {json.dumps(p[stage], default=str)}")
+    if p.get("prompt") is not None:
+        lines.append(f"    prompt: {json.dumps(p['prompt'], ensure_ascii=False)}")
+    if p.get("output") is not None:
+        lines.append(f"    output: {p['output']}")
+    return lines
+
+
+def attempt_line(p: dict[str, Any]) -> str:
+    wait = (
+        f", waited {p.get('wait_ms', 0):.0f} ms ({p['wait_reason']})"
+        if p.get("wait_reason")
+        else ""
+    )
+    error = f" {p['error_kind']}: {p.get('error_message')}" if p.get("error_kind") else ""
+    latency = p.get("latency_ms") or 0
+    return f"attempt {p.get('attempt')}: {p.get('status')}{error}, {latency:.0f} ms{wait}"
+
+
+@audit_group.command("export")
+@db_option
+@click.option("--run", "run_id", required=True, help="The run whose events are exported.")
+@click.option(
+    "-o", "--output", "output", required=True, type=click.Path(dir_okay=False, path_type=Path)
+)
+@click.pass_context
+@handle_errors
+def export_command(ctx: click.Context, run_id: str, output: Path) -> None:
+    """Write a run's events (traces and its change events) as JSON Lines to OUTPUT."""
+    with open_workbench(ctx) as wb:
+        count = wb.export_audit(output, run_id=run_id)
+    click.echo(f"wrote {count} events to {output}")
+
+
+commands = [audit_group]

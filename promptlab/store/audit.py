@@ -1,0 +1,314 @@
+"""Every SQL statement of the audit trail: appending chained events, reading, verifying.
+
+The chaining itself (canonical JSON, hashes, what verification concludes) is pure and
+lives in `promptlab.audit`; see its docstring for how chains are anchored.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import duckdb
+
+from promptlab.audit import (
+    CHANGES_CHAIN,
+    RUN_ENDED,
+    RUN_SUBMITTED,
+    AuditDraft,
+    AuditEvent,
+    ChainStatus,
+    VerifyReport,
+    chain_drafts,
+    check_checkpoints,
+    genesis_hash,
+    run_chain,
+    verify_chain,
+)
+from promptlab.redact import Redactor
+from promptlab.store.connection import Store
+
+_COLUMNS = 'chain, seq, event_id, trace_id, run_id, kind, actor, "at", payload, prev_hash, hash'
+#: Rows `events` returns unless told otherwise.
+DEFAULT_LIMIT = 1_000
+
+
+@dataclass(frozen=True)
+class AuditFilter:
+    """What the Audit page and `audit_events` filter on; None means any.
+
+    `version_id` and `model` match result events (and change events naming them);
+    `status` and `error_kind` match result and attempt events (an attempt's status is
+    `ok` or `error`); `experiment` matches the runs made from it and its own events.
+    """
+
+    run_id: str | None = None
+    experiment: str | None = None
+    version_id: str | None = None
+    model: str | None = None
+    status: str | None = None
+    error_kind: str | None = None
+    kind: str | None = None
+    trace_id: str | None = None
+    chain: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    limit: int | None = DEFAULT_LIMIT
+
+
+def append_events(
+    tx: duckdb.DuckDBPyConnection,
+    drafts: Sequence[AuditDraft],
+    clean: Callable[[str], str] | None = None,
+) -> None:
+    """Chain and insert `drafts` inside the caller's transaction.
+
+    Heads are read in the same transaction, so a batch continues from the last event
+    that was stored, whatever a crash dropped before it.
+    """
+    if not drafts:
+        return
+    chains = sorted({d.chain for d in drafts})
+    heads: dict[str, tuple[int, str]] = {
+        chain: (int(seq), str(digest))
+        for chain, seq, digest in tx.execute(
+            "SELECT chain, max(seq), arg_max(hash, seq) FROM audit_events "
+            "WHERE list_contains(?, chain) GROUP BY chain",
+            [chains],
+        ).fetchall()
+    }
+    for chain in chains:
+        if chain not in heads:
+            heads[chain] = (0, _anchor(tx, chain))
+    chained = chain_drafts(drafts, heads, clean)
+    import pyarrow as pa
+
+    utc_us = pa.timestamp("us", tz="UTC")
+    table = pa.table(
+        {
+            "chain": pa.array([d.chain for d, *_ in chained], pa.string()),
+            "seq": pa.array([seq for _, seq, *_ in chained], pa.int64()),
+            "event_id": pa.array([d.event_id for d, *_ in chained], pa.string()),
+            "trace_id": pa.array([d.trace_id for d, *_ in chained], pa.string()),
+            "run_id": pa.array([d.run_id for d, *_ in chained], pa.string()),
+            "kind": pa.array([d.kind for d, *_ in chained], pa.string()),
+            "actor": pa.array([d.actor for d, *_ in chained], pa.string()),
+            "at": pa.array([d.at for d, *_ in chained], utc_us),
+            "payload": pa.array([c[2] for c in chained], pa.string()),
+            "prev_hash": pa.array([c[3] for c in chained], pa.string()),
+            "hash": pa.array([c[4] for c in chained], pa.string()),
+        }
+    )
+    tx.register("w_audit", table)
+    try:
+        tx.execute(f"INSERT INTO audit_events SELECT {_COLUMNS} FROM w_audit")
+    finally:
+        tx.unregister("w_audit")
+
+
+def _anchor(cur: duckdb.DuckDBPyConnection, chain: str) -> str:
+    """The prev_hash of a chain's first event: a run chain's `run.submitted` event."""
+    if chain.startswith("run:"):
+        # fetchall, not fetchone: an unfinished result would block the insert after it.
+        rows = cur.execute(
+            "SELECT hash FROM audit_events WHERE chain = ? AND kind = ? AND run_id = ? "
+            "ORDER BY seq LIMIT 1",
+            [CHANGES_CHAIN, RUN_SUBMITTED, chain.removeprefix("run:")],
+        ).fetchall()
+        if rows:
+            return str(rows[0][0])
+    return genesis_hash(chain)
+
+
+def _event(row: tuple[Any, ...]) -> AuditEvent:
+    chain, seq, event_id, trace_id, run_id, kind, actor, at, payload, prev, digest = row
+    return AuditEvent(
+        chain, int(seq), event_id, trace_id, run_id, kind, actor, at,
+        payload if isinstance(payload, str) else json.dumps(payload), prev, digest,
+    )  # fmt: skip
+
+
+class AuditLog:
+    """Reads and writes of the audit trail outside the engine's batches."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    # ---- writing ---------------------------------------------------------------------
+
+    def record_change(
+        self,
+        kind: str,
+        actor: str,
+        payload: Mapping[str, Any],
+        *,
+        run_id: str | None = None,
+        at: datetime | None = None,
+    ) -> None:
+        """Append one change event (`promptlab.audit` kinds, or another module's)."""
+        draft = AuditDraft(
+            chain=CHANGES_CHAIN,
+            kind=kind,
+            event_id=uuid.uuid4().hex,
+            at=at or datetime.now(UTC),
+            payload=dict(payload),
+            actor=actor,
+            run_id=run_id,
+        )
+        with self.store.transaction() as tx:
+            append_events(tx, [draft], Redactor.from_environ())
+
+    def record_run_end(self, run_id: str, actor: str, payload: Mapping[str, Any]) -> None:
+        """A `run.ended` change event pinning the run chain's head (see promptlab.audit)."""
+        chain = run_chain(run_id)
+        with self.store.transaction() as tx:
+            (row,) = tx.execute(
+                "SELECT max(seq), arg_max(hash, seq) FROM audit_events WHERE chain = ?", [chain]
+            ).fetchall()
+            seq, digest = (int(row[0]), str(row[1])) if row and row[0] is not None else (0, "")
+            draft = AuditDraft(
+                chain=CHANGES_CHAIN,
+                kind=RUN_ENDED,
+                event_id=uuid.uuid4().hex,
+                at=datetime.now(UTC),
+                payload={**payload, "chain": chain, "head_seq": seq, "head_hash": digest},
+                actor=actor,
+                run_id=run_id,
+            )
+            append_events(tx, [draft], Redactor.from_environ())
+
+    # ---- reading ---------------------------------------------------------------------
+
+    def events(self, where: AuditFilter) -> list[AuditEvent]:
+        """Events matching every filter set, oldest first (by time, then chain order)."""
+        clauses, params = _where(where)
+        sql = f"SELECT {_COLUMNS} FROM audit_events"
+        if clauses:
+            sql += " WHERE " + " AND ".join(clauses)
+        sql += ' ORDER BY "at", chain, seq'
+        if where.limit is not None:
+            sql += f" LIMIT {int(where.limit)}"
+        with self.store.read() as cur:
+            return [_event(r) for r in cur.execute(sql, params).fetchall()]
+
+    def trace(self, trace_or_key: str) -> list[AuditEvent]:
+        """One item's events (its trace id is its idempotency key), in chain order."""
+        with self.store.read() as cur:
+            rows = cur.execute(
+                f"SELECT {_COLUMNS} FROM audit_events WHERE trace_id = ? ORDER BY chain, seq",
+                [trace_or_key],
+            ).fetchall()
+        return [_event(r) for r in rows]
+
+    def trace_ids(self, prefix: str, limit: int = 3) -> list[str]:
+        """Trace ids starting with `prefix` (at most `limit`)."""
+        with self.store.read() as cur:
+            rows = cur.execute(
+                "SELECT DISTINCT trace_id FROM audit_events WHERE starts_with(trace_id, ?) "
+                "ORDER BY 1 LIMIT ?",
+                [prefix, limit],
+            ).fetchall()
+        return [str(r[0]) for r in rows]
+
+    def bucket_of(self, run_id: str, trace_id: str) -> int | None:
+        """A split item's assignment bucket (recorded with the plan, not in the trace)."""
+        with self.store.read() as cur:
+            row = cur.execute(
+                "SELECT a.bucket FROM assignments a JOIN items i ON i.run_id = a.run_id "
+                "AND i.row_index = a.row_index WHERE i.idempotency_key = ? AND a.run_id = ?",
+                [trace_id, run_id],
+            ).fetchone()
+        return None if row is None else int(row[0])
+
+    def iter_chain_events(self, run_id: str | None = None) -> Iterator[AuditEvent]:
+        """Every event of every chain (or one run's chain), in chain and seq order."""
+        sql = f"SELECT {_COLUMNS} FROM audit_events"
+        params: list[Any] = []
+        if run_id is not None:
+            sql += " WHERE chain = ?"
+            params.append(run_chain(run_id))
+        sql += " ORDER BY chain, seq, rowid"
+        with self.store.read() as cur:
+            result = cur.execute(sql, params)
+            while rows := result.fetchmany(10_000):
+                for row in rows:
+                    yield _event(row)
+
+    # ---- verifying -------------------------------------------------------------------
+
+    def verify(self) -> VerifyReport:
+        """Walk every chain; see `promptlab.audit.verify_chain` for what is reported."""
+        by_chain: dict[str, list[AuditEvent]] = {}
+        for event in self.iter_chain_events():
+            by_chain.setdefault(event.chain, []).append(event)
+        changes = by_chain.get(CHANGES_CHAIN, [])
+        anchors = {e.run_id: e.hash for e in changes if e.kind == RUN_SUBMITTED and e.run_id}
+        checkpoints: dict[str, list[tuple[int, str, str]]] = {}
+        for e in changes:
+            if e.kind == RUN_ENDED and isinstance(e.payload.get("chain"), str):
+                checkpoints.setdefault(e.payload["chain"], []).append(
+                    (int(e.payload.get("head_seq", 0)), str(e.payload.get("head_hash")), e.event_id)
+                )
+        statuses: list[ChainStatus] = []
+        for chain in sorted(by_chain, key=lambda c: (c != CHANGES_CHAIN, c)):
+            events = by_chain[chain]
+            run_id = chain.removeprefix("run:") if chain.startswith("run:") else None
+            anchor = anchors.get(run_id) if run_id else None
+            status = verify_chain(chain, events, anchor or genesis_hash(chain))
+            if run_id is not None and anchor is None:
+                status = ChainStatus(
+                    status.chain, status.events, status.head_seq, status.head_hash,
+                    False, status.problem,
+                )  # fmt: skip
+            statuses.append(check_checkpoints(status, events, checkpoints.get(chain, ())))
+        # A chain whose every event was deleted leaves only its checkpoints behind.
+        for chain, points in sorted(checkpoints.items()):
+            if chain not in by_chain and any(seq > 0 for seq, _, _ in points):
+                empty = ChainStatus(chain, 0, 0, genesis_hash(chain), False)
+                statuses.append(check_checkpoints(empty, [], points))
+        return VerifyReport(tuple(statuses))
+
+
+def _where(f: AuditFilter) -> tuple[list[str], list[Any]]:
+    clauses: list[str] = []
+    params: list[Any] = []
+
+    def add(sql: str, *values: Any) -> None:
+        clauses.append(sql)
+        params.extend(values)
+
+    if f.run_id is not None:
+        add("run_id = ?", f.run_id)
+    if f.experiment is not None:
+        # A run belongs to an experiment when its run.submitted event names it (every
+        # run made from one, split or not); change events name it themselves.
+        add(
+            "(run_id IN (SELECT run_id FROM audit_events WHERE chain = 'changes' AND "
+            "kind = 'run.submitted' AND json_extract_string(payload, '$.experiment') = ?) "
+            "OR json_extract_string(payload, '$.experiment') = ?)",
+            f.experiment,
+            f.experiment,
+        )
+    if f.version_id is not None:
+        add("json_extract_string(payload, '$.version_id') = ?", f.version_id)
+    if f.model is not None:
+        add("json_extract_string(payload, '$.model') = ?", f.model)
+    if f.status is not None:
+        add("json_extract_string(payload, '$.status') = ?", f.status)
+    if f.error_kind is not None:
+        add("json_extract_string(payload, '$.error_kind') = ?", f.error_kind)
+    if f.kind is not None:
+        add("kind = ?", f.kind)
+    if f.trace_id is not None:
+        add("trace_id = ?", f.trace_id)
+    if f.chain is not None:
+        add("chain = ?", f.chain)
+    if f.since is not None:
+        add('"at" >= ?', f.since)
+    if f.until is not None:
+        add('"at" <= ?', f.until)
+    return clauses, params

@@ -1,0 +1,382 @@
+"""The audit trail end to end: traces through fakellm, change events, tamper detection."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from promptlab.audit import CHANGES_CHAIN, run_chain
+from promptlab.cli import main
+from promptlab.config import Settings
+from promptlab.engine import parse_spec
+from promptlab.fakellm import RunningServer
+from promptlab.templates import Template
+from promptlab.workbench import Workbench
+from tests.fakellm_fixtures import ServerFactory
+
+STAGES = ("render", "preflight", "routing", "response", "validation")
+
+
+def spec_for(
+    tmp_path: Path,
+    server: RunningServer,
+    monkeypatch: pytest.MonkeyPatch,
+    rows: int = 3,
+    key_env: str | None = None,
+) -> dict[str, Any]:
+    """A spec over `rows` rows, its endpoint `fake` in a providers file (set in the env)."""
+    endpoint: dict[str, Any] = {
+        "kind": "openai",
+        "base_url": server.openai_base_url,
+        "concurrency": 4,
+        "models": {"*": {"context_window": 4_000}},
+    }
+    if key_env is not None:
+        endpoint["api_key_env"] = key_env
+    providers = tmp_path / "providers.yaml"
+    providers.write_text(yaml.safe_dump({"endpoints": {"fake": endpoint}}))
+    monkeypatch.setenv("PROMPTLAB_PROVIDERS", str(providers))
+    dataset = tmp_path / "rows.csv"
+    dataset.write_text(
+        "text\n" + "".join(f"row {i} mail bob{i}@example.com\n" for i in range(rows))
+    )
+    spec: dict[str, Any] = {
+        "name": "audited",
+        "dataset": str(dataset),
+        "variants": [
+            {
+                "name": "only",
+                "messages": [{"role": "user", "content": "Say: {{ text }}"}],
+                "model": "fake:gpt-4o-mini",
+                "params": {"max_tokens": 32},
+            }
+        ],
+        "retry": {"backoff_base_s": 0.01, "backoff_cap_s": 0.02, "timeout_s": 5},
+    }
+    return spec
+
+
+def run(wb: Workbench, spec: dict[str, Any]) -> str:
+    run_id = wb.start_run(parse_spec(spec))
+    wb.wait(run_id, timeout=60)
+    return run_id
+
+
+def traces(wb: Workbench, run_id: str) -> list[Any]:
+    keys = {e.trace_id for e in wb.audit_events(run_id=run_id, kind="result", limit=None)}
+    return [wb.audit_trace(str(key)) for key in sorted(keys, key=str)]
+
+
+def test_a_succeeded_item_has_every_stage_in_its_trace(
+    tmp_path: Path, fakellm: RunningServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = spec_for(tmp_path, fakellm, monkeypatch)
+    with Workbench.open() as wb:
+        run_id = run(wb, spec)
+        found = traces(wb, run_id)
+    assert len(found) == 3
+    for trace in found:
+        assert [e.kind for e in trace.events] == ["result"]  # the answered attempt folded in
+        result = trace.result
+        assert result is not None
+        payload = result.payload
+        assert payload["status"] == "succeeded"
+        assert all(payload.get(stage) is not None for stage in STAGES), payload
+        render = payload["render"]
+        assert render["semver"] and len(render["prompt_hash"]) == 64
+        assert len(render["variables_hash"]) == 64 and payload["version_id"]
+        assert payload["preflight"]["context_window"] == 4_000
+        assert payload["preflight"]["prompt_tokens"] > 0
+        assert payload["routing"] == {"endpoint": "fake", "model": "gpt-4o-mini", "variant": "only"}
+        assert payload["response"]["model_version"] and payload["response"]["finish_reason"]
+        assert payload["validation"]["check_status"] == "no_schema"
+        assert trace.prompt[0]["content"].startswith("Say: row")
+        assert trace.output
+        (attempt,) = trace.attempts
+        assert attempt["status"] == "ok" and attempt["attempt"] == 1
+        assert attempt["started_at"] <= attempt["ended_at"]
+
+
+def test_a_retried_item_has_one_event_per_attempt_with_its_error_and_wait(
+    tmp_path: Path, fakellm_factory: ServerFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = fakellm_factory(fail_rate=0.5, seed=3)
+    spec = spec_for(tmp_path, server, monkeypatch, rows=8)
+    spec["retry"]["max_attempts"] = 20
+    with Workbench.open() as wb:
+        run_id = run(wb, spec)
+        found = traces(wb, run_id)
+    retried = [t for t in found if len(t.attempts) > 1]
+    assert retried, "fail_rate 0.5 over 8 items retried none"
+    for trace in retried:
+        first, *_, last = trace.attempts
+        assert first["status"] == "error" and first["error_kind"] == "server"
+        assert last["status"] == "ok"
+        assert trace.attempts[1]["wait_reason"] == "backoff"
+        assert trace.attempts[1]["wait_ms"] > 0
+        assert [e.kind for e in trace.events] == ["attempt"] * (len(trace.attempts) - 1) + [
+            "result"
+        ]
+        assert trace.result is not None and trace.result.payload["attempts"] == len(trace.attempts)
+        assert all(trace.result.payload.get(stage) is not None for stage in STAGES)
+
+
+def test_failed_items_trace_the_stages_they_reached(
+    tmp_path: Path, fakellm_factory: ServerFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = fakellm_factory(fail_rate=1.0)
+    spec = spec_for(tmp_path, server, monkeypatch, rows=2)
+    spec["retry"]["max_attempts"] = 2
+    too_long = dict(spec, variants=[dict(spec["variants"][0], params={"max_tokens": 3_999})])
+    with Workbench.open() as wb:
+        run_id = run(wb, spec)
+        sent = traces(wb, run_id)
+        unsent = traces(wb, run(wb, too_long))
+        failed = wb.audit_events(run_id=run_id, status="failed", error_kind="server")
+    for trace in sent:
+        result = trace.result
+        assert result is not None
+        assert result.payload["status"] == "failed" and result.payload["error_kind"] == "server"
+        assert [a["error_kind"] for a in trace.attempts] == ["server", "server"]
+        assert result.payload["render"] and result.payload["preflight"]
+        assert result.payload["routing"] and "response" not in result.payload
+    assert len(failed) == 2 and {e.kind for e in failed} == {"result"}
+    assert len(unsent) == 2
+    for trace in unsent:  # refused at preflight: rendered, never sent
+        assert trace.attempts == []
+        payload = trace.result.payload if trace.result else {}
+        assert payload["error_kind"] == "context_length" and "preflight" not in payload
+        assert payload["render"]["prompt_hash"] and "response" not in payload
+
+
+def test_change_events_name_their_actor(
+    tmp_path: Path, fakellm: RunningServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = spec_for(tmp_path, fakellm, monkeypatch, rows=1)
+    template = Template.build([{"role": "user", "content": "Hi {{ name }}"}])
+    with Workbench.open() as wb:
+        wb.create_prompt("greet", template)
+        wb.set_label("greet", "1.0.0", "prod")
+        (tmp_path / "d.csv").write_text("name\nann\n")
+        wb.import_dataset(tmp_path / "d.csv", "people")
+        run_id = run(wb, spec)
+        changes = wb.audit_events(kind=None, limit=None)
+    kinds = [e.kind for e in changes if e.chain == CHANGES_CHAIN]
+    assert kinds[:3] == ["prompt_version.created", "label.moved", "dataset.imported"]
+    assert "run.submitted" in kinds and kinds[-1] == "run.ended"
+    assert all(e.actor == "tester" for e in changes if e.chain == CHANGES_CHAIN)
+    submitted = next(e for e in changes if e.kind == "run.submitted")
+    assert submitted.run_id == run_id and submitted.payload["chain"] == run_chain(run_id)
+
+
+def test_imports_ratings_and_exports_are_change_events(
+    tmp_path: Path, fakellm: RunningServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = spec_for(tmp_path, fakellm, monkeypatch, rows=2)
+    with Workbench.open() as wb:
+        run_id = run(wb, spec)
+        key = wb.run_items(run_id, status="succeeded", limit=1).rows[0].key
+        (tmp_path / "fb.csv").write_text(f"result_id,kind\n{key},impression\n")
+        wb.import_feedback(tmp_path / "fb.csv")
+        wb.rate_result(run_id, key, "thumbs_up")
+        wb.export_table("results", "csv", tmp_path / "r.csv", run_id=run_id)
+        wb.export_bytes("items", "jsonl", run_id=run_id)
+        changes = [e for e in wb.audit_events(limit=None) if e.chain == CHANGES_CHAIN]
+        assert wb.audit_verify().ok
+    by_kind = {e.kind: e for e in changes}
+    assert by_kind["feedback.imported"].payload == {"file": "fb.csv", "rows": 1}
+    assert by_kind["feedback.rated"].run_id == run_id
+    exported = [e.payload for e in changes if e.kind == "table.exported"]
+    assert [(p["table"], p["to"], p["rows"]) for p in exported] == [
+        ("results", "r.csv", 2), ("items", "download", 2)
+    ]  # fmt: skip
+
+
+def tamper(db: Path, sql: str) -> None:
+    con = duckdb.connect(str(db))
+    try:
+        con.execute(sql)
+    finally:
+        con.close()
+
+
+@pytest.fixture
+def audited_db(
+    tmp_path: Path, fakellm: RunningServer, db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> tuple[Path, str]:
+    spec = spec_for(tmp_path, fakellm, monkeypatch, rows=5)
+    with Workbench.open() as wb:
+        run_id = run(wb, spec)
+        assert wb.audit_verify().ok
+    return db_path, run_id
+
+
+def verify_cli(db: Path) -> Any:
+    return CliRunner().invoke(main, ["--db", str(db), "audit", "verify"])
+
+
+def test_verify_passes_on_an_untouched_database(audited_db: tuple[Path, str]) -> None:
+    db, _ = audited_db
+    result = verify_cli(db)
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("ok: ")
+
+
+def test_verify_names_an_edited_payload(audited_db: tuple[Path, str]) -> None:
+    db, run_id = audited_db
+    tamper(
+        db,
+        "UPDATE audit_events SET payload = json_object('status', 'succeeded', 'output', 'forged') "
+        f"WHERE chain = 'run:{run_id}' AND seq = 4",
+    )
+    result = verify_cli(db)
+    assert result.exit_code == 1
+    assert f"chain run:{run_id}: event seq 4" in result.output and "modified" in result.output
+
+
+def test_verify_names_a_deleted_row(audited_db: tuple[Path, str]) -> None:
+    db, run_id = audited_db
+    tamper(db, f"DELETE FROM audit_events WHERE chain = 'run:{run_id}' AND seq = 3")
+    result = verify_cli(db)
+    assert result.exit_code == 1
+    assert f"chain run:{run_id}: event seq 4" in result.output
+    assert "deleted: seq 3 missing" in result.output
+
+
+def test_verify_names_a_deleted_last_row_from_the_run_end_checkpoint(
+    audited_db: tuple[Path, str],
+) -> None:
+    db, run_id = audited_db
+    tamper(db, f"DELETE FROM audit_events WHERE chain = 'run:{run_id}' AND seq = 5")
+    result = verify_cli(db)
+    assert result.exit_code == 1
+    assert f"chain run:{run_id}: event seq 5" in result.output and "deleted" in result.output
+
+
+def test_verify_names_an_inserted_row(audited_db: tuple[Path, str]) -> None:
+    db, run_id = audited_db
+    tamper(
+        db,
+        "INSERT INTO audit_events SELECT chain, seq, 'forged-event', trace_id, run_id, kind, "
+        f"actor, \"at\", payload, prev_hash, hash FROM audit_events WHERE chain = 'run:{run_id}' "
+        "AND seq = 2",
+    )
+    result = verify_cli(db)
+    assert result.exit_code == 1
+    assert f"chain run:{run_id}: event seq 2 (forged-event) inserted" in result.output
+
+
+def test_verify_names_a_change_event_edited(audited_db: tuple[Path, str]) -> None:
+    db, _ = audited_db
+    tamper(db, "UPDATE audit_events SET actor = 'someone-else' WHERE chain = 'changes' AND seq = 1")
+    result = verify_cli(db)
+    assert result.exit_code == 1
+    assert "chain changes: event seq 1" in result.output and "modified" in result.output
+
+
+def test_show_prints_the_timeline_and_export_writes_lines(
+    audited_db: tuple[Path, str], tmp_path: Path
+) -> None:
+    db, run_id = audited_db
+    with Workbench.open(Settings.from_env().with_db(db)) as wb:
+        key = str(wb.audit_events(run_id=run_id, kind="result", limit=1)[0].trace_id)
+    shown = CliRunner().invoke(main, ["--db", str(db), "audit", "show", key[:10]])
+    assert shown.exit_code == 0, shown.output
+    for word in ("attempt 1: ok", "result: succeeded", "render:", "preflight:", "prompt:"):
+        assert word in shown.output
+    out = tmp_path / "audit.jsonl"
+    exported = CliRunner().invoke(
+        main, ["--db", str(db), "audit", "export", "--run", run_id, "-o", str(out)]
+    )
+    assert exported.exit_code == 0, exported.output
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(lines) == 5 + 2  # 5 items answered at once (one event each), submitted, ended
+    assert all(line["hash"] and line["prev_hash"] for line in lines)
+    with Workbench.open(Settings.from_env().with_db(db)) as wb:
+        exports = wb.audit_events(kind="table.exported")
+        assert exports[0].payload["rows"] == 7
+        assert wb.audit_verify().ok
+
+
+def test_audit_off_records_nothing(
+    tmp_path: Path, fakellm: RunningServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = spec_for(tmp_path, fakellm, monkeypatch, rows=2)
+    monkeypatch.setenv("PROMPTLAB_AUDIT", "0")
+    with Workbench.open() as wb:
+        run(wb, spec)
+        assert wb.audit_events(limit=None) == []
+
+
+def test_masking_masks_stored_outputs_and_prompts_and_records_it(
+    tmp_path: Path, fakellm: RunningServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PROMPTLAB_MASK", "email")
+    spec = spec_for(tmp_path, fakellm, monkeypatch, rows=2)
+    with Workbench.open() as wb:
+        run_id = run(wb, spec)
+        found = traces(wb, run_id)
+        with wb.store.read() as cur:
+            outputs = [r[0] for r in cur.execute("SELECT output_text FROM results").fetchall()]
+    for trace in found:
+        assert "example.com" not in json.dumps(trace.result.payload if trace.result else {})
+        assert "[masked:email]" in trace.prompt[0]["content"]
+        assert trace.result is not None and trace.result.payload["masking"]["email"] >= 1
+    assert all("example.com" not in (text or "") for text in outputs)
+
+
+def test_an_unknown_mask_pattern_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PROMPTLAB_MASK", "email,ssn")
+    with pytest.raises(Exception, match="PROMPTLAB_MASK: unknown pattern 'ssn'"):
+        Settings.from_env()
+
+
+KEY = "sk-audit-0123456789abcdefSECRET"
+
+
+def test_an_api_key_reaches_no_text_or_json_column(
+    tmp_path: Path, fakellm_factory: ServerFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server = fakellm_factory(echo_auth_rate=0.5, seed=1)
+    monkeypatch.setenv("AUDIT_TEST_KEY", KEY)
+    spec = spec_for(tmp_path, server, monkeypatch, rows=6, key_env="AUDIT_TEST_KEY")
+    with Workbench.open() as wb:
+        run_id = run(wb, spec)
+        wb.export_audit(tmp_path / "out.jsonl", run_id=run_id)
+        assert wb.audit_events(run_id=run_id, error_kind="bad_request"), "no key was echoed"
+        with wb.store.read() as cur:
+            columns = cur.execute(
+                "SELECT table_name, column_name FROM information_schema.columns "
+                "WHERE table_schema = 'main' AND data_type IN ('VARCHAR', 'JSON')"
+            ).fetchall()
+            hits = [
+                f"{table}.{column}"
+                for table, column in columns
+                if cur.execute(
+                    f'SELECT count(*) FROM "{table}" WHERE contains("{column}"::VARCHAR, ?)',
+                    ["0123456789abcdef"],
+                ).fetchall()[0][0]
+            ]
+    assert ("audit_events", "payload") in columns
+    assert hits == []
+    assert "0123456789abcdef" not in (tmp_path / "out.jsonl").read_text()
+
+
+def test_events_filter_by_run_kind_model_status_and_experiment(
+    tmp_path: Path, fakellm: RunningServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = spec_for(tmp_path, fakellm, monkeypatch, rows=2)
+    with Workbench.open() as wb:
+        run_id = run(wb, spec)
+        assert wb.audit_events(experiment="nope") == []
+        assert {e.run_id for e in wb.audit_events(run_id=run_id)} == {run_id}
+        assert len(wb.audit_events(run_id=run_id, kind="result")) == 2
+        assert len(wb.audit_events(run_id=run_id, model="gpt-4o-mini", status="succeeded")) == 2
+        assert wb.audit_events(run_id=run_id, model="other") == []
+        assert wb.audit_events(run_id=run_id, status="failed") == []
