@@ -64,24 +64,27 @@ def append_events(
     tx: duckdb.DuckDBPyConnection,
     drafts: Sequence[AuditDraft],
     clean: Callable[[str], str] | None = None,
-) -> None:
-    """Chain and insert `drafts` inside the caller's transaction.
+    known: Mapping[str, tuple[int, str]] | None = None,
+) -> dict[str, tuple[int, str]]:
+    """Chain and insert `drafts` inside the caller's transaction; return the new heads.
 
-    Heads are read in the same transaction, so a batch continues from the last event
-    that was stored, whatever a crash dropped before it.
+    Heads not in `known` (what the caller last committed) are read in the same
+    transaction, so a batch continues from the last event that was stored, whatever a
+    crash dropped before it.
     """
     if not drafts:
-        return
+        return {}
     chains = sorted({d.chain for d in drafts})
-    heads: dict[str, tuple[int, str]] = {
-        chain: (int(seq), str(digest))
+    heads = {c: known[c] for c in chains if known is not None and c in known}
+    unknown = [c for c in chains if c not in heads]
+    if unknown:
         for chain, seq, digest in tx.execute(
             "SELECT chain, max(seq), arg_max(hash, seq) FROM audit_events "
             "WHERE list_contains(?, chain) GROUP BY chain",
-            [chains],
-        ).fetchall()
-    }
-    for chain in chains:
+            [unknown],
+        ).fetchall():
+            heads[chain] = (int(seq), str(digest))
+    for chain in unknown:
         if chain not in heads:
             heads[chain] = (0, _anchor(tx, chain))
     chained = chain_drafts(drafts, heads, clean)
@@ -108,6 +111,7 @@ def append_events(
         tx.execute(f"INSERT INTO audit_events SELECT {_COLUMNS} FROM w_audit")
     finally:
         tx.unregister("w_audit")
+    return {draft.chain: (seq, digest) for draft, seq, _, _, digest in chained}
 
 
 def _anchor(cur: duckdb.DuckDBPyConnection, chain: str) -> str:

@@ -43,6 +43,10 @@ class ItemStore:
 
     def __init__(self, store: Store) -> None:
         self.store = store
+        #: Heads (seq, hash) of the run chains this store last committed: only the
+        #: engine's writer appends to a run's chain, and one process writes the file, so
+        #: the next batch need not read them back (a new process reads them once).
+        self._audit_heads: dict[str, tuple[int, str]] = {}
 
     # ---- planning ------------------------------------------------------------------
 
@@ -191,7 +195,9 @@ class ItemStore:
                     "AND items.status IN ('pending', 'in_flight')"
                 )
             # The trace of these rows, in their transaction: stored exactly when they are.
-            append_events(tx, batch.audit, redactor)
+            heads = append_events(tx, batch.audit, redactor, self._audit_heads)
+        # Only once committed: a rolled-back batch leaves the chains where they were.
+        self._audit_heads.update(heads)
 
     def ingest_spill(self, batch: WriteBatch) -> None:
         """Commit rows a writer spilled when the store could not take them.
