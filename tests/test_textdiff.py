@@ -37,3 +37,19 @@ def test_hostile_output_is_escaped_before_it_is_marked() -> None:
 def test_tokens_join_back_to_the_text() -> None:
     text = "Hi,  there!\nNew line\ttab & <b>"
     assert "".join(tokens(text)) == text
+
+
+def test_long_outputs_are_diffed_by_line_and_very_long_ones_not_at_all() -> None:
+    # Repetitive text is difflib's worst case; word pairs above MAX_PAIRS go by line.
+    from promptlab.textdiff import MAX_PAIRS
+
+    words = [f"w{i % 8}" for i in range(1_200)]
+    a = "\n".join(" ".join(words[i : i + 12]) for i in range(0, len(words), 12))
+    b = a.replace("w3 w4", "w4 w3", 1)
+    assert len(tokens(a)) * len(tokens(b)) > MAX_PAIRS
+    left, right = word_diff_html(a, b)
+    (deleted,) = re.findall(r"<del[^>]*>(.*?)</del>", left, re.S)
+    assert "\n" in deleted or deleted.count(" ") >= 11  # a whole line, not two words
+    assert plain(left) == a and plain(right) == b
+    huge = "x y\n" * 1_000  # a thousand lines each: too many line pairs as well
+    assert word_diff_html(huge + "<b>", huge) == (html.escape(huge + "<b>"), huge)
