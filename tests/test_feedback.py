@@ -124,6 +124,12 @@ BAD_FEEDBACK = [
         "(ISO 8601, e.g. 2026-11-01T09:30:00Z)",
     ),
     (
+        # DuckDB's plain TIMESTAMP cast would drop the zone name and read 09:30 as UTC.
+        "{key},click,,2026-11-01T09:30:00 America/Los_Angeles",
+        "fb.csv, row 2, column event_time: '2026-11-01T09:30:00 America/Los_Angeles' is not "
+        "a time (ISO 8601, e.g. 2026-11-01T09:30:00Z)",
+    ),
+    (
         ",click,,",
         "fb.csv, row 2: no result_id, and no version with a unit_id: a row names a result, "
         "or a prompt version and a unit",

@@ -49,10 +49,14 @@ def _field(column: str | None) -> str:
 def time_sql(column: str) -> str:
     """`column` (text) as a TIMESTAMPTZ: UTC unless it carries an offset; NULL if not a time."""
     with_offset = r"\d:\d\d(:\d\d(\.\d+)?)?\s*([zZ]|[+-]\d\d(:?\d\d)?)$"
+    # Without an offset only a date and time may be there: DuckDB's TIMESTAMP cast would
+    # drop a zone name (`09:30 America/Los_Angeles`) and read the time as UTC.
+    naive = r"^\s*\d{4}-\d\d-\d\d([T ][0-9:.]+)?\s*$"
     return (
         f"CASE WHEN regexp_matches({column}, {_text(with_offset)}) "
         f"THEN try_cast({column} AS TIMESTAMPTZ) "
-        f"ELSE timezone('UTC', try_cast({column} AS TIMESTAMP)) END"
+        f"WHEN regexp_matches({column}, {_text(naive)}) "
+        f"THEN timezone('UTC', try_cast({column} AS TIMESTAMP)) END"
     )
 
 
