@@ -305,7 +305,10 @@ def parse_since(text: str, now: datetime | None = None) -> datetime:
     match = _SINCE.match(value)
     if match:
         amount, unit = int(match.group(1)), match.group(2)
-        return (now or datetime.now(UTC)) - timedelta(**{_UNITS[unit]: amount})
+        try:
+            return (now or datetime.now(UTC)) - timedelta(**{_UNITS[unit]: amount})
+        except OverflowError:
+            raise PromptlabError(f"--since: {text!r} reaches before year 1") from None
     try:
         when = datetime.fromisoformat(value)
     except ValueError:

@@ -235,6 +235,8 @@ def test_parse_since() -> None:
     assert parse_since("2026-11-01") == datetime(2026, 11, 1, tzinfo=UTC)
     with pytest.raises(PromptlabError, match="--since: expected an age like 7d"):
         parse_since("last week")
+    with pytest.raises(PromptlabError, match="--since: '99999999d' reaches before year 1"):
+        parse_since("99999999d", now)
 
 
 def test_a_variant_that_never_answered_has_no_latency_to_compare(

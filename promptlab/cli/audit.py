@@ -87,7 +87,8 @@ def timeline_lines(event: AuditEvent) -> list[str]:
     if p.get("prompt") is not None:
         lines.append(f"    prompt: {json.dumps(p['prompt'], ensure_ascii=False)}")
     if p.get("output") is not None:
-        lines.append(f"    output: {p['output']}")
+        # As JSON text: model output may carry terminal escape sequences.
+        lines.append(f"    output: {json.dumps(p['output'], ensure_ascii=False)}")
     return lines
 
 
