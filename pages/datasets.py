@@ -59,8 +59,9 @@ def import_form(wb: Workbench) -> None:
 
 
 FEEDBACK_HELP = (
-    "Feedback events: a row per event with `result_id` (a result's key) or `version` + `unit_id`, `kind` (impression, click, thumbs_up, "
-    "thumbs_down, completed), optional `value` and `event_time`."
+    "Feedback events: a row per event with `result_id` (a result's key) or `version` + "
+    "`unit_id`, `kind` (impression, click, thumbs_up, thumbs_down, completed), optional "
+    "`value` and `event_time`."
 )
 LOGS_HELP = (
     "Production request logs: a row per request with `version` (name@version, "
