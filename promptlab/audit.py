@@ -181,10 +181,15 @@ def event_hash(
 ) -> str:
     """The hash of one event chained to `prev_hash` (its payload as the stored JSON text)."""
     text = _SEP.join(
-        (prev_hash, chain, str(seq), event_id, trace_id or "", run_id or "", kind, actor,
-         str(epoch_us(at)), payload_json)
+        (prev_hash, chain, str(seq), event_id, _nullable(trace_id), _nullable(run_id), kind,
+         actor, str(epoch_us(at)), payload_json)
     )  # fmt: skip
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _nullable(value: str | None) -> str:
+    # NULL hashes apart from '': otherwise one could be swapped for the other unseen.
+    return "\x00" if value is None else value
 
 
 def hash_of(event: AuditEvent) -> str:

@@ -280,6 +280,14 @@ def test_verify_names_a_change_event_edited(audited_db: tuple[Path, str]) -> Non
     assert "chain changes: event seq 1" in result.output and "modified" in result.output
 
 
+def test_verify_tells_a_null_from_an_empty_text(audited_db: tuple[Path, str]) -> None:
+    db, _ = audited_db
+    tamper(db, "UPDATE audit_events SET trace_id = '' WHERE chain = 'changes' AND seq = 1")
+    result = verify_cli(db)
+    assert result.exit_code == 1
+    assert "chain changes: event seq 1" in result.output and "modified" in result.output
+
+
 def test_show_prints_the_timeline_and_export_writes_lines(
     audited_db: tuple[Path, str], tmp_path: Path
 ) -> None:
