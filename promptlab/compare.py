@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from promptlab.errors import PromptlabError
 from promptlab.records import LogMetricsRow, MetricsRow, RunRecord
 from promptlab.stats import (
+    NO_DATA,
     MetricComparison,
     SrmCheck,
     TestResult,
@@ -168,7 +169,7 @@ def latency_rows(
                     None,
                     None,
                     1.0,
-                    "no data",
+                    NO_DATA,
                     lower_is_better=True,
                 )  # fmt: skip
             )

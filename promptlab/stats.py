@@ -129,7 +129,7 @@ def two_proportions(s_a: int, n_a: int, s_b: int, n_b: int, confidence: float = 
     FISHER_EXPECTED_BELOW, else the pooled two-proportion z-test.
     """
     if n_a <= 0 or n_b <= 0:
-        return Difference(0.0, Interval(-1.0, 1.0), 1.0, "no data")
+        return Difference(0.0, Interval(-1.0, 1.0), 1.0, NO_DATA)
     p_a, p_b = s_a / n_a, s_b / n_b
     wa, wb = wilson_interval(s_a, n_a, confidence), wilson_interval(s_b, n_b, confidence)
     diff = p_b - p_a
@@ -309,16 +309,40 @@ def verdict(
 def holm_verdicts(
     comparisons: Sequence[MetricComparison], alpha: float = ALPHA
 ) -> list[MetricComparison]:
-    """The comparisons with Holm-adjusted p-values (across all of them) and verdicts."""
-    adjusted = holm([c.p_value for c in comparisons])
-    return [
-        replace(
-            c,
-            adjusted_p=p,
-            verdict=verdict(c.effect, c.interval, p, c.lower_is_better, alpha),
+    """The comparisons with Holm-adjusted p-values and verdicts.
+
+    The family is the distinct tests run: a row without data ran none (its adjusted p
+    stays None), and the latency percentile rows of one pair share one rank test, so
+    that test counts once, not once per percentile.
+    """
+    hypotheses: dict[tuple[Any, ...], float] = {}
+    for c in comparisons:
+        if c.test != NO_DATA:
+            hypotheses.setdefault(_hypothesis(c), c.p_value)
+    adjusted = dict(zip(hypotheses, holm(list(hypotheses.values())), strict=True))
+    rows = []
+    for c in comparisons:
+        if c.test == NO_DATA:
+            rows.append(replace(c, adjusted_p=None, verdict=Verdict.UNDECIDED))
+            continue
+        p = adjusted[_hypothesis(c)]
+        rows.append(
+            replace(
+                c, adjusted_p=p, verdict=verdict(c.effect, c.interval, p, c.lower_is_better, alpha)
+            )
         )
-        for c, p in zip(comparisons, adjusted, strict=True)
-    ]
+    return rows
+
+
+#: The test name of a comparison row that had no data to test.
+NO_DATA = "no data"
+
+
+def _hypothesis(c: MetricComparison) -> tuple[Any, ...]:
+    # Percentile rows carry their pair's one rank test (`bootstrap + Mann-Whitney U`).
+    if c.test.startswith("bootstrap + "):
+        return (c.variant, c.control, c.test)
+    return (c.variant, c.control, c.metric)
 
 
 # ---- the split itself ----------------------------------------------------------------

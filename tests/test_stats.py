@@ -8,6 +8,7 @@ these tests need neither statsmodels nor a second implementation.
 from __future__ import annotations
 
 import tracemalloc
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -262,3 +263,23 @@ def test_verdicts_are_direction_aware_and_holm_adjusted() -> None:
     assert lone[0].verdict == Verdict.BETTER
     # An interval that straddles zero never decides, whatever the p-value.
     assert verdict(5.0, Interval(-1.0, 9.0), 0.0001, lower_is_better=False) == Verdict.UNDECIDED
+
+
+def test_holm_counts_each_test_once_and_rows_without_data_not_at_all() -> None:
+    def row(metric: str, p: float, test: str) -> MetricComparison:
+        return replace(_comparison(metric, -30.0, -50.0, -10.0, p, lower=True), test=test)
+
+    rank = "bootstrap + Mann-Whitney U"
+    rows = holm_verdicts(
+        [
+            row("completion rate", 0.02, "two-proportion z"),
+            row("CTR", 1.0, "no data"),
+            # One rank test behind the three percentiles: one hypothesis, not three.
+            row("latency p50", 0.01, rank),
+            row("latency p90", 0.01, rank),
+            row("latency p99", 0.01, rank),
+        ]
+    )
+    # Holm over two tests: 0.01 * 2 = 0.02, then max(0.02, 0.02 * 1) = 0.02.
+    assert [r.adjusted_p for r in rows] == pytest.approx([0.02, None, 0.02, 0.02, 0.02])
+    assert rows[1].verdict == Verdict.UNDECIDED
