@@ -256,6 +256,38 @@ def test_ctr_per_variant_and_version(
                for line in out.output.splitlines())  # fmt: skip
 
 
+def test_a_version_on_two_models_gets_each_models_ctr_once(
+    wb: Workbench,
+    runs: tuple[Path, str, str],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    control = keys(wb, runs[1], "control")
+    fast = control[:10]
+    with wb.store.transaction() as tx:  # as if half the results had come from another model
+        tx.execute(
+            "UPDATE results SET model = 'fast' WHERE idempotency_key IN "
+            f"({', '.join('?' * len(fast))})",
+            fast,
+        )
+    lines = ["result_id,version,unit_id,kind"]
+    lines += [f"{k},,,impression" for k in control[8:12]]  # 2 on each model
+    lines += [f"{control[9]},,,click"]  # on the fast model
+    wb.import_feedback(write(tmp_path / "fb.csv", "\n".join(lines) + "\n"))
+    rows = {r.model: r for r in wb.metrics(prompt="ticket-triage") if r.prompt_version == "1.1.0"}
+    assert {m: (r.impressions, r.clicks) for m, r in rows.items()} == {
+        "sim:fast": (2, 1),
+        "sim:careful": (2, 0),
+    }
+    # Feedback naming only the version and a unit has no model: a version run on two
+    # models gives it to neither row.
+    wb.import_feedback(
+        write(tmp_path / "u.csv", "version,unit_id,kind\nticket-triage@1.1.0,u1,impression\n")
+    )
+    after = {r.model: r.impressions for r in wb.metrics(prompt="ticket-triage")
+             if r.prompt_version == "1.1.0"}  # fmt: skip
+    assert after == {"sim:fast": 2, "sim:careful": 2}
+
+
 # ---- production logs -----------------------------------------------------------------
 
 N = 40

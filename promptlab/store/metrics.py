@@ -171,8 +171,18 @@ class MetricsReads:
                 if prompt is not None
                 else ""
             )
-            feedback = _FEEDBACK_PER_KEY.format(
-                group="prompt_version_id", where=f"true{fb_window}{version_filter}"
+            # Feedback on a result counts for that result's model; feedback that names only
+            # a version and a unit counts when the version ran on one model (else no row
+            # can claim it).
+            feedback = (
+                "fsrc AS (SELECT f.prompt_version_id, r.model, f.idempotency_key, f.unit_id, "
+                "f.kind FROM feedback f LEFT JOIN (SELECT idempotency_key, "
+                "endpoint || ':' || model AS model FROM results "
+                f"WHERE true{version_filter}) r USING (idempotency_key) "
+                f"WHERE true{fb_window}{version_filter}), "
+                + _FEEDBACK_PER_KEY.format(group="prompt_version_id, model", where="true").replace(
+                    "FROM feedback", "FROM fsrc"
+                )
             )
             rows = cur.execute(
                 f"WITH {feedback}, "
@@ -180,18 +190,25 @@ class MetricsReads:
                 "any_value(semver) AS semver, any_value(major) AS major, "
                 "any_value(minor) AS minor, any_value(patch) AS patch FROM prompt_versions"
                 f"{name_filter} GROUP BY id), "
-                "agg AS (SELECT prompt_version_id, endpoint || ':' || model AS model, "
+                "agg0 AS (SELECT prompt_version_id, endpoint || ':' || model AS model, "
                 f"{self._aggregates(cur)} FROM results WHERE true{window}{version_filter} "
-                "GROUP BY ALL) "
+                "GROUP BY ALL), "
+                "agg AS (SELECT *, count(*) OVER (PARTITION BY prompt_version_id) = 1 "
+                "AS only_model FROM agg0) "
                 "SELECT NULL, NULL, n.prompt_name, n.semver, a.prompt_version_id, a.model, "
                 "a.runs, a.finished, a.succeeded, a.failed, a.cancelled, 0, a.completed, "
                 "a.kinds, a.latency_mean, a.latency, a.input_tokens, a.output_tokens, "
-                f"a.cost_usd, a.first_at, a.last_at, {_CHECK_COLUMNS}, {_FEEDBACK_COLUMNS} "
+                f"a.cost_usd, a.first_at, a.last_at, {_CHECK_COLUMNS}, "
+                "coalesce(f.impressions, 0) + coalesce(u.impressions, 0), "
+                "coalesce(f.clicks, 0) + coalesce(u.clicks, 0), "
+                "coalesce(f.up, 0) + coalesce(u.up, 0), coalesce(f.down, 0) + coalesce(u.down, 0) "
                 f"FROM agg a {join} names n ON n.id = a.prompt_version_id "
-                "LEFT JOIN fb f ON f.prompt_version_id = a.prompt_version_id "
+                "LEFT JOIN fb f ON f.prompt_version_id = a.prompt_version_id AND f.model = a.model "
+                "LEFT JOIN fb u ON u.prompt_version_id = a.prompt_version_id AND u.model IS NULL "
+                "AND a.only_model "
                 "ORDER BY n.prompt_name NULLS LAST, n.major, n.minor, n.patch, "
                 "a.prompt_version_id, a.model",
-                [*fb_args, *name_args, *name_args, *args, *name_args],
+                [*name_args, *fb_args, *name_args, *name_args, *args, *name_args],
             ).fetchall()
         return [_row(r) for r in rows]
 
