@@ -136,6 +136,10 @@ def _when(value: Any) -> datetime | None:
     return None
 
 
+#: Shorter waits (a limiter's bookkeeping) are listed with their attempt, not drawn.
+MIN_WAIT_MS = 1.0
+
+
 def timeline_bars(trace: AuditTrace) -> list[TimelineBar]:
     """Each attempt with the wait before it (and why), then the result, in time order."""
     bars: list[TimelineBar] = []
@@ -145,7 +149,7 @@ def timeline_bars(trace: AuditTrace) -> list[TimelineBar]:
             continue
         number = a.get("attempt", "?")
         wait_ms = float(a.get("wait_ms") or 0)
-        if wait_ms > 0:
+        if wait_ms >= MIN_WAIT_MS:
             reason = a.get("wait_reason") or "wait"
             bars.append(
                 TimelineBar(
