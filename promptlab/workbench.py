@@ -1316,9 +1316,9 @@ class Workbench:
         """How many events `where` selects (every event without it), its limit aside."""
         return AuditPageReads(self.store).count(where or AuditFilter(limit=None))
 
-    def audit_facet(self, field: str) -> list[str]:
-        """The values item events hold in `field` (version_id, model, status, error_kind)."""
-        return AuditPageReads(self.store).facet(field)
+    def audit_facets(self) -> dict[str, list[str]]:
+        """The values item events hold in version_id, model, status and error_kind."""
+        return AuditPageReads(self.store).facets()
 
     def audit_export_bytes(self, where: AuditFilter) -> bytes:
         """Every event `where` selects (its limit aside) as the JSON Lines `export_audit`
