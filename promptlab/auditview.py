@@ -108,10 +108,12 @@ def trace_stages(trace: AuditTrace) -> list[TraceStage]:
 
 
 def stage_rows(stage: TraceStage) -> list[dict[str, str]]:
-    """A stage's fields as (field, value) rows; nested values as compact JSON."""
+    """A stage's fields as (field, value) rows; nested values as compact JSON; fields
+    with no value (no rules, no check errors) left out."""
     return [
         {"field": name, "value": value if isinstance(value, str) else json.dumps(value)}
         for name, value in stage.fields.items()
+        if value is not None
     ]
 
 

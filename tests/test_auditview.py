@@ -7,7 +7,14 @@ from datetime import UTC, datetime, timedelta
 
 from promptlab.audit import AuditEvent, AuditTrace, ChainProblem, ChainStatus, VerifyReport
 from promptlab.audit_charts import trace_timeline_chart
-from promptlab.auditview import chain_summary, event_rows, timeline_bars, trace_stages
+from promptlab.auditview import (
+    TraceStage,
+    chain_summary,
+    event_rows,
+    stage_rows,
+    timeline_bars,
+    trace_stages,
+)
 
 T0 = datetime(2026, 1, 1, 12, tzinfo=UTC)
 
@@ -85,3 +92,12 @@ def test_event_rows_carry_the_filtered_fields() -> None:
     assert (row["kind"], row["status"], row["model"], row["version"]) == (
         "result", "succeeded", "m", "sha256:v",
     )  # fmt: skip
+
+
+def test_stage_rows_leave_out_empty_fields() -> None:
+    rows = stage_rows(TraceStage("validation", {"check_status": "valid", "rule_status": None,
+                                                "check_errors": ["$.a: missing"]}))  # fmt: skip
+    assert rows == [
+        {"field": "check_status", "value": "valid"},
+        {"field": "check_errors", "value": '["$.a: missing"]'},
+    ]
