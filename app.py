@@ -27,6 +27,7 @@ pages = [
     st.Page("pages/runs.py", title="Runs", icon=":material/play_circle:"),
     st.Page("pages/datasets.py", title="Datasets", icon=":material/table:"),
     st.Page("pages/experiments.py", title="Experiments", icon=":material/science:"),
+    st.Page("pages/audit.py", title="Audit", icon=":material/verified:"),
 ]
 navigation = st.navigation(pages)
 mark_shell_run()

@@ -182,7 +182,8 @@ def side_by_side_row(row: SideBySideRow, control: str) -> None:
         else:
             body = word_diff_html(base.output_text or "", text)[1]
         latency = f" · {output.latency_ms:.0f} ms" if output.latency_ms is not None else ""
-        column.caption(f"{escape_markdown(output.variant)}{latency}")
+        trace = f" · [trace](audit?trace={output.key})" if output.key else ""
+        column.caption(f"{escape_markdown(output.variant)}{latency}{trace}")
         column.html(f'<div style="{_OUTPUT_BOX}">{body}</div>')
 
 

@@ -401,6 +401,7 @@ def item_detail(wb: Workbench, run_id: str, key: str) -> None:
         return
     v = item.variant
     st.markdown(f"**Item** `{item.key}` · {item.status}")
+    st.markdown(f":material/verified: [Open its audit trace](audit?trace={item.key})")
     st.caption(
         f"dataset row {item.detail.row_index + 1} · variant {v.name} ({v.prompt_ref}, "
         f"{v.prompt_version_id[:19]}) · {v.endpoint}:{v.model} · repeat {item.detail.repeat}"

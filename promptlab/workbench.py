@@ -22,6 +22,17 @@ from typing import Any
 
 from promptlab.anomalies import detect, observation_of, schema_fields
 from promptlab.audit import AuditEvent, AuditTrace, VerifyReport, event_record
+from promptlab.audit_charts import trace_timeline_chart
+from promptlab.auditview import (
+    ChainSummary,
+    TimelineBar,
+    TraceStage,
+    chain_summary,
+    event_rows,
+    stage_rows,
+    timeline_bars,
+    trace_stages,
+)
 from promptlab.batchfile import StoredResult, batch_output_lines, first_model
 from promptlab.charts import (
     RATE_METRICS,
@@ -158,6 +169,7 @@ from promptlab.stats import MetricComparison, SrmCheck, Verdict, sample_size_two
 from promptlab.store import ReadModels, RunStore, Store
 from promptlab.store.alerts import AlertStore
 from promptlab.store.audit import AuditFilter, AuditLog
+from promptlab.store.audit_page import AuditPageReads
 from promptlab.store.experiments import AssignmentCount, ExperimentStore, StoredRevision
 from promptlab.store.export import ExportStore
 from promptlab.store.metrics import MetricsReads
@@ -1294,6 +1306,37 @@ class Workbench:
         )
         return len(events)
 
+    # ---- the Audit page's reads (SQL: promptlab/store/audit_page.py) ----------------
+
+    def audit_page_events(self, where: AuditFilter, newest_first: bool = False) -> list[AuditEvent]:
+        """Events `where` selects (at most its limit), oldest or newest first."""
+        return AuditPageReads(self.store).events(where, newest_first)
+
+    def audit_count(self, where: AuditFilter | None = None) -> int:
+        """How many events `where` selects (every event without it), its limit aside."""
+        return AuditPageReads(self.store).count(where or AuditFilter(limit=None))
+
+    def audit_facets(self) -> dict[str, list[str]]:
+        """The values item events hold in version_id, model, status and error_kind."""
+        return AuditPageReads(self.store).facets()
+
+    def audit_export_bytes(self, where: AuditFilter) -> bytes:
+        """Every event `where` selects (its limit aside) as the JSON Lines `export_audit`
+        writes, for the app's download; recorded as a ``table.exported`` change event."""
+        where = replace(where, limit=None)
+        events = AuditPageReads(self.store).events(where)
+        data = "".join(
+            json.dumps(event_record(e), ensure_ascii=False) + "\n" for e in events
+        ).encode()
+        self._audit_change(
+            "table.exported",
+            self.settings.author,
+            {"table": "audit_events", "run_id": where.run_id, "path": "download",
+             "rows": len(events)},
+            run_id=where.run_id,
+        )  # fmt: skip
+        return data
+
 
 #: Exposures checked and inserted at a time (all in one transaction).
 EXPOSURE_BATCH = 50_000
@@ -1326,6 +1369,16 @@ __all__ = [
     "AuditFilter",
     "AuditTrace",
     "VerifyReport",
+    # the Audit page
+    "ChainSummary",
+    "TimelineBar",
+    "TraceStage",
+    "chain_summary",
+    "event_rows",
+    "stage_rows",
+    "timeline_bars",
+    "trace_stages",
+    "trace_timeline_chart",
     "RunEstimate",
     "VariantEstimate",
     "Assignment",

@@ -199,6 +199,18 @@ def test_deep_link_to_an_item_on_a_fresh_server(
     expect(page.get_by_text("Attempts (1)")).to_be_visible(timeout=30_000)
     assert f"run={run_id}" in page.url and "item=" in page.url
     page.screenshot(path=str(tmp_path / "05-item.png"), full_page=True)
+    # One click from the result to its full trace (Markdown links open a new tab).
+    with page.context.expect_page() as opened:
+        page.get_by_role("link", name="Open its audit trace").click()
+    audit = opened.value
+    expect(audit.get_by_role("heading", name="Audit")).to_be_visible(timeout=30_000)
+    expect(audit.get_by_text("All 2 chains verified")).to_be_visible(timeout=30_000)
+    expect(audit.get_by_text(key, exact=True).first).to_be_visible(timeout=30_000)
+    timeline = audit.locator(".js-plotly-plot")
+    expect(timeline).to_have_count(1, timeout=30_000)
+    expect(timeline.locator("svg.main-svg").first).to_be_visible(timeout=30_000)
+    assert f"trace={key}" in audit.url
+    audit.screenshot(path=str(tmp_path / "05b-trace.png"), full_page=True)
 
 
 def test_create_an_experiment_in_the_form_launch_it_and_follow_it(

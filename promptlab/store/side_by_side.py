@@ -17,6 +17,8 @@ class VariantOutput:
     output_text: str | None
     error_kind: str | None
     latency_ms: float | None
+    #: The item's idempotency key: its audit trace id.
+    key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -79,7 +81,8 @@ class SideBySideReads:
             rows = cur.execute(
                 f"WITH page AS ({keys} ORDER BY row_index, repeat LIMIT ? OFFSET ?) "
                 "SELECT r.row_index, r.repeat, r.variant, r.status, r.output_text, "
-                "r.error_kind, r.latency_ms FROM results r JOIN page USING (row_index, repeat) "
+                "r.error_kind, r.latency_ms, r.idempotency_key "
+                "FROM results r JOIN page USING (row_index, repeat) "
                 "WHERE r.run_id = ? ORDER BY r.row_index, r.repeat",
                 [run_id, limit, offset, run_id],
             ).fetchall()
@@ -87,7 +90,7 @@ class SideBySideReads:
         grouped: dict[tuple[int, int], list[VariantOutput]] = {}
         for r in rows:
             grouped.setdefault((int(r[0]), int(r[1])), []).append(
-                VariantOutput(r[2], r[3], r[4], r[5], r[6])
+                VariantOutput(r[2], r[3], r[4], r[5], r[6], r[7])
             )
         page_rows = [
             SideBySideRow(row, repeat, sorted(outs, key=lambda o: rank.get(o.variant, len(rank))))
