@@ -32,7 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
@@ -302,57 +302,70 @@ class VerifyReport:
         return [c.problem for c in self.chains if c.problem is not None]
 
 
-def verify_chain(chain: str, events: Sequence[AuditEvent], first_prev: str) -> ChainStatus:
-    """Walk one chain (events in seq order, ties in stored order); stop at the first
-    event modified, missing, or inserted out of place."""
+def verify_chain(
+    chain: str, events: Iterable[AuditEvent], first_prev: str, watch: Collection[int] = ()
+) -> tuple[ChainStatus, dict[int, str]]:
+    """Walk one chain (events in seq order, ties in stored order) and report the first
+    event modified, missing, or inserted out of place; every event is still counted.
+
+    Streams: only the hashes of the seqs in `watch` (the checkpoints' heads) are kept,
+    returned beside the status for `check_checkpoints`.
+    """
     expected, prev = 1, first_prev
     head_seq, head_hash = 0, first_prev
+    seen: dict[int, str] = {}
+    count = 0
+    problem: ChainProblem | None = None
     for event in events:
-        problem = None
-        if event.seq < expected:
-            problem = ChainProblem(
-                chain, event.seq, event.event_id, "inserted",
-                f"a second event with seq {event.seq} (the chain was already at {expected - 1})",
-            )  # fmt: skip
-        elif event.seq > expected:
-            missing = (
-                f"seq {expected}"
-                if event.seq == expected + 1
-                else f"seqs {expected}-{event.seq - 1}"
-            )
-            problem = ChainProblem(
-                chain, event.seq, event.event_id, "deleted",
-                f"{missing} missing before it",
-            )  # fmt: skip
-        elif hash_of(event) != event.hash:
-            problem = ChainProblem(
-                chain, event.seq, event.event_id, "modified",
-                "its content no longer matches its hash",
-            )  # fmt: skip
-        elif event.prev_hash != prev:
-            problem = ChainProblem(
-                chain, event.seq, event.event_id, "inserted",
-                f"it does not follow event seq {event.seq - 1} (prev_hash differs)",
-            )  # fmt: skip
+        count += 1
+        if event.seq in watch:
+            seen.setdefault(event.seq, event.hash)
         if problem is not None:
-            return ChainStatus(chain, len(events), head_seq, head_hash, True, problem)
-        expected, prev = event.seq + 1, event.hash
-        head_seq, head_hash = event.seq, event.hash
-    return ChainStatus(chain, len(events), head_seq, head_hash, True)
+            continue
+        problem = _problem(chain, event, expected, prev)
+        if problem is None:
+            expected, prev = event.seq + 1, event.hash
+            head_seq, head_hash = event.seq, event.hash
+    return ChainStatus(chain, count, head_seq, head_hash, True, problem), seen
+
+
+def _problem(chain: str, event: AuditEvent, expected: int, prev: str) -> ChainProblem | None:
+    if event.seq < expected:
+        return ChainProblem(
+            chain, event.seq, event.event_id, "inserted",
+            f"a second event with seq {event.seq} (the chain was already at {expected - 1})",
+        )  # fmt: skip
+    if event.seq > expected:
+        missing = (
+            f"seq {expected}" if event.seq == expected + 1 else f"seqs {expected}-{event.seq - 1}"
+        )
+        return ChainProblem(
+            chain, event.seq, event.event_id, "deleted", f"{missing} missing before it"
+        )
+    if hash_of(event) != event.hash:
+        return ChainProblem(
+            chain, event.seq, event.event_id, "modified", "its content no longer matches its hash"
+        )
+    if event.prev_hash != prev:
+        return ChainProblem(
+            chain, event.seq, event.event_id, "inserted",
+            f"it does not follow event seq {event.seq - 1} (prev_hash differs)",
+        )  # fmt: skip
+    return None
 
 
 def check_checkpoints(
-    status: ChainStatus, events: Sequence[AuditEvent], checkpoints: Iterable[tuple[int, str, str]]
+    status: ChainStatus, hashes: Mapping[int, str], checkpoints: Iterable[tuple[int, str, str]]
 ) -> ChainStatus:
     """A whole chain must still hold each head a ``run.ended`` event recorded
-    (seq, hash, that event's id): otherwise its last events were deleted."""
+    (seq, hash, that event's id): otherwise its last events were deleted. `hashes` maps
+    those seqs to the hashes the chain holds at them."""
     if not status.ok:
         return status
-    by_seq = {e.seq: e.hash for e in events}
     for seq, digest, recorded_by in checkpoints:
         if seq == 0:
             continue
-        if by_seq.get(seq) != digest:
+        if hashes.get(seq) != digest:
             problem = ChainProblem(
                 status.chain, seq, recorded_by, "deleted",
                 f"the chain ends at seq {status.head_seq}, but change event {recorded_by} "

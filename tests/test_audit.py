@@ -388,3 +388,40 @@ def test_events_filter_by_run_kind_model_status_and_experiment(
         assert len(wb.audit_events(run_id=run_id, model="gpt-4o-mini", status="succeeded")) == 2
         assert wb.audit_events(run_id=run_id, model="other") == []
         assert wb.audit_events(run_id=run_id, status="failed") == []
+
+
+def test_verify_walks_a_long_chain_page_by_page(tmp_path: Path) -> None:
+    """Verify reads a chain in keyset pages (VERIFY_PAGE events each): problems past the
+    first page and a duplicate seq on a page boundary are still found."""
+    import uuid
+    from datetime import UTC, datetime
+
+    from promptlab.audit import AuditDraft
+    from promptlab.store import Store
+    from promptlab.store.audit import VERIFY_PAGE, AuditLog, append_events
+
+    db = tmp_path / "long.duckdb"
+    n = 2 * VERIFY_PAGE + 500
+    with Store(db) as store:
+        drafts = [
+            AuditDraft(chain="run:long", kind="result", event_id=uuid.uuid4().hex,
+                       at=datetime.now(UTC), payload={"i": i}, run_id="long",
+                       trace_id=uuid.uuid4().hex)
+            for i in range(n)
+        ]  # fmt: skip
+        with store.transaction() as tx:
+            append_events(tx, drafts)
+        report = AuditLog(store).verify()
+        assert report.ok and sum(c.events for c in report.chains) == n
+    late = 2 * VERIFY_PAGE + 100
+    tamper(db, f"UPDATE audit_events SET payload = '{{\"i\": 0}}' WHERE seq = {late}")
+    with Store(db) as store:
+        (problem,) = AuditLog(store).verify().problems
+    assert (problem.seq, problem.what) == (late, "modified")
+    tamper(db, f"UPDATE audit_events SET payload = '{{\"i\": {late - 1}}}' WHERE seq = {late}")
+    tamper(db, f"INSERT INTO audit_events SELECT * FROM audit_events WHERE seq = {VERIFY_PAGE}")
+    with Store(db) as store:
+        report = AuditLog(store).verify()
+    (problem,) = report.problems
+    assert (problem.seq, problem.what) == (VERIFY_PAGE, "inserted")
+    assert sum(c.events for c in report.chains) == n + 1

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -35,6 +35,8 @@ from promptlab.store.connection import Store
 _COLUMNS = 'chain, seq, event_id, trace_id, run_id, kind, actor, "at", payload, prev_hash, hash'
 #: Rows `events` returns unless told otherwise.
 DEFAULT_LIMIT = 1_000
+#: Events per page read while verifying (a page is held in memory at once).
+VERIFY_PAGE = 5_000
 
 
 @dataclass(frozen=True)
@@ -228,28 +230,39 @@ class AuditLog:
             ).fetchone()
         return None if row is None else int(row[0])
 
-    def iter_chain_events(self, run_id: str | None = None) -> Iterator[AuditEvent]:
-        """Every event of every chain (or one run's chain), in chain and seq order."""
-        sql = f"SELECT {_COLUMNS} FROM audit_events"
-        params: list[Any] = []
-        if run_id is not None:
-            sql += " WHERE chain = ?"
-            params.append(run_chain(run_id))
-        sql += " ORDER BY chain, seq, rowid"
+    def chains(self) -> list[str]:
         with self.store.read() as cur:
-            result = cur.execute(sql, params)
-            while rows := result.fetchmany(10_000):
-                for row in rows:
-                    yield _event(row)
+            return [r[0] for r in cur.execute("SELECT DISTINCT chain FROM audit_events").fetchall()]
+
+    def iter_chain(self, chain: str) -> Iterator[AuditEvent]:
+        """One chain's events in seq order (ties in stored order), a page at a time.
+
+        Keyset pages rather than one ORDER BY: DuckDB materialises a query's whole
+        result, which at ~100k events of prompts and outputs passed the store's memory
+        limit. Events are appended in seq order, so zone maps skip the pages read.
+        """
+        seq, rowid = -1, -1
+        while True:
+            with self.store.read() as cur:
+                rows = cur.execute(
+                    f"SELECT {_COLUMNS}, rowid FROM audit_events WHERE chain = ? "
+                    "AND (seq > ? OR (seq = ? AND rowid > ?)) ORDER BY seq, rowid LIMIT ?",
+                    [chain, seq, seq, rowid, VERIFY_PAGE],
+                ).fetchall()
+            for row in rows:
+                yield _event(row[:-1])
+            if len(rows) < VERIFY_PAGE:
+                return
+            seq, rowid = int(rows[-1][1]), int(rows[-1][-1])
 
     # ---- verifying -------------------------------------------------------------------
 
     def verify(self) -> VerifyReport:
-        """Walk every chain; see `promptlab.audit.verify_chain` for what is reported."""
-        by_chain: dict[str, list[AuditEvent]] = {}
-        for event in self.iter_chain_events():
-            by_chain.setdefault(event.chain, []).append(event)
-        changes = by_chain.get(CHANGES_CHAIN, [])
+        """Walk every chain, one at a time and streamed (the changes chain first: it
+        holds the run chains' anchors and checkpoints); see `promptlab.audit.verify_chain`
+        for what is reported."""
+        chains = self.chains()
+        changes = list(self.iter_chain(CHANGES_CHAIN)) if CHANGES_CHAIN in chains else []
         anchors = {e.run_id: e.hash for e in changes if e.kind == RUN_SUBMITTED and e.run_id}
         checkpoints: dict[str, list[tuple[int, str, str]]] = {}
         for e in changes:
@@ -258,22 +271,22 @@ class AuditLog:
                     (int(e.payload.get("head_seq", 0)), str(e.payload.get("head_hash")), e.event_id)
                 )
         statuses: list[ChainStatus] = []
-        for chain in sorted(by_chain, key=lambda c: (c != CHANGES_CHAIN, c)):
-            events = by_chain[chain]
+        for chain in sorted(chains, key=lambda c: (c != CHANGES_CHAIN, c)):
             run_id = chain.removeprefix("run:") if chain.startswith("run:") else None
             anchor = anchors.get(run_id) if run_id else None
-            status = verify_chain(chain, events, anchor or genesis_hash(chain))
+            points = checkpoints.get(chain, ())
+            events = changes if chain == CHANGES_CHAIN else self.iter_chain(chain)
+            status, hashes = verify_chain(
+                chain, events, anchor or genesis_hash(chain), {seq for seq, _, _ in points}
+            )
             if run_id is not None and anchor is None:
-                status = ChainStatus(
-                    status.chain, status.events, status.head_seq, status.head_hash,
-                    False, status.problem,
-                )  # fmt: skip
-            statuses.append(check_checkpoints(status, events, checkpoints.get(chain, ())))
+                status = replace(status, anchored=False)
+            statuses.append(check_checkpoints(status, hashes, points))
         # A chain whose every event was deleted leaves only its checkpoints behind.
         for chain, points in sorted(checkpoints.items()):
-            if chain not in by_chain and any(seq > 0 for seq, _, _ in points):
+            if chain not in chains and any(seq > 0 for seq, _, _ in points):
                 empty = ChainStatus(chain, 0, 0, genesis_hash(chain), False)
-                statuses.append(check_checkpoints(empty, [], points))
+                statuses.append(check_checkpoints(empty, {}, points))
         return VerifyReport(tuple(statuses))
 
 
