@@ -1283,28 +1283,39 @@ class Workbench:
         *,
         run_id: str | None = None,
         where: AuditFilter | None = None,
+        force: bool = False,
     ) -> int:
         """Write the events of a run (or those `where` selects) as JSON Lines, each with
-        its seq and hashes so it can be checked again; return how many. Recorded as a
-        ``table.exported`` change event."""
+        its seq and hashes so it can be checked again; return how many. The file appears
+        whole or not at all, an existing one is replaced only with `force`, and secret
+        values are masked as in every export. Recorded as a ``table.exported`` event."""
         where = where or AuditFilter(run_id=run_id, limit=None)
-        events = self._audit.events(where)
-        path = Path(path)
-        with path.open("w", encoding="utf-8") as handle:
-            for event in events:
-                handle.write(json.dumps(event_record(event), ensure_ascii=False) + "\n")
+        if where.run_id is not None:
+            self._reads.run(where.run_id)  # an unknown run is an error, not an empty file
+        target = check_target(path, force=force)
+        temp = temp_path(target)
+        try:
+            events = self._audit.events(where)
+            temp.write_bytes(self._audit_lines(events))
+            publish(temp, target, force=force)
+        finally:
+            discard(temp)
         self._audit_change(
             "table.exported",
             self.settings.author,
-            {
-                "table": "audit_events",
-                "run_id": where.run_id,
-                "path": str(path),
-                "rows": len(events),
-            },
+            {"table": "audit_events", "run_id": where.run_id, "path": target.name,
+             "rows": len(events)},
             run_id=where.run_id,
-        )
+        )  # fmt: skip
         return len(events)
+
+    def _audit_lines(self, events: list[AuditEvent]) -> bytes:
+        """Events as JSON Lines with every secret value masked (the stored payloads are
+        redacted already; this is the second guard every export has)."""
+        text = "".join(json.dumps(event_record(e), ensure_ascii=False) + "\n" for e in events)
+        for secret in self._export_secrets():
+            text = text.replace(secret, "[redacted]")
+        return text.encode()
 
     # ---- the Audit page's reads (SQL: promptlab/store/audit_page.py) ----------------
 
@@ -1325,9 +1336,7 @@ class Workbench:
         writes, for the app's download; recorded as a ``table.exported`` change event."""
         where = replace(where, limit=None)
         events = AuditPageReads(self.store).events(where)
-        data = "".join(
-            json.dumps(event_record(e), ensure_ascii=False) + "\n" for e in events
-        ).encode()
+        data = self._audit_lines(events)
         self._audit_change(
             "table.exported",
             self.settings.author,

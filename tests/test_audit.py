@@ -310,6 +310,17 @@ def test_show_prints_the_timeline_and_export_writes_lines(
         exports = wb.audit_events(kind="table.exported")
         assert exports[0].payload["rows"] == 7
         assert wb.audit_verify().ok
+    # An existing file is kept unless --force; an unknown run writes nothing.
+    again = ["--db", str(db), "audit", "export", "--run", run_id, "-o", str(out)]
+    refused = CliRunner().invoke(main, again)
+    assert refused.exit_code != 0 and "exists" in refused.output
+    assert CliRunner().invoke(main, [*again, "--force"]).exit_code == 0
+    keep = tmp_path / "keep.txt"
+    keep.write_text("mine")
+    unknown = ["--db", str(db), "audit", "export", "--run", "run_nope", "-o", str(keep)]
+    missing = CliRunner().invoke(main, [*unknown, "--force"])
+    assert missing.exit_code != 0 and "run_nope" in missing.output
+    assert keep.read_text() == "mine" and not list(tmp_path.glob(".*.tmp"))
 
 
 def test_audit_off_records_nothing(

@@ -109,12 +109,13 @@ def attempt_line(p: dict[str, Any]) -> str:
 @click.option(
     "-o", "--output", "output", required=True, type=click.Path(dir_okay=False, path_type=Path)
 )
+@click.option("--force", is_flag=True, help="Replace OUTPUT if it exists.")
 @click.pass_context
 @handle_errors
-def export_command(ctx: click.Context, run_id: str, output: Path) -> None:
+def export_command(ctx: click.Context, run_id: str, output: Path, force: bool) -> None:
     """Write a run's events (traces and its change events) as JSON Lines to OUTPUT."""
     with open_workbench(ctx) as wb:
-        count = wb.export_audit(output, run_id=run_id)
+        count = wb.export_audit(output, run_id=run_id, force=force)
     click.echo(f"wrote {count} events to {output}")
 
 
