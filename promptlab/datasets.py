@@ -40,6 +40,9 @@ FORMATS = ("csv", "jsonl", "parquet")
 SUFFIX_FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet"}
 #: The largest file imported (1 GiB): a million-row CSV of support tickets is ~100 MB.
 MAX_FILE_BYTES = 2**30
+#: The most rows one file may bring. Text rows are bounded by the file size, but a few
+#: kilobytes of Parquet can say a hundred million rows (runs of one value compress away).
+MAX_FILE_ROWS = 20_000_000
 #: A CSV header row longer than this is not a header.
 MAX_HEADER_BYTES = 2**20
 MAX_COLUMNS = 1000
@@ -123,6 +126,7 @@ class DatasetStore:
             source = Source(fmt, duck_path, csv_columns)
             try:
                 described = self.tables.describe(source)
+                check_stated_rows(self.tables.stated_rows(source), where)
             except duckdb.Error as exc:
                 raise _translate(exc, source, path, where) from exc
             with self.tables.importing() as writes:
@@ -237,6 +241,13 @@ def check_rows(
 
 
 # ---- checking a file -----------------------------------------------------------------
+
+
+def check_stated_rows(stated: int | None, where: str, what: str = "a dataset") -> None:
+    if stated is not None and stated > MAX_FILE_ROWS:
+        raise DatasetError(
+            f"{where}: {stated:,} rows, more than the {MAX_FILE_ROWS:,} {what} may have"
+        )
 
 
 def _check_file(path: Path, where: str, max_bytes: int, what: str = "a dataset") -> None:

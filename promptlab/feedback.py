@@ -32,6 +32,7 @@ from promptlab.datasets import (
     _readable_by_duckdb,
     _refuse_nul_bytes,
     _translate,
+    check_stated_rows,
     format_of,
 )
 from promptlab.errors import DatasetError, FeedbackError, PromptlabError
@@ -148,8 +149,11 @@ class FeedbackImporter:
             source = Source(fmt, duck_path, csv_columns)
             try:
                 found = [c for c, _type in self._readers.describe(source)]
+                check_stated_rows(self._readers.stated_rows(source), where, what)
             except duckdb.Error as exc:
                 raise FeedbackError(str(_translate(exc, source, path, where))) from exc
+            except DatasetError as exc:
+                raise FeedbackError(str(exc)) from exc
             columns = fields(found)
             with self.tables.importing() as writes:
                 try:

@@ -21,7 +21,7 @@ from promptlab.errors import FeedbackError
 from promptlab.feedback import FeedbackImporter
 from promptlab.stats import wilson_interval
 from promptlab.store import Store
-from promptlab.workbench import Workbench
+from promptlab.workbench import DatasetError, Workbench
 from tests.test_metrics import runs, settings  # noqa: F401 - the module's two demo runs
 
 KINDS = "impression, click, thumbs_up, thumbs_down, completed"
@@ -468,3 +468,28 @@ def test_cli_feedback_import_and_compare_by_version_in_a_run(
     assert by_version["rows"] == by_variant["rows"]
     usage = CliRunner().invoke(main, ["--db", db, "compare", "--logs"])
     assert usage.exit_code == 2 and "give --run RUN, or two versions" in usage.output
+
+
+def test_a_small_parquet_file_stating_too_many_rows_is_refused_before_reading(
+    wb: Workbench, tmp_path: Path
+) -> None:
+    import duckdb
+
+    from promptlab.datasets import MAX_FILE_ROWS
+
+    bomb = tmp_path / "bomb.parquet"
+    with duckdb.connect() as con:  # one repeated value compresses to a few kilobytes
+        con.execute(
+            f"COPY (SELECT 'impression' AS kind FROM range({MAX_FILE_ROWS + 1})) TO ? "
+            "(FORMAT parquet)",
+            [str(bomb)],
+        )
+    assert bomb.stat().st_size < 1_000_000
+    expected = f"bomb.parquet: {MAX_FILE_ROWS + 1:,} rows, more than the {MAX_FILE_ROWS:,}"
+    with pytest.raises(FeedbackError, match=expected + " a feedback file may have"):
+        wb.import_feedback(bomb)
+    with pytest.raises(FeedbackError, match=expected + " a log file may have"):
+        wb.import_logs(bomb)
+    with pytest.raises(DatasetError, match=expected + " a dataset may have"):
+        wb.import_dataset(bomb, "bomb")
+    assert stored(wb) == [] and "bomb" not in {d.name for d in wb.datasets()}

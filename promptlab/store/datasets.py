@@ -133,6 +133,17 @@ class DatasetTables:
             rows = cur.execute(f"DESCRIBE SELECT * FROM {reader}", [source.path]).fetchall()
         return [(str(r[0]), str(r[1])) for r in rows]
 
+    def stated_rows(self, source: Source) -> int | None:
+        """The rows a Parquet file's footer says it holds (read before any row is); None
+        for text formats, whose rows the file size bounds."""
+        if source.format != "parquet":
+            return None
+        with self.store.read() as cur:
+            row = cur.execute(
+                "SELECT sum(num_rows) FROM parquet_file_metadata(?)", [source.path]
+            ).fetchone()
+        return int(row[0]) if row and row[0] is not None else 0
+
     # ---- writing -------------------------------------------------------------------
 
     @contextmanager
