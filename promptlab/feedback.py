@@ -112,15 +112,21 @@ class FeedbackImporter:
 
     def rate(self, run_id: str, key: str, kind: str) -> None:
         """A rating given in the app: a feedback row of source 'app' for the result (a
-        click comes with its impression, so that it counts in the CTR)."""
+        click comes with an impression when the result has none left unclicked, so that
+        it counts in the CTR)."""
         if kind not in KINDS:
             raise FeedbackError(f"rating {kind!r} is not one of {', '.join(KINDS)}")
         found = self.tables.result_of(run_id, key)
         if found is None:
             raise FeedbackError(f"run {run_id} has no result {key!r}")
         version_id, variant = found
-        # CTR counts a click only against an impression: a reviewer's click is both.
-        kinds = ("impression", "click") if kind == "click" else (kind,)
+        # CTR counts a click only against an impression: a reviewer's click brings one,
+        # unless the result has an impression no click has used yet.
+        kinds: tuple[str, ...] = (kind,)
+        if kind == "click":
+            counts = self.tables.counts(run_id, key)
+            if counts.get("impression", 0) <= counts.get("click", 0):
+                kinds = ("impression", "click")
         self.tables.add_rating(run_id, key, version_id, variant, kinds, utcnow())
 
     # ---- one import ----------------------------------------------------------------

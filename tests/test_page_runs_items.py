@@ -168,3 +168,17 @@ def test_rating_an_output_stores_feedback_that_the_metrics_count(
     variant = wb.item_view(run_id, key).variant.name
     row = next(m for m in wb.metrics(run_id=run_id) if m.variant == variant)
     assert (row.thumbs_up, row.impressions, row.clicks) == (2, 1, 1)
+
+
+def test_a_click_on_a_result_already_shown_adds_no_second_impression(
+    tmp_path: Path, server: RunningServer
+) -> None:
+    run_id = finished(tmp_path, server.openai_base_url, rows=2)
+    wb = get_workbench()
+    key = wb.run_items(run_id, status="succeeded", limit=1).rows[0].key
+    (tmp_path / "fb.csv").write_text(f"result_id,kind\n{key},impression\n")
+    wb.import_feedback(tmp_path / "fb.csv")
+    wb.rate_result(run_id, key, "click")
+    assert wb.result_feedback(run_id, key) == {"impression": 1, "click": 1}
+    wb.rate_result(run_id, key, "click")  # that impression is used: the next brings one
+    assert wb.result_feedback(run_id, key) == {"impression": 2, "click": 2}
