@@ -3,9 +3,7 @@
     PYTHONPATH=. .venv/bin/python bench/metrics.py --rows 500000
 
 Builds one run of `--rows` dataset rows through two variants (an all-mode A/B: a
-million results at the default) the way the engine stores one (ItemStore.plan_items,
-then write_batch with final rows only: most succeeded with lognormal latencies, B a
-little slower; 2% failed with a kind), in a temporary DuckDB file. Then times:
+million results at the default; bench/_fill.py) in a temporary DuckDB file. Then times:
 
 - `Workbench.metrics(run_id=...)` (per variant) and `metrics(prompt=...)` (per version
   across runs), against a baseline that fetches the same columns into pandas and
@@ -25,132 +23,19 @@ import argparse
 import sys
 import tempfile
 import time
-from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench._fill import RUN, add_feedback, build, pandas_baseline, timed  # noqa: E402
 from promptlab.config import Settings  # noqa: E402
-from promptlab.engine.planner import AllVariants, plan_items  # noqa: E402
-from promptlab.records import FinalRow, VariantRecord, WriteBatch  # noqa: E402
 from promptlab.stats import bootstrap_quantile_diff, mann_whitney, wilcoxon_paired  # noqa: E402
-from promptlab.store import ItemStore, RunStore, Store  # noqa: E402
+from promptlab.store import Store  # noqa: E402
 from promptlab.store.metrics import MetricsReads  # noqa: E402
-from promptlab.templates import Template  # noqa: E402
 from promptlab.workbench import Workbench  # noqa: E402
-
-RUN = "run_bench_metrics"
-AT = datetime.now(UTC) - timedelta(days=1)
-WRITE_BATCH = 20_000
-FAIL_EVERY = 50
-
-
-def build(wb: Workbench, rows: int) -> int:
-    store = wb.store
-    template = Template.build([{"role": "user", "content": "Triage {{ text }}"}])
-    first = wb.create_prompt("bench", template).version
-    second = wb.save_version(
-        "bench", Template.build([{"role": "user", "content": "Triage briefly {{ text }}"}])
-    ).version
-    names = ["control", "candidate"]
-    records = [
-        VariantRecord(i, n, f"bench@{v.semver}", v.id, "sim", "fast", {"max_tokens": 64}, {})
-        for i, (n, v) in enumerate(zip(names, (first, second), strict=True))
-    ]
-    RunStore(store).create_run(RUN, "bench", {"variants": names}, records)
-    items = ItemStore(store)
-    data = ({"text": f"ticket number {i} about billing"} for i in range(rows))
-    total = items.plan_items(RUN, plan_items(RUN, data, names, AllVariants(2), 1))
-    rng = np.random.default_rng(0)
-    after = -1
-    while chunk := items.pending_chunk(RUN, after, [0, 1], WRITE_BATCH):
-        after = chunk[-1].seq
-        scale = np.array([0.0, 0.02])
-        draws = rng.lognormal(7.0, 0.35, len(chunk))
-        batch = WriteBatch()
-        for item, draw in zip(chunk, draws, strict=True):
-            # Both fail 2%; the candidate a little more (another 0.7%).
-            failed = item.seq % FAIL_EVERY < 2 or (item.variant_index == 1 and item.seq % 137 == 0)
-            version = (first, second)[item.variant_index]
-            batch.finals.append(
-                FinalRow(
-                    key=item.key,
-                    run_id=RUN,
-                    seq=item.seq,
-                    row_index=item.row_index,
-                    variant=names[item.variant_index],
-                    repeat=item.repeat,
-                    status="failed" if failed else "succeeded",
-                    prompt_version_id=version.id,
-                    endpoint="sim",
-                    model="fast",
-                    params={},
-                    attempts=1,
-                    finished_at=AT + timedelta(milliseconds=item.seq),
-                    error_kind=("server" if item.seq % 3 else "timeout") if failed else None,
-                    output_text=None if failed else '{"category": "billing"}',
-                    input_tokens=None if failed else 40,
-                    output_tokens=None if failed else 12,
-                    latency_ms=None if failed else float(draw * np.exp(scale[item.variant_index])),
-                    cost_usd=None if failed else 0.00002,
-                )  # fmt: skip
-            )
-        items.write_batch(batch)
-    return total
-
-
-def add_feedback(store: Store) -> int:
-    """An impression for every result and a click for about one in five (more for the
-    candidate): as many feedback events as results, and then some."""
-    with store.transaction() as tx:
-        tx.execute(
-            "INSERT INTO feedback SELECT idempotency_key, run_id, prompt_version_id, variant, "
-            "NULL, 'impression', 1, finished_at, 'bench', now() FROM results WHERE run_id = ?",
-            [RUN],
-        )
-        tx.execute(
-            "INSERT INTO feedback SELECT idempotency_key, run_id, prompt_version_id, variant, "
-            "NULL, 'click', 1, finished_at, 'bench', now() FROM results WHERE run_id = ? "
-            "AND hash(idempotency_key) % 100 < CASE variant WHEN 'control' THEN 20 ELSE 23 END",
-            [RUN],
-        )
-        row = tx.execute("SELECT count(*) FROM feedback").fetchone()
-    return int(row[0]) if row else 0
-
-
-def timed(label: str, call: Callable[[], Any], repeats: int) -> float:
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        call()
-        best = min(best, time.perf_counter() - t0)
-    print(f"  {label:<58} best of {repeats}: {best * 1000:9.1f} ms")
-    return best
-
-
-def pandas_baseline(store: Store) -> Any:
-    """The per-variant table computed in pandas after fetching the rows it needs."""
-    with store.read() as cur:
-        frame = cur.execute(
-            "SELECT variant, status, error_kind, latency_ms, input_tokens, output_tokens, "
-            "cost_usd FROM results WHERE run_id = ?",
-            [RUN],
-        ).df()
-    groups = frame.groupby("variant")
-    ok = frame[frame.status == "succeeded"].groupby("variant")
-    return (
-        groups.size(),
-        groups.status.apply(lambda s: (s == "succeeded").sum()),
-        frame[frame.status == "failed"].groupby(["variant", "error_kind"]).size(),
-        ok.latency_ms.mean(),
-        ok.latency_ms.quantile([0.5, 0.9, 0.95, 0.99]),
-        groups[["input_tokens", "output_tokens", "cost_usd"]].sum(),
-    )
 
 
 def main() -> None:

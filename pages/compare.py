@@ -39,6 +39,10 @@ from promptlab.workbench import (
 RUN_CHOICE = "compare_run"
 SOURCE_RUN, SOURCE_VERSIONS, SOURCE_LOGS = "A run's variants", "Two versions", "Production logs"
 ALL_VARIANTS = "(every variant)"
+NO_PAIRS = (
+    "No input was answered by two variants: side-by-side outputs need an all-mode run "
+    "(in a split run each input goes to one variant)."
+)
 #: Inputs shown per page of side-by-side outputs.
 SIDE_BY_SIDE_PAGE = 10
 _OUTPUT_BOX = (
@@ -137,8 +141,12 @@ def charts(wb: Workbench, run_id: str, metrics: list[MetricsRow], shown: list[st
     )
 
 
-def side_by_side(wb: Workbench, run_id: str, control: str) -> None:
+def side_by_side(wb: Workbench, run_id: str, control: str, paired: bool) -> None:
     st.subheader("Side-by-side outputs")
+    if not paired:
+        # Not even a query: over a split run's million results it only finds nothing.
+        st.info(NO_PAIRS, icon=":material/info:")
+        return
     only_different = st.toggle("Only inputs whose outputs differ", key=f"sbs_diff_{run_id}")
     # A page number per filter: the filtered list has fewer pages.
     page_key = f"sbs_page_{run_id}_{only_different}"
@@ -148,8 +156,7 @@ def side_by_side(wb: Workbench, run_id: str, control: str) -> None:
     )
     if page.total == 0:
         st.info(
-            "No input was answered by two variants: side-by-side outputs need an all-mode "
-            "run (in a split run each input goes to one variant)."
+            NO_PAIRS
             if not only_different
             else "Every input got the same output from every variant.",
             icon=":material/info:",
@@ -223,10 +230,9 @@ def versions(wb: Workbench, logs: bool) -> None:
 def run_variants(wb: Workbench, runs: list[RunWithResults]) -> None:
     run_id = pick_run(runs)
     variants = next(r.variants for r in runs if r.run_id == run_id)
-    metrics = wb.metrics(run_id=run_id)
     if len(variants) < 2:
         st.info("This run has one variant: nothing to compare it with.", icon=":material/info:")
-        charts(wb, run_id, metrics, variants)
+        charts(wb, run_id, wb.metrics(run_id=run_id), variants)
         return
     try:
         comparison = pick_comparison(wb, run_id, variants)
@@ -236,9 +242,11 @@ def run_variants(wb: Workbench, runs: list[RunWithResults]) -> None:
     summary(comparison)
     shown = [comparison.control, *dict.fromkeys(r.variant for r in comparison.rows)]
     st.plotly_chart(forest_chart(comparison.rows), width="stretch", key="chart_forest")
-    charts(wb, run_id, metrics, shown)
+    # The comparison's own per-variant metrics: reading them again doubles the page's
+    # heaviest query (a million results and their feedback).
+    charts(wb, run_id, comparison.metrics, shown)
     download_buttons(wb, "metrics", key=f"dl_metrics_{run_id}", run_id=run_id)
-    side_by_side(wb, run_id, comparison.control)
+    side_by_side(wb, run_id, comparison.control, comparison.paired)
 
 
 def main() -> None:

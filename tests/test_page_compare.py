@@ -90,8 +90,10 @@ def test_the_demo_split_run_shows_verdicts_srm_and_charts(demo_run: str) -> None
     assert not at.error
     assert any("units per arm" in c.value for c in at.caption)
     assert len(charts(at)) == CHARTS
-    # A split run sends each input to one variant: nothing to put side by side.
+    # A split run sends each input to one variant: nothing to put side by side, and no
+    # filter for it either.
     assert any("all-mode run" in i.value for i in at.info)
+    assert not at.toggle
 
 
 def test_a_bigger_mde_needs_fewer_units(demo_run: str) -> None:
