@@ -173,20 +173,21 @@ class MetricsReads:
             )
             # Feedback on a result counts for that result's model; feedback that names only
             # a version and a unit counts when the version ran on one model (else no row
-            # can claim it).
+            # can claim it). Only versions run on several models need each result's model
+            # joined in: a join on every key passed the store's memory at a million.
             feedback = (
+                "multi AS (SELECT DISTINCT prompt_version_id FROM agg WHERE NOT only_model), "
                 "fsrc AS (SELECT f.prompt_version_id, r.model, f.idempotency_key, f.unit_id, "
                 "f.kind FROM feedback f LEFT JOIN (SELECT idempotency_key, "
                 "endpoint || ':' || model AS model FROM results "
-                f"WHERE true{version_filter}) r USING (idempotency_key) "
-                f"WHERE true{fb_window}{version_filter}), "
+                "WHERE prompt_version_id IN (SELECT prompt_version_id FROM multi)) r "
+                f"USING (idempotency_key) WHERE true{fb_window}{version_filter}), "
                 + _FEEDBACK_PER_KEY.format(group="prompt_version_id, model", where="true").replace(
                     "FROM feedback", "FROM fsrc"
                 )
             )
             rows = cur.execute(
-                f"WITH {feedback}, "
-                "names AS (SELECT id, any_value(prompt_name) AS prompt_name, "
+                "WITH names AS (SELECT id, any_value(prompt_name) AS prompt_name, "
                 "any_value(semver) AS semver, any_value(major) AS major, "
                 "any_value(minor) AS minor, any_value(patch) AS patch FROM prompt_versions"
                 f"{name_filter} GROUP BY id), "
@@ -194,7 +195,7 @@ class MetricsReads:
                 f"{self._aggregates(cur)} FROM results WHERE true{window}{version_filter} "
                 "GROUP BY ALL), "
                 "agg AS (SELECT *, count(*) OVER (PARTITION BY prompt_version_id) = 1 "
-                "AS only_model FROM agg0) "
+                f"AS only_model FROM agg0), {feedback} "
                 "SELECT NULL, NULL, n.prompt_name, n.semver, a.prompt_version_id, a.model, "
                 "a.runs, a.finished, a.succeeded, a.failed, a.cancelled, 0, a.completed, "
                 "a.kinds, a.latency_mean, a.latency, a.input_tokens, a.output_tokens, "
@@ -208,7 +209,7 @@ class MetricsReads:
                 "AND a.only_model "
                 "ORDER BY n.prompt_name NULLS LAST, n.major, n.minor, n.patch, "
                 "a.prompt_version_id, a.model",
-                [*name_args, *fb_args, *name_args, *name_args, *args, *name_args],
+                [*name_args, *args, *name_args, *fb_args, *name_args],
             ).fetchall()
         return [_row(r) for r in rows]
 
