@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -17,7 +12,7 @@ from promptlab.engine import Engine
 from promptlab.fakellm import RunningServer
 from promptlab.store import Store
 from promptlab.store.audit import AuditLog
-from tests.test_engine_resume import ITEMS, KILL_AFTER, server, write_spec
+from tests.test_engine_resume import ITEMS, run_and_kill, server
 
 __all__ = ["server"]  # the fixture, shared with the engine's own resume test
 
@@ -25,30 +20,7 @@ __all__ = ["server"]  # the fixture, shared with the engine's own resume test
 def test_kill_minus_nine_then_resume_then_verify_passes(
     tmp_path: Path, server: RunningServer, db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    spec = write_spec(tmp_path, server)
-    child = subprocess.Popen(
-        [sys.executable, "-m", "promptlab", "--db", str(db_path), "run", str(spec), "--quiet"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=os.environ.copy(),
-    )
-    try:
-        assert child.stdout is not None
-        first = child.stdout.readline().split()
-        assert first[0] == "run", child.stderr.read() if child.stderr else ""
-        run_id = first[1]
-        deadline = time.monotonic() + 120
-        while server.stats()["successes"] < KILL_AFTER:
-            assert child.poll() is None, "the run ended before it could be killed"
-            assert time.monotonic() < deadline
-            time.sleep(0.02)
-        child.send_signal(signal.SIGKILL)
-        child.wait(10)
-    finally:
-        if child.poll() is None:
-            child.kill()
-    assert child.returncode == -signal.SIGKILL
+    run_id = run_and_kill(tmp_path, server, db_path)
 
     with Store(db_path) as store:
         killed = AuditLog(store).verify()

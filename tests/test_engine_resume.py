@@ -59,9 +59,9 @@ def write_spec(tmp_path: Path, server: RunningServer) -> Path:
     return path
 
 
-def test_kill_minus_nine_then_resume_loses_nothing_and_repeats_no_stored_result(
-    tmp_path: Path, server: RunningServer, db_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def run_and_kill(tmp_path: Path, server: RunningServer, db_path: Path) -> str:
+    """Start `promptlab run` in a child process, SIGKILL it once the server has answered
+    KILL_AFTER requests, and return the run's id."""
     spec = write_spec(tmp_path, server)
     child = subprocess.Popen(
         [sys.executable, "-m", "promptlab", "--db", str(db_path), "run", str(spec), "--quiet"],
@@ -86,6 +86,13 @@ def test_kill_minus_nine_then_resume_loses_nothing_and_repeats_no_stored_result(
         if child.poll() is None:
             child.kill()
     assert child.returncode == -signal.SIGKILL
+    return run_id
+
+
+def test_kill_minus_nine_then_resume_loses_nothing_and_repeats_no_stored_result(
+    tmp_path: Path, server: RunningServer, db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run_id = run_and_kill(tmp_path, server, db_path)
 
     with Store(db_path) as store:
         with store.read() as cur:

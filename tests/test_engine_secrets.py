@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 
 from promptlab.cli import main
 from promptlab.engine import Engine, parse_spec
@@ -96,9 +96,9 @@ def write_providers(tmp_path: Path, kind: str, base_url: str) -> Path:
     return path
 
 
-def test_a_server_echoing_the_authorization_header_leaves_no_key_anywhere(
-    tmp_path: Path, db_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def run_with_echoed_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Result:
+    """`promptlab run` of three rows against a server that echoes the Authorization
+    header (the configured key) back in every error it returns."""
     with serve_in_thread(FakeLLMConfig(port=0, echo_auth_rate=1.0, latency_ms=1)) as server:
         providers = write_providers(tmp_path, "openai", server.openai_base_url)
         monkeypatch.setenv("PROMPTLAB_PROVIDERS", str(providers))
@@ -112,6 +112,13 @@ def test_a_server_echoing_the_authorization_header_leaves_no_key_anywhere(
         run = CliRunner().invoke(main, ["run", str(spec)])
         assert server.stats()["attempts"] == 3  # the key was sent, and echoed back
     assert run.exit_code == 0, run.output
+    return run
+
+
+def test_a_server_echoing_the_authorization_header_leaves_no_key_anywhere(
+    tmp_path: Path, db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = run_with_echoed_key(tmp_path, monkeypatch)
     run_id = run.stdout.split()[1]
     status = CliRunner().invoke(main, ["status", run_id])
     assert "invalid request from Bearer [redacted]" in status.output

@@ -15,10 +15,9 @@ from click.testing import CliRunner
 from promptlab.cli import main
 from promptlab.config import Settings
 from promptlab.export import FORMATS
-from promptlab.fakellm import FakeLLMConfig, serve_in_thread
 from promptlab.store import Store
 from promptlab.workbench import Workbench
-from tests.test_engine_secrets import KEY, write_providers
+from tests.test_engine_secrets import KEY, run_with_echoed_key
 from tests.test_metrics import runs  # noqa: F401 - the module's two demo runs
 
 #: What would give the key away (KEY minus its `sk-` shape, which is masked anyway).
@@ -37,20 +36,7 @@ def text_of(path: Path, fmt: str) -> str:
 def test_an_echoed_key_reaches_no_exported_file(
     tmp_path: Path, db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    with serve_in_thread(FakeLLMConfig(port=0, echo_auth_rate=1.0, latency_ms=1)) as server:
-        providers = write_providers(tmp_path, "openai", server.openai_base_url)
-        monkeypatch.setenv("PROMPTLAB_PROVIDERS", str(providers))
-        monkeypatch.setenv("REMOTE_LLM_KEY", KEY)
-        (tmp_path / "rows.csv").write_text("text\nfirst\nsecond\nthird\n")
-        spec = tmp_path / "spec.yaml"
-        spec.write_text(
-            "dataset: rows.csv\nvariants: [{messages: [{role: user, content: '{{ text }}'}],"
-            " model: 'remote:gpt-4o-mini'}]\n"
-        )
-        run = CliRunner().invoke(main, ["run", str(spec)])
-        assert server.stats()["attempts"] == 3  # the key was sent, and echoed back
-    assert run.exit_code == 0, run.output
-    run_id = run.stdout.split()[1]
+    run_id = run_with_echoed_key(tmp_path, monkeypatch).stdout.split()[1]
     written = 0
     for table in ("items", "results", "attempts", "metrics"):
         for fmt in FORMATS:
