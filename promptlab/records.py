@@ -314,6 +314,16 @@ class RunWithCounts:
     items: ItemCounts
 
 
+def share(count: int, total: int) -> float | None:
+    """count / total, or None when there is nothing to divide by."""
+    return count / total if total else None
+
+
+def version_label(name: str | None, semver: str | None, version_id: str) -> str:
+    """`name@semver`, or the version id's first 19 characters when it has no name."""
+    return f"{name}@{semver}" if name and semver else version_id[:19]
+
+
 class CheckRates:
     """Output-check rates as shares of the checked outputs (None when none was checked).
 
@@ -328,7 +338,7 @@ class CheckRates:
     rule_failed: int
 
     def _share(self, count: int) -> float | None:
-        return count / self.checked if self.checked else None
+        return share(count, self.checked)
 
     @property
     def validity_rate(self) -> float | None:
@@ -617,7 +627,7 @@ class MetricsRow(CheckRates):
     @property
     def ctr(self) -> float | None:
         """Click-through rate: clicks over impressions (None with no impression)."""
-        return self.clicks / self.impressions if self.impressions else None
+        return share(self.clicks, self.impressions)
 
     @property
     def ctr_interval(self) -> Interval:
@@ -626,7 +636,7 @@ class MetricsRow(CheckRates):
 
     @property
     def completion_rate(self) -> float | None:
-        return self.completed / self.finished if self.finished else None
+        return share(self.completed, self.finished)
 
     @property
     def completion_interval(self) -> Interval:
@@ -638,9 +648,7 @@ class MetricsRow(CheckRates):
         """The variant, or `name@version` for a version row."""
         if self.variant is not None:
             return self.variant
-        if self.prompt_name and self.prompt_version:
-            return f"{self.prompt_name}@{self.prompt_version}"
-        return self.prompt_version_id[:19]
+        return version_label(self.prompt_name, self.prompt_version, self.prompt_version_id)
 
 
 @dataclass(frozen=True)
@@ -672,7 +680,7 @@ class LogMetricsRow:
 
     @property
     def completion_rate(self) -> float | None:
-        return self.completed / self.completion_known if self.completion_known else None
+        return share(self.completed, self.completion_known)
 
     @property
     def completion_interval(self) -> Interval:
@@ -680,7 +688,7 @@ class LogMetricsRow:
 
     @property
     def ctr(self) -> float | None:
-        return self.clicks / self.click_known if self.click_known else None
+        return share(self.clicks, self.click_known)
 
     @property
     def ctr_interval(self) -> Interval:
@@ -688,9 +696,7 @@ class LogMetricsRow:
 
     @property
     def label(self) -> str:
-        if self.prompt_name and self.prompt_version:
-            return f"{self.prompt_name}@{self.prompt_version}"
-        return self.prompt_version_id[:19]
+        return version_label(self.prompt_name, self.prompt_version, self.prompt_version_id)
 
 
 @dataclass(frozen=True)
