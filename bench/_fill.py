@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from promptlab.config import Settings
 from promptlab.engine.planner import AllVariants, AssignmentStrategy, StickySplit, plan_items
 from promptlab.experiments import assign
 from promptlab.records import FinalRow, VariantRecord, WriteBatch
@@ -33,6 +36,27 @@ FAIL_EVERY = 50
 NAMES = ["control", "candidate"]
 #: The split run's experiment: the demo's shape (70 / 30, sticky per unit).
 SPLIT_WEIGHTS = (70, 30)
+
+
+#: The settings every bench opens its database with, as the app would.
+def bench_env(path: Path) -> dict[str, str]:
+    return {"PROMPTLAB_DB": str(path), "PROMPTLAB_AUTHOR": "bench"}
+
+
+@contextmanager
+def bench_workbench(path: Path) -> Iterator[tuple[Store, Workbench]]:
+    """The store at `path` and a workbench over it, closed afterwards."""
+    with Store(path) as store, Workbench(store, Settings.from_env(bench_env(path))) as wb:
+        yield store, wb
+
+
+def build_timed(wb: Workbench, rows: int, split: bool = False) -> int:
+    """`build`, saying how many results and how long it took."""
+    t0 = time.perf_counter()
+    total = build(wb, rows, split)
+    what = " (split run)" if split else ""
+    print(f"built {total} results{what} in {time.perf_counter() - t0:.1f} s")
+    return total
 
 
 def build(wb: Workbench, rows: int, split: bool = False) -> int:

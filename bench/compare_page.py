@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,9 +20,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench._fill import NAMES, RUN, build, timed  # noqa: E402
-from promptlab.config import Settings  # noqa: E402
-from promptlab.store import Store  # noqa: E402
+from bench._fill import NAMES, RUN, bench_workbench, build_timed, timed  # noqa: E402
 from promptlab.workbench import (  # noqa: E402
     Workbench,
     forest_chart,
@@ -83,14 +80,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     n = args.repeats
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "bench.duckdb"
-        settings = Settings.from_env({"PROMPTLAB_DB": str(path), "PROMPTLAB_AUTHOR": "bench"})
-        with Store(path) as store, Workbench(store, settings) as wb:
-            t0 = time.perf_counter()
-            total = build(wb, args.rows)
-            print(f"built {total} results in {time.perf_counter() - t0:.1f} s")
-            page_calls(wb, RUN, n)
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        bench_workbench(Path(tmp) / "bench.duckdb") as (_, wb),
+    ):
+        build_timed(wb, args.rows)
+        page_calls(wb, RUN, n)
 
 
 if __name__ == "__main__":

@@ -20,11 +20,9 @@ from __future__ import annotations
 
 import argparse
 import csv
-import importlib.util
 import os
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -32,28 +30,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from promptlab.config import Settings  # noqa: E402
+from bench._fill import RUN, bench_workbench, build_timed, timed  # noqa: E402
 from promptlab.store import Store  # noqa: E402
-from promptlab.workbench import Workbench  # noqa: E402
-
-
-def bench_metrics() -> Any:
-    """bench/metrics.py as a module: its `build` makes the same million results."""
-    spec = importlib.util.spec_from_file_location("bench_metrics", ROOT / "bench" / "metrics.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def timed(label: str, call: Callable[[], Any], repeats: int) -> float:
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        call()
-        best = min(best, time.perf_counter() - t0)
-    print(f"  {label:<58} best of {repeats}: {best * 1000:9.1f} ms")
-    return best
 
 
 def arrow_baseline(store: Store, run_id: str, out: Path) -> None:
@@ -81,18 +59,14 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     n = args.repeats
-    metrics = bench_metrics()
-    run_id = metrics.RUN
+    run_id = RUN
     for name in [k for k in os.environ if metrics_secret(k)]:
         del os.environ[name]  # the first timings mask nothing
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         path = folder / "bench.duckdb"
-        settings = Settings.from_env({"PROMPTLAB_DB": str(path), "PROMPTLAB_AUTHOR": "bench"})
-        with Store(path) as store, Workbench(store, settings) as wb:
-            t0 = time.perf_counter()
-            total = metrics.build(wb, args.rows)
-            print(f"built {total} results in {time.perf_counter() - t0:.1f} s")
+        with bench_workbench(path) as (store, wb):
+            build_timed(wb, args.rows)
 
             def export(fmt: str) -> Callable[[], Any]:
                 out = folder / f"results.{fmt}"

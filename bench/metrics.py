@@ -30,12 +30,16 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench._fill import RUN, add_feedback, build, pandas_baseline, timed  # noqa: E402
-from promptlab.config import Settings  # noqa: E402
+from bench._fill import (  # noqa: E402
+    RUN,
+    add_feedback,
+    bench_workbench,
+    build_timed,
+    pandas_baseline,
+    timed,
+)
 from promptlab.stats import bootstrap_quantile_diff, mann_whitney, wilcoxon_paired  # noqa: E402
-from promptlab.store import Store  # noqa: E402
 from promptlab.store.metrics import MetricsReads  # noqa: E402
-from promptlab.workbench import Workbench  # noqa: E402
 
 
 def main() -> None:
@@ -44,88 +48,84 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     n = args.repeats
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "bench.duckdb"
-        settings = Settings.from_env({"PROMPTLAB_DB": str(path), "PROMPTLAB_AUTHOR": "bench"})
-        with Store(path) as store, Workbench(store, settings) as wb:
-            t0 = time.perf_counter()
-            total = build(wb, args.rows)
-            print(f"built {total} results in {time.perf_counter() - t0:.1f} s")
-            print("metrics table")
-            ours = timed("Workbench.metrics(run_id) (DuckDB)", lambda: wb.metrics(run_id=RUN), n)
-            base = timed(
-                "baseline: fetch to pandas, groupby + quantiles", lambda: pandas_baseline(store), n
-            )
-            print(f"  -> baseline / DuckDB: {base / ours:.1f}x")
-            timed(
-                "Workbench.metrics(prompt='bench', since='7d')",
-                lambda: wb.metrics(prompt="bench", since="7d"),
-                n,
-            )
-            timed("Workbench.metrics() (every version)", lambda: wb.metrics(), n)
-            t0 = time.perf_counter()
-            events = add_feedback(store)
-            print(f"added {events} feedback events in {time.perf_counter() - t0:.1f} s")
-            timed(
-                "Workbench.metrics(run_id) with feedback (CTR)", lambda: wb.metrics(run_id=RUN), n
-            )
-            timed(
-                "Workbench.metrics(prompt='bench', since='7d') with feedback",
-                lambda: wb.metrics(prompt="bench", since="7d"),
-                n,
-            )
-            print("compare")
-            timed("Workbench.compare: all-mode (paired tests)", lambda: wb.compare(RUN), n)
-            reads = MetricsReads(store)
-            xa = reads.latencies(RUN, "control")
-            xb = reads.latencies(RUN, "candidate")
-            print(f"  ({xa.size} and {xb.size} latencies per arm)")
-            timed(
-                "  fetch both arms' latencies (fetchnumpy)",
-                lambda: (reads.latencies(RUN, "control"), reads.latencies(RUN, "candidate")),
-                n,
-            )
-            timed(
-                "  fetch the paired latencies (join)",
-                lambda: reads.paired_latencies(RUN, "control", "candidate"),
-                n,
-            )
-            timed(
-                "  paired completion counts (join)",
-                lambda: reads.paired_completion(RUN, "control", "candidate"),
-                n,
-            )
-            timed(
-                "  one bootstrap of the p99 difference (2,000 draws)",
-                lambda: bootstrap_quantile_diff(xa, xb, 0.99),
-                n,
-            )
-            pa, pb = reads.paired_latencies(RUN, "control", "candidate")
-            timed("  Wilcoxon signed-rank on the pairs", lambda: wilcoxon_paired(pa, pb), n)
-            timed("  Mann-Whitney U", lambda: mann_whitney(xa, xb), n)
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        bench_workbench(Path(tmp) / "bench.duckdb") as (store, wb),
+    ):
+        build_timed(wb, args.rows)
+        print("metrics table")
+        ours = timed("Workbench.metrics(run_id) (DuckDB)", lambda: wb.metrics(run_id=RUN), n)
+        base = timed(
+            "baseline: fetch to pandas, groupby + quantiles", lambda: pandas_baseline(store), n
+        )
+        print(f"  -> baseline / DuckDB: {base / ours:.1f}x")
+        timed(
+            "Workbench.metrics(prompt='bench', since='7d')",
+            lambda: wb.metrics(prompt="bench", since="7d"),
+            n,
+        )
+        timed("Workbench.metrics() (every version)", lambda: wb.metrics(), n)
+        t0 = time.perf_counter()
+        events = add_feedback(store)
+        print(f"added {events} feedback events in {time.perf_counter() - t0:.1f} s")
+        timed("Workbench.metrics(run_id) with feedback (CTR)", lambda: wb.metrics(run_id=RUN), n)
+        timed(
+            "Workbench.metrics(prompt='bench', since='7d') with feedback",
+            lambda: wb.metrics(prompt="bench", since="7d"),
+            n,
+        )
+        print("compare")
+        timed("Workbench.compare: all-mode (paired tests)", lambda: wb.compare(RUN), n)
+        reads = MetricsReads(store)
+        xa = reads.latencies(RUN, "control")
+        xb = reads.latencies(RUN, "candidate")
+        print(f"  ({xa.size} and {xb.size} latencies per arm)")
+        timed(
+            "  fetch both arms' latencies (fetchnumpy)",
+            lambda: (reads.latencies(RUN, "control"), reads.latencies(RUN, "candidate")),
+            n,
+        )
+        timed(
+            "  fetch the paired latencies (join)",
+            lambda: reads.paired_latencies(RUN, "control", "candidate"),
+            n,
+        )
+        timed(
+            "  paired completion counts (join)",
+            lambda: reads.paired_completion(RUN, "control", "candidate"),
+            n,
+        )
+        timed(
+            "  one bootstrap of the p99 difference (2,000 draws)",
+            lambda: bootstrap_quantile_diff(xa, xb, 0.99),
+            n,
+        )
+        pa, pb = reads.paired_latencies(RUN, "control", "candidate")
+        timed("  Wilcoxon signed-rank on the pairs", lambda: wilcoxon_paired(pa, pb), n)
+        timed("  Mann-Whitney U", lambda: mann_whitney(xa, xb), n)
 
-            def naive_bootstrap() -> None:
-                # Resampling indexes, 50 draws at a time (bounded memory): for scale only.
-                rng = np.random.default_rng(0)
-                for _ in range(200 // 50):
-                    idx = rng.integers(0, xa.size, (50, xa.size))
-                    np.quantile(xa[idx], 0.99, axis=1)
+        def naive_bootstrap() -> None:
+            # Resampling indexes, 50 draws at a time (bounded memory): for scale only.
+            rng = np.random.default_rng(0)
+            for _ in range(200 // 50):
+                idx = rng.integers(0, xa.size, (50, xa.size))
+                np.quantile(xa[idx], 0.99, axis=1)
 
-            slow = timed(
-                "  for scale: 200 draws (of 2,000) resampling indexes, one arm", naive_bootstrap, 1
+        slow = timed(
+            "  for scale: 200 draws (of 2,000) resampling indexes, one arm", naive_bootstrap, 1
+        )
+        print(f"  -> 2,000 draws x 2 arms that way: about {slow * 20:.0f} s")
+        with store.transaction() as cur:
+            cur.execute("UPDATE runs SET spec = ? WHERE run_id = ?", ['{"mode": "split"}', RUN])
+        timed("Workbench.compare: as a split run (Mann-Whitney)", lambda: wb.compare(RUN), n)
+        comparison = wb.compare(RUN)
+        for row in comparison.rows:
+            interval = row.interval
+            span = f"[{interval.low:+.2f}, {interval.high:+.2f}]" if interval else "-"
+            print(
+                f"    {row.metric:<16} effect {row.effect:+.4f} {span} p={row.p_value:.3g} "
+                f"adj={row.adjusted_p:.3g} {row.test}: {row.verdict}"
             )
-            print(f"  -> 2,000 draws x 2 arms that way: about {slow * 20:.0f} s")
-            with store.transaction() as cur:
-                cur.execute("UPDATE runs SET spec = ? WHERE run_id = ?", ['{"mode": "split"}', RUN])
-            timed("Workbench.compare: as a split run (Mann-Whitney)", lambda: wb.compare(RUN), n)
-            comparison = wb.compare(RUN)
-            for row in comparison.rows:
-                interval = row.interval
-                span = f"[{interval.low:+.2f}, {interval.high:+.2f}]" if interval else "-"
-                print(
-                    f"    {row.metric:<16} effect {row.effect:+.4f} {span} p={row.p_value:.3g} "
-                    f"adj={row.adjusted_p:.3g} {row.test}: {row.verdict}"
-                )
 
 
 if __name__ == "__main__":

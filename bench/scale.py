@@ -33,11 +33,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench._fill import RUN, add_feedback, build, pandas_baseline, timed  # noqa: E402
+from bench._fill import (  # noqa: E402
+    RUN,
+    add_feedback,
+    bench_env,
+    bench_workbench,
+    build_timed,
+    pandas_baseline,
+    timed,
+)
 from bench.compare_page import page_calls  # noqa: E402
-from promptlab.config import Settings  # noqa: E402
-from promptlab.store import Store  # noqa: E402
-from promptlab.workbench import Workbench  # noqa: E402
 
 PAGE = ROOT / "pages" / "compare.py"
 #: Impressions on five results in six (and clicks on a fifth of those): about as many
@@ -90,15 +95,11 @@ def main() -> None:
 
 def measure(path: Path, rows: int, n: int) -> None:
     """Fill `path` unless it has results, then time and print everything."""
-    env = {"PROMPTLAB_DB": str(path), "PROMPTLAB_AUTHOR": "bench"}
-    settings = Settings.from_env(env)
-    with Store(path) as store, Workbench(store, settings) as wb:
+    with bench_workbench(path) as (store, wb):
         if wb.has_results():
             print(f"reusing {path}")
         else:
-            t0 = time.perf_counter()
-            total = build(wb, rows, split=True)
-            print(f"built {total} results (split run) in {time.perf_counter() - t0:.1f} s")
+            build_timed(wb, rows, split=True)
             t0 = time.perf_counter()
             events = add_feedback(store, IMPRESSIONS_PER_6)
             print(f"added {events} feedback events in {time.perf_counter() - t0:.1f} s")
@@ -116,11 +117,11 @@ def measure(path: Path, rows: int, n: int) -> None:
             n,
         )
     print("Compare page (Streamlit AppTest)")
-    os.environ.update(env)
+    os.environ.update(bench_env(path))
     os.environ.pop("PROMPTLAB_PROVIDERS", None)
     render_page(n)
     print("Compare page: its Workbench calls and figures, one by one")
-    with Store(path) as store, Workbench(store, settings) as wb:
+    with bench_workbench(path) as (_, wb):
         page_calls(wb, RUN, n)
 
 
