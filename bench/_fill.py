@@ -38,8 +38,8 @@ NAMES = ["control", "candidate"]
 SPLIT_WEIGHTS = (70, 30)
 
 
-#: The settings every bench opens its database with, as the app would.
 def bench_env(path: Path) -> dict[str, str]:
+    """The environment every bench opens its database with, as the app would."""
     return {"PROMPTLAB_DB": str(path), "PROMPTLAB_AUTHOR": "bench"}
 
 
