@@ -64,15 +64,16 @@ _CHECK_COLUMNS = (
 )
 
 
-#: Feedback counts per result (or per unit, for rows that name no result), in a CTE
-#: named `fbk`: a click counts at most once per impression of the same thing.
+#: Feedback counts per result (or per unit, for rows that name no result) of `source`
+#: (the table, or a CTE shaped like it), in a CTE named `fbk`: a click counts at most
+#: once per impression of the same thing.
 _FEEDBACK_PER_KEY = (
     "fbk AS (SELECT {group}, coalesce(idempotency_key, unit_id) AS k, "
     "count(*) FILTER (WHERE kind = 'impression') AS imp, "
     "count(*) FILTER (WHERE kind = 'click') AS clk, "
     "count(*) FILTER (WHERE kind = 'thumbs_up') AS up, "
     "count(*) FILTER (WHERE kind = 'thumbs_down') AS down "
-    "FROM feedback WHERE {where} GROUP BY ALL), "
+    "FROM {source} WHERE {where} GROUP BY ALL), "
     "fb AS (SELECT {group}, sum(imp) AS impressions, sum(least(clk, imp)) AS clicks, "
     "sum(up) AS up, sum(down) AS down FROM fbk GROUP BY ALL)"
 )
@@ -124,7 +125,9 @@ class MetricsReads:
         fb_window, fb_args = _since(since, "event_time")
         with self.store.read() as cur:
             fetch_run(cur, run_id)
-            feedback = _FEEDBACK_PER_KEY.format(group="variant", where=f"run_id = ?{fb_window}")
+            feedback = _FEEDBACK_PER_KEY.format(
+                group="variant", source="feedback", where=f"run_id = ?{fb_window}"
+            )
             rows = cur.execute(
                 f"WITH {feedback}, "
                 f"agg AS (SELECT variant, {self._aggregates(cur)} FROM results "
@@ -182,8 +185,8 @@ class MetricsReads:
                 "endpoint || ':' || model AS model FROM results "
                 "WHERE prompt_version_id IN (SELECT prompt_version_id FROM multi)) r "
                 f"USING (idempotency_key) WHERE true{fb_window}{version_filter}), "
-                + _FEEDBACK_PER_KEY.format(group="prompt_version_id, model", where="true").replace(
-                    "FROM feedback", "FROM fsrc"
+                + _FEEDBACK_PER_KEY.format(
+                    group="prompt_version_id, model", source="fsrc", where="true"
                 )
             )
             rows = cur.execute(
@@ -273,6 +276,7 @@ class MetricsReads:
             done = completed_predicate(self._columns(cur))
             feedback = _FEEDBACK_PER_KEY.format(
                 group="prompt_version_id",
+                source="feedback",
                 where=f"prompt_version_id = ?{run_filter}{fb_window}",
             )
             row = cur.execute(
