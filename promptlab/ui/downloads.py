@@ -13,6 +13,7 @@ import logging
 from collections.abc import Callable
 
 import streamlit as st
+from streamlit.delta_generator import DeltaGenerator
 
 from promptlab.export import FORMATS, mime_type
 from promptlab.workbench import Comparison, PromptlabError, Workbench
@@ -39,6 +40,30 @@ def download_buttons(
     `key` must be unique on the page (widget keys are derived from it); `label`
     defaults to "Download TABLE".
     """
+    fmt, column = _format_picker(key)
+    filters = {"run_id": run_id, "experiment": experiment, "prompt": prompt}
+    _button(
+        column, fmt, key, label or f"Download {table}",
+        data=_deferred(workbench, table, fmt, run_id, experiment, prompt),
+        file_name=workbench.export_file_name(table, fmt, **filters),
+        help=f"The {table} table as {FORMAT_LABELS[fmt]}, written by DuckDB's COPY "
+        "(the same file as `promptlab export`).",
+    )  # fmt: skip
+
+
+def comparison_download(workbench: Workbench, comparison: Comparison, *, key: str) -> None:
+    """A format picker and a download button for a comparison exactly as shown."""
+    fmt, column = _format_picker(key)
+    _button(
+        column, fmt, key, "Download this comparison",
+        data=_or_reason("comparison", lambda: workbench.comparison_bytes(comparison, fmt)),
+        file_name=f"comparison-{comparison.run_id or comparison.mode}.{fmt}",
+        help=f"Every row of the table above as {FORMAT_LABELS[fmt]}, written by DuckDB's COPY.",
+    )  # fmt: skip
+
+
+def _format_picker(key: str) -> tuple[str, DeltaGenerator]:
+    """The chosen format, and the column beside the picker for the button."""
     left, right = st.columns([1, 3], vertical_alignment="bottom")
     fmt = left.selectbox(
         "Format",
@@ -47,17 +72,28 @@ def download_buttons(
         key=f"{key}::format",
         label_visibility="collapsed",
     )
-    filters = {"run_id": run_id, "experiment": experiment, "prompt": prompt}
-    right.download_button(
-        label or f"Download {table}",
-        data=_deferred(workbench, table, fmt, run_id, experiment, prompt),
-        file_name=workbench.export_file_name(table, fmt, **filters),
+    return str(fmt), right
+
+
+def _button(
+    column: DeltaGenerator,
+    fmt: str,
+    key: str,
+    label: str,
+    *,
+    data: Callable[[], bytes],
+    file_name: str,
+    help: str,
+) -> None:
+    column.download_button(
+        label,
+        data=data,
+        file_name=file_name,
         mime=mime_type(fmt),
         key=f"{key}::download",
-        on_click="ignore",
+        on_click="ignore",  # the file is made when clicked; no rerun of the page
         icon=":material/download:",
-        help=f"The {table} table as {FORMAT_LABELS[fmt]}, written by DuckDB's COPY "
-        "(the same file as `promptlab export`).",
+        help=help,
     )
 
 
@@ -69,36 +105,23 @@ def _deferred(
     experiment: str | None,
     prompt: str | None,
 ) -> Callable[[], bytes]:
+    return _or_reason(
+        table,
+        lambda: workbench.export_bytes(
+            table, fmt, run_id=run_id, experiment=experiment, prompt=prompt
+        ),
+    )
+
+
+def _or_reason(what: str, make: Callable[[], bytes]) -> Callable[[], bytes]:
+    """`make`, or a file saying why it failed: Streamlit calls it off the page's
+    thread when the button is clicked, so nothing could be shown on the page."""
+
     def export() -> bytes:
         try:
-            return workbench.export_bytes(
-                table, fmt, run_id=run_id, experiment=experiment, prompt=prompt
-            )
+            return make()
         except PromptlabError as exc:
-            # Runs off the page's thread: nothing can be shown, so the file says why.
-            log.warning("download of %s failed: %s", table, exc)
+            log.warning("download of %s failed: %s", what, exc)
             return f"export failed: {exc}\n".encode()
 
     return export
-
-
-def comparison_download(workbench: Workbench, comparison: Comparison, *, key: str) -> None:
-    """A format picker and a download button for a comparison exactly as shown."""
-    left, right = st.columns([1, 3], vertical_alignment="bottom")
-    fmt = left.selectbox(
-        "Format",
-        list(FORMATS),
-        format_func=FORMAT_LABELS.__getitem__,
-        key=f"{key}::format",
-        label_visibility="collapsed",
-    )
-    right.download_button(
-        "Download this comparison",
-        data=lambda: workbench.comparison_bytes(comparison, fmt),
-        file_name=f"comparison-{comparison.run_id or comparison.mode}.{fmt}",
-        mime=mime_type(fmt),
-        key=f"{key}::download",
-        on_click="ignore",
-        icon=":material/download:",
-        help=f"Every row of the table above as {FORMAT_LABELS[fmt]}, written by DuckDB's COPY.",
-    )
