@@ -24,11 +24,13 @@ from promptlab.workbench import (
 
 PREVIEW_ROWS = 20
 NO_UNIT = "(none)"
+#: The file types the uploads take: the formats DuckDB reads for us.
+UPLOAD_TYPES = ["csv", "jsonl", "ndjson", "parquet"]
 
 
 def import_form(wb: Workbench) -> None:
     upload = st.file_uploader(
-        "File", type=["csv", "jsonl", "ndjson", "parquet"], key="dataset_upload",
+        "File", type=UPLOAD_TYPES, key="dataset_upload",
         help="CSV with a header row, JSON Lines (one object a line), or Parquet.",
     )  # fmt: skip
     name = st.text_input(
@@ -78,7 +80,7 @@ def feedback_form(wb: Workbench) -> None:
     )  # fmt: skip
     logs = kind == "Production logs"
     st.caption(LOGS_HELP if logs else FEEDBACK_HELP)
-    upload = st.file_uploader("File", type=["csv", "jsonl", "ndjson", "parquet"], key="fb_upload")
+    upload = st.file_uploader("File", type=UPLOAD_TYPES, key="fb_upload")
     columns: dict[str, str] = {}
     if logs:
         cols = st.columns(len(LOG_FIELDS))
