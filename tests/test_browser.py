@@ -229,9 +229,15 @@ def test_create_an_experiment_in_the_form_launch_it_and_follow_it(
     selects = form.get_by_test_id("stSelectbox")  # mode, then each variant's prompt
     for index in (1, 2):
         combo = selects.nth(index).get_by_role("combobox")
-        combo.click()
-        combo.fill("ticket-triage")
-        combo.press("Enter")
+        # Enter picks the first option shown, which can still be the first prompt when
+        # it comes before typing has filtered the list: check, and pick again if so.
+        for _ in range(3):
+            combo.click()
+            combo.fill("ticket-triage")
+            page.wait_for_timeout(200)
+            combo.press("Enter")
+            if "ticket-triage" in selects.nth(index).inner_text():
+                break
     versions = form.get_by_role("textbox", name="Version or label")
     versions.nth(0).fill("1.0.0")
     versions.nth(1).fill("1.1.0")
