@@ -76,13 +76,22 @@ def epoch_us(at: datetime) -> int:
 def payload_text(payload: Mapping[str, Any]) -> str:
     """A payload as stored and hashed: compact JSON (the text itself is what is hashed,
     so key order need not be canonical)."""
-    # orjson: about 5x the standard encoder, and this runs for every event.
-    return orjson.dumps(payload, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
+    return _payload_bytes(payload).decode()
 
 
-@dataclass(frozen=True)
+def _payload_bytes(payload: Mapping[str, Any]) -> bytes:
+    # orjson: about 5x the standard encoder, and this runs for every event. Datetimes
+    # come out as ISO 8601 (what `datetime.isoformat` gives), written in Rust.
+    return orjson.dumps(payload, default=str, option=orjson.OPT_NON_STR_KEYS)
+
+
+@dataclass(slots=True)
 class AuditDraft:
-    """An event before it is chained: the store gives it its seq, prev_hash and hash."""
+    """An event before it is chained: the store gives it its seq, prev_hash and hash.
+
+    Not frozen: one is built per item on the engine loop, and a frozen dataclass's
+    `__init__` costs twice as much. Nothing changes a draft once made.
+    """
 
     chain: str
     kind: str
@@ -180,11 +189,30 @@ def event_hash(
     payload_json: str,
 ) -> str:
     """The hash of one event chained to `prev_hash` (its payload as the stored JSON text)."""
-    text = _SEP.join(
-        (prev_hash, chain, str(seq), event_id, _nullable(trace_id), _nullable(run_id), kind,
-         actor, str(epoch_us(at)), payload_json)
+    return _digest(
+        prev_hash, chain, seq, event_id, trace_id, run_id, kind, actor, epoch_us(at),
+        payload_json.encode(),
     )  # fmt: skip
-    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _digest(
+    prev_hash: str,
+    chain: str,
+    seq: int,
+    event_id: str,
+    trace_id: str | None,
+    run_id: str | None,
+    kind: str,
+    actor: str,
+    at_us: int,
+    payload: bytes,
+) -> str:
+    # sha256 over the fields joined by _SEP, the payload last (as its UTF-8 bytes).
+    head = _SEP.join(
+        (prev_hash, chain, str(seq), event_id, _nullable(trace_id), _nullable(run_id), kind,
+         actor, str(at_us), "")
+    )  # fmt: skip
+    return hashlib.sha256(head.encode() + payload).hexdigest()
 
 
 def _nullable(value: str | None) -> str:
@@ -200,36 +228,81 @@ def hash_of(event: AuditEvent) -> str:
     )  # fmt: skip
 
 
+@dataclass
+class ChainedColumns:
+    """Drafts numbered and hashed, as the columns of `audit_events` (in its order)."""
+
+    chain: list[str] = field(default_factory=list)
+    seq: list[int] = field(default_factory=list)
+    event_id: list[str] = field(default_factory=list)
+    trace_id: list[str | None] = field(default_factory=list)
+    run_id: list[str | None] = field(default_factory=list)
+    kind: list[str] = field(default_factory=list)
+    actor: list[str] = field(default_factory=list)
+    #: The event times as UTC microseconds since 1970 (as hashed and stored).
+    at_us: list[int] = field(default_factory=list)
+    payload: list[str] = field(default_factory=list)
+    prev_hash: list[str] = field(default_factory=list)
+    hash: list[str] = field(default_factory=list)
+
+    def heads(self) -> dict[str, tuple[int, str]]:
+        """Each chain's last (seq, hash) in these columns."""
+        return {c: (s, h) for c, s, h in zip(self.chain, self.seq, self.hash, strict=True)}
+
+
 def chain_drafts(
     drafts: Iterable[AuditDraft],
     heads: Mapping[str, tuple[int, str]],
     clean: Callable[[str], str] | None = None,
-) -> list[tuple[AuditDraft, int, str, str, str]]:
-    """Number and hash drafts in order: (draft, seq, payload_json, prev_hash, hash) each.
+    suspect: Callable[[bytes], bool] | None = None,
+) -> ChainedColumns:
+    """Number and hash drafts in order, into the columns they are stored as.
 
     `heads` maps a chain to its last stored (seq, hash), or, for a chain with no event
     yet, to (0, the prev_hash its first event takes). `clean` (secret redaction) runs on
     each payload's JSON text before it is hashed; what it returns must still be JSON.
+    `suspect`, when given, is a cheap test on the batch's joined JSON that must be true
+    whenever `clean` could change any of it; `clean` then runs only when it is.
+
+    One pass per event, straight into columns: this runs for every item of every run.
     """
     drafts = list(drafts)
-    texts = [payload_text(d.payload) for d in drafts]
+    blobs = [_payload_bytes(d.payload) for d in drafts]
+    texts = [b.decode() for b in blobs]
     if clean is not None:
         # One pass over the whole batch: nothing to mask is the common case.
-        joined = "\x1e".join(texts)
-        if clean(joined) != joined:
+        if suspect is not None:
+            dirty = suspect(b"\x1e".join(blobs))
+        else:
+            joined = "\x1e".join(texts)
+            dirty = clean(joined) != joined
+        if dirty:
             texts = [_cleaned(t, d.payload, clean) for t, d in zip(texts, drafts, strict=True)]
+            blobs = [t.encode() for t in texts]
     state = dict(heads)
-    out = []
-    for draft, payload_json in zip(drafts, texts, strict=True):
-        head = state.get(draft.chain)
-        seq, prev = head if head is not None else (0, genesis_hash(draft.chain))
+    out = ChainedColumns()
+    for draft, payload_json, blob in zip(drafts, texts, blobs, strict=True):
+        chain = draft.chain
+        head = state.get(chain)
+        seq, prev = head if head is not None else (0, genesis_hash(chain))
         seq += 1
-        digest = event_hash(
-            prev, draft.chain, seq, draft.event_id, draft.trace_id, draft.run_id,
-            draft.kind, draft.actor, draft.at, payload_json,
+        at_us = epoch_us(draft.at)
+        digest = _digest(
+            prev, chain, seq, draft.event_id, draft.trace_id, draft.run_id, draft.kind,
+            draft.actor, at_us, blob,
         )  # fmt: skip
-        out.append((draft, seq, payload_json, prev, digest))
-        state[draft.chain] = (seq, digest)
+        state[chain] = (seq, digest)
+        out.chain.append(chain)
+        out.seq.append(seq)
+        out.event_id.append(draft.event_id)
+        out.trace_id.append(draft.trace_id)
+        out.run_id.append(draft.run_id)
+        out.kind.append(draft.kind)
+        out.actor.append(draft.actor)
+        out.at_us.append(at_us)
+        out.payload.append(payload_json)
+        out.prev_hash.append(prev)
+        out.hash.append(digest)
     return out
 
 

@@ -33,6 +33,7 @@ SECRET_SHAPES = re.compile(
 #: Substrings (lower case) every SECRET_SHAPES match contains: most outputs have none,
 #: and checking for them is ~10x cheaper than running the regex (bench/redaction.py).
 _SHAPE_MARKERS = ("bearer", "basic", "sk-", "api-key", "api_key", "apikey", "authorization")
+_SHAPE_MARKER_BYTES = tuple(m.encode() for m in _SHAPE_MARKERS)
 
 _watched: set[str] = set()
 _watched_lock = threading.Lock()
@@ -62,6 +63,7 @@ class Redactor:
 
     def __init__(self, secrets: Iterable[str]) -> None:
         self._secrets = [s for s in secrets if len(s) >= MIN_SECRET_CHARS]
+        self._secret_bytes = [s.encode() for s in self._secrets]
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> Redactor:
@@ -75,6 +77,20 @@ class Redactor:
         if not any(marker in lowered for marker in _SHAPE_MARKERS):
             return text
         return SECRET_SHAPES.sub(_mask_shape, text)
+
+    def suspects(self, data: bytes) -> bool:
+        """Whether `self` could change the UTF-8 text `data` (False: it certainly would
+        not). The same test as `__call__` makes first, on bytes, so a batch's JSON need
+        not be decoded to be checked."""
+        if any(secret in data for secret in self._secret_bytes):
+            return True
+        if not data.isascii():
+            # bytes.lower() folds ASCII only; str.lower() folds more (the Kelvin sign
+            # to "k"), so outside ASCII only the text test is the same test.
+            lowered_text = data.decode().lower()
+            return any(marker in lowered_text for marker in _SHAPE_MARKERS)
+        lowered = data.lower()
+        return any(marker in lowered for marker in _SHAPE_MARKER_BYTES)
 
     def optional(self, text: str | None) -> str | None:
         return None if text is None else self(text)

@@ -14,7 +14,7 @@ import json
 import logging
 import tempfile
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -1285,18 +1285,22 @@ class Workbench:
         where: AuditFilter | None = None,
         force: bool = False,
     ) -> int:
-        """Write the events of a run (or those `where` selects) as JSON Lines, each with
-        its seq and hashes so it can be checked again; return how many. The file appears
-        whole or not at all, an existing one is replaced only with `force`, and secret
-        values are masked as in every export. Recorded as a ``table.exported`` event."""
+        """Write the events of a run (or those `where` selects, its limit aside) as JSON
+        Lines in chain order, each with its seq and hashes so it can be checked again;
+        return how many. Streamed a page at a time. The file appears whole or not at all,
+        an existing one is replaced only with `force`, and secret values are masked as in
+        every export. Recorded as a ``table.exported`` event."""
         where = where or AuditFilter(run_id=run_id, limit=None)
         if where.run_id is not None:
             self._reads.run(where.run_id)  # an unknown run is an error, not an empty file
         target = check_target(path, force=force)
         temp = temp_path(target)
+        rows = 0
         try:
-            events = self._audit.events(where)
-            temp.write_bytes(self._audit_lines(events))
+            with temp.open("wb") as handle:
+                for line in self._audit_lines(self._audit.iter_events(where)):
+                    handle.write(line)
+                    rows += 1
             publish(temp, target, force=force)
         finally:
             discard(temp)
@@ -1304,18 +1308,21 @@ class Workbench:
             "table.exported",
             self.settings.author,
             {"table": "audit_events", "run_id": where.run_id, "path": target.name,
-             "rows": len(events)},
+             "rows": rows},
             run_id=where.run_id,
         )  # fmt: skip
-        return len(events)
+        return rows
 
-    def _audit_lines(self, events: list[AuditEvent]) -> bytes:
+    def _audit_lines(self, events: Iterable[AuditEvent]) -> Iterator[bytes]:
         """Events as JSON Lines with every secret value masked (the stored payloads are
-        redacted already; this is the second guard every export has)."""
-        text = "".join(json.dumps(event_record(e), ensure_ascii=False) + "\n" for e in events)
-        for secret in self._export_secrets():
-            text = text.replace(secret, "[redacted]")
-        return text.encode()
+        redacted already; this is the second guard every export has). A line holds no
+        newline (JSON escapes them), so masking line by line misses nothing."""
+        secrets = self._export_secrets()
+        for event in events:
+            line = json.dumps(event_record(event), ensure_ascii=False) + "\n"
+            for secret in secrets:
+                line = line.replace(secret, "[redacted]")
+            yield line.encode()
 
     # ---- the Audit page's reads (SQL: promptlab/store/audit_page.py) ----------------
 
@@ -1334,17 +1341,15 @@ class Workbench:
     def audit_export_bytes(self, where: AuditFilter) -> bytes:
         """Every event `where` selects (its limit aside) as the JSON Lines `export_audit`
         writes, for the app's download; recorded as a ``table.exported`` change event."""
-        where = replace(where, limit=None)
-        events = AuditPageReads(self.store).events(where)
-        data = self._audit_lines(events)
+        lines = list(self._audit_lines(self._audit.iter_events(where)))
         self._audit_change(
             "table.exported",
             self.settings.author,
             {"table": "audit_events", "run_id": where.run_id, "path": "download",
-             "rows": len(events)},
+             "rows": len(lines)},
             run_id=where.run_id,
         )  # fmt: skip
-        return data
+        return b"".join(lines)
 
 
 #: Exposures checked and inserted at a time (all in one transaction).

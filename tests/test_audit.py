@@ -436,3 +436,69 @@ def test_verify_walks_a_long_chain_page_by_page(tmp_path: Path) -> None:
     (problem,) = report.problems
     assert (problem.seq, problem.what) == (VERIFY_PAGE, "inserted")
     assert sum(c.events for c in report.chains) == n + 1
+
+
+def test_the_event_hash_is_the_one_stored_databases_were_chained_with() -> None:
+    """Pinned: databases written before keep verifying. The digest was computed by the
+    first version of the chaining (text fields joined, payload text last)."""
+    from datetime import UTC, datetime
+
+    from promptlab.audit import AuditDraft, chain_drafts
+
+    draft = AuditDraft(
+        chain="run:r1", kind="result", event_id="k/final/1",
+        at=datetime(2026, 11, 30, 6, 0, 0, 123456, tzinfo=UTC),
+        payload={"status": "succeeded", "output": "caf\u00e9"}, run_id="r1", trace_id="k",
+    )  # fmt: skip
+    chained = chain_drafts([draft], {"run:r1": (4, "ab" * 32)})
+    assert chained.seq == [5] and chained.prev_hash == ["ab" * 32]
+    assert chained.payload == ['{"status":"succeeded","output":"caf\u00e9"}']
+    assert chained.hash == ["91143a70fb4bdf622b57304e37403ebebb194d371beebd50a9ad3eb5fc36ab48"]
+
+
+def test_a_key_in_a_payload_is_masked_before_it_is_hashed() -> None:
+    from datetime import UTC, datetime
+
+    from promptlab.audit import AuditDraft, AuditEvent, chain_drafts, hash_of
+    from promptlab.redact import MASK, Redactor
+
+    redactor = Redactor(["s3cr3t-value-0000"])
+    drafts = [
+        AuditDraft(chain="run:r", kind="result", event_id=f"k{i}", at=datetime.now(UTC),
+                   payload={"output": text}, run_id="r", trace_id=f"k{i}")
+        for i, text in enumerate(["fine", "echo s3cr3t-value-0000", "Bearer abcdefghijkl"])
+    ]  # fmt: skip
+    chained = chain_drafts(drafts, {}, redactor, redactor.suspects)
+    assert chained.payload[0] == '{"output":"fine"}'
+    assert "s3cr3t" not in chained.payload[1] and MASK in chained.payload[1]
+    assert "abcdefghijkl" not in chained.payload[2]
+    for i, draft in enumerate(drafts):
+        event = AuditEvent(
+            draft.chain, chained.seq[i], draft.event_id, draft.trace_id, draft.run_id,
+            draft.kind, draft.actor, draft.at, chained.payload[i], chained.prev_hash[i],
+            chained.hash[i],
+        )  # fmt: skip
+        assert hash_of(event) == event.hash
+
+
+def test_export_streams_page_by_page_and_misses_no_event(
+    audited_db: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pages of 2 events over a run's 7: every event once, in chain order, and the same
+    file as with one page."""
+    import promptlab.store.audit as store_audit
+    from promptlab.store.audit import AuditFilter
+
+    db, run_id = audited_db
+    out = tmp_path / "run.jsonl"
+    items = AuditFilter(chain=run_chain(run_id), limit=None)
+    with Workbench.open(Settings.from_env().with_db(db)) as wb:
+        wb.export_audit(tmp_path / "whole.jsonl", where=items)
+        monkeypatch.setattr(store_audit, "VERIFY_PAGE", 2)
+        wb.export_audit(tmp_path / "paged.jsonl", where=items)
+        assert wb.export_audit(out, run_id=run_id) == 7
+    assert (tmp_path / "paged.jsonl").read_text() == (tmp_path / "whole.jsonl").read_text()
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    keys = [(line["chain"], line["seq"]) for line in lines]
+    assert keys == sorted(set(keys)) and len(keys) == 7
+    assert {line["chain"] for line in lines} == {CHANGES_CHAIN, run_chain(run_id)}

@@ -68,3 +68,28 @@ def test_log_records_are_masked_in_message_and_traceback(
     shown = RedactingFormatter().format(record)
     assert "configured-openai-key-999" not in shown
     assert MASK in shown and "ValueError" in shown
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        f"invalid request from Bearer {KEY}",
+        "Incorrect API key: sk-ant-api03-xyzxyzxyz.",
+        '{"x-api-key": "my-anthropic-key-123"}',
+        "AUTHORIZATION: BASIC dXNlcjpwYXNzd29yZA==",
+        # The Kelvin sign lowers to an ASCII "k" (and the masking regex folds it so):
+        # a test on bytes alone would call this clean.
+        "s\u212a-abcdefghijklmnop",
+        "caf\u00e9 api_key=hunter2hunter2",
+        "the secret value itself: s3cr3t-value-0000",
+    ],
+)
+def test_suspects_is_true_whenever_masking_would_change_the_text(text: str) -> None:
+    redactor = Redactor(["s3cr3t-value-0000"])
+    assert redactor(text) != text
+    assert redactor.suspects(text.encode())
+
+
+@pytest.mark.parametrize("text", ["rate limit reached", "caf\u00e9 au lait", '{"status":"ok"}'])
+def test_suspects_is_false_on_text_with_nothing_to_mask(text: str) -> None:
+    assert not Redactor(["s3cr3t-value-0000"]).suspects(text.encode())

@@ -19,7 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from promptlab.audit import AuditDraft
+from promptlab.audit import AuditDraft, payload_text
 from promptlab.records import AttemptRow, FinalRow, WriteBatch
 from promptlab.redact import Redactor
 from promptlab.store.items import redacted_batch
@@ -63,7 +63,10 @@ def spill_batch(batch: WriteBatch, folder: Path) -> Path:
         for final in batch.finals:
             handle.write(json.dumps({"row": "final", **asdict(final)}, default=str) + "\n")
         for draft in batch.audit:
-            handle.write(json.dumps({"row": "audit", **asdict(draft)}, default=str) + "\n")
+            # The payload as it would be stored (its datetimes in ISO 8601).
+            payload = json.loads(payload_text(draft.payload))
+            record = {"row": "audit", **asdict(draft), "payload": payload}
+            handle.write(json.dumps(record, default=str) + "\n")
         handle.flush()
         os.fsync(handle.fileno())
     # Only whole files are ingested: a crash half-way leaves a .partial, never a .jsonl.

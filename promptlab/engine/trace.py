@@ -52,7 +52,10 @@ def render_stage(
 
 
 def preflight_stage(tokens: int, max_tokens: int, window: int | None) -> dict[str, Any]:
-    return {"prompt_tokens": tokens, "max_tokens": max_tokens, "context_window": window}
+    stage = {"prompt_tokens": tokens, "max_tokens": max_tokens}
+    if window is not None:
+        stage["context_window"] = window
+    return stage
 
 
 def masked_prompt(stages: dict[str, Any], masker: Masker, counts: dict[str, int]) -> dict[str, Any]:
@@ -70,20 +73,28 @@ def _present(fields: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in fields.items() if v is not None}
 
 
+def _ms(value: float | None) -> float | None:
+    # Microseconds are the precision that means anything; 17 digits only grow the log.
+    return None if value is None else round(value, 3)
+
+
 def attempt_payload(row: AttemptRow, response: CompletionResponse | None) -> dict[str, Any]:
-    """One attempt: its timing, outcome, error and the wait before it (and why)."""
+    """One attempt: its timing, outcome, error and the wait before it (and why).
+
+    Times stay datetimes: the payload's JSON encoder writes them as ISO 8601.
+    """
     payload: dict[str, Any] = {
         "attempt": row.attempt,
         "status": row.outcome,
         "error_kind": row.error_kind,
         "http_status": row.http_status,
         "error_message": row.error_message,
-        "started_at": row.started_at.isoformat(),
-        "ended_at": row.ended_at.isoformat(),
-        "wait_ms": row.wait_ms,
+        "started_at": row.started_at,
+        "ended_at": row.ended_at,
+        "wait_ms": _ms(row.wait_ms),
         "wait_reason": row.wait_reason,
         "retry_after_s": row.retry_after_s,
-        "latency_ms": row.latency_ms,
+        "latency_ms": _ms(row.latency_ms),
         "reask": row.reask or None,
     }
     return _present(payload)
@@ -112,26 +123,33 @@ def result_payload(
         "routing": {"endpoint": row.endpoint, "model": row.model, "variant": variant.name},
         "response": None
         if row.model_version is None and row.output_text is None
-        else {
-            "model_version": row.model_version,
-            "input_tokens": row.input_tokens,
-            "output_tokens": row.output_tokens,
-            "finish_reason": row.finish_reason,
-            "latency_ms": row.latency_ms,
-            "cost_usd": row.cost_usd,
-        },
-        "validation": None
-        if row.check_status is None
-        else {
-            "check_status": row.check_status,
-            "repaired": row.check_status == "repaired",
-            "check_errors": list(row.check_errors) or None,
-            "rule_status": row.rule_status,
-            "rule_errors": list(row.rule_errors) or None,
-        },
+        else _present(
+            {
+                "model_version": row.model_version,
+                "input_tokens": row.input_tokens,
+                "output_tokens": row.output_tokens,
+                "finish_reason": row.finish_reason,
+                "latency_ms": _ms(row.latency_ms),
+                "cost_usd": row.cost_usd,
+            }
+        ),
+        "validation": None if row.check_status is None else _validation(row),
         "attempt": answered,
         "prompt": stages.get("prompt"),
         "output": row.output_text,
         "masking": None if masked is None else dict(masked),
     }
     return _present(payload)
+
+
+def _validation(row: FinalRow) -> dict[str, Any]:
+    """The output checks: status, whether repaired, and the errors found (when any)."""
+    return _present(
+        {
+            "check_status": row.check_status,
+            "repaired": row.check_status == "repaired" or None,
+            "check_errors": list(row.check_errors) or None,
+            "rule_status": row.rule_status,
+            "rule_errors": list(row.rule_errors) or None,
+        }
+    )

@@ -89,23 +89,24 @@ def append_events(
     for chain in unknown:
         if chain not in heads:
             heads[chain] = (0, _anchor(tx, chain))
-    chained = chain_drafts(drafts, heads, clean)
+    suspect = clean.suspects if isinstance(clean, Redactor) else None
+    chained = chain_drafts(drafts, heads, clean, suspect)
     import pyarrow as pa
 
-    utc_us = pa.timestamp("us", tz="UTC")
+    text = pa.string()
     table = pa.table(
         {
-            "chain": pa.array([d.chain for d, *_ in chained], pa.string()),
-            "seq": pa.array([seq for _, seq, *_ in chained], pa.int64()),
-            "event_id": pa.array([d.event_id for d, *_ in chained], pa.string()),
-            "trace_id": pa.array([d.trace_id for d, *_ in chained], pa.string()),
-            "run_id": pa.array([d.run_id for d, *_ in chained], pa.string()),
-            "kind": pa.array([d.kind for d, *_ in chained], pa.string()),
-            "actor": pa.array([d.actor for d, *_ in chained], pa.string()),
-            "at": pa.array([d.at for d, *_ in chained], utc_us),
-            "payload": pa.array([c[2] for c in chained], pa.string()),
-            "prev_hash": pa.array([c[3] for c in chained], pa.string()),
-            "hash": pa.array([c[4] for c in chained], pa.string()),
+            "chain": pa.array(chained.chain, text),
+            "seq": pa.array(chained.seq, pa.int64()),
+            "event_id": pa.array(chained.event_id, text),
+            "trace_id": pa.array(chained.trace_id, text),
+            "run_id": pa.array(chained.run_id, text),
+            "kind": pa.array(chained.kind, text),
+            "actor": pa.array(chained.actor, text),
+            "at": pa.array(chained.at_us, pa.timestamp("us", tz="UTC")),
+            "payload": pa.array(chained.payload, text),
+            "prev_hash": pa.array(chained.prev_hash, text),
+            "hash": pa.array(chained.hash, text),
         }
     )
     tx.register("w_audit", table)
@@ -113,7 +114,7 @@ def append_events(
         tx.execute(f"INSERT INTO audit_events SELECT {_COLUMNS} FROM w_audit")
     finally:
         tx.unregister("w_audit")
-    return {draft.chain: (seq, digest) for draft, seq, _, _, digest in chained}
+    return chained.heads()
 
 
 def _anchor(cur: duckdb.DuckDBPyConnection, chain: str) -> str:
@@ -200,6 +201,26 @@ class AuditLog:
             sql += f" LIMIT {int(where.limit)}"
         with self.store.read() as cur:
             return [_event(r) for r in cur.execute(sql, params).fetchall()]
+
+    def iter_events(self, where: AuditFilter) -> Iterator[AuditEvent]:
+        """Every event `where` selects (its limit aside) in chain order, a keyset page at
+        a time: an export of millions of events holds one page in memory, not all."""
+        clauses, params = _where(where)
+        selected = " AND ".join(clauses) or "TRUE"
+        after: list[Any] = []
+        while True:
+            sql = f"SELECT {_COLUMNS}, rowid FROM audit_events WHERE {selected}"
+            if after:
+                sql += " AND (chain > ? OR (chain = ? AND (seq > ? OR (seq = ? AND rowid > ?))))"
+            sql += " ORDER BY chain, seq, rowid LIMIT ?"
+            with self.store.read() as cur:
+                rows = cur.execute(sql, [*params, *after, VERIFY_PAGE]).fetchall()
+            for row in rows:
+                yield _event(row[:-1])
+            if len(rows) < VERIFY_PAGE:
+                return
+            chain, seq, rowid = str(rows[-1][0]), int(rows[-1][1]), int(rows[-1][-1])
+            after = [chain, chain, seq, seq, rowid]
 
     def trace(self, trace_or_key: str) -> list[AuditEvent]:
         """One item's events (its trace id is its idempotency key), in chain order."""
