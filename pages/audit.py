@@ -20,6 +20,7 @@ from promptlab.ui.resources import get_workbench
 from promptlab.ui.shell import require_shell
 from promptlab.ui.widgets import escape_markdown, show_error, show_messages
 from promptlab.workbench import (
+    MAX_DOWNLOAD_EVENTS,
     AuditFilter,
     ChainSummary,
     PromptlabError,
@@ -171,6 +172,13 @@ def events_table(wb: Workbench, where: AuditFilter, newest_first: bool) -> None:
         st.session_state["_audit_rows_seen"] = rows
         if rows and rows != seen and rows[0] < len(events) and events[rows[0]].trace_id:
             st.session_state[TRACE_CHOICE] = events[rows[0]].trace_id
+    if total > MAX_DOWNLOAD_EVENTS:
+        st.info(
+            f"{total:,} events are more than a download holds ({MAX_DOWNLOAD_EVENTS:,}): "
+            "narrow the filters, or write a run's events with "
+            "`promptlab audit export --run RUN_ID -o FILE`."
+        )
+        return
     st.download_button(
         f"Download these {total} events (JSON Lines)",
         data=lambda: wb.audit_export_bytes(where),

@@ -1267,6 +1267,13 @@ class Workbench:
             raise NotFoundError(f"trace {trace_or_key!r}: give at least 8 hex digits of it")
         ids = self._audit.trace_ids(wanted, limit=3)
         if not ids:
+            untraced = self._audit.untraced_item(wanted)
+            if untraced is not None:
+                key, run, status = untraced
+                why = f"it is {status} and has not been answered yet"
+                if status == "cancelled":
+                    why = "it was cancelled before it was sent (see its run's run.cancelled event)"
+                raise NotFoundError(f"item {key} of run {run} has no trace events: {why}")
             raise NotFoundError(f"no audit trace whose id starts with {trace_or_key!r}")
         if len(ids) > 1:
             raise NotFoundError(
@@ -1340,7 +1347,18 @@ class Workbench:
 
     def audit_export_bytes(self, where: AuditFilter) -> bytes:
         """Every event `where` selects (its limit aside) as the JSON Lines `export_audit`
-        writes, for the app's download; recorded as a ``table.exported`` change event."""
+        writes, for the app's download; recorded as a ``table.exported`` change event.
+
+        A download is held in memory whole (in the app's server), so more than
+        MAX_DOWNLOAD_EVENTS events is refused: `promptlab audit export` streams any number.
+        """
+        count = self.audit_count(where)
+        if count > MAX_DOWNLOAD_EVENTS:
+            raise ExportError(
+                f"{count:,} audit events are more than a download holds "
+                f"({MAX_DOWNLOAD_EVENTS:,}): narrow the filters, or write them with "
+                "`promptlab audit export --run RUN_ID -o FILE`"
+            )
         lines = list(self._audit_lines(self._audit.iter_events(where)))
         self._audit_change(
             "table.exported",
@@ -1354,6 +1372,8 @@ class Workbench:
 
 #: Exposures checked and inserted at a time (all in one transaction).
 EXPOSURE_BATCH = 50_000
+#: Audit events one app download may hold (~1.3 KB each, built in the server's memory).
+MAX_DOWNLOAD_EVENTS = 100_000
 
 
 def _stored_config(row: StoredRevision) -> ExperimentConfig:
@@ -1384,6 +1404,7 @@ __all__ = [
     "AuditTrace",
     "VerifyReport",
     # the Audit page
+    "MAX_DOWNLOAD_EVENTS",
     "ChainSummary",
     "TimelineBar",
     "TraceStage",

@@ -15,6 +15,7 @@ from promptlab.audit import CHANGES_CHAIN, run_chain
 from promptlab.cli import main
 from promptlab.config import Settings
 from promptlab.engine import parse_spec
+from promptlab.errors import NotFoundError
 from promptlab.fakellm import RunningServer
 from promptlab.templates import Template
 from promptlab.workbench import Workbench
@@ -502,3 +503,21 @@ def test_export_streams_page_by_page_and_misses_no_event(
     keys = [(line["chain"], line["seq"]) for line in lines]
     assert keys == sorted(set(keys)) and len(keys) == 7
     assert {line["chain"] for line in lines} == {CHANGES_CHAIN, run_chain(run_id)}
+
+
+def test_an_item_cancelled_before_it_was_sent_says_why_it_has_no_trace(
+    tmp_path: Path, fakellm: RunningServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = spec_for(tmp_path, fakellm, monkeypatch, rows=300)
+    with Workbench.open() as wb:
+        run_id = wb.start_run(parse_spec(spec))
+        wb.cancel_run(run_id)
+        wb.wait(run_id, timeout=60)
+        traced = {e.trace_id for e in wb.audit_events(run_id=run_id, limit=None)}
+        page = wb.run_items(run_id, status="cancelled", limit=500)
+        untraced = [r.key for r in page.rows if r.key not in traced]
+        assert untraced, "every item was sent before the cancel landed"
+        with pytest.raises(NotFoundError, match="cancelled before it was sent"):
+            wb.audit_trace(untraced[0])
+        with pytest.raises(NotFoundError, match="no audit trace whose id"):
+            wb.audit_trace("ffffffffffff")

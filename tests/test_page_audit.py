@@ -133,3 +133,24 @@ def test_each_side_by_side_output_links_to_its_trace(finished_run: str) -> None:
     with Workbench.open() as wb:
         for key in keys:
             assert wb.audit_trace(key).run_id == finished_run
+
+
+def test_a_selection_too_large_to_download_says_so_and_is_refused(
+    finished_run: str, monkeypatch: Any
+) -> None:
+    import promptlab.workbench as workbench
+
+    monkeypatch.setattr(workbench, "MAX_DOWNLOAD_EVENTS", 3)
+    at = AppTest.from_file(PAGE, default_timeout=TIMEOUT_S)
+    at.run()
+    assert not at.exception
+    assert not [b for b in at.get("download_button") if b.proto.id.endswith("audit_download")]
+    assert any("more than a download holds (3)" in i.value for i in at.info)
+    with Workbench.open() as wb:
+        try:
+            wb.audit_export_bytes(AuditFilter(run_id=finished_run))
+        except workbench.ExportError as exc:
+            assert "promptlab audit export" in str(exc)
+        else:
+            raise AssertionError("a download over the bound was built")
+        assert wb.audit_events(kind="table.exported") == []

@@ -241,6 +241,20 @@ class AuditLog:
             ).fetchall()
         return [str(r[0]) for r in rows]
 
+    def untraced_item(self, prefix: str) -> tuple[str, str, str] | None:
+        """The one item (key, run id, status) whose key starts with `prefix`, when it
+        has no trace: cancelled before it was sent, or not answered yet."""
+        with self.store.read() as cur:
+            rows = cur.execute(
+                "SELECT idempotency_key, run_id, status FROM items "
+                "WHERE starts_with(idempotency_key, ?) LIMIT 2",
+                [prefix],
+            ).fetchall()
+        if len(rows) != 1:
+            return None
+        key, run_id, status = rows[0]
+        return str(key), str(run_id), str(status)
+
     def bucket_of(self, run_id: str, trace_id: str) -> int | None:
         """A split item's assignment bucket (recorded with the plan, not in the trace)."""
         with self.store.read() as cur:
