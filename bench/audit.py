@@ -1,13 +1,14 @@
 """The audit trail's cost at the engine's ceiling: the same run with the audit on and off.
 
-    PYTHONPATH=. .venv/bin/python bench/audit.py              # 3 rounds of 6,000 items each way
+    PYTHONPATH=. .venv/bin/python bench/audit.py              # 6 rounds of 6,000 items each way
     PYTHONPATH=. .venv/bin/python bench/audit.py --rounds 5 --scale 2
     PYTHONPATH=. .venv/bin/python bench/audit.py --parts      # where the cost goes
 
 The ceiling scenario of bench/executor.py (fakellm as a subprocess, no limits, 0 ms
 latency, concurrency 256, persistence on, the shipped default adapter), run alternately
-with `Settings.audit` on and off so drift hits both alike. Prints each run, the median
-stored items/s of each, and their ratio; asserts nothing.
+with `Settings.audit` on and off so drift hits both alike, each run in a fresh process
+after an uncounted warm-up run. Prints each run, the median stored items/s of each,
+their ratio, and the ratio round by round; asserts nothing.
 
 `--parts` adds two runs per round that stop the audit part way, to say where its cost
 goes: `payloads` builds every event on the engine loop and hands it to the writer,
@@ -18,7 +19,10 @@ and stores nothing. `on` minus `chained` is then the Arrow table and DuckDB's in
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -91,35 +95,56 @@ MODES: dict[str, tuple[bool, Callable[..., dict[str, Any]] | None]] = {
 }
 
 
+def child(mode: str, n: int) -> None:
+    """One measured run in this (fresh) process, after an uncounted warm-up run: prints
+    its items/s, CPU µs per item and events as JSON for the parent."""
+    texts = prompts(n, varied=False)
+    audit, append = MODES[mode]
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(tmp)
+        with fakellm() as base, writer_append(append):
+            # A process's first run pays one-time costs (imports; pyarrow imports pandas
+            # at its first array, ~0.5 s): not counted.
+            run_once(workdir, base, texts[:500], audit)
+            rate, cpu, events = run_once(workdir, base, texts, audit)
+    print(json.dumps({"rate": rate, "cpu": cpu, "events": events}))
+
+
+def measure(mode: str, n: int) -> dict[str, float]:
+    """`child` in a fresh interpreter: no run inherits another's heap or caches."""
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", mode, "--items", str(n)],
+        check=True, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    return dict(json.loads(out.strip().splitlines()[-1]))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--parts", action="store_true", help="also the part-way modes")
+    parser.add_argument("--child", choices=list(MODES), help=argparse.SUPPRESS)
+    parser.add_argument("--items", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    n = int(6000 * args.scale)
-    texts = prompts(n, varied=False)
+    n = args.items or int(6000 * args.scale)
+    if args.child:
+        child(args.child, n)
+        return
     modes = list(MODES) if args.parts else ["off", "on"]
     rates: dict[str, list[float]] = {m: [] for m in modes}
     cpus: dict[str, list[float]] = {m: [] for m in modes}
-    with tempfile.TemporaryDirectory() as tmp:
-        workdir = Path(tmp)
-        # Not counted: a process's first run pays one-time costs (pyarrow imports pandas
-        # at its first array, ~0.5 s) that would land on whichever mode went first.
-        with fakellm() as base:
-            run_once(workdir, base, texts[:500], True)
-        for round_no in range(args.rounds):
-            order = modes if round_no % 2 == 0 else modes[::-1]
-            for mode in order:
-                audit, append = MODES[mode]
-                with fakellm() as base, writer_append(append):
-                    rate, cpu, events = run_once(workdir, base, texts, audit)
-                rates[mode].append(rate)
-                cpus[mode].append(cpu)
-                print(
-                    f"round {round_no + 1} {mode:8s}: {rate:6.0f} items/s, "
-                    f"{cpu:5.0f} CPU µs/item ({events} events)"
-                )
+    for round_no in range(args.rounds):
+        order = modes if round_no % 2 == 0 else modes[::-1]
+        for mode in order:
+            got = measure(mode, n)
+            rates[mode].append(got["rate"])
+            cpus[mode].append(got["cpu"])
+            print(
+                f"round {round_no + 1} {mode:8s}: {got['rate']:6.0f} items/s, "
+                f"{got['cpu']:5.0f} CPU µs/item ({got['events']:.0f} events)",
+                flush=True,
+            )
     off, cpu_off = statistics.median(rates["off"]), statistics.median(cpus["off"])
     head = f"ceiling, {n} items, conc 256, 0 ms (medians of {args.rounds})"
     for mode in modes:
@@ -128,8 +153,12 @@ def main() -> None:
             f"{head}: {mode:8s} {rate:6.0f} items/s ({rate / off:6.1%} of off), "
             f"{cpu:4.0f} CPU µs/item ({cpu - cpu_off:+4.0f})"
         )
+    # Paired by round too: each round's on / off, so drift between rounds cancels.
+    paired = [a / b for a, b in zip(rates["on"], rates["off"], strict=True)]
     on, cpu_on = statistics.median(rates["on"]), statistics.median(cpus["on"])
     print(f"throughput on / off = {on / off:.1%} (target: at least 90%)")
+    print(f"per round on / off: {', '.join(f'{r:.0%}' for r in paired)}; "
+          f"median {statistics.median(paired):.1%}")  # fmt: skip
     print(f"CPU per item on / off = {cpu_on / cpu_off:.1%} (at most 110%)")
 
 

@@ -142,20 +142,56 @@ def event_record(event: AuditEvent) -> dict[str, Any]:
     }
 
 
+#: The `results` columns a result event's `result_sha256` covers, in this order; JSON
+#: columns as their stored text, `finished_at` as UTC microseconds since 1970.
+RESULT_DIGEST_COLUMNS = (
+    "idempotency_key", "run_id", "status", "error_kind", "error_message",
+    "prompt_version_id", "endpoint", "model", "variant", "params", "output_text",
+    "input_tokens", "output_tokens", "finish_reason", "model_version", "latency_ms",
+    "cost_usd", "attempts", "finished_at", "check_status", "check_errors", "rule_status",
+    "rule_errors",
+)  # fmt: skip
+
+
+def result_digest(values: Sequence[Any]) -> str:
+    """sha256 of a results row's RESULT_DIGEST_COLUMNS values, as a JSON array.
+
+    A result event stores this instead of a copy of the row: the trace view reads the
+    row itself and checks it against the hash, so an edited result is caught, and the
+    log does not hold every output twice (bench/audit.py: the copy cost the most).
+    """
+    return hashlib.sha256(orjson.dumps(list(values))).hexdigest()
+
+
 @dataclass(frozen=True)
 class AuditTrace:
-    """One item's events in order; the result event carries the stages around attempts."""
+    """One item's events in order, and what its result event points at.
+
+    Result events written since the trace went lean hold the render hashes, preflight
+    and a hash of the stored results row (`result_sha256`); `details` then holds every
+    stage as the trace view shows it, read back from that row, the `attempts` rows and
+    the prompt rendered again (see `Workbench.audit_trace`). Older result events carried
+    a copy of all of it, and `details` is that payload.
+    """
 
     trace_id: str
     run_id: str | None
     events: tuple[AuditEvent, ...]
     #: A split item's assignment bucket (from the run's plan); None when not split.
     bucket: int | None = None
+    #: Every stage of the result, as shown (None: no result event).
+    details: Mapping[str, Any] | None = None
+    #: The item's attempts from the `attempts` table, in order (empty: read from events).
+    attempt_rows: tuple[Mapping[str, Any], ...] = ()
+    #: Whether the stored results row still matches its event's hash (None: not checked).
+    result_verified: bool | None = None
 
     @property
     def attempts(self) -> list[dict[str, Any]]:
-        """Every attempt in order: those with their own event, then the answered one
-        folded into the result event."""
+        """Every attempt in order: from the `attempts` table when read, else those with
+        their own event and the answered one folded into an older result event."""
+        if self.attempt_rows:
+            return [dict(a) for a in self.attempt_rows]
         found = [dict(e.payload) for e in self.events if e.kind == "attempt"]
         for e in self.events:
             if e.kind == "result" and isinstance(e.payload.get("attempt"), dict):
@@ -168,12 +204,19 @@ class AuditTrace:
         return results[-1] if results else None
 
     @property
+    def stages(self) -> Mapping[str, Any]:
+        """The result's stages as shown: `details`, else the result event's payload."""
+        if self.details is not None:
+            return self.details
+        return {} if self.result is None else self.result.payload
+
+    @property
     def prompt(self) -> Any:
-        return None if self.result is None else self.result.payload.get("prompt")
+        return self.stages.get("prompt")
 
     @property
     def output(self) -> str | None:
-        return None if self.result is None else self.result.payload.get("output")
+        return self.stages.get("output")
 
 
 def event_hash(

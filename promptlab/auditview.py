@@ -82,7 +82,7 @@ _STAGES_AFTER = ("response", "validation", "masking")
 def trace_stages(trace: AuditTrace) -> list[TraceStage]:
     """render, preflight, routing, each attempt, response, validation, (masking), final."""
     result = trace.result
-    p: dict[str, Any] = dict(result.payload) if result is not None else {}
+    p: dict[str, Any] = dict(trace.stages)
     stages: list[TraceStage] = []
     for name in _STAGES_BEFORE:
         fields = dict(p.get(name) or {})
@@ -103,6 +103,8 @@ def trace_stages(trace: AuditTrace) -> list[TraceStage]:
             k: p[k] for k in ("status", "error_kind", "error_message", "attempts") if k in p
         }
         final["at"] = result.at.isoformat(timespec="milliseconds")
+        if trace.result_verified is not None:
+            final["stored result matches its hash"] = trace.result_verified
         stages.append(TraceStage("final", final))
     return stages
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from promptlab.anomalies import detect, observation_of, schema_fields
-from promptlab.audit import AuditEvent, AuditTrace, VerifyReport, event_record
+from promptlab.audit import AuditEvent, AuditTrace, Masker, VerifyReport, event_record
 from promptlab.audit_charts import trace_timeline_chart
 from promptlab.auditview import (
     ChainSummary,
@@ -71,6 +71,7 @@ from promptlab.engine import (
 from promptlab.engine.estimate import RunEstimate, VariantEstimate
 from promptlab.engine.limiter import LimiterState
 from promptlab.engine.planner import KEY_HEX_DIGITS
+from promptlab.engine.trace import is_lean, trace_details
 from promptlab.errors import (
     ConfigError,
     DatabaseLockedError,
@@ -1279,10 +1280,17 @@ class Workbench:
             raise NotFoundError(
                 f"trace {trace_or_key!r} is ambiguous: {', '.join(ids)}; give more digits"
             )
-        events = self._audit.trace(ids[0])
+        events = tuple(self._audit.trace(ids[0]))
         run_id = events[0].run_id if events else None
         bucket = self._audit.bucket_of(run_id, ids[0]) if run_id else None
-        return AuditTrace(ids[0], run_id, tuple(events), bucket)
+        result = next((e for e in reversed(events) if e.kind == "result"), None)
+        if result is None or not is_lean(result.payload):
+            return AuditTrace(ids[0], run_id, events, bucket)
+        # A lean result event: its stages are read back from the rows it describes.
+        masker = Masker(self.settings.mask) if self.settings.mask else None
+        record = self._audit.item_record(ids[0])
+        details, attempts, verified = trace_details(result.payload, record, masker)
+        return AuditTrace(ids[0], run_id, events, bucket, details, attempts, verified)
 
     def export_audit(
         self,

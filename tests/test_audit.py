@@ -86,12 +86,14 @@ def test_a_succeeded_item_has_every_stage_in_its_trace(
         assert [e.kind for e in trace.events] == ["result"]  # the answered attempt folded in
         result = trace.result
         assert result is not None
-        payload = result.payload
-        assert payload["status"] == "succeeded"
+        assert result.payload["status"] == "succeeded" and result.payload["result_sha256"]
+        assert trace.result_verified is True  # the stored row matches the event's hash
+        payload = trace.stages
         assert all(payload.get(stage) is not None for stage in STAGES), payload
         render = payload["render"]
         assert render["semver"] and len(render["prompt_hash"]) == 64
         assert len(render["variables_hash"]) == 64 and payload["version_id"]
+        assert render["prompt_matches"] is True and render["variables_match"] is True
         assert payload["preflight"]["context_window"] == 4_000
         assert payload["preflight"]["prompt_tokens"] > 0
         assert payload["routing"] == {"endpoint": "fake", "model": "gpt-4o-mini", "variant": "only"}
@@ -124,8 +126,8 @@ def test_a_retried_item_has_one_event_per_attempt_with_its_error_and_wait(
         assert [e.kind for e in trace.events] == ["attempt"] * (len(trace.attempts) - 1) + [
             "result"
         ]
-        assert trace.result is not None and trace.result.payload["attempts"] == len(trace.attempts)
-        assert all(trace.result.payload.get(stage) is not None for stage in STAGES)
+        assert trace.result is not None and trace.stages["attempts"] == len(trace.attempts)
+        assert all(trace.stages.get(stage) is not None for stage in STAGES)
 
 
 def test_failed_items_trace_the_stages_they_reached(
@@ -146,7 +148,7 @@ def test_failed_items_trace_the_stages_they_reached(
         assert result.payload["status"] == "failed" and result.payload["error_kind"] == "server"
         assert [a["error_kind"] for a in trace.attempts] == ["server", "server"]
         assert result.payload["render"] and result.payload["preflight"]
-        assert result.payload["routing"] and "response" not in result.payload
+        assert trace.stages["routing"] and "response" not in trace.stages
     assert len(failed) == 2 and {e.kind for e in failed} == {"result"}
     assert len(unsent) == 2
     for trace in unsent:  # refused at preflight: rendered, never sent
@@ -345,9 +347,14 @@ def test_masking_masks_stored_outputs_and_prompts_and_records_it(
         with wb.store.read() as cur:
             outputs = [r[0] for r in cur.execute("SELECT output_text FROM results").fetchall()]
     for trace in found:
-        assert "example.com" not in json.dumps(trace.result.payload if trace.result else {})
+        assert trace.result is not None
+        assert "example.com" not in json.dumps(trace.result.payload)
+        # The prompt is not stored; the trace view renders it again, masked as well.
         assert "[masked:email]" in trace.prompt[0]["content"]
-        assert trace.result is not None and trace.result.payload["masking"]["email"] >= 1
+        assert "example.com" not in json.dumps(trace.stages)
+        # What the masking masked in the stored output is recorded in the event.
+        masked = (trace.output or "").count("[masked:email]")
+        assert trace.result.payload["masking"].get("email", 0) == masked
     assert all("example.com" not in (text or "") for text in outputs)
 
 
@@ -521,3 +528,19 @@ def test_an_item_cancelled_before_it_was_sent_says_why_it_has_no_trace(
             wb.audit_trace(untraced[0])
         with pytest.raises(NotFoundError, match="no audit trace whose id"):
             wb.audit_trace("ffffffffffff")
+
+
+def test_an_edited_result_row_no_longer_matches_its_event(audited_db: tuple[Path, str]) -> None:
+    """A result event holds the hash of its results row, not a copy: the trace view and
+    `audit show` tell when the row was changed after it was written."""
+    db, run_id = audited_db
+    with Workbench.open(Settings.from_env().with_db(db)) as wb:
+        key = str(wb.audit_events(run_id=run_id, kind="result", limit=1)[0].trace_id)
+        assert wb.audit_trace(key).result_verified is True
+    tamper(db, f"UPDATE results SET output_text = 'edited' WHERE idempotency_key = '{key}'")
+    with Workbench.open(Settings.from_env().with_db(db)) as wb:
+        trace = wb.audit_trace(key)
+        assert trace.result_verified is False and trace.output == "edited"
+        assert wb.audit_verify().ok  # the log itself is untouched
+    shown = CliRunner().invoke(main, ["--db", str(db), "audit", "show", key])
+    assert "the stored result DOES NOT match the hash its event recorded" in shown.output

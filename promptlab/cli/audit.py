@@ -6,6 +6,7 @@ The facade is imported inside the commands (it brings DuckDB): `--help` stays li
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -14,7 +15,7 @@ import click
 from promptlab.cli.common import EXIT_ERROR, db_option, handle_errors, open_workbench
 
 if TYPE_CHECKING:
-    from promptlab.workbench import AuditEvent
+    from promptlab.workbench import AuditEvent, AuditTrace
 
 
 @click.group("audit")
@@ -58,27 +59,44 @@ def show_command(ctx: click.Context, trace_id: str, as_json: bool) -> None:
     with open_workbench(ctx) as wb:
         trace = wb.audit_trace(trace_id)
     if as_json:
-        click.echo(json.dumps([event_record(e) for e in trace.events], indent=2))
+        shown = {
+            "trace_id": trace.trace_id,
+            "run_id": trace.run_id,
+            "bucket": trace.bucket,
+            "events": [event_record(e) for e in trace.events],
+            "attempts": trace.attempts,
+            "stages": dict(trace.stages),
+            "result_verified": trace.result_verified,
+        }
+        click.echo(json.dumps(shown, indent=2, default=str))
         return
     click.echo(f"trace {trace.trace_id} (run {trace.run_id})")
     if trace.bucket is not None:
         click.echo(f"  assignment bucket {trace.bucket}")
+    for line in trace_lines(trace):
+        click.echo(line)
+
+
+def trace_lines(trace: AuditTrace) -> list[str]:
+    """An item's trace as `audit show` prints it: each attempt, then the result with
+    every stage, the prompt and the output."""
+    lines = [f"{a.get('ended_at', '')}  {attempt_line(a)}" for a in trace.attempts]
     for event in trace.events:
-        for line in timeline_lines(event):
-            click.echo(line)
+        if event.kind not in ("attempt", "result"):
+            at = event.at.isoformat(timespec="milliseconds")
+            lines.append(f"{at}  {event.kind} by {event.actor}: {json.dumps(event.payload)}")
+    if trace.result is not None:
+        lines += result_lines(trace.result, trace.stages)
+        if trace.result_verified is not None:
+            verdict = "matches" if trace.result_verified else "DOES NOT match"
+            lines.append(f"    the stored result {verdict} the hash its event recorded")
+    return lines
 
 
-def timeline_lines(event: AuditEvent) -> list[str]:
-    """One event as the lines `audit show` prints (a result with its answered attempt)."""
-    p: dict[str, Any] = dict(event.payload)
+def result_lines(event: AuditEvent, p: Mapping[str, Any]) -> list[str]:
+    """A result event's lines: its state, every stage, the prompt and the output."""
     at = event.at.isoformat(timespec="milliseconds")
-    if event.kind == "attempt":
-        return [f"{at}  {attempt_line(p)}"]
-    if event.kind != "result":
-        return [f"{at}  {event.kind} by {event.actor}: {json.dumps(p, default=str)}"]
     lines = []
-    if isinstance(p.get("attempt"), dict):
-        lines.append(f"{p['attempt'].get('ended_at', at)}  {attempt_line(p['attempt'])}")
     error = f" ({p['error_kind']}: {p.get('error_message')})" if p.get("error_kind") else ""
     lines.append(f"{at}  result: {p.get('status')}{error} after {p.get('attempts')} attempt(s)")
     for stage in ("render", "preflight", "routing", "response", "validation", "masking"):

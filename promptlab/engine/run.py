@@ -146,11 +146,8 @@ class RunExecution:
         self.audit = audit
         self.chain = run_chain(run_id)
         self.masker = masker if masker else None
-        #: Render, preflight and routing stages of items in flight, until their final row.
+        #: Render and preflight stages of items in flight, until their final row.
         self._traces: dict[str, dict[str, Any]] = {}
-        #: An item's answered attempt, folded into its result event (one event per item
-        #: on the happy path): they are recorded back to back, so land in one batch.
-        self._answered: dict[str, dict[str, Any]] = {}
 
     # ---- control -------------------------------------------------------------------
 
@@ -242,7 +239,7 @@ class RunExecution:
             values = coerce_text_values(template, {k: v for k, v in item.values.items()})
             messages = template.render(values)
             if self.audit:
-                self._traces[item.key] = trace.render_stage(variant, item.values, messages)
+                self._traces[item.key] = {"render": trace.render_stage(item.values, messages)}
             tokens = check_fits(lane.endpoint, variant.model, messages, max_tokens)
             if self.audit:
                 self._traces[item.key]["preflight"] = trace.preflight_stage(
@@ -280,7 +277,7 @@ class RunExecution:
             line = request_from_row(item.values, str(variant.template.get("id_field")))
             max_tokens = int(line.params["max_tokens"])
             if self.audit:
-                self._traces[item.key] = trace.render_stage(variant, item.values, line.messages)
+                self._traces[item.key] = {"render": trace.render_stage(item.values, line.messages)}
             tokens = check_fits(lane.endpoint, variant.model, list(line.messages), max_tokens)
             if self.audit:
                 self._traces[item.key]["preflight"] = trace.preflight_stage(
@@ -530,12 +527,11 @@ class RunExecution:
                 reask=reask,
         )  # fmt: skip
         self.writer.attempt(row)
-        if self.audit:
+        # A failed or re-asked attempt gets its own event; the answered one is read back
+        # from `attempts` by the trace view (the result event covers its results row).
+        answered = response is not None and not (self.reask and item.variant_index in self.checkers)
+        if self.audit and not answered:
             payload = trace.attempt_payload(row, response)
-            # Re-asks await between the answer and the final row: no folding there.
-            if response is not None and not (self.reask and item.variant_index in self.checkers):
-                self._answered[item.key] = payload
-                return
             draft = AuditDraft(self.chain, "attempt", f"{item.key}/a{attempt}", row.ended_at,
                                payload, run_id=self.run_id, trace_id=item.key)  # fmt: skip
             self.writer.audit(draft)
@@ -595,21 +591,13 @@ class RunExecution:
         )
         self.writer.final(row)
         if self.audit:
-            if stages is not None and self.masker is not None:
-                stages = trace.masked_prompt(stages, self.masker, masked)
             self.writer.audit(
                 AuditDraft(
                     self.chain,
                     "result",
                     f"{item.key}/final/{row.attempts}",
                     row.finished_at,
-                    trace.result_payload(
-                        row,
-                        variant,
-                        stages,
-                        self._answered.pop(item.key, None),
-                        masked if self.masker else None,
-                    ),
+                    trace.result_payload(row, stages, masked if self.masker else None),
                     run_id=self.run_id,
                     trace_id=item.key,
                 )  # fmt: skip

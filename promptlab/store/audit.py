@@ -29,8 +29,10 @@ from promptlab.audit import (
     run_chain,
     verify_chain,
 )
+from promptlab.records import VariantRecord
 from promptlab.redact import Redactor
 from promptlab.store.connection import Store
+from promptlab.store.runs import fetch_variants
 
 _COLUMNS = 'chain, seq, event_id, trace_id, run_id, kind, actor, "at", payload, prev_hash, hash'
 #: Rows `events` returns unless told otherwise.
@@ -60,6 +62,22 @@ class AuditFilter:
     since: datetime | None = None
     until: datetime | None = None
     limit: int | None = DEFAULT_LIMIT
+
+
+_ATTEMPT_COLUMNS = (
+    "attempt, started_at, ended_at, outcome, error_kind, http_status, error_message, "
+    "wait_ms, wait_reason, retry_after_s, latency_ms, reask"
+)
+
+
+@dataclass(frozen=True)
+class ItemRecord:
+    """An item's stored rows, for its trace (see `AuditLog.item_record`)."""
+
+    result: dict[str, Any] | None
+    attempts: tuple[dict[str, Any], ...]
+    values: dict[str, Any] | None
+    variant: VariantRecord | None
 
 
 def append_events(
@@ -240,6 +258,39 @@ class AuditLog:
                 [prefix, limit],
             ).fetchall()
         return [str(r[0]) for r in rows]
+
+    def item_record(self, key: str) -> ItemRecord:
+        """What a trace view shows of an item besides its events: its results row, its
+        `attempts` rows, its dataset row and its variant (each None or empty if absent)."""
+        with self.store.read() as cur:
+            found = cur.execute("SELECT * FROM results WHERE idempotency_key = ?", [key])
+            names = [d[0] for d in found.description or ()]
+            rows = found.fetchall()
+            result = dict(zip(names, rows[0], strict=True)) if rows else None
+            attempts = cur.execute(
+                f"SELECT {_ATTEMPT_COLUMNS} FROM attempts WHERE idempotency_key = ? "
+                "ORDER BY attempt",
+                [key],
+            ).fetchall()
+            item = cur.execute(
+                "SELECT run_id, row_index, variant_index FROM items WHERE idempotency_key = ?",
+                [key],
+            ).fetchall()
+            values: dict[str, Any] | None = None
+            variant: VariantRecord | None = None
+            if item:
+                run_id, row_index, variant_index = item[0]
+                stored = cur.execute(
+                    "SELECT row_values FROM run_rows WHERE run_id = ? AND row_index = ?",
+                    [run_id, row_index],
+                ).fetchall()
+                values = json.loads(stored[0][0]) if stored else None
+                variants = fetch_variants(cur, run_id, variant_index)
+                variant = variants[0] if variants else None
+        names = _ATTEMPT_COLUMNS.split(", ")
+        return ItemRecord(
+            result, tuple(dict(zip(names, a, strict=True)) for a in attempts), values, variant
+        )
 
     def untraced_item(self, prefix: str) -> tuple[str, str, str] | None:
         """The one item (key, run id, status) whose key starts with `prefix`, when it

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from promptlab.audit import AuditDraft, epoch_us, result_digest
 from promptlab.records import (
     AssignmentRecord,
     AttemptRow,
@@ -162,6 +163,9 @@ class ItemStore:
         for final in batch.finals:
             first_finals.setdefault(final.key, final)
         finals = list(first_finals.values())
+        # Each row's params as stored, made once: the results insert and the trace's hash
+        # of the row both take this text.
+        params = [json.dumps(dict(f.params)) for f in finals]
         finished = {f.key for f in finals}
         dispatched = [k for k in batch.dispatched if k not in finished]
         now = utcnow()
@@ -177,7 +181,7 @@ class ItemStore:
                 tx.register("w_attempts", _attempts_table(batch.attempts))
                 tx.execute("INSERT INTO attempts SELECT * FROM w_attempts")
             if finals:
-                tx.register("w_finals", _finals_table(finals))
+                tx.register("w_finals", _finals_table(finals, params))
                 # Only items not yet final get a row: exactly one final row per item. An
                 # answer that lands after its item was closed (cancelled) is kept as an
                 # attempt only; the item keeps the state its one final row says.
@@ -195,7 +199,8 @@ class ItemStore:
                     "AND items.status IN ('pending', 'in_flight')"
                 )
             # The trace of these rows, in their transaction: stored exactly when they are.
-            heads = append_events(tx, batch.audit, redactor, self._audit_heads)
+            audit = with_result_digests(batch.audit, finals, params)
+            heads = append_events(tx, audit, redactor, self._audit_heads)
         # Only once committed: a rolled-back batch leaves the chains where they were.
         self._audit_heads.update(heads)
 
@@ -307,6 +312,44 @@ class ItemStore:
         return int(count[0]) if count else 0
 
 
+def result_values(row: FinalRow, params: str) -> tuple[Any, ...]:
+    """A final row's RESULT_DIGEST_COLUMNS values as `results` stores them (`params` is
+    its params' stored JSON text)."""
+    return (
+        row.key, row.run_id, row.status, row.error_kind, row.error_message,
+        row.prompt_version_id, row.endpoint, row.model, row.variant, params,
+        row.output_text, row.input_tokens, row.output_tokens, row.finish_reason,
+        row.model_version, row.latency_ms, row.cost_usd, row.attempts,
+        epoch_us(row.finished_at), row.check_status,
+        _list_text(row.check_errors) if row.check_status else None,
+        row.rule_status, _list_text(row.rule_errors) if row.rule_status else None,
+    )  # fmt: skip
+
+
+def _list_text(items: Sequence[str]) -> str:
+    # Most results have no check or rule errors: skip the encoder for those.
+    return json.dumps(list(items)) if items else "[]"
+
+
+def with_result_digests(
+    drafts: Sequence[AuditDraft], finals: Sequence[FinalRow], params: Sequence[str]
+) -> Sequence[AuditDraft]:
+    """Result events given the hash of the results row they describe (as stored: after
+    redaction), so the trace view can tell an edited result (promptlab.audit).
+
+    Sets it on the drafts themselves (a retried batch just sets it again).
+    """
+    if not drafts:
+        return drafts
+    stored = {f.key: (f, p) for f, p in zip(finals, params, strict=True)}
+    for draft in drafts:
+        found = stored.get(draft.trace_id or "") if draft.kind == "result" else None
+        if found is not None:
+            digest = result_digest(result_values(*found))
+            draft.payload = {**draft.payload, "result_sha256": digest}
+    return drafts
+
+
 def redacted_batch(batch: WriteBatch, redactor: Redactor) -> WriteBatch:
     """The batch with secrets masked; rows are copied only when something was masked."""
     attempts = [_masked(a, redactor, ("error_message",)) for a in batch.attempts]
@@ -383,7 +426,7 @@ def _attempts_table(rows: Sequence[AttemptRow]) -> pa.Table:
     )
 
 
-def _finals_table(rows: Sequence[FinalRow]) -> pa.Table:
+def _finals_table(rows: Sequence[FinalRow], params: Sequence[str]) -> pa.Table:
     # Imported at the first batch, not when a run starts: see the note in plan_items.
     import pyarrow as pa
 
@@ -403,7 +446,7 @@ def _finals_table(rows: Sequence[FinalRow]) -> pa.Table:
             "prompt_version_id": pa.array([r.prompt_version_id for r in rows]),
             "endpoint": pa.array([r.endpoint for r in rows]),
             "model": pa.array([r.model for r in rows]),
-            "params": pa.array([json.dumps(dict(r.params)) for r in rows]),
+            "params": pa.array(params, pa.string()),
             "output_text": pa.array([r.output_text for r in rows], pa.string()),
             "input_tokens": pa.array([r.input_tokens for r in rows], pa.int32()),
             "output_tokens": pa.array([r.output_tokens for r in rows], pa.int32()),
@@ -415,12 +458,12 @@ def _finals_table(rows: Sequence[FinalRow]) -> pa.Table:
             "finished_at": pa.array([r.finished_at for r in rows], utc_us),
             "check_status": pa.array([r.check_status for r in rows], pa.string()),
             "check_errors": pa.array(
-                [json.dumps(list(r.check_errors)) if r.check_status else None for r in rows],
+                [_list_text(r.check_errors) if r.check_status else None for r in rows],
                 pa.string(),
             ),
             "rule_status": pa.array([r.rule_status for r in rows], pa.string()),
             "rule_errors": pa.array(
-                [json.dumps(list(r.rule_errors)) if r.rule_status else None for r in rows],
+                [_list_text(r.rule_errors) if r.rule_status else None for r in rows],
                 pa.string(),
             ),
         }
