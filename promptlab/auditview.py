@@ -179,7 +179,7 @@ def timeline_bars(trace: AuditTrace) -> list[TimelineBar]:
         )
     result = trace.result
     if result is not None:
-        status = str(result.payload.get("status") or "")
+        status = str(trace.stages.get("status") or "")
         last_end = max((b.end for b in bars), default=result.at)
         start = min(last_end, result.at)
         bars.append(
@@ -189,7 +189,7 @@ def timeline_bars(trace: AuditTrace) -> list[TimelineBar]:
                 start,
                 result.at,
                 status,
-                f"result: {status} after {result.payload.get('attempts')} attempt(s)",
+                f"result: {status} after {trace.stages.get('attempts')} attempt(s)",
             )  # fmt: skip
         )
     return bars

@@ -12,6 +12,7 @@ import yaml
 from click.testing import CliRunner
 
 from promptlab.audit import CHANGES_CHAIN, run_chain
+from promptlab.auditview import timeline_bars, trace_stages
 from promptlab.cli import main
 from promptlab.config import Settings
 from promptlab.engine import parse_spec
@@ -104,6 +105,10 @@ def test_a_succeeded_item_has_every_stage_in_its_trace(
         (attempt,) = trace.attempts
         assert attempt["status"] == "ok" and attempt["attempt"] == 1
         assert attempt["started_at"] <= attempt["ended_at"]
+        # The view's timeline and stages read the joined-in result, not only the event.
+        assert timeline_bars(trace)[-1].detail == "result: succeeded after 1 attempt(s)"
+        final = next(s for s in trace_stages(trace) if s.name == "final")
+        assert final.fields["attempts"] == 1 and final.fields["stored result matches its hash"]
 
 
 def test_a_retried_item_has_one_event_per_attempt_with_its_error_and_wait(
@@ -147,15 +152,16 @@ def test_failed_items_trace_the_stages_they_reached(
         assert result is not None
         assert result.payload["status"] == "failed" and result.payload["error_kind"] == "server"
         assert [a["error_kind"] for a in trace.attempts] == ["server", "server"]
-        assert result.payload["render"] and result.payload["preflight"]
+        assert trace.stages["render"] and trace.stages["preflight"]
         assert trace.stages["routing"] and "response" not in trace.stages
     assert len(failed) == 2 and {e.kind for e in failed} == {"result"}
     assert len(unsent) == 2
     for trace in unsent:  # refused at preflight: rendered, never sent
         assert trace.attempts == []
-        payload = trace.result.payload if trace.result else {}
-        assert payload["error_kind"] == "context_length" and "preflight" not in payload
-        assert payload["render"]["prompt_hash"] and "response" not in payload
+        stages = trace.stages
+        assert stages["error_kind"] == "context_length" and "preflight" not in stages
+        assert stages["render"]["prompt_hash"] and "response" not in stages
+        assert stages["render"]["prompt_matches"] is True
 
 
 def test_change_events_name_their_actor(

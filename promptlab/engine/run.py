@@ -146,7 +146,8 @@ class RunExecution:
         self.audit = audit
         self.chain = run_chain(run_id)
         self.masker = masker if masker else None
-        #: Render and preflight stages of items in flight, until their final row.
+        #: Render and preflight stages of items in flight, until their final row (flat
+        #: dicts of strings and numbers: see trace.result_payload).
         self._traces: dict[str, dict[str, Any]] = {}
 
     # ---- control -------------------------------------------------------------------
@@ -239,10 +240,10 @@ class RunExecution:
             values = coerce_text_values(template, {k: v for k, v in item.values.items()})
             messages = template.render(values)
             if self.audit:
-                self._traces[item.key] = {"render": trace.render_stage(item.values, messages)}
+                self._traces[item.key] = trace.render_stage(item.values, messages)
             tokens = check_fits(lane.endpoint, variant.model, messages, max_tokens)
             if self.audit:
-                self._traces[item.key]["preflight"] = trace.preflight_stage(
+                self._traces[item.key] |= trace.preflight_stage(
                     tokens, max_tokens, context_window(lane.endpoint, variant.model)
                 )
         except ProviderError as exc:
@@ -277,10 +278,10 @@ class RunExecution:
             line = request_from_row(item.values, str(variant.template.get("id_field")))
             max_tokens = int(line.params["max_tokens"])
             if self.audit:
-                self._traces[item.key] = {"render": trace.render_stage(item.values, line.messages)}
+                self._traces[item.key] = trace.render_stage(item.values, line.messages)
             tokens = check_fits(lane.endpoint, variant.model, list(line.messages), max_tokens)
             if self.audit:
-                self._traces[item.key]["preflight"] = trace.preflight_stage(
+                self._traces[item.key] |= trace.preflight_stage(
                     tokens, max_tokens, context_window(lane.endpoint, variant.model)
                 )
         except ProviderError as exc:

@@ -105,19 +105,29 @@ def result_payload(
     row: FinalRow, stages: Mapping[str, Any] | None, masked: Mapping[str, int] | None
 ) -> dict[str, Any]:
     """The result event as stored: what no other table holds (the render hashes and the
-    preflight), the fields the audit reads filter on, and what the masking masked. The
-    writer adds `result_sha256`, the hash of the results row as stored."""
-    stages = stages or {}
+    preflight, from `stages`), the fields the audit reads filter on, and what the
+    masking masked. The writer adds `result_sha256`, the hash of the results row as
+    stored.
+
+    Flat on purpose: a dict holding only strings and numbers is not tracked by the
+    garbage collector, and these wait in the writer's batch until the next commit,
+    long enough to be promoted and walked again and again (bench/audit.py --parts).
+    """
     payload: dict[str, Any] = {
         "status": row.status,
         "error_kind": row.error_kind,
         "version_id": row.prompt_version_id,
         "model": row.model,
-        "render": stages.get("render"),
-        "preflight": stages.get("preflight"),
-        "masking": None if masked is None else dict(masked),
+        **(stages or {}),
     }
+    if masked is not None:
+        payload["masking"] = dict(masked)
     return _present(payload)
+
+
+#: The stored result event's keys of the render and preflight stages (see result_payload).
+RENDER_KEYS = ("prompt_hash", "variables_hash")
+PREFLIGHT_KEYS = ("prompt_tokens", "max_tokens", "context_window")
 
 
 def result_stages(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -176,14 +186,19 @@ def trace_details(
     row still hash to what the engine recorded. With masking on, the prompt is shown
     masked as the stored output is.
     """
-    details: dict[str, Any] = dict(payload)
+    details: dict[str, Any] = {
+        k: v for k, v in payload.items() if k not in RENDER_KEYS and k not in PREFLIGHT_KEYS
+    }
+    preflight = {k: payload[k] for k in PREFLIGHT_KEYS if k in payload}
+    if preflight:
+        details["preflight"] = preflight
     verified: bool | None = None
     if record.result is not None:
         details.update(result_stages(record.result))
         if payload.get("result_sha256"):
             stored = [_digest_value(record.result, c) for c in RESULT_DIGEST_COLUMNS]
             verified = result_digest(stored) == payload["result_sha256"]
-    render = dict(payload.get("render") or {})
+    render = {k: payload[k] for k in RENDER_KEYS if k in payload}
     if record.variant is not None:
         ref = record.variant.prompt_ref
         render = {"ref": ref, "semver": ref.rpartition("@")[2], **render}
