@@ -163,6 +163,53 @@ def result_digest(values: Sequence[Any]) -> str:
     return hashlib.sha256(orjson.dumps(list(values))).hexdigest()
 
 
+#: The `attempts` columns a result event's `attempt_sha256` covers (its answered
+#: attempt's row), in this order; times as UTC microseconds since 1970.
+ATTEMPT_DIGEST_COLUMNS = (
+    "idempotency_key", "run_id", "attempt", "started_at", "ended_at", "outcome",
+    "error_kind", "http_status", "error_message", "wait_ms", "wait_reason",
+    "retry_after_s", "latency_ms", "reask",
+)  # fmt: skip
+
+
+def attempt_values(row: Any) -> tuple[Any, ...]:
+    """An `AttemptRow`'s ATTEMPT_DIGEST_COLUMNS values as `attempts` stores them."""
+    return (
+        row.key, row.run_id, row.attempt, epoch_us(row.started_at), epoch_us(row.ended_at),
+        row.outcome, row.error_kind, row.http_status, row.error_message, _real(row.wait_ms),
+        row.wait_reason, _real(row.retry_after_s), _real(row.latency_ms), bool(row.reask),
+    )  # fmt: skip
+
+
+def stored_values(row: Mapping[str, Any], columns: Sequence[str]) -> list[Any]:
+    """A stored row's values of `columns` as the digests take them: times as epoch
+    microseconds, DOUBLE columns as floats (see result_values, attempt_values)."""
+    out = []
+    for column in columns:
+        value = row.get(column)
+        if isinstance(value, datetime):
+            value = epoch_us(value)
+        elif column == "reask":
+            value = bool(value)
+        elif isinstance(value, int) and column in _REAL_COLUMNS and not isinstance(value, bool):
+            value = float(value)
+        out.append(value)
+    return out
+
+
+#: Columns stored as DOUBLE among the digested ones.
+_REAL_COLUMNS = frozenset({"latency_ms", "cost_usd", "wait_ms", "retry_after_s"})
+
+
+def _real(value: float | None) -> float | None:
+    return None if value is None else float(value)
+
+
+def attempt_digest(values: Sequence[Any]) -> str:
+    """sha256 of an attempts row's ATTEMPT_DIGEST_COLUMNS values, as a JSON array."""
+    return hashlib.sha256(orjson.dumps(list(values))).hexdigest()
+
+
 @dataclass(frozen=True)
 class AuditTrace:
     """One item's events in order, and what its result event points at.

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from promptlab.anomalies import detect, observation_of, schema_fields
-from promptlab.audit import AuditEvent, AuditTrace, Masker, VerifyReport, event_record
+from promptlab.audit import AuditEvent, AuditTrace, VerifyReport, event_record
 from promptlab.audit_charts import trace_timeline_chart
 from promptlab.auditview import (
     ChainSummary,
@@ -164,7 +164,7 @@ from promptlab.records import (
     RunWithCounts,
     VariantSummary,
 )
-from promptlab.redact import secret_values, watch_env
+from promptlab.redact import Redactor, secret_values, watch_env
 from promptlab.registry import PromptVersion, Registry, SaveResult
 from promptlab.stats import MetricComparison, SrmCheck, Verdict, sample_size_two_proportions
 from promptlab.store import ReadModels, RunStore, Store
@@ -1274,6 +1274,8 @@ class Workbench:
                 why = f"it is {status} and has not been answered yet"
                 if status == "cancelled":
                     why = "it was cancelled before it was sent (see its run's run.cancelled event)"
+                elif status not in ("pending", "in_flight"):
+                    why = f"it is {status}, from a run made with the audit off"
                 raise NotFoundError(f"item {key} of run {run} has no trace events: {why}")
             raise NotFoundError(f"no audit trace whose id starts with {trace_or_key!r}")
         if len(ids) > 1:
@@ -1287,9 +1289,10 @@ class Workbench:
         if result is None or not is_lean(result.payload):
             return AuditTrace(ids[0], run_id, events, bucket)
         # A lean result event: its stages are read back from the rows it describes.
-        masker = Masker(self.settings.mask) if self.settings.mask else None
         record = self._audit.item_record(ids[0])
-        details, attempts, verified = trace_details(result.payload, record, masker)
+        details, attempts, verified = trace_details(
+            result.payload, result.at, record, self.settings.mask, Redactor.from_environ()
+        )
         return AuditTrace(ids[0], run_id, events, bucket, details, attempts, verified)
 
     def export_audit(

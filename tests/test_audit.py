@@ -338,8 +338,11 @@ def test_audit_off_records_nothing(
     spec = spec_for(tmp_path, fakellm, monkeypatch, rows=2)
     monkeypatch.setenv("PROMPTLAB_AUDIT", "0")
     with Workbench.open() as wb:
-        run(wb, spec)
+        run_id = run(wb, spec)
         assert wb.audit_events(limit=None) == []
+        key = wb.run_items(run_id, limit=1).rows[0].key
+        with pytest.raises(NotFoundError, match="from a run made with the audit off"):
+            wb.audit_trace(key)
 
 
 def test_masking_masks_stored_outputs_and_prompts_and_records_it(
@@ -550,3 +553,67 @@ def test_an_edited_result_row_no_longer_matches_its_event(audited_db: tuple[Path
         assert wb.audit_verify().ok  # the log itself is untouched
     shown = CliRunner().invoke(main, ["--db", str(db), "audit", "show", key])
     assert "the stored result DOES NOT match the hash its event recorded" in shown.output
+
+
+def test_a_key_in_the_dataset_is_redacted_in_the_prompt_a_trace_renders_again(
+    tmp_path: Path, fakellm: RunningServer, monkeypatch: pytest.MonkeyPatch, db_path: Path
+) -> None:
+    """The prompt is not stored but rendered again from the dataset row: it passes the
+    same redaction as everything stored, in the view and in `audit show --json`."""
+    monkeypatch.setenv("AUDIT_ROW_KEY", KEY)
+    spec = spec_for(tmp_path, fakellm, monkeypatch, rows=1)
+    Path(spec["dataset"]).write_text(f"text\nmy key {KEY} and Bearer abcdefghijkl\n")
+    with Workbench.open() as wb:
+        run_id = run(wb, spec)
+        (trace,) = traces(wb, run_id)
+    shown = json.dumps(trace.prompt)
+    assert "0123456789abcdef" not in shown and "abcdefghijkl" not in shown
+    assert "[redacted]" in shown and trace.stages["render"]["prompt_matches"] is True
+    out = CliRunner().invoke(
+        main, ["--db", str(db_path), "audit", "show", trace.trace_id, "--json"]
+    )
+    assert out.exit_code == 0 and "0123456789abcdef" not in out.output
+
+
+def test_the_prompt_is_masked_as_the_run_masked_whatever_the_viewer_sets(
+    tmp_path: Path, fakellm: RunningServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PROMPTLAB_MASK", "email")
+    spec = spec_for(tmp_path, fakellm, monkeypatch, rows=1)
+    with Workbench.open() as wb:
+        run_id = run(wb, spec)
+    monkeypatch.delenv("PROMPTLAB_MASK")
+    with Workbench.open() as wb:
+        (trace,) = traces(wb, run_id)
+    assert trace.result is not None and trace.result.payload["masking"].keys() == {"email"}
+    assert "example.com" not in json.dumps(trace.prompt)
+    assert "[masked:email]" in trace.prompt[0]["content"]
+
+
+def test_an_edited_answered_attempt_no_longer_matches_its_event(
+    audited_db: tuple[Path, str],
+) -> None:
+    db, run_id = audited_db
+    with Workbench.open(Settings.from_env().with_db(db)) as wb:
+        key = str(wb.audit_events(run_id=run_id, kind="result", limit=1)[0].trace_id)
+        assert wb.audit_trace(key).result_verified is True
+    tamper(db, f"UPDATE attempts SET latency_ms = 1.5 WHERE idempotency_key = '{key}'")
+    with Workbench.open(Settings.from_env().with_db(db)) as wb:
+        assert wb.audit_trace(key).result_verified is False
+
+
+def test_a_later_final_row_is_named_not_called_edited(audited_db: tuple[Path, str]) -> None:
+    """Resuming puts a cancelled item back; cancelling again gives it a new final row
+    without an event. Its old event did not hash that row: no false alarm."""
+    db, run_id = audited_db
+    with Workbench.open(Settings.from_env().with_db(db)) as wb:
+        key = str(wb.audit_events(run_id=run_id, kind="result", limit=1)[0].trace_id)
+    tamper(
+        db,
+        "UPDATE results SET status = 'cancelled', output_text = NULL, "
+        f"finished_at = finished_at + INTERVAL 1 MINUTE WHERE idempotency_key = '{key}'",
+    )
+    with Workbench.open(Settings.from_env().with_db(db)) as wb:
+        trace = wb.audit_trace(key)
+    assert trace.result_verified is None
+    assert trace.stages["stored result"].startswith("a later final row (cancelled at ")

@@ -6,11 +6,13 @@ from pathlib import Path
 
 import pytest
 
+from promptlab.config import Settings
 from promptlab.engine import Engine, parse_spec
 from promptlab.engine.testing import ScriptedProvider
 from promptlab.providers.config import EndpointConfig
 from promptlab.records import ItemErrorKind, WriteBatch
 from promptlab.store import ItemStore, Store
+from promptlab.workbench import Workbench
 
 
 class RefusingItemStore(ItemStore):
@@ -59,3 +61,8 @@ def test_a_row_the_store_always_refuses_does_not_stall_the_run(
     assert len(rows) == 10  # every item still has exactly one final row
     assert rows[3] == (3, "failed", ItemErrorKind.STORE_ERROR)
     assert all(status == "succeeded" for _, status, _ in rows[:3] + rows[4:])
+    # Written row by row, each result event still hashed its row as stored: the
+    # stand-in row of the refused answer included.
+    with Workbench.open(Settings.from_env().with_db(store.path)) as wb:
+        keys = [r.key for r in wb.run_items(run_id, limit=20).rows]
+        assert [wb.audit_trace(key).result_verified for key in keys] == [True] * 10

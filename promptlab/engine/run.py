@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from promptlab.anomalies import RunDetector, observation_of, schema_fields
-from promptlab.audit import AuditDraft, Masker, run_chain
+from promptlab.audit import AuditDraft, Masker, attempt_digest, attempt_values, run_chain
 from promptlab.batchfile import request_from_row
 from promptlab.engine import trace
 from promptlab.engine.clock import SYSTEM_CLOCK, Clock
@@ -531,11 +531,22 @@ class RunExecution:
         # A failed or re-asked attempt gets its own event; the answered one is read back
         # from `attempts` by the trace view (the result event covers its results row).
         answered = response is not None and not (self.reask and item.variant_index in self.checkers)
+        if self.audit and answered:
+            stages = self._traces.get(item.key)
+            if stages is not None:  # the result event will hold the row's hash
+                stages["attempt_sha256"] = attempt_digest(attempt_values(row))
         if self.audit and not answered:
             payload = trace.attempt_payload(row, response)
             draft = AuditDraft(self.chain, "attempt", f"{item.key}/a{attempt}", row.ended_at,
                                payload, run_id=self.run_id, trace_id=item.key)  # fmt: skip
             self.writer.audit(draft)
+
+    def _masking(self, masked: Mapping[str, int]) -> dict[str, int] | None:
+        """What the masking masked in the output, every pattern named (0 included): the
+        trace view masks the prompt it renders again with the same patterns."""
+        if self.masker is None:
+            return None
+        return {name: masked.get(name, 0) for name in self.masker.names}
 
     def _final(
         self,
@@ -598,7 +609,7 @@ class RunExecution:
                     "result",
                     f"{item.key}/final/{row.attempts}",
                     row.finished_at,
-                    trace.result_payload(row, stages, masked if self.masker else None),
+                    trace.result_payload(row, stages, self._masking(masked)),
                     run_id=self.run_id,
                     trace_id=item.key,
                 )  # fmt: skip

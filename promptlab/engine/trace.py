@@ -16,11 +16,20 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from promptlab.audit import RESULT_DIGEST_COLUMNS, Masker, epoch_us, result_digest, utc_text
+from promptlab.audit import (
+    ATTEMPT_DIGEST_COLUMNS,
+    RESULT_DIGEST_COLUMNS,
+    Masker,
+    attempt_digest,
+    epoch_us,
+    result_digest,
+    stored_values,
+    utc_text,
+)
 from promptlab.batchfile import request_from_row
 from promptlab.engine.spec import AS_WRITTEN
 from promptlab.errors import PromptlabError
@@ -176,60 +185,93 @@ def is_lean(payload: Mapping[str, Any]) -> bool:
 
 
 def trace_details(
-    payload: Mapping[str, Any], record: ItemRecord, masker: Masker | None
+    payload: Mapping[str, Any],
+    at: datetime,
+    record: ItemRecord,
+    mask: Sequence[str],
+    clean: Callable[[str], str],
 ) -> tuple[dict[str, Any], tuple[dict[str, Any], ...], bool | None]:
-    """A lean result event's stages as the trace view shows them, its attempts, and
-    whether its results row still matches the event's hash (None: no row or no hash).
+    """A lean result event (written at `at`) as the trace view shows it: its stages, its
+    attempts, and whether its results row and answered attempt still match the hashes
+    it recorded (None: nothing to check, or the row was replaced by a later final row).
 
-    The render stage gains the template ref and semver (from the run's variant) and the
-    prompt rendered again from the template and the dataset row, with whether it and the
-    row still hash to what the engine recorded. With masking on, the prompt is shown
-    masked as the stored output is.
+    The render stage gains the template ref and semver (from the run's variant) and, if
+    the engine rendered the item, the prompt rendered again from the template and the
+    dataset row, with whether it and the row still hash to what the engine recorded.
+    That prompt is not stored, so it passes the same redaction as everything stored
+    (`clean`), and the masking the run used (the event's `masking`) or `mask`.
     """
     details: dict[str, Any] = {
-        k: v for k, v in payload.items() if k not in RENDER_KEYS and k not in PREFLIGHT_KEYS
+        k: v
+        for k, v in payload.items()
+        if k not in RENDER_KEYS and k not in PREFLIGHT_KEYS and k != "attempt_sha256"
     }
     preflight = {k: payload[k] for k in PREFLIGHT_KEYS if k in payload}
     if preflight:
         details["preflight"] = preflight
-    verified: bool | None = None
-    if record.result is not None:
-        details.update(result_stages(record.result))
-        if payload.get("result_sha256"):
-            stored = [_digest_value(record.result, c) for c in RESULT_DIGEST_COLUMNS]
-            verified = result_digest(stored) == payload["result_sha256"]
+    verified = _verified(payload, at, record, details)
     render = {k: payload[k] for k in RENDER_KEYS if k in payload}
     if record.variant is not None:
         ref = record.variant.prompt_ref
         render = {"ref": ref, "semver": ref.rpartition("@")[2], **render}
-        if record.values is not None:
-            render["variables_match"] = variables_hash(record.values) == render.get(
-                "variables_hash"
-            )
-            try:
-                prompt = rendered_messages(record.variant, record.values)
-            except PromptlabError as exc:
-                render["rendered_again"] = f"failed: {exc}"
-            else:
-                render["prompt_matches"] = prompt_hash(prompt) == render.get("prompt_hash")
-                details["prompt"] = _masked(prompt, masker) if masker else prompt
+    if record.variant is not None and record.values is not None and "prompt_hash" in render:
+        render["variables_match"] = variables_hash(record.values) == render["variables_hash"]
+        try:
+            prompt = rendered_messages(record.variant, record.values)
+        except PromptlabError as exc:
+            render["rendered_again"] = clean(f"failed: {exc}")
+        else:
+            render["prompt_matches"] = prompt_hash(prompt) == render["prompt_hash"]
+            names = sorted(set(mask) | set(payload.get("masking") or ()))
+            details["prompt"] = _shown(prompt, clean, Masker(names) if names else None)
     details["render"] = render
     return details, tuple(_attempt_view(a) for a in record.attempts), verified
 
 
-def _digest_value(row: Mapping[str, Any], column: str) -> Any:
-    value = row.get(column)
-    return epoch_us(value) if isinstance(value, datetime) else value
+def _verified(
+    payload: Mapping[str, Any], at: datetime, record: ItemRecord, details: dict[str, Any]
+) -> bool | None:
+    """Whether the stored rows match the event's hashes; the row's stages go in
+    `details` (said to be a later row's when the event's own row was replaced)."""
+    row = record.result
+    if row is None:
+        return None
+    details.update(result_stages(row))
+    finished = row.get("finished_at")
+    if isinstance(finished, datetime) and epoch_us(finished) != epoch_us(at):
+        # A resumed or cancelled item's later final row: this event did not hash it.
+        details["stored result"] = (
+            f"a later final row ({row.get('status')} at {utc_text(finished)}), "
+            "not the one this event recorded"
+        )
+        return None
+    if not payload.get("result_sha256"):
+        return None
+    ok = result_digest(stored_values(row, RESULT_DIGEST_COLUMNS)) == payload["result_sha256"]
+    expected = payload.get("attempt_sha256")
+    if expected and record.attempts:
+        answered = max(record.attempts, key=lambda a: int(a.get("attempt") or 0))
+        values = stored_values(
+            {"idempotency_key": row.get("idempotency_key"), "run_id": row.get("run_id"),
+             **answered},
+            ATTEMPT_DIGEST_COLUMNS,
+        )  # fmt: skip
+        ok = ok and attempt_digest(values) == expected
+    return ok
 
 
-def _masked(prompt: list[dict[str, Any]], masker: Masker) -> list[dict[str, Any]]:
+def _shown(
+    prompt: list[dict[str, Any]], clean: Callable[[str], str], masker: Masker | None
+) -> list[dict[str, Any]]:
     counts: dict[str, int] = {}
-    return [
-        {**m, "content": masker.mask(m["content"], counts)}
-        if isinstance(m.get("content"), str)
-        else m
-        for m in prompt
-    ]
+    shown = []
+    for m in prompt:
+        content = m.get("content")
+        if isinstance(content, str):
+            content = clean(content)
+            m = {**m, "content": masker.mask(content, counts) if masker else content}
+        shown.append(m)
+    return shown
 
 
 def _attempt_view(row: Mapping[str, Any]) -> dict[str, Any]:

@@ -230,9 +230,14 @@ class BatchWriter:
         rows += [WriteBatch(attempts=[attempt]) for attempt in batch.attempts]
         rows += [WriteBatch(finals=[final]) for final in batch.finals]
         # The trace goes last and whole: chained in order, it never depends on one row.
+        # Its result events carry the hash of their final row as stored, which may be
+        # the row's stand-in (see _write_one): hashed once the finals are written.
         if batch.audit:
             rows.append(WriteBatch(audit=batch.audit))
         for position, row in enumerate(rows):
+            if row.audit:
+                written = [f for r in rows[:position] for f in r.finals]
+                self._items.attach_result_digests(WriteBatch(finals=written, audit=row.audit))
             try:
                 self._write_one(row)
             except StorageFailure as failure:
@@ -252,7 +257,8 @@ class BatchWriter:
             output_text=None,
             params={},
         )
-        self._write_alone(WriteBatch(finals=[stored]))
+        if self._write_alone(WriteBatch(finals=[stored])) is None:
+            row.finals[0] = stored  # what the item's result event must hash
 
     def _write_alone(self, batch: WriteBatch) -> str | None:
         try:

@@ -169,6 +169,9 @@ class ItemStore:
         finished = {f.key for f in finals}
         dispatched = [k for k in batch.dispatched if k not in finished]
         now = utcnow()
+        # Before the transaction: a batch that fails and is retried (or written row by
+        # row) keeps the hashes on its drafts.
+        with_result_digests(batch.audit, finals, params)
         with self.store.transaction() as tx:
             if dispatched:
                 tx.register("w_dispatched", {"key": _text_column(dispatched)})
@@ -199,10 +202,15 @@ class ItemStore:
                     "AND items.status IN ('pending', 'in_flight')"
                 )
             # The trace of these rows, in their transaction: stored exactly when they are.
-            audit = with_result_digests(batch.audit, finals, params)
-            heads = append_events(tx, audit, redactor, self._audit_heads)
+            heads = append_events(tx, batch.audit, redactor, self._audit_heads)
         # Only once committed: a rolled-back batch leaves the chains where they were.
         self._audit_heads.update(heads)
+
+    def attach_result_digests(self, batch: WriteBatch) -> None:
+        """Give the batch's result drafts the hash of their final row as it would be
+        stored (redacted), without writing anything: for a batch written row by row."""
+        finals = redacted_batch(batch, Redactor.from_environ()).finals
+        with_result_digests(batch.audit, finals, [json.dumps(dict(f.params)) for f in finals])
 
     def ingest_spill(self, batch: WriteBatch) -> None:
         """Commit rows a writer spilled when the store could not take them.
@@ -319,11 +327,16 @@ def result_values(row: FinalRow, params: str) -> tuple[Any, ...]:
         row.key, row.run_id, row.status, row.error_kind, row.error_message,
         row.prompt_version_id, row.endpoint, row.model, row.variant, params,
         row.output_text, row.input_tokens, row.output_tokens, row.finish_reason,
-        row.model_version, row.latency_ms, row.cost_usd, row.attempts,
+        row.model_version, _real(row.latency_ms), _real(row.cost_usd), row.attempts,
         epoch_us(row.finished_at), row.check_status,
         _list_text(row.check_errors) if row.check_status else None,
         row.rule_status, _list_text(row.rule_errors) if row.rule_status else None,
     )  # fmt: skip
+
+
+def _real(value: float | None) -> float | None:
+    # As DuckDB's DOUBLE gives it back: a provider's int latency reads back as a float.
+    return None if value is None else float(value)
 
 
 def _list_text(items: Sequence[str]) -> str:
@@ -337,7 +350,8 @@ def with_result_digests(
     """Result events given the hash of the results row they describe (as stored: after
     redaction), so the trace view can tell an edited result (promptlab.audit).
 
-    Sets it on the drafts themselves (a retried batch just sets it again).
+    Sets it on the drafts themselves (a retried batch sets the same again; a final row
+    replaced before it could be stored is hashed again as replaced).
     """
     if not drafts:
         return drafts
