@@ -224,7 +224,12 @@ def test_create_an_experiment_in_the_form_launch_it_and_follow_it(
     expect(page.get_by_text("staging weight")).to_be_visible(timeout=30_000)
     page.get_by_text("New experiment").click()
     form = page.get_by_test_id("stForm").first
-    form.get_by_role("textbox", name="Name", exact=True).first.fill("triage-70-30")
+    # The experiment's name, then each variant's: filled only once the whole form is
+    # drawn (a fill while it was still drawn once landed in variant 2's box).
+    names = form.get_by_role("textbox", name="Name", exact=True)
+    expect(form.get_by_role("button", name="Create experiment")).to_be_visible(timeout=30_000)
+    expect(names).to_have_count(3, timeout=30_000)
+    names.nth(0).fill("triage-70-30")
     form.get_by_role("textbox", name="Unit column").fill("customer_id")
     selects = form.get_by_test_id("stSelectbox")  # mode, then each variant's prompt
     for index in (1, 2):
@@ -244,6 +249,14 @@ def test_create_an_experiment_in_the_form_launch_it_and_follow_it(
     weights = form.get_by_role("spinbutton", name="Weight")
     weights.nth(0).fill("70")
     weights.nth(1).fill("30")
+    # Each name box holds its own name before submitting (fill again if one was lost).
+    for index, wanted in enumerate(("triage-70-30", "control", "variant-1")):
+        for _ in range(3):
+            if names.nth(index).input_value() == wanted:
+                break
+            names.nth(index).fill(wanted)
+            page.wait_for_timeout(200)
+        expect(names.nth(index)).to_have_value(wanted)
     form.get_by_role("button", name="Create experiment").click()
     expect(page.get_by_text("Created triage-70-30")).to_be_visible(timeout=30_000)
     expect(page.get_by_text("variant-1 weight")).to_be_visible(timeout=30_000)  # it is chosen
