@@ -153,12 +153,13 @@ RESULT_DIGEST_COLUMNS = (
 )  # fmt: skip
 
 
-def result_digest(values: Sequence[Any]) -> str:
-    """sha256 of a results row's RESULT_DIGEST_COLUMNS values, as a JSON array.
+def row_digest(values: Sequence[Any]) -> str:
+    """sha256 of a stored row's digested values (RESULT_DIGEST_COLUMNS of a results row,
+    ATTEMPT_DIGEST_COLUMNS of an attempts row), as a JSON array.
 
-    A result event stores this instead of a copy of the row: the trace view reads the
-    row itself and checks it against the hash, so an edited result is caught, and the
-    log does not hold every output twice (bench/audit.py: the copy cost the most).
+    A result event stores these instead of a copy of the rows: the trace view reads the
+    rows themselves and checks them against the hashes, so an edited result is caught,
+    and the log does not hold every output twice (bench/audit.py: the copy cost the most).
     """
     return hashlib.sha256(orjson.dumps(list(values))).hexdigest()
 
@@ -176,8 +177,8 @@ def attempt_values(row: Any) -> tuple[Any, ...]:
     """An `AttemptRow`'s ATTEMPT_DIGEST_COLUMNS values as `attempts` stores them."""
     return (
         row.key, row.run_id, row.attempt, epoch_us(row.started_at), epoch_us(row.ended_at),
-        row.outcome, row.error_kind, row.http_status, row.error_message, _real(row.wait_ms),
-        row.wait_reason, _real(row.retry_after_s), _real(row.latency_ms), bool(row.reask),
+        row.outcome, row.error_kind, row.http_status, row.error_message, as_real(row.wait_ms),
+        row.wait_reason, as_real(row.retry_after_s), as_real(row.latency_ms), bool(row.reask),
     )  # fmt: skip
 
 
@@ -201,13 +202,10 @@ def stored_values(row: Mapping[str, Any], columns: Sequence[str]) -> list[Any]:
 _REAL_COLUMNS = frozenset({"latency_ms", "cost_usd", "wait_ms", "retry_after_s"})
 
 
-def _real(value: float | None) -> float | None:
+def as_real(value: float | None) -> float | None:
+    """A DOUBLE column's value as DuckDB gives it back (a provider's int latency is read
+    back as a float), so a digest taken before storing matches one taken after."""
     return None if value is None else float(value)
-
-
-def attempt_digest(values: Sequence[Any]) -> str:
-    """sha256 of an attempts row's ATTEMPT_DIGEST_COLUMNS values, as a JSON array."""
-    return hashlib.sha256(orjson.dumps(list(values))).hexdigest()
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from promptlab.anomalies import RunDetector, observation_of, schema_fields
-from promptlab.audit import AuditDraft, Masker, attempt_digest, attempt_values, run_chain
+from promptlab.audit import AuditDraft, Masker, attempt_values, row_digest, run_chain
 from promptlab.batchfile import request_from_row
 from promptlab.engine import trace
 from promptlab.engine.clock import SYSTEM_CLOCK, Clock
@@ -534,7 +534,7 @@ class RunExecution:
         if self.audit and answered:
             stages = self._traces.get(item.key)
             if stages is not None:  # the result event will hold the row's hash
-                stages["attempt_sha256"] = attempt_digest(attempt_values(row))
+                stages["attempt_sha256"] = row_digest(attempt_values(row))
         if self.audit and not answered:
             payload = trace.attempt_payload(row, response)
             draft = AuditDraft(self.chain, "attempt", f"{item.key}/a{attempt}", row.ended_at,

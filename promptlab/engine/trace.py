@@ -24,9 +24,8 @@ from promptlab.audit import (
     ATTEMPT_DIGEST_COLUMNS,
     RESULT_DIGEST_COLUMNS,
     Masker,
-    attempt_digest,
     epoch_us,
-    result_digest,
+    row_digest,
     stored_values,
     utc_text,
 )
@@ -247,7 +246,7 @@ def _verified(
         return None
     if not payload.get("result_sha256"):
         return None
-    ok = result_digest(stored_values(row, RESULT_DIGEST_COLUMNS)) == payload["result_sha256"]
+    ok = row_digest(stored_values(row, RESULT_DIGEST_COLUMNS)) == payload["result_sha256"]
     expected = payload.get("attempt_sha256")
     if expected and record.attempts:
         answered = max(record.attempts, key=lambda a: int(a.get("attempt") or 0))
@@ -256,7 +255,7 @@ def _verified(
              **answered},
             ATTEMPT_DIGEST_COLUMNS,
         )  # fmt: skip
-        ok = ok and attempt_digest(values) == expected
+        ok = ok and row_digest(values) == expected
     return ok
 
 

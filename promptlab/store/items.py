@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from promptlab.audit import AuditDraft, epoch_us, result_digest
+from promptlab.audit import AuditDraft, as_real, epoch_us, row_digest
 from promptlab.records import (
     AssignmentRecord,
     AttemptRow,
@@ -327,16 +327,11 @@ def result_values(row: FinalRow, params: str) -> tuple[Any, ...]:
         row.key, row.run_id, row.status, row.error_kind, row.error_message,
         row.prompt_version_id, row.endpoint, row.model, row.variant, params,
         row.output_text, row.input_tokens, row.output_tokens, row.finish_reason,
-        row.model_version, _real(row.latency_ms), _real(row.cost_usd), row.attempts,
+        row.model_version, as_real(row.latency_ms), as_real(row.cost_usd), row.attempts,
         epoch_us(row.finished_at), row.check_status,
         _list_text(row.check_errors) if row.check_status else None,
         row.rule_status, _list_text(row.rule_errors) if row.rule_status else None,
     )  # fmt: skip
-
-
-def _real(value: float | None) -> float | None:
-    # As DuckDB's DOUBLE gives it back: a provider's int latency reads back as a float.
-    return None if value is None else float(value)
 
 
 def _list_text(items: Sequence[str]) -> str:
@@ -359,7 +354,7 @@ def with_result_digests(
     for draft in drafts:
         found = stored.get(draft.trace_id or "") if draft.kind == "result" else None
         if found is not None:
-            digest = result_digest(result_values(*found))
+            digest = row_digest(result_values(*found))
             draft.payload = {**draft.payload, "result_sha256": digest}
     return drafts
 
