@@ -3,6 +3,7 @@
     PYTHONPATH=. .venv/bin/python bench/audit.py              # 6 rounds of 6,000 items each way
     PYTHONPATH=. .venv/bin/python bench/audit.py --rounds 5 --scale 2
     PYTHONPATH=. .venv/bin/python bench/audit.py --parts      # where the cost goes
+    PYTHONPATH=. .venv/bin/python bench/audit.py --gc         # also with the collector untuned
 
 The ceiling scenario of bench/executor.py (fakellm as a subprocess, no limits, 0 ms
 latency, concurrency 256, persistence on, the shipped default adapter), run alternately
@@ -14,6 +15,10 @@ their ratio, and the ratio round by round; asserts nothing.
 goes: `payloads` builds every event on the engine loop and hands it to the writer,
 which drops it; `chained` also numbers, redacts and hashes each batch in the writer,
 and stores nothing. `on` minus `chained` is then the Arrow table and DuckDB's insert.
+
+`--gc` adds both runs with `Settings.tune_gc` off (Python's default collector
+thresholds, nothing frozen; see promptlab.engine.collector), to show what the tuning
+gives and the audit's cost without it.
 """
 
 from __future__ import annotations
@@ -34,7 +39,9 @@ from typing import Any
 from executor import fakellm, prompts, spec_for, write_dataset  # bench/executor.py
 
 
-def run_once(workdir: Path, base: str, texts: list[str], audit: bool) -> tuple[float, float, int]:
+def run_once(
+    workdir: Path, base: str, texts: list[str], audit: bool, tune_gc: bool = True
+) -> tuple[float, float, int]:
     """Items/s stored by one run, this process's CPU µs per item (every thread: the
     figure a busy machine disturbs least), and the audit events it wrote."""
     from promptlab.config import Settings
@@ -47,7 +54,7 @@ def run_once(workdir: Path, base: str, texts: list[str], audit: bool) -> tuple[f
             limits={"concurrency": 256}, retry={},
         )
     )  # fmt: skip
-    settings = replace(Settings.from_env(), audit=audit)
+    settings = replace(Settings.from_env(), audit=audit, tune_gc=tune_gc)
     db = workdir / f"audit-{time.monotonic_ns()}.duckdb"
     with Store(db) as store, Engine(store, settings=settings) as engine:
         t0, cpu0 = time.monotonic(), time.process_time()
@@ -86,27 +93,32 @@ def writer_append(append: Callable[..., dict[str, Any]] | None) -> Iterator[None
         items.append_events = stored
 
 
-#: mode -> (audit on, what the writer does with the events; None: the real insert)
-MODES: dict[str, tuple[bool, Callable[..., dict[str, Any]] | None]] = {
-    "off": (False, None),
-    "on": (True, None),
-    "payloads": (True, _dropped),
-    "chained": (True, _chained_only),
+#: mode -> (audit on, what the writer does with the events (None: the real insert),
+#: the collector tuned while the run goes)
+MODES: dict[str, tuple[bool, Callable[..., dict[str, Any]] | None, bool]] = {
+    "off": (False, None, True),
+    "on": (True, None, True),
+    "payloads": (True, _dropped, True),
+    "chained": (True, _chained_only, True),
+    "off-gc": (False, None, False),
+    "on-gc": (True, None, False),
 }
+PARTS = ("payloads", "chained")
+UNTUNED = ("off-gc", "on-gc")
 
 
 def child(mode: str, n: int) -> None:
     """One measured run in this (fresh) process, after an uncounted warm-up run: prints
     its items/s, CPU µs per item and events as JSON for the parent."""
     texts = prompts(n, varied=False)
-    audit, append = MODES[mode]
+    audit, append, tune_gc = MODES[mode]
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(tmp)
         with fakellm() as base, writer_append(append):
             # A process's first run pays one-time costs (imports; pyarrow imports pandas
             # at its first array, ~0.5 s): not counted.
-            run_once(workdir, base, texts[:500], audit)
-            rate, cpu, events = run_once(workdir, base, texts, audit)
+            run_once(workdir, base, texts[:500], audit, tune_gc)
+            rate, cpu, events = run_once(workdir, base, texts, audit, tune_gc)
     print(json.dumps({"rate": rate, "cpu": cpu, "events": events}))
 
 
@@ -124,6 +136,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--parts", action="store_true", help="also the part-way modes")
+    parser.add_argument("--gc", action="store_true", help="also with the collector untuned")
     parser.add_argument("--child", choices=list(MODES), help=argparse.SUPPRESS)
     parser.add_argument("--items", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -131,7 +144,7 @@ def main() -> None:
     if args.child:
         child(args.child, n)
         return
-    modes = list(MODES) if args.parts else ["off", "on"]
+    modes = ["off", "on", *(PARTS if args.parts else ()), *(UNTUNED if args.gc else ())]
     rates: dict[str, list[float]] = {m: [] for m in modes}
     cpus: dict[str, list[float]] = {m: [] for m in modes}
     for round_no in range(args.rounds):
@@ -160,6 +173,10 @@ def main() -> None:
     print(f"per round on / off: {', '.join(f'{r:.0%}' for r in paired)}; "
           f"median {statistics.median(paired):.1%}")  # fmt: skip
     print(f"CPU per item on / off = {cpu_on / cpu_off:.1%} (at most 110%)")
+    if args.gc:
+        untuned = statistics.median(rates["on-gc"]) / statistics.median(rates["off-gc"])
+        print(f"collector untuned: on / off = {untuned:.1%}; off tuned / untuned = "
+              f"{off / statistics.median(rates['off-gc']):.1%}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -67,6 +67,9 @@ class Settings:
     #: Patterns masked in stored prompts and outputs (PROMPTLAB_MASK=email,phone,key;
     #: see promptlab.audit.MASK_PATTERNS). Off by default: masking changes the outputs.
     mask: tuple[str, ...] = ()
+    #: Collect garbage less often while runs are going (PROMPTLAB_TUNE_GC=0 turns it
+    #: off; see promptlab.engine.collector). Process-wide while a run is going.
+    tune_gc: bool = True
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -81,6 +84,7 @@ class Settings:
             data_dir=Path(env.get("PROMPTLAB_DATA_DIR") or DATA_DIR),
             audit=_flag(env.get("PROMPTLAB_AUDIT"), True),
             mask=_mask_names(env.get("PROMPTLAB_MASK")),
+            tune_gc=_flag(env.get("PROMPTLAB_TUNE_GC"), True),
         )
 
     def with_db(self, db_path: str | Path | None) -> Settings:

@@ -24,6 +24,7 @@ from promptlab.batchfile import check_request_file
 from promptlab.config import Settings
 from promptlab.datasets import DatasetStore, check_rows
 from promptlab.engine.clock import SYSTEM_CLOCK, Clock
+from promptlab.engine.collector import tuned_collector
 from promptlab.engine.estimate import RunEstimate, estimate_run
 from promptlab.engine.limiter import EndpointLimiter, Limiter, Limits, RunCappedLimiter
 from promptlab.engine.planner import (
@@ -591,7 +592,8 @@ class Engine:
             if active.cancel_requested:
                 execution.cancel()
             await asyncio.to_thread(self.runs.set_status, run_id, RunStatus.RUNNING)
-            await execution.execute()
+            with tuned_collector(self.settings.tune_gc):
+                await execution.execute()
             await asyncio.gather(*alert_writes)
             await self._close_run(run_id, execution)
         except Exception as exc:
