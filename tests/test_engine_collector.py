@@ -1,107 +1,144 @@
-"""The collector's tuning while runs go: set for the first run, put back after the last."""
+"""The collector's tuning while runs go: set by the first run, put back after the last."""
 
 from __future__ import annotations
 
 import gc
+import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import promptlab.engine.executor as executor
 from promptlab.config import Settings
 from promptlab.engine import Engine
-from promptlab.engine.collector import RUN_THRESHOLDS, tuned_collector
+from promptlab.engine.collector import RUN_YOUNG_THRESHOLD, CollectorHold
 from promptlab.engine.testing import ScriptedProvider
 from promptlab.providers.base import CompletionRequest
 from promptlab.providers.config import EndpointConfig
 from promptlab.store import Store
 from tests.test_engine_run import make_spec, write_dataset
 
-HOST_THRESHOLDS = (900, 11, 12)
+HOST = (900, 11, 12)
+TUNED = (RUN_YOUNG_THRESHOLD, 11, 12)
 
 
 @pytest.fixture(autouse=True)
 def host_collector() -> Iterator[None]:
-    """Known thresholds and no freeze before each test, the process's own after it."""
+    """Known thresholds before each test, the process's own after it."""
     saved = gc.get_threshold()
-    gc.unfreeze()
-    gc.set_threshold(*HOST_THRESHOLDS)
+    gc.set_threshold(*HOST)
     try:
         yield
     finally:
-        gc.unfreeze()
         gc.enable()
         gc.set_threshold(*saved)
 
 
-def state() -> tuple[tuple[int, int, int], bool]:
-    return gc.get_threshold(), gc.get_freeze_count() > 0
-
-
-def test_a_run_collects_less_often_and_puts_the_collector_back_after() -> None:
-    kept = [object() for _ in range(10)]  # objects that exist when the run starts
-    with tuned_collector():
-        assert state() == (RUN_THRESHOLDS, True)
-    assert state() == (HOST_THRESHOLDS, False)
-    assert kept
+def test_a_run_raises_the_young_threshold_and_puts_it_back_after() -> None:
+    with CollectorHold():
+        assert gc.get_threshold() == TUNED  # the middle and old thresholds are the host's
+    assert gc.get_threshold() == HOST
 
 
 def test_overlapping_runs_keep_the_tuning_until_the_last_one_ends() -> None:
-    first, second = tuned_collector(), tuned_collector()
-    first.__enter__()
-    second.__enter__()
-    first.__exit__(None, None, None)  # the first run ends while the second goes on
-    assert state() == (RUN_THRESHOLDS, True)
-    second.__exit__(None, None, None)
-    assert state() == (HOST_THRESHOLDS, False)
+    first, second = CollectorHold(), CollectorHold()
+    first.release()  # the first run ends while the second goes on
+    first.release()  # released twice: still one hold fewer, not two
+    assert gc.get_threshold() == TUNED
+    second.release()
+    assert gc.get_threshold() == HOST
 
 
 def test_a_run_that_fails_puts_the_collector_back() -> None:
-    with pytest.raises(RuntimeError), tuned_collector():
+    with pytest.raises(RuntimeError), CollectorHold():
         raise RuntimeError("the run failed")
-    assert state() == (HOST_THRESHOLDS, False)
+    assert gc.get_threshold() == HOST
 
 
-def test_a_freeze_of_the_host_process_is_left_alone() -> None:
-    gc.freeze()
-    frozen = gc.get_freeze_count()
-    with tuned_collector():
-        assert gc.get_threshold() == RUN_THRESHOLDS
-    assert gc.get_freeze_count() == frozen  # not unfrozen by the run's end
-    assert gc.get_threshold() == HOST_THRESHOLDS
+def test_thresholds_the_host_sets_during_a_run_are_kept() -> None:
+    with CollectorHold():
+        gc.set_threshold(5_000, 3, 4)
+    assert gc.get_threshold() == (5_000, 3, 4)
 
 
-def test_a_disabled_collector_or_the_setting_off_changes_nothing() -> None:
-    gc.disable()
-    with tuned_collector():
-        assert state() == (HOST_THRESHOLDS, False)
-    gc.enable()
-    with tuned_collector(enabled=False):
-        assert state() == (HOST_THRESHOLDS, False)
+@pytest.mark.parametrize(
+    "host",
+    [
+        pytest.param(lambda: gc.set_threshold(50_000, 11, 12), id="a higher threshold"),
+        pytest.param(lambda: gc.set_threshold(0, 11, 12), id="threshold 0"),
+        pytest.param(gc.disable, id="disabled"),
+    ],
+)
+def test_a_host_collecting_less_or_not_at_all_is_left_alone(host: Any) -> None:
+    host()
+    before = gc.get_threshold()
+    with CollectorHold():
+        assert gc.get_threshold() == before
+    assert gc.get_threshold() == before
+
+
+def test_the_setting_off_changes_nothing() -> None:
+    with CollectorHold(enabled=False):
+        assert gc.get_threshold() == HOST
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_process_forked_during_a_run_is_not_left_tuned() -> None:
+    with CollectorHold():
+        pid = os.fork()
+        if pid == 0:  # the child: the run did not come along
+            os._exit(0 if gc.get_threshold() == HOST else 1)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert gc.get_threshold() == TUNED  # the parent's run goes on
+
+
+def _engine(store: Store, provider: ScriptedProvider, tune_gc: bool = True) -> Engine:
+    endpoints = {"fake": EndpointConfig("fake", "openai", rpm=60_000, concurrency=4)}
+    settings = Settings(db_path=store.path, tune_gc=tune_gc)
+    factory = lambda _cfg: provider  # noqa: E731
+    return Engine(store, endpoints=endpoints, provider_factory=factory, settings=settings)
 
 
 @pytest.mark.parametrize("tune_gc", [True, False])
 def test_the_engine_tunes_the_collector_while_its_run_goes(
     store: Store, tmp_path: Path, tune_gc: bool
 ) -> None:
-    seen: list[tuple[tuple[int, int, int], bool]] = []
+    seen: list[tuple[int, int, int]] = []
 
-    def note_state(_request: CompletionRequest, _attempt: int) -> Any:
-        seen.append(state())
+    def note_threshold(_request: CompletionRequest, _attempt: int) -> Any:
+        seen.append(gc.get_threshold())
         return None  # answer normally
 
-    provider = ScriptedProvider(fault=note_state)
-    endpoints = {"fake": EndpointConfig("fake", "openai", rpm=60_000, concurrency=4)}
-    settings = Settings(db_path=store.path, tune_gc=tune_gc)
-    with Engine(
-        store, endpoints=endpoints, provider_factory=lambda _cfg: provider, settings=settings
-    ) as engine:
+    with _engine(store, ScriptedProvider(fault=note_threshold), tune_gc) as engine:
         run_id = engine.submit(make_spec(write_dataset(tmp_path / "d.csv", 5)))
         assert engine.wait(run_id, timeout=30).succeeded == 5
-        expected = (RUN_THRESHOLDS, True) if tune_gc else (HOST_THRESHOLDS, False)
-        assert seen == [expected] * 5
-        assert state() == (HOST_THRESHOLDS, False)
+        assert seen == [TUNED if tune_gc else HOST] * 5
+        assert gc.get_threshold() == HOST
+
+
+def test_an_engine_closed_while_its_run_still_goes_puts_the_collector_back(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # close() gives up waiting for a run whose requests never come back.
+    monkeypatch.setattr(executor, "CALL_TIMEOUT_S", 0.5)
+    provider = ScriptedProvider()
+    provider.hold_requests()
+    engine = _engine(store, provider)
+    try:
+        engine.submit(make_spec(write_dataset(tmp_path / "d.csv", 3)))
+        deadline = time.monotonic() + 10
+        while provider.in_flight < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert gc.get_threshold() == TUNED
+        engine.close()
+        assert gc.get_threshold() == HOST
+    finally:
+        provider.release_requests()
+        engine.close()
 
 
 def test_the_setting_comes_from_the_environment() -> None:

@@ -1,79 +1,99 @@
-"""The garbage collector while runs are going: fewer, cheaper collections.
+"""The garbage collector while runs are going: young collections far less often.
 
-At the engine's ceiling Python's cyclic collector cost 15 to 20% of the engine
-thread's time (600 to 900 ms of CPU in a 6,000-item run, bench/audit.py): a young
-collection came every 700 container allocations, each one walked every in-flight
-item's objects again, and every few seconds a full collection walked the whole heap,
-some 150,000 objects that imports made and that never die.
+At the engine's ceiling Python's cyclic collector took 600 to 900 ms of the engine
+thread's CPU in a 6,000-item run, 15 to 20% of it (bench/audit.py --gc): with the
+default threshold a young collection came every 700 net container allocations, which
+an engine with hundreds of requests in flight reaches every few milliseconds; each one
+walked the in-flight items' objects, promoted them, and so brought middle and full
+collections of the whole heap (some 150,000 objects that imports leave behind).
 
-While at least one run of the process is going, `tuned_collector`:
+While at least one run of the process is going, the young threshold is RUN_YOUNG_THRESHOLD
+(20,000): the same run then collects once or twice in all, a few milliseconds, and
+short-lived cycles wait a little longer to be freed (a few MB at most). Freezing the
+heap as well (`gc.freeze`) measured no faster on top of this, so it is not done.
 
-- freezes the objects that existed when the first run started (`gc.freeze`: the
-  collector skips them; they are unfrozen when the last run ends, so garbage among
-  them is still collected then), and
-- raises the young generation's threshold to RUN_THRESHOLDS, so short-lived cycles
-  are collected in bigger, rarer passes (a few MB more at most).
-
-Both are process-wide, so they are counted across runs and engines; the thresholds
-the process had are put back when the last run ends. A process that froze objects
-itself, or disabled the collector, is left alone. `Settings.tune_gc`
-(PROMPTLAB_TUNE_GC=0) turns this off.
+The threshold is process-wide, so runs hold it together (`CollectorHold`) across runs
+and engines, and the last one to end puts back the thresholds the process had, unless
+the host changed them meanwhile. A host whose young threshold is already higher, or
+whose collector is off (`gc.disable()` or a threshold of 0), is left alone.
+`Settings.tune_gc` (PROMPTLAB_TUNE_GC=0) turns this off.
 """
 
 from __future__ import annotations
 
 import gc
+import os
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 
-#: (young, middle, old) thresholds while runs are going; Python's default is (700, 10, 10).
-RUN_THRESHOLDS = (20_000, 10, 10)
+#: The young generation's threshold while runs are going (Python's default is 700).
+RUN_YOUNG_THRESHOLD = 20_000
 
-_lock = threading.Lock()
-_runs = 0
-#: What the first run found: the thresholds to put back, and whether it froze the heap.
-_saved: tuple[tuple[int, int, int], bool] | None = None
-
-
-@contextmanager
-def tuned_collector(enabled: bool = True) -> Iterator[None]:
-    """Collect less often while the body (a run) is going; see the module's docstring."""
-    if not enabled:
-        yield
-        return
-    _enter()
-    try:
-        yield
-    finally:
-        _exit()
+# Reentrant: a collection inside the locked part may finalise a dropped run, whose hold
+# is released on this same thread.
+_lock = threading.RLock()
+_holds = 0
+#: (the thresholds the first hold found, the ones it set); None while nothing is set.
+_tuned: tuple[tuple[int, int, int], tuple[int, int, int]] | None = None
 
 
-def _enter() -> None:
-    global _runs, _saved
+class CollectorHold:
+    """One run's hold on the tuned threshold; `release` it when the run ends (twice is
+    harmless, so an engine closed mid-run can release what its runs still hold)."""
+
+    def __init__(self, enabled: bool = True) -> None:
+        self._held = enabled
+        if enabled:
+            _acquire()
+
+    def release(self) -> None:
+        with _lock:  # the engine's loop and its closing thread may both release
+            if self._held:
+                self._held = False
+                _release()
+
+    def __enter__(self) -> CollectorHold:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def _acquire() -> None:
+    global _holds, _tuned
     with _lock:
-        _runs += 1
-        if _runs > 1:
+        _holds += 1
+        if _holds > 1:
             return
-        if not gc.isenabled():
-            _saved = None
+        found = gc.get_threshold()
+        young, middle, old = found
+        if not gc.isenabled() or young == 0 or young >= RUN_YOUNG_THRESHOLD:
+            _tuned = None
             return
-        # Another freeze is the host's own (a server about to fork, say): keep out of it.
-        freeze = gc.get_freeze_count() == 0
-        _saved = (gc.get_threshold(), freeze)
-        if freeze:
-            gc.freeze()
-        gc.set_threshold(*RUN_THRESHOLDS)
+        tuned = (RUN_YOUNG_THRESHOLD, middle, old)
+        gc.set_threshold(*tuned)
+        _tuned = (found, tuned)
 
 
-def _exit() -> None:
-    global _runs, _saved
+def _release() -> None:
+    global _holds, _tuned
     with _lock:
-        _runs -= 1
-        if _runs > 0 or _saved is None:
+        _holds = max(_holds - 1, 0)
+        if _holds > 0 or _tuned is None:
             return
-        thresholds, froze = _saved
-        _saved = None
-        gc.set_threshold(*thresholds)
-        if froze:
-            gc.unfreeze()
+        found, tuned = _tuned
+        _tuned = None
+        if gc.get_threshold() == tuned:  # else the host set its own meanwhile: keep it
+            gc.set_threshold(*found)
+
+
+def _after_fork_in_child() -> None:
+    # The runs (and the engine threads) did not come along: nothing holds the tuning.
+    global _holds, _lock
+    _lock = threading.RLock()
+    if _holds:
+        _holds = 1
+        _release()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

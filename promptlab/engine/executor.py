@@ -24,7 +24,7 @@ from promptlab.batchfile import check_request_file
 from promptlab.config import Settings
 from promptlab.datasets import DatasetStore, check_rows
 from promptlab.engine.clock import SYSTEM_CLOCK, Clock
-from promptlab.engine.collector import tuned_collector
+from promptlab.engine.collector import CollectorHold
 from promptlab.engine.estimate import RunEstimate, estimate_run
 from promptlab.engine.limiter import EndpointLimiter, Limiter, Limits, RunCappedLimiter
 from promptlab.engine.planner import (
@@ -126,6 +126,9 @@ class Engine:
         #: Cancels that came while their run was being resumed: applied once it starts.
         self._pending_cancels: set[str] = set()
         self._claims_lock = threading.Lock()
+        #: Runs' holds on the collector's tuning (promptlab.engine.collector): a run
+        #: still going when `close` gives up on it must not keep the process tuned.
+        self._collector_holds: set[CollectorHold] = set()
         #: Final states the store could not take (a full disk): shown until it can.
         self._unrecorded_ends: dict[str, tuple[str, str]] = {}
         self._spill_dirs = spill_dirs(store.path) if str(store.path) != ":memory:" else ()
@@ -397,6 +400,8 @@ class Engine:
         self._call(self._shutdown())
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(CALL_TIMEOUT_S)
+        for hold in list(self._collector_holds):
+            hold.release()
 
     def __enter__(self) -> Engine:
         return self
@@ -592,8 +597,13 @@ class Engine:
             if active.cancel_requested:
                 execution.cancel()
             await asyncio.to_thread(self.runs.set_status, run_id, RunStatus.RUNNING)
-            with tuned_collector(self.settings.tune_gc):
+            hold = CollectorHold(self.settings.tune_gc)
+            self._collector_holds.add(hold)
+            try:
                 await execution.execute()
+            finally:
+                hold.release()
+                self._collector_holds.discard(hold)
             await asyncio.gather(*alert_writes)
             await self._close_run(run_id, execution)
         except Exception as exc:
