@@ -17,18 +17,21 @@ which drops it; `chained` also numbers, redacts and hashes each batch in the wri
 and stores nothing. `on` minus `chained` is then the Arrow table and DuckDB's insert.
 
 `--gc` adds both runs with `Settings.tune_gc` off (Python's default collector
-thresholds, nothing frozen; see promptlab.engine.collector), to show what the tuning
-gives and the audit's cost without it.
+threshold; see promptlab.engine.collector), to show what the tuning gives and the
+audit's cost without it. Each run also prints how many collections it ran and the CPU
+they took.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -107,9 +110,30 @@ PARTS = ("payloads", "chained")
 UNTUNED = ("off-gc", "on-gc")
 
 
+@contextmanager
+def collections() -> Iterator[dict[str, float]]:
+    """Count the collector's passes in the body, and the CPU they took on the thread
+    that ran them (the engine's, at the ceiling)."""
+    seen = {"collections": 0, "gc_ms": 0.0}
+    started = threading.local()
+
+    def note(phase: str, _info: dict[str, Any]) -> None:
+        if phase == "start":
+            started.at = time.thread_time()
+        else:
+            seen["collections"] += 1
+            seen["gc_ms"] += (time.thread_time() - started.at) * 1000
+
+    gc.callbacks.append(note)
+    try:
+        yield seen
+    finally:
+        gc.callbacks.remove(note)
+
+
 def child(mode: str, n: int) -> None:
     """One measured run in this (fresh) process, after an uncounted warm-up run: prints
-    its items/s, CPU µs per item and events as JSON for the parent."""
+    its items/s, CPU µs per item, events and collections as JSON for the parent."""
     texts = prompts(n, varied=False)
     audit, append, tune_gc = MODES[mode]
     with tempfile.TemporaryDirectory() as tmp:
@@ -118,8 +142,9 @@ def child(mode: str, n: int) -> None:
             # A process's first run pays one-time costs (imports; pyarrow imports pandas
             # at its first array, ~0.5 s): not counted.
             run_once(workdir, base, texts[:500], audit, tune_gc)
-            rate, cpu, events = run_once(workdir, base, texts, audit, tune_gc)
-    print(json.dumps({"rate": rate, "cpu": cpu, "events": events}))
+            with collections() as seen:
+                rate, cpu, events = run_once(workdir, base, texts, audit, tune_gc)
+    print(json.dumps({"rate": rate, "cpu": cpu, "events": events, **seen}))
 
 
 def measure(mode: str, n: int) -> dict[str, float]:
@@ -155,7 +180,8 @@ def main() -> None:
             cpus[mode].append(got["cpu"])
             print(
                 f"round {round_no + 1} {mode:8s}: {got['rate']:6.0f} items/s, "
-                f"{got['cpu']:5.0f} CPU µs/item ({got['events']:.0f} events)",
+                f"{got['cpu']:5.0f} CPU µs/item ({got['events']:.0f} events; "
+                f"{got['collections']:.0f} collections, {got['gc_ms']:.0f} ms)",
                 flush=True,
             )
     off, cpu_off = statistics.median(rates["off"]), statistics.median(cpus["off"])

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+import promptlab.engine.collector as collector
 import promptlab.engine.executor as executor
 from promptlab.config import Settings
 from promptlab.engine import Engine
@@ -27,12 +28,14 @@ TUNED = (RUN_YOUNG_THRESHOLD, 11, 12)
 
 @pytest.fixture(autouse=True)
 def host_collector() -> Iterator[None]:
-    """Known thresholds before each test, the process's own after it."""
+    """Known thresholds before each test, the process's own after it (and no hold left
+    by a failed test to spoil the next ones)."""
     saved = gc.get_threshold()
     gc.set_threshold(*HOST)
     try:
         yield
     finally:
+        collector._holds, collector._tuned = 0, None
         gc.enable()
         gc.set_threshold(*saved)
 
@@ -85,15 +88,33 @@ def test_the_setting_off_changes_nothing() -> None:
         assert gc.get_threshold() == HOST
 
 
+def _in_child(check: Any) -> int:
+    """Run `check` in a forked child; its exit code (0: it held)."""
+    pid = os.fork()
+    if pid == 0:
+        code = 2  # the check raised
+        try:
+            code = 0 if check() else 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_a_process_forked_during_a_run_is_not_left_tuned() -> None:
-    with CollectorHold():
-        pid = os.fork()
-        if pid == 0:  # the child: the run did not come along
-            os._exit(0 if gc.get_threshold() == HOST else 1)
-        _, status = os.waitpid(pid, 0)
-        assert os.waitstatus_to_exitcode(status) == 0
+    with CollectorHold() as parents:
+        # The child: the run did not come along.
+        assert _in_child(lambda: gc.get_threshold() == HOST) == 0
+
+        def inherited_hold_is_not_counted() -> bool:
+            with CollectorHold():  # the child's own run
+                parents.release()  # e.g. the child closes the engine it inherited
+                return gc.get_threshold() == TUNED
+
+        assert _in_child(inherited_hold_is_not_counted) == 0
         assert gc.get_threshold() == TUNED  # the parent's run goes on
+    assert gc.get_threshold() == HOST
 
 
 def _engine(store: Store, provider: ScriptedProvider, tune_gc: bool = True) -> Engine:
@@ -120,13 +141,12 @@ def test_the_engine_tunes_the_collector_while_its_run_goes(
         assert gc.get_threshold() == HOST
 
 
+@pytest.mark.parametrize("shutdown_fails", [False, True])
 def test_an_engine_closed_while_its_run_still_goes_puts_the_collector_back(
-    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, shutdown_fails: bool
 ) -> None:
-    # close() gives up waiting for a run whose requests never come back.
-    monkeypatch.setattr(executor, "CALL_TIMEOUT_S", 0.5)
     provider = ScriptedProvider()
-    provider.hold_requests()
+    provider.hold_requests()  # the run's requests never come back
     engine = _engine(store, provider)
     try:
         engine.submit(make_spec(write_dataset(tmp_path / "d.csv", 3)))
@@ -134,11 +154,26 @@ def test_an_engine_closed_while_its_run_still_goes_puts_the_collector_back(
         while provider.in_flight < 3 and time.monotonic() < deadline:
             time.sleep(0.01)
         assert gc.get_threshold() == TUNED
-        engine.close()
+        # close() gives up waiting for the run (after 0.5 s, not 30), or fails outright.
+        monkeypatch.setattr(executor, "CALL_TIMEOUT_S", 0.5)
+        if shutdown_fails:
+            monkeypatch.setattr(engine, "_call", _failing_call)
+            with pytest.raises(OSError):
+                engine.close()
+        else:
+            engine.close()
         assert gc.get_threshold() == HOST
     finally:
         provider.release_requests()
-        engine.close()
+        if shutdown_fails:  # finish what the failed close left: the writer, the loop
+            Engine._call(engine, engine._shutdown())
+            engine._loop.call_soon_threadsafe(engine._loop.stop)
+            engine._thread.join(5)
+
+
+def _failing_call(coro: Any, *_args: Any) -> Any:
+    coro.close()
+    raise OSError("the final commit failed")
 
 
 def test_the_setting_comes_from_the_environment() -> None:

@@ -8,9 +8,10 @@ walked the in-flight items' objects, promoted them, and so brought middle and fu
 collections of the whole heap (some 150,000 objects that imports leave behind).
 
 While at least one run of the process is going, the young threshold is RUN_YOUNG_THRESHOLD
-(20,000): the same run then collects once or twice in all, a few milliseconds, and
-short-lived cycles wait a little longer to be freed (a few MB at most). Freezing the
-heap as well (`gc.freeze`) measured no faster on top of this, so it is not done.
+(20,000): the same run then collects about once in all (bench/audit.py prints the
+count), and short-lived cycles wait longer to be freed: at most 20,000 container
+objects more, a few MB. Freezing the heap as well (`gc.freeze`) measured no faster on
+top of this, so it is not done.
 
 The threshold is process-wide, so runs hold it together (`CollectorHold`) across runs
 and engines, and the last one to end puts back the thresholds the process had, unless
@@ -34,6 +35,8 @@ _lock = threading.RLock()
 _holds = 0
 #: (the thresholds the first hold found, the ones it set); None while nothing is set.
 _tuned: tuple[tuple[int, int, int], tuple[int, int, int]] | None = None
+#: Bumped in a forked child: holds it inherited were counted by its parent, not by it.
+_generation = 0
 
 
 class CollectorHold:
@@ -42,14 +45,15 @@ class CollectorHold:
 
     def __init__(self, enabled: bool = True) -> None:
         self._held = enabled
+        self._generation = _generation
         if enabled:
             _acquire()
 
     def release(self) -> None:
         with _lock:  # the engine's loop and its closing thread may both release
-            if self._held:
-                self._held = False
+            if self._held and self._generation == _generation:
                 _release()
+            self._held = False
 
     def __enter__(self) -> CollectorHold:
         return self
@@ -75,25 +79,46 @@ def _acquire() -> None:
 
 
 def _release() -> None:
-    global _holds, _tuned
+    global _holds
     with _lock:
-        _holds = max(_holds - 1, 0)
-        if _holds > 0 or _tuned is None:
-            return
-        found, tuned = _tuned
-        _tuned = None
-        if gc.get_threshold() == tuned:  # else the host set its own meanwhile: keep it
-            gc.set_threshold(*found)
+        _holds -= 1
+        if _holds == 0:
+            _untune()
+
+
+def _untune() -> None:
+    global _tuned
+    if _tuned is None:
+        return
+    found, tuned = _tuned
+    _tuned = None
+    if gc.get_threshold() == tuned:  # else the host set its own meanwhile: keep it
+        gc.set_threshold(*found)
 
 
 def _after_fork_in_child() -> None:
-    # The runs (and the engine threads) did not come along: nothing holds the tuning.
-    global _holds, _lock
+    # The runs (and the engine threads) did not come along: nothing holds the tuning,
+    # and the holds the child inherited are not its own (see CollectorHold.release).
+    global _holds, _lock, _generation
     _lock = threading.RLock()
-    if _holds:
-        _holds = 1
-        _release()
+    _holds = 0
+    _generation += 1
+    _untune()
+
+
+def _before_fork() -> None:
+    # Held across the fork (looked up now: a child has its own), so the child never
+    # sees a hold half-counted.
+    _lock.acquire()
+
+
+def _after_fork_in_parent() -> None:
+    _lock.release()
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+    os.register_at_fork(
+        before=_before_fork,
+        after_in_parent=_after_fork_in_parent,
+        after_in_child=_after_fork_in_child,
+    )

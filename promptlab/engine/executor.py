@@ -393,15 +393,18 @@ class Engine:
         if self._closed:
             return
         self._closed = True
-        for run_id in list(self._active):
-            self.cancel(run_id)
-        for active in list(self._active.values()):
-            active.done.wait(CALL_TIMEOUT_S)
-        self._call(self._shutdown())
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(CALL_TIMEOUT_S)
-        for hold in list(self._collector_holds):
-            hold.release()
+        try:
+            for run_id in list(self._active):
+                self.cancel(run_id)
+            for active in list(self._active.values()):
+                active.done.wait(CALL_TIMEOUT_S)
+            self._call(self._shutdown())
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(CALL_TIMEOUT_S)
+        finally:
+            # However closing went, runs given up on must not keep the process tuned.
+            for hold in list(self._collector_holds):
+                hold.release()
 
     def __enter__(self) -> Engine:
         return self
