@@ -567,6 +567,23 @@ class Engine:
         endpoints: Mapping[str, EndpointConfig],
         plan: bool,
     ) -> None:
+        # Planning too: it makes an object per dataset row and per item.
+        hold = CollectorHold(self.settings.tune_gc)
+        self._collector_holds.add(hold)
+        try:
+            await self._plan_and_run(run_id, spec, variants, endpoints, plan)
+        finally:
+            hold.release()
+            self._collector_holds.discard(hold)
+
+    async def _plan_and_run(
+        self,
+        run_id: str,
+        spec: RunSpec,
+        variants: list[VariantRecord],
+        endpoints: Mapping[str, EndpointConfig],
+        plan: bool,
+    ) -> None:
         active = self._active[run_id]
         try:
             if plan:
@@ -600,13 +617,7 @@ class Engine:
             if active.cancel_requested:
                 execution.cancel()
             await asyncio.to_thread(self.runs.set_status, run_id, RunStatus.RUNNING)
-            hold = CollectorHold(self.settings.tune_gc)
-            self._collector_holds.add(hold)
-            try:
-                await execution.execute()
-            finally:
-                hold.release()
-                self._collector_holds.discard(hold)
+            await execution.execute()
             await asyncio.gather(*alert_writes)
             await self._close_run(run_id, execution)
         except Exception as exc:
