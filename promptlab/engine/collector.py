@@ -8,7 +8,7 @@ walked the in-flight items' objects, promoted them, and so brought middle and fu
 collections of the whole heap (some 150,000 objects that imports leave behind).
 
 While at least one run of the process is going, the young threshold is RUN_YOUNG_THRESHOLD
-(20,000): the same run then collects about once in all (bench/audit.py prints the
+(20,000), planning included: the same run then collects about once (bench/audit.py prints the
 count), and short-lived cycles wait longer to be freed: at most 20,000 container
 objects more, a few MB. Freezing the heap as well (`gc.freeze`) measured no faster on
 top of this, so it is not done.
