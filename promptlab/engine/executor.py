@@ -530,7 +530,8 @@ class Engine:
 
         def launch() -> None:
             task = self._loop.create_task(
-                self._drive(run_id, spec, variants, endpoints, plan), name=f"run-{run_id}"
+                self._tuned(self._drive(run_id, spec, variants, endpoints, plan)),
+                name=f"run-{run_id}",
             )
             # Active and unclaimed in one step: a Cancel sees one or the other, never a gap.
             with self._claims_lock:
@@ -559,24 +560,18 @@ class Engine:
         if active.execution is not None:
             active.execution.cancel()
 
-    async def _drive(
-        self,
-        run_id: str,
-        spec: RunSpec,
-        variants: list[VariantRecord],
-        endpoints: Mapping[str, EndpointConfig],
-        plan: bool,
-    ) -> None:
-        # Planning too: it makes an object per dataset row and per item.
+    async def _tuned(self, run: Coroutine[Any, Any, None]) -> None:
+        """A run with its hold on the collector's tuning, planning included (it makes an
+        object per dataset row and per item)."""
         hold = CollectorHold(self.settings.tune_gc)
         self._collector_holds.add(hold)
         try:
-            await self._plan_and_run(run_id, spec, variants, endpoints, plan)
+            await run
         finally:
             hold.release()
             self._collector_holds.discard(hold)
 
-    async def _plan_and_run(
+    async def _drive(
         self,
         run_id: str,
         spec: RunSpec,
