@@ -149,7 +149,7 @@ def test_an_engine_closed_while_its_run_still_goes_puts_the_collector_back(
     provider.hold_requests()  # the run's requests never come back
     engine = _engine(store, provider)
     try:
-        engine.submit(make_spec(write_dataset(tmp_path / "d.csv", 3)))
+        run_id = engine.submit(make_spec(write_dataset(tmp_path / "d.csv", 3)))
         deadline = time.monotonic() + 10
         while provider.in_flight < 3 and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -165,10 +165,12 @@ def test_an_engine_closed_while_its_run_still_goes_puts_the_collector_back(
         assert gc.get_threshold() == HOST
     finally:
         provider.release_requests()
-        if shutdown_fails:  # finish what the failed close left: the writer, the loop
+        if shutdown_fails:  # finish what the failed close left: the run, writer, loop
+            assert not engine.wait(run_id, 10).active
             Engine._call(engine, engine._shutdown())
             engine._loop.call_soon_threadsafe(engine._loop.stop)
             engine._thread.join(5)
+            engine._store_calls.shutdown(wait=True)
 
 
 def _failing_call(coro: Any, *_args: Any) -> Any:

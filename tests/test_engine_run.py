@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import csv
+import threading
+import time
 from collections import deque
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -11,6 +13,7 @@ from typing import Any
 
 import pytest
 
+import promptlab.engine.executor as executor
 from promptlab.engine import Engine, RunSpec, parse_spec
 from promptlab.engine.testing import ManualClock, ScriptedProvider
 from promptlab.errors import ConfigError, ErrorKind, ProviderError
@@ -502,3 +505,34 @@ def test_params_can_come_from_dataset_columns_row_by_row(
     assert sent == [16, 300, 20, None]  # a blank cell keeps the variant's own max_tokens
     assert rows[3][2] == "failed" and "column 'budget' (max_tokens): 'lots'" in rows[3][3]
     assert '"max_tokens": 300' in rows[1][4]  # the params actually sent are recorded
+
+
+class _SlowPlanning(ItemStore):
+    """Planning that is still writing when the engine is closed."""
+
+    def __init__(self, store: Store) -> None:
+        super().__init__(store)
+        self.started, self.finished = threading.Event(), threading.Event()
+
+    def plan_items(self, run_id: str, chunks: Any) -> int:
+        self.started.set()
+        time.sleep(1.0)
+        try:
+            return super().plan_items(run_id, chunks)
+        finally:
+            self.finished.set()
+
+
+def test_close_returns_only_once_the_store_calls_of_a_run_it_gave_up_on_have_ended(
+    store: Store, tmp_path: Path, provider: ScriptedProvider, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Whoever closes the store next (the Workbench, a test's fixture) must not find its
+    # connection busy with a call from the engine's threads.
+    items = _SlowPlanning(store)
+    endpoints = {"fake": EndpointConfig("fake", "openai", rpm=60_000, concurrency=4)}
+    engine = Engine(store, endpoints=endpoints, provider_factory=lambda _cfg: provider, items=items)
+    engine.submit(make_spec(write_dataset(tmp_path / "d.csv", 3)))
+    assert items.started.wait(10)
+    monkeypatch.setattr(executor, "CALL_TIMEOUT_S", 0.1)  # close gives up on the run at once
+    engine.close()
+    assert items.finished.is_set()

@@ -134,6 +134,13 @@ class Engine:
         self._spill_dirs = spill_dirs(store.path) if str(store.path) != ":memory:" else ()
         self._ingest_spills()
         self._loop = asyncio.new_event_loop()
+        # The loop's store calls (asyncio.to_thread) run here, so that `close` can wait for
+        # the ones still running: a store closed after the engine must not find its
+        # connection busy with a call from a run that close gave up on.
+        self._store_calls = concurrent.futures.ThreadPoolExecutor(
+            thread_name_prefix="promptlab-store"
+        )
+        self._loop.set_default_executor(self._store_calls)
         self._thread = threading.Thread(target=self._run_loop, name="promptlab-engine", daemon=True)
         self._thread.start()
         self._writer: BatchWriter = self._call(self._start_writer())
@@ -389,7 +396,11 @@ class Engine:
         return self.status(run_id)
 
     def close(self) -> None:
-        """Cancel active runs, flush the writer, close provider clients, stop the loop."""
+        """Cancel active runs, flush the writer, close provider clients, stop the loop.
+
+        Returns once no engine thread uses the store: its store calls still running,
+        from a run it gave up waiting for, have ended.
+        """
         if self._closed:
             return
         self._closed = True
@@ -401,6 +412,7 @@ class Engine:
             self._call(self._shutdown())
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(CALL_TIMEOUT_S)
+            self._store_calls.shutdown(wait=True, cancel_futures=True)
         finally:
             # However closing went, runs given up on must not keep the process tuned.
             for hold in list(self._collector_holds):
