@@ -536,3 +536,41 @@ def test_close_returns_only_once_the_store_calls_of_a_run_it_gave_up_on_have_end
     monkeypatch.setattr(executor, "CALL_TIMEOUT_S", 0.1)  # close gives up on the run at once
     engine.close()
     assert items.finished.is_set()
+
+
+class _RewrittenWhilePlanning(ItemStore):
+    """The dataset is rewritten (emptied) after submit counted it, before planning reads
+    it: the first time only."""
+
+    def __init__(self, store: Store, dataset: Path) -> None:
+        super().__init__(store)
+        self.dataset, self.saved = dataset, dataset.read_text()
+
+    def plan_items(self, run_id: str, chunks: Any) -> int:
+        if self.saved:
+            self.dataset.write_text("text\n")
+            self.saved = ""
+        return super().plan_items(run_id, chunks)
+
+
+def test_a_dataset_rewritten_between_submit_and_planning_fails_the_run_and_resume_replans(
+    store: Store, tmp_path: Path, provider: ScriptedProvider
+) -> None:
+    dataset = write_dataset(tmp_path / "d.csv", 3)
+    items = _RewrittenWhilePlanning(store, dataset)
+    endpoints = {"fake": EndpointConfig("fake", "openai", rpm=60_000, concurrency=4)}
+    factory = lambda _cfg: provider  # noqa: E731
+    with Engine(store, endpoints=endpoints, provider_factory=factory, items=items) as engine:
+        run_id = engine.submit(make_spec(dataset))
+        failed = engine.wait(run_id, timeout=30)
+        assert failed.status == "failed"  # not "completed" with no items
+        assert failed.reason == (
+            f"dataset {dataset}: changed while the run was being planned (3 rows when it "
+            "was submitted, 0 read to plan it); nothing was sent: resume the run to plan "
+            "it again"
+        )
+        assert not provider.calls
+        write_dataset(dataset, 3)
+        engine.resume(run_id)
+        assert engine.wait(run_id, timeout=30).status == "completed"
+    assert sorted(row[1] for row in final_rows(store, run_id)) == ["succeeded"] * 3

@@ -20,7 +20,10 @@ def two_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     providers.write_text("endpoints:\n  quick: {kind: sim, latency_scale: 0}\n")
     monkeypatch.setenv("PROMPTLAB_PROVIDERS", str(providers))
     with Workbench.open() as wb:
-        run_ids = [wb.start_run(checks_spec(tmp_path)) for _ in range(2)]
+        # One spec, so one dataset write: rewriting the file while the first run is
+        # still being planned from it would fail that run.
+        spec = checks_spec(tmp_path)
+        run_ids = [wb.start_run(spec) for _ in range(2)]
         for run_id in run_ids:
             assert wb.wait(run_id, timeout=60).status == "completed"
     return run_ids

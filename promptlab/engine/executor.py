@@ -49,6 +49,7 @@ from promptlab.engine.spec import (
     merge_endpoints,
     parse_spec,
     resolve_variants,
+    used_rows,
 )
 from promptlab.engine.spill import read_spill, spill_dirs, spilled_files
 from promptlab.engine.writer import STORE_UNWRITABLE, BatchWriter
@@ -204,7 +205,8 @@ class Engine:
         endpoints = merge_endpoints(self._endpoints, spec.endpoints)
         check_limits(spec.limits, endpoints)
         variants = resolve_variants(spec, endpoints, self._get_registry())
-        check_plan_size(spec, self._row_count(spec), self.settings.max_items)
+        rows = self._row_count(spec)
+        check_plan_size(spec, rows, self.settings.max_items)
         for variant in spec.variants:
             if variant.as_written:  # every line a request that can be sent, ids unique
                 if spec.dataset is None:
@@ -229,7 +231,7 @@ class Engine:
                 "experiment": (spec.experiment or {}).get("name"),
             },
         )
-        self._start(run_id, spec, variants, endpoints, plan=True)
+        self._start(run_id, spec, variants, endpoints, plan_rows=used_rows(spec, rows))
         return run_id
 
     def estimate(self, spec: RunSpec) -> RunEstimate:
@@ -296,9 +298,12 @@ class Engine:
         # A run whose planning never finished (it is scheduled once every item is planned:
         # the process died, or a chunk failed) is planned again from scratch.
         replan = record.scheduled_at is None
+        plan_rows = None
         if replan:
             # The dataset may have changed since: the plan's ceiling holds again.
-            check_plan_size(spec, self._row_count(spec), self.settings.max_items)
+            rows = self._row_count(spec)
+            check_plan_size(spec, rows, self.settings.max_items)
+            plan_rows = used_rows(spec, rows)
             self.items.clear_plan(run_id)
         else:
             reopened = self.items.reopen(
@@ -306,7 +311,7 @@ class Engine:
             )
             log.info("run %s: %d items back to pending", run_id, reopened)
         self._audit_change("run.resumed", run_id, {"chain": run_chain(run_id), "replan": replan})
-        self._start(run_id, spec, variants, endpoints, plan=replan)
+        self._start(run_id, spec, variants, endpoints, plan_rows=plan_rows)
         return run_id
 
     def cancel(self, run_id: str) -> None:
@@ -536,13 +541,15 @@ class Engine:
         variants: list[VariantRecord],
         endpoints: Mapping[str, EndpointConfig],
         *,
-        plan: bool,
+        plan_rows: int | None,
     ) -> None:
+        """Start the run on the loop; `plan_rows`: the dataset rows to plan it from
+        (counted when it was submitted), None when its items are already planned."""
         done = threading.Event()
 
         def launch() -> None:
             task = self._loop.create_task(
-                self._tuned(self._drive(run_id, spec, variants, endpoints, plan)),
+                self._tuned(self._drive(run_id, spec, variants, endpoints, plan_rows)),
                 name=f"run-{run_id}",
             )
             # Active and unclaimed in one step: a Cancel sees one or the other, never a gap.
@@ -589,15 +596,25 @@ class Engine:
         spec: RunSpec,
         variants: list[VariantRecord],
         endpoints: Mapping[str, EndpointConfig],
-        plan: bool,
+        plan_rows: int | None,
     ) -> None:
         active = self._active[run_id]
         try:
-            if plan:
+            if plan_rows is not None:
                 names = [v.name for v in variants]
                 strategy = await asyncio.to_thread(self._plan_strategy, spec, variants)
                 chunks = plan_items(run_id, self._rows(spec), names, strategy, spec.repeats)
                 await asyncio.to_thread(self.items.plan_items, run_id, chunks)
+                # The file is read again to plan: one rewritten since it was counted would
+                # plan other rows (none, half-written), and the run would "complete".
+                copied = await asyncio.to_thread(self.items.row_count, run_id)
+                if copied != plan_rows:
+                    raise SpecError(
+                        f"dataset {spec.dataset or spec.dataset_name}: changed while the "
+                        f"run was being planned ({plan_rows} rows when it was submitted, "
+                        f"{copied} read to plan it); nothing was sent: resume the run to "
+                        "plan it again"
+                    )
             await asyncio.to_thread(self.runs.set_status, run_id, RunStatus.SCHEDULED)
             record = await asyncio.to_thread(self.runs.get_run, run_id)
             counts = await asyncio.to_thread(self.reads.item_counts, run_id)

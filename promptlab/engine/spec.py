@@ -669,16 +669,21 @@ def check_dataset(path: Path) -> int:
         raise SpecError(f"dataset {path}, line {read}: not valid CSV ({exc})") from exc
 
 
+def used_rows(spec: RunSpec, rows: int) -> int:
+    """The dataset rows the run plans: the first `limit_rows` of `rows`, or all."""
+    return min(rows, spec.limit_rows) if spec.limit_rows is not None else rows
+
+
 def check_plan_size(spec: RunSpec, rows: int, ceiling: int) -> int:
     """The number of items the run will plan; refused when it is over `ceiling`."""
-    used_rows = min(rows, spec.limit_rows) if spec.limit_rows is not None else rows
+    used = used_rows(spec, rows)
     # A split sends each row to one variant; otherwise each row goes through every one.
     per_row = 1 if spec.split else len(spec.variants)
-    items = used_rows * per_row * spec.repeats
+    items = used * per_row * spec.repeats
     if items > ceiling:
         shape = "1 variant (split)" if spec.split else f"{len(spec.variants)} variants"
         raise SpecError(
-            f"run spec: {items:,} items ({used_rows:,} rows x {shape} x "
+            f"run spec: {items:,} items ({used:,} rows x {shape} x "
             f"{spec.repeats} repeats) is over the limit of {ceiling:,} items per run "
             "(PROMPTLAB_MAX_ITEMS)"
         )
