@@ -605,16 +605,16 @@ class Engine:
                 strategy = await asyncio.to_thread(self._plan_strategy, spec, variants)
                 chunks = plan_items(run_id, self._rows(spec), names, strategy, spec.repeats)
                 await asyncio.to_thread(self.items.plan_items, run_id, chunks)
-                # The file is read again to plan: one rewritten since it was counted would
-                # plan other rows (none, half-written), and the run would "complete".
-                copied = await asyncio.to_thread(self.items.row_count, run_id)
-                if copied != plan_rows:
-                    raise SpecError(
-                        f"dataset {spec.dataset or spec.dataset_name}: changed while the "
-                        f"run was being planned ({plan_rows} rows when it was submitted, "
-                        f"{copied} read to plan it); nothing was sent: resume the run to "
-                        "plan it again"
-                    )
+            rows = await asyncio.to_thread(self.items.row_count, run_id)
+            # The file is read again to plan: one rewritten since it was counted would plan
+            # other rows (none, half-written), and the run would "complete". Not scheduled
+            # yet, a resume plans it again.
+            if plan_rows is not None and rows != plan_rows:
+                raise SpecError(
+                    f"dataset {spec.dataset or spec.dataset_name}: changed while the run was "
+                    f"being planned ({plan_rows} rows when it was submitted, {rows} read to "
+                    "plan it); nothing was sent: resume the run to plan it again"
+                )
             await asyncio.to_thread(self.runs.set_status, run_id, RunStatus.SCHEDULED)
             record = await asyncio.to_thread(self.runs.get_run, run_id)
             counts = await asyncio.to_thread(self.reads.item_counts, run_id)
@@ -625,7 +625,6 @@ class Engine:
                 {v.endpoint: self._providers[_budget_key(endpoints[v.endpoint])] for v in variants},
                 {v.endpoint: self._lane_limiter(endpoints[v.endpoint], spec) for v in variants},
             )
-            rows = await asyncio.to_thread(self.items.row_count, run_id)
             alert_writes: list[asyncio.Task[None]] = []
 
             def store_alerts(alerts: list[AlertRecord]) -> None:
