@@ -15,15 +15,16 @@ severity `error` (the default) fail completion; `warning`s are recorded only.
 from __future__ import annotations
 
 import ast
-import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeGuard
 
 from simpleeval import EvalWithCompoundTypes
 
+from promptlab import patterns
 from promptlab.errors import TemplateError
+from promptlab.schema_messages import shorten
 
 __all__ = ["FUNCTIONS", "Rule", "RuleOutcome", "RuleSet", "RuleStatus", "parse_rules"]
 
@@ -39,7 +40,9 @@ def _size(value: Any) -> int:
 
 
 def _matches(text: Any, pattern: str) -> bool:
-    return isinstance(text, str) and re.search(pattern, text) is not None
+    # RE2, linear in the text: a pattern computed at run time is checked here, and one
+    # RE2 cannot run raises PatternError, recorded as a rule error on the item.
+    return isinstance(text, str) and patterns.search(pattern, text)
 
 
 #: The only functions an expression may call.
@@ -124,11 +127,7 @@ def _rule(item: Any, where: str) -> Rule:
             raise TemplateError(f"{where}: required must be a list of field paths")
         value = tuple(value)
     elif kind == "pattern":
-        try:
-            re.compile(item["pattern"])
-        except (re.error, TypeError) as exc:
-            raise TemplateError(f"{where}: pattern is not a valid regex: {exc}") from exc
-        value = item["pattern"]
+        value = _pattern(item["pattern"], f"{where}.pattern")
     elif kind == "enum":
         if not isinstance(item["enum"], list):
             raise TemplateError(f"{where}: enum must be a list")
@@ -167,7 +166,31 @@ def _expression(text: Any, where: str) -> str:
                 f"{where}: column {column}: only these functions may be called: "
                 f"{', '.join(sorted(FUNCTIONS))}"
             )
+        # A pattern written out in `matches(text, '...')` is checked now; one computed
+        # while the rule runs is checked then.
+        if _calls_matches(node) and isinstance(pattern := node.args[1], ast.Constant):
+            _pattern(pattern.value, f"{where}: column {column}: matches()")
     return text.strip()
+
+
+def _calls_matches(node: ast.AST) -> TypeGuard[ast.Call]:
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "matches"
+        and len(node.args) == 2
+    )
+
+
+def _pattern(pattern: Any, where: str) -> str:
+    """`pattern` if RE2 can run it; else TemplateError naming the rule."""
+    if not isinstance(pattern, str):
+        raise TemplateError(f"{where}: expected a regex as text")
+    try:
+        patterns.compile_pattern(pattern)
+    except patterns.PatternError as exc:
+        raise TemplateError(f"{where}: {exc}") from exc
+    return pattern
 
 
 # ---- evaluation --------------------------------------------------------------------------
@@ -307,13 +330,13 @@ class RuleSet:
         assert rule.field is not None
         value = _lookup(parsed, rule.field)
         if rule.kind == "pattern":
-            ok = isinstance(value, str) and re.search(rule.value, value) is not None
-            return RuleOutcome(rule, ok, "" if ok else f"{rule.field}: {value!r} does not match "
-                                                       f"{rule.value!r}")  # fmt: skip
+            ok = isinstance(value, str) and patterns.search(rule.value, value)
+            why = f"{rule.field}: {shorten(value)} does not match {rule.value!r}"
+            return RuleOutcome(rule, ok, "" if ok else why)
         if rule.kind == "enum":
             ok = value in rule.value
-            return RuleOutcome(rule, ok, "" if ok else f"{rule.field}: {value!r} is not one of "
-                                                       f"{list(rule.value)}")  # fmt: skip
+            why = f"{rule.field}: {shorten(value)} is not one of {list(rule.value)}"
+            return RuleOutcome(rule, ok, "" if ok else why)
         low, high = rule.value
         if isinstance(value, bool) or not isinstance(value, int | float):
             return RuleOutcome(rule, False, f"{rule.field}: {value!r} is not a number")

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import re
+from collections.abc import Iterable
 from typing import Any
 
 import jsonschema
@@ -9,6 +12,8 @@ import jsonschema
 #: Longest piece of a value a message repeats: enough to recognise it, short enough
 #: that a 5,000-character ticket does not bury the one line that says what is wrong.
 SHOWN_VALUE_CHARS = 80
+
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 # validator keyword -> (unit, "at most" or "at least")
 _SIZE_LIMITS = {
@@ -44,3 +49,16 @@ def shorten(value: Any) -> str:
 def _count(n: int, unit: str) -> str:
     plural = {"property": "properties"}.get(unit, f"{unit}s")
     return f"{n} {unit if n == 1 else plural}"
+
+
+def json_path(parts: Iterable[Any]) -> str:
+    """`$`, then `.name`, `[index]` or `['odd key']` per step."""
+    out = ["$"]
+    for part in parts:
+        if isinstance(part, int):
+            out.append(f"[{part}]")
+        elif isinstance(part, str) and _IDENTIFIER.match(part):
+            out.append(f".{part}")
+        else:
+            out.append(f"[{json.dumps(str(part), ensure_ascii=False)}]")
+    return "".join(out)

@@ -33,6 +33,8 @@ import orjson
 from json_repair import repair_json
 
 from promptlab.errors import TemplateError
+from promptlab.schema_guard import check_schema, has_patterns, refuse_retrieval, safe_validator
+from promptlab.schema_messages import json_path
 
 __all__ = [
     "CheckStatus",
@@ -59,7 +61,6 @@ TRUNCATED_MESSAGE = "cut off at the token limit (finish_reason length)"
 NO_JSON_MESSAGE = "no JSON object or array found in the output"
 
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\r?\n?")
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _DECODER = json.JSONDecoder()
 
 
@@ -90,17 +91,6 @@ class OutputCheck:
     parsed: Any = None
 
 
-def check_schema(schema: Mapping[str, Any], root: str = "output_schema") -> dict[str, Any]:
-    """`schema` as a plain dict if it is a valid Draft 2020-12 schema; else TemplateError
-    naming the path inside it (`output_schema.properties.price.minimum: ...`)."""
-    try:
-        jsonschema.Draft202012Validator.check_schema(schema)
-    except jsonschema.SchemaError as exc:
-        path = json_path(exc.absolute_path).replace("$", root, 1)
-        raise TemplateError(f"{path}: {exc.message}") from exc
-    return dict(schema)
-
-
 def schema_hash(schema: Mapping[str, Any]) -> str:
     """The schema's canonical hash: equal schemas share one compiled validator."""
     blob = json.dumps(schema, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
@@ -112,17 +102,31 @@ class Checker:
 
     def __init__(self, schema: Mapping[str, Any]) -> None:
         self.schema = schema
-        self._validator = jsonschema.Draft202012Validator(dict(schema))
+        #: Why the schema cannot be used (a reference outside it, a pattern RE2 cannot
+        #: run), for a schema stored before such schemas were refused when saved: every
+        #: output is then invalid with this reason, and nothing is fetched or backtracked.
+        self.refused: str | None = None
+        try:
+            check_schema(schema, root="output_schema")
+        except TemplateError as exc:
+            self.refused = str(exc)
+        self._validator = safe_validator(schema)
         # jsonschema-rs answers "valid?" ~20x faster; jsonschema, the reference, lists
         # the errors of the (few) invalid outputs, with the messages used everywhere else.
+        # Patterns are left to jsonschema on RE2 alone, so one regex engine decides.
         self._fast: Any = None
-        try:
-            self._fast = jsonschema_rs.Draft202012Validator(dict(schema))
-        except Exception:  # noqa: BLE001 - a schema it cannot compile: jsonschema alone
-            self._fast = None
+        if self.refused is None and not has_patterns(schema):
+            try:
+                self._fast = jsonschema_rs.Draft202012Validator(
+                    dict(schema), retriever=refuse_retrieval
+                )
+            except Exception:  # noqa: BLE001 - a schema it cannot compile: jsonschema alone
+                self._fast = None
 
     def errors(self, value: Any) -> tuple[str, ...]:
         """Every way `value` breaks the schema, as `PATH: message`, sorted."""
+        if self.refused is not None:
+            return (f"$: the output schema cannot be used: {self.refused}",)
         if self._fast is not None:
             try:
                 if self._fast.is_valid(value):
@@ -239,7 +243,7 @@ def _first_json(text: str) -> Any:
     stripped = text.strip()
     try:
         return json.loads(stripped)
-    except ValueError:
+    except (ValueError, RecursionError):  # deep nesting: no answer is this deep
         pass
     for start, _end, _closed_span in _spans(text)[:MAX_OPENINGS]:
         try:
@@ -368,19 +372,6 @@ def _repaired(text: str) -> Any:
 # ---- error paths -------------------------------------------------------------------------
 
 _REQUIRED = re.compile(r"^(?P<name>'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\") is a required property$")
-
-
-def json_path(parts: Iterable[Any]) -> str:
-    """`$`, then `.name`, `[index]` or `['odd key']` per step."""
-    out = ["$"]
-    for part in parts:
-        if isinstance(part, int):
-            out.append(f"[{part}]")
-        elif isinstance(part, str) and _IDENTIFIER.match(part):
-            out.append(f".{part}")
-        else:
-            out.append(f"[{json.dumps(str(part), ensure_ascii=False)}]")
-    return "".join(out)
 
 
 def _describe(error: jsonschema.ValidationError) -> tuple[str, str]:

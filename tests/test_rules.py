@@ -96,7 +96,7 @@ def test_a_rule_that_raises_is_recorded_and_the_rest_still_run() -> None:
         ([{"expr": "items.__class__"}], "rules[0]: column 1: fields may not start with '_'"),
         ([{"expr": "(lambda: 1)()"}], "rules[0]: column 1: only these functions"),
         ([{"expr": "a", "severity": "fatal"}], "rules[0]: severity must be error or warning"),
-        ([{"field": "x", "pattern": "("}], "rules[0]: pattern is not a valid regex"),
+        ([{"field": "x", "pattern": "("}], "rules[0].pattern: '(' is not a regex RE2 can run"),
         ([{"pattern": "x"}], "rules[0]: pattern needs `field`"),
         ([{"expr": "a", "required": ["a"]}], "rules[0]: give exactly one of"),
         ([{"exp": "a"}], "rules[0]: unknown keys exp"),
