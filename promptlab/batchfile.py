@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from promptlab.datasets import DATASET_LINES
 from promptlab.errors import SpecError, TemplateError
 from promptlab.jsonl import numbered_jsonl
-from promptlab.template_limits import MAX_MESSAGE_CHARS
+from promptlab.template_limits import MAX_MESSAGE_CHARS, MAX_RENDERED_CHARS
 from promptlab.templates import ROLES, normalize_params
 
 #: Body fields sent as written; `max_completion_tokens` is taken as `max_tokens`.
@@ -70,6 +71,13 @@ def request_from_row(row: Mapping[str, Any], id_field: str = "custom_id") -> Bat
                 f"messages[{index}]: {len(message['content'])} characters, more than the "
                 f"{MAX_MESSAGE_CHARS} allowed in a message"
             )
+    # A request is no bigger than a rendered template may be (a 398 MB line was sent).
+    size = sum(len(m["content"]) for m in messages)
+    if size > MAX_RENDERED_CHARS:
+        raise TemplateError(
+            f"messages hold {size:,} characters, more than the {MAX_RENDERED_CHARS:,} a "
+            "request may have"
+        )
     params = {k: body[k] for k in BODY_PARAMS if k in body and body[k] is not None}
     if "max_completion_tokens" in params:
         params["max_tokens"] = params.pop("max_completion_tokens")
@@ -108,14 +116,8 @@ def check_request_file(path: Path, id_field: str = "custom_id") -> int:
 
 
 def _lines(path: Path) -> Iterator[tuple[int, Mapping[str, Any]]]:
-    # The dataset reader's checks (JSON objects, UTF-8, no unpaired surrogates), numbered.
-    try:
-        with path.open(encoding="utf-8") as handle:
-            yield from numbered_jsonl(handle, path)
-    except OSError as exc:
-        raise SpecError(f"{path}: {exc.strerror or exc}") from exc
-    except UnicodeDecodeError as exc:
-        raise SpecError(f"{path}: not UTF-8 text ({exc.reason})") from exc
+    # A request file is a dataset the run reads: the same reader, checks and limits.
+    yield from numbered_jsonl(path, DATASET_LINES)
 
 
 def first_model(path: Path) -> str | None:

@@ -23,12 +23,15 @@ import re
 import stat
 import tempfile
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import duckdb
 
 from promptlab.errors import DatasetError, NotFoundError, TemplateError, VariableError
+from promptlab.jsonl import MAX_JSON_DEPTH, NotJsonError, strict_loads
+from promptlab.lines import LineLimits
 from promptlab.records import DatasetInfo, RowCheck, RowProblem, utcnow
 from promptlab.store.connection import Store
 from promptlab.store.datasets import JSON_MAX_LINE_BYTES, DatasetTables, DatasetWrites, Source
@@ -40,8 +43,10 @@ FORMATS = ("csv", "jsonl", "parquet")
 SUFFIX_FORMATS = {".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl", ".parquet": "parquet"}
 #: The largest file imported (1 GiB): a million-row CSV of support tickets is ~100 MB.
 MAX_FILE_BYTES = 2**30
-#: The most rows one file may bring. Text rows are bounded by the file size, but a few
-#: kilobytes of Parquet can say a hundred million rows (runs of one value compress away).
+#: The most rows one Parquet file may bring. Text rows are bounded by the file size, but a
+#: few kilobytes of Parquet can hold a hundred million rows (runs of one value compress
+#: away), and the count in its footer is only what the file says: the cap holds while
+#: the rows are read.
 MAX_FILE_ROWS = 20_000_000
 #: A CSV header row longer than this is not a header.
 MAX_HEADER_BYTES = 2**20
@@ -49,8 +54,18 @@ MAX_COLUMNS = 1000
 #: Where a row problem is not about one variable (a render error).
 TEMPLATE_COLUMN = "(template)"
 NUL = b"\0"
+#: A dataset file read a line at a time in Python (a run spec's `dataset:` path, a
+#: request file for `promptlab batch`): the bounds of an import.
+DATASET_LINES = LineLimits(JSON_MAX_LINE_BYTES, MAX_FILE_BYTES, kind="a dataset file")
 
 _GLOB_CHARACTERS = frozenset("*?[]{}")
+#: (RE2) What may make a line JSON only to DuckDB's lenient parser: NaN or Infinity as
+#: a value, an exponent of 100 or more (1e999 reads as inf), a 1,000-digit integer
+#: (Python refuses past 4,300). A match inside a string is parsed and passes.
+_LENIENT_JSON = (
+    r"(?i)[\[:,]\s*[-+]?(nan|inf|infinity)\s*[\]},]"  # NaN, -Infinity, inf as a value
+    r"|[0-9][eE]\+?0*[0-9]{3}|[0-9]{1000}"  # 1e999; digits past what Python converts
+)
 _CSV_LINE = re.compile(r"CSV Error on Line: (\d+)")
 _CSV_COUNT = re.compile(r"Expected Number of Columns: (\d+) Found: (\d+)")
 _JSON_KINDS = {
@@ -107,11 +122,12 @@ class DatasetStore:
         replace: bool = False,
         author: str,
         max_bytes: int = MAX_FILE_BYTES,
+        max_rows: int = MAX_FILE_ROWS,
     ) -> DatasetInfo:
         """Import `path` as dataset `name`; a refused file leaves nothing stored.
 
         An existing name is refused unless `replace`, which swaps the rows and the
-        catalog row in the same transaction.
+        catalog row in the same transaction. `max_rows` caps a Parquet file's rows.
         """
         check_name(name)
         path = Path(path)
@@ -123,10 +139,9 @@ class DatasetStore:
             csv_columns = _csv_header(path, where)
             _refuse_nul_bytes(path, where)
         with _readable_by_duckdb(path) as duck_path:
-            source = Source(fmt, duck_path, csv_columns)
+            source = source_of(fmt, duck_path, csv_columns, max_rows)
             try:
-                described = self.tables.describe(source)
-                check_stated_rows(self.tables.stated_rows(source), where)
+                described = describe_file(self.tables, source, where)
             except duckdb.Error as exc:
                 raise _translate(exc, source, path, where) from exc
             with self.tables.importing() as writes:
@@ -142,6 +157,7 @@ class DatasetStore:
                     count = writes.insert_rows(name, source, names)
                 except duckdb.Error as exc:
                     raise _translate(exc, source, path, where) from exc
+                check_row_count(count, source, where)
                 if count == 0:
                     raise DatasetError(
                         f"{where}: a header row but no data rows"
@@ -153,8 +169,6 @@ class DatasetStore:
                     if fmt == "jsonl"
                     else tuple(described)
                 )
-                if fmt == "parquet":
-                    _refuse_case_twins([c for c, _ in columns], where)
                 info = DatasetInfo(
                     name=name,
                     source=where,
@@ -243,11 +257,35 @@ def check_rows(
 # ---- checking a file -----------------------------------------------------------------
 
 
-def check_stated_rows(stated: int | None, where: str, what: str = "a dataset") -> None:
-    if stated is not None and stated > MAX_FILE_ROWS:
-        raise DatasetError(
-            f"{where}: {stated:,} rows, more than the {MAX_FILE_ROWS:,} {what} may have"
-        )
+def source_of(fmt: str, duck_path: str, csv_columns: tuple[str, ...], max_rows: int) -> Source:
+    """How to read a file: a Parquet file's rows up to `max_rows` (a text file's rows
+    are bounded by its size)."""
+    return Source(fmt, duck_path, csv_columns, max_rows if fmt == "parquet" else None)
+
+
+def describe_file(
+    tables: DatasetTables, source: Source, where: str, what: str = "a dataset"
+) -> list[tuple[str, str]]:
+    """(column, DuckDB type) of a file, after what is refused before any row is read: a
+    Parquet column named twice or not at all, or a footer stating more rows than the cap.
+    Raises duckdb.Error for a file DuckDB cannot read."""
+    described = tables.describe(source)
+    if source.format == "jsonl":
+        _refuse_lenient_json(tables, source, where)
+    if source.format == "parquet":
+        _refuse_bad_parquet_names(tables.parquet_fields(source), where)
+        stated = tables.stated_rows(source)
+        if source.max_rows is not None and stated is not None and stated > source.max_rows:
+            raise DatasetError(
+                f"{where}: {stated:,} rows, more than the {source.max_rows:,} {what} may have"
+            )
+    return described
+
+
+def check_row_count(count: int, source: Source, where: str, what: str = "a dataset") -> None:
+    """Refuse a file that brought more rows than its cap (it is read up to one more)."""
+    if source.max_rows is not None and count > source.max_rows:
+        raise DatasetError(f"{where}: more than the {source.max_rows:,} rows {what} may have")
 
 
 def _check_file(path: Path, where: str, max_bytes: int, what: str = "a dataset") -> None:
@@ -325,15 +363,52 @@ def _record_end(head: bytes) -> int | None:
     return None
 
 
-def _refuse_case_twins(names: list[str] | tuple[str, ...], where: str) -> None:
+def _refuse_case_twins(
+    names: list[str] | tuple[str, ...], where: str, what: str = "column"
+) -> None:
     # DuckDB compares column names ignoring case: "Ticket" and "ticket" are one column.
     seen: dict[str, str] = {}
     for name in names:
         twin = seen.get(name.lower())
         if twin is not None:
             also = "" if twin == name else f" (as {twin!r}; names are compared ignoring case)"
-            raise DatasetError(f"{where}: column {name!r} is named twice{also}")
+            raise DatasetError(f"{where}: {what} {name!r} is named twice{also}")
         seen[name.lower()] = name
+
+
+@dataclass
+class _Group:
+    """A Parquet group (the root or a struct) met while walking a schema."""
+
+    place: str  # how a message names it: "x.parquet" or "x.parquet, column b.c"
+    what: str  # what its children are called: "column" or "field"
+    path: str  # "" for the root, "b.c" for field c of column b
+    size: int  # how many children it has
+    names: list[str] = field(default_factory=list)
+
+
+def _refuse_bad_parquet_names(schema: list[tuple[str, int]], where: str) -> None:
+    """Refuse a Parquet column or struct field with no name, or two of one group whose
+    names differ only by case: DuckDB would rename them (`C2`, `A_1`), and the rows
+    would not say what the file does. `schema` is (name, children) depth first from the
+    root, walked without recursion (a hostile file may nest deep)."""
+    if not schema:
+        return
+    groups = [_Group(where, "column", "", schema[0][1])]
+    for name, children in schema[1:]:
+        if not groups:
+            return
+        group = groups[-1]
+        group.names.append(name)
+        if not name.strip():
+            raise DatasetError(f"{group.place}: {group.what} {len(group.names)} has no name")
+        if children:
+            path = f"{group.path}.{name}" if group.path else name
+            groups.append(_Group(f"{where}, column {path}", "field", path, children))
+            continue
+        while groups and len(groups[-1].names) >= groups[-1].size:
+            done = groups.pop()
+            _refuse_case_twins(done.names, done.place, done.what)
 
 
 def _refuse_nul_bytes(path: Path, where: str) -> None:
@@ -369,22 +444,8 @@ def _jsonl_columns(
     where: str,
 ) -> tuple[tuple[str, str], ...]:
     """Keys in order of first appearance, with DuckDB's type; one kind of value each."""
-    duplicate = writes.first_duplicate_key(name)
-    if duplicate is not None:
-        row, key = duplicate
-        raise DatasetError(
-            f"{where}, line {_line_of_row(path, row)}: key {key!r} appears twice in one object"
-        )
     keys = writes.keys_in_order(name)
-    seen: dict[str, str] = {}
-    for key, first_row in keys:
-        twin = seen.get(key.lower())
-        if twin is not None:
-            raise DatasetError(
-                f"{where}, line {_line_of_row(path, first_row)}: column {key!r} is named twice "
-                f"(as {twin!r} on an earlier line; names are compared ignoring case)"
-            )
-        seen[key.lower()] = key
+    check_jsonl_keys(writes.first_duplicate_key(name), keys, path, where)
     # A key that is null on every line: DuckDB's type for it is spelled '"NULL"'.
     types = {key: kind.strip('"') for key, kind in described}
     columns = tuple((key, types.get(key, "JSON")) for key, _row in keys)
@@ -401,6 +462,32 @@ def _jsonl_columns(
                 "a column holds objects, arrays or plain values, not a mix"
             )
     return columns
+
+
+def check_jsonl_keys(
+    duplicate: tuple[int, str] | None, keys: list[tuple[str, int]], path: Path, where: str
+) -> None:
+    """Refuse a key twice in one object, or two keys that differ only by case (DuckDB
+    reads them as one column): `duplicate` is the first (row, key) of the first kind,
+    `keys` every key with the row it first appears in."""
+    if duplicate is not None:
+        row, key = duplicate
+        raise DatasetError(
+            f"{where}, line {_line_of_row(path, row)}: key {key!r} appears twice in one object"
+        )
+    seen: dict[str, tuple[str, int]] = {}
+    for key, first_row in keys:
+        twin = seen.get(key.lower())
+        if twin is not None:
+            twin_key, twin_row = twin
+            on = (
+                "the same line" if twin_row == first_row else f"line {_line_of_row(path, twin_row)}"
+            )
+            raise DatasetError(
+                f"{where}, line {_line_of_row(path, first_row)}: column {key!r} is named twice "
+                f"(as {twin_key!r} on {on}; names are compared ignoring case)"
+            )
+        seen[key.lower()] = (key, first_row)
 
 
 def _line_of_row(path: Path, row: int) -> int:
@@ -490,12 +577,11 @@ def _locate_jsonl_problem(path: Path) -> str | None:
             nonblank += 1
             text = text.rstrip("\r\n")
             try:
-                value = json.loads(text, object_pairs_hook=_no_duplicates)
+                value = strict_loads(text, object_pairs_hook=_no_duplicates)
             except _DuplicateKey as dup:
                 return f", line {number}: key {dup.key!r} appears twice in one object"
-            except json.JSONDecodeError as exc:
-                at = "the end of the line" if exc.pos >= len(text) else f"column {exc.pos + 1}"
-                return f", line {number}: not valid JSON ({exc.msg} at {at})"
+            except (json.JSONDecodeError, NotJsonError) as exc:
+                return f", line {number}: {_json_problem(exc, text)}"
             if not isinstance(value, dict):
                 return f", line {number}: expected a JSON object, found {_json_kind(value)}"
             if any(not key.strip() for key in value):
@@ -503,6 +589,28 @@ def _locate_jsonl_problem(path: Path) -> str | None:
     if nonblank == 0:
         return ": no rows (every line is blank)"
     return None
+
+
+def _refuse_lenient_json(tables: DatasetTables, source: Source, where: str) -> None:
+    """Refuse a JSON Lines file with a line DuckDB reads but JSON does not allow: NaN or
+    Infinity (in any case), a number too large for a float, or nesting deeper than
+    MAX_JSON_DEPTH (DuckDB's own limit is 128). DuckDB finds the few lines that could be
+    one in a scan of the file and Python parses those; if one is, the file is read
+    line by line to name the first."""
+    for line in tables.json_lines_matching(source, _LENIENT_JSON, MAX_JSON_DEPTH):
+        text = line.rstrip("\r")
+        try:
+            strict_loads(text)
+        except (json.JSONDecodeError, NotJsonError) as exc:
+            located = _locate_jsonl_problem(Path(source.path))
+            raise DatasetError(f"{where}{located or ': ' + _json_problem(exc, text)}") from exc
+
+
+def _json_problem(exc: json.JSONDecodeError | NotJsonError, text: str) -> str:
+    if isinstance(exc, NotJsonError):
+        return exc.reason
+    at = "the end of the line" if exc.pos >= len(text) else f"column {exc.pos + 1}"
+    return f"not valid JSON ({exc.msg} at {at})"
 
 
 def _json_kind(value: Any) -> str:

@@ -26,14 +26,18 @@ import duckdb
 
 from promptlab.datasets import (
     MAX_FILE_BYTES,
+    MAX_FILE_ROWS,
     _check_file,
     _csv_header,
     _line_of_row,
     _readable_by_duckdb,
     _refuse_nul_bytes,
     _translate,
-    check_stated_rows,
+    check_jsonl_keys,
+    check_row_count,
+    describe_file,
     format_of,
+    source_of,
 )
 from promptlab.errors import DatasetError, FeedbackError, PromptlabError
 from promptlab.records import utcnow
@@ -65,8 +69,12 @@ class FeedbackImporter:
         self._readers = DatasetTables(store)
         self.registry = registry
 
-    def import_feedback(self, path: str | Path, *, max_bytes: int = MAX_FILE_BYTES) -> int:
-        """Import every feedback event of `path`; returns how many. Nothing on a bad row."""
+    def import_feedback(
+        self, path: str | Path, *, max_bytes: int = MAX_FILE_BYTES, max_rows: int = MAX_FILE_ROWS
+    ) -> int:
+        """Import every feedback event of `path`; returns how many. Nothing on a bad row.
+
+        `max_bytes` caps the file's size, and `max_rows` a Parquet file's rows."""
 
         def fields(found: list[str]) -> dict[str, str | None]:
             columns = {name: _match(name, found) for name in FEEDBACK_COLUMNS}
@@ -80,7 +88,7 @@ class FeedbackImporter:
                 )
             return columns
 
-        return self._import(path, max_bytes, fields, feedback=True)
+        return self._import(path, fields, feedback=True, max_bytes=max_bytes, max_rows=max_rows)
 
     def import_logs(
         self,
@@ -88,10 +96,12 @@ class FeedbackImporter:
         columns: Mapping[str, str] | None = None,
         *,
         max_bytes: int = MAX_FILE_BYTES,
+        max_rows: int = MAX_FILE_ROWS,
     ) -> int:
         """Import every request of a production log; returns how many. Nothing on a bad row.
 
-        `columns` maps a field (LOG_FIELDS) to the file's column for it.
+        `columns` maps a field (LOG_FIELDS) to the file's column for it; `max_bytes` and
+        `max_rows` are as for `import_feedback`.
         """
         given = dict(columns or {})
         for field in given:
@@ -108,7 +118,7 @@ class FeedbackImporter:
                 mapped[field] = column
             return mapped
 
-        return self._import(path, max_bytes, fields, feedback=False)
+        return self._import(path, fields, feedback=False, max_bytes=max_bytes, max_rows=max_rows)
 
     def rate(self, run_id: str, key: str, kind: str) -> None:
         """A rating given in the app: a feedback row of source 'app' for the result (a
@@ -134,10 +144,11 @@ class FeedbackImporter:
     def _import(
         self,
         path: str | Path,
-        max_bytes: int,
         fields: Callable[[list[str]], dict[str, str | None]],
         *,
         feedback: bool,
+        max_bytes: int,
+        max_rows: int,
     ) -> int:
         path = Path(path)
         where = path.name
@@ -152,10 +163,9 @@ class FeedbackImporter:
         except DatasetError as exc:
             raise FeedbackError(str(exc)) from exc
         with _readable_by_duckdb(path) as duck_path:
-            source = Source(fmt, duck_path, csv_columns)
+            source = source_of(fmt, duck_path, csv_columns, max_rows)
             try:
-                found = [c for c, _type in self._readers.describe(source)]
-                check_stated_rows(self._readers.stated_rows(source), where, what)
+                found = [c for c, _type in describe_file(self._readers, source, where, what)]
             except duckdb.Error as exc:
                 raise FeedbackError(str(_translate(exc, source, path, where))) from exc
             except DatasetError as exc:
@@ -166,8 +176,7 @@ class FeedbackImporter:
                     count = writes.stage(source, found)
                 except duckdb.Error as exc:
                     raise FeedbackError(str(_translate(exc, source, path, where))) from exc
-                if count == 0:
-                    raise FeedbackError(f"{where}: no rows")
+                _check_staged(writes, count, source, path, what)
                 version = columns.get("version")
                 refs = self._resolve_refs(writes, version, where) if version else {}
                 writes.stage_refs(refs)
@@ -213,6 +222,22 @@ def resolve_refs(
     return resolved
 
 
+def _check_staged(
+    writes: FeedbackWrites, count: int, source: Source, path: Path, what: str
+) -> None:
+    """Refuse staged rows that are none, more than the file may bring, or (JSON Lines)
+    objects with a key twice or keys that differ only by case, as a dataset refuses them."""
+    where = path.name
+    if count == 0:
+        raise FeedbackError(f"{where}: no rows")
+    try:
+        check_row_count(count, source, where, what)
+        if source.format == "jsonl":
+            check_jsonl_keys(writes.first_duplicate_key(), writes.keys_in_order(), path, where)
+    except DatasetError as exc:
+        raise FeedbackError(str(exc)) from exc
+
+
 def describe_bad_row(place: str, bad: BadRow, columns: Mapping[str, str | None]) -> str:
     """One line: where the first bad row is, which column, what is wrong, how many more."""
     values = bad.fields
@@ -241,6 +266,9 @@ def describe_bad_row(place: str, bad: BadRow, columns: Mapping[str, str | None])
         ),
         "clicked_bad": lambda: f"{at('clicked')}: {values['clicked']!r} is not true or false",
         "completed_bad": lambda: f"{at('completed')}: {values['completed']!r} is not true or false",
+        "time_offset": lambda: (
+            f"{at('event_time')}: {values['event_time']!r} has an offset outside -23:59 to +23:59"
+        ),
         "time_bad": lambda: (
             f"{at('event_time')}: {values['event_time']!r} is not a time ({_TIME_HINT})"
         ),

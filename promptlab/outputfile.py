@@ -21,9 +21,14 @@ from typing import Any
 
 from promptlab.errors import OutputFileError, TemplateError
 from promptlab.jsonl import numbered_json_values
+from promptlab.lines import LineLimits
 from promptlab.rules import RuleSet, RuleStatus, parse_rules
 from promptlab.validation import CheckStatus, OutputCheck, check_schema
 from promptlab.yamlio import read_yaml
+
+#: An output is a model's answer, at most a few hundred kilobytes; a line of the OpenAI
+#: Batch output format wraps it. A file as large as a dataset may be.
+OUTPUTS_FILE = LineLimits(line_bytes=4 * 2**20, file_bytes=2**30, kind="an outputs file")
 
 
 @dataclass(frozen=True)
@@ -38,20 +43,10 @@ class OutputLine:
         return f"line {self.number}" + (f" ({self.id})" if self.id is not None else "")
 
 
-def read_outputs(path: Path) -> Iterator[OutputLine]:
+def read_outputs(path: Path, limits: LineLimits = OUTPUTS_FILE) -> Iterator[OutputLine]:
     """Each output of the file, in order; OutputFileError names a bad line."""
-    try:
-        handle = path.open(encoding="utf-8")
-    except OSError as exc:
-        raise OutputFileError(f"outputs {path}: cannot read: {exc.strerror or exc}") from exc
-    with handle:
-        try:
-            for number, value in numbered_json_values(
-                handle, path, label="outputs", error=OutputFileError
-            ):
-                yield _line(number, value, path)
-        except UnicodeDecodeError as exc:
-            raise OutputFileError(f"outputs {path}: not UTF-8 text ({exc.reason})") from exc
+    for number, value in numbered_json_values(path, limits, label="outputs", error=OutputFileError):
+        yield _line(number, value, path)
 
 
 def _line(number: int, value: Any, path: Path) -> OutputLine:

@@ -35,7 +35,9 @@ from promptlab.errors import (
     VariableError,
     VariableProblem,
 )
+from promptlab.jsonl import strict_loads
 from promptlab.rules import RuleSet, parse_rules
+from promptlab.schema_guard import check_schema, safe_validator
 from promptlab.schema_messages import describe
 from promptlab.template_limits import (
     BOUNDED_FILTERS,
@@ -48,7 +50,6 @@ from promptlab.template_limits import (
     RenderBudget,
     count_loop_items,
 )
-from promptlab.validation import check_schema
 
 ROLES = ("system", "user", "assistant")
 PARAM_DEFAULTS: dict[str, Any] = {
@@ -235,9 +236,9 @@ class Template:
         return RuleSet(parse_rules(list(self.rules)))
 
     @functools.cached_property
-    def _validator(self) -> jsonschema.Draft202012Validator:
+    def _validator(self) -> Any:
         # Built once per template: a batch renders the same template for every row.
-        return jsonschema.Draft202012Validator(self.variables)
+        return safe_validator(self.variables)
 
     def validate_values(self, values: Mapping[str, Any]) -> dict[str, Any]:
         """Values with defaults filled in; raises VariableError listing every problem."""
@@ -457,13 +458,10 @@ def variable_schema(
                 f"variables.{name}.type: {fragment['type']!r} is not one of "
                 f"{', '.join(VARIABLE_TYPES)}"
             )
-        try:
-            jsonschema.Draft202012Validator.check_schema(fragment)
-        except jsonschema.SchemaError as exc:
-            raise TemplateError(f"variables.{name}: invalid schema: {exc.message}") from exc
+        check_schema(fragment, root=f"variables.{name}")
         if "default" in fragment:
             problem = jsonschema.exceptions.best_match(
-                jsonschema.Draft202012Validator(fragment).iter_errors(fragment["default"])
+                safe_validator(fragment).iter_errors(fragment["default"])
             )
             if problem is not None:
                 raise TemplateError(f"variables.{name}.default: {describe(problem)}")
@@ -495,7 +493,7 @@ def _coerce(text: str, kind: str) -> Any:
         if kind == "boolean" and text.strip().lower() in {"true", "false", "1", "0", "yes", "no"}:
             return text.strip().lower() in {"true", "1", "yes"}
         if kind in {"array", "object"}:
-            return json.loads(text)
+            return strict_loads(text)  # bounded nesting; a refused text stays text
     except ValueError:
         pass
     return text

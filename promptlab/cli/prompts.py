@@ -13,6 +13,8 @@ from promptlab.cli.common import db_option, handle_errors, open_workbench
 # The errors module is light; the facade's other names are imported inside the commands
 # that use them, so `promptlab --help` does not load templates, the store or the engine.
 from promptlab.errors import PromptlabError, VariableError, VariableProblem
+from promptlab.jsonl import NotJsonError, strict_loads
+from promptlab.lines import LineLimits, open_lines
 
 
 @click.command()
@@ -234,11 +236,21 @@ def export(ctx: click.Context, name: str, output: Path | None) -> None:
         click.echo(f"wrote {output}")
 
 
+#: A vars file holds the values of one render, which stops at 1,000,000 characters: the
+#: limit of a YAML file (10 MiB) is plenty. It may be a single line.
+VARS_FILE = LineLimits(line_bytes=10 * 2**20, file_bytes=10 * 2**20, kind="a vars file")
+
+
 def _read_vars_file(path: Path) -> dict[str, object]:
+    with open_lines(path, str(path), VARS_FILE, PromptlabError) as lines:
+        text = "".join(line for _number, line in lines)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise PromptlabError(f"{path}: cannot read a JSON object of values: {exc}") from exc
+        data = strict_loads(text)
+    except json.JSONDecodeError as exc:
+        raise PromptlabError(f"{path}, line {exc.lineno}: not valid JSON ({exc.msg})") from exc
+    except NotJsonError as exc:
+        line = "" if exc.pos is None else f", line {text.count(chr(10), 0, exc.pos) + 1}"
+        raise PromptlabError(f"{path}{line}: {exc.reason}") from exc
     if not isinstance(data, dict):
         raise PromptlabError(f"{path}: expected a JSON object of variable values")
     return data

@@ -4,20 +4,24 @@ from __future__ import annotations
 
 import csv
 import ipaddress
+import itertools
 import json
 import math
 import re
 import stat
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
+from promptlab.datasets import DATASET_LINES
 from promptlab.engine.limiter import DEFAULT_BURST_S, Limits
 from promptlab.engine.retry import RetryPolicy
 from promptlab.errors import ConfigError, PromptlabError, SpecError, TemplateError
 from promptlab.jsonl import numbered_jsonl
+from promptlab.lines import open_lines
 from promptlab.providers.config import KINDS, EndpointConfig, parse_model_ref
 from promptlab.records import VariantRecord
 from promptlab.sampling import FIXED, SAMPLING_KEY, parse_sampling
@@ -51,9 +55,6 @@ ENDPOINT_FIELDS = frozenset({"kind", "base_url", "rpm", "tpm", "concurrency"})
 #: Request params a variant may set on top of its template's.
 VARIANT_PARAMS = frozenset({"temperature", "top_p", "max_tokens"})
 DATASET_SUFFIXES = (".csv", ".jsonl", ".ndjson")
-#: Spreadsheets save CSV with a byte-order mark; without -sig it would join the first
-#: column's name and every row would miss that variable.
-CSV_ENCODING = "utf-8-sig"
 #: Most times a spec may send each (row, variant): sampling the same prompt a thousand
 #: times is already a study of its own; more is a typo that would plan billions of items.
 MAX_REPEATS = 1_000
@@ -645,28 +646,28 @@ def check_dataset(path: Path) -> int:
         # A FIFO or a device would block the read forever (or never end): files only.
         if not stat.S_ISREG(path.stat().st_mode):
             raise SpecError(f"dataset {path}: not a regular file")
-        if path.suffix.lower() == ".csv":
-            with path.open(encoding=CSV_ENCODING, newline="") as handle:
-                reader = _csv_reader(handle)
-                if not reader.fieldnames:
-                    raise SpecError(f"dataset {path}: no header row naming the columns")
-                repeated = sorted({c for c in reader.fieldnames if reader.fieldnames.count(c) > 1})
-                if repeated:
-                    raise SpecError(f"dataset {path}: column(s) named twice: {', '.join(repeated)}")
-                return sum(1 for _ in reader)
-        return sum(1 for _ in iter_rows(path))
     except OSError as exc:
         raise SpecError(f"dataset {path}: {exc.strerror or exc}") from exc
-    except UnicodeDecodeError as exc:
-        raise SpecError(f"dataset {path}: not UTF-8 text ({exc.reason})") from exc
-    except csv.Error as exc:
-        read = reader.line_num if "reader" in locals() else 0
-        if "unexpected end of data" in str(exc):
-            # The reader consumed the rest of the file looking for the closing quote.
+    if path.suffix.lower() != ".csv":
+        return sum(1 for _ in iter_rows(path))
+    with _csv_lines(path) as lines:
+        reader = _csv_reader(lines)
+        try:
+            if not reader.fieldnames:
+                raise SpecError(f"dataset {path}: no header row naming the columns")
+            repeated = sorted({c for c in reader.fieldnames if reader.fieldnames.count(c) > 1})
+            if repeated:
+                raise SpecError(f"dataset {path}: column(s) named twice: {', '.join(repeated)}")
+            return sum(1 for _ in reader)
+        except csv.Error as exc:
+            if "unexpected end of data" in str(exc):
+                # The reader consumed the rest of the file looking for the closing quote.
+                raise SpecError(
+                    f"dataset {path}, line {reader.line_num + 1}: a quoted field is never closed"
+                ) from exc
             raise SpecError(
-                f"dataset {path}, line {read + 1}: a quoted field is never closed"
+                f"dataset {path}, line {reader.line_num}: not valid CSV ({exc})"
             ) from exc
-        raise SpecError(f"dataset {path}, line {read}: not valid CSV ({exc})") from exc
 
 
 def used_rows(spec: RunSpec, rows: int) -> int:
@@ -692,26 +693,22 @@ def check_plan_size(spec: RunSpec, rows: int, ceiling: int) -> int:
 
 def iter_rows(path: Path, limit: int | None = None) -> Iterator[dict[str, Any]]:
     """Rows of a CSV (header row names the columns) or JSONL file, one at a time."""
-    count = 0
-    encoding = CSV_ENCODING if path.suffix.lower() == ".csv" else "utf-8"
-    with path.open(encoding=encoding, newline="") as handle:
-        if path.suffix.lower() == ".csv":
-            rows: Iterator[dict[str, Any]] = iter(_csv_reader(handle))
-        else:
-            rows = _jsonl(handle, path)
-        for row in rows:
-            if limit is not None and count >= limit:
-                return
-            count += 1
-            yield row
+    if path.suffix.lower() != ".csv":
+        rows = (row for _number, row in numbered_jsonl(path, DATASET_LINES))
+        yield from itertools.islice(rows, limit)
+        return
+    with _csv_lines(path) as lines:
+        yield from itertools.islice(_csv_reader(lines), limit)
 
 
-def _csv_reader(handle: Any) -> csv.DictReader[str]:
+@contextmanager
+def _csv_lines(path: Path) -> Iterator[Iterator[str]]:
+    """The lines of a CSV file as the csv module reads them (line ends kept), bounded."""
+    with open_lines(path, f"dataset {path}", DATASET_LINES, SpecError) as lines:
+        yield (text for _number, text in lines)
+
+
+def _csv_reader(lines: Iterator[str]) -> csv.DictReader[str]:
     # strict: a quote left open would otherwise swallow the rest of the file into one
     # cell and the run would "complete" on the rows before it.
-    return csv.DictReader(handle, strict=True)
-
-
-def _jsonl(handle: Any, path: Path) -> Iterator[dict[str, Any]]:
-    for _number, value in numbered_jsonl(handle, path):
-        yield value
+    return csv.DictReader(lines, strict=True)

@@ -33,6 +33,9 @@ class Source:
     format: str  # "csv", "jsonl" or "parquet"
     path: str
     csv_columns: tuple[str, ...] = ()
+    #: Read at most this many rows and one more (None: every row), so that a file over
+    #: its cap is seen to be without being read whole, whatever its metadata says.
+    max_rows: int | None = None
 
 
 def quote_identifier(name: str) -> str:
@@ -93,7 +96,7 @@ def _select_rows(source: Source, columns: Sequence[str]) -> tuple[str, list[Any]
         fields = ", ".join(
             f"{quote_identifier(c)} := coalesce({quote_identifier(c)}, '')" for c in columns
         )
-        reader = _csv_reader()
+        reader = _capped(_csv_reader(), source)
         params: list[Any] = [source.path, {c: "VARCHAR" for c in columns}]
         return (
             f"SELECT row_number() OVER (), to_json(struct_pack({fields})) FROM {reader}",
@@ -105,15 +108,76 @@ def _select_rows(source: Source, columns: Sequence[str]) -> tuple[str, list[Any]
         # Blank lines are no rows (with CRLF line ends they read as null).
         return (
             "SELECT row_number() OVER (), CASE WHEN json_type(line) = 'OBJECT' "
-            "THEN json(line) ELSE error('not a JSON object') END "
-            f"FROM (SELECT line FROM {_json_lines_reader()} WHERE trim(line) <> '')",
+            f"THEN json(line) ELSE error('not a JSON object') END FROM {_json_lines(source)}",
             [source.path],
         )
     fields = ", ".join(f"{quote_identifier(c)} := {quote_identifier(c)}" for c in columns)
+    reader = _capped("read_parquet(?)", source)
     return (
-        f"SELECT row_number() OVER (), to_json(struct_pack({fields})) FROM read_parquet(?)",
+        f"SELECT row_number() OVER (), to_json(struct_pack({fields})) FROM {reader}",
         [source.path],
     )
+
+
+def _json_lines(source: Source) -> str:
+    """`FROM` text for the non-blank lines of a JSON Lines file (its rows)."""
+    return _capped(f"{_json_lines_reader()} WHERE trim(line) <> ''", source)
+
+
+def _capped(rows: str, source: Source) -> str:
+    """`FROM` text for the rows of `rows` (a reader, maybe with a WHERE), at most
+    `source.max_rows` + 1 of them: the LIMIT sits right on the reader, so the scan ends
+    there (a 30-million-row file capped at 10 is refused in milliseconds)."""
+    if source.max_rows is None:
+        return f"(SELECT * FROM {rows})"
+    return f"(SELECT * FROM {rows} LIMIT {int(source.max_rows) + 1})"
+
+
+#: The rows of one dataset, as `keys_in_order` and `first_duplicate_key` read them.
+_DATASET_ROWS = "SELECT row_number, row_values FROM dataset_rows WHERE dataset = ?"
+
+
+def keys_in_order(
+    tx: duckdb.DuckDBPyConnection, rows: str, params: Sequence[Any] = ()
+) -> list[tuple[str, int]]:
+    """Every top-level key of `rows` (a query of row_number, row_values JSON) with the row
+    it first appears in, ordered by first appearance (row, then place in the object)."""
+    found = tx.execute(
+        f"""
+        SELECT key, min(row_number) AS first_row
+        FROM (
+            SELECT row_number, unnest(json_keys(row_values)) AS key,
+                   unnest(range(len(json_keys(row_values)))) AS place
+            FROM ({rows})
+        )
+        GROUP BY key
+        ORDER BY min([row_number, place])
+        """,
+        list(params),
+    ).fetchall()
+    return [(str(r[0]), int(r[1])) for r in found]
+
+
+def first_duplicate_key(
+    tx: duckdb.DuckDBPyConnection, rows: str, params: Sequence[Any] = ()
+) -> tuple[int, str] | None:
+    """The first of `rows` (row_number, row_values JSON) whose object has a key twice, and
+    that key."""
+    row = tx.execute(
+        f"""
+        SELECT row_number, keys FROM (
+            SELECT row_number, json_keys(row_values) AS keys FROM ({rows})
+        )
+        WHERE len(keys) <> len(list_distinct(keys))
+        ORDER BY row_number
+        LIMIT 1
+        """,
+        list(params),
+    ).fetchone()
+    if row is None:
+        return None
+    keys = list(row[1])
+    return int(row[0]), next(k for k in keys if keys.count(k) > 1)
 
 
 class DatasetTables:
@@ -133,6 +197,17 @@ class DatasetTables:
             rows = cur.execute(f"DESCRIBE SELECT * FROM {reader}", [source.path]).fetchall()
         return [(str(r[0]), str(r[1])) for r in rows]
 
+    def parquet_fields(self, source: Source) -> list[tuple[str, int]]:
+        """A Parquet file's schema as written, depth first from its root: (name, number
+        of children) of each element. DuckDB's own names differ: it renames a second `a`
+        or `A` to `A_1` and an unnamed column to `C2`."""
+        with self.store.read() as cur:
+            rows = cur.execute(
+                "SELECT name, coalesce(num_children, 0) FROM parquet_schema(?) ORDER BY column_id",
+                [source.path],
+            ).fetchall()
+        return [(str(r[0] or ""), int(r[1])) for r in rows]
+
     def stated_rows(self, source: Source) -> int | None:
         """The rows a Parquet file's footer says it holds (read before any row is); None
         for text formats, whose rows the file size bounds."""
@@ -143,6 +218,22 @@ class DatasetTables:
                 "SELECT sum(num_rows) FROM parquet_file_metadata(?)", [source.path]
             ).fetchone()
         return int(row[0]) if row and row[0] is not None else 0
+
+    def json_lines_matching(
+        self, source: Source, pattern: str, max_openers: int, batch: int = 1000
+    ) -> Iterator[str]:
+        """Each line of a JSON Lines `source` that matches the RE2 `pattern` or opens more
+        than `max_openers` arrays and objects. One scan in DuckDB (no row numbers: they
+        would hold every line until the last), `batch` lines in memory at a time."""
+        with self.store.read() as cur:
+            cur.execute(
+                f"SELECT line FROM {_json_lines(source)} WHERE regexp_matches(line, ?) "
+                # bytes, not characters: translate() or length() took 5 s a million lines
+                "OR strlen(line) - strlen(replace(replace(line, '[', ''), '{', '')) > ?",
+                [source.path, pattern, max_openers],
+            )
+            while found := cur.fetchmany(batch):
+                yield from (str(line) for (line,) in found)
 
     # ---- writing -------------------------------------------------------------------
 
@@ -241,41 +332,12 @@ class DatasetWrites:
         return int(row[0]) if row else 0
 
     def keys_in_order(self, name: str) -> list[tuple[str, int]]:
-        """Every top-level key of the rows (JSON Lines) with the row it first appears in,
-        ordered by first appearance (row, then place in the object)."""
-        rows = self.tx.execute(
-            """
-            SELECT key, min(row_number) AS first_row
-            FROM (
-                SELECT row_number, unnest(json_keys(row_values)) AS key,
-                       unnest(range(len(json_keys(row_values)))) AS place
-                FROM dataset_rows WHERE dataset = ?
-            )
-            GROUP BY key
-            ORDER BY min([row_number, place])
-            """,
-            [name],
-        ).fetchall()
-        return [(str(r[0]), int(r[1])) for r in rows]
+        """Every top-level key of the rows (JSON Lines) with the row it first appears in."""
+        return keys_in_order(self.tx, _DATASET_ROWS, [name])
 
     def first_duplicate_key(self, name: str) -> tuple[int, str] | None:
         """The first row (JSON Lines) whose object has a key twice, and that key."""
-        row = self.tx.execute(
-            """
-            SELECT row_number, keys FROM (
-                SELECT row_number, json_keys(row_values) AS keys
-                FROM dataset_rows WHERE dataset = ?
-            )
-            WHERE len(keys) <> len(list_distinct(keys))
-            ORDER BY row_number
-            LIMIT 1
-            """,
-            [name],
-        ).fetchone()
-        if row is None:
-            return None
-        keys = list(row[1])
-        return int(row[0]), next(k for k in keys if keys.count(k) > 1)
+        return first_duplicate_key(self.tx, _DATASET_ROWS, [name])
 
     def first_kind_change(self, name: str, column: str) -> tuple[int, str, int, str] | None:
         """The first row whose `column` is an object, an array or a scalar when the first

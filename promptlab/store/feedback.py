@@ -17,11 +17,12 @@ from datetime import datetime
 import duckdb
 
 from promptlab.store.connection import Store
-from promptlab.store.datasets import Source, _select_rows
+from promptlab.store.datasets import Source, _select_rows, first_duplicate_key, keys_in_order
 
 #: Text that reads as true or false in a boolean column (compared lowercased).
 TRUE_TEXTS = ("true", "t", "1", "yes", "y")
 FALSE_TEXTS = ("false", "f", "0", "no", "n")
+_STAGED_ROWS = "SELECT row_number, row_values FROM _staged"
 
 
 @dataclass(frozen=True)
@@ -46,18 +47,35 @@ def _field(column: str | None) -> str:
     return f"nullif(trim(json_extract_string(row_values, {_text(pointer)})), '')"
 
 
+#: The end of a time with an offset: its hours run 00-23 and minutes 00-59, as ISO 8601
+#: and Python have them (DuckDB's cast takes `+25:00` or `-99:00` and moves the time days).
+_TIME_END = r"\d:\d\d(:\d\d(\.\d+)?)?\s*"
+_REAL_OFFSET = _TIME_END + r"([zZ]|[+-]([01]\d|2[0-3])(:?[0-5]\d)?)$"
+_ANY_OFFSET = _TIME_END + r"[+-]\d\d(:?\d\d)?$"
+
+
 def time_sql(column: str) -> str:
     """`column` (text) as a TIMESTAMPTZ: UTC unless it carries an offset; NULL if not a time."""
-    with_offset = r"\d:\d\d(:\d\d(\.\d+)?)?\s*([zZ]|[+-]\d\d(:?\d\d)?)$"
     # Without an offset only a date and time may be there: DuckDB's TIMESTAMP cast would
     # drop a zone name (`09:30 America/Los_Angeles`) and read the time as UTC.
     naive = r"^\s*\d{4}-\d\d-\d\d([T ][0-9:.]+)?\s*$"
     return (
-        f"CASE WHEN regexp_matches({column}, {_text(with_offset)}) "
+        f"CASE WHEN regexp_matches({column}, {_text(_REAL_OFFSET)}) "
         f"THEN try_cast({column} AS TIMESTAMPTZ) "
         f"WHEN regexp_matches({column}, {_text(naive)}) "
         f"THEN timezone('UTC', try_cast({column} AS TIMESTAMP)) END"
     )
+
+
+#: The checks of a row's event_time, in the order they are reported.
+_TIME_CHECKS = (
+    (
+        "time_offset",
+        f"regexp_matches(f.event_time, {_text(_ANY_OFFSET)}) "
+        f"AND NOT regexp_matches(f.event_time, {_text(_REAL_OFFSET)})",
+    ),
+    ("time_bad", f"f.event_time IS NOT NULL AND {time_sql('f.event_time')} IS NULL"),
+)
 
 
 def bool_sql(column: str) -> str:
@@ -179,6 +197,14 @@ class FeedbackWrites:
         row = self.tx.execute("SELECT count(*) FROM _staged").fetchone()
         return int(row[0]) if row else 0
 
+    def keys_in_order(self) -> list[tuple[str, int]]:
+        """Every top-level key of the staged rows with the row it first appears in."""
+        return keys_in_order(self.tx, _STAGED_ROWS)
+
+    def first_duplicate_key(self) -> tuple[int, str] | None:
+        """The first staged row whose object has a key twice, and that key."""
+        return first_duplicate_key(self.tx, _STAGED_ROWS)
+
     def distinct_values(self, column: str, limit: int) -> list[str]:
         """Up to `limit` distinct non-blank values of `column` in the staged rows."""
         rows = self.tx.execute(
@@ -220,7 +246,7 @@ class FeedbackWrites:
             ("result_unknown", "f.result_id IS NOT NULL AND r.idempotency_key IS NULL"),
             ("version_unknown", "f.result_id IS NULL AND v.version_id IS NULL"),
             ("value_bad", _bad_number("f.value")),
-            ("time_bad", f"f.event_time IS NOT NULL AND {time_sql('f.event_time')} IS NULL"),
+            *_TIME_CHECKS,
         )
         return self._first_bad(
             checks,
@@ -245,7 +271,7 @@ class FeedbackWrites:
             ),
             ("clicked_bad", f"f.clicked IS NOT NULL AND {bool_sql('f.clicked')} IS NULL"),
             ("completed_bad", f"f.completed IS NOT NULL AND {bool_sql('f.completed')} IS NULL"),
-            ("time_bad", f"f.event_time IS NOT NULL AND {time_sql('f.event_time')} IS NULL"),
+            *_TIME_CHECKS,
         )
         return self._first_bad(
             checks,
