@@ -41,6 +41,7 @@ from typing import Any, NamedTuple
 
 from promptlab.errors import ExperimentError
 from promptlab.jsonl import numbered_jsonl
+from promptlab.lines import LineLimits
 from promptlab.yamlio import read_yaml
 
 #: Buckets a unit hashes into: 0.01% of traffic each.
@@ -54,6 +55,12 @@ RAMP_TAG = "ramp"
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,79}$")
 VARIANT_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 MODES = ("split", "all")
+#: Variants an experiment may have: each should get a share of the 10,000 buckets a
+#: comparison can use (100 gets each 1%), and every revision, run and page lists them all.
+MAX_VARIANTS = 100
+#: The largest weight. Weights are relative, so a million to 1 already gives the smaller
+#: variant no bucket; larger ones (or infinity) only overflow the exact arithmetic.
+MAX_WEIGHT = 1_000_000
 #: Why a unit got its variant.
 REASON_ASSIGNED = "assigned"
 REASON_OUTSIDE_RAMP = "outside_ramp"
@@ -480,6 +487,10 @@ def parse_experiment_file(data: Any, source: str = "<experiment>") -> Experiment
     raw_variants = data.get("variants")
     if not isinstance(raw_variants, list) or len(raw_variants) < 2:
         raise ExperimentError(f"{source}: variants: expected a list of two or more variants")
+    if len(raw_variants) > MAX_VARIANTS:
+        raise ExperimentError(
+            f"{source}: variants: at most {MAX_VARIANTS} variants, got {len(raw_variants):,}"
+        )
     variants = tuple(
         _variant(item, f"{source}: variants[{i}]") for i, item in enumerate(raw_variants)
     )
@@ -534,8 +545,10 @@ def _variant(item: Any, where: str) -> ExperimentVariant:
         if not colon or not endpoint.strip() or not model_name.strip():
             raise ExperimentError(f"{where}.model: expected 'endpoint:model' (like sim:fast)")
     weight: Any = item.get("weight")
-    if not _is_number(weight) or weight < 0:
-        raise ExperimentError(f"{where}.weight: expected a number of 0 or more, got {weight!r}")
+    if not _is_number(weight) or not 0 <= weight <= MAX_WEIGHT:
+        raise ExperimentError(
+            f"{where}.weight: expected a number from 0 to {MAX_WEIGHT:,}, got {weight!r:.40}"
+        )
     control = item.get("control", False)
     if not isinstance(control, bool):
         raise ExperimentError(f"{where}.control: expected true or false, got {control!r}")
@@ -761,23 +774,18 @@ def exposure_line(assignment: Assignment, config: ExperimentConfig, time: dateti
     )
 
 
-def read_exposures(path: Path) -> Iterator[Exposure]:
+#: An exposure line is seven short fields (services may log a few more); a log of a
+#: billion bytes is some ten million exposures, imported in batches.
+EXPOSURE_LOG = LineLimits(line_bytes=64 * 2**10, file_bytes=2**30, kind="an exposure log")
+
+
+def read_exposures(path: Path, limits: LineLimits = EXPOSURE_LOG) -> Iterator[Exposure]:
     """Each exposure of a JSON Lines log, checked; a bad line raises naming its number.
 
     Fields beyond the seven an exposure has are ignored (services may log more).
     """
-    try:
-        handle = path.open(encoding="utf-8")
-    except OSError as exc:
-        raise ExperimentError(f"{path}: cannot read: {exc.strerror}") from exc
-    with handle:
-        try:
-            for number, data in numbered_jsonl(
-                handle, path, label="exposures", error=ExperimentError
-            ):
-                yield _exposure(data, f"exposures {path}, line {number}", number)
-        except UnicodeDecodeError as exc:
-            raise ExperimentError(f"exposures {path}: not UTF-8 text ({exc.reason})") from exc
+    for number, data in numbered_jsonl(path, limits, label="exposures", error=ExperimentError):
+        yield _exposure(data, f"exposures {path}, line {number}", number)
 
 
 def _exposure(data: Mapping[str, Any], where: str, number: int) -> Exposure:

@@ -5,18 +5,15 @@ items list shows them, with the full output), `results` and `attempts` as stored
 `metrics` table (per run variant, or per prompt version across runs), a run's
 `comparisons` (each variant against control, with significance) and imported
 `feedback`. The rows are written by DuckDB's COPY (promptlab/store/export.py); this
-module checks what was asked, names the file and puts it in place atomically.
+module checks what was asked and names the file; promptlab/atomicfile.py checks the
+target and puts the file in place whole.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
-import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from promptlab.errors import ExportError
@@ -103,53 +100,6 @@ def file_name(table: str, fmt: str, filters: ExportFilters) -> str:
         if value:
             parts.append(f"{name}-{_UNSAFE.sub('_', value).strip('_') or 'x'}")
     return "-".join(parts) + FORMATS[check_format(fmt)][0]
-
-
-def check_target(path: str | Path, *, force: bool = False) -> Path:
-    """The file to write: its folder must exist; an existing file only with `force`."""
-    target = Path(path).expanduser()
-    if target.is_dir():
-        raise ExportError(f"export: {target} is a folder; give a file name")
-    folder = target.parent
-    if not folder.is_dir():
-        raise ExportError(f"export: {target}: folder {folder} does not exist")
-    if target.exists() and not force:
-        raise ExportError(f"export: {target} already exists; pass --force to overwrite it")
-    return target
-
-
-def temp_path(target: Path) -> Path:
-    """A fresh hidden name beside `target`: same folder, so the final rename is atomic."""
-    return target.with_name(f".{target.name}.{secrets.token_hex(6)}.tmp")
-
-
-def publish(temp: Path, target: Path, *, force: bool = False) -> None:
-    """Move a finished temp file to `target` in one step; never clobber without `force`."""
-    if force:
-        os.replace(temp, target)
-        return
-    try:
-        # A hard link fails if the target appeared meanwhile, where a rename would clobber.
-        os.link(temp, target)
-    except FileExistsError:
-        discard(temp)
-        raise ExportError(
-            f"export: {target} already exists; pass --force to overwrite it"
-        ) from None
-    except OSError:  # a file system without hard links: check, then rename
-        if target.exists():
-            discard(temp)
-            raise ExportError(
-                f"export: {target} already exists; pass --force to overwrite it"
-            ) from None
-        os.replace(temp, target)
-        return
-    discard(temp)
-
-
-def discard(path: Path) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()
 
 
 # ---- computed tables ----------------------------------------------------------------

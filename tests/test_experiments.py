@@ -137,7 +137,7 @@ def test_bad_files_are_refused_naming_the_field(overrides: dict[str, Any], messa
 @pytest.mark.parametrize(
     ("variant", "message"),
     [
-        ({"weight": -1}, "variants[1].weight: expected a number of 0 or more"),
+        ({"weight": -1}, "variants[1].weight: expected a number from 0 to 1,000,000"),
         ({"weight": True}, "variants[1].weight"),
         ({"model": "gpt"}, "variants[1].model: expected 'endpoint:model'"),
         (

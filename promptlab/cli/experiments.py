@@ -17,6 +17,7 @@ import click
 
 from promptlab.cli.common import db_option, handle_errors, open_workbench
 from promptlab.errors import ExperimentError, NotFoundError, SpecError
+from promptlab.lines import LineLimits, numbered_lines, open_lines
 
 if TYPE_CHECKING:
     from promptlab.experiments import ExperimentConfig
@@ -160,7 +161,8 @@ def export(ctx: click.Context, name: str, revision: int | None, output: Path | N
 @click.argument("name")
 @click.option("--weight", "weights", multiple=True, metavar="VARIANT=W", help="A new weight.")
 @click.option("--ramp", type=click.FloatRange(0, 100), help="Percent of units in the experiment.")
-@click.option("--kill/--revive", "killed", default=None, help="Send every unit to control.")
+@click.option("--kill", is_flag=True, help="Send every unit to control.")
+@click.option("--revive", is_flag=True, help="Undo --kill: units get their variants again.")
 @click.option("--note", default="", help="Why: kept with the new revision.")
 @click.pass_context
 @handle_errors
@@ -169,10 +171,16 @@ def set_command(
     name: str,
     weights: Sequence[str],
     ramp: float | None,
-    killed: bool | None,
+    kill: bool,
+    revive: bool,
     note: str,
 ) -> None:
     """Change weights, the ramp or the kill switch: a new revision with your note."""
+    if kill and revive:
+        raise click.UsageError("--kill and --revive contradict each other: give one")
+    killed: bool | None = None
+    if kill or revive:
+        killed = kill
     if not weights and ramp is None and killed is None:
         raise click.UsageError("nothing to change: give --weight, --ramp, --kill or --revive")
     parsed = dict(_weight(text) for text in weights)
@@ -314,15 +322,23 @@ def import_exposures(ctx: click.Context, file: Path) -> None:
     click.echo(f"imported {added} new exposures from {file}")
 
 
+#: A unit id is a customer or session id, tens of bytes. Every id is held in memory
+#: until the whole file is read, so the file is capped at a few million of them.
+UNITS_FILE = LineLimits(line_bytes=64 * 2**10, file_bytes=64 * 2**20, kind="a units file")
+
+
 def _read_units(path: Path) -> Iterator[str]:
-    try:
-        handle = click.open_file(str(path), encoding="utf-8")
-        with handle:
-            for line in handle:
-                if line.strip():
-                    yield line.strip()
-    except OSError as exc:
-        raise ExperimentError(f"{path}: cannot read: {exc.strerror or exc}") from exc
+    if str(path) == "-":
+        stdin = click.open_file("-", "rb")
+        lines = numbered_lines(stdin, "units (stdin)", UNITS_FILE, ExperimentError)
+        yield from _unit_ids(lines)
+        return
+    with open_lines(path, f"units {path}", UNITS_FILE, ExperimentError) as lines:
+        yield from _unit_ids(lines)
+
+
+def _unit_ids(lines: Iterator[tuple[int, str]]) -> Iterator[str]:
+    return (text.strip() for _number, text in lines if text.strip())
 
 
 def _weight(text: str) -> tuple[str, float]:

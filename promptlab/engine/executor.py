@@ -51,7 +51,7 @@ from promptlab.engine.spec import (
     resolve_variants,
     used_rows,
 )
-from promptlab.engine.spill import read_spill, spill_dirs, spilled_files
+from promptlab.engine.spill import spill_dirs, store_spills
 from promptlab.engine.writer import STORE_UNWRITABLE, BatchWriter
 from promptlab.errors import ConfigError, EngineError, PromptlabError, SpecError, StoreError
 from promptlab.providers import build_provider, load_endpoints
@@ -132,8 +132,9 @@ class Engine:
         self._collector_holds: set[CollectorHold] = set()
         #: Final states the store could not take (a full disk): shown until it can.
         self._unrecorded_ends: dict[str, tuple[str, str]] = {}
-        self._spill_dirs = spill_dirs(store.path) if str(store.path) != ":memory:" else ()
-        self._ingest_spills()
+        self._spill_dirs = spill_dirs(store.path)
+        # Rows an earlier process spilled are stored before any run can be resumed.
+        store_spills(self.items, self._spill_dirs)
         self._loop = asyncio.new_event_loop()
         # The loop's store calls (asyncio.to_thread) run here, so that `close` can wait for
         # the ones still running: a store closed after the engine must not find its
@@ -177,20 +178,6 @@ class Engine:
                 f"{self._writer.stalled_reason or STORE_UNWRITABLE}; answers are waiting "
                 "to be stored: free space and try again"
             )
-
-    def _ingest_spills(self) -> None:
-        """Commit rows an earlier engine spilled, before any run can be resumed."""
-        for path in spilled_files(self._spill_dirs):
-            try:
-                self.items.ingest_spill(read_spill(path))
-            except Exception as exc:
-                # Resuming now would send those answered requests again: refuse instead.
-                raise StoreError(
-                    f"{path} holds answered results the database cannot take yet ({exc}); "
-                    "free space and try again"
-                ) from exc
-            path.unlink()
-            log.warning("stored the rows kept in %s while the database could not write", path)
 
     def _on_stall(self, reason: str) -> None:
         """On the loop: the store has not taken writes for a while; stop every run."""

@@ -2,14 +2,16 @@
 
 When the database cannot be written (a full disk), the writer holds answered results in
 memory; if the process must end before the store recovers, they go to a JSON Lines file
-here instead of being lost. The next Engine on the same database commits them first,
-before any resume reopens items, so no answered request is sent again.
+here instead of being lost. The next workbench on the same database (any command, the
+app) commits them as it opens (`store_spills`), and so does every Engine before any
+resume reopens items, so no answered request is sent again.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import stat
 import tempfile
@@ -20,9 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from promptlab.audit import AuditDraft, payload_text
+from promptlab.errors import StoreError
 from promptlab.records import AttemptRow, FinalRow, WriteBatch
 from promptlab.redact import Redactor
-from promptlab.store.items import redacted_batch
+from promptlab.store.items import ItemStore, redacted_batch
+
+log = logging.getLogger(__name__)
 
 SPILL_SUFFIX = ".jsonl"
 _DATETIME_FIELDS = frozenset({"started_at", "ended_at", "finished_at", "at"})
@@ -33,7 +38,10 @@ def spill_dirs(db_path: Path) -> tuple[Path, ...]:
 
     Next to the database first; the system temp folder second, since the database's
     own disk may be the one that is full. Named after the database's resolved path.
+    No folder for an in-memory database: it ends with its process.
     """
+    if str(db_path) == ":memory:":
+        return ()
     resolved = db_path.resolve()
     tag = hashlib.sha256(str(resolved).encode()).hexdigest()[:12]
     # Per user in the shared temp folder: nobody else may read the answers or plant rows.
@@ -83,6 +91,24 @@ def spilled_files(folders: tuple[Path, ...]) -> list[Path]:
         if folder.is_dir() and not folder.is_symlink():
             found.extend(p for p in folder.glob(f"*{SPILL_SUFFIX}") if _own_regular_file(p))
     return sorted(found, key=lambda p: p.name)
+
+
+def store_spills(items: ItemStore, folders: tuple[Path, ...]) -> int:
+    """Commit the rows of every spill file in `folders`, oldest first, deleting each once
+    stored; return how many files. StoreError when the database cannot take them yet."""
+    spilled = spilled_files(folders)
+    for path in spilled:
+        try:
+            items.ingest_spill(read_spill(path))
+        except Exception as exc:
+            # Resuming now would send those answered requests again: refuse instead.
+            raise StoreError(
+                f"{path} holds answered results the database cannot take yet ({exc}); "
+                "free space and try again"
+            ) from exc
+        path.unlink()
+        log.warning("stored the rows kept in %s while the database could not write", path)
+    return len(spilled)
 
 
 def _own_regular_file(path: Path) -> bool:

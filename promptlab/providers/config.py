@@ -279,6 +279,15 @@ def parse_model_ref(ref: str) -> tuple[str, str]:
     return endpoint.strip(), model.strip()
 
 
+def check_model_ref(ref: str, endpoints: Mapping[str, EndpointConfig]) -> tuple[str, str]:
+    """`endpoint:model` split, its endpoint one of `endpoints` (ConfigError names them)."""
+    endpoint, model = parse_model_ref(ref)
+    if endpoint not in endpoints:
+        known = ", ".join(sorted(endpoints))
+        raise ConfigError(f"unknown endpoint {endpoint!r} (known: {known})")
+    return endpoint, model
+
+
 def lookup_model(table: Mapping[str, Any], model: str) -> Any | None:
     """A model's entry: exact name, else the longest listed prefix (dated versions), else '*'."""
     if model in table:

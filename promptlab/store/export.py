@@ -167,6 +167,9 @@ def _copy(
     described = cur.execute(f"DESCRIBE {query}", args).fetchall()
     select, mask_args = _masked(described, secrets)
     options = f"FORMAT {copy_format(fmt)}" + (", HEADER" if copy_format(fmt) == "csv" else "")
+    # The target is already a staged file (promptlab/atomicfile.py): DuckDB's own temp
+    # file beside it (`tmp_NAME`) would be left behind by a killed export.
+    options += ", USE_TMP_FILE false"
     path = str(target).replace("'", "''")
     try:
         row = cur.execute(
