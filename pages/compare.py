@@ -64,7 +64,10 @@ def pick_run(runs: list[RunWithResults]) -> str:
         if wanted and wanted in labels:
             st.session_state[RUN_CHOICE] = wanted
         elif wanted:
-            st.warning(f"Run {wanted} has no results to compare yet.", icon=":material/info:")
+            st.warning(  # `wanted` is whatever the link said
+                f"Run {escape_markdown(wanted)} has no results to compare yet.",
+                icon=":material/info:",
+            )
     if st.session_state.get(RUN_CHOICE) not in labels:
         comparable = [r.run_id for r in runs if len(r.variants) > 1]
         st.session_state[RUN_CHOICE] = (comparable or [runs[0].run_id])[0]

@@ -12,7 +12,7 @@ import streamlit as st
 from promptlab.ui.resources import get_workbench
 from promptlab.ui.shell import require_shell
 from promptlab.ui.uploads import dataset_name_for, saved_upload
-from promptlab.ui.widgets import show_error
+from promptlab.ui.widgets import escape_markdown, show_error
 from promptlab.workbench import (
     LOG_FIELDS,
     DatasetInfo,
@@ -55,7 +55,8 @@ def import_form(wb: Workbench) -> None:
         else:
             st.session_state["dataset_choice"] = info.name  # show what was just imported
             st.success(
-                f"Imported {info.name}: {info.row_count:,} rows, {len(info.columns)} columns",
+                f"Imported {escape_markdown(info.name)}: {info.row_count:,} rows, "
+                f"{len(info.columns)} columns",
                 icon=":material/check_circle:",
             )
 
@@ -97,7 +98,10 @@ def feedback_form(wb: Workbench) -> None:
             show_error(exc)
         else:
             what = ("log row" if logs else "feedback event") + ("" if n == 1 else "s")
-            st.success(f"Imported {n:,} {what} from {upload.name}", icon=":material/check_circle:")
+            st.success(
+                f"Imported {n:,} {what} from {escape_markdown(upload.name)}",
+                icon=":material/check_circle:",
+            )
 
 
 def datasets_table(infos: list[DatasetInfo]) -> None:
@@ -121,8 +125,10 @@ def datasets_table(infos: list[DatasetInfo]) -> None:
 
 def detail(wb: Workbench, info: DatasetInfo) -> None:
     st.caption(
-        f"{info.row_count:,} rows from {info.source} ({info.format}), imported "
-        f"{info.imported_at:%Y-%m-%d %H:%M} by {info.author}"
+        escape_markdown(  # the file's name, as uploaded
+            f"{info.row_count:,} rows from {info.source} ({info.format}), imported "
+            f"{info.imported_at:%Y-%m-%d %H:%M} by {info.author}"
+        )
     )
     columns, rows = st.columns([1, 3])
     with columns:
@@ -164,7 +170,8 @@ def unit_form(wb: Workbench, info: DatasetInfo) -> None:
         except PromptlabError as exc:
             show_error(exc)
         else:
-            st.success(f"Unit column: {chosen}", icon=":material/check_circle:")
+            # A column is named by the file's header: any text.
+            st.success(f"Unit column: {escape_markdown(chosen)}", icon=":material/check_circle:")
 
 
 def check_form(wb: Workbench, info: DatasetInfo) -> None:

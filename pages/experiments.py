@@ -11,7 +11,7 @@ import streamlit as st
 
 from promptlab.ui.resources import get_workbench
 from promptlab.ui.shell import require_shell
-from promptlab.ui.widgets import show_error
+from promptlab.ui.widgets import escape_markdown, show_error
 from promptlab.workbench import (
     ExperimentConfig,
     PromptlabError,
@@ -114,10 +114,11 @@ def create_form(wb: Workbench) -> None:
                 show_error(exc)
             else:
                 st.session_state["experiment_choice"] = config.name
+                shown = escape_markdown(config.name)
                 if created:
-                    st.success(f"Created {config.name}", icon=":material/check_circle:")
+                    st.success(f"Created {shown}", icon=":material/check_circle:")
                 else:
-                    st.info(f"{config.name} already has this content", icon=":material/info:")
+                    st.info(f"{shown} already has this content", icon=":material/info:")
 
 
 def change_form(wb: Workbench, config: ExperimentConfig) -> None:
@@ -130,7 +131,10 @@ def change_form(wb: Workbench, config: ExperimentConfig) -> None:
         cols = st.columns(len(config.variants) + 1)
         weights = {
             v.name: cols[i].number_input(
-                f"{v.name} weight", min_value=0.0, value=float(v.weight), key=f"w_{rev}_{v.name}"
+                f"{escape_markdown(v.name)} weight",
+                min_value=0.0,
+                value=float(v.weight),
+                key=f"w_{rev}_{v.name}",
             )
             for i, v in enumerate(config.variants)
         }
@@ -167,8 +171,10 @@ def kill_switch(wb: Workbench, config: ExperimentConfig) -> None:
             st.rerun()
         return
     st.error(
-        f"Send every unit of {config.name} to {config.control.name} now? This is a new "
-        "revision; live services pick it up with the next exported config.",
+        escape_markdown(
+            f"Send every unit of {config.name} to {config.control.name} now? This is a new "
+            "revision; live services pick it up with the next exported config."
+        ),
         icon=":material/warning:",
     )
     yes, no, _ = st.columns([1, 1, 4])
@@ -305,11 +311,17 @@ def show_estimate(estimate: RunEstimate) -> None:
         f"${estimate.cost_usd:.4f}" if estimate.cost_usd is not None else "no price",
         help="from the providers file's price table",
     )
-    cols[3].metric("Time", _duration(estimate.seconds), help=f"bounded by {estimate.bound}")
+    # The bound and the variants are named by the experiment and the providers file.
+    cols[3].metric(
+        "Time", _duration(estimate.seconds), help=escape_markdown(f"bounded by {estimate.bound}")
+    )
     st.caption(
-        "Per variant: "
-        + "; ".join(
-            f"{v.name} {v.requests:,} requests (output from {v.basis})" for v in estimate.variants
+        escape_markdown(
+            "Per variant: "
+            + "; ".join(
+                f"{v.name} {v.requests:,} requests (output from {v.basis})"
+                for v in estimate.variants
+            )
         )
     )
 

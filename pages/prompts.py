@@ -10,7 +10,7 @@ import streamlit as st
 
 from promptlab.ui.resources import get_workbench
 from promptlab.ui.shell import require_shell
-from promptlab.ui.widgets import show_error, show_messages, variable_inputs
+from promptlab.ui.widgets import escape_markdown, show_error, show_messages, variable_inputs
 from promptlab.workbench import (
     ROLES,
     PromptExistsError,
@@ -38,9 +38,9 @@ def flash(where: str, kind: str, text: str) -> None:
 def show_flash(where: str) -> None:
     kind, text = st.session_state.pop(f"flash::{where}", (None, None))
     if kind == "success":
-        st.success(text, icon=":material/check_circle:")
+        st.success(escape_markdown(text), icon=":material/check_circle:")
     elif kind == "info":
-        st.info(text, icon=":material/info:")
+        st.info(escape_markdown(text), icon=":material/info:")
 
 
 def prompt_table(wb: Workbench) -> list[str]:
@@ -109,7 +109,10 @@ def draft_messages(base: PromptVersion) -> list[dict[str, str]]:
 
 
 def edit_tab(wb: Workbench, base: PromptVersion) -> None:
-    st.caption(f"Editing from {base.ref}. Saving creates a new version; the old one never changes.")
+    st.caption(
+        f"Editing from {escape_markdown(base.ref)}. Saving creates a new version; "
+        "the old one never changes."
+    )
     drafts = draft_messages(base)
     for index, draft in enumerate(drafts):
         role_col, text_col, remove_col = st.columns([2, 9, 1])
@@ -362,8 +365,10 @@ selected = st.selectbox("Prompt", names, key="prompt_select")
 versions = wb.prompts.versions(selected)
 latest = versions[0]
 st.caption(
-    f"{wb.prompts.description(selected) or 'No description.'} · latest {latest.semver} "
-    f"({latest.short_id}) by {latest.author}"
+    escape_markdown(  # a description and an author are any text a prompt file gives
+        f"{wb.prompts.description(selected) or 'No description.'} · latest {latest.semver} "
+        f"({latest.short_id}) by {latest.author}"
+    )
 )
 edit, history, compare, labels, preview = st.tabs(
     ["Edit", "History", "Compare", "Labels", "Preview"]

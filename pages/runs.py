@@ -15,7 +15,7 @@ import streamlit as st
 from promptlab.ui.downloads import download_buttons
 from promptlab.ui.resources import get_workbench
 from promptlab.ui.shell import require_shell
-from promptlab.ui.widgets import show_error, show_messages
+from promptlab.ui.widgets import escape_markdown, show_error, show_messages
 from promptlab.workbench import (
     CheckStatus,
     ItemPage,
@@ -114,7 +114,7 @@ def live(wb: Workbench) -> None:
 
 def run_detail(wb: Workbench, run_id: str) -> None:
     view = wb.run_view(run_id)
-    st.subheader(f"{view.run.name} · {view.status}")
+    st.subheader(f"{escape_markdown(view.run.name)} · {view.status}")  # a spec names it
     if view.reason:
         st.text(view.reason)
     alerts(view)
@@ -162,7 +162,8 @@ def run_detail(wb: Workbench, run_id: str) -> None:
 def alerts(view: RunView) -> None:
     """Anomalies seen in the results (a burst of failures, a field gone empty, ...)."""
     for alert in view.alerts:
-        st.warning(f"{alert.kind}: {alert.message}", icon=":material/warning:")
+        # The message names the variant and the output field (a spec's and a schema's).
+        st.warning(escape_markdown(f"{alert.kind}: {alert.message}"), icon=":material/warning:")
 
 
 def outcome(view: RunView) -> None:
@@ -266,7 +267,7 @@ def failures(view: RunView) -> None:
     if not view.failures:
         return
     kinds = ", ".join(f"{kind} {count}" for kind, count in view.failure_kinds.items())
-    st.markdown(f"**First failed items** ({kinds})")
+    st.markdown(f"**First failed items** ({escape_markdown(kinds)})")
     st.dataframe(
         pd.DataFrame(
             {
@@ -403,8 +404,10 @@ def item_detail(wb: Workbench, run_id: str, key: str) -> None:
     st.markdown(f"**Item** `{item.key}` · {item.status}")
     st.markdown(f":material/verified: [Open its audit trace](audit?trace={item.key})")
     st.caption(
-        f"dataset row {item.detail.row_index + 1} · variant {v.name} ({v.prompt_ref}, "
-        f"{v.prompt_version_id[:19]}) · {v.endpoint}:{v.model} · repeat {item.detail.repeat}"
+        escape_markdown(
+            f"dataset row {item.detail.row_index + 1} · variant {v.name} ({v.prompt_ref}, "
+            f"{v.prompt_version_id[:19]}) · {v.endpoint}:{v.model} · repeat {item.detail.repeat}"
+        )
     )
     left, right = st.columns(2)
     with left:
@@ -475,7 +478,11 @@ def item_outcome(item: ItemView) -> None:
         cols[1].metric("Tokens out", r.output_tokens)
         cols[2].metric("Cost", f"${r.cost_usd or 0:.6f}")
         cols[3].metric("Latency", _ms(r.latency_ms))
-        cols[4].metric("Finish", r.finish_reason or "–", help=f"model {r.model_version}")
+        # Both as the provider said them: text, not Markdown.
+        cols[4].metric(
+            "Finish", escape_markdown(r.finish_reason or "–"),
+            help=escape_markdown(f"model {r.model_version}"),
+        )  # fmt: skip
     st.markdown(f"Attempts ({len(item.attempts)})")
     if item.attempts:
         st.dataframe(

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from promptlab.auditview import TimelineBar
+from promptlab.charts import chart_text
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -52,7 +53,10 @@ def trace_timeline_chart(bars: Sequence[TimelineBar]) -> go.Figure:
             base=starts,
             orientation="h",
             marker={"color": colours},
-            customdata=[[b.detail, b.start.isoformat(timespec="milliseconds")] for b in bars],
+            # The detail quotes the provider's error message: text, not Plotly markup.
+            customdata=[
+                [chart_text(b.detail), b.start.isoformat(timespec="milliseconds")] for b in bars
+            ],
             hovertemplate="%{customdata[0]}<br>from %{customdata[1]}, %{x:.0f} ms<extra></extra>",
             showlegend=False,
         )

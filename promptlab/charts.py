@@ -2,11 +2,13 @@
 
 Each builder takes plain records (MetricsRow, TimeSeries, MetricComparison, latency
 arrays) and returns a `plotly.graph_objects.Figure`, so a test can read the traces.
-Rates carry Wilson 95% intervals as asymmetric error bars.
+Rates carry Wilson 95% intervals as asymmetric error bars. Names (variants, versions)
+pass through `chart_text`: Plotly reads `<a href>`, `<b>` and `<br>` in its labels.
 """
 
 from __future__ import annotations
 
+import html
 from collections.abc import Mapping, Sequence
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
@@ -49,6 +51,14 @@ _LAYOUT: dict[str, Any] = {
 }
 
 
+def chart_text(text: str) -> str:
+    """`text` as a Plotly label shows it literally. Legends, ticks and hover labels read
+    `<a href=...>` as a live link (and `<b>`, `<br>` as markup): a variant a spec named
+    `<a href="http://...">...</a>` would be a link on the Compare page. Plotly decodes
+    `&lt;`, `&gt;` and `&amp;` back, not `&quot;`: quotes stay as they are."""
+    return html.escape(text, quote=False)
+
+
 def _get(row: object, name: str) -> Any:
     """The attribute, or None when the row does not carry it (an older record)."""
     try:
@@ -67,7 +77,7 @@ def rate_chart(
     import plotly.graph_objects as go
 
     figure = go.Figure()
-    labels = [r.label for r in rows]
+    labels = [chart_text(r.label) for r in rows]
     for label, rate, low, high in metrics:
         values = [_get(r, rate) for r in rows]
         if all(v is None for v in values):
@@ -101,7 +111,7 @@ def latency_percentiles_chart(rows: Sequence[MetricsRow]) -> go.Figure:
     import plotly.graph_objects as go
 
     figure = go.Figure()
-    labels = [r.label for r in rows]
+    labels = [chart_text(r.label) for r in rows]
     for label, attr in LATENCY_PERCENTILES:
         figure.add_trace(
             go.Bar(
@@ -140,12 +150,13 @@ def latency_ecdf_chart(samples: Mapping[str, npt.NDArray[np.float64]]) -> go.Fig
         xs, ys = ecdf_points(values)
         figure.add_trace(
             go.Scatter(
-                name=name,
+                name=chart_text(name),
                 x=xs,
                 y=ys,
                 mode="lines",
                 line={"shape": "hv"},
-                hovertemplate="%{x:.0f} ms: %{y:.0%}<extra>" + name + "</extra>",
+                # The name by reference: in the template, `%{...}` in it would be read.
+                hovertemplate="%{x:.0f} ms: %{y:.0%}<extra>%{fullData.name}</extra>",
             )  # fmt: skip
         )
     figure.update_layout(
@@ -165,22 +176,23 @@ def over_time_chart(series: TimeSeries) -> go.Figure:
         subplot_titles=("completion rate", "latency p90 (ms)"),
     )  # fmt: skip
     variants = list(dict.fromkeys(b.variant for b in series.buckets))
-    for index, name in enumerate(variants):
-        buckets = [b for b in series.buckets if b.variant == name]
+    for index, variant in enumerate(variants):
+        buckets = [b for b in series.buckets if b.variant == variant]
         x = [b.start for b in buckets]
         colour = _palette(index)
+        name = chart_text(variant)
         figure.add_trace(
             go.Scatter(name=name, legendgroup=name, x=x, y=[b.completion_rate for b in buckets],
                        mode="lines+markers", line={"color": colour},
                        customdata=[b.finished for b in buckets],
-                       hovertemplate="%{y:.1%} of %{customdata}<extra>" + name + "</extra>"),
+                       hovertemplate="%{y:.1%} of %{customdata}<extra>%{fullData.name}</extra>"),
             row=1, col=1,
         )  # fmt: skip
         figure.add_trace(
             go.Scatter(name=name, legendgroup=name, showlegend=False, x=x,
                        y=[b.latency_p90_ms for b in buckets], mode="lines+markers",
                        line={"color": colour},
-                       hovertemplate="%{y:.0f} ms<extra>" + name + "</extra>"),
+                       hovertemplate="%{y:.0f} ms<extra>%{fullData.name}</extra>"),
             row=2, col=1,
         )  # fmt: skip
     figure.update_yaxes(tickformat=".0%", range=[0, 1.05], row=1, col=1)
@@ -219,7 +231,8 @@ def forest_chart(rows: Sequence[MetricComparison]) -> go.Figure:
             figure.add_trace(
                 go.Scatter(
                     name=str(verdict), legendgroup=str(verdict), showlegend=verdict not in shown,
-                    x=effects, y=[f"{r.variant} · {r.metric}" for r in picked], mode="markers",
+                    x=effects, y=[chart_text(f"{r.variant} · {r.metric}") for r in picked],
+                    mode="markers",
                     marker={"color": colour, "size": 10},
                     error_x={"type": "data", "symmetric": False, "array": plus,
                              "arrayminus": minus, "color": colour},

@@ -163,25 +163,13 @@ def item_request(variant: VariantRecord, row: Mapping[str, Any]) -> ItemRequest:
     return ItemRequest(tuple(messages), params, None)
 
 
-def masked(detail: ItemDetail, request: ItemRequest) -> ItemView:
+def masked(detail: ItemDetail, request: ItemRequest, redactor: Redactor) -> ItemView:
     """The view with any secret in the row, the messages or the render error masked."""
-    redactor = Redactor.from_environ()
     messages = request.messages
     if messages is not None:
         messages = tuple({**m, "content": redactor(m["content"])} for m in messages)
     request = ItemRequest(messages, request.params, redactor.optional(request.error))
-    row = {name: _masked_value(value, redactor) for name, value in detail.row.items()}
-    return ItemView(replace(detail, row=row), request)
-
-
-def _masked_value(value: Any, redactor: Redactor) -> Any:
-    if isinstance(value, str):
-        return redactor(value)
-    if isinstance(value, Mapping):
-        return {k: _masked_value(v, redactor) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_masked_value(v, redactor) for v in value]
-    return value
+    return ItemView(replace(detail, row=redactor.value(detail.row)), request)
 
 
 def check_key_prefix(run_id: str, key: str) -> str:

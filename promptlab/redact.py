@@ -13,6 +13,7 @@ import os
 import re
 import threading
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 #: What replaces a secret.
 MASK = "[redacted]"
@@ -94,6 +95,17 @@ class Redactor:
 
     def optional(self, text: str | None) -> str | None:
         return None if text is None else self(text)
+
+    def value(self, value: Any) -> Any:
+        """`value` with every string in it masked, through nested objects and lists (a
+        dataset row as it is shown); numbers, booleans and None are returned as they are."""
+        if isinstance(value, str):
+            return self(value)
+        if isinstance(value, Mapping):
+            return {name: self.value(item) for name, item in value.items()}
+        if isinstance(value, list | tuple):
+            return [self.value(item) for item in value]
+        return value
 
 
 def _mask_shape(match: re.Match[str]) -> str:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from promptlab.anomalies import detect, observation_of, schema_fields
+from promptlab.atomicfile import check_target, staged_file
 from promptlab.audit import AuditEvent, AuditTrace, VerifyReport, event_record
 from promptlab.audit_charts import trace_timeline_chart
 from promptlab.auditview import (
@@ -71,6 +72,7 @@ from promptlab.engine import (
 from promptlab.engine.estimate import RunEstimate, VariantEstimate
 from promptlab.engine.limiter import LimiterState
 from promptlab.engine.planner import KEY_HEX_DIGITS
+from promptlab.engine.spill import spill_dirs, store_spills
 from promptlab.engine.trace import is_lean, trace_details
 from promptlab.errors import (
     ConfigError,
@@ -117,13 +119,9 @@ from promptlab.export import (
     arrow_table,
     check_format,
     check_table,
-    check_target,
     comparison_records,
-    discard,
     file_name,
     metrics_record,
-    publish,
-    temp_path,
 )
 from promptlab.feedback import LOG_FIELDS, FeedbackImporter
 from promptlab.itemview import (
@@ -143,7 +141,7 @@ from promptlab.promptfiles import (
     load_prompt_file,
     parse_yaml_mapping,
 )
-from promptlab.providers.config import load_endpoints
+from promptlab.providers.config import check_model_ref, load_endpoints
 from promptlab.records import (
     FINAL_RUN_STATUSES,
     AlertRecord,
@@ -167,7 +165,7 @@ from promptlab.records import (
 from promptlab.redact import Redactor, secret_values, watch_env
 from promptlab.registry import PromptVersion, Registry, SaveResult
 from promptlab.stats import MetricComparison, SrmCheck, Verdict, sample_size_two_proportions
-from promptlab.store import ReadModels, RunStore, Store
+from promptlab.store import ItemStore, ReadModels, RunStore, Store
 from promptlab.store.alerts import AlertStore
 from promptlab.store.audit import AuditFilter, AuditLog
 from promptlab.store.audit_page import AuditPageReads
@@ -281,6 +279,7 @@ class Workbench:
         self._engine = engine
         self._owns_store = owns_store
         self._demo_thread: threading.Thread | None = None
+        self._store_spills()
 
     @classmethod
     def open(cls, settings: Settings | None = None) -> Workbench:
@@ -299,6 +298,15 @@ class Workbench:
             self._demo_thread = None
         if self._owns_store:
             self.store.close()
+
+    def _store_spills(self) -> None:
+        """Store the answers an earlier process had to spill (a full disk): the next
+        command on the database does, whatever it is, not only `resume`."""
+        try:
+            store_spills(ItemStore(self.store), spill_dirs(self.store.path))
+        except StoreError as exc:
+            # Reading still works; the engine refuses to resume a run until they are stored.
+            log.warning("%s", exc)
 
     def __enter__(self) -> Workbench:
         return self
@@ -677,7 +685,7 @@ class Workbench:
                 key = keys[0]
             detail = reads.item_detail(run_id, key)
         # Rendered from the row as stored, then masked for display like everything shown.
-        return masked(detail, item_request(detail.variant, detail.row))
+        return masked(detail, item_request(detail.variant, detail.row), self._redactor())
 
     # ---- metrics and comparisons ---------------------------------------------------
     # Aggregates in DuckDB (promptlab/store/metrics.py), tests in promptlab/stats.py.
@@ -817,18 +825,15 @@ class Workbench:
         """Write a table's rows that pass the filters to `path`; return the rows written.
 
         Tables: items, results, attempts, metrics, comparisons, feedback; formats: csv,
-        parquet, jsonl. The file appears whole or not at all (written beside it under a
-        temporary name, then renamed); an existing file is replaced only with `force`.
+        parquet, jsonl. The file appears whole or not at all (promptlab/atomicfile.py:
+        written beside it, unnamed where the system allows, then given its name); an
+        existing regular file is replaced only with `force`, anything else never.
         """
         table, fmt = check_table(table), check_format(fmt)
         filters = ExportFilters(run_id, experiment, prompt)
         target = check_target(path, force=force)
-        temp = temp_path(target)
-        try:
-            count = self._export_to(table, fmt, temp, filters)
-            publish(temp, target, force=force)
-        finally:
-            discard(temp)
+        with staged_file(target, force=force) as staged:
+            count = self._export_to(table, fmt, staged, filters)
         self._audit_exported(table, fmt, filters, count, target.name)
         return count
 
@@ -924,6 +929,11 @@ class Workbench:
             watch_env(c.api_key_env for c in endpoints.values())
         return secret_values()
 
+    def _redactor(self) -> Redactor:
+        """Masks what nothing shown may hold: the secret values no export holds (the
+        providers file's key variables among them) and every credential-shaped string."""
+        return Redactor(self._export_secrets())
+
     # ---- the Compare page ----------------------------------------------------------
     # Reads behind its charts and side-by-side outputs (promptlab/store/result_runs.py,
     # timeseries.py, side_by_side.py); the figures are built in promptlab/charts.py.
@@ -979,6 +989,7 @@ class Workbench:
             experiment = parse_experiment_file(source)
         else:
             experiment = load_experiment_file(source)
+        self._check_models(experiment)
         return self._save_experiment(self._pin_variants(experiment), note)
 
     def experiments(self) -> list[ExperimentConfig]:
@@ -1081,6 +1092,19 @@ class Workbench:
         """Dataset rows split runs assigned, per experiment, revision, variant."""
         return self._experiment_rows.assignment_counts(experiment=experiment, run_id=run_id)
 
+    def _check_models(self, experiment: ExperimentFile) -> None:
+        """Every variant's model is on a configured endpoint (built in or in the providers
+        file). An experiment outlives any run, so a run spec's own endpoints do not count."""
+        endpoints = load_endpoints(self.settings.providers_file)
+        for index, variant in enumerate(experiment.variants):
+            if variant.model is None:
+                continue
+            try:
+                check_model_ref(variant.model, endpoints)
+            except ConfigError as exc:
+                where = f"{experiment.source}: variants[{index}].model"
+                raise ExperimentError(f"{where}: {exc}") from exc
+
     def _pin_variants(self, experiment: ExperimentFile) -> ExperimentFile:
         pinned = []
         for index, variant in enumerate(experiment.variants):
@@ -1180,11 +1204,16 @@ class Workbench:
         return self._datasets.get(name)
 
     def dataset_preview(self, name: str, limit: int = 20) -> list[dict[str, Any]]:
-        return self._datasets.preview(name, limit)
+        """The first rows, to show: any key in a cell is masked (`iter_dataset_rows`)."""
+        return list(self.iter_dataset_rows(name, limit))
 
     def iter_dataset_rows(self, name: str, limit: int | None = None) -> Iterator[dict[str, Any]]:
-        """Rows in row order (row 1 first), streamed from the store."""
-        return self._datasets.iter_rows(name, limit)
+        """Rows in row order (row 1 first), streamed from the store, as they are shown:
+        every key value or credential-shaped string in a cell masked. The store keeps
+        the rows as imported (a run renders its prompts from them; the engine reads them
+        itself, not through here)."""
+        redactor = self._redactor()
+        return (redactor.value(row) for row in self._datasets.iter_rows(name, limit))
 
     def set_dataset_unit_column(self, name: str, column: str | None) -> DatasetInfo:
         return self._datasets.set_unit_column(name, column)
@@ -1195,7 +1224,11 @@ class Workbench:
     def check_dataset_rows(self, name: str, prompt_ref: str, listed: int = 100) -> RowCheck:
         """Every row of the dataset checked against a prompt version's variables."""
         template = self.prompts.resolve(prompt_ref).template
-        return check_rows(self._datasets.iter_rows(name), template, listed=listed)
+        result = check_rows(self._datasets.iter_rows(name), template, listed=listed)
+        # A problem may quote the cell (`'sk-...' is not one of ...`): masked like the rows.
+        redactor = self._redactor()
+        problems = [replace(p, problem=redactor(p.problem)) for p in result.problems]
+        return replace(result, problems=problems)
 
     # ---- audit trail ---------------------------------------------------------------
     # Chaining and verification: promptlab/audit.py; SQL: promptlab/store/audit.py.
@@ -1291,7 +1324,7 @@ class Workbench:
         # A lean result event: its stages are read back from the rows it describes.
         record = self._audit.item_record(ids[0])
         details, attempts, verified = trace_details(
-            result.payload, result.at, record, self.settings.mask, Redactor.from_environ()
+            result.payload, result.at, record, self.settings.mask, self._redactor()
         )
         return AuditTrace(ids[0], run_id, events, bucket, details, attempts, verified)
 
@@ -1305,23 +1338,18 @@ class Workbench:
     ) -> int:
         """Write the events of a run (or those `where` selects, its limit aside) as JSON
         Lines in chain order, each with its seq and hashes so it can be checked again;
-        return how many. Streamed a page at a time. The file appears whole or not at all,
-        an existing one is replaced only with `force`, and secret values are masked as in
-        every export. Recorded as a ``table.exported`` event."""
+        return how many. Streamed a page at a time. The file appears whole or not at all
+        (as `export_table`'s), an existing regular file is replaced only with `force`, and
+        secret values are masked as in every export. Recorded as a ``table.exported`` event."""
         where = where or AuditFilter(run_id=run_id, limit=None)
         if where.run_id is not None:
             self._reads.run(where.run_id)  # an unknown run is an error, not an empty file
         target = check_target(path, force=force)
-        temp = temp_path(target)
         rows = 0
-        try:
-            with temp.open("wb") as handle:
-                for line in self._audit_lines(self._audit.iter_events(where)):
-                    handle.write(line)
-                    rows += 1
-            publish(temp, target, force=force)
-        finally:
-            discard(temp)
+        with staged_file(target, force=force) as staged, staged.open("wb") as handle:
+            for line in self._audit_lines(self._audit.iter_events(where)):
+                handle.write(line)
+                rows += 1
         self._audit_change(
             "table.exported",
             self.settings.author,

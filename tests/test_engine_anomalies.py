@@ -17,6 +17,7 @@ from promptlab.providers.base import CompletionRequest, CompletionResponse, Prov
 from promptlab.providers.config import EndpointConfig
 from promptlab.store import Store
 from promptlab.workbench import Workbench
+from tests.apptest_helpers import shown
 from tests.test_engine_checks import MESSAGES, SCHEMA
 
 ROWS = 400
@@ -124,5 +125,5 @@ def test_status_and_the_runs_page_show_the_alerts(tmp_path: Path, db_path: Path)
     page = str(Path(__file__).resolve().parent.parent / "pages" / "runs.py")
     at = AppTest.from_file(page, default_timeout=30).run()
     assert not at.exception
-    warnings = [w.value for w in at.warning]
+    warnings = [shown(w.value) for w in at.warning]
     assert all(any(m in w for w in warnings) for m in messages), warnings

@@ -44,7 +44,7 @@ def test_create_a_70_30_experiment_from_two_versions_in_the_form() -> None:
     button(at, "Create experiment").click()  # type: ignore[attr-defined]
     at.run()
     assert not at.exception, at.exception
-    assert [s.value for s in at.success] == ["Created triage-v1-vs-v11"]
+    assert [shown(s.value) for s in at.success] == ["Created triage-v1-vs-v11"]
     config = get_workbench().experiment("triage-v1-vs-v11")
     assert config.weights == {"control": 70.0, "variant-1": 30.0}
     assert config.bucket_counts() == {"control": 7000, "variant-1": 3000}
@@ -104,7 +104,7 @@ def test_the_kill_switch_asks_before_it_acts() -> None:
     at = open_page()
     at.button(key="kill_triage-split").click().run()
     assert get_workbench().experiment("triage-split").killed is False  # not yet
-    assert any("Send every unit of triage-split to control" in e.value for e in at.error)
+    assert any("Send every unit of triage-split to control" in shown(e.value) for e in at.error)
     at.button(key="kill_no_triage-split").click().run()
     assert get_workbench().experiment("triage-split").killed is False
     at.button(key="kill_triage-split").click().run()

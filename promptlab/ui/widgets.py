@@ -9,6 +9,7 @@ from typing import Any
 
 import streamlit as st
 
+from promptlab.jsonl import strict_loads
 from promptlab.redact import redact
 
 #: Strings allowed to be longer than this get a text area instead of a one-line input.
@@ -16,9 +17,18 @@ LONG_TEXT_CHARS = 200
 #: ASCII punctuation that Markdown (or Streamlit's additions: `$` LaTeX, `:` icons and
 #: colours, `~` strikethrough) may read as syntax. CommonMark lets any of it be escaped.
 _MARKDOWN_ACTIVE = re.compile(r"([\\`*_{}\[\]()<>#+\-.!|~$:&=^\"'])")
-#: Streamlit rewrites these even when escaped (`:material/x:` to an icon, ` -> ` to an
-#: arrow): a word joiner (U+2060, invisible) after their first character keeps them.
-_STREAMLIT_SHORTHANDS = re.compile(r"(:)(?=material/|streamlit:)|(?<= )([-<>~])(?=[->=]+ )")
+#: Streamlit rewrites these even when escaped, in the text once escapes are resolved:
+#: `:material/x:` to an icon, `:smile:` or `:+1:` to an emoji, ` -> ` to an arrow, and
+#: `http://...`, `www.x` and `a@b.c` to live links (GFM autolinks). A word joiner
+#: (U+2060, invisible) after their first character or word keeps them text.
+_STREAMLIT_SHORTHANDS = re.compile(
+    r"(:)(?=material/|[+-]1:|[\w-]+:|//)"
+    r"|(?<= )([-<>~])(?=[->=]+ )"
+    r"|(?i:\bwww)(?=\.)"
+    # An e-mail address: a domain with a dot before a letter. Not a version reference
+    # (`name@2.1.0`, `name@production`), which users copy and must stay as typed.
+    r"|@(?=[\w-]+(?:\.[\w-]+)*\.[A-Za-z])"
+)
 _WORD_JOINER = "\u2060"
 
 
@@ -27,8 +37,11 @@ def variable_inputs(schema: Mapping[str, Any], key: str) -> dict[str, Any]:
     required = set(schema.get("required", []))
     values: dict[str, Any] = {}
     for name, spec in schema.get("properties", {}).items():
-        label = name if name in required else f"{name} (optional)"
-        help_text = spec.get("description") or f"JSON Schema: {json.dumps(spec)}"
+        # Names and descriptions come from a prompt file: labels and tooltips are Markdown.
+        label = escape_markdown(name if name in required else f"{name} (optional)")
+        help_text = escape_markdown(
+            str(spec.get("description") or f"JSON Schema: {json.dumps(spec)}")
+        )
         widget_key = f"{key}::{name}"
         kind = spec.get("type", "string")
         if "enum" in spec:
@@ -70,8 +83,8 @@ def variable_inputs(schema: Mapping[str, Any], key: str) -> dict[str, Any]:
                 key=widget_key,
                 help=help_text,
             )
-            try:
-                values[name] = json.loads(text)
+            try:  # NaN and deep nesting too: strict_loads refuses them as ValueErrors
+                values[name] = strict_loads(text)
             except ValueError:
                 values[name] = text  # validation reports the wrong type by name
         else:
@@ -86,12 +99,15 @@ def show_messages(messages: Sequence[Mapping[str, str]]) -> None:
     """Rendered messages as chat bubbles; text shown verbatim, never as Markdown."""
     for message in messages:
         with st.chat_message(message["role"]):
-            st.caption(message["role"])
+            st.caption(escape_markdown(message["role"]))
             st.code(message["content"], language=None, wrap_lines=True)
 
 
 def escape_markdown(text: str) -> str:
-    """Markdown that displays `text` exactly: no bold, links, LaTeX, icons; lines kept."""
+    """Markdown that displays `text` exactly: no bold, links, HTML, LaTeX, icons, emoji
+    or colours; lines kept. Every user-supplied string a page puts in Markdown (a body,
+    a label, a caption, a tooltip) goes through this; `st.text`, `st.code` and tables
+    need nothing."""
     text = _STREAMLIT_SHORTHANDS.sub(lambda m: m.group(0) + _WORD_JOINER, text)
     return _MARKDOWN_ACTIVE.sub(r"\\\1", text).replace("\n", "  \n")
 
