@@ -18,13 +18,21 @@ How chains are anchored:
   such event exists, e.g. a run submitted with the audit off: the chain is then marked
   unanchored). Each ``run.ended`` change event records the run chain's head (seq and
   hash) at that moment, so deleting a run's last events is caught too.
+- Every chain's head (seq, hash) is also kept in ``audit_anchors``, moved in the
+  transaction that appends to it: a chain whose newest events, or all of them, were
+  deleted fails verify, the ``changes`` chain included (promptlab/audit_checks.py).
 - Chains are per run so concurrent runs need no global lock: each batch reads its
   chains' heads inside its own transaction, so the chain always continues from the
   last *stored* event, which is what keeps it whole across a kill -9.
 
-What it cannot catch (documented, not hidden): someone who rewrites a chain's tail and
-recomputes every hash after it, or deletes the newest change events; keep the head
-hash `promptlab audit verify` prints somewhere else to pin the log at that point.
+Verify also checks the stored rows against the events that recorded them
+(promptlab/audit_checks.py).
+
+What it cannot catch (documented, not hidden): someone who rewrites a chain's tail,
+recomputes every hash after it and moves its anchor to match, or who empties the log
+and its anchors alike (the database then reads as one written with the audit off);
+keep the head hash `promptlab audit verify` prints somewhere else to pin the log at
+that point.
 """
 
 from __future__ import annotations
@@ -36,9 +44,12 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
+
+if TYPE_CHECKING:  # promptlab.audit_checks builds on this module
+    from promptlab.audit_checks import RowMismatch, RunRows
 
 #: The chain of change events (everything that is not a run's item trace).
 CHANGES_CHAIN = "changes"
@@ -427,10 +438,14 @@ class ChainProblem:
     chain: str
     seq: int
     event_id: str
-    what: str  # "modified", "deleted", "inserted" or "unanchored"
+    #: "modified", "deleted" or "inserted" (an event); for the chain as a whole (no
+    #: event_id), against its anchor: "tail cut", "missing chain" or "not anchored".
+    what: str
     detail: str
 
     def __str__(self) -> str:
+        if not self.event_id:
+            return f"chain {self.chain} {self.what}: {self.detail}"
         return (
             f"chain {self.chain}: event seq {self.seq} ({self.event_id}) {self.what}: {self.detail}"
         )
@@ -453,14 +468,25 @@ class ChainStatus:
 @dataclass(frozen=True)
 class VerifyReport:
     chains: tuple[ChainStatus, ...] = field(default_factory=tuple)
+    #: Each audited run's rows against its events (promptlab/audit_checks.py); empty when
+    #: only the chains were verified.
+    runs: tuple[RunRows, ...] = field(default_factory=tuple)
+    #: Runs holding rows but made with the audit off (no chain, no run.submitted event).
+    unaudited: tuple[str, ...] = field(default_factory=tuple)
 
     @property
     def ok(self) -> bool:
-        return all(c.ok for c in self.chains)
+        return all(c.ok for c in self.chains) and all(r.ok for r in self.runs)
 
     @property
-    def problems(self) -> list[ChainProblem]:
-        return [c.problem for c in self.chains if c.problem is not None]
+    def problems(self) -> list[ChainProblem | RowMismatch]:
+        """Each broken chain's first problem, then each run's first row mismatches."""
+        found: list[ChainProblem | RowMismatch] = [
+            c.problem for c in self.chains if c.problem is not None
+        ]
+        for run in self.runs:
+            found.extend(run.mismatches)
+        return found
 
 
 def verify_chain(

@@ -44,26 +44,73 @@ def _text(value: Any) -> str | None:
 
 @dataclass(frozen=True)
 class ChainSummary:
-    """What the top of the Audit page says about the chains."""
+    """What the top of the Audit page (and `audit verify`) says about the log."""
 
     ok: bool
     headline: str
-    #: One line per broken chain naming its first bad event.
+    #: One line per broken chain naming its first bad event, then per stored row that
+    #: differs from its events (the first of each run; the rest counted).
     problems: tuple[str, ...]
     #: Run chains with no `run.submitted` event to anchor them (the audit was off).
     unanchored: int
+    #: What verify found but could not check (rows of runs made with the audit off...).
+    notes: tuple[str, ...] = ()
 
 
 def chain_summary(report: VerifyReport) -> ChainSummary:
     events = sum(c.events for c in report.chains)
     chains = len(report.chains)
     unanchored = sum(1 for c in report.chains if not c.anchored and c.chain != CHANGES_CHAIN)
+    notes = _notes(report)
     if report.ok:
         noun = "chain" if chains == 1 else "chains"
-        return ChainSummary(True, f"All {chains} {noun} verified ({events} events)", (), unanchored)
-    problems = tuple(str(p) for p in report.problems)
-    headline = f"{len(problems)} of {chains} chains broken ({events} events)"
-    return ChainSummary(False, headline, problems, unanchored)
+        headline = f"All {chains} {noun} verified ({events} events)"
+        if report.runs:
+            results = sum(r.results for r in report.runs)
+            attempts = sum(r.attempts for r in report.runs)
+            headline += f"; {results} results and {attempts} attempts rows match their events"
+        return ChainSummary(True, headline, (), unanchored, notes)
+    broken = [c.problem for c in report.chains if c.problem is not None]
+    differing = [r for r in report.runs if not r.ok]
+    parts = [f"{len(broken)} of {chains} chains broken ({events} events)"] if broken else []
+    if differing:
+        rows = sum(r.mismatched for r in differing)
+        one = rows == 1
+        parts.append(
+            f"{rows} stored {'row' if one else 'rows'} of {len(differing)} "
+            f"{'run' if len(differing) == 1 else 'runs'} {'differs' if one else 'differ'} "
+            f"from {'its' if one else 'their'} events"
+        )
+    problems = [str(p) for p in broken]
+    for run in differing:
+        problems.extend(str(m) for m in run.mismatches)
+        if run.mismatched > len(run.mismatches):
+            more = run.mismatched - len(run.mismatches)
+            problems.append(f"run {run.run_id}: {more} more rows differ from their events")
+    return ChainSummary(False, "; ".join(parts), tuple(problems), unanchored, notes)
+
+
+def _notes(report: VerifyReport) -> tuple[str, ...]:
+    notes = []
+    if report.unaudited:
+        notes.append(
+            f"{len(report.unaudited)} run(s) made with the audit off: their rows are not checked"
+        )
+    unhashed = sum(r.unhashed for r in report.runs)
+    if unhashed:
+        notes.append(
+            f"{unhashed} stored rows recorded by events older than row hashes: not checked"
+        )
+    unaudited = sum(r.unaudited for r in report.runs)
+    if unaudited:
+        notes.append(f"{unaudited} stored rows of runs submitted with the audit off: not checked")
+    closed = sum(r.closed for r in report.runs)
+    if closed:
+        notes.append(
+            f"{closed} cancelled rows written by a cancel without an event: checked to hold "
+            "no answer"
+        )
+    return tuple(notes)
 
 
 @dataclass(frozen=True)

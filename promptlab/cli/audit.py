@@ -28,22 +28,33 @@ def audit_group() -> None:
 @click.pass_context
 @handle_errors
 def verify_command(ctx: click.Context) -> None:
-    """Check every hash chain; exit 1 naming the first bad event of each broken chain."""
+    """Check every hash chain against its anchor, and every results and attempts row
+    against its event; exit 1 naming each broken chain's first bad event and each row
+    that differs."""
+    from promptlab.auditview import chain_summary
+
     with open_workbench(ctx) as wb:
         report = wb.audit_verify()
-    for chain in report.chains:
-        if chain.problem is not None:
-            click.echo(f"FAIL {chain.problem}", err=True)
+    summary = chain_summary(report)
+    for problem in summary.problems:
+        click.echo(f"FAIL {problem}", err=True)
     runs = sum(1 for c in report.chains if c.chain != "changes")
     events = sum(c.events for c in report.chains)
     unanchored = [c.chain for c in report.chains if not c.anchored]
     if unanchored:
         click.echo(f"note: {len(unanchored)} run chain(s) not anchored by a run.submitted event")
+    for note in summary.notes:
+        click.echo(f"note: {note}")
     if not report.ok:
         ctx.exit(EXIT_ERROR)
     head = next((c for c in report.chains if c.chain == "changes"), None)
     pinned = f"; changes head seq {head.head_seq} {head.head_hash}" if head else ""
-    click.echo(f"ok: {events} events in {runs} run chain(s) and the changes chain{pinned}")
+    results = sum(r.results for r in report.runs)
+    attempts = sum(r.attempts for r in report.runs)
+    click.echo(
+        f"ok: {events} events in {runs} run chain(s) and the changes chain; {results} results "
+        f"and {attempts} attempts rows match their events{pinned}"
+    )
 
 
 @audit_group.command("show")

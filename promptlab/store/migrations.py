@@ -357,6 +357,26 @@ MIGRATIONS: tuple[Migration, ...] = (
             """,
         ),
     ),
+    Migration(
+        "0010_audit_anchors",
+        (
+            # Each chain's head (its last seq and hash), moved by every append in the
+            # transaction that stores the events (promptlab/store/audit.py): verify
+            # then catches a chain whose newest events were deleted, or every event.
+            """
+            CREATE TABLE audit_anchors (
+                chain     VARCHAR PRIMARY KEY,
+                head_seq  BIGINT NOT NULL,
+                head_hash VARCHAR NOT NULL
+            )
+            """,
+            # Chains written before anchors are pinned as they stand at the upgrade.
+            """
+            INSERT INTO audit_anchors
+            SELECT chain, max(seq), arg_max(hash, seq) FROM audit_events GROUP BY chain
+            """,
+        ),
+    ),
 )
 
 
