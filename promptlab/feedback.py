@@ -266,6 +266,10 @@ def describe_bad_row(place: str, bad: BadRow, columns: Mapping[str, str | None])
         ),
         "clicked_bad": lambda: f"{at('clicked')}: {values['clicked']!r} is not true or false",
         "completed_bad": lambda: f"{at('completed')}: {values['completed']!r} is not true or false",
+        # The value is not repeated: it holds a key.
+        "unit_key": lambda: (
+            f"{at('unit_id')}: looks like a key or token; refused so that none is stored"
+        ),
         "time_offset": lambda: (
             f"{at('event_time')}: {values['event_time']!r} has an offset outside -23:59 to +23:59"
         ),

@@ -358,3 +358,34 @@ def test_event_times_with_real_offsets_are_stored_in_utc(
         rows = cur.execute("SELECT unit_id, event_time FROM production_logs").fetchall()
     found = {int(unit): at.isoformat() for unit, at in rows}
     assert found == dict(enumerate(times.values()))
+
+
+KEY = "sk-" + "a1B2c3D4" * 4  # shaped like an OpenAI key
+
+
+@pytest.mark.parametrize("unit", [KEY, f"Bearer {KEY[3:]}", f"user api_key={KEY[3:]}"])
+def test_a_unit_id_shaped_like_a_key_is_refused_and_never_stored(
+    importer: FeedbackImporter, store: Store, tmp_path: Path, unit: str
+) -> None:
+    # A unit id is stored, exported and compared as written: one that holds a key would
+    # carry it into every export, so the file is refused, naming the row, not the key.
+    feedback = tmp_path / "fb.csv"
+    feedback.write_text(
+        "version,unit_id,kind\n"
+        "ticket-triage@production,u1,click\n"
+        f'ticket-triage@production,"{unit}",click\n'
+    )
+    with pytest.raises(FeedbackError) as caught:
+        importer.import_feedback(feedback)
+    expected = "row 2, column unit_id: looks like a key or token; refused so that none is stored"
+    assert str(caught.value) == f"fb.csv, {expected}"
+    logs = tmp_path / "logs.jsonl"
+    logs.write_text(
+        '{"version": "ticket-triage@production", "user": "u1"}\n'
+        f'{{"version": "ticket-triage@production", "user": "{unit}"}}\n'
+    )
+    with pytest.raises(FeedbackError) as caught:
+        importer.import_logs(logs, {"unit_id": "user"})
+    assert str(caught.value) == f"logs.jsonl, line 2, column user: {expected.split(': ', 1)[1]}"
+    assert KEY[3:] not in str(caught.value)
+    assert stored(store, "feedback") == stored(store, "production_logs") == 0

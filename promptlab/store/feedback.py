@@ -16,6 +16,7 @@ from datetime import datetime
 
 import duckdb
 
+from promptlab.redact import SECRET_SHAPES
 from promptlab.store.connection import Store
 from promptlab.store.datasets import Source, _select_rows, first_duplicate_key, keys_in_order
 
@@ -68,6 +69,10 @@ def time_sql(column: str) -> str:
 
 
 #: The checks of a row's event_time, in the order they are reported.
+#: A unit id is stored, compared and exported as written, so one shaped like a key (RE2
+#: runs the redaction pattern here) is refused rather than kept or masked into another id.
+_UNIT_KEY = ("unit_key", f"regexp_matches(f.unit_id, {_text(SECRET_SHAPES.pattern)})")
+
 _TIME_CHECKS = (
     (
         "time_offset",
@@ -246,6 +251,7 @@ class FeedbackWrites:
             ("result_unknown", "f.result_id IS NOT NULL AND r.idempotency_key IS NULL"),
             ("version_unknown", "f.result_id IS NULL AND v.version_id IS NULL"),
             ("value_bad", _bad_number("f.value")),
+            _UNIT_KEY,
             *_TIME_CHECKS,
         )
         return self._first_bad(
@@ -271,6 +277,7 @@ class FeedbackWrites:
             ),
             ("clicked_bad", f"f.clicked IS NOT NULL AND {bool_sql('f.clicked')} IS NULL"),
             ("completed_bad", f"f.completed IS NOT NULL AND {bool_sql('f.completed')} IS NULL"),
+            _UNIT_KEY,
             *_TIME_CHECKS,
         )
         return self._first_bad(
