@@ -68,11 +68,9 @@ def strict_loads(text: str, *, object_pairs_hook: Callable[..., Any] | None = No
         )
     try:
         value = decoder.decode(text)
-    except json.JSONDecodeError:
-        raise
     except ValueError as exc:
-        # Exactly ValueError: the one int() raises past its digit limit (the caller's
-        # hook raises its own subclasses, which pass through).
+        # Exactly ValueError: the one int() raises past its digit limit (JSONDecodeError
+        # and the caller's hook's own subclasses pass through).
         if type(exc) is not ValueError:
             raise
         limit = sys.get_int_max_str_digits()
