@@ -23,10 +23,10 @@ import numpy as np
 
 from promptlab.config import Settings
 from promptlab.engine.planner import AllVariants, AssignmentStrategy, StickySplit, plan_items
-from promptlab.experiments import assign
+from promptlab.experiments.config import assign
+from promptlab.prompts.templates import Template
 from promptlab.records import FinalRow, VariantRecord, WriteBatch
 from promptlab.store import ItemStore, RunStore, Store
-from promptlab.templates import Template
 from promptlab.workbench import Workbench
 
 RUN = "run_bench_metrics"

@@ -17,7 +17,7 @@ import json
 import random
 import time
 
-from promptlab.anomalies import Observation, RunDetector, observation_of
+from promptlab.checks.anomalies import Observation, RunDetector, observation_of
 
 FIELDS = frozenset({"category", "priority", "summary"})
 

@@ -74,8 +74,8 @@ def _dropped(tx: Any, drafts: Any, clean: Any = None, known: Any = None) -> dict
 
 
 def _chained_only(tx: Any, drafts: Any, clean: Any = None, known: Any = None) -> dict[str, Any]:
-    from promptlab.audit import chain_drafts
-    from promptlab.redact import Redactor
+    from promptlab.audit.chain import chain_drafts
+    from promptlab.audit.redact import Redactor
 
     suspect = clean.suspects if isinstance(clean, Redactor) else None
     chain_drafts(drafts, {}, clean, suspect)

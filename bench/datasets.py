@@ -61,7 +61,7 @@ def step(name: str, csv_path: Path, db_path: Path) -> dict[str, float]:
             rows = list(csv.DictReader(handle))
         count = len(rows)
     else:
-        from promptlab.datasets import DatasetStore
+        from promptlab.data.datasets import DatasetStore
         from promptlab.store import Store
 
         with Store(db_path) as store:

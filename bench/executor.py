@@ -411,7 +411,7 @@ def scenario_rpm(workdir: Path, scale: float) -> list[Row]:
 
 
 def scenario_tpm(workdir: Path, scale: float) -> list[Row]:
-    from promptlab.tokens import estimate_prompt_tokens
+    from promptlab.providers.tokens import estimate_prompt_tokens
 
     n = int(1200 * scale)
     tpm, max_tokens = 200_000, 100

@@ -97,7 +97,7 @@ def main() -> None:
 
 
 def metrics_secret(name: str) -> bool:
-    from promptlab.redact import SECRET_ENV_NAME
+    from promptlab.audit.redact import SECRET_ENV_NAME
 
     return bool(SECRET_ENV_NAME.search(name))
 

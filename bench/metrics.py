@@ -38,7 +38,7 @@ from bench._fill import (  # noqa: E402
     pandas_baseline,
     timed,
 )
-from promptlab.stats import bootstrap_quantile_diff, mann_whitney, wilcoxon_paired  # noqa: E402
+from promptlab.analysis.stats import bootstrap_quantile_diff, mann_whitney, wilcoxon_paired  # noqa: E402
 from promptlab.store.metrics import MetricsReads  # noqa: E402
 
 

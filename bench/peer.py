@@ -80,7 +80,7 @@ class Peer:
         reraise=True,
     )
     async def complete(self, session: aiohttp.ClientSession, text: str) -> None:
-        from promptlab.tokens import estimate_prompt_tokens  # the count fakellm charges
+        from promptlab.providers.tokens import estimate_prompt_tokens  # the count fakellm charges
 
         messages = [{"role": "user", "content": text}]
         body = {"model": self.model, "messages": messages, "max_tokens": self.max_tokens}

@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/redaction.py --batches 20 --rows 2000
 
-Every batch the engine commits is redacted first (promptlab/redact.py): the values of
+Every batch the engine commits is redacted first (promptlab/audit/redact.py): the values of
 key variables and credential-shaped strings are masked in messages and outputs. This
 times, on the same batches in one run, the redaction step alone and the full
 `ItemStore.write_batch` (redaction + DuckDB commit) into a real temp database, and
@@ -18,9 +18,9 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+from promptlab.audit.redact import Redactor
 from promptlab.engine.planner import AllVariants, plan_items
 from promptlab.records import FinalRow, VariantRecord, WriteBatch
-from promptlab.redact import Redactor
 from promptlab.store import ItemStore, RunStore, Store
 from promptlab.store.items import redacted_batch
 

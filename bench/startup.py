@@ -30,7 +30,7 @@ from pathlib import Path
 import yaml
 from aiohttp import web
 
-from promptlab.fakellm import FakeLLMConfig, create_app
+from promptlab.fakellm.server import FakeLLMConfig, create_app
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 #: How long one `promptlab run` of one row may take before the bench gives up on it.

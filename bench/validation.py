@@ -6,7 +6,7 @@
 **Checks.** 100,000 stored-like outputs of the demo ticket-triage schema, mixed like a
 sloppy model's: most valid, some in fences or prose, some needing repair (trailing
 commas, single quotes, a missing brace), some breaking the schema, some cut off.
-`promptlab.validation` (the validator compiled once per schema) beside two baselines:
+`promptlab.checks.validation` (the validator compiled once per schema) beside two baselines:
 jsonschema building its validator for every output (no cache), and a bare `json.loads`
 (parsing only, no schema, no extraction, no repair).
 
@@ -94,7 +94,7 @@ def rate(label: str, n: int, call: Callable[[], Any]) -> float:
 
 
 def bench_checks(n: int) -> None:
-    from promptlab.validation import CheckStatus, checker_for
+    from promptlab.checks.validation import CheckStatus, checker_for
 
     data = outputs(n)
     found: dict[CheckStatus, int] = {}
@@ -121,7 +121,7 @@ def bench_checks(n: int) -> None:
                 pass
 
     print(f"{n:,} outputs against the ticket-triage schema")
-    ours = rate("promptlab.validation (compiled once, extract + repair)", n, checked)
+    ours = rate("promptlab.checks.validation (compiled once, extract + repair)", n, checked)
     slow = rate("baseline: json.loads + a new validator per output", n, uncached)
     bare = rate("baseline: json.loads only (no schema, no repair)", n, loads_only)
     print("  statuses: " + ", ".join(f"{s} {c}" for s, c in sorted(found.items())))
@@ -160,7 +160,7 @@ def bench_writer(n: int) -> None:
             checker = None
             checks: dict[int, dict[str, Any]] = {}
             if mode != "plain":
-                from promptlab.validation import checker_for
+                from promptlab.checks.validation import checker_for
 
                 checker = checker_for(SCHEMA)
             if mode == "stored":

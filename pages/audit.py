@@ -5,8 +5,8 @@ be: its trace as a timeline with every stage, the prompt sent and the output.
 Deep link: `?trace=KEY` (an item's idempotency key, or 8+ hex digits of it) opens that
 trace; the Runs and Compare pages link here from every result.
 
-The page only lays things out: rows come from promptlab/auditview.py, the figure from
-promptlab/audit_charts.py, the reads from the Workbench.
+The page only lays things out: rows come from promptlab/views/audit.py, the figure from
+promptlab/views/audit_charts.py, the reads from the Workbench.
 """
 
 from __future__ import annotations

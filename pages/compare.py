@@ -4,7 +4,7 @@ prompt versions can be compared across every run's results, or in imported produ
 logs.
 
 The page only lays things out: the table rows come from `summary_rows`, the figures from
-promptlab/charts.py, the reads from the Workbench.
+promptlab/views/charts.py, the reads from the Workbench.
 """
 
 from __future__ import annotations

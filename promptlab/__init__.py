@@ -14,30 +14,30 @@ from promptlab.errors import (
 )
 
 if TYPE_CHECKING:
-    from promptlab.experiments import (
+    from promptlab.experiments.config import (
         Assignment,
         ExperimentConfig,
         assign,
         load_experiment_config,
     )
-    from promptlab.registry import PromptVersion, Registry
+    from promptlab.prompts.registry import PromptVersion, Registry
+    from promptlab.prompts.templates import Message, Template
     from promptlab.store import Store
-    from promptlab.templates import Message, Template
 
 #: Public names loaded on first use: importing them pulls in DuckDB, pyarrow, jinja2 and
 #: jsonschema, which `promptlab --help` and every CLI start would otherwise pay for.
 _LAZY = {
     # Experiments: `promptlab.assign(promptlab.load_experiment_config(FILE), unit_id)` in
-    # a live service, on an exported config, with no database (promptlab/experiments.py).
-    "Assignment": "promptlab.experiments",
-    "ExperimentConfig": "promptlab.experiments",
-    "assign": "promptlab.experiments",
-    "load_experiment_config": "promptlab.experiments",
-    "Message": "promptlab.templates",
-    "PromptVersion": "promptlab.registry",
-    "Registry": "promptlab.registry",
+    # a live service, on an exported config, with no database (promptlab/experiments/config.py).
+    "Assignment": "promptlab.experiments.config",
+    "ExperimentConfig": "promptlab.experiments.config",
+    "assign": "promptlab.experiments.config",
+    "load_experiment_config": "promptlab.experiments.config",
+    "Message": "promptlab.prompts.templates",
+    "PromptVersion": "promptlab.prompts.registry",
+    "Registry": "promptlab.prompts.registry",
     "Store": "promptlab.store",
-    "Template": "promptlab.templates",
+    "Template": "promptlab.prompts.templates",
 }
 
 

@@ -39,7 +39,7 @@ def _positive_int(value: str | None, default: int) -> int:
 
 
 def _mask_names(value: str | None) -> tuple[str, ...]:
-    from promptlab.audit import MASK_PATTERNS
+    from promptlab.audit.chain import MASK_PATTERNS
 
     names = tuple(n.strip().lower() for n in (value or "").split(",") if n.strip())
     unknown = [n for n in names if n not in MASK_PATTERNS]
@@ -65,7 +65,7 @@ class Settings:
     #: Record every item's trace in the audit trail (PROMPTLAB_AUDIT=0 turns it off).
     audit: bool = True
     #: Patterns masked in stored prompts and outputs (PROMPTLAB_MASK=email,phone,key;
-    #: see promptlab.audit.MASK_PATTERNS). Off by default: masking changes the outputs.
+    #: see promptlab.audit.chain.MASK_PATTERNS). Off by default: masking changes the outputs.
     mask: tuple[str, ...] = ()
     #: Collect garbage less often while runs are going (PROMPTLAB_TUNE_GC=0 turns it
     #: off; see promptlab.engine.collector). Process-wide while a run is going.

@@ -14,10 +14,10 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from promptlab.audit import AuditDraft
+from promptlab.analysis.stats import Interval, wilson_interval
+from promptlab.audit.chain import AuditDraft
 from promptlab.errors import ErrorKind
-from promptlab.stats import Interval, wilson_interval
-from promptlab.templates import Template
+from promptlab.prompts.templates import Template
 
 __all__ = [
     "AttemptRow",
@@ -233,12 +233,12 @@ class FinalRow:
     model_version: str | None = None
     latency_ms: float | None = None
     cost_usd: float | None = None
-    #: The output check of a succeeded result (a promptlab.validation.CheckStatus value);
+    #: The output check of a succeeded result (a promptlab.checks.validation.CheckStatus value);
     #: None on failed items and on results stored before checks existed.
     check_status: str | None = None
     #: Every problem the check found, as `PATH: message`.
     check_errors: tuple[str, ...] = ()
-    #: The rules' verdict (a promptlab.rules.RuleStatus value) on a valid or repaired
+    #: The rules' verdict (a promptlab.checks.rules.RuleStatus value) on a valid or repaired
     #: output of a template with rules; None otherwise.
     rule_status: str | None = None
     #: Every rule that failed or raised, as `RULE: why` (`RULE (warning): why`).
@@ -252,7 +252,7 @@ class WriteBatch:
     dispatched: list[str] = field(default_factory=list)
     attempts: list[AttemptRow] = field(default_factory=list)
     finals: list[FinalRow] = field(default_factory=list)
-    #: Trace events of these rows (promptlab.audit), chained in the same transaction.
+    #: Trace events of these rows (promptlab.audit.chain), chained in the same transaction.
     audit: list[AuditDraft] = field(default_factory=list)
 
     def __len__(self) -> int:
@@ -617,7 +617,7 @@ class MetricsRow(CheckRates):
     truncated: int = 0
     #: Checked outputs whose rules of severity error failed (or raised).
     rule_failed: int = 0
-    #: Feedback (promptlab.feedback): impressions, and clicks counted at most once per
+    #: Feedback (promptlab.data.feedback): impressions, and clicks counted at most once per
     #: impression of the same result (or unit); thumbs as given.
     impressions: int = 0
     clicks: int = 0
@@ -713,11 +713,11 @@ class PairedCompletion:
 
 @dataclass(frozen=True)
 class AlertRecord:
-    """An anomaly seen in a run's results (promptlab.anomalies): what, where, the figures."""
+    """An anomaly seen in a run's results (promptlab.checks.anomalies): what, where, the figures."""
 
     run_id: str
     variant: str
-    #: A promptlab.anomalies.AlertKind value.
+    #: A promptlab.checks.anomalies.AlertKind value.
     kind: str
     #: One line: the variant, what was seen with its figures, the items it spans.
     message: str

@@ -20,40 +20,28 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from promptlab.anomalies import detect, observation_of, schema_fields
+from promptlab.analysis.compare import (
+    Comparison,
+    compare_run,
+    compare_versions,
+    control_of,
+    parse_since,
+)
+from promptlab.analysis.stats import (
+    MetricComparison,
+    SrmCheck,
+    Verdict,
+    sample_size_two_proportions,
+)
 from promptlab.atomicfile import check_target, staged_file
-from promptlab.audit import AuditEvent, AuditTrace, VerifyReport, event_record
-from promptlab.audit_charts import trace_timeline_chart
-from promptlab.auditview import (
-    ChainSummary,
-    TimelineBar,
-    TraceStage,
-    chain_summary,
-    event_rows,
-    stage_rows,
-    timeline_bars,
-    trace_stages,
-)
-from promptlab.batchfile import StoredResult, batch_output_lines, first_model
-from promptlab.charts import (
-    RATE_METRICS,
-    forest_chart,
-    latency_ecdf_chart,
-    latency_percentiles_chart,
-    over_time_chart,
-    rate_chart,
-)
-from promptlab.compare import Comparison, compare_run, compare_versions, control_of, parse_since
-from promptlab.compareview import (
-    VERDICT_ICONS,
-    srm_figures,
-    summary_rows,
-    units_needed,
-    units_needed_text,
-)
+from promptlab.audit.chain import AuditEvent, AuditTrace, VerifyReport, event_record
+from promptlab.audit.redact import Redactor, secret_values, watch_env
+from promptlab.checks.anomalies import detect, observation_of, schema_fields
+from promptlab.checks.validation import CheckStatus
 from promptlab.config import PROJECT_ROOT, Settings
-from promptlab.datasets import DatasetStore, check_rows
-from promptlab.demo import (
+from promptlab.data.batchfile import StoredResult, batch_output_lines, first_model
+from promptlab.data.datasets import DatasetStore, check_rows
+from promptlab.data.demo import (
     DEMO_DATASET,
     DEMO_EXPERIMENT,
     DEMO_FEEDBACK_SOURCE,
@@ -62,6 +50,19 @@ from promptlab.demo import (
     load_demo_datasets,
     load_demo_prompts,
 )
+from promptlab.data.export import (
+    COMPARISON_COLUMNS,
+    METRICS_COLUMNS,
+    STORED_TABLES,
+    ExportFilters,
+    arrow_table,
+    check_format,
+    check_table,
+    comparison_records,
+    file_name,
+    metrics_record,
+)
+from promptlab.data.feedback import LOG_FIELDS, FeedbackImporter
 from promptlab.engine import (
     Engine,
     RunProgress,
@@ -91,7 +92,7 @@ from promptlab.errors import (
     VariableError,
     VariableProblem,
 )
-from promptlab.experiments import (
+from promptlab.experiments.config import (
     Assignment,
     ExperimentConfig,
     ExperimentFile,
@@ -111,29 +112,8 @@ from promptlab.experiments import (
     parse_experiment_file,
     read_exposures,
 )
-from promptlab.export import (
-    COMPARISON_COLUMNS,
-    METRICS_COLUMNS,
-    STORED_TABLES,
-    ExportFilters,
-    arrow_table,
-    check_format,
-    check_table,
-    comparison_records,
-    file_name,
-    metrics_record,
-)
-from promptlab.feedback import LOG_FIELDS, FeedbackImporter
-from promptlab.itemview import (
-    ItemKeyError,
-    ItemView,
-    ambiguous,
-    check_key_prefix,
-    item_request,
-    masked,
-)
-from promptlab.newprompt import create_prompt
-from promptlab.promptfiles import (
+from promptlab.prompts.create import create_prompt
+from promptlab.prompts.files import (
     PromptFile,
     dump_yaml_mapping,
     export_prompt,
@@ -141,6 +121,8 @@ from promptlab.promptfiles import (
     load_prompt_file,
     parse_yaml_mapping,
 )
+from promptlab.prompts.registry import PromptVersion, Registry, SaveResult
+from promptlab.prompts.templates import ROLES, Template, coerce_text_values
 from promptlab.providers.config import check_model_ref, load_endpoints
 from promptlab.records import (
     FINAL_RUN_STATUSES,
@@ -162,9 +144,6 @@ from promptlab.records import (
     RunWithCounts,
     VariantSummary,
 )
-from promptlab.redact import Redactor, secret_values, watch_env
-from promptlab.registry import PromptVersion, Registry, SaveResult
-from promptlab.stats import MetricComparison, SrmCheck, Verdict, sample_size_two_proportions
 from promptlab.store import ItemStore, ReadModels, RunStore, Store
 from promptlab.store.alerts import AlertStore
 from promptlab.store.audit import AuditFilter, AuditLog
@@ -175,9 +154,41 @@ from promptlab.store.metrics import MetricsReads
 from promptlab.store.result_runs import ResultRuns, RunWithResults
 from promptlab.store.side_by_side import SideBySidePage, SideBySideReads, SideBySideRow
 from promptlab.store.timeseries import TimeSeries, TimeseriesReads
-from promptlab.templates import ROLES, Template, coerce_text_values
-from promptlab.textdiff import word_diff_html
-from promptlab.validation import CheckStatus
+from promptlab.views.audit import (
+    ChainSummary,
+    TimelineBar,
+    TraceStage,
+    chain_summary,
+    event_rows,
+    stage_rows,
+    timeline_bars,
+    trace_stages,
+)
+from promptlab.views.audit_charts import trace_timeline_chart
+from promptlab.views.charts import (
+    RATE_METRICS,
+    forest_chart,
+    latency_ecdf_chart,
+    latency_percentiles_chart,
+    over_time_chart,
+    rate_chart,
+)
+from promptlab.views.compare import (
+    VERDICT_ICONS,
+    srm_figures,
+    summary_rows,
+    units_needed,
+    units_needed_text,
+)
+from promptlab.views.item import (
+    ItemKeyError,
+    ItemView,
+    ambiguous,
+    check_key_prefix,
+    item_request,
+    masked,
+)
+from promptlab.views.textdiff import word_diff_html
 from promptlab.yamlio import parse_yaml, read_yaml
 
 #: Failed items a run view lists with their messages (the counts cover them all).
@@ -210,7 +221,7 @@ class RunView:
     limiters: tuple[LimiterState, ...] = ()
     #: The output paths that fail their check most, per variant (see `field_failures`).
     field_failures: tuple[FieldFailure, ...] = ()
-    #: Anomalies seen in the run's results (promptlab.anomalies), oldest items first.
+    #: Anomalies seen in the run's results (promptlab.checks.anomalies), oldest items first.
     alerts: tuple[AlertRecord, ...] = ()
 
     @property
@@ -319,7 +330,7 @@ class Workbench:
     def create_prompt(
         self, name: str, template: Template, *, message: str = "", description: str = ""
     ) -> SaveResult:
-        """Version 1.0.0 of a new prompt; see `promptlab.newprompt.create_prompt`."""
+        """Version 1.0.0 of a new prompt; see `promptlab.prompts.create.create_prompt`."""
         result = create_prompt(
             self.prompts,
             name,
@@ -688,7 +699,7 @@ class Workbench:
         return masked(detail, item_request(detail.variant, detail.row), self._redactor())
 
     # ---- metrics and comparisons ---------------------------------------------------
-    # Aggregates in DuckDB (promptlab/store/metrics.py), tests in promptlab/stats.py.
+    # Aggregates in DuckDB (promptlab/store/metrics.py), tests in promptlab/analysis/stats.py.
 
     @functools.cached_property
     def _metric_reads(self) -> MetricsReads:
@@ -716,13 +727,13 @@ class Workbench:
         self, run_id: str, variant_a: str | None = None, variant_b: str | None = None
     ) -> Comparison:
         """Each variant of the run against control (or B against A), with significance;
-        see promptlab/compare.py for the tests used."""
+        see promptlab/analysis/compare.py for the tests used."""
         run = self._reads.run(run_id)
         metrics = self._metric_reads.run_metrics(run_id)
         return compare_run(self._metric_reads, run, metrics, variant_a, variant_b)
 
     # ---- feedback and production logs ----------------------------------------------
-    # Whole files or nothing (promptlab/feedback.py); counted in metrics and compare.
+    # Whole files or nothing (promptlab/data/feedback.py); counted in metrics and compare.
 
     @functools.cached_property
     def _feedback(self) -> FeedbackImporter:
@@ -777,7 +788,7 @@ class Workbench:
     ) -> Comparison:
         """Version B against version A (references or ids): in one run (`run_id`: its
         variants of these versions), in the production logs (`logs`), or across every
-        run's results; see promptlab/compare.py."""
+        run's results; see promptlab/analysis/compare.py."""
         if run_id is not None and logs:
             raise PromptlabError("compare versions in a run or in the logs, not both")
         if run_id is not None and since is not None:
@@ -808,7 +819,7 @@ class Workbench:
         return version.id, version.ref
 
     # ---- export ------------------------------------------------------------------------
-    # COPY to CSV, Parquet or JSON Lines (names and files: promptlab/export.py; SQL:
+    # COPY to CSV, Parquet or JSON Lines (names and files: promptlab/data/export.py; SQL:
     # promptlab/store/export.py).
 
     def export_table(
@@ -936,7 +947,7 @@ class Workbench:
 
     # ---- the Compare page ----------------------------------------------------------
     # Reads behind its charts and side-by-side outputs (promptlab/store/result_runs.py,
-    # timeseries.py, side_by_side.py); the figures are built in promptlab/charts.py.
+    # timeseries.py, side_by_side.py); the figures are built in promptlab/views/charts.py.
 
     def has_results(self) -> bool:
         """True once any run stored a result: the app then opens on the Compare page."""
@@ -965,7 +976,7 @@ class Workbench:
         return SideBySideReads(self.store).page(run_id, offset, limit, only_different)
 
     # ---- experiments ---------------------------------------------------------------
-    # Sticky splits of units over prompt variants (rules in promptlab/experiments.py).
+    # Sticky splits of units over prompt variants (rules in promptlab/experiments/config.py).
     # Every change is a new revision with its author, time and note.
 
     @functools.cached_property
@@ -1181,7 +1192,7 @@ class Workbench:
         unit_column: str | None = None,
         replace: bool = False,
     ) -> DatasetInfo:
-        """Import a CSV, JSON Lines or Parquet file as a dataset (see promptlab.datasets)."""
+        """Import a CSV, JSON Lines or Parquet file as a dataset (see promptlab.data.datasets)."""
         info = self._datasets.import_file(
             path, name, fmt=fmt, unit_column=unit_column, replace=replace,
             author=self.settings.author,
@@ -1231,7 +1242,7 @@ class Workbench:
         return replace(result, problems=problems)
 
     # ---- audit trail ---------------------------------------------------------------
-    # Chaining and verification: promptlab/audit.py; SQL: promptlab/store/audit.py.
+    # Chaining and verification: promptlab/audit/chain.py; SQL: promptlab/store/audit.py.
 
     @functools.cached_property
     def _audit(self) -> AuditLog:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from promptlab.registry import Registry
+from promptlab.prompts.registry import Registry
 from promptlab.store import Store
 
 

@@ -14,7 +14,7 @@ import anthropic
 import openai
 import pytest
 
-from promptlab.fakellm import FakeLLMConfig, RunningServer, serve_in_thread
+from promptlab.fakellm.server import FakeLLMConfig, RunningServer, serve_in_thread
 from promptlab.providers.config import EndpointConfig
 
 #: fakellm ignores keys unless started with `api_key`; the SDKs still want one.

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from promptlab.engine import RunSpec, parse_spec
-from promptlab.fakellm import FakeLLMConfig, RunningServer, serve_in_thread
+from promptlab.fakellm.server import FakeLLMConfig, RunningServer, serve_in_thread
 from promptlab.workbench import Workbench
 
 #: Dataset rows; the row at BAD_ROW has no `text`, so it fails validation (never sent).

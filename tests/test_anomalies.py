@@ -6,7 +6,7 @@ import random
 import time
 from collections.abc import Callable
 
-from promptlab.anomalies import (
+from promptlab.checks.anomalies import (
     EMPTY_STREAK,
     AlertKind,
     Observation,
@@ -132,7 +132,7 @@ def test_per_item_cost_is_small_and_flat() -> None:
 
 
 def test_observations_of_stored_rows() -> None:
-    from promptlab.anomalies import observation_of
+    from promptlab.checks.anomalies import observation_of
 
     text = 'Here: ```json\n{"category": "bug", "summary": "", "tags": []}\n```'
     obs = observation_of(4, "a", "succeeded", None, "repaired", text)

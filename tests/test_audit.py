@@ -11,14 +11,14 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from promptlab.audit import CHANGES_CHAIN, run_chain
-from promptlab.auditview import timeline_bars, trace_stages
+from promptlab.audit.chain import CHANGES_CHAIN, run_chain
 from promptlab.cli import main
 from promptlab.config import Settings
 from promptlab.engine import parse_spec
 from promptlab.errors import NotFoundError
-from promptlab.fakellm import RunningServer
-from promptlab.templates import Template
+from promptlab.fakellm.server import RunningServer
+from promptlab.prompts.templates import Template
+from promptlab.views.audit import timeline_bars, trace_stages
 from promptlab.workbench import Workbench
 from tests.fakellm_fixtures import ServerFactory
 
@@ -424,7 +424,7 @@ def test_verify_walks_a_long_chain_page_by_page(tmp_path: Path) -> None:
     import uuid
     from datetime import UTC, datetime
 
-    from promptlab.audit import AuditDraft
+    from promptlab.audit.chain import AuditDraft
     from promptlab.store import Store
     from promptlab.store.audit import VERIFY_PAGE, AuditLog, append_events
 
@@ -460,7 +460,7 @@ def test_the_event_hash_is_the_one_stored_databases_were_chained_with() -> None:
     first version of the chaining (text fields joined, payload text last)."""
     from datetime import UTC, datetime
 
-    from promptlab.audit import AuditDraft, chain_drafts
+    from promptlab.audit.chain import AuditDraft, chain_drafts
 
     draft = AuditDraft(
         chain="run:r1", kind="result", event_id="k/final/1",
@@ -476,8 +476,8 @@ def test_the_event_hash_is_the_one_stored_databases_were_chained_with() -> None:
 def test_a_key_in_a_payload_is_masked_before_it_is_hashed() -> None:
     from datetime import UTC, datetime
 
-    from promptlab.audit import AuditDraft, AuditEvent, chain_drafts, hash_of
-    from promptlab.redact import MASK, Redactor
+    from promptlab.audit.chain import AuditDraft, AuditEvent, chain_drafts, hash_of
+    from promptlab.audit.redact import MASK, Redactor
 
     redactor = Redactor(["s3cr3t-value-0000"])
     drafts = [

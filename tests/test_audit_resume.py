@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from promptlab.cli import main
 from promptlab.engine import Engine
-from promptlab.fakellm import RunningServer
+from promptlab.fakellm.server import RunningServer
 from promptlab.store import Store
 from promptlab.store.audit import AuditLog
 from tests.test_engine_resume import ITEMS, run_and_kill, server

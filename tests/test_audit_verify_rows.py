@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner, Result
 from streamlit.testing.v1 import AppTest
 
-from promptlab.audit_checks import result_event_orphaned
+from promptlab.audit.checks import result_event_orphaned
 from promptlab.cli import main
 from promptlab.config import Settings
 from promptlab.engine import Engine, parse_spec

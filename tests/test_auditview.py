@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 
-from promptlab.audit import AuditEvent, AuditTrace, ChainProblem, ChainStatus, VerifyReport
-from promptlab.audit_charts import trace_timeline_chart
-from promptlab.auditview import (
+from promptlab.audit.chain import AuditEvent, AuditTrace, ChainProblem, ChainStatus, VerifyReport
+from promptlab.views.audit import (
     TraceStage,
     chain_summary,
     event_rows,
@@ -15,6 +14,7 @@ from promptlab.auditview import (
     timeline_bars,
     trace_stages,
 )
+from promptlab.views.audit_charts import trace_timeline_chart
 
 T0 = datetime(2026, 1, 1, 12, tzinfo=UTC)
 

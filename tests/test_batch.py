@@ -18,7 +18,7 @@ import yaml
 from click.testing import CliRunner
 
 from promptlab.cli import main
-from promptlab.fakellm import FakeLLMConfig, RunningServer, serve_in_thread
+from promptlab.fakellm.server import FakeLLMConfig, RunningServer, serve_in_thread
 from promptlab.store import RunStore, Store
 
 LINES = 2_000

@@ -8,7 +8,10 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pytest
 
-from promptlab.charts import (
+from promptlab.analysis.stats import Interval, MetricComparison, Verdict, wilson_interval
+from promptlab.records import MetricsRow
+from promptlab.store.timeseries import TimeBucket, TimeSeries, bucket_unit
+from promptlab.views.charts import (
     ECDF_POINTS,
     VERDICT_COLOURS,
     ecdf_points,
@@ -18,9 +21,6 @@ from promptlab.charts import (
     over_time_chart,
     rate_chart,
 )
-from promptlab.records import MetricsRow
-from promptlab.stats import Interval, MetricComparison, Verdict, wilson_interval
-from promptlab.store.timeseries import TimeBucket, TimeSeries, bucket_unit
 
 
 def metrics_row(

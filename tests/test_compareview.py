@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from promptlab.compare import Comparison
-from promptlab.compareview import (
+from promptlab.analysis.compare import Comparison
+from promptlab.analysis.stats import Interval, MetricComparison, Verdict
+from promptlab.views.compare import (
     COMPARISON_COLUMNS,
     comparison_cells,
     summary_rows,
     units_needed,
     units_needed_text,
 )
-from promptlab.stats import Interval, MetricComparison, Verdict
 
 
 def rows() -> list[MetricComparison]:

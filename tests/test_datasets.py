@@ -9,12 +9,12 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from promptlab.datasets import DatasetStore, check_rows
-from promptlab.demo import load_demo_datasets, load_demo_prompts
+from promptlab.data.datasets import DatasetStore, check_rows
+from promptlab.data.demo import load_demo_datasets, load_demo_prompts
 from promptlab.errors import DatasetError, NotFoundError
-from promptlab.registry import Registry
+from promptlab.prompts.registry import Registry
+from promptlab.prompts.templates import Template
 from promptlab.store import Store
-from promptlab.templates import Template
 
 
 @pytest.fixture

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from promptlab.checks.validation import CheckStatus, check_output
 from promptlab.cli import main
 from promptlab.cli.runs import CHECK_STATUSES
 from promptlab.engine import RunSpec, parse_spec
 from promptlab.store import ReadModels, Store
-from promptlab.validation import CheckStatus, check_output
 from promptlab.workbench import Workbench
 
 ROWS = 150

@@ -14,7 +14,7 @@ import yaml
 from promptlab.config import Settings
 from promptlab.engine import parse_spec
 from promptlab.errors import SpecError
-from promptlab.experiments import assign, bucket_of
+from promptlab.experiments.config import assign, bucket_of
 from promptlab.records import RunStatus
 from promptlab.store import Store
 from promptlab.workbench import Workbench

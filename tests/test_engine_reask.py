@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
+from promptlab.checks.validation import check_output
 from promptlab.engine import Engine, parse_spec
 from promptlab.errors import SpecError
 from promptlab.providers import build_provider
 from promptlab.providers.base import CompletionRequest, CompletionResponse, Provider
 from promptlab.providers.config import EndpointConfig
 from promptlab.store import Store
-from promptlab.validation import check_output
 from tests.test_engine_checks import MESSAGES, SCHEMA
 
 ROWS = 150

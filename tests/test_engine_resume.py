@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from promptlab.engine import Engine
-from promptlab.fakellm import FakeLLMConfig, RunningServer, serve_in_thread
+from promptlab.fakellm.server import FakeLLMConfig, RunningServer, serve_in_thread
 from promptlab.store import Store
 
 ITEMS = 600

@@ -11,10 +11,10 @@ import pytest
 
 from promptlab.engine import Engine, parse_spec
 from promptlab.errors import SpecError
-from promptlab.fakellm import FakeLLMConfig, RunningServer, serve_in_thread
+from promptlab.experiments.sampling import Sampling, parse_sampling
+from promptlab.fakellm.server import FakeLLMConfig, RunningServer, serve_in_thread
 from promptlab.providers.config import EndpointConfig
 from promptlab.records import RunStatus
-from promptlab.sampling import Sampling, parse_sampling
 from promptlab.store import Store
 
 

@@ -12,7 +12,7 @@ from promptlab.cli import main
 from promptlab.engine import Engine, parse_spec
 from promptlab.engine.testing import ScriptedProvider
 from promptlab.errors import ErrorKind, ProviderError
-from promptlab.fakellm import FakeLLMConfig, serve_in_thread
+from promptlab.fakellm.server import FakeLLMConfig, serve_in_thread
 from promptlab.providers.config import EndpointConfig
 from promptlab.store import Store
 

@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from promptlab.cli import main
-from promptlab.export import TABLES, ExportFilters, file_name
+from promptlab.data.export import TABLES, ExportFilters, file_name
 from promptlab.store import Store
 from promptlab.workbench import ExportError, PromptlabError, Workbench
 from tests.test_metrics import runs, settings  # noqa: F401 - the module's two demo runs

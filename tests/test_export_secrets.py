@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 from promptlab.cli import main
 from promptlab.config import Settings
-from promptlab.export import FORMATS
+from promptlab.data.export import FORMATS
 from promptlab.store import Store
 from promptlab.workbench import Workbench
 from tests.test_engine_secrets import KEY, run_with_echoed_key

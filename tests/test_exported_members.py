@@ -14,7 +14,7 @@ PACKAGES = [
     "promptlab.engine",
     "promptlab.providers",
     "promptlab.records",
-    "promptlab.registry",
+    "promptlab.prompts.registry",
     "promptlab.store",
 ]
 README = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")

@@ -21,8 +21,8 @@ import pytest
 from click.testing import CliRunner
 
 from promptlab.cli import main
-from promptlab.fakellm import FakeLLMConfig, TokenBucket
-from promptlab.fakellm_wire import chunks_of, openai_duration
+from promptlab.fakellm.server import FakeLLMConfig, TokenBucket
+from promptlab.fakellm.wire import chunks_of, openai_duration
 from tests.fakellm_fixtures import (
     ServerFactory,
     anthropic_client,

@@ -15,11 +15,11 @@ import duckdb
 import pytest
 from click.testing import CliRunner, Result
 
+from promptlab.analysis.stats import wilson_interval
 from promptlab.cli import main
-from promptlab.demo import DEMO_CLICK_THROUGH, demo_clicked
+from promptlab.data.demo import DEMO_CLICK_THROUGH, demo_clicked
+from promptlab.data.feedback import FeedbackImporter
 from promptlab.errors import FeedbackError
-from promptlab.feedback import FeedbackImporter
-from promptlab.stats import wilson_interval
 from promptlab.store import Store
 from promptlab.workbench import DatasetError, Workbench
 from tests.test_metrics import runs, settings  # noqa: F401 - the module's two demo runs
@@ -475,7 +475,7 @@ def test_a_small_parquet_file_stating_too_many_rows_is_refused_before_reading(
 ) -> None:
     import duckdb
 
-    from promptlab.datasets import MAX_FILE_ROWS
+    from promptlab.data.datasets import MAX_FILE_ROWS
 
     bomb = tmp_path / "bomb.parquet"
     with duckdb.connect() as con:  # one repeated value compresses to a few kilobytes

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from promptlab.demo import load_demo_prompts
+from promptlab.data.demo import load_demo_prompts
 from promptlab.engine import parse_spec
 from promptlab.records import AlertRecord
 from promptlab.store.alerts import AlertStore

@@ -18,7 +18,7 @@ from promptlab.cli import main
 from promptlab.config import DEMO_DIR
 from promptlab.engine.spill import read_spill, spill_dirs, spilled_files
 from promptlab.errors import ExperimentError
-from promptlab.experiments import MAX_VARIANTS, MAX_WEIGHT, parse_experiment_file
+from promptlab.experiments.config import MAX_VARIANTS, MAX_WEIGHT, parse_experiment_file
 from promptlab.store import Store
 from promptlab.ui.resources import get_workbench
 from tests.apptest_helpers import shown

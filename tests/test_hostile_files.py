@@ -13,11 +13,11 @@ import pytest
 from click.testing import CliRunner
 
 from promptlab.cli import main
-from promptlab.datasets import DatasetStore
-from promptlab.demo import load_demo_prompts
+from promptlab.data.datasets import DatasetStore
+from promptlab.data.demo import load_demo_prompts
+from promptlab.data.feedback import FeedbackImporter
 from promptlab.errors import DatasetError, FeedbackError
-from promptlab.feedback import FeedbackImporter
-from promptlab.registry import Registry
+from promptlab.prompts.registry import Registry
 from promptlab.store import Store
 
 pytestmark = pytest.mark.timeout(60)

@@ -15,9 +15,9 @@ from streamlit.testing.v1 import AppTest
 
 from promptlab.cli import main
 from promptlab.config import DEMO_DIR
-from promptlab.demo import load_demo_prompts
+from promptlab.data.demo import load_demo_prompts
 from promptlab.engine import parse_spec
-from promptlab.fakellm import FakeLLMConfig, RunningServer, serve_in_thread
+from promptlab.fakellm.server import FakeLLMConfig, RunningServer, serve_in_thread
 from promptlab.store import Store
 from promptlab.ui.resources import get_workbench
 from promptlab.workbench import Workbench

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from promptlab.checks.validation import Checker, CheckStatus
 from promptlab.config import DEMO_DIR
 from promptlab.errors import SpecError
 from promptlab.ui.resources import get_workbench
-from promptlab.validation import Checker, CheckStatus
 from tests.apptest_helpers import shown
 from tests.test_hostile_readers import REQUEST, cli, refused, write
 
@@ -120,13 +120,13 @@ def test_a_run_spec_dataset_refuses_a_deep_line(tmp_path: Path) -> None:
     ],
 )
 def test_brackets_that_do_not_nest_are_not_counted(text: str) -> None:
-    from promptlab.jsonl import strict_loads
+    from promptlab.data.jsonl import strict_loads
 
     assert strict_loads(text) == json.loads(text)
 
 
 def test_the_depth_limit_counts_objects_and_arrays() -> None:
-    from promptlab.jsonl import NotJsonError, strict_loads
+    from promptlab.data.jsonl import NotJsonError, strict_loads
 
     deepest = '{"a":' * 50 + "[" * 50 + "]" * 50 + "}" * 50
     assert strict_loads(deepest)

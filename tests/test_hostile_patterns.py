@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from promptlab import patterns
+from promptlab.checks import patterns
+from promptlab.checks.rules import RuleSet, RuleStatus, parse_rules
+from promptlab.checks.validation import Checker, CheckStatus, check_schema
 from promptlab.engine import parse_spec
 from promptlab.errors import PromptlabError, TemplateError
-from promptlab.rules import RuleSet, RuleStatus, parse_rules
+from promptlab.prompts.templates import Template
 from promptlab.store import Store
-from promptlab.templates import Template
-from promptlab.validation import Checker, CheckStatus, check_schema
 from promptlab.workbench import Workbench
 
 #: Catastrophic for a backtracking engine: minutes (or forever) on these texts.

@@ -341,7 +341,7 @@ def test_latin1_units_on_stdin_name_the_line() -> None:
 
 
 def test_the_line_reader_counts_the_whole_stream() -> None:
-    from promptlab.lines import LineLimits, numbered_lines
+    from promptlab.data.lines import LineLimits, numbered_lines
 
     limits = LineLimits(line_bytes=10, file_bytes=50, kind="a test file")
     stream = io.BytesIO(b"\xef\xbb\xbfab\r\n" + b"ab\n" * 100)  # a BOM is not text
@@ -363,7 +363,7 @@ def test_the_line_reader_counts_the_whole_stream() -> None:
     ],
 )
 def test_the_line_reader_limits_a_line(data: bytes, error: str | None) -> None:
-    from promptlab.lines import LineLimits, numbered_lines
+    from promptlab.data.lines import LineLimits, numbered_lines
 
     limits = LineLimits(line_bytes=10, file_bytes=100, kind="a test file")
     lines = numbered_lines(io.BytesIO(data), "t", limits, SpecError)

@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from promptlab.checks.validation import Checker, CheckStatus, check_output
 from promptlab.cli import main
 from promptlab.engine import parse_spec
 from promptlab.errors import SpecError, TemplateError
-from promptlab.registry import Registry
-from promptlab.templates import Template
-from promptlab.validation import Checker, CheckStatus, check_output
+from promptlab.prompts.registry import Registry
+from promptlab.prompts.templates import Template
 from promptlab.workbench import Workbench
 
 

@@ -9,10 +9,10 @@ import pytest
 
 from promptlab.engine.planner import AllVariants, plan_items
 from promptlab.errors import NotFoundError, PromptlabError, StoreError
-from promptlab.fakellm import RunningServer
+from promptlab.fakellm.server import RunningServer
+from promptlab.prompts.templates import Template
 from promptlab.records import ItemStatus, PlannedChunk, PlannedItem, VariantRecord
 from promptlab.store import ItemStore, ReadModels, RunStore, Store
-from promptlab.templates import Template
 from promptlab.workbench import ItemKeyError, Workbench
 from tests.item_run_helpers import (
     BAD_ROW,
@@ -173,8 +173,8 @@ def test_an_ambiguous_prefix_is_refused_naming_the_candidates(store: Store) -> N
 
 
 def test_output_that_is_json_is_parsed_for_display() -> None:
-    from promptlab.itemview import ItemRequest, ItemView
     from promptlab.records import FinalRow, ItemDetail
+    from promptlab.views.item import ItemRequest, ItemView
 
     def view(text: str | None) -> ItemView:
         result = FinalRow(

@@ -14,7 +14,7 @@ SQL = re.compile(r"\b(SELECT .+ FROM|INSERT INTO|UPDATE \w+ SET|DELETE FROM|CREA
 #: What a page may import from promptlab: the facade and the Streamlit widgets.
 PAGE_IMPORTS = ("promptlab.workbench", "promptlab.ui")
 #: What the CLI may not import: the store and the engine's internals.
-CLI_FORBIDDEN = ("promptlab.store", "promptlab.engine.", "promptlab.registry")
+CLI_FORBIDDEN = ("promptlab.store", "promptlab.engine.", "promptlab.prompts.registry")
 
 
 def promptlab_imports(path: Path) -> list[str]:

@@ -16,12 +16,12 @@ import numpy as np
 import pytest
 from scipy.stats import chisquare, mannwhitneyu, wilcoxon
 
-from promptlab.compare import parse_since
+from promptlab.analysis.compare import parse_since
+from promptlab.analysis.stats import Verdict, mcnemar, two_proportions
 from promptlab.config import Settings
 from promptlab.errors import NotFoundError, PromptlabError
-from promptlab.experiments import expected_shares
+from promptlab.experiments.config import expected_shares
 from promptlab.records import RunStatus
-from promptlab.stats import Verdict, mcnemar, two_proportions
 from promptlab.store import Store
 from promptlab.store.metrics import completed_predicate
 from promptlab.workbench import Workbench

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from promptlab.errors import PromptExistsError
-from promptlab.newprompt import create_prompt
-from promptlab.registry import Registry
-from promptlab.templates import Template
+from promptlab.prompts.create import create_prompt
+from promptlab.prompts.registry import Registry
+from promptlab.prompts.templates import Template
 
 
 def template(text: str) -> Template:

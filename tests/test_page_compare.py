@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from promptlab.compareview import fmt_p
 from promptlab.engine import parse_spec
 from promptlab.ui.resources import get_workbench
+from promptlab.views.compare import fmt_p
 from promptlab.workbench import srm_figures
 from tests.apptest_helpers import shown
 

@@ -9,7 +9,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from promptlab.config import DEMO_DIR
-from promptlab.demo import load_demo_prompts
+from promptlab.data.demo import load_demo_prompts
 from promptlab.ui.resources import get_workbench
 from promptlab.ui.uploads import dataset_name_for, saved_upload
 from promptlab.workbench import DatasetError

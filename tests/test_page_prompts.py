@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from promptlab.registry import Registry
+from promptlab.prompts.registry import Registry
+from promptlab.prompts.templates import Template
 from promptlab.store import Store
-from promptlab.templates import Template
 from tests.apptest_helpers import shown
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from promptlab.fakellm import FakeLLMConfig, RunningServer, serve_in_thread
+from promptlab.fakellm.server import FakeLLMConfig, RunningServer, serve_in_thread
 from promptlab.ui.resources import get_workbench
 from tests.apptest_helpers import shown
 from tests.item_run_helpers import BAD_ROW, ROWS, item_spec

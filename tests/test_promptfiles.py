@@ -5,10 +5,10 @@ from pathlib import Path
 import pytest
 
 from promptlab.config import DEMO_DIR
-from promptlab.demo import load_demo_prompts
+from promptlab.data.demo import load_demo_prompts
 from promptlab.errors import PromptFileError
-from promptlab.promptfiles import export_prompt, import_prompt_file, load_prompt_file
-from promptlab.registry import Registry
+from promptlab.prompts.files import export_prompt, import_prompt_file, load_prompt_file
+from promptlab.prompts.registry import Registry
 
 SINGLE = """\
 name: greeter

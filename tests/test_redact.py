@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from promptlab.redact import (
+from promptlab.audit.redact import (
     MASK,
     RedactingFormatter,
     Redactor,

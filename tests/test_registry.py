@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 
 from promptlab.errors import NotFoundError, RegistryError, VersionError
-from promptlab.registry import Registry, classify_change
+from promptlab.prompts.registry import Registry, classify_change
+from promptlab.prompts.templates import Template
 from promptlab.store import Store
-from promptlab.templates import Template
 
 
 def template(text: str = "Summarize {{ article }}", **kwargs: Any) -> Template:

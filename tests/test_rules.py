@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
+from promptlab.checks.rules import RuleSet, RuleStatus, parse_rules
 from promptlab.errors import PromptlabError, TemplateError
-from promptlab.registry import Registry
-from promptlab.rules import RuleSet, RuleStatus, parse_rules
+from promptlab.prompts.registry import Registry
+from promptlab.prompts.templates import Template
 from promptlab.store import Store
-from promptlab.templates import Template
 
 ORDER = {
     "total": 3.5,
@@ -143,9 +143,9 @@ RUN_RULES = [
 def test_a_run_records_each_items_rules_and_completion_counts_them(
     tmp_path: Path, db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from promptlab.checks.validation import check_output
     from promptlab.engine import parse_spec
     from promptlab.store import ReadModels
-    from promptlab.validation import check_output
     from promptlab.workbench import Workbench
     from tests.test_engine_checks import MESSAGES, SCHEMA
 

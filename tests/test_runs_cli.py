@@ -15,7 +15,7 @@ from promptlab.cli import main
 from promptlab.cli.runs import progress_line
 from promptlab.config import DEMO_DIR
 from promptlab.engine import RunProgress
-from promptlab.fakellm import FakeLLMConfig, RunningServer, serve_in_thread
+from promptlab.fakellm.server import FakeLLMConfig, RunningServer, serve_in_thread
 from promptlab.store import ReadModels, RunStore, Store
 from promptlab.workbench import Workbench
 

@@ -10,7 +10,7 @@ import jsonschema
 import pytest
 
 from promptlab.providers.base import CompletionRequest, FinishReason
-from promptlab.sim import (
+from promptlab.providers.simulator import (
     FAULT_MALFORMED,
     FAULT_SCHEMA,
     FAULT_TRUNCATED,

@@ -1,4 +1,4 @@
-"""promptlab.stats against scipy and statsmodels.
+"""promptlab.analysis.stats against scipy and statsmodels.
 
 The reference values were computed once with scipy 1.17 and statsmodels 0.15 on the
 data below (the calls are named next to each) and are written here as literals, so
@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from promptlab.stats import (
+from promptlab.analysis.stats import (
     Interval,
     MetricComparison,
     Verdict,
@@ -159,7 +159,7 @@ def test_bootstrap_draws_the_same_distribution_as_resampling_indexes() -> None:
     rng = np.random.default_rng(3)
     x = np.sort(rng.exponential(100.0, 300))
     naive = np.quantile(x[rng.integers(0, x.size, (20_000, x.size))], 0.9, axis=1)
-    from promptlab.stats import _bootstrap_quantiles
+    from promptlab.analysis.stats import _bootstrap_quantiles
 
     fast = _bootstrap_quantiles(x, 0.9, 20_000, np.random.default_rng(4))
     for p in (0.025, 0.25, 0.5, 0.75, 0.975):

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from promptlab.config import DEMO_DIR, Settings
-from promptlab.demo import load_demo_prompts
+from promptlab.data.demo import load_demo_prompts
 from promptlab.errors import ExperimentError
-from promptlab.experiments import (
+from promptlab.experiments.config import (
     allocate,
     assign,
     exposure_line,

@@ -12,7 +12,7 @@ from promptlab.errors import (
     UnsafeTemplateError,
     VariableError,
 )
-from promptlab.templates import Template, coerce_text_values
+from promptlab.prompts.templates import Template, coerce_text_values
 
 
 def user(content: str) -> dict[str, str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 import re
 
-from promptlab.textdiff import tokens, word_diff_html
+from promptlab.views.textdiff import tokens, word_diff_html
 
 
 def plain(marked: str) -> str:
@@ -41,7 +41,7 @@ def test_tokens_join_back_to_the_text() -> None:
 
 def test_long_outputs_are_diffed_by_line_and_very_long_ones_not_at_all() -> None:
     # Repetitive text is difflib's worst case; word pairs above MAX_PAIRS go by line.
-    from promptlab.textdiff import MAX_PAIRS
+    from promptlab.views.textdiff import MAX_PAIRS
 
     words = [f"w{i % 8}" for i in range(1_200)]
     a = "\n".join(" ".join(words[i : i + 12]) for i in range(0, len(words), 12))

@@ -6,7 +6,7 @@ import pytest
 
 from promptlab.errors import ErrorKind, ProviderError
 from promptlab.providers.config import EndpointConfig
-from promptlab.tokens import (
+from promptlab.providers.tokens import (
     OFFLINE_ENCODING,
     check_fits,
     context_window,

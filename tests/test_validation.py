@@ -7,15 +7,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from promptlab.errors import TemplateError
-from promptlab.templates import Template
-from promptlab.validation import (
+from promptlab.checks.validation import (
     Checker,
     CheckStatus,
     check_output,
     checker_for,
     json_path,
 )
+from promptlab.errors import TemplateError
+from promptlab.prompts.templates import Template
 
 SCHEMA = {
     "type": "object",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from promptlab.audit.redact import install_log_redaction
 from promptlab.cli import (
     audit,
     datasets,
@@ -17,7 +18,6 @@ from promptlab.cli import (
 )
 from promptlab.cli import export as export_cli
 from promptlab.cli.common import db_option
-from promptlab.redact import install_log_redaction
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -31,7 +31,7 @@ def verify_command(ctx: click.Context) -> None:
     """Check every hash chain against its anchor, and every results and attempts row
     against its event; exit 1 naming each broken chain's first bad event and each row
     that differs."""
-    from promptlab.auditview import chain_summary
+    from promptlab.views.audit import chain_summary
 
     with open_workbench(ctx) as wb:
         report = wb.audit_verify()
@@ -65,7 +65,7 @@ def verify_command(ctx: click.Context) -> None:
 @handle_errors
 def show_command(ctx: click.Context, trace_id: str, as_json: bool) -> None:
     """The timeline of one item: TRACE_ID is its trace id (item key) or 8+ hex digits of it."""
-    from promptlab.audit import event_record
+    from promptlab.audit.chain import event_record
 
     with open_workbench(ctx) as wb:
         trace = wb.audit_trace(trace_id)

@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from promptlab.audit.redact import redact
 from promptlab.config import Settings
 from promptlab.errors import PromptlabError
-from promptlab.redact import redact
 
 if TYPE_CHECKING:
     from promptlab.workbench import Workbench

@@ -2,7 +2,7 @@
 
 `promptlab assign FILE UNIT...` on an exported config never opens the database: a live
 service may call it while the app holds the DuckDB file. It imports only the pure
-`promptlab.experiments` module (no DuckDB, no engine), so it also starts fast.
+`promptlab.experiments.config` module (no DuckDB, no engine), so it also starts fast.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING
 import click
 
 from promptlab.cli.common import db_option, handle_errors, open_workbench
+from promptlab.data.lines import LineLimits, numbered_lines, open_lines
 from promptlab.errors import ExperimentError, NotFoundError, SpecError
-from promptlab.lines import LineLimits, numbered_lines, open_lines
 
 if TYPE_CHECKING:
-    from promptlab.experiments import ExperimentConfig
+    from promptlab.experiments.config import ExperimentConfig
     from promptlab.workbench import RunEstimate, Workbench
 
 
@@ -37,7 +37,7 @@ def experiment() -> None:
 @handle_errors
 def add(ctx: click.Context, file: Path, note: str) -> None:
     """Add an experiment file; a changed file becomes a new revision."""
-    from promptlab.experiments import load_experiment_file
+    from promptlab.experiments.config import load_experiment_file
 
     experiment_file = load_experiment_file(file)  # fully checked before the database opens
     with open_workbench(ctx) as wb:
@@ -82,7 +82,7 @@ def list_experiments(ctx: click.Context) -> None:
 @handle_errors
 def show(ctx: click.Context, name: str, revision: int | None) -> None:
     """Show one experiment: variants, weights, allocation, ramp, kill switch, history."""
-    from promptlab.experiments import describe_changes
+    from promptlab.experiments.config import describe_changes
 
     with open_workbench(ctx) as wb:
         config = wb.experiment(name, revision)
@@ -187,7 +187,7 @@ def set_command(
     with open_workbench(ctx) as wb:
         before = wb.experiment(name)
         after = wb.update_experiment(name, weights=parsed, ramp=ramp, killed=killed, note=note)
-    from promptlab.experiments import describe_changes
+    from promptlab.experiments.config import describe_changes
 
     if after.revision == before.revision:
         click.echo(f"no changes: {name} is at revision {after.revision}")
@@ -280,7 +280,7 @@ def assign_command(
     EXPERIMENT_OR_FILE is an exported config file (the database is never opened) or an
     experiment's name (its latest revision, read from the database).
     """
-    from promptlab.experiments import assign, exposure_line, load_experiment_config
+    from promptlab.experiments.config import assign, exposure_line, load_experiment_config
 
     all_units = [*units, *(_read_units(units_file) if units_file else [])]
     if not all_units:

@@ -10,7 +10,14 @@ from pathlib import Path
 import click
 
 from promptlab.cli.common import db_option, handle_errors, open_workbench
-from promptlab.export import FORMATS, TABLES, ExportFilters, check_format, check_table, file_name
+from promptlab.data.export import (
+    FORMATS,
+    TABLES,
+    ExportFilters,
+    check_format,
+    check_table,
+    file_name,
+)
 
 
 @click.command("export")

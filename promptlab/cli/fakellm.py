@@ -1,4 +1,4 @@
-"""`promptlab fakellm`: serve the simulated model over HTTP (see promptlab.fakellm)."""
+"""`promptlab fakellm`: serve the simulated model over HTTP (see promptlab.fakellm.server)."""
 
 from __future__ import annotations
 
@@ -95,7 +95,7 @@ def fakellm_command(
     seed: int,
 ) -> None:
     """Serve the simulated model in OpenAI and Anthropic format on 127.0.0.1 (for tests)."""
-    from promptlab.fakellm import FakeLLMConfig, run
+    from promptlab.fakellm.server import FakeLLMConfig, run
 
     try:
         config = FakeLLMConfig(

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from promptlab.cli.common import db_option, handle_errors, open_workbench
-from promptlab.compareview import (
+from promptlab.views.compare import (
     COMPARISON_COLUMNS,
     comparison_cells,
     fmt_ms,

@@ -9,12 +9,12 @@ from pathlib import Path
 import click
 
 from promptlab.cli.common import db_option, handle_errors, open_workbench
+from promptlab.data.jsonl import NotJsonError, strict_loads
+from promptlab.data.lines import LineLimits, open_lines
 
 # The errors module is light; the facade's other names are imported inside the commands
 # that use them, so `promptlab --help` does not load templates, the store or the engine.
 from promptlab.errors import PromptlabError, VariableError, VariableProblem
-from promptlab.jsonl import NotJsonError, strict_loads
-from promptlab.lines import LineLimits, open_lines
 
 
 @click.command()

@@ -101,7 +101,7 @@ def batch_command(
 
 
 ITEM_STATUSES = ("pending", "in_flight", "succeeded", "failed", "cancelled")
-#: promptlab.validation.CheckStatus, written out like ITEM_STATUSES.
+#: promptlab.checks.validation.CheckStatus, written out like ITEM_STATUSES.
 CHECK_STATUSES = ("valid", "repaired", "invalid", "truncated", "no_schema")
 
 

@@ -11,7 +11,7 @@ import click
 from promptlab.cli.common import EXIT_ERROR, EXIT_OK, db_option, handle_errors, open_workbench
 
 if TYPE_CHECKING:
-    from promptlab.rules import RuleOutcome, RuleSet, RuleStatus
+    from promptlab.checks.rules import RuleOutcome, RuleSet, RuleStatus
 
 
 @click.command("validate")
@@ -47,9 +47,9 @@ def validate_command(
     valid, repaired, truncated or invalid with every error path, then a summary. Exits 1
     when any output is invalid or truncated, or fails a rule of severity error.
     """
-    from promptlab.outputfile import Tally, load_rules, load_schema, read_outputs
-    from promptlab.rules import RuleSet
-    from promptlab.validation import CheckStatus, checker_for
+    from promptlab.checks.outputfile import Tally, load_rules, load_schema, read_outputs
+    from promptlab.checks.rules import RuleSet
+    from promptlab.checks.validation import CheckStatus, checker_for
 
     if (schema_file is None) == (prompt_ref is None):
         raise click.UsageError("give either --schema SCHEMA.json or --prompt REF")
@@ -93,7 +93,7 @@ def _schema(
     ctx: click.Context, schema_file: Path | None, prompt_ref: str | None, load: Any
 ) -> tuple[dict[str, Any], RuleSet]:
     """The schema to check against and the rules that come with it (a version's own)."""
-    from promptlab.rules import RuleSet
+    from promptlab.checks.rules import RuleSet
 
     if schema_file is not None:
         return dict(load(schema_file)), RuleSet(())

@@ -16,11 +16,11 @@ from typing import Any
 
 from promptlab.engine.run import row_params
 from promptlab.errors import PromptlabError
+from promptlab.prompts.templates import Template, coerce_text_values
 from promptlab.providers.config import EndpointConfig, cost_usd, price_for
+from promptlab.providers.simulator import SIM_MODELS
+from promptlab.providers.tokens import estimate_prompt_tokens
 from promptlab.records import OutputHistory, VariantRecord
-from promptlab.sim import SIM_MODELS
-from promptlab.templates import Template, coerce_text_values
-from promptlab.tokens import estimate_prompt_tokens
 
 #: Latency assumed for a model with no history and no simulator profile.
 GUESSED_LATENCY_MS = 1_500.0

@@ -19,11 +19,12 @@ from collections.abc import Callable, Coroutine, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from promptlab.audit import RUN_SUBMITTED, Masker, run_chain
-from promptlab.batchfile import check_request_file
+from promptlab.audit.chain import RUN_SUBMITTED, Masker, run_chain
+from promptlab.audit.redact import redact, watch_env
+from promptlab.clock import SYSTEM_CLOCK, Clock
 from promptlab.config import Settings
-from promptlab.datasets import DatasetStore, check_rows
-from promptlab.engine.clock import SYSTEM_CLOCK, Clock
+from promptlab.data.batchfile import check_request_file
+from promptlab.data.datasets import DatasetStore, check_rows
 from promptlab.engine.collector import CollectorHold
 from promptlab.engine.estimate import RunEstimate, estimate_run
 from promptlab.engine.limiter import EndpointLimiter, Limiter, Limits, RunCappedLimiter
@@ -54,6 +55,7 @@ from promptlab.engine.spec import (
 from promptlab.engine.spill import spill_dirs, store_spills
 from promptlab.engine.writer import STORE_UNWRITABLE, BatchWriter
 from promptlab.errors import ConfigError, EngineError, PromptlabError, SpecError, StoreError
+from promptlab.prompts.templates import Template
 from promptlab.providers import build_provider, load_endpoints
 from promptlab.providers.base import Provider
 from promptlab.providers.config import EndpointConfig
@@ -64,12 +66,10 @@ from promptlab.records import (
     RunStatus,
     VariantRecord,
 )
-from promptlab.redact import redact, watch_env
 from promptlab.store import ItemStore, ReadModels, RunStore, Store
 from promptlab.store.alerts import AlertStore
 from promptlab.store.audit import AuditLog
 from promptlab.store.connection import is_storage_failure
-from promptlab.templates import Template
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -243,7 +243,7 @@ class Engine:
             skipped = len(strategy.skipped) if isinstance(strategy, SkipRows) else 0
             used = round(used * (1 - skipped / min(used, ESTIMATE_ROWS)))
         if spec.split and spec.experiment is not None:
-            from promptlab.experiments import config_from_mapping, expected_shares
+            from promptlab.experiments.config import config_from_mapping, expected_shares
 
             shares = expected_shares(config_from_mapping(spec.experiment))
         else:
@@ -490,7 +490,7 @@ class Engine:
 
     def _get_registry(self) -> VersionResolver:
         if self._registry is None:
-            from promptlab.registry import Registry
+            from promptlab.prompts.registry import Registry
 
             self._registry = Registry(self.store)
         return self._registry
@@ -709,7 +709,7 @@ def _strategy(spec: RunSpec, names: list[str]) -> AssignmentStrategy:
     """Every row through every variant, or (a split) each unit's one variant."""
     if not spec.split or spec.experiment is None:
         return AllVariants(len(names))
-    from promptlab.experiments import assign, config_from_mapping
+    from promptlab.experiments.config import assign, config_from_mapping
 
     config = config_from_mapping(spec.experiment)
 

@@ -6,7 +6,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from promptlab.engine.clock import SYSTEM_CLOCK, Clock
+from promptlab.clock import SYSTEM_CLOCK, Clock
 from promptlab.engine.limiter import LimiterState
 
 #: Throughput is measured over this trailing window.

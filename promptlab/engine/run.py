@@ -9,19 +9,23 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from promptlab.anomalies import RunDetector, observation_of, schema_fields
-from promptlab.audit import AuditDraft, Masker, attempt_values, row_digest, run_chain
-from promptlab.batchfile import request_from_row
+from promptlab.audit.chain import AuditDraft, Masker, attempt_values, row_digest, run_chain
+from promptlab.checks.anomalies import RunDetector, observation_of, schema_fields
+from promptlab.checks.validation import Checker, CheckStatus, OutputCheck, checker_for
+from promptlab.clock import SYSTEM_CLOCK, Clock
+from promptlab.data.batchfile import request_from_row
 from promptlab.engine import trace
-from promptlab.engine.clock import SYSTEM_CLOCK, Clock
 from promptlab.engine.limiter import Limiter, Permit
 from promptlab.engine.progress import Counters
 from promptlab.engine.retry import THROTTLE_KINDS, Action, RetryPolicy, classify
 from promptlab.engine.spec import AS_WRITTEN, PARAM_COLUMNS_KEY
 from promptlab.engine.writer import BatchWriter
 from promptlab.errors import ErrorKind, PromptlabError, ProviderError, TemplateError
+from promptlab.experiments.sampling import SAMPLING_KEY, Sampling, sampling_from_params
+from promptlab.prompts.templates import Template, coerce_text_values, normalize_params
 from promptlab.providers.base import CompletionRequest, CompletionResponse, Provider
 from promptlab.providers.config import EndpointConfig, cost_usd
+from promptlab.providers.tokens import check_fits, context_window
 from promptlab.records import (
     AlertRecord,
     AttemptRow,
@@ -31,11 +35,7 @@ from promptlab.records import (
     PendingItem,
     VariantRecord,
 )
-from promptlab.sampling import SAMPLING_KEY, Sampling, sampling_from_params
 from promptlab.store.items import ItemStore
-from promptlab.templates import Template, coerce_text_values, normalize_params
-from promptlab.tokens import check_fits, context_window
-from promptlab.validation import Checker, CheckStatus, OutputCheck, checker_for
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +142,7 @@ class RunExecution:
         self.alert_sink = alert_sink
         #: Follow-up turns per item for an output that failed its check (not truncated).
         self.reask = reask
-        #: Trace events go to the writer with the rows they describe (promptlab.audit).
+        #: Trace events go to the writer with the rows they describe (promptlab.audit.chain).
         self.audit = audit
         self.chain = run_chain(run_id)
         self.masker = masker if masker else None

@@ -16,17 +16,17 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
-from promptlab.datasets import DATASET_LINES
+from promptlab.data.datasets import DATASET_LINES
+from promptlab.data.jsonl import numbered_jsonl
+from promptlab.data.lines import open_lines
 from promptlab.engine.limiter import DEFAULT_BURST_S, Limits
 from promptlab.engine.retry import RetryPolicy
 from promptlab.errors import ConfigError, PromptlabError, SpecError, TemplateError
-from promptlab.jsonl import numbered_jsonl
-from promptlab.lines import open_lines
+from promptlab.experiments.sampling import FIXED, SAMPLING_KEY, parse_sampling
+from promptlab.prompts.templates import Template, normalize_params
 from promptlab.providers.config import KINDS, EndpointConfig, parse_model_ref
+from promptlab.providers.simulator import SIM_MODELS
 from promptlab.records import VariantRecord
-from promptlab.sampling import FIXED, SAMPLING_KEY, parse_sampling
-from promptlab.sim import SIM_MODELS
-from promptlab.templates import Template, normalize_params
 from promptlab.yamlio import parse_yaml, read_yaml
 
 SPEC_FIELDS = frozenset(
@@ -35,9 +35,9 @@ SPEC_FIELDS = frozenset(
         "experiment", "mode", "unit_column", "skip_invalid_rows", "reask",
     }
 )  # fmt: skip
-#: How an experiment's variants share a dataset's rows (see promptlab/experiments.py).
+#: How an experiment's variants share a dataset's rows (see promptlab/experiments/config.py).
 MODES = ("split", "all")
-#: An imported dataset's name (promptlab/datasets.py NAME_PATTERN); in a spec, a bare
+#: An imported dataset's name (promptlab/data/datasets.py NAME_PATTERN); in a spec, a bare
 #: name has no file suffix, and `{name: NAME}` takes any (a name with a dot).
 DATASET_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,79}$")
 VARIANT_FIELDS = frozenset(
@@ -46,7 +46,7 @@ VARIANT_FIELDS = frozenset(
         "rules", "requests", "id_field", "sampling",
     }
 )  # fmt: skip
-#: `requests: as_written`: each dataset line is a request (see promptlab/batchfile.py).
+#: `requests: as_written`: each dataset line is a request (see promptlab/data/batchfile.py).
 AS_WRITTEN = "as_written"
 #: Where a variant's record keeps `params_from` (param -> dataset column) among its params.
 PARAM_COLUMNS_KEY = "columns"
@@ -73,11 +73,11 @@ class VariantSpec:
     model: str | None = None
     params: Mapping[str, Any] = field(default_factory=dict)
     output_schema: Mapping[str, Any] | None = None
-    #: Business rules over the parsed output (promptlab.rules), inline variants only.
+    #: Business rules over the parsed output (promptlab.checks.rules), inline variants only.
     rules: tuple[Mapping[str, Any], ...] | None = None
     #: Params read per row from dataset columns (param -> column), e.g. max_tokens.
     params_from: Mapping[str, str] = field(default_factory=dict)
-    #: How temperature or top_p moves over the batch (promptlab/sampling.py).
+    #: How temperature or top_p moves over the batch (promptlab/experiments/sampling.py).
     sampling: Mapping[str, Any] | None = None
     #: Each dataset line is a request sent as written; its id is in `id_field`.
     as_written: bool = False
@@ -103,7 +103,7 @@ class RunSpec:
     endpoints: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     #: The spec as plain data (dataset path made absolute), stored with the run.
     raw: Mapping[str, Any] = field(default_factory=dict)
-    #: An imported dataset (promptlab/datasets.py) instead of a file.
+    #: An imported dataset (promptlab/data/datasets.py) instead of a file.
     dataset_name: str | None = None
     #: The experiment's full config (as exported), when the variants come from one.
     experiment: Mapping[str, Any] | None = None
@@ -263,7 +263,7 @@ def _experiment(data: Mapping[str, Any]) -> tuple[Mapping[str, Any] | None, str,
             "its exported config"
         )
     from promptlab.errors import ExperimentError
-    from promptlab.experiments import config_from_mapping
+    from promptlab.experiments.config import config_from_mapping
 
     try:
         checked = config_from_mapping(config, source="experiment")

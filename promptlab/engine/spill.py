@@ -21,10 +21,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from promptlab.audit import AuditDraft, payload_text
+from promptlab.audit.chain import AuditDraft, payload_text
+from promptlab.audit.redact import Redactor
 from promptlab.errors import StoreError
 from promptlab.records import AttemptRow, FinalRow, WriteBatch
-from promptlab.redact import Redactor
 from promptlab.store.items import ItemStore, redacted_batch
 
 log = logging.getLogger(__name__)

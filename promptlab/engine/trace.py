@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from promptlab.audit import (
+from promptlab.audit.chain import (
     ATTEMPT_DIGEST_COLUMNS,
     RESULT_DIGEST_COLUMNS,
     Masker,
@@ -29,13 +29,13 @@ from promptlab.audit import (
     stored_values,
     utc_text,
 )
-from promptlab.batchfile import request_from_row
+from promptlab.data.batchfile import request_from_row
 from promptlab.engine.spec import AS_WRITTEN
 from promptlab.errors import PromptlabError
+from promptlab.prompts.templates import Template, coerce_text_values
 from promptlab.providers.base import CompletionResponse
 from promptlab.records import AttemptRow, FinalRow, VariantRecord
 from promptlab.store.audit import ItemRecord
-from promptlab.templates import Template, coerce_text_values
 
 
 def prompt_hash(messages: Sequence[Mapping[str, Any]]) -> str:

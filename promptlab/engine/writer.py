@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from promptlab.audit import AuditDraft
+from promptlab.audit.chain import AuditDraft
 from promptlab.engine.spill import spill_batch
 from promptlab.records import AttemptRow, FinalRow, ItemErrorKind, WriteBatch
 from promptlab.store.connection import is_storage_failure

@@ -8,14 +8,14 @@ import random
 from promptlab.errors import ErrorKind, ProviderError
 from promptlab.providers.base import CompletionRequest, CompletionResponse
 from promptlab.providers.config import EndpointConfig
-from promptlab.sim import SIMULATED_LABEL, FaultRates, simulate
+from promptlab.providers.simulator import SIMULATED_LABEL, FaultRates, simulate
 
 #: Marks every simulated response, so nothing downstream mistakes it for a real one.
 SIMULATED_HEADER = "x-promptlab-simulated"
 
 
 class SimProvider:
-    """Answers with `promptlab.sim`, after actually waiting the simulated latency."""
+    """Answers with the simulator (providers/simulator.py), after waiting its latency."""
 
     kind = "sim"
     supports_json_schema = True

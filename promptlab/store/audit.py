@@ -1,7 +1,7 @@
 """Every SQL statement of the audit trail: appending chained events, reading, verifying.
 
 The chaining itself (canonical JSON, hashes, what verification concludes) is pure and
-lives in `promptlab.audit`; see its docstring for how chains are anchored.
+lives in `promptlab.audit.chain`; see its docstring for how chains are anchored.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 
 import duckdb
 
-from promptlab.audit import (
+from promptlab.audit.chain import (
     CHANGES_CHAIN,
     RUN_ENDED,
     RUN_SUBMITTED,
@@ -29,9 +29,9 @@ from promptlab.audit import (
     run_chain,
     verify_chain,
 )
-from promptlab.audit_checks import RunRows, check_anchor, missing_chain
+from promptlab.audit.checks import RunRows, check_anchor, missing_chain
+from promptlab.audit.redact import Redactor
 from promptlab.records import VariantRecord
-from promptlab.redact import Redactor
 from promptlab.store.audit_rows import check_run_rows, stored_runs
 from promptlab.store.connection import Store
 from promptlab.store.runs import fetch_variants
@@ -194,7 +194,7 @@ class AuditLog:
         run_id: str | None = None,
         at: datetime | None = None,
     ) -> None:
-        """Append one change event (`promptlab.audit` kinds, or another module's)."""
+        """Append one change event (`promptlab.audit.chain` kinds, or another module's)."""
         draft = AuditDraft(
             chain=CHANGES_CHAIN,
             kind=kind,
@@ -208,7 +208,7 @@ class AuditLog:
             append_events(tx, [draft], Redactor.from_environ())
 
     def record_run_end(self, run_id: str, actor: str, payload: Mapping[str, Any]) -> None:
-        """A `run.ended` change event pinning the run chain's head (see promptlab.audit)."""
+        """A `run.ended` change event pinning the run chain's head (see promptlab.audit.chain)."""
         chain = run_chain(run_id)
         with self.store.transaction() as tx:
             (row,) = tx.execute(
@@ -377,7 +377,7 @@ class AuditLog:
         """Walk every chain, one at a time and streamed (the changes chain first: it
         holds the run chains' anchors and checkpoints), check each against its anchor,
         then (`rows`) each audited run's stored rows against its events; see
-        `promptlab.audit.verify_chain` and promptlab/audit_checks.py for what is reported.
+        `promptlab.audit.chain.verify_chain` and promptlab/audit/checks.py for what is reported.
         """
         with self.store.read() as cur:
             # One statement: a chain started meanwhile is seen with its anchor or not at all.

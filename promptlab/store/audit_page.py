@@ -3,7 +3,7 @@ round, how many match, and the values a filter can take."""
 
 from __future__ import annotations
 
-from promptlab.audit import AuditEvent
+from promptlab.audit.chain import AuditEvent
 from promptlab.store.audit import _COLUMNS, AuditFilter, _event, _where
 from promptlab.store.connection import Store
 

@@ -1,9 +1,9 @@
 """The SQL of verify's row checks: each run's `results` and `attempts` rows joined to the
 events that recorded them, streamed a page at a time (what the checks conclude is in
-promptlab/audit_checks.py).
+promptlab/audit/checks.py).
 
 DuckDB joins; Python hashes. The row digests are orjson text hashed with sha256
-(promptlab.audit.row_digest), which SQL cannot reproduce byte for byte, so each row's
+(promptlab.audit.chain.row_digest), which SQL cannot reproduce byte for byte, so each row's
 digested values are selected in the form `stored_values` gives them (times as epoch
 microseconds, `reask` as a boolean) and hashed here, one page of rows in memory at a time.
 """
@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from promptlab.audit import (
+from promptlab.audit.chain import (
     ATTEMPT_DIGEST_COLUMNS,
     CHANGES_CHAIN,
     RESULT_DIGEST_COLUMNS,
@@ -22,7 +22,7 @@ from promptlab.audit import (
     row_digest,
     run_chain,
 )
-from promptlab.audit_checks import (
+from promptlab.audit.checks import (
     ANSWER_COLUMNS,
     RunRows,
     attempt_modified,

@@ -3,7 +3,7 @@
 Files are read by DuckDB's own readers (`read_csv`, `read_json` for JSON Lines types,
 `read_parquet`) and inserted with one `INSERT ... SELECT`, so no row passes through
 Python on the way in. The rules (names, formats, what a malformed file is and
-how to say so) stay in `promptlab.datasets`; this module only runs SQL.
+how to say so) stay in `promptlab.data.datasets`; this module only runs SQL.
 """
 
 from __future__ import annotations

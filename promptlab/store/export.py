@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 import duckdb
 
+from promptlab.audit.redact import MASK
+from promptlab.data.export import ExportFilters, copy_format
 from promptlab.errors import ExportError, NotFoundError
-from promptlab.export import ExportFilters, copy_format
-from promptlab.redact import MASK
 from promptlab.store.connection import Store
 from promptlab.store.runs import fetch_run
 

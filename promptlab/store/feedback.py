@@ -4,7 +4,7 @@ and inserting them, all inside one transaction.
 A file is read by the dataset readers (`promptlab.store.datasets`) into a temporary
 table of (row_number, row JSON); its fields are pulled out as text, checked by SQL
 that names the first bad row, and inserted with one `INSERT ... SELECT`. The rules and
-the wording of problems live in `promptlab.feedback`; this module only runs SQL.
+the wording of problems live in `promptlab.data.feedback`; this module only runs SQL.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from datetime import datetime
 
 import duckdb
 
-from promptlab.redact import SECRET_SHAPES
+from promptlab.audit.redact import SECRET_SHAPES
 from promptlab.store.connection import Store
 from promptlab.store.datasets import Source, _select_rows, first_duplicate_key, keys_in_order
 

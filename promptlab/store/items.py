@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from promptlab.audit import AuditDraft, as_real, epoch_us, row_digest
+from promptlab.audit.chain import AuditDraft, as_real, epoch_us, row_digest
+from promptlab.audit.redact import Redactor
 from promptlab.records import (
     AssignmentRecord,
     AttemptRow,
@@ -25,7 +26,6 @@ from promptlab.records import (
     WriteBatch,
     utcnow,
 )
-from promptlab.redact import Redactor
 from promptlab.store.audit import append_events
 from promptlab.store.connection import Store
 
@@ -343,7 +343,7 @@ def with_result_digests(
     drafts: Sequence[AuditDraft], finals: Sequence[FinalRow], params: Sequence[str]
 ) -> Sequence[AuditDraft]:
     """Result events given the hash of the results row they describe (as stored: after
-    redaction), so the trace view can tell an edited result (promptlab.audit).
+    redaction), so the trace view can tell an edited result (promptlab.audit.chain).
 
     Sets it on the drafts themselves (a retried batch sets the same again; a final row
     replaced before it could be stored is hashed again as replaced).

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 #: The latency percentiles a metrics row carries, in MetricsRow field order.
 METRIC_QUANTILES = (0.5, 0.9, 0.95, 0.99)
-#: Output check statuses that count as complete (promptlab.validation's names).
+#: Output check statuses that count as complete (promptlab.checks.validation's names).
 COMPLETE_CHECKS = ("valid", "repaired", "no_schema")
 
 #: The aggregates of one group of results, in the order `_row` reads them.

@@ -256,7 +256,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         "0005_output_checks",
         (
-            # What the output check found for a succeeded result (promptlab.validation):
+            # What the output check found for a succeeded result (promptlab.checks.validation):
             # valid, repaired, invalid, truncated or no_schema; NULL on rows stored before
             # checks existed and on failed items. `check_errors` is a JSON list of
             # `PATH: message` strings. `rule_status` is passed, warned or failed (a rule of
@@ -271,7 +271,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         "0006_alerts",
         (
-            # Anomalies seen in a run's results (promptlab.anomalies), raised live by the
+            # Anomalies seen in a run's results (promptlab.checks.anomalies), raised live by the
             # engine or by an after-run pass; rows are only added, or replaced per run
             # as a whole when the pass is run again.
             """
@@ -298,7 +298,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         "0008_feedback",
         (
-            # What users did with outputs (promptlab.feedback): one row per event. A row
+            # What users did with outputs (promptlab.data.feedback): one row per event. A row
             # names a result (its idempotency key, with the run, variant and version read
             # from `results` at import), or only a prompt version and a unit (NULL key,
             # run and variant). `kind` is impression, click, thumbs_up, thumbs_down or
@@ -336,7 +336,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         "0009_audit",
         (
-            # The audit trail (promptlab/audit.py): append-only, hash-chained per chain
+            # The audit trail (promptlab/audit/chain.py): append-only, hash-chained per chain
             # (`changes`, or `run:<run_id>` for a run's item traces). No key constraint
             # on (chain, seq) on purpose: verification, not the schema, reports a row
             # inserted out of place, and inserts stay cheap.

@@ -1,7 +1,7 @@
 """Prompts, their versions and label moves in DuckDB: every SQL statement the registry needs.
 
 The rules (names, semantic versions, what a reference means) stay in
-`promptlab.registry`; this module only reads and writes rows and returns records.
+`promptlab.prompts.registry`; this module only reads and writes rows and returns records.
 """
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import Any
 
 import duckdb
 
+from promptlab.prompts.templates import Template
 from promptlab.records import LabelEvent, PromptVersion
 from promptlab.store.connection import Store
-from promptlab.templates import Template
 
 _VERSION_COLUMNS = "prompt_name, id, semver, content, author, message, created_at, parent_id"
 #: Newest version first: by number, not by time (a version may be raised by hand).

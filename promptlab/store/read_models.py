@@ -51,7 +51,7 @@ LATENCY_QUANTILES = (0.5, 0.9, 0.99)
 OUTPUT_PREVIEW_CHARS = 120
 #: Most items one page of the items list holds.
 MAX_ITEMS_PAGE = 1_000
-#: What `items(check=...)` accepts: promptlab.validation.CheckStatus values.
+#: What `items(check=...)` accepts: promptlab.checks.validation.CheckStatus values.
 CHECK_STATUSES = ("valid", "repaired", "invalid", "truncated", "no_schema")
 #: Succeeded results per output check status (NULL: stored before checks, no schema).
 _CHECK_COUNTS = (

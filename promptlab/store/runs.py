@@ -13,9 +13,9 @@ from typing import Any
 
 import duckdb
 
+from promptlab.audit.redact import Redactor
 from promptlab.errors import StoreError
 from promptlab.records import RunRecord, RunStatus, VariantRecord, utcnow
-from promptlab.redact import Redactor
 from promptlab.store.connection import Store
 
 RUN_COLUMNS = (

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
-from promptlab.export import FORMATS, mime_type
+from promptlab.data.export import FORMATS, mime_type
 from promptlab.workbench import Comparison, PromptlabError, Workbench
 
 log = logging.getLogger(__name__)

@@ -8,8 +8,8 @@ import threading
 
 import streamlit as st
 
+from promptlab.audit.redact import install_log_redaction
 from promptlab.config import Settings
-from promptlab.redact import install_log_redaction
 from promptlab.workbench import PromptlabError, Workbench
 
 log = logging.getLogger(__name__)

@@ -9,8 +9,8 @@ from typing import Any
 
 import streamlit as st
 
-from promptlab.jsonl import strict_loads
-from promptlab.redact import redact
+from promptlab.audit.redact import redact
+from promptlab.data.jsonl import strict_loads
 
 #: Strings allowed to be longer than this get a text area instead of a one-line input.
 LONG_TEXT_CHARS = 200

@@ -1,0 +1,1 @@
+"""Analysis: the statistics and the version/variant comparisons built on them."""

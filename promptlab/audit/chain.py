@@ -1,0 +1,594 @@
+"""The audit trail's pure part: events, canonical JSON, hash chaining, and verification.
+
+Events live in chains. Each event stores `hash = sha256(prev_hash, its fields)`: chain,
+seq, event id, trace id, run id, kind, actor, time (UTC microseconds) and the payload's
+JSON text exactly as stored (DuckDB keeps JSON text verbatim), joined by a separator.
+Editing any field of a stored row breaks its own hash; deleting or inserting a row
+breaks the seq numbering or the next row's `prev_hash`. Verification names the first
+such event.
+
+How chains are anchored:
+
+- ``changes`` holds the change events (prompt versions, labels, experiments, runs
+  submitted / cancelled / resumed / ended, imports, exports). Its genesis `prev_hash`
+  is ``sha256("promptlab-audit:changes")``.
+- ``run:<run_id>`` holds one run's traces. It is anchored in ``changes``: the run's
+  ``run.submitted`` change event names the chain, and the run chain's first event uses
+  that event's hash as its `prev_hash` (``sha256("promptlab-audit:<chain>")`` when no
+  such event exists, e.g. a run submitted with the audit off: the chain is then marked
+  unanchored). Each ``run.ended`` change event records the run chain's head (seq and
+  hash) at that moment, so deleting a run's last events is caught too.
+- Every chain's head (seq, hash) is also kept in ``audit_anchors``, moved in the
+  transaction that appends to it: a chain whose newest events, or all of them, were
+  deleted fails verify, the ``changes`` chain included (promptlab/audit/checks.py).
+- Chains are per run so concurrent runs need no global lock: each batch reads its
+  chains' heads inside its own transaction, so the chain always continues from the
+  last *stored* event, which is what keeps it whole across a kill -9.
+
+Verify also checks the stored rows against the events that recorded them
+(promptlab/audit/checks.py).
+
+What it cannot catch (documented, not hidden): someone who rewrites a chain's tail,
+recomputes every hash after it and moves its anchor to match, or who empties the log
+and its anchors alike (the database then reads as one written with the audit off);
+keep the head hash `promptlab audit verify` prints somewhere else to pin the log at
+that point.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+if TYPE_CHECKING:  # promptlab.audit.checks builds on this module
+    from promptlab.audit.checks import RowMismatch, RunRows
+
+#: The chain of change events (everything that is not a run's item trace).
+CHANGES_CHAIN = "changes"
+#: Kinds of change events. Other branches add theirs through `Workbench._audit_change`.
+RUN_SUBMITTED = "run.submitted"
+RUN_ENDED = "run.ended"
+
+
+def run_chain(run_id: str) -> str:
+    """The chain holding one run's item traces."""
+    return f"run:{run_id}"
+
+
+def genesis_hash(chain: str) -> str:
+    """The `prev_hash` of a chain's first event when nothing else anchors it."""
+    return hashlib.sha256(f"promptlab-audit:{chain}".encode()).hexdigest()
+
+
+def utc_text(at: datetime) -> str:
+    """A timestamp as exported: UTC ISO 8601 with microseconds."""
+    return at.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+#: Joins an event's fields before hashing (ASCII unit separator: in no field we write).
+_SEP = "\x1f"
+
+
+def epoch_us(at: datetime) -> int:
+    """A timestamp as hashed: exact integer microseconds since 1970 (what TIMESTAMPTZ keeps)."""
+    return (at - _EPOCH) // _MICROSECOND
+
+
+def payload_text(payload: Mapping[str, Any]) -> str:
+    """A payload as stored and hashed: compact JSON (the text itself is what is hashed,
+    so key order need not be canonical)."""
+    return _payload_bytes(payload).decode()
+
+
+def _payload_bytes(payload: Mapping[str, Any]) -> bytes:
+    # orjson: about 5x the standard encoder, and this runs for every event. Datetimes
+    # come out as ISO 8601 (what `datetime.isoformat` gives), written in Rust.
+    return orjson.dumps(payload, default=str, option=orjson.OPT_NON_STR_KEYS)
+
+
+@dataclass(slots=True)
+class AuditDraft:
+    """An event before it is chained: the store gives it its seq, prev_hash and hash.
+
+    Not frozen: one is built per item on the engine loop, and a frozen dataclass's
+    `__init__` costs twice as much. Nothing changes a draft once made.
+    """
+
+    chain: str
+    kind: str
+    event_id: str
+    at: datetime
+    payload: Mapping[str, Any]
+    actor: str = "engine"
+    run_id: str | None = None
+    trace_id: str | None = None
+
+
+@dataclass(frozen=True)
+class AuditEvent:
+    """One stored event; `payload_json` is the stored (and hashed) text of `payload`."""
+
+    chain: str
+    seq: int
+    event_id: str
+    trace_id: str | None
+    run_id: str | None
+    kind: str
+    actor: str
+    at: datetime
+    payload_json: str
+    prev_hash: str
+    hash: str
+
+    @cached_property
+    def payload(self) -> dict[str, Any]:
+        value = json.loads(self.payload_json)
+        return value if isinstance(value, dict) else {"value": value}
+
+
+def event_record(event: AuditEvent) -> dict[str, Any]:
+    """One event as a JSON-ready dict (an export line): every stored field."""
+    return {
+        "chain": event.chain,
+        "seq": event.seq,
+        "event_id": event.event_id,
+        "trace_id": event.trace_id,
+        "run_id": event.run_id,
+        "kind": event.kind,
+        "actor": event.actor,
+        "at": utc_text(event.at),
+        "payload": event.payload,
+        "prev_hash": event.prev_hash,
+        "hash": event.hash,
+    }
+
+
+#: The `results` columns a result event's `result_sha256` covers, in this order; JSON
+#: columns as their stored text, `finished_at` as UTC microseconds since 1970.
+RESULT_DIGEST_COLUMNS = (
+    "idempotency_key", "run_id", "status", "error_kind", "error_message",
+    "prompt_version_id", "endpoint", "model", "variant", "params", "output_text",
+    "input_tokens", "output_tokens", "finish_reason", "model_version", "latency_ms",
+    "cost_usd", "attempts", "finished_at", "check_status", "check_errors", "rule_status",
+    "rule_errors",
+)  # fmt: skip
+
+
+def row_digest(values: Sequence[Any]) -> str:
+    """sha256 of a stored row's digested values (RESULT_DIGEST_COLUMNS of a results row,
+    ATTEMPT_DIGEST_COLUMNS of an attempts row), as a JSON array.
+
+    A result event stores these instead of a copy of the rows: the trace view reads the
+    rows themselves and checks them against the hashes, so an edited result is caught,
+    and the log does not hold every output twice (bench/audit.py: the copy cost the most).
+    """
+    return hashlib.sha256(orjson.dumps(list(values))).hexdigest()
+
+
+#: The `attempts` columns a result event's `attempt_sha256` covers (its answered
+#: attempt's row), in this order; times as UTC microseconds since 1970.
+ATTEMPT_DIGEST_COLUMNS = (
+    "idempotency_key", "run_id", "attempt", "started_at", "ended_at", "outcome",
+    "error_kind", "http_status", "error_message", "wait_ms", "wait_reason",
+    "retry_after_s", "latency_ms", "reask",
+)  # fmt: skip
+
+
+def attempt_values(row: Any) -> tuple[Any, ...]:
+    """An `AttemptRow`'s ATTEMPT_DIGEST_COLUMNS values as `attempts` stores them."""
+    return (
+        row.key, row.run_id, row.attempt, epoch_us(row.started_at), epoch_us(row.ended_at),
+        row.outcome, row.error_kind, row.http_status, row.error_message, as_real(row.wait_ms),
+        row.wait_reason, as_real(row.retry_after_s), as_real(row.latency_ms), bool(row.reask),
+    )  # fmt: skip
+
+
+def stored_values(row: Mapping[str, Any], columns: Sequence[str]) -> list[Any]:
+    """A stored row's values of `columns` as the digests take them: times as epoch
+    microseconds, DOUBLE columns as floats (see result_values, attempt_values)."""
+    out = []
+    for column in columns:
+        value = row.get(column)
+        if isinstance(value, datetime):
+            value = epoch_us(value)
+        elif column == "reask":
+            value = bool(value)
+        elif isinstance(value, int) and column in _REAL_COLUMNS and not isinstance(value, bool):
+            value = float(value)
+        out.append(value)
+    return out
+
+
+#: Columns stored as DOUBLE among the digested ones.
+_REAL_COLUMNS = frozenset({"latency_ms", "cost_usd", "wait_ms", "retry_after_s"})
+
+
+def as_real(value: float | None) -> float | None:
+    """A DOUBLE column's value as DuckDB gives it back (a provider's int latency is read
+    back as a float), so a digest taken before storing matches one taken after."""
+    return None if value is None else float(value)
+
+
+@dataclass(frozen=True)
+class AuditTrace:
+    """One item's events in order, and what its result event points at.
+
+    Result events written since the trace went lean hold the render hashes, preflight
+    and a hash of the stored results row (`result_sha256`); `details` then holds every
+    stage as the trace view shows it, read back from that row, the `attempts` rows and
+    the prompt rendered again (see `Workbench.audit_trace`). Older result events carried
+    a copy of all of it, and `details` is that payload.
+    """
+
+    trace_id: str
+    run_id: str | None
+    events: tuple[AuditEvent, ...]
+    #: A split item's assignment bucket (from the run's plan); None when not split.
+    bucket: int | None = None
+    #: Every stage of the result, as shown (None: no result event).
+    details: Mapping[str, Any] | None = None
+    #: The item's attempts from the `attempts` table, in order (empty: read from events).
+    attempt_rows: tuple[Mapping[str, Any], ...] = ()
+    #: Whether the stored results row still matches its event's hash (None: not checked).
+    result_verified: bool | None = None
+
+    @property
+    def attempts(self) -> list[dict[str, Any]]:
+        """Every attempt in order: from the `attempts` table when read, else those with
+        their own event and the answered one folded into an older result event."""
+        if self.attempt_rows:
+            return [dict(a) for a in self.attempt_rows]
+        found = [dict(e.payload) for e in self.events if e.kind == "attempt"]
+        for e in self.events:
+            if e.kind == "result" and isinstance(e.payload.get("attempt"), dict):
+                found.append(dict(e.payload["attempt"]))
+        return sorted(found, key=lambda a: int(a.get("attempt", 0)))
+
+    @property
+    def result(self) -> AuditEvent | None:
+        results = [e for e in self.events if e.kind == "result"]
+        return results[-1] if results else None
+
+    @property
+    def stages(self) -> Mapping[str, Any]:
+        """The result's stages as shown: `details`, else the result event's payload."""
+        if self.details is not None:
+            return self.details
+        return {} if self.result is None else self.result.payload
+
+    @property
+    def prompt(self) -> Any:
+        return self.stages.get("prompt")
+
+    @property
+    def output(self) -> str | None:
+        return self.stages.get("output")
+
+
+def event_hash(
+    prev_hash: str,
+    chain: str,
+    seq: int,
+    event_id: str,
+    trace_id: str | None,
+    run_id: str | None,
+    kind: str,
+    actor: str,
+    at: datetime,
+    payload_json: str,
+) -> str:
+    """The hash of one event chained to `prev_hash` (its payload as the stored JSON text)."""
+    return _digest(
+        prev_hash, chain, seq, event_id, trace_id, run_id, kind, actor, epoch_us(at),
+        payload_json.encode(),
+    )  # fmt: skip
+
+
+def _digest(
+    prev_hash: str,
+    chain: str,
+    seq: int,
+    event_id: str,
+    trace_id: str | None,
+    run_id: str | None,
+    kind: str,
+    actor: str,
+    at_us: int,
+    payload: bytes,
+) -> str:
+    # sha256 over the fields joined by _SEP, the payload last (as its UTF-8 bytes).
+    head = _SEP.join(
+        (prev_hash, chain, str(seq), event_id, _nullable(trace_id), _nullable(run_id), kind,
+         actor, str(at_us), "")
+    )  # fmt: skip
+    return hashlib.sha256(head.encode() + payload).hexdigest()
+
+
+def _nullable(value: str | None) -> str:
+    # NULL hashes apart from '': otherwise one could be swapped for the other unseen.
+    return "\x00" if value is None else value
+
+
+def hash_of(event: AuditEvent) -> str:
+    """What `event.hash` must be, recomputed from its stored fields."""
+    return event_hash(
+        event.prev_hash, event.chain, event.seq, event.event_id, event.trace_id,
+        event.run_id, event.kind, event.actor, event.at, event.payload_json,
+    )  # fmt: skip
+
+
+@dataclass
+class ChainedColumns:
+    """Drafts numbered and hashed, as the columns of `audit_events` (in its order)."""
+
+    chain: list[str] = field(default_factory=list)
+    seq: list[int] = field(default_factory=list)
+    event_id: list[str] = field(default_factory=list)
+    trace_id: list[str | None] = field(default_factory=list)
+    run_id: list[str | None] = field(default_factory=list)
+    kind: list[str] = field(default_factory=list)
+    actor: list[str] = field(default_factory=list)
+    #: The event times as UTC microseconds since 1970 (as hashed and stored).
+    at_us: list[int] = field(default_factory=list)
+    payload: list[str] = field(default_factory=list)
+    prev_hash: list[str] = field(default_factory=list)
+    hash: list[str] = field(default_factory=list)
+
+    def heads(self) -> dict[str, tuple[int, str]]:
+        """Each chain's last (seq, hash) in these columns."""
+        return {c: (s, h) for c, s, h in zip(self.chain, self.seq, self.hash, strict=True)}
+
+
+def chain_drafts(
+    drafts: Iterable[AuditDraft],
+    heads: Mapping[str, tuple[int, str]],
+    clean: Callable[[str], str] | None = None,
+    suspect: Callable[[bytes], bool] | None = None,
+) -> ChainedColumns:
+    """Number and hash drafts in order, into the columns they are stored as.
+
+    `heads` maps a chain to its last stored (seq, hash), or, for a chain with no event
+    yet, to (0, the prev_hash its first event takes). `clean` (secret redaction) runs on
+    each payload's JSON text before it is hashed; what it returns must still be JSON.
+    `suspect`, when given, is a cheap test on the batch's joined JSON that must be true
+    whenever `clean` could change any of it; `clean` then runs only when it is.
+
+    One pass per event, straight into columns: this runs for every item of every run.
+    """
+    drafts = list(drafts)
+    blobs = [_payload_bytes(d.payload) for d in drafts]
+    texts = [b.decode() for b in blobs]
+    if clean is not None:
+        # One pass over the whole batch: nothing to mask is the common case.
+        if suspect is not None:
+            dirty = suspect(b"\x1e".join(blobs))
+        else:
+            joined = "\x1e".join(texts)
+            dirty = clean(joined) != joined
+        if dirty:
+            texts = [_cleaned(t, d.payload, clean) for t, d in zip(texts, drafts, strict=True)]
+            blobs = [t.encode() for t in texts]
+    state = dict(heads)
+    out = ChainedColumns()
+    for draft, payload_json, blob in zip(drafts, texts, blobs, strict=True):
+        chain = draft.chain
+        head = state.get(chain)
+        seq, prev = head if head is not None else (0, genesis_hash(chain))
+        seq += 1
+        at_us = epoch_us(draft.at)
+        digest = _digest(
+            prev, chain, seq, draft.event_id, draft.trace_id, draft.run_id, draft.kind,
+            draft.actor, at_us, blob,
+        )  # fmt: skip
+        state[chain] = (seq, digest)
+        out.chain.append(chain)
+        out.seq.append(seq)
+        out.event_id.append(draft.event_id)
+        out.trace_id.append(draft.trace_id)
+        out.run_id.append(draft.run_id)
+        out.kind.append(draft.kind)
+        out.actor.append(draft.actor)
+        out.at_us.append(at_us)
+        out.payload.append(payload_json)
+        out.prev_hash.append(prev)
+        out.hash.append(digest)
+    return out
+
+
+def _cleaned(payload_json: str, payload: Any, clean: Callable[[str], str]) -> str:
+    """The JSON text with secrets masked: on the whole text (one pass, the common case
+    of nothing to mask costs one scan), or string by string if masking broke the JSON."""
+    text = clean(payload_json)
+    if text == payload_json:
+        return text
+    try:
+        json.loads(text)
+    except ValueError:
+        return payload_text(_clean_strings(payload, clean))
+    return text
+
+
+def _clean_strings(value: Any, clean: Callable[[str], str]) -> Any:
+    if isinstance(value, str):
+        return clean(value)
+    if isinstance(value, Mapping):
+        return {str(k): _clean_strings(v, clean) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean_strings(v, clean) for v in value]
+    return value
+
+
+# ---- verification ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ChainProblem:
+    """The first thing wrong with a chain: what, at which seq / event."""
+
+    chain: str
+    seq: int
+    event_id: str
+    #: "modified", "deleted" or "inserted" (an event); for the chain as a whole (no
+    #: event_id), against its anchor: "tail cut", "missing chain" or "not anchored".
+    what: str
+    detail: str
+
+    def __str__(self) -> str:
+        if not self.event_id:
+            return f"chain {self.chain} {self.what}: {self.detail}"
+        return (
+            f"chain {self.chain}: event seq {self.seq} ({self.event_id}) {self.what}: {self.detail}"
+        )
+
+
+@dataclass(frozen=True)
+class ChainStatus:
+    chain: str
+    events: int
+    head_seq: int
+    head_hash: str
+    anchored: bool
+    problem: ChainProblem | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.problem is None
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    chains: tuple[ChainStatus, ...] = field(default_factory=tuple)
+    #: Each audited run's rows against its events (promptlab/audit/checks.py); empty when
+    #: only the chains were verified.
+    runs: tuple[RunRows, ...] = field(default_factory=tuple)
+    #: Runs holding rows but made with the audit off (no chain, no run.submitted event).
+    unaudited: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.chains) and all(r.ok for r in self.runs)
+
+    @property
+    def problems(self) -> list[ChainProblem | RowMismatch]:
+        """Each broken chain's first problem, then each run's first row mismatches."""
+        found: list[ChainProblem | RowMismatch] = [
+            c.problem for c in self.chains if c.problem is not None
+        ]
+        for run in self.runs:
+            found.extend(run.mismatches)
+        return found
+
+
+def verify_chain(
+    chain: str, events: Iterable[AuditEvent], first_prev: str, watch: Collection[int] = ()
+) -> tuple[ChainStatus, dict[int, str]]:
+    """Walk one chain (events in seq order, ties in stored order) and report the first
+    event modified, missing, or inserted out of place; every event is still counted.
+
+    Streams: only the hashes of the seqs in `watch` (the checkpoints' heads) are kept,
+    returned beside the status for `check_checkpoints`.
+    """
+    expected, prev = 1, first_prev
+    head_seq, head_hash = 0, first_prev
+    seen: dict[int, str] = {}
+    count = 0
+    problem: ChainProblem | None = None
+    for event in events:
+        count += 1
+        if event.seq in watch:
+            seen.setdefault(event.seq, event.hash)
+        if problem is not None:
+            continue
+        problem = _problem(chain, event, expected, prev)
+        if problem is None:
+            expected, prev = event.seq + 1, event.hash
+            head_seq, head_hash = event.seq, event.hash
+    return ChainStatus(chain, count, head_seq, head_hash, True, problem), seen
+
+
+def _problem(chain: str, event: AuditEvent, expected: int, prev: str) -> ChainProblem | None:
+    if event.seq < expected:
+        return ChainProblem(
+            chain, event.seq, event.event_id, "inserted",
+            f"a second event with seq {event.seq} (the chain was already at {expected - 1})",
+        )  # fmt: skip
+    if event.seq > expected:
+        missing = (
+            f"seq {expected}" if event.seq == expected + 1 else f"seqs {expected}-{event.seq - 1}"
+        )
+        return ChainProblem(
+            chain, event.seq, event.event_id, "deleted", f"{missing} missing before it"
+        )
+    if hash_of(event) != event.hash:
+        return ChainProblem(
+            chain, event.seq, event.event_id, "modified", "its content no longer matches its hash"
+        )
+    if event.prev_hash != prev:
+        return ChainProblem(
+            chain, event.seq, event.event_id, "inserted",
+            f"it does not follow event seq {event.seq - 1} (prev_hash differs)",
+        )  # fmt: skip
+    return None
+
+
+def check_checkpoints(
+    status: ChainStatus, hashes: Mapping[int, str], checkpoints: Iterable[tuple[int, str, str]]
+) -> ChainStatus:
+    """A whole chain must still hold each head a ``run.ended`` event recorded
+    (seq, hash, that event's id): otherwise its last events were deleted. `hashes` maps
+    those seqs to the hashes the chain holds at them."""
+    if not status.ok:
+        return status
+    for seq, digest, recorded_by in checkpoints:
+        if seq == 0:
+            continue
+        if hashes.get(seq) != digest:
+            problem = ChainProblem(
+                status.chain, seq, recorded_by, "deleted",
+                f"the chain ends at seq {status.head_seq}, but change event {recorded_by} "
+                f"recorded its head at seq {seq}",
+            )  # fmt: skip
+            return ChainStatus(
+                status.chain, status.events, status.head_seq, status.head_hash,
+                status.anchored, problem,
+            )  # fmt: skip
+    return status
+
+
+# ---- masking -----------------------------------------------------------------------
+
+#: Patterns the user may turn on (PROMPTLAB_MASK=email,phone,key): personal data and
+#: key-like strings in prompts and outputs. Secrets proper are always redacted.
+MASK_PATTERNS: dict[str, re.Pattern[str]] = {
+    "email": re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}"),
+    "phone": re.compile(r"(?<![\w+])\+?\d[\d ().-]{7,}\d(?!\w)"),
+    "key": re.compile(r"\b(?=[A-Za-z0-9_-]*\d)(?=[A-Za-z0-9_-]*[A-Za-z])[A-Za-z0-9_-]{32,}\b"),
+}
+
+
+class Masker:
+    """Masks the chosen patterns; counts what it masked, per pattern."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self.names = tuple(names)
+        self._patterns = [(name, MASK_PATTERNS[name]) for name in self.names]
+
+    def __bool__(self) -> bool:
+        return bool(self._patterns)
+
+    def mask(self, text: str, counts: dict[str, int]) -> str:
+        for name, pattern in self._patterns:
+            text, found = pattern.subn(f"[masked:{name}]", text)
+            if found:
+                counts[name] = counts.get(name, 0) + found
+        return text

@@ -1,0 +1,1 @@
+"""Checks on outputs: JSON Schema validation, rules, anomaly detection, bounded regexes."""

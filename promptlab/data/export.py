@@ -1,0 +1,204 @@
+"""Exporting a result table to CSV, Parquet or JSON Lines: names, checks and files.
+
+The tables (`TABLES`) are the ones the app and the CLI show: a run's `items` (as the
+items list shows them, with the full output), `results` and `attempts` as stored, the
+`metrics` table (per run variant, or per prompt version across runs), a run's
+`comparisons` (each variant against control, with significance) and imported
+`feedback`. The rows are written by DuckDB's COPY (promptlab/store/export.py); this
+module checks what was asked and names the file; promptlab/atomicfile.py checks the
+target and puts the file in place whole.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from promptlab.errors import ExportError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from promptlab.analysis.compare import Comparison
+    from promptlab.records import MetricsRow
+
+#: Tables that can be exported, in the order the CLI lists them.
+TABLES = ("items", "results", "attempts", "metrics", "comparisons", "feedback")
+#: Tables whose rows DuckDB reads from the store as they are (the others are computed).
+STORED_TABLES = ("items", "results", "attempts", "feedback")
+#: Export formats, with their file extension, MIME type and DuckDB COPY format.
+FORMATS = {
+    "csv": (".csv", "text/csv", "csv"),
+    "parquet": (".parquet", "application/vnd.apache.parquet", "parquet"),
+    # DuckDB's JSON COPY writes one object per line (newline-delimited) by default.
+    "jsonl": (".jsonl", "application/x-ndjson", "json"),
+}
+#: Other names people type for a format.
+FORMAT_ALIASES = {"json": "jsonl", "ndjson": "jsonl", "pq": "parquet"}
+
+
+@dataclass(frozen=True)
+class ExportFilters:
+    """Which rows to export: one run, the runs of an experiment, one prompt's versions."""
+
+    run_id: str | None = None
+    #: Runs whose spec ran this experiment (any revision).
+    experiment: str | None = None
+    #: Rows of this prompt's versions (results whose prompt_version_id is one of them).
+    prompt: str | None = None
+
+    def describe(self) -> str:
+        parts = [
+            f"{name} {value}"
+            for name, value in (
+                ("run", self.run_id),
+                ("experiment", self.experiment),
+                ("prompt", self.prompt),
+            )
+            if value
+        ]
+        return ", ".join(parts) or "no filter"
+
+
+def check_table(table: str) -> str:
+    name = table.strip().lower()
+    if name not in TABLES:
+        raise ExportError(f"export: unknown table {table!r}: one of {', '.join(TABLES)}")
+    return name
+
+
+def check_format(fmt: str) -> str:
+    name = fmt.strip().lower().lstrip(".")
+    name = FORMAT_ALIASES.get(name, name)
+    if name not in FORMATS:
+        raise ExportError(f"export: unknown format {fmt!r}: one of {', '.join(FORMATS)}")
+    return name
+
+
+def copy_format(fmt: str) -> str:
+    """The FORMAT option of DuckDB's COPY for an export format."""
+    return FORMATS[check_format(fmt)][2]
+
+
+def mime_type(fmt: str) -> str:
+    return FORMATS[check_format(fmt)][1]
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def file_name(table: str, fmt: str, filters: ExportFilters) -> str:
+    """A file name saying what is in it, e.g. `results-run-3f2a.parquet`."""
+    parts = [check_table(table)]
+    for name, value in (
+        ("run", filters.run_id),
+        ("experiment", filters.experiment),
+        ("prompt", filters.prompt),
+    ):
+        if value:
+            parts.append(f"{name}-{_UNSAFE.sub('_', value).strip('_') or 'x'}")
+    return "-".join(parts) + FORMATS[check_format(fmt)][0]
+
+
+# ---- computed tables ----------------------------------------------------------------
+
+#: Columns of the exported metrics table: (name, Arrow type name).
+METRICS_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("run_id", "string"), ("variant", "string"), ("prompt_name", "string"),
+    ("prompt_version", "string"), ("prompt_version_id", "string"), ("model", "string"),
+    ("runs", "int64"), ("finished", "int64"), ("succeeded", "int64"), ("failed", "int64"),
+    ("cancelled", "int64"), ("open", "int64"), ("completed", "int64"),
+    ("completion_rate", "float64"), ("completion_low", "float64"),
+    ("completion_high", "float64"), ("failed_by_kind", "string"),
+    ("latency_mean_ms", "float64"), ("latency_p50_ms", "float64"),
+    ("latency_p90_ms", "float64"), ("latency_p95_ms", "float64"),
+    ("latency_p99_ms", "float64"), ("input_tokens", "int64"), ("output_tokens", "int64"),
+    ("cost_usd", "float64"), ("first_finished_at", "timestamp"),
+    ("last_finished_at", "timestamp"), ("checked", "int64"), ("valid", "int64"),
+    ("repaired", "int64"), ("invalid", "int64"), ("truncated", "int64"),
+    ("rule_failed", "int64"), ("validity_rate", "float64"), ("repair_rate", "float64"),
+    ("invalid_rate", "float64"), ("truncation_rate", "float64"),
+    ("rule_failure_rate", "float64"),
+)  # fmt: skip
+
+#: Columns of the exported comparisons table.
+COMPARISON_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("run_id", "string"), ("mode", "string"), ("control", "string"), ("variant", "string"),
+    ("metric", "string"), ("control_value", "float64"), ("variant_value", "float64"),
+    ("n_control", "int64"), ("n_variant", "int64"), ("effect", "float64"),
+    ("interval_low", "float64"), ("interval_high", "float64"), ("p_value", "float64"),
+    ("adjusted_p", "float64"), ("test", "string"), ("verdict", "string"),
+    ("lower_is_better", "bool"),
+)  # fmt: skip
+
+
+def metrics_record(row: MetricsRow) -> dict[str, Any]:
+    """One metrics row as the exported table's columns (kinds as a JSON object)."""
+    import json
+
+    interval = row.completion_interval
+    return {
+        "run_id": row.run_id, "variant": row.variant, "prompt_name": row.prompt_name,
+        "prompt_version": row.prompt_version, "prompt_version_id": row.prompt_version_id,
+        "model": row.model, "runs": row.runs, "finished": row.finished,
+        "succeeded": row.succeeded, "failed": row.failed, "cancelled": row.cancelled,
+        "open": row.open, "completed": row.completed, "completion_rate": row.completion_rate,
+        "completion_low": interval.low if row.finished else None,
+        "completion_high": interval.high if row.finished else None,
+        "failed_by_kind": json.dumps(dict(row.failed_by_kind), sort_keys=True),
+        "latency_mean_ms": row.latency_mean_ms, "latency_p50_ms": row.latency_p50_ms,
+        "latency_p90_ms": row.latency_p90_ms, "latency_p95_ms": row.latency_p95_ms,
+        "latency_p99_ms": row.latency_p99_ms, "input_tokens": row.input_tokens,
+        "output_tokens": row.output_tokens, "cost_usd": row.cost_usd,
+        "first_finished_at": row.first_finished_at, "last_finished_at": row.last_finished_at,
+        "checked": row.checked, "valid": row.valid, "repaired": row.repaired,
+        "invalid": row.invalid, "truncated": row.truncated, "rule_failed": row.rule_failed,
+        "validity_rate": row.validity_rate, "repair_rate": row.repair_rate,
+        "invalid_rate": row.invalid_rate, "truncation_rate": row.truncation_rate,
+        "rule_failure_rate": row.rule_failure_rate,
+    }  # fmt: skip
+
+
+def comparison_records(comparison: Comparison) -> list[dict[str, Any]]:
+    """The comparison's rows (variant, metric, n, effect, interval, p, adjusted p, verdict)."""
+    return [
+        {
+            "run_id": comparison.run_id,
+            "mode": comparison.mode,
+            "control": r.control,
+            "variant": r.variant,
+            "metric": r.metric,
+            "control_value": r.control_value,
+            "variant_value": r.variant_value,
+            "n_control": r.n_control,
+            "n_variant": r.n_variant,
+            "effect": r.effect,
+            "interval_low": r.interval.low if r.interval else None,
+            "interval_high": r.interval.high if r.interval else None,
+            "p_value": r.p_value,
+            "adjusted_p": r.adjusted_p,
+            "test": r.test,
+            "verdict": str(r.verdict),
+            "lower_is_better": r.lower_is_better,
+        }  # fmt: skip
+        for r in comparison.rows
+    ]
+
+
+def arrow_table(
+    records: Iterable[dict[str, Any]], columns: tuple[tuple[str, str], ...]
+) -> pa.Table:
+    """Records as an Arrow table with fixed column types (an empty table keeps them too)."""
+    import pyarrow as pa
+
+    types = {
+        "string": pa.string(),
+        "int64": pa.int64(),
+        "float64": pa.float64(),
+        "bool": pa.bool_(),
+        "timestamp": pa.timestamp("us", tz="UTC"),
+    }
+    schema = pa.schema([(name, types[kind]) for name, kind in columns])
+    return pa.Table.from_pylist(list(records), schema=schema)

@@ -1,0 +1,1 @@
+"""Experiments: variant configs, deterministic assignment, exposures, sampling schedules."""

@@ -1,0 +1,1 @@
+"""A fake LLM server (OpenAI and Anthropic wire formats) for tests, demos and benches."""

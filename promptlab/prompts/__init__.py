@@ -1,0 +1,1 @@
+"""Prompts: templates and their limits, the versioned registry, prompt files."""

@@ -1,0 +1,390 @@
+"""The prompt registry: immutable versions, semantic versions, movable labels, diffs.
+
+A version's id is the hash of its canonical content, so the same content always has
+the same id. References resolve as `name` (latest), `name@1.2.0`, `name@production`
+or `name@sha256:<prefix>`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from promptlab.errors import NotFoundError, RegistryError, VersionError
+from promptlab.prompts.templates import Template
+from promptlab.records import LabelEvent, PromptVersion
+from promptlab.store import Store
+from promptlab.store.prompts import PromptStore
+
+__all__ = [
+    "FieldChange",
+    "LabelEvent",
+    "MessageDiff",
+    "PromptSummary",
+    "PromptVersion",
+    "Registry",
+    "SaveResult",
+    "VersionDiff",
+    "bump_version",
+    "classify_change",
+    "diff_versions",
+    "next_version",
+    "parse_semver",
+]
+
+Bump = Literal["major", "minor", "patch"]
+FIRST_VERSION = (1, 0, 0)
+NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,79}$")
+LABEL_PATTERN = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
+SEMVER_PATTERN = re.compile(r"^(\d+)\.(\d+)\.(\d+)$")
+#: Shortest hash prefix accepted in a reference, so typos rarely match by chance.
+MIN_HASH_PREFIX = 4
+RESERVED_LABELS = frozenset({"latest"})
+
+
+@dataclass(frozen=True)
+class PromptSummary:
+    name: str
+    description: str
+    latest: PromptVersion
+    version_count: int
+    labels: dict[str, str]  # label -> semver
+
+
+@dataclass(frozen=True)
+class SaveResult:
+    version: PromptVersion
+    created: bool
+    bump: Bump | None
+
+    def describe(self) -> str:
+        v = self.version
+        if not self.created:
+            return f"no changes: content is identical to {v.ref} ({v.short_id})"
+        return f"saved {v.ref} ({v.short_id}, {self.bump} bump)"
+
+
+@dataclass(frozen=True)
+class FieldChange:
+    field: str
+    before: Any
+    after: Any
+
+
+@dataclass(frozen=True)
+class MessageDiff:
+    index: int
+    status: Literal["same", "changed", "added", "removed"]
+    role_a: str | None
+    role_b: str | None
+    lines: list[str]
+
+
+@dataclass(frozen=True)
+class VersionDiff:
+    a: PromptVersion
+    b: PromptVersion
+    messages: list[MessageDiff]
+    params: list[FieldChange]
+    variables: list[FieldChange]
+    output_schema: list[str]
+
+    @property
+    def is_empty(self) -> bool:
+        return (
+            all(m.status == "same" for m in self.messages)
+            and not self.params
+            and not self.variables
+            and not self.output_schema
+        )
+
+    def to_text(self) -> str:
+        """A readable, unified-diff style rendering (what `prompt diff` prints)."""
+        out = [f"--- {self.a.ref} ({self.a.short_id})", f"+++ {self.b.ref} ({self.b.short_id})"]
+        if self.is_empty:
+            out.append("(no differences)")
+        for m in self.messages:
+            if m.status == "same":
+                continue
+            roles = m.role_a if m.role_a == m.role_b else f"{m.role_a} -> {m.role_b}"
+            out.append(f"@@ messages[{m.index}] ({roles}) {m.status} @@")
+            out.extend(m.lines)
+        for title, changes in (("params", self.params), ("variables", self.variables)):
+            for c in changes:
+                out.append(f"@@ {title}.{c.field} @@")
+                out.append(f"-{_show(c.before)}")
+                out.append(f"+{_show(c.after)}")
+        if self.output_schema:
+            out.append("@@ output_schema @@")
+            out.extend(self.output_schema)
+        return "\n".join(out)
+
+
+class Registry:
+    """Prompts and their versions and labels; the rows are kept by a `PromptStore`."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.prompts = PromptStore(store)
+
+    # ---- writing -------------------------------------------------------------------
+
+    def save_version(
+        self,
+        name: str,
+        template: Template,
+        *,
+        author: str,
+        message: str = "",
+        version: str | None = None,
+        description: str | None = None,
+    ) -> SaveResult:
+        """Save `template` as the next version of `name` (creating the prompt if new).
+
+        Identical content saves nothing and returns the existing version.
+        """
+        _check_name(name)
+        version_id = template.content_hash()
+        # One transaction: two saves at once cannot both take the same next number.
+        with self.prompts.saving() as writes:
+            now = datetime.now(UTC)
+            writes.ensure_prompt(name, description, now)
+            existing = writes.version(name, version_id)
+            if existing is not None:
+                return SaveResult(existing, created=False, bump=None)
+            latest = writes.latest(name)
+            bump: Bump = classify_change(latest.template, template) if latest else "major"
+            number = next_version(latest.semver if latest else None, bump, version)
+            semver = ".".join(map(str, number))
+            saved = PromptVersion(
+                name, version_id, semver, template, author, message, now,
+                latest.id if latest else None,
+            )  # fmt: skip
+            writes.add_version(saved, number)
+        return SaveResult(saved, created=True, bump=bump)
+
+    def set_label(self, name: str, ref: str, label: str, *, actor: str) -> PromptVersion:
+        """Point `label` at the version `ref` names; the move is kept in the label's history."""
+        if not LABEL_PATTERN.match(label) or label in RESERVED_LABELS:
+            raise RegistryError(
+                f"label {label!r} is not allowed: use lowercase letters, digits, '-' or '_', "
+                "starting with a letter, and not 'latest'"
+            )
+        target = self.resolve(_qualify(name, ref))
+        self.prompts.move_label(name, label, target.id, actor=actor, at=datetime.now(UTC))
+        return target
+
+    # ---- reading -------------------------------------------------------------------
+
+    def is_empty(self) -> bool:
+        return self.prompts.prompt_count() == 0
+
+    def list_prompts(self) -> list[PromptSummary]:
+        counts = self.prompts.version_counts()
+        summaries = []
+        for name, description in self.prompts.prompts():
+            if not counts.get(name):
+                continue
+            versions = self.versions(name)  # read once: latest and labels both come from it
+            summaries.append(
+                PromptSummary(
+                    name=name,
+                    description=description,
+                    latest=versions[0],
+                    version_count=len(versions),
+                    labels={k: v.semver for k, v in self.labels(name, versions).items()},
+                )
+            )
+        return summaries
+
+    def description(self, name: str) -> str:
+        description = self.prompts.description(name)
+        if description is None:
+            raise NotFoundError(f"no prompt named {name!r}")
+        return description
+
+    def versions(self, name: str) -> list[PromptVersion]:
+        """Every version of `name`, newest first."""
+        versions = self.prompts.versions(name)
+        if not versions:
+            raise NotFoundError(f"no prompt named {name!r}")
+        return versions
+
+    def labels(
+        self, name: str, versions: list[PromptVersion] | None = None
+    ) -> dict[str, PromptVersion]:
+        """Each label of `name` and the version it points at now.
+
+        Pass `versions` (from `versions(name)`) when you have them, to skip reading them again.
+        """
+        rows = self.prompts.current_labels(name)
+        if not rows:
+            return {}
+        by_id = {v.id: v for v in (versions if versions is not None else self.versions(name))}
+        return {label: by_id[version_id] for label, version_id in rows}
+
+    def label_history(self, name: str, label: str | None = None) -> list[LabelEvent]:
+        """Label moves of `name`, newest first."""
+        return self.prompts.label_history(name, label)
+
+    def resolve(self, ref: str) -> PromptVersion:
+        """The version a reference names; NotFoundError says what was missing."""
+        name, _, selector = ref.partition("@")
+        versions = self.versions(name)
+        if not selector or selector == "latest":
+            return versions[0]
+        if selector.startswith("sha256:"):
+            if len(selector) < len("sha256:") + MIN_HASH_PREFIX:
+                raise RegistryError(
+                    f"{ref}: give at least {MIN_HASH_PREFIX} hex digits after 'sha256:'"
+                )
+            matches = [v for v in versions if v.id.startswith(selector)]
+            if len(matches) > 1:
+                found = ", ".join(v.semver for v in matches)
+                raise RegistryError(f"{ref}: prefix matches several versions ({found})")
+            if matches:
+                return matches[0]
+            raise NotFoundError(f"{ref}: no version of {name!r} has that hash")
+        if SEMVER_PATTERN.match(selector):
+            for v in versions:
+                if v.semver == selector:
+                    return v
+            known = ", ".join(v.semver for v in versions)
+            raise NotFoundError(f"{ref}: no such version (known: {known})")
+        labels = self.labels(name, versions)
+        if selector in labels:
+            return labels[selector]
+        known = ", ".join(labels) or "none"
+        raise NotFoundError(f"{ref}: no version, hash or label {selector!r} (labels: {known})")
+
+    def diff(self, name: str, ref_a: str, ref_b: str) -> VersionDiff:
+        """Differences from version `ref_a` to `ref_b` of prompt `name`."""
+        return diff_versions(
+            self.resolve(_qualify(name, ref_a)), self.resolve(_qualify(name, ref_b))
+        )
+
+
+def classify_change(old: Template, new: Template) -> Bump:
+    """major: the variable contract, output schema or rules changed; minor: message text;
+    patch: params."""
+    if (
+        old.variables != new.variables
+        or old.output_schema != new.output_schema
+        or old.rules != new.rules  # the output contract, like the schema
+    ):
+        return "major"
+    if old.messages != new.messages:
+        return "minor"
+    return "patch"
+
+
+def diff_versions(a: PromptVersion, b: PromptVersion) -> VersionDiff:
+    """Message line diffs, param changes, variable changes and output-schema lines."""
+    messages: list[MessageDiff] = []
+    ma, mb = a.template.messages, b.template.messages
+    for index in range(max(len(ma), len(mb))):
+        old = ma[index] if index < len(ma) else None
+        new = mb[index] if index < len(mb) else None
+        old_text = old.content.splitlines() if old else []
+        new_text = new.content.splitlines() if new else []
+        lines = [
+            line.rstrip("\n") for line in difflib.unified_diff(old_text, new_text, lineterm="", n=2)
+        ][2:]  # drop the ---/+++ header; the caller prints its own
+        if old is None:
+            status: Literal["same", "changed", "added", "removed"] = "added"
+        elif new is None:
+            status = "removed"
+        elif old == new:
+            status = "same"
+        else:
+            status = "changed"
+        messages.append(
+            MessageDiff(index, status, old.role if old else None, new.role if new else None, lines)
+        )
+    params = [
+        FieldChange(key, a.template.params.get(key), b.template.params.get(key))
+        for key in sorted(set(a.template.params) | set(b.template.params))
+        if a.template.params.get(key) != b.template.params.get(key)
+    ]
+    props_a = a.template.variables.get("properties", {})
+    props_b = b.template.variables.get("properties", {})
+    req_a = set(a.template.variables.get("required", []))
+    req_b = set(b.template.variables.get("required", []))
+    variables = []
+    for key in sorted(set(props_a) | set(props_b)):
+        before = _variable_view(props_a.get(key), key in req_a)
+        after = _variable_view(props_b.get(key), key in req_b)
+        if before != after:
+            variables.append(FieldChange(key, before, after))
+    schema_lines = list(
+        difflib.unified_diff(
+            _pretty(a.template.output_schema), _pretty(b.template.output_schema), lineterm="", n=2
+        )
+    )[2:]
+    return VersionDiff(a, b, messages, params, variables, schema_lines)
+
+
+def _variable_view(schema: dict[str, Any] | None, required: bool) -> dict[str, Any] | None:
+    return None if schema is None else {**schema, "required": required}
+
+
+def _pretty(schema: Any) -> list[str]:
+    return [] if schema is None else json.dumps(schema, indent=2, sort_keys=True).splitlines()
+
+
+def _show(value: Any) -> str:
+    return "(none)" if value is None else json.dumps(value, sort_keys=True)
+
+
+def _qualify(name: str, ref: str) -> str:
+    """`1.2.0` -> `name@1.2.0`; a full reference to the same prompt is accepted too."""
+    if "@" in ref:
+        other = ref.split("@", 1)[0]
+        if other != name:
+            raise RegistryError(f"reference {ref!r} names prompt {other!r}, not {name!r}")
+        return ref
+    return f"{name}@{ref}"
+
+
+def _check_name(name: str) -> None:
+    if not NAME_PATTERN.match(name):
+        raise RegistryError(
+            f"prompt name {name!r} is not allowed: use lowercase letters, digits, '.', '-' or "
+            "'_' (starting with a letter or digit, at most 80 characters)"
+        )
+
+
+def parse_semver(text: str) -> tuple[int, int, int]:
+    match = SEMVER_PATTERN.match(text.strip())
+    if not match:
+        raise VersionError(f"version {text!r} is not a semantic version like 1.2.0")
+    major, minor, patch = (int(g) for g in match.groups())
+    return major, minor, patch
+
+
+def bump_version(current: tuple[int, int, int], bump: Bump) -> tuple[int, int, int]:
+    major, minor, patch = current
+    if bump == "major":
+        return major + 1, 0, 0
+    if bump == "minor":
+        return major, minor + 1, 0
+    return major, minor, patch + 1
+
+
+def next_version(latest: str | None, bump: Bump, override: str | None) -> tuple[int, int, int]:
+    """The number a new version gets: the automatic bump, or a higher `override`."""
+    automatic = bump_version(parse_semver(latest), bump) if latest else FIRST_VERSION
+    if override is None:
+        return automatic
+    wanted = parse_semver(override)
+    if wanted < automatic:
+        auto = ".".join(map(str, automatic))
+        raise VersionError(
+            f"version {override} is lower than the automatic {bump} bump to {auto}; "
+            "a version may only be raised"
+        )
+    return wanted

@@ -1,0 +1,1 @@
+"""Rows and Plotly figures the pages show (pure: no Streamlit, no store)."""
