@@ -37,8 +37,9 @@ lint: install-dev
 	$(VENV)/bin/ruff format --check promptlab pages app.py tests bench
 	$(VENV)/bin/mypy
 
+# Two pytest-xdist workers, one per core: each builds the demo databases once (tests/conftest.py).
 test: install-dev chromium lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import streamlit as st
 
+from promptlab.errors import DatabaseLockedError, StoreError
 from promptlab.ui.resources import get_settings, get_workbench, start_demo_run
 from promptlab.ui.shell import follow_deep_link, land_on, mark_shell_run
 from promptlab.ui.widgets import show_error
-from promptlab.workbench import DatabaseLockedError, StoreError
 
 st.set_page_config(page_title="promptlab", page_icon=":material/science:", layout="wide")
 
@@ -33,7 +33,7 @@ navigation = st.navigation(pages)
 mark_shell_run()
 follow_deep_link()
 # Once any run has results the app opens on Compare; before that, on Prompts.
-land_on(compare, default=prompts, current=navigation, when=get_workbench().has_results)
+land_on(compare, default=prompts, current=navigation, when=get_workbench().analysis.has_results)
 with st.sidebar:
     st.caption(f"Database: `{get_settings().db_path}`")
 navigation.run()

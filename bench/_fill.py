@@ -23,7 +23,7 @@ import numpy as np
 
 from promptlab.config import Settings
 from promptlab.engine.planner import AllVariants, AssignmentStrategy, StickySplit, plan_items
-from promptlab.experiments.config import assign
+from promptlab.experiments import assign
 from promptlab.prompts.templates import Template
 from promptlab.records import FinalRow, VariantRecord, WriteBatch
 from promptlab.store import ItemStore, RunStore, Store
@@ -63,8 +63,8 @@ def build(wb: Workbench, rows: int, split: bool = False) -> int:
     """Store the run; returns how many results it has."""
     store = wb.store
     template = Template.build([{"role": "user", "content": "Triage {{ text }}"}])
-    first = wb.create_prompt("bench", template).version
-    second = wb.save_version(
+    first = wb.prompts.create("bench", template).version
+    second = wb.prompts.save_version(
         "bench", Template.build([{"role": "user", "content": "Triage briefly {{ text }}"}])
     ).version
     records = [
@@ -74,7 +74,7 @@ def build(wb: Workbench, rows: int, split: bool = False) -> int:
     spec: dict[str, Any] = {"variants": NAMES}
     strategy: AssignmentStrategy = AllVariants(2)
     if split:
-        config, _ = wb.add_experiment(
+        config, _ = wb.experiments.add(
             {
                 "name": "bench-split", "mode": "split", "unit_column": "unit",
                 "variants": [

@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from promptlab.engine.planner import AllVariants, StickySplit, plan_items
-from promptlab.experiments.config import (
+from promptlab.experiments import (
     ExperimentConfig,
     ExperimentVariant,
     allocate,

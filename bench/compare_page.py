@@ -21,40 +21,42 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench._fill import NAMES, RUN, bench_workbench, build_timed, timed  # noqa: E402
-from promptlab.workbench import (  # noqa: E402
-    Workbench,
+from promptlab.views.charts import (  # noqa: E402
     forest_chart,
     latency_ecdf_chart,
     latency_percentiles_chart,
     over_time_chart,
     rate_chart,
-    summary_rows,
 )
+from promptlab.views.compare import summary_rows  # noqa: E402
+from promptlab.workbench import Workbench  # noqa: E402
 
 
 def page_calls(wb: Workbench, run_id: str, n: int) -> float:
-    """Time each Workbench call pages/compare.py makes on its first look at a run of two
+    """Time each facade call pages/compare.py makes on its first look at a run of two
     variants, and its five figures; print the sum of the best times and return it (s).
 
     The per-variant metrics come with the comparison, and a split run gets no
     side-by-side query (each input went to one variant), as on the page.
     """
-    paired = wb.compare(run_id).paired
+    paired = wb.analysis.compare(run_id).paired
     parts: list[tuple[str, Callable[[], Any]]] = [
-        ("has_results() (app.py)", wb.has_results),
-        ("runs_with_results()", wb.runs_with_results),
-        ("control_variant(run_id)", lambda: wb.control_variant(run_id, NAMES)),
+        ("has_results() (app.py)", wb.analysis.has_results),
+        ("runs_with_results()", wb.analysis.runs_with_results),
+        ("control_variant(run_id)", lambda: wb.analysis.control_variant(run_id, NAMES)),
         ("compare(run_id) (metrics included) + summary_rows",
-         lambda: summary_rows(wb.compare(run_id))),
-        ("latencies of both variants", lambda: [wb.latencies(run_id, v) for v in NAMES]),
-        ("metrics_over_time(run_id)", lambda: wb.metrics_over_time(run_id)),
+         lambda: summary_rows(wb.analysis.compare(run_id))),
+        ("latencies of both variants", lambda: [wb.analysis.latencies(run_id, v) for v in NAMES]),
+        ("metrics_over_time(run_id)", lambda: wb.analysis.metrics_over_time(run_id)),
     ]  # fmt: skip
     if paired:
-        parts.append(("side_by_side(run_id) (first page)", lambda: wb.side_by_side(run_id)))
+        parts.append(
+            ("side_by_side(run_id) (first page)", lambda: wb.analysis.side_by_side(run_id))
+        )
     spent = sum((timed(label, call, n) for label, call in parts), 0.0)
-    comparison = wb.compare(run_id)
-    samples = {v: wb.latencies(run_id, v) for v in NAMES}
-    series = wb.metrics_over_time(run_id)
+    comparison = wb.analysis.compare(run_id)
+    samples = {v: wb.analysis.latencies(run_id, v) for v in NAMES}
+    series = wb.analysis.metrics_over_time(run_id)
 
     def figures() -> None:
         forest_chart(comparison.rows)
@@ -68,7 +70,7 @@ def page_calls(wb: Workbench, run_id: str, n: int) -> float:
     if paired:
         timed(
             "(toggle on) side_by_side(run_id, only_different=True)",
-            lambda: wb.side_by_side(run_id, only_different=True),
+            lambda: wb.analysis.side_by_side(run_id, only_different=True),
             n,
         )
     return spent

@@ -6,7 +6,7 @@ Builds the run of bench/metrics.py (`--rows` dataset rows through two variants: 
 million results at the default) in a temporary DuckDB file, then times writing the
 run's `results` table:
 
-- `Workbench.export_table("results", FMT, ...)` for parquet, csv and jsonl (COPY to a
+- `wb.exports.write_table("results", FMT, ...)` for parquet, csv and jsonl (COPY to a
   temporary name, then a rename), with no secret in the environment and with one (every
   text and JSON column then goes through `replace()`);
 - baselines in Python: the rows fetched as an Arrow table and written by
@@ -70,10 +70,12 @@ def main() -> None:
 
             def export(fmt: str) -> Callable[[], Any]:
                 out = folder / f"results.{fmt}"
-                return lambda: wb.export_table("results", fmt, out, run_id=run_id, force=True)
+                return lambda: wb.exports.write_table(
+                    "results", fmt, out, run_id=run_id, force=True
+                )
 
             print("export of the run's results")
-            ours = {fmt: timed(f"export_table(results, {fmt}) (COPY)", export(fmt), n)
+            ours = {fmt: timed(f"write_table(results, {fmt}) (COPY)", export(fmt), n)
                     for fmt in ("parquet", "csv", "jsonl")}  # fmt: skip
             arrow = timed(
                 "baseline: fetch Arrow table, pyarrow.parquet.write_table",
@@ -88,9 +90,7 @@ def main() -> None:
             print(f"  -> parquet: baseline / COPY {arrow / ours['parquet']:.1f}x")
             print(f"  -> csv:     baseline / COPY {rows / ours['csv']:.1f}x")
             os.environ["BENCH_PROVIDER_KEY"] = "sk-bench-0123456789abcdef"
-            masked = timed(
-                "export_table(results, parquet), one secret masked", export("parquet"), n
-            )
+            masked = timed("write_table(results, parquet), one secret masked", export("parquet"), n)
             print(f"  -> masking one secret: {masked / ours['parquet']:.2f}x the time")
             sizes = {p.name: p.stat().st_size for p in sorted(folder.glob("*.*")) if p != path}
             print("  sizes: " + ", ".join(f"{k} {v / 2**20:.1f} MiB" for k, v in sizes.items()))

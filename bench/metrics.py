@@ -5,12 +5,12 @@
 Builds one run of `--rows` dataset rows through two variants (an all-mode A/B: a
 million results at the default; bench/_fill.py) in a temporary DuckDB file. Then times:
 
-- `Workbench.metrics(run_id=...)` (per variant) and `metrics(prompt=...)` (per version
+- `wb.analysis.metrics(run_id=...)` (per variant) and `metrics(prompt=...)` (per version
   across runs), against a baseline that fetches the same columns into pandas and
   aggregates there (groupby + quantiles);
 - the same two metrics calls again with a feedback event per result and clicks on about
   a fifth (CTR joined per variant and per version);
-- `Workbench.compare` on the run as stored (all-mode: McNemar, Wilcoxon on the pairs,
+- `wb.analysis.compare` on the run as stored (all-mode: McNemar, Wilcoxon on the pairs,
   three bootstraps) and as a split run (two proportions, Mann-Whitney), and the parts:
   fetching latencies as NumPy arrays, one bootstrap, Mann-Whitney, Wilcoxon.
 
@@ -54,28 +54,34 @@ def main() -> None:
     ):
         build_timed(wb, args.rows)
         print("metrics table")
-        ours = timed("Workbench.metrics(run_id) (DuckDB)", lambda: wb.metrics(run_id=RUN), n)
+        ours = timed(
+            "wb.analysis.metrics(run_id) (DuckDB)", lambda: wb.analysis.metrics(run_id=RUN), n
+        )
         base = timed(
             "baseline: fetch to pandas, groupby + quantiles", lambda: pandas_baseline(store), n
         )
         print(f"  -> baseline / DuckDB: {base / ours:.1f}x")
         timed(
-            "Workbench.metrics(prompt='bench', since='7d')",
-            lambda: wb.metrics(prompt="bench", since="7d"),
+            "wb.analysis.metrics(prompt='bench', since='7d')",
+            lambda: wb.analysis.metrics(prompt="bench", since="7d"),
             n,
         )
-        timed("Workbench.metrics() (every version)", lambda: wb.metrics(), n)
+        timed("wb.analysis.metrics() (every version)", lambda: wb.analysis.metrics(), n)
         t0 = time.perf_counter()
         events = add_feedback(store)
         print(f"added {events} feedback events in {time.perf_counter() - t0:.1f} s")
-        timed("Workbench.metrics(run_id) with feedback (CTR)", lambda: wb.metrics(run_id=RUN), n)
         timed(
-            "Workbench.metrics(prompt='bench', since='7d') with feedback",
-            lambda: wb.metrics(prompt="bench", since="7d"),
+            "wb.analysis.metrics(run_id) with feedback (CTR)",
+            lambda: wb.analysis.metrics(run_id=RUN),
+            n,
+        )
+        timed(
+            "wb.analysis.metrics(prompt='bench', since='7d') with feedback",
+            lambda: wb.analysis.metrics(prompt="bench", since="7d"),
             n,
         )
         print("compare")
-        timed("Workbench.compare: all-mode (paired tests)", lambda: wb.compare(RUN), n)
+        timed("wb.analysis.compare: all-mode (paired tests)", lambda: wb.analysis.compare(RUN), n)
         reads = MetricsReads(store)
         xa = reads.latencies(RUN, "control")
         xb = reads.latencies(RUN, "candidate")
@@ -117,8 +123,12 @@ def main() -> None:
         print(f"  -> 2,000 draws x 2 arms that way: about {slow * 20:.0f} s")
         with store.transaction() as cur:
             cur.execute("UPDATE runs SET spec = ? WHERE run_id = ?", ['{"mode": "split"}', RUN])
-        timed("Workbench.compare: as a split run (Mann-Whitney)", lambda: wb.compare(RUN), n)
-        comparison = wb.compare(RUN)
+        timed(
+            "wb.analysis.compare: as a split run (Mann-Whitney)",
+            lambda: wb.analysis.compare(RUN),
+            n,
+        )
+        comparison = wb.analysis.compare(RUN)
         for row in comparison.rows:
             interval = row.interval
             span = f"[{interval.low:+.2f}, {interval.high:+.2f}]" if interval else "-"

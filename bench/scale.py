@@ -9,7 +9,7 @@ results at the default) through two variants of an experiment shaped like the de
 on them (impressions on five results in six, clicks on about a fifth of those; one
 INSERT ... SELECT); the fills are bench/_fill.py's. Then times:
 
-1. `Workbench.metrics(run_id=...)` and `metrics(prompt=..., since="7d")` (with CTR from
+1. `wb.analysis.metrics(run_id=...)` and `metrics(prompt=..., since="7d")` (with CTR from
    the feedback), best and median of `--repeats`, against a baseline fetching the same
    rows (results and feedback) into pandas and grouping there: the ratio is what to
    compare across machines;
@@ -96,7 +96,7 @@ def main() -> None:
 def measure(path: Path, rows: int, n: int) -> None:
     """Fill `path` unless it has results, then time and print everything."""
     with bench_workbench(path) as (store, wb):
-        if wb.has_results():
+        if wb.analysis.has_results():
             print(f"reusing {path}")
         else:
             build_timed(wb, rows, split=True)
@@ -104,7 +104,9 @@ def measure(path: Path, rows: int, n: int) -> None:
             events = add_feedback(store, IMPRESSIONS_PER_6)
             print(f"added {events} feedback events in {time.perf_counter() - t0:.1f} s")
         print("metrics table")
-        ours = timed("Workbench.metrics(run_id) (DuckDB)", lambda: wb.metrics(run_id=RUN), n)
+        ours = timed(
+            "wb.analysis.metrics(run_id) (DuckDB)", lambda: wb.analysis.metrics(run_id=RUN), n
+        )
         base = timed(
             "baseline: fetch results + feedback to pandas, group",
             lambda: pandas_baseline(store, with_feedback=True),
@@ -112,8 +114,8 @@ def measure(path: Path, rows: int, n: int) -> None:
         )
         print(f"  -> baseline / DuckDB: {base / ours:.1f}x")
         timed(
-            "Workbench.metrics(prompt='bench', since='7d')",
-            lambda: wb.metrics(prompt="bench", since="7d"),
+            "wb.analysis.metrics(prompt='bench', since='7d')",
+            lambda: wb.analysis.metrics(prompt="bench", since="7d"),
             n,
         )
     print("Compare page (Streamlit AppTest)")

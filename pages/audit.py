@@ -6,7 +6,7 @@ Deep link: `?trace=KEY` (an item's idempotency key, or 8+ hex digits of it) open
 trace; the Runs and Compare pages link here from every result.
 
 The page only lays things out: rows come from promptlab/views/audit.py, the figure from
-promptlab/views/audit_charts.py, the reads from the Workbench.
+promptlab/views/audit_charts.py, the reads from `wb.audit` (promptlab/facades/audit.py).
 """
 
 from __future__ import annotations
@@ -16,22 +16,21 @@ from datetime import UTC, date, datetime, time
 import pandas as pd
 import streamlit as st
 
+from promptlab.errors import PromptlabError
+from promptlab.facades.audit import MAX_DOWNLOAD_EVENTS, AuditFilter
 from promptlab.ui.resources import get_workbench
 from promptlab.ui.shell import require_shell
 from promptlab.ui.widgets import escape_markdown, show_error, show_messages
-from promptlab.workbench import (
-    MAX_DOWNLOAD_EVENTS,
-    AuditFilter,
+from promptlab.views.audit import (
     ChainSummary,
-    PromptlabError,
-    Workbench,
     chain_summary,
     event_rows,
     stage_rows,
     timeline_bars,
     trace_stages,
-    trace_timeline_chart,
 )
+from promptlab.views.audit_charts import trace_timeline_chart
+from promptlab.workbench import Workbench
 
 ANY = "(any)"
 #: Verify on opening the page up to this many events (under a second); above it, on
@@ -46,14 +45,14 @@ DEFAULT_LIMIT = 500
 
 def chain_status(wb: Workbench) -> None:
     """The chains' status: verified on opening for small logs, on request for large."""
-    count = wb.audit_count()
+    count = wb.audit.count()
     db = str(wb.settings.db_path)
     left, right = st.columns([5, 1], vertical_alignment="center")
     clicked = right.button("Verify now", icon=":material/verified:", key="audit_verify")
     last = st.session_state.get(VERIFIED)
     fresh = last is not None and last[0] == db and last[1] == count
     if clicked or (not fresh and count <= AUTO_VERIFY_EVENTS):
-        summary = chain_summary(wb.audit_verify())
+        summary = chain_summary(wb.audit.verify())
         last = (db, count, summary, datetime.now(UTC))
         st.session_state[VERIFIED] = last
         fresh = True
@@ -84,9 +83,9 @@ def show_summary(summary: ChainSummary, checked: datetime) -> None:
 
 def filters(wb: Workbench) -> tuple[AuditFilter, bool]:
     """The filter widgets; returns what they select and whether newest comes first."""
-    runs = {r.run.run_id: f"{r.run.name} · {r.run.run_id}" for r in wb.list_runs()}
-    facets = cached_facets(wb, str(wb.settings.db_path), wb.audit_count())
-    experiments = [c.name for c in wb.experiments()]
+    runs = {r.run.run_id: f"{r.run.name} · {r.run.run_id}" for r in wb.runs.list()}
+    facets = cached_facets(wb, str(wb.settings.db_path), wb.audit.count())
+    experiments = [c.name for c in wb.experiments.list()]
     cols = st.columns(3)
     run = cols[0].selectbox(
         "Run", [ANY, *runs], format_func=lambda r: runs.get(r, r), key="audit_run"
@@ -127,13 +126,13 @@ def filters(wb: Workbench) -> tuple[AuditFilter, bool]:
 @st.cache_data(max_entries=8, show_spinner=False)
 def cached_facets(_wb: Workbench, db: str, events: int) -> dict[str, list[str]]:
     """The filter choices, read again only when the log grew (one scan: 0.1-0.5 s at 100k)."""
-    return _wb.audit_facets()
+    return _wb.audit.facets()
 
 
 def resolve_trace(wb: Workbench, text: str) -> str:
     """The full trace id of what was typed (a prefix resolves); shown as the trace too."""
     try:
-        trace_id = wb.audit_trace(text).trace_id
+        trace_id = wb.audit.trace(text).trace_id
     except PromptlabError as exc:
         show_error(exc)
         return text
@@ -154,8 +153,8 @@ def _day_end(day: date | None) -> datetime | None:
 
 
 def events_table(wb: Workbench, where: AuditFilter, newest_first: bool) -> None:
-    events = wb.audit_page_events(where, newest_first)
-    total = wb.audit_count(where)
+    events = wb.audit.page_events(where, newest_first)
+    total = wb.audit.count(where)
     st.caption(f"showing {len(events)} of {total} events")
     if events:
         picked = st.dataframe(
@@ -181,7 +180,7 @@ def events_table(wb: Workbench, where: AuditFilter, newest_first: bool) -> None:
         return
     st.download_button(
         f"Download these {total} events (JSON Lines)",
-        data=lambda: wb.audit_export_bytes(where),
+        data=lambda: wb.audit.export_bytes(where),
         file_name="audit-events.jsonl",
         mime="application/jsonl",
         key="audit_download",
@@ -195,7 +194,7 @@ def events_table(wb: Workbench, where: AuditFilter, newest_first: bool) -> None:
 def trace_view(wb: Workbench, trace_id: str) -> None:
     """One item: its timeline, every stage with its fields, the prompt and the output."""
     try:
-        trace = wb.audit_trace(trace_id)
+        trace = wb.audit.trace(trace_id)
     except PromptlabError as exc:
         show_error(exc)
         return

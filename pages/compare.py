@@ -4,7 +4,7 @@ prompt versions can be compared across every run's results, or in imported produ
 logs.
 
 The page only lays things out: the table rows come from `summary_rows`, the figures from
-promptlab/views/charts.py, the reads from the Workbench.
+promptlab/views/charts.py, the reads from `wb.analysis` (promptlab/facades/analysis.py).
 """
 
 from __future__ import annotations
@@ -13,28 +13,23 @@ import html
 
 import streamlit as st
 
+from promptlab.errors import PromptlabError
+from promptlab.facades.analysis import Comparison, RunWithResults, SideBySideRow
+from promptlab.records import MetricsRow
 from promptlab.ui.downloads import comparison_download, download_buttons
 from promptlab.ui.resources import get_workbench
 from promptlab.ui.shell import require_shell
 from promptlab.ui.widgets import escape_markdown, show_error
-from promptlab.workbench import (
-    Comparison,
-    MetricsRow,
-    PromptlabError,
-    RunWithResults,
-    SideBySideRow,
-    Workbench,
+from promptlab.views.charts import (
     forest_chart,
     latency_ecdf_chart,
     latency_percentiles_chart,
     over_time_chart,
     rate_chart,
-    srm_figures,
-    summary_rows,
-    units_needed,
-    units_needed_text,
-    word_diff_html,
 )
+from promptlab.views.compare import srm_figures, summary_rows, units_needed, units_needed_text
+from promptlab.views.textdiff import word_diff_html
+from promptlab.workbench import Workbench
 
 RUN_CHOICE = "compare_run"
 SOURCE_RUN, SOURCE_VERSIONS, SOURCE_LOGS = "A run's variants", "Two versions", "Production logs"
@@ -79,14 +74,14 @@ def pick_run(runs: list[RunWithResults]) -> str:
 
 def pick_comparison(wb: Workbench, run_id: str, variants: list[str]) -> Comparison:
     """Control and variant pickers (control first: the experiment's, or the first)."""
-    default = wb.control_variant(run_id, variants)
+    default = wb.analysis.control_variant(run_id, variants)
     left, right = st.columns(2)
     control = left.selectbox(
         "Control", variants, index=variants.index(default), key=f"control_{run_id}"
     )
     others = [ALL_VARIANTS, *(v for v in variants if v != control)]
     other = right.selectbox("Variant", others, key=f"variant_{run_id}_{control}")
-    return wb.compare(run_id, control, None if other == ALL_VARIANTS else other)
+    return wb.analysis.compare(run_id, control, None if other == ALL_VARIANTS else other)
 
 
 def summary(comparison: Comparison) -> None:
@@ -137,10 +132,10 @@ def charts(wb: Workbench, run_id: str, metrics: list[MetricsRow], shown: list[st
     left.plotly_chart(rate_chart(rows), width="stretch", key="chart_rates")
     right.plotly_chart(latency_percentiles_chart(rows), width="stretch", key="chart_latency")
     left, right = st.columns(2)
-    samples = {name: wb.latencies(run_id, name) for name in shown}
+    samples = {name: wb.analysis.latencies(run_id, name) for name in shown}
     left.plotly_chart(latency_ecdf_chart(samples), width="stretch", key="chart_ecdf")
     right.plotly_chart(
-        over_time_chart(wb.metrics_over_time(run_id)), width="stretch", key="chart_time"
+        over_time_chart(wb.analysis.metrics_over_time(run_id)), width="stretch", key="chart_time"
     )
 
 
@@ -154,7 +149,7 @@ def side_by_side(wb: Workbench, run_id: str, control: str, paired: bool) -> None
     # A page number per filter: the filtered list has fewer pages.
     page_key = f"sbs_page_{run_id}_{only_different}"
     page_no = int(st.session_state.get(page_key, 1))
-    page = wb.side_by_side(
+    page = wb.analysis.side_by_side(
         run_id, (page_no - 1) * SIDE_BY_SIDE_PAGE, SIDE_BY_SIDE_PAGE, only_different
     )
     if page.total == 0:
@@ -199,7 +194,7 @@ def side_by_side_row(row: SideBySideRow, control: str) -> None:
 
 def versions(wb: Workbench, logs: bool) -> None:
     """Version B against version A: from every run's results, or from production logs."""
-    rows = wb.log_metrics() if logs else wb.metrics()
+    rows = wb.analysis.log_metrics() if logs else wb.analysis.metrics()
     labels = list(dict.fromkeys(r.label for r in rows if "@" in r.label))
     if len(labels) < 2:
         st.info(
@@ -218,7 +213,7 @@ def versions(wb: Workbench, logs: bool) -> None:
         help="An age like 7d, 24h, 30m, 2w or a date like 2026-11-01; empty: everything.",
     )  # fmt: skip
     try:
-        comparison = wb.compare_versions(a, b, logs=logs, since=since.strip() or None)
+        comparison = wb.analysis.compare_versions(a, b, logs=logs, since=since.strip() or None)
     except PromptlabError as exc:
         show_error(exc)
         return
@@ -235,7 +230,7 @@ def run_variants(wb: Workbench, runs: list[RunWithResults]) -> None:
     variants = next(r.variants for r in runs if r.run_id == run_id)
     if len(variants) < 2:
         st.info("This run has one variant: nothing to compare it with.", icon=":material/info:")
-        charts(wb, run_id, wb.metrics(run_id=run_id), variants)
+        charts(wb, run_id, wb.analysis.metrics(run_id=run_id), variants)
         return
     try:
         comparison = pick_comparison(wb, run_id, variants)
@@ -266,7 +261,7 @@ def main() -> None:
     if source == SOURCE_LOGS:
         versions(wb, logs=True)
         return
-    runs = wb.runs_with_results()
+    runs = wb.analysis.runs_with_results()
     if not runs:
         st.info("No results yet: start a run on the Runs page.", icon=":material/info:")
         return

@@ -9,18 +9,14 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
+from promptlab.errors import PromptlabError, StoreError
+from promptlab.facades.analysis import LOG_FIELDS
+from promptlab.records import DatasetInfo, RowCheck
 from promptlab.ui.resources import get_workbench
 from promptlab.ui.shell import require_shell
 from promptlab.ui.uploads import dataset_name_for, saved_upload
 from promptlab.ui.widgets import escape_markdown, show_error
-from promptlab.workbench import (
-    LOG_FIELDS,
-    DatasetInfo,
-    PromptlabError,
-    RowCheck,
-    StoreError,
-    Workbench,
-)
+from promptlab.workbench import Workbench
 
 PREVIEW_ROWS = 20
 NO_UNIT = "(none)"
@@ -47,7 +43,7 @@ def import_form(wb: Workbench) -> None:
         chosen = name.strip() or dataset_name_for(upload.name)
         try:
             with saved_upload(upload, upload.name, upload.size) as path:
-                info = wb.import_dataset(
+                info = wb.datasets.import_file(
                     path, chosen, unit_column=unit.strip() or None, replace=replace
                 )
         except PromptlabError as exc:
@@ -93,7 +89,11 @@ def feedback_form(wb: Workbench) -> None:
         assert upload is not None
         try:
             with saved_upload(upload, upload.name, upload.size) as path:
-                n = wb.import_logs(path, columns) if logs else wb.import_feedback(path)
+                n = (
+                    wb.analysis.import_logs(path, columns)
+                    if logs
+                    else wb.analysis.import_feedback(path)
+                )
         except PromptlabError as exc:
             show_error(exc)
         else:
@@ -138,7 +138,7 @@ def detail(wb: Workbench, info: DatasetInfo) -> None:
             width="stretch",
         )
     with rows:
-        preview = wb.dataset_preview(info.name, PREVIEW_ROWS)
+        preview = wb.datasets.preview(info.name, PREVIEW_ROWS)
         table = pd.DataFrame([{k: _cell(v) for k, v in row.items()} for row in preview])
         table.index = range(1, len(table) + 1)  # row numbers as the store counts them
         st.dataframe(table, width="stretch")
@@ -148,7 +148,7 @@ def detail(wb: Workbench, info: DatasetInfo) -> None:
         st.caption("Runs keep their own copy of the rows they used.")
         if st.button("Delete", key=f"dataset_delete_{info.name}"):
             try:
-                wb.delete_dataset(info.name)
+                wb.datasets.delete(info.name)
             except PromptlabError as exc:
                 show_error(exc)
             else:
@@ -166,7 +166,7 @@ def unit_form(wb: Workbench, info: DatasetInfo) -> None:
     )  # fmt: skip
     if right.button("Save unit column", key=f"unit_save_{info.name}"):
         try:
-            wb.set_dataset_unit_column(info.name, None if chosen == NO_UNIT else chosen)
+            wb.datasets.set_unit_column(info.name, None if chosen == NO_UNIT else chosen)
         except PromptlabError as exc:
             show_error(exc)
         else:
@@ -176,7 +176,7 @@ def unit_form(wb: Workbench, info: DatasetInfo) -> None:
 
 def check_form(wb: Workbench, info: DatasetInfo) -> None:
     st.subheader("Check rows against a prompt")
-    prompts = wb.prompts.list_prompts()
+    prompts = wb.prompts.list()
     if not prompts:
         st.info("No prompts yet.", icon=":material/info:")
         return
@@ -187,7 +187,7 @@ def check_form(wb: Workbench, info: DatasetInfo) -> None:
     ref = right.selectbox("Version or label", refs, key="check_ref")
     if st.button("Check rows", key="check_rows"):
         try:
-            result = wb.check_dataset_rows(info.name, f"{prompt}@{ref}")
+            result = wb.datasets.check_rows(info.name, f"{prompt}@{ref}")
         except PromptlabError as exc:
             show_error(exc)
         else:
@@ -226,12 +226,12 @@ try:
 except StoreError as exc:  # e.g. PROMPTLAB_DB under a regular file, or not a database
     show_error(exc)
     st.stop()
-infos = wb.datasets()
+infos = wb.datasets.list()
 with st.expander("Import a file", expanded=not infos, icon=":material/upload:"):
     import_form(wb)
 with st.expander("Import feedback or production logs", icon=":material/thumbs_up_down:"):
     feedback_form(wb)
-infos = wb.datasets()  # with the one just imported
+infos = wb.datasets.list()  # with the one just imported
 if not infos:
     st.info("No datasets yet.", icon=":material/info:")
     st.stop()

@@ -9,16 +9,13 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
+from promptlab.errors import PromptlabError
+from promptlab.experiments import ExperimentConfig
+from promptlab.facades.runs import RunEstimate, RunSpec
 from promptlab.ui.resources import get_workbench
 from promptlab.ui.shell import require_shell
 from promptlab.ui.widgets import escape_markdown, show_error
-from promptlab.workbench import (
-    ExperimentConfig,
-    PromptlabError,
-    RunEstimate,
-    RunSpec,
-    Workbench,
-)
+from promptlab.workbench import Workbench
 
 POLL_EVERY = timedelta(seconds=1)
 #: Seconds an estimate is reused while the form does not change (results may come in).
@@ -48,8 +45,8 @@ def experiments_table(configs: list[ExperimentConfig]) -> None:
 
 
 def create_form(wb: Workbench) -> None:
-    prompts = [p.name for p in wb.prompts.list_prompts()]
-    with st.expander("New experiment", icon=":material/add:", expanded=not wb.experiments()):
+    prompts = [p.name for p in wb.prompts.list()]
+    with st.expander("New experiment", icon=":material/add:", expanded=not wb.experiments.list()):
         if not prompts:
             st.info("Create a prompt first (Prompts page).", icon=":material/info:")
             return
@@ -109,7 +106,7 @@ def create_form(wb: Workbench) -> None:
             if unit_column:
                 data["unit_column"] = unit_column
             try:
-                config, created = wb.add_experiment(data)
+                config, created = wb.experiments.add(data)
             except PromptlabError as exc:
                 show_error(exc)
             else:
@@ -150,7 +147,7 @@ def change_form(wb: Workbench, config: ExperimentConfig) -> None:
         note = st.text_input("Note", key=f"note_{rev}", placeholder="why this change")
         if st.form_submit_button("Save as new revision"):
             try:
-                wb.update_experiment(config.name, weights=weights, ramp=ramp, note=note)
+                wb.experiments.update(config.name, weights=weights, ramp=ramp, note=note)
             except PromptlabError as exc:
                 show_error(exc)
             else:
@@ -188,7 +185,7 @@ def kill_switch(wb: Workbench, config: ExperimentConfig) -> None:
 
 def _change(wb: Workbench, name: str, *, killed: bool, note: str) -> None:
     try:
-        wb.update_experiment(name, killed=killed, note=note)
+        wb.experiments.update(name, killed=killed, note=note)
     except PromptlabError as exc:
         show_error(exc)
     else:
@@ -196,7 +193,7 @@ def _change(wb: Workbench, name: str, *, killed: bool, note: str) -> None:
 
 
 def history(wb: Workbench, name: str) -> None:
-    revisions = wb.experiment_history(name)
+    revisions = wb.experiments.history(name)
     st.dataframe(
         pd.DataFrame(
             {
@@ -217,7 +214,7 @@ def history(wb: Workbench, name: str) -> None:
 
 def launch(wb: Workbench, config: ExperimentConfig) -> None:
     st.markdown("**Launch on a dataset**")
-    datasets = {d.name: d for d in wb.datasets()}
+    datasets = {d.name: d for d in wb.datasets.list()}
     if not datasets:
         st.info("Import a dataset first (Datasets page).", icon=":material/info:")
         return
@@ -259,7 +256,7 @@ def launch(wb: Workbench, config: ExperimentConfig) -> None:
     show_estimate(estimate)
     if st.button("Start", type="primary", key=f"{key}_start", icon=":material/play_arrow:"):
         try:
-            st.session_state["launched_run"] = wb.start_run(spec_for(wb, choice))
+            st.session_state["launched_run"] = wb.runs.start(spec_for(wb, choice))
         except PromptlabError as exc:
             show_error(exc)
 
@@ -280,7 +277,7 @@ class LaunchChoice:
 
 
 def spec_for(wb: Workbench, choice: LaunchChoice) -> RunSpec:
-    return wb.experiment_run_spec(
+    return wb.runs.experiment_spec(
         choice.experiment,
         choice.dataset,
         mode=choice.mode,
@@ -295,7 +292,7 @@ def spec_for(wb: Workbench, choice: LaunchChoice) -> RunSpec:
 def estimate_for(choice: LaunchChoice) -> RunEstimate:
     """The estimate reads rows and earlier results: once per form state, not per rerun."""
     wb = get_workbench()
-    return wb.estimate(spec_for(wb, choice))
+    return wb.runs.estimate(spec_for(wb, choice))
 
 
 def show_estimate(estimate: RunEstimate) -> None:
@@ -328,7 +325,7 @@ def show_estimate(estimate: RunEstimate) -> None:
 
 @st.fragment(run_every=POLL_EVERY)
 def follow(wb: Workbench, run_id: str) -> None:
-    view = wb.run_view(run_id)
+    view = wb.runs.view(run_id)
     c = view.counts
     st.progress(
         view.fraction_closed,
@@ -374,7 +371,7 @@ require_shell("pages/experiments.py")
 st.title("Experiments")
 workbench = get_workbench()
 create_form(workbench)
-configs = workbench.experiments()
+configs = workbench.experiments.list()
 if configs:
     experiments_table(configs)
     names = [c.name for c in configs]

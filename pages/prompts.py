@@ -8,21 +8,14 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
+from promptlab.errors import PromptExistsError, PromptlabError, StoreError, VariableError
+from promptlab.prompts.files import dump_yaml_mapping, parse_yaml_mapping
+from promptlab.prompts.templates import ROLES, Template
+from promptlab.records import PromptVersion
 from promptlab.ui.resources import get_workbench
 from promptlab.ui.shell import require_shell
 from promptlab.ui.widgets import escape_markdown, show_error, show_messages, variable_inputs
-from promptlab.workbench import (
-    ROLES,
-    PromptExistsError,
-    PromptlabError,
-    PromptVersion,
-    StoreError,
-    Template,
-    VariableError,
-    Workbench,
-    dump_yaml_mapping,
-    parse_yaml_mapping,
-)
+from promptlab.workbench import Workbench
 
 NEW_PROMPT_TEMPLATE = [
     {"role": "system", "content": "You are a helpful assistant."},
@@ -44,7 +37,7 @@ def show_flash(where: str) -> None:
 
 
 def prompt_table(wb: Workbench) -> list[str]:
-    summaries = wb.prompts.list_prompts()
+    summaries = wb.prompts.list()
     if summaries:
         st.dataframe(
             pd.DataFrame(
@@ -79,7 +72,7 @@ def create_form(wb: Workbench) -> None:
             template = Template.build(
                 [*messages, {"role": "user", "content": user}], params={"model": model}
             )
-            result = wb.create_prompt(
+            result = wb.prompts.create(
                 name, template, message="Created in the app", description=description
             )
         except PromptExistsError as exc:
@@ -108,12 +101,8 @@ def draft_messages(base: PromptVersion) -> list[dict[str, str]]:
     return drafts
 
 
-def edit_tab(wb: Workbench, base: PromptVersion) -> None:
-    st.caption(
-        f"Editing from {escape_markdown(base.ref)}. Saving creates a new version; "
-        "the old one never changes."
-    )
-    drafts = draft_messages(base)
+def edit_messages(drafts: list[dict[str, str]]) -> None:
+    """A role, a text and a remove button per message, and a button to add one."""
     for index, draft in enumerate(drafts):
         role_col, text_col, remove_col = st.columns([2, 9, 1])
         draft["role"] = role_col.selectbox(
@@ -145,6 +134,9 @@ def edit_tab(wb: Workbench, base: PromptVersion) -> None:
         )
         st.rerun()
 
+
+def edit_params(base: PromptVersion) -> dict[str, Any]:
+    """The default params as edited: model, temperature, top p, max tokens."""
     params = base.template.params
     c1, c2, c3, c4 = st.columns(4)
     model = c1.text_input("Model", value=params["model"], key=f"model::{base.id}")
@@ -155,6 +147,16 @@ def edit_tab(wb: Workbench, base: PromptVersion) -> None:
     max_tokens = c4.number_input(
         "Max tokens", 1, 200_000, int(params["max_tokens"]), key=f"maxtok::{base.id}"
     )
+    return {
+        "model": model.strip(),
+        "temperature": temperature,
+        "top_p": top_p,
+        "max_tokens": int(max_tokens),
+    }
+
+
+def edit_schemas(base: PromptVersion) -> tuple[str, str]:
+    """The variable schema and the output JSON Schema as edited (YAML text)."""
     s1, s2 = st.columns(2)
     variables_text = s1.text_area(
         "Variable schema (YAML)",
@@ -170,6 +172,18 @@ def edit_tab(wb: Workbench, base: PromptVersion) -> None:
         key=f"out::{base.id}",
         height=200,
     )
+    return variables_text, output_text
+
+
+def edit_tab(wb: Workbench, base: PromptVersion) -> None:
+    st.caption(
+        f"Editing from {escape_markdown(base.ref)}. Saving creates a new version; "
+        "the old one never changes."
+    )
+    drafts = draft_messages(base)
+    edit_messages(drafts)
+    params = edit_params(base)
+    variables_text, output_text = edit_schemas(base)
     m1, m2 = st.columns([3, 1])
     commit_message = m1.text_input(
         "Commit message", key=f"commit::{base.id}", placeholder="What changed and why"
@@ -187,16 +201,11 @@ def edit_tab(wb: Workbench, base: PromptVersion) -> None:
                     {"role": d["role"], "content": d["content"], "when": d.get("when")}
                     for d in drafts
                 ],
-                params={
-                    "model": model.strip(),
-                    "temperature": temperature,
-                    "top_p": top_p,
-                    "max_tokens": int(max_tokens),
-                },
+                params=params,
                 variables=parse_yaml_mapping(variables_text, "variable schema"),
                 output_schema=parse_yaml_mapping(output_text, "output JSON Schema"),
             )
-            result = wb.save_version(
+            result = wb.prompts.save_version(
                 base.prompt_name,
                 template,
                 message=commit_message.strip(),
@@ -242,7 +251,7 @@ def history_tab(wb: Workbench, name: str, versions: list[PromptVersion]) -> None
         )
     st.download_button(
         "Export as YAML",
-        wb.export_prompt(name),
+        wb.prompts.export(name),
         file_name=f"{name}.yaml",
         mime="text/yaml",
         icon=":material/download:",
@@ -315,7 +324,7 @@ def labels_tab(wb: Workbench, name: str, versions: list[PromptVersion]) -> None:
     show_flash("labels")
     if moved:
         try:
-            version = wb.set_label(name, target, label.strip())
+            version = wb.prompts.set_label(name, target, label.strip())
         except PromptlabError as exc:
             show_error(exc)
             return

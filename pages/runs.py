@@ -12,20 +12,16 @@ from datetime import timedelta
 import pandas as pd
 import streamlit as st
 
+from promptlab.checks.validation import CheckStatus
+from promptlab.errors import PromptlabError
+from promptlab.facades.runs import RunView
+from promptlab.records import ItemPage, ItemStatus, RunWithCounts
 from promptlab.ui.downloads import download_buttons
 from promptlab.ui.resources import get_workbench
 from promptlab.ui.shell import require_shell
 from promptlab.ui.widgets import escape_markdown, show_error, show_messages
-from promptlab.workbench import (
-    CheckStatus,
-    ItemPage,
-    ItemStatus,
-    ItemView,
-    PromptlabError,
-    RunView,
-    RunWithCounts,
-    Workbench,
-)
+from promptlab.views.item import ItemView
+from promptlab.workbench import Workbench
 
 #: How often the live panel polls; each poll reads one snapshot of the store.
 POLL_EVERY = timedelta(seconds=1)
@@ -59,7 +55,7 @@ def start_form(wb: Workbench) -> None:
         )
         if st.button("Start run", type="primary", key="start_run"):
             try:
-                run_id = wb.start_run(wb.parse_pasted_spec(text))
+                run_id = wb.runs.start(wb.runs.parse_spec(text))
             except PromptlabError as exc:
                 show_error(exc)
             else:
@@ -96,7 +92,7 @@ def runs_table(runs: list[RunWithCounts]) -> None:
 @st.fragment(run_every=POLL_EVERY)
 def live(wb: Workbench) -> None:
     """The runs list and the chosen run, refreshed together so their figures agree."""
-    listed = wb.list_runs()
+    listed = wb.runs.list()
     if not listed:
         st.info("No runs yet.", icon=":material/info:")
         return
@@ -113,7 +109,7 @@ def live(wb: Workbench) -> None:
 
 
 def run_detail(wb: Workbench, run_id: str) -> None:
-    view = wb.run_view(run_id)
+    view = wb.runs.view(run_id)
     st.subheader(f"{escape_markdown(view.run.name)} · {view.status}")  # a spec names it
     if view.reason:
         st.text(view.reason)
@@ -286,11 +282,11 @@ def failures(view: RunView) -> None:
 def actions(wb: Workbench, view: RunView) -> None:
     left, right, _ = st.columns([1, 1, 4])
     if left.button("Cancel", disabled=not view.can_cancel, key=f"cancel_{view.run_id}"):
-        wb.cancel_run(view.run_id)
+        wb.runs.cancel(view.run_id)
         st.rerun()
     if right.button("Resume", disabled=not view.can_resume, key=f"resume_{view.run_id}"):
         try:
-            wb.resume_run(view.run_id)
+            wb.runs.resume(view.run_id)
         except PromptlabError as exc:
             show_error(exc)
         else:
@@ -320,7 +316,7 @@ def items(wb: Workbench, view: RunView) -> None:
     scope = f"{run_id}_{zlib.crc32(repr(filters).encode()):08x}"
     page_no = st.session_state.get(f"items_page_{scope}", 1)
     try:
-        page = wb.run_items(
+        page = wb.runs.items(
             run_id,
             status=None if status == ALL else status,
             variant=None if variant == ALL else variant,
@@ -396,7 +392,7 @@ def items_table(page: ItemPage, key: str) -> str | None:
 def item_detail(wb: Workbench, run_id: str, key: str) -> None:
     """How one item came to be: inputs, messages sent, params, output, error, attempts."""
     try:
-        item = wb.item_view(run_id, key)
+        item = wb.runs.item(run_id, key)
     except PromptlabError as exc:
         show_error(exc)
         return
@@ -449,10 +445,10 @@ def rating(wb: Workbench, run_id: str, key: str) -> None:
     for col, (kind, label) in zip(cols, RATINGS, strict=False):
         if col.button(label, key=f"rate_{kind}_{key}"):
             try:
-                wb.rate_result(run_id, key, kind)
+                wb.analysis.rate_result(run_id, key, kind)
             except PromptlabError as exc:
                 show_error(exc)
-    counts = wb.result_feedback(run_id, key)
+    counts = wb.analysis.result_feedback(run_id, key)
     cols[-1].caption(
         " · ".join(f"{kind.replace('_', ' ')} {n}" for kind, n in sorted(counts.items()))
         or "no feedback yet"

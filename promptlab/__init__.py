@@ -14,7 +14,7 @@ from promptlab.errors import (
 )
 
 if TYPE_CHECKING:
-    from promptlab.experiments.config import (
+    from promptlab.experiments import (
         Assignment,
         ExperimentConfig,
         assign,
@@ -28,11 +28,11 @@ if TYPE_CHECKING:
 #: jsonschema, which `promptlab --help` and every CLI start would otherwise pay for.
 _LAZY = {
     # Experiments: `promptlab.assign(promptlab.load_experiment_config(FILE), unit_id)` in
-    # a live service, on an exported config, with no database (promptlab/experiments/config.py).
-    "Assignment": "promptlab.experiments.config",
-    "ExperimentConfig": "promptlab.experiments.config",
-    "assign": "promptlab.experiments.config",
-    "load_experiment_config": "promptlab.experiments.config",
+    # a live service, on an exported config, with no database (promptlab/experiments/).
+    "Assignment": "promptlab.experiments",
+    "ExperimentConfig": "promptlab.experiments",
+    "assign": "promptlab.experiments",
+    "load_experiment_config": "promptlab.experiments",
     "Message": "promptlab.prompts.templates",
     "PromptVersion": "promptlab.prompts.registry",
     "Registry": "promptlab.prompts.registry",

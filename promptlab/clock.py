@@ -1,7 +1,9 @@
-"""The engine's clock: one seam for elapsed time and wall-clock stamps.
+"""The one clock: a seam for elapsed time and wall-clock stamps.
 
-Everything in the engine that measures a wait or stamps a record asks the Clock it was
-given, so a test can run the engine against a clock it moves by hand.
+The Store holds the clock it was opened with (`Store(path, clock=...)`,
+`Workbench.open(settings, clock=...)`); the registry, the audit log, datasets, feedback,
+experiments, the engine and its writer all ask that clock, so a test can run the whole
+product against a clock it moves by hand (`promptlab.engine.testing.ManualClock`).
 """
 
 from __future__ import annotations

@@ -4,13 +4,15 @@
     ├── ConfigError                  bad settings or providers file
     │   └── SpecError                a run spec is invalid (names the field)
     ├── StoreError                   DuckDB storage problems
-    │   └── DatabaseLockedError      another process holds the database file
+    │   ├── DatabaseLockedError      another process holds the database file
+    │   └── FileReadError            DuckDB's reader refused a file (file and line)
     ├── TemplateError                a template cannot be saved or rendered
     │   ├── TemplateSyntaxError      not valid template syntax (with line)
     │   ├── UnsafeTemplateError      reaches for Python internals or unknown constructs
     │   ├── RoleOrderError           system/user/assistant order is wrong (with index)
     │   ├── VariableError            values do not fit the variable schema (all problems)
-    │   └── TemplateLimitError       too big, too deep or loops too much (names the limit)
+    │   ├── TemplateLimitError       too big, too deep or loops too much (names the limit)
+    │   └── PatternError             a regex RE2 cannot run (in promptlab.checks.patterns)
     ├── RegistryError                prompt registry problems
     │   ├── NotFoundError            a prompt, version or label does not exist
     │   ├── PromptExistsError        creating a prompt under a name already in use
@@ -20,12 +22,15 @@
     ├── DatasetError                 a dataset cannot be imported or changed (file, line, column)
     ├── FeedbackError                a feedback or log file has a bad row (file, row, column)
     ├── EngineError                  a run cannot be submitted, resumed or cancelled as asked
+    ├── ItemKeyError                 an item key or prefix is malformed or matches several
     ├── OutputFileError              a file of outputs or a schema to check them is wrong (line)
     ├── ExportError                  a table cannot be exported as asked (table, format, file)
     └── ProviderError                a provider call failed; `kind` says how (ErrorKind)
 
 Inside a batch, a ProviderError is data: it is recorded on the item, not raised
-out of the run.
+out of the run. DuckDB's own exceptions never leave `promptlab.store`: the store raises
+a StoreError (a file it cannot read: FileReadError, which the data layer says as a
+DatasetError or FeedbackError).
 """
 
 from __future__ import annotations
@@ -62,6 +67,11 @@ class DatabaseLockedError(StoreError):
             f"database {path} is in use by another process{who}; "
             "stop it or point PROMPTLAB_DB / --db at another file"
         )
+
+
+class FileReadError(StoreError):
+    """DuckDB's reader refused a file being imported; the message is one line naming the
+    file and, when DuckDB says, the line."""
 
 
 class TemplateError(PromptlabError):
@@ -155,6 +165,10 @@ class ExportError(PromptlabError):
 
 class EngineError(PromptlabError):
     """A run cannot be submitted, resumed or cancelled as asked."""
+
+
+class ItemKeyError(PromptlabError):
+    """An item key (or prefix) that is malformed or matches more than one item."""
 
 
 class ErrorKind(enum.StrEnum):

@@ -27,6 +27,7 @@ MAX_YAML_DEPTH = 100
 MAX_YAML_VALUES = 1_000_000
 
 
+# Not a PromptlabError: caught in `parse_yaml`, which raises the caller's own error class.
 class _Refused(Exception):
     """A document past one of the limits; `line` is 1-based, or None when unknown."""
 

@@ -1,25 +1,40 @@
-"""Shared fixtures: every test gets its own environment and a real DuckDB file."""
+"""Shared fixtures: every test gets its own environment and a real DuckDB file.
+
+The demo databases take seconds to build (their runs go through the simulated model),
+so each is built once per session (per xdist worker) and every test gets its own copy.
+"""
 
 from __future__ import annotations
 
+import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from promptlab.cli import main
+from promptlab.config import Settings
 from promptlab.prompts.registry import Registry
+from promptlab.records import RunStatus
 from promptlab.store import Store
+from promptlab.workbench import Workbench
+
+
+def isolate(monkeypatch: pytest.MonkeyPatch, db: Path) -> None:
+    """The database at `db`, author "tester", and none of the developer's keys or providers."""
+    monkeypatch.setenv("PROMPTLAB_DB", str(db))
+    monkeypatch.setenv("PROMPTLAB_AUTHOR", "tester")
+    for name in ("PROMPTLAB_PROVIDERS", "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
 
 
 @pytest.fixture(autouse=True)
 def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """No test sees the developer's database, keys or providers file."""
     db = tmp_path / "promptlab.duckdb"
-    monkeypatch.setenv("PROMPTLAB_DB", str(db))
-    monkeypatch.setenv("PROMPTLAB_AUTHOR", "tester")
-    for name in ("PROMPTLAB_PROVIDERS", "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL"):
-        monkeypatch.delenv(name, raising=False)
+    isolate(monkeypatch, db)
     return db
 
 
@@ -46,6 +61,52 @@ def store(db_path: Path) -> Iterator[Store]:
 @pytest.fixture
 def registry(store: Store) -> Registry:
     return Registry(store)
+
+
+def closed_database(path: Path) -> Path:
+    """`path`, checked to be a whole database file: closed, with no write-ahead log beside it."""
+    assert path.is_file() and not path.with_name(f"{path.name}.wal").exists(), path
+    return path
+
+
+@pytest.fixture(scope="session")
+def demo_db_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`promptlab init --demo` on a new database: the demo prompts, datasets and experiment,
+    the demo run on the simulated model and its clicks. Built once; copy it (`demo_db`)."""
+    db = tmp_path_factory.mktemp("demo-once") / "demo.duckdb"
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        isolate(monkeypatch, db)
+        result = CliRunner().invoke(main, ["--db", str(db), "init", "--demo"])
+    assert result.exit_code == 0, (result.output, result.exception)
+    return closed_database(db)
+
+
+@pytest.fixture
+def demo_db(demo_db_once: Path, tmp_path: Path) -> Path:
+    """This test's own copy of the `init --demo` database, at tmp_path/demo.duckdb."""
+    copy = tmp_path / "demo.duckdb"
+    shutil.copyfile(demo_db_once, copy)
+    return copy
+
+
+@pytest.fixture(scope="session")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
+    """(database, split run id, all-mode run id): the demo loaded and its experiment run
+    twice on the simulated model, a 70/30 split and an all-mode run. Built once per
+    session: tests that change the database copy the file first."""
+    path = tmp_path_factory.mktemp("runs-once") / "runs.duckdb"
+    settings = Settings.from_env({"PROMPTLAB_DB": str(path), "PROMPTLAB_AUTHOR": "tester"})
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        isolate(monkeypatch, path)
+        with Store(path) as store, Workbench(store, settings) as wb:
+            wb.demo.load()
+            assert not wb.analysis.has_results() and wb.analysis.runs_with_results() == []
+            split = wb.runs.start(wb.runs.experiment_spec("triage-split", "tickets"))
+            assert wb.runs.wait(split, 60).status == RunStatus.COMPLETED
+            spec = wb.runs.experiment_spec("triage-split", "tickets", mode="all")
+            paired = wb.runs.start(spec)
+            assert wb.runs.wait(paired, 60).status == RunStatus.COMPLETED
+    return closed_database(path), split, paired
 
 
 # A real fakellm server on loopback, shared by tests of providers and the engine.

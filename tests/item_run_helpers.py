@@ -81,6 +81,6 @@ def retrying_server() -> Iterator[RunningServer]:
 def finished_run(tmp_path: Path, retrying_server: RunningServer, db_path: Path) -> str:
     """The run of `item_spec`, completed in the test's database; its workbench closed."""
     with Workbench.open() as wb:
-        run_id = wb.start_run(item_spec(tmp_path, retrying_server.openai_base_url))
-        assert wb.wait(run_id, timeout=60).status == "completed"
+        run_id = wb.runs.start(item_spec(tmp_path, retrying_server.openai_base_url))
+        assert wb.runs.wait(run_id, timeout=60).status == "completed"
     return run_id

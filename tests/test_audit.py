@@ -16,6 +16,7 @@ from promptlab.cli import main
 from promptlab.config import Settings
 from promptlab.engine import parse_spec
 from promptlab.errors import NotFoundError
+from promptlab.facades.audit import AuditFilter
 from promptlab.fakellm.server import RunningServer
 from promptlab.prompts.templates import Template
 from promptlab.views.audit import timeline_bars, trace_stages
@@ -65,14 +66,16 @@ def spec_for(
 
 
 def run(wb: Workbench, spec: dict[str, Any]) -> str:
-    run_id = wb.start_run(parse_spec(spec))
-    wb.wait(run_id, timeout=60)
+    run_id = wb.runs.start(parse_spec(spec))
+    wb.runs.wait(run_id, timeout=60)
     return run_id
 
 
 def traces(wb: Workbench, run_id: str) -> list[Any]:
-    keys = {e.trace_id for e in wb.audit_events(run_id=run_id, kind="result", limit=None)}
-    return [wb.audit_trace(str(key)) for key in sorted(keys, key=str)]
+    keys = {
+        e.trace_id for e in wb.audit.events(AuditFilter(run_id=run_id, kind="result", limit=None))
+    }
+    return [wb.audit.trace(str(key)) for key in sorted(keys, key=str)]
 
 
 def test_a_succeeded_item_has_every_stage_in_its_trace(
@@ -146,7 +149,7 @@ def test_failed_items_trace_the_stages_they_reached(
         run_id = run(wb, spec)
         sent = traces(wb, run_id)
         unsent = traces(wb, run(wb, too_long))
-        failed = wb.audit_events(run_id=run_id, status="failed", error_kind="server")
+        failed = wb.audit.events(AuditFilter(run_id=run_id, status="failed", error_kind="server"))
     for trace in sent:
         result = trace.result
         assert result is not None
@@ -170,12 +173,12 @@ def test_change_events_name_their_actor(
     spec = spec_for(tmp_path, fakellm, monkeypatch, rows=1)
     template = Template.build([{"role": "user", "content": "Hi {{ name }}"}])
     with Workbench.open() as wb:
-        wb.create_prompt("greet", template)
-        wb.set_label("greet", "1.0.0", "prod")
+        wb.prompts.create("greet", template)
+        wb.prompts.set_label("greet", "1.0.0", "prod")
         (tmp_path / "d.csv").write_text("name\nann\n")
-        wb.import_dataset(tmp_path / "d.csv", "people")
+        wb.datasets.import_file(tmp_path / "d.csv", "people")
         run_id = run(wb, spec)
-        changes = wb.audit_events(kind=None, limit=None)
+        changes = wb.audit.events(AuditFilter(kind=None, limit=None))
     kinds = [e.kind for e in changes if e.chain == CHANGES_CHAIN]
     assert kinds[:3] == ["prompt_version.created", "label.moved", "dataset.imported"]
     assert "run.submitted" in kinds and kinds[-1] == "run.ended"
@@ -190,14 +193,14 @@ def test_imports_ratings_and_exports_are_change_events(
     spec = spec_for(tmp_path, fakellm, monkeypatch, rows=2)
     with Workbench.open() as wb:
         run_id = run(wb, spec)
-        key = wb.run_items(run_id, status="succeeded", limit=1).rows[0].key
+        key = wb.runs.items(run_id, status="succeeded", limit=1).rows[0].key
         (tmp_path / "fb.csv").write_text(f"result_id,kind\n{key},impression\n")
-        wb.import_feedback(tmp_path / "fb.csv")
-        wb.rate_result(run_id, key, "thumbs_up")
-        wb.export_table("results", "csv", tmp_path / "r.csv", run_id=run_id)
-        wb.export_bytes("items", "jsonl", run_id=run_id)
-        changes = [e for e in wb.audit_events(limit=None) if e.chain == CHANGES_CHAIN]
-        assert wb.audit_verify().ok
+        wb.analysis.import_feedback(tmp_path / "fb.csv")
+        wb.analysis.rate_result(run_id, key, "thumbs_up")
+        wb.exports.write_table("results", "csv", tmp_path / "r.csv", run_id=run_id)
+        wb.exports.table_bytes("items", "jsonl", run_id=run_id)
+        changes = [e for e in wb.audit.events(AuditFilter(limit=None)) if e.chain == CHANGES_CHAIN]
+        assert wb.audit.verify().ok
     by_kind = {e.kind: e for e in changes}
     assert by_kind["feedback.imported"].payload == {"file": "fb.csv", "rows": 1}
     assert by_kind["feedback.rated"].run_id == run_id
@@ -222,7 +225,7 @@ def audited_db(
     spec = spec_for(tmp_path, fakellm, monkeypatch, rows=5)
     with Workbench.open() as wb:
         run_id = run(wb, spec)
-        assert wb.audit_verify().ok
+        assert wb.audit.verify().ok
     return db_path, run_id
 
 
@@ -302,7 +305,7 @@ def test_show_prints_the_timeline_and_export_writes_lines(
 ) -> None:
     db, run_id = audited_db
     with Workbench.open(Settings.from_env().with_db(db)) as wb:
-        key = str(wb.audit_events(run_id=run_id, kind="result", limit=1)[0].trace_id)
+        key = str(wb.audit.events(AuditFilter(run_id=run_id, kind="result", limit=1))[0].trace_id)
     shown = CliRunner().invoke(main, ["--db", str(db), "audit", "show", key[:10]])
     assert shown.exit_code == 0, shown.output
     for word in ("attempt 1: ok", "result: succeeded", "render:", "preflight:", "prompt:"):
@@ -316,9 +319,9 @@ def test_show_prints_the_timeline_and_export_writes_lines(
     assert len(lines) == 5 + 2  # 5 items answered at once (one event each), submitted, ended
     assert all(line["hash"] and line["prev_hash"] for line in lines)
     with Workbench.open(Settings.from_env().with_db(db)) as wb:
-        exports = wb.audit_events(kind="table.exported")
+        exports = wb.audit.events(AuditFilter(kind="table.exported"))
         assert exports[0].payload["rows"] == 7
-        assert wb.audit_verify().ok
+        assert wb.audit.verify().ok
     # An existing file is kept unless --force; an unknown run writes nothing.
     again = ["--db", str(db), "audit", "export", "--run", run_id, "-o", str(out)]
     refused = CliRunner().invoke(main, again)
@@ -339,10 +342,10 @@ def test_audit_off_records_nothing(
     monkeypatch.setenv("PROMPTLAB_AUDIT", "0")
     with Workbench.open() as wb:
         run_id = run(wb, spec)
-        assert wb.audit_events(limit=None) == []
-        key = wb.run_items(run_id, limit=1).rows[0].key
+        assert wb.audit.events(AuditFilter(limit=None)) == []
+        key = wb.runs.items(run_id, limit=1).rows[0].key
         with pytest.raises(NotFoundError, match="from a run made with the audit off"):
-            wb.audit_trace(key)
+            wb.audit.trace(key)
 
 
 def test_masking_masks_stored_outputs_and_prompts_and_records_it(
@@ -384,8 +387,10 @@ def test_an_api_key_reaches_no_text_or_json_column(
     spec = spec_for(tmp_path, server, monkeypatch, rows=6, key_env="AUDIT_TEST_KEY")
     with Workbench.open() as wb:
         run_id = run(wb, spec)
-        wb.export_audit(tmp_path / "out.jsonl", run_id=run_id)
-        assert wb.audit_events(run_id=run_id, error_kind="bad_request"), "no key was echoed"
+        wb.audit.export(tmp_path / "out.jsonl", run_id=run_id)
+        assert wb.audit.events(AuditFilter(run_id=run_id, error_kind="bad_request")), (
+            "no key was echoed"
+        )
         with wb.store.read() as cur:
             columns = cur.execute(
                 "SELECT table_name, column_name FROM information_schema.columns "
@@ -410,12 +415,17 @@ def test_events_filter_by_run_kind_model_status_and_experiment(
     spec = spec_for(tmp_path, fakellm, monkeypatch, rows=2)
     with Workbench.open() as wb:
         run_id = run(wb, spec)
-        assert wb.audit_events(experiment="nope") == []
-        assert {e.run_id for e in wb.audit_events(run_id=run_id)} == {run_id}
-        assert len(wb.audit_events(run_id=run_id, kind="result")) == 2
-        assert len(wb.audit_events(run_id=run_id, model="gpt-4o-mini", status="succeeded")) == 2
-        assert wb.audit_events(run_id=run_id, model="other") == []
-        assert wb.audit_events(run_id=run_id, status="failed") == []
+        assert wb.audit.events(AuditFilter(experiment="nope")) == []
+        assert {e.run_id for e in wb.audit.events(AuditFilter(run_id=run_id))} == {run_id}
+        assert len(wb.audit.events(AuditFilter(run_id=run_id, kind="result"))) == 2
+        assert (
+            len(
+                wb.audit.events(AuditFilter(run_id=run_id, model="gpt-4o-mini", status="succeeded"))
+            )
+            == 2
+        )
+        assert wb.audit.events(AuditFilter(run_id=run_id, model="other")) == []
+        assert wb.audit.events(AuditFilter(run_id=run_id, status="failed")) == []
 
 
 def test_verify_walks_a_long_chain_page_by_page(tmp_path: Path) -> None:
@@ -510,10 +520,10 @@ def test_export_streams_page_by_page_and_misses_no_event(
     out = tmp_path / "run.jsonl"
     items = AuditFilter(chain=run_chain(run_id), limit=None)
     with Workbench.open(Settings.from_env().with_db(db)) as wb:
-        wb.export_audit(tmp_path / "whole.jsonl", where=items)
+        wb.audit.export(tmp_path / "whole.jsonl", where=items)
         monkeypatch.setattr(store_audit, "VERIFY_PAGE", 2)
-        wb.export_audit(tmp_path / "paged.jsonl", where=items)
-        assert wb.export_audit(out, run_id=run_id) == 7
+        wb.audit.export(tmp_path / "paged.jsonl", where=items)
+        assert wb.audit.export(out, run_id=run_id) == 7
     assert (tmp_path / "paged.jsonl").read_text() == (tmp_path / "whole.jsonl").read_text()
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     keys = [(line["chain"], line["seq"]) for line in lines]
@@ -526,17 +536,17 @@ def test_an_item_cancelled_before_it_was_sent_says_why_it_has_no_trace(
 ) -> None:
     spec = spec_for(tmp_path, fakellm, monkeypatch, rows=300)
     with Workbench.open() as wb:
-        run_id = wb.start_run(parse_spec(spec))
-        wb.cancel_run(run_id)
-        wb.wait(run_id, timeout=60)
-        traced = {e.trace_id for e in wb.audit_events(run_id=run_id, limit=None)}
-        page = wb.run_items(run_id, status="cancelled", limit=500)
+        run_id = wb.runs.start(parse_spec(spec))
+        wb.runs.cancel(run_id)
+        wb.runs.wait(run_id, timeout=60)
+        traced = {e.trace_id for e in wb.audit.events(AuditFilter(run_id=run_id, limit=None))}
+        page = wb.runs.items(run_id, status="cancelled", limit=500)
         untraced = [r.key for r in page.rows if r.key not in traced]
         assert untraced, "every item was sent before the cancel landed"
         with pytest.raises(NotFoundError, match="cancelled before it was sent"):
-            wb.audit_trace(untraced[0])
+            wb.audit.trace(untraced[0])
         with pytest.raises(NotFoundError, match="no audit trace whose id"):
-            wb.audit_trace("ffffffffffff")
+            wb.audit.trace("ffffffffffff")
 
 
 def test_an_edited_result_row_no_longer_matches_its_event(audited_db: tuple[Path, str]) -> None:
@@ -544,13 +554,13 @@ def test_an_edited_result_row_no_longer_matches_its_event(audited_db: tuple[Path
     `audit show` tell when the row was changed after it was written."""
     db, run_id = audited_db
     with Workbench.open(Settings.from_env().with_db(db)) as wb:
-        key = str(wb.audit_events(run_id=run_id, kind="result", limit=1)[0].trace_id)
-        assert wb.audit_trace(key).result_verified is True
+        key = str(wb.audit.events(AuditFilter(run_id=run_id, kind="result", limit=1))[0].trace_id)
+        assert wb.audit.trace(key).result_verified is True
     tamper(db, f"UPDATE results SET output_text = 'edited' WHERE idempotency_key = '{key}'")
     with Workbench.open(Settings.from_env().with_db(db)) as wb:
-        trace = wb.audit_trace(key)
+        trace = wb.audit.trace(key)
         assert trace.result_verified is False and trace.output == "edited"
-        assert not wb.audit_verify().ok  # verify checks the rows against their events too
+        assert not wb.audit.verify().ok  # verify checks the rows against their events too
     shown = CliRunner().invoke(main, ["--db", str(db), "audit", "show", key])
     assert "the stored result DOES NOT match the hash its event recorded" in shown.output
 
@@ -595,11 +605,11 @@ def test_an_edited_answered_attempt_no_longer_matches_its_event(
 ) -> None:
     db, run_id = audited_db
     with Workbench.open(Settings.from_env().with_db(db)) as wb:
-        key = str(wb.audit_events(run_id=run_id, kind="result", limit=1)[0].trace_id)
-        assert wb.audit_trace(key).result_verified is True
+        key = str(wb.audit.events(AuditFilter(run_id=run_id, kind="result", limit=1))[0].trace_id)
+        assert wb.audit.trace(key).result_verified is True
     tamper(db, f"UPDATE attempts SET latency_ms = 1.5 WHERE idempotency_key = '{key}'")
     with Workbench.open(Settings.from_env().with_db(db)) as wb:
-        assert wb.audit_trace(key).result_verified is False
+        assert wb.audit.trace(key).result_verified is False
 
 
 def test_a_later_final_row_is_named_not_called_edited(audited_db: tuple[Path, str]) -> None:
@@ -607,13 +617,13 @@ def test_a_later_final_row_is_named_not_called_edited(audited_db: tuple[Path, st
     without an event. Its old event did not hash that row: no false alarm."""
     db, run_id = audited_db
     with Workbench.open(Settings.from_env().with_db(db)) as wb:
-        key = str(wb.audit_events(run_id=run_id, kind="result", limit=1)[0].trace_id)
+        key = str(wb.audit.events(AuditFilter(run_id=run_id, kind="result", limit=1))[0].trace_id)
     tamper(
         db,
         "UPDATE results SET status = 'cancelled', output_text = NULL, "
         f"finished_at = finished_at + INTERVAL 1 MINUTE WHERE idempotency_key = '{key}'",
     )
     with Workbench.open(Settings.from_env().with_db(db)) as wb:
-        trace = wb.audit_trace(key)
+        trace = wb.audit.trace(key)
     assert trace.result_verified is None
     assert trace.stages["stored result"].startswith("a later final row (cancelled at ")

@@ -126,9 +126,9 @@ def test_an_untouched_run_verifies_with_its_rows_counted(run_db: tuple[Path, str
     assert f"{ROWS} results and {ROWS + failed_attempts} attempts rows match" in result.output
 
 
-#: A copy of an item's results row under another key, with an output of its own.
+#: A copy of an item's results row under another key (g... is never a hex key), with its own output.
 FORGED_ROW = (
-    "INSERT INTO results SELECT 'f' || idempotency_key[2:], run_id, seq + 1000, row_index, "
+    "INSERT INTO results SELECT 'g' || idempotency_key[2:], run_id, seq + 1000, row_index, "
     "variant, repeat, status, error_kind, error_message, prompt_version_id, endpoint, "
     "model, params, 'made up', input_tokens, output_tokens, finish_reason, model_version, "
     "latency_ms, cost_usd, attempts, finished_at, check_status, check_errors, rule_status, "
@@ -145,7 +145,7 @@ FORGED_ROW = (
          ["results row of item {key} modified: status differs"]),
         (1, "DELETE FROM results WHERE idempotency_key = ?",
          ["run {run}: results row of item {key} deleted"]),
-        (1, FORGED_ROW, ["run {run}: results row of item f{tail} inserted"]),
+        (1, FORGED_ROW, ["run {run}: results row of item g{tail} inserted"]),
         (1, "DELETE FROM attempts WHERE idempotency_key = ?",
          ["run {run}: attempts row of item {key} attempt 1 deleted"]),
         (1, "UPDATE attempts SET latency_ms = 1.5 WHERE idempotency_key = ?",
@@ -315,7 +315,7 @@ def test_the_workbench_report_says_the_same(run_db: tuple[Path, str]) -> None:
     key = one_key(db, run_id)
     sql(db, "DELETE FROM attempts WHERE idempotency_key = ?", [key])
     with Workbench.open(Settings.from_env().with_db(db)) as wb:
-        report = wb.audit_verify()
+        report = wb.audit.verify()
     assert not report.ok
     (problem,) = report.problems
     assert (problem.run_id, problem.key, problem.what) == (run_id, key, "deleted")

@@ -180,9 +180,9 @@ def run_with_items(tmp_path: Path) -> tuple[str, str]:
     )  # fmt: skip
     settings = Settings.from_env().with_db(tmp_path / "app.duckdb")
     with Workbench.open(settings) as wb:
-        run_id = wb.start_run(spec)
-        assert wb.wait(run_id, timeout=60).status == "completed"
-        key = wb.run_items(run_id, offset=1, limit=1).rows[0].key
+        run_id = wb.runs.start(spec)
+        assert wb.runs.wait(run_id, timeout=60).status == "completed"
+        key = wb.runs.items(run_id, offset=1, limit=1).rows[0].key
     return run_id, key
 
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from promptlab.cli import main
 from promptlab.config import DEMO_DIR
-from promptlab.experiments.config import assign, load_experiment_config
+from promptlab.experiments import assign, load_experiment_config
 from promptlab.store import Store
 from tests.test_startup import HEAVY, invoke_cli, modules_after
 

@@ -50,8 +50,8 @@ def test_items_filter_by_status_and_error_kind(finished_run: str) -> None:
 
 def test_item_prints_inputs_messages_output_and_attempts(finished_run: str) -> None:
     with Workbench.open() as wb:
-        row = next(r for r in wb.run_items(finished_run).rows if r.attempts > 1)
-        view = wb.item_view(finished_run, row.key)
+        row = next(r for r in wb.runs.items(finished_run).rows if r.attempts > 1)
+        view = wb.runs.item(finished_run, row.key)
     result = status(finished_run, "--item", row.key[:12])
     assert result.exit_code == 0, result.output
     out = result.stdout
@@ -78,7 +78,7 @@ def test_item_prints_inputs_messages_output_and_attempts(finished_run: str) -> N
 
 def test_item_of_an_invalid_row_prints_the_render_error(finished_run: str) -> None:
     with Workbench.open() as wb:
-        key = wb.run_items(finished_run, error_kind="invalid_input").rows[0].key
+        key = wb.runs.items(finished_run, error_kind="invalid_input").rows[0].key
     result = status(finished_run, "--item", key)
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()

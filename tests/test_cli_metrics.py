@@ -11,7 +11,6 @@ from click.testing import CliRunner, Result
 
 from promptlab.cli import main
 from promptlab.store import Store
-from tests.test_metrics import runs  # noqa: F401 - the module's two demo runs
 from tests.test_startup import HEAVY, invoke_cli, modules_after
 
 
@@ -20,7 +19,7 @@ def cli(*args: str) -> Result:
 
 
 @pytest.fixture
-def db(runs: tuple[Path, str, str], tmp_path: Path) -> str:  # noqa: F811
+def db(runs: tuple[Path, str, str], tmp_path: Path) -> str:
     copy = tmp_path / "cli.duckdb"
     shutil.copy(runs[0], copy)
     return str(copy)
@@ -31,7 +30,7 @@ def first_table(output: str) -> list[str]:
     return output.split("output checks (")[0].splitlines()
 
 
-def test_metrics_of_a_run_one_row_per_variant(db: str, runs: tuple[Path, str, str]) -> None:  # noqa: F811
+def test_metrics_of_a_run_one_row_per_variant(db: str, runs: tuple[Path, str, str]) -> None:
     result = cli("--db", db, "metrics", "--run", runs[1])
     assert result.exit_code == 0, result.output
     lines = first_table(result.output)
@@ -53,7 +52,7 @@ def test_the_retrospective_query_is_one_line(db: str) -> None:
     assert later.output == "no results since 2999-01-01\n"
 
 
-def test_compare_prints_the_table_and_the_srm_line(db: str, runs: tuple[Path, str, str]) -> None:  # noqa: F811
+def test_compare_prints_the_table_and_the_srm_line(db: str, runs: tuple[Path, str, str]) -> None:
     result = cli("--db", db, "compare", "--run", runs[1])
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
@@ -69,7 +68,7 @@ def test_compare_prints_the_table_and_the_srm_line(db: str, runs: tuple[Path, st
     assert all(r["adjusted_p"] >= r["p_value"] for r in data["rows"])
 
 
-def test_a_broken_split_is_said_loudly(db: str, runs: tuple[Path, str, str]) -> None:  # noqa: F811
+def test_a_broken_split_is_said_loudly(db: str, runs: tuple[Path, str, str]) -> None:
     with Store(Path(db)) as store, store.transaction() as cur:
         cur.execute(
             "INSERT INTO assignments SELECT run_id, experiment, revision, 'extra-' || i, "
@@ -83,7 +82,7 @@ def test_a_broken_split_is_said_loudly(db: str, runs: tuple[Path, str, str]) -> 
     assert "fix the assignment before trusting this comparison" in result.output
 
 
-def test_compare_errors_are_one_line(db: str, runs: tuple[Path, str, str]) -> None:  # noqa: F811
+def test_compare_errors_are_one_line(db: str, runs: tuple[Path, str, str]) -> None:
     unknown = cli("--db", db, "compare", "--run", "run_nope")
     assert (unknown.exit_code, unknown.output) == (1, "error: no run with id 'run_nope'\n")
     one = cli("--db", db, "compare", "--run", runs[2], "control")
@@ -101,7 +100,7 @@ def test_help_stays_light(command: str) -> None:
 
 def test_compare_says_the_sample_size_for_a_chosen_effect(
     db: str,
-    runs: tuple[Path, str, str],  # noqa: F811
+    runs: tuple[Path, str, str],
 ) -> None:
     result = cli("--db", db, "compare", "--run", runs[1], "--mde", "5")
     # Control completed everything: 5 points down from 100% (statsmodels'

@@ -16,13 +16,6 @@ def run(*args: str) -> Result:
     return CliRunner().invoke(main, list(args), catch_exceptions=False)
 
 
-@pytest.fixture
-def demo_db(tmp_path: Path) -> Path:
-    db = tmp_path / "demo.duckdb"
-    assert run("--db", str(db), "init", "--demo").exit_code == 0
-    return db
-
-
 def test_init_demo_then_list(demo_db: Path) -> None:
     result = run("--db", str(demo_db), "prompt", "list")
     assert result.exit_code == 0

@@ -1,11 +1,12 @@
 """The Compare page's reads on real runs: side-by-side pages, time buckets, runs with results.
 
-A split and an all-mode run of the demo experiment on the simulated model, made once;
-each read is checked against the stored results.
+A split and an all-mode run of the demo experiment on the simulated model (conftest's
+`runs`, made once per session); each read is checked against the stored results.
 """
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +14,6 @@ import pytest
 
 from promptlab.config import Settings
 from promptlab.errors import PromptlabError
-from promptlab.records import RunStatus
 from promptlab.store import Store
 from promptlab.workbench import Workbench
 
@@ -22,23 +22,12 @@ def settings(path: Path) -> Settings:
     return Settings.from_env({"PROMPTLAB_DB": str(path), "PROMPTLAB_AUTHOR": "tester"})
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
-    """(database, split run id, all-mode run id), made once."""
-    path = tmp_path_factory.mktemp("compare") / "runs.duckdb"
-    with Store(path) as store, Workbench(store, settings(path)) as wb:
-        wb.load_demo()
-        assert not wb.has_results() and wb.runs_with_results() == []
-        split = wb.start_run(wb.experiment_run_spec("triage-split", "tickets"))
-        assert wb.wait(split, 60).status == RunStatus.COMPLETED
-        paired = wb.start_run(wb.experiment_run_spec("triage-split", "tickets", mode="all"))
-        assert wb.wait(paired, 60).status == RunStatus.COMPLETED
-    return path, split, paired
-
-
 @pytest.fixture
-def wb(runs: tuple[Path, str, str]) -> Iterator[Workbench]:
-    with Store(runs[0]) as store, Workbench(store, settings(runs[0])) as bench:
+def wb(runs: tuple[Path, str, str], tmp_path: Path) -> Iterator[Workbench]:
+    # A copy: the session's database is shared by every test that reads these runs.
+    db = tmp_path / "compare.duckdb"
+    shutil.copyfile(runs[0], db)
+    with Store(db) as store, Workbench(store, settings(db)) as bench:
         yield bench
 
 
@@ -55,12 +44,12 @@ def test_runs_with_results_are_newest_first_with_their_variants(
     wb: Workbench, runs: tuple[Path, str, str]
 ) -> None:
     _, split, paired = runs
-    assert wb.has_results()
-    listed = wb.runs_with_results()
+    assert wb.analysis.has_results()
+    listed = wb.analysis.runs_with_results()
     assert [r.run_id for r in listed] == [paired, split]
     assert all(r.variants == ["control", "staging"] for r in listed)
     assert [r.results for r in listed] == [len(stored(wb, paired)), len(stored(wb, split))]
-    assert [r.run_id for r in wb.runs_with_results(limit=1)] == [paired]
+    assert [r.run_id for r in wb.analysis.runs_with_results(limit=1)] == [paired]
 
 
 def test_side_by_side_pages_through_every_input_of_an_all_mode_run(
@@ -69,13 +58,13 @@ def test_side_by_side_pages_through_every_input_of_an_all_mode_run(
     paired = runs[2]
     outputs = stored(wb, paired)
     inputs = sorted({(row, repeat) for row, repeat, _ in outputs})
-    first = wb.side_by_side(paired, offset=0, limit=15)
+    first = wb.analysis.side_by_side(paired, offset=0, limit=15)
     assert first.total == len(inputs) == 40
     assert first.variants == ["control", "staging"]
     seen = list(first.rows)
     offset = 15
     while offset < first.total:
-        seen += wb.side_by_side(paired, offset=offset, limit=15).rows
+        seen += wb.analysis.side_by_side(paired, offset=offset, limit=15).rows
         offset += 15
     assert [(r.row_index, r.repeat) for r in seen] == inputs
     for row in seen:
@@ -88,8 +77,8 @@ def test_only_different_keeps_the_inputs_whose_outputs_differ(
     wb: Workbench, runs: tuple[Path, str, str]
 ) -> None:
     paired = runs[2]
-    every = wb.side_by_side(paired, limit=100).rows
-    different = wb.side_by_side(paired, limit=100, only_different=True)
+    every = wb.analysis.side_by_side(paired, limit=100).rows
+    different = wb.analysis.side_by_side(paired, limit=100, only_different=True)
     assert [(r.row_index, r.repeat) for r in different.rows] == [
         (r.row_index, r.repeat) for r in every if r.differs
     ]
@@ -99,22 +88,22 @@ def test_only_different_keeps_the_inputs_whose_outputs_differ(
 def test_a_split_run_has_nothing_side_by_side_and_bad_pages_are_refused(
     wb: Workbench, runs: tuple[Path, str, str]
 ) -> None:
-    page = wb.side_by_side(runs[1])
+    page = wb.analysis.side_by_side(runs[1])
     assert page.total == 0 and page.rows == []
     with pytest.raises(PromptlabError, match="offset must be >= 0 and limit >= 1"):
-        wb.side_by_side(runs[2], offset=-1)
+        wb.analysis.side_by_side(runs[2], offset=-1)
     with pytest.raises(PromptlabError, match="limit=0"):
-        wb.side_by_side(runs[2], limit=0)
+        wb.analysis.side_by_side(runs[2], limit=0)
     with pytest.raises(PromptlabError, match="no run with id 'run_missing'"):
-        wb.side_by_side("run_missing")
+        wb.analysis.side_by_side("run_missing")
 
 
 def test_time_buckets_add_up_to_the_run_metrics(wb: Workbench, runs: tuple[Path, str, str]) -> None:
     for run_id in runs[1:]:
-        series = wb.metrics_over_time(run_id)
+        series = wb.analysis.metrics_over_time(run_id)
         assert series.unit == "second"  # a sim run of a few seconds
         assert series.buckets == sorted(series.buckets, key=lambda b: b.start)
-        for row in wb.metrics(run_id=run_id):
+        for row in wb.analysis.metrics(run_id=run_id):
             mine = [b for b in series.buckets if b.variant == row.variant]
             assert sum(b.finished for b in mine) == row.finished
             assert sum(b.completed for b in mine) == row.completed
@@ -125,6 +114,6 @@ def test_latencies_are_the_variants_succeeded_results(
     wb: Workbench, runs: tuple[Path, str, str]
 ) -> None:
     run_id = runs[1]
-    for row in wb.metrics(run_id=run_id):
-        values = wb.latencies(run_id, row.variant or "")
+    for row in wb.analysis.metrics(run_id=run_id):
+        values = wb.analysis.latencies(run_id, row.variant or "")
         assert values.size == row.succeeded

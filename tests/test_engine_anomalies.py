@@ -89,7 +89,7 @@ def test_a_burst_of_failures_raises_alerts_live_and_after(
 ) -> None:
     run_id = spike_run(tmp_path, store)
     wb = Workbench(store)
-    live = wb.alerts(run_id)
+    live = wb.analysis.alerts(run_id)
     kinds = sorted(a.kind for a in live)
     assert kinds == ["error_surge", "failure_rate"], [a.message for a in live]
     rate = next(a for a in live if a.kind == "failure_rate")
@@ -99,19 +99,21 @@ def test_a_burst_of_failures_raises_alerts_live_and_after(
     surge = next(a for a in live if a.kind == "error_surge")
     assert "error server" in surge.message
     # The after-run pass over the stored results finds the same, and replaces, not adds.
-    after = wb.detect_anomalies(run_id)
+    after = wb.analysis.detect_anomalies(run_id)
     key = lambda a: (a.kind, a.variant, a.first_seq, a.last_seq, a.message)  # noqa: E731
     assert sorted(map(key, after)) == sorted(map(key, live))
-    wb.detect_anomalies(run_id)
-    assert sorted(map(key, wb.alerts(run_id))) == sorted(map(key, live))
+    wb.analysis.detect_anomalies(run_id)
+    assert sorted(map(key, wb.analysis.alerts(run_id))) == sorted(map(key, live))
     # Shown with the run.
-    assert [a.kind for a in wb.run_view(run_id).alerts] == [a.kind for a in wb.alerts(run_id)]
+    assert [a.kind for a in wb.runs.view(run_id).alerts] == [
+        a.kind for a in wb.analysis.alerts(run_id)
+    ]
 
 
 def test_status_and_the_runs_page_show_the_alerts(tmp_path: Path, db_path: Path) -> None:
     with Store(db_path) as store:
         run_id = spike_run(tmp_path, store)
-        messages = [a.message for a in Workbench(store).alerts(run_id)]
+        messages = [a.message for a in Workbench(store).analysis.alerts(run_id)]
     result = CliRunner().invoke(main, ["status", run_id], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     assert "  alerts (2):" in result.output

@@ -64,8 +64,8 @@ def checked_run(tmp_path: Path, db_path: Path, monkeypatch: pytest.MonkeyPatch) 
     providers.write_text("endpoints:\n  quick: {kind: sim, latency_scale: 0}\n")
     monkeypatch.setenv("PROMPTLAB_PROVIDERS", str(providers))
     with Workbench.open() as wb:
-        run_id = wb.start_run(checks_spec(tmp_path))
-        assert wb.wait(run_id, timeout=60).status == "completed"
+        run_id = wb.runs.start(checks_spec(tmp_path))
+        assert wb.runs.wait(run_id, timeout=60).status == "completed"
     return run_id
 
 
@@ -131,8 +131,8 @@ def test_variant_rates_follow_the_new_completion_definition(
 def test_field_breakdown_names_the_paths_that_fail_most(db_path: Path, checked_run: str) -> None:
     rows = stored(db_path, checked_run)
     with Workbench.open() as wb:
-        fields = wb.field_failures(checked_run)
-        view = wb.run_view(checked_run)
+        fields = wb.runs.field_failures(checked_run)
+        view = wb.runs.view(checked_run)
     assert fields and tuple(fields) == view.field_failures[: len(fields)]
     assert all(f.variant == "json" for f in fields)
     assert [f.outputs for f in fields] == sorted((f.outputs for f in fields), reverse=True)
@@ -148,8 +148,8 @@ def test_field_breakdown_names_the_paths_that_fail_most(db_path: Path, checked_r
 
 def test_item_view_carries_the_check(db_path: Path, checked_run: str) -> None:
     with Workbench.open() as wb:
-        page = wb.run_items(checked_run, variant="json", limit=ROWS)
-        views = [wb.item_view(checked_run, r.key) for r in page.rows]
+        page = wb.runs.items(checked_run, variant="json", limit=ROWS)
+        views = [wb.runs.item(checked_run, r.key) for r in page.rows]
     invalid = [v for v in views if v.check_status == CheckStatus.INVALID]
     assert invalid and all(v.check_errors for v in invalid)
     valid = next(v for v in views if v.check_status == CheckStatus.VALID)
@@ -158,7 +158,7 @@ def test_item_view_carries_the_check(db_path: Path, checked_run: str) -> None:
 
 def test_status_shows_the_rates_and_the_failing_fields(checked_run: str) -> None:
     with Workbench.open() as wb:
-        view = wb.run_view(checked_run)
+        view = wb.runs.view(checked_run)
     result = CliRunner().invoke(main, ["status", checked_run])
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
@@ -185,9 +185,9 @@ def test_status_shows_the_rates_and_the_failing_fields(checked_run: str) -> None
 
 def test_status_item_shows_the_check_and_every_error(checked_run: str) -> None:
     with Workbench.open() as wb:
-        page = wb.run_items(checked_run, variant="json", limit=ROWS)
+        page = wb.runs.items(checked_run, variant="json", limit=ROWS)
         key = next(r.key for r in page.rows if r.check_status == "invalid")
-        errors = wb.item_view(checked_run, key).check_errors
+        errors = wb.runs.item(checked_run, key).check_errors
     listed = CliRunner().invoke(main, ["status", checked_run, "--items", "--check", "invalid"])
     lines = listed.stdout.splitlines()
     assert lines[1].split()[4:7] == ["status", "error", "check"]

@@ -14,7 +14,7 @@ import yaml
 from promptlab.config import Settings
 from promptlab.engine import parse_spec
 from promptlab.errors import SpecError
-from promptlab.experiments.config import assign, bucket_of
+from promptlab.experiments import assign, bucket_of
 from promptlab.records import RunStatus
 from promptlab.store import Store
 from promptlab.workbench import Workbench
@@ -26,7 +26,7 @@ ROWS = 40
 @pytest.fixture
 def wb(store: Store) -> Iterator[Workbench]:
     bench = Workbench(store, Settings.from_env())
-    bench.load_demo()
+    bench.demo.load()
     yield bench
     bench.close()
 
@@ -54,9 +54,9 @@ def recorded(store: Store, run_id: str) -> list[tuple[Any, ...]]:
 
 
 def test_a_split_run_sends_each_row_to_its_unit_s_one_variant(wb: Workbench, store: Store) -> None:
-    config = wb.experiment("triage-split")
-    run_id = wb.start_run(wb.experiment_run_spec("triage-split", "tickets"))
-    assert wb.wait(run_id, 60).status == RunStatus.COMPLETED
+    config = wb.experiments.get("triage-split")
+    run_id = wb.runs.start(wb.runs.experiment_spec("triage-split", "tickets"))
+    assert wb.runs.wait(run_id, 60).status == RunStatus.COMPLETED
     items = planned(store, run_id)
     assert len(items) == ROWS  # one item per row, not one per variant
     for customer, variant in items:
@@ -71,22 +71,22 @@ def test_a_split_run_sends_each_row_to_its_unit_s_one_variant(wb: Workbench, sto
     assert [(d[0], d[1]) for d in decisions] == items
     assert all(d[2] == bucket_of(config.salt, d[0]) for d in decisions)
     assert {(d[3], d[4], d[5]) for d in decisions} == {(True, "triage-split", 1)}
-    counts = {c.variant: c.rows for c in wb.assignment_counts(run_id=run_id)}
+    counts = {c.variant: c.rows for c in wb.experiments.assignment_counts(run_id=run_id)}
     assert counts == Counter(v for _, v in items)
     assert set(counts) == {"control", "staging"}
 
 
 def test_an_all_mode_run_sends_every_row_through_every_variant(wb: Workbench, store: Store) -> None:
-    run_id = wb.start_run(wb.experiment_run_spec("triage-split", "tickets", mode="all"))
-    assert wb.wait(run_id, 60).status == RunStatus.COMPLETED
+    run_id = wb.runs.start(wb.runs.experiment_spec("triage-split", "tickets", mode="all"))
+    assert wb.runs.wait(run_id, 60).status == RunStatus.COMPLETED
     assert Counter(v for _, v in planned(store, run_id)) == {"control": ROWS, "staging": ROWS}
     assert recorded(store, run_id) == []
 
 
 def test_the_kill_switch_sends_every_unit_to_control(wb: Workbench, store: Store) -> None:
-    wb.update_experiment("triage-split", killed=True, note="broken")
-    run_id = wb.start_run(wb.experiment_run_spec("triage-split", "tickets", limit_rows=10))
-    assert wb.wait(run_id, 60).status == RunStatus.COMPLETED
+    wb.experiments.update("triage-split", killed=True, note="broken")
+    run_id = wb.runs.start(wb.runs.experiment_spec("triage-split", "tickets", limit_rows=10))
+    assert wb.runs.wait(run_id, 60).status == RunStatus.COMPLETED
     assert {v for _, v in planned(store, run_id)} == {"control"}
     assert {(d[1], d[3], d[5]) for d in recorded(store, run_id)} == {("control", False, 2)}
 
@@ -94,10 +94,10 @@ def test_the_kill_switch_sends_every_unit_to_control(wb: Workbench, store: Store
 def test_a_weight_change_is_a_new_revision_that_the_next_run_follows(
     wb: Workbench, store: Store
 ) -> None:
-    config = wb.update_experiment("triage-split", weights={"control": 0, "staging": 100})
+    config = wb.experiments.update("triage-split", weights={"control": 0, "staging": 100})
     assert config.revision == 2
-    run_id = wb.start_run(wb.experiment_run_spec("triage-split", "tickets", limit_rows=5))
-    assert wb.wait(run_id, 60).status == RunStatus.COMPLETED
+    run_id = wb.runs.start(wb.runs.experiment_spec("triage-split", "tickets", limit_rows=5))
+    assert wb.runs.wait(run_id, 60).status == RunStatus.COMPLETED
     assert {v for _, v in planned(store, run_id)} == {"staging"}
 
 
@@ -106,50 +106,50 @@ def test_a_row_without_a_unit_id_is_refused_before_the_run_exists(
 ) -> None:
     rows = tmp_path / "rows.csv"
     rows.write_text("customer_id,ticket\nC-1,Refund please\n,No customer here\n")
-    wb.import_dataset(rows, "orphans")
-    spec = wb.experiment_run_spec("triage-split", "orphans")
+    wb.datasets.import_file(rows, "orphans")
+    spec = wb.runs.experiment_spec("triage-split", "orphans")
     with pytest.raises(SpecError, match=r"dataset row 2: no unit id in column 'customer_id'"):
-        wb.start_run(spec)
-    assert wb.list_runs() == []
+        wb.runs.start(spec)
+    assert wb.runs.list() == []
 
 
 def test_a_unit_column_the_dataset_lacks_is_named(wb: Workbench) -> None:
-    spec = wb.experiment_run_spec("triage-split", "tickets", unit_column="user")
+    spec = wb.runs.experiment_spec("triage-split", "tickets", unit_column="user")
     with pytest.raises(SpecError, match=r"unit_column: dataset tickets has no column 'user'"):
-        wb.start_run(spec)
-    assert wb.list_runs() == []
+        wb.runs.start(spec)
+    assert wb.runs.list() == []
 
 
 def test_a_pasted_spec_names_the_experiment_and_its_revision(wb: Workbench) -> None:
-    wb.update_experiment("triage-split", ramp=50)
-    spec = wb.parse_pasted_spec("experiment: triage-split@1\ndataset: tickets\n")
+    wb.experiments.update("triage-split", ramp=50)
+    spec = wb.runs.parse_spec("experiment: triage-split@1\ndataset: tickets\n")
     assert spec.experiment is not None and spec.experiment["revision"] == 1
     assert spec.split and spec.unit_column == "customer_id" and spec.dataset_name == "tickets"
     assert [v.prompt for v in spec.variants][0].startswith("ticket-triage@sha256:")
     with pytest.raises(SpecError, match="experiment: no experiment named 'nope'"):
-        wb.parse_pasted_spec("experiment: nope\ndataset: tickets\n")
+        wb.runs.parse_spec("experiment: nope\ndataset: tickets\n")
     with pytest.raises(SpecError, match="give 'experiment' or 'variants', not both"):
-        wb.parse_pasted_spec(
+        wb.runs.parse_spec(
             "experiment: triage-split\ndataset: tickets\nvariants: [{prompt: ticket-triage}]\n"
         )
 
 
 def test_the_estimate_counts_the_split_it_will_plan(wb: Workbench, store: Store) -> None:
-    spec = wb.experiment_run_spec("triage-split", "tickets", repeats=2)
-    estimate = wb.estimate(spec)
+    spec = wb.runs.experiment_spec("triage-split", "tickets", repeats=2)
+    estimate = wb.runs.estimate(spec)
     by_variant = {v.name: v.requests for v in estimate.variants}
     assert estimate.requests == 2 * ROWS
     assert estimate.input_tokens > 0 and estimate.output_tokens > 0
     assert estimate.cost_usd is not None and estimate.cost_usd > 0
     assert estimate.seconds > 0 and "sim" in estimate.bound
     assert all(v.basis == "simulator profile" for v in estimate.variants)
-    run_id = wb.start_run(spec)
-    assert wb.wait(run_id, 60).status == RunStatus.COMPLETED
+    run_id = wb.runs.start(spec)
+    assert wb.runs.wait(run_id, 60).status == RunStatus.COMPLETED
     # Per variant: the expected shares (70/30), not the first rows' (which may be sorted).
     assert by_variant == {"control": 56, "staging": 24}
     assert sum(Counter(v for _, v in planned(store, run_id)).values()) == 80
     # The next estimate of the same versions learns from the results stored.
-    again = wb.estimate(spec)
+    again = wb.runs.estimate(spec)
     assert all(v.basis.endswith("results") for v in again.variants)
     assert again.output_tokens != estimate.output_tokens
 
@@ -164,59 +164,59 @@ def test_rows_a_template_refuses_are_skipped_when_asked(
         "C-2,Card declined,gold\n"  # not one of free, pro, enterprise
         "C-3,Cannot log in,free\n"
     )
-    wb.import_dataset(rows, "mixed")
-    check = wb.check_dataset_rows("mixed", "ticket-triage@staging")  # 2.0.0 has the tier
+    wb.datasets.import_file(rows, "mixed")
+    check = wb.datasets.check_rows("mixed", "ticket-triage@staging")  # 2.0.0 has the tier
     assert check.bad_rows == frozenset({2})
-    skipping = wb.experiment_run_spec("triage-split", "mixed", skip_invalid_rows=True)
-    assert wb.estimate(skipping).requests == 2
-    run_id = wb.start_run(skipping)
-    assert wb.wait(run_id, 60).status == RunStatus.COMPLETED
+    skipping = wb.runs.experiment_spec("triage-split", "mixed", skip_invalid_rows=True)
+    assert wb.runs.estimate(skipping).requests == 2
+    run_id = wb.runs.start(skipping)
+    assert wb.runs.wait(run_id, 60).status == RunStatus.COMPLETED
     assert [c for c, _ in planned(store, run_id)] == ["C-1", "C-3"]
     assert [d[0] for d in recorded(store, run_id)] == ["C-1", "C-3"]
     # Without it the row goes out and fails as invalid input on staging, as before.
-    run_id = wb.start_run(wb.experiment_run_spec("triage-split", "mixed", mode="all"))
-    assert wb.wait(run_id, 60).status == RunStatus.COMPLETED
-    assert wb.run_view(run_id).failure_kinds == {"invalid_input": 1}
+    run_id = wb.runs.start(wb.runs.experiment_spec("triage-split", "mixed", mode="all"))
+    assert wb.runs.wait(run_id, 60).status == RunStatus.COMPLETED
+    assert wb.runs.view(run_id).failure_kinds == {"invalid_input": 1}
 
 
 def test_the_estimate_follows_ramp_and_kill_switch(wb: Workbench) -> None:
-    wb.update_experiment("triage-split", ramp=50)  # half the units stay on control
+    wb.experiments.update("triage-split", ramp=50)  # half the units stay on control
     by_variant = {
         v.name: v.requests
-        for v in wb.estimate(wb.experiment_run_spec("triage-split", "tickets")).variants
+        for v in wb.runs.estimate(wb.runs.experiment_spec("triage-split", "tickets")).variants
     }
     assert by_variant == {"control": 34, "staging": 6}
-    wb.update_experiment("triage-split", killed=True)
+    wb.experiments.update("triage-split", killed=True)
     by_variant = {
         v.name: v.requests
-        for v in wb.estimate(wb.experiment_run_spec("triage-split", "tickets")).variants
+        for v in wb.runs.estimate(wb.runs.experiment_spec("triage-split", "tickets")).variants
     }
     assert by_variant == {"control": 40, "staging": 0}
 
 
 def test_the_estimate_checks_what_submit_checks(wb: Workbench) -> None:
-    spec = wb.experiment_run_spec("triage-split", "tickets", unit_column="user")
+    spec = wb.runs.experiment_spec("triage-split", "tickets", unit_column="user")
     with pytest.raises(SpecError, match=r"unit_column: dataset tickets has no column 'user'"):
-        wb.estimate(spec)
+        wb.runs.estimate(spec)
 
 
 def test_a_pasted_config_must_be_a_stored_revision(wb: Workbench) -> None:
-    config = wb.experiment("triage-split").to_dict()
-    same = wb.parse_pasted_spec(yaml.safe_dump({"experiment": config, "dataset": "tickets"}))
+    config = wb.experiments.get("triage-split").to_dict()
+    same = wb.runs.parse_spec(yaml.safe_dump({"experiment": config, "dataset": "tickets"}))
     assert same.experiment is not None and same.experiment["salt"] == "triage-split"
     forged = {**config, "salt": "other"}
     with pytest.raises(SpecError, match="not revision 1 of triage-split as stored"):
-        wb.parse_pasted_spec(yaml.safe_dump({"experiment": forged, "dataset": "tickets"}))
+        wb.runs.parse_spec(yaml.safe_dump({"experiment": forged, "dataset": "tickets"}))
 
 
 def test_a_dataset_named_with_a_dot_runs_and_resumes(wb: Workbench, tmp_path: Path) -> None:
     rows = tmp_path / "rows.csv"
     rows.write_text("customer_id,ticket\nC-1,Refund please\nC-2,Cannot log in\n")
-    wb.import_dataset(rows, "tickets.v2")
-    spec = wb.experiment_run_spec("triage-split", "tickets.v2")
+    wb.datasets.import_file(rows, "tickets.v2")
+    spec = wb.runs.experiment_spec("triage-split", "tickets.v2")
     assert spec.dataset_name == "tickets.v2"
-    run_id = wb.start_run(spec)
-    assert wb.wait(run_id, 60).status == RunStatus.COMPLETED
-    stored = wb.run_view(run_id).run.spec
+    run_id = wb.runs.start(spec)
+    assert wb.runs.wait(run_id, 60).status == RunStatus.COMPLETED
+    stored = wb.runs.view(run_id).run.spec
     assert stored["dataset"] == {"name": "tickets.v2"}
     assert parse_spec(stored).dataset_name == "tickets.v2"  # what resume reads back

@@ -64,5 +64,5 @@ def test_a_row_the_store_always_refuses_does_not_stall_the_run(
     # Written row by row, each result event still hashed its row as stored: the
     # stand-in row of the refused answer included.
     with Workbench.open(Settings.from_env().with_db(store.path)) as wb:
-        keys = [r.key for r in wb.run_items(run_id, limit=20).rows]
-        assert [wb.audit_trace(key).result_verified for key in keys] == [True] * 10
+        keys = [r.key for r in wb.runs.items(run_id, limit=20).rows]
+        assert [wb.audit.trace(key).result_verified for key in keys] == [True] * 10

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from promptlab.errors import ExperimentError
-from promptlab.experiments.config import (
+from promptlab.experiments import (
     BUCKETS,
     REASON_ASSIGNED,
     REASON_KILLED,
@@ -442,7 +442,7 @@ def test_an_exposure_the_revision_could_not_produce_is_refused() -> None:
 
 
 def _exposure_from(assignment: Any, config: ExperimentConfig) -> Any:
-    from promptlab.experiments.config import Exposure
+    from promptlab.experiments import Exposure
 
     return Exposure(
         config.name, config.revision, assignment.unit, assignment.variant, assignment.bucket,

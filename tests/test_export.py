@@ -1,7 +1,5 @@
 """Exports through DuckDB's COPY: the rows shown, every format, filters, files, secrets."""
 
-# ruff: noqa: F811 - pytest fixtures (`runs`) imported from tests.test_metrics
-
 from __future__ import annotations
 
 import json
@@ -16,9 +14,10 @@ from click.testing import CliRunner, Result
 
 from promptlab.cli import main
 from promptlab.data.export import TABLES, ExportFilters, file_name
+from promptlab.errors import ExportError, PromptlabError
 from promptlab.store import Store
-from promptlab.workbench import ExportError, PromptlabError, Workbench
-from tests.test_metrics import runs, settings  # noqa: F401 - the module's two demo runs
+from promptlab.workbench import Workbench
+from tests.test_metrics import settings
 
 READERS = {
     "parquet": "read_parquet",
@@ -58,8 +57,8 @@ def test_a_parquet_export_of_items_holds_exactly_the_rows_the_items_table_shows(
 ) -> None:
     run_id = runs[1]
     out = tmp_path / "items.parquet"
-    assert wb.export_table("items", "parquet", out, run_id=run_id) == 40
-    shown = wb.run_items(run_id, limit=1000).rows
+    assert wb.exports.write_table("items", "parquet", out, run_id=run_id) == 40
+    shown = wb.runs.items(run_id, limit=1000).rows
     got = read_back(out, order=" ORDER BY seq")  # rows come in no set order
     assert len(got) == len(shown) == 40
     for row, item in zip(got, shown, strict=True):
@@ -84,7 +83,7 @@ def test_results_and_attempts_are_the_stored_rows(
     run_id = runs[1]
     for table, order in (("results", "run_id, seq"), ("attempts", "idempotency_key, attempt")):
         out = tmp_path / f"{table}.parquet"
-        count = wb.export_table(table, "parquet", out, run_id=run_id)
+        count = wb.exports.write_table(table, "parquet", out, run_id=run_id)
         with wb.store.read() as cur:
             stored = cur.execute(
                 f"SELECT * FROM {table} WHERE run_id = ? ORDER BY {order}", [run_id]
@@ -107,8 +106,8 @@ def test_the_metrics_export_is_the_metrics_table(
     tmp_path: Path,
 ) -> None:
     out = tmp_path / "metrics.parquet"
-    assert wb.export_table("metrics", "parquet", out, run_id=runs[1]) == 2
-    shown = wb.metrics(run_id=runs[1])
+    assert wb.exports.write_table("metrics", "parquet", out, run_id=runs[1]) == 2
+    shown = wb.analysis.metrics(run_id=runs[1])
     got = read_back(out)
     for row, m in zip(got, shown, strict=True):
         assert (row["run_id"], row["variant"], row["prompt_version"]) == (
@@ -123,7 +122,7 @@ def test_the_metrics_export_is_the_metrics_table(
         assert json.loads(row["failed_by_kind"]) == dict(m.failed_by_kind)
         assert row["last_finished_at"] == m.last_finished_at
     across = tmp_path / "versions.csv"
-    assert wb.export_table("metrics", "csv", across, prompt="ticket-triage") == 2
+    assert wb.exports.write_table("metrics", "csv", across, prompt="ticket-triage") == 2
     assert [r["prompt_version"] for r in read_back(across, "csv")] == ["1.1.0", "2.0.0"]
 
 
@@ -133,8 +132,10 @@ def test_the_comparisons_export_has_every_row_with_n_effect_interval_p_and_verdi
     tmp_path: Path,
 ) -> None:
     out = tmp_path / "comparisons.jsonl"
-    comparison = wb.compare(runs[1])
-    assert wb.export_table("comparisons", "jsonl", out, run_id=runs[1]) == len(comparison.rows)
+    comparison = wb.analysis.compare(runs[1])
+    assert wb.exports.write_table("comparisons", "jsonl", out, run_id=runs[1]) == len(
+        comparison.rows
+    )
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     for line, row in zip(lines, comparison.rows, strict=True):
         assert (line["variant"], line["metric"], line["verdict"]) == (
@@ -147,7 +148,7 @@ def test_the_comparisons_export_has_every_row_with_n_effect_interval_p_and_verdi
         low = row.interval.low if row.interval else None
         assert line["interval_low"] == low
     both = tmp_path / "both.parquet"
-    count = wb.export_table("comparisons", "parquet", both, experiment="triage-split")
+    count = wb.exports.write_table("comparisons", "parquet", both, experiment="triage-split")
     assert count == 2 * len(comparison.rows)
     assert {r["run_id"] for r in read_back(both)} == {runs[1], runs[2]}
 
@@ -164,7 +165,7 @@ def test_each_format_reads_back_to_the_same_rows(
 ) -> None:
     out = tmp_path / file_name("results", fmt, ExportFilters(run_id=runs[1]))
     assert out.suffix == {"csv": ".csv", "parquet": ".parquet", "jsonl": ".jsonl"}[fmt]
-    assert wb.export_table("results", fmt, out, run_id=runs[1]) == 40
+    assert wb.exports.write_table("results", fmt, out, run_id=runs[1]) == 40
     got = read_back(out, fmt, " ORDER BY seq")
     assert [r["seq"] for r in got] == list(range(40))
     assert {r["run_id"] for r in got} == {runs[1]}
@@ -179,9 +180,9 @@ def test_export_bytes_holds_what_the_file_holds(
     runs: tuple[Path, str, str],
     tmp_path: Path,
 ) -> None:
-    data = wb.export_bytes("results", "csv", run_id=runs[1])
+    data = wb.exports.table_bytes("results", "csv", run_id=runs[1])
     out = tmp_path / "results.csv"
-    wb.export_table("results", "csv", out, run_id=runs[1])
+    wb.exports.write_table("results", "csv", out, run_id=runs[1])
     header, *rows = data.decode().splitlines()
     file_header, *file_rows = out.read_text().splitlines()
     assert (header, sorted(rows)) == (file_header, sorted(file_rows)) and len(rows) == 40
@@ -193,8 +194,8 @@ def test_filters_by_run_experiment_and_prompt(
     runs: tuple[Path, str, str],
     tmp_path: Path,
 ) -> None:
-    one = wb.export_table("results", "parquet", tmp_path / "one.parquet", run_id=runs[2])
-    both = wb.export_table(
+    one = wb.exports.write_table("results", "parquet", tmp_path / "one.parquet", run_id=runs[2])
+    both = wb.exports.write_table(
         "results", "parquet", tmp_path / "both.parquet", experiment="triage-split"
     )
     assert (one, both) == (80, 120)  # the all-mode run sends each row to both variants
@@ -203,13 +204,13 @@ def test_filters_by_run_experiment_and_prompt(
     staging = wb.prompts.resolve("ticket-triage@2.0.0").id
     with wb.store.read() as cur:
         cur.execute("UPDATE results SET prompt_version_id = 'other' WHERE variant = 'staging'")
-    kept = wb.export_table("results", "csv", tmp_path / "p.csv", prompt="ticket-triage")
+    kept = wb.exports.write_table("results", "csv", tmp_path / "p.csv", prompt="ticket-triage")
     rows = read_back(tmp_path / "p.csv", "csv")
     assert kept == len(rows) and 0 < kept < 120
     assert staging not in {r["prompt_version_id"] for r in rows}
-    items = wb.export_table("items", "csv", tmp_path / "i.csv", prompt="ticket-triage")
+    items = wb.exports.write_table("items", "csv", tmp_path / "i.csv", prompt="ticket-triage")
     assert items == 120  # items follow their variant's pinned version, which did not move
-    none = wb.export_table(
+    none = wb.exports.write_table(
         "results", "csv", tmp_path / "none.csv", run_id=runs[1], experiment="triage-split",
         prompt="ticket-triage",
     )  # fmt: skip
@@ -235,7 +236,7 @@ def test_unknown_names_and_filters_are_one_line_errors(
         table = given.pop("table", "results")
         fmt = given.pop("fmt", "csv")
         with pytest.raises(PromptlabError) as caught:
-            wb.export_table(table, fmt, out, **given)
+            wb.exports.write_table(table, fmt, out, **given)
         assert expected in str(caught.value) and "\n" not in str(caught.value)
     assert not out.exists() and not list(tmp_path.glob(".*.tmp"))
     assert set(TABLES) == {"items", "results", "attempts", "metrics", "comparisons", "feedback"}
@@ -245,16 +246,16 @@ def test_feedback_is_exported_by_run_and_prompt(
     wb: Workbench, runs: tuple[Path, str, str], tmp_path: Path
 ) -> None:
     run_id = runs[1]
-    keys = [r.key for r in wb.run_items(run_id, status="succeeded", limit=2).rows]
-    wb.rate_result(run_id, keys[0], "thumbs_up")
-    wb.rate_result(run_id, keys[1], "click")  # stored with its impression
+    keys = [r.key for r in wb.runs.items(run_id, status="succeeded", limit=2).rows]
+    wb.analysis.rate_result(run_id, keys[0], "thumbs_up")
+    wb.analysis.rate_result(run_id, keys[1], "click")  # stored with its impression
     out = tmp_path / "feedback.jsonl"
-    assert wb.export_table("feedback", "jsonl", out, run_id=run_id) == 3
+    assert wb.exports.write_table("feedback", "jsonl", out, run_id=run_id) == 3
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert sorted(r["kind"] for r in rows) == ["click", "impression", "thumbs_up"]
     assert {r["idempotency_key"] for r in rows} == set(keys)
-    version = wb.item_view(run_id, keys[0]).variant.prompt_ref.split("@")[0]
-    assert wb.export_table("feedback", "csv", tmp_path / "f.csv", prompt=version) == 3
+    version = wb.runs.item(run_id, keys[0]).variant.prompt_ref.split("@")[0]
+    assert wb.exports.write_table("feedback", "csv", tmp_path / "f.csv", prompt=version) == 3
 
 
 # ---- files ---------------------------------------------------------------------------
@@ -268,14 +269,14 @@ def test_an_existing_file_is_kept_unless_forced_and_a_missing_folder_is_refused(
     out = tmp_path / "r.csv"
     out.write_text("keep me\n")
     with pytest.raises(ExportError, match=r"r\.csv already exists; pass --force"):
-        wb.export_table("results", "csv", out, run_id=runs[1])
+        wb.exports.write_table("results", "csv", out, run_id=runs[1])
     assert out.read_text() == "keep me\n"
-    assert wb.export_table("results", "csv", out, run_id=runs[1], force=True) == 40
+    assert wb.exports.write_table("results", "csv", out, run_id=runs[1], force=True) == 40
     assert out.read_text().startswith("idempotency_key,")
     with pytest.raises(ExportError, match="folder .*missing does not exist"):
-        wb.export_table("results", "csv", tmp_path / "missing" / "r.csv", run_id=runs[1])
+        wb.exports.write_table("results", "csv", tmp_path / "missing" / "r.csv", run_id=runs[1])
     with pytest.raises(ExportError, match="is a folder; give a file name"):
-        wb.export_table("results", "csv", tmp_path, run_id=runs[1])
+        wb.exports.write_table("results", "csv", tmp_path, run_id=runs[1])
     assert not list(tmp_path.glob(".*.tmp"))
 
 
@@ -286,7 +287,7 @@ def test_a_failed_copy_leaves_no_file(
 ) -> None:
     out = tmp_path / "r.parquet"
     with pytest.raises(PromptlabError, match="no run with id 'run_missing'"):
-        wb.export_table("results", "parquet", out, run_id="run_missing")
+        wb.exports.write_table("results", "parquet", out, run_id="run_missing")
     assert list(tmp_path.iterdir()) == [tmp_path / "export.duckdb"]
 
 

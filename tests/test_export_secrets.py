@@ -1,7 +1,5 @@
 """No exported file holds an API key: not one a server echoed, not one stored some other way."""
 
-# ruff: noqa: F811 - pytest fixtures (`runs`) imported from tests.test_metrics
-
 from __future__ import annotations
 
 import shutil
@@ -18,7 +16,6 @@ from promptlab.data.export import FORMATS
 from promptlab.store import Store
 from promptlab.workbench import Workbench
 from tests.test_engine_secrets import KEY, run_with_echoed_key
-from tests.test_metrics import runs  # noqa: F401 - the module's two demo runs
 
 #: What would give the key away (KEY minus its `sk-` shape, which is masked anyway).
 NEEDLE = "0123456789abcdef"
@@ -78,7 +75,7 @@ def test_a_key_that_reached_the_store_is_masked_in_every_format(
         with Workbench(store, Settings.from_env(config)) as wb:
             for fmt in FORMATS:
                 out = tmp_path / f"results.{fmt}"
-                assert wb.export_table("results", fmt, out, run_id=runs[1]) == 40
+                assert wb.exports.write_table("results", fmt, out, run_id=runs[1]) == 40
                 text = text_of(out, fmt)
                 assert NEEDLE not in text and "key [redacted] here" in text
                 assert "[redacted]" in text

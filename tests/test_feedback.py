@@ -1,6 +1,6 @@
 """Feedback and production log imports, CTR metrics, and comparing versions by their logs.
 
-Runs of the demo experiment (tests.test_metrics' module fixture) give real results to
+Runs of the demo experiment (conftest's `runs`, built once) give real results to
 attach feedback to; each test works on its own copy of that database.
 """
 
@@ -19,16 +19,17 @@ from promptlab.analysis.stats import wilson_interval
 from promptlab.cli import main
 from promptlab.data.demo import DEMO_CLICK_THROUGH, demo_clicked
 from promptlab.data.feedback import FeedbackImporter
-from promptlab.errors import FeedbackError
+from promptlab.errors import DatasetError, FeedbackError
+from promptlab.prompts.registry import Registry
 from promptlab.store import Store
-from promptlab.workbench import DatasetError, Workbench
-from tests.test_metrics import runs, settings  # noqa: F401 - the module's two demo runs
+from promptlab.workbench import Workbench
+from tests.test_metrics import settings
 
 KINDS = "impression, click, thumbs_up, thumbs_down, completed"
 
 
 @pytest.fixture
-def db(runs: tuple[Path, str, str], tmp_path: Path) -> Path:  # noqa: F811
+def db(runs: tuple[Path, str, str], tmp_path: Path) -> Path:
     copy = tmp_path / "feedback.duckdb"
     shutil.copy(runs[0], copy)
     return copy
@@ -68,7 +69,7 @@ def version_id(wb: Workbench, ref: str) -> str:
 
 def test_csv_feedback_is_resolved_from_the_result(
     wb: Workbench,
-    runs: tuple[Path, str, str],  # noqa: F811
+    runs: tuple[Path, str, str],
     tmp_path: Path,
 ) -> None:
     key = keys(wb, runs[1], "staging")[0]
@@ -79,7 +80,7 @@ def test_csv_feedback_is_resolved_from_the_result(
         f"{key},,,thumbs_up,2.5,2026-11-01 11:00:00+02:00\n"
         ",ticket-triage@production,u7,click,,2026-11-02\n",
     )
-    assert wb.import_feedback(path) == 3
+    assert wb.analysis.import_feedback(path) == 3
     rows = {r[5]: r for r in stored(wb)}
     staging = version_id(wb, "ticket-triage@staging")
     assert rows["impression"][:5] == (key, runs[1], staging, "staging", None)
@@ -94,13 +95,13 @@ def test_csv_feedback_is_resolved_from_the_result(
 
 def test_jsonl_and_parquet_feedback(
     wb: Workbench,
-    runs: tuple[Path, str, str],  # noqa: F811
+    runs: tuple[Path, str, str],
     tmp_path: Path,
 ) -> None:
     a, b = keys(wb, runs[1], "control")[:2]
     lines = [{"result_id": a, "kind": "impression"}, {"result_id": b, "kind": "click"}]
     path = write(tmp_path / "fb.jsonl", "\n".join(json.dumps(x) for x in lines) + "\n\n")
-    assert wb.import_feedback(path) == 2
+    assert wb.analysis.import_feedback(path) == 2
     parquet = tmp_path / "fb.parquet"
     with duckdb.connect() as con:
         con.execute(
@@ -108,7 +109,7 @@ def test_jsonl_and_parquet_feedback(
             "TIMESTAMPTZ '2026-11-03 08:00:00+00' AS event_time) TO ? (FORMAT parquet)",
             [a, str(parquet)],
         )
-    assert wb.import_feedback(parquet) == 1
+    assert wb.analysis.import_feedback(parquet) == 1
     kinds = sorted((r[0], r[5], r[6]) for r in stored(wb))
     assert kinds == sorted([(a, "impression", 1.0), (b, "click", 1.0), (a, "completed", 3.0)])
 
@@ -140,10 +141,10 @@ BAD_FEEDBACK = [
 @pytest.mark.parametrize(("line", "message"), BAD_FEEDBACK, ids=[m[1] for m in BAD_FEEDBACK])
 def test_a_bad_feedback_row_is_named_and_nothing_is_written(
     wb: Workbench,
-    runs: tuple[Path, str, str],  # noqa: F811
+    runs: tuple[Path, str, str],
     tmp_path: Path,
     line: str,
-    message: str,  # noqa: F811
+    message: str,
 ) -> None:
     key = keys(wb, runs[1], "control")[0]
     path = write(
@@ -151,7 +152,7 @@ def test_a_bad_feedback_row_is_named_and_nothing_is_written(
         f"result_id,kind,value,event_time\n{key},impression,,\n{line.format(key=key)}\n",
     )
     with pytest.raises(FeedbackError) as raised:
-        wb.import_feedback(path)
+        wb.analysis.import_feedback(path)
     assert str(raised.value) == message
     assert stored(wb) == []
 
@@ -163,7 +164,7 @@ def test_an_unknown_version_and_the_count_of_more_bad_rows(wb: Workbench, tmp_pa
         "ticket-triage@9.9.9,u2,click\nticket-triage,u3,click\nticket-triage@2.0.0,u4,clak\n",
     )
     with pytest.raises(FeedbackError) as raised:
-        wb.import_feedback(path)
+        wb.analysis.import_feedback(path)
     assert str(raised.value) == (
         "fb.csv, row 2, column version: 'ticket-triage@9.9.9' is no known prompt version "
         "(give name@version, name@label or a version id) (and 2 more bad rows; nothing was "
@@ -179,41 +180,41 @@ def test_jsonl_names_the_line_and_malformed_files_say_where(wb: Workbench, tmp_p
     )
     path = write(tmp_path / "fb.jsonl", text)
     with pytest.raises(FeedbackError, match=r"^fb\.jsonl, line 3, column version: 'x@1\.0\.0'"):
-        wb.import_feedback(path)
+        wb.analysis.import_feedback(path)
     broken = write(tmp_path / "broken.jsonl", '{"kind": "click"}\n{"kind": \n')
     with pytest.raises(FeedbackError) as raised:
-        wb.import_feedback(broken)
+        wb.analysis.import_feedback(broken)
     assert str(raised.value).startswith("broken.jsonl, line 2: not valid JSON")
     short = write(tmp_path / "short.csv", "result_id,kind\nabc\n")
     with pytest.raises(FeedbackError) as raised:
-        wb.import_feedback(short)
+        wb.analysis.import_feedback(short)
     assert str(raised.value) == "short.csv, line 2: expected 2 fields, found 1"
     no_kind = write(tmp_path / "nokind.csv", "result_id,what\nabc,click\n")
     with pytest.raises(FeedbackError) as raised:
-        wb.import_feedback(no_kind)
+        wb.analysis.import_feedback(no_kind)
     assert str(raised.value) == "nokind.csv: no column 'kind'; columns: result_id, what"
     assert stored(wb) == []
 
 
 def test_the_file_size_is_bounded(wb: Workbench, tmp_path: Path) -> None:
     path = write(tmp_path / "fb.csv", "result_id,kind\nabc,click\n")
-    importer = FeedbackImporter(wb.store, wb.prompts)
+    importer = FeedbackImporter(wb.store, Registry(wb.store))
     with pytest.raises(FeedbackError) as raised:
         importer.import_feedback(path, max_bytes=10)
     assert str(raised.value) == "fb.csv: 25 bytes, more than the 10 a feedback file may have"
 
 
-def test_rate_result_writes_an_app_row(wb: Workbench, runs: tuple[Path, str, str]) -> None:  # noqa: F811
+def test_rate_result_writes_an_app_row(wb: Workbench, runs: tuple[Path, str, str]) -> None:
     key = keys(wb, runs[1], "staging")[0]
-    wb.rate_result(runs[1], key, "thumbs_down")
+    wb.analysis.rate_result(runs[1], key, "thumbs_down")
     (row,) = stored(wb)
     assert row[:6] == (key, runs[1], version_id(wb, "ticket-triage@staging"), "staging", None,
                        "thumbs_down")  # fmt: skip
     assert row[8] == "app"
     with pytest.raises(FeedbackError, match="rating 'meh' is not one of"):
-        wb.rate_result(runs[1], key, "meh")
+        wb.analysis.rate_result(runs[1], key, "meh")
     with pytest.raises(FeedbackError, match=f"run {runs[1]} has no result 'nope'"):
-        wb.rate_result(runs[1], "nope", "click")
+        wb.analysis.rate_result(runs[1], "nope", "click")
 
 
 # ---- CTR -----------------------------------------------------------------------------
@@ -221,7 +222,7 @@ def test_rate_result_writes_an_app_row(wb: Workbench, runs: tuple[Path, str, str
 
 def test_ctr_per_variant_and_version(
     wb: Workbench,
-    runs: tuple[Path, str, str],  # noqa: F811
+    runs: tuple[Path, str, str],
     tmp_path: Path,
 ) -> None:
     split = runs[1]
@@ -233,16 +234,16 @@ def test_ctr_per_variant_and_version(
     lines += [f"{control[25]},click"]  # a click with no impression is not counted
     lines += [f"{k},impression" for k in staging[:10]]  # 10 impressions, 6 clicks
     lines += [f"{k},click" for k in staging[:6]] + [f"{staging[0]},thumbs_up"]
-    wb.import_feedback(write(tmp_path / "fb.csv", "\n".join(lines) + "\n"))
-    rows = {r.variant: r for r in wb.metrics(run_id=split)}
+    wb.analysis.import_feedback(write(tmp_path / "fb.csv", "\n".join(lines) + "\n"))
+    rows = {r.variant: r for r in wb.analysis.metrics(run_id=split)}
     assert (rows["control"].impressions, rows["control"].clicks) == (20, 4)
     assert (rows["staging"].impressions, rows["staging"].clicks) == (10, 6)
     assert rows["staging"].thumbs_up == 1 and rows["control"].ctr == 0.2
     assert rows["staging"].ctr_interval == wilson_interval(6, 10)
-    versions = {r.prompt_version: r for r in wb.metrics(prompt="ticket-triage")}
+    versions = {r.prompt_version: r for r in wb.analysis.metrics(prompt="ticket-triage")}
     assert (versions["1.1.0"].impressions, versions["1.1.0"].clicks) == (20, 4)
     assert (versions["2.0.0"].impressions, versions["2.0.0"].clicks) == (10, 6)
-    comparison = wb.compare(split)
+    comparison = wb.analysis.compare(split)
     ctr = next(r for r in comparison.rows if r.metric == "CTR")
     assert (ctr.n_control, ctr.n_variant, ctr.control_value, ctr.variant_value) == (
         20,
@@ -258,7 +259,7 @@ def test_ctr_per_variant_and_version(
 
 def test_a_version_on_two_models_gets_each_models_ctr_once(
     wb: Workbench,
-    runs: tuple[Path, str, str],  # noqa: F811
+    runs: tuple[Path, str, str],
     tmp_path: Path,
 ) -> None:
     control = keys(wb, runs[1], "control")
@@ -272,18 +273,22 @@ def test_a_version_on_two_models_gets_each_models_ctr_once(
     lines = ["result_id,version,unit_id,kind"]
     lines += [f"{k},,,impression" for k in control[8:12]]  # 2 on each model
     lines += [f"{control[9]},,,click"]  # on the fast model
-    wb.import_feedback(write(tmp_path / "fb.csv", "\n".join(lines) + "\n"))
-    rows = {r.model: r for r in wb.metrics(prompt="ticket-triage") if r.prompt_version == "1.1.0"}
+    wb.analysis.import_feedback(write(tmp_path / "fb.csv", "\n".join(lines) + "\n"))
+    rows = {
+        r.model: r
+        for r in wb.analysis.metrics(prompt="ticket-triage")
+        if r.prompt_version == "1.1.0"
+    }
     assert {m: (r.impressions, r.clicks) for m, r in rows.items()} == {
         "sim:fast": (2, 1),
         "sim:careful": (2, 0),
     }
     # Feedback naming only the version and a unit has no model: a version run on two
     # models gives it to neither row.
-    wb.import_feedback(
+    wb.analysis.import_feedback(
         write(tmp_path / "u.csv", "version,unit_id,kind\nticket-triage@1.1.0,u1,impression\n")
     )
-    after = {r.model: r.impressions for r in wb.metrics(prompt="ticket-triage")
+    after = {r.model: r.impressions for r in wb.analysis.metrics(prompt="ticket-triage")
              if r.prompt_version == "1.1.0"}  # fmt: skip
     assert after == {"sim:fast": 2, "sim:careful": 2}
 
@@ -387,16 +392,16 @@ def test_bad_log_rows_and_columns(wb: Workbench, tmp_path: Path) -> None:
     for line, message in cases.items():
         path = write(tmp_path / "logs.csv", head + good + line + "\n")
         with pytest.raises(FeedbackError) as raised:
-            wb.import_logs(path)
+            wb.analysis.import_logs(path)
         assert str(raised.value) == message
     path = write(tmp_path / "logs.csv", head + good)
     with pytest.raises(FeedbackError) as raised:
-        wb.import_logs(path, {"latency_ms": "duration"})
+        wb.analysis.import_logs(path, {"latency_ms": "duration"})
     assert str(raised.value) == (
         "logs.csv: no column 'duration'; columns: version, latency_ms, clicked, completed"
     )
     assert stored(wb, "production_logs") == []
-    assert wb.import_logs(path) == 1
+    assert wb.analysis.import_logs(path) == 1
 
 
 # ---- the demo ------------------------------------------------------------------------
@@ -405,19 +410,19 @@ def test_bad_log_rows_and_columns(wb: Workbench, tmp_path: Path) -> None:
 def test_the_demo_run_records_simulated_clicks_once(tmp_path: Path) -> None:
     path = tmp_path / "demo.duckdb"
     with Store(path) as store, Workbench(store, settings(path)) as wb:
-        wb.load_demo()
-        run_id = wb.start_demo_run()
+        wb.demo.load()
+        run_id = wb.demo.start_run()
         assert run_id is not None
-        wb.wait(run_id, 60)
-        wb.record_demo_feedback(run_id)  # whether or not the background thread was first
-        assert wb.record_demo_feedback(run_id) == 0
-        rows = {r.variant: r for r in wb.metrics(run_id=run_id)}
+        wb.runs.wait(run_id, 60)
+        wb.demo.record_feedback(run_id)  # whether or not the background thread was first
+        assert wb.demo.record_feedback(run_id) == 0
+        rows = {r.variant: r for r in wb.analysis.metrics(run_id=run_id)}
         clicked = {k for k, v in demo_keys(wb, run_id) if demo_clicked(k, v)}
         for variant, row in rows.items():
             assert row.impressions == row.succeeded > 0
             expected = sum(1 for k, v in demo_keys(wb, run_id) if v == variant and k in clicked)
             assert row.clicks == expected
-        ctr = next(r for r in wb.compare(run_id).rows if r.metric == "CTR")
+        ctr = next(r for r in wb.analysis.compare(run_id).rows if r.metric == "CTR")
         assert ctr.control == "control" and ctr.variant == "staging"
         assert {r[8] for r in stored(wb)} == {"demo"}
 
@@ -443,7 +448,7 @@ def test_demo_clicks_are_seeded_by_the_key() -> None:
 
 def test_cli_feedback_import_and_compare_by_version_in_a_run(
     wb: Workbench,
-    runs: tuple[Path, str, str],  # noqa: F811
+    runs: tuple[Path, str, str],
     tmp_path: Path,
 ) -> None:
     split = runs[1]
@@ -487,9 +492,9 @@ def test_a_small_parquet_file_stating_too_many_rows_is_refused_before_reading(
     assert bomb.stat().st_size < 1_000_000
     expected = f"bomb.parquet: {MAX_FILE_ROWS + 1:,} rows, more than the {MAX_FILE_ROWS:,}"
     with pytest.raises(FeedbackError, match=expected + " a feedback file may have"):
-        wb.import_feedback(bomb)
+        wb.analysis.import_feedback(bomb)
     with pytest.raises(FeedbackError, match=expected + " a log file may have"):
-        wb.import_logs(bomb)
+        wb.analysis.import_logs(bomb)
     with pytest.raises(DatasetError, match=expected + " a dataset may have"):
-        wb.import_dataset(bomb, "bomb")
-    assert stored(wb) == [] and "bomb" not in {d.name for d in wb.datasets()}
+        wb.datasets.import_file(bomb, "bomb")
+    assert stored(wb) == [] and "bomb" not in {d.name for d in wb.datasets.list()}

@@ -14,11 +14,12 @@ from streamlit.testing.v1 import AppTest
 
 from promptlab.data.demo import load_demo_prompts
 from promptlab.engine import parse_spec
+from promptlab.prompts.registry import Registry
+from promptlab.prompts.templates import Template
 from promptlab.records import AlertRecord
 from promptlab.store.alerts import AlertStore
 from promptlab.ui.resources import get_workbench
 from promptlab.ui.widgets import escape_markdown
-from promptlab.workbench import Template
 from tests.apptest_helpers import shown
 
 pytestmark = pytest.mark.timeout(60)
@@ -78,8 +79,8 @@ def finished_run(tmp_path: Path, name: str, variants: tuple[str, ...] = ("a",)) 
         }
     )  # fmt: skip
     wb = get_workbench()
-    run_id = wb.start_run(spec)
-    assert wb.wait(run_id, timeout=TIMEOUT_S).status == "completed"
+    run_id = wb.runs.start(spec)
+    assert wb.runs.wait(run_id, timeout=TIMEOUT_S).status == "completed"
     return run_id
 
 
@@ -107,7 +108,7 @@ def test_a_run_name_is_text_in_the_runs_heading(tmp_path: Path, name: str) -> No
 def test_a_variant_name_is_text_in_the_item_view_and_alerts(tmp_path: Path) -> None:
     run_id = finished_run(tmp_path, "plain", variants=(LINK,))
     wb = get_workbench()
-    key = wb.run_items(run_id).rows[0].key
+    key = wb.runs.items(run_id).rows[0].key
     alert = AlertRecord(run_id, LINK, "empty_field", f"{LINK}: field 'x' empty", 1, 2,
                         datetime.now(UTC))  # fmt: skip
     AlertStore(wb.store).add([alert])
@@ -133,7 +134,7 @@ def test_file_and_column_names_are_text_on_the_datasets_page(
     column = "**col** [x](http://127.0.0.1:9/c)"
     source = tmp_path / "[report](http:127.0.0.1) *v2*.csv"
     source.write_text(f'text,"{column}"\nhello,u1\n', encoding="utf-8")
-    get_workbench().import_dataset(source, "upload")
+    get_workbench().datasets.import_file(source, "upload")
     at = open_page("datasets.py")
     (caption,) = [c for c in at.caption if "rows from" in shown(c.value)]
     assert_plain(caption.value, source.name)
@@ -154,7 +155,7 @@ def test_a_description_and_variable_help_are_text_on_the_prompts_page(
         params={"model": "sim:fast"},
         variables={"question": {"type": "string", "maxLength": 100, "description": LINK}},
     )
-    get_workbench().create_prompt("hostile", template, description=LINK)
+    get_workbench().prompts.create("hostile", template, description=LINK)
     at = open_page("prompts.py")
     (caption,) = [c for c in at.caption if "latest" in shown(c.value)]
     assert_plain(caption.value, f"{LINK} · latest 1.0.0")
@@ -166,9 +167,9 @@ def test_a_description_and_variable_help_are_text_on_the_prompts_page(
 def test_variant_names_are_text_on_the_experiments_page(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PROMPTLAB_DEMO", "0")
     wb = get_workbench()
-    load_demo_prompts(wb.prompts)
+    load_demo_prompts(Registry(wb.store))
     name = "x.__y__.z"  # the pattern for variant names allows emphasis
-    wb.add_experiment(
+    wb.experiments.add(
         {"name": "exp", "mode": "all", "variants": [
             {"name": name, "prompt": "ticket-triage@production", "weight": 50, "control": True},
             {"name": "b", "prompt": "ticket-triage@staging", "weight": 50},

@@ -18,7 +18,7 @@ from promptlab.cli import main
 from promptlab.config import DEMO_DIR
 from promptlab.engine.spill import read_spill, spill_dirs, spilled_files
 from promptlab.errors import ExperimentError
-from promptlab.experiments.config import MAX_VARIANTS, MAX_WEIGHT, parse_experiment_file
+from promptlab.experiments import MAX_VARIANTS, MAX_WEIGHT, parse_experiment_file
 from promptlab.store import Store
 from promptlab.ui.resources import get_workbench
 from tests.apptest_helpers import shown
@@ -158,7 +158,7 @@ def test_the_experiment_form_shows_the_unknown_endpoint_and_saves_nothing() -> N
     assert not at.exception, at.exception
     errors = [shown(e.value) for e in at.error]
     assert any("variants[0].model: unknown endpoint 'evil'" in e for e in errors), errors
-    assert [c.name for c in get_workbench().experiments()] == ["triage-split"]
+    assert [c.name for c in get_workbench().experiments.list()] == ["triage-split"]
 
 
 # ---- the kill switch -------------------------------------------------------------------

@@ -1,8 +1,6 @@
 """Exports never replace what is not a regular file, say so in one line when a name cannot
 be used, and a killed export leaves no temp file behind (promptlab/atomicfile.py)."""
 
-# ruff: noqa: F811 - pytest fixtures (`runs`) imported from tests.test_metrics
-
 from __future__ import annotations
 
 import os
@@ -21,7 +19,6 @@ from click.testing import CliRunner, Result
 
 from promptlab.cli import main
 from promptlab.store import Store
-from tests.test_metrics import runs, settings  # noqa: F401 - the module's two demo runs
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -18,6 +18,7 @@ from promptlab.config import DEMO_DIR
 from promptlab.data.demo import load_demo_prompts
 from promptlab.engine import parse_spec
 from promptlab.fakellm.server import FakeLLMConfig, RunningServer, serve_in_thread
+from promptlab.prompts.registry import Registry
 from promptlab.store import Store
 from promptlab.ui.resources import get_workbench
 from promptlab.workbench import Workbench
@@ -84,9 +85,9 @@ def test_the_facade_gives_masked_rows_and_the_store_keeps_them_raw(
     keyed_csv: Path, db_path: Path
 ) -> None:
     with Workbench.open() as wb:
-        wb.import_dataset(keyed_csv, "keyed")
-        preview = wb.dataset_preview("keyed")
-        streamed = list(wb.iter_dataset_rows("keyed"))
+        wb.datasets.import_file(keyed_csv, "keyed")
+        preview = wb.datasets.preview("keyed")
+        streamed = list(wb.datasets.rows("keyed"))
     assert preview == streamed
     assert_masked(json.dumps(preview))
     with Store(db_path) as store, store.read() as cur:
@@ -101,7 +102,7 @@ def open_datasets_page() -> AppTest:
 
 
 def test_the_datasets_page_preview_masks_keys(keyed_csv: Path) -> None:
-    get_workbench().import_dataset(keyed_csv, "keyed")
+    get_workbench().datasets.import_file(keyed_csv, "keyed")
     at = open_datasets_page()
     preview = at.dataframe[2].value
     assert list(preview["ticket"]) == [f"my key is {MASK}", f"the service token is {MASK}"]
@@ -109,8 +110,8 @@ def test_the_datasets_page_preview_masks_keys(keyed_csv: Path) -> None:
 
 
 def test_the_datasets_page_row_check_masks_keys(keyed_csv: Path) -> None:
-    load_demo_prompts(get_workbench().prompts)
-    get_workbench().import_dataset(keyed_csv, "keyed")
+    load_demo_prompts(Registry(get_workbench().store))
+    get_workbench().datasets.import_file(keyed_csv, "keyed")
     at = open_datasets_page()
     at.selectbox(key="check_prompt").set_value("ticket-triage").run()
     at.selectbox(key="check_ref").set_value("staging").run()
@@ -147,8 +148,8 @@ def keyed_run(tmp_path: Path, keyed_csv: Path, server: RunningServer) -> str:
         }
     )
     with Workbench.open() as wb:
-        run_id = wb.start_run(spec)
-        assert wb.wait(run_id, timeout=TIMEOUT_S).status == "completed"
+        run_id = wb.runs.start(spec)
+        assert wb.runs.wait(run_id, timeout=TIMEOUT_S).status == "completed"
     return run_id
 
 
@@ -159,7 +160,7 @@ def test_a_run_sends_the_raw_row_and_every_view_of_it_is_masked(
         sent = response.read().decode()
     assert SHAPED in sent and ENV_SECRET in sent  # the prompt was rendered from the raw row
     with Workbench.open() as wb:
-        keys = [r.key for r in wb.run_items(keyed_run).rows]
+        keys = [r.key for r in wb.runs.items(keyed_run).rows]
     for key in keys:
         item = run_cli("status", keyed_run, "--item", key)
         assert item.exit_code == 0, item.output

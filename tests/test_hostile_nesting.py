@@ -56,7 +56,7 @@ def test_the_datasets_page_names_the_line_of_a_deep_upload(monkeypatch: pytest.M
     at.button(key="dataset_import").click().run()
     assert not at.exception, at.exception
     assert [shown(e.value) for e in at.error] == [f"deep.jsonl, line 2: {TOO_DEEP}"]
-    assert get_workbench().datasets() == []
+    assert get_workbench().datasets.list() == []
 
 
 @pytest.mark.timeout(60)
@@ -103,7 +103,7 @@ def test_a_deep_vars_file_is_refused(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(60)
 def test_a_run_spec_dataset_refuses_a_deep_line(tmp_path: Path) -> None:
-    from promptlab.engine.spec import check_dataset
+    from promptlab.engine.rows import check_dataset
 
     path = write(tmp_path / "rows.jsonl", '{"a": 1}', nested(DEEP))
     with pytest.raises(SpecError, match=rf"^dataset {path}, line 2: {TOO_DEEP}$"):

@@ -209,10 +209,10 @@ def test_a_hostile_rule_spec_leaves_a_benign_run_in_the_same_process_completing(
     )
     benign = _spec(tmp_path, "benign", [{"name": "has text", "expr": "size(summary) > 0"}])
     with Workbench.open() as wb:
-        hostile_id = wb.start_run(hostile)
-        benign_id = wb.start_run(benign)
-        assert wb.wait(benign_id, timeout=60).status == "completed"
-        assert wb.wait(hostile_id, timeout=60).status == "completed"
+        hostile_id = wb.runs.start(hostile)
+        benign_id = wb.runs.start(benign)
+        assert wb.runs.wait(benign_id, timeout=60).status == "completed"
+        assert wb.runs.wait(hostile_id, timeout=60).status == "completed"
     with Store(db_path) as store, store.read() as cur:
         rows = cur.execute(
             "SELECT run_id = ?, status, rule_status FROM results ORDER BY 1, seq", [hostile_id]

@@ -118,7 +118,7 @@ def test_a_spec_or_a_saved_prompt_with_one_is_refused(
         }
     )
     with Workbench.open() as wb, pytest.raises(SpecError) as caught:
-        wb.start_run(spec)
+        wb.runs.start(spec)
     assert str(caught.value).startswith(f"variants[0] (v): output_schema{where}: "), caught.value
     with pytest.raises(TemplateError, match=r"^output_schema.*refers outside the schema"):
         registry.save_version(

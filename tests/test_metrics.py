@@ -1,8 +1,8 @@
 """Metrics per variant and version in DuckDB, and `Workbench.compare` on real runs.
 
 Two runs of the demo experiment on the simulated model (a 70/30 split by customer and
-an all-mode run) are made once for the module; each figure is checked against the
-same figure computed here from the stored rows with numpy and scipy.
+an all-mode run: conftest's `runs`) are made once per session; each figure is checked
+against the same figure computed here from the stored rows with numpy and scipy.
 """
 
 from __future__ import annotations
@@ -20,8 +20,7 @@ from promptlab.analysis.compare import parse_since
 from promptlab.analysis.stats import Verdict, mcnemar, two_proportions
 from promptlab.config import Settings
 from promptlab.errors import NotFoundError, PromptlabError
-from promptlab.experiments.config import expected_shares
-from promptlab.records import RunStatus
+from promptlab.experiments import expected_shares
 from promptlab.store import Store
 from promptlab.store.metrics import completed_predicate
 from promptlab.workbench import Workbench
@@ -31,22 +30,9 @@ def settings(path: Path) -> Settings:
     return Settings.from_env({"PROMPTLAB_DB": str(path), "PROMPTLAB_AUTHOR": "tester"})
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
-    """(database, split run id, all-mode run id), made once."""
-    path = tmp_path_factory.mktemp("metrics") / "runs.duckdb"
-    with Store(path) as store, Workbench(store, settings(path)) as wb:
-        wb.load_demo()
-        split = wb.start_run(wb.experiment_run_spec("triage-split", "tickets"))
-        assert wb.wait(split, 60).status == RunStatus.COMPLETED
-        paired = wb.start_run(wb.experiment_run_spec("triage-split", "tickets", mode="all"))
-        assert wb.wait(paired, 60).status == RunStatus.COMPLETED
-    return path, split, paired
-
-
 @pytest.fixture
 def db(runs: tuple[Path, str, str], tmp_path: Path) -> Path:
-    """A copy of the module's database, so a test may change it."""
+    """A copy of the session's database (conftest's `runs`), so a test may change it."""
     copy = tmp_path / "copy.duckdb"
     shutil.copy(runs[0], copy)
     return copy
@@ -70,7 +56,7 @@ def latencies(wb: Workbench, run_id: str, variant: str) -> np.ndarray:
 
 def test_run_metrics_match_the_stored_rows(wb: Workbench, runs: tuple[Path, str, str]) -> None:
     split = runs[1]
-    rows = wb.metrics(run_id=split)
+    rows = wb.analysis.metrics(run_id=split)
     assert [r.variant for r in rows] == ["control", "staging"]
     assert sum(r.finished for r in rows) == 40
     for row in rows:
@@ -92,25 +78,28 @@ def test_run_metrics_match_the_stored_rows(wb: Workbench, runs: tuple[Path, str,
 def test_version_metrics_add_up_every_run_of_each_version(
     wb: Workbench, runs: tuple[Path, str, str]
 ) -> None:
-    rows = wb.metrics(prompt="ticket-triage", since="7d")
+    rows = wb.analysis.metrics(prompt="ticket-triage", since="7d")
     assert [r.label for r in rows] == ["ticket-triage@1.1.0", "ticket-triage@2.0.0"]
     assert all(r.runs == 2 and r.run_id is None for r in rows)
     assert sum(r.finished for r in rows) == 40 + 80
-    by_run = {r.prompt_version_id: r.finished for r in wb.metrics(run_id=runs[1])}
+    by_run = {r.prompt_version_id: r.finished for r in wb.analysis.metrics(run_id=runs[1])}
     for row in rows:
         assert row.finished == by_run[row.prompt_version_id] + 40  # + its all-mode items
-    assert wb.metrics() == rows  # the demo's only prompt with results
-    assert wb.metrics(prompt="ticket-triage", since=datetime.now(UTC) + timedelta(hours=1)) == []
-    assert wb.metrics(prompt="article-summarizer") == []
+    assert wb.analysis.metrics() == rows  # the demo's only prompt with results
+    assert (
+        wb.analysis.metrics(prompt="ticket-triage", since=datetime.now(UTC) + timedelta(hours=1))
+        == []
+    )
+    assert wb.analysis.metrics(prompt="article-summarizer") == []
     with pytest.raises(NotFoundError, match="no prompt named 'nope'"):
-        wb.metrics(prompt="nope")
+        wb.analysis.metrics(prompt="nope")
 
 
 def test_compare_a_split_run_tests_independent_samples_and_the_split(
     wb: Workbench, runs: tuple[Path, str, str]
 ) -> None:
     split = runs[1]
-    comparison = wb.compare(split)
+    comparison = wb.analysis.compare(split)
     assert (comparison.mode, comparison.control, comparison.paired) == ("split", "control", False)
     assert [(r.variant, r.metric) for r in comparison.rows] == [
         ("staging", "completion rate"),
@@ -146,7 +135,7 @@ def test_compare_a_split_run_tests_independent_samples_and_the_split(
             ).fetchall()
         )
     assert srm.observed == units and sum(units.values()) == 17
-    shares = expected_shares(wb.experiment("triage-split"))
+    shares = expected_shares(wb.experiments.get("triage-split"))
     assert srm.expected == pytest.approx({k: 17 * v for k, v in shares.items()})
     names = list(srm.observed)
     assert srm.p_value == pytest.approx(
@@ -157,7 +146,7 @@ def test_compare_a_split_run_tests_independent_samples_and_the_split(
 
 def test_compare_an_all_mode_run_pairs_rows(wb: Workbench, runs: tuple[Path, str, str]) -> None:
     paired = runs[2]
-    comparison = wb.compare(paired)
+    comparison = wb.analysis.compare(paired)
     assert (comparison.mode, comparison.paired, comparison.srm) == ("all", True, None)
     completion = comparison.rows[0]
     assert (completion.n_control, completion.n_variant) == (40, 40)
@@ -177,20 +166,20 @@ def test_compare_an_all_mode_run_pairs_rows(wb: Workbench, runs: tuple[Path, str
         assert row.control_value == pytest.approx(np.quantile(xa, q))
         assert row.effect == pytest.approx(np.quantile(xb, q) - np.quantile(xa, q))
     # Repeatable: the bootstrap is seeded.
-    assert wb.compare(paired).rows == comparison.rows
+    assert wb.analysis.compare(paired).rows == comparison.rows
 
 
 def test_compare_names_variants_and_refuses_what_it_cannot_compare(
     wb: Workbench, runs: tuple[Path, str, str]
 ) -> None:
-    swapped = wb.compare(runs[2], "staging", "control")
+    swapped = wb.analysis.compare(runs[2], "staging", "control")
     assert swapped.control == "staging" and {r.variant for r in swapped.rows} == {"control"}
     with pytest.raises(PromptlabError, match=r"no variant 'nope' \(variants: control, staging\)"):
-        wb.compare(runs[2], "control", "nope")
+        wb.analysis.compare(runs[2], "control", "nope")
     with pytest.raises(PromptlabError, match="not itself"):
-        wb.compare(runs[2], "control", "control")
+        wb.analysis.compare(runs[2], "control", "control")
     with pytest.raises(PromptlabError, match="no run with id 'run_nope'"):
-        wb.compare("run_nope")
+        wb.analysis.compare("run_nope")
 
 
 def test_completion_counts_only_outputs_that_passed_their_checks(
@@ -213,10 +202,10 @@ def test_completion_counts_only_outputs_that_passed_their_checks(
             "WHERE run_id = ? AND variant = 'control'",
             [paired],
         )
-    rows = {r.variant: r for r in wb.metrics(run_id=paired)}
+    rows = {r.variant: r for r in wb.analysis.metrics(run_id=paired)}
     assert (rows["control"].completed, rows["staging"].completed) == (40, 35)
     assert rows["staging"].succeeded == 40 and rows["staging"].completion_rate == 35 / 40
-    completion = wb.compare(paired).rows[0]
+    completion = wb.analysis.compare(paired).rows[0]
     assert completion.test == "McNemar exact"  # 5 discordant pairs, all one way
     assert completion.p_value == mcnemar(5, 0).p_value == 0.0625
     assert completion.effect == pytest.approx(-5 / 40)
@@ -249,13 +238,13 @@ def test_a_variant_that_never_answered_has_no_latency_to_compare(
             "WHERE run_id = ? AND variant = 'staging'",
             [paired],
         )
-    staging = wb.metrics(run_id=paired)[1]
+    staging = wb.analysis.metrics(run_id=paired)[1]
     assert (staging.failed, staging.failed_by_kind, staging.latency_p50_ms) == (
         40,
         {"timeout": 40},
         None,
     )
-    completion, *latency = wb.compare(paired).rows
+    completion, *latency = wb.analysis.compare(paired).rows
     assert completion.test == "McNemar chi-square" and completion.effect == -1.0
     assert completion.verdict == Verdict.WORSE
     assert {(r.test, r.effect, r.verdict) for r in latency} == {

@@ -23,9 +23,9 @@ def two_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[str]:
         # One spec, so one dataset write: rewriting the file while the first run is
         # still being planned from it would fail that run.
         spec = checks_spec(tmp_path)
-        run_ids = [wb.start_run(spec) for _ in range(2)]
+        run_ids = [wb.runs.start(spec) for _ in range(2)]
         for run_id in run_ids:
-            assert wb.wait(run_id, timeout=60).status == "completed"
+            assert wb.runs.wait(run_id, timeout=60).status == "completed"
     return run_ids
 
 
@@ -48,7 +48,7 @@ def test_version_rates_add_up_every_run(
     counted = stored_checks(db_path)
     with Store(db_path) as store:
         wb = Workbench(store)
-        versions = {r.prompt_version_id: r for r in wb.metrics()}
+        versions = {r.prompt_version_id: r for r in wb.analysis.metrics()}
         json_id = next(v for v, name in counted if name == "json")
         plain_id = next(v for v, name in counted if name == "plain")
         statuses = counted[(json_id, "json")]
@@ -67,7 +67,7 @@ def test_version_rates_add_up_every_run(
         assert plain.checked == 0 and plain.validity_rate is None
         # Per run variant, the same figures as the Runs page's.
         for run_id in run_ids:
-            metrics = {r.variant: r for r in wb.metrics(run_id=run_id)}
+            metrics = {r.variant: r for r in wb.analysis.metrics(run_id=run_id)}
             summary = {v.name: v for v in ReadModels(store).variant_summaries(run_id)}
             for name in ("json", "plain"):
                 m, s = metrics[name], summary[name]

@@ -10,7 +10,9 @@ from typing import Any
 import duckdb
 from streamlit.testing.v1 import AppTest
 
-from promptlab.workbench import AuditFilter, Workbench
+from promptlab.errors import ExportError
+from promptlab.facades.audit import AuditFilter
+from promptlab.workbench import Workbench
 from tests.apptest_helpers import shown
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,7 +33,7 @@ def caption_with(at: AppTest, text: str) -> str:
 def retried_key(db: Path, run_id: str) -> str:
     """An item that failed once or more and then succeeded."""
     with Workbench.open() as wb:
-        page = wb.run_items(run_id, status="succeeded", limit=100)
+        page = wb.runs.items(run_id, status="succeeded", limit=100)
         return next(r.key for r in page.rows if r.attempts > 1)
 
 
@@ -102,12 +104,12 @@ def test_a_tampered_event_is_named_in_the_chain_status(finished_run: str, db_pat
 def test_the_download_holds_every_filtered_event_and_is_recorded(finished_run: str) -> None:
     with Workbench.open() as wb:
         where = AuditFilter(run_id=finished_run, limit=5)
-        before = wb.audit_count(where)
-        data = wb.audit_export_bytes(where)
+        before = wb.audit.count(where)
+        data = wb.audit.export_bytes(where)
         lines = [json.loads(line) for line in data.decode().splitlines()]
         assert len(lines) == before > 5  # the limit is the table's, not the file's
         assert {line["run_id"] for line in lines} == {finished_run}
-        (recorded,) = wb.audit_events(kind="table.exported")
+        (recorded,) = wb.audit.events(AuditFilter(kind="table.exported"))
         assert recorded.payload["path"] == "download" and recorded.payload["rows"] == len(lines)
 
 
@@ -132,15 +134,15 @@ def test_each_side_by_side_output_links_to_its_trace(finished_run: str) -> None:
     keys = [link.split("audit?trace=")[1].rstrip(")") for link in links]
     with Workbench.open() as wb:
         for key in keys:
-            assert wb.audit_trace(key).run_id == finished_run
+            assert wb.audit.trace(key).run_id == finished_run
 
 
 def test_a_selection_too_large_to_download_says_so_and_is_refused(
     finished_run: str, monkeypatch: Any
 ) -> None:
-    import promptlab.workbench as workbench
+    import promptlab.facades.audit as audit_facade
 
-    monkeypatch.setattr(workbench, "MAX_DOWNLOAD_EVENTS", 3)
+    monkeypatch.setattr(audit_facade, "MAX_DOWNLOAD_EVENTS", 3)
     at = AppTest.from_file(PAGE, default_timeout=TIMEOUT_S)
     at.run()
     assert not at.exception
@@ -148,9 +150,9 @@ def test_a_selection_too_large_to_download_says_so_and_is_refused(
     assert any("more than a download holds (3)" in i.value for i in at.info)
     with Workbench.open() as wb:
         try:
-            wb.audit_export_bytes(AuditFilter(run_id=finished_run))
-        except workbench.ExportError as exc:
+            wb.audit.export_bytes(AuditFilter(run_id=finished_run))
+        except ExportError as exc:
             assert "promptlab audit export" in str(exc)
         else:
             raise AssertionError("a download over the bound was built")
-        assert wb.audit_events(kind="table.exported") == []
+        assert wb.audit.events(AuditFilter(kind="table.exported")) == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -9,8 +10,7 @@ from streamlit.testing.v1 import AppTest
 
 from promptlab.engine import parse_spec
 from promptlab.ui.resources import get_workbench
-from promptlab.views.compare import fmt_p
-from promptlab.workbench import srm_figures
+from promptlab.views.compare import fmt_p, srm_figures
 from tests.apptest_helpers import shown
 
 PAGE = str(Path(__file__).resolve().parent.parent / "pages" / "compare.py")
@@ -30,16 +30,14 @@ def open_page(run_id: str | None = None) -> AppTest:
 
 
 @pytest.fixture
-def demo_run() -> str:
-    """The demo experiment's split run (control 70 / staging 30), finished."""
-    wb = get_workbench()
-    run_id = wb.start_demo_run()
-    assert run_id is not None
-    assert wb.wait(run_id, timeout=TIMEOUT_S).status == "completed"
-    # Its simulated clicks, now rather than whenever the background thread gets to them
-    # (once per run: whichever comes second adds nothing).
-    wb.record_demo_feedback(run_id)
-    return run_id
+def demo_run(demo_db_once: Path, db_path: Path) -> str:
+    """The demo experiment's split run (control 70 / staging 30), finished, with its
+    simulated clicks: the app's database is a copy of the session's `init --demo` one."""
+    shutil.copyfile(demo_db_once, db_path)
+    (listed,) = get_workbench().runs.list()
+    assert listed.run.name == "demo: triage-split on tickets"
+    assert listed.run.status == "completed"
+    return listed.run.run_id
 
 
 @pytest.fixture
@@ -56,8 +54,8 @@ def all_mode_run(tmp_path: Path) -> str:
              **variant}]}
     )  # fmt: skip
     wb = get_workbench()
-    run_id = wb.start_run(spec)
-    assert wb.wait(run_id, timeout=TIMEOUT_S).status == "completed"
+    run_id = wb.runs.start(spec)
+    assert wb.runs.wait(run_id, timeout=TIMEOUT_S).status == "completed"
     return run_id
 
 
@@ -81,7 +79,7 @@ def test_the_demo_split_run_shows_verdicts_srm_and_charts(demo_run: str) -> None
         "completion rate", "CTR", "latency p50", "latency p90", "latency p99"
     ]  # fmt: skip
     assert set(table["variant"]) == {"staging"}
-    comparison = get_workbench().compare(demo_run)
+    comparison = get_workbench().analysis.compare(demo_run)
     for cells, row in zip(table.to_dict("records"), comparison.rows, strict=True):
         assert cells["verdict"].endswith(str(row.verdict))
         assert cells["n"] == f"{row.n_control}/{row.n_variant}"
@@ -116,7 +114,7 @@ def test_side_by_side_of_an_all_mode_run_marks_the_differences(
     assert at.selectbox(key="compare_run").value == all_mode_run
     assert any("No SRM check" in c.value for c in at.caption)
     assert at.dataframe[0].value["test"][0] == "McNemar exact"
-    page = get_workbench().side_by_side(all_mode_run, limit=10)
+    page = get_workbench().analysis.side_by_side(all_mode_run, limit=10)
     assert page.total == 12
     boxes = [h.proto.body for h in at.html]
     assert len(boxes) == 2 * len(page.rows) == 20  # a box per variant per input
@@ -142,7 +140,7 @@ def test_two_versions_across_runs_and_in_production_logs(demo_run: str, tmp_path
     a = at.selectbox(key="ver_a_False").value
     b = at.selectbox(key=f"ver_b_False_{a}").value
     table = at.dataframe[0].value
-    expected = wb.compare_versions(a, b)
+    expected = wb.analysis.compare_versions(a, b)
     assert list(table["metric"]) == [r.metric for r in expected.rows]
     assert list(table["p"]) == [fmt_p(r.p_value) for r in expected.rows]
     assert any("not split by an experiment" in c.value for c in at.caption)
@@ -157,11 +155,11 @@ def test_two_versions_across_runs_and_in_production_logs(demo_run: str, tmp_path
             for i in range(30)
         )
     )
-    assert wb.import_logs(log) == 60
+    assert wb.analysis.import_logs(log) == 60
     at.segmented_control(key="compare_source").set_value("Production logs").run()
     assert not at.exception
     table = at.dataframe[0].value
-    logged = wb.compare_versions(a, b, logs=True)
+    logged = wb.analysis.compare_versions(a, b, logs=True)
     assert list(table["metric"]) == [r.metric for r in logged.rows]
     assert table["n"][0] == "30/30"
     at.text_input(key="ver_since_True").input("2030-01-01").run()
@@ -172,9 +170,9 @@ def test_the_comparison_download_holds_exactly_the_rows_shown(demo_run: str) -> 
     import duckdb
 
     wb = get_workbench()
-    comparison = wb.compare(demo_run)
+    comparison = wb.analysis.compare(demo_run)
     at = open_page()
-    data = wb.comparison_bytes(comparison, "parquet")
+    data = wb.exports.comparison_bytes(comparison, "parquet")
     table = at.dataframe[0].value
     assert at.get("download_button")
     with duckdb.connect() as con:

@@ -10,9 +10,10 @@ from streamlit.testing.v1 import AppTest
 
 from promptlab.config import DEMO_DIR
 from promptlab.data.demo import load_demo_prompts
+from promptlab.errors import DatasetError
+from promptlab.prompts.registry import Registry
 from promptlab.ui.resources import get_workbench
 from promptlab.ui.uploads import dataset_name_for, saved_upload
-from promptlab.workbench import DatasetError
 from tests.apptest_helpers import shown
 
 PAGE = str(Path(__file__).resolve().parent.parent / "pages" / "datasets.py")
@@ -24,7 +25,7 @@ TICKETS = (DEMO_DIR / "tickets.csv").read_bytes()
 def prompts_without_demo_datasets(monkeypatch: pytest.MonkeyPatch) -> None:
     """The demo prompts, but not the demo dataset the app's first start would import."""
     monkeypatch.setenv("PROMPTLAB_DEMO", "0")
-    load_demo_prompts(get_workbench().prompts)
+    load_demo_prompts(Registry(get_workbench().store))
 
 
 def open_page() -> AppTest:
@@ -62,32 +63,32 @@ def test_upload_imports_lists_and_shows_the_dataset() -> None:
     preview = at.dataframe[2].value
     assert len(preview) == 20 and list(preview.index)[:2] == [1, 2]  # row numbers from 1
     assert preview["ticket_id"].iloc[0] == "T-1001"
-    info = get_workbench().dataset("tickets")
+    info = get_workbench().datasets.get("tickets")
     assert (info.source, info.unit_column) == ("Tickets.csv", "customer_id")
 
 
 def test_a_malformed_upload_shows_the_place_and_stores_nothing() -> None:
     at = upload(open_page(), "few.csv", b"a,b,c\n1,2,3\n4,5\n", dataset="few")
     assert [shown(e.value) for e in at.error] == ["few.csv, line 3: expected 3 fields, found 2"]
-    assert get_workbench().datasets() == []
+    assert get_workbench().datasets.list() == []
 
 
 def test_unit_column_picker_saves(tmp_path: Path) -> None:
-    get_workbench().import_dataset(DEMO_DIR / "tickets.csv", "tickets")
+    get_workbench().datasets.import_file(DEMO_DIR / "tickets.csv", "tickets")
     at = open_page()
     picker = at.selectbox(key="unit_tickets")
     assert picker.value == "(none)"
     picker.set_value("customer_id")
     at.button(key="unit_save_tickets").click().run()
     assert not at.exception
-    assert get_workbench().dataset("tickets").unit_column == "customer_id"
+    assert get_workbench().datasets.get("tickets").unit_column == "customer_id"
     assert any("Unit column: customer_id" in shown(s.value) for s in at.success)
 
 
 def test_check_rows_shows_the_bad_rows(tmp_path: Path) -> None:
     data = tmp_path / "mixed.csv"
     data.write_text("ticket,customer_tier\nfine,pro\nbad plan,gold\n", encoding="utf-8")
-    get_workbench().import_dataset(data, "mixed")
+    get_workbench().datasets.import_file(data, "mixed")
     at = open_page()
     at.selectbox(key="check_prompt").set_value("ticket-triage").run()
     at.selectbox(key="check_ref").set_value("staging").run()
@@ -106,11 +107,11 @@ def test_check_rows_shows_the_bad_rows(tmp_path: Path) -> None:
 
 
 def test_delete_removes_the_dataset(tmp_path: Path) -> None:
-    get_workbench().import_dataset(DEMO_DIR / "tickets.csv", "tickets")
+    get_workbench().datasets.import_file(DEMO_DIR / "tickets.csv", "tickets")
     at = open_page()
     at.button(key="dataset_delete_tickets").click().run()
     assert not at.exception
-    assert get_workbench().datasets() == []
+    assert get_workbench().datasets.list() == []
     assert any("No datasets yet" in i.value for i in at.info)
 
 
@@ -149,7 +150,7 @@ def test_a_production_log_with_mapped_columns_is_imported_from_the_page() -> Non
     at = import_log(open_page(), LOG)
     assert not at.exception
     assert [shown(s.value) for s in at.success] == ["Imported 2 log rows from prod.csv"]
-    (row,) = get_workbench().log_metrics("ticket-triage")
+    (row,) = get_workbench().analysis.log_metrics("ticket-triage")
     assert (row.requests, row.completed, row.clicks) == (2, 2, 1)
 
 
@@ -158,7 +159,7 @@ def test_a_bad_log_row_is_named_on_the_page_and_nothing_is_imported() -> None:
     assert not at.success
     (error,) = [shown(e.value) for e in at.error]
     assert error.startswith("prod.csv, row 3, column ver: ") and "9.9.9" in error
-    assert get_workbench().log_metrics("ticket-triage") == []
+    assert get_workbench().analysis.log_metrics("ticket-triage") == []
 
 
 def test_feedback_events_are_imported_from_the_page() -> None:

@@ -45,7 +45,7 @@ def test_create_a_70_30_experiment_from_two_versions_in_the_form() -> None:
     at.run()
     assert not at.exception, at.exception
     assert [shown(s.value) for s in at.success] == ["Created triage-v1-vs-v11"]
-    config = get_workbench().experiment("triage-v1-vs-v11")
+    config = get_workbench().experiments.get("triage-v1-vs-v11")
     assert config.weights == {"control": 70.0, "variant-1": 30.0}
     assert config.bucket_counts() == {"control": 7000, "variant-1": 3000}
     wb = get_workbench()
@@ -62,7 +62,7 @@ def test_a_bad_form_names_the_problem_and_saves_nothing() -> None:
     at.run()
     assert not at.exception, at.exception
     assert at.error and "name" in at.error[0].value
-    assert [c.name for c in get_workbench().experiments()] == ["triage-split"]
+    assert [c.name for c in get_workbench().experiments.list()] == ["triage-split"]
 
 
 def test_launch_on_the_demo_dataset_shows_the_estimate_and_follows_the_run() -> None:
@@ -75,7 +75,7 @@ def test_launch_on_the_demo_dataset_shows_the_estimate_and_follows_the_run() -> 
     at.button(key="launch_triage-split_start").click().run()
     assert not at.exception, at.exception
     run_id = at.session_state["launched_run"]
-    assert get_workbench().wait(run_id, 60).status == "completed"
+    assert get_workbench().runs.wait(run_id, 60).status == "completed"
     at.run()
     progress = at.get("progress")[-1]
     assert "completed: 40 of 40 items closed" in progress.proto.text
@@ -93,7 +93,7 @@ def test_weights_and_ramp_save_a_new_revision() -> None:
     button(at, "Save as new revision").click()  # type: ignore[attr-defined]
     at.run()
     assert not at.exception, at.exception
-    config = get_workbench().experiment("triage-split")
+    config = get_workbench().experiments.get("triage-split")
     assert (config.revision, config.ramp, config.note) == (2, 20.0, "even split, slow ramp")
     assert config.weights == {"control": 50.0, "staging": 50.0}
     history = at.dataframe[1].value
@@ -103,23 +103,23 @@ def test_weights_and_ramp_save_a_new_revision() -> None:
 def test_the_kill_switch_asks_before_it_acts() -> None:
     at = open_page()
     at.button(key="kill_triage-split").click().run()
-    assert get_workbench().experiment("triage-split").killed is False  # not yet
+    assert get_workbench().experiments.get("triage-split").killed is False  # not yet
     assert any("Send every unit of triage-split to control" in shown(e.value) for e in at.error)
     at.button(key="kill_no_triage-split").click().run()
-    assert get_workbench().experiment("triage-split").killed is False
+    assert get_workbench().experiments.get("triage-split").killed is False
     at.button(key="kill_triage-split").click().run()
     at.button(key="kill_yes_triage-split").click().run()
     assert not at.exception, at.exception
-    config = get_workbench().experiment("triage-split")
+    config = get_workbench().experiments.get("triage-split")
     assert config.killed and config.revision == 2 and config.note == "kill switch"
     assert any("Killed" in w.value for w in at.warning)
     at.button(key="revive_triage-split").click().run()
-    assert get_workbench().experiment("triage-split").killed is False
+    assert get_workbench().experiments.get("triage-split").killed is False
 
 
 def test_each_experiment_shows_and_saves_its_own_weights() -> None:
     wb = get_workbench()
-    wb.add_experiment(
+    wb.experiments.add(
         {"name": "other", "variants": [
             {"name": "control", "prompt": "ticket-triage@1.0.0", "weight": 50, "control": True},
             {"name": "staging", "prompt": "ticket-triage@staging", "weight": 50}]}
@@ -133,15 +133,15 @@ def test_each_experiment_shows_and_saves_its_own_weights() -> None:
     at.slider(key="ramp_other_1").set_value(40.0)
     button(at, "Save as new revision").click()  # type: ignore[attr-defined]
     at.run()
-    saved = wb.experiment("other")
+    saved = wb.experiments.get("other")
     assert (saved.revision, saved.ramp, saved.weights) == (2, 40.0, {"control": 50, "staging": 50})
-    assert wb.experiment("triage-split").revision == 1
+    assert wb.experiments.get("triage-split").revision == 1
 
 
 def test_a_dataset_without_a_unit_column_asks_for_one() -> None:
     wb = get_workbench()
-    wb.set_dataset_unit_column("tickets", None)
-    wb.add_experiment(
+    wb.datasets.set_unit_column("tickets", None)
+    wb.experiments.add(
         {"name": "no-unit", "variants": [
             {"name": "control", "prompt": "ticket-triage@1.0.0", "weight": 50, "control": True},
             {"name": "staging", "prompt": "ticket-triage@staging", "weight": 50}]}

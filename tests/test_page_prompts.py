@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from promptlab.facades.prompts import Prompts
 from promptlab.prompts.registry import Registry
 from promptlab.prompts.templates import Template
 from promptlab.store import Store
@@ -31,7 +32,7 @@ def by_label(elements, label):  # type: ignore[no-untyped-def]
     return next(e for e in elements if shown(e.label) == label)
 
 
-def registry_of(db_path: Path) -> Registry:
+def registry_of(db_path: Path) -> Prompts:
     """The page's own workbench (cached per process) is what the page wrote through."""
     from promptlab.ui.resources import get_workbench
 
@@ -44,7 +45,7 @@ def test_app_shell_loads_demo_on_first_start(db_path: Path) -> None:
     at = AppTest.from_file(APP, default_timeout=TIMEOUT_S).run()
     assert not at.exception, at.exception
     assert [t.value for t in at.title] == ["Prompts"]
-    names = {s.name for s in registry_of(db_path).list_prompts()}
+    names = {s.name for s in registry_of(db_path).list()}
     assert {"ticket-triage", "product-description", "article-summarizer"} <= names
 
 
@@ -215,7 +216,7 @@ def test_create_form_refuses_a_deep_template_inline(db_path: Path) -> None:
     by_label(at.button, "Create prompt").click().run()
     assert not at.exception, at.exception
     assert any("nested more than 40 levels deep" in e.value for e in at.error)
-    assert "deep" not in {s.name for s in registry_of(db_path).list_prompts()}
+    assert "deep" not in {s.name for s in registry_of(db_path).list()}
 
 
 def test_preview_stops_a_runaway_render_inline(db_path: Path) -> None:

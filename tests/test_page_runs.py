@@ -119,7 +119,7 @@ def test_specs_that_reach_outside_are_refused_inline(
     at.button(key="start_run").click().run()
     assert not at.exception
     assert any(message in shown(e.value) for e in at.error), [e.value for e in at.error]
-    assert get_workbench().list_runs() == []
+    assert get_workbench().runs.list() == []
 
 
 def test_a_bad_spec_shows_the_error(data_dir: Path) -> None:
@@ -143,7 +143,7 @@ def test_the_example_spec_runs_the_demo_ab_as_it_stands() -> None:
     assert list(variants["variant"]) == ["production", "staging"]
     assert list(variants["succeeded"]) == [40, 40]
     # Completion counts usable outputs only: the demo's schema catches a few broken ones.
-    view = get_workbench().run_view(started[0].split()[-1])
+    view = get_workbench().runs.view(started[0].split()[-1])
     assert list(variants["completion"]) == [v.completion_rate for v in view.variants]
     assert all(v.checked == 40 and v.completed == 40 - v.invalid - v.truncated
                for v in view.variants)  # fmt: skip

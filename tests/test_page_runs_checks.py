@@ -29,7 +29,7 @@ def test_the_page_shows_check_rates_fields_and_an_items_errors(
     wb = get_workbench()
     run_id = wb.engine.submit(checks_spec(tmp_path))
     assert wb.engine.wait(run_id, timeout=TIMEOUT_S).status == "completed"
-    view = wb.run_view(run_id)
+    view = wb.runs.view(run_id)
     at = AppTest.from_file(PAGE, default_timeout=TIMEOUT_S).run()
     assert not at.exception
     variants = table_with(at, "truncated")
@@ -52,6 +52,6 @@ def test_the_page_shows_check_rates_fields_and_an_items_errors(
     at.session_state[items.key] = {"selection": {"rows": [index], "columns": [], "cells": []}}
     at.run()
     assert not at.exception
-    errors = wb.item_view(run_id, table["key"][index]).check_errors
+    errors = wb.runs.item(run_id, table["key"][index]).check_errors
     assert any(shown(e.value) == f"check: invalid, {len(errors)} errors" for e in at.error)
     assert "\n".join(errors) in [c.value for c in at.code]

@@ -29,10 +29,10 @@ def test_a_finished_run_has_download_buttons_for_its_tables(tmp_path: Path) -> N
     assert picked.proto.deferred_file_id and not picked.proto.url
     assert picked.proto.ignore_rerun
     wb = get_workbench()
-    assert wb.export_file_name("results", "parquet", run_id=run_id) == (
+    assert wb.exports.file_name("results", "parquet", run_id=run_id) == (
         f"results-run-{run_id}.parquet"
     )
-    assert wb.export_bytes("results", "parquet", run_id=run_id)[:4] == b"PAR1"
+    assert wb.exports.table_bytes("results", "parquet", run_id=run_id)[:4] == b"PAR1"
 
 
 def test_the_deferred_download_makes_the_file_or_says_why_not(tmp_path: Path) -> None:
@@ -40,7 +40,7 @@ def test_the_deferred_download_makes_the_file_or_says_why_not(tmp_path: Path) ->
 
     wb = get_workbench()
     run_id = wb.engine.submit(parse_spec_text(spec_text(write_rows(tmp_path))))
-    assert wb.wait(run_id, timeout=TIMEOUT_S).status == "completed"
+    assert wb.runs.wait(run_id, timeout=TIMEOUT_S).status == "completed"
     csv = _deferred(wb, "items", "csv", run_id, None, None)()
     assert csv.decode().splitlines()[0].startswith("key,run_id,seq,row_index,variant")
     assert len(csv.decode().splitlines()) == 1 + 3

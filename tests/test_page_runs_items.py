@@ -107,7 +107,7 @@ def test_an_invalid_row_shows_the_error_instead_of_messages(
 
 def test_a_deep_link_opens_the_run_and_the_item(tmp_path: Path, server: RunningServer) -> None:
     run_id = finished(tmp_path, server.openai_base_url)
-    key = get_workbench().run_items(run_id, offset=5, limit=1).rows[0].key
+    key = get_workbench().runs.items(run_id, offset=5, limit=1).rows[0].key
     at = AppTest.from_file(PAGE, default_timeout=TIMEOUT_S)
     at.query_params["run"] = run_id
     at.query_params["item"] = key[:10]  # a prefix is enough
@@ -152,7 +152,7 @@ def test_rating_an_output_stores_feedback_that_the_metrics_count(
 ) -> None:
     run_id = finished(tmp_path, server.openai_base_url, rows=2)
     wb = get_workbench()
-    key = wb.run_items(run_id, status="succeeded", limit=1).rows[0].key
+    key = wb.runs.items(run_id, status="succeeded", limit=1).rows[0].key
     at = AppTest.from_file(PAGE, default_timeout=TIMEOUT_S)
     at.query_params["run"] = run_id
     at.query_params["item"] = key
@@ -164,9 +164,9 @@ def test_rating_an_output_stores_feedback_that_the_metrics_count(
     assert not at.exception
     # A reviewer's click comes with its impression, so it counts in the CTR.
     assert any(c.value == "click 1 · impression 1 · thumbs up 2" for c in at.caption)
-    assert wb.result_feedback(run_id, key) == {"thumbs_up": 2, "click": 1, "impression": 1}
-    variant = wb.item_view(run_id, key).variant.name
-    row = next(m for m in wb.metrics(run_id=run_id) if m.variant == variant)
+    assert wb.analysis.result_feedback(run_id, key) == {"thumbs_up": 2, "click": 1, "impression": 1}
+    variant = wb.runs.item(run_id, key).variant.name
+    row = next(m for m in wb.analysis.metrics(run_id=run_id) if m.variant == variant)
     assert (row.thumbs_up, row.impressions, row.clicks) == (2, 1, 1)
 
 
@@ -175,10 +175,10 @@ def test_a_click_on_a_result_already_shown_adds_no_second_impression(
 ) -> None:
     run_id = finished(tmp_path, server.openai_base_url, rows=2)
     wb = get_workbench()
-    key = wb.run_items(run_id, status="succeeded", limit=1).rows[0].key
+    key = wb.runs.items(run_id, status="succeeded", limit=1).rows[0].key
     (tmp_path / "fb.csv").write_text(f"result_id,kind\n{key},impression\n")
-    wb.import_feedback(tmp_path / "fb.csv")
-    wb.rate_result(run_id, key, "click")
-    assert wb.result_feedback(run_id, key) == {"impression": 1, "click": 1}
-    wb.rate_result(run_id, key, "click")  # that impression is used: the next brings one
-    assert wb.result_feedback(run_id, key) == {"impression": 2, "click": 2}
+    wb.analysis.import_feedback(tmp_path / "fb.csv")
+    wb.analysis.rate_result(run_id, key, "click")
+    assert wb.analysis.result_feedback(run_id, key) == {"impression": 1, "click": 1}
+    wb.analysis.rate_result(run_id, key, "click")  # that impression is used: the next brings one
+    assert wb.analysis.result_feedback(run_id, key) == {"impression": 2, "click": 2}

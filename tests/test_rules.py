@@ -166,8 +166,8 @@ def test_a_run_records_each_items_rules_and_completion_counts_them(
         }
     )  # fmt: skip
     with Workbench.open() as wb:
-        run_id = wb.start_run(spec)
-        assert wb.wait(run_id, timeout=60).status == "completed"
+        run_id = wb.runs.start(spec)
+        assert wb.runs.wait(run_id, timeout=60).status == "completed"
     rule_set = RuleSet(parse_rules(RUN_RULES))
     with Store(db_path) as store:
         with store.read() as cur:

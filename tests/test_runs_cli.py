@@ -277,12 +277,12 @@ def test_resume_keeps_the_first_start_and_shows_the_resumed_part_apart(
         first = CliRunner().invoke(main, ["run", str(spec)])
         run_id = first.stdout.split()[1]
         with Workbench.open() as wb:
-            started = wb.run_view(run_id).run.started_at
+            started = wb.runs.view(run_id).run.started_at
         resumed = CliRunner().invoke(main, ["resume", run_id])
     assert resumed.exit_code == 1, resumed.output
     assert "from the first start (since the last resume " in resumed.stdout
     with Workbench.open() as wb:
-        view = wb.run_view(run_id)
+        view = wb.runs.view(run_id)
     assert view.run.started_at == started and view.resumed
     assert view.wall_time_s is not None and view.last_part_s is not None
     assert view.wall_time_s > view.last_part_s
@@ -304,7 +304,7 @@ def test_status_shows_the_demo_ab_variants_side_by_side(db_path: Path) -> None:
     assert [r[2] for r in rows] == ["40", "40"]
     # Complete means a usable output: the demo schema catches the broken ones.
     with Workbench.open() as wb:
-        variants = wb.run_view(run_id).variants
+        variants = wb.runs.view(run_id).variants
     assert [r[6] for r in rows] == [f"{v.completion_rate:.1%}" for v in variants]
     assert [r[7] for r in rows] == [f"{v.validity_rate:.1%}" for v in variants]
 

@@ -286,7 +286,7 @@ def _completion(
 
 
 def _srm(reads: MetricsReads, run: RunRecord) -> SrmCheck | None:
-    from promptlab.experiments.config import config_from_mapping, expected_shares
+    from promptlab.experiments import config_from_mapping, expected_shares
 
     experiment = run.spec.get("experiment")
     if not isinstance(experiment, dict):

@@ -53,7 +53,7 @@ if TYPE_CHECKING:  # promptlab.audit.checks builds on this module
 
 #: The chain of change events (everything that is not a run's item trace).
 CHANGES_CHAIN = "changes"
-#: Kinds of change events. Other branches add theirs through `Workbench._audit_change`.
+#: Kinds of change events. Other branches add theirs through `Context.audit_change`.
 RUN_SUBMITTED = "run.submitted"
 RUN_ENDED = "run.ended"
 
@@ -226,7 +226,7 @@ class AuditTrace:
     Result events written since the trace went lean hold the render hashes, preflight
     and a hash of the stored results row (`result_sha256`); `details` then holds every
     stage as the trace view shows it, read back from that row, the `attempts` rows and
-    the prompt rendered again (see `Workbench.audit_trace`). Older result events carried
+    the prompt rendered again (see `wb.audit.trace`). Older result events carried
     a copy of all of it, and `details` is that payload.
     """
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -386,8 +386,9 @@ def detect(
     run_id: str,
     observations: Iterable[Observation],
     expected_fields: Mapping[str, frozenset[str]] | None = None,
+    now: Callable[[], datetime] | None = None,
 ) -> Iterator[AlertRecord]:
-    """Every alert over a whole stream (the after-run pass)."""
-    detector = RunDetector(run_id, expected_fields)
+    """Every alert over a whole stream (the after-run pass); `now` stamps them."""
+    detector = RunDetector(run_id, expected_fields, now)
     for obs in observations:
         yield from detector.observe(obs)

@@ -196,6 +196,7 @@ def _pattern(pattern: Any, where: str) -> str:
 # ---- evaluation --------------------------------------------------------------------------
 
 
+# Not a PromptlabError: an internal signal (a path the record lacks), caught in this module.
 class _Missing(Exception):
     pass
 

@@ -200,6 +200,7 @@ def check_output(
 # ---- extraction and repair -------------------------------------------------------------
 
 
+# Not a PromptlabError: an internal signal, turned into a check status in this module.
 class _NoJSON(Exception):
     """Nothing in the text is JSON, even after repair."""
 

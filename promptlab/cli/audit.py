@@ -15,7 +15,7 @@ import click
 from promptlab.cli.common import EXIT_ERROR, db_option, handle_errors, open_workbench
 
 if TYPE_CHECKING:
-    from promptlab.workbench import AuditEvent, AuditTrace
+    from promptlab.audit.chain import AuditEvent, AuditTrace
 
 
 @click.group("audit")
@@ -34,7 +34,7 @@ def verify_command(ctx: click.Context) -> None:
     from promptlab.views.audit import chain_summary
 
     with open_workbench(ctx) as wb:
-        report = wb.audit_verify()
+        report = wb.audit.verify()
     summary = chain_summary(report)
     for problem in summary.problems:
         click.echo(f"FAIL {problem}", err=True)
@@ -68,7 +68,7 @@ def show_command(ctx: click.Context, trace_id: str, as_json: bool) -> None:
     from promptlab.audit.chain import event_record
 
     with open_workbench(ctx) as wb:
-        trace = wb.audit_trace(trace_id)
+        trace = wb.audit.trace(trace_id)
     if as_json:
         shown = {
             "trace_id": trace.trace_id,
@@ -144,7 +144,7 @@ def attempt_line(p: dict[str, Any]) -> str:
 def export_command(ctx: click.Context, run_id: str, output: Path, force: bool) -> None:
     """Write a run's events (traces and its change events) as JSON Lines to OUTPUT."""
     with open_workbench(ctx) as wb:
-        count = wb.export_audit(output, run_id=run_id, force=force)
+        count = wb.audit.export(output, run_id=run_id, force=force)
     click.echo(f"wrote {count} events to {output}")
 
 

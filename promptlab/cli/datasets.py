@@ -43,7 +43,9 @@ def import_(
 ) -> None:
     """Import FILE (CSV with a header row, JSON Lines objects, or Parquet) as a dataset."""
     with open_workbench(ctx) as wb:
-        info = wb.import_dataset(file, name, fmt=fmt, unit_column=unit_column, replace=replace)
+        info = wb.datasets.import_file(
+            file, name, fmt=fmt, unit_column=unit_column, replace=replace
+        )
     unit = f", unit column {info.unit_column}" if info.unit_column else ""
     click.echo(
         f"imported {info.name}: {info.row_count:,} rows, {len(info.columns)} columns{unit} "
@@ -58,7 +60,7 @@ def import_(
 def list_datasets(ctx: click.Context) -> None:
     """List datasets with their rows, columns and unit column."""
     with open_workbench(ctx) as wb:
-        infos = wb.datasets()
+        infos = wb.datasets.list()
     if not infos:
         click.echo("no datasets yet: try `promptlab dataset import FILE --name NAME`")
         return
@@ -87,8 +89,8 @@ def list_datasets(ctx: click.Context) -> None:
 def show(ctx: click.Context, name: str, rows: int) -> None:
     """Show a dataset: its columns and types, row count, unit column and first rows."""
     with open_workbench(ctx) as wb:
-        info = wb.dataset(name)
-        first = wb.dataset_preview(name, rows)
+        info = wb.datasets.get(name)
+        first = wb.datasets.preview(name, rows)
     click.echo(f"{info.name}: {info.row_count:,} rows from {info.source} ({info.format})")
     click.echo(f"imported {info.imported_at:%Y-%m-%d %H:%M:%S %Z} by {info.author}")
     click.echo(f"unit column: {info.unit_column or '-'}")
@@ -113,7 +115,7 @@ def show(ctx: click.Context, name: str, rows: int) -> None:
 def check(ctx: click.Context, name: str, prompt_ref: str, listed: int) -> None:
     """Check every row of NAME against PROMPT_REF's variables; exit 1 if a row is bad."""
     with open_workbench(ctx) as wb:
-        result = wb.check_dataset_rows(name, prompt_ref, listed)
+        result = wb.datasets.check_rows(name, prompt_ref, listed)
     for problem in result.problems:
         click.echo(str(problem))
     shown = len({p.row_number for p in result.problems})
@@ -135,7 +137,7 @@ def check(ctx: click.Context, name: str, prompt_ref: str, listed: int) -> None:
 def unit(ctx: click.Context, name: str, column: str) -> None:
     """Make COLUMN the unit column of NAME (the unit an experiment assigns)."""
     with open_workbench(ctx) as wb:
-        info = wb.set_dataset_unit_column(name, column)
+        info = wb.datasets.set_unit_column(name, column)
     click.echo(f"{info.name}: unit column {info.unit_column}")
 
 
@@ -147,7 +149,7 @@ def unit(ctx: click.Context, name: str, column: str) -> None:
 def delete(ctx: click.Context, name: str) -> None:
     """Delete a dataset and its rows (runs keep their own copy of the rows they used)."""
     with open_workbench(ctx) as wb:
-        wb.delete_dataset(name)
+        wb.datasets.delete(name)
     click.echo(f"deleted {name}")
 
 

@@ -2,7 +2,7 @@
 
 `promptlab assign FILE UNIT...` on an exported config never opens the database: a live
 service may call it while the app holds the DuckDB file. It imports only the pure
-`promptlab.experiments.config` module (no DuckDB, no engine), so it also starts fast.
+`promptlab.experiments` package (no DuckDB, no engine), so it also starts fast.
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ from promptlab.data.lines import LineLimits, numbered_lines, open_lines
 from promptlab.errors import ExperimentError, NotFoundError, SpecError
 
 if TYPE_CHECKING:
-    from promptlab.experiments.config import ExperimentConfig
-    from promptlab.workbench import RunEstimate, Workbench
+    from promptlab.experiments import ExperimentConfig
+    from promptlab.facades.runs import RunEstimate
+    from promptlab.workbench import Workbench
 
 
 @click.group()
@@ -37,11 +38,11 @@ def experiment() -> None:
 @handle_errors
 def add(ctx: click.Context, file: Path, note: str) -> None:
     """Add an experiment file; a changed file becomes a new revision."""
-    from promptlab.experiments.config import load_experiment_file
+    from promptlab.experiments import load_experiment_file
 
     experiment_file = load_experiment_file(file)  # fully checked before the database opens
     with open_workbench(ctx) as wb:
-        config, created = wb.add_experiment(experiment_file, note=note)
+        config, created = wb.experiments.add(experiment_file, note=note)
     if created:
         click.echo(f"added {config.name} revision {config.revision}: {_split(config)}")
     else:
@@ -55,7 +56,7 @@ def add(ctx: click.Context, file: Path, note: str) -> None:
 def list_experiments(ctx: click.Context) -> None:
     """List experiments with their latest revision, split, ramp and kill switch."""
     with open_workbench(ctx) as wb:
-        configs = wb.experiments()
+        configs = wb.experiments.list()
     if not configs:
         click.echo("no experiments yet: try `promptlab experiment add FILE.yaml`")
         return
@@ -82,12 +83,12 @@ def list_experiments(ctx: click.Context) -> None:
 @handle_errors
 def show(ctx: click.Context, name: str, revision: int | None) -> None:
     """Show one experiment: variants, weights, allocation, ramp, kill switch, history."""
-    from promptlab.experiments.config import describe_changes
+    from promptlab.experiments import describe_changes
 
     with open_workbench(ctx) as wb:
-        config = wb.experiment(name, revision)
-        history = wb.experiment_history(name)
-        exposures = wb.exposure_counts(name)
+        config = wb.experiments.get(name, revision)
+        history = wb.experiments.history(name)
+        exposures = wb.experiments.exposure_counts(name)
     click.echo(f"{config.name}  revision {config.revision} of {history[0].revision}")
     if config.description:
         click.echo(config.description)
@@ -145,7 +146,7 @@ def show(ctx: click.Context, name: str, revision: int | None) -> None:
 def export(ctx: click.Context, name: str, revision: int | None, output: Path | None) -> None:
     """Write the full config (allocation and pins included): what `promptlab assign` reads."""
     with open_workbench(ctx) as wb:
-        text = wb.export_experiment(name, revision)
+        text = wb.experiments.export(name, revision)
     if output is None:
         click.echo(text, nl=False)
         return
@@ -185,9 +186,9 @@ def set_command(
         raise click.UsageError("nothing to change: give --weight, --ramp, --kill or --revive")
     parsed = dict(_weight(text) for text in weights)
     with open_workbench(ctx) as wb:
-        before = wb.experiment(name)
-        after = wb.update_experiment(name, weights=parsed, ramp=ramp, killed=killed, note=note)
-    from promptlab.experiments.config import describe_changes
+        before = wb.experiments.get(name)
+        after = wb.experiments.update(name, weights=parsed, ramp=ramp, killed=killed, note=note)
+    from promptlab.experiments import describe_changes
 
     if after.revision == before.revision:
         click.echo(f"no changes: {name} is at revision {after.revision}")
@@ -227,13 +228,13 @@ def run_experiment(
     from promptlab.cli.runs import drive_run
 
     def start(wb: Workbench) -> str | None:
-        spec = wb.experiment_run_spec(
+        spec = wb.runs.experiment_spec(
             name, dataset, mode=mode, unit_column=unit_column, repeats=repeats,
             limit_rows=limit_rows, skip_invalid_rows=skip_invalid_rows,
         )  # fmt: skip
-        for line in estimate_lines(wb.estimate(spec)):
+        for line in estimate_lines(wb.runs.estimate(spec)):
             click.echo(line)
-        return None if estimate_only else wb.start_run(spec)
+        return None if estimate_only else wb.runs.start(spec)
 
     drive_run(ctx, start, strict, quiet)
 
@@ -280,7 +281,7 @@ def assign_command(
     EXPERIMENT_OR_FILE is an exported config file (the database is never opened) or an
     experiment's name (its latest revision, read from the database).
     """
-    from promptlab.experiments.config import assign, exposure_line, load_experiment_config
+    from promptlab.experiments import assign, exposure_line, load_experiment_config
 
     all_units = [*units, *(_read_units(units_file) if units_file else [])]
     if not all_units:
@@ -289,7 +290,7 @@ def assign_command(
         config = load_experiment_config(experiment_or_file)
     else:
         with open_workbench(ctx) as wb:
-            config = wb.experiment(experiment_or_file)
+            config = wb.experiments.get(experiment_or_file)
     now = datetime.now(UTC)
     exposures = []
     for unit in all_units:
@@ -318,7 +319,7 @@ def exposures() -> None:
 def import_exposures(ctx: click.Context, file: Path) -> None:
     """Import an exposure log (JSON Lines); a bad line refuses the whole file."""
     with open_workbench(ctx) as wb:
-        added = wb.import_exposures(file)
+        added = wb.experiments.import_exposures(file)
     click.echo(f"imported {added} new exposures from {file}")
 
 

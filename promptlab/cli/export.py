@@ -57,7 +57,7 @@ def export_command(
     table, fmt = check_table(table), check_format(fmt)
     path = output or Path(file_name(table, fmt, ExportFilters(run_id, experiment, prompt)))
     with open_workbench(ctx) as wb:
-        count = wb.export_table(
+        count = wb.exports.write_table(
             table, fmt, path, run_id=run_id, experiment=experiment, prompt=prompt, force=force
         )
     click.echo(f"wrote {count} rows to {path}")

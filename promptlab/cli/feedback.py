@@ -28,7 +28,7 @@ def import_feedback(ctx: click.Context, file: Path) -> None:
     A bad row refuses the whole file, naming its row and column.
     """
     with open_workbench(ctx) as wb:
-        count = wb.import_feedback(file)
+        count = wb.analysis.import_feedback(file)
     click.echo(f"imported {count:,} feedback events from {file.name}")
 
 
@@ -75,7 +75,7 @@ def import_logs(
     }
     columns = {field: column for field, column in given.items() if column is not None}
     with open_workbench(ctx) as wb:
-        count = wb.import_logs(file, columns)
+        count = wb.analysis.import_logs(file, columns)
     click.echo(f"imported {count:,} requests from {file.name}")
 
 

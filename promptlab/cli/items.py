@@ -1,7 +1,7 @@
 """`promptlab status RUN_ID --items / --item KEY`: a run's items as text.
 
 The lines are built here and printed by `status`; everything comes from the facade
-(`Workbench.run_items`, `Workbench.item_view`).
+(`wb.runs.items`, `wb.runs.item`).
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from promptlab.workbench import ItemPage, ItemView
+    from promptlab.records import ItemPage
+    from promptlab.views.item import ItemView
 
 #: Hex digits of a key the items list shows: unique in practice, and `--item` takes it.
 SHORT_KEY = 12

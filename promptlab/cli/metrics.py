@@ -24,7 +24,9 @@ from promptlab.views.compare import (
 )
 
 if TYPE_CHECKING:
-    from promptlab.workbench import Comparison, LogMetricsRow, MetricComparison, MetricsRow
+    from promptlab.analysis.compare import Comparison
+    from promptlab.analysis.stats import MetricComparison
+    from promptlab.records import LogMetricsRow, MetricsRow
 
 
 @click.command("metrics")
@@ -55,8 +57,8 @@ def metrics_command(
     if logs_only and run_id is not None:
         raise click.UsageError("--logs reads the production logs, not a run: drop --run")
     with open_workbench(ctx) as wb:
-        rows = [] if logs_only else wb.metrics(run_id=run_id, prompt=prompt, since=since)
-        log_rows = [] if run_id is not None else wb.log_metrics(prompt=prompt, since=since)
+        rows = [] if logs_only else wb.analysis.metrics(run_id=run_id, prompt=prompt, since=since)
+        log_rows = [] if run_id is not None else wb.analysis.log_metrics(prompt=prompt, since=since)
     if logs_only:
         if as_json:
             click.echo(json.dumps([log_metrics_json(r) for r in log_rows], indent=2))
@@ -134,10 +136,10 @@ def compare_command(
     with open_workbench(ctx) as wb:
         if by_version:
             assert a is not None and b is not None
-            comparison = wb.compare_versions(a, b, run_id=run_id, logs=logs, since=since)
+            comparison = wb.analysis.compare_versions(a, b, run_id=run_id, logs=logs, since=since)
         else:
             assert run_id is not None
-            comparison = wb.compare(run_id, a, b)
+            comparison = wb.analysis.compare(run_id, a, b)
     needed = units_needed(comparison, mde) if mde is not None else None
     if as_json:
         click.echo(json.dumps({**comparison_json(comparison), "units_needed": needed}, indent=2))

@@ -12,8 +12,8 @@ from promptlab.cli.common import db_option, handle_errors, open_workbench
 from promptlab.data.jsonl import NotJsonError, strict_loads
 from promptlab.data.lines import LineLimits, open_lines
 
-# The errors module is light; the facade's other names are imported inside the commands
-# that use them, so `promptlab --help` does not load templates, the store or the engine.
+# The errors module is light; the facade and the prompt modules are imported inside
+# the commands that use them, so `promptlab --help` loads no templates, store or engine.
 from promptlab.errors import PromptlabError, VariableError, VariableProblem
 
 
@@ -32,16 +32,16 @@ def init(ctx: click.Context, demo: bool) -> None:
     with open_workbench(ctx) as wb:
         click.echo(f"database ready: {wb.store.path}")
         if demo:
-            results = wb.load_demo()
+            results = wb.demo.load()
             created = sum(r.created for r in results)
             click.echo(
                 f"demo prompts: {created} new versions ({len(results) - created} already there)"
             )
-            run_id = wb.start_demo_run()
+            run_id = wb.demo.start_run()
             if run_id is not None:
-                done = wb.wait(run_id)
+                done = wb.runs.wait(run_id)
                 # Now, not in the background: this process is about to exit.
-                wb.record_demo_feedback(run_id)
+                wb.demo.record_feedback(run_id)
                 click.echo(f"demo experiment run {run_id}: {done.status}, {done.total} items")
 
 
@@ -58,11 +58,11 @@ def prompt() -> None:
 @handle_errors
 def add(ctx: click.Context, file: Path, author: str | None) -> None:
     """Import a YAML prompt file; each changed version becomes a new version."""
-    from promptlab.workbench import load_prompt_file  # the facade is heavy: see the top
+    from promptlab.prompts.files import load_prompt_file  # heavy (templates): see the top
 
     prompt_file = load_prompt_file(file)  # fully checked before anything is saved
     with open_workbench(ctx) as wb:
-        results = wb.import_prompt(prompt_file, author)
+        results = wb.prompts.import_file(prompt_file, author)
     for result in results:
         click.echo(result.describe())
 
@@ -74,7 +74,7 @@ def add(ctx: click.Context, file: Path, author: str | None) -> None:
 def list_prompts(ctx: click.Context) -> None:
     """List prompts with their latest version and labels."""
     with open_workbench(ctx) as wb:
-        summaries = wb.prompts.list_prompts()
+        summaries = wb.prompts.list()
     if not summaries:
         click.echo("no prompts yet: try `promptlab init --demo` or `promptlab prompt add FILE`")
         return
@@ -166,7 +166,7 @@ def diff(ctx: click.Context, name: str, ref_a: str, ref_b: str) -> None:
 def label(ctx: click.Context, name: str, ref: str, label: str) -> None:
     """Point LABEL (production, staging, any name) of NAME at version REF."""
     with open_workbench(ctx) as wb:
-        version = wb.set_label(name, ref, label)
+        version = wb.prompts.set_label(name, ref, label)
     click.echo(f"{name}@{label} -> {version.semver} ({version.short_id})")
 
 
@@ -186,7 +186,7 @@ def render(
     ctx: click.Context, ref: str, variables: tuple[str, ...], vars_file: Path | None, as_json: bool
 ) -> None:
     """Render version REF with variable values; every invalid value is reported at once."""
-    from promptlab.workbench import coerce_text_values  # the facade is heavy: see the top
+    from promptlab.prompts.templates import coerce_text_values  # heavy: see the top
 
     with open_workbench(ctx) as wb:
         template = wb.prompts.resolve(ref).template
@@ -225,7 +225,7 @@ def render(
 def export(ctx: click.Context, name: str, output: Path | None) -> None:
     """Write NAME with all its versions and labels as a YAML prompt file."""
     with open_workbench(ctx) as wb:
-        text = wb.export_prompt(name)
+        text = wb.prompts.export(name)
     if output is None:
         click.echo(text, nl=False)
     else:

@@ -25,7 +25,8 @@ from promptlab.cli.items import item_lines, items_lines
 from promptlab.errors import ConfigError, RegistryError, TemplateError
 
 if TYPE_CHECKING:
-    from promptlab.workbench import RunProgress, RunView, Workbench
+    from promptlab.facades.runs import RunProgress, RunView
+    from promptlab.workbench import Workbench
 
 # The facade (`promptlab.workbench`) is imported inside the functions that use it: it
 # brings DuckDB, pyarrow, jinja2 and the engine, which `--help` never needs.
@@ -49,7 +50,7 @@ BAR_WIDTH = 28
 @handle_errors(usage=SPEC_PROBLEMS)
 def run_command(ctx: click.Context, spec_file: Path, strict: bool, quiet: bool) -> None:
     """Run a YAML run spec; print the run id, a progress bar and a summary."""
-    drive_run(ctx, lambda wb: wb.start_run(wb.load_spec(spec_file)), strict, quiet)
+    drive_run(ctx, lambda wb: wb.runs.start(wb.runs.load_spec(spec_file)), strict, quiet)
 
 
 @click.command("resume")
@@ -67,7 +68,7 @@ def resume_command(
     ctx: click.Context, run_id: str, strict: bool, quiet: bool, output: Path | None
 ) -> None:
     """Resume a run that was interrupted, cancelled or stopped; finished items are kept."""
-    drive_run(ctx, lambda wb: wb.resume_run(run_id), strict, quiet, output)
+    drive_run(ctx, lambda wb: wb.runs.resume(run_id), strict, quiet, output)
 
 
 @click.command("batch")
@@ -95,7 +96,7 @@ def batch_command(
     """
 
     def start(wb: Workbench) -> str:
-        return wb.start_run(wb.batch_spec(requests_file, endpoint, model, id_field))
+        return wb.runs.start(wb.runs.batch_spec(requests_file, endpoint, model, id_field))
 
     drive_run(ctx, start, strict, quiet, output)
 
@@ -142,13 +143,13 @@ def status_command(
         raise click.UsageError("--detect needs a RUN_ID")
     with open_workbench(ctx) as wb:
         if item_key is not None:
-            for line in item_lines(wb.item_view(run_id or "", item_key)):
+            for line in item_lines(wb.runs.item(run_id or "", item_key)):
                 click.echo(line)
             return
         if list_items:
             filters = {"status": item_status, "variant": variant, "error kind": error_kind,
                        "check": check, "search": search}  # fmt: skip
-            page = wb.run_items(
+            page = wb.runs.items(
                 run_id or "", status=item_status, variant=variant, error_kind=error_kind,
                 search=search, check=check, offset=offset, limit=limit,
             )  # fmt: skip
@@ -156,7 +157,7 @@ def status_command(
                 click.echo(line)
             return
         if run_id is None:
-            listed = wb.list_runs(limit)
+            listed = wb.runs.list(limit)
             if not listed:
                 click.echo("no runs yet")
             for entry in listed:
@@ -167,8 +168,8 @@ def status_command(
                 )
             return
         if detect:
-            wb.detect_anomalies(run_id)
-        view = wb.run_view(run_id)
+            wb.analysis.detect_anomalies(run_id)
+        view = wb.runs.view(run_id)
     c = view.counts
     click.echo(f"run {view.run_id} ({view.run.name}): {view.status}")
     if view.reason:
@@ -270,9 +271,9 @@ def cancel_command(ctx: click.Context, run_id: str) -> None:
     database is held by that process.
     """
     with open_workbench(ctx) as wb:
-        before = wb.run_view(run_id).status
-        wb.cancel_run(run_id)
-        after = wb.run_view(run_id).status
+        before = wb.runs.view(run_id).status
+        wb.runs.cancel(run_id)
+        after = wb.runs.view(run_id).status
     click.echo(f"run {run_id}: {before} -> {after}")
 
 
@@ -291,11 +292,11 @@ def drive_run(
             return
         click.echo(f"run {run_id}")
         _watch(wb, run_id, quiet)
-        wb.wait(run_id)
-        view = wb.run_view(run_id)
+        wb.runs.wait(run_id)
+        view = wb.runs.view(run_id)
         _print_summary(view)
         if output is not None:
-            count = wb.write_batch_output(run_id, output)
+            count = wb.runs.write_batch_output(run_id, output)
             click.echo(f"  wrote {count} results to {output} (OpenAI Batch output format)")
     # The run's final state decides: a Ctrl-C that came after the run completed is moot.
     raise SystemExit(_exit_code(view, strict))
@@ -314,7 +315,7 @@ def _watch(wb: Workbench, run_id: str, quiet: bool) -> None:
                 "(then `promptlab resume " + run_id + "`)",
                 err=True,
             )
-            wb.cancel_run(run_id)
+            wb.runs.cancel(run_id)
         else:
             # Quit now, like a crash: the store keeps every final row written so far, and
             # resume sends what was in flight (answers not yet written are sent again).
@@ -327,12 +328,12 @@ def _watch(wb: Workbench, run_id: str, quiet: bool) -> None:
     redraw = REDRAW_TTY_S if tty else REDRAW_PIPE_S
     last = 0.0
     try:
-        while wb.is_active(run_id):
-            wb.wait(run_id, timeout=REDRAW_TTY_S)
+        while wb.runs.is_active(run_id):
+            wb.runs.wait(run_id, timeout=REDRAW_TTY_S)
             now = time.monotonic()
-            if not quiet and now - last >= redraw and wb.is_active(run_id):
+            if not quiet and now - last >= redraw and wb.runs.is_active(run_id):
                 last = now
-                line = progress_line(wb.progress(run_id))
+                line = progress_line(wb.runs.progress(run_id))
                 click.echo(f"\r{line}\x1b[K" if tty else line, err=True, nl=not tty)
         if not quiet and tty:
             click.echo("", err=True)
@@ -342,7 +343,7 @@ def _watch(wb: Workbench, run_id: str, quiet: bool) -> None:
 
 def progress_line(p: RunProgress) -> str:
     """One line: bar, counts, throughput, ETA and the limiter state."""
-    from promptlab.workbench import RunStatus  # loaded already: a run is being watched
+    from promptlab.records import RunStatus  # loaded already: a run is being watched
 
     if p.status == RunStatus.SUBMITTED and p.total == 0:
         return f"planning {p.name}: reading the dataset"
@@ -383,7 +384,7 @@ def _print_summary(view: RunView) -> None:
 
 
 def _exit_code(view: RunView, strict: bool) -> int:
-    from promptlab.workbench import RunStatus  # loaded already: the run has a view
+    from promptlab.records import RunStatus  # loaded already: the run has a view
 
     if view.status == RunStatus.COMPLETED:
         return EXIT_ITEMS_FAILED if strict and view.counts.failed else EXIT_OK

@@ -16,7 +16,7 @@ from promptlab.records import DatasetInfo
 DEMO_AUTHOR = "demo"
 #: Demo datasets: name -> (file in the demo folder, unit column).
 DEMO_DATASETS = {"tickets": ("tickets.csv", "customer_id")}
-#: The experiment the app's first start runs on the demo dataset (Workbench.start_demo_run).
+#: The experiment the app's first start runs on the demo dataset (`wb.demo.start_run`).
 DEMO_EXPERIMENT = "triage-split"
 DEMO_DATASET = "tickets"
 #: Simulated click-through per variant of the demo run (others: DEFAULT_CLICK_THROUGH),

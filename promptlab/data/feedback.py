@@ -1,7 +1,7 @@
 """Feedback events and production logs: import a file whole or not at all, rate a result.
 
 Files are CSV, JSON Lines or Parquet, read by the dataset readers (the same checks and
-one-line errors for a malformed file, see `promptlab.data.datasets`). Every row is checked
+one-line errors for a malformed file, see `promptlab.data.readers`). Every row is checked
 in DuckDB before anything is written; the first bad row is named (its row, or its line
 in JSON Lines, its column and value) with how many more there are, and the file is
 refused as a whole.
@@ -22,29 +22,22 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
-import duckdb
-
-from promptlab.data.datasets import (
+from promptlab.data.readers import (
     MAX_FILE_BYTES,
     MAX_FILE_ROWS,
-    _check_file,
-    _csv_header,
-    _line_of_row,
-    _readable_by_duckdb,
-    _refuse_nul_bytes,
-    _translate,
     check_jsonl_keys,
     check_row_count,
     describe_file,
     format_of,
-    source_of,
+    line_of_row,
+    precheck,
+    reading,
 )
 from promptlab.errors import DatasetError, FeedbackError, PromptlabError
 from promptlab.prompts.registry import Registry
-from promptlab.records import utcnow
 from promptlab.store.connection import Store
-from promptlab.store.datasets import DatasetTables, Source
 from promptlab.store.feedback import BadRow, FeedbackTables, FeedbackWrites
+from promptlab.store.files import FileReads, Source, file_source
 
 KINDS = ("impression", "click", "thumbs_up", "thumbs_down", "completed")
 #: Kinds a person gives in the app on the item view.
@@ -66,7 +59,7 @@ class FeedbackImporter:
 
     def __init__(self, store: Store, registry: Registry) -> None:
         self.tables = FeedbackTables(store)
-        self._readers = DatasetTables(store)
+        self.files = FileReads(store)
         self.registry = registry
 
     def import_feedback(
@@ -137,7 +130,9 @@ class FeedbackImporter:
             counts = self.tables.counts(run_id, key)
             if counts.get("impression", 0) <= counts.get("click", 0):
                 kinds = ("impression", "click")
-        self.tables.add_rating(run_id, key, version_id, variant, kinds, utcnow())
+        self.tables.add_rating(
+            run_id, key, version_id, variant, kinds, self.tables.store.clock.now()
+        )
 
     # ---- one import ----------------------------------------------------------------
 
@@ -155,27 +150,21 @@ class FeedbackImporter:
         what = "a feedback file" if feedback else "a log file"
         try:
             fmt = format_of(path)
-            _check_file(path, where, max_bytes, what)
-            csv_columns: tuple[str, ...] = ()
-            if fmt == "csv":
-                csv_columns = _csv_header(path, where)
-                _refuse_nul_bytes(path, where)
+            csv_columns = precheck(path, fmt, max_bytes, what)
         except DatasetError as exc:
             raise FeedbackError(str(exc)) from exc
-        with _readable_by_duckdb(path) as duck_path:
-            source = source_of(fmt, duck_path, csv_columns, max_rows)
+        with file_source(fmt, path, csv_columns, max_rows) as source:
             try:
-                found = [c for c, _type in describe_file(self._readers, source, where, what)]
-            except duckdb.Error as exc:
-                raise FeedbackError(str(_translate(exc, source, path, where))) from exc
+                found = [c for c, _type in describe_file(self.files, source, what)]
             except DatasetError as exc:
                 raise FeedbackError(str(exc)) from exc
             columns = fields(found)
             with self.tables.importing() as writes:
                 try:
-                    count = writes.stage(source, found)
-                except duckdb.Error as exc:
-                    raise FeedbackError(str(_translate(exc, source, path, where))) from exc
+                    with reading(source):
+                        count = writes.stage(source, found)
+                except DatasetError as exc:
+                    raise FeedbackError(str(exc)) from exc
                 _check_staged(writes, count, source, path, what)
                 version = columns.get("version")
                 refs = self._resolve_refs(writes, version, where) if version else {}
@@ -183,11 +172,11 @@ class FeedbackImporter:
                 writes.stage_fields(columns)
                 bad = writes.first_bad_feedback(KINDS) if feedback else writes.first_bad_log()
                 if bad is not None:
-                    place = f"line {_line_of_row(path, bad.row_number)}" if fmt == "jsonl" else (
+                    place = f"line {line_of_row(path, bad.row_number)}" if fmt == "jsonl" else (
                         f"row {bad.row_number}"
                     )  # fmt: skip
                     raise FeedbackError(describe_bad_row(f"{where}, {place}", bad, columns))
-                now = utcnow()
+                now = self.tables.store.clock.now()
                 if feedback:
                     return writes.insert_feedback(where, now)
                 return writes.insert_logs(where, now)
@@ -231,7 +220,7 @@ def _check_staged(
     if count == 0:
         raise FeedbackError(f"{where}: no rows")
     try:
-        check_row_count(count, source, where, what)
+        check_row_count(count, source, what)
         if source.format == "jsonl":
             check_jsonl_keys(writes.first_duplicate_key(), writes.keys_in_order(), path, where)
     except DatasetError as exc:

@@ -26,6 +26,8 @@ MAX_JSON_DEPTH = 100
 _STRUCTURE = re.compile(r'[\[\]{}"\\]')
 
 
+# Not a PromptlabError: a ValueError like json.JSONDecodeError; each caller says it in its
+# own error (DatasetError, OutputFileError, ...).
 class NotJsonError(ValueError):
     """A text that is JSON only to a lenient parser, or nested too deep; says why."""
 

@@ -7,7 +7,7 @@ gigabytes stops at the reader's limit instead of filling memory. A regular file 
 the size limit is refused before its first byte is read. Problems are one line naming
 the file, the line and the limit.
 
-Files DuckDB imports (datasets, feedback, logs) are bounded in `promptlab.data.datasets`.
+Files DuckDB imports (datasets, feedback, logs) are bounded in `promptlab.data.readers`.
 """
 
 from __future__ import annotations

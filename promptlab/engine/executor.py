@@ -3,69 +3,43 @@
 The CLI and the app both call `submit`, `status`, `cancel`, `resume` and `wait` from
 their own threads; all provider calls happen on the engine's loop, so async clients
 are never bound to a loop that has closed.
+
+The engine keeps the lifecycle: its loop thread, the writer, the active runs and how
+they end. What a spec must pass before its run exists is one step, shared by submit,
+estimate and resume (engine/prepare.py); the providers and shared limiters live in
+engine/lanes.py, and one run's execution in engine/run.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import hashlib
-import itertools
 import logging
-import os
 import threading
 import uuid
-from collections.abc import Callable, Coroutine, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from promptlab.audit.chain import RUN_SUBMITTED, Masker, run_chain
 from promptlab.audit.redact import redact, watch_env
-from promptlab.clock import SYSTEM_CLOCK, Clock
+from promptlab.clock import Clock
 from promptlab.config import Settings
-from promptlab.data.batchfile import check_request_file
-from promptlab.data.datasets import DatasetStore, check_rows
+from promptlab.data.datasets import DatasetStore
 from promptlab.engine.collector import CollectorHold
 from promptlab.engine.estimate import RunEstimate, estimate_run
-from promptlab.engine.limiter import EndpointLimiter, Limiter, Limits, RunCappedLimiter
-from promptlab.engine.planner import (
-    AllVariants,
-    AssignmentStrategy,
-    SkipRows,
-    StickySplit,
-    plan_items,
-    unit_id_of,
-)
+from promptlab.engine.lanes import EndpointPool, ProviderFactory
+from promptlab.engine.prepare import PreparedRun, StoredRun, VersionResolver, prepare_run
 from promptlab.engine.progress import Counters, RunProgress
 from promptlab.engine.retry import STOP_KINDS
-from promptlab.engine.run import RunExecution, lanes_for
-from promptlab.engine.spec import (
-    AS_WRITTEN,
-    RunSpec,
-    VersionResolver,
-    check_dataset,
-    check_limits,
-    check_plan_size,
-    iter_rows,
-    merge_endpoints,
-    parse_spec,
-    resolve_variants,
-    used_rows,
-)
+from promptlab.engine.run import RunExecution
+from promptlab.engine.spec import RunSpec, parse_spec
 from promptlab.engine.spill import spill_dirs, store_spills
 from promptlab.engine.writer import STORE_UNWRITABLE, BatchWriter
-from promptlab.errors import ConfigError, EngineError, PromptlabError, SpecError, StoreError
-from promptlab.prompts.templates import Template
+from promptlab.errors import EngineError, PromptlabError, StoreError
 from promptlab.providers import build_provider, load_endpoints
-from promptlab.providers.base import Provider
 from promptlab.providers.config import EndpointConfig
-from promptlab.records import (
-    FINAL_RUN_STATUSES,
-    AlertRecord,
-    ItemErrorKind,
-    RunStatus,
-    VariantRecord,
-)
+from promptlab.records import FINAL_RUN_STATUSES, AlertRecord, ItemErrorKind, RunStatus
 from promptlab.store import ItemStore, ReadModels, RunStore, Store
 from promptlab.store.alerts import AlertStore
 from promptlab.store.audit import AuditLog
@@ -74,11 +48,6 @@ from promptlab.store.connection import is_storage_failure
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-ProviderFactory = Callable[[EndpointConfig], Provider]
-#: Rows an estimate reads to count requests per variant (scaled to the whole dataset).
-ESTIMATE_ROWS = 20_000
-#: Rows rendered to average the prompt tokens of each variant.
-TOKEN_SAMPLE_ROWS = 50
 #: Seconds a caller thread waits for the engine loop to answer a quick question.
 CALL_TIMEOUT_S = 30.0
 
@@ -105,7 +74,7 @@ class Engine:
         registry: VersionResolver | None = None,
         runs: RunStore | None = None,
         items: ItemStore | None = None,
-        clock: Clock = SYSTEM_CLOCK,
+        clock: Clock | None = None,
     ) -> None:
         self.store = store
         self.runs = runs or RunStore(store)
@@ -117,11 +86,11 @@ class Engine:
         self._endpoints = dict(endpoints or load_endpoints(self.settings.providers_file))
         # Whatever these variables are called, their values never reach the store or logs.
         watch_env(cfg.api_key_env for cfg in self._endpoints.values())
-        self._provider_factory = provider_factory
         self._registry = registry
-        self.clock = clock
-        self._providers: dict[tuple[str, ...], Provider] = {}
-        self._limiters: dict[tuple[str, ...], EndpointLimiter] = {}
+        #: The store's clock unless a test gives another: one clock stamps everything.
+        self.clock = clock or store.clock
+        #: Providers and shared limiters of every endpoint a run has used (engine/lanes.py).
+        self._pool = EndpointPool(provider_factory, self.clock)
         self._active: dict[str, _Active] = {}
         self._claims: set[str] = set()  # runs being resumed, not yet in _active
         #: Cancels that came while their run was being resumed: applied once it starts.
@@ -163,7 +132,9 @@ class Engine:
             raise EngineError("the engine did not answer in time") from exc
 
     async def _start_writer(self) -> BatchWriter:
-        writer = BatchWriter(self.items, spill_dirs=self._spill_dirs, on_stall=self._on_stall)
+        writer = BatchWriter(
+            self.items, spill_dirs=self._spill_dirs, on_stall=self._on_stall, clock=self.clock
+        )
         writer.start()
         return writer
 
@@ -189,21 +160,10 @@ class Engine:
 
     def submit(self, spec: RunSpec) -> str:
         """Check the spec, record the run, and start planning and running it; return its id."""
-        endpoints = merge_endpoints(self._endpoints, spec.endpoints)
-        check_limits(spec.limits, endpoints)
-        variants = resolve_variants(spec, endpoints, self._get_registry())
-        rows = self._row_count(spec)
-        check_plan_size(spec, rows, self.settings.max_items)
-        for variant in spec.variants:
-            if variant.as_written:  # every line a request that can be sent, ids unique
-                if spec.dataset is None:
-                    raise SpecError("requests sent as written are read from a JSONL file")
-                check_request_file(spec.dataset, variant.id_field)
-        if spec.split:  # every row has a unit to assign, before the run exists
-            self._check_units(spec)
-        self._call(self._prepare_lanes(variants, endpoints))
+        prepared = self._prepare(spec)
+        self._call(self._open_lanes(prepared))
         run_id = new_run_id()
-        self.runs.create_run(run_id, spec.name, spec.raw, variants)
+        self.runs.create_run(run_id, spec.name, spec.raw, prepared.variants)
         # Before the run's first trace event: its chain is anchored on this event.
         self._audit_change(
             RUN_SUBMITTED,
@@ -213,12 +173,12 @@ class Engine:
                 "name": spec.name,
                 "variants": [
                     {"name": v.name, "version_id": v.prompt_version_id, "model": v.model}
-                    for v in variants
+                    for v in prepared.variants
                 ],
                 "experiment": (spec.experiment or {}).get("name"),
             },
         )
-        self._start(run_id, spec, variants, endpoints, plan_rows=used_rows(spec, rows))
+        self._start(run_id, prepared)
         return run_id
 
     def estimate(self, spec: RunSpec) -> RunEstimate:
@@ -227,29 +187,16 @@ class Engine:
         Checks what `submit` checks first (the unit column, the plan's size). A split's
         requests per variant are its expected share of units (ramp and kill switch
         included); with `skip_invalid_rows`, the share of valid rows among the first
-        ESTIMATE_ROWS scales the dataset.
+        ESTIMATE_ROWS (engine/prepare.py) scales the dataset.
         """
-        endpoints = merge_endpoints(self._endpoints, spec.endpoints)
-        check_limits(spec.limits, endpoints)
-        variants = resolve_variants(spec, endpoints, self._get_registry())
-        rows = self._row_count(spec)
-        check_plan_size(spec, rows, self.settings.max_items)
-        if spec.split:
-            self._check_unit_column(spec)
-        used = min(rows, spec.limit_rows) if spec.limit_rows is not None else rows
-        sample = list(itertools.islice(self._rows(spec), TOKEN_SAMPLE_ROWS))
-        if spec.skip_invalid_rows and used:
-            strategy = self._plan_strategy(spec, variants, min(used, ESTIMATE_ROWS))
-            skipped = len(strategy.skipped) if isinstance(strategy, SkipRows) else 0
-            used = round(used * (1 - skipped / min(used, ESTIMATE_ROWS)))
-        if spec.split and spec.experiment is not None:
-            from promptlab.experiments.config import config_from_mapping, expected_shares
-
-            shares = expected_shares(config_from_mapping(spec.experiment))
-        else:
-            shares = {v.name: 1.0 for v in variants}
-        requests = {v.name: round(used * shares.get(v.name, 0.0)) * spec.repeats for v in variants}
-        return estimate_run(variants, requests, sample, endpoints, self.reads.output_history())
+        prepared = self._prepare(spec, sending=False)
+        return estimate_run(
+            prepared.variants,
+            prepared.expected_requests(),
+            prepared.sample_rows(),
+            prepared.endpoints,
+            self.reads.output_history(),
+        )
 
     def resume(self, run_id: str) -> str:
         """Continue a run whose process died, or that was cancelled or stopped."""
@@ -275,22 +222,14 @@ class Engine:
         record = self.runs.get_run(run_id)
         if record.status == RunStatus.COMPLETED:
             raise EngineError(f"run {run_id} is completed: nothing to resume")
-        spec = parse_spec(record.spec)
-        endpoints = merge_endpoints(self._endpoints, spec.endpoints)
-        variants = self.runs.variants(run_id)
-        missing = sorted({v.endpoint for v in variants} - set(endpoints))
-        if missing:
-            raise ConfigError(f"run {run_id} uses unknown endpoint(s): {', '.join(missing)}")
-        self._call(self._prepare_lanes(variants, endpoints))
         # A run whose planning never finished (it is scheduled once every item is planned:
         # the process died, or a chunk failed) is planned again from scratch.
         replan = record.scheduled_at is None
-        plan_rows = None
+        spec = parse_spec(record.spec)
+        stored = StoredRun(run_id, self.runs.variants(run_id), planned=not replan)
+        prepared = self._prepare(spec, stored)
+        self._call(self._open_lanes(prepared))
         if replan:
-            # The dataset may have changed since: the plan's ceiling holds again.
-            rows = self._row_count(spec)
-            check_plan_size(spec, rows, self.settings.max_items)
-            plan_rows = used_rows(spec, rows)
             self.items.clear_plan(run_id)
         else:
             reopened = self.items.reopen(
@@ -298,7 +237,7 @@ class Engine:
             )
             log.info("run %s: %d items back to pending", run_id, reopened)
         self._audit_change("run.resumed", run_id, {"chain": run_chain(run_id), "replan": replan})
-        self._start(run_id, spec, variants, endpoints, plan_rows=plan_rows)
+        self._start(run_id, prepared)
         return run_id
 
     def cancel(self, run_id: str) -> None:
@@ -429,64 +368,20 @@ class Engine:
                 run_id, self.settings.author, {"status": str(status), "reason": reason}
             )
 
-    def _row_count(self, spec: RunSpec) -> int:
-        """The dataset's rows, checked readable (a file) or known (an imported dataset)."""
-        if spec.dataset is not None:
-            return check_dataset(spec.dataset)
-        return DatasetStore(self.store).get(str(spec.dataset_name)).row_count
-
-    def _plan_strategy(
-        self, spec: RunSpec, variants: list[VariantRecord], rows: int | None = None
-    ) -> AssignmentStrategy:
-        """The run's assignment; with `skip_invalid_rows`, minus rows a template refuses.
-
-        The check reads the dataset once more (up to `rows` rows) and renders each row
-        with every variant's template, the way the run would.
-        """
-        strategy = _strategy(spec, [v.name for v in variants])
-        if not spec.skip_invalid_rows:
-            return strategy
-        skipped: set[int] = set()
-        for variant in variants:
-            if variant.template.get(AS_WRITTEN):
-                continue
-            template = Template.from_canonical(variant.template)
-            sample = (dict(row) for row in itertools.islice(self._rows(spec), rows))
-            found = check_rows(sample, template, listed=0)
-            skipped.update(number - 1 for number in found.bad_rows)
-        return SkipRows(strategy, frozenset(skipped))
-
-    def _check_units(self, spec: RunSpec) -> None:
-        """The unit column exists and every row has a unit id (SpecError naming the row)."""
-        self._check_unit_column(spec)
-        column = str(spec.unit_column)
-        if spec.dataset_name is not None:  # one query in DuckDB, not a pass in Python
-            row = DatasetStore(self.store).first_row_without(
-                spec.dataset_name, column, spec.limit_rows
-            )
-            if row is not None:
-                raise SpecError(f"dataset row {row}: no unit id in column {column!r}")
-            return
-        for row_index, values in enumerate(self._rows(spec)):
-            unit_id_of(values, column, row_index)
-
-    def _check_unit_column(self, spec: RunSpec) -> None:
-        column = str(spec.unit_column)
-        if spec.dataset_name is not None:
-            columns = DatasetStore(self.store).get(spec.dataset_name).column_names
-        else:
-            first = next(iter(iter_rows(spec.dataset, 1)), {}) if spec.dataset else {}
-            columns = list(first)
-        if column not in columns:
-            raise SpecError(
-                f"unit_column: {spec.dataset_label} has no column {column!r} "
-                f"(columns: {', '.join(columns)})"
-            )
-
-    def _rows(self, spec: RunSpec) -> Iterator[Mapping[str, Any]]:
-        if spec.dataset is not None:
-            return iter_rows(spec.dataset, spec.limit_rows)
-        return DatasetStore(self.store).iter_rows(str(spec.dataset_name), spec.limit_rows)
+    def _prepare(
+        self, spec: RunSpec, stored: StoredRun | None = None, *, sending: bool = True
+    ) -> PreparedRun:
+        """The one prepare-run step (engine/prepare.py) with this engine's endpoints, its
+        registry (a new run's variants only) and the store's datasets."""
+        return prepare_run(
+            spec,
+            endpoints=self._endpoints,
+            datasets=DatasetStore(self.store),
+            max_items=self.settings.max_items,
+            registry=self._get_registry() if stored is None else None,
+            stored=stored,
+            sending=sending,
+        )
 
     def _get_registry(self) -> VersionResolver:
         if self._registry is None:
@@ -495,49 +390,17 @@ class Engine:
             self._registry = Registry(self.store)
         return self._registry
 
-    async def _prepare_lanes(
-        self,
-        variants: list[VariantRecord],
-        endpoints: Mapping[str, EndpointConfig],
-    ) -> None:
-        """Build (or reuse) each endpoint's provider and shared limiter on the loop thread."""
-        for name in {v.endpoint for v in variants}:
-            cfg = endpoints[name]
-            key = _budget_key(cfg)
-            if key not in self._providers:
-                self._providers[key] = self._provider_factory(cfg)
-            # The shared budget of an endpoint + key is what the providers file (or the
-            # server's headers) says; a spec's limits cap only its own run (see _drive).
-            if key not in self._limiters:
-                self._limiters[key] = EndpointLimiter(
-                    name,
-                    Limits(rpm=cfg.rpm, tpm=cfg.tpm, concurrency=cfg.concurrency),
-                    clock=self.clock.monotonic,
-                )
+    async def _open_lanes(self, prepared: PreparedRun) -> None:
+        """On the loop thread: the run's providers and shared limiters, built or reused."""
+        self._pool.open(prepared.variants, prepared.endpoints)
 
-    def _lane_limiter(self, cfg: EndpointConfig, spec: RunSpec) -> Limiter:
-        """The shared limiter of the endpoint, inside the run's own cap when it has one."""
-        shared = self._limiters[_budget_key(cfg)]
-        cap = spec.limits.get(cfg.name)
-        return shared if cap is None else RunCappedLimiter(shared, cap)
-
-    def _start(
-        self,
-        run_id: str,
-        spec: RunSpec,
-        variants: list[VariantRecord],
-        endpoints: Mapping[str, EndpointConfig],
-        *,
-        plan_rows: int | None,
-    ) -> None:
-        """Start the run on the loop; `plan_rows`: the dataset rows to plan it from
-        (counted when it was submitted), None when its items are already planned."""
+    def _start(self, run_id: str, prepared: PreparedRun) -> None:
+        """Start the run on the loop: planned first when `prepared.plan_rows` says so."""
         done = threading.Event()
 
         def launch() -> None:
             task = self._loop.create_task(
-                self._tuned(self._drive(run_id, spec, variants, endpoints, plan_rows)),
-                name=f"run-{run_id}",
+                self._tuned(self._drive(run_id, prepared)), name=f"run-{run_id}"
             )
             # Active and unclaimed in one step: a Cancel sees one or the other, never a gap.
             with self._claims_lock:
@@ -577,52 +440,23 @@ class Engine:
             hold.release()
             self._collector_holds.discard(hold)
 
-    async def _drive(
-        self,
-        run_id: str,
-        spec: RunSpec,
-        variants: list[VariantRecord],
-        endpoints: Mapping[str, EndpointConfig],
-        plan_rows: int | None,
-    ) -> None:
+    async def _drive(self, run_id: str, prepared: PreparedRun) -> None:
+        """Plan the run (when it is not yet), schedule it, run it, record how it ended."""
         active = self._active[run_id]
         try:
-            if plan_rows is not None:
-                names = [v.name for v in variants]
-                strategy = await asyncio.to_thread(self._plan_strategy, spec, variants)
-                chunks = plan_items(run_id, self._rows(spec), names, strategy, spec.repeats)
-                await asyncio.to_thread(self.items.plan_items, run_id, chunks)
+            if prepared.plan_rows is not None:
+                await asyncio.to_thread(self.items.plan_items, run_id, prepared.plan(run_id))
             rows = await asyncio.to_thread(self.items.row_count, run_id)
-            # The file is read again to plan: one rewritten since it was counted would plan
-            # other rows (none, half-written), and the run would "complete". Not scheduled
-            # yet, a resume plans it again.
-            if plan_rows is not None and rows != plan_rows:
-                raise SpecError(
-                    f"dataset {spec.dataset or spec.dataset_name}: changed while the run was "
-                    f"being planned ({plan_rows} rows when it was submitted, {rows} read to "
-                    "plan it); nothing was sent: resume the run to plan it again"
-                )
             await asyncio.to_thread(self.runs.set_status, run_id, RunStatus.SCHEDULED)
             record = await asyncio.to_thread(self.runs.get_run, run_id)
             counts = await asyncio.to_thread(self.reads.item_counts, run_id)
             counters = Counters(counts, record.total_items, self.clock)
-            lanes = lanes_for(
-                variants,
-                endpoints,
-                {v.endpoint: self._providers[_budget_key(endpoints[v.endpoint])] for v in variants},
-                {v.endpoint: self._lane_limiter(endpoints[v.endpoint], spec) for v in variants},
-            )
             alert_writes: list[asyncio.Task[None]] = []
 
             def store_alerts(alerts: list[AlertRecord]) -> None:
                 alert_writes.append(asyncio.create_task(self._store_alerts(run_id, alerts)))
 
-            execution = RunExecution(
-                run_id, variants, lanes, spec.retry, self.items, self._writer, counters,
-                self.clock, repeats=spec.repeats, rows=rows, alert_sink=store_alerts,
-                reask=spec.reask, audit=self.settings.audit,
-                masker=Masker(self.settings.mask) if self.settings.mask else None,
-            )  # fmt: skip
+            execution = self._execution(run_id, prepared, rows, counters, store_alerts)
             active.execution, active.counters = execution, counters
             if active.cancel_requested:
                 execution.cancel()
@@ -631,20 +465,40 @@ class Engine:
             await asyncio.gather(*alert_writes)
             await self._close_run(run_id, execution)
         except Exception as exc:
-            if isinstance(exc, PromptlabError):  # an explained failure: its message says it all
-                log.error("run %s failed: %s", run_id, exc)
-            elif is_storage_failure(exc):
-                log.error("run %s failed: %s: %s", run_id, STORE_UNWRITABLE, exc)
-            else:
-                log.exception("run %s failed", run_id)
-            reason = str(exc)
-            if is_storage_failure(exc):
-                reason = f"{STORE_UNWRITABLE}: {exc}"
-            await self._end_run(run_id, RunStatus.FAILED, reason, f"run failed: {reason}")
+            await self._fail_run(run_id, exc)
+
+    def _execution(
+        self,
+        run_id: str,
+        prepared: PreparedRun,
+        rows: int,
+        counters: Counters,
+        alert_sink: Callable[[list[AlertRecord]], None],
+    ) -> RunExecution:
+        spec = prepared.spec
+        lanes = self._pool.lanes(prepared.variants, prepared.endpoints, spec.limits)
+        return RunExecution(
+            run_id, prepared.variants, lanes, spec.retry, self.items, self._writer, counters,
+            self.clock, repeats=spec.repeats, rows=rows, alert_sink=alert_sink,
+            reask=spec.reask, audit=self.settings.audit,
+            masker=Masker(self.settings.mask) if self.settings.mask else None,
+        )  # fmt: skip
+
+    async def _fail_run(self, run_id: str, exc: Exception) -> None:
+        if isinstance(exc, PromptlabError):  # an explained failure: its message says it all
+            log.error("run %s failed: %s", run_id, exc)
+        elif is_storage_failure(exc):
+            log.error("run %s failed: %s: %s", run_id, STORE_UNWRITABLE, exc)
+        else:
+            log.exception("run %s failed", run_id)
+        reason = str(exc)
+        if is_storage_failure(exc):
+            reason = f"{STORE_UNWRITABLE}: {exc}"
+        await self._end_run(run_id, RunStatus.FAILED, reason, f"run failed: {reason}")
 
     async def _store_alerts(self, run_id: str, alerts: list[AlertRecord]) -> None:
         """A small insert off the loop; an alert the store cannot take is only logged
-        (`Workbench.detect_anomalies` recomputes every alert from the stored results)."""
+        (`wb.analysis.detect_anomalies` recomputes every alert from the stored results)."""
         try:
             await asyncio.to_thread(self.alerts.add, alerts)
         except Exception as exc:  # noqa: BLE001 - an alert must never fail the run
@@ -698,38 +552,9 @@ class Engine:
 
     async def _shutdown(self) -> None:
         await self._writer.stop()
-        for provider in self._providers.values():
-            try:
-                await provider.aclose()
-            except Exception:  # noqa: BLE001 - closing is best effort
-                log.warning("closing a provider failed", exc_info=True)
-
-
-def _strategy(spec: RunSpec, names: list[str]) -> AssignmentStrategy:
-    """Every row through every variant, or (a split) each unit's one variant."""
-    if not spec.split or spec.experiment is None:
-        return AllVariants(len(names))
-    from promptlab.experiments.config import assign, config_from_mapping
-
-    config = config_from_mapping(spec.experiment)
-
-    def assigner(unit_id: str) -> tuple[str, int, bool]:
-        decided = assign(config, unit_id)
-        return decided.variant, decided.bucket, decided.in_experiment
-
-    return StickySplit(config.name, config.revision, assigner, str(spec.unit_column), names)
+        await self._pool.aclose()
 
 
 def new_run_id() -> str:
     """A short, sortable-enough, unique run id."""
     return "run_" + uuid.uuid4().hex[:12]
-
-
-def _budget_key(cfg: EndpointConfig) -> tuple[str, ...]:
-    """Endpoint + key identity: runs on the same endpoint and key share one budget.
-
-    The key itself is hashed in memory only; it is never stored or logged.
-    """
-    key = os.environ.get(cfg.api_key_env, "") if cfg.api_key_env else ""
-    fingerprint = hashlib.sha256(key.encode()).hexdigest()[:16] if key else ""
-    return (cfg.name, cfg.kind, cfg.base_url or "", fingerprint)

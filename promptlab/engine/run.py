@@ -1,4 +1,9 @@
-"""One run's execution on the engine loop: stream items, dispatch, retry, record."""
+"""One run's execution on the engine loop: stream items, dispatch, retry, record.
+
+Each dispatched item runs as one guarded unit (`RunExecution._run_item`): whatever is
+raised on its way, its permit goes back to the shared limiter and it gets exactly one
+final row. What items leave behind is recorded by engine/recorder.py.
+"""
 
 from __future__ import annotations
 
@@ -9,32 +14,24 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from promptlab.audit.chain import AuditDraft, Masker, attempt_values, row_digest, run_chain
-from promptlab.checks.anomalies import RunDetector, observation_of, schema_fields
+from promptlab.audit.chain import Masker
 from promptlab.checks.validation import Checker, CheckStatus, OutputCheck, checker_for
 from promptlab.clock import SYSTEM_CLOCK, Clock
 from promptlab.data.batchfile import request_from_row
 from promptlab.engine import trace
+from promptlab.engine.lanes import Lane
 from promptlab.engine.limiter import Limiter, Permit
 from promptlab.engine.progress import Counters
+from promptlab.engine.recorder import ItemRecorder
 from promptlab.engine.retry import THROTTLE_KINDS, Action, RetryPolicy, classify
 from promptlab.engine.spec import AS_WRITTEN, PARAM_COLUMNS_KEY
 from promptlab.engine.writer import BatchWriter
 from promptlab.errors import ErrorKind, PromptlabError, ProviderError, TemplateError
 from promptlab.experiments.sampling import SAMPLING_KEY, Sampling, sampling_from_params
 from promptlab.prompts.templates import Template, coerce_text_values, normalize_params
-from promptlab.providers.base import CompletionRequest, CompletionResponse, Provider
-from promptlab.providers.config import EndpointConfig, cost_usd
+from promptlab.providers.base import CompletionRequest, CompletionResponse
 from promptlab.providers.tokens import check_fits, context_window
-from promptlab.records import (
-    AlertRecord,
-    AttemptRow,
-    FinalRow,
-    ItemErrorKind,
-    ItemStatus,
-    PendingItem,
-    VariantRecord,
-)
+from promptlab.records import AlertRecord, ItemErrorKind, ItemStatus, PendingItem, VariantRecord
 from promptlab.store.items import ItemStore
 
 log = logging.getLogger(__name__)
@@ -44,27 +41,37 @@ CHUNK_SIZE = 1_000
 #: Extra seconds over the policy timeout before the engine itself gives up on a call.
 TIMEOUT_GRACE_S = 1.0
 WAIT_BACKOFF = "backoff"
-#: Longest error message kept on an attempt or result.
-MAX_MESSAGE_CHARS = 2_000
 #: Internal errors in a row (no success between them) that stop the run: an adapter
 #: bug fails every item alike, and a run of them must not "complete" quietly.
 INTERNAL_STOP_AFTER = 3
-
-
-@dataclass(frozen=True)
-class Lane:
-    """The variants of a run that share one endpoint (and so one limiter)."""
-
-    endpoint: EndpointConfig
-    provider: Provider
-    limiter: Limiter
-    variant_indexes: tuple[int, ...]
+#: The final row of an item whose task ended without one (cancelled on the loop).
+CANCELLED_IN_FLIGHT = "cancelled while in flight"
 
 
 @dataclass(frozen=True)
 class Prepared:
     request: CompletionRequest
     tokens: int
+
+
+@dataclass
+class Flight:
+    """A dispatched item until its final row: the permit it holds (None once given back),
+    its attempts so far, and how long its current attempt waited for a permit, and why."""
+
+    permit: Permit | None
+    attempt: int
+    wait_s: float
+    wait_reason: str | None
+
+    def hold(self, permit: Permit, wait_s: float, wait_reason: str | None) -> None:
+        self.permit, self.wait_s, self.wait_reason = permit, wait_s, wait_reason
+
+    def release(self, limiter: Limiter, used_tokens: int | None) -> None:
+        """Give the permit back, once."""
+        permit, self.permit = self.permit, None
+        if permit is not None:
+            limiter.release(permit, used_tokens)
 
 
 class RunExecution:
@@ -114,11 +121,9 @@ class RunExecution:
             if (sampling := sampling_from_params(v.params)) is not None
         }
         self.lanes = list(lanes)
-        self.lane_of = {i: lane for lane in lanes for i in lane.variant_indexes}
         self.policy = policy
         self.items = items
         self.writer = writer
-        self.counters = counters
         self.stopping = asyncio.Event()
         self.cancelled = False
         self.stop_reason: str | None = None
@@ -127,28 +132,12 @@ class RunExecution:
         #: Adapter bugs in a row, per endpoint: one broken adapter stops the run even
         #: while another endpoint's answers keep coming.
         self._internal_streak: dict[str, int] = {}
-        #: Params of items whose variant reads some from dataset columns, until final.
-        self._row_params: dict[str, Mapping[str, Any]] = {}
-        #: Anomaly detectors fed each final row as it is recorded (O(1) per item); what
-        #: they raise goes to `alert_sink` (the engine stores it off the loop).
-        self.detector = RunDetector(
-            run_id,
-            {
-                self.variants[index].name: schema_fields(template.output_schema)
-                for index, template in self.templates.items()
-            },
-            now=clock.now,
-        )
-        self.alert_sink = alert_sink
         #: Follow-up turns per item for an output that failed its check (not truncated).
         self.reask = reask
-        #: Trace events go to the writer with the rows they describe (promptlab.audit.chain).
-        self.audit = audit
-        self.chain = run_chain(run_id)
-        self.masker = masker if masker else None
-        #: Render and preflight stages of items in flight, until their final row (flat
-        #: dicts of strings and numbers: see trace.result_payload).
-        self._traces: dict[str, dict[str, Any]] = {}
+        self.recorder = ItemRecorder(
+            run_id, self.variants, self.templates, self.checkers, writer, counters, clock,
+            alert_sink=alert_sink, reask=reask, audit=audit, masker=masker,
+        )  # fmt: skip
 
     # ---- control -------------------------------------------------------------------
 
@@ -239,18 +228,18 @@ class RunExecution:
             max_tokens = int(params.get("max_tokens") or 256)
             values = coerce_text_values(template, {k: v for k, v in item.values.items()})
             messages = template.render(values)
-            if self.audit:
-                self._traces[item.key] = trace.render_stage(item.values, messages)
+            if self.recorder.audit:
+                self.recorder.traces[item.key] = trace.render_stage(item.values, messages)
             tokens = check_fits(lane.endpoint, variant.model, messages, max_tokens)
-            if self.audit:
-                self._traces[item.key] |= trace.preflight_stage(
+            if self.recorder.audit:
+                self.recorder.traces[item.key] |= trace.preflight_stage(
                     tokens, max_tokens, context_window(lane.endpoint, variant.model)
                 )
         except ProviderError as exc:
-            self._final(item, ItemStatus.FAILED, False, error=(exc.kind.value, str(exc)))
+            self.recorder.final(item, ItemStatus.FAILED, False, error=(exc.kind.value, str(exc)))
             return None
         except PromptlabError as exc:
-            self._final(
+            self.recorder.final(
                 item, ItemStatus.FAILED, False, error=(ItemErrorKind.INVALID_INPUT, str(exc))
             )
             return None
@@ -267,7 +256,7 @@ class RunExecution:
             timeout_s=self.policy.timeout_s,
         )
         if params is not variant.params:
-            self._row_params[item.key] = params
+            self.recorder.row_params[item.key] = params
         return Prepared(request, tokens + max_tokens)
 
     def _prepare_as_written(
@@ -277,21 +266,21 @@ class RunExecution:
         try:
             line = request_from_row(item.values, str(variant.template.get("id_field")))
             max_tokens = int(line.params["max_tokens"])
-            if self.audit:
-                self._traces[item.key] = trace.render_stage(item.values, line.messages)
+            if self.recorder.audit:
+                self.recorder.traces[item.key] = trace.render_stage(item.values, line.messages)
             tokens = check_fits(lane.endpoint, variant.model, list(line.messages), max_tokens)
-            if self.audit:
-                self._traces[item.key] |= trace.preflight_stage(
+            if self.recorder.audit:
+                self.recorder.traces[item.key] |= trace.preflight_stage(
                     tokens, max_tokens, context_window(lane.endpoint, variant.model)
                 )
         except ProviderError as exc:
-            self._final(item, ItemStatus.FAILED, False, error=(exc.kind.value, str(exc)))
+            self.recorder.final(item, ItemStatus.FAILED, False, error=(exc.kind.value, str(exc)))
             return None
         except PromptlabError as exc:
             error = (ItemErrorKind.INVALID_INPUT, str(exc))
-            self._final(item, ItemStatus.FAILED, False, error=error)
+            self.recorder.final(item, ItemStatus.FAILED, False, error=error)
             return None
-        self._row_params[item.key] = line.params
+        self.recorder.row_params[item.key] = line.params
         request = CompletionRequest(
             model=variant.model,
             messages=line.messages,
@@ -304,121 +293,165 @@ class RunExecution:
         )
         return Prepared(request, tokens + max_tokens)
 
+    # ---- one item ------------------------------------------------------------------
+
     async def _run_item(
         self, item: PendingItem, lane: Lane, prepared: Prepared, permit: Permit
     ) -> None:
-        attempt = item.attempts
-        wait_s, wait_reason = permit.waited_s, permit.wait_reason
-        self.writer.dispatched(item.key)
-        self.counters.dispatched()
-        last_error: ProviderError | None = None
+        """One dispatched item as one guarded unit: whatever is raised on its way (an
+        adapter bug, an answer the engine cannot take in), its permit goes back to the
+        shared limiter and it gets exactly one final row."""
+        flight = Flight(permit, item.attempts, permit.waited_s, permit.wait_reason)
+        try:
+            self.recorder.dispatched(item)
+            await self._attempts(item, lane, prepared, flight)
+        except Exception as exc:  # noqa: BLE001 - one item's failure must not wedge the run
+            if self.recorder.is_open(item):
+                internal = (ItemErrorKind.INTERNAL, repr(exc))
+                self.recorder.final(item, ItemStatus.FAILED, True, flight.attempt, error=internal)
+            self._internal_error(lane, exc)
+        finally:
+            flight.release(lane.limiter, None)
+            if self.recorder.is_open(item):  # the task was cancelled: it ends as cancelled
+                cancelled = (None, CANCELLED_IN_FLIGHT)
+                self.recorder.final(
+                    item, ItemStatus.CANCELLED, True, flight.attempt, error=cancelled
+                )
+
+    async def _attempts(
+        self, item: PendingItem, lane: Lane, prepared: Prepared, flight: Flight
+    ) -> None:
+        """Send until the item has its final row: retry what may be retried, stop the run
+        on what no item can get past (quota, auth), re-ask an output that fails its check."""
         throttled = 0
         while True:
-            attempt += 1
-            started_at = self.clock.now()
-            t0 = self.clock.monotonic()
-            response: CompletionResponse | None = None
-            error: ProviderError | None = None
+            flight.attempt += 1
+            started_at, t0 = self.clock.now(), self.clock.monotonic()
+            waited = flight.wait_s, flight.wait_reason
             try:
-                response = await asyncio.wait_for(
-                    lane.provider.complete(prepared.request),
-                    self.policy.timeout_s + TIMEOUT_GRACE_S,
-                )
-            except ProviderError as exc:
-                error = exc
-            except TimeoutError:
-                error = ProviderError(
-                    ErrorKind.TIMEOUT,
-                    f"no answer within {self.policy.timeout_s:g} s",
-                    provider=lane.endpoint.name,
-                )
-            except Exception as exc:  # noqa: BLE001 - an adapter bug must not kill the run
-                lane.limiter.release(permit, None)
-                self._attempt(item, attempt, started_at, t0, None, None, wait_s, wait_reason)
-                self._final(
-                    item,
-                    ItemStatus.FAILED,
-                    True,
-                    attempt,
-                    error=(ItemErrorKind.INTERNAL, repr(exc)),
-                )
-                self._internal_error(lane, exc)
-                return
+                response, error = await self._send(lane, prepared.request)
+            except Exception:
+                # Its row says internal; the guard (`_run_item`) ends the item.
+                self.recorder.attempt(item, flight.attempt, started_at, t0, None, None, *waited)
+                raise
             if response is not None:
-                self._internal_streak[lane.endpoint.name] = 0
-                lane.limiter.release(permit, response.input_tokens + response.output_tokens)
-                lane.limiter.observe_headers(response.headers)
-                self._attempt(item, attempt, started_at, t0, response, None, wait_s, wait_reason)
-                check = None
-                if self.reask and item.variant_index in self.checkers:
-                    response, check, attempt = await self._reask(
-                        item, lane, prepared, response, attempt
-                    )
-                self._final(
-                    item, ItemStatus.SUCCEEDED, True, attempt,
-                    response=response, lane=lane, check=check,
-                )  # fmt: skip
+                self.recorder.attempt(item, flight.attempt, started_at, t0, response, None, *waited)
+                await self._answered(item, lane, prepared, flight, response)
                 return
             assert error is not None
-            last_error = error
-            lane.limiter.release(permit, None)
+            epoch = flight.permit.epoch if flight.permit is not None else None
+            flight.release(lane.limiter, None)
             lane.limiter.observe_headers(error.headers)
-            self._attempt(item, attempt, started_at, t0, None, error, wait_s, wait_reason)
+            self.recorder.attempt(item, flight.attempt, started_at, t0, None, error, *waited)
             action = classify(error)
             if error.kind in THROTTLE_KINDS:
                 hint = error.retry_after_s
                 capped = min(hint, self.policy.max_retry_after_s) if hint is not None else None
-                lane.limiter.on_throttle(capped, permit.epoch)
+                lane.limiter.on_throttle(capped, epoch)
             if action is Action.STOP_RUN:
                 self.stop(f"{error.kind.value}: {error.provider_message}")
-                self._final(item, ItemStatus.FAILED, True, attempt, error=_describe(error))
+                self._failed(item, flight, error)
                 return
             if error.kind in THROTTLE_KINDS:
                 throttled += 1
             # Throttles are the limiter's business: they only end an item in large numbers.
-            counted = attempt - item.attempts - throttled
+            counted = flight.attempt - item.attempts - throttled
             if (
                 action is Action.FAIL
                 or counted >= self.policy.max_attempts
                 or throttled >= self.policy.max_throttled_attempts
             ):
-                self._final(item, ItemStatus.FAILED, True, attempt, error=_describe(error))
+                self._failed(item, flight, error)
                 return
-            # Throttles wait at the shared gate; other errors back off on their own.
-            delay = 0.0 if error.kind in THROTTLE_KINDS else self.policy.delay_s(error, attempt)
-            if delay > 0:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self.stopping.wait(), delay)
-            if self.stopping.is_set():
-                self._cancel_after_error(item, attempt, last_error)
+            if not await self._wait_to_retry(lane, prepared, flight, error):
+                message = f"cancelled before a retry; last error {error}"
+                self.recorder.final(
+                    item, ItemStatus.CANCELLED, True, flight.attempt, error=(None, message)
+                )
                 return
-            acquire = asyncio.ensure_future(lane.limiter.acquire(prepared.tokens))
-            stop_wait = asyncio.ensure_future(self.stopping.wait())
-            await asyncio.wait({acquire, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
-            stop_wait.cancel()
-            if not acquire.done():
-                acquire.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await acquire
-            if acquire.cancelled() or acquire.exception() is not None:
-                self._cancel_after_error(item, attempt, last_error)
-                return
-            permit = acquire.result()
-            if self.stopping.is_set():
-                lane.limiter.release(permit, 0)
-                self._cancel_after_error(item, attempt, last_error)
-                return
-            wait_s = delay + permit.waited_s
-            wait_reason = WAIT_BACKOFF if delay > 0 else permit.wait_reason
+
+    async def _send(
+        self, lane: Lane, request: CompletionRequest
+    ) -> tuple[CompletionResponse | None, ProviderError | None]:
+        """One call: the answer, or the error (a timeout as one); an adapter bug raises."""
+        try:
+            response = await asyncio.wait_for(
+                lane.provider.complete(request), self.policy.timeout_s + TIMEOUT_GRACE_S
+            )
+        except ProviderError as exc:
+            return None, exc
+        except TimeoutError:
+            return None, ProviderError(
+                ErrorKind.TIMEOUT,
+                f"no answer within {self.policy.timeout_s:g} s",
+                provider=lane.endpoint.name,
+            )
+        return response, None
+
+    async def _answered(
+        self,
+        item: PendingItem,
+        lane: Lane,
+        prepared: Prepared,
+        flight: Flight,
+        response: CompletionResponse,
+    ) -> None:
+        """Take an answer in: the permit back with the tokens used, re-asks, the final row."""
+        flight.release(lane.limiter, response.input_tokens + response.output_tokens)
+        lane.limiter.observe_headers(response.headers)
+        check = None
+        if self.reask and item.variant_index in self.checkers:
+            response, check = await self._reask(item, lane, prepared, flight, response)
+        self.recorder.final(
+            item, ItemStatus.SUCCEEDED, True, flight.attempt,
+            response=response, endpoint=lane.endpoint, check=check,
+        )  # fmt: skip
+        # Only an item taken in whole ends a streak of internal errors.
+        self._internal_streak[lane.endpoint.name] = 0
+
+    def _failed(self, item: PendingItem, flight: Flight, error: ProviderError) -> None:
+        described = error.kind.value, str(error)
+        self.recorder.final(item, ItemStatus.FAILED, True, flight.attempt, error=described)
+
+    async def _wait_to_retry(
+        self, lane: Lane, prepared: Prepared, flight: Flight, error: ProviderError
+    ) -> bool:
+        """Back off, then hold a new permit; False when the run stops meanwhile.
+
+        Throttles wait at the shared gate; other errors back off on their own.
+        """
+        delay = 0.0 if error.kind in THROTTLE_KINDS else self.policy.delay_s(error, flight.attempt)
+        if delay > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stopping.wait(), delay)
+        if self.stopping.is_set():
+            return False
+        acquire = asyncio.ensure_future(lane.limiter.acquire(prepared.tokens))
+        stop_wait = asyncio.ensure_future(self.stopping.wait())
+        await asyncio.wait({acquire, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+        stop_wait.cancel()
+        if not acquire.done():
+            acquire.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await acquire
+        if acquire.cancelled() or acquire.exception() is not None:
+            return False
+        permit = acquire.result()
+        if self.stopping.is_set():
+            lane.limiter.release(permit, 0)
+            return False
+        reason = WAIT_BACKOFF if delay > 0 else permit.wait_reason
+        flight.hold(permit, delay + permit.waited_s, reason)
+        return True
 
     async def _reask(
         self,
         item: PendingItem,
         lane: Lane,
         prepared: Prepared,
+        flight: Flight,
         response: CompletionResponse,
-        attempt: int,
-    ) -> tuple[CompletionResponse, OutputCheck, int]:
+    ) -> tuple[CompletionResponse, OutputCheck]:
         """While the output is invalid (not truncated) and re-asks are left, send the
         conversation back with the answer and its errors; each turn is its own attempt.
 
@@ -443,37 +476,32 @@ class RunExecution:
                 prepared.tokens + (len(response.text) + len(request.messages[-1]["content"])) // 3
             )
             permit = await lane.limiter.acquire(tokens)
-            attempt += 1
+            flight.hold(permit, permit.waited_s, permit.wait_reason)
+            flight.attempt += 1
             started_at, t0 = self.clock.now(), self.clock.monotonic()
             answer: CompletionResponse | None = None
             error: ProviderError | None = None
             try:
-                answer = await asyncio.wait_for(
-                    lane.provider.complete(request), self.policy.timeout_s + TIMEOUT_GRACE_S
-                )
-            except ProviderError as exc:
-                error = exc
-            except TimeoutError:
-                error = ProviderError(
-                    ErrorKind.TIMEOUT,
-                    f"no answer within {self.policy.timeout_s:g} s",
-                    provider=lane.endpoint.name,
-                )
+                answer, error = await self._send(lane, request)
             except Exception:  # noqa: BLE001 - an adapter bug ends the re-asks, not the item
                 log.warning("run %s: a re-ask failed", self.run_id, exc_info=True)
-            waited = permit.waited_s, permit.wait_reason
+            waited = flight.wait_s, flight.wait_reason
             if answer is None:
-                lane.limiter.release(permit, None)
+                flight.release(lane.limiter, None)
                 if error is not None:
                     lane.limiter.observe_headers(error.headers)
-                self._attempt(item, attempt, started_at, t0, None, error, *waited, reask=True)
+                self.recorder.attempt(
+                    item, flight.attempt, started_at, t0, None, error, *waited, reask=True
+                )
                 break
-            lane.limiter.release(permit, answer.input_tokens + answer.output_tokens)
+            self.recorder.attempt(
+                item, flight.attempt, started_at, t0, answer, None, *waited, reask=True
+            )
+            flight.release(lane.limiter, answer.input_tokens + answer.output_tokens)
             lane.limiter.observe_headers(answer.headers)
-            self._attempt(item, attempt, started_at, t0, answer, None, *waited, reask=True)
             response = answer
             check = checker.check(response.text, str(response.finish_reason))
-        return response, check, attempt
+        return response, check
 
     def _internal_error(self, lane: Lane, exc: Exception) -> None:
         """Count an adapter bug; log its traceback once, stop the run when it repeats."""
@@ -488,160 +516,6 @@ class RunExecution:
                 f"{ItemErrorKind.INTERNAL}: the {lane.endpoint.name} adapter failed "
                 f"{streak} items in a row with {exc!r}"
             )
-
-    def _cancel_after_error(self, item: PendingItem, attempt: int, error: ProviderError) -> None:
-        message = f"cancelled before a retry; last error {error}"
-        self._final(item, ItemStatus.CANCELLED, True, attempt, error=(None, message))
-
-    # ---- records -------------------------------------------------------------------
-
-    def _attempt(
-        self,
-        item: PendingItem,
-        attempt: int,
-        started_at: Any,
-        t0: float,
-        response: CompletionResponse | None,
-        error: ProviderError | None,
-        wait_s: float,
-        wait_reason: str | None,
-        *,
-        reask: bool = False,
-    ) -> None:
-        elapsed_ms = (self.clock.monotonic() - t0) * 1000
-        row = AttemptRow(
-                key=item.key,
-                run_id=self.run_id,
-                attempt=attempt,
-                started_at=started_at,
-                ended_at=self.clock.now(),
-                outcome="ok" if response is not None else "error",
-                error_kind=(error.kind.value if error else ItemErrorKind.INTERNAL)
-                if response is None
-                else None,
-                http_status=error.status if error else None,
-                error_message=str(error)[:MAX_MESSAGE_CHARS] if error else None,
-                wait_ms=wait_s * 1000,
-                wait_reason=wait_reason,
-                retry_after_s=error.retry_after_s if error else None,
-                latency_ms=response.latency_ms if response is not None else elapsed_ms,
-                reask=reask,
-        )  # fmt: skip
-        self.writer.attempt(row)
-        # A failed or re-asked attempt gets its own event; the answered one is read back
-        # from `attempts` by the trace view (the result event covers its results row).
-        answered = response is not None and not (self.reask and item.variant_index in self.checkers)
-        if self.audit and answered:
-            stages = self._traces.get(item.key)
-            if stages is not None:  # the result event will hold the row's hash
-                stages["attempt_sha256"] = row_digest(attempt_values(row))
-        if self.audit and not answered:
-            payload = trace.attempt_payload(row, response)
-            draft = AuditDraft(self.chain, "attempt", f"{item.key}/a{attempt}", row.ended_at,
-                               payload, run_id=self.run_id, trace_id=item.key)  # fmt: skip
-            self.writer.audit(draft)
-
-    def _masking(self, masked: Mapping[str, int]) -> dict[str, int] | None:
-        """What the masking masked in the output, every pattern named (0 included): the
-        trace view masks the prompt it renders again with the same patterns."""
-        if self.masker is None:
-            return None
-        return {name: masked.get(name, 0) for name in self.masker.names}
-
-    def _final(
-        self,
-        item: PendingItem,
-        status: str,
-        was_in_flight: bool,
-        attempts: int | None = None,
-        *,
-        error: tuple[str | None, str] | None = None,
-        response: CompletionResponse | None = None,
-        lane: Lane | None = None,
-        check: OutputCheck | None = None,
-    ) -> None:
-        variant = self.variants[item.variant_index]
-        usage: dict[str, Any] = {}
-        parsed: Any = None
-        stages = self._traces.pop(item.key, None) if self.audit else None
-        masked: dict[str, int] = {}
-        if response is not None and lane is not None:
-            checked, parsed = self._check(item.variant_index, response, check)
-            text = response.text
-            if self.masker is not None:
-                # Checked as answered; stored (results and trace) with the patterns masked.
-                text = self.masker.mask(text, masked)
-            usage = {
-                "output_text": text,
-                "input_tokens": response.input_tokens,
-                "output_tokens": response.output_tokens,
-                "finish_reason": str(response.finish_reason),
-                "model_version": response.model_version,
-                "latency_ms": response.latency_ms,
-                "cost_usd": cost_usd(
-                    lane.endpoint, variant.model, response.input_tokens, response.output_tokens
-                ),
-                **checked,
-            }
-        row = FinalRow(
-            key=item.key,
-            run_id=self.run_id,
-            seq=item.seq,
-            row_index=item.row_index,
-            variant=variant.name,
-            repeat=item.repeat,
-            status=status,
-            prompt_version_id=variant.prompt_version_id,
-            endpoint=variant.endpoint,
-            model=variant.model,
-            params=self._row_params.pop(item.key, variant.params),
-            attempts=item.attempts if attempts is None else attempts,
-            finished_at=self.clock.now(),
-            error_kind=error[0] if error else None,
-            error_message=error[1][:MAX_MESSAGE_CHARS] if error else None,
-            **usage,
-        )
-        self.writer.final(row)
-        if self.audit:
-            self.writer.audit(
-                AuditDraft(
-                    self.chain,
-                    "result",
-                    f"{item.key}/final/{row.attempts}",
-                    row.finished_at,
-                    trace.result_payload(row, stages, self._masking(masked)),
-                    run_id=self.run_id,
-                    trace_id=item.key,
-                )  # fmt: skip
-            )
-        self.counters.finished(status, was_in_flight)
-        if status != ItemStatus.CANCELLED:
-            self._detect(row, parsed)
-
-    def _detect(self, row: FinalRow, parsed: Any) -> None:
-        obs = observation_of(
-            row.seq, row.variant, row.status, row.error_kind, row.check_status,
-            row.output_text, parsed,
-        )  # fmt: skip
-        alerts = self.detector.observe(obs)
-        if alerts and self.alert_sink is not None:
-            self.alert_sink(alerts)
-
-    def _check(
-        self, variant_index: int, response: CompletionResponse, done: OutputCheck | None = None
-    ) -> tuple[dict[str, Any], Any]:
-        """The output check's status and errors, as FinalRow fields (compiled validator),
-        and the JSON value found in the output (None when there is no check)."""
-        checker = self.checkers.get(variant_index)
-        if checker is None:
-            return {"check_status": CheckStatus.NO_SCHEMA.value}, None
-        check = done or checker.check(response.text, str(response.finish_reason))
-        fields: dict[str, Any] = {"check_status": check.status.value, "check_errors": check.errors}
-        rules = self.templates[variant_index].rule_set
-        if rules and check.status in (CheckStatus.VALID, CheckStatus.REPAIRED):
-            status, failed = rules.check(check.parsed)
-            fields |= {"rule_status": status.value, "rule_errors": tuple(map(str, failed))}
-        return fields, check.parsed
 
 
 def row_params(params: Mapping[str, Any], row: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -683,23 +557,3 @@ def reask_message(errors: Sequence[str]) -> str:
         f"{listed}{tail}\n"
         "Reply again with only the corrected JSON."
     )
-
-
-def _describe(error: ProviderError) -> tuple[str, str]:
-    return error.kind.value, str(error)
-
-
-def lanes_for(
-    variants: Sequence[VariantRecord],
-    endpoints: Mapping[str, EndpointConfig],
-    providers: Mapping[str, Provider],
-    limiters: Mapping[str, Limiter],
-) -> list[Lane]:
-    """Group variants by endpoint: one feeder per endpoint, so one slow lane blocks no other."""
-    by_endpoint: dict[str, list[int]] = {}
-    for variant in variants:
-        by_endpoint.setdefault(variant.endpoint, []).append(variant.index)
-    return [
-        Lane(endpoints[name], providers[name], limiters[name], tuple(indexes))
-        for name, indexes in by_endpoint.items()
-    ]

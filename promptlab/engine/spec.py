@@ -1,32 +1,28 @@
-"""Declarative run specs (YAML): dataset, variants, limits, retry policy; and datasets."""
+"""Declarative run specs (YAML): dataset, variants, limits, retry policy, inline endpoints.
+
+Parsing checks each field as written; what the fields name (endpoints, prompt versions,
+the dataset's rows) is checked when a run is prepared (engine/prepare.py).
+"""
 
 from __future__ import annotations
 
-import csv
 import ipaddress
-import itertools
 import json
 import math
 import re
-import stat
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import urlsplit
 
-from promptlab.data.datasets import DATASET_LINES
-from promptlab.data.jsonl import numbered_jsonl
-from promptlab.data.lines import open_lines
 from promptlab.engine.limiter import DEFAULT_BURST_S, Limits
 from promptlab.engine.retry import RetryPolicy
-from promptlab.errors import ConfigError, PromptlabError, SpecError, TemplateError
-from promptlab.experiments.sampling import FIXED, SAMPLING_KEY, parse_sampling
-from promptlab.prompts.templates import Template, normalize_params
-from promptlab.providers.config import KINDS, EndpointConfig, parse_model_ref
-from promptlab.providers.simulator import SIM_MODELS
-from promptlab.records import VariantRecord
+from promptlab.errors import ConfigError, ExperimentError, SpecError, TemplateError
+from promptlab.experiments import config_from_mapping
+from promptlab.experiments.sampling import parse_sampling
+from promptlab.prompts.templates import normalize_params
+from promptlab.providers.config import KINDS, parse_model_ref
 from promptlab.yamlio import parse_yaml, read_yaml
 
 SPEC_FIELDS = frozenset(
@@ -262,9 +258,6 @@ def _experiment(data: Mapping[str, Any]) -> tuple[Mapping[str, Any] | None, str,
             "experiment: expected an experiment's name (resolved by the app and the CLI) or "
             "its exported config"
         )
-    from promptlab.errors import ExperimentError
-    from promptlab.experiments.config import config_from_mapping
-
     try:
         checked = config_from_mapping(config, source="experiment")
     except ExperimentError as exc:
@@ -480,235 +473,3 @@ def _positive_number(value: Any, where: str) -> float:
 
 def _optional_positive(value: Any, where: str) -> int | None:
     return None if value is None else _positive_int(value, where)
-
-
-# ---- resolution --------------------------------------------------------------------
-
-
-def merge_endpoints(
-    base: Mapping[str, EndpointConfig], inline: Mapping[str, Mapping[str, Any]]
-) -> dict[str, EndpointConfig]:
-    """The configured endpoints with a spec's inline ones added or overriding fields.
-
-    The security model (README, "Security"): a spec never changes a configured endpoint
-    (its place, key or shared budget; `limits:` caps only the run itself) and never
-    names a key; an endpoint it adds has no key and points at loopback. Keys reach only
-    servers the providers file names.
-    """
-    out = dict(base)
-    for name, values in inline.items():
-        current = out.get(name)
-        if current is not None:
-            # Its place, key and shared budget belong to the providers file: a spec
-            # pasted into a shared app must not redirect it or change everyone's budget.
-            changed = sorted(
-                field for field in values if values[field] != getattr(current, field, None)
-            )
-            if changed:
-                raise SpecError(
-                    f"endpoints.{name}: a run spec may not change {', '.join(changed)} of a "
-                    "configured endpoint (cap this run with `limits:`, or use a new "
-                    "endpoint name, or the providers file)"
-                )
-            continue
-        else:
-            kind = values.get("kind")
-            if kind not in KINDS:
-                raise SpecError(f"endpoints.{name}: 'kind' is required for a new endpoint")
-            if kind != "sim" and "base_url" not in values:
-                raise SpecError(
-                    f"endpoints.{name}.base_url: required for a new endpoint, on loopback "
-                    "(e.g. http://127.0.0.1:8011/v1)"
-                )
-            current = EndpointConfig(name=name, kind=kind)
-        out[name] = replace(current, **{k: v for k, v in values.items() if k != "kind"})
-    return out
-
-
-def check_limits(limits: Mapping[str, Limits], endpoints: Mapping[str, EndpointConfig]) -> None:
-    """Every `limits:` entry must name an endpoint: a typo would otherwise be ignored."""
-    unknown = sorted(set(limits) - set(endpoints))
-    if unknown:
-        known = ", ".join(sorted(endpoints))
-        raise SpecError(f"limits.{unknown[0]}: no endpoint of that name (known: {known})")
-
-
-class ResolvedVersion(Protocol):
-    """What a run needs of a stored prompt version."""
-
-    @property
-    def id(self) -> str: ...
-
-    @property
-    def prompt_name(self) -> str: ...
-
-    @property
-    def semver(self) -> str: ...
-
-    @property
-    def template(self) -> Template: ...
-
-
-class VersionResolver(Protocol):
-    """Turns a reference like `name@production` into a version (the Registry is one)."""
-
-    def resolve(self, ref: str) -> ResolvedVersion: ...
-
-
-def resolve_variants(
-    spec: RunSpec, endpoints: Mapping[str, EndpointConfig], registry: VersionResolver | None
-) -> list[VariantRecord]:
-    """Turn each variant into a stored record: template content, version id, model, params."""
-    records = []
-    for index, variant in enumerate(spec.variants):
-        where = f"variants[{index}] ({variant.name})"
-        if variant.as_written:
-            endpoint, model = parse_model_ref(str(variant.model))
-            if endpoint not in endpoints:
-                known = ", ".join(sorted(endpoints))
-                raise SpecError(f"{where}: unknown endpoint {endpoint!r} (known: {known})")
-            records.append(
-                VariantRecord(
-                    index=index,
-                    name=variant.name,
-                    prompt_ref=f"requests:{AS_WRITTEN}",
-                    prompt_version_id=f"requests:{AS_WRITTEN}",
-                    endpoint=endpoint,
-                    model=model,
-                    params={},
-                    template={AS_WRITTEN: True, "id_field": variant.id_field},
-                )
-            )
-            continue
-        try:
-            if variant.prompt is not None:
-                if registry is None:
-                    raise SpecError(f"{where}: a registry is needed to resolve {variant.prompt}")
-                version = registry.resolve(variant.prompt)
-                template: Template = version.template
-                version_id, ref = version.id, f"{version.prompt_name}@{version.semver}"
-            else:
-                template = Template.build(
-                    list(variant.messages or ()),
-                    output_schema=variant.output_schema,
-                    rules=variant.rules,
-                )
-                version_id, ref = template.content_hash(), f"inline:{variant.name}"
-        except PromptlabError as exc:
-            if isinstance(exc, SpecError):
-                raise
-            raise SpecError(f"{where}: {exc}") from exc
-        model_ref = variant.model or str(template.params.get("model"))
-        endpoint, model = parse_model_ref(model_ref)
-        if endpoint not in endpoints:
-            known = ", ".join(sorted(endpoints))
-            raise SpecError(f"{where}: unknown endpoint {endpoint!r} (known: {known})")
-        if endpoints[endpoint].kind == "sim" and model not in SIM_MODELS:
-            raise SpecError(
-                f"{where}: the simulator has no model {model!r} (models: {', '.join(SIM_MODELS)})"
-            )
-        params = {
-            key: template.params.get(key)
-            for key in sorted(VARIANT_PARAMS)
-            if key in template.params
-        }
-        params.update(variant.params)
-        if variant.params_from:
-            params[PARAM_COLUMNS_KEY] = dict(variant.params_from)
-        if variant.sampling and variant.sampling.get("strategy", FIXED) != FIXED:
-            params[SAMPLING_KEY] = dict(variant.sampling)
-        records.append(
-            VariantRecord(
-                index=index,
-                name=variant.name,
-                prompt_ref=ref,
-                prompt_version_id=version_id,
-                endpoint=endpoint,
-                model=model,
-                params=params,
-                template=template.canonical(),
-            )
-        )
-    return records
-
-
-# ---- datasets ----------------------------------------------------------------------
-
-
-def check_dataset(path: Path) -> int:
-    """Fail early, before a run is created, when the dataset cannot be read or parsed.
-
-    Reads the whole file once (rows are not kept), so a malformed line far down is
-    reported with its line number instead of failing the run half-way through planning.
-    Returns the number of rows.
-    """
-    try:
-        # A FIFO or a device would block the read forever (or never end): files only.
-        if not stat.S_ISREG(path.stat().st_mode):
-            raise SpecError(f"dataset {path}: not a regular file")
-    except OSError as exc:
-        raise SpecError(f"dataset {path}: {exc.strerror or exc}") from exc
-    if path.suffix.lower() != ".csv":
-        return sum(1 for _ in iter_rows(path))
-    with _csv_lines(path) as lines:
-        reader = _csv_reader(lines)
-        try:
-            if not reader.fieldnames:
-                raise SpecError(f"dataset {path}: no header row naming the columns")
-            repeated = sorted({c for c in reader.fieldnames if reader.fieldnames.count(c) > 1})
-            if repeated:
-                raise SpecError(f"dataset {path}: column(s) named twice: {', '.join(repeated)}")
-            return sum(1 for _ in reader)
-        except csv.Error as exc:
-            if "unexpected end of data" in str(exc):
-                # The reader consumed the rest of the file looking for the closing quote.
-                raise SpecError(
-                    f"dataset {path}, line {reader.line_num + 1}: a quoted field is never closed"
-                ) from exc
-            raise SpecError(
-                f"dataset {path}, line {reader.line_num}: not valid CSV ({exc})"
-            ) from exc
-
-
-def used_rows(spec: RunSpec, rows: int) -> int:
-    """The dataset rows the run plans: the first `limit_rows` of `rows`, or all."""
-    return min(rows, spec.limit_rows) if spec.limit_rows is not None else rows
-
-
-def check_plan_size(spec: RunSpec, rows: int, ceiling: int) -> int:
-    """The number of items the run will plan; refused when it is over `ceiling`."""
-    used = used_rows(spec, rows)
-    # A split sends each row to one variant; otherwise each row goes through every one.
-    per_row = 1 if spec.split else len(spec.variants)
-    items = used * per_row * spec.repeats
-    if items > ceiling:
-        shape = "1 variant (split)" if spec.split else f"{len(spec.variants)} variants"
-        raise SpecError(
-            f"run spec: {items:,} items ({used:,} rows x {shape} x "
-            f"{spec.repeats} repeats) is over the limit of {ceiling:,} items per run "
-            "(PROMPTLAB_MAX_ITEMS)"
-        )
-    return items
-
-
-def iter_rows(path: Path, limit: int | None = None) -> Iterator[dict[str, Any]]:
-    """Rows of a CSV (header row names the columns) or JSONL file, one at a time."""
-    if path.suffix.lower() != ".csv":
-        rows = (row for _number, row in numbered_jsonl(path, DATASET_LINES))
-        yield from itertools.islice(rows, limit)
-        return
-    with _csv_lines(path) as lines:
-        yield from itertools.islice(_csv_reader(lines), limit)
-
-
-@contextmanager
-def _csv_lines(path: Path) -> Iterator[Iterator[str]]:
-    """The lines of a CSV file as the csv module reads them (line ends kept), bounded."""
-    with open_lines(path, f"dataset {path}", DATASET_LINES, SpecError) as lines:
-        yield (text for _number, text in lines)
-
-
-def _csv_reader(lines: Iterator[str]) -> csv.DictReader[str]:
-    # strict: a quote left open would otherwise swallow the rest of the file into one
-    # cell and the run would "complete" on the rows before it.
-    return csv.DictReader(lines, strict=True)

@@ -13,12 +13,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 from promptlab.audit.chain import AuditDraft
+from promptlab.clock import SYSTEM_CLOCK, Clock
 from promptlab.engine.spill import spill_batch
 from promptlab.records import AttemptRow, FinalRow, ItemErrorKind, WriteBatch
 from promptlab.store.connection import is_storage_failure
@@ -43,6 +43,8 @@ MAX_BATCH_FAILURES = 3
 STALL_STOP_S = 10.0
 
 
+# Not a PromptlabError: a signal inside the writer, which keeps the unwritten rows and
+# reports the cause as a stall (STORE_UNWRITABLE).
 class StorageFailure(Exception):
     """The disk refused a row-by-row write; `unwritten` holds the rows not yet stored."""
 
@@ -72,8 +74,10 @@ class BatchWriter:
         *,
         spill_dirs: tuple[Path, ...] = (),
         on_stall: Callable[[str], None] | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._items = items
+        self._clock = clock
         self._interval_s = interval_s
         self._spill_dirs = spill_dirs
         self._on_stall = on_stall
@@ -167,7 +171,7 @@ class BatchWriter:
                 await asyncio.sleep(RETRY_FLUSH_S)
 
     def _stalled_for(self) -> float:
-        return 0.0 if self._stalled_since is None else time.monotonic() - self._stalled_since
+        return 0.0 if self._stalled_since is None else self._clock.monotonic() - self._stalled_since
 
     async def _flush_once(self) -> None:
         async with self._lock:
@@ -214,7 +218,7 @@ class BatchWriter:
         # Not this batch's fault: no row-by-row write could succeed. Hold everything and
         # stop dispatching until the store takes writes again.
         if self.stalled_reason is None:
-            self._stalled_since = time.monotonic()
+            self._stalled_since = self._clock.monotonic()
             log.error("the store cannot write; dispatch paused: %s", exc)
         self.stalled_reason = f"{STORE_UNWRITABLE}: {exc}"
         if not self._stall_reported:

@@ -36,6 +36,8 @@ _ANTHROPIC_STOP = {
 }
 
 
+# Not a PromptlabError: the fake server answers it as an HTTP 400 to its client; it is
+# never raised to a promptlab caller.
 class WireError(Exception):
     """A request the real API would reject with 400 invalid_request_error."""
 

@@ -11,7 +11,6 @@ import difflib
 import json
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, Literal
 
 from promptlab.errors import NotFoundError, RegistryError, VersionError
@@ -151,7 +150,7 @@ class Registry:
         version_id = template.content_hash()
         # One transaction: two saves at once cannot both take the same next number.
         with self.prompts.saving() as writes:
-            now = datetime.now(UTC)
+            now = self.store.clock.now()
             writes.ensure_prompt(name, description, now)
             existing = writes.version(name, version_id)
             if existing is not None:
@@ -175,7 +174,7 @@ class Registry:
                 "starting with a letter, and not 'latest'"
             )
         target = self.resolve(_qualify(name, ref))
-        self.prompts.move_label(name, label, target.id, actor=actor, at=datetime.now(UTC))
+        self.prompts.move_label(name, label, target.id, actor=actor, at=self.store.clock.now())
         return target
 
     # ---- reading -------------------------------------------------------------------

@@ -1,14 +1,14 @@
 """Prompt templates: messages with `{{ variable }}` placeholders, checked and rendered safely.
 
-Rendering uses Jinja2's sandbox with StrictUndefined. On top of the sandbox, templates
-are limited at save time to a small, safe subset of Jinja (variables, attribute and
-item lookups on data, a whitelist of filters, `if` and `for`), so a template can never
-call functions or reach Python internals. Variable *values* are data: they are
-inserted as text and never evaluated, so `{{ 7*7 }}` inside a value stays literal.
+Templates render in Jinja2's sandbox, limited at save time to a small, safe subset of
+Jinja (promptlab/prompts/sandbox.py), so a template can never call functions or reach
+Python internals. Variable *values* are data: they are inserted as text and never
+evaluated, so `{{ 7*7 }}` inside a value stays literal; the variables' JSON Schema is
+built in promptlab/prompts/variables.py.
 
-Size and depth are bounded too (template_limits.py), so no template can exhaust memory
-or the stack: saving checks size and nesting, and each render has a budget of loop
-iterations and characters, counted while it runs.
+Size and depth are bounded too (promptlab/prompts/limits.py), so no template can
+exhaust memory or the stack: saving checks size and nesting, and each render has a
+budget of loop iterations and characters, counted while it runs.
 """
 
 from __future__ import annotations
@@ -17,14 +17,11 @@ import functools
 import hashlib
 import json
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import jinja2
-import jsonschema
-from jinja2 import meta, nodes
-from jinja2.sandbox import SandboxedEnvironment
 
 from promptlab.checks.rules import RuleSet, parse_rules
 from promptlab.checks.schema_guard import check_schema, safe_validator
@@ -34,21 +31,20 @@ from promptlab.errors import (
     RoleOrderError,
     TemplateError,
     TemplateLimitError,
-    TemplateSyntaxError,
-    UnsafeTemplateError,
     VariableError,
     VariableProblem,
 )
 from promptlab.prompts.limits import (
-    BOUNDED_FILTERS,
     BUDGET_VARIABLE,
-    COUNT_LOOP_FILTER,
     MAX_MESSAGE_CHARS,
-    MAX_NESTED_LOOPS,
     MAX_TEMPLATE_CHARS,
-    MAX_TEMPLATE_DEPTH,
     RenderBudget,
-    count_loop_items,
+)
+from promptlab.prompts.sandbox import check_safe, compiled, find_variables
+from promptlab.prompts.variables import (
+    optional_when_variables,
+    problem_variable,
+    variable_schema,
 )
 
 ROLES = ("system", "user", "assistant")
@@ -58,69 +54,6 @@ PARAM_DEFAULTS: dict[str, Any] = {
     "top_p": 1.0,
     "max_tokens": 512,
 }
-#: JSON Schema types a variable may declare; anything else is a typo worth reporting.
-VARIABLE_TYPES = ("string", "integer", "number", "boolean", "array", "object")
-
-#: Filters that only transform data; none can reach code or the file system.
-SAFE_FILTERS = frozenset(
-    {
-        "abs", "capitalize", "center", "count", "d", "default", "first", "float",
-        "indent", "int", "join", "last", "length", "list", "lower", "replace",
-        "round", "sort", "string", "title", "tojson", "trim", "truncate", "unique",
-        "upper", "wordcount", "wordwrap",
-    }
-)  # fmt: skip
-#: Positional arguments allowed where a later one would be an attribute name to look up
-#: (join(sep, attribute), sort(reverse, case_sensitive, attribute), unique(cs, attribute)).
-_MAX_POSITIONAL = {"join": 1, "sort": 2, "unique": 1}
-#: Largest number a filter may take (widths, lengths): no `center(2000000000)`.
-MAX_FILTER_NUMBER = 10_000
-#: Names Jinja binds itself; as variables they would render engine internals.
-RESERVED_NAMES = frozenset({"self", "varargs", "kwargs", "caller"})
-SAFE_TESTS = frozenset(
-    {"defined", "undefined", "none", "number", "string", "sequence", "mapping", "in", "eq", "ne"}
-)
-# Node types allowed anywhere in a template; everything else (calls, literals of dicts
-# and lists, arithmetic, macros, imports, includes, set, with) is refused at save time.
-_ALLOWED_NODES: tuple[type[nodes.Node], ...] = (
-    nodes.Template,
-    nodes.Output,
-    nodes.TemplateData,
-    nodes.Name,
-    nodes.Const,
-    nodes.Getattr,
-    nodes.Getitem,
-    nodes.Filter,
-    nodes.Test,
-    nodes.If,
-    nodes.For,
-    nodes.CondExpr,
-    nodes.And,
-    nodes.Or,
-    nodes.Not,
-    nodes.Compare,
-    nodes.Operand,
-    nodes.Tuple,
-    nodes.Concat,
-)
-
-
-def _environment() -> SandboxedEnvironment:
-    env = SandboxedEnvironment(
-        undefined=jinja2.StrictUndefined,
-        autoescape=False,
-        keep_trailing_newline=True,
-        # `{#` is common in prompt text (markdown, hashtags); make comments need `{##`.
-        comment_start_string="{##",
-        comment_end_string="##}",
-    )
-    env.globals.clear()  # no range(), lipsum(), cycler ... : names are variables only
-    env.filters.update(BOUNDED_FILTERS)
-    env.filters[COUNT_LOOP_FILTER] = count_loop_items
-    return env
-
-
-_ENV = _environment()
 
 
 @dataclass(frozen=True)
@@ -168,8 +101,8 @@ class Template:
                     f"more than the {MAX_MESSAGE_CHARS} allowed in a message"
                 )
             check_safe(message.content, where=_where(index, message))
-        names, shapes = _extract(msgs)
-        refinements = _optional_when_variables(msgs, names, variables or {})
+        names, shapes = find_variables(m.content for m in msgs)
+        refinements = optional_when_variables([m.when for m in msgs], names, variables or {})
         template = cls(
             messages=msgs,
             params=normalize_params(params or {}),
@@ -248,7 +181,7 @@ class Template:
             if name not in filled and "default" in schema:
                 filled[name] = schema["default"]
         problems = [
-            VariableProblem(_problem_variable(error), describe(error))
+            VariableProblem(problem_variable(error), describe(error))
             for error in self._validator.iter_errors(filled)
         ]
         if problems:
@@ -273,11 +206,11 @@ class Template:
             if message.when is not None and _is_empty(filled.get(message.when)):
                 continue
             budget.where = _where(index, message)
-            compiled = _compiled(message.content, budget.where)
+            compiled_message = compiled(message.content, budget.where)
             chunks = []
             try:
                 # Streamed, not rendered whole, so the size is checked before it grows.
-                for chunk in compiled.generate({**filled, BUDGET_VARIABLE: budget}):
+                for chunk in compiled_message.generate({**filled, BUDGET_VARIABLE: budget}):
                     budget.count_chars(len(chunk))
                     chunks.append(chunk)
             except jinja2.TemplateError as exc:  # e.g. a lookup on a value of the wrong shape
@@ -325,67 +258,6 @@ def check_role_order(messages: tuple[Message, ...]) -> None:
         )
 
 
-def check_safe(source: str, where: str = "template") -> None:
-    """Refuse syntax errors, deep nesting and anything outside the safe subset, naming the line."""
-    ast = _parse(source, where)
-    _check_nesting(ast, where)
-    for node in _walk(ast):
-        line = getattr(node, "lineno", None)
-        at = f"{where}, line {line}" if line else where
-        if not isinstance(node, _ALLOWED_NODES):
-            raise UnsafeTemplateError(f"{at}: {_describe_forbidden(node)}")
-        if isinstance(node, nodes.Getattr) and node.attr.startswith("_"):
-            raise UnsafeTemplateError(
-                f"{at}: attribute {node.attr!r} is not allowed "
-                "(names starting with '_' reach Python internals)"
-            )
-        if isinstance(node, nodes.Getitem):
-            key = node.arg
-            if not isinstance(key, nodes.Const) or (
-                isinstance(key.value, str) and key.value.startswith("_")
-            ):
-                raise UnsafeTemplateError(
-                    f"{at}: only constant keys that do not start with '_' may be looked up"
-                )
-        if isinstance(node, nodes.Name) and node.name.startswith("_"):
-            raise UnsafeTemplateError(f"{at}: variable names may not start with '_'")
-        if isinstance(node, nodes.Filter) and node.name not in SAFE_FILTERS:
-            raise UnsafeTemplateError(
-                f"{at}: filter {node.name!r} is not allowed; "
-                f"allowed: {', '.join(sorted(SAFE_FILTERS))}"
-            )
-        if isinstance(node, nodes.Filter):
-            _check_filter_arguments(node, at)
-        if isinstance(node, nodes.Name) and node.name in RESERVED_NAMES:
-            raise UnsafeTemplateError(f"{at}: {node.name!r} is reserved by the template engine")
-        if isinstance(node, nodes.Test) and node.name not in SAFE_TESTS:
-            raise UnsafeTemplateError(f"{at}: test {node.name!r} is not allowed")
-        if isinstance(node, nodes.For) and node.recursive:
-            raise UnsafeTemplateError(f"{at}: recursive loops are not allowed")
-    _compiled(source, where)  # what is saved must compile (and is cached for rendering)
-
-
-def _check_filter_arguments(node: nodes.Filter, at: str) -> None:
-    """No `attribute=` lookups by name, and no sizes that would blow up memory."""
-    if any(kw.key == "attribute" for kw in node.kwargs) or len(node.args) > _MAX_POSITIONAL.get(
-        node.name, len(node.args)
-    ):
-        raise UnsafeTemplateError(
-            f"{at}: filter {node.name!r} may not look up attributes by name; "
-            "pass the values you need as variables"
-        )
-    for arg in [*node.args, *(kw.value for kw in node.kwargs)]:
-        number = arg.value if isinstance(arg, nodes.Const) else None
-        if (
-            isinstance(number, int | float)
-            and not isinstance(number, bool)
-            and abs(number) > MAX_FILTER_NUMBER
-        ):
-            raise UnsafeTemplateError(
-                f"{at}: filter {node.name!r} argument {number} is larger than {MAX_FILTER_NUMBER}"
-            )
-
-
 def normalize_params(params: Mapping[str, Any]) -> dict[str, Any]:
     """Defaults filled in and types checked; unknown params are an error."""
     if not isinstance(params, Mapping):
@@ -418,57 +290,6 @@ def normalize_params(params: Mapping[str, Any]) -> dict[str, Any]:
         raise TemplateError(f"params.max_tokens: expected a positive integer, got {max_tokens!r}")
     out["max_tokens"] = max_tokens
     return out
-
-
-def variable_schema(
-    names: list[str], shapes: Mapping[str, str], refinements: Mapping[str, Any]
-) -> dict[str, Any]:
-    """JSON Schema for the variables: string by default, refined by the author.
-
-    `refinements` maps a variable to a JSON Schema fragment (type, enum, maxLength,
-    default, ...) plus an optional `required: false`. A full object schema
-    (`{"type": "object", "properties": ...}`) is accepted too.
-    """
-    if not isinstance(refinements, Mapping):
-        raise TemplateError(
-            "variables: expected a mapping of variable name to JSON Schema keywords, "
-            f"got {type(refinements).__name__}"
-        )
-    if refinements.get("type") == "object" and "properties" in refinements:
-        required_given = set(refinements.get("required", []))
-        refinements = {
-            name: {**fragment, "required": name in required_given}
-            for name, fragment in refinements["properties"].items()
-        }
-    unused = sorted(set(refinements) - set(names))
-    if unused:
-        raise TemplateError(f"variables: {', '.join(unused)} declared but not used in any message")
-    properties: dict[str, Any] = {}
-    required: list[str] = []
-    for name in names:
-        fragment = dict(refinements.get(name) or {})
-        if not isinstance(refinements.get(name, {}), Mapping):
-            raise TemplateError(f"variables.{name}: expected a mapping of JSON Schema keywords")
-        is_required = fragment.pop("required", True)
-        if not isinstance(is_required, bool):
-            raise TemplateError(f"variables.{name}.required: expected true or false")
-        fragment.setdefault("type", shapes.get(name, "string"))
-        if fragment["type"] not in VARIABLE_TYPES:
-            raise TemplateError(
-                f"variables.{name}.type: {fragment['type']!r} is not one of "
-                f"{', '.join(VARIABLE_TYPES)}"
-            )
-        check_schema(fragment, root=f"variables.{name}")
-        if "default" in fragment:
-            problem = jsonschema.exceptions.best_match(
-                safe_validator(fragment).iter_errors(fragment["default"])
-            )
-            if problem is not None:
-                raise TemplateError(f"variables.{name}.default: {describe(problem)}")
-        properties[name] = dict(sorted(fragment.items()))
-        if is_required and "default" not in fragment:
-            required.append(name)
-    return {"type": "object", "properties": properties, "required": required}
 
 
 def coerce_text_values(template: Template, raw: Mapping[str, str]) -> dict[str, Any]:
@@ -513,23 +334,6 @@ def _to_message(item: Mapping[str, Any] | Message, index: int) -> Message:
     return Message(role.strip().lower(), content, when)
 
 
-def _optional_when_variables(
-    messages: tuple[Message, ...], names: list[str], refinements: Mapping[str, Any]
-) -> Mapping[str, Any]:
-    """Add each `when:` variable to `names`, optional unless the author said otherwise."""
-    if not isinstance(refinements, Mapping) or refinements.get("type") == "object":
-        return refinements  # a full schema is the author's word; checked as given
-    out = dict(refinements)
-    for message in messages:
-        if message.when is None:
-            continue
-        if message.when not in names:
-            names.append(message.when)
-        if message.when not in out:
-            out[message.when] = {"required": False}
-    return out
-
-
 def _is_empty(value: Any) -> bool:
     return value is None or (isinstance(value, str | list | dict) and not value)
 
@@ -548,126 +352,6 @@ def _text_field(item: Mapping[str, Any], name: str, index: int) -> str:
 
 def _where(index: int, message: Message) -> str:
     return f"messages[{index}] ({message.role})"
-
-
-def _compiled(source: str, where: str) -> jinja2.Template:
-    """The compiled template; a template too deep for Python itself is a TemplateLimitError."""
-    try:
-        return _compile(source)
-    except (RecursionError, SyntaxError) as exc:  # CPython's limits, past MAX_TEMPLATE_DEPTH
-        raise TemplateLimitError(
-            f"{where}: nested too deeply to compile (keep it under {MAX_TEMPLATE_DEPTH} levels)"
-        ) from exc
-
-
-@functools.lru_cache(maxsize=2048)
-def _compile(source: str) -> jinja2.Template:
-    ast = _ENV.parse(source)
-    for node in _walk(ast):
-        if isinstance(node, nodes.For):
-            # Every loop takes its items through the render's budget (count_loop_items).
-            node.iter = nodes.Filter(
-                node.iter, COUNT_LOOP_FILTER, [], [], None, None, lineno=node.lineno
-            )
-    return _ENV.from_string(ast)
-
-
-def _parse(source: str, where: str) -> nodes.Template:
-    try:
-        return _ENV.parse(source)
-    except jinja2.TemplateSyntaxError as exc:
-        hint, text = "", exc.message or ""
-        if "expected token" in text or "unexpected" in text:
-            hint = " (for literal braces use {% raw %}...{% endraw %})"
-        raise TemplateSyntaxError(f"{where}, line {exc.lineno}: {text}{hint}") from exc
-    except RecursionError as exc:  # Jinja's parser recurses once per bracket and tag
-        raise TemplateLimitError(
-            f"{where}: nested more than {MAX_TEMPLATE_DEPTH} levels deep (too deep to parse)"
-        ) from exc
-
-
-def _check_nesting(ast: nodes.Template, where: str) -> None:
-    """Refuse templates nested deeper than MAX_TEMPLATE_DEPTH or MAX_NESTED_LOOPS."""
-    stack: list[tuple[nodes.Node, int, int]] = [(ast, 0, 0)]
-    while stack:
-        node, depth, loops = stack.pop()
-        line = getattr(node, "lineno", None)
-        at = f"{where}, line {line}" if line else where
-        if depth > MAX_TEMPLATE_DEPTH:
-            raise TemplateLimitError(f"{at}: nested more than {MAX_TEMPLATE_DEPTH} levels deep")
-        if loops > MAX_NESTED_LOOPS:
-            raise TemplateLimitError(f"{at}: more than {MAX_NESTED_LOOPS} nested loops")
-        for child in node.iter_child_nodes():
-            stack.append((child, depth + 1, loops + isinstance(child, nodes.For)))
-
-
-def _walk(node: nodes.Node) -> Iterator[nodes.Node]:
-    """Every node, parents before children, in source order; no recursion, so no depth limit."""
-    stack = [node]
-    while stack:
-        current = stack.pop()
-        yield current
-        stack.extend(reversed(list(current.iter_child_nodes())))
-
-
-def _describe_forbidden(node: nodes.Node) -> str:
-    if isinstance(node, nodes.Call):
-        return "function and method calls are not allowed in templates"
-    if isinstance(node, nodes.Dict | nodes.List):
-        return (
-            "dict and list literals are not allowed inside {{ }}; "
-            "for literal JSON braces use {% raw %}...{% endraw %}"
-        )
-    if isinstance(node, nodes.BinExpr | nodes.UnaryExpr):
-        return "arithmetic is not allowed in templates; compute values before rendering"
-    tag = _FORBIDDEN_TAGS.get(type(node))
-    if tag:
-        return f"{{% {tag} %}} is not allowed in templates"
-    return f"'{type(node).__name__}' is not allowed in templates"
-
-
-_FORBIDDEN_TAGS: dict[type[nodes.Node], str] = {
-    nodes.Assign: "set",
-    nodes.AssignBlock: "set",
-    nodes.Macro: "macro",
-    nodes.CallBlock: "call",
-    nodes.Include: "include",
-    nodes.Import: "import",
-    nodes.FromImport: "from ... import",
-    nodes.Extends: "extends",
-    nodes.Block: "block",
-    nodes.With: "with",
-    nodes.FilterBlock: "filter",
-}
-
-
-def _extract(messages: tuple[Message, ...]) -> tuple[list[str], dict[str, str]]:
-    """Variables in order of first use, and a guessed JSON type for each."""
-    names: list[str] = []
-    shapes: dict[str, str] = {}
-    for message in messages:
-        ast = _ENV.parse(message.content)
-        free = meta.find_undeclared_variables(ast)
-        for node in _walk(ast):
-            if isinstance(node, nodes.Name) and node.name in free and node.name not in names:
-                names.append(node.name)
-            if isinstance(node, nodes.For) and isinstance(node.iter, nodes.Name):
-                shapes.setdefault(node.iter.name, "array")
-            if isinstance(node, nodes.Getattr | nodes.Getitem) and isinstance(
-                node.node, nodes.Name
-            ):
-                shapes.setdefault(node.node.name, "object")
-    return names, {k: v for k, v in shapes.items() if k in names}
-
-
-def _problem_variable(error: jsonschema.ValidationError) -> str:
-    if error.path:
-        return ".".join(str(p) for p in error.path)
-    if error.validator == "required":
-        match = re.match(r"'([^']+)' is a required property", error.message)
-        if match:
-            return match.group(1)
-    return "(values)"
 
 
 def _checked_rules(rules: Sequence[Mapping[str, Any]] | None) -> tuple[dict[str, Any], ...]:

@@ -63,6 +63,7 @@ class SecretHeaders(dict[str, str]):
     __str__ = __repr__
 
 
+# Not a PromptlabError: never raised to a caller, only the __cause__ of a ProviderError.
 class StatusAnswer(Exception):
     """The non-2xx answer a ProviderError was mapped from: its `__cause__`, as an SDK
     exception is on the SDK path, so a traceback shows what the server said."""

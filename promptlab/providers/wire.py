@@ -110,6 +110,7 @@ def _message(message: Mapping[str, str]) -> dict[str, str]:
     return {"role": message.get("role", "user"), "content": str(message.get("content", ""))}
 
 
+# Not a PromptlabError: the HTTP client catches it and raises a ProviderError instead.
 class WireFormatError(ValueError):
     """A 200 answer whose JSON is not the shape the API documents."""
 

@@ -10,7 +10,7 @@ import json
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import duckdb
@@ -199,7 +199,7 @@ class AuditLog:
             chain=CHANGES_CHAIN,
             kind=kind,
             event_id=uuid.uuid4().hex,
-            at=at or datetime.now(UTC),
+            at=at or self.store.clock.now(),
             payload=dict(payload),
             actor=actor,
             run_id=run_id,
@@ -219,7 +219,7 @@ class AuditLog:
                 chain=CHANGES_CHAIN,
                 kind=RUN_ENDED,
                 event_id=uuid.uuid4().hex,
-                at=datetime.now(UTC),
+                at=self.store.clock.now(),
                 payload={**payload, "chain": chain, "head_seq": seq, "head_hash": digest},
                 actor=actor,
                 run_id=run_id,

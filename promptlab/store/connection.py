@@ -12,6 +12,7 @@ from pathlib import Path
 
 import duckdb
 
+from promptlab.clock import SYSTEM_CLOCK, Clock
 from promptlab.errors import DatabaseLockedError, StoreError
 from promptlab.store.migrations import apply_migrations
 
@@ -58,6 +59,15 @@ def is_storage_failure(exc: BaseException) -> bool:
     return False
 
 
+def _store_error(exc: duckdb.Error) -> StoreError:
+    """DuckDB's error as promptlab's: callers outside the store catch only the tree.
+
+    The text is DuckDB's own, and the DuckDB error stays the cause, so a full disk is
+    still recognised (`is_storage_failure` walks the causes).
+    """
+    return StoreError(str(exc).strip() or type(exc).__name__)
+
+
 class Store:
     """Owns one DuckDB connection; readers take a cursor, writers a transaction.
 
@@ -66,8 +76,11 @@ class Store:
     serializes writers so one batch commits at a time.
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, clock: Clock = SYSTEM_CLOCK) -> None:
         self.path = Path(path)
+        #: The one clock of everything over this file: the store's, the audit log's and
+        #: the engine's stamps, and the writer's stall timing (a test passes a manual one).
+        self.clock = clock
         if str(self.path) != ":memory:":
             try:
                 self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -78,7 +91,7 @@ class Store:
                 ) from exc
         self._conn = _connect(str(self.path))
         self._write_lock = threading.RLock()
-        apply_migrations(self._conn)
+        apply_migrations(self._conn, now=clock.now)
         self._indexed_items = 0
         self._limited = str(self.path) != ":memory:"
         (count,) = self._conn.execute("SELECT count(*) FROM items").fetchone() or (0,)
@@ -105,6 +118,8 @@ class Store:
         cur = self._conn.cursor()
         try:
             yield cur
+        except duckdb.Error as exc:
+            raise _store_error(exc) from exc
         finally:
             cur.close()
 
@@ -117,11 +132,13 @@ class Store:
                 cur.begin()
                 yield cur
                 cur.commit()
-            except BaseException:
+            except BaseException as exc:
                 # A failed COMMIT has already ended the transaction, and rollback() would
                 # then raise "no transaction is active", hiding the real cause.
                 with contextlib.suppress(duckdb.Error):
                     cur.rollback()
+                if isinstance(exc, duckdb.Error):
+                    raise _store_error(exc) from exc
                 raise
             finally:
                 cur.close()

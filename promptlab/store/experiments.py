@@ -1,7 +1,7 @@
 """Experiments, their revisions, exposures and run assignments in DuckDB: every SQL statement.
 
 The rules (file format, allocation, what a revision may change, which exposures are
-valid) stay in `promptlab.experiments.config` and the workbench; this module reads and writes
+valid) stay in `promptlab.experiments` and the workbench; this module reads and writes
 rows. A revision's config is kept as the exported JSON (`config_json`).
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from promptlab.errors import StoreError
-from promptlab.experiments.config import Exposure
+from promptlab.experiments import Exposure
 from promptlab.store.connection import Store
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

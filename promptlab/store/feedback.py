@@ -1,7 +1,7 @@
 """Feedback events and production logs in DuckDB: staging a file, checking its rows,
 and inserting them, all inside one transaction.
 
-A file is read by the dataset readers (`promptlab.store.datasets`) into a temporary
+A file is read by DuckDB's file readers (`promptlab.store.files`) into a temporary
 table of (row_number, row JSON); its fields are pulled out as text, checked by SQL
 that names the first bad row, and inserted with one `INSERT ... SELECT`. The rules and
 the wording of problems live in `promptlab.data.feedback`; this module only runs SQL.
@@ -18,7 +18,7 @@ import duckdb
 
 from promptlab.audit.redact import SECRET_SHAPES
 from promptlab.store.connection import Store
-from promptlab.store.datasets import Source, _select_rows, first_duplicate_key, keys_in_order
+from promptlab.store.files import Source, first_duplicate_key, keys_in_order, refused, select_rows
 
 #: Text that reads as true or false in a boolean column (compared lowercased).
 TRUE_TEXTS = ("true", "t", "1", "yes", "y")
@@ -193,12 +193,15 @@ class FeedbackWrites:
         self.tx = tx
 
     def stage(self, source: Source, columns: Sequence[str]) -> int:
-        """Read every row of `source` into `_staged`; returns how many."""
-        select, params = _select_rows(source, columns)
-        self.tx.execute(
-            f"CREATE TEMP TABLE _staged AS SELECT * FROM ({select}) AS t(row_number, row_values)",
-            params,
-        )
+        """Read every row of `source` into `_staged`; returns how many (FileReadError for
+        a file DuckDB refuses)."""
+        select, params = select_rows(source, columns)
+        with refused(source):
+            self.tx.execute(
+                f"CREATE TEMP TABLE _staged AS SELECT * FROM ({select}) "
+                "AS t(row_number, row_values)",
+                params,
+            )
         row = self.tx.execute("SELECT count(*) FROM _staged").fetchone()
         return int(row[0]) if row else 0
 

@@ -24,7 +24,6 @@ from promptlab.records import (
     PendingItem,
     PlannedChunk,
     WriteBatch,
-    utcnow,
 )
 from promptlab.store.audit import append_events
 from promptlab.store.connection import Store
@@ -101,7 +100,7 @@ class ItemStore:
                 )
                 tx.execute(
                     "UPDATE runs SET total_items = ?, updated_at = ? WHERE run_id = ?",
-                    [total, utcnow(), run_id],
+                    [total, self.store.clock.now(), run_id],
                 )
         return total
 
@@ -168,7 +167,7 @@ class ItemStore:
         params = [json.dumps(dict(f.params)) for f in finals]
         finished = {f.key for f in finals}
         dispatched = [k for k in batch.dispatched if k not in finished]
-        now = utcnow()
+        now = self.store.clock.now()
         # Before the transaction: a batch that fails and is retried (or written row by
         # row) keeps the hashes on its drafts.
         with_result_digests(batch.audit, finals, params)
@@ -268,7 +267,7 @@ class ItemStore:
                 "FROM attempts a WHERE a.idempotency_key = items.idempotency_key), 0)) "
                 "WHERE run_id = ? AND (status IN ('in_flight', 'cancelled') OR "
                 "(status = 'failed' AND list_contains(?, error_kind)))",
-                [utcnow(), run_id, kinds],
+                [self.store.clock.now(), run_id, kinds],
             )
         return int(reopened[0]) if reopened else 0
 
@@ -296,7 +295,7 @@ class ItemStore:
         return total
 
     def _cancel_slice(self, run_id: str, reason: str, low: int, high: int) -> int:
-        now = utcnow()
+        now = self.store.clock.now()
         where = "i.run_id = ? AND i.seq BETWEEN ? AND ? AND i.status IN ('pending', 'in_flight')"
         with self.store.transaction() as tx:
             count = tx.execute(

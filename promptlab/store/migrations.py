@@ -5,10 +5,13 @@ Never edit a migration that has shipped: fix mistakes with a new one at the end.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
 import duckdb
+
+from promptlab.clock import SYSTEM_CLOCK
 
 
 @dataclass(frozen=True)
@@ -381,7 +384,9 @@ MIGRATIONS: tuple[Migration, ...] = (
 
 
 def apply_migrations(
-    conn: duckdb.DuckDBPyConnection, migrations: tuple[Migration, ...] = MIGRATIONS
+    conn: duckdb.DuckDBPyConnection,
+    migrations: tuple[Migration, ...] = MIGRATIONS,
+    now: Callable[[], datetime] = SYSTEM_CLOCK.now,
 ) -> list[str]:
     """Apply every migration not yet recorded; return the names applied now."""
     conn.execute(
@@ -399,7 +404,7 @@ def apply_migrations(
                 conn.execute(statement)
             conn.execute(
                 "INSERT INTO _migrations VALUES (?, ?)",
-                [migration.name, datetime.now(UTC)],
+                [migration.name, now()],
             )
             conn.commit()
         except Exception:

@@ -344,43 +344,9 @@ class ReadModels:
         fields come from `results` by `seq` (no key index there: zone maps on `seq` find
         the page's row groups). bench/item_reads.py times it on a million items.
         """
-        where = ["i.run_id = ?"]
-        args: list[Any] = [run_id]
-        if status:
-            if status not in set(ItemStatus):
-                known = ", ".join(ItemStatus)
-                raise PromptlabError(f"unknown item status {status!r}: one of {known}")
-            where.append("i.status = ?")
-            args.append(status)
-        if variant:
-            where.append(
-                "i.variant_index = (SELECT variant_index FROM run_variants "
-                "WHERE run_id = ? AND name = ?)"
-            )
-            args += [run_id, variant]
-        if error_kind:
-            where.append("i.error_kind = ?")
-            args.append(error_kind)
-        if check:
-            if check not in CHECK_STATUSES:
-                raise PromptlabError(
-                    f"unknown check status {check!r}: one of {', '.join(CHECK_STATUSES)}"
-                )
-            where.append("i.seq IN (SELECT seq FROM results WHERE run_id = ? AND check_status = ?)")
-            args += [run_id, check]
-        if search:
-            needle = search.lower()
-            where.append(
-                "(starts_with(i.idempotency_key, ?) "
-                "OR i.seq IN (SELECT seq FROM results WHERE run_id = ? AND "
-                "(contains(lower(output_text), ?) OR contains(lower(error_message), ?))) "
-                "OR i.row_index IN (SELECT row_index FROM run_rows WHERE run_id = ? "
-                "AND contains(lower(row_values::VARCHAR), ?)))"
-            )
-            args += [needle, run_id, needle, needle, run_id, needle]
+        condition, args = _item_filter(run_id, status, variant, error_kind, search, check)
         offset = max(0, offset)
         limit = max(1, min(limit, MAX_ITEMS_PAGE))
-        condition = " AND ".join(where)
         with self._reading() as cur:
             fetch_run(cur, run_id)  # an unknown run is an error, not an empty page
             total = cur.execute(f"SELECT count(*) FROM items i WHERE {condition}", args).fetchone()
@@ -393,48 +359,8 @@ class ReadModels:
                     [*args, limit, offset],
                 ).fetchall()
             ]
-            rows: list[tuple[Any, ...]] = []
-            finals: dict[int, tuple[Any, ...]] = {}
-            if seqs:
-                # Zone maps on `seq` find the page's row groups in both tables.
-                bounds = [run_id, min(seqs), max(seqs), seqs]
-                rows = cur.execute(
-                    "SELECT i.idempotency_key, i.seq, i.row_index, v.name, i.repeat, i.status, "
-                    "i.error_kind, i.attempts FROM items i JOIN run_variants v "
-                    "ON v.run_id = i.run_id AND v.variant_index = i.variant_index "
-                    "WHERE i.run_id = ? AND i.seq BETWEEN ? AND ? AND list_contains(?, i.seq) "
-                    "ORDER BY i.seq",
-                    bounds,
-                ).fetchall()
-                finals = {
-                    int(f[0]): f
-                    for f in cur.execute(
-                        f"SELECT seq, latency_ms, left(output_text, {OUTPUT_PREVIEW_CHARS}), "
-                        "finished_at, check_status FROM results "
-                        "WHERE run_id = ? AND seq BETWEEN ? AND ? "
-                        "AND list_contains(?, seq)",
-                        bounds,
-                    ).fetchall()
-                }
-        page = []
-        for r in rows:
-            f = finals.get(int(r[1]))
-            page.append(
-                ItemRow(
-                    key=r[0],
-                    seq=int(r[1]),
-                    row_index=int(r[2]),
-                    variant=r[3],
-                    repeat=int(r[4]),
-                    status=ItemStatus(r[5]),
-                    error_kind=r[6],
-                    attempts=int(r[7]),
-                    latency_ms=f[1] if f else None,
-                    output_preview=f[2] if f else None,
-                    finished_at=f[3] if f else None,
-                    check_status=f[4] if f else None,
-                )
-            )
+            rows, finals = _page_rows(cur, run_id, seqs) if seqs else ([], {})
+        page = [_item_row(r, finals.get(int(r[1]))) for r in rows]
         return ItemPage(rows=page, total=int(total[0]) if total else 0, offset=offset, limit=limit)
 
     def item_keys(self, run_id: str, prefix: str, limit: int = 2) -> list[str]:
@@ -503,3 +429,94 @@ def _final_row(r: tuple[Any, ...]) -> FinalRow:
         check_errors=tuple(json.loads(r[23])) if r[23] else (), rule_status=r[24],
         rule_errors=tuple(json.loads(r[25])) if r[25] else (),
     )  # fmt: skip
+
+
+def _item_filter(
+    run_id: str,
+    status: str | None,
+    variant: str | None,
+    error_kind: str | None,
+    search: str | None,
+    check: str | None,
+) -> tuple[str, list[Any]]:
+    """The WHERE condition over `items i` (and its parameters) of `ReadModels.items`."""
+    where = ["i.run_id = ?"]
+    args: list[Any] = [run_id]
+    if status:
+        if status not in set(ItemStatus):
+            known = ", ".join(ItemStatus)
+            raise PromptlabError(f"unknown item status {status!r}: one of {known}")
+        where.append("i.status = ?")
+        args.append(status)
+    if variant:
+        where.append(
+            "i.variant_index = (SELECT variant_index FROM run_variants "
+            "WHERE run_id = ? AND name = ?)"
+        )
+        args += [run_id, variant]
+    if error_kind:
+        where.append("i.error_kind = ?")
+        args.append(error_kind)
+    if check:
+        if check not in CHECK_STATUSES:
+            raise PromptlabError(
+                f"unknown check status {check!r}: one of {', '.join(CHECK_STATUSES)}"
+            )
+        where.append("i.seq IN (SELECT seq FROM results WHERE run_id = ? AND check_status = ?)")
+        args += [run_id, check]
+    if search:
+        needle = search.lower()
+        where.append(
+            "(starts_with(i.idempotency_key, ?) "
+            "OR i.seq IN (SELECT seq FROM results WHERE run_id = ? AND "
+            "(contains(lower(output_text), ?) OR contains(lower(error_message), ?))) "
+            "OR i.row_index IN (SELECT row_index FROM run_rows WHERE run_id = ? "
+            "AND contains(lower(row_values::VARCHAR), ?)))"
+        )
+        args += [needle, run_id, needle, needle, run_id, needle]
+    return " AND ".join(where), args
+
+
+def _page_rows(
+    cur: duckdb.DuckDBPyConnection, run_id: str, seqs: list[int]
+) -> tuple[list[tuple[Any, ...]], dict[int, tuple[Any, ...]]]:
+    """The items of one page (`seqs`, not empty) and their results' fields by seq."""
+    # Zone maps on `seq` find the page's row groups in both tables.
+    bounds = [run_id, min(seqs), max(seqs), seqs]
+    rows = cur.execute(
+        "SELECT i.idempotency_key, i.seq, i.row_index, v.name, i.repeat, i.status, "
+        "i.error_kind, i.attempts FROM items i JOIN run_variants v "
+        "ON v.run_id = i.run_id AND v.variant_index = i.variant_index "
+        "WHERE i.run_id = ? AND i.seq BETWEEN ? AND ? AND list_contains(?, i.seq) "
+        "ORDER BY i.seq",
+        bounds,
+    ).fetchall()
+    finals = {
+        int(f[0]): f
+        for f in cur.execute(
+            f"SELECT seq, latency_ms, left(output_text, {OUTPUT_PREVIEW_CHARS}), "
+            "finished_at, check_status FROM results "
+            "WHERE run_id = ? AND seq BETWEEN ? AND ? "
+            "AND list_contains(?, seq)",
+            bounds,
+        ).fetchall()
+    }
+    return rows, finals
+
+
+def _item_row(r: tuple[Any, ...], f: tuple[Any, ...] | None) -> ItemRow:
+    """One row of the items list: the item `r`, with its result's fields `f` if any."""
+    return ItemRow(
+        key=r[0],
+        seq=int(r[1]),
+        row_index=int(r[2]),
+        variant=r[3],
+        repeat=int(r[4]),
+        status=ItemStatus(r[5]),
+        error_kind=r[6],
+        attempts=int(r[7]),
+        latency_ms=f[1] if f else None,
+        output_preview=f[2] if f else None,
+        finished_at=f[3] if f else None,
+        check_status=f[4] if f else None,
+    )

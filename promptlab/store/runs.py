@@ -15,7 +15,7 @@ import duckdb
 
 from promptlab.audit.redact import Redactor
 from promptlab.errors import StoreError
-from promptlab.records import RunRecord, RunStatus, VariantRecord, utcnow
+from promptlab.records import RunRecord, RunStatus, VariantRecord
 from promptlab.store.connection import Store
 
 RUN_COLUMNS = (
@@ -40,7 +40,7 @@ class RunStore:
     def create_run(
         self, run_id: str, name: str, spec: Mapping[str, Any], variants: Sequence[VariantRecord]
     ) -> None:
-        now = utcnow()
+        now = self.store.clock.now()
         with self.store.transaction() as tx:
             tx.execute(
                 f"INSERT INTO runs ({RUN_COLUMNS}) VALUES (?, ?, ?, ?, NULL, 0, ?, NULL, NULL, "
@@ -68,7 +68,7 @@ class RunStore:
 
     def set_status(self, run_id: str, status: RunStatus, reason: str | None = None) -> None:
         """Move the run to `status`, stamping its timestamp and recording the event."""
-        now = utcnow()
+        now = self.store.clock.now()
         reason = Redactor.from_environ().optional(reason)
         column = _STATUS_TIMESTAMP.get(status)
         stamp = f", {column} = ?" if column else ""

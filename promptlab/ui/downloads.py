@@ -15,8 +15,10 @@ from collections.abc import Callable
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
+from promptlab.analysis.compare import Comparison
 from promptlab.data.export import FORMATS, mime_type
-from promptlab.workbench import Comparison, PromptlabError, Workbench
+from promptlab.errors import PromptlabError
+from promptlab.workbench import Workbench
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +47,7 @@ def download_buttons(
     _button(
         column, fmt, key, label or f"Download {table}",
         data=_deferred(workbench, table, fmt, run_id, experiment, prompt),
-        file_name=workbench.export_file_name(table, fmt, **filters),
+        file_name=workbench.exports.file_name(table, fmt, **filters),
         help=f"The {table} table as {FORMAT_LABELS[fmt]}, written by DuckDB's COPY "
         "(the same file as `promptlab export`).",
     )  # fmt: skip
@@ -56,7 +58,7 @@ def comparison_download(workbench: Workbench, comparison: Comparison, *, key: st
     fmt, column = _format_picker(key)
     _button(
         column, fmt, key, "Download this comparison",
-        data=_or_reason("comparison", lambda: workbench.comparison_bytes(comparison, fmt)),
+        data=_or_reason("comparison", lambda: workbench.exports.comparison_bytes(comparison, fmt)),
         file_name=f"comparison-{comparison.run_id or comparison.mode}.{fmt}",
         help=f"Every row of the table above as {FORMAT_LABELS[fmt]}, written by DuckDB's COPY.",
     )  # fmt: skip
@@ -107,7 +109,7 @@ def _deferred(
 ) -> Callable[[], bytes]:
     return _or_reason(
         table,
-        lambda: workbench.export_bytes(
+        lambda: workbench.exports.table_bytes(
             table, fmt, run_id=run_id, experiment=experiment, prompt=prompt
         ),
     )

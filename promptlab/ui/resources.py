@@ -10,7 +10,8 @@ import streamlit as st
 
 from promptlab.audit.redact import install_log_redaction
 from promptlab.config import Settings
-from promptlab.workbench import PromptlabError, Workbench
+from promptlab.errors import PromptlabError
+from promptlab.workbench import Workbench
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +32,7 @@ def _open_workbench(db_path: str, load_demo: bool) -> Workbench:
     install_log_redaction()  # the engine logs provider errors, which may echo a key
     workbench = Workbench.open(get_settings())
     if load_demo and workbench.prompts.is_empty():
-        workbench.load_demo()  # first start with an empty database
+        workbench.demo.load()  # first start with an empty database
         with _opened_lock:
             _fresh_demo.add(db_path)
     with _opened_lock:
@@ -61,7 +62,7 @@ def start_demo_run() -> None:
         _fresh_demo.discard(db_path)
     if fresh:
         try:
-            get_workbench().start_demo_run()
+            get_workbench().demo.start_run()
         except PromptlabError as exc:  # the app still works; the demo run is a nicety
             log.warning("the demo experiment did not start: %s", exc)
 

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
-from promptlab.workbench import DatasetError
+from promptlab.errors import DatasetError
 
 #: The largest upload the Datasets page imports (Streamlit's own default cap, too).
 MAX_UPLOAD_BYTES = 200 * 2**20

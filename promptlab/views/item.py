@@ -25,16 +25,12 @@ from promptlab.data.batchfile import request_from_row
 from promptlab.engine.planner import KEY_HEX_DIGITS
 from promptlab.engine.run import row_params
 from promptlab.engine.spec import AS_WRITTEN, PARAM_COLUMNS_KEY
-from promptlab.errors import PromptlabError
+from promptlab.errors import ItemKeyError, PromptlabError
 from promptlab.prompts.templates import Template, coerce_text_values
 from promptlab.records import AttemptRow, FinalRow, ItemDetail, ItemStatus, VariantRecord
 
 #: Fewest hex digits of a key accepted as a prefix of one.
 MIN_KEY_PREFIX = 8
-
-
-class ItemKeyError(PromptlabError):
-    """An item key (or prefix) that is malformed or matches more than one item."""
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,101 @@
+"""Lanes: each endpoint's provider and shared limiter, and a run's variants grouped by them.
+
+The engine keeps one provider and one `EndpointLimiter` per endpoint and key for the
+life of the process, so every run on an endpoint draws on one budget; a run's own
+`limits:` cap only that run, inside the shared limiter.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from promptlab.clock import Clock
+from promptlab.engine.limiter import EndpointLimiter, Limiter, Limits, RunCappedLimiter
+from promptlab.providers.base import Provider
+from promptlab.providers.config import EndpointConfig
+from promptlab.records import VariantRecord
+
+log = logging.getLogger(__name__)
+
+ProviderFactory = Callable[[EndpointConfig], Provider]
+
+
+@dataclass(frozen=True)
+class Lane:
+    """The variants of a run that share one endpoint (and so one limiter)."""
+
+    endpoint: EndpointConfig
+    provider: Provider
+    limiter: Limiter
+    variant_indexes: tuple[int, ...]
+
+
+class EndpointPool:
+    """Providers and shared limiters by endpoint + key; used on the engine loop only."""
+
+    def __init__(self, provider_factory: ProviderFactory, clock: Clock) -> None:
+        self._provider_factory = provider_factory
+        self._clock = clock
+        self._providers: dict[tuple[str, ...], Provider] = {}
+        self._limiters: dict[tuple[str, ...], EndpointLimiter] = {}
+
+    def open(
+        self, variants: Sequence[VariantRecord], endpoints: Mapping[str, EndpointConfig]
+    ) -> None:
+        """Build (or reuse) the provider and shared limiter of each endpoint the run uses."""
+        for name in {v.endpoint for v in variants}:
+            cfg = endpoints[name]
+            key = budget_key(cfg)
+            if key not in self._providers:
+                self._providers[key] = self._provider_factory(cfg)
+            # The shared budget of an endpoint + key is what the providers file (or the
+            # server's headers) says; a spec's limits cap only its own run (see `lanes`).
+            if key not in self._limiters:
+                self._limiters[key] = EndpointLimiter(
+                    name,
+                    Limits(rpm=cfg.rpm, tpm=cfg.tpm, concurrency=cfg.concurrency),
+                    clock=self._clock.monotonic,
+                )
+
+    def lanes(
+        self,
+        variants: Sequence[VariantRecord],
+        endpoints: Mapping[str, EndpointConfig],
+        caps: Mapping[str, Limits],
+    ) -> list[Lane]:
+        """One lane per endpoint (opened first), so one slow lane blocks no other; each
+        limiter is the shared one, inside the run's own cap when `caps` names one."""
+        by_endpoint: dict[str, list[int]] = {}
+        for variant in variants:
+            by_endpoint.setdefault(variant.endpoint, []).append(variant.index)
+        lanes = []
+        for name, indexes in by_endpoint.items():
+            cfg = endpoints[name]
+            key = budget_key(cfg)
+            shared = self._limiters[key]
+            cap = caps.get(cfg.name)
+            limiter = shared if cap is None else RunCappedLimiter(shared, cap)
+            lanes.append(Lane(cfg, self._providers[key], limiter, tuple(indexes)))
+        return lanes
+
+    async def aclose(self) -> None:
+        """Close every provider's client (best effort)."""
+        for provider in self._providers.values():
+            try:
+                await provider.aclose()
+            except Exception:  # noqa: BLE001 - closing is best effort
+                log.warning("closing a provider failed", exc_info=True)
+
+
+def budget_key(cfg: EndpointConfig) -> tuple[str, ...]:
+    """Endpoint + key identity: runs on the same endpoint and key share one budget.
+
+    The key itself is hashed in memory only; it is never stored or logged.
+    """
+    key = os.environ.get(cfg.api_key_env, "") if cfg.api_key_env else ""
+    fingerprint = hashlib.sha256(key.encode()).hexdigest()[:16] if key else ""
+    return (cfg.name, cfg.kind, cfg.base_url or "", fingerprint)

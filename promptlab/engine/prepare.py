@@ -1,0 +1,351 @@
+"""One prepare-run step: a spec becomes a `PreparedRun` that submit, estimate and resume share.
+
+`prepare_run` makes every check a run needs before it exists, once and in one order: the
+spec's endpoints merged into the configured ones and its `limits:` checked to name them,
+its variants resolved into records (or, on resume, read back as recorded), its dataset
+counted and the plan held to the item ceiling, then what only a run that sends needs:
+every request line and every unit id readable. What comes out holds the endpoints, the
+variant records, the dataset's rows and how to plan the run.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+from promptlab.data.datasets import DatasetStore, check_rows
+from promptlab.engine.limiter import Limits
+from promptlab.engine.planner import (
+    AllVariants,
+    AssignmentStrategy,
+    SkipRows,
+    StickySplit,
+    plan_items,
+)
+from promptlab.engine.rows import RunRows
+from promptlab.engine.spec import (
+    AS_WRITTEN,
+    PARAM_COLUMNS_KEY,
+    VARIANT_PARAMS,
+    RunSpec,
+    VariantSpec,
+)
+from promptlab.errors import ConfigError, PromptlabError, SpecError
+from promptlab.experiments import assign, config_from_mapping, expected_shares
+from promptlab.experiments.sampling import FIXED, SAMPLING_KEY
+from promptlab.prompts.templates import Template
+from promptlab.providers.config import KINDS, EndpointConfig, parse_model_ref
+from promptlab.providers.simulator import SIM_MODELS
+from promptlab.records import PlannedChunk, VariantRecord
+
+#: Rows an estimate reads to count requests per variant (scaled to the whole dataset).
+ESTIMATE_ROWS = 20_000
+#: Rows rendered to average the prompt tokens of each variant.
+TOKEN_SAMPLE_ROWS = 50
+
+
+class ResolvedVersion(Protocol):
+    """What a run needs of a stored prompt version."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def prompt_name(self) -> str: ...
+
+    @property
+    def semver(self) -> str: ...
+
+    @property
+    def template(self) -> Template: ...
+
+
+class VersionResolver(Protocol):
+    """Turns a reference like `name@production` into a version (the Registry is one)."""
+
+    def resolve(self, ref: str) -> ResolvedVersion: ...
+
+
+@dataclass(frozen=True)
+class StoredRun:
+    """A recorded run taken up again (resume): its variants as recorded, and whether its
+    plan is complete (a complete plan is neither counted nor planned again)."""
+
+    run_id: str
+    variants: Sequence[VariantRecord]
+    planned: bool
+
+
+@dataclass(frozen=True)
+class PreparedRun:
+    """A checked spec, ready to record and run: endpoints, variant records, rows, plan."""
+
+    spec: RunSpec
+    #: The configured endpoints with the spec's inline ones merged in.
+    endpoints: Mapping[str, EndpointConfig]
+    variants: list[VariantRecord]
+    rows: RunRows
+    #: The dataset rows to plan the run from (counted now); None when it is planned already.
+    plan_rows: int | None
+
+    def plan(self, run_id: str) -> Iterator[PlannedChunk]:
+        """The run's items, chunk by chunk, from the rows counted when it was prepared.
+
+        It reads the dataset (more than once with `skip_invalid_rows`): iterate it off the
+        engine loop. A file rewritten since it was counted would plan other rows (none,
+        half-written), and the run would "complete": that is refused (SpecError) once the
+        last chunk is read, before the run is scheduled, so a resume plans it again.
+        """
+        strategy = self.strategy()
+        names = [v.name for v in self.variants]
+        read = 0
+        for chunk in plan_items(run_id, self.rows.read(), names, strategy, self.spec.repeats):
+            read += len(chunk.rows)
+            yield chunk
+        if self.plan_rows is not None and read != self.plan_rows:
+            spec = self.spec
+            raise SpecError(
+                f"dataset {spec.dataset or spec.dataset_name}: changed while the run was "
+                f"being planned ({self.plan_rows} rows when it was submitted, {read} read "
+                "to plan it); nothing was sent: resume the run to plan it again"
+            )
+
+    def strategy(self, rows: int | None = None) -> AssignmentStrategy:
+        """The run's assignment; with `skip_invalid_rows`, minus rows a template refuses.
+
+        The check reads the dataset once more (up to `rows` rows) and renders each row
+        with every variant's template, the way the run would.
+        """
+        strategy = _assignment(self.spec, [v.name for v in self.variants])
+        if not self.spec.skip_invalid_rows:
+            return strategy
+        skipped: set[int] = set()
+        for variant in self.variants:
+            if variant.template.get(AS_WRITTEN):
+                continue
+            template = Template.from_canonical(variant.template)
+            sample = (dict(row) for row in itertools.islice(self.rows.read(), rows))
+            found = check_rows(sample, template, listed=0)
+            skipped.update(number - 1 for number in found.bad_rows)
+        return SkipRows(strategy, frozenset(skipped))
+
+    def expected_requests(self) -> dict[str, int]:
+        """Requests per variant name, for an estimate. A split's are its expected share of
+        units (ramp and kill switch included); with `skip_invalid_rows`, the share of
+        valid rows among the first ESTIMATE_ROWS scales the dataset."""
+        spec, used = self.spec, self.plan_rows or 0
+        if spec.skip_invalid_rows and used:
+            strategy = self.strategy(min(used, ESTIMATE_ROWS))
+            skipped = len(strategy.skipped) if isinstance(strategy, SkipRows) else 0
+            used = round(used * (1 - skipped / min(used, ESTIMATE_ROWS)))
+        if spec.split and spec.experiment is not None:
+            shares = expected_shares(config_from_mapping(spec.experiment))
+        else:
+            shares = {v.name: 1.0 for v in self.variants}
+        return {v.name: round(used * shares.get(v.name, 0.0)) * spec.repeats for v in self.variants}
+
+    def sample_rows(self) -> list[Mapping[str, Any]]:
+        """The first rows, rendered by an estimate to average each variant's prompt tokens."""
+        return list(itertools.islice(self.rows.read(), TOKEN_SAMPLE_ROWS))
+
+
+def prepare_run(
+    spec: RunSpec,
+    *,
+    endpoints: Mapping[str, EndpointConfig],
+    datasets: DatasetStore,
+    max_items: int,
+    registry: VersionResolver | None = None,
+    stored: StoredRun | None = None,
+    sending: bool = True,
+) -> PreparedRun:
+    """Check `spec` against the configured `endpoints`, the `registry` and the `datasets`,
+    refusing (SpecError, ConfigError) what would fail the run later; see module docstring.
+
+    A new run (`stored` None) resolves its variants through `registry`. A resumed one
+    keeps those it recorded, and its dataset is counted again only when its plan never
+    finished. With `sending` False (an estimate) the checks that read every row (request
+    lines, unit ids) are left out: only the unit column is checked.
+    """
+    merged = merge_endpoints(endpoints, spec.endpoints)
+    if stored is None:
+        check_limits(spec.limits, merged)
+        variants = resolve_variants(spec, merged, registry)
+    else:
+        variants = list(stored.variants)
+        missing = sorted({v.endpoint for v in variants} - set(merged))
+        if missing:
+            raise ConfigError(f"run {stored.run_id} uses unknown endpoint(s): {', '.join(missing)}")
+    rows = RunRows(spec, datasets)
+    # A resumed run whose plan never finished is counted again: its dataset may have
+    # changed since, and the plan's ceiling holds again.
+    plan_rows = rows.planned(max_items) if stored is None or not stored.planned else None
+    if stored is None:
+        if sending:
+            rows.check_each()
+        elif spec.split:
+            rows.check_unit_column()
+    return PreparedRun(spec, merged, variants, rows, plan_rows)
+
+
+def _assignment(spec: RunSpec, names: list[str]) -> AssignmentStrategy:
+    """Every row through every variant, or (a split) each unit's one variant."""
+    if not spec.split or spec.experiment is None:
+        return AllVariants(len(names))
+    config = config_from_mapping(spec.experiment)
+
+    def assigner(unit_id: str) -> tuple[str, int, bool]:
+        decided = assign(config, unit_id)
+        return decided.variant, decided.bucket, decided.in_experiment
+
+    return StickySplit(config.name, config.revision, assigner, str(spec.unit_column), names)
+
+
+# ---- endpoints and variants ------------------------------------------------------------
+
+
+def merge_endpoints(
+    base: Mapping[str, EndpointConfig], inline: Mapping[str, Mapping[str, Any]]
+) -> dict[str, EndpointConfig]:
+    """The configured endpoints with a spec's inline ones added or overriding fields.
+
+    The security model (README, "Security"): a spec never changes a configured endpoint
+    (its place, key or shared budget; `limits:` caps only the run itself) and never
+    names a key; an endpoint it adds has no key and points at loopback. Keys reach only
+    servers the providers file names.
+    """
+    out = dict(base)
+    for name, values in inline.items():
+        current = out.get(name)
+        if current is not None:
+            # Its place, key and shared budget belong to the providers file: a spec
+            # pasted into a shared app must not redirect it or change everyone's budget.
+            changed = sorted(
+                field for field in values if values[field] != getattr(current, field, None)
+            )
+            if changed:
+                raise SpecError(
+                    f"endpoints.{name}: a run spec may not change {', '.join(changed)} of a "
+                    "configured endpoint (cap this run with `limits:`, or use a new "
+                    "endpoint name, or the providers file)"
+                )
+            continue
+        kind = values.get("kind")
+        if kind not in KINDS:
+            raise SpecError(f"endpoints.{name}: 'kind' is required for a new endpoint")
+        if kind != "sim" and "base_url" not in values:
+            raise SpecError(
+                f"endpoints.{name}.base_url: required for a new endpoint, on loopback "
+                "(e.g. http://127.0.0.1:8011/v1)"
+            )
+        added = EndpointConfig(name=name, kind=kind)
+        out[name] = replace(added, **{k: v for k, v in values.items() if k != "kind"})
+    return out
+
+
+def check_limits(limits: Mapping[str, Limits], endpoints: Mapping[str, EndpointConfig]) -> None:
+    """Every `limits:` entry must name an endpoint: a typo would otherwise be ignored."""
+    unknown = sorted(set(limits) - set(endpoints))
+    if unknown:
+        known = ", ".join(sorted(endpoints))
+        raise SpecError(f"limits.{unknown[0]}: no endpoint of that name (known: {known})")
+
+
+def resolve_variants(
+    spec: RunSpec, endpoints: Mapping[str, EndpointConfig], registry: VersionResolver | None
+) -> list[VariantRecord]:
+    """Turn each variant into a stored record: template content, version id, model, params."""
+    records = []
+    for index, variant in enumerate(spec.variants):
+        records.append(_variant_record(index, variant, endpoints, registry))
+    return records
+
+
+def _variant_record(
+    index: int,
+    variant: VariantSpec,
+    endpoints: Mapping[str, EndpointConfig],
+    registry: VersionResolver | None,
+) -> VariantRecord:
+    """One variant's record; its template (none for requests sent as written) first, then
+    its endpoint and model, which must be known."""
+    where = f"variants[{index}] ({variant.name})"
+    found = None if variant.as_written else _template(variant, registry, where)
+    model_ref = variant.model or (found.model_ref if found is not None else "")
+    endpoint, model = parse_model_ref(model_ref)
+    if endpoint not in endpoints:
+        known = ", ".join(sorted(endpoints))
+        raise SpecError(f"{where}: unknown endpoint {endpoint!r} (known: {known})")
+    if found is None:
+        return VariantRecord(
+            index=index,
+            name=variant.name,
+            prompt_ref=f"requests:{AS_WRITTEN}",
+            prompt_version_id=f"requests:{AS_WRITTEN}",
+            endpoint=endpoint,
+            model=model,
+            params={},
+            template={AS_WRITTEN: True, "id_field": variant.id_field},
+        )
+    if endpoints[endpoint].kind == "sim" and model not in SIM_MODELS:
+        raise SpecError(
+            f"{where}: the simulator has no model {model!r} (models: {', '.join(SIM_MODELS)})"
+        )
+    return VariantRecord(
+        index=index,
+        name=variant.name,
+        prompt_ref=found.ref,
+        prompt_version_id=found.version_id,
+        endpoint=endpoint,
+        model=model,
+        params=_params(variant, found.template),
+        template=found.template.canonical(),
+    )
+
+
+@dataclass(frozen=True)
+class _Found:
+    """A variant's template and where it comes from: a registry version, or inline."""
+
+    template: Template
+    version_id: str
+    ref: str
+
+    @property
+    def model_ref(self) -> str:
+        return str(self.template.params.get("model"))
+
+
+def _template(variant: VariantSpec, registry: VersionResolver | None, where: str) -> _Found:
+    """The variant's template: its registry version resolved, or its inline messages built."""
+    try:
+        if variant.prompt is not None:
+            if registry is None:
+                raise SpecError(f"{where}: a registry is needed to resolve {variant.prompt}")
+            version = registry.resolve(variant.prompt)
+            return _Found(version.template, version.id, f"{version.prompt_name}@{version.semver}")
+        template = Template.build(
+            list(variant.messages or ()),
+            output_schema=variant.output_schema,
+            rules=variant.rules,
+        )
+        return _Found(template, template.content_hash(), f"inline:{variant.name}")
+    except PromptlabError as exc:
+        if isinstance(exc, SpecError):
+            raise
+        raise SpecError(f"{where}: {exc}") from exc
+
+
+def _params(variant: VariantSpec, template: Template) -> dict[str, Any]:
+    """The template's request params, the variant's on top, and what moves per row."""
+    params = {
+        key: template.params.get(key) for key in sorted(VARIANT_PARAMS) if key in template.params
+    }
+    params.update(variant.params)
+    if variant.params_from:
+        params[PARAM_COLUMNS_KEY] = dict(variant.params_from)
+    if variant.sampling and variant.sampling.get("strategy", FIXED) != FIXED:
+        params[SAMPLING_KEY] = dict(variant.sampling)
+    return params

@@ -1,0 +1,244 @@
+"""What a run's items leave behind: attempt rows, one final row each with its trace event,
+the live counters and the anomaly alerts, all handed to the writer on the engine loop."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from promptlab.audit.chain import AuditDraft, Masker, attempt_values, row_digest, run_chain
+from promptlab.checks.anomalies import RunDetector, observation_of, schema_fields
+from promptlab.checks.validation import Checker, CheckStatus, OutputCheck
+from promptlab.clock import Clock
+from promptlab.engine import trace
+from promptlab.engine.progress import Counters
+from promptlab.engine.writer import BatchWriter
+from promptlab.errors import ProviderError
+from promptlab.prompts.templates import Template
+from promptlab.providers.base import CompletionResponse
+from promptlab.providers.config import EndpointConfig, cost_usd
+from promptlab.records import (
+    AlertRecord,
+    AttemptRow,
+    FinalRow,
+    ItemErrorKind,
+    ItemStatus,
+    PendingItem,
+    VariantRecord,
+)
+
+#: Longest error message kept on an attempt or result.
+MAX_MESSAGE_CHARS = 2_000
+
+
+class ItemRecorder:
+    """Records one run's items. Holds, per item until its final row, its trace stages and
+    its row params, and knows which dispatched items have no final row yet."""
+
+    def __init__(
+        self,
+        run_id: str,
+        variants: Mapping[int, VariantRecord],
+        templates: Mapping[int, Template],
+        checkers: Mapping[int, Checker],
+        writer: BatchWriter,
+        counters: Counters,
+        clock: Clock,
+        *,
+        alert_sink: Callable[[list[AlertRecord]], None] | None,
+        reask: int,
+        audit: bool,
+        masker: Masker | None,
+    ) -> None:
+        self.run_id = run_id
+        self.variants = variants
+        self.templates = templates
+        self.checkers = checkers
+        self.writer = writer
+        self.counters = counters
+        self.clock = clock
+        self.alert_sink = alert_sink
+        self.reask = reask
+        #: Trace events go to the writer with the rows they describe (promptlab.audit.chain).
+        self.audit = audit
+        self.chain = run_chain(run_id)
+        self.masker = masker if masker else None
+        #: Render and preflight stages of items in flight, until their final row (flat
+        #: dicts of strings and numbers: see trace.result_payload).
+        self.traces: dict[str, dict[str, Any]] = {}
+        #: Params of items whose variant reads some from dataset columns, until final.
+        self.row_params: dict[str, Mapping[str, Any]] = {}
+        #: Keys of dispatched items without their final row (as many as are in flight).
+        self._open: set[str] = set()
+        #: Anomaly detectors fed each final row as it is recorded (O(1) per item); what
+        #: they raise goes to `alert_sink` (the engine stores it off the loop).
+        self.detector = RunDetector(
+            run_id,
+            {
+                variants[index].name: schema_fields(template.output_schema)
+                for index, template in templates.items()
+            },
+            now=clock.now,
+        )
+
+    def dispatched(self, item: PendingItem) -> None:
+        """The item is in flight; it stays open until its final row."""
+        self._open.add(item.key)
+        self.writer.dispatched(item.key)
+        self.counters.dispatched()
+
+    def is_open(self, item: PendingItem) -> bool:
+        """Dispatched, and its final row not recorded yet."""
+        return item.key in self._open
+
+    def attempt(
+        self,
+        item: PendingItem,
+        attempt: int,
+        started_at: Any,
+        t0: float,
+        response: CompletionResponse | None,
+        error: ProviderError | None,
+        wait_s: float,
+        wait_reason: str | None,
+        *,
+        reask: bool = False,
+    ) -> None:
+        """One call's row: answered, failed with `error`, or (neither) an internal error."""
+        elapsed_ms = (self.clock.monotonic() - t0) * 1000
+        row = AttemptRow(
+                key=item.key,
+                run_id=self.run_id,
+                attempt=attempt,
+                started_at=started_at,
+                ended_at=self.clock.now(),
+                outcome="ok" if response is not None else "error",
+                error_kind=(error.kind.value if error else ItemErrorKind.INTERNAL)
+                if response is None
+                else None,
+                http_status=error.status if error else None,
+                error_message=str(error)[:MAX_MESSAGE_CHARS] if error else None,
+                wait_ms=wait_s * 1000,
+                wait_reason=wait_reason,
+                retry_after_s=error.retry_after_s if error else None,
+                latency_ms=response.latency_ms if response is not None else elapsed_ms,
+                reask=reask,
+        )  # fmt: skip
+        self.writer.attempt(row)
+        # A failed or re-asked attempt gets its own event; the answered one is read back
+        # from `attempts` by the trace view (the result event covers its results row).
+        answered = response is not None and not (self.reask and item.variant_index in self.checkers)
+        if self.audit and answered:
+            stages = self.traces.get(item.key)
+            if stages is not None:  # the result event will hold the row's hash
+                stages["attempt_sha256"] = row_digest(attempt_values(row))
+        if self.audit and not answered:
+            payload = trace.attempt_payload(row, response)
+            draft = AuditDraft(self.chain, "attempt", f"{item.key}/a{attempt}", row.ended_at,
+                               payload, run_id=self.run_id, trace_id=item.key)  # fmt: skip
+            self.writer.audit(draft)
+
+    def final(
+        self,
+        item: PendingItem,
+        status: str,
+        was_in_flight: bool,
+        attempts: int | None = None,
+        *,
+        error: tuple[str | None, str] | None = None,
+        response: CompletionResponse | None = None,
+        endpoint: EndpointConfig | None = None,
+        check: OutputCheck | None = None,
+    ) -> None:
+        """The item's one final row, its result event, its count and what it tells the
+        anomaly detectors; a `response` is checked and priced on `endpoint`."""
+        variant = self.variants[item.variant_index]
+        usage: dict[str, Any] = {}
+        parsed: Any = None
+        stages = self.traces.pop(item.key, None) if self.audit else None
+        masked: dict[str, int] = {}
+        if response is not None and endpoint is not None:
+            checked, parsed = self._check(item.variant_index, response, check)
+            text = response.text
+            if self.masker is not None:
+                # Checked as answered; stored (results and trace) with the patterns masked.
+                text = self.masker.mask(text, masked)
+            usage = {
+                "output_text": text,
+                "input_tokens": response.input_tokens,
+                "output_tokens": response.output_tokens,
+                "finish_reason": str(response.finish_reason),
+                "model_version": response.model_version,
+                "latency_ms": response.latency_ms,
+                "cost_usd": cost_usd(
+                    endpoint, variant.model, response.input_tokens, response.output_tokens
+                ),
+                **checked,
+            }
+        row = FinalRow(
+            key=item.key,
+            run_id=self.run_id,
+            seq=item.seq,
+            row_index=item.row_index,
+            variant=variant.name,
+            repeat=item.repeat,
+            status=status,
+            prompt_version_id=variant.prompt_version_id,
+            endpoint=variant.endpoint,
+            model=variant.model,
+            params=self.row_params.pop(item.key, variant.params),
+            attempts=item.attempts if attempts is None else attempts,
+            finished_at=self.clock.now(),
+            error_kind=error[0] if error else None,
+            error_message=error[1][:MAX_MESSAGE_CHARS] if error else None,
+            **usage,
+        )
+        self.writer.final(row)
+        self._open.discard(item.key)
+        if self.audit:
+            self.writer.audit(
+                AuditDraft(
+                    self.chain,
+                    "result",
+                    f"{item.key}/final/{row.attempts}",
+                    row.finished_at,
+                    trace.result_payload(row, stages, self._masking(masked)),
+                    run_id=self.run_id,
+                    trace_id=item.key,
+                )  # fmt: skip
+            )
+        self.counters.finished(status, was_in_flight)
+        if status != ItemStatus.CANCELLED:
+            self._detect(row, parsed)
+
+    def _masking(self, masked: Mapping[str, int]) -> dict[str, int] | None:
+        """What the masking masked in the output, every pattern named (0 included): the
+        trace view masks the prompt it renders again with the same patterns."""
+        if self.masker is None:
+            return None
+        return {name: masked.get(name, 0) for name in self.masker.names}
+
+    def _detect(self, row: FinalRow, parsed: Any) -> None:
+        obs = observation_of(
+            row.seq, row.variant, row.status, row.error_kind, row.check_status,
+            row.output_text, parsed,
+        )  # fmt: skip
+        alerts = self.detector.observe(obs)
+        if alerts and self.alert_sink is not None:
+            self.alert_sink(alerts)
+
+    def _check(
+        self, variant_index: int, response: CompletionResponse, done: OutputCheck | None = None
+    ) -> tuple[dict[str, Any], Any]:
+        """The output check's status and errors, as FinalRow fields (compiled validator),
+        and the JSON value found in the output (None when there is no check)."""
+        checker = self.checkers.get(variant_index)
+        if checker is None:
+            return {"check_status": CheckStatus.NO_SCHEMA.value}, None
+        check = done or checker.check(response.text, str(response.finish_reason))
+        fields: dict[str, Any] = {"check_status": check.status.value, "check_errors": check.errors}
+        rules = self.templates[variant_index].rule_set
+        if rules and check.status in (CheckStatus.VALID, CheckStatus.REPAIRED):
+            status, failed = rules.check(check.parsed)
+            fields |= {"rule_status": status.value, "rule_errors": tuple(map(str, failed))}
+        return fields, check.parsed

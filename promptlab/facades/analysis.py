@@ -1,0 +1,224 @@
+"""`wb.analysis`: what runs and production logs add up to, and the feedback counted in it.
+
+Aggregates are computed in DuckDB (promptlab/store/metrics.py), the tests in
+promptlab/analysis/stats.py and the comparisons in promptlab/analysis/compare.py; the
+Compare page's series and side-by-side pages come from promptlab/store/ too, and its
+figures are built in promptlab/views/. Feedback and production logs are imported whole
+or not at all (promptlab/data/feedback.py) and counted in metrics and comparisons.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from promptlab.analysis.compare import (
+    Comparison,
+    compare_run,
+    compare_versions,
+    control_of,
+    parse_since,
+)
+from promptlab.checks.anomalies import detect, observation_of, schema_fields
+from promptlab.data.feedback import LOG_FIELDS, FeedbackImporter
+from promptlab.errors import PromptlabError
+from promptlab.facades.context import Context
+from promptlab.records import AlertRecord, LogMetricsRow, MetricsRow
+from promptlab.store import RunStore
+from promptlab.store.alerts import AlertStore
+from promptlab.store.metrics import MetricsReads
+from promptlab.store.result_runs import ResultRuns, RunWithResults
+from promptlab.store.side_by_side import SideBySidePage, SideBySideReads, SideBySideRow
+from promptlab.store.timeseries import TimeSeries, TimeseriesReads
+
+__all__ = [
+    "Analysis",
+    "Comparison",
+    "LOG_FIELDS",
+    "RunWithResults",
+    "SideBySidePage",
+    "SideBySideRow",
+    "TimeSeries",
+]
+
+
+def _since(since: datetime | str | None, now: datetime) -> datetime | None:
+    """`since` as given: a datetime, or `7d`, `24h` before `now`, a date (`parse_since`)."""
+    return parse_since(since, now) if isinstance(since, str) else since
+
+
+class Analysis:
+    """Metrics, comparisons, the Compare page's reads, feedback, anomaly alerts."""
+
+    def __init__(self, context: Context) -> None:
+        self._context = context
+        self._reads = context.reads
+        self._metrics = MetricsReads(context.store)
+        self._alerts = AlertStore(context.store)
+        #: The same input (row, repeat) as each variant answered it, a page at a time:
+        #: `side_by_side(run_id, offset=0, limit=10, only_different=False)`.
+        self.side_by_side = SideBySideReads(context.store).page
+
+    @functools.cached_property
+    def _feedback(self) -> FeedbackImporter:
+        return FeedbackImporter(self._context.store, self._context.registry)
+
+    # ---- metrics and comparisons ---------------------------------------------------
+
+    def metrics(
+        self,
+        run_id: str | None = None,
+        prompt: str | None = None,
+        since: datetime | str | None = None,
+    ) -> list[MetricsRow]:
+        """Items, completion, failures by kind, latency percentiles, tokens and cost.
+
+        With `run_id`, one row per variant of that run; otherwise one row per prompt
+        version and model across runs (`prompt` keeps one prompt's versions). `since`
+        (a datetime, or `7d`, `24h`, a date) keeps results finished from then on.
+        """
+        when = _since(since, self._context.store.clock.now())
+        if run_id is not None:
+            rows = self._metrics.run_metrics(run_id, when)
+            return [r for r in rows if prompt is None or r.prompt_name == prompt]
+        return self._metrics.version_metrics(prompt, when)
+
+    def compare(
+        self, run_id: str, variant_a: str | None = None, variant_b: str | None = None
+    ) -> Comparison:
+        """Each variant of the run against control (or B against A), with significance;
+        see promptlab/analysis/compare.py for the tests used."""
+        run = self._reads.run(run_id)
+        metrics = self._metrics.run_metrics(run_id)
+        return compare_run(self._metrics, run, metrics, variant_a, variant_b)
+
+    def log_metrics(
+        self, prompt: str | None = None, since: datetime | str | None = None
+    ) -> list[LogMetricsRow]:
+        """Per prompt version in the imported production logs: requests, latency
+        percentiles, completion and CTR (clicks over requests), each rate with Wilson."""
+        return self._metrics.log_metrics(prompt, _since(since, self._context.store.clock.now()))
+
+    def compare_versions(
+        self,
+        ref_a: str,
+        ref_b: str,
+        *,
+        run_id: str | None = None,
+        logs: bool = False,
+        since: datetime | str | None = None,
+    ) -> Comparison:
+        """Version B against version A (references or ids): in one run (`run_id`: its
+        variants of these versions), in the production logs (`logs`), or across every
+        run's results; see promptlab/analysis/compare.py."""
+        if run_id is not None and logs:
+            raise PromptlabError("compare versions in a run or in the logs, not both")
+        if run_id is not None and since is not None:
+            raise PromptlabError("--since applies across runs or to the logs, not to one run")
+        a, b = self._version_label(ref_a), self._version_label(ref_b)
+        if run_id is None:
+            return compare_versions(
+                self._metrics, a, b, logs=logs, since=_since(since, self._context.store.clock.now())
+            )
+        # One run's variants are compared on everything they finished, as `compare --run`.
+        metrics = self._metrics.run_metrics(run_id)
+        names = []
+        for version_id, label in (a, b):
+            found = [m.variant or "" for m in metrics if m.prompt_version_id == version_id]
+            if len(found) != 1:
+                what = "no variant" if not found else f"variants {', '.join(found)}"
+                raise PromptlabError(
+                    f"run {run_id} has {what} of {label}: compare its variants by name "
+                    f"(promptlab compare --run {run_id} A B)"
+                )
+            names.append(found[0])
+        return compare_run(self._metrics, self._reads.run(run_id), metrics, *names)
+
+    def _version_label(self, ref: str) -> tuple[str, str]:
+        """(version id, `name@semver`) of a reference; a stored id stands for itself."""
+        if ref.startswith("sha256:") and "@" not in ref:
+            return ref, ref[:19]
+        version = self._context.registry.resolve(ref)
+        return version.id, version.ref
+
+    # ---- the Compare page's reads ----------------------------------------------------
+
+    def has_results(self) -> bool:
+        """True once any run stored a result: the app then opens on the Compare page."""
+        return ResultRuns(self._context.store).has_results()
+
+    def runs_with_results(self, limit: int = 50) -> list[RunWithResults]:
+        """The newest runs that have results, newest first, with their variants."""
+        return ResultRuns(self._context.store).runs_with_results(limit)
+
+    def control_variant(self, run_id: str, variants: list[str]) -> str:
+        """The variant `compare` takes as control: the experiment's, else the first."""
+        return control_of(self._reads.run(run_id), variants)
+
+    def latencies(self, run_id: str, variant: str) -> Any:
+        """Latencies (ms) of the variant's succeeded results, as a NumPy float array."""
+        return self._metrics.latencies(run_id, variant)
+
+    def metrics_over_time(self, run_id: str) -> TimeSeries:
+        """Completion rate and p90 latency per variant per time bucket (unit from the span)."""
+        return TimeseriesReads(self._context.store).run_series(run_id)
+
+    # ---- feedback and production logs ----------------------------------------------
+
+    def import_feedback(self, path: str | Path) -> int:
+        """Import feedback events (CSV, JSON Lines, Parquet); returns how many rows."""
+        count = self._feedback.import_feedback(path)
+        self._context.audit_change(
+            "feedback.imported",
+            self._context.settings.author,
+            {"file": Path(path).name, "rows": count},
+        )
+        return count
+
+    def import_logs(self, path: str | Path, columns: Mapping[str, str] | None = None) -> int:
+        """Import a production request log; `columns` maps a field (version, unit_id,
+        latency_ms, clicked, completed, event_time) to the file's column for it."""
+        count = self._feedback.import_logs(path, columns)
+        self._context.audit_change(
+            "logs.imported",
+            self._context.settings.author,
+            {"file": Path(path).name, "rows": count, "columns": dict(columns or {})},
+        )
+        return count
+
+    def rate_result(self, run_id: str, key: str, kind: str) -> None:
+        """Record a rating given in the app (thumbs_up, thumbs_down, click) on a result."""
+        self._feedback.rate(run_id, key, kind)
+        self._context.audit_change(
+            "feedback.rated",
+            self._context.settings.author,
+            {"key": key, "kind": kind},
+            run_id=run_id,
+        )
+
+    def result_feedback(self, run_id: str, key: str) -> dict[str, int]:
+        """How many feedback events of each kind a result has (imported or rated here)."""
+        return self._feedback.tables.counts(run_id, key)
+
+    # ---- anomaly alerts ------------------------------------------------------------
+
+    def alerts(self, run_id: str) -> list[AlertRecord]:
+        """The run's stored alerts (raised live by the engine or by `detect_anomalies`)."""
+        self._reads.run(run_id)  # an unknown run is an error, not an empty list
+        return self._alerts.for_run(run_id)
+
+    def detect_anomalies(self, run_id: str) -> list[AlertRecord]:
+        """Run every detector over the run's stored results in finishing order; the run's
+        alerts become what it finds (running it again gives the same alerts)."""
+        self._reads.run(run_id)
+        expected = {
+            v.name: schema_fields(v.template.get("output_schema"))
+            for v in RunStore(self._context.store).variants(run_id)
+        }
+        stream = (observation_of(*row) for row in self._alerts.finished_stream(run_id))
+        found = list(detect(run_id, stream, expected, now=self._context.store.clock.now))
+        self._alerts.replace(run_id, found)
+        return found

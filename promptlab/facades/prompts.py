@@ -1,0 +1,109 @@
+"""`wb.prompts`: versions, labels, references and diffs, with every change audited.
+
+The registry (promptlab/prompts/registry.py) keeps the rules; this facade adds the
+configured author and the audit trail's change events, and forwards the reads pages
+and commands make.
+"""
+
+from __future__ import annotations
+
+import builtins  # `list` below names a method: annotations say builtins.list
+
+from promptlab.facades.context import Context
+from promptlab.prompts.create import create_prompt
+from promptlab.prompts.files import PromptFile, export_prompt, import_prompt_file
+from promptlab.prompts.registry import PromptSummary, SaveResult, VersionDiff
+from promptlab.prompts.templates import Template
+from promptlab.records import LabelEvent, PromptVersion
+
+__all__ = ["Prompts"]
+
+
+class Prompts:
+    """Save, label, import and export prompt versions; read them back."""
+
+    def __init__(self, context: Context) -> None:
+        self._context = context
+        self._registry = context.registry
+        self._author = context.settings.author
+
+    # ---- changes (each one audited) ------------------------------------------------
+
+    def create(
+        self, name: str, template: Template, *, message: str = "", description: str = ""
+    ) -> SaveResult:
+        """Version 1.0.0 of a new prompt; see `promptlab.prompts.create.create_prompt`."""
+        result = create_prompt(
+            self._registry,
+            name,
+            template,
+            author=self._author,
+            message=message,
+            description=description,
+        )
+        self._context.audit_saved(result)
+        return result
+
+    def save_version(
+        self, name: str, template: Template, *, message: str = "", version: str | None = None
+    ) -> SaveResult:
+        """A new version of an existing prompt, authored by the configured author."""
+        result = self._registry.save_version(
+            name, template, author=self._author, message=message, version=version
+        )
+        self._context.audit_saved(result)
+        return result
+
+    def set_label(self, name: str, ref: str, label: str) -> PromptVersion:
+        version = self._registry.set_label(name, ref, label, actor=self._author)
+        self._context.audit_change(
+            "label.moved",
+            self._author,
+            {"prompt": name, "label": label, "version_id": version.id, "ref": version.ref},
+        )
+        return version
+
+    def import_file(self, prompt: PromptFile, author: str | None = None) -> list[SaveResult]:
+        """Save a checked prompt file's versions and labels (see `load_prompt_file`)."""
+        results = import_prompt_file(self._registry, prompt, author or self._author)
+        for result in results:
+            self._context.audit_saved(result, author)
+        return results
+
+    def export(self, name: str) -> str:
+        """Every version and label of `name` as a prompt file (YAML)."""
+        return export_prompt(self._registry, name)
+
+    # ---- reads ---------------------------------------------------------------------
+
+    def is_empty(self) -> bool:
+        return self._registry.is_empty()
+
+    def description(self, name: str) -> str:
+        return self._registry.description(name)
+
+    def versions(self, name: str) -> builtins.list[PromptVersion]:
+        """Every version of `name`, newest first."""
+        return self._registry.versions(name)
+
+    def labels(
+        self, name: str, versions: builtins.list[PromptVersion] | None = None
+    ) -> dict[str, PromptVersion]:
+        """Each label of `name` and the version it points at (`versions` saves a read)."""
+        return self._registry.labels(name, versions)
+
+    def label_history(self, name: str, label: str | None = None) -> builtins.list[LabelEvent]:
+        """Label moves of `name`, newest first."""
+        return self._registry.label_history(name, label)
+
+    def resolve(self, ref: str) -> PromptVersion:
+        """The version a reference names (`name`, `name@1.2.0`, `name@label`, a hash)."""
+        return self._registry.resolve(ref)
+
+    def diff(self, name: str, ref_a: str, ref_b: str) -> VersionDiff:
+        """Differences from version `ref_a` to `ref_b` of prompt `name`."""
+        return self._registry.diff(name, ref_a, ref_b)
+
+    def list(self) -> builtins.list[PromptSummary]:
+        """Every prompt with its latest version, version count and labels."""
+        return self._registry.list_prompts()

@@ -1,0 +1,243 @@
+"""`wb.runs`: run specs, the run lifecycle (through the one shared engine) and run reads.
+
+Specs come from pasted text, files, an experiment on a dataset, or a request file
+(`promptlab batch`). Starting, resuming, cancelling and waiting go to the engine, which
+starts on first use; reading a run (its view, its items, one item) needs none.
+"""
+
+from __future__ import annotations
+
+import builtins  # `list` below names a method: annotations say builtins.list
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from promptlab.config import PROJECT_ROOT
+from promptlab.data.batchfile import StoredResult, batch_output_lines, first_model
+from promptlab.engine import RunProgress, RunSpec, parse_spec
+from promptlab.engine.estimate import RunEstimate
+from promptlab.engine.planner import KEY_HEX_DIGITS
+from promptlab.errors import ExperimentError, NotFoundError, PromptlabError, SpecError
+from promptlab.experiments import config_from_mapping
+from promptlab.facades.context import Context
+from promptlab.facades.datasets import Datasets
+from promptlab.facades.experiments import Experiments
+from promptlab.facades.run_view import FAILURES_SHOWN, RunView, read_run_view
+from promptlab.records import FieldFailure, RunWithCounts
+from promptlab.store.alerts import AlertStore
+from promptlab.views.item import ItemView, ambiguous, check_key_prefix, item_request, masked
+from promptlab.yamlio import parse_yaml, read_yaml
+
+__all__ = ["RunEstimate", "RunProgress", "RunSpec", "RunView", "Runs"]
+
+
+class Runs:
+    """Make specs, start and follow runs, and read what they did."""
+
+    def __init__(self, context: Context, experiments: Experiments, datasets: Datasets) -> None:
+        self._context = context
+        self._reads = context.reads
+        self._experiments = experiments
+        self._datasets = datasets
+        #: A page of a run's items in plan order: `items(run_id, status=, variant=,
+        #: error_kind=, search=, check=, offset=, limit=)`, see `ReadModels.items`.
+        self.items = context.reads.items
+
+    # ---- specs ---------------------------------------------------------------------
+
+    def parse_spec(self, text: str) -> RunSpec:
+        """A spec typed into the app: paths from the project folder, data folder only."""
+        data = parse_yaml(text, where="run spec", error=SpecError)
+        return parse_spec(
+            self._with_experiment(data),
+            base_dir=PROJECT_ROOT,
+            dataset_root=self._context.settings.data_dir,
+        )
+
+    def load_spec(self, path: Path) -> RunSpec:
+        """A spec file; relative paths are relative to it (see `_with_experiment`)."""
+        data = read_yaml(path, error=SpecError)
+        return parse_spec(self._with_experiment(data), base_dir=path.parent, default_name=path.stem)
+
+    def _with_experiment(self, data: Any) -> Any:
+        """`experiment: NAME` (or `NAME@REVISION`) becomes that revision's full config.
+
+        The config is stored with the run, so a resume plans exactly the same split. A
+        config given in full must be a stored revision as it is: a run records its
+        assignments under that experiment and revision, so an edited copy (another
+        salt, other buckets) would falsify them.
+        """
+        if not isinstance(data, Mapping) or "experiment" not in data:
+            return data
+        given = data["experiment"]
+        if isinstance(given, str):
+            name, _, revision = given.partition("@")
+            if revision and not revision.isdigit():
+                raise SpecError(f"experiment: expected NAME or NAME@REVISION, got {given!r}")
+            try:
+                config = self._experiments.get(name, int(revision) if revision else None)
+            except ExperimentError as exc:
+                raise SpecError(f"experiment: {exc}") from exc
+            return {**data, "experiment": config.to_dict()}
+        if not isinstance(given, Mapping):
+            return data  # parse_spec names the problem
+        try:
+            config = config_from_mapping(given, source="experiment")
+            stored = self._experiments.get(config.name, config.revision)
+        except ExperimentError as exc:
+            raise SpecError(f"experiment: {exc}") from exc
+        if (stored.content(), stored.allocation) != (config.content(), config.allocation):
+            raise SpecError(
+                f"experiment: the config given is not revision {config.revision} of "
+                f"{config.name} as stored; name it instead "
+                f"(experiment: {config.name}@{config.revision})"
+            )
+        return {**data, "experiment": stored.to_dict()}
+
+    def experiment_spec(
+        self,
+        name: str,
+        dataset: str,
+        *,
+        mode: str | None = None,
+        unit_column: str | None = None,
+        repeats: int = 1,
+        limit_rows: int | None = None,
+        run_name: str | None = None,
+        skip_invalid_rows: bool = False,
+    ) -> RunSpec:
+        """A run of the experiment's latest revision on an imported dataset.
+
+        A split run's unit column is the one given, else the experiment's, else the
+        dataset's own (set when it was imported).
+        """
+        config = self._experiments.get(name)
+        data: dict[str, Any] = {
+            "name": run_name or f"{name} r{config.revision} on {dataset}",
+            "dataset": {"name": dataset},
+            "experiment": config.to_dict(),
+            "repeats": repeats,
+        }
+        if mode is not None:
+            data["mode"] = mode
+        if (mode or config.mode) == "split":
+            unit = unit_column or config.unit_column or self._datasets.get(dataset).unit_column
+            if unit:
+                data["unit_column"] = unit
+        if limit_rows is not None:
+            data["limit_rows"] = limit_rows
+        if skip_invalid_rows:
+            data["skip_invalid_rows"] = True
+        return parse_spec(data, base_dir=PROJECT_ROOT, dataset_root=self._context.settings.data_dir)
+
+    def batch_spec(
+        self, requests: Path, endpoint: str, model: str | None, id_field: str = "custom_id"
+    ) -> RunSpec:
+        """A run that sends every line of a request file as written (promptlab batch)."""
+        model = model or first_model(requests)
+        if not model:
+            raise SpecError(f"{requests}: no line names a model: give --model")
+        variant = {
+            "name": "requests",
+            "requests": "as_written",
+            "id_field": id_field,
+            "model": f"{endpoint}:{model}",
+        }
+        data = {"name": f"batch {requests.name}", "dataset": str(requests.resolve())}
+        return parse_spec({**data, "variants": [variant]})
+
+    # ---- the lifecycle (the shared engine) -----------------------------------------
+
+    def estimate(self, spec: RunSpec) -> RunEstimate:
+        """Requests, tokens, cost and time the run would take, before it starts."""
+        return self._context.engine().estimate(spec)
+
+    def start(self, spec: RunSpec) -> str:
+        return self._context.engine().submit(spec)
+
+    def resume(self, run_id: str) -> str:
+        return self._context.engine().resume(run_id)
+
+    def cancel(self, run_id: str) -> None:
+        self._context.engine().cancel(run_id)
+
+    def wait(self, run_id: str, timeout: float | None = None) -> RunProgress:
+        return self._context.engine().wait(run_id, timeout)
+
+    def is_active(self, run_id: str) -> bool:
+        engine = self._context.started_engine()
+        return engine is not None and engine.is_active(run_id)
+
+    def progress(self, run_id: str) -> RunProgress:
+        """Live counts of an active run (stored ones otherwise), for progress bars."""
+        return self._context.engine().status(run_id)
+
+    # ---- reads ---------------------------------------------------------------------
+
+    def view(self, run_id: str, failures: int = FAILURES_SHOWN) -> RunView:
+        """Everything shown about one run, from one snapshot of the store."""
+        alerts = AlertStore(self._context.store)
+        return read_run_view(self._reads, alerts, self._context.started_engine(), run_id, failures)
+
+    def field_failures(self, run_id: str, limit: int = 20) -> builtins.list[FieldFailure]:
+        """The output paths that fail their check most in a run, per variant."""
+        with self._reads.snapshot() as reads:
+            reads.run(run_id)  # an unknown run is an error, not an empty list
+            return reads.field_failures(run_id, limit)
+
+    def item(self, run_id: str, key: str) -> ItemView:
+        """One item: row, variant, result and attempts (one snapshot), and the messages it
+        was sent as. `key` may be a prefix of at least 8 hex digits matching one item."""
+        key = check_key_prefix(run_id, key)
+        with self._reads.snapshot() as reads:
+            if len(key) < KEY_HEX_DIGITS:
+                keys = reads.item_keys(run_id, key, limit=3)
+                if len(keys) > 1:
+                    raise ambiguous(run_id, key, keys)
+                if not keys:
+                    reads.run(run_id)  # an unknown run says so first
+                    raise NotFoundError(f"run {run_id} has no item whose key starts with {key!r}")
+                key = keys[0]
+            detail = reads.item_detail(run_id, key)
+        # Rendered from the row as stored, then masked for display like everything shown.
+        return masked(detail, item_request(detail.variant, detail.row), self._context.redactor())
+
+    def write_batch_output(self, run_id: str, path: Path) -> int:
+        """The run's results in the OpenAI Batch output format; returns the line count."""
+        spec = self._reads.run(run_id).spec
+        id_field = next(
+            (v.get("id_field", "custom_id") for v in spec.get("variants", [])
+             if v.get("requests") == "as_written"),
+            None,
+        )  # fmt: skip
+        if id_field is None:
+            raise SpecError(f"run {run_id} does not run a request file")
+        results = (
+            StoredResult(
+                r[0],
+                str(json.loads(r[1]).get(id_field)),
+                r[2],
+                r[3],
+                r[4],
+                r[5],
+                r[6],
+                r[7],
+                r[8],
+                r[9],
+            )  # fmt: skip
+            for r in self._reads.results_with_rows(run_id)
+        )
+        count = 0
+        try:
+            with path.open("w", encoding="utf-8") as handle:
+                for line in batch_output_lines(results):
+                    handle.write(line + "\n")
+                    count += 1
+        except OSError as exc:
+            raise PromptlabError(f"cannot write {path}: {exc.strerror or exc}") from exc
+        return count
+
+    def list(self, limit: int = 50) -> builtins.list[RunWithCounts]:
+        """The newest runs with their items per state, in one query."""
+        return self._reads.list_runs_with_counts(limit)

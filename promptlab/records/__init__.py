@@ -1,0 +1,97 @@
+"""Record types and str enums shared by the store, the engine, the CLI and the pages."""
+
+from __future__ import annotations
+
+from promptlab.errors import ErrorKind
+from promptlab.records.datasets import (
+    DatasetInfo,
+    RowCheck,
+    RowProblem,
+)
+from promptlab.records.items import (
+    AssignmentRecord,
+    AttemptRow,
+    FinalRow,
+    ItemDetail,
+    ItemPage,
+    ItemRow,
+    PendingItem,
+    PlannedChunk,
+    PlannedItem,
+    WriteBatch,
+)
+from promptlab.records.metrics import (
+    AlertRecord,
+    LogMetricsRow,
+    MetricsRow,
+    PairedCompletion,
+)
+from promptlab.records.prompts import (
+    LabelEvent,
+    PromptVersion,
+)
+from promptlab.records.rates import (
+    CheckRates,
+    share,
+    version_label,
+)
+from promptlab.records.runs import (
+    FailureExample,
+    FieldFailure,
+    ItemCounts,
+    OutputHistory,
+    RunRecord,
+    RunSummary,
+    RunWithCounts,
+    VariantRecord,
+    VariantSummary,
+)
+from promptlab.records.states import (
+    FINAL_ITEM_STATUSES,
+    FINAL_RUN_STATUSES,
+    OPEN_ITEM_STATUSES,
+    ItemErrorKind,
+    ItemStatus,
+    RunStatus,
+)
+
+__all__ = [
+    "AlertRecord",
+    "AssignmentRecord",
+    "AttemptRow",
+    "CheckRates",
+    "DatasetInfo",
+    "ErrorKind",
+    "FINAL_ITEM_STATUSES",
+    "FINAL_RUN_STATUSES",
+    "FailureExample",
+    "FieldFailure",
+    "FinalRow",
+    "ItemCounts",
+    "ItemDetail",
+    "ItemErrorKind",
+    "ItemPage",
+    "ItemRow",
+    "ItemStatus",
+    "LabelEvent",
+    "LogMetricsRow",
+    "MetricsRow",
+    "OPEN_ITEM_STATUSES",
+    "OutputHistory",
+    "PairedCompletion",
+    "PendingItem",
+    "PlannedChunk",
+    "PlannedItem",
+    "PromptVersion",
+    "RowCheck",
+    "RowProblem",
+    "RunRecord",
+    "RunStatus",
+    "RunSummary",
+    "RunWithCounts",
+    "VariantRecord",
+    "VariantSummary",
+    "WriteBatch",
+    "share",
+    "version_label",
+]

@@ -1,0 +1,59 @@
+"""Run and item states and error kinds, as str-valued enums.
+
+The enums are `StrEnum`s: a member is its stored text, so the database and every
+comparison with a plain string see exactly what they saw before the enums existed.
+Provider error kinds live in `promptlab.errors.ErrorKind` (re-exported by
+`promptlab.records`); the engine's own kinds, for items that never got a provider
+answer, are `ItemErrorKind`.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class RunStatus(StrEnum):
+    """A run's lifecycle, in order; the last three are final."""
+
+    SUBMITTED = "submitted"
+    SCHEDULED = "scheduled"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def is_final(self) -> bool:
+        return self in FINAL_RUN_STATUSES
+
+
+FINAL_RUN_STATUSES = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
+
+
+class ItemStatus(StrEnum):
+    """An item's state; a final item has exactly one row in `results`."""
+
+    PENDING = "pending"
+    IN_FLIGHT = "in_flight"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def is_final(self) -> bool:
+        return self in FINAL_ITEM_STATUSES
+
+
+OPEN_ITEM_STATUSES = (ItemStatus.PENDING, ItemStatus.IN_FLIGHT)
+FINAL_ITEM_STATUSES = (ItemStatus.SUCCEEDED, ItemStatus.FAILED, ItemStatus.CANCELLED)
+
+
+class ItemErrorKind(StrEnum):
+    """Why an item failed when no provider answer explains it (those are `ErrorKind`)."""
+
+    #: Its values do not fit the template: never sent.
+    INVALID_INPUT = "invalid_input"
+    #: An unexpected exception from an adapter: a bug, not a provider answer.
+    INTERNAL = "internal"
+    #: The store refused its result row every time (the writer set it aside).
+    STORE_ERROR = "store_error"
