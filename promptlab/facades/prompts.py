@@ -1,20 +1,18 @@
 """`wb.prompts`: versions, labels, references and diffs, with every change audited.
 
 The registry (promptlab/prompts/registry.py) keeps the rules; this facade adds the
-configured author and the audit trail's change events, and forwards the reads pages
-and commands make.
+configured author and the audit trail's change events, and hands pages and commands
+the registry's own read methods.
 """
 
 from __future__ import annotations
 
-import builtins  # `list` below names a method: annotations say builtins.list
-
 from promptlab.facades.context import Context
 from promptlab.prompts.create import create_prompt
 from promptlab.prompts.files import PromptFile, export_prompt, import_prompt_file
-from promptlab.prompts.registry import PromptSummary, SaveResult, VersionDiff
+from promptlab.prompts.registry import SaveResult
 from promptlab.prompts.templates import Template
-from promptlab.records import LabelEvent, PromptVersion
+from promptlab.records import PromptVersion
 
 __all__ = ["Prompts"]
 
@@ -26,6 +24,25 @@ class Prompts:
         self._context = context
         self._registry = context.registry
         self._author = context.settings.author
+        # Reads are the registry's own methods (their signatures and docstrings there);
+        # only changes go through this facade's code, which adds the author and audit.
+        registry = context.registry
+        #: Whether no prompt is saved yet.
+        self.is_empty = registry.is_empty
+        #: The description of prompt `name`.
+        self.description = registry.description
+        #: Every version of `name`, newest first.
+        self.versions = registry.versions
+        #: Each label of `name` and the version it points at: `labels(name, versions=None)`.
+        self.labels = registry.labels
+        #: Label moves of `name`, newest first: `label_history(name, label=None)`.
+        self.label_history = registry.label_history
+        #: The version a reference names (`name`, `name@1.2.0`, `name@label`, a hash).
+        self.resolve = registry.resolve
+        #: Differences from version `ref_a` to `ref_b` of prompt `name`.
+        self.diff = registry.diff
+        #: Every prompt with its latest version, version count and labels.
+        self.list = registry.list_prompts
 
     # ---- changes (each one audited) ------------------------------------------------
 
@@ -73,37 +90,3 @@ class Prompts:
     def export(self, name: str) -> str:
         """Every version and label of `name` as a prompt file (YAML)."""
         return export_prompt(self._registry, name)
-
-    # ---- reads ---------------------------------------------------------------------
-
-    def is_empty(self) -> bool:
-        return self._registry.is_empty()
-
-    def description(self, name: str) -> str:
-        return self._registry.description(name)
-
-    def versions(self, name: str) -> builtins.list[PromptVersion]:
-        """Every version of `name`, newest first."""
-        return self._registry.versions(name)
-
-    def labels(
-        self, name: str, versions: builtins.list[PromptVersion] | None = None
-    ) -> dict[str, PromptVersion]:
-        """Each label of `name` and the version it points at (`versions` saves a read)."""
-        return self._registry.labels(name, versions)
-
-    def label_history(self, name: str, label: str | None = None) -> builtins.list[LabelEvent]:
-        """Label moves of `name`, newest first."""
-        return self._registry.label_history(name, label)
-
-    def resolve(self, ref: str) -> PromptVersion:
-        """The version a reference names (`name`, `name@1.2.0`, `name@label`, a hash)."""
-        return self._registry.resolve(ref)
-
-    def diff(self, name: str, ref_a: str, ref_b: str) -> VersionDiff:
-        """Differences from version `ref_a` to `ref_b` of prompt `name`."""
-        return self._registry.diff(name, ref_a, ref_b)
-
-    def list(self) -> builtins.list[PromptSummary]:
-        """Every prompt with its latest version, version count and labels."""
-        return self._registry.list_prompts()
