@@ -158,6 +158,15 @@ def test_a_null_usage_fails_each_item_once_and_leaks_no_permit(
         assert failed and {r[2] for r in failed} == {"internal"}
         assert all("NoneType" in r[3] for r in failed)
         assert {r[1] for r in rows} <= {"failed", "cancelled"}
+        # Each failed item's result event still carries its render stage.
+        with store.read() as cur:
+            payloads = cur.execute(
+                "SELECT payload FROM audit_events WHERE run_id = ? AND kind = 'result' "
+                "AND trace_id IN (SELECT idempotency_key FROM results WHERE run_id = ? "
+                "AND error_kind = 'internal')",
+                [first, first],
+            ).fetchall()
+        assert payloads and all('"prompt_hash"' in p[0] for p in payloads), payloads[:1]
 
         # Every permit is back: a second run on the same endpoint gets through.
         server.null_usage = False

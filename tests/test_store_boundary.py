@@ -8,6 +8,7 @@ import ast
 import functools
 import re
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pytest
@@ -221,3 +222,28 @@ def test_a_duckdb_error_in_any_read_or_write_leaves_the_store_as_a_store_error(
         assert cur.execute("SELECT count(*) FROM _migrations WHERE name = 'twice'").fetchone() == (
             0,
         )
+
+
+class FailingRegistry:
+    """A registry whose database fails on every read."""
+
+    def resolve(self, ref: str) -> Any:
+        raise StoreError(f"IO Error: could not read {ref}")
+
+
+def test_a_database_failure_while_resolving_a_prompt_is_not_called_a_bad_spec(
+    store: Store, tmp_path: Path
+) -> None:
+    from promptlab.engine import Engine, parse_spec
+    from promptlab.errors import SpecError
+
+    dataset = write(tmp_path, "d.csv", "text\nhello\n")
+    spec = parse_spec(
+        {"dataset": str(dataset), "variants": [{"prompt": "greet@production", "model": "sim:fast"}]}
+    )
+    with (
+        Engine(store, registry=FailingRegistry()) as engine,
+        pytest.raises(StoreError, match="could not read greet@production") as raised,
+    ):
+        engine.estimate(spec)
+    assert not isinstance(raised.value, SpecError)

@@ -33,7 +33,7 @@ from promptlab.data.readers import (
     precheck,
     reading,
 )
-from promptlab.errors import DatasetError, FeedbackError, PromptlabError
+from promptlab.errors import DatasetError, FeedbackError, PromptlabError, StoreError
 from promptlab.prompts.registry import Registry
 from promptlab.store.connection import Store
 from promptlab.store.feedback import BadRow, FeedbackTables, FeedbackWrites
@@ -206,6 +206,8 @@ def resolve_refs(
         elif "@" in ref:
             try:
                 resolved[ref] = resolve(ref)
+            except StoreError:
+                raise  # the database failed: not an unknown reference
             except PromptlabError:
                 continue
     return resolved

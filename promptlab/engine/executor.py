@@ -485,11 +485,11 @@ class Engine:
         )  # fmt: skip
 
     async def _fail_run(self, run_id: str, exc: Exception) -> None:
-        if isinstance(exc, PromptlabError):  # an explained failure: its message says it all
-            log.error("run %s failed: %s", run_id, exc)
-        elif is_storage_failure(exc):
+        if is_storage_failure(exc):
             log.error("run %s failed: %s: %s", run_id, STORE_UNWRITABLE, exc)
-        else:
+        elif isinstance(exc, PromptlabError) and not isinstance(exc, StoreError):
+            log.error("run %s failed: %s", run_id, exc)  # explained: its message says it all
+        else:  # a bug, or the database refusing what the engine wrote: keep the traceback
             log.exception("run %s failed", run_id)
         reason = str(exc)
         if is_storage_failure(exc):

@@ -32,7 +32,7 @@ from promptlab.engine.spec import (
     RunSpec,
     VariantSpec,
 )
-from promptlab.errors import ConfigError, PromptlabError, SpecError
+from promptlab.errors import ConfigError, PromptlabError, SpecError, StoreError
 from promptlab.experiments import assign, config_from_mapping, expected_shares
 from promptlab.experiments.sampling import FIXED, SAMPLING_KEY
 from promptlab.prompts.templates import Template
@@ -333,7 +333,7 @@ def _template(variant: VariantSpec, registry: VersionResolver | None, where: str
         )
         return _Found(template, template.content_hash(), f"inline:{variant.name}")
     except PromptlabError as exc:
-        if isinstance(exc, SpecError):
+        if isinstance(exc, SpecError | StoreError):  # a database failure is not the spec's
             raise
         raise SpecError(f"{where}: {exc}") from exc
 

@@ -155,7 +155,9 @@ class ItemRecorder:
         variant = self.variants[item.variant_index]
         usage: dict[str, Any] = {}
         parsed: Any = None
-        stages = self.traces.pop(item.key, None) if self.audit else None
+        # Read, not popped, until the row is handed over: should anything below raise,
+        # the guard's fallback row still carries the item's render and preflight stages.
+        stages = self.traces.get(item.key) if self.audit else None
         masked: dict[str, int] = {}
         if response is not None and endpoint is not None:
             checked, parsed = self._check(item.variant_index, response, check)
@@ -186,7 +188,7 @@ class ItemRecorder:
             prompt_version_id=variant.prompt_version_id,
             endpoint=variant.endpoint,
             model=variant.model,
-            params=self.row_params.pop(item.key, variant.params),
+            params=self.row_params.get(item.key, variant.params),
             attempts=item.attempts if attempts is None else attempts,
             finished_at=self.clock.now(),
             error_kind=error[0] if error else None,
@@ -194,6 +196,8 @@ class ItemRecorder:
             **usage,
         )
         self.writer.final(row)
+        self.traces.pop(item.key, None)
+        self.row_params.pop(item.key, None)
         self._open.discard(item.key)
         if self.audit:
             self.writer.audit(

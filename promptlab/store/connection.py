@@ -91,11 +91,15 @@ class Store:
                 ) from exc
         self._conn = _connect(str(self.path))
         self._write_lock = threading.RLock()
-        apply_migrations(self._conn, now=clock.now)
         self._indexed_items = 0
         self._limited = str(self.path) != ":memory:"
-        (count,) = self._conn.execute("SELECT count(*) FROM items").fetchone() or (0,)
-        self.reserve_items(int(count))
+        try:
+            apply_migrations(self._conn, now=clock.now)
+            (count,) = self._conn.execute("SELECT count(*) FROM items").fetchone() or (0,)
+            self.reserve_items(int(count))
+        except duckdb.Error as exc:
+            self._conn.close()
+            raise _store_error(exc) from exc
 
     def reserve_items(self, count: int) -> None:
         """Make room in DuckDB's memory limit for the key index of `count` more items.
@@ -107,11 +111,10 @@ class Store:
             self._indexed_items += count
             if self._limited:
                 limit = WORKING_MEMORY_BYTES + INDEX_BYTES_PER_ITEM * self._indexed_items
-                self._conn.execute(f"SET memory_limit = '{limit}B'")
-
-    def cursor(self) -> duckdb.DuckDBPyConnection:
-        """A connection for the calling thread; close it when done (or use `read`)."""
-        return self._conn.cursor()
+                try:
+                    self._conn.execute(f"SET memory_limit = '{limit}B'")
+                except duckdb.Error as exc:
+                    raise _store_error(exc) from exc
 
     @contextmanager
     def read(self) -> Iterator[duckdb.DuckDBPyConnection]:
