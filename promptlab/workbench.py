@@ -10,6 +10,7 @@ pages show come from `promptlab.views`, record types from `promptlab.records`.
 from __future__ import annotations
 
 import logging
+import threading
 
 from promptlab.clock import SYSTEM_CLOCK, Clock
 from promptlab.config import Settings
@@ -48,6 +49,9 @@ class Workbench:
         self.settings = settings or Settings.from_env()
         self._registry = Registry(store)
         self._engine = engine
+        # The app shares one workbench across browser sessions (threads): two of them
+        # must never each build an engine, or the budget doubles and runs are orphaned.
+        self._engine_lock = threading.Lock()
         self._owns_store = owns_store
         context = Context(
             store,
@@ -74,16 +78,19 @@ class Workbench:
 
     @property
     def engine(self) -> Engine:
-        """The shared engine, started on first use (reading reports needs none)."""
-        if self._engine is None:
-            self._engine = Engine(self.store, settings=self.settings, registry=self._registry)
-        return self._engine
+        """The shared engine, started on first use (reading reports needs none); one per
+        workbench whichever threads ask first."""
+        with self._engine_lock:
+            if self._engine is None:
+                self._engine = Engine(self.store, settings=self.settings, registry=self._registry)
+            return self._engine
 
     def close(self) -> None:
         """Stop the engine (if it was started) and close the database if this opened it."""
-        if self._engine is not None:
-            self._engine.close()
-            self._engine = None
+        with self._engine_lock:
+            engine, self._engine = self._engine, None
+        if engine is not None:
+            engine.close()
         # The demo run's clicks may be being written: the store stays open until they are.
         self.demo.join()
         if self._owns_store:
