@@ -92,10 +92,15 @@ class EndpointPool:
 
 
 def budget_key(cfg: EndpointConfig) -> tuple[str, ...]:
-    """Endpoint + key identity: runs on the same endpoint and key share one budget.
+    """Endpoint + configuration + key identity: runs on the same endpoint, configured
+    alike, with the same key share one budget.
 
-    The key itself is hashed in memory only; it is never stored or logged.
+    The whole configuration is part of it: a spec that declares an endpoint under a name
+    another spec used, with other limits (or transport, latency...), gets a provider and
+    a budget of its own, not the first one's. The key itself is hashed in memory only;
+    it is never stored or logged (the configuration holds only the variable's name).
     """
     key = os.environ.get(cfg.api_key_env, "") if cfg.api_key_env else ""
     fingerprint = hashlib.sha256(key.encode()).hexdigest()[:16] if key else ""
-    return (cfg.name, cfg.kind, cfg.base_url or "", fingerprint)
+    settings = hashlib.sha256(repr(cfg).encode()).hexdigest()[:16]
+    return (cfg.name, cfg.kind, cfg.base_url or "", fingerprint, settings)
