@@ -94,9 +94,21 @@ CORPUS = [
         {**GOOD, "urgent": True, "note": None},
     ),
     (
+        "NaN is not JSON",
+        '{"category": "bug", "priority": "low", "score": NaN}',
+        CheckStatus.INVALID,
+        None,
+    ),
+    (
+        "-Infinity in prose is not JSON either",
+        'Here: {"category": "bug", "priority": "low", "score": -Infinity} done',
+        CheckStatus.INVALID,
+        None,
+    ),
+    (
         "missing closing brace",
         '{"category": "bug", "priority": "low"',
-        CheckStatus.REPAIRED,
+        CheckStatus.TRUNCATED,
         GOOD,
     ),
     (
@@ -108,19 +120,19 @@ CORPUS = [
     (
         "cut off inside a string holding brackets and escapes",
         '{"category": "bug", "priority": "low", "note": "a \\"quoted\\" [x,} and',
-        CheckStatus.REPAIRED,
+        CheckStatus.TRUNCATED,
         {**GOOD, "note": 'a "quoted" [x,} and'},
     ),
     (
         "unclosed fence, cut brace",
         'Result:\n```json\n{"category": "bug", "priority": "low"',
-        CheckStatus.REPAIRED,
+        CheckStatus.TRUNCATED,
         GOOD,
     ),
     (
-        "truncation mid-string repairs to a value the schema refuses",
+        "cut off mid-string: truncated, with the schema's errors too",
         '{"category": "bug", "priority": "hi',
-        CheckStatus.INVALID,
+        CheckStatus.TRUNCATED,
         {"category": "bug", "priority": "hi"},
     ),
     ("refusal in prose", "I'm sorry, I can't help with that.", CheckStatus.INVALID, None),
@@ -140,7 +152,7 @@ def test_corpus(text: str, status: CheckStatus, parsed: object) -> None:
     assert check.status == status, check.errors
     if parsed is not None:
         assert check.parsed == parsed
-    assert bool(check.errors) == (status is CheckStatus.INVALID)
+    assert bool(check.errors) == (status in (CheckStatus.INVALID, CheckStatus.TRUNCATED))
 
 
 ERRORS = [
@@ -237,7 +249,9 @@ JSONISH = st.text(alphabet="{}[]\",:'`\n tfnrue0123456789.-/*abcTNjso", max_size
 @given(JSONISH)
 def test_never_raises_on_json_like_text(text: str) -> None:
     check = check_output(text, SCHEMA)
-    assert check.status in (CheckStatus.VALID, CheckStatus.REPAIRED, CheckStatus.INVALID)
+    assert check.status in (
+        CheckStatus.VALID, CheckStatus.REPAIRED, CheckStatus.INVALID, CheckStatus.TRUNCATED
+    )  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -260,3 +274,18 @@ def test_invalid_output_schema_refused_at_save_with_its_path(
     with pytest.raises(TemplateError) as err:
         Template.build([{"role": "user", "content": "hi"}], output_schema=schema)
     assert str(err.value).startswith(message)
+
+
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+def test_a_non_finite_number_is_named_not_read(constant: str) -> None:
+    check = check_output(f'{{"category": "bug", "priority": "low", "n": {constant}}}', SCHEMA)
+    assert check.status is CheckStatus.INVALID
+    assert check.errors == (f"$: {constant} is not JSON (numbers must be finite)",)
+
+
+def test_an_open_end_is_cut_off_whatever_the_finish_reason_but_a_flaw_is_repaired() -> None:
+    cut = check_output('{"category": "bug", "priority": "low", "items": [{"price": 1},', SCHEMA)
+    assert cut.status is CheckStatus.TRUNCATED
+    assert cut.errors[0].startswith("$: cut off: the output ends")
+    flawed = check_output('{"category": "bug", "priority": "low", "items": [],}', SCHEMA, "stop")
+    assert flawed.status is CheckStatus.REPAIRED

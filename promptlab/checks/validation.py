@@ -9,7 +9,11 @@ Pure functions, no store: the engine checks each answer as it is recorded, and
   quotes, comments, unquoted keys, Python's True/None, a cut-off end). A repaired output
   that fits the schema is `repaired`, counted apart from `valid`.
 - **Truncation.** An output whose finish reason is `length` is `truncated`, whatever
-  it parses to: a cut-off answer is never silently accepted.
+  it parses to: a cut-off answer is never silently accepted. So is one whose only flaw
+  is an end left open (an unterminated string, brackets never closed), whatever the
+  finish reason says: closing it is not a repair, the answer was cut off.
+- **Not JSON.** `NaN`, `Infinity` and `-Infinity` (which Python writes) are not JSON: an
+  output holding one is `invalid`, naming it, rather than read as a number.
 - **Validation** against the schema (JSON Schema Draft 2020-12) reports every error by
   its JSONPath (`$.items[2].price: -1 is less than the minimum of 0`). Validators are
   compiled once per schema (cached by the schema's canonical hash).
@@ -64,9 +68,21 @@ MAX_ERRORS = 50
 
 TRUNCATED_MESSAGE = "cut off at the token limit (finish_reason length)"
 NO_JSON_MESSAGE = "no JSON object or array found in the output"
+CUT_OFF_MESSAGE = "cut off: the output ends inside a string or with brackets left open"
 
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+-]*)[ \t]*\r?\n?")
-_DECODER = json.JSONDecoder()
+
+
+# Not a PromptlabError: an internal signal, turned into an `invalid` check in this module.
+class _NotJsonConstant(ValueError):
+    """The text holds NaN, Infinity or -Infinity where JSON has only finite numbers."""
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _NotJsonConstant(name)
+
+
+_DECODER = json.JSONDecoder(parse_constant=_refuse_constant)
 
 
 class CheckStatus(StrEnum):
@@ -153,7 +169,12 @@ class Checker:
                 (f"$: {len(text)} characters, more than the {MAX_CHECK_CHARS} checked",),
             )
         try:
-            found, repaired = extract_json(text)
+            found, repaired = _extract(text)
+        except _NotJsonConstant as exc:
+            message = f"$: {exc} is not JSON (numbers must be finite)"
+            if truncated:
+                return OutputCheck(CheckStatus.TRUNCATED, (f"$: {TRUNCATED_MESSAGE}", message))
+            return OutputCheck(CheckStatus.INVALID, (message,))
         except _NoJSON:
             if truncated:
                 return OutputCheck(
@@ -165,8 +186,9 @@ class Checker:
             errors = self.errors(found)
         except Exception as exc:  # noqa: BLE001 - e.g. an unresolvable $ref, met only here
             errors = (f"$: the schema cannot be applied: {exc}",)
-        if truncated:
-            return OutputCheck(CheckStatus.TRUNCATED, (f"$: {TRUNCATED_MESSAGE}", *errors), found)
+        if truncated or repaired is _CUT_OFF:
+            why = TRUNCATED_MESSAGE if truncated else CUT_OFF_MESSAGE
+            return OutputCheck(CheckStatus.TRUNCATED, (f"$: {why}", *errors), found)
         if errors:
             return OutputCheck(CheckStatus.INVALID, errors, found)
         return OutputCheck(CheckStatus.REPAIRED if repaired else CheckStatus.VALID, (), found)
@@ -206,21 +228,33 @@ class _NoJSON(Exception):
 
 
 def extract_json(text: str) -> tuple[Any, bool]:
-    """The JSON value in `text` and whether it had to be repaired.
+    """The JSON value in `text` and whether it had to be repaired (or closed: cut off).
 
     Raises _NoJSON (internal) when there is none; `Checker.check` turns that into an
     `invalid` result.
     """
+    value, how = _extract(text)
+    return value, how is not None
+
+
+#: How an output's JSON was found when it did not parse as written.
+_REPAIRED = "repaired"
+_CUT_OFF = "cut off"
+
+
+def _extract(text: str) -> tuple[Any, str | None]:
+    """The JSON value in `text`, and None (as written), _REPAIRED or _CUT_OFF (only its
+    open end had to be closed)."""
     stripped = text.strip()
     try:
-        return orjson.loads(stripped), False  # the common case: the output is the JSON
+        return orjson.loads(stripped), None  # the common case: the output is the JSON
     except (orjson.JSONDecodeError, TypeError):
         pass
     for candidate in _candidates(stripped):
         value = _first_json(candidate)
         if value is not _MISSING:
-            return value, False
-    return _repaired(stripped), True
+            return value, None
+    return _repaired(stripped)
 
 
 _MISSING = object()
@@ -248,12 +282,16 @@ def _first_json(text: str) -> Any:
     """
     stripped = text.strip()
     try:
-        return json.loads(stripped)
+        return _DECODER.decode(stripped)
+    except _NotJsonConstant:
+        raise
     except (ValueError, RecursionError):  # deep nesting: no answer is this deep
         pass
     for start, _end, _closed_span in _spans(text)[:MAX_OPENINGS]:
         try:
             value, _at = _DECODER.raw_decode(text, start)
+        except _NotJsonConstant:
+            raise
         except ValueError:
             continue
         except RecursionError:
@@ -355,15 +393,50 @@ def _drop_trailing_comma(out: list[str]) -> None:
         out[-1] = tail[:-1]
 
 
-def _repaired(text: str) -> Any:
-    source = _repair_source(text)
+def _cut_off_end(source: str) -> str | None:
+    """`source` with only its open end closed (a string, then brackets; a comma left
+    dangling at the very end dropped), or None when its end left nothing open."""
+    stack: list[str] = []
+    in_string = False
+    escaped_at = -1
+    for match in _SIGNIFICANT.finditer(source):
+        i, char = match.start(), match.group()
+        if in_string:
+            if char == "\\" and escaped_at != i:
+                escaped_at = i + 1
+            elif char == '"' and escaped_at != i:
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in _CLOSER:
+            stack.append(_CLOSER[char])
+        elif char in "}]" and stack:
+            stack.pop()
+    if not stack and not in_string:
+        return None
+    out = [source + '"'] if in_string else [source]
+    _drop_trailing_comma(out)
+    return out[0] + "".join(reversed(stack))
+
+
+def _strict(text: str) -> Any:
+    """JSON as written, or _MISSING (NaN and Infinity are not JSON)."""
     try:
-        quick = json.loads(_closed(source))
+        return _DECODER.decode(text)
     except (ValueError, RecursionError):
-        pass
-    else:
-        if isinstance(quick, dict | list):
-            return quick
+        return _MISSING
+
+
+def _repaired(text: str) -> tuple[Any, str]:
+    source = _repair_source(text)
+    closed = _cut_off_end(source)
+    if closed is not None:
+        value = _strict(closed)
+        if isinstance(value, dict | list):
+            return value, _CUT_OFF  # nothing was wrong but where it stopped
+    quick = _strict(_closed(source))
+    if isinstance(quick, dict | list):
+        return quick, _REPAIRED
     try:
         value = repair_json(source, return_objects=True, skip_json_loads=True)
     except Exception as exc:  # noqa: BLE001 - a library bug must not stop a run
@@ -372,7 +445,7 @@ def _repaired(text: str) -> Any:
         raise _NoJSON
     if value in ({}, []) and not re.fullmatch(r"\s*(\{\s*\}|\[\s*\])\s*", source):
         raise _NoJSON  # repair found nothing to keep: this is not JSON with flaws
-    return value
+    return value, _REPAIRED
 
 
 # ---- error paths -------------------------------------------------------------------------
