@@ -349,15 +349,10 @@ _SIGNIFICANT = re.compile(r'["\\{}\[\],]')
 _CLOSER = {"{": "}", "[": "]"}
 
 
-def _closed(source: str) -> str:
-    """`source` with trailing commas dropped and a cut-off end closed (string-aware).
-
-    The two flaws models make most, mended in one linear pass: json-repair costs ~20x
-    more and is kept for everything else (quotes, comments, unquoted keys, literals).
-    """
-    out: list[str] = []
-    stack: list[str] = []
-    last = 0
+def _brackets(source: str) -> tuple[list[tuple[int, str]], bool]:
+    """The brackets outside double-quoted strings, with their places, and whether the
+    text ends inside a string (string-aware, escapes included; one linear pass)."""
+    marks: list[tuple[int, str]] = []
     in_string = False
     escaped_at = -1
     for match in _SIGNIFICANT.finditer(source):
@@ -367,17 +362,33 @@ def _closed(source: str) -> str:
                 escaped_at = i + 1
             elif char == '"' and escaped_at != i:
                 in_string = False
-            continue
-        if char == '"':
+        elif char == '"':
             in_string = True
-        elif char in _CLOSER:
+        elif char in "{}[]":
+            marks.append((i, char))
+    return marks, in_string
+
+
+def _closed(source: str, scan: tuple[list[tuple[int, str]], bool]) -> str:
+    """`source` (scanned by `_brackets`) with trailing commas dropped and a cut-off end
+    closed.
+
+    The two flaws models make most, mended in one linear pass: json-repair costs ~20x
+    more and is kept for everything else (quotes, comments, unquoted keys, literals).
+    """
+    marks, in_string = scan
+    out: list[str] = []
+    stack: list[str] = []
+    last = 0
+    for i, char in marks:
+        if char in _CLOSER:
             stack.append(_CLOSER[char])
-        elif char in "}]":
-            out.append(source[last:i])
-            last = i
-            _drop_trailing_comma(out)
-            if stack:
-                stack.pop()
+            continue
+        out.append(source[last:i])
+        last = i
+        _drop_trailing_comma(out)
+        if stack:
+            stack.pop()
     out.append(source[last:])
     if in_string:
         out.append('"')
@@ -393,24 +404,16 @@ def _drop_trailing_comma(out: list[str]) -> None:
         out[-1] = tail[:-1]
 
 
-def _cut_off_end(source: str) -> str | None:
-    """`source` with only its open end closed (a string, then brackets; a comma left
-    dangling at the very end dropped), or None when its end left nothing open."""
+def _cut_off_end(source: str, scan: tuple[list[tuple[int, str]], bool]) -> str | None:
+    """`source` (scanned by `_brackets`) with only its open end closed (a string, then
+    brackets; a comma left dangling at the very end dropped), or None when its end left
+    nothing open."""
+    marks, in_string = scan
     stack: list[str] = []
-    in_string = False
-    escaped_at = -1
-    for match in _SIGNIFICANT.finditer(source):
-        i, char = match.start(), match.group()
-        if in_string:
-            if char == "\\" and escaped_at != i:
-                escaped_at = i + 1
-            elif char == '"' and escaped_at != i:
-                in_string = False
-        elif char == '"':
-            in_string = True
-        elif char in _CLOSER:
+    for _i, char in marks:
+        if char in _CLOSER:
             stack.append(_CLOSER[char])
-        elif char in "}]" and stack:
+        elif stack:
             stack.pop()
     if not stack and not in_string:
         return None
@@ -429,12 +432,13 @@ def _strict(text: str) -> Any:
 
 def _repaired(text: str) -> tuple[Any, str]:
     source = _repair_source(text)
-    closed = _cut_off_end(source)
+    scan = _brackets(source)
+    closed = _cut_off_end(source, scan)
     if closed is not None:
         value = _strict(closed)
         if isinstance(value, dict | list):
             return value, _CUT_OFF  # nothing was wrong but where it stopped
-    quick = _strict(_closed(source))
+    quick = _strict(_closed(source, scan))
     if isinstance(quick, dict | list):
         return quick, _REPAIRED
     try:

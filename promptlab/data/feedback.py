@@ -33,7 +33,7 @@ from promptlab.data.readers import (
     precheck,
     reading,
 )
-from promptlab.errors import DatasetError, FeedbackError, PromptlabError, StoreError
+from promptlab.errors import DatasetError, FeedbackError, RegistryError
 from promptlab.prompts.registry import Registry
 from promptlab.store.connection import Store
 from promptlab.store.feedback import BadRow, FeedbackTables, FeedbackWrites
@@ -206,9 +206,7 @@ def resolve_refs(
         elif "@" in ref:
             try:
                 resolved[ref] = resolve(ref)
-            except StoreError:
-                raise  # the database failed: not an unknown reference
-            except PromptlabError:
+            except RegistryError:  # no such version, or ambiguous: left out
                 continue
     return resolved
 
