@@ -6,7 +6,7 @@ import streamlit as st
 
 from promptlab.errors import DatabaseLockedError, StoreError
 from promptlab.ui.resources import get_settings, get_workbench, start_demo_run
-from promptlab.ui.shell import follow_deep_link, land_on, mark_shell_run
+from promptlab.ui.shell import follow_deep_link, home_page, mark_shell_run
 from promptlab.ui.widgets import show_error
 
 st.set_page_config(page_title="promptlab", page_icon=":material/science:", layout="wide")
@@ -20,8 +20,12 @@ except StoreError as exc:  # in use by another process, or not a usable database
     st.stop()
 
 compare = st.Page("pages/compare.py", title="Compare", icon=":material/compare_arrows:")
-prompts = st.Page("pages/prompts.py", title="Prompts", icon=":material/edit_note:", default=True)
+prompts = st.Page("pages/prompts.py", title="Prompts", icon=":material/edit_note:")
+# `/` opens Compare once any run has results, Prompts before that; each page keeps its
+# own address (`/prompts`, `/compare?run=...`), the home page only sends the visitor on.
+home = home_page(compare, otherwise=prompts, when=get_workbench().analysis.has_results)
 pages = [
+    home,
     compare,
     prompts,
     st.Page("pages/runs.py", title="Runs", icon=":material/play_circle:"),
@@ -32,8 +36,6 @@ pages = [
 navigation = st.navigation(pages)
 mark_shell_run()
 follow_deep_link()
-# Once any run has results the app opens on Compare; before that, on Prompts.
-land_on(compare, default=prompts, current=navigation, when=get_workbench().analysis.has_results)
 with st.sidebar:
     st.caption(f"Database: `{get_settings().db_path}`")
 navigation.run()

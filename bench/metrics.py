@@ -10,9 +10,10 @@ million results at the default; bench/_fill.py) in a temporary DuckDB file. Then
   aggregates there (groupby + quantiles);
 - the same two metrics calls again with a feedback event per result and clicks on about
   a fifth (CTR joined per variant and per version);
-- `wb.analysis.compare` on the run as stored (all-mode: McNemar, Wilcoxon on the pairs,
-  three bootstraps) and as a split run (two proportions, Mann-Whitney), and the parts:
-  fetching latencies as NumPy arrays, one bootstrap, Mann-Whitney, Wilcoxon.
+- `wb.analysis.compare` on the run as stored (all-mode: pairs clustered by row) and as
+  a split run (no assignments here, so per request), and the parts: the per-unit
+  sample reads and the delta-method effects, against a baseline that estimates one
+  percentile's standard error by a bootstrap of units (200 draws).
 
 Not a test: it asserts nothing.
 """
@@ -38,8 +39,8 @@ from bench._fill import (  # noqa: E402
     pandas_baseline,
     timed,
 )
-from promptlab.analysis.stats import bootstrap_quantile_diff, mann_whitney, wilcoxon_paired  # noqa: E402
-from promptlab.store.metrics import MetricsReads  # noqa: E402
+from promptlab.analysis.compare import compare_arms, compare_paired  # noqa: E402
+from promptlab.store.samples import SampleReads  # noqa: E402
 
 
 def main() -> None:
@@ -82,49 +83,48 @@ def main() -> None:
         )
         print("compare")
         timed("wb.analysis.compare: all-mode (paired tests)", lambda: wb.analysis.compare(RUN), n)
-        reads = MetricsReads(store)
-        xa = reads.latencies(RUN, "control")
-        xb = reads.latencies(RUN, "candidate")
-        print(f"  ({xa.size} and {xb.size} latencies per arm)")
+        samples = SampleReads(store)
         timed(
-            "  fetch both arms' latencies (fetchnumpy)",
-            lambda: (reads.latencies(RUN, "control"), reads.latencies(RUN, "candidate")),
+            "  read both arms per unit (rows here)",
+            lambda: [samples.run_arm(RUN, v, by_row=True) for v in ("control", "candidate")],
             n,
         )
-        timed(
-            "  fetch the paired latencies (join)",
-            lambda: reads.paired_latencies(RUN, "control", "candidate"),
+        timed("  read the pairs", lambda: samples.paired(RUN, "control", "candidate"), n)
+        arm_a, arm_b = (samples.run_arm(RUN, v, by_row=True) for v in ("control", "candidate"))
+        pairs = samples.paired(RUN, "control", "candidate")
+        print(f"  ({pairs.pairs} pairs over {pairs.rows} rows)")
+        ours = timed(
+            "  the effects: paired delta method, 5 rows",
+            lambda: compare_paired(pairs, arm_a, arm_b),
             n,
         )
-        timed(
-            "  paired completion counts (join)",
-            lambda: reads.paired_completion(RUN, "control", "candidate"),
-            n,
-        )
-        timed(
-            "  one bootstrap of the p99 difference (2,000 draws)",
-            lambda: bootstrap_quantile_diff(xa, xb, 0.99),
-            n,
-        )
-        pa, pb = reads.paired_latencies(RUN, "control", "candidate")
-        timed("  Wilcoxon signed-rank on the pairs", lambda: wilcoxon_paired(pa, pb), n)
-        timed("  Mann-Whitney U", lambda: mann_whitney(xa, xb), n)
+        timed("  the effects as independent arms", lambda: compare_arms(arm_a, arm_b), n)
 
-        def naive_bootstrap() -> None:
-            # Resampling indexes, 50 draws at a time (bounded memory): for scale only.
+        def unit_bootstrap() -> None:
+            # The p99 standard error by resampling units (200 draws): the method the
+            # delta method replaces; each draw re-sorts every drawn unit's requests.
             rng = np.random.default_rng(0)
-            for _ in range(200 // 50):
-                idx = rng.integers(0, xa.size, (50, xa.size))
-                np.quantile(xa[idx], 0.99, axis=1)
+            values, unit, k = arm_a.latency, arm_a.latency_unit, arm_a.units
+            order = np.argsort(unit, kind="stable")
+            starts = np.searchsorted(unit[order], np.arange(k))
+            sizes = np.bincount(unit, minlength=k)
+            for _ in range(200):
+                drawn = rng.integers(0, k, k)
+                picks = np.concatenate(
+                    [order[starts[u] : starts[u] + sizes[u]] for u in drawn[:2000]]
+                )
+                np.quantile(values[picks], 0.99)
 
         slow = timed(
-            "  for scale: 200 draws (of 2,000) resampling indexes, one arm", naive_bootstrap, 1
+            "  baseline: 200 unit-bootstrap draws of p99, one arm, 2,000 units", unit_bootstrap, 1
         )
-        print(f"  -> 2,000 draws x 2 arms that way: about {slow * 20:.0f} s")
+        scale = arm_a.units / 2000
+        print(f"  -> bootstrap (scaled to all {arm_a.units} units) / delta method: "
+              f"{slow * scale / ours:.0f}x")  # fmt: skip
         with store.transaction() as cur:
             cur.execute("UPDATE runs SET spec = ? WHERE run_id = ?", ['{"mode": "split"}', RUN])
         timed(
-            "wb.analysis.compare: as a split run (Mann-Whitney)",
+            "wb.analysis.compare: as a split run (no units: per request)",
             lambda: wb.analysis.compare(RUN),
             n,
         )

@@ -65,7 +65,7 @@ def render_page(n: int) -> None:
     if at.exception:
         raise SystemExit(f"the page failed: {at.exception}")
     shown = len(list(at.get("plotly_chart")))
-    srm = [s.value for s in at.success] + [e.value for e in at.error]
+    srm = [s.value for s in [*at.success, *at.error, *at.info] if "SRM" in str(s.value)]
     print(f"  {'first render (opens the database)':<58} {first * 1000:9.1f} ms")
     verdict = srm[0].replace("\\", "")[:70] if srm else "no SRM check"
     print(f"    ({shown} charts, {len(at.dataframe)} tables; {verdict})")

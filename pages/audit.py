@@ -18,6 +18,7 @@ import streamlit as st
 
 from promptlab.errors import PromptlabError
 from promptlab.facades.audit import MAX_DOWNLOAD_EVENTS, AuditFilter
+from promptlab.ui.downloads import file_download
 from promptlab.ui.resources import get_workbench
 from promptlab.ui.shell import require_shell
 from promptlab.ui.widgets import escape_markdown, show_error, show_messages
@@ -178,14 +179,13 @@ def events_table(wb: Workbench, where: AuditFilter, newest_first: bool) -> None:
             "`promptlab audit export --run RUN_ID -o FILE`."
         )
         return
-    st.download_button(
+    file_download(
+        "audit_download",
         f"Download these {total} events (JSON Lines)",
-        data=lambda: wb.audit.export_bytes(where),
+        lambda: wb.audit.export_bytes(where),
+        what=(where, total),
         file_name="audit-events.jsonl",
         mime="application/jsonl",
-        key="audit_download",
-        on_click="ignore",
-        icon=":material/download:",
         help="Every event the filters select (not only those shown), each with its seq and "
         "hashes, as `promptlab audit export` writes them; recorded as a change event.",
     )

@@ -3,31 +3,43 @@ once any run has results. `?run=RUN_ID` opens that run. Besides a run's variants
 prompt versions can be compared across every run's results, or in imported production
 logs.
 
-The page only lays things out: the table rows come from `summary_rows`, the figures from
-promptlab/views/charts.py, the reads from `wb.analysis` (promptlab/facades/analysis.py).
+It answers first: a sentence per variant (`answer_sentences`) and the method used
+(fixed horizon for finished data, always valid while it is still collecting). The page
+only lays things out: the sentences and table rows come from promptlab/views/compare.py,
+the figures from promptlab/views/charts.py (one colour per variant or version in all of
+them), the reads from `wb.analysis` (promptlab/facades/analysis.py).
 """
 
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
+from typing import Any
 
 import streamlit as st
 
 from promptlab.errors import PromptlabError
-from promptlab.facades.analysis import Comparison, RunWithResults, SideBySideRow
-from promptlab.records import MetricsRow
+from promptlab.facades.analysis import Comparison, RunWithResults, SideBySideRow, TimeSeries
+from promptlab.records import LogMetricsRow, MetricsRow
 from promptlab.ui.downloads import comparison_download, download_buttons
 from promptlab.ui.resources import get_workbench
 from promptlab.ui.shell import require_shell
 from promptlab.ui.widgets import escape_markdown, show_error
 from promptlab.views.charts import (
+    colour_map,
     forest_chart,
     latency_ecdf_chart,
     latency_percentiles_chart,
     over_time_chart,
     rate_chart,
 )
-from promptlab.views.compare import srm_figures, summary_rows, units_needed, units_needed_text
+from promptlab.views.compare import (
+    answer_sentences,
+    srm_verdict,
+    summary_rows,
+    units_needed,
+    units_needed_text,
+)
 from promptlab.views.textdiff import word_diff_html
 from promptlab.workbench import Workbench
 
@@ -38,6 +50,37 @@ NO_PAIRS = (
     "No input was answered by two variants: side-by-side outputs need an all-mode run "
     "(in a split run each input goes to one variant)."
 )
+#: The method's help, by `Comparison.sequential`.
+METHOD_HELP = {
+    False: "Fixed horizon: each interval and p-value holds for one look at data "
+    "that is complete, as a finished run's is. Looking again and again while data arrives, "
+    "and stopping once a row looks significant, would call differences that are not there.",
+    True: "Always valid (mixture SPRT): intervals and p-values that stay valid "
+    "however often you look while data is still arriving, so a live run or live logs can "
+    "be watched. They are wider than fixed-horizon ones; a finished run uses those.",
+}
+STILL_COLLECTING, FINISHED = "Still collecting", "Finished"
+#: The data state picked for versions and logs -> `sequential` (always valid).
+DATA_STATES = {STILL_COLLECTING: True, FINISHED: False}
+DATA_HELP = (
+    "Still collecting: logs keep arriving (or runs are still going) and you will look "
+    "again: always-valid (mSPRT) intervals and p-values. Finished: the data is complete, "
+    "this is the one look: fixed-horizon tests, narrower."
+)
+CUPED_HELP = (
+    "Uses each unit's rates in the logs before Since as a covariate (CUPED): the same "
+    "answer with less noise when units behave alike before and after. Needs a Since date."
+)
+#: Column help of the summary table.
+TABLE_HELP = {
+    "units": st.column_config.TextColumn(
+        help="Units per arm, control/variant: the unit that was randomized (a user, a "
+        "customer); dataset rows in an all-mode run; requests when rows name no unit."
+    ),
+    "requests": st.column_config.TextColumn(help="Requests behind the units, control/variant."),
+    "adj p": st.column_config.TextColumn(help="p adjusted by Holm across the table's tests."),
+    "why": st.column_config.TextColumn(help="Why the verdict is what it is."),
+}
 #: Inputs shown per page of side-by-side outputs.
 SIDE_BY_SIDE_PAGE = 10
 _OUTPUT_BOX = (
@@ -84,32 +127,55 @@ def pick_comparison(wb: Workbench, run_id: str, variants: list[str]) -> Comparis
     return wb.analysis.compare(run_id, control, None if other == ALL_VARIANTS else other)
 
 
+def answer(comparison: Comparison) -> None:
+    """The answer first: a sentence per variant, and the method behind it."""
+    with st.container(border=True):
+        sentences = answer_sentences(comparison)
+        for sentence in sentences or ["Nothing to compare yet."]:
+            st.markdown(escape_markdown(sentence))
+        st.caption(f"Method: **{comparison.method}**", help=METHOD_HELP[comparison.sequential])
+        reduced = [r for r in comparison.rows if r.variance_reduction is not None]
+        if reduced:
+            st.caption(
+                "CUPED removed "
+                + ", ".join(
+                    f"{r.variance_reduction:.0%} of the variance of {r.metric}" for r in reduced
+                )
+            )
+
+
 def summary(comparison: Comparison) -> None:
     kind = "paired tests over the same inputs" if comparison.paired else "independent samples"
+    # The Holm family: the rows that ran a test (none without data or with too few units).
+    family = sum(r.adjusted_p is not None for r in comparison.rows)
+    holm = (
+        f"p-values adjusted by Holm over the table's {family} tests (a row without data or "
+        "with too few units is not tested)"
+        if family
+        else "no row could be tested yet, so Holm adjusts nothing"
+    )
     st.caption(
         f"{comparison.mode} mode ({kind}) · control **{escape_markdown(comparison.control)}** · "
-        "95% intervals, p-values adjusted by Holm across the table"
+        f"95% intervals · {holm} · the why column gives each verdict's reason"
     )
     srm = comparison.srm
     if srm is not None and srm.mismatch:
-        st.error(
-            "**Sample ratio mismatch**: the split did not follow the weights, so this "
-            f"comparison cannot be trusted until the assignment is fixed. "
-            f"{escape_markdown(srm_figures(srm))}",
-            icon=":material/warning:",
-        )
+        st.error(f"**SRM check**: {escape_markdown(srm_verdict(srm))}", icon=":material/warning:")
+    elif srm is not None and not srm.judged:
+        st.info(f"SRM check {escape_markdown(srm_verdict(srm))}", icon=":material/info:")
     elif srm is not None:
-        st.success(
-            f"SRM check passed: {escape_markdown(srm_figures(srm))}", icon=":material/check:"
-        )
+        st.success(f"SRM check {escape_markdown(srm_verdict(srm))}", icon=":material/check:")
     elif comparison.mode == "all":
         st.caption("No SRM check: in an all-mode run every input went to every variant.")
     else:
         st.caption("No SRM check: these versions were not split by an experiment's weights.")
     # The verdict right after the metric: the answer first, the figures behind it.
     order = ("variant", "metric", "verdict", "control", "variant value", "delta",
-             "95% interval", "p", "adj p", "n", "test")  # fmt: skip
-    st.dataframe(summary_rows(comparison), hide_index=True, width="stretch", column_order=order)
+             "95% interval", "p", "adj p", "units", "requests", "why", "method")  # fmt: skip
+    st.dataframe(
+        summary_rows(comparison), hide_index=True, width="stretch", column_order=order,
+        column_config=TABLE_HELP,
+    )  # fmt: skip
     comparison_download(get_workbench(), comparison, key=f"dl_cmp_{comparison.run_id}")
     sample_size(comparison)
 
@@ -126,17 +192,41 @@ def sample_size(comparison: Comparison) -> None:
         st.caption(f"Sample size: {units_needed_text(needed)}.")
 
 
-def charts(wb: Workbench, run_id: str, metrics: list[MetricsRow], shown: list[str]) -> None:
+def forest(comparison: Comparison, colours: dict[str, str]) -> None:
+    figure = forest_chart(comparison.rows, colours)
+    st.plotly_chart(figure, width="stretch", key="chart_forest")
+
+
+def charts(
+    rows: Sequence[MetricsRow | LogMetricsRow],
+    colours: dict[str, str],
+    comparison: Comparison | None = None,
+    over_time: tuple[dict[str, Any], TimeSeries] | None = None,
+) -> None:
+    """Rates and latency percentiles (with the comparison's per-unit intervals), then
+    the latency ECDF and the series over time when given: `over_time` = (latencies per
+    name, time series)."""
+    arms = comparison.rows if comparison is not None else []
+    left, right = st.columns(2)
+    figure = rate_chart(rows, colours=colours, arms=arms)
+    left.plotly_chart(figure, width="stretch", key="chart_rates")
+    figure = latency_percentiles_chart(rows, colours=colours, arms=arms)
+    right.plotly_chart(figure, width="stretch", key="chart_latency")
+    if over_time is None:
+        return
+    samples, series = over_time
+    left, right = st.columns(2)
+    left.plotly_chart(latency_ecdf_chart(samples, colours), width="stretch", key="chart_ecdf")
+    right.plotly_chart(over_time_chart(series, colours), width="stretch", key="chart_time")
+
+
+def run_charts(
+    wb: Workbench, run_id: str, metrics: list[MetricsRow], shown: list[str],
+    colours: dict[str, str], comparison: Comparison | None = None,
+) -> None:  # fmt: skip
     rows = [m for m in metrics if m.variant in shown]
-    left, right = st.columns(2)
-    left.plotly_chart(rate_chart(rows), width="stretch", key="chart_rates")
-    right.plotly_chart(latency_percentiles_chart(rows), width="stretch", key="chart_latency")
-    left, right = st.columns(2)
     samples = {name: wb.analysis.latencies(run_id, name) for name in shown}
-    left.plotly_chart(latency_ecdf_chart(samples), width="stretch", key="chart_ecdf")
-    right.plotly_chart(
-        over_time_chart(wb.analysis.metrics_over_time(run_id)), width="stretch", key="chart_time"
-    )
+    charts(rows, colours, comparison, (samples, wb.analysis.metrics_over_time(run_id)))
 
 
 def side_by_side(wb: Workbench, run_id: str, control: str, paired: bool) -> None:
@@ -211,38 +301,59 @@ def versions(wb: Workbench, logs: bool) -> None:
     since = right.text_input(
         "Since", key=f"ver_since_{logs}", placeholder="e.g. 7d",
         help="An age like 7d, 24h, 30m, 2w or a date like 2026-11-01; empty: everything.",
+    ).strip()  # fmt: skip
+    left, right = st.columns([2, 3], vertical_alignment="bottom")
+    state = left.segmented_control(
+        "Data", list(DATA_STATES), default=STILL_COLLECTING if logs else FINISHED,
+        key=f"ver_state_{logs}", help=DATA_HELP,
     )  # fmt: skip
+    # Only meaningful with a since date: the units' logs before it are the covariate.
+    cuped = logs and right.checkbox(
+        "CUPED: adjust by each unit's logs before Since", key="ver_cuped",
+        disabled=not since, help=CUPED_HELP,
+    ) and bool(since)  # fmt: skip
     try:
-        comparison = wb.analysis.compare_versions(a, b, logs=logs, since=since.strip() or None)
+        comparison = wb.analysis.compare_versions(
+            a, b, logs=logs, since=since or None,
+            sequential=DATA_STATES[state or (STILL_COLLECTING if logs else FINISHED)],
+            cuped=cuped,
+        )  # fmt: skip
     except PromptlabError as exc:
         show_error(exc)
         return
+    answer(comparison)
     summary(comparison)
-    st.plotly_chart(forest_chart(comparison.rows), width="stretch", key="chart_forest")
-    shown = comparison.logs or comparison.metrics
-    left, right = st.columns(2)
-    left.plotly_chart(rate_chart(shown), width="stretch", key="chart_rates")
-    right.plotly_chart(latency_percentiles_chart(shown), width="stretch", key="chart_latency")
+    colours = colour_map([a, b])
+    forest(comparison, colours)
+    if not logs:
+        charts(comparison.metrics, colours, comparison)
+        return
+    samples = {name: wb.analysis.log_latencies(name, since or None) for name in (a, b)}
+    series = wb.analysis.log_metrics_over_time([a, b], since or None)
+    charts(comparison.logs, colours, comparison, (samples, series))
 
 
 def run_variants(wb: Workbench, runs: list[RunWithResults]) -> None:
     run_id = pick_run(runs)
     variants = next(r.variants for r in runs if r.run_id == run_id)
+    # The run's own order: swapping control does not swap the colours.
+    colours = colour_map(variants)
     if len(variants) < 2:
         st.info("This run has one variant: nothing to compare it with.", icon=":material/info:")
-        charts(wb, run_id, wb.analysis.metrics(run_id=run_id), variants)
+        run_charts(wb, run_id, wb.analysis.metrics(run_id=run_id), variants, colours)
         return
     try:
         comparison = pick_comparison(wb, run_id, variants)
     except PromptlabError as exc:
         show_error(exc)
         return
+    answer(comparison)
     summary(comparison)
     shown = [comparison.control, *dict.fromkeys(r.variant for r in comparison.rows)]
-    st.plotly_chart(forest_chart(comparison.rows), width="stretch", key="chart_forest")
+    forest(comparison, colours)
     # The comparison's own per-variant metrics: reading them again doubles the page's
     # heaviest query (a million results and their feedback).
-    charts(wb, run_id, comparison.metrics, shown)
+    run_charts(wb, run_id, comparison.metrics, shown, colours, comparison)
     download_buttons(wb, "metrics", key=f"dl_metrics_{run_id}", run_id=run_id)
     side_by_side(wb, run_id, comparison.control, comparison.paired)
 

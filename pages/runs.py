@@ -17,6 +17,7 @@ from promptlab.errors import PromptlabError
 from promptlab.facades.runs import RunView
 from promptlab.records import ItemPage, ItemStatus, RunWithCounts
 from promptlab.ui.downloads import download_buttons
+from promptlab.ui.estimate import show_estimate
 from promptlab.ui.resources import get_workbench
 from promptlab.ui.shell import require_shell
 from promptlab.ui.widgets import escape_markdown, show_error, show_messages
@@ -53,7 +54,21 @@ def start_form(wb: Workbench) -> None:
             help=f"Datasets are read from {wb.settings.data_dir} only; endpoints a spec adds "
             "have no key and must be on this machine (see the README's Security section).",
         )
-        if st.button("Start run", type="primary", key="start_run"):
+        buttons = st.container(horizontal=True)
+        start = buttons.button("Start run", type="primary", key="start_run")
+        estimate = buttons.button(
+            "Estimate",
+            key="estimate_run",
+            help="Requests, units per variant, tokens, cost and time, before anything is "
+            "sent. A split's rows are assigned as the run will assign them, so the split "
+            "shown is the one the run gives; it warns when a variant gets too few units.",
+        )
+        if estimate:
+            try:
+                show_estimate(wb.runs.estimate(wb.runs.parse_spec(text)))
+            except PromptlabError as exc:
+                show_error(exc)
+        if start:
             try:
                 run_id = wb.runs.start(wb.runs.parse_spec(text))
             except PromptlabError as exc:
@@ -438,9 +453,13 @@ RATINGS = (
 
 
 def rating(wb: Workbench, run_id: str, key: str) -> None:
-    """Rate the output: each button stores one feedback event (source `app`) that the
-    metrics and Compare count with imported feedback."""
-    st.markdown("Rate this output")
+    """Rate the output: a feedback event (source `app:<author>`) that the metrics and
+    Compare count with imported feedback; one thumb per person and result."""
+    st.markdown(
+        "Rate this output",
+        help="One thumb per person and result: Good again changes nothing, Bad replaces "
+        "your Good (and the other way round). Each Would click counts.",
+    )
     cols = st.columns(len(RATINGS) + 1)
     for col, (kind, label) in zip(cols, RATINGS, strict=False):
         if col.button(label, key=f"rate_{kind}_{key}"):

@@ -231,21 +231,19 @@ def test_create_an_experiment_in_the_form_launch_it_and_follow_it(
     expect(names).to_have_count(3, timeout=30_000)
     names.nth(0).fill("triage-70-30")
     form.get_by_role("textbox", name="Unit column").fill("customer_id")
-    selects = form.get_by_test_id("stSelectbox")  # mode, then each variant's prompt
-    for index in (1, 2):
+    selects = form.get_by_test_id("stSelectbox")  # mode, then each variant's version
+    for index, version in ((1, "ticket-triage@1.0.0"), (2, "ticket-triage@1.1.0")):
         combo = selects.nth(index).get_by_role("combobox")
-        # Enter picks the first option shown, which can still be the first prompt when
+        # Enter picks the first option shown, which can still be another version when
         # it comes before typing has filtered the list: check, and pick again if so.
         for _ in range(3):
             combo.click()
-            combo.fill("ticket-triage")
+            combo.fill(version)
             page.wait_for_timeout(200)
             combo.press("Enter")
-            if "ticket-triage" in selects.nth(index).inner_text():
+            if combo.input_value().startswith(version):
                 break
-    versions = form.get_by_role("textbox", name="Version or label")
-    versions.nth(0).fill("1.0.0")
-    versions.nth(1).fill("1.1.0")
+        expect(combo).to_have_value(re.compile(rf"^{re.escape(version)}\b"))
     weights = form.get_by_role("spinbutton", name="Weight")
     weights.nth(0).fill("70")
     weights.nth(1).fill("30")
@@ -305,7 +303,8 @@ def test_compare_is_the_first_page_once_the_demo_run_has_results(
                 raise
     expect(page.get_by_role("heading", name="Compare")).to_be_visible(timeout=30_000)
     assert "/compare" in page.url and "run=run_" in page.url  # an address to share
-    expect(page.get_by_text("SRM check passed")).to_be_visible(timeout=30_000)
+    # 17 customers: the split is too small to judge, and the page says so.
+    expect(page.get_by_text("SRM check cannot judge yet")).to_be_visible(timeout=30_000)
     expect(page.locator(".js-plotly-plot")).to_have_count(COMPARE_CHARTS, timeout=30_000)
     # Plotly drew into each one: bars, markers and lines are SVG paths.
     for chart in page.locator(".js-plotly-plot").all():

@@ -208,6 +208,9 @@ def test_experiment_run_estimates_then_runs_the_split(tmp_path: Path) -> None:
     assert estimate.output.startswith("estimate: 40 requests, ")
     assert "control: " in estimate.output and "(output from 29 results)" in estimate.output
     assert "run run_" not in estimate.output  # nothing sent
+    # 17 customers, split by their hash; too few on one side, and it says so.
+    assert "units: 17 distinct customer_id (control " in estimate.output
+    assert "warning: Too few units for a 70/30 split" in estimate.output
     result = run("--db", db, "experiment", "run", "triage-split", "--dataset", "tickets",
                  "--mode", "all", "--limit-rows", "5", "--quiet")  # fmt: skip
     assert result.exit_code == 0, result.output

@@ -56,16 +56,27 @@ def test_compare_prints_the_table_and_the_srm_line(db: str, runs: tuple[Path, st
     result = cli("--db", db, "compare", "--run", runs[1])
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
-    assert lines[0] == f"run {runs[1]}: split mode (independent samples), control control"
-    header = lines[1]
-    for column in ("metric", "control", "delta", "95% interval", "adj p", "test", "verdict"):
+    assert lines[0] == (
+        f"run {runs[1]}: split mode (independent samples), control control, fixed horizon"
+    )
+    # The answer first: 17 customers cannot decide anything yet, and it says so.
+    assert lines[1].startswith("staging against control: too few units to judge completion rate")
+    header = lines[2]
+    for column in ("metric", "control", "delta", "95% interval", "adj p", "method", "verdict",
+                   "units", "requests", "why"):  # fmt: skip
         assert column in header
-    assert [line.split()[1] for line in lines[2:6]] == ["completion", "latency"] + ["latency"] * 2
-    assert lines[6].startswith("SRM check: ok (chi-square ")
+    assert [line.split()[1] for line in lines[3:7]] == ["completion", "latency"] + ["latency"] * 2
+    assert all("too few units (" in line for line in lines[3:7])
+    assert lines[7].startswith("SRM check: cannot judge yet: an arm has fewer than 20 units")
     data = json.loads(cli("--db", db, "compare", "--run", runs[1], "--json").output)
     assert data["control"] == "control" and data["srm"]["mismatch"] is False
+    assert data["srm"]["judged"] is False and data["method"] == "fixed horizon"
+    assert data["answer"] == [lines[1]]
     assert [r["metric"] for r in data["rows"]][:2] == ["completion rate", "latency p50"]
-    assert all(r["adjusted_p"] >= r["p_value"] for r in data["rows"])
+    for row in data["rows"]:
+        assert row["verdict"] == "too few units" and row["analysed_by"] == "unit"
+        assert row["n_control"] + row["n_variant"] <= 17 < row["requests_control"]
+    assert sum(arm["units"] for arm in data["arms"].values()) <= 17
 
 
 def test_a_broken_split_is_said_loudly(db: str, runs: tuple[Path, str, str]) -> None:

@@ -150,9 +150,9 @@ def test_the_experiment_form_shows_the_unknown_endpoint_and_saves_nothing() -> N
     at = AppTest.from_file(PAGE, default_timeout=30).run()
     assert not at.exception, at.exception
     at.text_input(key="new_name").input("evil-split")
-    at.selectbox(key="new_v0_prompt").select("ticket-triage")
+    at.selectbox(key="new_v0_prompt").select("ticket-triage@1.0.0")
     at.text_input(key="new_v0_model").input("evil:../../x")
-    at.selectbox(key="new_v1_prompt").select("ticket-triage")
+    at.selectbox(key="new_v1_prompt").select("ticket-triage@1.1.0")
     next(b for b in at.button if b.label == "Create experiment").click()
     at.run()
     assert not at.exception, at.exception

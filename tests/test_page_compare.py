@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from streamlit.testing.v1 import AppTest
 
 from promptlab.engine import parse_spec
 from promptlab.ui.resources import get_workbench
-from promptlab.views.compare import fmt_p, srm_figures
+from promptlab.views.compare import answer_sentences, fmt_p, srm_verdict
 from tests.apptest_helpers import shown
 
 PAGE = str(Path(__file__).resolve().parent.parent / "pages" / "compare.py")
@@ -82,9 +84,9 @@ def test_the_demo_split_run_shows_verdicts_srm_and_charts(demo_run: str) -> None
     comparison = get_workbench().analysis.compare(demo_run)
     for cells, row in zip(table.to_dict("records"), comparison.rows, strict=True):
         assert cells["verdict"].endswith(str(row.verdict))
-        assert cells["n"] == f"{row.n_control}/{row.n_variant}"
-    assert comparison.srm is not None and not comparison.srm.mismatch
-    assert shown(at.success[0].value) == f"SRM check passed: {srm_figures(comparison.srm)}"
+        assert cells["units"] == f"{row.n_control}/{row.n_variant}"
+        assert cells["requests"] == f"{row.requests_control}/{row.requests_variant}"
+        assert cells["why"] == row.reason and row.reason
     assert not at.error
     assert any("units per arm" in c.value for c in at.caption)
     assert len(charts(at)) == CHARTS
@@ -92,6 +94,78 @@ def test_the_demo_split_run_shows_verdicts_srm_and_charts(demo_run: str) -> None
     # filter for it either.
     assert any("all-mode run" in i.value for i in at.info)
     assert not at.toggle
+
+
+def test_the_demo_split_run_answers_in_a_sentence_first(demo_run: str) -> None:
+    """Issue 22, item 7: a sentence per variant at the top, the method, and an SRM check
+    that does not say "passed" on a handful of customers."""
+    at = open_page()
+    comparison = get_workbench().analysis.compare(demo_run)
+    (sentence,) = answer_sentences(comparison)
+    texts = [shown(m.value) for m in at.markdown]
+    assert sentence in texts
+    # It comes before the table and the figures: the first Markdown of the comparison.
+    assert texts.index(sentence) == 0
+    assert "staging against control" in sentence and "units" in sentence
+    assert comparison.method == "fixed horizon"  # the demo run is finished
+    method = next(c for c in at.caption if c.value.startswith("Method:"))
+    assert "fixed horizon" in method.value and method.help
+    # A dozen customers and five (fewer than 20 in an arm): the SRM check cannot judge.
+    assert comparison.srm is not None and not comparison.srm.judged
+    assert not at.success  # no "passed"
+    srm = next(i for i in at.info if "SRM check" in i.value)
+    assert "cannot judge yet" in shown(srm.value)
+    assert shown(srm.value) == f"SRM check {srm_verdict(comparison.srm)}"
+    # Every row has too few units: none was tested, Holm's family is empty.
+    assert all(r.adjusted_p is None for r in comparison.rows)
+    assert any("no row could be tested yet" in c.value for c in at.caption)
+
+
+def specs(at: AppTest) -> dict[str, dict[str, Any]]:
+    """The page's figures by their title."""
+    found = {}
+    for chart in charts(at):
+        spec = json.loads(chart.proto.spec)  # type: ignore[attr-defined]
+        found[spec["layout"]["title"]["text"]] = spec
+    return found
+
+
+def trace_colours(figures: dict[str, dict[str, Any]]) -> dict[str, set[str]]:
+    """The colours each name is drawn in, over every trace of every figure."""
+    seen: dict[str, set[str]] = {}
+    for spec in figures.values():
+        for trace in spec["data"]:
+            colour = trace.get("marker", {}).get("color") or trace.get("line", {}).get("color")
+            seen.setdefault(trace.get("legendgroup") or trace["name"], set()).add(colour)
+    return seen
+
+
+def assert_figures_answer_at_a_glance(figures: dict[str, dict[str, Any]], names: list[str]) -> None:
+    """One colour per name in every figure; latency percentiles with interval bars; axis
+    titles with units, latency's lower and rates' higher is better."""
+    assert len(figures) == 5, list(figures)
+    colours = trace_colours(figures)
+    assert set(colours) == set(names)
+    assert all(len(c) == 1 for c in colours.values()), colours
+    assert len({next(iter(c)) for c in colours.values()}) == len(names)  # distinct
+    (latency,) = [f for t, f in figures.items() if t.startswith("Latency percentiles")]
+    for trace in latency["data"]:
+        bars = trace["error_y"]
+        assert len(bars["array"]) == 3 and all(v is not None and v >= 0 for v in bars["array"])
+        assert all(v is not None and v >= 0 for v in bars["arrayminus"])
+    titles = [
+        axis["title"]["text"]
+        for spec in figures.values()
+        for key, axis in spec["layout"].items()
+        if key.startswith(("xaxis", "yaxis")) and "title" in axis
+    ]
+    assert sum("ms" in t and "lower is better" in t for t in titles) >= 4  # each latency axis
+    assert sum("higher is better" in t for t in titles) >= 3  # rates, completion, effect
+
+
+def test_every_figure_draws_a_variant_in_one_colour_with_intervals(demo_run: str) -> None:
+    at = open_page()
+    assert_figures_answer_at_a_glance(specs(at), ["control", "staging"])
 
 
 def test_a_bigger_mde_needs_fewer_units(demo_run: str) -> None:
@@ -113,7 +187,14 @@ def test_side_by_side_of_an_all_mode_run_marks_the_differences(
     at = open_page(all_mode_run)  # the deep link wins over the newest run
     assert at.selectbox(key="compare_run").value == all_mode_run
     assert any("No SRM check" in c.value for c in at.caption)
-    assert at.dataframe[0].value["test"][0] == "McNemar exact"
+    comparison = get_workbench().analysis.compare(all_mode_run)
+    assert at.dataframe[0].value["method"][0] == comparison.rows[0].test
+    assert comparison.rows[0].analysed_by == "row"
+    assert answer_sentences(comparison)[0] in [shown(m.value) for m in at.markdown]
+    # Twelve rows: too few to test, Holm's family is empty (the logs test has one).
+    assert all(r.adjusted_p is None for r in comparison.rows)
+    assert any("no row could be tested yet" in c.value for c in at.caption)
+    assert_figures_answer_at_a_glance(specs(at), ["terse", "wordy"])
     page = get_workbench().analysis.side_by_side(all_mode_run, limit=10)
     assert page.total == 12
     boxes = [h.proto.body for h in at.html]
@@ -132,6 +213,20 @@ def test_picking_the_other_way_round_swaps_control(all_mode_run: str) -> None:
     assert set(table["variant"]) == {"terse"}
 
 
+def write_log(path: Path, a: str, b: str, units: int = 30, days: int = 3) -> int:
+    """A production log of both versions: `units` users each, a request a day for
+    `days` days, some clicked, most completed."""
+    lines = [
+        f"{v},{v[-5:]}u{i},{100 + i + 7 * d},{str((i + d) % 3 == 0).lower()},"
+        f"{str(i % 5 != 0).lower()},2026-11-0{1 + d}T09:{i:02d}:00Z\n"
+        for v in (a, b)
+        for i in range(units)
+        for d in range(days)
+    ]
+    path.write_text("version,unit_id,latency_ms,clicked,completed,event_time\n" + "".join(lines))
+    return len(lines)
+
+
 def test_two_versions_across_runs_and_in_production_logs(demo_run: str, tmp_path: Path) -> None:
     wb = get_workbench()
     at = open_page()
@@ -144,26 +239,80 @@ def test_two_versions_across_runs_and_in_production_logs(demo_run: str, tmp_path
     assert list(table["metric"]) == [r.metric for r in expected.rows]
     assert list(table["p"]) == [fmt_p(r.p_value) for r in expected.rows]
     assert any("not split by an experiment" in c.value for c in at.caption)
+    assert answer_sentences(expected)[0] in [shown(m.value) for m in at.markdown]
+    # Results across runs are finished unless said otherwise.
+    assert at.segmented_control(key="ver_state_False").value == "Finished"
+    assert any(c.value.startswith("Method: **fixed horizon") for c in at.caption)
     assert len(charts(at)) == 3
     # The same two versions in an imported production log.
-    log = tmp_path / "prod.csv"
-    log.write_text(
-        "version,unit_id,latency_ms,clicked,completed,event_time\n"
-        + "".join(
-            f"{v},u{i},{100 + i},{str(i % 3 == 0).lower()},true,2026-11-01T09:00:00Z\n"
-            for v in (a, b)
-            for i in range(30)
-        )
-    )
-    assert wb.analysis.import_logs(log) == 60
+    count = write_log(tmp_path / "prod.csv", a, b)
+    assert wb.analysis.import_logs(tmp_path / "prod.csv") == count
     at.segmented_control(key="compare_source").set_value("Production logs").run()
     assert not at.exception
     table = at.dataframe[0].value
     logged = wb.analysis.compare_versions(a, b, logs=True)
     assert list(table["metric"]) == [r.metric for r in logged.rows]
-    assert table["n"][0] == "30/30"
+    assert table["units"][0] == "30/30" and table["requests"][0] == "90/90"
     at.text_input(key="ver_since_True").input("2030-01-01").run()
     assert any("no production logs" in shown(e.value) for e in at.error)
+
+
+def open_logs(demo_run: str, tmp_path: Path) -> tuple[AppTest, str, str]:
+    """The page on the Production logs source, with a log of the demo's two versions."""
+    at = open_page()
+    at.segmented_control(key="compare_source").set_value("Production logs").run()
+    assert any("Two versions with production logs" in i.value for i in at.info)
+    a, b = (r.label for r in get_workbench().analysis.metrics())
+    write_log(tmp_path / "prod.csv", a, b)
+    get_workbench().analysis.import_logs(tmp_path / "prod.csv")
+    at.run()
+    assert not at.exception, at.exception
+    assert at.selectbox(key="ver_a_True").value == a
+    return at, a, b
+
+
+def test_production_logs_answer_always_valid_with_a_runs_figures(
+    demo_run: str, tmp_path: Path
+) -> None:
+    """Logs keep arriving: always valid by default, fixed horizon once said finished;
+    the same five figures as a run, the latency ECDF and the series over time included."""
+    at, a, b = open_logs(demo_run, tmp_path)
+    wb = get_workbench()
+    live = wb.analysis.compare_versions(a, b, logs=True)
+    assert live.method == "always valid (mSPRT)"
+    assert answer_sentences(live)[0] in [shown(m.value) for m in at.markdown]
+    assert any("always valid (mSPRT)" in c.value for c in at.caption if "Method" in c.value)
+    family = sum(r.adjusted_p is not None for r in live.rows)
+    assert family == len(live.rows) == 5  # every row tested: the Holm family's size shown
+    assert any(f"Holm over the table's {family} tests" in c.value for c in at.caption)
+    figures = specs(at)
+    assert_figures_answer_at_a_glance(figures, [a, b])
+    (over_time,) = [f for t, f in figures.items() if t.startswith("Over time")]
+    assert {t["name"] for t in over_time["data"]} == {a, b}
+    assert all(len(t["x"]) == 3 for t in over_time["data"])  # a bucket a day
+    ecdf = figures["Latency distribution (ECDF)"]
+    assert [len(t["x"]) for t in ecdf["data"]] == [90, 90]  # every request of each
+    at.segmented_control(key="ver_state_True").set_value("Finished").run()
+    assert not at.exception
+    final = wb.analysis.compare_versions(a, b, logs=True, sequential=False)
+    assert any("fixed horizon" in c.value for c in at.caption if "Method" in c.value)
+    assert list(at.dataframe[0].value["p"]) == [fmt_p(r.p_value) for r in final.rows]
+
+
+def test_cuped_needs_a_since_date(demo_run: str, tmp_path: Path) -> None:
+    at, a, b = open_logs(demo_run, tmp_path)
+    assert at.checkbox(key="ver_cuped").disabled  # no Since: no pre-period
+    at.text_input(key="ver_since_True").input("2026-11-03").run()
+    assert not at.checkbox(key="ver_cuped").disabled
+    at.checkbox(key="ver_cuped").check().run()
+    assert not at.exception, at.exception
+    methods = list(at.dataframe[0].value["method"])
+    expected = get_workbench().analysis.compare_versions(
+        a, b, logs=True, since="2026-11-03", cuped=True
+    )
+    assert methods == [r.test for r in expected.rows]
+    assert any("CUPED" in m for m in methods)
+    assert any("CUPED removed" in c.value for c in at.caption)
 
 
 def test_the_comparison_download_holds_exactly_the_rows_shown(demo_run: str) -> None:
@@ -174,14 +323,15 @@ def test_the_comparison_download_holds_exactly_the_rows_shown(demo_run: str) -> 
     at = open_page()
     data = wb.exports.comparison_bytes(comparison, "parquet")
     table = at.dataframe[0].value
-    assert at.get("download_button")
+    at.button(key=f"dl_cmp_{demo_run}::make").click().run()
+    assert [b for b in at.get("download_button") if b.key == f"dl_cmp_{demo_run}::download"]
     with duckdb.connect() as con:
         con.execute("CREATE TABLE f AS SELECT * FROM read_parquet(?)", [_write(data)])
         rows = con.execute("SELECT variant, metric, n_control, n_variant FROM f").fetchall()
     assert [(v, m) for v, m, _, _ in rows] == list(
         zip(table["variant"], table["metric"], strict=True)
     )
-    assert [f"{a}/{b}" for _, _, a, b in rows] == list(table["n"])
+    assert [f"{a}/{b}" for _, _, a, b in rows] == list(table["units"])
 
 
 def _write(data: bytes) -> str:
@@ -190,3 +340,22 @@ def _write(data: bytes) -> str:
     with tempfile.NamedTemporaryFile(suffix=".parquet", delete=False) as handle:
         handle.write(data)
     return handle.name
+
+
+def test_a_run_of_one_variant_still_gets_its_figures(tmp_path: Path) -> None:
+    dataset = tmp_path / "rows.csv"
+    dataset.write_text("text\n" + "".join(f"row {i}\n" for i in range(5)))
+    spec = parse_spec(
+        {"name": "solo", "dataset": str(dataset), "variants": [
+            {"name": "only", "messages": [{"role": "user", "content": "Say {{ text }}"}],
+             "model": "sim:fast", "params": {"max_tokens": 24}}]}
+    )  # fmt: skip
+    wb = get_workbench()
+    run_id = wb.runs.start(spec)
+    assert wb.runs.wait(run_id, timeout=TIMEOUT_S).status == "completed"
+    at = open_page(run_id)
+    assert any("one variant" in i.value for i in at.info)
+    figures = specs(at)
+    assert len(figures) == 4  # no comparison, so no effect chart
+    assert set(trace_colours(figures)) == {"only"}
+    assert len(trace_colours(figures)["only"]) == 1

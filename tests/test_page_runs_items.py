@@ -162,12 +162,13 @@ def test_rating_an_output_stores_feedback_that_the_metrics_count(
     at.button(key=f"rate_thumbs_up_{key}").click().run()
     at.button(key=f"rate_click_{key}").click().run()
     assert not at.exception
-    # A reviewer's click comes with its impression, so it counts in the CTR.
-    assert any(c.value == "click 1 · impression 1 · thumbs up 2" for c in at.caption)
-    assert wb.analysis.result_feedback(run_id, key) == {"thumbs_up": 2, "click": 1, "impression": 1}
+    # A reviewer's click comes with its impression, so it counts in the CTR; "Good"
+    # twice by the same person counts once.
+    assert any(c.value == "click 1 · impression 1 · thumbs up 1" for c in at.caption)
+    assert wb.analysis.result_feedback(run_id, key) == {"thumbs_up": 1, "click": 1, "impression": 1}
     variant = wb.runs.item(run_id, key).variant.name
     row = next(m for m in wb.analysis.metrics(run_id=run_id) if m.variant == variant)
-    assert (row.thumbs_up, row.impressions, row.clicks) == (2, 1, 1)
+    assert (row.thumbs_up, row.impressions, row.clicks) == (1, 1, 1)
 
 
 def test_a_click_on_a_result_already_shown_adds_no_second_impression(

@@ -1,57 +1,77 @@
-"""A run's variants against its control: completion and latency percentiles, tested.
+"""A comparison's rows: every metric of each variant against control, at the unit that was
+randomized, with one method per row and Holm's correction over the table.
 
-`compare_run` reads what it needs through `MetricsReads` (counts from DuckDB, latencies
-as NumPy arrays) and leaves the statistics to `promptlab.analysis.stats`. What it does, by run:
+What it does, by source (the effects are in promptlab/analysis/units.py):
 
-- **control**: the experiment's control variant for a run of an experiment, else the
-  run's first variant (or the one asked for);
-- **split runs** (each unit got one variant): completion by two proportions (Fisher's
-  exact when counts are small), latency percentiles by a bootstrap interval on the
-  difference and a Mann-Whitney test, and an SRM check of the units assigned against
-  the experiment's expected shares;
-- **all-mode runs** (every row through every variant): the same effects and intervals,
-  with paired p-values over the (row, repeat) pairs: McNemar for completion, Wilcoxon
-  signed-rank for latency;
-- Holm's correction over every comparison in the table, then a verdict for each.
+- **split runs** (each unit got one variant) and **production logs**: each arm summed
+  per unit (the assignment unit, the log's `unit_id`; a row without one is its own
+  unit). Completion and CTR by the delta method, latency p50/p90/p99 by the delta
+  method on the share of requests below each percentile (units again); an SRM check
+  of the units assigned against the shares;
+- **all-mode runs** (every row through every variant): paired over (row, repeat) and
+  clustered by dataset row, completion and latency by the delta method on the per-row
+  difference;
+- **versions across runs**: results per their split run's unit, else per request;
+- **still collecting** (a run not finished, or `sequential`): the always-valid mSPRT
+  (promptlab/analysis/sequential.py) instead of the fixed-horizon test, so looking
+  again does not inflate false positives;
+- **CUPED** (`cuped`, production logs with `since`): each unit's rates before `since`
+  as a covariate (promptlab/analysis/cuped.py);
+- an arm with fewer than MIN_UNITS_PER_ARM units gives "too few units", not a verdict.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
+from promptlab.analysis.cuped import cuped_rate_difference
+from promptlab.analysis.sequential import always_valid, mixture_width
 from promptlab.analysis.stats import (
+    MIN_UNITS_PER_ARM,
     NO_DATA,
     MetricComparison,
     SrmCheck,
-    TestResult,
     Verdict,
-    bootstrap_quantile_diff,
     holm_verdicts,
-    mann_whitney,
-    mcnemar,
     srm_check,
-    two_proportions,
-    wilcoxon_paired,
+    too_few,
+)
+from promptlab.analysis.units import (
+    Estimate,
+    Inference,
+    QuantileDifference,
+    fixed_horizon,
+    linearized,
+    paired_quantile_difference,
+    paired_rate_difference,
+    quantile_difference,
+    rate_difference,
+    rate_interval,
 )
 from promptlab.errors import PromptlabError
 from promptlab.records import LogMetricsRow, MetricsRow, RunRecord
+from promptlab.records.samples import COMPLETION, CTR, ArmSample, PairedSample, RatioSample
+from promptlab.records.states import RunStatus
 
 if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
     from promptlab.store.metrics import MetricsReads
+    from promptlab.store.samples import SampleReads
+
+    FloatArray = npt.NDArray[np.float64]
+
+__all__ = ["COMPLETION", "CTR", "Comparison", "compare_arms", "compare_run", "compare_versions"]
 
 #: The latency percentiles compared, with their metric names.
 COMPARED_QUANTILES = ((0.5, "latency p50"), (0.9, "latency p90"), (0.99, "latency p99"))
-COMPLETION = "completion rate"
-CTR = "CTR"
-#: Bootstrap draws per latency comparison, and the seed that makes a table repeatable.
-N_BOOT = 2000
-SEED = 12
+FIXED_HORIZON = "fixed horizon"
+ALWAYS_VALID = "always valid (mSPRT)"
 
 
 @dataclass(frozen=True)
@@ -61,7 +81,7 @@ class Comparison:
     run_id: str
     mode: str
     control: str
-    #: True when p-values come from paired tests (an all-mode run).
+    #: True when rows pair the same inputs (an all-mode run).
     paired: bool
     rows: list[MetricComparison]
     #: The sample-ratio check of a split run's assignments; None for all-mode runs.
@@ -69,6 +89,14 @@ class Comparison:
     metrics: list[MetricsRow]
     #: Production log totals of both versions (control first) for a `logs` comparison.
     logs: list[LogMetricsRow] = field(default_factory=list)
+    #: FIXED_HORIZON, or ALWAYS_VALID while the data is still arriving.
+    method: str = FIXED_HORIZON
+    #: Units and requests per arm (control first), as analysed.
+    arms: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    @property
+    def sequential(self) -> bool:
+        return self.method == ALWAYS_VALID
 
     def verdicts(self) -> dict[tuple[str, str], Verdict]:
         return {(r.variant, r.metric): r.verdict for r in self.rows}
@@ -95,12 +123,15 @@ def control_of(run: RunRecord, variants: list[str]) -> str:
 
 def compare_run(
     reads: MetricsReads,
+    samples: SampleReads,
     run: RunRecord,
     metrics: list[MetricsRow],
     variant_a: str | None = None,
     variant_b: str | None = None,
+    sequential: bool | None = None,
 ) -> Comparison:
-    """Each variant of the run (or `variant_b`) against control (or `variant_a`)."""
+    """Each variant of the run (or `variant_b`) against control (or `variant_a`);
+    `sequential` defaults to True while the run is not finished."""
     names = [m.variant or "" for m in metrics]
     for given in (variant_a, variant_b):
         if given is not None and given not in names:
@@ -113,176 +144,227 @@ def compare_run(
     others = [variant_b] if variant_b is not None else [n for n in names if n != control]
     if control in others:
         raise PromptlabError(f"compare {control!r} with another variant, not itself")
+    if sequential is None:
+        sequential = not RunStatus(run.status).is_final
     mode = run_mode(run)
     paired = mode == "all"
-    by_name = {m.variant: m for m in metrics}
     rows: list[MetricComparison] = []
+    arms: dict[str, tuple[int, int]] = {}
+    control_arm = samples.run_arm(run.run_id, control, by_row=paired)
+    arms[control] = (control_arm.units, control_arm.requests)
     for other in others:
-        rows += _compare_pair(reads, run.run_id, by_name[control], by_name[other], paired)
-    srm = None
-    if mode == "split":
-        srm = _srm(reads, run)
-    return Comparison(run.run_id, mode, control, paired, holm_verdicts(rows), srm, metrics)
+        arm = samples.run_arm(run.run_id, other, by_row=paired)
+        arms[other] = (arm.units, arm.requests)
+        if paired:
+            rows += compare_paired(samples.paired(run.run_id, control, other), control_arm,
+                                   arm, sequential=sequential)  # fmt: skip
+        else:
+            rows += compare_arms(control_arm, arm, sequential=sequential)
+    srm = _srm(reads, run) if mode == "split" else None
+    method = ALWAYS_VALID if sequential else FIXED_HORIZON
+    return Comparison(run.run_id, mode, control, paired, holm_verdicts(rows), srm, metrics,
+                      method=method, arms=arms)  # fmt: skip
 
 
-def _compare_pair(
-    reads: MetricsReads, run_id: str, a: MetricsRow, b: MetricsRow, paired: bool
-) -> list[MetricComparison]:
-    name_a, name_b = a.variant or "", b.variant or ""
-    rows = [_completion(reads, run_id, a, b, paired)]
-    if a.impressions and b.impressions:
-        # Clicks are per impression, not per (row, repeat) pair: independent samples.
-        rows.append(proportion_row(CTR, name_a, name_b, a.clicks, a.impressions,
-                                   b.clicks, b.impressions))  # fmt: skip
-    xa, xb = reads.latencies(run_id, name_a), reads.latencies(run_id, name_b)
-    test = None
-    if paired:
-        pa, pb = reads.paired_latencies(run_id, name_a, name_b)
-        test = wilcoxon_paired(pa, pb) if pa.size else None
-    elif xa.size and xb.size:
-        test = mann_whitney(xa, xb)
-    return rows + latency_rows(name_a, name_b, xa, xb, test)
+def compare_arms(
+    a: ArmSample, b: ArmSample, *, sequential: bool = False, cuped: bool = False
+) -> list[MetricComparison]:  # fmt: skip
+    """B against A, independent arms analysed per unit: completion and CTR (CTR only
+    when either arm has impressions), latency p50/p90/p99. Verdicts come from
+    `holm_verdicts` over the whole table."""
+    by = "unit" if a.per_unit or b.per_unit else "request"
+    rows = []
+    for metric in (COMPLETION, CTR):
+        ra, rb = a.rates[metric], b.rates[metric]
+        if metric == CTR and not (ra.den.sum() or rb.den.sum()):
+            continue
+        pre = (a.pre.get(metric), b.pre.get(metric)) if cuped else (None, None)
+        rows.append(_rate_row(metric, a.name, b.name, ra, rb, by, sequential, pre))
+    units_a, units_b = a.rates[COMPLETION].num.size, b.rates[COMPLETION].num.size
+    differences: list[QuantileDifference] | None = None
+    if a.latency.size and b.latency.size:
+        qs = tuple(q for q, _ in COMPARED_QUANTILES)
+        differences = quantile_difference(
+            (a.latency, a.latency_unit, units_a), (b.latency, b.latency_unit, units_b), qs
+        )
+    counts = (_distinct(a.latency_unit), _distinct(b.latency_unit), a.latency.size, b.latency.size)
+    return rows + _latency_rows(a.name, b.name, a.latency, b.latency, differences, counts, by,
+                                sequential)  # fmt: skip
 
 
-def latency_rows(
-    name_a: str,
-    name_b: str,
-    xa: npt.NDArray[np.float64],
-    xb: npt.NDArray[np.float64],
-    test: TestResult | None,
-) -> list[MetricComparison]:
-    """Latency p50/p90/p99 of B against A: bootstrap interval, `test`'s p-value."""
+def compare_paired(
+    pairs: PairedSample, a: ArmSample, b: ArmSample, *, sequential: bool = False
+) -> list[MetricComparison]:  # fmt: skip
+    """B against A over the same inputs (an all-mode run), clustered by dataset row:
+    completion paired, CTR per row (impressions are not paired), latency paired."""
+    estimate = paired_rate_difference(pairs.completed_a, pairs.completed_b, pairs.finished)
+    sample_a = RatioSample(pairs.completed_a, pairs.finished)
+    sample_b = RatioSample(pairs.completed_b, pairs.finished)
+    rows = [_row_from(COMPLETION, a.name, b.name, sample_a, sample_b, estimate, "row",
+                      sequential, (pairs.rows, pairs.rows), "paired delta method")]  # fmt: skip
+    if a.rates[CTR].den.sum() or b.rates[CTR].den.sum():
+        rows.append(_rate_row(CTR, a.name, b.name, a.rates[CTR], b.rates[CTR], "row",
+                              sequential, (None, None)))  # fmt: skip
+    differences = None
+    if pairs.latency_a.size:
+        qs = tuple(q for q, _ in COMPARED_QUANTILES)
+        differences = paired_quantile_difference(
+            pairs.latency_a, pairs.latency_b, pairs.latency_row, pairs.rows, qs
+        )
+    rows_timed = _distinct(pairs.latency_row)
+    counts = (rows_timed, rows_timed, pairs.latency_a.size, pairs.latency_b.size)
+    return rows + _latency_rows(a.name, b.name, pairs.latency_a, pairs.latency_b, differences,
+                                counts, "row", sequential, paired=True)  # fmt: skip
+
+
+def _distinct(index: object) -> int:
     import numpy as np
 
-    rows: list[MetricComparison] = []
-    for q, metric in COMPARED_QUANTILES:
-        if not xa.size or not xb.size or test is None:
-            rows.append(
-                MetricComparison(
-                    metric,
-                    name_b,
-                    name_a,
-                    None,
-                    None,
-                    int(xa.size),
-                    int(xb.size),
-                    None,
-                    None,
-                    1.0,
-                    NO_DATA,
-                    lower_is_better=True,
-                )  # fmt: skip
-            )
-            continue
-        effect, interval = bootstrap_quantile_diff(xa, xb, q, n_boot=N_BOOT, seed=SEED)
-        rows.append(
-            MetricComparison(
-                metric,
-                name_b,
-                name_a,
-                float(np.quantile(xa, q)),
-                float(np.quantile(xb, q)),
-                int(xa.size),
-                int(xb.size),
-                effect,
-                interval,
-                test.p_value,
-                f"bootstrap + {test.test}",
-                lower_is_better=True,
-            )  # fmt: skip
-        )
-    return rows
+    return int(np.unique(np.asarray(index)).size)
 
 
-def proportion_row(
-    metric: str, name_a: str, name_b: str, s_a: int, n_a: int, s_b: int, n_b: int
-) -> MetricComparison:
-    """A rate of B against A from independent samples (`two_proportions`)."""
-    diff = two_proportions(s_a, n_a, s_b, n_b)
-    has_data = n_a > 0 and n_b > 0
-    return MetricComparison(
+def _infer(estimate: Estimate, control: float | None, latency: bool, sequential: bool) -> Inference:
+    if sequential:
+        return always_valid(estimate, mixture_width(control, latency))
+    return fixed_horizon(estimate)
+
+
+def _rate_row(
+    metric: str, name_a: str, name_b: str, a: RatioSample, b: RatioSample, by: str,
+    sequential: bool, pre: tuple[RatioSample | None, RatioSample | None],
+) -> MetricComparison:  # fmt: skip
+    estimate, reduction, method = rate_difference(a, b), None, "delta method"
+    if pre[0] is not None and pre[1] is not None:
+        adjusted = cuped_rate_difference(a, b, pre[0], pre[1])
+        if adjusted is not None:
+            (estimate, reduction), method = adjusted, "delta method + CUPED"
+    units = (int((a.den > 0).sum()), int((b.den > 0).sum()))
+    row = _row_from(metric, name_a, name_b, a, b, estimate, by, sequential, units, method)
+    return row if reduction is None else _with(row, variance_reduction=reduction)
+
+
+def _row_from(
+    metric: str, name_a: str, name_b: str, a: RatioSample, b: RatioSample,
+    estimate: Estimate | None, by: str, sequential: bool, units: tuple[int, int], method: str,
+) -> MetricComparison:  # fmt: skip
+    value_a, value_b = linearized(a)[0], linearized(b)[0]
+    row = MetricComparison(
         metric=metric, variant=name_b, control=name_a,
-        control_value=s_a / n_a if n_a else None, variant_value=s_b / n_b if n_b else None,
-        n_control=n_a, n_variant=n_b, effect=diff.effect if has_data else None,
-        interval=diff.interval if has_data else None, p_value=diff.p_value, test=diff.test,
-        lower_is_better=False,
+        control_value=None if math.isnan(value_a) else value_a,
+        variant_value=None if math.isnan(value_b) else value_b,
+        n_control=units[0], n_variant=units[1], effect=None, interval=None, p_value=1.0,
+        test=NO_DATA, lower_is_better=False, requests_control=int(a.den.sum()),
+        requests_variant=int(b.den.sum()), analysed_by=by,
+        control_interval=rate_interval(a), variant_interval=rate_interval(b),
     )  # fmt: skip
+    return _decided(row, estimate, method, sequential, latency=False)
+
+
+def _decided(
+    row: MetricComparison, estimate: Estimate | None, method: str, sequential: bool,
+    latency: bool,
+) -> MetricComparison:  # fmt: skip
+    """The row with its effect, interval and p-value, or too few units, or no data."""
+    if estimate is None:
+        return row
+    fewest = min(row.n_control, row.n_variant)
+    if fewest < MIN_UNITS_PER_ARM:
+        return _with(row, effect=estimate.effect, test=method, verdict=Verdict.TOO_FEW,
+                     reason=too_few(fewest))  # fmt: skip
+    found = _infer(estimate, row.control_value, latency, sequential)
+    se = math.sqrt(estimate.variance) if math.isfinite(estimate.variance) else None
+    name = f"{method} per {row.analysed_by}" + (" · mSPRT" if sequential else "")
+    return _with(row, effect=estimate.effect, interval=found.interval, p_value=found.p_value,
+                 test=name, standard_error=se)  # fmt: skip
+
+
+def _with(row: MetricComparison, **changes: object) -> MetricComparison:
+    from dataclasses import replace
+
+    return replace(row, **changes)  # type: ignore[arg-type]
+
+
+def _latency_rows(
+    name_a: str, name_b: str, xa: FloatArray, xb: FloatArray,
+    differences: list[QuantileDifference] | None, counts: tuple[int, int, int, int], by: str,
+    sequential: bool, paired: bool = False,
+) -> list[MetricComparison]:  # fmt: skip
+    """Latency p50/p90/p99 of B against A from the per-unit `differences`."""
+    import numpy as np
+
+    method = "paired delta method (quantile)" if paired else "delta method (quantile)"
+    rows = []
+    for index, (q, metric) in enumerate(COMPARED_QUANTILES):
+        row = MetricComparison(
+            metric=metric, variant=name_b, control=name_a, control_value=None,
+            variant_value=None, n_control=counts[0], n_variant=counts[1], effect=None,
+            interval=None, p_value=1.0, test=NO_DATA, lower_is_better=True,
+            requests_control=counts[2], requests_variant=counts[3], analysed_by=by,
+        )  # fmt: skip
+        if differences is None:
+            rows.append(row)
+            continue
+        found = differences[index]
+        row = _with(
+            row,
+            control_value=float(np.quantile(xa, q)),
+            variant_value=float(np.quantile(xb, q)),
+            control_interval=found.interval_a,
+            variant_interval=found.interval_b,
+        )
+        rows.append(_decided(row, found.estimate, method, sequential, latency=True))
+    return rows
 
 
 def compare_versions(
     reads: MetricsReads,
+    samples: SampleReads,
     a: tuple[str, str],
     b: tuple[str, str],
     *,
     logs: bool = False,
     since: datetime | None = None,
+    sequential: bool = False,
+    cuped: bool = False,
 ) -> Comparison:
     """Version B against version A, each given as (version id, label): from production
-    logs (`logs`), else from their results across runs; independent samples.
-
-    Completion and CTR by two proportions, latency p50/p90/p99 by a bootstrap interval
-    and a Mann-Whitney test; Holm's correction over the table.
-    """
+    logs (`logs`), else from their results across runs; independent arms per unit.
+    `cuped` (logs with `since` only) adjusts rates by each unit's history before `since`."""
     (id_a, name_a), (id_b, name_b) = a, b
     if id_a == id_b:
         raise PromptlabError(f"compare {name_a} with another version, not itself")
+    if cuped and not (logs and since is not None):
+        raise PromptlabError("CUPED needs production logs and --since (the pre-period is "
+                             "each unit's logs before it)")  # fmt: skip
+    method = ALWAYS_VALID if sequential else FIXED_HORIZON
     if logs:
-        (log_a, xa), (log_b, xb) = reads.log_sample(id_a, since), reads.log_sample(id_b, since)
-        for name, found in ((name_a, log_a), (name_b, log_b)):
-            if found is None:
+        totals = {r.prompt_version_id: r for r in reads.log_metrics(None, since)}
+        for version_id, name in ((id_a, name_a), (id_b, name_b)):
+            if version_id not in totals:
                 raise PromptlabError(f"no production logs for {name}" + _since_text(since))
-        assert log_a is not None and log_b is not None
-        rows = [
-            proportion_row(COMPLETION, name_a, name_b, log_a.completed, log_a.completion_known,
-                           log_b.completed, log_b.completion_known),
-            proportion_row(CTR, name_a, name_b, log_a.clicks, log_a.click_known,
-                           log_b.clicks, log_b.click_known),
-        ]  # fmt: skip
-        test = mann_whitney(xa, xb) if xa.size and xb.size else None
-        rows += latency_rows(name_a, name_b, xa, xb, test)
+        arm_a = samples.log_arm(id_a, name_a, since, pre_period=cuped)
+        arm_b = samples.log_arm(id_b, name_b, since, pre_period=cuped)
+        rows = compare_arms(arm_a, arm_b, sequential=sequential, cuped=cuped)
         return Comparison("", "logs", name_a, False, holm_verdicts(rows), None, [],
-                          [log_a, log_b])  # fmt: skip
-    (fin_a, done_a, imp_a, clk_a), xa = reads.version_sample(id_a, since=since)
-    (fin_b, done_b, imp_b, clk_b), xb = reads.version_sample(id_b, since=since)
-    for name, finished in ((name_a, fin_a), (name_b, fin_b)):
-        if not finished:
-            raise PromptlabError(f"no results of {name}" + _since_text(since))
-    rows = [proportion_row(COMPLETION, name_a, name_b, done_a, fin_a, done_b, fin_b)]
-    if imp_a and imp_b:
-        rows.append(proportion_row(CTR, name_a, name_b, clk_a, imp_a, clk_b, imp_b))
-    test = mann_whitney(xa, xb) if xa.size and xb.size else None
-    rows += latency_rows(name_a, name_b, xa, xb, test)
+                          [totals[id_a], totals[id_b]], method=method,
+                          arms=_arms(arm_a, arm_b))  # fmt: skip
+    arm_a = samples.version_arm(id_a, name_a, since)
+    arm_b = samples.version_arm(id_b, name_b, since)
+    for arm in (arm_a, arm_b):
+        if not arm.requests:
+            raise PromptlabError(f"no results of {arm.name}" + _since_text(since))
+    rows = compare_arms(arm_a, arm_b, sequential=sequential)
     metrics = [m for m in reads.version_metrics(None, since) if m.prompt_version_id in (id_a, id_b)]
-    return Comparison("", "versions", name_a, False, holm_verdicts(rows), None, metrics)
+    return Comparison("", "versions", name_a, False, holm_verdicts(rows), None, metrics,
+                      method=method, arms=_arms(arm_a, arm_b))  # fmt: skip
+
+
+def _arms(a: ArmSample, b: ArmSample) -> dict[str, tuple[int, int]]:
+    return {a.name: (a.units, a.requests), b.name: (b.units, b.requests)}
 
 
 def _since_text(since: datetime | None) -> str:
     return f" since {since.isoformat()}" if since is not None else ""
-
-
-def _completion(
-    reads: MetricsReads, run_id: str, a: MetricsRow, b: MetricsRow, paired: bool
-) -> MetricComparison:
-    name_a, name_b = a.variant or "", b.variant or ""
-    if paired:
-        pairs = reads.paired_completion(run_id, name_a, name_b)
-        s_a, n_a, s_b, n_b = pairs.a_completed, pairs.pairs, pairs.b_completed, pairs.pairs
-    else:
-        s_a, n_a, s_b, n_b = a.completed, a.finished, b.completed, b.finished
-    # The interval is Newcombe's for independent samples: for pairs it is conservative.
-    diff = two_proportions(s_a, n_a, s_b, n_b)
-    p_value, test = diff.p_value, diff.test
-    if paired and n_a:
-        mc = mcnemar(pairs.only_a, pairs.only_b)
-        p_value, test = mc.p_value, mc.test
-    has_data = n_a > 0 and n_b > 0
-    return MetricComparison(
-        metric=COMPLETION, variant=name_b, control=name_a,
-        control_value=s_a / n_a if n_a else None, variant_value=s_b / n_b if n_b else None,
-        n_control=n_a, n_variant=n_b, effect=diff.effect if has_data else None,
-        interval=diff.interval if has_data else None, p_value=p_value, test=test,
-        lower_is_better=False,
-    )  # fmt: skip
 
 
 def _srm(reads: MetricsReads, run: RunRecord) -> SrmCheck | None:

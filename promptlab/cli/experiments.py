@@ -246,9 +246,17 @@ def estimate_lines(estimate: RunEstimate) -> Iterator[str]:
         f"{estimate.output_tokens:,} out, {cost}, about {estimate.seconds:.0f} s "
         f"(bounded by {estimate.bound})"
     )
+    units = estimate.units
+    if units is not None:
+        per = ", ".join(f"{v.name} {v.units}" for v in estimate.variants)
+        yield (
+            f"units: {units.units:,}{'' if units.complete else '+'} distinct {units.column} ({per})"
+        )
     for v in estimate.variants:
         model = f"{v.endpoint}:{v.model}"
         yield f"  {v.name}: {v.requests:,} requests on {model} (output from {v.basis})"
+    for warning in estimate.warnings:
+        yield f"warning: {warning}"
 
 
 @click.command("assign")

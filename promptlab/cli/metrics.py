@@ -6,6 +6,7 @@ The facade is imported inside the commands (it brings DuckDB): `--help` stays li
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -15,10 +16,11 @@ import click
 from promptlab.cli.common import db_option, handle_errors, open_workbench
 from promptlab.views.compare import (
     COMPARISON_COLUMNS,
+    answer_sentences,
     comparison_cells,
     fmt_ms,
     fmt_pct,
-    srm_figures,
+    srm_verdict,
     units_needed,
     units_needed_text,
 )
@@ -106,6 +108,17 @@ def metrics_command(
     help="Also say how many units per arm detect a change of PP percentage points "
     "in control's completion rate (alpha 0.05, power 80%).",
 )  # fmt: skip
+@click.option(
+    "--live/--final", "sequential", default=None,
+    help="Still collecting (--live: always-valid mSPRT, safe to look again and again) or "
+    "finished (--final: fixed-horizon tests). Default: live while a run is unfinished "
+    "and for production logs, final otherwise.",
+)  # fmt: skip
+@click.option(
+    "--cuped", is_flag=True,
+    help="With --logs and --since: use each unit's logs before --since as a covariate "
+    "(CUPED), for narrower intervals on completion and CTR.",
+)  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
 @click.pass_context
 @handle_errors
@@ -116,14 +129,18 @@ def compare_command(
     since: str | None,
     variants: tuple[str, ...],
     mde: float | None,
+    sequential: bool | None,
+    cuped: bool,
     as_json: bool,
 ) -> None:
     """Each variant of a run against control (`--run RUN [VARIANT_A VARIANT_B]`), or
     version REF_B against REF_A (`REF_A REF_B [--run RUN | --logs] [--since DATE]`).
 
-    Completion rate, CTR (with feedback) and latency p50/p90/p99: the delta, its 95%
-    interval, the p-value, Holm's adjusted p-value, the test and a verdict; for a split
-    run, the SRM check. Versions are references (name@1.2.0, name@label) or ids.
+    Completion rate, CTR (with feedback) and latency p50/p90/p99, analysed per unit
+    (the split's unit, the logs' unit_id; per request when rows name none): the delta,
+    its 95% interval and the p-value of the same method, Holm's adjusted p-value, the
+    verdict and why; for a split run, the SRM check. Fewer than 20 units in an arm give
+    "too few units". Versions are references (name@1.2.0, name@label) or ids.
     """
     if len(variants) not in (0, 2):
         raise click.UsageError("give two variants or versions (A B), or none with --run")
@@ -132,14 +149,18 @@ def compare_command(
         raise click.UsageError("give --run RUN, or two versions (REF_A REF_B, as name@version)")
     if (logs or since) and not by_version:
         raise click.UsageError("--logs and --since compare two versions: give REF_A REF_B")
+    if cuped and not (logs and since):
+        raise click.UsageError("--cuped needs --logs and --since (the pre-period is before it)")
     a, b = variants if variants else (None, None)
     with open_workbench(ctx) as wb:
         if by_version:
             assert a is not None and b is not None
-            comparison = wb.analysis.compare_versions(a, b, run_id=run_id, logs=logs, since=since)
+            comparison = wb.analysis.compare_versions(
+                a, b, run_id=run_id, logs=logs, since=since, sequential=sequential, cuped=cuped
+            )
         else:
             assert run_id is not None
-            comparison = wb.analysis.compare(run_id, a, b)
+            comparison = wb.analysis.compare(run_id, a, b, sequential=sequential)
     needed = units_needed(comparison, mde) if mde is not None else None
     if as_json:
         click.echo(json.dumps({**comparison_json(comparison), "units_needed": needed}, indent=2))
@@ -149,7 +170,9 @@ def compare_command(
     source = {"logs": "production logs", "versions": "results across runs"}.get(
         comparison.mode, f"{comparison.mode} mode"
     )
-    click.echo(f"{where}: {source} ({kind}), control {comparison.control}")
+    click.echo(f"{where}: {source} ({kind}), control {comparison.control}, {comparison.method}")
+    for sentence in answer_sentences(comparison):
+        click.echo(sentence)
     for line in comparison_table(comparison.rows):
         click.echo(line)
     if comparison.srm is not None:
@@ -245,19 +268,15 @@ def checks_table(rows: list[MetricsRow]) -> list[str]:
 def comparison_table(rows: list[MetricComparison]) -> list[str]:
     table: list[tuple[str, ...]] = [COMPARISON_COLUMNS]
     table += [comparison_cells(r) for r in rows]
-    return aligned(table, {0, 1, 8, 9})
+    return aligned(table, {0, 1, 8, 9, 12})
 
 
 def srm_line(comparison: Comparison) -> str:
     srm = comparison.srm
     assert srm is not None
-    figures = srm_figures(srm)
     if srm.mismatch:
-        return (
-            f"!! SAMPLE RATIO MISMATCH: {figures}. The split did not follow the weights: "
-            "fix the assignment before trusting this comparison."
-        )
-    return f"SRM check: ok ({figures})"
+        return f"!! SAMPLE RATIO MISMATCH: {srm_verdict(srm).split(': ', 1)[1]}"
+    return f"SRM check: {srm_verdict(srm)}"
 
 
 def _plain(value: Any) -> Any:
@@ -267,7 +286,7 @@ def _plain(value: Any) -> Any:
         return {k: _plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_plain(v) for v in value]
-    if isinstance(value, float) and value != value:  # NaN is not JSON
+    if isinstance(value, float) and not math.isfinite(value):  # NaN, inf are not JSON
         return None
     return value
 
@@ -313,6 +332,9 @@ def comparison_json(comparison: Comparison) -> dict[str, Any]:
         "mode": comparison.mode,
         "control": comparison.control,
         "paired": comparison.paired,
+        "method": comparison.method,
+        "arms": {name: {"units": u, "requests": r} for name, (u, r) in comparison.arms.items()},
+        "answer": answer_sentences(comparison),
         "rows": [_plain(asdict(r)) for r in comparison.rows],
         "srm": _plain(asdict(srm)) if srm is not None else None,
         "metrics": [metrics_json(m) for m in comparison.metrics],

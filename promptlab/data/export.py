@@ -130,7 +130,8 @@ COMPARISON_COLUMNS: tuple[tuple[str, str], ...] = (
     ("n_control", "int64"), ("n_variant", "int64"), ("effect", "float64"),
     ("interval_low", "float64"), ("interval_high", "float64"), ("p_value", "float64"),
     ("adjusted_p", "float64"), ("test", "string"), ("verdict", "string"),
-    ("lower_is_better", "bool"),
+    ("lower_is_better", "bool"), ("requests_control", "int64"), ("requests_variant", "int64"),
+    ("analysed_by", "string"), ("method", "string"), ("reason", "string"),
 )  # fmt: skip
 
 
@@ -162,7 +163,8 @@ def metrics_record(row: MetricsRow) -> dict[str, Any]:
 
 
 def comparison_records(comparison: Comparison) -> list[dict[str, Any]]:
-    """The comparison's rows (variant, metric, n, effect, interval, p, adjusted p, verdict)."""
+    """The comparison's rows (variant, metric, units and requests, effect, interval, p,
+    adjusted p, verdict and why, the method: fixed horizon or always valid)."""
     return [
         {
             "run_id": comparison.run_id,
@@ -182,6 +184,11 @@ def comparison_records(comparison: Comparison) -> list[dict[str, Any]]:
             "test": r.test,
             "verdict": str(r.verdict),
             "lower_is_better": r.lower_is_better,
+            "requests_control": r.requests_control,
+            "requests_variant": r.requests_variant,
+            "analysed_by": r.analysed_by,
+            "method": comparison.method,
+            "reason": r.reason,
         }  # fmt: skip
         for r in comparison.rows
     ]

@@ -42,6 +42,10 @@ from promptlab.store.files import FileReads, Source, file_source
 KINDS = ("impression", "click", "thumbs_up", "thumbs_down", "completed")
 #: Kinds a person gives in the app on the item view.
 RATINGS = ("thumbs_up", "thumbs_down", "click")
+#: Ratings that are one opinion per person and result: the latest replaces the earlier.
+THUMBS = ("thumbs_up", "thumbs_down")
+#: The source of a rating given in the app, followed by `:` and who gave it.
+APP_SOURCE = "app"
 #: The columns of a feedback file (fixed names).
 FEEDBACK_COLUMNS = ("result_id", "version", "unit_id", "kind", "value", "event_time")
 #: The fields of a production log, each read from the column of the same name unless
@@ -113,16 +117,25 @@ class FeedbackImporter:
 
         return self._import(path, fields, feedback=False, max_bytes=max_bytes, max_rows=max_rows)
 
-    def rate(self, run_id: str, key: str, kind: str) -> None:
-        """A rating given in the app: a feedback row of source 'app' for the result (a
-        click comes with an impression when the result has none left unclicked, so that
-        it counts in the CTR)."""
+    def rate(self, run_id: str, key: str, kind: str, *, by: str) -> bool:
+        """A rating given in the app by person `by`: a feedback row of source `app:<by>`
+        for the result. Returns whether anything was stored.
+
+        A thumb (up or down) is an opinion, one per person and result: the same thumb
+        again stores nothing, the other one replaces the person's earlier thumb. A click
+        is an event and counts each time; it comes with an impression when the result has
+        none left unclicked, so that it counts in the CTR.
+        """
         if kind not in KINDS:
             raise FeedbackError(f"rating {kind!r} is not one of {', '.join(KINDS)}")
         found = self.tables.result_of(run_id, key)
         if found is None:
             raise FeedbackError(f"run {run_id} has no result {key!r}")
         version_id, variant = found
+        source = f"{APP_SOURCE}:{by}"
+        now = self.tables.store.clock.now()
+        if kind in THUMBS:
+            return self.tables.set_thumb(run_id, key, version_id, variant, kind, source, now)
         # CTR counts a click only against an impression: a reviewer's click brings one,
         # unless the result has an impression no click has used yet.
         kinds: tuple[str, ...] = (kind,)
@@ -130,9 +143,8 @@ class FeedbackImporter:
             counts = self.tables.counts(run_id, key)
             if counts.get("impression", 0) <= counts.get("click", 0):
                 kinds = ("impression", "click")
-        self.tables.add_rating(
-            run_id, key, version_id, variant, kinds, self.tables.store.clock.now()
-        )
+        self.tables.add_rating(run_id, key, version_id, variant, kinds, source, now)
+        return True
 
     # ---- one import ----------------------------------------------------------------
 

@@ -184,16 +184,15 @@ class Engine:
     def estimate(self, spec: RunSpec) -> RunEstimate:
         """Requests, tokens, cost and time the spec would take (see engine/estimate.py).
 
-        Checks what `submit` checks first (the unit column, the plan's size). A split's
-        requests per variant are its expected share of units (ramp and kill switch
-        included); with `skip_invalid_rows`, the share of valid rows among the first
-        ESTIMATE_ROWS (engine/prepare.py) scales the dataset.
+        Checks what `submit` checks first (the unit column, the plan's size). The first
+        ESTIMATE_ROWS rows are assigned as the run will assign them (a split: by the
+        hash of each row's unit, ramp and kill switch included; with
+        `skip_invalid_rows`, minus the rows a template refuses) and scale the dataset.
         """
         prepared = self._prepare(spec, sending=False)
         return estimate_run(
             prepared.variants,
-            prepared.expected_requests(),
-            prepared.sample_rows(),
+            prepared.plan_sample(),
             prepared.endpoints,
             self.reads.output_history(),
         )

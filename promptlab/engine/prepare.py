@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from promptlab.data.datasets import DatasetStore, check_rows
+from promptlab.engine.estimate import ESTIMATE_ROWS, PlanSample, sample_plan
 from promptlab.engine.limiter import Limits
 from promptlab.engine.planner import (
     AllVariants,
@@ -39,11 +40,6 @@ from promptlab.prompts.templates import Template
 from promptlab.providers.config import KINDS, EndpointConfig, parse_model_ref
 from promptlab.providers.simulator import SIM_MODELS
 from promptlab.records import PlannedChunk, VariantRecord
-
-#: Rows an estimate reads to count requests per variant (scaled to the whole dataset).
-ESTIMATE_ROWS = 20_000
-#: Rows rendered to average the prompt tokens of each variant.
-TOKEN_SAMPLE_ROWS = 50
 
 
 class ResolvedVersion(Protocol):
@@ -131,24 +127,20 @@ class PreparedRun:
             skipped.update(number - 1 for number in found.bad_rows)
         return SkipRows(strategy, frozenset(skipped))
 
-    def expected_requests(self) -> dict[str, int]:
-        """Requests per variant name, for an estimate. A split's are its expected share of
-        units (ramp and kill switch included); with `skip_invalid_rows`, the share of
-        valid rows among the first ESTIMATE_ROWS scales the dataset."""
+    def plan_sample(self) -> PlanSample:
+        """The first ESTIMATE_ROWS rows assigned as the run will assign them, for an
+        estimate: per variant its rows, its units (a split) and rows to sample tokens on.
+        With `skip_invalid_rows`, the rows a template refuses get nothing, as in the run."""
         spec, used = self.spec, self.plan_rows or 0
-        if spec.skip_invalid_rows and used:
-            strategy = self.strategy(min(used, ESTIMATE_ROWS))
-            skipped = len(strategy.skipped) if isinstance(strategy, SkipRows) else 0
-            used = round(used * (1 - skipped / min(used, ESTIMATE_ROWS)))
-        if spec.split and spec.experiment is not None:
-            shares = expected_shares(config_from_mapping(spec.experiment))
-        else:
-            shares = {v.name: 1.0 for v in self.variants}
-        return {v.name: round(used * shares.get(v.name, 0.0)) * spec.repeats for v in self.variants}
-
-    def sample_rows(self) -> list[Mapping[str, Any]]:
-        """The first rows, rendered by an estimate to average each variant's prompt tokens."""
-        return list(itertools.islice(self.rows.read(), TOKEN_SAMPLE_ROWS))
+        split = spec.split and spec.experiment is not None
+        sample = PlanSample(
+            planned=used,
+            repeats=spec.repeats,
+            unit_column=str(spec.unit_column) if split else None,
+            shares=expected_shares(config_from_mapping(spec.experiment)) if split else {},
+        )
+        strategy = self.strategy(min(used, ESTIMATE_ROWS))
+        return sample_plan(self.rows.read(), [v.name for v in self.variants], strategy, sample)
 
 
 def prepare_run(

@@ -31,6 +31,7 @@ from promptlab.store import RunStore
 from promptlab.store.alerts import AlertStore
 from promptlab.store.metrics import MetricsReads
 from promptlab.store.result_runs import ResultRuns, RunWithResults
+from promptlab.store.samples import SampleReads
 from promptlab.store.side_by_side import SideBySidePage, SideBySideReads, SideBySideRow
 from promptlab.store.timeseries import TimeSeries, TimeseriesReads
 
@@ -57,6 +58,7 @@ class Analysis:
         self._context = context
         self._reads = context.reads
         self._metrics = MetricsReads(context.store)
+        self._samples = SampleReads(context.store)
         self._alerts = AlertStore(context.store)
         #: The same input (row, repeat) as each variant answered it, a page at a time:
         #: `side_by_side(run_id, offset=0, limit=10, only_different=False)`.
@@ -87,13 +89,20 @@ class Analysis:
         return self._metrics.version_metrics(prompt, when)
 
     def compare(
-        self, run_id: str, variant_a: str | None = None, variant_b: str | None = None
+        self,
+        run_id: str,
+        variant_a: str | None = None,
+        variant_b: str | None = None,
+        sequential: bool | None = None,
     ) -> Comparison:
-        """Each variant of the run against control (or B against A), with significance;
-        see promptlab/analysis/compare.py for the tests used."""
+        """Each variant of the run against control (or B against A), per unit, with
+        significance; always-valid while the run is not finished unless `sequential`
+        says otherwise. See promptlab/analysis/compare.py for the methods."""
         run = self._reads.run(run_id)
         metrics = self._metrics.run_metrics(run_id)
-        return compare_run(self._metrics, run, metrics, variant_a, variant_b)
+        return compare_run(
+            self._metrics, self._samples, run, metrics, variant_a, variant_b, sequential
+        )
 
     def log_metrics(
         self, prompt: str | None = None, since: datetime | str | None = None
@@ -110,10 +119,14 @@ class Analysis:
         run_id: str | None = None,
         logs: bool = False,
         since: datetime | str | None = None,
+        sequential: bool | None = None,
+        cuped: bool = False,
     ) -> Comparison:
         """Version B against version A (references or ids): in one run (`run_id`: its
         variants of these versions), in the production logs (`logs`), or across every
-        run's results; see promptlab/analysis/compare.py."""
+        run's results; see promptlab/analysis/compare.py. `sequential` (always-valid,
+        for data still arriving) defaults to True for logs, else to whether a run is
+        unfinished; `cuped` uses each unit's logs before `since` as a covariate."""
         if run_id is not None and logs:
             raise PromptlabError("compare versions in a run or in the logs, not both")
         if run_id is not None and since is not None:
@@ -121,7 +134,14 @@ class Analysis:
         a, b = self._version_label(ref_a), self._version_label(ref_b)
         if run_id is None:
             return compare_versions(
-                self._metrics, a, b, logs=logs, since=_since(since, self._context.store.clock.now())
+                self._metrics,
+                self._samples,
+                a,
+                b,
+                logs=logs,
+                since=_since(since, self._context.store.clock.now()),
+                sequential=logs if sequential is None else sequential,
+                cuped=cuped,
             )
         # One run's variants are compared on everything they finished, as `compare --run`.
         metrics = self._metrics.run_metrics(run_id)
@@ -135,7 +155,10 @@ class Analysis:
                     f"(promptlab compare --run {run_id} A B)"
                 )
             names.append(found[0])
-        return compare_run(self._metrics, self._reads.run(run_id), metrics, *names)
+        run = self._reads.run(run_id)
+        return compare_run(
+            self._metrics, self._samples, run, metrics, names[0], names[1], sequential
+        )
 
     def _version_label(self, ref: str) -> tuple[str, str]:
         """(version id, `name@semver`) of a reference; a stored id stands for itself."""
@@ -166,6 +189,23 @@ class Analysis:
         """Completion rate and p90 latency per variant per time bucket (unit from the span)."""
         return TimeseriesReads(self._context.store).run_series(run_id)
 
+    def log_latencies(self, ref: str, since: datetime | str | None = None) -> Any:
+        """Latencies (ms) of a version's production log lines (from `since` on), as a
+        NumPy float array: the logs' ECDF, as `latencies` is a run variant's."""
+        version_id, _ = self._version_label(ref)
+        when = _since(since, self._context.store.clock.now())
+        return self._metrics.log_sample(version_id, when)[1]
+
+    def log_metrics_over_time(
+        self, refs: list[str], since: datetime | str | None = None
+    ) -> TimeSeries:
+        """Completion rate and p90 latency of each version's production log lines per
+        time bucket of their event time (from `since` on); buckets name the version
+        `name@semver`, as `log_metrics` rows are labelled."""
+        versions = [self._version_label(ref) for ref in refs]
+        when = _since(since, self._context.store.clock.now())
+        return TimeseriesReads(self._context.store).log_series(versions, when)
+
     # ---- feedback and production logs ----------------------------------------------
 
     def import_feedback(self, path: str | Path) -> int:
@@ -190,14 +230,14 @@ class Analysis:
         return count
 
     def rate_result(self, run_id: str, key: str, kind: str) -> None:
-        """Record a rating given in the app (thumbs_up, thumbs_down, click) on a result."""
-        self._feedback.rate(run_id, key, kind)
-        self._context.audit_change(
-            "feedback.rated",
-            self._context.settings.author,
-            {"key": key, "kind": kind},
-            run_id=run_id,
-        )
+        """Record a rating given in the app (thumbs_up, thumbs_down, click) on a result,
+        by the configured author: one thumb per person and result, the latest replacing
+        the earlier (the same thumb again changes nothing); each click counts."""
+        author = self._context.settings.author
+        if self._feedback.rate(run_id, key, kind, by=author):
+            self._context.audit_change(
+                "feedback.rated", author, {"key": key, "kind": kind}, run_id=run_id
+            )
 
     def result_feedback(self, run_id: str, key: str) -> dict[str, int]:
         """How many feedback events of each kind a result has (imported or rated here)."""

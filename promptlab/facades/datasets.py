@@ -63,7 +63,15 @@ class Datasets:
         return (redactor.value(row) for row in self._datasets.iter_rows(name, limit))
 
     def set_unit_column(self, name: str, column: str | None) -> DatasetInfo:
-        return self._datasets.set_unit_column(name, column)
+        """Name the column of dataset `name` that holds the unit id (None: none); a
+        column the dataset lacks is a DatasetError naming both."""
+        info = self._datasets.set_unit_column(name, column)
+        self._context.audit_change(
+            "dataset.unit_column_set",
+            self._context.settings.author,
+            {"dataset": name, "unit_column": column},
+        )
+        return info
 
     def delete(self, name: str) -> None:
         self._datasets.delete(name)

@@ -150,7 +150,9 @@ class Runs:
     # ---- the lifecycle (the shared engine) -----------------------------------------
 
     def estimate(self, spec: RunSpec) -> RunEstimate:
-        """Requests, tokens, cost and time the run would take, before it starts."""
+        """Requests, tokens, cost and time the run would take, before it starts; for a
+        split, the units each variant gets by the experiment's hashing, and warnings
+        when a variant gets too few (`MIN_UNITS_PER_ARM`) or a lumpy share."""
         return self._context.engine().estimate(spec)
 
     def start(self, spec: RunSpec) -> str:

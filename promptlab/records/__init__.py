@@ -24,7 +24,6 @@ from promptlab.records.metrics import (
     AlertRecord,
     LogMetricsRow,
     MetricsRow,
-    PairedCompletion,
 )
 from promptlab.records.prompts import (
     LabelEvent,
@@ -78,7 +77,6 @@ __all__ = [
     "MetricsRow",
     "OPEN_ITEM_STATUSES",
     "OutputHistory",
-    "PairedCompletion",
     "PendingItem",
     "PlannedChunk",
     "PlannedItem",

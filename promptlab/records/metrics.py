@@ -137,18 +137,6 @@ class LogMetricsRow:
 
 
 @dataclass(frozen=True)
-class PairedCompletion:
-    """Completion of two variants over the same (row, repeat) pairs of an all-mode run."""
-
-    pairs: int
-    a_completed: int
-    b_completed: int
-    #: Pairs only A completed (McNemar's b) and only B completed (c).
-    only_a: int
-    only_b: int
-
-
-@dataclass(frozen=True)
 class AlertRecord:
     """An anomaly seen in a run's results (promptlab.checks.anomalies): what, where, the figures."""
 

@@ -144,13 +144,42 @@ class FeedbackTables:
         version_id: str,
         variant: str,
         kinds: Sequence[str],
+        source: str,
         at: datetime,
     ) -> None:
         with self.store.transaction() as tx:
             tx.executemany(
-                "INSERT INTO feedback VALUES (?, ?, ?, ?, NULL, ?, 1, ?, 'app', ?)",
-                [[key, run_id, version_id, variant, kind, at, at] for kind in kinds],
+                "INSERT INTO feedback VALUES (?, ?, ?, ?, NULL, ?, 1, ?, ?, ?)",
+                [[key, run_id, version_id, variant, kind, at, source, at] for kind in kinds],
             )
+
+    def set_thumb(
+        self,
+        run_id: str,
+        key: str,
+        version_id: str,
+        variant: str,
+        kind: str,
+        source: str,
+        at: datetime,
+    ) -> bool:
+        """`source`'s thumb on a result becomes `kind`: its earlier thumbs on the result
+        go, in the same transaction. False (nothing written) when it already is `kind`."""
+        where = (
+            "FROM feedback WHERE run_id = ? AND idempotency_key = ? AND source = ? "
+            "AND kind IN ('thumbs_up', 'thumbs_down')"
+        )
+        args = [run_id, key, source]
+        with self.store.transaction() as tx:
+            earlier = [str(r[0]) for r in tx.execute(f"SELECT kind {where}", args).fetchall()]
+            if earlier == [kind]:
+                return False
+            tx.execute(f"DELETE {where}", args)
+            tx.execute(
+                "INSERT INTO feedback VALUES (?, ?, ?, ?, NULL, ?, 1, ?, ?, ?)",
+                [key, run_id, version_id, variant, kind, at, source, at],
+            )
+        return True
 
     def add_run_events(
         self,

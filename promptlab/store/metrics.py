@@ -1,5 +1,5 @@
-"""Metrics per run variant and per prompt version, computed in DuckDB, and the samples
-`promptlab compare` tests (latencies as NumPy arrays, paired completion counts).
+"""Metrics per run variant and per prompt version, computed in DuckDB, and latency samples
+as NumPy arrays (the per-unit samples `promptlab compare` tests are in samples.py).
 
 Completion counts a succeeded result whose output passed its check. Results gain
 `check_status` / `rule_status` with output checks (migration 0005_output_checks); the
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 
 from promptlab.errors import NotFoundError
-from promptlab.records import LogMetricsRow, MetricsRow, PairedCompletion
+from promptlab.records import LogMetricsRow, MetricsRow
 from promptlab.store.connection import Store
 from promptlab.store.runs import fetch_run
 
@@ -100,7 +100,7 @@ class MetricsReads:
     def __init__(self, store: Store) -> None:
         self.store = store
 
-    def _columns(self, cur: duckdb.DuckDBPyConnection) -> set[str]:
+    def columns(self, cur: duckdb.DuckDBPyConnection) -> set[str]:
         rows = cur.execute(
             "SELECT column_name FROM duckdb_columns() "
             "WHERE table_name = 'results' AND schema_name = 'main'"
@@ -108,7 +108,7 @@ class MetricsReads:
         return {r[0] for r in rows}
 
     def _aggregates(self, cur: duckdb.DuckDBPyConnection) -> str:
-        columns = self._columns(cur)
+        columns = self.columns(cur)
         quantiles = ", ".join(str(q) for q in METRIC_QUANTILES)
         checks = (
             _CHECK_AGGREGATES
@@ -264,38 +264,6 @@ class MetricsReads:
             ).fetchnumpy()
         return (rows[0] if rows else None), _floats(columns["latency_ms"])
 
-    def version_sample(
-        self, version_id: str, run_id: str | None = None, since: datetime | None = None
-    ) -> tuple[tuple[int, int, int, int], npt.NDArray[np.float64]]:
-        """A version's results across runs (or in one run): (finished, completed,
-        impressions, clicks) and the latencies (ms) of its succeeded results."""
-        window, args = _since(since)
-        fb_window, fb_args = _since(since, "event_time")
-        run_filter, run_args = (" AND run_id = ?", [run_id]) if run_id is not None else ("", [])
-        with self.store.read() as cur:
-            done = completed_predicate(self._columns(cur))
-            feedback = _FEEDBACK_PER_KEY.format(
-                group="prompt_version_id",
-                source="feedback",
-                where=f"prompt_version_id = ?{run_filter}{fb_window}",
-            )
-            row = cur.execute(
-                f"WITH {feedback}, "
-                f"agg AS (SELECT count(*) AS finished, count(*) FILTER (WHERE {done}) AS done "
-                f"FROM results WHERE prompt_version_id = ?{run_filter}{window}) "
-                "SELECT a.finished, a.done, coalesce(sum(f.impressions), 0), "
-                "coalesce(sum(f.clicks), 0) FROM agg a LEFT JOIN fb f ON true GROUP BY ALL",
-                [version_id, *run_args, *fb_args, version_id, *run_args, *args],
-            ).fetchone()
-            columns = cur.execute(
-                "SELECT latency_ms FROM results WHERE prompt_version_id = ? "
-                f"AND status = 'succeeded' AND latency_ms IS NOT NULL{run_filter}{window}",
-                [version_id, *run_args, *args],
-            ).fetchnumpy()
-        assert row is not None
-        counts = (int(row[0]), int(row[1]), int(row[2]), int(row[3]))
-        return counts, _floats(columns["latency_ms"])
-
     def latencies(self, run_id: str, variant: str) -> npt.NDArray[np.float64]:
         """Latencies (ms) of the variant's succeeded results, as a NumPy array."""
         with self.store.read() as cur:
@@ -305,40 +273,6 @@ class MetricsReads:
                 [run_id, variant],
             ).fetchnumpy()
         return _floats(columns["latency_ms"])
-
-    def paired_latencies(
-        self, run_id: str, a: str, b: str
-    ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
-        """Latencies of A and B over the (row, repeat) pairs both succeeded on."""
-        with self.store.read() as cur:
-            columns = cur.execute(
-                "SELECT x.latency_ms AS a, y.latency_ms AS b FROM results x JOIN results y "
-                "ON y.run_id = x.run_id AND y.row_index = x.row_index AND y.repeat = x.repeat "
-                "WHERE x.run_id = ? AND x.variant = ? AND y.variant = ? "
-                "AND x.status = 'succeeded' AND y.status = 'succeeded' "
-                "AND x.latency_ms IS NOT NULL AND y.latency_ms IS NOT NULL "
-                "ORDER BY x.row_index, x.repeat",
-                [run_id, a, b],
-            ).fetchnumpy()
-        return _floats(columns["a"]), _floats(columns["b"])
-
-    def paired_completion(self, run_id: str, a: str, b: str) -> PairedCompletion:
-        """Completion of A and B over the (row, repeat) pairs both finished."""
-        with self.store.read() as cur:
-            done = completed_predicate(self._columns(cur))
-            row = cur.execute(
-                "WITH x AS (SELECT row_index, repeat, "
-                f"({done}) AS ok FROM results WHERE run_id = ? AND variant = ?), "
-                "y AS (SELECT row_index, repeat, "
-                f"({done}) AS ok FROM results WHERE run_id = ? AND variant = ?) "
-                "SELECT count(*), count(*) FILTER (WHERE x.ok), count(*) FILTER (WHERE y.ok), "
-                "count(*) FILTER (WHERE x.ok AND NOT y.ok), "
-                "count(*) FILTER (WHERE y.ok AND NOT x.ok) "
-                "FROM x JOIN y USING (row_index, repeat)",
-                [run_id, a, run_id, b],
-            ).fetchone()
-        assert row is not None
-        return PairedCompletion(*(int(v) for v in row))
 
     def assigned_units(self, run_id: str) -> dict[str, int]:
         """Distinct units a split run assigned to each variant (its `assignments`)."""

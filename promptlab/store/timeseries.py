@@ -1,11 +1,13 @@
-"""A run's completion rate and p90 latency per variant per time bucket, from DuckDB.
+"""Completion rate and p90 latency per time bucket, from DuckDB: a run's per variant
+(by finishing time), or production logs' per prompt version (by event time).
 
-The bucket is chosen from the span of the run's results so a chart gets tens of
-points, not one or a million: a run of seconds is bucketed by second, a week by day.
+The bucket is chosen from the span of the results (or log lines) so a chart gets tens
+of points, not one or a million: a run of seconds is bucketed by second, a week by day.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -25,13 +27,16 @@ LONGEST_UNIT = "day"
 
 @dataclass(frozen=True)
 class TimeBucket:
-    """One variant's results finished within one bucket."""
+    """One variant's results finished within one bucket (or one version's log lines)."""
 
+    #: The run's variant, or the version's label (`name@semver`) for production logs.
     variant: str
     start: datetime
+    #: Results finished; for logs, the lines that say whether they completed.
     finished: int
     completed: int
-    #: p90 of the succeeded results' latencies; None when none succeeded.
+    #: p90 of the succeeded results' latencies (of the lines' latencies for logs); None
+    #: when none succeeded.
     latency_p90_ms: float | None
 
     @property
@@ -41,8 +46,10 @@ class TimeBucket:
 
 @dataclass(frozen=True)
 class TimeSeries:
-    """A run's buckets, oldest first, variants in variant order within a bucket."""
+    """A run's buckets, oldest first, variants in variant order within a bucket (for
+    logs: versions in the order asked for)."""
 
+    #: The run; empty for production logs.
     run_id: str
     #: The date_trunc unit the buckets start on (`second`, `minute`, `hour`, `day`).
     unit: str
@@ -61,7 +68,8 @@ def bucket_unit(first: datetime | None, last: datetime | None) -> str:
 
 
 class TimeseriesReads:
-    """Results of one run, grouped by variant and time bucket."""
+    """Results of one run, or production log lines, grouped by variant (version) and
+    time bucket."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -75,7 +83,7 @@ class TimeseriesReads:
             ).fetchone()
             unit = bucket_unit(*(span or (None, None)))
             # The metrics module owns what "complete" means; its predicate is reused.
-            done = completed_predicate(MetricsReads(self.store)._columns(cur))
+            done = completed_predicate(MetricsReads(self.store).columns(cur))
             rows = cur.execute(
                 f"SELECT variant, date_trunc('{unit}', finished_at) AS start, count(*), "
                 f"count(*) FILTER (WHERE {done}), "
@@ -92,3 +100,31 @@ class TimeseriesReads:
             for r in sorted(rows, key=lambda r: (r[1], rank.get(r[0], len(rank)), r[0]))
         ]
         return TimeSeries(run_id, unit, buckets)
+
+    def log_series(
+        self, versions: Sequence[tuple[str, str]], since: datetime | None = None
+    ) -> TimeSeries:
+        """Production log lines of `versions` ((version id, label) each) per version and
+        time bucket of their event time, from `since` on: the lines that say whether they
+        completed, how many did, and the p90 of the latencies logged."""
+        ids = [version_id for version_id, _ in versions]
+        window, args = (" AND event_time >= ?", [since]) if since is not None else ("", [])
+        lines = f"FROM production_logs WHERE list_contains(?, prompt_version_id){window}"
+        with self.store.read() as cur:
+            span = cur.execute(f"SELECT min(event_time), max(event_time) {lines}", [ids, *args])
+            unit = bucket_unit(*(span.fetchone() or (None, None)))
+            rows = cur.execute(
+                f"SELECT prompt_version_id, date_trunc('{unit}', event_time) AS start, "
+                "count(completed), count(*) FILTER (WHERE completed), "
+                f"quantile_cont(latency_ms, 0.9) {lines} GROUP BY prompt_version_id, start",
+                [ids, *args],
+            ).fetchall()
+        rank = {version_id: i for i, version_id in enumerate(ids)}
+        label = dict(versions)
+        buckets = [
+            TimeBucket(
+                label[r[0]], r[1], int(r[2]), int(r[3]), None if r[4] is None else float(r[4])
+            )
+            for r in sorted(rows, key=lambda r: (r[1], rank[r[0]]))
+        ]
+        return TimeSeries("", unit, buckets)

@@ -1,16 +1,28 @@
-"""A download button for any exportable table: pick a format, get the file.
+"""Download buttons for any exportable table: pick a format, make the file, save it.
 
     download_buttons(wb, "results", key="run_results", run_id=run_id)
 
-renders a format picker and a download button beside it. The file is made only when
-the button is clicked (Streamlit calls `data` then, on its own thread), by the same
-DuckDB COPY as `promptlab export`, so it holds the rows the CLI would write.
+renders a format picker and a button beside it. Pressing it makes the file (by the same
+DuckDB COPY as `promptlab export`, so it holds the rows the CLI would write) while the
+page runs, and puts a "Save FILE" button in its place; a file that cannot be made says
+why on the page, until the next try. Why not Streamlit's deferred download (a `data`
+callable run on the click): it gets a new id at each redraw of the page and drops the
+old one, so on the Runs page, which redraws every second, a click could hold an id
+already gone and get no file at all (`MediaFileStorageError: Deferred file ... not
+found`); and its callable runs off the page, where no error can be shown. A file made
+here is served at an address derived from its content, the same at every redraw.
+
+One made file is kept per session (the last one made): a large export is not held
+once another is asked for.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from datetime import datetime
 
 import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
@@ -18,12 +30,35 @@ from streamlit.delta_generator import DeltaGenerator
 from promptlab.analysis.compare import Comparison
 from promptlab.data.export import FORMATS, mime_type
 from promptlab.errors import PromptlabError
+from promptlab.ui.widgets import escape_markdown, show_error
 from promptlab.workbench import Workbench
 
 log = logging.getLogger(__name__)
 
 #: Format labels in the picker.
 FORMAT_LABELS = {"csv": "CSV", "parquet": "Parquet", "jsonl": "JSON Lines"}
+#: Session-state slots: the file made last, and the last file that could not be made.
+MADE = "_download_made"
+FAILED = "_download_failed"
+
+
+@dataclass(frozen=True)
+class MadeFile:
+    """A file made for one download button, for one choice of what it holds."""
+
+    key: str
+    #: What the file holds (table, format, filters): another choice makes another file.
+    what: Hashable
+    data: bytes
+    file_name: str
+    made_at: datetime
+
+
+@dataclass(frozen=True)
+class FailedFile:
+    key: str
+    what: Hashable
+    message: str
 
 
 def download_buttons(
@@ -44,24 +79,108 @@ def download_buttons(
     """
     fmt, column = _format_picker(key)
     filters = {"run_id": run_id, "experiment": experiment, "prompt": prompt}
-    _button(
-        column, fmt, key, label or f"Download {table}",
-        data=_deferred(workbench, table, fmt, run_id, experiment, prompt),
+    file_download(
+        key,
+        label or f"Download {table}",
+        lambda: workbench.exports.table_bytes(table, fmt, **filters),
+        what=(table, fmt, tuple(filters.items())),
         file_name=workbench.exports.file_name(table, fmt, **filters),
+        mime=mime_type(fmt),
         help=f"The {table} table as {FORMAT_LABELS[fmt]}, written by DuckDB's COPY "
         "(the same file as `promptlab export`).",
-    )  # fmt: skip
+        column=column,
+    )
 
 
 def comparison_download(workbench: Workbench, comparison: Comparison, *, key: str) -> None:
     """A format picker and a download button for a comparison exactly as shown."""
     fmt, column = _format_picker(key)
-    _button(
-        column, fmt, key, "Download this comparison",
-        data=_or_reason("comparison", lambda: workbench.exports.comparison_bytes(comparison, fmt)),
-        file_name=f"comparison-{comparison.run_id or comparison.mode}.{fmt}",
+    file_name = f"comparison-{comparison.run_id or comparison.mode}.{fmt}"
+    file_download(
+        key,
+        "Download this comparison",
+        lambda: workbench.exports.comparison_bytes(comparison, fmt),
+        # The comparison as shown: another pair of versions or another control is
+        # another file, even under the same name.
+        what=(file_name, hashlib.sha256(repr(comparison).encode()).hexdigest()),
+        file_name=file_name,
+        mime=mime_type(fmt),
         help=f"Every row of the table above as {FORMAT_LABELS[fmt]}, written by DuckDB's COPY.",
-    )  # fmt: skip
+        column=column,
+    )
+
+
+def file_download(
+    key: str,
+    label: str,
+    make: Callable[[], bytes],
+    *,
+    what: Hashable,
+    file_name: str,
+    mime: str,
+    help: str,
+    column: DeltaGenerator | None = None,
+) -> None:
+    """A button that makes the file (`make`, while the page runs) and then a button that
+    saves it; a file that cannot be made shows why. `what` names what the file holds:
+    when it changes (another format, other filters), the file is made again."""
+    # One slot: the make button, replaced by the save button once the file is made.
+    slot = (column if column is not None else st).empty()
+    made = st.session_state.get(MADE)
+    if isinstance(made, MadeFile) and (made.key, made.what) != (key, what):
+        made = None
+    if made is None and slot.button(
+        label, key=f"{key}::make", icon=":material/download:",
+        help=f"{help} The file is made first, then a button saves it.",
+    ):  # fmt: skip
+        made = _make(key, what, make, file_name)
+    if made is not None:
+        slot.download_button(
+            f"Save file ({_size(len(made.data))})",
+            data=made.data,
+            file_name=file_name,
+            mime=mime,
+            key=f"{key}::download",
+            on_click="ignore",  # saving changes nothing on the page: no rerun
+            icon=":material/save:",
+            help=escape_markdown(
+                f"{file_name}, made at {made.made_at:%H:%M:%S}; change the format to make "
+                "another, or reload the page to make it again with what changed since."
+            ),
+        )
+    failed = st.session_state.get(FAILED)
+    if isinstance(failed, FailedFile) and (failed.key, failed.what) == (key, what):
+        show_error(failed.message)
+
+
+def _make(key: str, what: Hashable, make: Callable[[], bytes], file_name: str) -> MadeFile | None:
+    """The file, kept as the session's one made file; None (and the reason kept to show)
+    when it could not be made."""
+    st.session_state.pop(MADE, None)  # a large file is let go before the next is made
+    st.session_state.pop(FAILED, None)
+    try:
+        with st.spinner(f"Making {file_name}…"):
+            data = make()
+    # Whatever stops the file (a full disk, a refused filter, a bug) is shown, not lost.
+    except Exception as exc:  # noqa: BLE001 - the reason goes on the page, the trace to the log
+        log.warning("download %s: %s could not be made", key, file_name, exc_info=True)
+        reason = str(exc) if isinstance(exc, PromptlabError) else f"{type(exc).__name__}: {exc}"
+        st.session_state[FAILED] = FailedFile(
+            key, what, f"Could not make {file_name}: {reason}. Nothing was downloaded; "
+            "press the button again to retry."
+        )  # fmt: skip
+        return None
+    made = MadeFile(key, what, data, file_name, datetime.now().astimezone())
+    st.session_state[MADE] = made
+    return made
+
+
+def _size(count: int) -> str:
+    if count < 1024:
+        return f"{count:,} bytes"
+    if count < 1024**2:
+        return f"{count / 1024:.1f} KB"
+    return f"{count / 1024**2:,.1f} MB"
 
 
 def _format_picker(key: str) -> tuple[str, DeltaGenerator]:
@@ -75,55 +194,3 @@ def _format_picker(key: str) -> tuple[str, DeltaGenerator]:
         label_visibility="collapsed",
     )
     return str(fmt), right
-
-
-def _button(
-    column: DeltaGenerator,
-    fmt: str,
-    key: str,
-    label: str,
-    *,
-    data: Callable[[], bytes],
-    file_name: str,
-    help: str,
-) -> None:
-    column.download_button(
-        label,
-        data=data,
-        file_name=file_name,
-        mime=mime_type(fmt),
-        key=f"{key}::download",
-        on_click="ignore",  # the file is made when clicked; no rerun of the page
-        icon=":material/download:",
-        help=help,
-    )
-
-
-def _deferred(
-    workbench: Workbench,
-    table: str,
-    fmt: str,
-    run_id: str | None,
-    experiment: str | None,
-    prompt: str | None,
-) -> Callable[[], bytes]:
-    return _or_reason(
-        table,
-        lambda: workbench.exports.table_bytes(
-            table, fmt, run_id=run_id, experiment=experiment, prompt=prompt
-        ),
-    )
-
-
-def _or_reason(what: str, make: Callable[[], bytes]) -> Callable[[], bytes]:
-    """`make`, or a file saying why it failed: Streamlit calls it off the page's
-    thread when the button is clicked, so nothing could be shown on the page."""
-
-    def export() -> bytes:
-        try:
-            return make()
-        except PromptlabError as exc:
-            log.warning("download of %s failed: %s", what, exc)
-            return f"export failed: {exc}\n".encode()
-
-    return export

@@ -46,19 +46,16 @@ def follow_deep_link() -> None:
         st.switch_page(page_path, query_params=query)
 
 
-_LANDED = "_promptlab_landed"
+def home_page(page: Any, *, otherwise: Any, when: Callable[[], bool]) -> Any:
+    """The page at `/`, hidden from the menu: it goes on to `page` when `when()` says
+    so (Compare once results exist), else to `otherwise` (Prompts).
 
-
-def land_on(page: Any, *, default: Any, current: Any, when: Callable[[], bool]) -> None:
-    """In app.py, after `follow_deep_link`: a session's first run on the default page
-    goes on to `page` instead when `when()` says so (Compare once results exist).
-
-    The default page is served at `/`, where no other page's deep link can point; a
-    page made default would lose its own address (`/compare?run=...` would say "page
-    not found"). So the default stays put and the first visit moves on.
+    Streamlit serves the default page at `/` only: had a real page been the default, it
+    would have lost its own address (`/prompts` said "page not found"). This one has no
+    content of its own, so every real page keeps its path.
     """
-    if st.session_state.get(_LANDED):
-        return
-    st.session_state[_LANDED] = True
-    if current is default and when():
-        st.switch_page(page)
+
+    def home() -> None:
+        st.switch_page(page if when() else otherwise)
+
+    return st.Page(home, title="promptlab", url_path="home", default=True, visibility="hidden")

@@ -2,14 +2,18 @@
 
 Each builder takes plain records (MetricsRow, TimeSeries, MetricComparison, latency
 arrays) and returns a `plotly.graph_objects.Figure`, so a test can read the traces.
-Rates carry Wilson 95% intervals as asymmetric error bars. Names (variants, versions)
-pass through `chart_text`: Plotly reads `<a href>`, `<b>` and `<br>` in its labels.
+Every builder takes `colours` (name -> colour, from `colour_map`): a page builds it once
+so that a variant or version has one colour in every figure. Rates and latency
+percentiles carry 95% intervals as asymmetric error bars: the comparison's own (per
+unit) when its rows are given as `arms`, else Wilson's for rates. Axis titles give the
+unit and which way is better. Names (variants, versions) pass through `chart_text`:
+Plotly reads `<a href>`, `<b>` and `<br>` in its labels.
 """
 
 from __future__ import annotations
 
 import html
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
@@ -20,35 +24,57 @@ if TYPE_CHECKING:
     import numpy.typing as npt
     import plotly.graph_objects as go
 
-    from promptlab.analysis.stats import MetricComparison
-    from promptlab.records import MetricsRow
+    from promptlab.analysis.stats import Interval, MetricComparison
+    from promptlab.records import LogMetricsRow, MetricsRow
+
+    #: A variant's (MetricsRow) or a version's production-log (LogMetricsRow) totals.
+    Totals = MetricsRow | LogMetricsRow
     from promptlab.store.timeseries import TimeSeries
 
 #: A rate to plot: (label, rate attribute, interval low, interval high) of a MetricsRow;
-#: dotted names reach into a property (`completion_interval.low`).
+#: dotted names reach into a property (`completion_interval.low`). The label is also the
+#: comparison's metric name, whose per-arm interval wins when given.
 RateMetric = tuple[str, str, str, str]
 RATE_METRICS: tuple[RateMetric, ...] = (
     ("completion rate", "completion_rate", "completion_interval.low", "completion_interval.high"),
     ("CTR", "ctr", "ctr_interval.low", "ctr_interval.high"),
 )
-#: The latency percentiles drawn per variant: (label, MetricsRow attribute).
+#: The latency percentiles drawn per variant: (label, MetricsRow attribute, the
+#: comparison's metric name).
 LATENCY_PERCENTILES = (
-    ("p50", "latency_p50_ms"),
-    ("p90", "latency_p90_ms"),
-    ("p99", "latency_p99_ms"),
+    ("p50", "latency_p50_ms", "latency p50"),
+    ("p90", "latency_p90_ms", "latency p90"),
+    ("p99", "latency_p99_ms", "latency p99"),
 )
+#: One colour per variant or version, in the order `colour_map` meets them (Tableau 10:
+#: distinct, and control's blue and the first variant's orange are told apart by
+#: colour-blind readers too).
+PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2",
+           "#edc948", "#ff9da7", "#9c755f", "#bab0ac", "#e15759")  # fmt: skip
+#: The verdict's colour: the forest chart writes each verdict beside its point in it.
 VERDICT_COLOURS = {
     Verdict.BETTER: "#1a7f37",
     Verdict.WORSE: "#cf222e",
-    Verdict.UNDECIDED: "#8c959f",
+    Verdict.UNDECIDED: "#57606a",
+    Verdict.UNADJUSTED: "#9a6700",
+    Verdict.TOO_FEW: "#57606a",
 }
 #: At most this many points per ECDF line: quantiles of a larger sample draw the same.
 ECDF_POINTS = 500
-_LAYOUT: dict[str, Any] = {
-    "margin": {"l": 10, "r": 10, "t": 40, "b": 10},
-    "height": 340,
-    "legend": {"orientation": "h", "y": -0.15},
-}
+#: The forest chart's height per label row, and per panel for its axis (pixels).
+FOREST_ROW_PX = 36
+FOREST_PANEL_PX = 40
+#: Between stacked forest panels: the upper panel's tick labels and axis title.
+FOREST_GAP_PX = 70
+#: Axis titles: the unit, and which way is better.
+RATE_AXIS = "rate, % (higher is better)"
+LATENCY_AXIS = "latency, ms (lower is better)"
+_MARGIN = {"l": 10, "r": 10, "t": 50, "b": 10}
+#: Legends under the figure (container-anchored: never over an axis title).
+_LEGEND = {"orientation": "h", "yref": "container", "y": 0.0, "yanchor": "bottom", "x": 0}
+_LAYOUT: dict[str, Any] = {"margin": {**_MARGIN, "b": 60}, "height": 380, "legend": _LEGEND}
+
+Colours = Mapping[str, str]
 
 
 def chart_text(text: str) -> str:
@@ -59,6 +85,30 @@ def chart_text(text: str) -> str:
     return html.escape(text, quote=False)
 
 
+def colour_map(names: Iterable[str]) -> dict[str, str]:
+    """One colour per name, in first-seen order (control first): build it once per page
+    and pass it to every figure, so a name has the same colour in all of them."""
+    unique = dict.fromkeys(names)
+    return {name: PALETTE[index % len(PALETTE)] for index, name in enumerate(unique)}
+
+
+def trace_colour(trace: Any) -> str | None:
+    """The colour a trace is drawn in: its markers' (bars, points), else its line's."""
+    marker = getattr(trace, "marker", None)
+    colour = getattr(marker, "color", None)
+    if isinstance(colour, str):
+        return colour
+    line = getattr(trace, "line", None)
+    colour = getattr(line, "color", None)
+    return colour if isinstance(colour, str) else None
+
+
+def _colour(colours: Colours | None, name: str, index: int) -> str:
+    if colours is not None and name in colours:
+        return colours[name]
+    return PALETTE[index % len(PALETTE)]
+
+
 def _get(row: object, name: str) -> Any:
     """The attribute, or None when the row does not carry it (an older record)."""
     try:
@@ -67,63 +117,122 @@ def _get(row: object, name: str) -> Any:
         return None
 
 
+def arm_estimates(
+    arms: Sequence[MetricComparison],
+) -> dict[tuple[str, str], tuple[float | None, Interval | None]]:
+    """(name, metric) -> (value, 95% interval) of each arm, from a comparison's rows:
+    control's from every row, each variant's from its own."""
+    found: dict[tuple[str, str], tuple[float | None, Interval | None]] = {}
+    for row in arms:
+        found[(row.control, row.metric)] = (row.control_value, row.control_interval)
+        found[(row.variant, row.metric)] = (row.variant_value, row.variant_interval)
+    return found
+
+
+def _error(points: Sequence[tuple[Any, Any, Any]]) -> dict[str, Any]:
+    """Asymmetric error bars from (value, low, high); a missing end leaves no bar."""
+    plus = [None if v is None or h is None else h - v for v, _, h in points]
+    minus = [None if v is None or lo is None else v - lo for v, lo, _ in points]
+    return {"type": "data", "symmetric": False, "array": plus, "arrayminus": minus}
+
+
+def _by_label(rows: Sequence[Any]) -> dict[str, Any]:
+    """The first row per label: a version run on two models is one arm of a comparison."""
+    named: dict[str, Any] = {}
+    for row in rows:
+        named.setdefault(row.label, row)
+    return named
+
+
 def rate_chart(
-    rows: Sequence[MetricsRow], metrics: Sequence[RateMetric] = RATE_METRICS
+    rows: Sequence[Totals],
+    metrics: Sequence[RateMetric] = RATE_METRICS,
+    colours: Colours | None = None,
+    arms: Sequence[MetricComparison] = (),
 ) -> go.Figure:
-    """A bar per variant (or version) per rate, with its interval as error bars.
+    """A bar per variant (or version) in its colour, grouped by rate, with its 95%
+    interval: the comparison's (`arms`) where it has the rate, else Wilson's.
 
     A metric no row has a value for is left out; a row without one is a gap.
     """
     import plotly.graph_objects as go
 
-    figure = go.Figure()
-    labels = [chart_text(r.label) for r in rows]
+    estimates = arm_estimates(arms)
+    named = _by_label(rows)
+    points: dict[str, list[tuple[Any, Any, Any]]] = {name: [] for name in named}
+    shown = []
     for label, rate, low, high in metrics:
-        values = [_get(r, rate) for r in rows]
-        if all(v is None for v in values):
+        per = {}
+        for name, row in named.items():
+            if (name, label) in estimates:
+                value, interval = estimates[(name, label)]
+                ends = (interval.low, interval.high) if interval is not None else (None, None)
+                per[name] = (value, *ends)
+            else:
+                per[name] = (_get(row, rate), _get(row, low), _get(row, high))
+        if all(p[0] is None for p in per.values()):
             continue
-        lows = [_get(r, low) for r in rows]
-        highs = [_get(r, high) for r in rows]
-        plus = [
-            None if v is None or h is None else h - v for v, h in zip(values, highs, strict=True)
-        ]
-        minus = [
-            None if v is None or lo is None else v - lo for v, lo in zip(values, lows, strict=True)
-        ]
+        shown.append(label)
+        for name, point in per.items():
+            points[name].append(point)
+    figure = go.Figure()
+    for index, (name, values) in enumerate(points.items()):
+        text = chart_text(name)
         figure.add_trace(
             go.Bar(
-                name=label,
-                x=labels,
-                y=values,
-                error_y={"type": "data", "symmetric": False, "array": plus, "arrayminus": minus},
-                hovertemplate="%{x}: %{y:.1%}<extra>" + label + "</extra>",
+                name=text,
+                legendgroup=text,
+                x=shown,
+                y=[v for v, _, _ in values],
+                marker={"color": _colour(colours, name, index)},
+                error_y=_error(values),
+                # The name by reference: in the template, `%{...}` in it would be read.
+                hovertemplate="%{x}: %{y:.1%}<extra>%{fullData.name}</extra>",
             )  # fmt: skip
         )
+    kind = "per unit" if estimates else "Wilson"
     figure.update_layout(
-        title="Rates per variant (95% Wilson interval)", barmode="group",
-        yaxis={"tickformat": ".0%", "rangemode": "tozero"}, **_LAYOUT,
+        title=f"Rates (95% interval, {kind})", barmode="group",
+        yaxis={"tickformat": ".0%", "rangemode": "tozero", "title": RATE_AXIS}, **_LAYOUT,
     )  # fmt: skip
     return figure
 
 
-def latency_percentiles_chart(rows: Sequence[MetricsRow]) -> go.Figure:
-    """p50, p90 and p99 latency per variant as grouped bars (ms)."""
+def latency_percentiles_chart(
+    rows: Sequence[Totals],
+    colours: Colours | None = None,
+    arms: Sequence[MetricComparison] = (),
+) -> go.Figure:
+    """p50, p90 and p99 latency, a bar per variant in its colour, with the comparison's
+    95% interval of each (`arms`; no bar without one)."""
     import plotly.graph_objects as go
 
+    estimates = arm_estimates(arms)
     figure = go.Figure()
-    labels = [chart_text(r.label) for r in rows]
-    for label, attr in LATENCY_PERCENTILES:
+    for index, (name, row) in enumerate(_by_label(rows).items()):
+        values = []
+        for _, attr, metric in LATENCY_PERCENTILES:
+            value, interval = estimates.get((name, metric), (None, None))
+            if value is None:
+                value, interval = _get(row, attr), None
+            ends = (interval.low, interval.high) if interval is not None else (None, None)
+            values.append((value, *ends))
+        text = chart_text(name)
         figure.add_trace(
             go.Bar(
-                name=label,
-                x=labels,
-                y=[_get(r, attr) for r in rows],
-                hovertemplate="%{x}: %{y:.0f} ms<extra>" + label + "</extra>",
+                name=text,
+                legendgroup=text,
+                x=[p for p, _, _ in LATENCY_PERCENTILES],
+                y=[v for v, _, _ in values],
+                marker={"color": _colour(colours, name, index)},
+                error_y=_error(values),
+                hovertemplate="%{x}: %{y:.0f} ms<extra>%{fullData.name}</extra>",
             )  # fmt: skip
         )
     figure.update_layout(
-        title="Latency percentiles (ms)", barmode="group", yaxis={"title": "ms"}, **_LAYOUT
-    )
+        title="Latency percentiles" + (" (95% interval per unit)" if estimates else ""),
+        barmode="group", yaxis={"title": LATENCY_AXIS, "rangemode": "tozero"}, **_LAYOUT,
+    )  # fmt: skip
     return figure
 
 
@@ -141,45 +250,47 @@ def ecdf_points(values: npt.NDArray[np.float64]) -> tuple[list[float], list[floa
     return np.quantile(ordered, shares).tolist(), shares.tolist()
 
 
-def latency_ecdf_chart(samples: Mapping[str, npt.NDArray[np.float64]]) -> go.Figure:
-    """One ECDF line per variant: the share of succeeded results within each latency."""
+def latency_ecdf_chart(
+    samples: Mapping[str, npt.NDArray[np.float64]], colours: Colours | None = None
+) -> go.Figure:
+    """One ECDF line per variant: the share of requests answered within each latency
+    (a line further left, or higher, is faster)."""
     import plotly.graph_objects as go
 
     figure = go.Figure()
-    for name, values in samples.items():
+    for index, (name, values) in enumerate(samples.items()):
         xs, ys = ecdf_points(values)
+        text = chart_text(name)
         figure.add_trace(
             go.Scatter(
-                name=chart_text(name),
+                name=text,
+                legendgroup=text,
                 x=xs,
                 y=ys,
                 mode="lines",
-                line={"shape": "hv"},
-                # The name by reference: in the template, `%{...}` in it would be read.
+                line={"shape": "hv", "color": _colour(colours, name, index)},
                 hovertemplate="%{x:.0f} ms: %{y:.0%}<extra>%{fullData.name}</extra>",
             )  # fmt: skip
         )
     figure.update_layout(
-        title="Latency distribution (ECDF)", xaxis={"title": "ms"},
-        yaxis={"tickformat": ".0%", "range": [0, 1.02]}, **_LAYOUT,
+        title="Latency distribution (ECDF)", xaxis={"title": LATENCY_AXIS},
+        yaxis={"tickformat": ".0%", "range": [0, 1.02], "title": "share answered within"},
+        **_LAYOUT,
     )  # fmt: skip
     return figure
 
 
-def over_time_chart(series: TimeSeries) -> go.Figure:
+def over_time_chart(series: TimeSeries, colours: Colours | None = None) -> go.Figure:
     """Completion rate (top) and p90 latency (bottom) per variant per time bucket."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    figure = make_subplots(
-        rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
-        subplot_titles=("completion rate", "latency p90 (ms)"),
-    )  # fmt: skip
+    figure = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08)
     variants = list(dict.fromkeys(b.variant for b in series.buckets))
     for index, variant in enumerate(variants):
         buckets = [b for b in series.buckets if b.variant == variant]
         x = [b.start for b in buckets]
-        colour = _palette(index)
+        colour = _colour(colours, variant, index)
         name = chart_text(variant)
         figure.add_trace(
             go.Scatter(name=name, legendgroup=name, x=x, y=[b.completion_rate for b in buckets],
@@ -195,59 +306,81 @@ def over_time_chart(series: TimeSeries) -> go.Figure:
                        hovertemplate="%{y:.0f} ms<extra>%{fullData.name}</extra>"),
             row=2, col=1,
         )  # fmt: skip
-    figure.update_yaxes(tickformat=".0%", range=[0, 1.05], row=1, col=1)
-    layout = {**_LAYOUT, "height": 460, "margin": {**_LAYOUT["margin"], "t": 80}}
-    figure.update_layout(title=f"Over time (per {series.unit})", **layout)
+    # Two lines each: a panel is half the figure high, a long rotated title would run
+    # past it into the other's.
+    figure.update_yaxes(tickformat=".0%", range=[0, 1.05], row=1, col=1,
+                        title="completion, %<br>(higher is better)")  # fmt: skip
+    figure.update_yaxes(title="p90 latency, ms<br>(lower is better)", row=2, col=1)
+    figure.update_layout(title=f"Over time (per {series.unit})", **{**_LAYOUT, "height": 480})
     return figure
 
 
-def forest_chart(rows: Sequence[MetricComparison]) -> go.Figure:
-    """Each comparison's effect (variant - control) with its 95% interval, coloured by
-    verdict: rates in percentage points (left), latency in ms (right)."""
-    import plotly.graph_objects as go
+def forest_chart(rows: Sequence[MetricComparison], colours: Colours | None = None) -> go.Figure:
+    """Each comparison's effect (variant - control) with its 95% interval, in the
+    variant's colour, its verdict written beside it: rates in percentage points (top
+    panel), latency in ms (bottom panel). The panels are stacked in one column so their
+    labels share the left margin, which grows to fit them; each is as tall as its rows."""
     from plotly.subplots import make_subplots
 
+    panels = [
+        (latency, [r for r in rows if r.lower_is_better == latency and r.effect is not None])
+        for latency in (False, True)
+    ]
+    panels = [(latency, picked) for latency, picked in panels if picked] or [(False, [])]
+    heights = [FOREST_ROW_PX * max(1, len(picked)) + FOREST_PANEL_PX for _, picked in panels]
+    plot_px = sum(heights) + FOREST_GAP_PX * (len(panels) - 1)
     figure = make_subplots(
-        rows=1, cols=2, horizontal_spacing=0.18,
-        subplot_titles=("rates: delta (pp)", "latency: delta (ms)"),
+        rows=len(panels), cols=1, row_heights=heights,
+        vertical_spacing=FOREST_GAP_PX / plot_px if len(panels) > 1 else 0.0,
     )  # fmt: skip
-    shown: set[Verdict] = set()
-    for col, latency in ((1, False), (2, True)):
-        panel = [r for r in rows if r.lower_is_better == latency and r.effect is not None]
-        scale = 1.0 if latency else 100.0
-        for verdict, colour in VERDICT_COLOURS.items():
-            picked = [r for r in panel if r.verdict == verdict]
-            if not picked:
-                continue
-            effects = [(r.effect or 0.0) * scale for r in picked]
-            plus = [
-                (r.interval.high * scale - e) if r.interval else 0.0
-                for r, e in zip(picked, effects, strict=True)
-            ]
-            minus = [
-                (e - r.interval.low * scale) if r.interval else 0.0
-                for r, e in zip(picked, effects, strict=True)
-            ]
-            figure.add_trace(
-                go.Scatter(
-                    name=str(verdict), legendgroup=str(verdict), showlegend=verdict not in shown,
-                    x=effects, y=[chart_text(f"{r.variant} · {r.metric}") for r in picked],
-                    mode="markers",
-                    marker={"color": colour, "size": 10},
-                    error_x={"type": "data", "symmetric": False, "array": plus,
-                             "arrayminus": minus, "color": colour},
-                ),
-                row=1, col=col,
-            )  # fmt: skip
-            shown.add(verdict)
-        figure.add_vline(x=0, line={"color": "#57606a", "dash": "dot"}, row=1, col=col)
-    layout = {**_LAYOUT, "margin": {**_LAYOUT["margin"], "t": 80}}
-    figure.update_layout(title="Effect against control (95% interval)", **layout)
+    order = list(dict.fromkeys([*(colours or {}), *(r.variant for r in rows)]))
+    in_legend: set[str] = set()
+    for number, (latency, picked) in enumerate(panels, start=1):
+        for variant in dict.fromkeys(r.variant for r in picked):
+            mine = [r for r in picked if r.variant == variant]
+            colour = _colour(colours, variant, order.index(variant))
+            trace = _forest_trace(mine, latency, colour, showlegend=variant not in in_legend)
+            figure.add_trace(trace, row=number, col=1)
+            in_legend.add(variant)
+        unit = "ms (lower is better)" if latency else "pp (higher is better)"
+        figure.update_xaxes(title=f"variant - control, {unit}", zeroline=False, row=number, col=1)
+        # First row on top, with room above it for its verdict's text.
+        rows_shown = len({(r.variant, r.metric) for r in picked})
+        figure.update_yaxes(automargin=True, range=[rows_shown - 0.5, -0.9], row=number, col=1)
+        figure.add_vline(x=0, line={"color": "#57606a", "dash": "dot"}, row=number, col=1)
+    margin = {**_MARGIN, "b": 60}
+    figure.update_layout(
+        title="Effect against control (95% interval)", margin=margin, legend=_LEGEND,
+        height=plot_px + margin["t"] + margin["b"] + 40,
+    )  # fmt: skip
     return figure
 
 
-def _palette(index: int) -> str:
-    import plotly.colors
+def _forest_trace(
+    rows: Sequence[MetricComparison], latency: bool, colour: str, showlegend: bool
+) -> go.Scatter:
+    """One variant's points in one panel, each with its interval and its verdict."""
+    import plotly.graph_objects as go
 
-    colours = plotly.colors.qualitative.Plotly
-    return str(colours[index % len(colours)])
+    scale = 1.0 if latency else 100.0
+    effects = [(r.effect or 0.0) * scale for r in rows]
+    # A row without an interval (too few units) gets no bar, not one of zero width.
+    ends = [
+        (e, r.interval.low * scale, r.interval.high * scale) if r.interval else (e, None, None)
+        for r, e in zip(rows, effects, strict=True)
+    ]
+    name = chart_text(rows[0].variant)
+    decided = (Verdict.BETTER, Verdict.WORSE)
+    return go.Scatter(
+        name=name, legendgroup=name, showlegend=showlegend, x=effects,
+        y=[chart_text(f"{r.variant} · {r.metric}") for r in rows],
+        mode="markers+text", text=[str(r.verdict) for r in rows], textposition="top center",
+        textfont={"color": [VERDICT_COLOURS[r.verdict] for r in rows], "size": 11},
+        marker={"color": colour, "size": 10,
+                "symbol": ["circle" if r.verdict in decided else "circle-open" for r in rows]},
+        # Plotly draws a missing end as a zero-width bar: none at all without intervals.
+        error_x={**_error(ends), "color": colour,
+                 "visible": any(r.interval is not None for r in rows)},
+        hovertemplate="%{y}: %{x:+.1f} " + ("ms" if latency else "pp")
+        + " (%{text})<extra>%{fullData.name}</extra>",
+    )  # fmt: skip

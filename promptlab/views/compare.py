@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from promptlab.analysis.stats import Verdict
+from promptlab.analysis.stats import MIN_UNITS_PER_ARM, Verdict
 
 if TYPE_CHECKING:
     from promptlab.analysis.compare import Comparison
@@ -17,9 +17,10 @@ if TYPE_CHECKING:
 
 #: The summary table's columns, in order (the CLI prints the same ones).
 COMPARISON_COLUMNS = ("variant", "metric", "control", "variant value", "delta", "95% interval",
-                      "p", "adj p", "test", "verdict", "n")  # fmt: skip
+                      "p", "adj p", "method", "verdict", "units", "requests", "why")  # fmt: skip
 #: A mark per verdict, for the page (the CLI prints the words alone).
-VERDICT_ICONS = {Verdict.BETTER: "🟢", Verdict.WORSE: "🔴", Verdict.UNDECIDED: "⚪"}
+VERDICT_ICONS = {Verdict.BETTER: "🟢", Verdict.WORSE: "🔴", Verdict.UNDECIDED: "⚪",
+                 Verdict.UNADJUSTED: "🔶", Verdict.TOO_FEW: "⚫"}  # fmt: skip
 
 
 def fmt_ms(value: float | None) -> str:
@@ -64,6 +65,8 @@ def comparison_cells(row: MetricComparison) -> tuple[str, ...]:
         row.test,
         str(row.verdict),
         f"{row.n_control}/{row.n_variant}",
+        f"{row.requests_control}/{row.requests_variant}",
+        row.reason,
     )
 
 
@@ -76,6 +79,85 @@ def summary_rows(comparison: Comparison) -> list[dict[str, Any]]:
         cells["verdict"] = f"{VERDICT_ICONS[row.verdict]} {row.verdict}"
         rows.append(cells)
     return rows
+
+
+def srm_verdict(srm: SrmCheck) -> str:
+    """The SRM check in one line: a mismatch, cannot judge yet, or passed."""
+    if srm.mismatch:
+        return (
+            f"sample ratio mismatch: {srm_figures(srm)}. The split did not follow the "
+            "weights: fix the assignment before trusting this comparison."
+        )
+    if not srm.judged:
+        return (
+            f"cannot judge yet: an arm has fewer than {MIN_UNITS_PER_ARM} units "
+            f"({srm_figures(srm)})"
+        )
+    return f"passed ({srm_figures(srm)})"
+
+
+def answer_sentences(comparison: Comparison) -> list[str]:
+    """One sentence per variant: which metrics are better, worse or undecided, on how many
+    units, and how many more units would decide the main metric (completion rate)."""
+    sentences = []
+    for variant in dict.fromkeys(r.variant for r in comparison.rows):
+        rows = [r for r in comparison.rows if r.variant == variant]
+        by_verdict: dict[Verdict, list[str]] = {}
+        for r in rows:
+            by_verdict.setdefault(r.verdict, []).append(r.metric)
+        parts = [
+            f"{label} on {', '.join(by_verdict[v])}"
+            for v, label in ((Verdict.BETTER, "better"), (Verdict.WORSE, "worse"))
+            if v in by_verdict
+        ]
+        open_ = [m for v in (Verdict.UNDECIDED, Verdict.UNADJUSTED) for m in by_verdict.get(v, [])]
+        if open_:
+            parts.append(f"undecided on {', '.join(open_)}")
+        if Verdict.TOO_FEW in by_verdict:
+            parts.append(f"too few units to judge {', '.join(by_verdict[Verdict.TOO_FEW])}")
+        main = rows[0]
+        units = comparison.arms.get(variant, (main.n_variant, main.requests_variant))
+        control = comparison.arms.get(comparison.control, (main.n_control, main.requests_control))
+        unit_word = {"request": "requests", "row": "rows"}.get(main.analysed_by, "units")
+        sentence = (
+            f"{variant} against {comparison.control}: {'; '.join(parts) or 'no data'} "
+            f"({units[0]} vs {control[0]} {unit_word}, {units[1]} vs {control[1]} requests)"
+        )
+        more = more_units_needed(main)
+        if main.verdict == Verdict.TOO_FEW:
+            fewest = min(main.n_control, main.n_variant)
+            short = MIN_UNITS_PER_ARM - fewest
+            sentence += f"; {short} more {unit_word} in the smaller arm before any verdict"
+        elif more is not None:
+            sentence += f"; about {more} more {unit_word} per arm would decide {main.metric}"
+        sentences.append(sentence + ".")
+    return sentences
+
+
+def more_units_needed(row: MetricComparison, power: float = 0.8) -> int | None:
+    """Units per arm still to collect before the observed effect of an undecided row
+    would be found with `power` by a fixed-horizon test (its standard error shrinks as
+    one over the square root of units); None for a decided row, or one with no effect."""
+    import math
+    from statistics import NormalDist
+
+    if row.verdict in (Verdict.BETTER, Verdict.WORSE) or row.interval is None:
+        return None
+    if (
+        row.effect is None
+        or not row.effect
+        or not math.isfinite(row.interval.high - row.interval.low)
+    ):
+        return None
+    normal = NormalDist()
+    se = row.standard_error
+    if se is None:  # an interval of the fixed-horizon kind: +- 1.96 se
+        se = (row.interval.high - row.interval.low) / (2 * normal.inv_cdf(0.975))
+    if not se > 0:
+        return None
+    units = min(row.n_control, row.n_variant)
+    needed = units * (se * (normal.inv_cdf(0.975) + normal.inv_cdf(power)) / abs(row.effect)) ** 2
+    return max(0, math.ceil(needed - units))
 
 
 def srm_figures(srm: SrmCheck) -> str:

@@ -1,0 +1,223 @@
+"""Per-unit samples for `promptlab compare`: each arm's sums per unit and its latencies.
+
+A split run's unit is the row's assignment unit; a production log's is its `unit_id`;
+results across runs take their split run's unit. A row without one is a unit of its own
+(`'#'` and its key), so the analysis falls back to requests where nothing names a unit.
+An all-mode run is clustered by dataset row. Clicks count at most once per impression
+of a result, as in promptlab/store/metrics.py.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from promptlab.records.samples import COMPLETION, CTR, ArmSample, PairedSample, RatioSample
+from promptlab.store.connection import Store
+from promptlab.store.metrics import MetricsReads, completed_predicate
+
+if TYPE_CHECKING:
+    import duckdb
+
+#: Per result of `tagged` (key, unit, unitless, ok, timed, latency_ms): its unit as a
+#: 64-bit hash (numpy groups those; DuckDB need not sort or number the units).
+_REQUESTS = "SELECT hash(unit) AS u, unitless, ok, timed, latency_ms FROM tagged"
+#: Feedback of `fbk` (k, key, unit_id, imp, clk) summed per unit hash.
+_FEEDBACK = (
+    "SELECT hash(coalesce(t.unit, f.unit_id, '#' || f.k)) AS u, sum(f.imp) AS imp, "
+    "sum(least(f.clk, f.imp)) AS clk FROM fbk f LEFT JOIN tagged t ON t.key = f.key GROUP BY 1"
+)
+
+
+class SampleReads:
+    """The samples of runs, versions and production logs, one read each."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._metrics = MetricsReads(store)
+
+    def _done(self, cur: duckdb.DuckDBPyConnection) -> str:
+        return completed_predicate(self._metrics.columns(cur))
+
+    def run_arm(self, run_id: str, variant: str, by_row: bool = False) -> ArmSample:
+        """One variant of a run, per assignment unit (per dataset row with `by_row`)."""
+        with self.store.read() as cur:
+            unit = "'#r' || r.row_index" if by_row else "coalesce(a.unit_id, '#' || r.key)"
+            unitless = "false" if by_row else "a.unit_id IS NULL"
+            ctes = (
+                f"WITH res AS (SELECT idempotency_key AS key, row_index, ({self._done(cur)}) "
+                "AS ok, status = 'succeeded' AND latency_ms IS NOT NULL AS timed, latency_ms "
+                "FROM results WHERE run_id = $run AND variant = $variant), "
+                "asg AS (SELECT row_index, any_value(unit_id) AS unit_id FROM assignments "
+                "WHERE run_id = $run GROUP BY row_index), "
+                f"tagged AS (SELECT r.*, {unit} AS unit, {unitless} AS unitless "
+                "FROM res r LEFT JOIN asg a USING (row_index)), "
+                "fbk AS (SELECT coalesce(idempotency_key, unit_id) AS k, "
+                "idempotency_key AS key, any_value(unit_id) AS unit_id, "
+                "count(*) FILTER (WHERE kind = 'impression') AS imp, "
+                "count(*) FILTER (WHERE kind = 'click') AS clk FROM feedback "
+                "WHERE run_id = $run AND variant = $variant GROUP BY k, key) "
+            )
+            return _arm(cur, variant, ctes, {"run": run_id, "variant": variant})
+
+    def version_arm(self, version_id: str, label: str, since: datetime | None) -> ArmSample:
+        """A prompt version's results across runs: a split run's rows by their unit."""
+        window = " AND finished_at >= $since" if since is not None else ""
+        fb_window = " AND event_time >= $since" if since is not None else ""
+        with self.store.read() as cur:
+            ctes = (
+                f"WITH res AS (SELECT idempotency_key AS key, run_id, row_index, "
+                f"({self._done(cur)}) AS ok, status = 'succeeded' AND latency_ms IS NOT NULL "
+                "AS timed, latency_ms FROM results WHERE prompt_version_id = $version"
+                f"{window}), "
+                "asg AS (SELECT run_id, row_index, any_value(unit_id) AS unit_id "
+                "FROM assignments WHERE run_id IN (SELECT DISTINCT run_id FROM res) "
+                "GROUP BY ALL), "
+                "tagged AS (SELECT r.*, coalesce(a.unit_id, '#' || r.key) AS unit, "
+                "a.unit_id IS NULL AS unitless FROM res r LEFT JOIN asg a "
+                "USING (run_id, row_index)), "
+                "fbk AS (SELECT coalesce(idempotency_key, unit_id) AS k, "
+                "idempotency_key AS key, any_value(unit_id) AS unit_id, "
+                "count(*) FILTER (WHERE kind = 'impression') AS imp, "
+                "count(*) FILTER (WHERE kind = 'click') AS clk FROM feedback "
+                f"WHERE prompt_version_id = $version{fb_window} GROUP BY k, key) "
+            )
+            params: dict[str, Any] = {"version": version_id}
+            if since is not None:
+                params["since"] = since
+            return _arm(cur, label, ctes, params)
+
+    def log_arm(
+        self, version_id: str, label: str, since: datetime | None, pre_period: bool = False
+    ) -> ArmSample:
+        """A version's production log lines per `unit_id` (a line without one is its own
+        unit); with `pre_period`, each unit's lines of any version before `since` too."""
+        import numpy as np
+
+        window = " AND event_time >= $since" if since is not None else ""
+        params: dict[str, Any] = {"version": version_id}
+        if since is not None:
+            params["since"] = since
+        with self.store.read() as cur:
+            lines = cur.execute(
+                "SELECT hash(coalesce(unit_id, '#' || rowid)) AS u, unit_id IS NULL AS unitless, "
+                "completed IS NOT NULL AS known, coalesce(completed, false) AS done, "
+                "clicked IS NOT NULL AS shown, coalesce(clicked, false) AS clk, "
+                "latency_ms IS NOT NULL AS timed, coalesce(latency_ms, 0) AS latency_ms "
+                f"FROM production_logs WHERE prompt_version_id = $version{window}",
+                params,
+            ).fetchnumpy()
+            before = None
+            if pre_period and since is not None:
+                before = cur.execute(
+                    "SELECT hash(unit_id) AS u, count(completed) AS known, "
+                    "count(*) FILTER (WHERE completed) AS done, count(clicked) AS shown, "
+                    "count(*) FILTER (WHERE clicked) AS clk FROM production_logs "
+                    "WHERE event_time < $since AND unit_id IS NOT NULL GROUP BY unit_id",
+                    {"since": since},
+                ).fetchnumpy()
+        ids, index = np.unique(_u(lines["u"]), return_inverse=True)
+        k = ids.size
+        rates = {
+            COMPLETION: RatioSample(_sum(index, lines["done"], k), _sum(index, lines["known"], k)),
+            CTR: RatioSample(_sum(index, lines["clk"], k), _sum(index, lines["shown"], k)),
+        }
+        pre_rates = {}
+        if before is not None:
+            pre_rates = {
+                COMPLETION: _aligned(ids, before, "done", "known"),
+                CTR: _aligned(ids, before, "clk", "shown"),
+            }
+        timed = np.asarray(lines["timed"], dtype=bool)
+        unitless = _sum(index, lines["unitless"], k) > 0
+        return ArmSample(
+            name=label, units=k, requests=int(index.size), unitless=int(unitless.sum()),
+            rates=rates, latency=_f(lines["latency_ms"])[timed],
+            latency_unit=index[timed].astype(np.int64), pre=pre_rates,
+        )  # fmt: skip
+
+    def paired(self, run_id: str, a: str, b: str) -> PairedSample:
+        """Variants A and B of an all-mode run over the (row, repeat) pairs both finished,
+        clustered by row."""
+        import numpy as np
+
+        with self.store.read() as cur:
+            done = self._done(cur)
+            pairs = cur.execute(
+                f"WITH x AS (SELECT row_index, repeat, ({done}) AS ok, CASE WHEN "
+                "status = 'succeeded' THEN latency_ms END AS lat FROM results "
+                "WHERE run_id = $run AND variant = $a), "
+                f"y AS (SELECT row_index, repeat, ({done}) AS ok, CASE WHEN "
+                "status = 'succeeded' THEN latency_ms END AS lat FROM results "
+                "WHERE run_id = $run AND variant = $b) "
+                "SELECT row_index, x.ok AS ok_a, y.ok AS ok_b, "
+                "x.lat IS NOT NULL AND y.lat IS NOT NULL AS timed, "
+                "coalesce(x.lat, 0) AS lat_a, coalesce(y.lat, 0) AS lat_b "
+                "FROM x JOIN y USING (row_index, repeat)",
+                {"run": run_id, "a": a, "b": b},
+            ).fetchnumpy()
+        _, index = np.unique(np.asarray(pairs["row_index"]), return_inverse=True)
+        rows = int(index.max()) + 1 if index.size else 0
+        timed = np.asarray(pairs["timed"], dtype=bool)
+        return PairedSample(
+            name_a=a, name_b=b, rows=rows, pairs=int(index.size),
+            finished=_sum(index, np.ones(index.size), rows),
+            completed_a=_sum(index, pairs["ok_a"], rows),
+            completed_b=_sum(index, pairs["ok_b"], rows),
+            latency_a=_f(pairs["lat_a"])[timed], latency_b=_f(pairs["lat_b"])[timed],
+            latency_row=index[timed].astype(np.int64),
+        )  # fmt: skip
+
+
+def _f(column: Any) -> Any:
+    import numpy as np
+
+    return np.asarray(column, dtype=np.float64)
+
+
+def _u(column: Any) -> Any:
+    import numpy as np
+
+    return np.asarray(column, dtype=np.uint64)
+
+
+def _sum(index: Any, values: Any, k: int) -> Any:
+    """Per unit (`index` into 0..k-1), the sum of `values`, as floats."""
+    import numpy as np
+
+    return np.bincount(index, weights=np.asarray(values, dtype=np.float64), minlength=k)
+
+
+def _aligned(ids: Any, per_unit: dict[str, Any], num: str, den: str) -> RatioSample:
+    """Per-unit sums of another query, put in the order of `ids` (0 for units absent)."""
+    import numpy as np
+
+    found = _u(per_unit["u"])
+    at = np.searchsorted(ids, found)
+    hit = (at < ids.size) & (ids[np.minimum(at, ids.size - 1)] == found)
+    nums, dens = np.zeros(ids.size), np.zeros(ids.size)
+    nums[at[hit]] = _f(per_unit[num])[hit]
+    dens[at[hit]] = _f(per_unit[den])[hit]
+    return RatioSample(nums, dens)
+
+
+def _arm(cur: duckdb.DuckDBPyConnection, name: str, ctes: str, params: dict[str, Any]) -> ArmSample:
+    """An arm from its results (`tagged`) and feedback (`fbk`), grouped per unit here."""
+    import numpy as np
+
+    requests = cur.execute(ctes + _REQUESTS, params).fetchnumpy()
+    feedback = cur.execute(ctes + _FEEDBACK, params).fetchnumpy()
+    result_units, feedback_units = _u(requests["u"]), _u(feedback["u"])
+    ids = np.unique(np.concatenate([result_units, feedback_units]))
+    k = ids.size
+    index = np.searchsorted(ids, result_units)
+    shown = _aligned(ids, feedback, "clk", "imp")
+    finished = _sum(index, np.ones(index.size), k)
+    unitless = _sum(index, requests["unitless"], k)
+    timed = np.asarray(requests["timed"], dtype=bool)
+    return ArmSample(
+        name=name, units=int((finished > 0).sum()), requests=int(index.size),
+        unitless=int(((unitless > 0) & (finished > 0)).sum()),
+        rates={COMPLETION: RatioSample(_sum(index, requests["ok"], k), finished), CTR: shown},
+        latency=_f(requests["latency_ms"])[timed], latency_unit=index[timed].astype(np.int64),
+    )  # fmt: skip
