@@ -8,7 +8,8 @@ requests per user, users differing in click propensity, completion and latency. 
 side by side in one run: the family-wise false-positive rate of the whole table (any
 metric called better or worse after Holm) for the request-level analysis this project
 used before, the per-unit analysis (logs and split-run shapes), 20 looks with the
-fixed-horizon test and with the always-valid one, CUPED on; the power to find a +60%
+fixed-horizon test and with the always-valid one, CUPED on, at the minimum of units
+per arm, all-mode runs at their minimum of rows; the power to find a +60%
 per-user CTR lift; and CUPED's variance reduction on data with a pre/post correlation
 near 0.6. Not a test: tests/test_aa.py asserts a smaller configuration.
 """
@@ -28,8 +29,10 @@ from promptlab.analysis.simulate import (  # noqa: E402
     Traffic,
     cuped_effects,
     false_positive_rate,
+    paired_false_positive_rate,
     power,
 )
+from promptlab.analysis.stats import MIN_ROWS_PAIRED, MIN_UNITS_PER_ARM  # noqa: E402
 
 
 def main() -> None:
@@ -50,6 +53,11 @@ def main() -> None:
                                                                     sequential=True)),
         ("A/A, CUPED", lambda: false_positive_rate(pairs, replace(traffic, pre_share=1.0),
                                                    cuped=True)),
+        ("A/A, 100 users (the minimum), logs", lambda: false_positive_rate(
+            pairs, replace(traffic, units=MIN_UNITS_PER_ARM), seed=99)),
+        ("A/A, all-mode, 20 rows x 1", lambda: paired_false_positive_rate(pairs, MIN_ROWS_PAIRED)),
+        ("A/A, all-mode, 20 rows x 3", lambda: paired_false_positive_rate(pairs, MIN_ROWS_PAIRED,
+                                                                          repeats=3)),
         ("power, +60% CTR, fixed horizon", lambda: power(pairs, traffic, 0.6)),
         ("power, +60% CTR, always valid", lambda: power(pairs, traffic, 0.6, sequential=True)),
     ]  # fmt: skip

@@ -10,10 +10,8 @@ import json
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from statistics import NormalDist
 
 import duckdb
-import numpy as np
 import pytest
 from click.testing import CliRunner, Result
 
@@ -320,7 +318,7 @@ def cli(*args: str) -> Result:
     return CliRunner().invoke(main, list(args), catch_exceptions=False)
 
 
-def test_a_log_compares_per_unit_with_one_method_per_row(wb: Workbench, tmp_path: Path) -> None:
+def test_a_log_compares_per_unit_and_too_few_users_say_so(wb: Workbench, tmp_path: Path) -> None:
     db = str(wb.store.path)
     wb.close()
     path = log_csv(tmp_path / "requests.csv")
@@ -333,7 +331,6 @@ def test_a_log_compares_per_unit_with_one_method_per_row(wb: Workbench, tmp_path
                           "ticket-triage@2.0.0", "--logs", "--json").output)  # fmt: skip
     # Logs keep arriving: by default the always-valid test, safe to look at again.
     assert live["method"] == "always valid (mSPRT)"
-    assert all(r["test"].endswith("· mSPRT") for r in live["rows"])
     result = cli("--db", db, "compare", "ticket-triage@production", "ticket-triage@2.0.0",
                  "--logs", "--final", "--json")  # fmt: skip
     data = json.loads(result.output)
@@ -362,33 +359,16 @@ def test_a_log_compares_per_unit_with_one_method_per_row(wb: Workbench, tmp_path
     assert (ctr["control_value"], ctr["variant_value"]) == (0.05, 0.125)
     assert (done["n_control"], done["n_variant"]) == (40, 40)
     assert (done["requests_control"], done["requests_variant"]) == (40, 40)
-    assert done["test"] == "delta method per unit" and done["analysed_by"] == "unit"
-    i = np.arange(N)
-    for row, ya, yb in ((done, i % 5 != 0, i % 10 != 0), (ctr, i % 20 == 0, i % 8 == 0)):
-        ya, yb = ya.astype(float), yb.astype(float)
-        se = np.sqrt(ya.var(ddof=1) / N + yb.var(ddof=1) / N)
-        effect = yb.mean() - ya.mean()
-        assert row["effect"] == pytest.approx(effect, abs=1e-12)
-        assert row["p_value"] == pytest.approx(2 * NormalDist().cdf(-abs(effect) / se), abs=1e-12)
-        assert row["interval"]["low"] == pytest.approx(effect - 1.959963984540054 * se)
-    expected_quantiles = {"latency p50": (395.5, 374.5), "latency p90": (477.7, 447.5),
-                          "latency p99": (496.27, 463.44)}  # fmt: skip
-    for metric, (control, variant) in expected_quantiles.items():
-        row = rows[metric]
-        assert row["control_value"] == pytest.approx(control, abs=1e-9)
-        assert row["variant_value"] == pytest.approx(variant, abs=1e-9)
-        assert row["test"] == "delta method (quantile) per unit"
-        low, high = row["interval"]["low"], row["interval"]["high"]
-        assert (low > 0 or high < 0) == (row["p_value"] < 0.05)
-    p_values = [r["p_value"] for r in data["rows"]]
-    order = sorted(range(5), key=lambda k: p_values[k])
-    running, adjusted = 0.0, [0.0] * 5
-    for rank, k in enumerate(order):
-        running = max(running, min(1.0, (5 - rank) * p_values[k]))
-        adjusted[k] = running
-    for row, expected in zip(data["rows"], adjusted, strict=True):
-        assert row["adjusted_p"] == pytest.approx(expected, abs=1e-12)
-        assert "Holm over 5 tests" in row["reason"] or row["reason"].startswith("the interval")
+    # 40 users a version: too few for any verdict (the per-unit methods are checked
+    # against their formulas in tests/test_units.py); each row says so, none is tested.
+    for row in data["rows"]:
+        assert row["verdict"] == "too few units" and row["analysed_by"] == "unit"
+        assert row["reason"] == "too few units (40; a verdict needs 100 per arm)"
+        assert row["adjusted_p"] is None and row["interval"] is None
+    assert done["effect"] == pytest.approx(0.1) and ctr["effect"] == pytest.approx(0.075)
+    assert data["answer"][0].startswith(
+        "ticket-triage@2.0.0 against ticket-triage@1.1.0: too few units to judge completion rate"
+    )
     table = cli("--db", db, "metrics", "--logs", "--prompt", "ticket-triage")
     assert table.output.splitlines()[1].split()[:3] == ["ticket-triage@1.1.0", "40", "80.0%"]
 

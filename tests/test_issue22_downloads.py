@@ -133,6 +133,7 @@ def test_download_results_as_parquet_twice_in_a_browser(
     page: Page,  # noqa: F811
     tmp_path: Path,
 ) -> None:
+    from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
     from playwright.sync_api import expect
 
     run, _ = run_with_items
@@ -140,8 +141,13 @@ def test_download_results_as_parquet_twice_in_a_browser(
     make = page.get_by_role("button", name="Download results")
     expect(make).to_be_visible(timeout=30_000)
     row = page.locator("[data-testid='stHorizontalBlock']").filter(has=make).last
-    row.locator("[data-testid='stSelectbox']").click()
-    page.get_by_role("option", name="Parquet").click()
+    for _ in range(5):  # the live panel redraws every second and may close the list
+        row.locator("[data-testid='stSelectbox']").click()
+        try:
+            page.get_by_role("option", name="Parquet").click(timeout=5_000)
+            break
+        except PlaywrightTimeoutError:
+            page.keyboard.press("Escape")
     expect(row.get_by_role("combobox")).to_have_value("Parquet", timeout=30_000)
     make.click()
     save = page.get_by_role("button", name=re.compile(r"^Save file \(\d"))

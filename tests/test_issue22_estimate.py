@@ -101,11 +101,11 @@ def test_the_demo_split_run_estimate_is_within_25_percent_and_counts_its_units(
         "control": pytest.approx(0.7),
         "staging": pytest.approx(0.3),
     }
-    # 17 customers cannot give 70/30 with 20 in each variant: the estimate says so.
+    # 17 customers cannot give 70/30 with 100 in each variant: the estimate says so.
     few = [w for w in estimate.warnings if w.startswith("Too few units for a 70/30 split")]
     assert len(few) == 1, estimate.warnings
     assert f"staging gets {by_variant['staging']} of the 17 distinct customer_id" in few[0]
-    assert f"at least {MIN_UNITS_PER_ARM} units" in few[0] and "about 67 units" in few[0]
+    assert f"at least {MIN_UNITS_PER_ARM} units" in few[0] and "about 334 units" in few[0]
 
 
 def test_the_demo_all_mode_run_estimate_is_within_25_percent(wb: Workbench) -> None:
@@ -136,11 +136,11 @@ def write_units(path: Path, rows_per_unit: list[int]) -> Path:
 def test_a_unit_with_many_rows_makes_the_split_lumpy_and_the_estimate_says_so(
     wb: Workbench, tmp_path: Path
 ) -> None:
-    # 200 customers with a ticket each, and one with 300: wherever that one lands, the
+    # 500 customers with a ticket each, and one with 1,000: wherever that one lands, the
     # requests are far from 70/30 although the units are not.
-    wb.datasets.import_file(write_units(tmp_path / "heavy.csv", [300] + [1] * 200), "heavy")
+    wb.datasets.import_file(write_units(tmp_path / "heavy.csv", [1000] + [1] * 500), "heavy")
     estimate = wb.runs.estimate(wb.runs.experiment_spec("triage-split", "heavy"))
-    assert estimate.units is not None and estimate.units.units == 201
+    assert estimate.units is not None and estimate.units.units == 501
     assert all((v.units or 0) >= MIN_UNITS_PER_ARM for v in estimate.variants)
     lumpy = [w for w in estimate.warnings if w.startswith("The split will be ")]
     assert len(lumpy) == 1 and not any(w.startswith("Too few") for w in estimate.warnings)

@@ -11,11 +11,11 @@ import shutil
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from statistics import NormalDist
 
 import numpy as np
 import pytest
 from scipy.stats import chisquare
+from scipy.stats import t as student_t
 
 from promptlab.analysis.compare import parse_since
 from promptlab.analysis.stats import MIN_UNITS_PER_ARM, Verdict
@@ -161,12 +161,16 @@ def test_compare_an_all_mode_run_pairs_rows(wb: Workbench, runs: tuple[Path, str
     assert completion.analysed_by == "row"
     xa, xb = latencies(wb, paired, "control"), latencies(wb, paired, "staging")
     for row, q in zip(comparison.rows[1:], (0.5, 0.9, 0.99), strict=True):
-        assert row.test == "paired delta method (quantile) per row"
         assert row.control_value == pytest.approx(np.quantile(xa, q))
         assert row.effect == pytest.approx(np.quantile(xb, q) - np.quantile(xa, q))
-        assert row.interval is not None
-        # One method gives both: the interval excludes 0 exactly when p < 0.05.
-        assert row.interval.excludes_zero() == (row.p_value < 0.05)
+    p50, p90, p99 = comparison.rows[1:]
+    assert p50.test == "paired delta method (quantile) per row"
+    assert p50.interval is not None
+    # One method gives both: the interval excludes 0 exactly when p < 0.05.
+    assert p50.interval.excludes_zero() == (p50.p_value < 0.05)
+    # 40 pairs leave 4 beyond p90 and none beyond p99: too thin a tail for a verdict.
+    assert p90.verdict == p99.verdict == Verdict.TOO_FEW and p90.adjusted_p is None
+    assert p90.reason == "too few requests beyond p90 (4; a verdict needs 20 in each arm)"
     assert wb.analysis.compare(paired).rows == comparison.rows
 
 
@@ -211,7 +215,8 @@ def test_completion_counts_only_outputs_that_passed_their_checks(
     # One pair per row: the paired difference is -1 on 5 rows and 0 on 35.
     diffs = np.array([-1.0] * 5 + [0.0] * 35)
     z = diffs.mean() / (diffs.std(ddof=1) / np.sqrt(diffs.size))
-    assert completion.p_value == pytest.approx(2 * NormalDist().cdf(-abs(z)))
+    # Student's t on 39 degrees of freedom: the paired t-test of the row differences.
+    assert completion.p_value == pytest.approx(2 * student_t.sf(abs(z), 39))
 
 
 def test_the_completion_predicate_follows_the_columns_present() -> None:

@@ -12,6 +12,7 @@ from streamlit.testing.v1 import AppTest
 
 from promptlab.engine import parse_spec
 from promptlab.ui.resources import get_workbench
+from promptlab.views.charts import ECDF_POINTS
 from promptlab.views.compare import answer_sentences, fmt_p, srm_verdict
 from tests.apptest_helpers import shown
 
@@ -213,12 +214,12 @@ def test_picking_the_other_way_round_swaps_control(all_mode_run: str) -> None:
     assert set(table["variant"]) == {"terse"}
 
 
-def write_log(path: Path, a: str, b: str, units: int = 30, days: int = 3) -> int:
+def write_log(path: Path, a: str, b: str, units: int = 120, days: int = 3) -> int:
     """A production log of both versions: `units` users each, a request a day for
     `days` days, some clicked, most completed."""
     lines = [
         f"{v},{v[-5:]}u{i},{100 + i + 7 * d},{str((i + d) % 3 == 0).lower()},"
-        f"{str(i % 5 != 0).lower()},2026-11-0{1 + d}T09:{i:02d}:00Z\n"
+        f"{str(i % 5 != 0).lower()},2026-11-0{1 + d}T09:{i % 60:02d}:{i // 60:02d}Z\n"
         for v in (a, b)
         for i in range(units)
         for d in range(days)
@@ -252,7 +253,7 @@ def test_two_versions_across_runs_and_in_production_logs(demo_run: str, tmp_path
     table = at.dataframe[0].value
     logged = wb.analysis.compare_versions(a, b, logs=True)
     assert list(table["metric"]) == [r.metric for r in logged.rows]
-    assert table["units"][0] == "30/30" and table["requests"][0] == "90/90"
+    assert table["units"][0] == "120/120" and table["requests"][0] == "360/360"
     at.text_input(key="ver_since_True").input("2030-01-01").run()
     assert any("no production logs" in shown(e.value) for e in at.error)
 
@@ -283,7 +284,8 @@ def test_production_logs_answer_always_valid_with_a_runs_figures(
     assert answer_sentences(live)[0] in [shown(m.value) for m in at.markdown]
     assert any("always valid (mSPRT)" in c.value for c in at.caption if "Method" in c.value)
     family = sum(r.adjusted_p is not None for r in live.rows)
-    assert family == len(live.rows) == 5  # every row tested: the Holm family's size shown
+    # Every row tested but p99 (3 of 360 requests beyond it): the family's size shown.
+    assert (family, len(live.rows)) == (4, 5)
     assert any(f"Holm over the table's {family} tests" in c.value for c in at.caption)
     figures = specs(at)
     assert_figures_answer_at_a_glance(figures, [a, b])
@@ -291,7 +293,7 @@ def test_production_logs_answer_always_valid_with_a_runs_figures(
     assert {t["name"] for t in over_time["data"]} == {a, b}
     assert all(len(t["x"]) == 3 for t in over_time["data"])  # a bucket a day
     ecdf = figures["Latency distribution (ECDF)"]
-    assert [len(t["x"]) for t in ecdf["data"]] == [90, 90]  # every request of each
+    assert [len(t["x"]) for t in ecdf["data"]] == [min(360, ECDF_POINTS)] * 2
     at.segmented_control(key="ver_state_True").set_value("Finished").run()
     assert not at.exception
     final = wb.analysis.compare_versions(a, b, logs=True, sequential=False)
@@ -301,6 +303,19 @@ def test_production_logs_answer_always_valid_with_a_runs_figures(
 
 def test_cuped_needs_a_since_date(demo_run: str, tmp_path: Path) -> None:
     at, a, b = open_logs(demo_run, tmp_path)
+    # The same users' history under the version before both: CUPED's pre-period.
+    history = [
+        f"ticket-triage@1.0.0,{v[-5:]}u{i},100,{str(i % 3 == 0).lower()},true,"
+        f"2026-10-2{d}T09:00:00Z\n"
+        for v in (a, b)
+        for i in range(120)
+        for d in range(3)
+    ]
+    (tmp_path / "before.csv").write_text(
+        "version,unit_id,latency_ms,clicked,completed,event_time\n" + "".join(history)
+    )
+    get_workbench().analysis.import_logs(tmp_path / "before.csv")
+    at.run()
     assert at.checkbox(key="ver_cuped").disabled  # no Since: no pre-period
     at.text_input(key="ver_since_True").input("2026-11-03").run()
     assert not at.checkbox(key="ver_cuped").disabled

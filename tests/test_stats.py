@@ -15,7 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from promptlab.analysis.stats import (
-    MIN_UNITS_PER_ARM,
+    SRM_MIN_UNITS,
     Interval,
     MetricComparison,
     Verdict,
@@ -154,7 +154,7 @@ def test_rows_without_data_or_with_too_few_units_are_not_in_the_family() -> None
     few = replace(
         _comparison("latency p50", -30.0, -50.0, -10.0, 0.01, lower=True),
         verdict=Verdict.TOO_FEW,
-        reason="too few units (3; a verdict needs 20 per arm)",
+        reason="too few units (3; a verdict needs 100 per arm)",
     )
     rows = holm_verdicts(
         [
@@ -175,7 +175,7 @@ def test_srm_check_cannot_judge_an_arm_with_too_few_units() -> None:
     result = srm_check({"control": 15, "staging": 2}, {"control": 0.7, "staging": 0.3})
     assert not result.judged and not result.mismatch
     enough = srm_check(
-        {"control": 7 * MIN_UNITS_PER_ARM, "staging": 3 * MIN_UNITS_PER_ARM},
+        {"control": 7 * SRM_MIN_UNITS, "staging": 3 * SRM_MIN_UNITS},
         {"control": 0.7, "staging": 0.3},
     )
     assert enough.judged and not enough.mismatch

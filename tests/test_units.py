@@ -4,6 +4,7 @@ their textbook formulas, a brute-force bootstrap of users, and the store's own r
 from __future__ import annotations
 
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -106,10 +107,10 @@ def test_cuped_is_plain_delta_method_without_history_and_narrower_with_it() -> N
 def test_logs_read_from_duckdb_compare_as_the_simulated_arms_do(
     demo_db: Path, tmp_path: Path
 ) -> None:
-    # 60 users per arm, many requests each: what the store sums per unit_id must be
+    # 150 users per arm, many requests each: what the store sums per unit_id must be
     # exactly what the harness sums, row for row.
     rng = np.random.default_rng(3)
-    arms = {ref: simulate_arm(Traffic(units=60), rng)
+    arms = {ref: simulate_arm(Traffic(units=150), rng)
             for ref in ("ticket-triage@1.1.0", "ticket-triage@2.0.0")}  # fmt: skip
     lines = ["version,unit_id,latency_ms,clicked,completed,event_time"]
     for index, (ref, arm) in enumerate(arms.items()):
@@ -127,7 +128,7 @@ def test_logs_read_from_duckdb_compare_as_the_simulated_arms_do(
         stored = wb.analysis.compare_versions(*arms, logs=True, sequential=False)
     (name_a, a), (name_b, b) = arms.items()
     expected = compare_arms(arm_sample(name_a, a), arm_sample(name_b, b))
-    assert stored.arms == {name_a: (60, a.unit.size), name_b: (60, b.unit.size)}
+    assert stored.arms == {name_a: (150, a.unit.size), name_b: (150, b.unit.size)}
     for got, want in zip(stored.rows, expected, strict=True):
         assert (got.metric, got.n_control, got.n_variant) == (want.metric, want.n_control,
                                                               want.n_variant)  # fmt: skip
@@ -141,15 +142,16 @@ def test_cuped_uses_each_users_logs_before_since(demo_db: Path, tmp_path: Path) 
     refs = ("ticket-triage@1.1.0", "ticket-triage@2.0.0")
     lines = ["version,unit_id,latency_ms,clicked,completed,event_time"]
     for index, ref in enumerate(refs):
-        arm = simulate_arm(Traffic(units=80, pre_share=1.0), rng)
+        arm = simulate_arm(Traffic(units=150, pre_share=1.0), rng)
         for u, click in zip(arm.unit, arm.clicked, strict=True):
             lines.append(f"{ref},user-{index}-{u},100,{str(click).lower()},true,"
                          "2026-11-20T10:00:00Z")  # fmt: skip
         for u in range(arm.units):  # the same users before: clicks as their history says
             for n in range(int(arm.pre_shown[u])):
                 clicked = n < arm.pre_clicked[u]
-                lines.append(f"{refs[0]},user-{index}-{u},100,{str(clicked).lower()},true,"
-                             "2026-11-01T10:00:00Z")  # fmt: skip
+                # Served by the version before both (1.0.0): a clean pre-period.
+                lines.append(f"ticket-triage@1.0.0,user-{index}-{u},100,"
+                             f"{str(clicked).lower()},true,2026-11-01T10:00:00Z")  # fmt: skip
     path = tmp_path / "logs.csv"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     from promptlab.config import Settings
@@ -164,9 +166,21 @@ def test_cuped_uses_each_users_logs_before_since(demo_db: Path, tmp_path: Path) 
     ctr_plain = next(r for r in plain.rows if r.metric == CTR)
     ctr = next(r for r in adjusted.rows if r.metric == CTR)
     assert ctr.test.startswith("delta method + CUPED per unit")
-    assert ctr.variance_reduction is not None and ctr.variance_reduction > 0.2
+    assert ctr.variance_reduction is not None and ctr.variance_reduction > 0.1
     assert ctr.interval is not None and ctr_plain.interval is not None
     width = ctr.interval.high - ctr.interval.low
     assert width < ctr_plain.interval.high - ctr_plain.interval.low
     # Completion never varies here: nothing to adjust, the plain method stays.
     assert next(r for r in adjusted.rows if r.metric == COMPLETION).variance_reduction is None
+    # A pre-period must end before either compared version served anyone: with the
+    # same history logged under version A itself, there is none, and CUPED adjusts
+    # nothing (A's users would carry A's treatment in their covariate).
+    treated = tmp_path / "treated.csv"
+    treated.write_text(path.read_text().replace("ticket-triage@1.0.0", refs[0]))
+    copy = tmp_path / "treated.duckdb"
+    shutil.copy(demo_db, copy)
+    other = Settings.from_env({"PROMPTLAB_DB": str(copy), "PROMPTLAB_AUTHOR": "tester"})
+    with Workbench.open(other) as wb:
+        wb.analysis.import_logs(treated)
+        found = wb.analysis.compare_versions(*refs, logs=True, since="2026-11-10", cuped=True)
+    assert all(r.variance_reduction is None for r in found.rows)

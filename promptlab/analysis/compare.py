@@ -31,12 +31,13 @@ from typing import TYPE_CHECKING
 from promptlab.analysis.cuped import cuped_rate_difference
 from promptlab.analysis.sequential import always_valid, mixture_width
 from promptlab.analysis.stats import (
-    MIN_UNITS_PER_ARM,
+    MIN_TAIL_REQUESTS,
     NO_DATA,
     MetricComparison,
     SrmCheck,
     Verdict,
     holm_verdicts,
+    minimum_units,
     srm_check,
     too_few,
 )
@@ -268,9 +269,9 @@ def _decided(
     if estimate is None:
         return row
     fewest = min(row.n_control, row.n_variant)
-    if fewest < MIN_UNITS_PER_ARM:
+    if fewest < minimum_units(row.analysed_by):
         return _with(row, effect=estimate.effect, test=method, verdict=Verdict.TOO_FEW,
-                     reason=too_few(fewest))  # fmt: skip
+                     reason=too_few(fewest, row.analysed_by))  # fmt: skip
     found = _infer(estimate, row.control_value, latency, sequential)
     se = math.sqrt(estimate.variance) if math.isfinite(estimate.variance) else None
     name = f"{method} per {row.analysed_by}" + (" · mSPRT" if sequential else "")
@@ -312,6 +313,23 @@ def _latency_rows(
             control_interval=found.interval_a,
             variant_interval=found.interval_b,
         )
+        beyond = math.floor(min(counts[2], counts[3]) * (1 - q) + 1e-9)
+        if beyond < MIN_TAIL_REQUESTS and min(row.n_control, row.n_variant) >= minimum_units(by):
+            # p99 of 200 requests rests on two of them: no verdict on so thin a tail.
+            reason = (
+                f"too few requests beyond {metric.split()[-1]} ({beyond}; a verdict needs "
+                f"{MIN_TAIL_REQUESTS} in each arm)"
+            )
+            rows.append(
+                _with(
+                    row,
+                    effect=found.estimate.effect,
+                    test=method,
+                    verdict=Verdict.TOO_FEW,
+                    reason=reason,
+                )  # fmt: skip
+            )
+            continue
         rows.append(_decided(row, found.estimate, method, sequential, latency=True))
     return rows
 
@@ -342,8 +360,14 @@ def compare_versions(
         for version_id, name in ((id_a, name_a), (id_b, name_b)):
             if version_id not in totals:
                 raise PromptlabError(f"no production logs for {name}" + _since_text(since))
-        arm_a = samples.log_arm(id_a, name_a, since, pre_period=cuped)
-        arm_b = samples.log_arm(id_b, name_b, since, pre_period=cuped)
+        pre_before = None
+        if cuped and since is not None:
+            # The pre-period ends before either version served anyone: a unit's history
+            # must not already hold the treatment (that would pull the effect to 0).
+            first = samples.first_log_time([id_a, id_b])
+            pre_before = min(since, first) if first is not None else since
+        arm_a = samples.log_arm(id_a, name_a, since, pre_before)
+        arm_b = samples.log_arm(id_b, name_b, since, pre_before)
         rows = compare_arms(arm_a, arm_b, sequential=sequential, cuped=cuped)
         return Comparison("", "logs", name_a, False, holm_verdicts(rows), None, [],
                           [totals[id_a], totals[id_b]], method=method,

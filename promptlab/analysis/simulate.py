@@ -21,9 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from promptlab.analysis.compare import compare_arms
+from promptlab.analysis.compare import compare_arms, compare_paired
 from promptlab.analysis.stats import Verdict, holm_verdicts
-from promptlab.records.samples import COMPLETION, CTR, ArmSample, RatioSample
+from promptlab.records.samples import COMPLETION, CTR, ArmSample, PairedSample, RatioSample
 
 if TYPE_CHECKING:
     import numpy as np
@@ -213,3 +213,46 @@ def cuped_effects(pairs: int, traffic: Traffic, seed: int = 3) -> tuple[float, f
         for rows, sink in ((compare_arms(a, b), plain), (compare_arms(a, b, cuped=True), adjusted)):
             sink += [r.effect for r in rows if r.metric == CTR and r.effect is not None]
     return float(np.mean(correlations)), float(np.var(adjusted) / np.var(plain))
+
+
+def simulate_pairs(rows: int, repeats: int, rng: Any) -> tuple[PairedSample, ArmSample, ArmSample]:
+    """An all-mode run with no true difference: every row through both variants
+    `repeats` times; rows differ in how hard they are (completion) and how long their
+    answers take (latency), and both variants see the same rows."""
+    import numpy as np
+
+    difficulty = _beta(rng, 0.85, 3.0, rows)
+    scale = 800.0 * rng.lognormal(0, 0.6, rows)
+    row = np.repeat(np.arange(rows), repeats)
+    done_a = rng.random(row.size) < difficulty[row]
+    done_b = rng.random(row.size) < difficulty[row]
+    lat_a = scale[row] * rng.lognormal(0, 0.4, row.size)
+    lat_b = scale[row] * rng.lognormal(0, 0.4, row.size)
+    finished = np.full(rows, float(repeats))
+    pairs = PairedSample(
+        name_a="A", name_b="B", rows=rows, pairs=int(row.size), finished=finished,
+        completed_a=np.bincount(row, weights=done_a, minlength=rows).astype(np.float64),
+        completed_b=np.bincount(row, weights=done_b, minlength=rows).astype(np.float64),
+        latency_a=lat_a, latency_b=lat_b, latency_row=row.astype(np.int64),
+    )  # fmt: skip
+
+    def arm(name: str, done: Any, latency: Any) -> ArmSample:
+        nothing = RatioSample(np.zeros(rows), np.zeros(rows))
+        completed = np.bincount(row, weights=done, minlength=rows).astype(np.float64)
+        return ArmSample(name=name, units=rows, requests=int(row.size), unitless=0,
+                         rates={COMPLETION: RatioSample(completed, finished), CTR: nothing},
+                         latency=latency, latency_unit=row.astype(np.int64))  # fmt: skip
+
+    return pairs, arm("A", done_a, lat_a), arm("B", done_b, lat_b)
+
+
+def paired_false_positive_rate(pairs: int, rows: int, repeats: int = 1, seed: int = 5) -> float:
+    """The share of simulated all-mode A/A runs where any row of the table was called."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    hits = 0
+    for _ in range(pairs):
+        paired, a, b = simulate_pairs(rows, repeats, rng)
+        hits += _called(holm_verdicts(compare_paired(paired, a, b)))
+    return hits / pairs

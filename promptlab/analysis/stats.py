@@ -20,10 +20,20 @@ from statistics import NormalDist
 ALPHA = 0.05
 #: An SRM p-value below this is a sample-ratio mismatch: the split is broken.
 SRM_THRESHOLD = 0.001
-#: Fewer units than this in an arm and a row gives no verdict (the normal approximations
-#: behind the delta method and the bootstrap need units, not requests), and the SRM check
-#: cannot judge a split yet.
-MIN_UNITS_PER_ARM = 20
+#: Fewer units than this in an arm and a row gives no verdict: the approximations behind
+#: every method need units, not requests. Measured on the A/A harness's heavy-tailed
+#: traffic, the table's false-positive rate is about 12% at 20 units per arm, 7-8% at
+#: 100 and 3% at 600 (bench/aa.py).
+MIN_UNITS_PER_ARM = 100
+#: The same for an all-mode run, whose units are dataset rows seen by both variants:
+#: paired and of equal size, they need fewer (the harness's paired A/A: bench/aa.py).
+MIN_ROWS_PAIRED = 20
+#: The SRM check judges a split once every arm should get this many units (a chi-square
+#: needs expected counts, not the effects' normal approximations).
+SRM_MIN_UNITS = 20
+#: A latency percentile gets a verdict only with at least this many requests beyond it in
+#: each arm (n * (1 - q)): p99 needs 2,000 requests an arm, p50 40.
+MIN_TAIL_REQUESTS = 20
 
 
 class Verdict(StrEnum):
@@ -54,7 +64,7 @@ class SrmCheck:
     p_value: float
     #: True when p < SRM_THRESHOLD: the assignment is broken, the comparison suspect.
     mismatch: bool
-    #: False while an arm should get fewer than MIN_UNITS_PER_ARM units (expected): the
+    #: False while an arm should get fewer than SRM_MIN_UNITS units (expected): the
     #: chi-square cannot tell a broken split from a lumpy one yet.
     judged: bool = True
 
@@ -177,8 +187,14 @@ def holm_verdicts(
     return rows
 
 
-def too_few(units: int) -> str:
-    return f"too few units ({units}; a verdict needs {MIN_UNITS_PER_ARM} per arm)"
+def minimum_units(analysed_by: str) -> int:
+    """The fewest units per arm a row analysed by `unit`, `request` or `row` needs."""
+    return MIN_ROWS_PAIRED if analysed_by == "row" else MIN_UNITS_PER_ARM
+
+
+def too_few(units: int, analysed_by: str = "unit") -> str:
+    word = "rows" if analysed_by == "row" else "units"
+    return f"too few {word} ({units}; a verdict needs {minimum_units(analysed_by)} per arm)"
 
 
 #: The test name of a comparison row that had no data to test.
@@ -206,7 +222,7 @@ def srm_check(
         for name in names
     }
     # Judged once every arm should hold enough units for the chi-square to mean something.
-    judged = all(expected[n] >= MIN_UNITS_PER_ARM for n in names if expected[n] > 0)
+    judged = all(expected[n] >= SRM_MIN_UNITS for n in names if expected[n] > 0)
     if total == 0:
         return SrmCheck(observed, expected, 0.0, 1.0, False, judged=False)
     if any(observed[n] and not expected[n] for n in names):

@@ -41,6 +41,9 @@ class Estimate:
 
     effect: float
     variance: float
+    #: Degrees of freedom of its standard error (Welch-Satterthwaite over the units of
+    #: both arms): with few units the fixed-horizon test uses Student's t, not the normal.
+    df: float = math.inf
 
 
 @dataclass(frozen=True)
@@ -68,6 +71,14 @@ def _variance_of_mean(values: FloatArray) -> float:
     return float(values.var(ddof=1) / values.size) if values.size > 1 else math.inf
 
 
+def welch_df(va: float, ka: int, vb: float, kb: int) -> float:
+    """Welch-Satterthwaite degrees of freedom of va + vb (variances of two means over ka
+    and kb units)."""
+    if not (math.isfinite(va) and math.isfinite(vb)) or ka < 2 or kb < 2 or va + vb <= 0:
+        return math.inf
+    return (va + vb) ** 2 / (va * va / (ka - 1) + vb * vb / (kb - 1))
+
+
 def rate_variance(sample: RatioSample) -> float:
     """The variance of an arm's rate, from its units (the delta method)."""
     return _variance_of_mean(linearized(sample)[1])
@@ -88,7 +99,8 @@ def rate_difference(a: RatioSample, b: RatioSample) -> Estimate | None:
     rate_b, lin_b = linearized(b)
     if math.isnan(rate_a) or math.isnan(rate_b):
         return None
-    return Estimate(rate_b - rate_a, _variance_of_mean(lin_a) + _variance_of_mean(lin_b))
+    va, vb = _variance_of_mean(lin_a), _variance_of_mean(lin_b)
+    return Estimate(rate_b - rate_a, va + vb, welch_df(va, lin_a.size, vb, lin_b.size))
 
 
 def paired_rate_difference(
@@ -102,7 +114,7 @@ def paired_rate_difference(
     rate_b, lin_b = linearized(RatioSample(completed_b, finished))
     if math.isnan(rate_a):
         return None
-    return Estimate(rate_b - rate_a, _variance_of_mean(lin_b - lin_a))
+    return Estimate(rate_b - rate_a, _variance_of_mean(lin_b - lin_a), lin_a.size - 1.0)
 
 
 # ---- percentiles: the delta method on the CDF ------------------------------------------
@@ -151,8 +163,16 @@ def _arm_quantile(values: FloatArray, unit: IntArray, units: int, q: float) -> _
     if not math.isfinite(spread):
         return _ArmQuantile(value, lin, math.inf, None)
     z = z_of(0.95)
-    low, high = np.quantile(values, [max(0.0, q - z * spread), min(1.0, q + z * spread)])
-    slope = float(high - low) / (2 * z * spread) if spread > 0 else 0.0
+    # Clipped at 0 and 1 (p99 with few requests): the slope is over the span kept.
+    p_low, p_high = max(0.0, q - z * spread), min(1.0, q + z * spread)
+    low, high = np.quantile(values, [p_low, p_high])
+    if spread == 0:
+        return _ArmQuantile(value, lin, 0.0, Interval(float(low), float(high)))
+    if high == low:
+        # Tied latencies around the percentile: the slope is not measurable here, and
+        # zero would claim a certainty the data does not have.
+        return _ArmQuantile(value, lin, math.inf, None)
+    slope = float(high - low) / (p_high - p_low)
     return _ArmQuantile(value, lin, slope, Interval(float(low), float(high)))
 
 
@@ -166,14 +186,14 @@ def quantile_difference(
     found = []
     for q in qs:
         qa, qb = _arm_quantile(*a, q), _arm_quantile(*b, q)
-        variance = (qa.slope**2) * _variance_of_mean(qa.lin) + (qb.slope**2) * _variance_of_mean(
-            qb.lin
-        )
+        va = qa.slope**2 * _variance_of_mean(qa.lin)
+        vb = qb.slope**2 * _variance_of_mean(qb.lin)
+        variance = va + vb
         if math.isnan(variance):
             variance = math.inf
-        found.append(
-            QuantileDifference(Estimate(qb.value - qa.value, variance), qa.interval, qb.interval)
-        )
+        df = welch_df(va, qa.lin.size, vb, qb.lin.size)
+        estimate = Estimate(qb.value - qa.value, variance, df)
+        found.append(QuantileDifference(estimate, qa.interval, qb.interval))
     return found
 
 
@@ -191,9 +211,8 @@ def paired_quantile_difference(
         variance = _variance_of_mean(combined)
         if math.isnan(variance):
             variance = math.inf
-        found.append(
-            QuantileDifference(Estimate(qb.value - qa.value, variance), qa.interval, qb.interval)
-        )
+        estimate = Estimate(qb.value - qa.value, variance, rows - 1.0)
+        found.append(QuantileDifference(estimate, qa.interval, qb.interval))
     return found
 
 
@@ -205,14 +224,23 @@ def z_of(confidence: float) -> float:
 
 
 def fixed_horizon(estimate: Estimate, confidence: float = 0.95) -> Inference:
-    """The Wald interval and its two-sided z-test: the interval excludes 0 exactly when
+    """The Wald interval and its two-sided test (Student's t on the estimate's degrees of
+    freedom, the normal when they are unbounded): the interval excludes 0 exactly when
     p < 1 - confidence."""
+    if math.isnan(estimate.variance) or estimate.variance < 0:
+        return Inference(Interval(-math.inf, math.inf), 1.0)
     se = math.sqrt(estimate.variance) if estimate.variance > 0 else 0.0
     if se == 0 or math.isinf(se):
         certain = se == 0 and estimate.effect != 0
         spread = math.inf if math.isinf(se) else 0.0
         interval = Interval(estimate.effect - spread, estimate.effect + spread)
         return Inference(interval, 0.0 if certain else 1.0)
-    half = z_of(confidence) * se
-    p = 2 * NormalDist().cdf(-abs(estimate.effect) / se)
+    if math.isfinite(estimate.df):
+        from scipy.stats import t
+
+        half = float(t.ppf(1 - (1 - confidence) / 2, estimate.df)) * se
+        p = float(2 * t.sf(abs(estimate.effect) / se, estimate.df))
+    else:
+        half = z_of(confidence) * se
+        p = 2 * NormalDist().cdf(-abs(estimate.effect) / se)
     return Inference(Interval(estimate.effect - half, estimate.effect + half), p)

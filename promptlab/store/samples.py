@@ -25,7 +25,9 @@ _REQUESTS = "SELECT hash(unit) AS u, unitless, ok, timed, latency_ms FROM tagged
 #: Feedback of `fbk` (k, key, unit_id, imp, clk) summed per unit hash.
 _FEEDBACK = (
     "SELECT hash(coalesce(t.unit, f.unit_id, '#' || f.k)) AS u, sum(f.imp) AS imp, "
-    "sum(least(f.clk, f.imp)) AS clk FROM fbk f LEFT JOIN tagged t ON t.key = f.key GROUP BY 1"
+    "sum(least(f.clk, f.imp)) AS clk FROM fbk f LEFT JOIN tagged t ON t.key = f.key "
+    # Feedback on a result outside the arm (finished before `since`) is not the arm's.
+    "WHERE f.key IS NULL OR t.key IS NOT NULL GROUP BY 1"
 )
 
 
@@ -87,11 +89,25 @@ class SampleReads:
                 params["since"] = since
             return _arm(cur, label, ctes, params)
 
+    def first_log_time(self, version_ids: list[str]) -> datetime | None:
+        """When the first production log line of any of these versions happened."""
+        with self.store.read() as cur:
+            row = cur.execute(
+                "SELECT min(event_time) FROM production_logs WHERE prompt_version_id IN "
+                f"({', '.join('?' for _ in version_ids)})",
+                version_ids,
+            ).fetchone()
+        return row[0] if row else None
+
     def log_arm(
-        self, version_id: str, label: str, since: datetime | None, pre_period: bool = False
+        self,
+        version_id: str,
+        label: str,
+        since: datetime | None,
+        pre_before: datetime | None = None,
     ) -> ArmSample:
         """A version's production log lines per `unit_id` (a line without one is its own
-        unit); with `pre_period`, each unit's lines of any version before `since` too."""
+        unit); with `pre_before`, each unit's lines of any version before then too."""
         import numpy as np
 
         window = " AND event_time >= $since" if since is not None else ""
@@ -108,13 +124,13 @@ class SampleReads:
                 params,
             ).fetchnumpy()
             before = None
-            if pre_period and since is not None:
+            if pre_before is not None:
                 before = cur.execute(
                     "SELECT hash(unit_id) AS u, count(completed) AS known, "
                     "count(*) FILTER (WHERE completed) AS done, count(clicked) AS shown, "
                     "count(*) FILTER (WHERE clicked) AS clk FROM production_logs "
-                    "WHERE event_time < $since AND unit_id IS NOT NULL GROUP BY unit_id",
-                    {"since": since},
+                    "WHERE event_time < $before AND unit_id IS NOT NULL GROUP BY unit_id",
+                    {"before": pre_before},
                 ).fetchnumpy()
         ids, index = np.unique(_u(lines["u"]), return_inverse=True)
         k = ids.size

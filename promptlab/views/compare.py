@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from promptlab.analysis.stats import MIN_UNITS_PER_ARM, Verdict
+from promptlab.analysis.stats import MIN_UNITS_PER_ARM, SRM_MIN_UNITS, Verdict
 
 if TYPE_CHECKING:
     from promptlab.analysis.compare import Comparison
@@ -89,10 +89,7 @@ def srm_verdict(srm: SrmCheck) -> str:
             "weights: fix the assignment before trusting this comparison."
         )
     if not srm.judged:
-        return (
-            f"cannot judge yet: an arm has fewer than {MIN_UNITS_PER_ARM} units "
-            f"({srm_figures(srm)})"
-        )
+        return f"cannot judge yet: an arm has fewer than {SRM_MIN_UNITS} units ({srm_figures(srm)})"
     return f"passed ({srm_figures(srm)})"
 
 
