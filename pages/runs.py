@@ -74,7 +74,9 @@ def start_form(wb: Workbench) -> None:
             except PromptlabError as exc:
                 show_error(exc)
             else:
-                st.session_state["run_choice"] = run_id  # follow the new run
+                # Follow the new run: `live` picks it before its selectbox is drawn, so a
+                # refresh in flight with the old choice cannot win.
+                st.session_state["follow_run"] = run_id
                 st.success(f"Started {run_id}", icon=":material/check_circle:")
 
 
@@ -84,7 +86,7 @@ def runs_table(runs: list[RunWithCounts]) -> None:
             {
                 "run": r.run.run_id,
                 "name": r.run.name,
-                "status": r.run.status,
+                "status": r.run.state,
                 "closed": r.items.finished / r.run.total_items if r.run.total_items else 0.0,
                 "succeeded": r.items.succeeded,
                 "failed": r.items.failed,
@@ -116,6 +118,8 @@ def live(wb: Workbench) -> None:
         r.run.run_id: f"{r.run.name} · {r.run.submitted_at:%Y-%m-%d %H:%M:%S} · {r.run.run_id}"
         for r in listed
     }
+    if st.session_state.get("follow_run") in labels:
+        st.session_state["run_choice"] = st.session_state.pop("follow_run")
     if st.session_state.get("run_choice") not in labels:
         st.session_state.pop("run_choice", None)
     selected = st.selectbox("Run", list(labels), format_func=labels.__getitem__, key="run_choice")
@@ -125,7 +129,14 @@ def live(wb: Workbench) -> None:
 
 def run_detail(wb: Workbench, run_id: str) -> None:
     view = wb.runs.view(run_id)
-    st.subheader(f"{escape_markdown(view.run.name)} · {view.status}")  # a spec names it
+    st.subheader(f"{escape_markdown(view.run.name)} · {view.run.state}")  # a spec names it
+    if view.run.process_gone:
+        st.warning(
+            "The process that ran this run is gone (stopped or killed) before it finished. "
+            f"Its stored results are kept; go on with **Resume** below or "
+            f"`{view.run.resume_command}`.",
+            icon=":material/warning:",
+        )
     if view.reason:
         st.text(view.reason)
     alerts(view)

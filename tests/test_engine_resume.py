@@ -13,10 +13,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from click.testing import CliRunner
 
+from promptlab.cli import main
 from promptlab.engine import Engine
 from promptlab.fakellm.server import FakeLLMConfig, RunningServer, serve_in_thread
 from promptlab.store import Store
+from promptlab.store.runs import RunStore
 
 ITEMS = 600
 #: Kill once the server has answered this many: about half way.
@@ -103,6 +106,9 @@ def test_kill_minus_nine_then_resume_loses_nothing_and_repeats_no_stored_result(
             )
             status = cur.execute("SELECT status FROM runs WHERE run_id = ?", [run_id]).fetchone()
         assert status == ("running",)
+        # Stored as running, read as what it is: nobody drives it any more.
+        killed = RunStore(store).get_run(run_id)
+        assert killed.process_gone and killed.state == "interrupted (process gone)"
         stored_before = {k for k, s in before.items() if s == "succeeded"}
         assert 0 < len(stored_before) < ITEMS
         assert len(before) == ITEMS  # everything was planned before anything was sent
@@ -130,6 +136,9 @@ def test_kill_minus_nine_then_resume_loses_nothing_and_repeats_no_stored_result(
                 [run_id],
             ).fetchone()
     assert len(finals) == ITEMS and all(n == 1 for _, n in finals)  # none lost, none twice
+    with Store(db_path) as store:
+        resumed = RunStore(store).get_run(run_id)
+    assert not resumed.process_gone and resumed.state == "completed"
     assert repeated_attempt_numbers == (0,)  # resumed attempts are numbered after earlier ones
     assert events[-3:] == ["scheduled", "running", "completed"]
 
@@ -139,3 +148,16 @@ def test_kill_minus_nine_then_resume_loses_nothing_and_repeats_no_stored_result(
     assert not set(stats["duplicate_ids"]) & stored_before
     assert stats["successes"] == ITEMS + stats["duplicate_completions"]
     assert stats["duplicate_completions"] <= ITEMS - len(stored_before)
+
+
+def test_status_says_a_killed_run_is_interrupted_and_how_to_go_on(
+    tmp_path: Path, server: RunningServer, db_path: Path
+) -> None:
+    run_id = run_and_kill(tmp_path, server, db_path)
+    listed = CliRunner().invoke(main, ["--db", str(db_path), "status"])
+    assert listed.exit_code == 0, listed.output
+    assert f"{run_id}  interrupted (process gone)  " in listed.output
+    one = CliRunner().invoke(main, ["--db", str(db_path), "status", run_id])
+    assert one.exit_code == 0, one.output
+    assert one.output.splitlines()[0].endswith(": interrupted (process gone)")
+    assert f"go on with: promptlab resume {run_id}" in one.output

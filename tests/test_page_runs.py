@@ -163,3 +163,28 @@ def test_failed_items_are_listed_with_their_reason(tmp_path: Path) -> None:
     assert tables, "no table of failed items"
     assert list(tables[0]["dataset row"]) == [1, 2]
     assert "'text' is a required property" in tables[0]["message"][0]
+
+
+def test_a_run_whose_process_is_gone_says_so_with_the_way_on(tmp_path: Path) -> None:
+    wb = get_workbench()
+    run_id = wb.engine.submit(parse_spec_text(spec_text(write_rows(tmp_path))))
+    assert wb.engine.wait(run_id, timeout=TIMEOUT_S).status == "completed"
+    assert wb.runs.view(run_id).run.state == "completed"
+    # As a killed process leaves it: still `running`, owned by a process that is gone.
+    with wb.store.transaction() as cur:
+        cur.execute(
+            "UPDATE runs SET status = 'running', finished_at = NULL, owner = 'elsewhere:1:ab' "
+            "WHERE run_id = ?",
+            [run_id],
+        )
+    gone = wb.runs.view(run_id).run
+    assert gone.process_gone and gone.state == "interrupted (process gone)"
+    at = AppTest.from_file(PAGE, default_timeout=TIMEOUT_S).run()
+    assert not at.exception
+    assert list(at.dataframe[0].value["status"]) == ["interrupted (process gone)"]
+    assert any(f"promptlab resume {run_id}" in shown(w.value) for w in at.warning)
+    assert not {b.label: b for b in at.button}["Resume"].disabled
+    # Resumed here, it is this process's again.
+    wb.runs.resume(run_id)
+    assert wb.engine.wait(run_id, timeout=TIMEOUT_S).status == "completed"
+    assert not wb.runs.view(run_id).run.process_gone

@@ -163,7 +163,7 @@ def status_command(
             for entry in listed:
                 r = entry.run
                 click.echo(
-                    f"{r.run_id}  {r.status:<9}  {entry.items.finished}/{r.total_items}  "
+                    f"{r.run_id}  {r.state:<9}  {entry.items.finished}/{r.total_items}  "
                     f"{r.submitted_at:%Y-%m-%d %H:%M}  {r.name}"
                 )
             return
@@ -171,9 +171,11 @@ def status_command(
             wb.analysis.detect_anomalies(run_id)
         view = wb.runs.view(run_id)
     c = view.counts
-    click.echo(f"run {view.run_id} ({view.run.name}): {view.status}")
+    click.echo(f"run {view.run_id} ({view.run.name}): {view.run.state}")
     if view.reason:
         click.echo(f"  reason: {view.reason}")
+    if view.run.process_gone:
+        click.echo(f"  the process running it is gone; go on with: {view.run.resume_command}")
     click.echo(
         f"  items: {view.total}  pending={c.pending}  in_flight={c.in_flight}  "
         f"succeeded={c.succeeded}  failed={c.failed}  cancelled={c.cancelled}"

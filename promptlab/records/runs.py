@@ -38,6 +38,24 @@ class RunRecord:
     started_at: datetime | None
     finished_at: datetime | None
     updated_at: datetime
+    #: The process that last drove it (host:pid:token); None on runs from before owners.
+    owner: str | None = None
+    #: True for a run not finished whose owning process is gone (read by another one).
+    process_gone: bool = False
+
+    @property
+    def state(self) -> str:
+        """The status as a user should read it: `interrupted (process gone)` for a live
+        status nobody drives any more (`promptlab resume RUN_ID` goes on)."""
+        return INTERRUPTED if self.process_gone else str(self.status)
+
+    @property
+    def resume_command(self) -> str:
+        return f"promptlab resume {self.run_id}"
+
+
+#: What `status`, the Runs page and `wb.runs` show for a run whose process is gone.
+INTERRUPTED = "interrupted (process gone)"
 
 
 @dataclass(frozen=True)

@@ -380,6 +380,15 @@ MIGRATIONS: tuple[Migration, ...] = (
             """,
         ),
     ),
+    Migration(
+        "0011_run_owner",
+        (
+            # The process that last submitted, scheduled or started the run (host, pid
+            # and a token of that process): a live run whose owner is not the reading
+            # process is one whose process is gone (DuckDB lets one process in).
+            "ALTER TABLE runs ADD COLUMN owner VARCHAR",
+        ),
+    ),
 )
 
 

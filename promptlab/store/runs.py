@@ -7,6 +7,9 @@ what the pages and the CLI read about runs is in `promptlab.store.read_models`.
 from __future__ import annotations
 
 import json
+import os
+import secrets
+import socket
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -20,8 +23,22 @@ from promptlab.store.connection import Store
 
 RUN_COLUMNS = (
     "run_id, name, spec, status, status_reason, total_items, submitted_at, scheduled_at, "
-    "started_at, finished_at, updated_at"
+    "started_at, finished_at, updated_at, owner"
 )
+#: Statuses whose run is then driven by the process that set them: it becomes the owner.
+_OWNING = (RunStatus.SUBMITTED, RunStatus.SCHEDULED, RunStatus.RUNNING)
+_OWNER: tuple[int, str] | None = None
+
+
+def process_owner() -> str:
+    """This process, as a run's owner: host, pid and a token (a pid can be reused)."""
+    global _OWNER
+    pid = os.getpid()
+    if _OWNER is None or _OWNER[0] != pid:  # a forked child is another owner
+        _OWNER = (pid, f"{socket.gethostname()}:{pid}:{secrets.token_hex(4)}")
+    return _OWNER[1]
+
+
 _STATUS_TIMESTAMP = {
     RunStatus.SCHEDULED: "scheduled_at",
     RunStatus.RUNNING: "started_at",
@@ -44,8 +61,8 @@ class RunStore:
         with self.store.transaction() as tx:
             tx.execute(
                 f"INSERT INTO runs ({RUN_COLUMNS}) VALUES (?, ?, ?, ?, NULL, 0, ?, NULL, NULL, "
-                "NULL, ?)",
-                [run_id, name, json.dumps(spec), RunStatus.SUBMITTED, now, now],
+                "NULL, ?, ?)",
+                [run_id, name, json.dumps(spec), RunStatus.SUBMITTED, now, now, process_owner()],
             )
             tx.executemany(
                 "INSERT INTO run_variants VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -78,12 +95,15 @@ class RunStore:
             stamp = ", started_at = coalesce(started_at, ?)"
         # A resumed run starts again: its old finish time no longer applies.
         clear = ", finished_at = NULL" if status in (RunStatus.SCHEDULED, RunStatus.RUNNING) else ""
+        owning = status in _OWNING
+        own = ", owner = ?" if owning else ""
         with self.store.transaction() as tx:
             tx.execute(
-                f"UPDATE runs SET status = ?, status_reason = ?, updated_at = ?{stamp}{clear} "
-                "WHERE run_id = ?",
-                [status, reason, now, *([now] if column else []), run_id],
-            )
+                f"UPDATE runs SET status = ?, status_reason = ?, updated_at = ?{stamp}{clear}"
+                f"{own} WHERE run_id = ?",
+                [status, reason, now, *([now] if column else []),
+                 *([process_owner()] if owning else []), run_id],
+            )  # fmt: skip
             _add_event(tx, run_id, status, reason, now)
 
     def get_run(self, run_id: str) -> RunRecord:
@@ -153,6 +173,10 @@ def run_from_row(row: tuple[Any, ...]) -> RunRecord:
         started_at=row[8],
         finished_at=row[9],
         updated_at=row[10],
+        owner=row[11],
+        # A live run's owner is the process driving it; only one process has the file,
+        # so an owner other than this one is a process that is gone.
+        process_gone=not RunStatus(row[3]).is_final and row[11] != process_owner(),
     )
 
 
