@@ -23,6 +23,7 @@ from promptlab.engine.lanes import Lane
 from promptlab.engine.limiter import Limiter, Permit
 from promptlab.engine.progress import Counters
 from promptlab.engine.recorder import ItemRecorder
+from promptlab.engine.refusals import RefusalWatch
 from promptlab.engine.retry import THROTTLE_KINDS, Action, RetryPolicy, classify
 from promptlab.engine.spec import AS_WRITTEN, PARAM_COLUMNS_KEY
 from promptlab.engine.writer import BatchWriter
@@ -121,6 +122,7 @@ class RunExecution:
             if (sampling := sampling_from_params(v.params)) is not None
         }
         self.lanes = list(lanes)
+        self.refusals = RefusalWatch()
         self.policy = policy
         self.items = items
         self.writer = writer
@@ -336,6 +338,7 @@ class RunExecution:
                 raise
             if response is not None:
                 self.recorder.attempt(item, flight.attempt, started_at, t0, response, None, *waited)
+                self.refusals.observe(lane.endpoint.name, None)
                 await self._answered(item, lane, prepared, flight, response)
                 return
             assert error is not None
@@ -350,6 +353,15 @@ class RunExecution:
                 lane.limiter.on_throttle(capped, epoch)
             if action is Action.STOP_RUN:
                 self.stop(f"{error.kind.value}: {error.provider_message}")
+                self._failed(item, flight, error)
+                return
+            refused = self.refusals.observe(lane.endpoint.name, error)
+            if refused is not None:
+                self.stop(
+                    f"{error.kind.value}: the first {self.refusals.limit} requests to "
+                    f"{lane.endpoint.name} were all refused with the same message, so every "
+                    f"item would be: {refused}"
+                )
                 self._failed(item, flight, error)
                 return
             if error.kind in THROTTLE_KINDS:
