@@ -153,7 +153,9 @@ def test_each_fault_maps_to_its_kind(
     server = fakellm_factory(**config)
     # The server's own window (not our preflight) must be what refuses the prompt.
     endpoint = _endpoint(transport, server, kind, context_windows={})
-    request = _request(max_tokens=40, timeout_s=0.3)
+    # Long enough for any answer on a loaded machine (a quota 429 once timed out at
+    # 0.3 s), short of the timeout fault's 5 s hold.
+    request = _request(max_tokens=40, timeout_s=2.0)
     for _ in range(sends - 1):
         _complete(endpoint, request)
     error = _error(endpoint, request)
