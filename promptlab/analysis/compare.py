@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -241,7 +241,7 @@ def _rate_row(
             (estimate, reduction), method = adjusted, "delta method + CUPED"
     units = (int((a.den > 0).sum()), int((b.den > 0).sum()))
     row = _row_from(metric, name_a, name_b, a, b, estimate, by, sequential, units, method)
-    return row if reduction is None else _with(row, variance_reduction=reduction)
+    return row if reduction is None else replace(row, variance_reduction=reduction)
 
 
 def _row_from(
@@ -270,19 +270,13 @@ def _decided(
         return row
     fewest = min(row.n_control, row.n_variant)
     if fewest < minimum_units(row.analysed_by):
-        return _with(row, effect=estimate.effect, test=method, verdict=Verdict.TOO_FEW,
+        return replace(row, effect=estimate.effect, test=method, verdict=Verdict.TOO_FEW,
                      reason=too_few(fewest, row.analysed_by))  # fmt: skip
     found = _infer(estimate, row.control_value, latency, sequential)
     se = math.sqrt(estimate.variance) if math.isfinite(estimate.variance) else None
     name = f"{method} per {row.analysed_by}" + (" · mSPRT" if sequential else "")
-    return _with(row, effect=estimate.effect, interval=found.interval, p_value=found.p_value,
+    return replace(row, effect=estimate.effect, interval=found.interval, p_value=found.p_value,
                  test=name, standard_error=se)  # fmt: skip
-
-
-def _with(row: MetricComparison, **changes: object) -> MetricComparison:
-    from dataclasses import replace
-
-    return replace(row, **changes)  # type: ignore[arg-type]
 
 
 def _latency_rows(
@@ -306,7 +300,7 @@ def _latency_rows(
             rows.append(row)
             continue
         found = differences[index]
-        row = _with(
+        row = replace(
             row,
             control_value=float(np.quantile(xa, q)),
             variant_value=float(np.quantile(xb, q)),
@@ -321,7 +315,7 @@ def _latency_rows(
                 f"{MIN_TAIL_REQUESTS} in each arm)"
             )
             rows.append(
-                _with(
+                replace(
                     row,
                     effect=found.estimate.effect,
                     test=method,

@@ -188,9 +188,7 @@ def quantile_difference(
         qa, qb = _arm_quantile(*a, q), _arm_quantile(*b, q)
         va = qa.slope**2 * _variance_of_mean(qa.lin)
         vb = qb.slope**2 * _variance_of_mean(qb.lin)
-        variance = va + vb
-        if math.isnan(variance):
-            variance = math.inf
+        variance = va + vb  # NaN (an infinite slope times no spread): no verdict
         df = welch_df(va, qa.lin.size, vb, qb.lin.size)
         estimate = Estimate(qb.value - qa.value, variance, df)
         found.append(QuantileDifference(estimate, qa.interval, qb.interval))
@@ -209,8 +207,6 @@ def paired_quantile_difference(
         qb = _arm_quantile(latency_b, row, rows, q)
         combined = qb.slope * qb.lin - qa.slope * qa.lin
         variance = _variance_of_mean(combined)
-        if math.isnan(variance):
-            variance = math.inf
         estimate = Estimate(qb.value - qa.value, variance, rows - 1.0)
         found.append(QuantileDifference(estimate, qa.interval, qb.interval))
     return found

@@ -194,7 +194,7 @@ class Analysis:
         NumPy float array: the logs' ECDF, as `latencies` is a run variant's."""
         version_id, _ = self._version_label(ref)
         when = _since(since, self._context.store.clock.now())
-        return self._metrics.log_sample(version_id, when)[1]
+        return self._metrics.log_latencies(version_id, when)
 
     def log_metrics_over_time(
         self, refs: list[str], since: datetime | str | None = None

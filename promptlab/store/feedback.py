@@ -101,6 +101,11 @@ def _bad_number(column: str) -> str:
     return f"({column} IS NOT NULL AND ({number} IS NULL OR NOT isfinite({number})))"
 
 
+#: A feedback row written here (ratings, a run's events): key, run, version, variant,
+#: kind, event time, source, import time; no unit, value 1.
+_ROW_INSERT = "INSERT INTO feedback VALUES (?, ?, ?, ?, NULL, ?, 1, ?, ?, ?)"
+
+
 class FeedbackTables:
     """Writes of `feedback` and `production_logs` (reads are in MetricsReads)."""
 
@@ -149,7 +154,7 @@ class FeedbackTables:
     ) -> None:
         with self.store.transaction() as tx:
             tx.executemany(
-                "INSERT INTO feedback VALUES (?, ?, ?, ?, NULL, ?, 1, ?, ?, ?)",
+                _ROW_INSERT,
                 [[key, run_id, version_id, variant, kind, at, source, at] for kind in kinds],
             )
 
@@ -176,7 +181,7 @@ class FeedbackTables:
                 return False
             tx.execute(f"DELETE {where}", args)
             tx.execute(
-                "INSERT INTO feedback VALUES (?, ?, ?, ?, NULL, ?, 1, ?, ?, ?)",
+                _ROW_INSERT,
                 [key, run_id, version_id, variant, kind, at, source, at],
             )
         return True
@@ -209,9 +214,7 @@ class FeedbackTables:
                 for key, kind in events
             ]
             if rows:
-                tx.executemany(
-                    "INSERT INTO feedback VALUES (?, ?, ?, ?, NULL, ?, 1, ?, ?, ?)", rows
-                )
+                tx.executemany(_ROW_INSERT, rows)
         return len(rows)
 
 

@@ -250,19 +250,18 @@ class MetricsReads:
             ).fetchall()
         return [_log_row(r) for r in rows]
 
-    def log_sample(
+    def log_latencies(
         self, version_id: str, since: datetime | None = None
-    ) -> tuple[LogMetricsRow | None, npt.NDArray[np.float64]]:
-        """A version's production log totals and its request latencies (ms)."""
+    ) -> npt.NDArray[np.float64]:
+        """A version's production log latencies (ms), from `since` on."""
         window, args = _since(since, "event_time")
-        rows = [r for r in self.log_metrics(None, since) if r.prompt_version_id == version_id]
         with self.store.read() as cur:
             columns = cur.execute(
                 "SELECT latency_ms FROM production_logs WHERE prompt_version_id = ? "
                 f"AND latency_ms IS NOT NULL{window}",
                 [version_id, *args],
             ).fetchnumpy()
-        return (rows[0] if rows else None), _floats(columns["latency_ms"])
+        return _floats(columns["latency_ms"])
 
     def latencies(self, run_id: str, variant: str) -> npt.NDArray[np.float64]:
         """Latencies (ms) of the variant's succeeded results, as a NumPy array."""
