@@ -458,6 +458,65 @@ def scenario_rpmfaults(workdir: Path, scale: float) -> list[Row]:
     )  # fmt: skip
 
 
+#: Share of the key's limits another client takes in the shared-key scenarios.
+SHARED_LOAD = 0.5
+
+
+def shared_key(
+    name: str, workdir: Path, server_args: list[str], texts: list[str], *, limit_per_s: float,
+    latency_s: float, max_tokens: int, engine_limits: dict[str, Any],
+    engine_retry: dict[str, Any] | None = None, timeout_s: float = 600.0,
+) -> list[Row]:  # fmt: skip
+    """A key another client uses too (limits are per organization): the limit headers say
+    more than this caller gets, so it sees `remaining: 0` on 200s and 429s whose reset
+    header is the time to a *full* bucket (10 s) and whose retry-after is exact (ms).
+
+    The physical best is per client, from what the server admitted for it (faults re-sent
+    included): a full bucket at once, the rest at the caller's share of the limit.
+    """
+    net_per_s = limit_per_s * (1 - SHARED_LOAD)
+    rows = []
+    for client in CLIENTS:
+        with fakellm(*server_args, "--shared-load", str(SHARED_LOAD)) as base:
+            m = run_client(
+                client, workdir, base, texts, max_tokens=max_tokens, limits=engine_limits,
+                concurrency=BASELINE_CONCURRENCY, timeout_s=timeout_s, engine_retry=engine_retry,
+            )  # fmt: skip
+            s = stats(base)
+        admitted = s["attempts"] - s["rate_limited"]
+        ideal = max(0.0, admitted - limit_per_s * SERVER_BURST_S) / net_per_s + latency_s
+        rate = steady_rate(m["times"])
+        share = f"{ideal / m['wall']:.0%} of physical best" if not m["failed"] else "gave up"
+        rows.append(
+            Row(
+                name, client, len(texts), m["ok"], m["failed"], m["lost"], m["wall"], ideal,
+                rate / net_per_s if rate else None, s["rate_limited"] / max(1, s["attempts"]),
+                f"{share}; server 5xx {s['server_errors']}, timeouts {s['timeouts']}",
+            )
+        )  # fmt: skip
+    return rows
+
+
+def scenario_shared_rpm(workdir: Path, scale: float) -> list[Row]:
+    n = int(3000 * scale)
+    return shared_key(
+        "shared key 6000 rpm (half ours), 200 ms", workdir,
+        ["--rpm", "6000", "--latency-ms", "200"], prompts(n, varied=False), limit_per_s=100.0,
+        latency_s=0.2, max_tokens=64, engine_limits={"rpm": 6000},
+    )  # fmt: skip
+
+
+def scenario_shared_faults(workdir: Path, scale: float) -> list[Row]:
+    n = int(3000 * scale)
+    args = ["--rpm", "6000", "--latency-ms", "50", "--fail-rate", "0.05", "--timeout-rate", "0.01"]
+    return shared_key(
+        "shared key 6000 rpm, 5% 5xx, 1% t/o", workdir, args, prompts(n, varied=False),
+        limit_per_s=100.0, latency_s=0.05, max_tokens=64, engine_limits={"rpm": 6000},
+        engine_retry={"timeout_s": FAULT_TIMEOUT_S, "backoff_base_s": 0.1},
+        timeout_s=FAULT_TIMEOUT_S,
+    )  # fmt: skip
+
+
 def scenario_overconfigured(workdir: Path, scale: float) -> list[Row]:
     n = int(3000 * scale)
     texts = prompts(n, varied=False)
@@ -598,6 +657,8 @@ SCENARIOS = {
     "tpm": scenario_tpm,
     "faults": scenario_faults,
     "rpmfaults": scenario_rpmfaults,
+    "shared": scenario_shared_rpm,
+    "sharedfaults": scenario_shared_faults,
     "over": scenario_overconfigured,
     "ceiling": scenario_ceiling,
     "crash": scenario_crash,

@@ -214,6 +214,42 @@ def test_token_bucket_is_continuous() -> None:
     assert bucket.wait_s(50) == pytest.approx(7.5)
 
 
+def test_buckets_start_full_and_reset_is_the_time_to_a_full_bucket() -> None:
+    bucket = TokenBucket(per_minute=600, burst_s=10, now=0.0)  # 10/s, holds 100
+    assert bucket.level == bucket.capacity == 100
+    bucket.level = 0.0
+    assert bucket.reset_s() == pytest.approx(10.0)  # to full, not to the next request
+    assert bucket.wait_s(1) == pytest.approx(0.1)  # the next request: one interval
+
+
+def test_a_shared_load_takes_its_share_of_every_refill() -> None:
+    # Another client on the key takes 20%: this caller refills at 8/s, not 10/s,
+    # while the bucket (and the limit headers) still say 600 per minute.
+    bucket = TokenBucket(per_minute=600, burst_s=10, now=0.0, shared_load=0.2)
+    assert bucket.capacity == 100 and bucket.limit == 600
+    bucket.level = 0.0
+    bucket.refill(now=1.0)
+    assert bucket.level == pytest.approx(8.0)
+    assert bucket.wait_s(9) == pytest.approx(0.125)
+
+
+def test_a_429_says_exactly_when_the_next_request_fits(fakellm_factory: ServerFactory) -> None:
+    server = fakellm_factory(rpm=600, burst_s=0.1)  # holds 1 request, refills every 100 ms
+
+    async def run() -> Any:
+        await _openai_raw(server)
+        try:
+            await _openai_raw(server)
+        except openai.RateLimitError as exc:
+            return exc.response.headers
+        raise AssertionError("the second request fitted")
+
+    headers = asyncio.run(run())
+    assert headers["x-ratelimit-remaining-requests"] == "0"
+    assert 1 <= int(headers["retry-after-ms"]) <= 100
+    assert headers["x-ratelimit-reset-requests"].endswith("ms")
+
+
 def test_success_responses_carry_rate_limit_headers(fakellm_factory: ServerFactory) -> None:
     server = fakellm_factory(rpm=600, tpm=100_000)
     headers = asyncio.run(_anthropic_raw(server)).headers
@@ -299,7 +335,7 @@ def test_cli_help_lists_every_flag() -> None:
     assert result.exit_code == 0
     for flag in ("--port", "--rpm", "--tpm", "--latency-ms", "--fail-rate", "--timeout-rate",
                  "--malformed-rate", "--seed", "--insufficient-quota", "--overloaded-rate",
-                 "--reset-rate", "--burst-s", "--echo-auth-rate"):  # fmt: skip
+                 "--reset-rate", "--burst-s", "--echo-auth-rate", "--shared-load"):  # fmt: skip
         assert flag in result.output
 
 

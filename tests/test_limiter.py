@@ -157,18 +157,70 @@ def test_a_server_limit_below_the_configured_one_wins() -> None:
     assert rpm is not None and rpm <= 3000
 
 
-def test_an_empty_server_bucket_closes_the_gate_until_reset() -> None:
+def _admitted_after(limiter: EndpointLimiter, clock: FakeClock, tokens: int = 1) -> float:
+    """Seconds until the next request of `tokens` is admitted: what `acquire` waits for
+    (the gate, then both buckets), read at the fake clock's now."""
+    now = clock()
+    return max(
+        limiter._gate_until - now,
+        limiter._rpm.time_until(1, now),
+        limiter._tpm.time_until(tokens, now),
+        0.0,
+    )
+
+
+def test_an_empty_server_bucket_paces_one_refill_interval_not_the_full_reset() -> None:
+    # 600 rpm is one request every 100 ms; the reset (10 s) is the time to a *full* bucket.
     clock = FakeClock()
     limiter = EndpointLimiter("e", Limits(rpm=600), clock=clock)
     limiter.observe_headers(
-        {"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "2s"}
+        {
+            "x-ratelimit-limit-requests": "600",
+            "x-ratelimit-remaining-requests": "0",
+            "x-ratelimit-reset-requests": "10s",
+        }
     )
-    assert limiter._gate_until == pytest.approx(clock.now + 2.0)
+    waited = _admitted_after(limiter, clock)
+    assert 0.05 <= waited <= 0.2
+    assert limiter.state().gate_closed_until is None
+
+
+def test_an_empty_token_bucket_waits_for_the_request_s_tokens_only() -> None:
+    clock = FakeClock()
+    limiter = EndpointLimiter("e", Limits(tpm=60_000), clock=clock)  # 1000 tokens/s
     reset = (datetime.now(UTC) + timedelta(seconds=30)).isoformat()
     limiter.observe_headers(
         {"anthropic-ratelimit-tokens-remaining": "0", "anthropic-ratelimit-tokens-reset": reset}
     )
-    assert limiter._gate_until > clock.now + 25
+    assert 0.4 <= _admitted_after(limiter, clock, tokens=500) <= 0.6
+
+
+def test_a_429_with_an_exact_retry_after_is_not_held_to_the_full_reset() -> None:
+    clock = FakeClock()
+    limiter = EndpointLimiter("e", Limits(rpm=3000), clock=clock)  # one per 20 ms
+    limiter.observe_headers(
+        {"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "9.8s"}
+    )
+    limiter.on_throttle(0.012)
+    assert _admitted_after(limiter, clock) < 0.1
+
+
+def test_an_empty_bucket_of_unknown_rate_waits_the_reset_shared_by_what_it_held() -> None:
+    # No configured or learned limit: the server once reported 100 remaining and now 0
+    # with 10 s to full, so one request refills about every 100 ms.
+    clock = FakeClock()
+    limiter = EndpointLimiter("e", Limits(), clock=clock)
+    limiter.observe_headers({"x-ratelimit-remaining-requests": "100"})
+    limiter.observe_headers(
+        {"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "10s"}
+    )
+    assert limiter._gate_until == pytest.approx(clock.now + 0.1)
+    # Never seen more than empty: the reset is all there is to go by.
+    fresh = EndpointLimiter("f", Limits(), clock=clock)
+    fresh.observe_headers(
+        {"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "2s"}
+    )
+    assert fresh._gate_until == pytest.approx(clock.now + 2.0)
 
 
 @pytest.mark.parametrize(

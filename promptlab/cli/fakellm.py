@@ -20,6 +20,13 @@ LOOPBACK = "127.0.0.1"
     help="Seconds' worth of the per-minute limits a bucket holds.",
 )
 @click.option(
+    "--shared-load",
+    type=click.FloatRange(0, 1, max_open=True),
+    default=0.0,
+    help="Share of the limits another client on the same key takes: the caller gets less "
+    "than the limit headers say, sees remaining 0 and 429s (as on a shared organization key).",
+)
+@click.option(
     "--latency-ms", type=click.FloatRange(min=0), default=0.0, help="Fixed delay per response."
 )
 @click.option(
@@ -79,6 +86,7 @@ def fakellm_command(
     rpm: int | None,
     tpm: int | None,
     burst_s: float,
+    shared_load: float,
     latency_ms: float,
     sim_latency: bool,
     fail_rate: float,
@@ -104,6 +112,7 @@ def fakellm_command(
             rpm=rpm,
             tpm=tpm,
             burst_s=burst_s,
+            shared_load=shared_load,
             latency_ms=latency_ms,
             sim_latency=sim_latency,
             fail_rate=fail_rate,

@@ -150,6 +150,8 @@ class EndpointLimiter:
         #: The largest `remaining` the server reported per bucket: the burst it holds.
         #: Our buckets may hold that much, so headroom the server grants gets spent.
         self._server_burst = {"requests": 0.0, "tokens": 0.0}
+        #: The largest `remaining` seen at all, to pace an empty bucket of unknown rate.
+        self._most_remaining = {"requests": 0, "tokens": 0}
         self._waiting = 0
         self._fifo = asyncio.Lock()
         self._slot_freed = asyncio.Event()
@@ -293,7 +295,7 @@ class EndpointLimiter:
 
     def observe_headers(self, headers: Mapping[str, str]) -> None:
         """Follow the server's rate-limit headers: learn limits, spend the headroom it
-        reports (or hold back when it has less than we thought), respect empty buckets."""
+        reports (or hold back when it has less than we thought), pace empty buckets."""
         if not headers:
             return
         lower = {k.lower(): v for k, v in headers.items()}
@@ -318,14 +320,27 @@ class EndpointLimiter:
         if changed:
             self._apply_rates(now)
         for unit, bucket, remaining in reported:
-            self._follow_remaining(unit, bucket, remaining, now)
-            if remaining <= 0:
+            self._most_remaining[unit] = max(self._most_remaining[unit], remaining)
+            if remaining <= 0 and math.isinf(bucket.capacity):
                 reset = _reset_seconds(
                     lower.get(f"x-ratelimit-reset-{unit}")
                     or lower.get(f"anthropic-ratelimit-{unit}-reset")
                 )
-                if reset is not None and reset > 0:
-                    self._gate_until = max(self._gate_until, now + reset)
+                self._pace_unknown_rate(unit, reset, now)
+            self._follow_remaining(unit, bucket, remaining, now)
+
+    def _pace_unknown_rate(self, unit: str, reset_s: float | None, now: float) -> None:
+        """An empty server bucket whose rate we do not know: wait one refill interval.
+
+        Both OpenAI and Anthropic define the reset as the time until the bucket is *full*
+        again, so it bounds the wait; it is not the wait. A bucket that held B at most
+        refills one unit every reset / B seconds. (With a known rate the bucket itself
+        paces: `_follow_remaining` leaves it empty or in debt, one interval per unit.)
+        """
+        if reset_s is None or reset_s <= 0:
+            return
+        interval = reset_s / max(1, self._most_remaining[unit])
+        self._gate_until = max(self._gate_until, now + interval)
 
     def _follow_remaining(self, unit: str, bucket: TokenBucket, remaining: int, now: float) -> None:
         """Take the server's `remaining` as the truth about what may be sent now.

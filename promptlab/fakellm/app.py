@@ -78,7 +78,9 @@ class FakeLLM:
         self.received: collections.deque[dict[str, Any]] = collections.deque(
             maxlen=self.config.record_requests
         )
-        self.limiter = Limiter(self.config.rpm, self.config.tpm, self.config.burst_s)
+        self.limiter = Limiter(
+            self.config.rpm, self.config.tpm, self.config.burst_s, self.config.shared_load
+        )
         # One draw per attempt from a seeded stream: a retry can succeed where the
         # first attempt failed, and a run with the same seed and order sees the same faults.
         self._faults = random.Random(self.config.seed)

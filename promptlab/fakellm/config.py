@@ -17,6 +17,8 @@ class FakeLLMConfig:
     rpm: int | None = None
     tpm: int | None = None
     burst_s: float = 10.0
+    #: Share of the limits another client on the same key takes (0 = this caller alone).
+    shared_load: float = 0.0
     latency_ms: float = 0.0
     #: Wait the simulated (lognormal + per-token) latency instead of `latency_ms`.
     sim_latency: bool = False
@@ -52,3 +54,5 @@ class FakeLLMConfig:
             raise ValueError("fault rates must be in [0, 1] and add up to at most 1")
         if self.burst_s <= 0:
             raise ValueError("burst_s must be positive")
+        if not 0 <= self.shared_load < 1:
+            raise ValueError("shared_load must be in [0, 1)")

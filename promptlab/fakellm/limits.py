@@ -4,6 +4,11 @@ Each bucket holds `burst_s` seconds' worth of the per-minute limit; a request co
 request and its estimated prompt tokens plus `max_tokens`, and a rejected request
 costs nothing. A request larger than the bucket (but within the per-minute limit) is
 admitted once the bucket is full, leaving it in debt, as the real APIs do.
+
+Like the providers' buckets they start full, and the reset headers give the time until
+a bucket is full again (not until the next request fits). `shared_load` stands for
+another client on the same key (the providers count limits per organization): it takes
+that share of every refill, so the caller gets less than the `limit` headers say.
 """
 
 from __future__ import annotations
@@ -16,10 +21,11 @@ from promptlab.fakellm import wire
 class TokenBucket:
     """A continuous token bucket: `per_minute / 60` per second, holding `burst_s` worth."""
 
-    def __init__(self, per_minute: int, burst_s: float, now: float) -> None:
+    def __init__(self, per_minute: int, burst_s: float, now: float, shared_load: float = 0.0):
         self.limit = per_minute
-        self.rate = per_minute / 60.0
-        self.capacity = max(1.0, self.rate * burst_s)
+        #: What refills for this caller: the limit less what the other client takes.
+        self.rate = per_minute / 60.0 * (1.0 - shared_load)
+        self.capacity = max(1.0, per_minute / 60.0 * burst_s)
         self.level = self.capacity
         self.stamp = now
 
@@ -40,10 +46,12 @@ class TokenBucket:
 class Limiter:
     """RPM and TPM buckets, checked together so a rejected request takes nothing."""
 
-    def __init__(self, rpm: int | None, tpm: int | None, burst_s: float) -> None:
+    def __init__(
+        self, rpm: int | None, tpm: int | None, burst_s: float, shared_load: float = 0.0
+    ) -> None:
         now = time.monotonic()
-        self.requests = TokenBucket(rpm, burst_s, now) if rpm else None
-        self.tokens = TokenBucket(tpm, burst_s, now) if tpm else None
+        self.requests = TokenBucket(rpm, burst_s, now, shared_load) if rpm else None
+        self.tokens = TokenBucket(tpm, burst_s, now, shared_load) if tpm else None
 
     def try_acquire(self, cost: int) -> tuple[bool, float, str]:
         """(admitted, retry-after seconds, which limit) for one request costing `cost` tokens."""
