@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import yaml
 
 from promptlab.engine import Engine
 from promptlab.workbench import Workbench
+from tests.fakellm_fixtures import ServerFactory
 
 THREADS = 8
 
@@ -23,3 +29,90 @@ def test_threads_asking_at_once_get_one_engine(db_path: object) -> None:
             engines = list(pool.map(lambda _i: first_use(), range(THREADS)))
         assert len({id(engine) for engine in engines}) == 1
         assert wb.engine is engines[0]
+
+
+ROWS = 40
+#: The endpoint's concurrency: one budget means the server never sees more at once.
+ENDPOINT_CONCURRENCY = 3
+
+
+def _spec_text(name: str, dataset: Path, base_url: str) -> str:
+    return yaml.safe_dump(
+        {
+            "name": name,
+            "dataset": str(dataset),
+            "variants": [
+                {
+                    "name": "only",
+                    "messages": [{"role": "user", "content": "Summarize: {{ text }}"}],
+                    "model": "fake:gpt-4o-mini",
+                    "params": {"max_tokens": 16},
+                }
+            ],
+            "endpoints": {
+                "fake": {
+                    "kind": "openai",
+                    "base_url": base_url,
+                    "concurrency": ENDPOINT_CONCURRENCY,
+                }
+            },
+        }
+    )
+
+
+def _until(condition: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def test_runs_started_from_many_threads_share_one_budget_and_lose_nothing_at_close(
+    db_path: Path, tmp_path: Path, fakellm_factory: ServerFactory
+) -> None:
+    server = fakellm_factory(latency_ms=30)
+    dataset = tmp_path / "rows.csv"
+    dataset.write_text("text\n" + "".join(f"row {i}\n" for i in range(ROWS)))
+    with Workbench.open() as wb:
+        start = threading.Barrier(THREADS)
+
+        def launch(i: int) -> tuple[str, Engine]:
+            path = tmp_path / f"r{i}.yaml"
+            path.write_text(_spec_text(f"r{i}", dataset, server.openai_base_url))
+            spec = wb.runs.load_spec(path)
+            start.wait()  # every session presses Start at the same moment
+            return wb.runs.start(spec), wb.engine
+
+        with ThreadPoolExecutor(THREADS) as pool:
+            started = list(pool.map(launch, range(THREADS)))
+        run_ids = [run_id for run_id, _engine in started]
+        assert len({id(engine) for _run, engine in started}) == 1
+
+        # Half the runs are cancelled from as many threads while requests are in flight.
+        _until(lambda: server.stats()["successes"] >= 20, "first answers")
+        doomed, survivors = run_ids[: THREADS // 2], run_ids[THREADS // 2 :]
+        with ThreadPoolExecutor(len(doomed)) as pool:
+            list(pool.map(wb.runs.cancel, doomed))
+        at_cancel = {run_id: wb.runs.wait(run_id, 30) for run_id in doomed}
+        assert {p.status for p in at_cancel.values()} == {"cancelled"}
+
+        # The others are cut short by closing the workbench with requests in flight.
+        _until(lambda: server.stats()["successes"] >= 100, "more answers")
+    stats = server.stats()
+    assert stats["max_in_flight"] <= ENDPOINT_CONCURRENCY  # one budget, not one per run
+
+    with Workbench.open() as wb:
+        after = {run_id: wb.runs.progress(run_id) for run_id in run_ids}
+        for run_id in doomed:  # the cancel stuck: nothing ran or was written over it
+            assert after[run_id].status == "cancelled"
+            assert after[run_id].succeeded == at_cancel[run_id].succeeded
+        # Every answer the server gave is stored, once: none was held and dropped.
+        assert sum(p.succeeded for p in after.values()) == stats["successes"]
+        for p in after.values():
+            assert p.succeeded + p.failed + p.cancelled + p.pending == ROWS
+            assert p.in_flight == 0
+        # A survivor resumed later sends only what it never got an answer for.
+        resumed = wb.runs.resume(survivors[0])
+        final = wb.runs.wait(resumed, 60)
+    assert final.status == "completed" and final.succeeded == ROWS
+    assert server.stats()["completed_twice"] == 0
