@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -97,8 +97,13 @@ def request_from_row(row: Mapping[str, Any], id_field: str = "custom_id") -> Bat
     )
 
 
-def check_request_file(path: Path, id_field: str = "custom_id") -> int:
-    """Check every line of a request file; return the count. Ids must be unique."""
+def check_request_file(
+    path: Path,
+    id_field: str = "custom_id",
+    refuse: Callable[[BatchRequest], str | None] | None = None,
+) -> int:
+    """Check every line of a request file; return the count. Ids must be unique, and
+    `refuse` (the model's rules) names what a line asks that its model does not take."""
     seen: set[str] = set()
     count = 0
     for number, row in _lines(path):
@@ -106,6 +111,9 @@ def check_request_file(path: Path, id_field: str = "custom_id") -> int:
             request = request_from_row(row, id_field)
         except TemplateError as exc:
             raise SpecError(f"{path}, line {number}: {exc}") from exc
+        refused = refuse(request) if refuse is not None else None
+        if refused is not None:
+            raise SpecError(f"{path}, line {number}: {refused}")
         if request.custom_id in seen:
             raise SpecError(f"{path}, line {number}: {id_field} {request.custom_id!r} repeats")
         seen.add(request.custom_id)

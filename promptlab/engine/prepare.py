@@ -15,6 +15,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from promptlab.data.batchfile import BatchRequest
 from promptlab.data.datasets import DatasetStore, check_rows
 from promptlab.engine.estimate import ESTIMATE_ROWS, PlanSample, sample_plan
 from promptlab.engine.limiter import Limits
@@ -25,7 +26,7 @@ from promptlab.engine.planner import (
     StickySplit,
     plan_items,
 )
-from promptlab.engine.rows import RunRows
+from promptlab.engine.rows import LineRefuser, RunRows
 from promptlab.engine.spec import (
     AS_WRITTEN,
     PARAM_COLUMNS_KEY,
@@ -35,9 +36,10 @@ from promptlab.engine.spec import (
 )
 from promptlab.errors import ConfigError, PromptlabError, SpecError, StoreError
 from promptlab.experiments import assign, config_from_mapping, expected_shares
-from promptlab.experiments.sampling import FIXED, SAMPLING_KEY
+from promptlab.experiments.sampling import FIXED, SAMPLING_KEY, sampling_from_params
 from promptlab.prompts.templates import Template
-from promptlab.providers.config import KINDS, EndpointConfig, parse_model_ref
+from promptlab.providers import modelrules
+from promptlab.providers.config import KINDS, EndpointConfig, parse_model_ref, sampling_rule
 from promptlab.providers.simulator import SIM_MODELS
 from promptlab.records import PlannedChunk, VariantRecord
 
@@ -176,7 +178,7 @@ def prepare_run(
     plan_rows = rows.planned(max_items) if stored is None or not stored.planned else None
     if stored is None:
         if sending:
-            rows.check_each()
+            rows.check_each(_line_refusers(variants, merged))
         elif spec.split:
             rows.check_unit_column()
     return PreparedRun(spec, merged, variants, rows, plan_rows)
@@ -285,6 +287,12 @@ def _variant_record(
         raise SpecError(
             f"{where}: the simulator has no model {model!r} (models: {', '.join(SIM_MODELS)})"
         )
+    params = _params(variant, found.template)
+    refused = modelrules.refusal(
+        sampling_rule(endpoints[endpoint], model), model_ref, params, _moving_params(params)
+    )
+    if refused is not None:
+        raise SpecError(f"{where}: {refused}")
     return VariantRecord(
         index=index,
         name=variant.name,
@@ -292,9 +300,36 @@ def _variant_record(
         prompt_version_id=found.version_id,
         endpoint=endpoint,
         model=model,
-        params=_params(variant, found.template),
+        params=params,
         template=found.template.canonical(),
     )
+
+
+def _line_refusers(
+    variants: Sequence[VariantRecord], endpoints: Mapping[str, EndpointConfig]
+) -> dict[int, LineRefuser]:
+    """Per variant sending request lines as written: what its model refuses in a line."""
+    refusers: dict[int, LineRefuser] = {}
+    for v in variants:
+        if v.template.get(AS_WRITTEN):
+            rule, ref = sampling_rule(endpoints[v.endpoint], v.model), f"{v.endpoint}:{v.model}"
+
+            def refuse(line: BatchRequest, rule: str = rule, ref: str = ref) -> str | None:
+                return modelrules.refusal(rule, ref, line.params, explicit=True)
+
+            refusers[v.index] = refuse
+    return refusers
+
+
+def _moving_params(params: Mapping[str, Any]) -> dict[str, str]:
+    """Params that move per row (`params_from` columns) or over the batch (a sampling
+    schedule), each with where it comes from."""
+    columns = params.get(PARAM_COLUMNS_KEY) or {}
+    moving = {str(param): f"column {column}" for param, column in columns.items()}
+    sampling = sampling_from_params(params)
+    if sampling is not None and sampling.param is not None:
+        moving[sampling.param] = f"a {sampling.strategy} schedule"
+    return moving
 
 
 @dataclass(frozen=True)

@@ -10,18 +10,21 @@ from __future__ import annotations
 import csv
 import itertools
 import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from promptlab.data.batchfile import check_request_file
+from promptlab.data.batchfile import BatchRequest, check_request_file
 from promptlab.data.datasets import DATASET_LINES, DatasetStore
 from promptlab.data.jsonl import numbered_jsonl
 from promptlab.data.lines import open_lines
 from promptlab.engine.planner import unit_id_of
 from promptlab.engine.spec import RunSpec
 from promptlab.errors import SpecError
+
+#: What a request line asks that its model does not take, or None.
+LineRefuser = Callable[[BatchRequest], str | None]
 
 
 class RunRows:
@@ -50,15 +53,17 @@ class RunRows:
         check_plan_size(self.spec, count, ceiling)
         return used_rows(self.spec, count)
 
-    def check_each(self) -> None:
+    def check_each(self, refusers: Mapping[int, LineRefuser] | None = None) -> None:
         """What a new run checks row by row before it exists: each line of a file sent as
-        written is a request (ids unique); each row of a split has a unit id."""
+        written is a request (ids unique) its variant's model takes (`refusers`, by
+        variant index); each row of a split has a unit id."""
         spec = self.spec
-        for variant in spec.variants:
+        for index, variant in enumerate(spec.variants):
             if variant.as_written:
                 if spec.dataset is None:
                     raise SpecError("requests sent as written are read from a JSONL file")
-                check_request_file(spec.dataset, variant.id_field)
+                refuse = (refusers or {}).get(index)
+                check_request_file(spec.dataset, variant.id_field, refuse)
         if spec.split:
             self.check_units()
 

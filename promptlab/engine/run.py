@@ -30,7 +30,9 @@ from promptlab.engine.writer import BatchWriter
 from promptlab.errors import ErrorKind, PromptlabError, ProviderError, TemplateError
 from promptlab.experiments.sampling import SAMPLING_KEY, Sampling, sampling_from_params
 from promptlab.prompts.templates import Template, coerce_text_values, normalize_params
+from promptlab.providers import modelrules
 from promptlab.providers.base import CompletionRequest, CompletionResponse
+from promptlab.providers.config import sampling_rule
 from promptlab.providers.tokens import check_fits, context_window
 from promptlab.records import AlertRecord, ItemErrorKind, ItemStatus, PendingItem, VariantRecord
 from promptlab.store.items import ItemStore
@@ -245,12 +247,19 @@ class RunExecution:
                 item, ItemStatus.FAILED, False, error=(ItemErrorKind.INVALID_INPUT, str(exc))
             )
             return None
+        # The model's rule (checked at submit): a template default it does not take is
+        # not sent (claude-sonnet-4-5 answers 400 to temperature and top_p together).
+        temperature, top_p = modelrules.sent(
+            sampling_rule(lane.endpoint, variant.model),
+            params.get("temperature"),
+            params.get("top_p"),
+        )
         request = CompletionRequest(
             model=variant.model,
             messages=tuple(messages),
             max_tokens=max_tokens,
-            temperature=params.get("temperature"),
-            top_p=params.get("top_p"),
+            temperature=temperature,
+            top_p=top_p,
             # Only providers that can be held to a schema are sent one; the output is
             # checked on our side either way.
             output_schema=(template.output_schema if lane.provider.supports_json_schema else None),

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from promptlab.errors import ConfigError
+from promptlab.providers.modelrules import ANY, RULES
 from promptlab.yamlio import read_yaml
 
 #: Endpoint kinds an adapter exists for.
@@ -50,6 +51,8 @@ class EndpointConfig:
     concurrency: int | None = None
     prices: dict[str, ModelPrice] = field(default_factory=dict)
     context_windows: dict[str, int] = field(default_factory=dict)
+    #: Per model: which sampling parameters it takes (providers/modelrules.py RULES).
+    sampling_rules: dict[str, str] = field(default_factory=dict)
     #: Multiplies the simulated latency of a `sim` endpoint (0 = answer at once).
     latency_scale: float = 1.0
     #: One of TRANSPORTS; ignored by `sim` endpoints.
@@ -92,6 +95,21 @@ _ANTHROPIC_WINDOWS = {
     "claude-haiku-4-5": 200_000,
     "claude-3-5-haiku-latest": 200_000,
 }
+# Which sampling parameters a model takes (promptlab/providers/modelrules.py); a listed
+# name covers its dated versions. Models not listed take both.
+_OPENAI_SAMPLING = {
+    name: "none" for name in ("o1", "o3", "o3-mini", "o4-mini", "gpt-5", "gpt-5-mini", "gpt-5-nano")
+}
+_ANTHROPIC_SAMPLING = {
+    "claude-sonnet-4-5": "one",
+    "claude-haiku-4-5": "one",
+    "claude-opus-4-1": "one",
+    "claude-opus-4-7": "none",
+    "claude-opus-4-8": "none",
+    "claude-sonnet-5": "none",
+    "claude-fable": "none",
+}
+_KIND_SAMPLING = {"openai": _OPENAI_SAMPLING, "anthropic": _ANTHROPIC_SAMPLING}
 _SIM_PRICES = {
     "careful": ModelPrice(3.00, 12.00),
     "balanced": ModelPrice(0.50, 1.50),
@@ -126,6 +144,7 @@ def builtin_endpoints(environ: Mapping[str, str] | None = None) -> dict[str, End
             concurrency=16,
             prices=dict(_OPENAI_PRICES),
             context_windows=dict(_OPENAI_WINDOWS),
+            sampling_rules=dict(_OPENAI_SAMPLING),
         ),
         "anthropic": EndpointConfig(
             name="anthropic",
@@ -137,6 +156,7 @@ def builtin_endpoints(environ: Mapping[str, str] | None = None) -> dict[str, End
             concurrency=8,
             prices=dict(_ANTHROPIC_PRICES),
             context_windows=dict(_ANTHROPIC_WINDOWS),
+            sampling_rules=dict(_ANTHROPIC_SAMPLING),
         ),
         "local": EndpointConfig(
             name="local",
@@ -161,7 +181,7 @@ _ENDPOINT_FIELDS = {
     "latency_scale",
     "transport",
 }
-_MODEL_FIELDS = {"input_per_mtok", "output_per_mtok", "context_window"}
+_MODEL_FIELDS = {"input_per_mtok", "output_per_mtok", "context_window", "sampling"}
 
 
 def load_endpoints(
@@ -200,12 +220,25 @@ def _merge_endpoint(
     current = base if base is not None and base.kind == kind else EndpointConfig(name, kind)
     prices = dict(current.prices)
     windows = dict(current.context_windows)
+    rules = dict(current.sampling_rules)
     models = spec.get("models") or {}
     if not isinstance(models, dict):
         raise ConfigError(f"{where}: 'models' must map model names to prices/windows")
     for model, mspec in models.items():
-        _merge_model(str(model), mspec or {}, prices, windows, f"{where}, model {model!r}")
-    changes: dict[str, Any] = {"prices": prices, "context_windows": windows}
+        model_where = f"{where}, model {model!r}"
+        _merge_model(str(model), mspec or {}, prices, windows, model_where)
+        if isinstance(mspec, dict) and "sampling" in mspec:
+            if mspec["sampling"] not in RULES:
+                raise ConfigError(
+                    f"{model_where}: sampling must be one of {', '.join(RULES)}, "
+                    f"got {mspec['sampling']!r}"
+                )
+            rules[str(model)] = mspec["sampling"]
+    changes: dict[str, Any] = {
+        "prices": prices,
+        "context_windows": windows,
+        "sampling_rules": rules,
+    }
     for key in ("base_url", "api_key_env"):
         if key in spec:
             changes[key] = _optional_str(spec[key], f"{where}: {key}")
@@ -302,6 +335,16 @@ def price_for(endpoint: EndpointConfig, model: str) -> ModelPrice | None:
     """The model's price at this endpoint, or None when the table does not know it."""
     price = lookup_model(endpoint.prices, model)
     return price if isinstance(price, ModelPrice) else None
+
+
+def sampling_rule(endpoint: EndpointConfig, model: str) -> str:
+    """Which sampling parameters the model takes at this endpoint (modelrules.RULES)."""
+    rule = lookup_model(endpoint.sampling_rules, model)
+    if rule is None:
+        # The rule belongs to the model wherever it is served (a proxy, a gateway, a
+        # spec's own endpoint of that kind); the table can still say otherwise.
+        rule = lookup_model(_KIND_SAMPLING.get(endpoint.kind, {}), model)
+    return rule if isinstance(rule, str) else ANY
 
 
 def cost_usd(endpoint: EndpointConfig, model: str, input_tokens: int, output_tokens: int) -> float:
