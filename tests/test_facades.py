@@ -137,6 +137,7 @@ FACADES: dict[str, tuple[type, list[str]]] = {
             "experiment_spec",
             "field_failures",
             "is_active",
+            "is_batch",
             "item",
             "items",
             "list",

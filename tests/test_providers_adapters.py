@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from promptlab.data.batchfile import BODY_EXTRAS
 from promptlab.engine.retry import THROTTLE_KINDS, Action, classify
 from promptlab.errors import ErrorKind, ProviderError
 from promptlab.providers import (
@@ -198,6 +199,14 @@ def test_sim_adapter_needs_no_key_and_labels_output() -> None:
 
 
 SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+#: A request file's chat fields sent as written (promptlab.data.batchfile.BODY_EXTRAS but
+#: `response_format`, which the schema above sets).
+EXTRA: dict[str, Any] = {
+    "metadata": {"team": "search"}, "user": "user-7", "store": False, "stop": ["END"],
+    "frequency_penalty": 0.1, "presence_penalty": 0.2, "logit_bias": {"50256": -100},
+    "logprobs": True, "top_logprobs": 2, "service_tier": "auto", "reasoning_effort": "low",
+    "prompt_cache_key": "cache-1", "safety_identifier": "hash-7", "verbosity": "low",
+}  # fmt: skip
 #: A value for every CompletionRequest field, as a run spec can set them. A new field
 #: fails test_the_table_covers_every_request_field until it is added here (and sent).
 EVERY_FIELD: dict[str, Any] = {
@@ -210,11 +219,13 @@ EVERY_FIELD: dict[str, Any] = {
     "seed": 7,
     "request_id": "item-7",
     "timeout_s": 5.0,
+    "extra": EXTRA,
 }
 
 
 def test_the_table_covers_every_request_field() -> None:
     assert set(EVERY_FIELD) == {f.name for f in dataclasses.fields(CompletionRequest)}
+    assert set(EXTRA) == BODY_EXTRAS - {"response_format"}
 
 
 def _last_request(server: Any) -> dict[str, Any]:
@@ -241,6 +252,7 @@ def test_openai_adapter_sends_every_spec_parameter(
         "json_schema": {"name": "output", "schema": SCHEMA},
     }
     assert body["messages"] == [dict(m) for m in MESSAGES]
+    assert {key: body[key] for key in EXTRA} == EXTRA
     assert sent["headers"]["x-client-request-id"] == "item-7"
 
 
@@ -272,6 +284,10 @@ def test_anthropic_adapter_sends_every_spec_parameter(
     assert body["messages"] == [{"role": "user", "content": MESSAGES[1]["content"]}]
     assert body["output_config"] == {"format": {"type": "json_schema", "schema": SCHEMA}}
     assert "seed" not in body  # the Messages API has no seed
+    # Of a chat body's fields, `stop` and `user` have an Anthropic form; a run refuses
+    # the others at submit (tests/test_batch_files.py).
+    assert body["stop_sequences"] == ["END"]
+    assert body["metadata"] == {"user_id": "user-7"}
     assert sent["headers"]["x-client-request-id"] == "item-7"
     # Sampling parameters are only accepted under the 2023-06-01 API version.
     assert sent["headers"]["anthropic-version"] == "2023-06-01"

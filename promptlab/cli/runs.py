@@ -22,7 +22,7 @@ import click
 
 from promptlab.cli.common import EXIT_ERROR, EXIT_OK, db_option, handle_errors, open_workbench
 from promptlab.cli.items import item_lines, items_lines
-from promptlab.errors import ConfigError, RegistryError, TemplateError
+from promptlab.errors import ConfigError, RegistryError, SpecError, TemplateError
 
 if TYPE_CHECKING:
     from promptlab.facades.runs import RunProgress, RunView
@@ -74,31 +74,79 @@ def resume_command(
 @click.command("batch")
 @db_option
 @click.argument("requests_file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--endpoint", required=True, help="Endpoint name (providers file or built-in).")
+@click.option(
+    "--endpoint",
+    help="Endpoint name (providers file or built-in); with --base-url and no name, `batch`.",
+)
 @click.option("--model", help="Model at the endpoint (default: the first line's body model).")
 @click.option(
     "-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
     help="Write the results here in the OpenAI Batch output format.",
 )  # fmt: skip
-@click.option("--id-field", default="custom_id", show_default=True, help="Each line's id.")
+@click.option(
+    "--id-field", default="custom_id", show_default=True,
+    help="Each line's id: a field, or a dotted path into the line (metadata.id).",
+)  # fmt: skip
+@click.option("--base-url", help="Send to this server (no providers file needed).")
+@click.option(
+    "--kind", type=click.Choice(["openai", "anthropic"]),
+    help="The API the --base-url server speaks (default: openai, or the endpoint's own).",
+)  # fmt: skip
+@click.option(
+    "--api-key-env", metavar="NAME",
+    help="The environment variable holding the key (its name is stored, never the key).",
+)  # fmt: skip
+@click.option("--rpm", type=click.IntRange(min=1), help="Requests per minute for the endpoint.")
+@click.option("--tpm", type=click.IntRange(min=1), help="Tokens per minute for the endpoint.")
+@click.option("--concurrency", type=click.IntRange(min=1), help="Requests in flight at most.")
 @click.option("--strict", is_flag=True, help="Exit 4 when the run completes with failed items.")
 @click.option("--quiet", is_flag=True, help="No progress bar; only the run id and summary.")
 @click.pass_context
 @handle_errors(usage=SPEC_PROBLEMS)
 def batch_command(
-    ctx: click.Context, requests_file: Path, endpoint: str, model: str | None,
-    output: Path | None, id_field: str, strict: bool, quiet: bool,
+    ctx: click.Context, requests_file: Path, endpoint: str | None, model: str | None,
+    output: Path | None, id_field: str, base_url: str | None, kind: str | None,
+    api_key_env: str | None,
+    rpm: int | None, tpm: int | None, concurrency: int | None, strict: bool, quiet: bool,
 ) -> None:  # fmt: skip
     """Run a file of requests as written (OpenAI Batch input lines or chat bodies).
 
     Every line is checked first; each is sent with its own messages and params, its id
-    as the request id. The run is durable like any other (`status`, `resume`).
+    as the request id. The run is durable like any other (`status`, `resume`): the
+    endpoint settings given here are stored with it (never the key), so `resume` needs
+    only the key in the environment. `promptlab batch-output RUN_ID -o FILE` writes the
+    output file again for any finished run.
     """
+    settings = {
+        "base_url": base_url, "kind": kind, "api_key_env": api_key_env, "rpm": rpm, "tpm": tpm,
+        "concurrency": concurrency,
+    }  # fmt: skip
 
     def start(wb: Workbench) -> str:
-        return wb.runs.start(wb.runs.batch_spec(requests_file, endpoint, model, id_field))
+        spec = wb.runs.batch_spec(requests_file, endpoint, model, id_field, settings)
+        return wb.runs.start(spec)
 
     drive_run(ctx, start, strict, quiet, output)
+
+
+@click.command("batch-output")
+@db_option
+@click.argument("run_id")
+@click.option(
+    "-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
+    help="Write the run's results here in the OpenAI Batch output format.",
+)  # fmt: skip
+@click.pass_context
+@handle_errors(usage=(SpecError,))
+def batch_output_command(ctx: click.Context, run_id: str, output: Path) -> None:
+    """Write a `promptlab batch` run's results (again) in the OpenAI Batch output format.
+
+    One line per request in file order; a request that has no answer (failed,
+    cancelled, or not yet sent) gets an `error` line saying so.
+    """
+    with open_workbench(ctx) as wb:
+        count = wb.runs.write_batch_output(run_id, output)
+    click.echo(f"wrote {count} results of run {run_id} to {output} (OpenAI Batch output format)")
 
 
 ITEM_STATUSES = ("pending", "in_flight", "succeeded", "failed", "cancelled")
@@ -300,6 +348,7 @@ def drive_run(
         if output is not None:
             count = wb.runs.write_batch_output(run_id, output)
             click.echo(f"  wrote {count} results to {output} (OpenAI Batch output format)")
+        _print_next(view, batch=wb.runs.is_batch(run_id), wrote=output is not None)
     # The run's final state decides: a Ctrl-C that came after the run completed is moot.
     raise SystemExit(_exit_code(view, strict))
 
@@ -385,6 +434,21 @@ def _print_summary(view: RunView) -> None:
             click.echo(f"  {line}")
 
 
+def _print_next(view: RunView, batch: bool, wrote: bool) -> None:
+    """The run id once more, where the user's eyes are at the end, with the way on."""
+    from promptlab.records import RunStatus
+
+    if view.status != RunStatus.COMPLETED:
+        click.echo(f"  run {view.run_id}: `promptlab resume {view.run_id}` finishes it")
+    elif batch and not wrote:
+        click.echo(
+            f"  run {view.run_id}: `promptlab batch-output {view.run_id} -o FILE` writes "
+            "its results"
+        )
+    else:
+        click.echo(f"  run {view.run_id}")
+
+
 def _exit_code(view: RunView, strict: bool) -> int:
     from promptlab.records import RunStatus  # loaded already: the run has a view
 
@@ -398,6 +462,7 @@ def _exit_code(view: RunView, strict: bool) -> int:
 commands: list[click.Command] = [
     run_command,
     batch_command,
+    batch_output_command,
     resume_command,
     status_command,
     cancel_command,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +22,25 @@ from promptlab.errors import SpecError, TemplateError
 from promptlab.prompts.limits import MAX_MESSAGE_CHARS, MAX_RENDERED_CHARS
 from promptlab.prompts.templates import ROLES, normalize_params
 
-#: Body fields sent as written; `max_completion_tokens` is taken as `max_tokens`.
+#: Body fields promptlab reads (limits, preflight, sampling rules); `max_completion_tokens`
+#: is taken as `max_tokens`.
 BODY_PARAMS = frozenset({"max_tokens", "max_completion_tokens", "temperature", "top_p", "seed"})
-#: Body fields accepted and not sent (the endpoint decides them).
-BODY_IGNORED = frozenset({"model", "n", "stream", "user"})
+#: Chat Completions fields sent exactly as written (to an Anthropic endpoint only
+#: ANTHROPIC_EXTRAS, translated).
+BODY_EXTRAS = frozenset(
+    {
+        "metadata", "user", "store", "response_format", "stop", "frequency_penalty",
+        "presence_penalty", "logit_bias", "logprobs", "top_logprobs", "service_tier",
+        "reasoning_effort", "prompt_cache_key", "safety_identifier", "verbosity",
+    }
+)  # fmt: skip
+#: Body fields accepted and not sent: the run names the model, the transport streams or
+#: not, and `n` may only be 1 (one answer per request).
+BODY_IGNORED = frozenset({"model", "n", "stream", "stream_options"})
+BODY_FIELDS = BODY_PARAMS | BODY_EXTRAS | BODY_IGNORED | {"messages"}
+#: Extras an Anthropic endpoint can take: `stop` as `stop_sequences`, `user` as
+#: `metadata.user_id`.
+ANTHROPIC_EXTRAS = frozenset({"stop", "user"})
 BATCH_URL = "/v1/chat/completions"
 DEFAULT_MAX_TOKENS = 256
 
@@ -38,22 +53,45 @@ class BatchRequest:
     messages: tuple[Mapping[str, str], ...]
     params: Mapping[str, Any]
     model: str | None
+    #: Chat fields sent as written (BODY_EXTRAS).
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+def field_at(row: Mapping[str, Any], path: str) -> Any:
+    """The value at a dotted path (`metadata.id`), or None when any step is missing."""
+    value: Any = row
+    for step in path.split("."):
+        if not isinstance(value, Mapping) or step not in value:
+            return None
+        value = value[step]
+    return value
 
 
 def request_from_row(row: Mapping[str, Any], id_field: str = "custom_id") -> BatchRequest:
-    """The request a line (already parsed JSON) describes; TemplateError says what is wrong."""
+    """The request a line (already parsed JSON) describes; TemplateError says what is wrong.
+
+    A line is an OpenAI Batch line (`custom_id`, `method`, `url`, `body`) or a bare chat
+    body; `id_field` is a dotted path into the line (`metadata.id`).
+    """
     body = row.get("body") if "body" in row else row
     batch_line = "body" in row
     if batch_line and (row.get("method", "POST"), row.get("url", BATCH_URL)) != ("POST", BATCH_URL):
         raise TemplateError(f"only POST {BATCH_URL} lines can run (got {row.get('url')!r})")
     if not isinstance(body, Mapping):
         raise TemplateError("'body' must be a JSON object")
-    custom_id = row.get(id_field)
+    custom_id = field_at(row, id_field)
     if not isinstance(custom_id, str | int) or isinstance(custom_id, bool) or custom_id == "":
         raise TemplateError(f"'{id_field}' must be a non-empty string")
-    unknown = sorted(set(body) - BODY_PARAMS - BODY_IGNORED - {"messages"})
+    # A bare body's own id field (a top-level `custom_id`) is the line's, not the API's.
+    own_id = {id_field} if not batch_line and "." not in id_field else set()
+    unknown = sorted(set(body) - BODY_FIELDS - own_id)
     if unknown:
-        raise TemplateError(f"body fields not supported: {', '.join(unknown)}")
+        raise TemplateError(
+            f"body fields not supported: {', '.join(unknown)} "
+            f"(supported: {', '.join(sorted(BODY_FIELDS))})"
+        )
+    if body.get("n", 1) != 1:
+        raise TemplateError(f"n: only 1 answer per request is supported, got {body['n']!r}")
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise TemplateError("'messages' must be a non-empty list")
@@ -94,6 +132,7 @@ def request_from_row(row: Mapping[str, Any], id_field: str = "custom_id") -> Bat
         messages=tuple({"role": m["role"], "content": m["content"]} for m in messages),
         params=params,
         model=str(model) if model else None,
+        extra={k: body[k] for k in sorted(BODY_EXTRAS) if k in body and body[k] is not None},
     )
 
 

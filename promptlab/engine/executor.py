@@ -224,7 +224,8 @@ class Engine:
         # A run whose planning never finished (it is scheduled once every item is planned:
         # the process died, or a chunk failed) is planned again from scratch.
         replan = record.scheduled_at is None
-        spec = parse_spec(record.spec)
+        # Stored by a submit, which checked it: its command-line endpoints hold again.
+        spec = parse_spec(record.spec, trusted=True)
         stored = StoredRun(run_id, self.runs.variants(run_id), planned=not replan)
         prepared = self._prepare(spec, stored)
         self._call(self._open_lanes(prepared))
@@ -372,7 +373,7 @@ class Engine:
     ) -> PreparedRun:
         """The one prepare-run step (engine/prepare.py) with this engine's endpoints, its
         registry (a new run's variants only) and the store's datasets."""
-        return prepare_run(
+        prepared = prepare_run(
             spec,
             endpoints=self._endpoints,
             datasets=DatasetStore(self.store),
@@ -381,6 +382,9 @@ class Engine:
             stored=stored,
             sending=sending,
         )
+        # A command line's endpoint may name its own key variable (`--api-key-env`).
+        watch_env(cfg.api_key_env for cfg in prepared.endpoints.values())
+        return prepared
 
     def _get_registry(self) -> VersionResolver:
         if self._registry is None:

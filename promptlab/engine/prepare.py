@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from promptlab.data.batchfile import BatchRequest
+from promptlab.data.batchfile import ANTHROPIC_EXTRAS, BatchRequest
 from promptlab.data.datasets import DatasetStore, check_rows
 from promptlab.engine.estimate import ESTIMATE_ROWS, PlanSample, sample_plan
 from promptlab.engine.limiter import Limits
@@ -39,7 +39,13 @@ from promptlab.experiments import assign, config_from_mapping, expected_shares
 from promptlab.experiments.sampling import FIXED, SAMPLING_KEY, sampling_from_params
 from promptlab.prompts.templates import Template
 from promptlab.providers import modelrules
-from promptlab.providers.config import KINDS, EndpointConfig, parse_model_ref, sampling_rule
+from promptlab.providers.config import (
+    KINDS,
+    EndpointConfig,
+    parse_model_ref,
+    sampling_rule,
+    with_local_endpoints,
+)
 from promptlab.providers.simulator import SIM_MODELS
 from promptlab.records import PlannedChunk, VariantRecord
 
@@ -163,7 +169,7 @@ def prepare_run(
     finished. With `sending` False (an estimate) the checks that read every row (request
     lines, unit ids) are left out: only the unit column is checked.
     """
-    merged = merge_endpoints(endpoints, spec.endpoints)
+    merged = merge_endpoints(with_local_endpoints(endpoints, spec.local_endpoints), spec.endpoints)
     if stored is None:
         check_limits(spec.limits, merged)
         variants = resolve_variants(spec, merged, registry)
@@ -312,9 +318,19 @@ def _line_refusers(
     refusers: dict[int, LineRefuser] = {}
     for v in variants:
         if v.template.get(AS_WRITTEN):
-            rule, ref = sampling_rule(endpoints[v.endpoint], v.model), f"{v.endpoint}:{v.model}"
+            endpoint = endpoints[v.endpoint]
+            rule, ref = sampling_rule(endpoint, v.model), f"{v.endpoint}:{v.model}"
+            anthropic = endpoint.kind == "anthropic"
 
-            def refuse(line: BatchRequest, rule: str = rule, ref: str = ref) -> str | None:
+            def refuse(
+                line: BatchRequest, rule: str = rule, ref: str = ref, anthropic: bool = anthropic
+            ) -> str | None:
+                untaken = sorted(set(line.extra) - ANTHROPIC_EXTRAS) if anthropic else []
+                if untaken:
+                    return (
+                        f"{ref} is an Anthropic endpoint: it cannot take {', '.join(untaken)} "
+                        f"(of a chat body's fields it takes {', '.join(sorted(ANTHROPIC_EXTRAS))})"
+                    )
                 return modelrules.refusal(rule, ref, line.params, explicit=True)
 
             refusers[v.index] = refuse

@@ -299,6 +299,7 @@ class RunExecution:
             temperature=line.params.get("temperature"),
             top_p=line.params.get("top_p"),
             seed=line.params.get("seed"),
+            extra=line.extra or None,
             request_id=line.custom_id,
             timeout_s=self.policy.timeout_s,
         )

@@ -25,6 +25,8 @@ from promptlab.prompts.templates import normalize_params
 from promptlab.providers.config import KINDS, parse_model_ref
 from promptlab.yamlio import parse_yaml, read_yaml
 
+#: The spec field only `promptlab batch` (a trusted caller) may set; see parse_spec.
+LOCAL_ENDPOINTS = "local_endpoints"
 SPEC_FIELDS = frozenset(
     {
         "name", "dataset", "variants", "repeats", "limits", "retry", "endpoints", "limit_rows",
@@ -112,6 +114,9 @@ class RunSpec:
     #: Follow-up turns per item when an output fails its schema check (not truncated):
     #: the conversation, the answer and its errors go back once more (0: never).
     reask: int = 0
+    #: Endpoints from `promptlab batch`'s command line (`--base-url`, `--rpm`, ...),
+    #: fields as in the providers file, never a key: stored so a resume finds them.
+    local_endpoints: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     @property
     def split(self) -> bool:
@@ -148,11 +153,19 @@ def parse_spec(
     base_dir: Path | None = None,
     default_name: str = "run",
     dataset_root: Path | None = None,
+    trusted: bool = False,
 ) -> RunSpec:
-    """Check a spec given as plain data (as read from YAML or stored with a run)."""
+    """Check a spec given as plain data (as read from YAML or stored with a run).
+
+    Only a `trusted` spec (built by `promptlab batch` from its command line, or stored
+    with a run, which only a submit writes) may carry `local_endpoints`: endpoints with
+    any address and key variable, like the providers file's. A pasted or file spec
+    cannot (README, "Security").
+    """
     if not isinstance(data, Mapping):
         raise SpecError("run spec: expected a mapping at the top level")
-    unknown = sorted(set(data) - SPEC_FIELDS)
+    allowed = SPEC_FIELDS | ({LOCAL_ENDPOINTS} if trusted else set())
+    unknown = sorted(set(data) - allowed)
     if unknown:
         raise SpecError(f"run spec: unknown field(s) {', '.join(unknown)}")
     if "name" in data and not isinstance(data["name"], str):
@@ -188,6 +201,7 @@ def parse_spec(
     except ConfigError as exc:
         raise SpecError(str(exc)) from exc
     endpoints = _endpoints(data.get("endpoints") or {})
+    local_endpoints = _local_endpoints(data.get(LOCAL_ENDPOINTS) or {})
     # Stored as JSON with the run: YAML dates and the like become their text.
     # An imported dataset is stored as {name: NAME}: read back (resume) it means the same.
     stored_dataset: Any = str(dataset) if dataset is not None else {"name": dataset_name}
@@ -208,7 +222,15 @@ def parse_spec(
         retry=retry,
         endpoints=endpoints,
         raw=raw,
+        local_endpoints=local_endpoints,
     )
+
+
+def _local_endpoints(value: Any) -> dict[str, dict[str, Any]]:
+    """A trusted caller's endpoints: names to fields (checked like the providers file's)."""
+    if not isinstance(value, Mapping) or not all(isinstance(v, Mapping) for v in value.values()):
+        raise SpecError(f"{LOCAL_ENDPOINTS}: expected a mapping of endpoint names to fields")
+    return {str(name): dict(fields) for name, fields in value.items()}
 
 
 def _dataset(

@@ -14,22 +14,27 @@ from pathlib import Path
 from typing import Any
 
 from promptlab.config import PROJECT_ROOT
-from promptlab.data.batchfile import StoredResult, batch_output_lines, first_model
+from promptlab.data.batchfile import StoredResult, batch_output_lines, field_at, first_model
 from promptlab.engine import RunProgress, RunSpec, parse_spec
 from promptlab.engine.estimate import RunEstimate
 from promptlab.engine.planner import KEY_HEX_DIGITS
+from promptlab.engine.spec import LOCAL_ENDPOINTS
 from promptlab.errors import ExperimentError, NotFoundError, PromptlabError, SpecError
 from promptlab.experiments import config_from_mapping
 from promptlab.facades.context import Context
 from promptlab.facades.datasets import Datasets
 from promptlab.facades.experiments import Experiments
 from promptlab.facades.run_view import FAILURES_SHOWN, RunView, read_run_view
+from promptlab.providers.config import load_endpoints
 from promptlab.records import FieldFailure, RunWithCounts
 from promptlab.store.alerts import AlertStore
 from promptlab.views.item import ItemView, ambiguous, check_key_prefix, item_request, masked
 from promptlab.yamlio import parse_yaml, read_yaml
 
 __all__ = ["RunEstimate", "RunProgress", "RunSpec", "RunView", "Runs"]
+
+#: The endpoint a `promptlab batch --base-url URL` run adds when it names none.
+BATCH_ENDPOINT = "batch"
 
 
 class Runs:
@@ -132,9 +137,24 @@ class Runs:
         return parse_spec(data, base_dir=PROJECT_ROOT, dataset_root=self._context.settings.data_dir)
 
     def batch_spec(
-        self, requests: Path, endpoint: str, model: str | None, id_field: str = "custom_id"
+        self,
+        requests: Path,
+        endpoint: str | None,
+        model: str | None,
+        id_field: str = "custom_id",
+        settings: Mapping[str, Any] | None = None,
     ) -> RunSpec:
-        """A run that sends every line of a request file as written (promptlab batch)."""
+        """A run that sends every line of a request file as written (promptlab batch).
+
+        `settings` (base_url, api_key_env, rpm, tpm, concurrency, as in the providers
+        file) add the endpoint, or change a configured one, for this run; they are
+        stored with it (never a key), so a resume in a fresh shell finds them.
+        """
+        settings = {k: v for k, v in (settings or {}).items() if v is not None}
+        if endpoint is None:
+            if "base_url" not in settings:
+                raise SpecError("give --endpoint NAME (providers file or built-in) or --base-url")
+            endpoint = BATCH_ENDPOINT
         model = model or first_model(requests)
         if not model:
             raise SpecError(f"{requests}: no line names a model: give --model")
@@ -144,8 +164,15 @@ class Runs:
             "id_field": id_field,
             "model": f"{endpoint}:{model}",
         }
-        data = {"name": f"batch {requests.name}", "dataset": str(requests.resolve())}
-        return parse_spec({**data, "variants": [variant]})
+        data: dict[str, Any] = {
+            "name": f"batch {requests.name}",
+            "dataset": str(requests.resolve()),
+        }
+        if settings:
+            configured = endpoint in load_endpoints(self._context.settings.providers_file)
+            kind = {} if configured or "kind" in settings else {"kind": "openai"}
+            data[LOCAL_ENDPOINTS] = {endpoint: {**kind, **settings}}
+        return parse_spec({**data, "variants": [variant]}, trusted=True)
 
     # ---- the lifecycle (the shared engine) -----------------------------------------
 
@@ -205,20 +232,28 @@ class Runs:
         # Rendered from the row as stored, then masked for display like everything shown.
         return masked(detail, item_request(detail.variant, detail.row), self._context.redactor())
 
-    def write_batch_output(self, run_id: str, path: Path) -> int:
-        """The run's results in the OpenAI Batch output format; returns the line count."""
+    def _batch_id_field(self, run_id: str) -> str | None:
+        """The id field of a run over a request file (`promptlab batch`), else None."""
         spec = self._reads.run(run_id).spec
-        id_field = next(
+        return next(
             (v.get("id_field", "custom_id") for v in spec.get("variants", [])
              if v.get("requests") == "as_written"),
             None,
         )  # fmt: skip
+
+    def is_batch(self, run_id: str) -> bool:
+        """Whether the run sends a request file as written."""
+        return self._batch_id_field(run_id) is not None
+
+    def write_batch_output(self, run_id: str, path: Path) -> int:
+        """The run's results in the OpenAI Batch output format; returns the line count."""
+        id_field = self._batch_id_field(run_id)
         if id_field is None:
             raise SpecError(f"run {run_id} does not run a request file")
         results = (
             StoredResult(
                 r[0],
-                str(json.loads(r[1]).get(id_field)),
+                str(field_at(json.loads(r[1]), id_field)),
                 r[2],
                 r[3],
                 r[4],

@@ -34,6 +34,9 @@ class CompletionRequest:
     #: The item's idempotency key; adapters send it so servers can spot duplicates.
     request_id: str | None = None
     timeout_s: float = 60.0
+    #: Chat Completions fields sent as written (a request file's `metadata`, `stop`, ...);
+    #: an Anthropic body takes `stop` and `user` of them (wire.anthropic_body).
+    extra: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)

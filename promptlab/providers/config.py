@@ -202,6 +202,24 @@ def load_endpoints(
     return endpoints
 
 
+#: What a command line may set for an endpoint (`promptlab batch --base-url ...`).
+LOCAL_FIELDS = frozenset({"kind", "base_url", "api_key_env", "rpm", "tpm", "concurrency"})
+
+
+def with_local_endpoints(
+    endpoints: Mapping[str, EndpointConfig], local: Mapping[str, Mapping[str, Any]]
+) -> dict[str, EndpointConfig]:
+    """`endpoints` with those a command line gave added or overriding fields, checked as
+    the providers file's are (`local` comes only from a trusted caller)."""
+    out = dict(endpoints)
+    for name, fields in local.items():
+        unknown = sorted(set(fields) - LOCAL_FIELDS)
+        if unknown:
+            raise ConfigError(f"endpoint {name!r}: unknown field(s) {', '.join(unknown)}")
+        out[name] = _merge_endpoint(out.get(name), name, dict(fields), f"endpoint {name!r}")
+    return out
+
+
 def _merge_endpoint(
     base: EndpointConfig | None, name: str, spec: Any, where: str
 ) -> EndpointConfig:

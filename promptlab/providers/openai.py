@@ -87,6 +87,11 @@ class OpenAIProvider:
 
     def _params(self, request: CompletionRequest) -> dict[str, Any]:
         params = openai_body(request, self._max_tokens_param)
+        # A request file's fields go in the body as written, whichever of them this
+        # SDK version names as arguments.
+        extra = {key: params.pop(key) for key in request.extra or {} if key in params}
+        if extra:
+            params["extra_body"] = extra
         params["timeout"] = request.timeout_s
         headers = request_id_headers(request)
         if headers:

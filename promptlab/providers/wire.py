@@ -60,6 +60,8 @@ def openai_body(request: CompletionRequest, max_tokens_param: str) -> dict[str, 
             "type": "json_schema",
             "json_schema": {"name": "output", "schema": dict(request.output_schema)},
         }
+    for key, value in (request.extra or {}).items():
+        body.setdefault(key, value)
     return body
 
 
@@ -95,6 +97,12 @@ def anthropic_body(request: CompletionRequest) -> dict[str, Any]:
         body["output_config"] = {
             "format": {"type": "json_schema", "schema": dict(request.output_schema)}
         }
+    extra = request.extra or {}
+    if "stop" in extra:
+        stop = extra["stop"]
+        body["stop_sequences"] = [stop] if isinstance(stop, str) else list(stop)
+    if "user" in extra:
+        body["metadata"] = {"user_id": extra["user"]}
     return body
 
 
