@@ -4,6 +4,7 @@
     ├── ConfigError                  bad settings or providers file
     │   └── SpecError                a run spec is invalid (names the field)
     ├── StoreError                   DuckDB storage problems
+    │   ├── RunNotFoundError         no run has that id
     │   ├── DatabaseLockedError      another process holds the database file
     │   └── FileReadError            DuckDB's reader refused a file (file and line)
     ├── TemplateError                a template cannot be saved or rendered
@@ -25,6 +26,7 @@
     ├── ItemKeyError                 an item key or prefix is malformed or matches several
     ├── OutputFileError              a file of outputs or a schema to check them is wrong (line)
     ├── ExportError                  a table cannot be exported as asked (table, format, file)
+    ├── ServerError                  the server refused a request, or is gone (promptlab.server)
     └── ProviderError                a provider call failed; `kind` says how (ErrorKind)
 
 Inside a batch, a ProviderError is data: it is recorded on the item, not raised
@@ -54,6 +56,10 @@ class SpecError(ConfigError):
 
 class StoreError(PromptlabError):
     """The DuckDB store cannot do what was asked."""
+
+
+class RunNotFoundError(StoreError):
+    """No run has that id."""
 
 
 class DatabaseLockedError(StoreError):

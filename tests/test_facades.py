@@ -145,6 +145,7 @@ FACADES: dict[str, tuple[type, list[str]]] = {
             "parse_spec",
             "progress",
             "resume",
+            "spec_from_data",
             "start",
             "view",
             "wait",
@@ -155,7 +156,14 @@ FACADES: dict[str, tuple[type, list[str]]] = {
 
 #: Where facades are called from: the pages, the app, the commands, the Streamlit helpers,
 #: the composition root and the tests.
-CALLERS = ("pages/*.py", "app.py", "promptlab/cli/*.py", "promptlab/ui/*.py", "tests/*.py")
+CALLERS = (
+    "pages/*.py",
+    "app.py",
+    "promptlab/cli/*.py",
+    "promptlab/ui/*.py",
+    "promptlab/server/*.py",
+    "tests/*.py",
+)
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,7 @@ from promptlab.cli import (
     metrics,
     prompts,
     runs,
+    serve,
     validate,
 )
 from promptlab.cli import export as export_cli
@@ -41,6 +42,7 @@ for module in (
     feedback,
     export_cli,
     audit,
+    serve,
 ):
     for command in module.commands:
         main.add_command(command)

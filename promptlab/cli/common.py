@@ -12,6 +12,7 @@ import click
 from promptlab.audit.redact import redact
 from promptlab.config import Settings
 from promptlab.errors import PromptlabError
+from promptlab.server.discovery import ServerInfo, find_server
 
 if TYPE_CHECKING:
     from promptlab.workbench import Workbench
@@ -47,13 +48,30 @@ def settings_from(ctx: click.Context) -> Settings:
     return Settings.from_env().with_db(Path(db) if db else None)
 
 
+#: Commands that go through a server when one owns the database.
+SERVED_COMMANDS = "run, batch, resume, cancel, status and batch-output"
+
+
+def served(ctx: click.Context) -> ServerInfo | None:
+    """The server that owns the command's database (promptlab serve), if one does."""
+    return find_server(settings_from(ctx).db_path)
+
+
 def open_workbench(ctx: click.Context) -> Workbench:
     """The facade on the command's database; close it (or use `with`) when done."""
     # Imported here, not at the top: the facade brings DuckDB, pyarrow and the engine,
     # which `--help`, usage errors and `fakellm` never need (see tests/test_startup.py).
     from promptlab.workbench import Workbench
 
-    return Workbench.open(settings_from(ctx))
+    settings = settings_from(ctx)
+    server = find_server(settings.db_path)
+    if server is not None:
+        raise PromptlabError(
+            f"{settings.db_path} is served by `promptlab serve` at {server.url}: "
+            f"{SERVED_COMMANDS} go through it; this command does not yet, so stop the "
+            "server to use it"
+        )
+    return Workbench.open(settings)
 
 
 def handle_errors(func: F | None = None, *, usage: tuple[type[BaseException], ...] = ()) -> Any:

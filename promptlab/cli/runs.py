@@ -20,9 +20,18 @@ from typing import TYPE_CHECKING
 
 import click
 
-from promptlab.cli.common import EXIT_ERROR, EXIT_OK, db_option, handle_errors, open_workbench
+from promptlab.cli.common import (
+    EXIT_ERROR,
+    EXIT_OK,
+    db_option,
+    handle_errors,
+    open_workbench,
+    served,
+)
 from promptlab.cli.items import item_lines, items_lines
+from promptlab.cli.remote import drive_remote, status_lines
 from promptlab.errors import ConfigError, RegistryError, SpecError, TemplateError
+from promptlab.server.client import ServerClient
 
 if TYPE_CHECKING:
     from promptlab.facades.runs import RunProgress, RunView
@@ -50,6 +59,17 @@ BAR_WIDTH = 28
 @handle_errors(usage=SPEC_PROBLEMS)
 def run_command(ctx: click.Context, spec_file: Path, strict: bool, quiet: bool) -> None:
     """Run a YAML run spec; print the run id, a progress bar and a summary."""
+    server = served(ctx)
+    if server is not None:
+        from promptlab.errors import SpecError
+        from promptlab.yamlio import read_yaml
+
+        body = {
+            "spec": read_yaml(spec_file, error=SpecError),
+            "base_dir": str(spec_file.resolve().parent),
+            "default_name": spec_file.stem,
+        }
+        drive_remote(server, lambda c: c.post("/v1/runs", body, idempotent=True), strict, quiet)
     drive_run(ctx, lambda wb: wb.runs.start(wb.runs.load_spec(spec_file)), strict, quiet)
 
 
@@ -68,6 +88,10 @@ def resume_command(
     ctx: click.Context, run_id: str, strict: bool, quiet: bool, output: Path | None
 ) -> None:
     """Resume a run that was interrupted, cancelled or stopped; finished items are kept."""
+    server = served(ctx)
+    if server is not None:
+        resume = f"/v1/runs/{run_id}/resume"
+        drive_remote(server, lambda c: c.post(resume), strict, quiet, output)
     drive_run(ctx, lambda wb: wb.runs.resume(run_id), strict, quiet, output)
 
 
@@ -122,6 +146,16 @@ def batch_command(
         "concurrency": concurrency,
     }  # fmt: skip
 
+    server = served(ctx)
+    if server is not None:
+        body = {
+            "requests": str(requests_file.resolve()), "endpoint": endpoint, "model": model,
+            "id_field": id_field, "settings": settings,
+        }  # fmt: skip
+        drive_remote(
+            server, lambda c: c.post("/v1/batches", body, idempotent=True), strict, quiet, output
+        )
+
     def start(wb: Workbench) -> str:
         spec = wb.runs.batch_spec(requests_file, endpoint, model, id_field, settings)
         return wb.runs.start(spec)
@@ -144,8 +178,13 @@ def batch_output_command(ctx: click.Context, run_id: str, output: Path) -> None:
     One line per request in file order; a request that has no answer (failed,
     cancelled, or not yet sent) gets an `error` line saying so.
     """
-    with open_workbench(ctx) as wb:
-        count = wb.runs.write_batch_output(run_id, output)
+    server = served(ctx)
+    if server is not None:
+        ServerClient(server).download(f"/v1/runs/{run_id}/batch-output", output)
+        count = sum(1 for _ in output.open("rb"))
+    else:
+        with open_workbench(ctx) as wb:
+            count = wb.runs.write_batch_output(run_id, output)
     click.echo(f"wrote {count} results of run {run_id} to {output} (OpenAI Batch output format)")
 
 
@@ -189,6 +228,11 @@ def status_command(
         raise click.UsageError("--items and --item need a RUN_ID")
     if detect and run_id is None:
         raise click.UsageError("--detect needs a RUN_ID")
+    server = served(ctx)
+    if server is not None and not (list_items or item_key or detect):
+        for line in status_lines(ServerClient(server), run_id, limit):
+            click.echo(line)
+        return
     with open_workbench(ctx) as wb:
         if item_key is not None:
             for line in item_lines(wb.runs.item(run_id or "", item_key)):
@@ -318,8 +362,16 @@ def cancel_command(ctx: click.Context, run_id: str) -> None:
     """Cancel an interrupted run: its open items get final `cancelled` rows.
 
     A run in progress is cancelled with Ctrl-C in its terminal (or in the app): the
-    database is held by that process.
+    database is held by that process. Served (`promptlab serve`), any run can be
+    cancelled from here.
     """
+    server = served(ctx)
+    if server is not None:
+        client = ServerClient(server)
+        before = client.get(f"/v1/runs/{run_id}")["status"]
+        after = client.post(f"/v1/runs/{run_id}/cancel")["status"]
+        click.echo(f"run {run_id}: {before} -> {after}")
+        return
     with open_workbench(ctx) as wb:
         before = wb.runs.view(run_id).status
         wb.runs.cancel(run_id)

@@ -63,7 +63,23 @@ class Runs:
     def load_spec(self, path: Path) -> RunSpec:
         """A spec file; relative paths are relative to it (see `_with_experiment`)."""
         data = read_yaml(path, error=SpecError)
-        return parse_spec(self._with_experiment(data), base_dir=path.parent, default_name=path.stem)
+        return self.spec_from_data(data, base_dir=path.parent, default_name=path.stem)
+
+    def spec_from_data(
+        self,
+        data: Any,
+        *,
+        base_dir: Path | None = None,
+        default_name: str = "run",
+        dataset_root: Path | None = None,
+    ) -> RunSpec:
+        """A spec given as data (a file read elsewhere, an API request), checked whole."""
+        return parse_spec(
+            self._with_experiment(data),
+            base_dir=base_dir,
+            default_name=default_name,
+            dataset_root=dataset_root,
+        )
 
     def _with_experiment(self, data: Any) -> Any:
         """`experiment: NAME` (or `NAME@REVISION`) becomes that revision's full config.

@@ -17,7 +17,7 @@ from typing import Any
 import duckdb
 
 from promptlab.audit.redact import Redactor
-from promptlab.errors import StoreError
+from promptlab.errors import RunNotFoundError
 from promptlab.records import RunRecord, RunStatus, VariantRecord
 from promptlab.store.connection import Store
 
@@ -132,7 +132,7 @@ def fetch_run(cur: Any, run_id: str) -> RunRecord:
     """The run's record, read on `cur` (a plain read or a snapshot)."""
     row = cur.execute(f"SELECT {RUN_COLUMNS} FROM runs WHERE run_id = ?", [run_id]).fetchone()
     if row is None:
-        raise StoreError(f"no run with id {run_id!r}")
+        raise RunNotFoundError(f"no run with id {run_id!r}")
     return run_from_row(row)
 
 

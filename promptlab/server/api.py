@@ -1,0 +1,348 @@
+"""The HTTP JSON API of `promptlab serve` over one Workbench (FastAPI on uvicorn).
+
+Every route but the OpenAPI description wants `Authorization: Bearer TOKEN`. Errors
+are the CLI's one-line messages as `{"error": "..."}` with a status code (400, 404,
+409, 413, 422), never a stack trace. Route handlers that touch the database are plain
+functions (FastAPI runs them on its thread pool, as the app's sessions share one
+workbench); `/v1/assign` answers from experiment configs held in memory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import secrets
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+from fastapi import Depends, FastAPI, Header, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import FileResponse, JSONResponse
+from pydantic import BaseModel, Field
+from starlette.background import BackgroundTask
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from promptlab.errors import (
+    ConfigError,
+    EngineError,
+    ExperimentError,
+    NotFoundError,
+    PromptlabError,
+    RunNotFoundError,
+    SpecError,
+    TemplateError,
+)
+from promptlab.experiments import assign, config_from_mapping
+from promptlab.experiments.config import ExperimentConfig
+from promptlab.server.metrics import metrics_response
+from promptlab.workbench import Workbench
+
+#: Largest request body accepted (a spec, a batch of units): bigger is a 413.
+MAX_BODY_BYTES = 8 * 1024 * 1024
+#: Most units one /v1/assign call may ask for.
+MAX_ASSIGN_UNITS = 10_000
+#: Seconds an experiment's config is served from memory before it is read again (this
+#: process is the only writer, so a change made through it could also drop it at once).
+CONFIG_TTL_S = 30.0
+#: Submits remembered by idempotency key, so a client's retry does not start a second run.
+IDEMPOTENCY_KEYS = 10_000
+
+
+class SpecIn(BaseModel):
+    """A run spec as data (what a spec file holds), with the folder its paths are from."""
+
+    spec: dict[str, Any]
+    base_dir: str | None = Field(None, description="Relative paths in the spec are from here.")
+    default_name: str = Field("run", description="The run's name when the spec has none.")
+
+
+class BatchIn(BaseModel):
+    """A request file run as written (`promptlab batch`)."""
+
+    requests: str
+    endpoint: str | None = None
+    model: str | None = None
+    id_field: str = "custom_id"
+    settings: dict[str, Any] = Field(default_factory=dict)
+
+
+class AssignIn(BaseModel):
+    """One unit (`unit_id`) or many (`unit_ids`) of an experiment."""
+
+    experiment: str
+    unit_id: str | None = None
+    unit_ids: list[str] | None = None
+
+
+def create_app(wb: Workbench, token: str, *, local_paths: bool = True) -> FastAPI:
+    """The API over `wb`. With `local_paths` (a loopback server: its clients are on this
+    machine) specs may name any file and request files may set endpoints; otherwise
+    datasets must lie in the data folder, as for the app."""
+    app = FastAPI(
+        title="promptlab",
+        version="1",
+        description="promptlab's server: runs, experiments, audit and metrics of one database.",
+        docs_url=None,
+        redoc_url=None,
+    )
+
+    async def authorized(authorization: str = Header("", include_in_schema=False)) -> None:
+        given = authorization.removeprefix("Bearer ").strip()
+        if not secrets.compare_digest(given.encode(), token.encode()):
+            raise _Refused(401, "missing or wrong token (Authorization: Bearer TOKEN)")
+
+    auth = [Depends(authorized)]
+
+    app.add_middleware(_BoundedBodies)
+
+    @app.exception_handler(_Refused)
+    async def refused(_request: Request, exc: _Refused) -> JSONResponse:
+        return _error(exc.status, exc.message)
+
+    @app.exception_handler(PromptlabError)
+    async def promptlab_error(_request: Request, exc: PromptlabError) -> JSONResponse:
+        return _error(_status_of(exc), str(exc))
+
+    @app.get("/v1/health", dependencies=auth)
+    async def health() -> dict[str, Any]:
+        """Alive, and which database it owns."""
+        return {"ok": True, "database": str(wb.settings.db_path)}
+
+    @app.get("/metrics", dependencies=auth)
+    def metrics() -> Response:
+        """Prometheus text format: runs, items, attempts, limiters, latency (metrics.py)."""
+        body, content_type = metrics_response(wb)
+        return Response(body, media_type=content_type)
+
+    _submit_routes(app, wb, auth, local_paths)
+    _run_routes(app, wb, auth)
+    _service_routes(app, wb, auth)
+    return app
+
+
+def _submit_routes(app: FastAPI, wb: Workbench, auth: list[Any], local_paths: bool) -> None:
+    """Runs: the list, and submits (a spec, or a request file as written)."""
+    submits = _Submits()
+
+    @app.get("/v1/runs", dependencies=auth)
+    def list_runs(limit: int = 20) -> list[dict[str, Any]]:
+        """The newest runs with their items per state."""
+        return [
+            {**_record(r.run), "items": dataclasses.asdict(r.items)}
+            for r in wb.runs.list(min(max(limit, 1), 1000))
+        ]
+
+    @app.post("/v1/runs", dependencies=auth, status_code=201)
+    def submit_run(body: SpecIn, idempotency_key: str | None = Header(None)) -> dict[str, Any]:
+        """Start a run from a spec; a retry with the same Idempotency-Key gets the same run."""
+
+        def start() -> str:
+            base = Path(body.base_dir) if body.base_dir and local_paths else None
+            root = None if local_paths else wb.settings.data_dir
+            spec = wb.runs.spec_from_data(
+                body.spec, base_dir=base, default_name=body.default_name, dataset_root=root
+            )
+            return wb.runs.start(spec)
+
+        return _progress(wb, submits.once(idempotency_key, start))
+
+    @app.post("/v1/batches", dependencies=auth, status_code=201)
+    def submit_batch(body: BatchIn, idempotency_key: str | None = Header(None)) -> dict[str, Any]:
+        """Run a request file as written (OpenAI Batch lines or chat bodies)."""
+        if not local_paths:
+            raise _Refused(403, "request files are run through a server on loopback only")
+
+        def start() -> str:
+            spec = wb.runs.batch_spec(
+                Path(body.requests), body.endpoint, body.model, body.id_field, body.settings
+            )
+            return wb.runs.start(spec)
+
+        return _progress(wb, submits.once(idempotency_key, start))
+
+
+def _run_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
+    """One run: status, cancel, resume, items, a request file's output."""
+
+    @app.get("/v1/runs/{run_id}", dependencies=auth)
+    def run_status(run_id: str, summary: bool = False) -> dict[str, Any]:
+        """Live progress; with `summary`, attempts, 429s, tokens, cost and wall time too."""
+        out = _progress(wb, run_id)
+        if summary:
+            view = wb.runs.view(run_id)
+            out["summary"] = dataclasses.asdict(view.summary)
+            out["wall_time_s"] = view.wall_time_s
+            out["batch"] = wb.runs.is_batch(run_id)
+        return out
+
+    @app.post("/v1/runs/{run_id}/cancel", dependencies=auth)
+    def cancel_run(run_id: str) -> dict[str, Any]:
+        """Stop dispatching; requests in flight finish."""
+        wb.runs.cancel(run_id)
+        return _progress(wb, run_id)
+
+    @app.post("/v1/runs/{run_id}/resume", dependencies=auth)
+    def resume_run(run_id: str) -> dict[str, Any]:
+        """Continue an interrupted, cancelled or stopped run; finished items are kept."""
+        return _progress(wb, wb.runs.resume(run_id))
+
+    @app.get("/v1/runs/{run_id}/items", dependencies=auth)
+    def run_items(
+        run_id: str, status: str | None = None, offset: int = 0, limit: int = 50
+    ) -> dict[str, Any]:
+        """A page of the run's items in plan order, and how many match."""
+        page = wb.runs.items(
+            run_id, status=status, offset=max(offset, 0), limit=min(max(limit, 1), 1000)
+        )
+        return dataclasses.asdict(page)
+
+    @app.get("/v1/runs/{run_id}/batch-output", dependencies=auth)
+    def batch_output(run_id: str) -> FileResponse:
+        """A request-file run's results in the OpenAI Batch output format (JSON Lines)."""
+        handle = tempfile.NamedTemporaryFile(suffix=".jsonl", delete=False)  # noqa: SIM115
+        handle.close()
+        path = Path(handle.name)
+        try:
+            wb.runs.write_batch_output(run_id, path)
+        except BaseException:
+            path.unlink(missing_ok=True)
+            raise
+        return FileResponse(
+            path,
+            media_type="application/x-ndjson",
+            background=BackgroundTask(path.unlink, missing_ok=True),
+        )
+
+
+def _service_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
+    """What services and monitors ask for: assignment, experiments, audit, prompts."""
+    configs = _ConfigCache(wb)
+
+    @app.post("/v1/assign", dependencies=auth)
+    async def assign_units(body: AssignIn) -> Response:
+        """Variants for units, from the experiment's config held in memory (no database):
+        `{"experiment", "revision", "assignments": [{unit, variant, bucket,
+        prompt_version_id, in_experiment, reason}, ...]}`."""
+        units = [body.unit_id] if body.unit_id is not None else (body.unit_ids or [])
+        if not units or len(units) > MAX_ASSIGN_UNITS:
+            raise _Refused(422, f"give unit_id or 1 to {MAX_ASSIGN_UNITS:,} unit_ids")
+        config = configs.fresh(body.experiment)
+        if config is None:
+            config = await run_in_threadpool(configs.load, body.experiment)
+        answers = [assign(config, unit)._asdict() for unit in units]
+        answer = {"experiment": config.name, "revision": config.revision, "assignments": answers}
+        # orjson straight to bytes: FastAPI's encoder walks every value first (4x slower).
+        return Response(orjson.dumps(answer), media_type="application/json")
+
+    @app.get("/v1/experiments/{name}", dependencies=auth)
+    def experiment(name: str) -> dict[str, Any]:
+        """The experiment's current revision, as exported (what services assign from)."""
+        return wb.experiments.get(name).to_dict()
+
+    @app.get("/v1/audit/verify", dependencies=auth)
+    def audit_verify() -> dict[str, Any]:
+        """Check every chain of the audit trail."""
+        return dataclasses.asdict(wb.audit.verify())
+
+    @app.get("/v1/prompts", dependencies=auth)
+    def prompts() -> list[Any]:
+        """Every prompt with its latest version and labels."""
+        return [dataclasses.asdict(p) for p in wb.prompts.list()]
+
+
+class _BoundedBodies:
+    """Refuse a body over MAX_BODY_BYTES from its Content-Length, before it is read
+    (a pure ASGI middleware: Starlette's BaseHTTPMiddleware costs a task per request)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            headers = dict(scope["headers"])
+            length = headers.get(b"content-length")
+            refusal = None
+            if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
+                refusal = _error(413, f"request body over {MAX_BODY_BYTES:,} bytes")
+            elif scope["method"] == "POST" and length is None:
+                refusal = _error(411, "send a Content-Length (bodies are bounded)")
+            if refusal is not None:
+                await refusal(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+class _Refused(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+def _status_of(exc: PromptlabError) -> int:
+    if isinstance(exc, NotFoundError | RunNotFoundError):
+        return 404
+    if isinstance(exc, EngineError) and "already running" in str(exc):
+        return 409
+    if isinstance(exc, SpecError | ConfigError | TemplateError | ExperimentError):
+        return 422
+    return 400
+
+
+def _record(run: Any) -> dict[str, Any]:
+    data = dataclasses.asdict(run)
+    data.pop("spec", None)  # large, and the client has it
+    return data
+
+
+def _progress(wb: Workbench, run_id: str) -> dict[str, Any]:
+    progress = wb.runs.progress(run_id)
+    data = dataclasses.asdict(progress)
+    data["limiters"] = [dataclasses.asdict(s) for s in progress.limiters]
+    return data
+
+
+class _ConfigCache:
+    """Experiment configs by name, read from the store at most every CONFIG_TTL_S."""
+
+    def __init__(self, wb: Workbench) -> None:
+        self._wb = wb
+        self._configs: dict[str, tuple[float, ExperimentConfig]] = {}
+
+    def fresh(self, name: str) -> ExperimentConfig | None:
+        held = self._configs.get(name)
+        if held is None or time.monotonic() - held[0] > CONFIG_TTL_S:
+            return None
+        return held[1]
+
+    def load(self, name: str) -> ExperimentConfig:
+        # Parsed from its exported form: what a service holding the file would assign by.
+        config = config_from_mapping(self._wb.experiments.get(name).to_dict())
+        self._configs[name] = (time.monotonic(), config)
+        return config
+
+
+class _Submits:
+    """Run ids by idempotency key: a submit retried after a timeout starts nothing new."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._runs: dict[str, str] = {}
+
+    def once(self, key: str | None, start: Callable[[], str]) -> str:
+        if key is None:
+            return start()
+        with self._lock:  # one submit per key at a time; a retry waits for the first
+            if key not in self._runs:
+                if len(self._runs) >= IDEMPOTENCY_KEYS:
+                    self._runs.pop(next(iter(self._runs)))
+                self._runs[key] = start()
+            return self._runs[key]

@@ -1,0 +1,80 @@
+"""A small blocking client of the server's API, for the CLI (standard library only)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+from promptlab.errors import PromptlabError
+from promptlab.server.discovery import ServerInfo
+
+#: Seconds a call may take (a submit plans nothing before it answers; reads are short).
+TIMEOUT_S = 60.0
+
+
+class ServerError(PromptlabError):
+    """The server refused a request (its one-line error) or is not there."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class ServerClient:
+    """Calls to one server with its token; errors come back as one line."""
+
+    def __init__(self, info: ServerInfo) -> None:
+        self.info = info
+
+    def get(self, path: str) -> Any:
+        return self._call("GET", path)
+
+    def post(self, path: str, body: Any = None, *, idempotent: bool = False) -> Any:
+        """POST JSON; `idempotent` adds a fresh Idempotency-Key so a retry is safe."""
+        headers = {"Idempotency-Key": uuid.uuid4().hex} if idempotent else {}
+        return self._call("POST", path, body if body is not None else {}, headers)
+
+    def download(self, path: str, target: Path) -> None:
+        """Stream a response body into `target`."""
+        with self._open("GET", path) as resp, target.open("wb") as handle:
+            shutil.copyfileobj(resp, handle)
+
+    def _call(
+        self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
+    ) -> Any:
+        with self._open(method, path, body, headers) as resp:
+            return json.loads(resp.read())
+
+    def _open(
+        self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
+    ) -> Any:
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(
+            f"{self.info.url}{path}",
+            data=data,
+            method=method,
+            headers={
+                "Authorization": f"Bearer {self.info.token}",
+                "Content-Type": "application/json",
+                **(headers or {}),
+            },
+        )
+        try:
+            return urllib.request.urlopen(request, timeout=TIMEOUT_S)  # noqa: S310 - its URL
+        except urllib.error.HTTPError as exc:
+            try:
+                message = json.loads(exc.read()).get("error") or exc.reason
+            except ValueError:
+                message = exc.reason
+            raise ServerError(str(message), exc.code) from None
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise ServerError(
+                f"the promptlab server at {self.info.url} is gone ({reason}): start it again "
+                "with `promptlab serve`; `promptlab resume RUN_ID` then finishes its runs"
+            ) from None

@@ -1,0 +1,66 @@
+"""What `/metrics` reads from the store: runs by state, transitions, attempts per endpoint.
+
+Each figure is an aggregate the database computes in one pass (milliseconds at a
+million attempts); the live ones (items in flight, limiter rates) come from the engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from promptlab.store.connection import Store
+
+
+@dataclass(frozen=True)
+class MonitoringSnapshot:
+    """Counts by key; latency buckets are cumulative counts per endpoint, like Prometheus's."""
+
+    runs_by_status: dict[str, int] = field(default_factory=dict)
+    transitions: dict[str, int] = field(default_factory=dict)
+    items_by_status: dict[str, int] = field(default_factory=dict)
+    attempts: dict[tuple[str, str], int] = field(default_factory=dict)
+    latency_buckets: dict[str, list[int]] = field(default_factory=dict)
+    latency_sum_s: dict[str, float] = field(default_factory=dict)
+    latency_count: dict[str, int] = field(default_factory=dict)
+
+
+class MonitoringReads:
+    """The aggregates behind the server's `/metrics`."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def snapshot(self, buckets_s: Sequence[float]) -> MonitoringSnapshot:
+        """Every figure from one snapshot of the store; `buckets_s` are upper bounds."""
+        bucket_sums = ", ".join(
+            f"count(*) FILTER (WHERE a.latency_ms <= {float(b) * 1000!r})" for b in buckets_s
+        )
+        with self.store.read() as cur:
+            runs = cur.execute("SELECT status, count(*) FROM runs GROUP BY status").fetchall()
+            moves = cur.execute(
+                "SELECT status, count(*) FROM run_events GROUP BY status"
+            ).fetchall()
+            items = cur.execute("SELECT status, count(*) FROM results GROUP BY status").fetchall()
+            # An attempt's endpoint is its item's: attempts carry only the item's key.
+            per_endpoint = cur.execute(
+                "SELECT r.endpoint, coalesce(a.error_kind, 'ok'), count(*) FROM attempts a "
+                "JOIN results r ON r.run_id = a.run_id AND r.idempotency_key = a.idempotency_key "
+                "GROUP BY ALL"
+            ).fetchall()
+            latency = cur.execute(
+                f"SELECT r.endpoint, {bucket_sums}, sum(a.latency_ms) / 1000, count(*) "
+                "FROM attempts a JOIN results r "
+                "ON r.run_id = a.run_id AND r.idempotency_key = a.idempotency_key "
+                "WHERE a.latency_ms IS NOT NULL GROUP BY r.endpoint"
+            ).fetchall()
+        n = len(buckets_s)
+        return MonitoringSnapshot(
+            runs_by_status=dict(runs),
+            transitions=dict(moves),
+            items_by_status=dict(items),
+            attempts={(e, kind): c for e, kind, c in per_endpoint},
+            latency_buckets={row[0]: list(row[1 : n + 1]) for row in latency},
+            latency_sum_s={row[0]: float(row[n + 1] or 0.0) for row in latency},
+            latency_count={row[0]: int(row[n + 2]) for row in latency},
+        )

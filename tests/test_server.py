@@ -1,0 +1,251 @@
+"""`promptlab serve`: one process owns the database and the engine; the CLI and any HTTP
+client use its API (issue 24). The server runs as a real child process on a free
+loopback port; the CLI finds it by the discovery file beside the database."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from promptlab.cli import main
+from promptlab.experiments import assign
+from promptlab.fakellm.server import RunningServer
+from promptlab.server.discovery import ServerInfo, discovery_path, find_server
+from promptlab.store import Store
+from tests.fakellm_fixtures import ServerFactory
+
+ROWS = 60
+
+
+class Served:
+    """A `promptlab serve` child process and how to call it."""
+
+    def __init__(self, db: Path) -> None:
+        self.db = db
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "promptlab", "--db", str(db), "serve", "--port", "0"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 30
+        info = None
+        while info is None:
+            assert self.proc.poll() is None, self.proc.stderr.read() if self.proc.stderr else ""
+            assert time.monotonic() < deadline, "the server did not start"
+            info = find_server(db)
+            time.sleep(0.05)
+        self.info: ServerInfo = info
+
+    def call(self, method: str, path: str, body: Any = None, token: str | None = "") -> Any:
+        """(status, JSON or text) of one request; `token` None sends none."""
+        headers = {"Content-Type": "application/json"}
+        if token is not None:
+            headers["Authorization"] = f"Bearer {token or self.info.token}"
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(
+            self.info.url + path, data=data, method=method, headers=headers
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=30) as resp:  # noqa: S310 - loopback
+                raw = resp.read()
+                status = resp.status
+        except urllib.error.HTTPError as exc:
+            raw, status = exc.read(), exc.code
+        try:
+            return status, json.loads(raw)
+        except ValueError:
+            return status, raw.decode()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(30)
+
+
+@pytest.fixture
+def served(db_path: Path) -> Iterator[Served]:
+    server = Served(db_path)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _spec(tmp_path: Path, server: RunningServer, name: str = "served") -> Path:
+    dataset = tmp_path / "rows.csv"
+    dataset.write_text("text\n" + "".join(f"row {i}\n" for i in range(ROWS)))
+    spec = {
+        "name": name,
+        "dataset": "rows.csv",  # relative to the spec: the server reads it from there
+        "variants": [
+            {
+                "name": "v",
+                "messages": [{"role": "user", "content": "Summarize {{ text }}"}],
+                "model": "fake:gpt-4o-mini",
+                "params": {"max_tokens": 16},
+            }
+        ],
+        "endpoints": {"fake": {"kind": "openai", "base_url": server.openai_base_url,
+                               "concurrency": 3}},
+    }  # fmt: skip
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
+def test_the_api_wants_the_token_and_describes_itself(served: Served) -> None:
+    assert served.call("GET", "/v1/runs", token=None) == (
+        401,
+        {"error": "missing or wrong token (Authorization: Bearer TOKEN)"},
+    )
+    assert served.call("GET", "/metrics", token="wrong")[0] == 401
+    status, health = served.call("GET", "/v1/health")
+    assert status == 200 and health["database"] == str(served.db)
+    status, openapi = served.call("GET", "/openapi.json", token=None)
+    assert status == 200 and "/v1/assign" in openapi["paths"]
+    # The discovery file holds the token: its owner alone may read it.
+    assert discovery_path(served.db).stat().st_mode & 0o777 == 0o600
+
+
+def test_the_cli_runs_through_the_server_and_others_see_the_run(
+    served: Served, tmp_path: Path, fakellm_factory: ServerFactory
+) -> None:
+    server = fakellm_factory(latency_ms=5)
+    result = CliRunner().invoke(main, ["run", str(_spec(tmp_path, server)), "--quiet"])
+    assert result.exit_code == 0, result.output + result.stderr
+    run_id = result.output.split()[1]
+    assert "completed" in result.output
+    status, runs = served.call("GET", "/v1/runs")
+    assert status == 200 and [r["run_id"] for r in runs] == [run_id]
+    listed = CliRunner().invoke(main, ["status"])
+    assert run_id in listed.output and "succeeded 60" in listed.output
+    # A command that does not go through the server yet says so in one line.
+    refused = CliRunner().invoke(main, ["prompt", "list"])
+    assert refused.exit_code == 1
+    assert "is served by `promptlab serve` at http://127.0.0.1:" in refused.stderr
+    # /metrics counts the run's transitions and its attempts per endpoint.
+    status, text = served.call("GET", "/metrics")
+    assert status == 200
+    assert 'promptlab_run_transitions_total{state="completed"} 1.0' in text
+    assert 'promptlab_attempts_total{endpoint="fake",kind="ok"} 60.0' in text
+    assert 'promptlab_request_latency_seconds_count{endpoint="fake"} 60.0' in text
+
+
+def test_two_cli_runs_at_once_share_the_server_s_one_budget(
+    served: Served, tmp_path: Path, fakellm_factory: ServerFactory
+) -> None:
+    server = fakellm_factory(latency_ms=20)
+    specs = [_spec(tmp_path, server, name) for name in ("first", "second")]
+    env = {**os.environ, "PROMPTLAB_DB": str(served.db)}
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-m", "promptlab", "run", str(spec), "--quiet"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )  # fmt: skip
+        for spec in specs
+    ]
+    outputs = [child.communicate(timeout=120) for child in children]
+    assert [child.returncode for child in children] == [0, 0], outputs
+    stats = server.stats()
+    assert stats["successes"] == 2 * ROWS
+    # Each spec's endpoint allows 3 at once: one engine, one budget, never 6.
+    assert stats["max_in_flight"] <= 3
+
+
+def test_assign_answers_from_the_experiment_s_config(served: Served, demo_db: Path) -> None:
+    served.stop()
+    served.__init__(demo_db)  # type: ignore[misc]  # serve the demo database instead
+    status, config = served.call("GET", "/v1/experiments/triage-split")
+    assert status == 200
+    units = [f"customer-{i}" for i in range(500)]
+    status, answer = served.call(
+        "POST", "/v1/assign", {"experiment": "triage-split", "unit_ids": units}
+    )
+    assert status == 200
+    assert [a["variant"] for a in answer["assignments"]] == [
+        assign(config, unit).variant for unit in units
+    ]
+    status, one = served.call("POST", "/v1/assign", {"experiment": "triage-split", "unit_id": "u1"})
+    assert one["assignments"][0]["variant"] == assign(config, "u1").variant
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "status", "message"),
+    [
+        ("GET", "/v1/runs/run_nope", None, 404, "run_nope"),
+        ("POST", "/v1/runs", {"spec": {"name": "x"}}, 422, "run spec: 'dataset' must name"),
+        ("POST", "/v1/assign", {"experiment": "x"}, 422, "give unit_id or 1 to 10,000"),
+    ],
+)
+def test_bad_input_gets_one_line_and_a_status(
+    served: Served, method: str, path: str, body: Any, status: int, message: str
+) -> None:
+    got, answer = served.call(method, path, body)
+    assert got == status
+    assert message in answer["error"] and "Traceback" not in answer["error"]
+
+
+def test_a_body_over_the_bound_is_refused_before_it_is_read(served: Served) -> None:
+    host, port = served.info.url.removeprefix("http://").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=10)
+    connection.putrequest("POST", "/v1/runs")
+    connection.putheader("Authorization", f"Bearer {served.info.token}")
+    connection.putheader("Content-Length", str(9_000_000))
+    connection.endheaders()  # and no body: the answer comes from the headers alone
+    response = connection.getresponse()
+    assert response.status == 413
+    assert json.loads(response.read()) == {"error": "request body over 8,388,608 bytes"}
+
+
+def test_a_killed_server_loses_nothing_and_a_new_one_resumes(
+    served: Served, tmp_path: Path, fakellm_factory: ServerFactory
+) -> None:
+    server = fakellm_factory(latency_ms=100)
+    spec = yaml.safe_load(_spec(tmp_path, server).read_text())
+    status, started = served.call(
+        "POST", "/v1/runs", {"spec": spec, "base_dir": str(tmp_path), "default_name": "k"}
+    )
+    assert status == 201
+    run_id = started["run_id"]
+    deadline = time.monotonic() + 30
+    while server.stats()["successes"] < 10:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    os.kill(served.proc.pid, signal.SIGKILL)
+    served.proc.wait(10)
+    # The discovery file is stale (its process is gone): clients open the file again.
+    assert discovery_path(served.db).exists() and find_server(served.db) is None
+    status_out = CliRunner().invoke(main, ["status", run_id])
+    assert "interrupted (process gone)" in status_out.output
+    restarted = Served(served.db)
+    try:
+        resumed = CliRunner().invoke(main, ["resume", run_id, "--quiet"])
+        assert resumed.exit_code == 0, resumed.output + resumed.stderr
+        assert f"run {run_id}: completed" in resumed.output
+    finally:
+        restarted.stop()
+    with Store(served.db) as store, store.read() as cur:
+        rows = cur.execute(
+            "SELECT count(*), count(DISTINCT idempotency_key) FROM results "
+            "WHERE run_id = ? AND status = 'succeeded'",
+            [run_id],
+        ).fetchone()
+    assert rows == (ROWS, ROWS)  # every item once, none lost, none twice
