@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PORT ?= 8501
+# The API the app serves beside its pages (promptlab serve's, in the same process).
+API ?= 127.0.0.1:8765
 
 .PHONY: run test lint install install-dev chromium bench clean
 
@@ -23,7 +25,7 @@ install: $(VENV)/.runtime
 install-dev: $(VENV)/.dev
 
 run: install
-	$(VENV)/bin/streamlit run app.py --server.port $(PORT)
+	PROMPTLAB_SERVE=$(API) $(VENV)/bin/streamlit run app.py --server.port $(PORT)
 
 # The browser smoke test drives Debian's Chromium; install it when missing and we are root.
 chromium:

@@ -26,7 +26,10 @@ def isolate(monkeypatch: pytest.MonkeyPatch, db: Path) -> None:
     """The database at `db`, author "tester", and none of the developer's keys or providers."""
     monkeypatch.setenv("PROMPTLAB_DB", str(db))
     monkeypatch.setenv("PROMPTLAB_AUTHOR", "tester")
-    for name in ("PROMPTLAB_PROVIDERS", "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL"):
+    for name in (
+        "PROMPTLAB_PROVIDERS", "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL",
+        "PROMPTLAB_SERVE", "PROMPTLAB_SERVER", "PROMPTLAB_TOKEN",
+    ):  # fmt: skip
         monkeypatch.delenv(name, raising=False)
 
 

@@ -108,6 +108,17 @@ def _spec(tmp_path: Path, server: RunningServer, name: str = "served") -> Path:
     return path
 
 
+def _prompt_file(tmp_path: Path) -> Path:
+    path = tmp_path / "served-prompt.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {"name": "served-prompt",
+             "versions": [{"messages": [{"role": "user", "content": "Hi {{ name }}"}]}]}
+        )
+    )  # fmt: skip
+    return path
+
+
 def test_the_api_wants_the_token_and_describes_itself(served: Served) -> None:
     assert served.call("GET", "/v1/runs", token=None) == (
         401,
@@ -134,10 +145,17 @@ def test_the_cli_runs_through_the_server_and_others_see_the_run(
     assert status == 200 and [r["run_id"] for r in runs] == [run_id]
     listed = CliRunner().invoke(main, ["status"])
     assert run_id in listed.output and "succeeded 60" in listed.output
-    # A command that does not go through the server yet says so in one line.
-    refused = CliRunner().invoke(main, ["prompt", "list"])
-    assert refused.exit_code == 1
-    assert "is served by `promptlab serve` at http://127.0.0.1:" in refused.stderr
+    # Every other command runs inside the server, on its database: reads and writes.
+    verified = CliRunner().invoke(main, ["audit", "verify"])
+    assert verified.exit_code == 0, verified.output + verified.stderr
+    assert "intact" in verified.output or "ok" in verified.output.lower()
+    metrics = CliRunner().invoke(main, ["metrics", "--run", run_id])
+    assert metrics.exit_code == 0 and "v" in metrics.output
+    added = CliRunner().invoke(main, ["prompt", "add", str(_prompt_file(tmp_path))])
+    assert added.exit_code == 0, added.output + added.stderr
+    assert "served-prompt" in CliRunner().invoke(main, ["prompt", "list"]).output
+    bad = CliRunner().invoke(main, ["prompt", "show", "no-such-prompt"])
+    assert bad.exit_code != 0 and "no-such-prompt" in bad.stderr
     # /metrics counts the run's transitions and its attempts per endpoint.
     status, text = served.call("GET", "/metrics")
     assert status == 200

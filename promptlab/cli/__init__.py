@@ -18,10 +18,35 @@ from promptlab.cli import (
     validate,
 )
 from promptlab.cli import export as export_cli
-from promptlab.cli.common import db_option
+from promptlab.cli.common import ServedCommand, db_option
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class ServedGroup(click.Group):
+    """The `promptlab` group: a command whose database a server owns runs there.
+
+    `open_workbench` raises ServedCommand when `promptlab serve` (or the app, with
+    PROMPTLAB_SERVE) owns the database; the command line goes to the server's
+    `POST /v1/cli`, which runs it against its own workbench, and its output and exit
+    code come back as if it had run here.
+    """
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta["promptlab.argv"] = list(args)
+        return super().parse_args(ctx, args)
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except ServedCommand as served:
+            from promptlab.server.client import ServerClient
+
+            answer = ServerClient(served.info).post("/v1/cli", {"argv": ctx.meta["promptlab.argv"]})
+            click.echo(answer["stdout"], nl=False)
+            click.echo(answer["stderr"], nl=False, err=True)
+            ctx.exit(answer["exit_code"])
+
+
+@click.group(cls=ServedGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @db_option
 @click.version_option(package_name="promptlab")
 @click.pass_context

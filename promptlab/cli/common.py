@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import click
 
@@ -48,17 +50,45 @@ def settings_from(ctx: click.Context) -> Settings:
     return Settings.from_env().with_db(Path(db) if db else None)
 
 
-#: Commands that go through a server when one owns the database.
-SERVED_COMMANDS = "run, batch, resume, cancel, status and batch-output"
+#: The workbench of the server a command runs inside (`POST /v1/cli`), if any.
+_SERVED_WORKBENCH: ContextVar[Workbench | None] = ContextVar("served_workbench", default=None)
+
+
+class ServedCommand(Exception):  # noqa: N818 - a signal to the group, not an error
+    """The command's database is owned by a server: the group sends the command there."""
+
+    def __init__(self, info: ServerInfo) -> None:
+        super().__init__(info.url)
+        self.info = info
+
+
+@contextlib.contextmanager
+def commands_on(wb: Workbench) -> Iterator[None]:
+    """Inside: commands use `wb` (a server's) instead of opening the database."""
+    token = _SERVED_WORKBENCH.set(wb)
+    try:
+        yield
+    finally:
+        _SERVED_WORKBENCH.reset(token)
 
 
 def served(ctx: click.Context) -> ServerInfo | None:
-    """The server that owns the command's database (promptlab serve), if one does."""
+    """The server that owns the command's database (promptlab serve), if one does and
+    the command is not already running inside it."""
+    if _SERVED_WORKBENCH.get() is not None:
+        return None
     return find_server(settings_from(ctx).db_path)
 
 
 def open_workbench(ctx: click.Context) -> Workbench:
-    """The facade on the command's database; close it (or use `with`) when done."""
+    """The facade on the command's database; close it (or use `with`) when done.
+
+    When a server owns the database, ServedCommand sends the whole command there
+    (promptlab.cli's group); inside the server, the command borrows its workbench.
+    """
+    borrowed = _SERVED_WORKBENCH.get()
+    if borrowed is not None:
+        return cast("Workbench", _Borrowed(borrowed))
     # Imported here, not at the top: the facade brings DuckDB, pyarrow and the engine,
     # which `--help`, usage errors and `fakellm` never need (see tests/test_startup.py).
     from promptlab.workbench import Workbench
@@ -66,12 +96,24 @@ def open_workbench(ctx: click.Context) -> Workbench:
     settings = settings_from(ctx)
     server = find_server(settings.db_path)
     if server is not None:
-        raise PromptlabError(
-            f"{settings.db_path} is served by `promptlab serve` at {server.url}: "
-            f"{SERVED_COMMANDS} go through it; this command does not yet, so stop the "
-            "server to use it"
-        )
+        raise ServedCommand(server)
     return Workbench.open(settings)
+
+
+class _Borrowed:
+    """A server's workbench lent to one command: `with` does not close it."""
+
+    def __init__(self, wb: Workbench) -> None:
+        self._wb = wb
+
+    def __enter__(self) -> Workbench:
+        return self._wb
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._wb, name)
 
 
 def handle_errors(func: F | None = None, *, usage: tuple[type[BaseException], ...] = ()) -> Any:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -426,7 +427,9 @@ def _watch(wb: Workbench, run_id: str, quiet: bool) -> None:
             sys.stderr.flush()
             os._exit(EXIT_CANCELLED)
 
-    previous = signal.signal(signal.SIGINT, on_sigint)
+    # Inside a server (`POST /v1/cli`) the command runs on a worker thread: no signals.
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, on_sigint) if main_thread else None
     tty = sys.stderr.isatty()
     redraw = REDRAW_TTY_S if tty else REDRAW_PIPE_S
     last = 0.0
@@ -441,7 +444,8 @@ def _watch(wb: Workbench, run_id: str, quiet: bool) -> None:
         if not quiet and tty:
             click.echo("", err=True)
     finally:
-        signal.signal(signal.SIGINT, previous)
+        if main_thread:
+            signal.signal(signal.SIGINT, previous)
 
 
 def progress_line(p: RunProgress) -> str:

@@ -70,6 +70,13 @@ class BatchIn(BaseModel):
     settings: dict[str, Any] = Field(default_factory=dict)
 
 
+class CommandIn(BaseModel):
+    """A `promptlab` command line (without `promptlab`), and what it reads on stdin."""
+
+    argv: list[str] = Field(max_length=1000)
+    stdin: str | None = None
+
+
 class AssignIn(BaseModel):
     """One unit (`unit_id`) or many (`unit_ids`) of an experiment."""
 
@@ -118,10 +125,32 @@ def create_app(wb: Workbench, token: str, *, local_paths: bool = True) -> FastAP
         body, content_type = metrics_response(wb)
         return Response(body, media_type=content_type)
 
+    _command_route(app, wb, auth, local_paths)
     _submit_routes(app, wb, auth, local_paths)
     _run_routes(app, wb, auth)
     _service_routes(app, wb, auth)
     return app
+
+
+def _command_route(app: FastAPI, wb: Workbench, auth: list[Any], local_paths: bool) -> None:
+    """`POST /v1/cli`: any `promptlab` command run here, against this server's workbench."""
+    one_at_a_time = threading.Lock()
+
+    @app.post("/v1/cli", dependencies=auth)
+    def command(body: CommandIn) -> dict[str, Any]:
+        """Run a command line as the CLI would, on this server's database and engine:
+        `{"stdout", "stderr", "exit_code"}`. Paths in it are this machine's."""
+        if not local_paths:
+            raise _Refused(403, "command lines run through a server on loopback only")
+        from click.testing import CliRunner
+
+        from promptlab.cli import main
+        from promptlab.cli.common import commands_on
+
+        # CliRunner swaps sys.stdout and sys.stderr for the command: one at a time.
+        with one_at_a_time, commands_on(wb):
+            result = CliRunner().invoke(main, body.argv, input=body.stdin)
+        return {"stdout": result.stdout, "stderr": result.stderr, "exit_code": result.exit_code}
 
 
 def _submit_routes(app: FastAPI, wb: Workbench, auth: list[Any], local_paths: bool) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import logging
 import threading
+from typing import TYPE_CHECKING
 
 import streamlit as st
 
@@ -13,9 +14,14 @@ from promptlab.config import Settings
 from promptlab.errors import PromptlabError
 from promptlab.workbench import Workbench
 
+if TYPE_CHECKING:
+    from promptlab.server.run import Serving
+
 log = logging.getLogger(__name__)
 
 _opened: list[Workbench] = []
+#: API servers beside the pages (PROMPTLAB_SERVE), stopped before their workbench closes.
+_serving: list[Serving] = []
 _opened_lock = threading.Lock()
 #: Databases this process loaded the demo into (they were empty): the app runs the demo
 #: experiment on them once (`start_demo_run`).
@@ -41,7 +47,25 @@ def _open_workbench(db_path: str, load_demo: bool) -> Workbench:
             # are spilled for the next start instead of being lost.
             atexit.register(close_all)
         _opened.append(workbench)
+    if workbench.settings.serve:
+        _serve(workbench, workbench.settings.serve)
     return workbench
+
+
+def _serve(workbench: Workbench, address: str) -> None:
+    """Serve the API beside the pages (PROMPTLAB_SERVE=HOST:PORT): the CLI and services
+    then go through this process, which owns the database and the engine."""
+    from promptlab.server.run import Serving  # FastAPI and uvicorn only when serving
+
+    host, _, port = address.rpartition(":")
+    try:
+        serving = Serving(workbench, host.strip("[]") or "127.0.0.1", int(port)).start()
+    except (OSError, ValueError) as exc:
+        log.warning("PROMPTLAB_SERVE=%s: not serving the API: %s", address, exc)
+        return
+    log.info("serving the API at %s", serving.info.url)
+    with _opened_lock:
+        _serving.append(serving)
 
 
 def get_workbench() -> Workbench:
@@ -73,5 +97,8 @@ def close_all() -> None:
     with _opened_lock:
         _fresh_demo.clear()
         opened, _opened[:] = list(_opened), []
+        serving, _serving[:] = list(_serving), []
+    for server in serving:  # first: no request may reach a closed workbench
+        server.stop()
     for workbench in opened:
         workbench.close()

@@ -1,0 +1,98 @@
+"""Serving a workbench: bind, announce (the discovery file), serve, and clean up.
+
+`promptlab serve` runs it in the foreground; the app runs it on a thread beside its
+pages when PROMPTLAB_SERVE names an address (`make run` does), so the app, the API and
+the CLI share one owner of the database and one engine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import os
+import signal
+import socket
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import uvicorn
+
+from promptlab.server.api import create_app
+from promptlab.server.discovery import ServerInfo, new_token, remove_discovery, write_discovery
+from promptlab.workbench import Workbench
+
+LOOPBACK_NAMES = ("localhost",)
+#: Connections the kernel queues before the server accepts them.
+BACKLOG = 2048
+
+
+def is_loopback(host: str) -> bool:
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, except that SIGINT and SIGTERM stop it and return: uvicorn raises
+    the signal again after its shutdown, which would kill the process before the engine
+    finishes its in-flight requests and the discovery file is removed."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        stops = (signal.SIGINT, signal.SIGTERM)
+        previous = {sig: signal.signal(sig, self.handle_exit) for sig in stops}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
+class Serving:
+    """A bound, announced server of one workbench: `run()` here, or `start()` a thread."""
+
+    def __init__(self, wb: Workbench, host: str = "127.0.0.1", port: int = 8765) -> None:
+        self.wb = wb
+        self.local = is_loopback(host)
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._sock = socket.socket(family, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind((host, port))
+        # Listening before the discovery file names it: a client that finds the file can
+        # connect at once (its connection waits in the backlog until uvicorn accepts).
+        self._sock.listen(BACKLOG)
+        shown = f"[{host}]" if family == socket.AF_INET6 else host
+        self.info = ServerInfo(
+            f"http://{shown}:{self._sock.getsockname()[1]}", new_token(), os.getpid()
+        )
+        self._thread: threading.Thread | None = None
+        config: dict[str, Any] = {"log_level": "warning", "access_log": False, "lifespan": "off"}
+        app = create_app(wb, self.info.token, local_paths=self.local)
+        self._server = _Server(uvicorn.Config(app, **config))
+        write_discovery(wb.settings.db_path, self.info)
+
+    def run(self) -> None:
+        """Serve until SIGINT or SIGTERM; then the discovery file is removed."""
+        try:
+            self._server.run(sockets=[self._sock])
+        finally:
+            remove_discovery(self.wb.settings.db_path, self.info)
+
+    def start(self) -> Serving:
+        """Serve on a daemon thread (beside the app's pages); `stop()` ends it."""
+        self._thread = threading.Thread(target=self.run, name="promptlab-serve", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        remove_discovery(self.wb.settings.db_path, self.info)
