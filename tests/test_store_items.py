@@ -94,3 +94,23 @@ def test_two_final_rows_for_one_item_in_one_batch_keep_the_first(store: Store) -
         ).fetchall()
     assert item == ("succeeded", None)
     assert results == [("succeeded", None)]
+
+
+def test_a_cancel_while_another_run_writes_still_cancels(store: Store) -> None:
+    # Runs cancelled at once from several sessions: one cancel's CHECKPOINT met another's
+    # open write and failed, and the run ended `failed` instead of `cancelled`.
+    keys = planned_run(store)
+    with store.read() as other:
+        other.execute("BEGIN TRANSACTION")
+        other.execute(
+            "INSERT INTO alerts (run_id, variant, kind, message, first_seq, last_seq, raised_at) "
+            "VALUES ('elsewhere', 'v', 'k', 'm', 0, 0, now())"
+        )
+        cancelled = ItemStore(store).cancel_open_items(RUN, "run cancelled")
+        other.execute("COMMIT")
+    assert cancelled == len(keys)
+    with store.read() as cur:
+        statuses = cur.execute(
+            "SELECT DISTINCT status FROM items WHERE run_id = ?", [RUN]
+        ).fetchall()
+    assert statuses == [("cancelled",)]

@@ -18,7 +18,7 @@ from promptlab.cli import (
     validate,
 )
 from promptlab.cli import export as export_cli
-from promptlab.cli.common import ServedCommand, db_option
+from promptlab.cli.common import EXIT_ERROR, ServedCommand, db_option
 
 
 class ServedGroup(click.Group):
@@ -38,9 +38,15 @@ class ServedGroup(click.Group):
         try:
             return super().invoke(ctx)
         except ServedCommand as served:
-            from promptlab.server.client import ServerClient
+            from promptlab.server.client import ServerClient, ServerError
 
-            answer = ServerClient(served.info).post("/v1/cli", {"argv": ctx.meta["promptlab.argv"]})
+            try:
+                answer = ServerClient(served.info, timeout_s=None).post(
+                    "/v1/cli", {"argv": ctx.meta["promptlab.argv"]}
+                )
+            except ServerError as exc:
+                click.echo(f"error: {exc}", err=True)
+                ctx.exit(EXIT_ERROR)
             click.echo(answer["stdout"], nl=False)
             click.echo(answer["stderr"], nl=False, err=True)
             ctx.exit(answer["exit_code"])

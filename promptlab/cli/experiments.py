@@ -11,17 +11,18 @@ import json
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from promptlab.cli.common import db_option, handle_errors, open_workbench
+from promptlab.cli.common import db_option, handle_errors, open_workbench, served
 from promptlab.data.lines import LineLimits, numbered_lines, open_lines
 from promptlab.errors import ExperimentError, NotFoundError, SpecError
 
 if TYPE_CHECKING:
     from promptlab.experiments import ExperimentConfig
     from promptlab.facades.runs import RunEstimate
+    from promptlab.server.client import ServerClient
     from promptlab.workbench import Workbench
 
 
@@ -226,6 +227,28 @@ def run_experiment(
 ) -> None:
     """Run the experiment's latest revision on a dataset: the estimate, then the run."""
     from promptlab.cli.runs import drive_run
+
+    server = served(ctx)
+    if server is not None:
+        from promptlab.cli.remote import drive_remote
+
+        options = {
+            "dataset": dataset, "mode": mode, "unit_column": unit_column, "repeats": repeats,
+            "limit_rows": limit_rows, "skip_invalid_rows": skip_invalid_rows,
+            "estimate_only": estimate_only,
+        }  # fmt: skip
+
+        def submit(client: ServerClient) -> dict[str, Any]:
+            answer: dict[str, Any] = client.post(
+                f"/v1/experiments/{name}/runs", options, idempotent=True
+            )
+            for line in answer["estimate"]:
+                click.echo(line)
+            if answer["run"] is None:
+                raise SystemExit(0)
+            return dict(answer["run"])
+
+        drive_remote(server, submit, strict, quiet)
 
     def start(wb: Workbench) -> str | None:
         spec = wb.runs.experiment_spec(

@@ -10,6 +10,7 @@ workbench); `/v1/assign` answers from experiment configs held in memory.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import secrets
 import tempfile
 import threading
@@ -21,6 +22,7 @@ from typing import Any
 import orjson
 from fastapi import Depends, FastAPI, Header, Request, Response
 from fastapi.concurrency import run_in_threadpool
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from pydantic import BaseModel, Field
 from starlette.background import BackgroundTask
@@ -41,6 +43,10 @@ from promptlab.experiments.config import ExperimentConfig
 from promptlab.server.metrics import metrics_response
 from promptlab.workbench import Workbench
 
+log = logging.getLogger(__name__)
+
+#: Commands `/v1/cli` refuses: they would start a second server or never return.
+NOT_SERVED = frozenset({"serve", "fakellm"})
 #: Largest request body accepted (a spec, a batch of units): bigger is a 413.
 MAX_BODY_BYTES = 8 * 1024 * 1024
 #: Most units one /v1/assign call may ask for.
@@ -77,6 +83,18 @@ class CommandIn(BaseModel):
     stdin: str | None = None
 
 
+class ExperimentRunIn(BaseModel):
+    """`promptlab experiment run NAME` as data: the dataset and the run's options."""
+
+    dataset: str
+    mode: str | None = None
+    unit_column: str | None = None
+    repeats: int = 1
+    limit_rows: int | None = None
+    skip_invalid_rows: bool = False
+    estimate_only: bool = False
+
+
 class AssignIn(BaseModel):
     """One unit (`unit_id`) or many (`unit_ids`) of an experiment."""
 
@@ -110,6 +128,12 @@ def create_app(wb: Workbench, token: str, *, local_paths: bool = True) -> FastAP
     async def refused(_request: Request, exc: _Refused) -> JSONResponse:
         return _error(exc.status, exc.message)
 
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(part) for part in first.get("loc", ()) if part != "body")
+        return _error(422, f"{where or 'request'}: {first.get('msg', 'invalid')}")
+
     @app.exception_handler(PromptlabError)
     async def promptlab_error(_request: Request, exc: PromptlabError) -> JSONResponse:
         return _error(_status_of(exc), str(exc))
@@ -142,6 +166,8 @@ def _command_route(app: FastAPI, wb: Workbench, auth: list[Any], local_paths: bo
         `{"stdout", "stderr", "exit_code"}`. Paths in it are this machine's."""
         if not local_paths:
             raise _Refused(403, "command lines run through a server on loopback only")
+        if body.argv and body.argv[0] in NOT_SERVED:
+            raise _Refused(422, f"`promptlab {body.argv[0]}` does not run inside a server")
         from click.testing import CliRunner
 
         from promptlab.cli import main
@@ -150,7 +176,12 @@ def _command_route(app: FastAPI, wb: Workbench, auth: list[Any], local_paths: bo
         # CliRunner swaps sys.stdout and sys.stderr for the command: one at a time.
         with one_at_a_time, commands_on(wb):
             result = CliRunner().invoke(main, body.argv, input=body.stdin)
-        return {"stdout": result.stdout, "stderr": result.stderr, "exit_code": result.exit_code}
+        stderr = result.stderr
+        if result.exception is not None and not isinstance(result.exception, SystemExit):
+            # A bug, not a refusal (those are SystemExit with their line): say it, log it.
+            log.error("promptlab %s failed in the server", body.argv[:1], exc_info=result.exc_info)
+            stderr += f"error: the command failed in the server: {result.exception!r}\n"
+        return {"stdout": result.stdout, "stderr": stderr, "exit_code": result.exit_code}
 
 
 def _submit_routes(app: FastAPI, wb: Workbench, auth: list[Any], local_paths: bool) -> None:
@@ -250,6 +281,7 @@ def _run_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
 def _service_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
     """What services and monitors ask for: assignment, experiments, audit, prompts."""
     configs = _ConfigCache(wb)
+    submits = _Submits()
 
     @app.post("/v1/assign", dependencies=auth)
     async def assign_units(body: AssignIn) -> Response:
@@ -266,6 +298,25 @@ def _service_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
         answer = {"experiment": config.name, "revision": config.revision, "assignments": answers}
         # orjson straight to bytes: FastAPI's encoder walks every value first (4x slower).
         return Response(orjson.dumps(answer), media_type="application/json")
+
+    @app.post("/v1/experiments/{name}/runs", dependencies=auth, status_code=201)
+    def run_experiment(
+        name: str, body: ExperimentRunIn, idempotency_key: str | None = Header(None)
+    ) -> dict[str, Any]:
+        """The experiment's latest revision on an imported dataset: its estimate (lines,
+        as the CLI prints them) and, unless `estimate_only`, the started run."""
+        from promptlab.cli.experiments import estimate_lines
+
+        spec = wb.runs.experiment_spec(
+            name, body.dataset, mode=body.mode, unit_column=body.unit_column,
+            repeats=body.repeats, limit_rows=body.limit_rows,
+            skip_invalid_rows=body.skip_invalid_rows,
+        )  # fmt: skip
+        estimate = list(estimate_lines(wb.runs.estimate(spec)))
+        if body.estimate_only:
+            return {"estimate": estimate, "run": None}
+        run_id = submits.once(idempotency_key, lambda: wb.runs.start(spec))
+        return {"estimate": estimate, "run": _progress(wb, run_id)}
 
     @app.get("/v1/experiments/{name}", dependencies=auth)
     def experiment(name: str) -> dict[str, Any]:

@@ -28,8 +28,10 @@ class ServerError(PromptlabError):
 class ServerClient:
     """Calls to one server with its token; errors come back as one line."""
 
-    def __init__(self, info: ServerInfo) -> None:
+    def __init__(self, info: ServerInfo, timeout_s: float | None = TIMEOUT_S) -> None:
         self.info = info
+        #: None for a command that runs as long as it takes (`POST /v1/cli`).
+        self.timeout_s = timeout_s
 
     def get(self, path: str) -> Any:
         return self._call("GET", path)
@@ -65,13 +67,18 @@ class ServerClient:
             },
         )
         try:
-            return urllib.request.urlopen(request, timeout=TIMEOUT_S)  # noqa: S310 - its URL
+            return urllib.request.urlopen(request, timeout=self.timeout_s)  # noqa: S310
         except urllib.error.HTTPError as exc:
             try:
                 message = json.loads(exc.read()).get("error") or exc.reason
             except ValueError:
                 message = exc.reason
             raise ServerError(str(message), exc.code) from None
+        except TimeoutError:
+            raise ServerError(
+                f"the promptlab server at {self.info.url} did not answer within "
+                f"{self.timeout_s:g} s; it may still be working on it"
+            ) from None
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
             raise ServerError(

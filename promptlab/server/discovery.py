@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,7 +75,14 @@ def find_server(db_path: Path, environ: dict[str, str] | None = None) -> ServerI
 
 
 def _read(path: Path) -> ServerInfo | None:
+    """The file's server, if the file is ours alone: one another user planted (or could
+    change) would send our commands and specs to their server."""
     try:
+        status = path.lstat()
+        if not stat.S_ISREG(status.st_mode) or status.st_mode & 0o077:
+            return None
+        if hasattr(os, "getuid") and status.st_uid != os.getuid():
+            return None
         data = json.loads(path.read_text())
         return ServerInfo(str(data["url"]), str(data["token"]), data.get("pid"))
     except (OSError, ValueError, KeyError, TypeError):

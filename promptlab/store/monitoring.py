@@ -25,6 +25,12 @@ class MonitoringSnapshot:
     latency_count: dict[str, int] = field(default_factory=dict)
 
 
+_ATTEMPT_JOIN = (
+    "FROM attempts a JOIN items i ON i.idempotency_key = a.idempotency_key "
+    "JOIN run_variants v ON v.run_id = i.run_id AND v.variant_index = i.variant_index"
+)
+
+
 class MonitoringReads:
     """The aggregates behind the server's `/metrics`."""
 
@@ -41,18 +47,17 @@ class MonitoringReads:
             moves = cur.execute(
                 "SELECT status, count(*) FROM run_events GROUP BY status"
             ).fetchall()
-            items = cur.execute("SELECT status, count(*) FROM results GROUP BY status").fetchall()
-            # An attempt's endpoint is its item's: attempts carry only the item's key.
+            items = cur.execute("SELECT status, count(*) FROM items GROUP BY status").fetchall()
+            # An attempt's endpoint is its item's variant's: through `items` (never
+            # deleted), not `results` (a resume replaces failed rows), so these counters
+            # only grow, and retries of items still open count at once.
             per_endpoint = cur.execute(
-                "SELECT r.endpoint, coalesce(a.error_kind, 'ok'), count(*) FROM attempts a "
-                "JOIN results r ON r.run_id = a.run_id AND r.idempotency_key = a.idempotency_key "
+                f"SELECT v.endpoint, coalesce(a.error_kind, 'ok'), count(*) {_ATTEMPT_JOIN} "
                 "GROUP BY ALL"
             ).fetchall()
             latency = cur.execute(
-                f"SELECT r.endpoint, {bucket_sums}, sum(a.latency_ms) / 1000, count(*) "
-                "FROM attempts a JOIN results r "
-                "ON r.run_id = a.run_id AND r.idempotency_key = a.idempotency_key "
-                "WHERE a.latency_ms IS NOT NULL GROUP BY r.endpoint"
+                f"SELECT v.endpoint, {bucket_sums}, sum(a.latency_ms) / 1000, count(*) "
+                f"{_ATTEMPT_JOIN} WHERE a.latency_ms IS NOT NULL GROUP BY v.endpoint"
             ).fetchall()
         n = len(buckets_s)
         return MonitoringSnapshot(
