@@ -133,7 +133,7 @@ def test_the_api_wants_the_token_and_describes_itself(served: Served) -> None:
 
 
 def test_the_cli_runs_through_the_server_and_others_see_the_run(
-    served: Served, tmp_path: Path, fakellm_factory: ServerFactory
+    served: Served, tmp_path: Path, fakellm_factory: ServerFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     server = fakellm_factory(latency_ms=5)
     result = CliRunner().invoke(main, ["run", str(_spec(tmp_path, server)), "--quiet"])
@@ -153,9 +153,15 @@ def test_the_cli_runs_through_the_server_and_others_see_the_run(
     # Commands that would start a second server (or never return) are refused there.
     status, refused = served.call("POST", "/v1/cli", {"argv": ["serve", "--port", "0"]})
     assert (status, refused) == (422, {"error": "`promptlab serve` does not run inside a server"})
-    added = CliRunner().invoke(main, ["prompt", "add", str(_prompt_file(tmp_path))])
+    # A relative path is this shell's, wherever the server runs.
+    _prompt_file(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    added = CliRunner().invoke(main, ["prompt", "add", "served-prompt.yaml"])
     assert added.exit_code == 0, added.output + added.stderr
     assert "served-prompt" in CliRunner().invoke(main, ["prompt", "list"]).output
+    exported = CliRunner().invoke(main, ["prompt", "export", "served-prompt", "-o", "out.yaml"])
+    assert exported.exit_code == 0, exported.output + exported.stderr
+    assert "served-prompt" in (tmp_path / "out.yaml").read_text()
     bad = CliRunner().invoke(main, ["prompt", "show", "no-such-prompt"])
     assert bad.exit_code != 0 and "no-such-prompt" in bad.stderr
     # /metrics counts the run's transitions and its attempts per endpoint.

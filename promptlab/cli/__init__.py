@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import click
 
 from promptlab.audit.redact import install_log_redaction
@@ -40,16 +43,45 @@ class ServedGroup(click.Group):
         except ServedCommand as served:
             from promptlab.server.client import ServerClient, ServerError
 
+            argv = absolute_paths(ctx.meta["promptlab.argv"])
+            # A command reading stdin (`--units -`) gets it sent along; a terminal's is not.
+            stdin = sys.stdin.read() if "-" in argv and not sys.stdin.isatty() else None
+            body = {"argv": argv, "stdin": stdin}
             try:
-                answer = ServerClient(served.info, timeout_s=None).post(
-                    "/v1/cli", {"argv": ctx.meta["promptlab.argv"]}
-                )
+                answer = ServerClient(served.info, timeout_s=None).post("/v1/cli", body)
             except ServerError as exc:
                 click.echo(f"error: {exc}", err=True)
                 ctx.exit(EXIT_ERROR)
             click.echo(answer["stdout"], nl=False)
             click.echo(answer["stderr"], nl=False, err=True)
             ctx.exit(answer["exit_code"])
+
+
+#: Options whose value is a file to write: made absolute even when it does not exist yet.
+OUTPUT_OPTIONS = ("-o", "--output", "--out")
+OPTION_BEFORE = [[option] for option in OUTPUT_OPTIONS]
+
+
+def absolute_paths(argv: list[str]) -> list[str]:
+    """`argv` with each argument naming a file here made absolute: the server resolves
+    relative paths against its own folder, not this shell's."""
+    out: list[str] = []
+    for arg in argv:
+        option, eq, value = arg.partition("=")
+        if eq and option.startswith("--") and _names_a_file(value, option in OUTPUT_OPTIONS):
+            arg = f"{option}={Path(value).resolve()}"
+        elif not arg.startswith("-") and _names_a_file(
+            arg, bool(out) and out[-1] in OUTPUT_OPTIONS
+        ):
+            arg = str(Path(arg).resolve())
+        out.append(arg)
+    return out
+
+
+def _names_a_file(value: str, output: bool) -> bool:
+    if not value or value == "-" or Path(value).is_absolute():
+        return False
+    return output or Path(value).is_file()
 
 
 @click.group(cls=ServedGroup, context_settings={"help_option_names": ["-h", "--help"]})
