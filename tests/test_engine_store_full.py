@@ -139,6 +139,10 @@ def run_until_the_disk_fills(
     # thread handed back to the loop (a few, allowed for with another 8).
     assert items.sent_at_first_failure is not None
     assert sum(provider.calls.values()) <= items.sent_at_first_failure + 2 * 8 < ITEMS
+    # What /metrics reports of it: the failed commits, and the one spill at close.
+    stats = e.writer_stats()
+    assert stats.failed_commits >= 1 and stats.spills == 1 and stats.spilled_rows > 0
+    assert stats.commits >= 1 and sum(stats.bucket_counts) == stats.commits
     return run_id, provider
 
 

@@ -170,6 +170,13 @@ def test_the_cli_runs_through_the_server_and_others_see_the_run(
     assert 'promptlab_run_transitions_total{state="completed"} 1.0' in text
     assert 'promptlab_attempts_total{endpoint="fake",kind="ok"} 60.0' in text
     assert 'promptlab_request_latency_seconds_count{endpoint="fake"} 60.0' in text
+    assert "promptlab_store_spills_total 0.0" in text
+    commits = next(
+        float(line.split()[-1])
+        for line in text.splitlines()
+        if line.startswith("promptlab_store_write_seconds_count")
+    )
+    assert commits >= 1
 
 
 def test_two_cli_runs_at_once_share_the_server_s_one_budget(

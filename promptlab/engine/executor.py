@@ -18,7 +18,7 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable, Coroutine, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 from promptlab.audit.chain import RUN_SUBMITTED, Masker, run_chain
@@ -35,7 +35,7 @@ from promptlab.engine.retry import STOP_KINDS
 from promptlab.engine.run import RunExecution
 from promptlab.engine.spec import RunSpec, parse_spec
 from promptlab.engine.spill import spill_dirs, store_spills
-from promptlab.engine.writer import STORE_UNWRITABLE, BatchWriter
+from promptlab.engine.writer import STORE_UNWRITABLE, BatchWriter, WriterStats
 from promptlab.errors import EngineError, PromptlabError, StoreError
 from promptlab.providers import build_provider, load_endpoints
 from promptlab.providers.config import EndpointConfig
@@ -318,6 +318,10 @@ class Engine:
 
     def is_active(self, run_id: str) -> bool:
         return run_id in self._active
+
+    def writer_stats(self) -> WriterStats:
+        """The batch writer's commits, their latency, failures and spills (a copy)."""
+        return replace(self._writer.stats, bucket_counts=list(self._writer.stats.bucket_counts))
 
     def wait(self, run_id: str, timeout: float | None = None) -> RunProgress:
         """Block until the run is no longer active (or `timeout` passes); return its status."""

@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from promptlab.audit.chain import AuditDraft
@@ -64,6 +64,31 @@ def _joined(rows: list[WriteBatch]) -> WriteBatch:
     return joined
 
 
+#: Upper bounds (seconds) of the batch-commit latency histogram (WriterStats).
+WRITE_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+@dataclass
+class WriterStats:
+    """What the writer did since the engine started, for monitoring (/metrics)."""
+
+    #: Batch commits per upper bound of WRITE_BUCKETS_S (not cumulative), and above.
+    bucket_counts: list[int] = field(default_factory=lambda: [0] * (len(WRITE_BUCKETS_S) + 1))
+    commits: int = 0
+    commit_seconds: float = 0.0
+    rows: int = 0
+    failed_commits: int = 0
+    spills: int = 0
+    spilled_rows: int = 0
+
+    def observe(self, seconds: float, rows: int) -> None:
+        index = next((i for i, b in enumerate(WRITE_BUCKETS_S) if seconds <= b), -1)
+        self.bucket_counts[index] += 1
+        self.commits += 1
+        self.commit_seconds += seconds
+        self.rows += rows
+
+
 class BatchWriter:
     """Collects writes from every run on the engine loop; one flush commits at a time."""
 
@@ -89,6 +114,7 @@ class BatchWriter:
         self._stopping = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.committed_rows = 0
+        self.stats = WriterStats()
         self.last_error: str | None = None
         self._failures = 0
         #: Why the store cannot write, while it cannot; None when it can.
@@ -188,13 +214,16 @@ class BatchWriter:
                     raise
                 self._failures = 0
                 return
+            started = self._clock.monotonic()
             try:
                 await asyncio.to_thread(self._items.write_batch, batch)
             except Exception as exc:
                 # Keep the rows: they go out with the next try. Nothing is dropped.
                 self._keep(batch)
                 self._failed(exc)
+                self.stats.failed_commits += 1
                 raise
+            self.stats.observe(self._clock.monotonic() - started, len(batch))
             self._failures = 0
             self.committed_rows += len(batch)
             self.last_error = None
@@ -287,6 +316,8 @@ class BatchWriter:
                 log.warning("cannot spill to %s: %s", folder, exc)
                 continue
             log.error("the store cannot write: %d rows kept in %s for resume", len(batch), path)
+            self.stats.spills += 1
+            self.stats.spilled_rows += len(batch)
             return path
         self._keep(batch)
         log.error(

@@ -2,8 +2,9 @@
 
 Read at scrape time, so every figure is current and nothing is counted twice: runs by
 state and every state transition (from the store's run events), items by state and in
-flight, attempts and 429s per endpoint, request latency histograms per endpoint, and
-each limiter's current rate, concurrency, waiting requests and gate.
+flight, attempts and 429s per endpoint, request latency histograms per endpoint, each
+limiter's current rate, concurrency, waiting requests and gate, and the store writer's
+commit latency, rows, failed commits and spills.
 """
 
 from __future__ import annotations
@@ -112,6 +113,32 @@ class WorkbenchCollector:
                 waiting.add_metric([state.name], state.waiting)
                 gate.add_metric([state.name], 1.0 if state.gate_closed_until else 0.0)
         yield from (rate, concurrency, waiting, gate)
+        yield from self._store_writes()
+
+    def _store_writes(self) -> Iterator[Metric]:
+        """The engine's batch writer: commit latency, rows, failures and spills."""
+        from promptlab.engine.writer import WRITE_BUCKETS_S
+
+        stats = self._wb.engine.writer_stats()
+        latency = HistogramMetricFamily(
+            "promptlab_store_write_seconds", "Time to commit one batch of rows"
+        )
+        cumulative, buckets = 0, []
+        for bound, count in zip(WRITE_BUCKETS_S, stats.bucket_counts, strict=False):
+            cumulative += count
+            buckets.append((str(bound), cumulative))
+        buckets.append(("+Inf", stats.commits))
+        latency.add_metric([], buckets, stats.commit_seconds)
+        yield latency
+        for name, value, text in (
+            ("promptlab_store_rows", stats.rows, "Rows committed by the writer"),
+            ("promptlab_store_failed_writes", stats.failed_commits, "Batch commits that failed"),
+            ("promptlab_store_spills", stats.spills, "Batches set aside in a spill file"),
+            ("promptlab_store_spilled_rows", stats.spilled_rows, "Rows set aside in spill files"),
+        ):
+            counter = CounterMetricFamily(name, text)
+            counter.add_metric([], value)
+            yield counter
 
 
 def metrics_response(wb: Workbench) -> tuple[bytes, str]:
