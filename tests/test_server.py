@@ -50,9 +50,14 @@ class Served:
             time.sleep(0.05)
         self.info: ServerInfo = info
 
-    def call(self, method: str, path: str, body: Any = None, token: str | None = "") -> Any:
-        """(status, JSON or text) of one request; `token` None sends none."""
+    def call(
+        self, method: str, path: str, body: Any = None, token: str | None = "", key: str = ""
+    ) -> Any:
+        """(status, JSON or text) of one request; `token` None sends none; `key` is an
+        Idempotency-Key."""
         headers = {"Content-Type": "application/json"}
+        if key:
+            headers["Idempotency-Key"] = key
         if token is not None:
             headers["Authorization"] = f"Bearer {token or self.info.token}"
         data = json.dumps(body).encode() if body is not None else None
@@ -254,6 +259,19 @@ def test_a_body_over_the_bound_is_refused_before_it_is_read(served: Served) -> N
     response = connection.getresponse()
     assert response.status == 413
     assert json.loads(response.read()) == {"error": "request body over 8,388,608 bytes"}
+
+
+def test_an_import_retried_with_its_key_runs_once(served: Served, tmp_path: Path) -> None:
+    rows = tmp_path / "rows.csv"
+    rows.write_text("text\nhello\n")
+    command = {"argv": ["dataset", "import", str(rows), "--name", "once"]}
+    first = served.call("POST", "/v1/cli", command, key="import-1")
+    assert first[0] == 200 and first[1]["exit_code"] == 0, first
+    # The client's connection dropped, so it sends the same request again.
+    assert served.call("POST", "/v1/cli", command, key="import-1") == first
+    # Without the key it is a second import, which the name already taken refuses.
+    again = served.call("POST", "/v1/cli", command)
+    assert again[1]["exit_code"] != 0 and "once" in again[1]["stderr"]
 
 
 def test_a_discovery_file_others_could_write_is_not_followed(served: Served) -> None:

@@ -48,7 +48,8 @@ class ServedGroup(click.Group):
             stdin = sys.stdin.read() if "-" in argv and not sys.stdin.isatty() else None
             body = {"argv": argv, "stdin": stdin}
             try:
-                answer = ServerClient(served.info, timeout_s=None).post("/v1/cli", body)
+                client = ServerClient(served.info, timeout_s=None)
+                answer = client.post("/v1/cli", body, idempotent=True)
             except ServerError as exc:
                 click.echo(f"error: {exc}", err=True)
                 ctx.exit(EXIT_ERROR)

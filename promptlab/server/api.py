@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import orjson
 from fastapi import Depends, FastAPI, Header, Request, Response
@@ -44,6 +44,7 @@ from promptlab.server.metrics import metrics_response
 from promptlab.workbench import Workbench
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: Commands `/v1/cli` refuses: they would start a second server or never return.
 NOT_SERVED = frozenset({"serve", "fakellm"})
@@ -160,10 +161,16 @@ def _command_route(app: FastAPI, wb: Workbench, auth: list[Any], local_paths: bo
     """`POST /v1/cli`: any `promptlab` command run here, against this server's workbench."""
     one_at_a_time = threading.Lock()
 
+    answers: _Submits[dict[str, Any]] = _Submits()
+
     @app.post("/v1/cli", dependencies=auth)
-    def command(body: CommandIn) -> dict[str, Any]:
+    def command(body: CommandIn, idempotency_key: str | None = Header(None)) -> dict[str, Any]:
         """Run a command line as the CLI would, on this server's database and engine:
-        `{"stdout", "stderr", "exit_code"}`. Paths in it are this machine's."""
+        `{"stdout", "stderr", "exit_code"}`. Paths in it are this machine's. A retry
+        with the same Idempotency-Key gets the first answer and runs nothing again."""
+        return answers.once(idempotency_key, lambda: run(body))
+
+    def run(body: CommandIn) -> dict[str, Any]:
         if not local_paths:
             raise _Refused(403, "command lines run through a server on loopback only")
         if body.argv and body.argv[0] in NOT_SERVED:
@@ -186,7 +193,7 @@ def _command_route(app: FastAPI, wb: Workbench, auth: list[Any], local_paths: bo
 
 def _submit_routes(app: FastAPI, wb: Workbench, auth: list[Any], local_paths: bool) -> None:
     """Runs: the list, and submits (a spec, or a request file as written)."""
-    submits = _Submits()
+    submits: _Submits[str] = _Submits()
 
     @app.get("/v1/runs", dependencies=auth)
     def list_runs(limit: int = 20) -> list[dict[str, Any]]:
@@ -281,7 +288,7 @@ def _run_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
 def _service_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
     """What services and monitors ask for: assignment, experiments, audit, prompts."""
     configs = _ConfigCache(wb)
-    submits = _Submits()
+    submits: _Submits[str] = _Submits()
 
     @app.post("/v1/assign", dependencies=auth)
     async def assign_units(body: AssignIn) -> Response:
@@ -410,19 +417,20 @@ class _ConfigCache:
         return config
 
 
-class _Submits:
-    """Run ids by idempotency key: a submit retried after a timeout starts nothing new."""
+class _Submits(Generic[T]):
+    """Answers by idempotency key: a submit or command retried after a timeout (or a
+    dropped connection) gets the first answer, and nothing runs twice."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._runs: dict[str, str] = {}
+        self._answers: dict[str, T] = {}
 
-    def once(self, key: str | None, start: Callable[[], str]) -> str:
+    def once(self, key: str | None, start: Callable[[], T]) -> T:
         if key is None:
             return start()
-        with self._lock:  # one submit per key at a time; a retry waits for the first
-            if key not in self._runs:
-                if len(self._runs) >= IDEMPOTENCY_KEYS:
-                    self._runs.pop(next(iter(self._runs)))
-                self._runs[key] = start()
-            return self._runs[key]
+        with self._lock:  # one call per key at a time; a retry waits for the first
+            if key not in self._answers:
+                if len(self._answers) >= IDEMPOTENCY_KEYS:
+                    self._answers.pop(next(iter(self._answers)))
+                self._answers[key] = start()
+            return self._answers[key]

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import shutil
+import time
 import urllib.error
 import urllib.request
 import uuid
@@ -13,6 +15,8 @@ from typing import Any
 from promptlab.errors import PromptlabError
 from promptlab.server.discovery import ServerInfo
 
+#: Seconds before an idempotent call whose connection dropped is sent again.
+RETRY_AFTER_S = 0.5
 #: Seconds a call may take (a submit plans nothing before it answers; reads are short).
 TIMEOUT_S = 60.0
 
@@ -20,9 +24,11 @@ TIMEOUT_S = 60.0
 class ServerError(PromptlabError):
     """The server refused a request (its one-line error) or is not there."""
 
-    def __init__(self, message: str, status: int | None = None) -> None:
+    def __init__(self, message: str, status: int | None = None, *, dropped: bool = False) -> None:
         super().__init__(message)
         self.status = status
+        #: The connection broke after it was made: the server may have the request.
+        self.dropped = dropped
 
 
 class ServerClient:
@@ -37,9 +43,18 @@ class ServerClient:
         return self._call("GET", path)
 
     def post(self, path: str, body: Any = None, *, idempotent: bool = False) -> Any:
-        """POST JSON; `idempotent` adds a fresh Idempotency-Key so a retry is safe."""
-        headers = {"Idempotency-Key": uuid.uuid4().hex} if idempotent else {}
-        return self._call("POST", path, body if body is not None else {}, headers)
+        """POST JSON. `idempotent` adds an Idempotency-Key and sends once more, with the
+        same key, when the connection drops before the answer: the server runs it once."""
+        if not idempotent:
+            return self._call("POST", path, body if body is not None else {})
+        headers = {"Idempotency-Key": uuid.uuid4().hex}
+        try:
+            return self._call("POST", path, body if body is not None else {}, headers)
+        except ServerError as exc:
+            if exc.status is not None or not exc.dropped:
+                raise
+            time.sleep(RETRY_AFTER_S)
+            return self._call("POST", path, body if body is not None else {}, headers)
 
     def download(self, path: str, target: Path) -> None:
         """Stream a response body into `target`."""
@@ -78,6 +93,11 @@ class ServerClient:
             raise ServerError(
                 f"the promptlab server at {self.info.url} did not answer within "
                 f"{self.timeout_s:g} s; it may still be working on it"
+            ) from None
+        except (ConnectionResetError, http.client.RemoteDisconnected) as exc:
+            raise ServerError(
+                f"the promptlab server at {self.info.url} dropped the connection ({exc})",
+                dropped=True,
             ) from None
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
