@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -15,6 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+
+from tests.fakellm_fixtures import ServerFactory
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
@@ -36,10 +39,14 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@pytest.fixture
-def app_url(tmp_path: Path) -> Iterator[str]:
+@contextlib.contextmanager
+def started_app(tmp_path: Path, **extra_env: str) -> Iterator[str]:
+    """`streamlit run app.py` on a free port over tmp_path/app.duckdb; yields its URL."""
     port = free_port()
-    env = {**os.environ, "PROMPTLAB_DB": str(tmp_path / "app.duckdb"), "PROMPTLAB_AUTHOR": "e2e"}
+    env = {
+        **os.environ, "PROMPTLAB_DB": str(tmp_path / "app.duckdb"), "PROMPTLAB_AUTHOR": "e2e",
+        **extra_env,
+    }  # fmt: skip
     log = (tmp_path / "streamlit.log").open("w")
     proc = subprocess.Popen(
         [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"),
@@ -63,6 +70,12 @@ def app_url(tmp_path: Path) -> Iterator[str]:
         proc.terminate()
         proc.wait(timeout=20)
         log.close()
+
+
+@pytest.fixture
+def app_url(tmp_path: Path) -> Iterator[str]:
+    with started_app(tmp_path) as url:
+        yield url
 
 
 @pytest.fixture
@@ -329,3 +342,69 @@ def test_compare_is_the_first_page_once_the_demo_run_has_results(
         expect(chart.locator("svg.main-svg").first).to_be_visible(timeout=30_000)
     assert page.locator(".js-plotly-plot path.point, .js-plotly-plot path.js-line").count() > 0
     page.screenshot(path=str(tmp_path / "09-compare.png"), full_page=True)
+
+
+def test_with_the_app_open_a_cli_run_goes_through_it_and_shows_live(
+    tmp_path: Path, page: Page, fakellm_factory: ServerFactory
+) -> None:
+    """`make run`'s setup: the app serves the API beside its pages, and the CLI, which
+    could not open the database the app holds, runs through it; the run shows live."""
+    from playwright.sync_api import expect
+
+    from promptlab.server.discovery import find_server
+
+    server = fakellm_factory(latency_ms=150)
+    dataset = tmp_path / "rows.csv"
+    dataset.write_text("text\n" + "".join(f"row {i}\n" for i in range(120)))  # ~9 s
+    spec = tmp_path / "from-cli.yaml"
+    spec.write_text(
+        "name: from-cli\ndataset: rows.csv\nvariants:\n"
+        "  - messages: [{role: user, content: 'Say {{ text }}'}]\n"
+        "    model: fake:gpt-4o-mini\n    params: {max_tokens: 16}\n"
+        f"endpoints: {{fake: {{kind: openai, base_url: '{server.openai_base_url}', "
+        "concurrency: 2}}\n"
+    )
+    db = tmp_path / "app.duckdb"
+    with started_app(tmp_path, PROMPTLAB_SERVE="127.0.0.1:0", PROMPTLAB_DEMO="0") as url:
+        page.goto(f"{url}/runs")  # the first page view opens the database and serves
+        expect(page.get_by_role("heading", name="Runs")).to_be_visible(timeout=30_000)
+        deadline = time.monotonic() + 30
+        while find_server(db) is None:
+            assert time.monotonic() < deadline, "the app did not serve the API"
+            time.sleep(0.1)
+        env = {**os.environ, "PROMPTLAB_DB": str(db)}
+        cli = subprocess.Popen(
+            [sys.executable, "-m", "promptlab", "run", str(spec), "--quiet"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        )  # fmt: skip
+        try:
+            info = find_server(db)
+            assert info is not None
+            request = urllib.request.Request(
+                f"{info.url}/v1/runs", headers={"Authorization": f"Bearer {info.token}"}
+            )
+            while True:  # submitted through the API (the CLI's interpreter starts first)
+                with urllib.request.urlopen(request, timeout=10) as resp:  # noqa: S310
+                    if b"from-cli" in resp.read():
+                        break
+                assert time.monotonic() < deadline + 30 and cli.poll() is None, cli.stderr
+                time.sleep(0.1)
+            # While the CLI waits on it, the run is on the app's Runs page, running.
+            page.reload()
+            live = re.compile(r"^from-cli · (submitted|scheduled|running)$")
+            expect(page.get_by_role("heading", name=live)).to_be_visible(timeout=30_000)
+            status = subprocess.run(
+                [sys.executable, "-m", "promptlab", "status"],
+                capture_output=True, text=True, env=env, timeout=60,
+            )  # fmt: skip
+            assert status.returncode == 0 and "from-cli" in status.stdout, status.stderr
+            out, err = cli.communicate(timeout=120)
+        finally:
+            if cli.poll() is None:
+                cli.kill()
+        assert cli.returncode == 0, out + err
+        assert "from-cli" not in err and ": completed" in out
+        expect(page.get_by_role("heading", name="from-cli · completed")).to_be_visible(
+            timeout=30_000
+        )
+        page.screenshot(path=str(tmp_path / "cli-run-in-app.png"), full_page=True)
