@@ -290,17 +290,26 @@ def _service_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
     configs = _ConfigCache(wb)
     submits: _Submits[str] = _Submits()
 
-    @app.post("/v1/assign", dependencies=auth)
-    async def assign_units(body: AssignIn) -> Response:
+    @app.post(
+        "/v1/assign",
+        dependencies=auth,
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": AssignIn.model_json_schema()}},
+            }
+        },
+    )
+    async def assign_units(request: Request) -> Response:
         """Variants for units, from the experiment's config held in memory (no database):
         `{"experiment", "revision", "assignments": [{unit, variant, bucket,
         prompt_version_id, in_experiment, reason}, ...]}`."""
-        units = [body.unit_id] if body.unit_id is not None else (body.unit_ids or [])
-        if not units or len(units) > MAX_ASSIGN_UNITS:
-            raise _Refused(422, f"give unit_id or 1 to {MAX_ASSIGN_UNITS:,} unit_ids")
-        config = configs.fresh(body.experiment)
+        # The body is read by hand (AssignIn documents it): this is the route services
+        # call per request, and model validation was a third of its time.
+        experiment, units = _assign_body(await request.body())
+        config = configs.fresh(experiment)
         if config is None:
-            config = await run_in_threadpool(configs.load, body.experiment)
+            config = await run_in_threadpool(configs.load, experiment)
         answers = [assign(config, unit)._asdict() for unit in units]
         answer = {"experiment": config.name, "revision": config.revision, "assignments": answers}
         # orjson straight to bytes: FastAPI's encoder walks every value first (4x slower).
@@ -339,6 +348,26 @@ def _service_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
     def prompts() -> list[Any]:
         """Every prompt with its latest version and labels."""
         return [dataclasses.asdict(p) for p in wb.prompts.list()]
+
+
+def _assign_body(raw: bytes) -> tuple[str, list[str]]:
+    """(experiment, units) of an /v1/assign body, or a 422 naming the field."""
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise _Refused(422, "body: not JSON") from None
+    if not isinstance(data, dict):
+        raise _Refused(422, "body: expected an object")
+    experiment = data.get("experiment")
+    if not isinstance(experiment, str) or not experiment:
+        raise _Refused(422, "experiment: Field required")
+    one, many = data.get("unit_id"), data.get("unit_ids")
+    units = [one] if one is not None else many
+    if not isinstance(units, list) or not 0 < len(units) <= MAX_ASSIGN_UNITS:
+        raise _Refused(422, f"give unit_id or 1 to {MAX_ASSIGN_UNITS:,} unit_ids")
+    if not all(isinstance(unit, str) for unit in units):
+        raise _Refused(422, "unit_id, unit_ids: expected strings")
+    return experiment, units
 
 
 class _BoundedBodies:
