@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from streamlit.testing.v1 import AppTest
 
 from promptlab.cli import main
+from promptlab.facades.audit import AuditFilter
 from promptlab.server.discovery import discovery_path, find_server
 from promptlab.ui.resources import close_all, get_workbench
 
@@ -52,6 +53,19 @@ def test_a_cli_run_goes_through_the_app_and_shows_on_its_runs_page(
     listed = CliRunner().invoke(main, ["status", run_id, "--items", "--limit", "2"])
     assert listed.exit_code == 0, listed.output + listed.stderr
     assert listed.output.count("succeeded") >= 2
+    # What a command changes through the server is its caller's, in the audit trail too.
+    prompt = tmp_path / "greeting.yaml"
+    prompt.write_text(
+        yaml.safe_dump(
+            {"name": "greeting", "versions": [{"messages": [{"role": "user", "content": "Hi"}]}]}
+        )
+    )
+    monkeypatch.setenv("PROMPTLAB_AUTHOR", "dana")
+    added = CliRunner().invoke(main, ["prompt", "add", str(prompt)])
+    assert added.exit_code == 0, added.output + added.stderr
+    events = wb.audit.events(AuditFilter(kind="prompt_version.created"))
+    assert [e.actor for e in events] == ["dana"]
+    assert wb.prompts.versions("greeting")[0].author == "dana"
     at = AppTest.from_file(PAGE, default_timeout=30).run()
     assert not at.exception
     assert list(at.dataframe[0].value["run"]) == [run_id]

@@ -158,12 +158,15 @@ def test_the_cli_runs_through_the_server_and_others_see_the_run(
     # Commands that would start a second server (or never return) are refused there.
     status, refused = served.call("POST", "/v1/cli", {"argv": ["serve", "--port", "0"]})
     assert (status, refused) == (422, {"error": "`promptlab serve` does not run inside a server"})
-    # A relative path is this shell's, wherever the server runs.
+    # A relative path is this shell's, wherever the server runs; what the command
+    # changes is this shell's author's, not the server's.
     _prompt_file(tmp_path)
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PROMPTLAB_AUTHOR", "dana")
     added = CliRunner().invoke(main, ["prompt", "add", "served-prompt.yaml"])
     assert added.exit_code == 0, added.output + added.stderr
-    assert "served-prompt" in CliRunner().invoke(main, ["prompt", "list"]).output
+    history = CliRunner().invoke(main, ["prompt", "history", "served-prompt"])
+    assert "  dana" in history.output and "tester" not in history.output, history.output
     exported = CliRunner().invoke(main, ["prompt", "export", "served-prompt", "-o", "out.yaml"])
     assert exported.exit_code == 0, exported.output + exported.stderr
     assert "served-prompt" in (tmp_path / "out.yaml").read_text()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -46,7 +47,9 @@ class ServedGroup(click.Group):
             argv = absolute_paths(ctx.meta["promptlab.argv"])
             # A command reading stdin (`--units -`) gets it sent along; a terminal's is not.
             stdin = sys.stdin.read() if "-" in argv and not sys.stdin.isatty() else None
-            body = {"argv": argv, "stdin": stdin}
+            # The server records what the command changes for this shell's author.
+            author = os.environ.get("PROMPTLAB_AUTHOR") or os.environ.get("USER")
+            body = {"argv": argv, "stdin": stdin, "author": author}
             try:
                 client = ServerClient(served.info, timeout_s=None)
                 answer = client.post("/v1/cli", body, idempotent=True)

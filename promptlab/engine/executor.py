@@ -21,6 +21,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
+from promptlab.audit.actor import current_actor
 from promptlab.audit.chain import RUN_SUBMITTED, Masker, run_chain
 from promptlab.audit.redact import redact, watch_env
 from promptlab.clock import Clock
@@ -364,7 +365,8 @@ class Engine:
     def _audit_change(self, kind: str, run_id: str, payload: dict[str, Any]) -> None:
         """A run's change event (submitted, resumed, cancelled), when the audit is on."""
         if self.settings.audit:
-            self.audit_log.record_change(kind, self.settings.author, payload, run_id=run_id)
+            actor = current_actor(self.settings.author)
+            self.audit_log.record_change(kind, actor, payload, run_id=run_id)
 
     def _audit_end(self, run_id: str, status: str, reason: str | None) -> None:
         if self.settings.audit:

@@ -213,7 +213,7 @@ class Analysis:
         count = self._feedback.import_feedback(path)
         self._context.audit_change(
             "feedback.imported",
-            self._context.settings.author,
+            self._context.author(),
             {"file": Path(path).name, "rows": count},
         )
         return count
@@ -224,7 +224,7 @@ class Analysis:
         count = self._feedback.import_logs(path, columns)
         self._context.audit_change(
             "logs.imported",
-            self._context.settings.author,
+            self._context.author(),
             {"file": Path(path).name, "rows": count, "columns": dict(columns or {})},
         )
         return count
@@ -233,7 +233,7 @@ class Analysis:
         """Record a rating given in the app (thumbs_up, thumbs_down, click) on a result,
         by the configured author: one thumb per person and result, the latest replacing
         the earlier (the same thumb again changes nothing); each click counts."""
-        author = self._context.settings.author
+        author = self._context.author()
         if self._feedback.rate(run_id, key, kind, by=author):
             self._context.audit_change(
                 "feedback.rated", author, {"key": key, "kind": kind}, run_id=run_id

@@ -106,7 +106,7 @@ class Audit:
                 rows += 1
         self._context.audit_change(
             "table.exported",
-            self._context.settings.author,
+            self._context.author(),
             {"table": "audit_events", "run_id": where.run_id, "path": target.name,
              "rows": rows},
             run_id=where.run_id,
@@ -155,7 +155,7 @@ class Audit:
         lines = list(self._lines(self._log.iter_events(where)))
         self._context.audit_change(
             "table.exported",
-            self._context.settings.author,
+            self._context.author(),
             {"table": "audit_events", "run_id": where.run_id, "path": "download",
              "rows": len(lines)},
             run_id=where.run_id,

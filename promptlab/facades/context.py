@@ -10,6 +10,7 @@ import contextlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from promptlab.audit.actor import current_actor
 from promptlab.audit.redact import Redactor, secret_values, watch_env
 from promptlab.config import Settings
 from promptlab.engine import Engine
@@ -46,6 +47,11 @@ class Context:
         #: The engine if something started it, else None (live figures of active runs).
         self.started_engine = started_engine
 
+    def author(self) -> str:
+        """Who a change is recorded for: the person acting (promptlab.audit.actor),
+        else the process's author."""
+        return current_actor(self.settings.author)
+
     def audit_change(
         self, kind: str, actor: str, payload: Mapping[str, Any], *, run_id: str | None = None
     ) -> None:
@@ -63,7 +69,7 @@ class Context:
             v = result.version
             self.audit_change(
                 "prompt_version.created",
-                author or self.settings.author,
+                author or self.author(),
                 {"prompt": v.prompt_name, "version_id": v.id, "ref": v.ref, "bump": result.bump},
             )
 

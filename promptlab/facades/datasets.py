@@ -36,7 +36,7 @@ class Datasets:
         replace: bool = False,
     ) -> DatasetInfo:
         """Import a CSV, JSON Lines or Parquet file as a dataset (see promptlab.data.datasets)."""
-        author = self._context.settings.author
+        author = self._context.author()
         info = self._datasets.import_file(
             path, name, fmt=fmt, unit_column=unit_column, replace=replace, author=author
         )
@@ -68,7 +68,7 @@ class Datasets:
         info = self._datasets.set_unit_column(name, column)
         self._context.audit_change(
             "dataset.unit_column_set",
-            self._context.settings.author,
+            self._context.author(),
             {"dataset": name, "unit_column": column},
         )
         return info

@@ -148,7 +148,7 @@ class Experiments:
         )
         self._context.audit_change(
             "exposures.imported",
-            self._context.settings.author,
+            self._context.author(),
             {"source": str(path), "new": added},
         )
         return added
@@ -206,7 +206,7 @@ class Experiments:
             killed=experiment.killed,
             variants=experiment.variants,
             allocation=allocate(experiment.weights, previous.allocation if previous else None),
-            author=self._context.settings.author,
+            author=self._context.author(),
             created_at=self._context.store.clock.now(),
             note=note,
         )

@@ -115,7 +115,7 @@ class Exports:
     ) -> None:
         self._context.audit_change(
             "table.exported",
-            self._context.settings.author,
+            self._context.author(),
             {"table": table, "format": fmt, "rows": rows, "to": target,
              "experiment": filters.experiment, "prompt": filters.prompt},
             run_id=filters.run_id,

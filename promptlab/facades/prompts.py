@@ -23,7 +23,6 @@ class Prompts:
     def __init__(self, context: Context) -> None:
         self._context = context
         self._registry = context.registry
-        self._author = context.settings.author
         # Reads are the registry's own methods (their signatures and docstrings there);
         # only changes go through this facade's code, which adds the author and audit.
         registry = context.registry
@@ -54,7 +53,7 @@ class Prompts:
             self._registry,
             name,
             template,
-            author=self._author,
+            author=self._context.author(),
             message=message,
             description=description,
         )
@@ -66,23 +65,23 @@ class Prompts:
     ) -> SaveResult:
         """A new version of an existing prompt, authored by the configured author."""
         result = self._registry.save_version(
-            name, template, author=self._author, message=message, version=version
+            name, template, author=self._context.author(), message=message, version=version
         )
         self._context.audit_saved(result)
         return result
 
     def set_label(self, name: str, ref: str, label: str) -> PromptVersion:
-        version = self._registry.set_label(name, ref, label, actor=self._author)
+        version = self._registry.set_label(name, ref, label, actor=self._context.author())
         self._context.audit_change(
             "label.moved",
-            self._author,
+            self._context.author(),
             {"prompt": name, "label": label, "version_id": version.id, "ref": version.ref},
         )
         return version
 
     def import_file(self, prompt: PromptFile, author: str | None = None) -> list[SaveResult]:
         """Save a checked prompt file's versions and labels (see `load_prompt_file`)."""
-        results = import_prompt_file(self._registry, prompt, author or self._author)
+        results = import_prompt_file(self._registry, prompt, author or self._context.author())
         for result in results:
             self._context.audit_saved(result, author)
         return results

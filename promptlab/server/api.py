@@ -28,6 +28,7 @@ from pydantic import BaseModel, Field
 from starlette.background import BackgroundTask
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from promptlab.audit.actor import acting_as
 from promptlab.errors import (
     ConfigError,
     EngineError,
@@ -82,6 +83,7 @@ class CommandIn(BaseModel):
 
     argv: list[str] = Field(max_length=1000)
     stdin: str | None = None
+    author: str | None = Field(None, description="Who runs it: what it changes is theirs.")
 
 
 class ExperimentRunIn(BaseModel):
@@ -181,7 +183,7 @@ def _command_route(app: FastAPI, wb: Workbench, auth: list[Any], local_paths: bo
         from promptlab.cli.common import commands_on
 
         # CliRunner swaps sys.stdout and sys.stderr for the command: one at a time.
-        with one_at_a_time, commands_on(wb):
+        with one_at_a_time, commands_on(wb), acting_as(body.author):
             result = CliRunner().invoke(main, body.argv, input=body.stdin)
         stderr = result.stderr
         if result.exception is not None and not isinstance(result.exception, SystemExit):
