@@ -25,6 +25,27 @@ F = TypeVar("F", bound=Callable[..., Any])
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
+#: Exit codes of the run commands (run, batch, resume, experiment run).
+EXIT_CANCELLED = 3
+EXIT_ITEMS_FAILED = 4
+
+
+def run_exit_code(status: str, failed: int, strict: bool) -> int:
+    """How a run command exits once its run ended in `status` with `failed` items."""
+    if status == "completed":
+        return EXIT_ITEMS_FAILED if strict and failed else EXIT_OK
+    if status == "cancelled":
+        return EXIT_CANCELLED
+    return EXIT_ERROR
+
+
+def next_line(run_id: str, status: str, *, batch: bool, wrote: bool) -> str:
+    """The run id once more, where the user's eyes are at the end, with the way on."""
+    if status != "completed":
+        return f"  run {run_id}: `promptlab resume {run_id}` finishes it"
+    if batch and not wrote:
+        return f"  run {run_id}: `promptlab batch-output {run_id} -o FILE` writes its results"
+    return f"  run {run_id}"
 
 
 def _remember_db(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from promptlab.cli.common import EXIT_ERROR, EXIT_OK
+from promptlab.cli.common import next_line, run_exit_code
 from promptlab.server.client import ServerClient
 from promptlab.server.discovery import ServerInfo
 
@@ -25,8 +25,6 @@ from promptlab.server.discovery import ServerInfo
 POLL_S = 0.5
 #: Seconds between progress lines when stderr is not a terminal.
 PIPED_LINE_S = 5.0
-EXIT_CANCELLED = 3
-EXIT_ITEMS_FAILED = 4
 
 
 def drive_remote(
@@ -44,16 +42,18 @@ def drive_remote(
     final = client.get(f"/v1/runs/{run_id}?summary=true")
     print_summary(final)
     if output is not None:
-        client.download(f"/v1/runs/{run_id}/batch-output", output)
-        count = sum(1 for _ in output.open("rb"))
+        count = download_batch_output(client, run_id, output)
         click.echo(f"  wrote {count} results to {output} (OpenAI Batch output format)")
-    if final["status"] != "completed":
-        click.echo(f"  run {run_id}: `promptlab resume {run_id}` finishes it")
-    elif final.get("batch") and output is None:
-        click.echo(f"  run {run_id}: `promptlab batch-output {run_id} -o FILE` writes its results")
-    else:
-        click.echo(f"  run {run_id}")
-    raise SystemExit(exit_code(final, strict))
+    batch = bool(final.get("batch"))
+    click.echo(next_line(run_id, final["status"], batch=batch, wrote=output is not None))
+    raise SystemExit(run_exit_code(final["status"], final["failed"], strict))
+
+
+def download_batch_output(client: ServerClient, run_id: str, path: Path) -> int:
+    """A request-file run's results written to `path`; returns the line count."""
+    client.download(f"/v1/runs/{run_id}/batch-output", path)
+    with path.open("rb") as written:
+        return sum(1 for _ in written)
 
 
 def _watch(client: ServerClient, run_id: str, quiet: bool) -> None:
@@ -100,14 +100,6 @@ def print_summary(run: dict[str, Any]) -> None:
             f"  attempts {s['attempts']} (429s {s['rate_limited_attempts']}), "
             f"tokens in {s['input_tokens']} out {s['output_tokens']}, cost ${s['cost_usd']:.4f}"
         )
-
-
-def exit_code(run: dict[str, Any], strict: bool) -> int:
-    if run["status"] == "completed":
-        return EXIT_ITEMS_FAILED if strict and run["failed"] else EXIT_OK
-    if run["status"] == "cancelled":
-        return EXIT_CANCELLED
-    return EXIT_ERROR
 
 
 def status_lines(client: ServerClient, run_id: str | None, limit: int) -> list[str]:

@@ -22,15 +22,16 @@ from typing import TYPE_CHECKING
 import click
 
 from promptlab.cli.common import (
-    EXIT_ERROR,
-    EXIT_OK,
+    EXIT_CANCELLED,
     db_option,
     handle_errors,
+    next_line,
     open_workbench,
+    run_exit_code,
     served,
 )
 from promptlab.cli.items import item_lines, items_lines
-from promptlab.cli.remote import drive_remote, status_lines
+from promptlab.cli.remote import download_batch_output, drive_remote, status_lines
 from promptlab.errors import ConfigError, RegistryError, SpecError, TemplateError
 from promptlab.server.client import ServerClient
 
@@ -43,8 +44,6 @@ if TYPE_CHECKING:
 
 #: What `promptlab run` reports as a bad spec (exit 2): the spec names something wrong.
 SPEC_PROBLEMS = (ConfigError, RegistryError, TemplateError)
-EXIT_CANCELLED = 3
-EXIT_ITEMS_FAILED = 4
 #: Seconds between progress redraws on a terminal, and between lines when piped.
 REDRAW_TTY_S = 0.5
 REDRAW_PIPE_S = 5.0
@@ -181,8 +180,7 @@ def batch_output_command(ctx: click.Context, run_id: str, output: Path) -> None:
     """
     server = served(ctx)
     if server is not None:
-        ServerClient(server).download(f"/v1/runs/{run_id}/batch-output", output)
-        count = sum(1 for _ in output.open("rb"))
+        count = download_batch_output(ServerClient(server), run_id, output)
     else:
         with open_workbench(ctx) as wb:
             count = wb.runs.write_batch_output(run_id, output)
@@ -401,9 +399,11 @@ def drive_run(
         if output is not None:
             count = wb.runs.write_batch_output(run_id, output)
             click.echo(f"  wrote {count} results to {output} (OpenAI Batch output format)")
-        _print_next(view, batch=wb.runs.is_batch(run_id), wrote=output is not None)
+        click.echo(
+            next_line(run_id, view.status, batch=wb.runs.is_batch(run_id), wrote=output is not None)
+        )
     # The run's final state decides: a Ctrl-C that came after the run completed is moot.
-    raise SystemExit(_exit_code(view, strict))
+    raise SystemExit(run_exit_code(view.status, view.counts.failed, strict))
 
 
 def _watch(wb: Workbench, run_id: str, quiet: bool) -> None:
@@ -488,31 +488,6 @@ def _print_summary(view: RunView) -> None:
     if len(view.variants) > 1:
         for line in variant_table(view):
             click.echo(f"  {line}")
-
-
-def _print_next(view: RunView, batch: bool, wrote: bool) -> None:
-    """The run id once more, where the user's eyes are at the end, with the way on."""
-    from promptlab.records import RunStatus
-
-    if view.status != RunStatus.COMPLETED:
-        click.echo(f"  run {view.run_id}: `promptlab resume {view.run_id}` finishes it")
-    elif batch and not wrote:
-        click.echo(
-            f"  run {view.run_id}: `promptlab batch-output {view.run_id} -o FILE` writes "
-            "its results"
-        )
-    else:
-        click.echo(f"  run {view.run_id}")
-
-
-def _exit_code(view: RunView, strict: bool) -> int:
-    from promptlab.records import RunStatus  # loaded already: the run has a view
-
-    if view.status == RunStatus.COMPLETED:
-        return EXIT_ITEMS_FAILED if strict and view.counts.failed else EXIT_OK
-    if view.status == RunStatus.CANCELLED:
-        return EXIT_CANCELLED
-    return EXIT_ERROR
 
 
 commands: list[click.Command] = [

@@ -422,10 +422,8 @@ def _record(run: Any) -> dict[str, Any]:
 
 
 def _progress(wb: Workbench, run_id: str) -> dict[str, Any]:
-    progress = wb.runs.progress(run_id)
-    data = dataclasses.asdict(progress)
-    data["limiters"] = [dataclasses.asdict(s) for s in progress.limiters]
-    return data
+    # asdict turns the nested limiter states into dicts too.
+    return dataclasses.asdict(wb.runs.progress(run_id))
 
 
 class _ConfigCache:
