@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import streamlit as st
 
+from promptlab.audit.actor import acting_as
 from promptlab.errors import DatabaseLockedError, StoreError
 from promptlab.ui.resources import get_settings, get_workbench, start_demo_run
 from promptlab.ui.shell import follow_deep_link, home_page, mark_shell_run
+from promptlab.ui.signin import show_signed_in, signed_in_actor
 from promptlab.ui.widgets import show_error
 
 st.set_page_config(page_title="promptlab", page_icon=":material/science:", layout="wide")
+# With sign-in configured (an [auth] section in the app's secrets), nothing below runs
+# for a visitor who has not signed in; what a signed-in person changes is theirs.
+actor = signed_in_actor()
 
 try:
     get_workbench()  # opens the database once per process; loads the demo into an empty one
@@ -38,4 +43,6 @@ mark_shell_run()
 follow_deep_link()
 with st.sidebar:
     st.caption(f"Database: `{get_settings().db_path}`")
-navigation.run()
+    show_signed_in(actor)
+with acting_as(actor):
+    navigation.run()

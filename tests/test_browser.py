@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -40,9 +40,12 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def started_app(tmp_path: Path, **extra_env: str) -> Iterator[str]:
-    """`streamlit run app.py` on a free port over tmp_path/app.duckdb; yields its URL."""
-    port = free_port()
+def started_app(
+    tmp_path: Path, *, port: int | None = None, args: Sequence[str] = (), **extra_env: str
+) -> Iterator[str]:
+    """`streamlit run app.py` on `port` (a free one by default) over tmp_path/app.duckdb,
+    with `streamlit run` options `args`; yields its URL."""
+    port = port or free_port()
     env = {
         **os.environ, "PROMPTLAB_DB": str(tmp_path / "app.duckdb"), "PROMPTLAB_AUTHOR": "e2e",
         **extra_env,
@@ -51,7 +54,7 @@ def started_app(tmp_path: Path, **extra_env: str) -> Iterator[str]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"),
          "--server.port", str(port), "--server.headless", "true",
-         "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"],
+         "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false", *args],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
@@ -86,7 +89,9 @@ def page() -> Iterator[Page]:
         browser = pw.chromium.launch(
             executable_path=CHROMIUM,
             args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync", "--no-first-run"],
+                  "--disable-component-update", "--disable-sync", "--no-first-run",
+                  # Loopback only: no host name resolves (a page's CDN stylesheet, say).
+                  "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"],
         )  # fmt: skip
         yield browser.new_page(viewport={"width": 1400, "height": 1000})
         browser.close()

@@ -141,10 +141,14 @@ def test_the_cli_runs_through_the_server_and_others_see_the_run(
     served: Served, tmp_path: Path, fakellm_factory: ServerFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     server = fakellm_factory(latency_ms=5)
+    monkeypatch.setenv("PROMPTLAB_AUTHOR", "José Ñúñez")  # not Latin-1 safe in a header
     result = CliRunner().invoke(main, ["run", str(_spec(tmp_path, server)), "--quiet"])
     assert result.exit_code == 0, result.output + result.stderr
     run_id = result.output.split()[1]
     assert "completed" in result.output
+    # The run is submitted for this shell's author, not the server's ("tester").
+    status, submitted = served.call("GET", f"/v1/audit/events?kind=run.submitted&run_id={run_id}")
+    assert [e["actor"] for e in submitted] == ["José Ñúñez"]
     status, runs = served.call("GET", "/v1/runs")
     assert status == 200 and [r["run_id"] for r in runs] == [run_id]
     listed = CliRunner().invoke(main, ["status"])

@@ -15,9 +15,9 @@ import secrets
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+import urllib.parse
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 import orjson
 from fastapi import Depends, FastAPI, Header, Request, Response
@@ -41,14 +41,16 @@ from promptlab.errors import (
 )
 from promptlab.experiments import assign, config_from_mapping
 from promptlab.experiments.config import ExperimentConfig
+from promptlab.server.answers import Refused, Submits, error_response
+from promptlab.server.data_routes import UPLOAD_PATHS, add_data_routes
 from promptlab.server.metrics import metrics_response
+from promptlab.server.uploads import MAX_UPLOAD_BYTES, UploadTooLarge
 from promptlab.workbench import Workbench
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 #: Commands `/v1/cli` refuses: they would start a second server or never return.
-NOT_SERVED = frozenset({"serve", "fakellm"})
+NOT_SERVED = frozenset({"serve", "fakellm", "worker"})
 #: Largest request body accepted (a spec, a batch of units): bigger is a 413.
 MAX_BODY_BYTES = 8 * 1024 * 1024
 #: Most units one /v1/assign call may ask for.
@@ -56,8 +58,6 @@ MAX_ASSIGN_UNITS = 10_000
 #: Seconds an experiment's config is served from memory before it is read again (this
 #: process is the only writer, so a change made through it could also drop it at once).
 CONFIG_TTL_S = 30.0
-#: Submits remembered by idempotency key, so a client's retry does not start a second run.
-IDEMPOTENCY_KEYS = 10_000
 
 
 class SpecIn(BaseModel):
@@ -121,25 +121,30 @@ def create_app(wb: Workbench, token: str, *, local_paths: bool = True) -> FastAP
     async def authorized(authorization: str = Header("", include_in_schema=False)) -> None:
         given = authorization.removeprefix("Bearer ").strip()
         if not secrets.compare_digest(given.encode(), token.encode()):
-            raise _Refused(401, "missing or wrong token (Authorization: Bearer TOKEN)")
+            raise Refused(401, "missing or wrong token (Authorization: Bearer TOKEN)")
 
     auth = [Depends(authorized)]
 
     app.add_middleware(_BoundedBodies)
+    app.add_middleware(_ActingFor)
 
-    @app.exception_handler(_Refused)
-    async def refused(_request: Request, exc: _Refused) -> JSONResponse:
-        return _error(exc.status, exc.message)
+    @app.exception_handler(Refused)
+    async def refused(_request: Request, exc: Refused) -> JSONResponse:
+        return error_response(exc.status, exc.message)
+
+    @app.exception_handler(UploadTooLarge)
+    async def too_large(_request: Request, exc: UploadTooLarge) -> JSONResponse:
+        return error_response(413, str(exc))
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
         first = exc.errors()[0] if exc.errors() else {}
         where = ".".join(str(part) for part in first.get("loc", ()) if part != "body")
-        return _error(422, f"{where or 'request'}: {first.get('msg', 'invalid')}")
+        return error_response(422, f"{where or 'request'}: {first.get('msg', 'invalid')}")
 
     @app.exception_handler(PromptlabError)
-    async def promptlab_error(_request: Request, exc: PromptlabError) -> JSONResponse:
-        return _error(_status_of(exc), str(exc))
+    async def promptlaberror_response(_request: Request, exc: PromptlabError) -> JSONResponse:
+        return error_response(_status_of(exc), str(exc))
 
     @app.get("/v1/health", dependencies=auth)
     async def health() -> dict[str, Any]:
@@ -156,6 +161,7 @@ def create_app(wb: Workbench, token: str, *, local_paths: bool = True) -> FastAP
     _submit_routes(app, wb, auth, local_paths)
     _run_routes(app, wb, auth)
     _service_routes(app, wb, auth)
+    add_data_routes(app, wb, auth)
     return app
 
 
@@ -163,7 +169,7 @@ def _command_route(app: FastAPI, wb: Workbench, auth: list[Any], local_paths: bo
     """`POST /v1/cli`: any `promptlab` command run here, against this server's workbench."""
     one_at_a_time = threading.Lock()
 
-    answers: _Submits[dict[str, Any]] = _Submits()
+    answers: Submits[dict[str, Any]] = Submits()
 
     @app.post("/v1/cli", dependencies=auth)
     def command(body: CommandIn, idempotency_key: str | None = Header(None)) -> dict[str, Any]:
@@ -174,9 +180,9 @@ def _command_route(app: FastAPI, wb: Workbench, auth: list[Any], local_paths: bo
 
     def run(body: CommandIn) -> dict[str, Any]:
         if not local_paths:
-            raise _Refused(403, "command lines run through a server on loopback only")
+            raise Refused(403, "command lines run through a server on loopback only")
         if body.argv and body.argv[0] in NOT_SERVED:
-            raise _Refused(422, f"`promptlab {body.argv[0]}` does not run inside a server")
+            raise Refused(422, f"`promptlab {body.argv[0]}` does not run inside a server")
         from click.testing import CliRunner
 
         from promptlab.cli import main
@@ -195,7 +201,7 @@ def _command_route(app: FastAPI, wb: Workbench, auth: list[Any], local_paths: bo
 
 def _submit_routes(app: FastAPI, wb: Workbench, auth: list[Any], local_paths: bool) -> None:
     """Runs: the list, and submits (a spec, or a request file as written)."""
-    submits: _Submits[str] = _Submits()
+    submits: Submits[str] = Submits()
 
     @app.get("/v1/runs", dependencies=auth)
     def list_runs(limit: int = 20) -> list[dict[str, Any]]:
@@ -223,7 +229,7 @@ def _submit_routes(app: FastAPI, wb: Workbench, auth: list[Any], local_paths: bo
     def submit_batch(body: BatchIn, idempotency_key: str | None = Header(None)) -> dict[str, Any]:
         """Run a request file as written (OpenAI Batch lines or chat bodies)."""
         if not local_paths:
-            raise _Refused(403, "request files are run through a server on loopback only")
+            raise Refused(403, "request files are run through a server on loopback only")
 
         def start() -> str:
             spec = wb.runs.batch_spec(
@@ -290,7 +296,7 @@ def _run_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
 def _service_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
     """What services and monitors ask for: assignment, experiments, audit, prompts."""
     configs = _ConfigCache(wb)
-    submits: _Submits[str] = _Submits()
+    submits: Submits[str] = Submits()
 
     @app.post(
         "/v1/assign",
@@ -357,24 +363,26 @@ def _assign_body(raw: bytes) -> tuple[str, list[str]]:
     try:
         data = orjson.loads(raw)
     except orjson.JSONDecodeError:
-        raise _Refused(422, "body: not JSON") from None
+        raise Refused(422, "body: not JSON") from None
     if not isinstance(data, dict):
-        raise _Refused(422, "body: expected an object")
+        raise Refused(422, "body: expected an object")
     experiment = data.get("experiment")
     if not isinstance(experiment, str) or not experiment:
-        raise _Refused(422, "experiment: Field required")
+        raise Refused(422, "experiment: Field required")
     one, many = data.get("unit_id"), data.get("unit_ids")
     units = [one] if one is not None else many
     if not isinstance(units, list) or not 0 < len(units) <= MAX_ASSIGN_UNITS:
-        raise _Refused(422, f"give unit_id or 1 to {MAX_ASSIGN_UNITS:,} unit_ids")
+        raise Refused(422, f"give unit_id or 1 to {MAX_ASSIGN_UNITS:,} unit_ids")
     if not all(isinstance(unit, str) for unit in units):
-        raise _Refused(422, "unit_id, unit_ids: expected strings")
+        raise Refused(422, "unit_id, unit_ids: expected strings")
     return experiment, units
 
 
 class _BoundedBodies:
-    """Refuse a body over MAX_BODY_BYTES from its Content-Length, before it is read
-    (a pure ASGI middleware: Starlette's BaseHTTPMiddleware costs a task per request)."""
+    """Refuse a body over its bound from its Content-Length, before it is read: JSON
+    bodies MAX_BODY_BYTES, uploads (streamed to disk, counted again while read)
+    MAX_UPLOAD_BYTES. A pure ASGI middleware: Starlette's BaseHTTPMiddleware costs a
+    task per request."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -383,26 +391,36 @@ class _BoundedBodies:
         if scope["type"] == "http":
             headers = dict(scope["headers"])
             length = headers.get(b"content-length")
+            upload = scope["path"] in UPLOAD_PATHS
+            bound = MAX_UPLOAD_BYTES if upload else MAX_BODY_BYTES
             refusal = None
-            if length is not None and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
-                refusal = _error(413, f"request body over {MAX_BODY_BYTES:,} bytes")
-            elif scope["method"] == "POST" and length is None:
-                refusal = _error(411, "send a Content-Length (bodies are bounded)")
+            if length is not None and (not length.isdigit() or int(length) > bound):
+                refusal = error_response(413, f"request body over {bound:,} bytes")
+            elif scope["method"] == "POST" and length is None and not upload:
+                refusal = error_response(411, "send a Content-Length (bodies are bounded)")
             if refusal is not None:
                 await refusal(scope, receive, send)
                 return
         await self.app(scope, receive, send)
 
 
-class _Refused(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
+class _ActingFor:
+    """A request's `Promptlab-Author` header is who its changes are recorded for (the
+    CLI sends its PROMPTLAB_AUTHOR or USER), as `/v1/cli`'s `author` is; else the
+    server's author."""
 
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
 
-def _error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status)
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        author = None
+        if scope["type"] == "http":
+            raw = dict(scope["headers"]).get(b"promptlab-author")
+            # Percent-encoded by promptlab's client (a header is Latin-1): `Jos%C3%A9`.
+            author = urllib.parse.unquote(raw.decode("latin-1")) if raw else None
+        # Route handlers run on the thread pool with a copy of this context.
+        with acting_as(author):
+            await self.app(scope, receive, send)
 
 
 def _status_of(exc: PromptlabError) -> int:
@@ -444,22 +462,3 @@ class _ConfigCache:
         config = config_from_mapping(self._wb.experiments.get(name).to_dict())
         self._configs[name] = (time.monotonic(), config)
         return config
-
-
-class _Submits(Generic[T]):
-    """Answers by idempotency key: a submit or command retried after a timeout (or a
-    dropped connection) gets the first answer, and nothing runs twice."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._answers: dict[str, T] = {}
-
-    def once(self, key: str | None, start: Callable[[], T]) -> T:
-        if key is None:
-            return start()
-        with self._lock:  # one call per key at a time; a retry waits for the first
-            if key not in self._answers:
-                if len(self._answers) >= IDEMPOTENCY_KEYS:
-                    self._answers.pop(next(iter(self._answers)))
-                self._answers[key] = start()
-            return self._answers[key]

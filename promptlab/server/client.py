@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import shutil
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 from pathlib import Path
@@ -38,6 +40,10 @@ class ServerClient:
         self.info = info
         #: None for a command that runs as long as it takes (`POST /v1/cli`).
         self.timeout_s = timeout_s
+        #: Who the server records changes for (runs submitted, cancelled): this shell's
+        #: author, percent-encoded as headers are Latin-1.
+        author = os.environ.get("PROMPTLAB_AUTHOR") or os.environ.get("USER") or ""
+        self._author = urllib.parse.quote(author, safe=" @.-_+")
 
     def get(self, path: str) -> Any:
         return self._call("GET", path)
@@ -78,6 +84,7 @@ class ServerClient:
             headers={
                 "Authorization": f"Bearer {self.info.token}",
                 "Content-Type": "application/json",
+                **({"Promptlab-Author": self._author} if self._author else {}),
                 **(headers or {}),
             },
         )

@@ -1,0 +1,66 @@
+"""What the API's routes answer with: JSON, one-line refusals, and answers by idempotency key."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+import orjson
+from fastapi import Response
+from fastapi.responses import JSONResponse
+
+T = TypeVar("T")
+
+#: Submits remembered by idempotency key, so a client's retry does not start a second run.
+IDEMPOTENCY_KEYS = 10_000
+
+
+class Refused(Exception):
+    """A request refused with `status` and a one-line `message` (not a PromptlabError)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def error_response(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+def json_response(data: Any, status: int = 200) -> Response:
+    """`data` (dataclasses, datetimes, numpy numbers included) as JSON; NaN becomes null,
+    as JSON has no NaN (a metric with no value, say)."""
+    body = orjson.dumps(
+        data, default=_other, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
+    )
+    return Response(body, status_code=status, media_type="application/json")
+
+
+def _other(value: Any) -> Any:
+    if isinstance(value, Path | set | frozenset):
+        return str(value) if isinstance(value, Path) else sorted(value, key=str)
+    if hasattr(value, "item"):  # a numpy scalar orjson does not know
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON")
+
+
+class Submits(Generic[T]):
+    """Answers by idempotency key: a submit or command retried after a timeout (or a
+    dropped connection) gets the first answer, and nothing runs twice."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._answers: dict[str, T] = {}
+
+    def once(self, key: str | None, start: Callable[[], T]) -> T:
+        if key is None:
+            return start()
+        with self._lock:  # one call per key at a time; a retry waits for the first
+            if key not in self._answers:
+                if len(self._answers) >= IDEMPOTENCY_KEYS:
+                    self._answers.pop(next(iter(self._answers)))
+                self._answers[key] = start()
+            return self._answers[key]

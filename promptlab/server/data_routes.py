@@ -1,0 +1,267 @@
+"""The API's routes for what the workbench holds besides runs: prompts and versions,
+datasets, feedback and logs, metrics and comparisons, exports and the audit trail.
+
+Uploads (datasets, feedback, logs) are the file as the request body, streamed to disk
+(promptlab/server/uploads.py) with its name in `?filename=` (the extension says the
+format); exports stream a file written on disk. Everything else is JSON.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import FastAPI, Header, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import FileResponse
+from pydantic import BaseModel, Field
+from starlette.background import BackgroundTask
+
+from promptlab.audit.chain import AuditEvent
+from promptlab.prompts.templates import Template
+from promptlab.server.answers import Refused, Submits, json_response
+from promptlab.server.uploads import received_file
+from promptlab.store.audit import AuditFilter
+from promptlab.workbench import Workbench
+
+#: Routes whose bodies are files, bounded by the upload cap instead of the JSON one.
+UPLOAD_PATHS = ("/v1/datasets", "/v1/feedback", "/v1/logs")
+#: Export formats and the media type each is served as.
+EXPORT_MEDIA = {
+    "csv": "text/csv",
+    "jsonl": "application/x-ndjson",
+    "parquet": "application/vnd.apache.parquet",
+}
+#: Most audit events one call returns.
+MAX_EVENTS = 10_000
+
+
+class VersionIn(BaseModel):
+    """A template as data (what a prompt file's version holds), and its commit message."""
+
+    messages: list[dict[str, Any]] = Field(max_length=1000)
+    params: dict[str, Any] = Field(default_factory=dict)
+    variables: dict[str, Any] = Field(default_factory=dict)
+    output_schema: dict[str, Any] | None = None
+    rules: list[dict[str, Any]] = Field(default_factory=list)
+    message: str = ""
+    version: str | None = Field(None, description="An explicit semver; else the bump says.")
+
+
+class LabelIn(BaseModel):
+    ref: str = Field(description="The version the label moves to: a semver, id or label.")
+
+
+def add_data_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
+    _prompt_routes(app, wb, auth)
+    _dataset_routes(app, wb, auth)
+    _analysis_routes(app, wb, auth)
+    _audit_routes(app, wb, auth)
+
+
+def _prompt_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
+    @app.get("/v1/prompts/{name}/versions", dependencies=auth)
+    def versions(name: str) -> Response:
+        """Every version of the prompt, newest first, with its template and labels."""
+        labels = wb.prompts.labels(name)
+        return json_response(
+            [
+                {**_version(v), "labels": sorted(k for k, at in labels.items() if at.id == v.id)}
+                for v in wb.prompts.versions(name)
+            ]
+        )
+
+    @app.post("/v1/prompts/{name}/versions", dependencies=auth, status_code=201)
+    def save_version(name: str, body: VersionIn) -> Response:
+        """A new version of an existing prompt (or nothing, when the template is the
+        latest's): `{"created", "bump", "version"}`."""
+        template = Template.build(
+            body.messages, body.params, body.variables, body.output_schema, body.rules
+        )
+        result = wb.prompts.save_version(name, template, message=body.message, version=body.version)
+        answer = {
+            "created": result.created,
+            "bump": result.bump,
+            "version": _version(result.version),
+        }
+        return json_response(answer, 201 if result.created else 200)
+
+    @app.put("/v1/prompts/{name}/labels/{label}", dependencies=auth)
+    def set_label(name: str, label: str, body: LabelIn) -> Response:
+        """Move a label (production, staging...) to a version."""
+        return json_response(_version(wb.prompts.set_label(name, body.ref, label)))
+
+
+def _dataset_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
+    imports: Submits[Any] = Submits()
+
+    @app.get("/v1/datasets", dependencies=auth)
+    def datasets() -> Response:
+        """Every imported dataset: name, rows, columns, unit column, who imported it."""
+        return json_response(wb.datasets.list())
+
+    @app.get("/v1/datasets/{name}", dependencies=auth)
+    def dataset(name: str, limit: int = 20) -> Response:
+        """The dataset and its first rows (key-shaped cells masked)."""
+        info = wb.datasets.get(name)
+        return json_response({"dataset": info, "rows": wb.datasets.preview(name, _clamp(limit))})
+
+    @app.post("/v1/datasets", dependencies=auth, status_code=201)
+    async def import_dataset(
+        request: Request,
+        name: str,
+        filename: str,
+        unit_column: str | None = None,
+        replace: bool = False,
+        idempotency_key: str | None = Header(None),
+    ) -> Response:
+        """The body is the file (CSV, JSON Lines or Parquet by `filename`'s extension),
+        streamed to disk and imported as `name`."""
+        async with received_file(request, filename) as path:
+            info = await run_in_threadpool(
+                imports.once,
+                idempotency_key,
+                lambda: wb.datasets.import_file(
+                    path, name, unit_column=unit_column, replace=replace
+                ),
+            )
+        return json_response(info, 201)
+
+    @app.post("/v1/feedback", dependencies=auth)
+    async def import_feedback(
+        request: Request, filename: str, idempotency_key: str | None = Header(None)
+    ) -> Response:
+        """The body is a feedback file (CSV, JSON Lines, Parquet): `{"rows": N}`."""
+        async with received_file(request, filename) as path:
+            rows = await run_in_threadpool(
+                imports.once, idempotency_key, lambda: wb.analysis.import_feedback(path)
+            )
+        return json_response({"rows": rows})
+
+    @app.post("/v1/logs", dependencies=auth)
+    async def import_logs(
+        request: Request,
+        filename: str,
+        column: Annotated[list[str] | None, Query()] = None,
+        idempotency_key: str | None = Header(None),
+    ) -> Response:
+        """The body is a production log; each `column=FIELD:COLUMN` maps a field
+        (version, unit_id, latency_ms, clicked, completed, event_time) to the file's."""
+        columns = dict(_pair(c) for c in column or ())
+        async with received_file(request, filename) as path:
+            rows = await run_in_threadpool(
+                imports.once, idempotency_key, lambda: wb.analysis.import_logs(path, columns)
+            )
+        return json_response({"rows": rows})
+
+
+def _analysis_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
+    @app.get("/v1/analysis/metrics", dependencies=auth)
+    def metrics(
+        run_id: str | None = None, prompt: str | None = None, since: str | None = None
+    ) -> Response:
+        """Per variant of a run, or per version and model across runs: completion,
+        failures, latency percentiles, tokens, cost, CTR."""
+        return json_response(wb.analysis.metrics(run_id, prompt, since))
+
+    @app.get("/v1/runs/{run_id}/comparison", dependencies=auth)
+    def comparison(
+        run_id: str, a: str | None = None, b: str | None = None, sequential: bool | None = None
+    ) -> Response:
+        """Each variant against control (or `b` against `a`), per unit, with significance."""
+        return json_response(wb.analysis.compare(run_id, a, b, sequential))
+
+    @app.get("/v1/analysis/compare", dependencies=auth)
+    def compare_versions(
+        a: str, b: str, run_id: str | None = None, logs: bool = False, since: str | None = None
+    ) -> Response:
+        """Version `b` against `a` in one run, in production logs, or across runs."""
+        return json_response(
+            wb.analysis.compare_versions(a, b, run_id=run_id, logs=logs, since=since)
+        )
+
+    @app.get("/v1/exports/{table}", dependencies=auth)
+    def export(
+        table: str,
+        format: str = "csv",  # noqa: A002 (the query parameter's name)
+        run_id: str | None = None,
+        experiment: str | None = None,
+        prompt: str | None = None,
+    ) -> FileResponse:
+        """A table (items, results, attempts, metrics, comparisons, feedback) as a file,
+        written on disk and streamed from there (secrets masked, as every export)."""
+        if format not in EXPORT_MEDIA:
+            raise Refused(422, f"format: one of {', '.join(EXPORT_MEDIA)}, not {format!r}")
+        folder = Path(tempfile.mkdtemp(prefix="promptlab-export-"))
+        path = folder / f"{table}.{format}"
+        try:
+            wb.exports.write_table(
+                table, format, path, run_id=run_id, experiment=experiment, prompt=prompt
+            )
+        except BaseException:
+            _remove(folder)
+            raise
+        return FileResponse(
+            path,
+            media_type=EXPORT_MEDIA[format],
+            filename=path.name,
+            background=BackgroundTask(_remove, folder),
+        )
+
+
+def _audit_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
+    @app.get("/v1/audit/events", dependencies=auth)
+    def events(
+        kind: str | None = None,
+        run_id: str | None = None,
+        experiment: str | None = None,
+        trace_id: str | None = None,
+        chain: str | None = None,
+        limit: int = 1000,
+    ) -> Response:
+        """Events matching every filter given, oldest first."""
+        where = AuditFilter(
+            run_id=run_id, experiment=experiment, kind=kind, trace_id=trace_id, chain=chain,
+            limit=min(max(limit, 1), MAX_EVENTS),
+        )  # fmt: skip
+        return json_response([_event(e) for e in wb.audit.events(where)])
+
+    @app.get("/v1/audit/traces/{trace}", dependencies=auth)
+    def trace(trace: str) -> Response:
+        """One item's trace (its trace id, or 8+ hex digits of it): every event in order."""
+        found = wb.audit.trace(trace)
+        data = {f.name: getattr(found, f.name) for f in dataclasses.fields(found)}
+        data["events"] = [_event(e) for e in found.events]
+        return json_response(data)
+
+
+def _version(version: Any) -> dict[str, Any]:
+    data = dataclasses.asdict(version)
+    data["template"] = version.template.canonical()
+    return data
+
+
+def _event(event: AuditEvent) -> dict[str, Any]:
+    data = dataclasses.asdict(event)
+    data["payload"] = event.payload
+    del data["payload_json"]
+    return data
+
+
+def _pair(text: str) -> tuple[str, str]:
+    field, sep, column = text.partition(":")
+    if not sep or not field or not column:
+        raise Refused(422, f"column: give FIELD:COLUMN, not {text!r}")
+    return field, column
+
+
+def _clamp(limit: int) -> int:
+    return min(max(limit, 1), 1000)
+
+
+def _remove(folder: Path) -> None:
+    for path in folder.iterdir():
+        path.unlink(missing_ok=True)
+    folder.rmdir()

@@ -1,0 +1,45 @@
+"""Request bodies that are files (datasets, feedback, logs): streamed to disk, bounded.
+
+The importers read from a path (DuckDB's readers), so an upload is written chunk by
+chunk into a private temporary folder under its own file name and removed afterwards;
+it never sits whole in memory, and a body past the bound stops being read at the bound.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from starlette.requests import Request
+
+from promptlab.errors import DatasetError
+
+#: The largest file an upload may be: the importers' own cap for a file on disk.
+MAX_UPLOAD_BYTES = 2**30
+
+
+class UploadTooLarge(Exception):
+    """A body past its bound while it was read (the API answers 413)."""
+
+
+@asynccontextmanager
+async def received_file(
+    request: Request, filename: str, max_bytes: int = MAX_UPLOAD_BYTES
+) -> AsyncIterator[Path]:
+    """The request's body as the file `filename` (its last part only), for the block."""
+    name = Path(filename).name
+    if not name or name in (".", ".."):
+        raise DatasetError("filename: give the file's name (its extension says its format)")
+    with tempfile.TemporaryDirectory(prefix="promptlab-upload-") as folder:
+        path = Path(folder) / name
+        written = 0
+        with path.open("wb") as handle:
+            async for chunk in request.stream():
+                written += len(chunk)
+                if written > max_bytes:
+                    raise UploadTooLarge(f"{name}: more than the {max_bytes:,} bytes of an upload")
+                # A plain write: chunks are small and the page cache takes them at once.
+                handle.write(chunk)
+        yield path

@@ -1,0 +1,69 @@
+"""Sign-in for a served team: Streamlit's OpenID Connect login, when its secrets say so.
+
+With an `[auth]` section in the app's secrets (`.streamlit/secrets.toml`, or the file
+`--secrets.files` names: redirect_uri, cookie_secret, client_id, client_secret,
+server_metadata_url), every page wants a signed-in person, and that person is the actor
+of every change the session makes (promptlab.audit.actor). Without the section the app
+is open, as on a laptop, and changes are PROMPTLAB_AUTHOR's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import streamlit as st
+from streamlit.errors import StreamlitSecretNotFoundError
+
+from promptlab.ui.widgets import escape_markdown
+
+#: The identity claims tried in turn for the actor's name (OIDC standard claims).
+ACTOR_CLAIMS = ("email", "preferred_username", "name", "sub")
+
+
+def sign_in_required() -> bool:
+    """Whether the app's secrets configure an OpenID Connect provider."""
+    try:
+        return "auth" in st.secrets
+    except (StreamlitSecretNotFoundError, FileNotFoundError):  # no secrets at all
+        return False
+
+
+def signed_in_actor() -> str | None:
+    """The signed-in person's name for the audit trail, or None when sign-in is off.
+
+    When sign-in is on and nobody is signed in, shows the sign-in screen and stops the
+    run: no page, and nothing of the database, is shown before.
+    """
+    if not sign_in_required():
+        return None
+    if not st.user.is_logged_in:
+        # The only page until then, at every address (the app's pages stay unknown).
+        screen = st.Page(_sign_in_screen, title="Sign in", icon=":material/login:")
+        st.navigation([screen], position="hidden").run()
+        st.stop()
+    return actor_from_claims(st.user.to_dict())
+
+
+def show_signed_in(actor: str | None) -> None:
+    """Who is signed in, and the way out (in the sidebar, under the pages)."""
+    if actor is None:
+        return
+    st.caption(f"Signed in as {escape_markdown(actor)}")
+    if st.button("Sign out", icon=":material/logout:"):
+        st.logout()
+
+
+def _sign_in_screen() -> None:
+    st.title("promptlab")
+    st.write("This workbench is shared by a team: sign in to continue.")
+    if st.button("Sign in", icon=":material/login:", type="primary"):
+        st.login()
+
+
+def actor_from_claims(claims: dict[str, Any]) -> str:
+    """The first of ACTOR_CLAIMS the identity token carries (`sub` always is)."""
+    for claim in ACTOR_CLAIMS:
+        value = claims.get(claim)
+        if isinstance(value, str) and value.strip():
+            return value.strip()
+    return "signed-in user"
