@@ -6,7 +6,7 @@ PORT ?= 8501
 # The API the app serves beside its pages (promptlab serve's, in the same process).
 API ?= 127.0.0.1:8765
 
-.PHONY: run test lint install install-dev chromium bench clean
+.PHONY: run test lint install install-dev chromium redis bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -34,13 +34,21 @@ chromium:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	else echo "chromium not found and not root: the browser test will be skipped"; fi
 
+# The distributed tests start their own redis-server on a free port; install it when
+# missing and we are root (Debian's package).
+redis:
+	@if command -v redis-server >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; \
+	else echo "redis-server not found and not root: the distributed tests will be skipped"; fi
+
 lint: install-dev
 	$(VENV)/bin/ruff check promptlab pages app.py tests bench
 	$(VENV)/bin/ruff format --check promptlab pages app.py tests bench
 	$(VENV)/bin/mypy
 
 # Two pytest-xdist workers, one per core: each builds the demo databases once (tests/conftest.py).
-test: install-dev chromium lint
+test: install-dev chromium redis lint
 	$(PY) -m pytest -q -n 2
 
 clean:

@@ -28,7 +28,7 @@ def isolate(monkeypatch: pytest.MonkeyPatch, db: Path) -> None:
     monkeypatch.setenv("PROMPTLAB_AUTHOR", "tester")
     for name in (
         "PROMPTLAB_PROVIDERS", "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL",
-        "PROMPTLAB_SERVE", "PROMPTLAB_SERVER", "PROMPTLAB_TOKEN",
+        "PROMPTLAB_SERVE", "PROMPTLAB_SERVER", "PROMPTLAB_TOKEN", "PROMPTLAB_BROKER_URL",
     ):  # fmt: skip
         monkeypatch.delenv(name, raising=False)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 from typing import Any
 
 import pytest
@@ -220,6 +221,10 @@ EVERY_FIELD: dict[str, Any] = {
     "request_id": "item-7",
     "timeout_s": 5.0,
     "extra": EXTRA,
+    # Where a send on Celery workers is claimed and how long its owner waits: never sent.
+    "attempt": 2,
+    "item_key": "run-item-key",
+    "deadline": 4102444800.0,
 }
 
 
@@ -243,6 +248,7 @@ def test_openai_adapter_sends_every_spec_parameter(
     assert response.text
     sent = _last_request(server)
     body = sent["body"]
+    assert "run-item-key" not in json.dumps(sent) and "attempt" not in body
     assert (body["temperature"], body["top_p"], body["seed"]) == (0.3, 0.9, 7)
     # A compatible server (base_url set) gets max_tokens; the official API gets
     # max_completion_tokens (test below).

@@ -20,6 +20,7 @@ from promptlab.cli import (
     runs,
     serve,
     validate,
+    worker,
 )
 from promptlab.cli import export as export_cli
 from promptlab.cli.common import EXIT_ERROR, ServedCommand, db_option
@@ -110,6 +111,7 @@ for module in (
     export_cli,
     audit,
     serve,
+    worker,
 ):
     for command in module.commands:
         main.add_command(command)

@@ -208,6 +208,8 @@ def set_command(
 @click.option("--limit-rows", type=click.IntRange(min=1), help="Only the first N rows.")
 @click.option("--skip-invalid-rows", is_flag=True, help="Plan only rows every template accepts.")
 @click.option("--estimate", "estimate_only", is_flag=True, help="Print the estimate; send nothing.")
+@click.option("--distributed", is_flag=True,
+              help="Send the requests through Celery workers (`promptlab worker`).")  # fmt: skip
 @click.option("--strict", is_flag=True, help="Exit 4 when the run completes with failed items.")
 @click.option("--quiet", is_flag=True, help="No progress bar; only the run id and summary.")
 @click.pass_context
@@ -222,6 +224,7 @@ def run_experiment(
     limit_rows: int | None,
     skip_invalid_rows: bool,
     estimate_only: bool,
+    distributed: bool,
     strict: bool,
     quiet: bool,
 ) -> None:
@@ -235,7 +238,7 @@ def run_experiment(
         options = {
             "dataset": dataset, "mode": mode, "unit_column": unit_column, "repeats": repeats,
             "limit_rows": limit_rows, "skip_invalid_rows": skip_invalid_rows,
-            "estimate_only": estimate_only,
+            "estimate_only": estimate_only, "executor": "celery" if distributed else None,
         }  # fmt: skip
 
         def submit(client: ServerClient) -> dict[str, Any]:
@@ -254,6 +257,7 @@ def run_experiment(
         spec = wb.runs.experiment_spec(
             name, dataset, mode=mode, unit_column=unit_column, repeats=repeats,
             limit_rows=limit_rows, skip_invalid_rows=skip_invalid_rows,
+            executor="celery" if distributed else None,
         )  # fmt: skip
         for line in estimate_lines(wb.runs.estimate(spec)):
             click.echo(line)

@@ -55,22 +55,35 @@ BAR_WIDTH = 28
 @click.argument("spec_file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--strict", is_flag=True, help="Exit 4 when the run completes with failed items.")
 @click.option("--quiet", is_flag=True, help="No progress bar; only the run id and summary.")
+@click.option("--distributed", is_flag=True,
+              help="Send the requests through Celery workers (`promptlab worker`), as "
+              "`executor: celery` in the spec would.")  # fmt: skip
 @click.pass_context
 @handle_errors(usage=SPEC_PROBLEMS)
-def run_command(ctx: click.Context, spec_file: Path, strict: bool, quiet: bool) -> None:
+def run_command(
+    ctx: click.Context, spec_file: Path, strict: bool, quiet: bool, distributed: bool
+) -> None:
     """Run a YAML run spec; print the run id, a progress bar and a summary."""
+    from promptlab.errors import SpecError
+    from promptlab.yamlio import read_yaml
+
+    data = read_yaml(spec_file, error=SpecError)
+    if distributed and isinstance(data, dict):
+        data = {**data, "executor": "celery"}
     server = served(ctx)
     if server is not None:
-        from promptlab.errors import SpecError
-        from promptlab.yamlio import read_yaml
-
         body = {
-            "spec": read_yaml(spec_file, error=SpecError),
+            "spec": data,
             "base_dir": str(spec_file.resolve().parent),
             "default_name": spec_file.stem,
         }
         drive_remote(server, lambda c: c.post("/v1/runs", body, idempotent=True), strict, quiet)
-    drive_run(ctx, lambda wb: wb.runs.start(wb.runs.load_spec(spec_file)), strict, quiet)
+
+    def start(wb: Workbench) -> str:
+        spec = wb.runs.spec_from_data(data, base_dir=spec_file.parent, default_name=spec_file.stem)
+        return wb.runs.start(spec)
+
+    drive_run(ctx, start, strict, quiet)
 
 
 @click.command("resume")
@@ -123,6 +136,8 @@ def resume_command(
 @click.option("--rpm", type=click.IntRange(min=1), help="Requests per minute for the endpoint.")
 @click.option("--tpm", type=click.IntRange(min=1), help="Tokens per minute for the endpoint.")
 @click.option("--concurrency", type=click.IntRange(min=1), help="Requests in flight at most.")
+@click.option("--distributed", is_flag=True,
+              help="Send the requests through Celery workers (`promptlab worker`).")  # fmt: skip
 @click.option("--strict", is_flag=True, help="Exit 4 when the run completes with failed items.")
 @click.option("--quiet", is_flag=True, help="No progress bar; only the run id and summary.")
 @click.pass_context
@@ -130,8 +145,8 @@ def resume_command(
 def batch_command(
     ctx: click.Context, requests_file: Path, endpoint: str | None, model: str | None,
     output: Path | None, id_field: str, base_url: str | None, kind: str | None,
-    api_key_env: str | None,
-    rpm: int | None, tpm: int | None, concurrency: int | None, strict: bool, quiet: bool,
+    api_key_env: str | None, rpm: int | None, tpm: int | None, concurrency: int | None,
+    distributed: bool, strict: bool, quiet: bool,
 ) -> None:  # fmt: skip
     """Run a file of requests as written (OpenAI Batch input lines or chat bodies).
 
@@ -143,7 +158,7 @@ def batch_command(
     """
     settings = {
         "base_url": base_url, "kind": kind, "api_key_env": api_key_env, "rpm": rpm, "tpm": tpm,
-        "concurrency": concurrency,
+        "concurrency": concurrency, "executor": "celery" if distributed else None,
     }  # fmt: skip
 
     server = served(ctx)

@@ -12,12 +12,16 @@ import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from promptlab.clock import Clock
 from promptlab.engine.limiter import EndpointLimiter, Limiter, Limits, RunCappedLimiter
 from promptlab.providers.base import Provider
 from promptlab.providers.config import EndpointConfig
 from promptlab.records import VariantRecord
+
+if TYPE_CHECKING:
+    from promptlab.distributed.dispatch import Dispatch
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +46,8 @@ class EndpointPool:
         self._clock = clock
         self._providers: dict[tuple[str, ...], Provider] = {}
         self._limiters: dict[tuple[str, ...], EndpointLimiter] = {}
+        #: The link to Celery workers, made when a run first uses an endpoint on them.
+        self._dispatch: Dispatch | None = None
 
     def open(
         self, variants: Sequence[VariantRecord], endpoints: Mapping[str, EndpointConfig]
@@ -51,7 +57,7 @@ class EndpointPool:
             cfg = endpoints[name]
             key = budget_key(cfg)
             if key not in self._providers:
-                self._providers[key] = self._provider_factory(cfg)
+                self._providers[key] = self._provider(cfg)
             # The shared budget of an endpoint + key is what the providers file (or the
             # server's headers) says; a spec's limits cap only its own run (see `lanes`).
             if key not in self._limiters:
@@ -82,13 +88,26 @@ class EndpointPool:
             lanes.append(Lane(cfg, self._providers[key], limiter, tuple(indexes)))
         return lanes
 
+    def _provider(self, cfg: EndpointConfig) -> Provider:
+        """This process's adapter, or, for an endpoint on workers, one that sends the
+        calls through them (the key stays with the workers: none is read here)."""
+        if cfg.executor != "celery":
+            return self._provider_factory(cfg)
+        from promptlab.distributed.dispatch import Dispatch, WorkerProvider
+
+        if self._dispatch is None:
+            self._dispatch = Dispatch()
+        return WorkerProvider(cfg, self._dispatch)
+
     async def aclose(self) -> None:
-        """Close every provider's client (best effort)."""
+        """Close every provider's client (best effort), and the link to the workers."""
         for provider in self._providers.values():
             try:
                 await provider.aclose()
             except Exception:  # noqa: BLE001 - closing is best effort
                 log.warning("closing a provider failed", exc_info=True)
+        if self._dispatch is not None:
+            self._dispatch.close()
 
 
 def budget_key(cfg: EndpointConfig) -> tuple[str, ...]:

@@ -170,6 +170,8 @@ def prepare_run(
     lines, unit ids) are left out: only the unit column is checked.
     """
     merged = merge_endpoints(with_local_endpoints(endpoints, spec.local_endpoints), spec.endpoints)
+    if spec.executor is not None:  # the spec (or --distributed) says where calls are made
+        merged = {name: replace(cfg, executor=spec.executor) for name, cfg in merged.items()}
     if stored is None:
         check_limits(spec.limits, merged)
         variants = resolve_variants(spec, merged, registry)

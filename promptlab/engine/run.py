@@ -264,6 +264,7 @@ class RunExecution:
             # checked on our side either way.
             output_schema=(template.output_schema if lane.provider.supports_json_schema else None),
             request_id=item.key,
+            item_key=item.key,
             timeout_s=self.policy.timeout_s,
         )
         if params is not variant.params:
@@ -301,6 +302,7 @@ class RunExecution:
             seed=line.params.get("seed"),
             extra=line.extra or None,
             request_id=line.custom_id,
+            item_key=item.key,
             timeout_s=self.policy.timeout_s,
         )
         return Prepared(request, tokens + max_tokens)
@@ -341,7 +343,8 @@ class RunExecution:
             started_at, t0 = self.clock.now(), self.clock.monotonic()
             waited = flight.wait_s, flight.wait_reason
             try:
-                response, error = await self._send(lane, prepared.request)
+                request = replace(prepared.request, attempt=flight.attempt)
+                response, error = await self._send(lane, request)
             except Exception:
                 # Its row says internal; the guard (`_run_item`) ends the item.
                 self.recorder.attempt(item, flight.attempt, started_at, t0, None, None, *waited)
@@ -500,6 +503,7 @@ class RunExecution:
             permit = await lane.limiter.acquire(tokens)
             flight.hold(permit, permit.waited_s, permit.wait_reason)
             flight.attempt += 1
+            request = replace(request, attempt=flight.attempt)
             started_at, t0 = self.clock.now(), self.clock.monotonic()
             answer: CompletionResponse | None = None
             error: ProviderError | None = None

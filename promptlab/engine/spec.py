@@ -22,7 +22,7 @@ from promptlab.errors import ConfigError, ExperimentError, SpecError, TemplateEr
 from promptlab.experiments import config_from_mapping
 from promptlab.experiments.sampling import parse_sampling
 from promptlab.prompts.templates import normalize_params
-from promptlab.providers.config import KINDS, parse_model_ref
+from promptlab.providers.config import EXECUTORS, KINDS, parse_model_ref
 from promptlab.yamlio import parse_yaml, read_yaml
 
 #: The spec field only `promptlab batch` (a trusted caller) may set; see parse_spec.
@@ -30,7 +30,7 @@ LOCAL_ENDPOINTS = "local_endpoints"
 SPEC_FIELDS = frozenset(
     {
         "name", "dataset", "variants", "repeats", "limits", "retry", "endpoints", "limit_rows",
-        "experiment", "mode", "unit_column", "skip_invalid_rows", "reask",
+        "experiment", "mode", "unit_column", "skip_invalid_rows", "reask", "executor",
     }
 )  # fmt: skip
 #: How an experiment's variants share a dataset's rows (see promptlab/experiments/config.py).
@@ -117,6 +117,9 @@ class RunSpec:
     #: Endpoints from `promptlab batch`'s command line (`--base-url`, `--rpm`, ...),
     #: fields as in the providers file, never a key: stored so a resume finds them.
     local_endpoints: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    #: Where every endpoint's calls are made, over what the providers file says:
+    #: `local` (this process) or `celery` (the workers; promptlab/distributed/).
+    executor: str | None = None
 
     @property
     def split(self) -> bool:
@@ -223,7 +226,14 @@ def parse_spec(
         endpoints=endpoints,
         raw=raw,
         local_endpoints=local_endpoints,
+        executor=_executor(data.get("executor")),
     )
+
+
+def _executor(value: Any) -> str | None:
+    if value is not None and value not in EXECUTORS:
+        raise SpecError(f"executor: one of {', '.join(EXECUTORS)}, got {value!r}")
+    return str(value) if value is not None else None
 
 
 def _local_endpoints(value: Any) -> dict[str, dict[str, Any]]:

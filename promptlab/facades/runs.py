@@ -127,8 +127,10 @@ class Runs:
         limit_rows: int | None = None,
         run_name: str | None = None,
         skip_invalid_rows: bool = False,
+        executor: str | None = None,
     ) -> RunSpec:
-        """A run of the experiment's latest revision on an imported dataset.
+        """A run of the experiment's latest revision on an imported dataset (its calls
+        made where `executor` says, when it says).
 
         A split run's unit column is the one given, else the experiment's, else the
         dataset's own (set when it was imported).
@@ -150,6 +152,8 @@ class Runs:
             data["limit_rows"] = limit_rows
         if skip_invalid_rows:
             data["skip_invalid_rows"] = True
+        if executor is not None:
+            data["executor"] = executor
         return parse_spec(data, base_dir=PROJECT_ROOT, dataset_root=self._context.settings.data_dir)
 
     def batch_spec(

@@ -37,6 +37,14 @@ class CompletionRequest:
     #: Chat Completions fields sent as written (a request file's `metadata`, `stop`, ...);
     #: an Anthropic body takes `stop` and `user` of them (wire.anthropic_body).
     extra: Mapping[str, Any] | None = None
+    #: Which attempt of the item this is (1 first) and the item's key (its run's own):
+    #: what a send on Celery workers is claimed by, so one attempt is sent once
+    #: (promptlab/distributed/). `request_id` is a request line's own id in a batch.
+    attempt: int = 1
+    item_key: str | None = None
+    #: Wall-clock time (epoch seconds) after which nobody waits for the answer: a worker
+    #: does not send what its owner has given up on.
+    deadline: float | None = None
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,9 @@ KINDS = ("openai", "anthropic", "sim")
 #: How openai and anthropic endpoints are reached: the lean aiohttp path (providers/
 #: http.py, the default) or the vendor SDK adapters. Set only in the providers file.
 TRANSPORTS = ("http", "sdk")
+#: Where an endpoint's calls are made: in this process, or on Celery workers
+#: (promptlab/distributed/), which share one rate budget in Redis.
+EXECUTORS = ("local", "celery")
 
 #: Ollama's OpenAI-compatible endpoint, the most common local server.
 DEFAULT_LOCAL_BASE_URL = "http://localhost:11434/v1"
@@ -57,6 +60,11 @@ class EndpointConfig:
     latency_scale: float = 1.0
     #: One of TRANSPORTS; ignored by `sim` endpoints.
     transport: str = "http"
+    #: One of EXECUTORS: `celery` sends this endpoint's calls through the workers.
+    executor: str = "local"
+    #: The Celery queue its chunks go to (None: `promptlab`): workers started with
+    #: `--queues` take only theirs, so a slow endpoint holds up no other.
+    queue: str | None = None
 
     def __hash__(self) -> int:
         # The dict fields are unhashable; an endpoint is identified by where it points and
@@ -180,6 +188,8 @@ _ENDPOINT_FIELDS = {
     "models",
     "latency_scale",
     "transport",
+    "executor",
+    "queue",
 }
 _MODEL_FIELDS = {"input_per_mtok", "output_per_mtok", "context_window", "sampling"}
 
@@ -203,7 +213,9 @@ def load_endpoints(
 
 
 #: What a command line may set for an endpoint (`promptlab batch --base-url ...`).
-LOCAL_FIELDS = frozenset({"kind", "base_url", "api_key_env", "rpm", "tpm", "concurrency"})
+LOCAL_FIELDS = frozenset(
+    {"kind", "base_url", "api_key_env", "rpm", "tpm", "concurrency", "executor"}
+)
 
 
 def with_local_endpoints(
@@ -270,6 +282,14 @@ def _merge_endpoint(
                 f"got {spec['transport']!r}"
             )
         changes["transport"] = spec["transport"]
+    if "executor" in spec:
+        if spec["executor"] not in EXECUTORS:
+            raise ConfigError(
+                f"{where}: executor must be one of {', '.join(EXECUTORS)}, got {spec['executor']!r}"
+            )
+        changes["executor"] = spec["executor"]
+    if "queue" in spec:
+        changes["queue"] = _optional_str(spec["queue"], f"{where}: queue")
     if "latency_scale" in spec:
         changes["latency_scale"] = _non_negative(spec["latency_scale"], f"{where}: latency_scale")
     return replace(current, **changes)

@@ -96,6 +96,7 @@ class ExperimentRunIn(BaseModel):
     limit_rows: int | None = None
     skip_invalid_rows: bool = False
     estimate_only: bool = False
+    executor: str | None = Field(None, description="`celery`: the calls go through workers.")
 
 
 class AssignIn(BaseModel):
@@ -334,7 +335,7 @@ def _service_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
         spec = wb.runs.experiment_spec(
             name, body.dataset, mode=body.mode, unit_column=body.unit_column,
             repeats=body.repeats, limit_rows=body.limit_rows,
-            skip_invalid_rows=body.skip_invalid_rows,
+            skip_invalid_rows=body.skip_invalid_rows, executor=body.executor,
         )  # fmt: skip
         estimate = list(estimate_lines(wb.runs.estimate(spec)))
         if body.estimate_only:

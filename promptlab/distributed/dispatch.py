@@ -1,0 +1,179 @@
+"""The owner's side: an endpoint whose sends go to Celery workers, chunk by chunk.
+
+To the engine a distributed endpoint is one more `Provider` (`WorkerProvider`): the
+engine still plans, renders, retries, limits its own dispatch and records every answer
+through its one writer; only the call itself happens on a worker. Requests to one
+endpoint are gathered into chunks (up to CHUNK_ITEMS, or what came within LINGER_S)
+and sent as one task each; every answer comes back on its own, as soon as it is known,
+on this owner's Redis list, read by one thread that wakes the waiting request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+import time
+import uuid
+from dataclasses import replace
+from typing import Any
+
+from promptlab.distributed import settings as keys
+from promptlab.distributed.app import SEND_CHUNK, make_app
+from promptlab.distributed.wire import (
+    answer_from_dict,
+    endpoint_to_dict,
+    request_from_dict,
+    request_to_dict,
+    ticket_of,
+)
+from promptlab.errors import ProviderError
+from promptlab.providers.base import CompletionRequest, CompletionResponse
+from promptlab.providers.config import EndpointConfig
+
+log = logging.getLogger(__name__)
+
+#: Most requests one task carries.
+CHUNK_ITEMS = 20
+#: Seconds a chunk waits for more requests before it is sent anyway.
+LINGER_S = 0.005
+#: Seconds the reply reader blocks on Redis before it looks whether it should stop.
+READ_BLOCK_S = 1
+
+
+class Dispatch:
+    """One owner's link to the workers (one per engine): chunks out, answers back."""
+
+    def __init__(self, url: str | None = None) -> None:
+        import redis
+
+        self.url = url or keys.broker_url()
+        self.owner = uuid.uuid4().hex
+        self.app = make_app(self.url)
+        self._redis = redis.Redis.from_url(self.url, decode_responses=True)
+        self._waiting: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self._chunks: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop = threading.Event()
+        self._reader: threading.Thread | None = None
+
+    async def complete(self, cfg: EndpointConfig, request: CompletionRequest) -> CompletionResponse:
+        """Send `request` through a worker; its answer, or its ProviderError raised."""
+        self._start_reader()
+        ticket = ticket_of(request)
+        if ticket in self._waiting:  # the engine sends one attempt once; never two waiters
+            raise RuntimeError(f"ticket {ticket} is already waiting for its answer")
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._waiting[ticket] = future
+        # The engine waits timeout_s (and a second) for the whole call: a worker that
+        # gets to it later sends nothing.
+        request = replace(request, deadline=time.time() + request.timeout_s)
+        try:
+            self._add(cfg, request)
+            answer = await future
+        finally:
+            if self._waiting.get(ticket) is future:
+                del self._waiting[ticket]
+        if "internal" in answer:
+            raise RuntimeError(f"the worker's adapter failed: {answer['internal']}")
+        result = answer_from_dict(answer)
+        if isinstance(result, ProviderError):
+            raise result
+        return result
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._reader is not None:
+            self._reader.join(timeout=READ_BLOCK_S + 5)
+        self._redis.close()
+
+    # ---- chunks out ----------------------------------------------------------------
+
+    def _add(self, cfg: EndpointConfig, request: CompletionRequest) -> None:
+        endpoint = endpoint_to_dict(cfg)
+        lane = json.dumps(endpoint, sort_keys=True, default=str)
+        if lane not in self._chunks:
+            self._chunks[lane] = (endpoint, [])
+            asyncio.get_running_loop().call_later(LINGER_S, self._send, lane)
+        chunk = self._chunks[lane][1]
+        chunk.append(request_to_dict(request))
+        if len(chunk) >= CHUNK_ITEMS:
+            self._send(lane)
+
+    def _send(self, lane: str) -> None:
+        taken = self._chunks.pop(lane, None)
+        if taken is None:
+            return  # sent already when it filled up
+        endpoint, requests = taken
+        # Publishing is a blocking Redis call: off the engine's loop.
+        asyncio.get_running_loop().run_in_executor(None, self._publish, endpoint, requests)
+
+    def _publish(self, endpoint: dict[str, Any], requests: list[dict[str, Any]]) -> None:
+        try:
+            queue = endpoint.get("queue") or keys.DEFAULT_QUEUE
+            self.app.send_task(SEND_CHUNK, args=[self.owner, endpoint, requests], queue=queue)
+        except Exception as exc:  # noqa: BLE001 - the broker is gone: each request fails
+            log.error("could not send a chunk to the workers: %s", exc)
+            for request in requests:
+                ticket = ticket_of(request_from_dict(request))
+                message = f"the broker at {self.url} did not take the chunk: {exc}"
+                self._answer(ticket, {"error": _connection_error(endpoint["name"], message)})
+
+    # ---- answers back --------------------------------------------------------------
+
+    def _start_reader(self) -> None:
+        if self._reader is None:
+            self._loop = asyncio.get_running_loop()
+            self._reader = threading.Thread(target=self._read, daemon=True, name="replies")
+            self._reader.start()
+
+    def _read(self) -> None:
+        replies = keys.replies_key(self.owner)
+        while not self._stop.is_set():
+            try:
+                popped = self._redis.blpop([replies], timeout=READ_BLOCK_S)
+            except Exception as exc:  # noqa: BLE001 - Redis went away: try again shortly
+                log.warning("reading answers from Redis failed: %s", exc)
+                self._stop.wait(READ_BLOCK_S)
+                continue
+            if popped:
+                try:
+                    reply = json.loads(popped[1])
+                    self._answer(str(reply["ticket"]), dict(reply["answer"]))
+                except (ValueError, KeyError, TypeError):
+                    log.error("an answer from a worker was not readable: %.200r", popped[1])
+
+    def _answer(self, ticket: str, answer: dict[str, Any]) -> None:
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(self._resolve, ticket, answer)
+
+    def _resolve(self, ticket: str, answer: dict[str, Any]) -> None:
+        future = self._waiting.get(ticket)
+        if future is not None and not future.done():  # else: given up on (timed out)
+            future.set_result(answer)
+
+
+class WorkerProvider:
+    """A Provider whose calls are made by Celery workers (the endpoint's `executor`)."""
+
+    supports_json_schema = True
+
+    def __init__(self, cfg: EndpointConfig, dispatch: Dispatch) -> None:
+        self.cfg = cfg
+        self.name = cfg.name
+        self.kind = cfg.kind
+        self._dispatch = dispatch
+
+    async def complete(self, request: CompletionRequest) -> CompletionResponse:
+        return await self._dispatch.complete(self.cfg, request)
+
+    async def aclose(self) -> None:
+        return None
+
+
+def _connection_error(provider: str, message: str) -> dict[str, Any]:
+    return {
+        "kind": "connection", "message": message, "status": None, "provider": provider,
+        "retry_after_s": None, "should_retry": True, "headers": {},
+    }  # fmt: skip

@@ -1,0 +1,338 @@
+"""A worker's side of a chunk: claim each ticket, wait for the shared budget, send once,
+store the answer and push it to the owner.
+
+One `Sender` per worker process runs an asyncio loop on its own thread; Celery's task
+threads hand it chunks. A ticket (an item's attempt) is sent by whoever claims it first
+(`SET idempotent:send:{ticket} SENDER NX EX ttl`). A later delivery of the same ticket
+(the broker redelivering a killed worker's task, an owner resuming after a crash)
+finds the stored answer, or waits for the live claimant's, or, when the claimant's
+heartbeat is gone (it was killed mid-send), takes the claim over and sends again: the
+only case a provider sees one attempt twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from promptlab.audit.redact import redact
+from promptlab.distributed import settings as keys
+from promptlab.distributed.budget import SharedBudget
+from promptlab.distributed.wire import (
+    answer_to_dict,
+    endpoint_from_dict,
+    endpoint_to_dict,
+    request_from_dict,
+    ticket_of,
+)
+from promptlab.engine.retry import THROTTLE_KINDS
+from promptlab.errors import ErrorKind, PromptlabError, ProviderError
+from promptlab.providers import build_provider
+from promptlab.providers.base import CompletionRequest, CompletionResponse, Provider
+from promptlab.providers.config import EndpointConfig
+from promptlab.providers.tokens import estimate_prompt_tokens
+
+log = logging.getLogger(__name__)
+
+#: Seconds over a request's own timeout before the sender gives up on a call.
+TIMEOUT_GRACE_S = 1.0
+#: Seconds one wait for another sender's answer blocks before it looks again.
+WAIT_SLICE_S = 2
+#: Redis connections one worker process opens at most.
+MAX_CONNECTIONS = 256
+#: Longest shared back-off one 429's Retry-After sets (the engine caps its own alike).
+MAX_BACK_OFF_S = 60.0
+
+# KEYS: claim. ARGV: the holder seen, the new holder, TTL. Take a dead holder's claim
+# (or a claim that expired meanwhile), once.
+_TAKE_OVER = """
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] or not holder then
+  redis.call('SET', KEYS[1], ARGV[2], 'EX', tonumber(ARGV[3]))
+  return 1
+end
+return 0
+"""
+
+# KEYS: claim. ARGV: this sender. Give a claim back (a send that failed on its way).
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+"""
+
+# KEYS: ready. Wake the next sender waiting on the same answer.
+_WAKE = """
+redis.call('RPUSH', KEYS[1], '1')
+redis.call('EXPIRE', KEYS[1], tonumber(ARGV[1]))
+return 1
+"""
+
+
+# KEYS: answer and claim of each ticket, in pairs. ARGV: this sender, the claim's TTL.
+# Per ticket: {ANSWERED, answer}, {CLAIMED} (now this sender's) or {HELD, holder}.
+_CLAIM = """
+local out = {}
+for i = 1, #KEYS, 2 do
+  local answer = redis.call('GET', KEYS[i])
+  if answer then
+    out[#out + 1] = {1, answer}
+  elseif redis.call('SET', KEYS[i + 1], ARGV[1], 'NX', 'EX', tonumber(ARGV[2])) then
+    out[#out + 1] = {0}
+  else
+    out[#out + 1] = {2, redis.call('GET', KEYS[i + 1]) or ''}
+  end
+end
+return out
+"""
+CLAIMED, ANSWERED, HELD = 0, 1, 2
+
+# KEYS: answer, ready, the owner's replies. ARGV: answer, reply, answer TTL, ready TTL,
+# 1 when the answer is the stored one (then only the reply is pushed).
+_FINISH = """
+if ARGV[5] == '0' then
+  redis.call('SET', KEYS[1], ARGV[1], 'EX', tonumber(ARGV[3]))
+  redis.call('RPUSH', KEYS[2], '1')
+  redis.call('EXPIRE', KEYS[2], tonumber(ARGV[4]))
+end
+redis.call('RPUSH', KEYS[3], ARGV[2])
+redis.call('EXPIRE', KEYS[3], tonumber(ARGV[3]))
+return 1
+"""
+
+
+def _tokens(request: CompletionRequest) -> int:
+    """What a send costs a TPM budget: the prompt's estimate and the answer's cap."""
+    return estimate_prompt_tokens(request.messages) + request.max_tokens
+
+
+class Sender:
+    """Sends chunks' tickets for one worker process; thread-safe `run_chunk`."""
+
+    def __init__(self, redis_url: str, environ: Mapping[str, str] | None = None) -> None:
+        import redis.asyncio
+
+        self.environ = dict(os.environ if environ is None else environ)
+        self.name = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="sender")
+        self._thread.start()
+        # Every ticket in flight may hold a connection (a wait for another sender's
+        # answer blocks one): a bounded pool that waits for a free one, not an error.
+        pool = redis.asyncio.BlockingConnectionPool.from_url(
+            redis_url, decode_responses=True, max_connections=MAX_CONNECTIONS, timeout=None
+        )
+        self.redis = redis.asyncio.Redis(connection_pool=pool)
+        # Its own connection: a pool full of waiters must not stop the heartbeat, or
+        # other workers would take this one's claims over while it is alive.
+        self._beat_redis = redis.asyncio.from_url(redis_url)
+        #: Tickets this sender is sending now (its claims that are really live).
+        self._sending: set[str] = set()
+        self._take_over = self.redis.register_script(_TAKE_OVER)
+        self._release = self.redis.register_script(_RELEASE)
+        self._wake = self.redis.register_script(_WAKE)
+        self._claim = self.redis.register_script(_CLAIM)
+        self._finish = self.redis.register_script(_FINISH)
+        self._lanes: dict[str, tuple[Provider, SharedBudget]] = {}
+        self._beat = asyncio.run_coroutine_threadsafe(self._heartbeat(), self.loop)
+
+    def run_chunk(
+        self, reply_to: str, endpoint: dict[str, Any], requests: list[dict[str, Any]]
+    ) -> dict[str, int]:
+        """Every ticket of the chunk answered to `reply_to`; blocks the calling thread."""
+        future = asyncio.run_coroutine_threadsafe(
+            self._chunk(reply_to, endpoint_from_dict(endpoint), requests), self.loop
+        )
+        return future.result()
+
+    def close(self) -> None:
+        self._beat.cancel()
+        asyncio.run_coroutine_threadsafe(self._aclose(), self.loop).result(timeout=10)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=10)
+
+    async def _aclose(self) -> None:
+        await self._beat_redis.delete(keys.heartbeat_key(self.name))
+        for provider, _budget in self._lanes.values():
+            await provider.aclose()
+        await self.redis.aclose()
+        await self._beat_redis.aclose()
+
+    async def _heartbeat(self) -> None:
+        while True:
+            try:
+                await self._beat_redis.set(
+                    keys.heartbeat_key(self.name), "1", px=int(keys.HEARTBEAT_TTL_S * 1000)
+                )
+            except Exception as exc:  # noqa: BLE001 - Redis away a moment: beat again soon
+                log.warning("heartbeat: %s", exc)
+            await asyncio.sleep(keys.HEARTBEAT_TTL_S / 3)
+
+    # ---- a chunk -------------------------------------------------------------------
+
+    async def _chunk(
+        self, reply_to: str, cfg: EndpointConfig, requests: list[dict[str, Any]]
+    ) -> dict[str, int]:
+        """Claim the chunk's tickets in one call and reserve their sends in another; each
+        answer is stored and pushed to the owner in one more as soon as it is known."""
+        sends = [request_from_dict(r) for r in requests]
+        tickets = [ticket_of(r) for r in sends]
+        try:
+            provider, budget = self._lane(cfg)
+        except PromptlabError as exc:  # no key here, say: no ticket can go; say so to each
+            error = ProviderError(
+                ErrorKind.AUTH, f"on worker {self.name}: {exc}", provider=cfg.name
+            )
+            answer = json.dumps(answer_to_dict(None, error))
+            await asyncio.gather(*(self._answer(reply_to, t, answer, stored=True) for t in tickets))
+            return {"sent": 0, "reused": 0}
+        states = await self._claim(
+            keys=[k for t in tickets for k in (keys.answer_key(t), keys.claim_key(t))],
+            args=[self.name, keys.ANSWER_TTL_S],
+        )
+        mine = [i for i, state in enumerate(states) if state[0] == CLAIMED]
+        self._sending.update(tickets[i] for i in mine)
+        try:
+            waits = await budget.reserve_many([_tokens(sends[i]) for i in mine])
+        except BaseException:
+            await self._give_back([tickets[i] for i in mine])
+            raise
+        work = [
+            self._send_and_answer(reply_to, tickets[i], provider, budget, sends[i], wait)
+            for i, wait in zip(mine, waits, strict=True)
+        ]
+        for i, state in enumerate(states):
+            if state[0] == ANSWERED:
+                work.append(self._answer(reply_to, tickets[i], str(state[1]), stored=True))
+            elif state[0] == HELD:
+                work.append(self._after_holder(reply_to, cfg, sends[i], str(state[1])))
+        sent = sum(await asyncio.gather(*work))
+        return {"sent": sent, "reused": len(sends) - sent}
+
+    async def _send_and_answer(
+        self, reply_to: str, ticket: str, provider: Provider, budget: SharedBudget,
+        request: CompletionRequest, wait_s: float,
+    ) -> bool:  # fmt: skip
+        """Send a ticket this sender claimed; a failure on the way gives the claim back
+        (the chunk is tried again, and the ticket with it)."""
+        try:
+            if wait_s > 0:
+                await asyncio.sleep(wait_s)
+            answer = await self._send(provider, budget, request)
+            return await self._answer(reply_to, ticket, json.dumps(answer), stored=False)
+        except BaseException:
+            await self._give_back([ticket])
+            raise
+        finally:
+            self._sending.discard(ticket)
+
+    async def _give_back(self, tickets: list[str]) -> None:
+        for ticket in tickets:
+            self._sending.discard(ticket)
+            try:
+                await self._release(keys=[keys.claim_key(ticket)], args=[self.name])
+            except Exception:  # noqa: BLE001 - it expires with its TTL otherwise
+                log.warning("could not give back the claim of %s", ticket)
+
+    async def _answer(self, reply_to: str, ticket: str, answer: str, *, stored: bool) -> bool:
+        """Store the answer (unless it is the stored one), wake senders waiting on it, and
+        push it to the owner: one script call."""
+        reply = json.dumps({"ticket": ticket, "answer": json.loads(answer)})
+        await self._finish(
+            keys=[keys.answer_key(ticket), keys.ready_key(ticket), keys.replies_key(reply_to)],
+            args=[answer, reply, keys.ANSWER_TTL_S, int(keys.HEARTBEAT_TTL_S * 6), int(stored)],
+        )
+        return not stored  # True: sent by this sender
+
+    async def _after_holder(
+        self, reply_to: str, cfg: EndpointConfig, request: CompletionRequest, holder: str
+    ) -> bool:
+        """A ticket another sender claimed: its answer once stored, or, when that sender is
+        gone (killed mid-send), the claim taken over and the ticket sent again. Waits no
+        longer than its owner does."""
+        ticket = ticket_of(request)
+        claim, ready = keys.claim_key(ticket), keys.ready_key(ticket)
+        deadline = request.deadline or time.time() + request.timeout_s
+        while True:
+            stored = await self.redis.get(keys.answer_key(ticket))
+            if stored is not None:
+                return await self._answer(reply_to, ticket, str(stored), stored=True)
+            holder = str(await self.redis.get(claim) or "")
+            alive = (
+                (ticket in self._sending)
+                if holder == self.name
+                else bool(holder and await self.redis.exists(keys.heartbeat_key(holder)))
+            )
+            if not alive and await self._take_over(
+                keys=[claim], args=[holder, self.name, keys.ANSWER_TTL_S]
+            ):
+                if holder:
+                    log.warning(
+                        "ticket %s: its sender %s is gone; sending it again", ticket, holder
+                    )
+                provider, budget = self._lane(cfg)
+                self._sending.add(ticket)
+                (wait_s,) = await budget.reserve_many([_tokens(request)])
+                return await self._send_and_answer(
+                    reply_to, ticket, provider, budget, request, wait_s
+                )
+            if time.time() > deadline:
+                return False  # its owner has given up: it retries as the next attempt
+            # Woken by the holder's answer (a short block: the client's socket timeout
+            # is 5 s); the next waiter is woken too.
+            if await self.redis.blpop([ready], timeout=WAIT_SLICE_S):
+                await self._wake(keys=[ready], args=[int(keys.HEARTBEAT_TTL_S * 6)])
+
+    async def _send(
+        self, provider: Provider, budget: SharedBudget, request: CompletionRequest
+    ) -> dict[str, Any]:
+        """One call to the provider: its answer, or its error, as data (masked: it is kept
+        in Redis). Nothing is sent once the owner has stopped waiting for it."""
+        left = (request.deadline - time.time()) if request.deadline else request.timeout_s
+        if left <= 0:
+            late = "not sent: its owner stopped waiting before a worker got to it"
+            return answer_to_dict(
+                None, ProviderError(ErrorKind.TIMEOUT, late, provider=provider.name)
+            )
+        try:
+            response: CompletionResponse = await asyncio.wait_for(
+                provider.complete(request), min(request.timeout_s, left) + TIMEOUT_GRACE_S
+            )
+        except ProviderError as exc:
+            if exc.kind in THROTTLE_KINDS:
+                await budget.back_off(min(exc.retry_after_s or 1.0, MAX_BACK_OFF_S))
+            masked = ProviderError(
+                exc.kind, redact(exc.provider_message), status=exc.status, provider=exc.provider,
+                retry_after_s=exc.retry_after_s, should_retry=exc.should_retry,
+                headers=exc.headers,
+            )  # fmt: skip
+            return answer_to_dict(None, masked)
+        except TimeoutError:
+            error = ProviderError(
+                ErrorKind.TIMEOUT, f"no answer within {request.timeout_s:g} s",
+                provider=provider.name,
+            )  # fmt: skip
+            return answer_to_dict(None, error)
+        except Exception as exc:  # noqa: BLE001 - an adapter bug: the owner records it
+            log.error("a ticket to %s: the adapter failed", provider.name, exc_info=True)
+            return {"internal": redact(repr(exc))}
+        await budget.learn(response.headers)
+        return answer_to_dict(response, None)
+
+    def _lane(self, cfg: EndpointConfig) -> tuple[Provider, SharedBudget]:
+        """The provider (its key read from this worker's environment) and budget."""
+        key = json.dumps(endpoint_to_dict(cfg), sort_keys=True, default=str)
+        if key not in self._lanes:
+            api_key = self.environ.get(cfg.api_key_env) if cfg.api_key_env else None
+            provider = build_provider(cfg, environ=self.environ)
+            self._lanes[key] = (provider, SharedBudget(self.redis, cfg, api_key))
+        return self._lanes[key]

@@ -1,0 +1,66 @@
+"""What crosses Redis between an owner and its workers, as JSON-able dicts: endpoint
+configurations (never a key: only the variable's name), requests, answers and errors."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from promptlab.errors import ErrorKind, ProviderError
+from promptlab.providers.base import CompletionRequest, CompletionResponse, FinishReason
+from promptlab.providers.config import EndpointConfig, ModelPrice
+
+
+def endpoint_to_dict(cfg: EndpointConfig) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)
+
+
+def endpoint_from_dict(data: dict[str, Any]) -> EndpointConfig:
+    prices = {m: ModelPrice(**p) for m, p in (data.get("prices") or {}).items()}
+    return EndpointConfig(**{**data, "prices": prices})
+
+
+def ticket_of(request: CompletionRequest) -> str:
+    """What one send is claimed and answered by: the item (its run's own key) and the
+    attempt, the same whoever sends it."""
+    return f"{request.item_key or request.request_id}:{request.attempt}"
+
+
+def request_to_dict(request: CompletionRequest) -> dict[str, Any]:
+    data = dataclasses.asdict(request)
+    data["messages"] = [dict(m) for m in request.messages]
+    return data
+
+
+def request_from_dict(data: dict[str, Any]) -> CompletionRequest:
+    return CompletionRequest(**{**data, "messages": tuple(data["messages"])})
+
+
+def answer_to_dict(
+    response: CompletionResponse | None, error: ProviderError | None
+) -> dict[str, Any]:
+    """One send's outcome: the response, or the provider's error as it was raised."""
+    if response is not None:
+        return {"response": {**dataclasses.asdict(response), "headers": dict(response.headers)}}
+    assert error is not None
+    return {
+        "error": {
+            "kind": error.kind.value, "message": error.provider_message,
+            "status": error.status, "provider": error.provider,
+            "retry_after_s": error.retry_after_s, "should_retry": error.should_retry,
+            "headers": dict(error.headers),
+        }
+    }  # fmt: skip
+
+
+def answer_from_dict(data: dict[str, Any]) -> CompletionResponse | ProviderError:
+    if "response" in data:
+        fields = data["response"]
+        return CompletionResponse(
+            **{**fields, "finish_reason": FinishReason(fields["finish_reason"])}
+        )
+    e = data["error"]
+    return ProviderError(
+        ErrorKind(e["kind"]), e["message"], status=e["status"], provider=e["provider"],
+        retry_after_s=e["retry_after_s"], should_retry=e["should_retry"], headers=e["headers"],
+    )  # fmt: skip
