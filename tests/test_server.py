@@ -34,10 +34,10 @@ ROWS = 60
 class Served:
     """A `promptlab serve` child process and how to call it."""
 
-    def __init__(self, db: Path) -> None:
+    def __init__(self, db: Path, *options: str) -> None:
         self.db = db
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "promptlab", "--db", str(db), "serve", "--port", "0"],
+            [sys.executable, "-m", "promptlab", "--db", str(db), "serve", "--port", "0", *options],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,  # unread, a pipe could fill and block the server
         )
@@ -323,3 +323,41 @@ def test_a_killed_server_loses_nothing_and_a_new_one_resumes(
             [run_id],
         ).fetchone()
     assert rows == (ROWS, ROWS)  # every item once, none lost, none twice
+
+
+def test_a_restarted_server_resumes_what_its_killed_owner_left(
+    tmp_path: Path, db_path: Path, fakellm_factory: ServerFactory
+) -> None:
+    """`promptlab serve --resume-interrupted`: a run whose owner was killed (here a CLI
+    process) goes on in the new server without anyone asking, every item once."""
+    server = fakellm_factory(latency_ms=100)
+    env = {**os.environ, "PROMPTLAB_DB": str(db_path)}
+    owner = subprocess.Popen(
+        [sys.executable, "-m", "promptlab", "run", str(_spec(tmp_path, server)), "--quiet"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while server.stats()["successes"] < 10:
+        assert time.monotonic() < deadline and owner.poll() is None
+        time.sleep(0.02)
+    owner.send_signal(signal.SIGKILL)
+    owner.wait(10)
+    restarted = Served(db_path, "--resume-interrupted")
+    try:
+        status, runs = restarted.call("GET", "/v1/runs")
+        run_id = runs[0]["run_id"]
+        while True:
+            status, progress = restarted.call("GET", f"/v1/runs/{run_id}")
+            if progress["status"] == "completed":
+                break
+            assert time.monotonic() < deadline + 60, progress
+            time.sleep(0.1)
+    finally:
+        restarted.stop()
+    with Store(db_path) as store, store.read() as cur:
+        rows = cur.execute(
+            "SELECT count(*), count(DISTINCT idempotency_key) FROM results "
+            "WHERE run_id = ? AND status = 'succeeded'",
+            [run_id],
+        ).fetchone()
+    assert rows == (ROWS, ROWS)

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from promptlab.cli.common import db_option, handle_errors, settings_from
+from promptlab.errors import PromptlabError
+
+if TYPE_CHECKING:
+    from promptlab.workbench import Workbench
 
 
 @click.command("serve")
@@ -13,9 +19,11 @@ from promptlab.cli.common import db_option, handle_errors, settings_from
               help="Address to listen on; anything but loopback is warned about.")  # fmt: skip
 @click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True,
               help="Port (0: any free one).")  # fmt: skip
+@click.option("--resume-interrupted", is_flag=True,
+              help="On start, resume every run whose owning process is gone (killed).")  # fmt: skip
 @click.pass_context
 @handle_errors
-def serve_command(ctx: click.Context, host: str, port: int) -> None:
+def serve_command(ctx: click.Context, host: str, port: int, resume_interrupted: bool) -> None:
     """Own the database and the one engine, and serve the HTTP API to every client.
 
     While it runs, `promptlab run`, `batch`, `resume`, `cancel`, `status` and
@@ -38,6 +46,8 @@ def serve_command(ctx: click.Context, host: str, port: int) -> None:
         )
     with Workbench.open(settings) as wb:
         wb.engine  # noqa: B018 - start it now: a bad providers file is a clear error first
+        if resume_interrupted:
+            resume_orphans(wb)
         serving = Serving(wb, host, port)
         click.echo(
             f"serving {settings.db_path} at {serving.info.url} (token in "
@@ -45,6 +55,21 @@ def serve_command(ctx: click.Context, host: str, port: int) -> None:
             err=True,
         )
         serving.run()
+
+
+def resume_orphans(wb: Workbench) -> None:
+    """The recovery rule of a restarted owner: every run left unfinished by a process
+    that is gone goes on here (a distributed run takes what its workers answered
+    meanwhile from Redis). One that cannot is said in one line; the others go on."""
+    for listed in wb.runs.list(1000):
+        if not listed.run.process_gone:
+            continue
+        try:
+            wb.runs.resume(listed.run.run_id)
+        except PromptlabError as exc:
+            click.echo(f"could not resume {listed.run.run_id}: {exc}", err=True)
+            continue
+        click.echo(f"resumed {listed.run.run_id} ({listed.run.name}): its owner was gone", err=True)
 
 
 commands: list[click.Command] = [serve_command]
