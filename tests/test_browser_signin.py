@@ -108,3 +108,17 @@ def test_a_team_signs_in_and_what_they_change_is_theirs(
         assert [e.actor for e in mine] == [SIGNED_IN]
         version = wb.prompts.resolve("article-summarizer@2.1.0")
         assert version.author == SIGNED_IN
+
+
+def test_secrets_that_do_not_parse_open_nothing(tmp_path: Path, page: Page) -> None:
+    """A broken secrets file (it may hold the [auth] section) stops the app with one line;
+    it never opens the app to everyone."""
+    from playwright.sync_api import expect
+
+    secrets = tmp_path / "secrets.toml"
+    secrets.write_text('[auth]\nredirect_uri = "http://127.0.0.1:1/oauth2callback\n')  # no quote
+    with started_app(tmp_path, args=["--secrets.files", str(secrets)]) as url:
+        page.goto(f"{url}/prompts")
+        expect(page.get_by_text("The app's secrets cannot be read")).to_be_visible(timeout=30_000)
+        expect(page.get_by_role("heading", name="Prompts")).to_have_count(0)
+        expect(page.get_by_text("Summarize an article")).to_have_count(0)

@@ -43,7 +43,8 @@ def send(
     try:
         conn.request(
             method, path, body=body,
-            headers={"Authorization": f"Bearer {served.info.token}", **(headers or {})},
+            headers={"Authorization": f"Bearer {served.info.token}",
+                     "Content-Type": "application/json", **(headers or {})},
         )  # fmt: skip
         resp = conn.getresponse()
         return resp.status, resp.read(), dict(resp.getheaders())
@@ -204,3 +205,59 @@ def test_the_audit_trail_and_one_trace(demo_served: Served) -> None:
     status, openapi = demo_served.call("GET", "/openapi.json", token=None)
     for route in ("/v1/datasets", "/v1/exports/{table}", "/v1/audit/traces/{trace}"):
         assert route in openapi["paths"]
+
+
+def test_hostile_input_gets_one_line_never_a_500(demo_served: Served) -> None:
+    """What a client may send wrong, each refused in one JSON line with a 4xx (review of
+    issue 24): names, lone surrogates, bad variables, chunked PUTs, unknown routes."""
+    path = "/v1/prompts/ticket-triage/versions"
+
+    def error(status: int, raw: bytes) -> str:
+        assert 400 <= status < 500, (status, raw)
+        return str(json.loads(raw)["error"])
+
+    for name in ("x%00.csv", "x" * 300 + ".csv"):
+        status, raw, _ = send(
+            demo_served, "POST", f"/v1/datasets?name=n&filename={name}", b"a\n1\n"
+        )
+        assert "filename" in error(status, raw)
+    bad_variables = {"messages": [{"role": "user", "content": "{{ x }}"}], "variables": {"x": "s"}}
+    status, raw, _ = send(demo_served, "POST", path, json.dumps(bad_variables).encode())
+    assert "variables.x" in error(status, raw)
+    lone = b'{"messages": [{"role": "user", "content": "\\ud800"}]}'
+    status, raw, _ = send(demo_served, "POST", path, lone)
+    assert "Unicode" in error(status, raw)
+    status, raw, _ = send(
+        demo_served, "PUT", "/v1/prompts/ticket-triage/labels/staging", b'{"ref": "\\ud800"}'
+    )
+    assert status == 404 and error(status, raw)
+    # A number past 64 bits is kept, and read back.
+    huge = {"messages": [{"role": "user", "content": "{{ text }}"}],
+            "output_schema": {"type": "integer", "maximum": 10**26}}  # fmt: skip
+    status, raw, _ = send(demo_served, "POST", path, json.dumps(huge).encode())
+    assert status == 201, raw
+    status, versions = demo_served.call("GET", path)
+    assert status == 200 and versions[0]["template"]["output_schema"]["maximum"] == 10**26
+    # A body without its length is refused for PUT as for POST; unknown routes say so.
+    conn = connect(demo_served)
+    conn.putrequest("PUT", "/v1/prompts/ticket-triage/labels/staging")
+    conn.putheader("Authorization", f"Bearer {demo_served.info.token}")
+    conn.putheader("Transfer-Encoding", "chunked")
+    conn.endheaders()
+    conn.send(b"0\r\n\r\n")
+    resp = conn.getresponse()
+    assert resp.status == 411 and "Content-Length" in json.loads(resp.read())["error"]
+    conn.close()
+    status, raw, _ = get_raw(demo_served, "/v1/no/such/route")
+    assert status == 404 and error(status, raw) == "Not Found"
+    # An author with a newline or NUL is stored as one printable line.
+    body = json.dumps({**huge, "message": "m", "output_schema": None}).encode()
+    status, raw, _ = send(demo_served, "POST", path, body, {"Promptlab-Author": "gr%00ace%0Ax"})
+    assert status == 201 and json.loads(raw)["version"]["author"] == "gracex"
+    # An idempotency key is per route: the same key on feedback imports its file.
+    send(demo_served, "POST", "/v1/datasets?name=kk&filename=kk.csv", b"a\n1\n",
+         {"Idempotency-Key": "same"})  # fmt: skip
+    feedback = b"version,unit_id,kind\nticket-triage@1.1.0,u1,click\n"
+    status, raw, _ = send(demo_served, "POST", "/v1/feedback?filename=f.csv", feedback,
+                          {"Idempotency-Key": "same"})  # fmt: skip
+    assert (status, json.loads(raw)) == (200, {"rows": 1})

@@ -58,4 +58,6 @@ def test_the_actor_is_the_first_identity_claim_present() -> None:
     assert actor_from_claims({"preferred_username": "ada", "sub": "1"}) == "ada"
     assert actor_from_claims({"email": "  ", "name": "Ada L", "sub": "1"}) == "Ada L"
     assert actor_from_claims({"sub": "1"}) == "1"
+    # An address the provider says is not verified does not name anyone.
+    assert actor_from_claims({"email": "a@b.c", "email_verified": False, "sub": "1"}) == "1"
     assert actor_from_claims({}) == "signed-in user"

@@ -25,7 +25,9 @@ def current_actor(default: str) -> str:
 @contextlib.contextmanager
 def acting_as(actor: str | None) -> Iterator[None]:
     """Inside, changes are recorded for `actor` (None or empty: the process's author)."""
-    token = _ACTOR.set((actor or "").strip()[:MAX_ACTOR_CHARS] or None)
+    # Stored on every change event: one printable line (no NUL, no newline).
+    printable = "".join(ch for ch in (actor or "") if ch.isprintable())
+    token = _ACTOR.set(printable.strip()[:MAX_ACTOR_CHARS] or None)
     try:
         yield
     finally:

@@ -42,9 +42,9 @@ def variable_schema(
     properties: dict[str, Any] = {}
     required: list[str] = []
     for name in names:
-        fragment = dict(refinements.get(name) or {})
-        if not isinstance(refinements.get(name, {}), Mapping):
+        if not isinstance(refinements.get(name) or {}, Mapping):
             raise TemplateError(f"variables.{name}: expected a mapping of JSON Schema keywords")
+        fragment = dict(refinements.get(name) or {})
         is_required = fragment.pop("required", True)
         if not isinstance(is_required, bool):
             raise TemplateError(f"variables.{name}.required: expected true or false")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -9,7 +11,6 @@ from typing import Any, Generic, TypeVar
 
 import orjson
 from fastapi import Response
-from fastapi.responses import JSONResponse
 
 T = TypeVar("T")
 
@@ -26,17 +27,37 @@ class Refused(Exception):
         self.message = message
 
 
-def error_response(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status)
+def error_response(status: int, message: str) -> Response:
+    """`{"error": message}`; ASCII-escaped, so a message quoting a lone surrogate a
+    client sent is still a valid body."""
+    body = json.dumps({"error": message}, ensure_ascii=True)
+    return Response(body, status_code=status, media_type="application/json")
 
 
 def json_response(data: Any, status: int = 200) -> Response:
     """`data` (dataclasses, datetimes, numpy numbers included) as JSON; NaN becomes null,
     as JSON has no NaN (a metric with no value, say)."""
-    body = orjson.dumps(
-        data, default=_other, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
-    )
+    try:
+        body = orjson.dumps(
+            data, default=_other, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
+        )
+    except orjson.JSONEncodeError:
+        # An integer past 64 bits (a schema's `maximum: 1e26` written out): slower, exact.
+        body = json.dumps(_plain(data), default=str).encode()
     return Response(body, status_code=status, media_type="application/json")
+
+
+def _plain(value: Any) -> Any:
+    """`value` as the standard library's json takes it (dataclasses as dicts)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _plain(dataclasses.asdict(value))
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, float) and value != value:
+        return None
+    return value
 
 
 def _other(value: Any) -> Any:

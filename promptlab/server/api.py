@@ -9,6 +9,7 @@ workbench); `/v1/assign` answers from experiment configs held in memory.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import secrets
@@ -23,9 +24,10 @@ import orjson
 from fastapi import Depends, FastAPI, Header, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.responses import FileResponse
 from pydantic import BaseModel, Field
 from starlette.background import BackgroundTask
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from promptlab.audit.actor import acting_as
@@ -53,6 +55,8 @@ log = logging.getLogger(__name__)
 NOT_SERVED = frozenset({"serve", "fakellm", "worker"})
 #: Largest request body accepted (a spec, a batch of units): bigger is a 413.
 MAX_BODY_BYTES = 8 * 1024 * 1024
+#: Methods whose JSON bodies must say their length (so the bound holds before reading).
+BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 #: Most units one /v1/assign call may ask for.
 MAX_ASSIGN_UNITS = 10_000
 #: Seconds an experiment's config is served from memory before it is read again (this
@@ -130,21 +134,30 @@ def create_app(wb: Workbench, token: str, *, local_paths: bool = True) -> FastAP
     app.add_middleware(_ActingFor)
 
     @app.exception_handler(Refused)
-    async def refused(_request: Request, exc: Refused) -> JSONResponse:
+    async def refused(_request: Request, exc: Refused) -> Response:
         return error_response(exc.status, exc.message)
 
     @app.exception_handler(UploadTooLarge)
-    async def too_large(_request: Request, exc: UploadTooLarge) -> JSONResponse:
+    async def too_large(_request: Request, exc: UploadTooLarge) -> Response:
         return error_response(413, str(exc))
 
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_request: Request, exc: StarletteHTTPException) -> Response:
+        # Unknown routes, wrong methods, bodies that are not JSON: the same one line.
+        return error_response(exc.status_code, str(exc.detail))
+
+    @app.exception_handler(UnicodeError)
+    async def not_unicode(_request: Request, exc: UnicodeError) -> Response:
+        return error_response(422, "text that is not valid Unicode (a lone surrogate, say)")
+
     @app.exception_handler(RequestValidationError)
-    async def invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+    async def invalid(_request: Request, exc: RequestValidationError) -> Response:
         first = exc.errors()[0] if exc.errors() else {}
         where = ".".join(str(part) for part in first.get("loc", ()) if part != "body")
         return error_response(422, f"{where or 'request'}: {first.get('msg', 'invalid')}")
 
     @app.exception_handler(PromptlabError)
-    async def promptlaberror_response(_request: Request, exc: PromptlabError) -> JSONResponse:
+    async def promptlab_error(_request: Request, exc: PromptlabError) -> Response:
         return error_response(_status_of(exc), str(exc))
 
     @app.get("/v1/health", dependencies=auth)
@@ -190,7 +203,9 @@ def _command_route(app: FastAPI, wb: Workbench, auth: list[Any], local_paths: bo
         from promptlab.cli.common import commands_on
 
         # CliRunner swaps sys.stdout and sys.stderr for the command: one at a time.
-        with one_at_a_time, commands_on(wb), acting_as(body.author):
+        # The body's author, when given, over the request's Promptlab-Author.
+        acting = acting_as(body.author) if body.author else contextlib.nullcontext()
+        with one_at_a_time, commands_on(wb), acting:
             result = CliRunner().invoke(main, body.argv, input=body.stdin)
         stderr = result.stderr
         if result.exception is not None and not isinstance(result.exception, SystemExit):
@@ -397,7 +412,7 @@ class _BoundedBodies:
             refusal = None
             if length is not None and (not length.isdigit() or int(length) > bound):
                 refusal = error_response(413, f"request body over {bound:,} bytes")
-            elif scope["method"] == "POST" and length is None and not upload:
+            elif scope["method"] in BODY_METHODS and length is None and not upload:
                 refusal = error_response(411, "send a Content-Length (bodies are bounded)")
             if refusal is not None:
                 await refusal(scope, receive, send)
@@ -418,10 +433,18 @@ class _ActingFor:
         if scope["type"] == "http":
             raw = dict(scope["headers"]).get(b"promptlab-author")
             # Percent-encoded by promptlab's client (a header is Latin-1): `Jos%C3%A9`.
-            author = urllib.parse.unquote(raw.decode("latin-1")) if raw else None
+            author = urllib.parse.unquote(_header_text(raw)) if raw else None
         # Route handlers run on the thread pool with a copy of this context.
         with acting_as(author):
             await self.app(scope, receive, send)
+
+
+def _header_text(raw: bytes) -> str:
+    """A header's text: UTF-8 when it is (a client that did not encode it), else Latin-1."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw.decode("latin-1")
 
 
 def _status_of(exc: PromptlabError) -> int:

@@ -95,7 +95,10 @@ def _prompt_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
 
 
 def _dataset_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
-    imports: Submits[Any] = Submits()
+    # One cache per route: a key reused on another route is another request.
+    dataset_imports: Submits[Any] = Submits()
+    feedback_imports: Submits[int] = Submits()
+    log_imports: Submits[int] = Submits()
 
     @app.get("/v1/datasets", dependencies=auth)
     def datasets() -> Response:
@@ -121,7 +124,7 @@ def _dataset_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
         streamed to disk and imported as `name`."""
         async with received_file(request, filename) as path:
             info = await run_in_threadpool(
-                imports.once,
+                dataset_imports.once,
                 idempotency_key,
                 lambda: wb.datasets.import_file(
                     path, name, unit_column=unit_column, replace=replace
@@ -136,7 +139,7 @@ def _dataset_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
         """The body is a feedback file (CSV, JSON Lines, Parquet): `{"rows": N}`."""
         async with received_file(request, filename) as path:
             rows = await run_in_threadpool(
-                imports.once, idempotency_key, lambda: wb.analysis.import_feedback(path)
+                feedback_imports.once, idempotency_key, lambda: wb.analysis.import_feedback(path)
             )
         return json_response({"rows": rows})
 
@@ -152,7 +155,7 @@ def _dataset_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
         columns = dict(_pair(c) for c in column or ())
         async with received_file(request, filename) as path:
             rows = await run_in_threadpool(
-                imports.once, idempotency_key, lambda: wb.analysis.import_logs(path, columns)
+                log_imports.once, idempotency_key, lambda: wb.analysis.import_logs(path, columns)
             )
         return json_response({"rows": rows})
 

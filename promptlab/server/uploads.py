@@ -18,6 +18,8 @@ from promptlab.errors import DatasetError
 
 #: The largest file an upload may be: the importers' own cap for a file on disk.
 MAX_UPLOAD_BYTES = 2**30
+#: The longest file name most file systems take.
+MAX_NAME_BYTES = 255
 
 
 class UploadTooLarge(Exception):
@@ -32,6 +34,10 @@ async def received_file(
     name = Path(filename).name
     if not name or name in (".", ".."):
         raise DatasetError("filename: give the file's name (its extension says its format)")
+    if len(name.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES or not name.isprintable():
+        raise DatasetError(
+            f"filename: at most {MAX_NAME_BYTES} bytes of printable characters, not {name!r:.80}"
+        )
     with tempfile.TemporaryDirectory(prefix="promptlab-upload-") as folder:
         path = Path(folder) / name
         written = 0

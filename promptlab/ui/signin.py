@@ -21,11 +21,17 @@ ACTOR_CLAIMS = ("email", "preferred_username", "name", "sub")
 
 
 def sign_in_required() -> bool:
-    """Whether the app's secrets configure an OpenID Connect provider."""
+    """Whether the app's secrets configure an OpenID Connect provider. A secrets file
+    that does not parse stops the app (it may hold the `[auth]` section): it never
+    opens the app to everyone."""
     try:
         return "auth" in st.secrets
-    except (StreamlitSecretNotFoundError, FileNotFoundError):  # no secrets at all
-        return False
+    except StreamlitSecretNotFoundError as exc:
+        if getattr(exc, "error_id", None) == "no-secrets-found":
+            return False
+        st.error(f"The app's secrets cannot be read, so nobody can sign in: {exc}")
+        st.stop()
+        raise  # st.stop() raises; this line is for the type checker
 
 
 def signed_in_actor() -> str | None:
@@ -63,6 +69,8 @@ def _sign_in_screen() -> None:
 def actor_from_claims(claims: dict[str, Any]) -> str:
     """The first of ACTOR_CLAIMS the identity token carries (`sub` always is)."""
     for claim in ACTOR_CLAIMS:
+        if claim == "email" and claims.get("email_verified") is False:
+            continue  # a provider that says the address is not verified
         value = claims.get(claim)
         if isinstance(value, str) and value.strip():
             return value.strip()
