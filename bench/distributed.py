@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import re
 import signal
@@ -37,35 +36,12 @@ from typing import Any
 import duckdb
 import yaml
 
-from tests.cluster_fixtures import RedisServer, Workers, free_port
+# bench/executor.py, beside this script: fakellm as a subprocess and its stats.
+from executor import fakellm, stats
+
+from tests.cluster_fixtures import RedisServer, Workers
 
 WALL = re.compile(r"wall time ([0-9.]+) s")
-
-
-@contextlib.contextmanager
-def fakellm(*args: str) -> Iterator[str]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "promptlab", "fakellm", "--port", str(port), *args],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    base = f"http://127.0.0.1:{port}"
-    try:
-        for _ in range(200):
-            with contextlib.suppress(OSError):
-                stats(base)
-                break
-            time.sleep(0.05)
-        yield base
-    finally:
-        proc.terminate()
-        proc.wait(10)
-
-
-def stats(base: str) -> dict[str, Any]:
-    with urllib.request.urlopen(f"{base}/_stats") as resp:  # noqa: S310 - loopback
-        data: dict[str, Any] = json.loads(resp.read())
-        return data
 
 
 def reset(base: str) -> None:

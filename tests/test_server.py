@@ -81,6 +81,17 @@ class Served:
             self.proc.wait(30)
 
 
+def succeeded(db: Path, run_id: str) -> tuple[int, int]:
+    """(succeeded rows, distinct items among them) of a run."""
+    with Store(db) as store, store.read() as cur:
+        row = cur.execute(
+            "SELECT count(*), count(DISTINCT idempotency_key) FROM results "
+            "WHERE run_id = ? AND status = 'succeeded'",
+            [run_id],
+        ).fetchone()
+    return (int(row[0]), int(row[1])) if row else (0, 0)
+
+
 @pytest.fixture
 def served(db_path: Path) -> Iterator[Served]:
     server = Served(db_path)
@@ -316,13 +327,7 @@ def test_a_killed_server_loses_nothing_and_a_new_one_resumes(
         assert f"run {run_id}: completed" in resumed.output
     finally:
         restarted.stop()
-    with Store(served.db) as store, store.read() as cur:
-        rows = cur.execute(
-            "SELECT count(*), count(DISTINCT idempotency_key) FROM results "
-            "WHERE run_id = ? AND status = 'succeeded'",
-            [run_id],
-        ).fetchone()
-    assert rows == (ROWS, ROWS)  # every item once, none lost, none twice
+    assert succeeded(served.db, run_id) == (ROWS, ROWS)  # every item once, none lost or twice
 
 
 def test_a_restarted_server_resumes_what_its_killed_owner_left(
@@ -354,10 +359,4 @@ def test_a_restarted_server_resumes_what_its_killed_owner_left(
             time.sleep(0.1)
     finally:
         restarted.stop()
-    with Store(db_path) as store, store.read() as cur:
-        rows = cur.execute(
-            "SELECT count(*), count(DISTINCT idempotency_key) FROM results "
-            "WHERE run_id = ? AND status = 'succeeded'",
-            [run_id],
-        ).fetchone()
-    assert rows == (ROWS, ROWS)
+    assert succeeded(db_path, run_id) == (ROWS, ROWS)

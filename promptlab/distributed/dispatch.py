@@ -23,12 +23,13 @@ from promptlab.distributed import settings as keys
 from promptlab.distributed.app import SEND_CHUNK, make_app
 from promptlab.distributed.wire import (
     answer_from_dict,
+    answer_to_dict,
     endpoint_to_dict,
     request_from_dict,
     request_to_dict,
     ticket_of,
 )
-from promptlab.errors import ProviderError
+from promptlab.errors import ErrorKind, ProviderError
 from promptlab.providers.base import CompletionRequest, CompletionResponse
 from promptlab.providers.config import EndpointConfig
 
@@ -118,7 +119,10 @@ class Dispatch:
             for request in requests:
                 ticket = ticket_of(request_from_dict(request))
                 message = f"the broker at {self.url} did not take the chunk: {exc}"
-                self._answer(ticket, {"error": _connection_error(endpoint["name"], message)})
+                error = ProviderError(
+                    ErrorKind.CONNECTION, message, provider=endpoint["name"], should_retry=True
+                )
+                self._answer(ticket, answer_to_dict(None, error))
 
     # ---- answers back --------------------------------------------------------------
 
@@ -170,10 +174,3 @@ class WorkerProvider:
 
     async def aclose(self) -> None:
         return None
-
-
-def _connection_error(provider: str, message: str) -> dict[str, Any]:
-    return {
-        "kind": "connection", "message": message, "status": None, "provider": provider,
-        "retry_after_s": None, "should_retry": True, "headers": {},
-    }  # fmt: skip
