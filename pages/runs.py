@@ -1,5 +1,6 @@
-"""Runs: start a run from a YAML spec, watch it live, compare its variants, cancel, resume,
-and open any item (inputs, messages sent, params, output, error, attempts).
+"""Runs: start a run from a YAML spec (or add its schedule), see the schedules, watch runs
+live, compare their variants, cancel, resume, and open any item (inputs, messages sent,
+params, output, error, attempts).
 
 Deep link: `?run=RUN_ID&item=KEY` opens that run and item.
 """
@@ -7,7 +8,9 @@ Deep link: `?run=RUN_ID&item=KEY` opens that run and item.
 from __future__ import annotations
 
 import zlib
-from datetime import timedelta
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
 
 import pandas as pd
 import streamlit as st
@@ -55,7 +58,14 @@ def start_form(wb: Workbench) -> None:
             "have no key and must be on this machine (see the README's Security section).",
         )
         buttons = st.container(horizontal=True)
-        start = buttons.button("Start run", type="primary", key="start_run")
+        start = buttons.button(
+            "Start run",
+            type="primary",
+            key="start_run",
+            help='A spec with `schedule: "0 2 * * *"` (cron, UTC) is added as a schedule '
+            "instead; with `after: [NAME]` the run waits for the newest run of each name to "
+            "complete, and is skipped if one fails.",
+        )
         estimate = buttons.button(
             "Estimate",
             key="estimate_run",
@@ -70,7 +80,16 @@ def start_form(wb: Workbench) -> None:
                 show_error(exc)
         if start:
             try:
-                run_id = wb.runs.start(wb.runs.parse_spec(text))
+                spec = wb.runs.parse_spec(text)
+                if spec.schedule is not None:
+                    added = wb.schedules.add(spec)
+                    st.success(
+                        f"Scheduled {added.name} ({added.cron}, UTC): next run at "
+                        f"{_when(added.next_at)}",
+                        icon=":material/schedule:",
+                    )
+                    return
+                run_id = wb.runs.start(spec)
             except PromptlabError as exc:
                 show_error(exc)
             else:
@@ -78,6 +97,61 @@ def start_form(wb: Workbench) -> None:
                 # refresh in flight with the old choice cannot win.
                 st.session_state["follow_run"] = run_id
                 st.success(f"Started {run_id}", icon=":material/check_circle:")
+
+
+def schedules(wb: Workbench) -> None:
+    """Every schedule, when it next fires and how its last run went; pause, resume, remove."""
+    listed = wb.schedules.list()
+    title = f"Schedules ({len(listed)})"
+    with st.expander(title, icon=":material/schedule:", expanded=bool(listed)):
+        if not listed:
+            st.caption(
+                'A spec with `schedule: "0 2 * * *"` (cron, UTC), started above or added with '
+                "`promptlab schedule add FILE`, is submitted each time it falls due while the "
+                "app or `promptlab serve` runs."
+            )
+            return
+        last = {s.name: wb.runs.progress(s.last_run_id) for s in listed if s.last_run_id}
+        st.dataframe(
+            pd.DataFrame(
+                {
+                    "schedule": s.name,
+                    "cron (UTC)": s.cron,
+                    "state": "paused" if s.paused else "active",
+                    "next run": s.next_at,
+                    "last run": s.last_run_id,
+                    "last status": str(last[s.name].status) if s.name in last else None,
+                    "after": ", ".join(s.after),
+                    "last error": s.last_error,
+                }
+                for s in listed
+            ),
+            hide_index=True,
+            width="stretch",
+        )
+        row = st.container(horizontal=True, vertical_alignment="bottom")
+        name = row.selectbox("Schedule", [s.name for s in listed], key="schedule_choice")
+        chosen = next(s for s in listed if s.name == name)
+        if chosen.paused:
+            if row.button("Resume", key="schedule_resume", icon=":material/play_arrow:"):
+                _change_schedule(wb.schedules.resume, name)
+        elif row.button("Pause", key="schedule_pause", icon=":material/pause:"):
+            _change_schedule(wb.schedules.pause, name)
+        if row.button("Remove", key="schedule_remove", icon=":material/delete:"):
+            _change_schedule(wb.schedules.remove, name)
+
+
+def _change_schedule(change: Callable[[str], Any], name: str) -> None:
+    try:
+        change(name)
+    except PromptlabError as exc:
+        show_error(exc)
+    else:
+        st.rerun()
+
+
+def _when(at: datetime | None) -> str:
+    return "-" if at is None else f"{at:%Y-%m-%d %H:%M} UTC"
 
 
 def runs_table(runs: list[RunWithCounts]) -> None:
@@ -603,5 +677,6 @@ require_shell("pages/runs.py")
 st.title("Runs")
 workbench = get_workbench()
 start_form(workbench)
+schedules(workbench)
 deep_link()
 live(workbench)

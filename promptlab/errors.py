@@ -5,6 +5,7 @@
     │   └── SpecError                a run spec is invalid (names the field)
     ├── StoreError                   DuckDB storage problems
     │   ├── RunNotFoundError         no run has that id
+    │   ├── ScheduleNotFoundError    no schedule has that name
     │   ├── DatabaseLockedError      another process holds the database file
     │   └── FileReadError            DuckDB's reader refused a file (file and line)
     ├── TemplateError                a template cannot be saved or rendered
@@ -60,6 +61,10 @@ class StoreError(PromptlabError):
 
 class RunNotFoundError(StoreError):
     """No run has that id."""
+
+
+class ScheduleNotFoundError(StoreError):
+    """No schedule has that name."""
 
 
 class DatabaseLockedError(StoreError):

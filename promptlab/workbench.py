@@ -2,9 +2,9 @@
 
 One Workbench per database. It opens the store, owns the shared engine (started when
 first needed) and the settings, and composes one facade per domain (promptlab/facades/):
-`wb.prompts`, `wb.runs`, `wb.experiments`, `wb.datasets`, `wb.analysis`, `wb.exports`,
-`wb.audit` and `wb.demo`. Pages and commands call the facades; the rows and figures
-pages show come from `promptlab.views`, record types from `promptlab.records`.
+`wb.prompts`, `wb.runs`, `wb.schedules`, `wb.experiments`, `wb.datasets`, `wb.analysis`,
+`wb.exports`, `wb.audit` and `wb.demo`. Pages and commands call the facades; the rows and
+figures pages show come from `promptlab.views`, record types from `promptlab.records`.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from promptlab.facades.experiments import Experiments
 from promptlab.facades.exports import Exports
 from promptlab.facades.prompts import Prompts
 from promptlab.facades.runs import Runs
+from promptlab.facades.schedules import Schedules
 from promptlab.prompts.registry import Registry
 from promptlab.store import ItemStore, Store
 
@@ -64,6 +65,7 @@ class Workbench:
         self.experiments = Experiments(context)
         self.datasets = Datasets(context)
         self.runs = Runs(context, self.experiments, self.datasets)
+        self.schedules = Schedules(context, self.runs)
         self.analysis = Analysis(context)
         self.exports = Exports(context, self.analysis)
         self.audit = Audit(context)

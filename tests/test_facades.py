@@ -20,6 +20,7 @@ from promptlab.facades.experiments import Experiments
 from promptlab.facades.exports import Exports
 from promptlab.facades.prompts import Prompts
 from promptlab.facades.runs import Runs
+from promptlab.facades.schedules import Schedules
 from promptlab.store import Store
 from promptlab.workbench import Workbench
 
@@ -50,6 +51,7 @@ MODULE_NAMES = {
     "prompts": ["Prompts"],
     "run_view": ["FAILURES_SHOWN", "RunView", "read_run_view"],
     "runs": ["RunEstimate", "RunProgress", "RunSpec", "RunView", "Runs"],
+    "schedules": ["Fired", "MAX_SCHEDULES", "Schedules", "firing_order"],
 }
 
 #: Each facade as the workbench holds it (`wb.<attribute>`), with its public names.
@@ -151,6 +153,10 @@ FACADES: dict[str, tuple[type, list[str]]] = {
             "wait",
             "write_batch_output",
         ],
+    ),
+    "schedules": (
+        Schedules,
+        ["add", "fire_due", "get", "list", "next_due", "on_change", "pause", "remove", "resume"],
     ),
 }
 

@@ -188,3 +188,25 @@ def test_a_run_whose_process_is_gone_says_so_with_the_way_on(tmp_path: Path) -> 
     wb.runs.resume(run_id)
     assert wb.engine.wait(run_id, timeout=TIMEOUT_S).status == "completed"
     assert not wb.runs.view(run_id).run.process_gone
+
+
+def test_a_spec_with_a_schedule_is_added_and_paused_resumed_and_removed_on_the_page(
+    tmp_path: Path, data_dir: Path
+) -> None:
+    at = AppTest.from_file(PAGE, default_timeout=TIMEOUT_S).run()
+    nightly = spec_text(write_rows(tmp_path)) + 'schedule: "0 2 * * *"\n'
+    at.text_area(key="spec_text").set_value(nightly)
+    at.button(key="start_run").click().run()
+    assert not at.exception
+    assert [s.value for s in at.success][0].startswith("Scheduled from-the-page (0 2 * * *, UTC)")
+    assert get_workbench().runs.list() == []  # a schedule, not a run started now
+    table = at.dataframe[0].value
+    assert list(table["schedule"]) == ["from-the-page"] and list(table["state"]) == ["active"]
+
+    at.button(key="schedule_pause").click().run()
+    assert list(at.dataframe[0].value["state"]) == ["paused"]
+    at.button(key="schedule_resume").click().run()
+    assert list(at.dataframe[0].value["state"]) == ["active"]
+    at.button(key="schedule_remove").click().run()
+    assert not at.exception and get_workbench().schedules.list() == []
+    assert any("No runs yet" in i.value for i in at.info)

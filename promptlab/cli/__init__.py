@@ -18,6 +18,7 @@ from promptlab.cli import (
     metrics,
     prompts,
     runs,
+    schedules,
     serve,
     validate,
     worker,
@@ -110,6 +111,7 @@ for module in (
     feedback,
     export_cli,
     audit,
+    schedules,
     serve,
     worker,
 ):

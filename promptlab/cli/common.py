@@ -34,6 +34,8 @@ def run_exit_code(status: str, failed: int, strict: bool) -> int:
     """How a run command exits once its run ended in `status` with `failed` items."""
     if status == "completed":
         return EXIT_ITEMS_FAILED if strict and failed else EXIT_OK
+    if status == "waiting":  # submitted as asked: it starts when what it comes after does
+        return EXIT_OK
     if status == "cancelled":
         return EXIT_CANCELLED
     return EXIT_ERROR
@@ -41,6 +43,11 @@ def run_exit_code(status: str, failed: int, strict: bool) -> int:
 
 def next_line(run_id: str, status: str, *, batch: bool, wrote: bool) -> str:
     """The run id once more, where the user's eyes are at the end, with the way on."""
+    if status == "waiting":
+        return (
+            f"  run {run_id} waits for the runs it comes after and starts when they complete, "
+            f"while `promptlab serve` or the app runs (`promptlab status {run_id}`)"
+        )
     if status != "completed":
         return f"  run {run_id}: `promptlab resume {run_id}` finishes it"
     if batch and not wrote:

@@ -2,9 +2,9 @@
 
 Exit codes of `run` and `resume` (documented in the README):
 0 the run completed (every item has its final row; failed items are counted in the
-summary), 1 the run failed (stopped on quota or auth, or an internal error),
-2 bad spec or usage, 3 the run was cancelled (Ctrl-C), 4 completed with failed items
-and `--strict` given.
+summary) or waits for the runs it comes after (`after:`), 1 the run failed (stopped on
+quota or auth, or an internal error), 2 bad spec or usage, 3 the run was cancelled
+(Ctrl-C), 4 completed with failed items and `--strict` given.
 """
 
 from __future__ import annotations

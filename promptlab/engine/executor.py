@@ -28,6 +28,7 @@ from promptlab.clock import Clock
 from promptlab.config import Settings
 from promptlab.data.datasets import DatasetStore
 from promptlab.engine.collector import CollectorHold
+from promptlab.engine.dependencies import WaitingRuns, resolve_after
 from promptlab.engine.estimate import RunEstimate, estimate_run
 from promptlab.engine.lanes import EndpointPool, ProviderFactory
 from promptlab.engine.prepare import PreparedRun, StoredRun, VersionResolver, prepare_run
@@ -37,7 +38,7 @@ from promptlab.engine.run import RunExecution
 from promptlab.engine.spec import RunSpec, parse_spec
 from promptlab.engine.spill import spill_dirs, store_spills
 from promptlab.engine.writer import STORE_UNWRITABLE, BatchWriter, WriterStats
-from promptlab.errors import EngineError, PromptlabError, StoreError
+from promptlab.errors import EngineError, PromptlabError, SpecError, StoreError
 from promptlab.providers import build_provider, load_endpoints
 from promptlab.providers.config import EndpointConfig
 from promptlab.records import FINAL_RUN_STATUSES, AlertRecord, ItemErrorKind, RunStatus
@@ -97,6 +98,11 @@ class Engine:
         #: Cancels that came while their run was being resumed: applied once it starts.
         self._pending_cancels: set[str] = set()
         self._claims_lock = threading.Lock()
+        #: Runs waiting for the runs they come after (`after:`; engine/dependencies.py).
+        self._waiting = WaitingRuns(
+            self.runs, self._claims_lock, (self._claims, self._pending_cancels),
+            start=self._start, skip=self._skip,
+        )  # fmt: skip
         #: Runs' holds on the collector's tuning (promptlab.engine.collector): a run
         #: still going when `close` gives up on it must not keep the process tuned.
         self._collector_holds: set[CollectorHold] = set()
@@ -161,10 +167,16 @@ class Engine:
 
     def submit(self, spec: RunSpec) -> str:
         """Check the spec, record the run, and start planning and running it; return its id."""
+        if spec.schedule is not None:
+            raise SpecError(
+                f"run spec {spec.name}: it has a schedule ({spec.schedule}); `promptlab schedule "
+                "add FILE` registers it, or remove `schedule:` to run it now"
+            )
         prepared = self._prepare(spec)
+        after = resolve_after(self.runs, spec.after)
         self._call(self._open_lanes(prepared))
         run_id = new_run_id()
-        self.runs.create_run(run_id, spec.name, spec.raw, prepared.variants)
+        self.runs.create_run(run_id, spec.name, spec.raw, prepared.variants, after)
         # Before the run's first trace event: its chain is anchored on this event.
         self._audit_change(
             RUN_SUBMITTED,
@@ -177,9 +189,13 @@ class Engine:
                     for v in prepared.variants
                 ],
                 "experiment": (spec.experiment or {}).get("name"),
+                **({"after": dict(after)} if after else {}),
             },
         )
-        self._start(run_id, prepared)
+        if after:
+            self._waiting.hold(run_id, prepared, frozenset(dep for _name, dep in after))
+        else:
+            self._start(run_id, prepared)
         return run_id
 
     def estimate(self, spec: RunSpec) -> RunEstimate:
@@ -205,6 +221,8 @@ class Engine:
         with self._claims_lock:
             if run_id in self._active or run_id in self._claims:
                 raise EngineError(f"run {run_id} is already running")
+            if run_id in self._waiting:
+                raise EngineError(f"run {run_id} is waiting for the runs it comes after")
             self._claims.add(run_id)
         try:
             return self._resume_claimed(run_id)
@@ -230,6 +248,13 @@ class Engine:
         stored = StoredRun(run_id, self.runs.variants(run_id), planned=not replan)
         prepared = self._prepare(spec, stored)
         self._call(self._open_lanes(prepared))
+        dependencies = self.runs.dependencies(run_id)
+        if replan and dependencies:
+            # It never started: it waits (or is skipped) again by what it comes after now.
+            self.items.clear_plan(run_id)
+            self._audit_change("run.resumed", run_id, {"chain": run_chain(run_id), "replan": True})
+            self._waiting.hold(run_id, prepared, frozenset(d.run_id for d in dependencies))
+            return run_id
         if replan:
             self.items.clear_plan(run_id)
         else:
@@ -250,6 +275,8 @@ class Engine:
                 self._pending_cancels.add(run_id)
                 return
             active = self._active.get(run_id)
+            # A waiting run cancelled is no longer started when what it waits for ends.
+            self._waiting.drop(run_id)
         if active is not None:
             self._audit_change("run.cancelled", run_id, {"active": True})
             self._loop.call_soon_threadsafe(self._cancel_on_loop, run_id)
@@ -262,57 +289,39 @@ class Engine:
         self.runs.set_status(run_id, RunStatus.CANCELLED, "cancelled")
         self._audit_change("run.cancelled", run_id, {"active": False})
         self._audit_end(run_id, RunStatus.CANCELLED, "cancelled")
+        self._waiting.ended(run_id)
+
+    def adopt_waiting(self) -> list[str]:
+        """Take over every run left waiting by a process that is gone (the long-lived
+        owner does on start): each waits here, or starts or is skipped at once."""
+        return self._waiting.adopt(self.resume)
 
     def status(self, run_id: str) -> RunProgress:
         """Live progress for an active run; stored counts for any other."""
         record = self.runs.get_run(run_id)
         active = self._active.get(run_id)
         status, reason = self._unrecorded_ends.get(run_id, (record.status, record.status_reason))
+        common: dict[str, Any] = {
+            "run_id": run_id, "name": record.name, "status": status, "reason": reason,
+            "submitted_at": record.submitted_at, "started_at": record.started_at,
+            "finished_at": record.finished_at,
+        }  # fmt: skip
         if active is None or active.counters is None:
             counts = self.reads.item_counts(run_id)
             return RunProgress(
-                run_id=run_id,
-                name=record.name,
-                status=status,
-                reason=reason,
-                active=active is not None,
-                total=record.total_items,
-                pending=counts["pending"],
-                in_flight=counts["in_flight"],
-                succeeded=counts["succeeded"],
-                failed=counts["failed"],
-                cancelled=counts["cancelled"],
-                throughput_per_s=None,
-                eta_s=None,
-                submitted_at=record.submitted_at,
-                started_at=record.started_at,
-                finished_at=record.finished_at,
-            )
+                **common, active=active is not None, total=record.total_items,
+                pending=counts["pending"], in_flight=counts["in_flight"],
+                succeeded=counts["succeeded"], failed=counts["failed"],
+                cancelled=counts["cancelled"], throughput_per_s=None, eta_s=None,
+            )  # fmt: skip
         c = active.counters
-        limiters = (
-            tuple(lane.limiter.state() for lane in active.execution.lanes)
-            if (active.execution)
-            else ()
-        )
+        lanes = active.execution.lanes if active.execution else ()
         return RunProgress(
-            run_id=run_id,
-            name=record.name,
-            status=status,
-            reason=reason,
-            active=True,
-            total=c.total,
-            pending=c.pending,
-            in_flight=c.in_flight,
-            succeeded=c.succeeded,
-            failed=c.failed,
-            cancelled=c.cancelled,
-            throughput_per_s=c.throughput(),
-            eta_s=c.eta_s(),
-            submitted_at=record.submitted_at,
-            started_at=record.started_at,
-            finished_at=record.finished_at,
-            limiters=limiters,
-        )
+            **common, active=True, total=c.total, pending=c.pending, in_flight=c.in_flight,
+            succeeded=c.succeeded, failed=c.failed, cancelled=c.cancelled,
+            throughput_per_s=c.throughput(), eta_s=c.eta_s(),
+            limiters=tuple(lane.limiter.state() for lane in lanes),
+        )  # fmt: skip
 
     def list_runs(self, limit: int = 50) -> list[RunProgress]:
         return [self.status(r.run_id) for r in self.runs.list_runs(limit)]
@@ -340,6 +349,7 @@ class Engine:
         if self._closed:
             return
         self._closed = True
+        self._waiting.close()  # runs cancelled now must not start what waits for them
         try:
             for run_id in list(self._active):
                 self.cancel(run_id)
@@ -429,6 +439,14 @@ class Engine:
         active = self._active.pop(run_id, None)
         if active is not None:
             active.done.set()
+        if self._waiting:  # its status is recorded: what waits for it may go on
+            self._loop.run_in_executor(None, self._waiting.ended, run_id)
+
+    def _skip(self, run_id: str, reason: str) -> None:
+        """End a run that never started because one it comes after failed."""
+        self.runs.set_status(run_id, RunStatus.FAILED, reason)
+        self._audit_change("run.skipped", run_id, {"reason": reason})
+        self._audit_end(run_id, RunStatus.FAILED, reason)
 
     def _cancel_on_loop(self, run_id: str) -> None:
         active = self._active.get(run_id)

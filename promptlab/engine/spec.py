@@ -23,6 +23,7 @@ from promptlab.experiments import config_from_mapping
 from promptlab.experiments.sampling import parse_sampling
 from promptlab.prompts.templates import normalize_params
 from promptlab.providers.config import EXECUTORS, KINDS, parse_model_ref
+from promptlab.schedules.cron import check_cron
 from promptlab.yamlio import parse_yaml, read_yaml
 
 #: The spec field only `promptlab batch` (a trusted caller) may set; see parse_spec.
@@ -31,6 +32,7 @@ SPEC_FIELDS = frozenset(
     {
         "name", "dataset", "variants", "repeats", "limits", "retry", "endpoints", "limit_rows",
         "experiment", "mode", "unit_column", "skip_invalid_rows", "reask", "executor",
+        "schedule", "after",
     }
 )  # fmt: skip
 #: How an experiment's variants share a dataset's rows (see promptlab/experiments/config.py).
@@ -56,6 +58,10 @@ DATASET_SUFFIXES = (".csv", ".jsonl", ".ndjson")
 #: Most times a spec may send each (row, variant): sampling the same prompt a thousand
 #: times is already a study of its own; more is a typo that would plan billions of items.
 MAX_REPEATS = 1_000
+#: Most runs one run may come after (`after:`); a longer list is a pipeline to split.
+MAX_AFTER = 20
+#: Longest run name `after:` may give (names are free text, shown on every page).
+MAX_RUN_NAME_CHARS = 200
 #: Hosts an endpoint declared in a run spec may point at. A spec can be pasted into a
 #: shared app: reaching only this machine, it cannot carry prompts or data elsewhere.
 LOOPBACK_NAMES = frozenset({"localhost"})
@@ -120,6 +126,12 @@ class RunSpec:
     #: Where every endpoint's calls are made, over what the providers file says:
     #: `local` (this process) or `celery` (the workers; promptlab/distributed/).
     executor: str | None = None
+    #: A cron expression (UTC): the spec is a schedule, submitted when it falls due
+    #: (promptlab/schedules/), not a run to start now.
+    schedule: str | None = None
+    #: Names of runs this one comes after: it waits until the newest run of each name
+    #: has completed, and is skipped when one fails (promptlab/engine/dependencies.py).
+    after: tuple[str, ...] = ()
 
     @property
     def split(self) -> bool:
@@ -227,7 +239,26 @@ def parse_spec(
         raw=raw,
         local_endpoints=local_endpoints,
         executor=_executor(data.get("executor")),
+        schedule=check_cron(data["schedule"]) if "schedule" in data else None,
+        after=_after(data.get("after")),
     )
+
+
+def _after(value: Any) -> tuple[str, ...]:
+    """Run names, each once, in the order given."""
+    if value is None:
+        return ()
+    names = [value] if isinstance(value, str) else value
+    if not isinstance(names, list) or not all(
+        isinstance(n, str) and n.strip() and len(n) <= MAX_RUN_NAME_CHARS for n in names
+    ):
+        raise SpecError(
+            f"after: expected a list of run names (each up to {MAX_RUN_NAME_CHARS} "
+            f"characters), got {value!r}"
+        )
+    if len(names) > MAX_AFTER:
+        raise SpecError(f"after: at most {MAX_AFTER} runs, got {len(names)}")
+    return tuple(dict.fromkeys(n.strip() for n in names))
 
 
 def _executor(value: Any) -> str | None:

@@ -94,7 +94,9 @@ class RunView:
 
     @property
     def can_resume(self) -> bool:
-        return not self.active and self.status != RunStatus.COMPLETED
+        # A run waiting here starts by itself; one whose owner is gone is taken over.
+        waiting_here = self.status == RunStatus.WAITING and not self.run.process_gone
+        return not self.active and self.status != RunStatus.COMPLETED and not waiting_here
 
 
 def read_run_view(

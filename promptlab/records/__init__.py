@@ -45,6 +45,7 @@ from promptlab.records.runs import (
     VariantRecord,
     VariantSummary,
 )
+from promptlab.records.schedules import ScheduleRecord
 from promptlab.records.states import (
     FINAL_ITEM_STATUSES,
     FINAL_RUN_STATUSES,
@@ -87,6 +88,7 @@ __all__ = [
     "RunStatus",
     "RunSummary",
     "RunWithCounts",
+    "ScheduleRecord",
     "VariantRecord",
     "VariantSummary",
     "WriteBatch",

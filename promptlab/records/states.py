@@ -13,9 +13,11 @@ from enum import StrEnum
 
 
 class RunStatus(StrEnum):
-    """A run's lifecycle, in order; the last three are final."""
+    """A run's lifecycle, in order; the last three are final. A run with `after:` waits
+    (WAITING) until the runs it comes after have completed."""
 
     SUBMITTED = "submitted"
+    WAITING = "waiting"
     SCHEDULED = "scheduled"
     RUNNING = "running"
     COMPLETED = "completed"

@@ -2,7 +2,9 @@
 
 `promptlab serve` runs it in the foreground; the app runs it on a thread beside its
 pages when PROMPTLAB_SERVE names an address (`make run` does), so the app, the API and
-the CLI share one owner of the database and one engine.
+the CLI share one owner of the database and one engine. Serving is what makes a process
+the long-lived owner: it takes over the runs left waiting (`after:`) and runs the
+scheduler (promptlab/schedules/) while it serves.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 import uvicorn
 
+from promptlab.schedules.scheduler import Scheduler
 from promptlab.server.api import create_app
 from promptlab.server.discovery import ServerInfo, new_token, remove_discovery, write_discovery
 from promptlab.workbench import Workbench
@@ -80,9 +83,13 @@ class Serving:
 
     def run(self) -> None:
         """Serve until SIGINT or SIGTERM; then the discovery file is removed."""
+        scheduler = Scheduler(self.wb.schedules, self.wb.store.clock)
         try:
+            self.wb.engine.adopt_waiting()
+            scheduler.start()
             self._server.run(sockets=[self._sock])
         finally:
+            scheduler.stop()
             remove_discovery(self.wb.settings.db_path, self.info)
 
     def start(self) -> Serving:

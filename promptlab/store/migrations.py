@@ -389,6 +389,38 @@ MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE runs ADD COLUMN owner VARCHAR",
         ),
     ),
+    Migration(
+        "0012_schedules",
+        (
+            # A run's `after:` names, each resolved at submit to the newest run of that
+            # name: the run waits until they complete (promptlab/engine/dependencies.py).
+            """
+            CREATE TABLE run_dependencies (
+                run_id     VARCHAR NOT NULL,
+                name       VARCHAR NOT NULL,
+                depends_on VARCHAR NOT NULL,
+                PRIMARY KEY (run_id, name)
+            )
+            """,
+            # Run specs submitted on a cron schedule by the owner's scheduler
+            # (promptlab/schedules/); `next_at` is NULL while paused.
+            """
+            CREATE TABLE schedules (
+                name        VARCHAR PRIMARY KEY,
+                cron        VARCHAR NOT NULL,
+                spec        JSON NOT NULL,
+                paused      BOOLEAN NOT NULL DEFAULT false,
+                next_at     TIMESTAMPTZ,
+                last_at     TIMESTAMPTZ,
+                last_run_id VARCHAR,
+                last_error  VARCHAR,
+                author      VARCHAR NOT NULL,
+                created_at  TIMESTAMPTZ NOT NULL,
+                updated_at  TIMESTAMPTZ NOT NULL
+            )
+            """,
+        ),
+    ),
 )
 
 

@@ -11,6 +11,7 @@ import os
 import secrets
 import socket
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -26,7 +27,7 @@ RUN_COLUMNS = (
     "started_at, finished_at, updated_at, owner"
 )
 #: Statuses whose run is then driven by the process that set them: it becomes the owner.
-_OWNING = (RunStatus.SUBMITTED, RunStatus.SCHEDULED, RunStatus.RUNNING)
+_OWNING = (RunStatus.SUBMITTED, RunStatus.WAITING, RunStatus.SCHEDULED, RunStatus.RUNNING)
 _OWNER: tuple[int, str] | None = None
 
 
@@ -37,6 +38,16 @@ def process_owner() -> str:
     if _OWNER is None or _OWNER[0] != pid:  # a forked child is another owner
         _OWNER = (pid, f"{socket.gethostname()}:{pid}:{secrets.token_hex(4)}")
     return _OWNER[1]
+
+
+@dataclass(frozen=True)
+class Dependency:
+    """One run a run comes after (`after:`): its name, id and state now."""
+
+    name: str
+    run_id: str
+    status: RunStatus
+    reason: str | None
 
 
 _STATUS_TIMESTAMP = {
@@ -55,8 +66,14 @@ class RunStore:
         self.store = store
 
     def create_run(
-        self, run_id: str, name: str, spec: Mapping[str, Any], variants: Sequence[VariantRecord]
+        self,
+        run_id: str,
+        name: str,
+        spec: Mapping[str, Any],
+        variants: Sequence[VariantRecord],
+        after: Sequence[tuple[str, str]] = (),
     ) -> None:
+        """Record a new run, its variants and what it comes after ((name, run id) pairs)."""
         now = self.store.clock.now()
         with self.store.transaction() as tx:
             tx.execute(
@@ -81,7 +98,42 @@ class RunStore:
                     for v in variants
                 ],
             )
+            if after:
+                tx.executemany(
+                    "INSERT INTO run_dependencies VALUES (?, ?, ?)",
+                    [[run_id, name, depends_on] for name, depends_on in after],
+                )
             _add_event(tx, run_id, RunStatus.SUBMITTED, None, now)
+
+    def newest_named(self, name: str) -> RunRecord | None:
+        """The newest run called `name`, which `after: [name]` comes after."""
+        with self.store.read() as cur:
+            row = cur.execute(
+                f"SELECT {RUN_COLUMNS} FROM runs WHERE name = ? "
+                "ORDER BY submitted_at DESC, run_id DESC LIMIT 1",
+                [name],
+            ).fetchone()
+        return None if row is None else run_from_row(row)
+
+    def dependencies(self, run_id: str) -> list[Dependency]:
+        """What the run comes after, in name order, each with its run's state now."""
+        with self.store.read() as cur:
+            rows = cur.execute(
+                "SELECT d.name, d.depends_on, r.status, r.status_reason "
+                "FROM run_dependencies d LEFT JOIN runs r ON r.run_id = d.depends_on "
+                "WHERE d.run_id = ? ORDER BY d.name",
+                [run_id],
+            ).fetchall()
+        return [Dependency(r[0], r[1], RunStatus(r[2] or RunStatus.FAILED), r[3]) for r in rows]
+
+    def waiting(self) -> list[str]:
+        """Ids of every run waiting for the runs it comes after, oldest first."""
+        with self.store.read() as cur:
+            rows = cur.execute(
+                "SELECT run_id FROM runs WHERE status = ? ORDER BY submitted_at",
+                [RunStatus.WAITING],
+            ).fetchall()
+        return [r[0] for r in rows]
 
     def set_status(self, run_id: str, status: RunStatus, reason: str | None = None) -> None:
         """Move the run to `status`, stamping its timestamp and recording the event."""

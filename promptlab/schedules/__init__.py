@@ -1,0 +1,1 @@
+"""Run specs submitted on a cron schedule by the long-lived owner's scheduler thread."""
