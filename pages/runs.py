@@ -118,7 +118,7 @@ def schedules(wb: Workbench) -> None:
                     "schedule": s.name,
                     "cron (UTC)": s.cron,
                     "state": "paused" if s.paused else "active",
-                    "next run": s.next_at,
+                    "next run": _when(s.next_at),
                     "last run": s.last_run_id,
                     "last status": str(last[s.name].status) if s.name in last else None,
                     "after": ", ".join(s.after),
@@ -380,10 +380,22 @@ def failures(view: RunView) -> None:
 
 
 def actions(wb: Workbench, view: RunView) -> None:
-    left, right, _ = st.columns([1, 1, 4])
+    left, middle, right, _ = st.columns([1, 1, 1, 3])
     if left.button("Cancel", disabled=not view.can_cancel, key=f"cancel_{view.run_id}"):
         wb.runs.cancel(view.run_id)
         st.rerun()
+    if middle.button(
+        "Pause",
+        disabled=not view.can_pause,
+        key=f"pause_{view.run_id}",
+        help="Stop sending now; requests in flight finish, the rest wait for Resume.",
+    ):
+        try:
+            wb.runs.pause(view.run_id)
+        except PromptlabError as exc:
+            show_error(exc)
+        else:
+            st.rerun()
     if right.button("Resume", disabled=not view.can_resume, key=f"resume_{view.run_id}"):
         try:
             wb.runs.resume(view.run_id)

@@ -68,24 +68,6 @@ def counts(db: Path, run_id: str) -> dict[str, int]:
     return {**{str(s): int(n) for s, n in rows}, "recorded_twice": int(twice[0] if twice else 0)}
 
 
-def test_a_run_on_workers_completes_and_the_owner_records_it(
-    workers: Workers, fakellm_factory: ServerFactory, tmp_path: Path, db_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
-    workers.start(2)
-    server = fakellm_factory(latency_ms=20)
-    monkeypatch.setenv("PROMPTLAB_BROKER_URL", workers.url)
-    with Workbench.open(Settings.from_env()) as wb:
-        run_id = wb.runs.start(wb.runs.spec_from_data(spec_data(server, 150, tmp_path)))
-        progress = wb.runs.wait(run_id, timeout=120)
-    assert str(progress.status) == "completed"
-    assert counts(db_path, run_id) == {"succeeded": 150, "recorded_twice": 0}
-    stats = server.stats()
-    assert stats["successes"] == 150 and stats["completed_twice"] == 0
-    # Every request the workers sent carried its item's id (what claims are keyed by).
-    assert all(r["headers"].get("x-client-request-id") for r in server.requests())
-
-
 def test_the_cli_runs_distributed_and_a_killed_owner_resumes_without_resending(
     workers: Workers, fakellm_factory: ServerFactory, tmp_path: Path, db_path: Path
 ) -> None:
@@ -118,6 +100,36 @@ def test_the_cli_runs_distributed_and_a_killed_owner_resumes_without_resending(
     assert counts(db_path, run_id) == {"succeeded": 240, "recorded_twice": 0}
     stats = server.stats()
     assert stats["successes"] == 240 and stats["completed_twice"] == 0, stats
+
+
+def test_a_run_on_workers_pauses_across_them_resumes_and_the_owner_records_it_once(
+    workers: Workers, fakellm_factory: ServerFactory, tmp_path: Path, db_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """The owner is the run's only dispatcher: paused, it gives no worker another chunk,
+    what the workers hold is answered and recorded, and nothing is sent until resume."""
+    workers.start(2)
+    server = fakellm_factory(latency_ms=100)
+    monkeypatch.setenv("PROMPTLAB_BROKER_URL", workers.url)
+    with Workbench.open(Settings.from_env()) as wb:
+        run_id = wb.runs.start(wb.runs.spec_from_data(spec_data(server, 200, tmp_path)))
+        deadline = time.monotonic() + 120
+        while server.stats()["successes"] < 60:  # 30%
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        wb.runs.pause(run_id)
+        paused = wb.runs.wait(run_id, timeout=60)
+        time.sleep(0.5)  # a worker still sending would show here
+        sent = server.stats()["successes"]
+        assert (str(paused.status), paused.succeeded, paused.cancelled) == ("paused", sent, 0)
+        assert paused.pending == 200 - sent > 0
+        wb.runs.resume(run_id)
+        done = wb.runs.wait(run_id, timeout=120)
+    assert str(done.status) == "completed"
+    assert counts(db_path, run_id) == {"succeeded": 200, "recorded_twice": 0}
+    assert server.stats()["successes"] == 200 and server.stats()["completed_twice"] == 0
+    # Every request the workers sent carried its item's id (what claims are keyed by).
+    assert all(r["headers"].get("x-client-request-id") for r in server.requests())
 
 
 def test_a_killed_worker_s_chunks_are_delivered_again_and_nothing_is_lost(

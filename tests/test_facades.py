@@ -145,6 +145,7 @@ FACADES: dict[str, tuple[type, list[str]]] = {
             "list",
             "load_spec",
             "parse_spec",
+            "pause",
             "progress",
             "resume",
             "spec_from_data",

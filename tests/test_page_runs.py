@@ -210,3 +210,21 @@ def test_a_spec_with_a_schedule_is_added_and_paused_resumed_and_removed_on_the_p
     at.button(key="schedule_remove").click().run()
     assert not at.exception and get_workbench().schedules.list() == []
     assert any("No runs yet" in i.value for i in at.info)
+
+
+def test_pause_stops_a_run_on_the_page_and_resume_goes_on(tmp_path: Path) -> None:
+    engine = get_workbench().engine
+    slow = spec_text(write_rows(tmp_path, rows=40)) + "limits: {sim: {rpm: 60, concurrency: 1}}\n"
+    run_id = engine.submit(parse_spec_text(slow))
+    at = AppTest.from_file(PAGE, default_timeout=TIMEOUT_S).run()
+    assert not at.button(key=f"pause_{run_id}").disabled
+    at.button(key=f"pause_{run_id}").click().run()
+    paused = engine.wait(run_id, timeout=TIMEOUT_S)
+    assert paused.status == "paused" and paused.pending > 0 and paused.cancelled == 0
+    at.run()
+    assert list(at.dataframe[0].value["status"]) == ["paused"]
+    assert at.button(key=f"pause_{run_id}").disabled
+    at.button(key=f"resume_{run_id}").click().run()
+    assert not at.exception and engine.is_active(run_id)
+    engine.cancel(run_id)
+    engine.wait(run_id, timeout=TIMEOUT_S)

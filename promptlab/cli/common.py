@@ -36,7 +36,7 @@ def run_exit_code(status: str, failed: int, strict: bool) -> int:
         return EXIT_ITEMS_FAILED if strict and failed else EXIT_OK
     if status == "waiting":  # submitted as asked: it starts when what it comes after does
         return EXIT_OK
-    if status == "cancelled":
+    if status in ("cancelled", "paused"):
         return EXIT_CANCELLED
     return EXIT_ERROR
 

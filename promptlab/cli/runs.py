@@ -4,7 +4,7 @@ Exit codes of `run` and `resume` (documented in the README):
 0 the run completed (every item has its final row; failed items are counted in the
 summary) or waits for the runs it comes after (`after:`), 1 the run failed (stopped on
 quota or auth, or an internal error), 2 bad spec or usage, 3 the run was cancelled
-(Ctrl-C), 4 completed with failed items and `--strict` given.
+(Ctrl-C) or paused, 4 completed with failed items and `--strict` given.
 """
 
 from __future__ import annotations
@@ -393,6 +393,47 @@ def cancel_command(ctx: click.Context, run_id: str) -> None:
     click.echo(f"run {run_id}: {before} -> {after}")
 
 
+@click.command("pause")
+@db_option
+@click.argument("run_id")
+@click.pass_context
+@handle_errors
+def pause_command(ctx: click.Context, run_id: str) -> None:
+    """Pause a running run: nothing more is sent, requests in flight finish and are
+    recorded, pending items wait; `promptlab resume RUN_ID` continues it.
+
+    The run must be driven by a server (`promptlab serve`, or the app serving the API),
+    which this command then reaches, on this machine or across a cluster of workers.
+    """
+    server = served(ctx)
+    if server is not None:
+        client = ServerClient(server)
+        before = client.get(f"/v1/runs/{run_id}")["status"]
+        client.post(f"/v1/runs/{run_id}/pause")
+        after = _settled(lambda: client.get(f"/v1/runs/{run_id}"))
+        click.echo(f"run {run_id}: {before} -> {after}; `promptlab resume {run_id}` goes on")
+        return
+    with open_workbench(ctx) as wb:
+        before = wb.runs.view(run_id).status
+        wb.runs.pause(run_id)
+        after = wb.runs.wait(run_id).status
+    click.echo(f"run {run_id}: {before} -> {after}; `promptlab resume {run_id}` goes on")
+
+
+#: Seconds `pause` waits for the requests in flight to finish before it answers.
+PAUSE_WAIT_S = 120.0
+
+
+def _settled(progress: Callable[[], dict[str, object]]) -> str:
+    """The run's status once it is no longer active (or after PAUSE_WAIT_S)."""
+    deadline = time.monotonic() + PAUSE_WAIT_S
+    while True:
+        now = progress()
+        if not now["active"] or time.monotonic() > deadline:
+            return str(now["status"])
+        time.sleep(0.2)
+
+
 def drive_run(
     ctx: click.Context,
     start: Callable[[Workbench], str | None],
@@ -510,6 +551,7 @@ commands: list[click.Command] = [
     batch_command,
     batch_output_command,
     resume_command,
+    pause_command,
     status_command,
     cancel_command,
 ]

@@ -61,6 +61,7 @@ class _Active:
     task: asyncio.Task[None]
     done: threading.Event
     cancel_requested: bool = False
+    pause_requested: bool = False
 
 
 class Engine:
@@ -279,7 +280,7 @@ class Engine:
             self._waiting.drop(run_id)
         if active is not None:
             self._audit_change("run.cancelled", run_id, {"active": True})
-            self._loop.call_soon_threadsafe(self._cancel_on_loop, run_id)
+            self._loop.call_soon_threadsafe(self._halt_on_loop, run_id, False)
             return
         self._settle_writer()
         record = self.runs.get_run(run_id)
@@ -295,6 +296,14 @@ class Engine:
         """Take over every run left waiting by a process that is gone (the long-lived
         owner does on start): each waits here, or starts or is skipped at once."""
         return self._waiting.adopt(self.resume)
+
+    def pause(self, run_id: str) -> None:
+        """Stop dispatching now; in-flight requests finish, pending items wait for resume."""
+        if run_id not in self._active:
+            status = self.runs.get_run(run_id).status
+            raise EngineError(f"run {run_id} is {status}, not running here: nothing to pause")
+        self._audit_change("run.paused", run_id, {})
+        self._loop.call_soon_threadsafe(self._halt_on_loop, run_id, True)
 
     def status(self, run_id: str) -> RunProgress:
         """Live progress for an active run; stored counts for any other."""
@@ -443,18 +452,18 @@ class Engine:
             self._loop.run_in_executor(None, self._waiting.ended, run_id)
 
     def _skip(self, run_id: str, reason: str) -> None:
-        """End a run that never started because one it comes after failed."""
-        self.runs.set_status(run_id, RunStatus.FAILED, reason)
+        self.runs.set_status(run_id, RunStatus.FAILED, reason)  # one it comes after failed
         self._audit_change("run.skipped", run_id, {"reason": reason})
         self._audit_end(run_id, RunStatus.FAILED, reason)
 
-    def _cancel_on_loop(self, run_id: str) -> None:
+    def _halt_on_loop(self, run_id: str, pause: bool) -> None:
+        """Cancel (or pause) an active run, now or as soon as its execution exists."""
         active = self._active.get(run_id)
-        if active is None:
-            return
-        active.cancel_requested = True
-        if active.execution is not None:
-            active.execution.cancel()
+        if active is not None:
+            active.pause_requested |= pause
+            active.cancel_requested |= not pause
+            if active.execution is not None:
+                (active.execution.pause if pause else active.execution.cancel)()
 
     async def _tuned(self, run: Coroutine[Any, Any, None]) -> None:
         """A run with its hold on the collector's tuning, planning included (it makes an
@@ -487,6 +496,8 @@ class Engine:
             active.execution, active.counters = execution, counters
             if active.cancel_requested:
                 execution.cancel()
+            elif active.pause_requested:
+                execution.pause()
             await asyncio.to_thread(self.runs.set_status, run_id, RunStatus.RUNNING)
             await execution.execute()
             await asyncio.gather(*alert_writes)
@@ -518,9 +529,7 @@ class Engine:
             log.error("run %s failed: %s", run_id, exc)  # explained: its message says it all
         else:  # a bug, or the database refusing what the engine wrote: keep the traceback
             log.exception("run %s failed", run_id)
-        reason = str(exc)
-        if is_storage_failure(exc):
-            reason = f"{STORE_UNWRITABLE}: {exc}"
+        reason = f"{STORE_UNWRITABLE}: {exc}" if is_storage_failure(exc) else str(exc)
         await self._end_run(run_id, RunStatus.FAILED, reason, f"run failed: {reason}")
 
     async def _store_alerts(self, run_id: str, alerts: list[AlertRecord]) -> None:
@@ -539,6 +548,9 @@ class Engine:
             await self._end_run(run_id, RunStatus.FAILED, reason, reason)
         elif execution.cancelled:
             await self._end_run(run_id, RunStatus.CANCELLED, "cancelled", "run cancelled")
+        elif execution.paused:
+            await self._writer.flush()  # not an end: no cancelled rows, no end event
+            await asyncio.to_thread(self.runs.set_status, run_id, RunStatus.PAUSED, "paused")
         else:
             counts = await asyncio.to_thread(self.reads.item_counts, run_id)
             left = counts["pending"] + counts["in_flight"]

@@ -130,6 +130,8 @@ class RunExecution:
         self.writer = writer
         self.stopping = asyncio.Event()
         self.cancelled = False
+        #: Stopped to be resumed later: open items stay open (see `pause`).
+        self.paused = False
         self.stop_reason: str | None = None
         self._feeders: list[asyncio.Task[None]] = []
         self._items: set[asyncio.Task[None]] = set()
@@ -148,6 +150,12 @@ class RunExecution:
     def cancel(self) -> None:
         """Stop new dispatches now; in-flight requests finish or time out."""
         self.cancelled = True
+        self._halt()
+
+    def pause(self) -> None:
+        """Stop new dispatches now, like `cancel`, but the run ends paused: in-flight
+        requests finish and pending items stay pending for `resume`."""
+        self.paused = True
         self._halt()
 
     def stop(self, reason: str) -> None:
@@ -389,7 +397,8 @@ class RunExecution:
                 self._failed(item, flight, error)
                 return
             if not await self._wait_to_retry(lane, prepared, flight, error):
-                message = f"cancelled before a retry; last error {error}"
+                stopped = "paused" if self.paused else "cancelled"
+                message = f"{stopped} before a retry; last error {error}"
                 self.recorder.final(
                     item, ItemStatus.CANCELLED, True, flight.attempt, error=(None, message)
                 )

@@ -93,6 +93,10 @@ class RunView:
         return self.active or self.status not in FINAL_RUN_STATUSES
 
     @property
+    def can_pause(self) -> bool:
+        return self.active
+
+    @property
     def can_resume(self) -> bool:
         # A run waiting here starts by itself; one whose owner is gone is taken over.
         waiting_here = self.status == RunStatus.WAITING and not self.run.process_gone

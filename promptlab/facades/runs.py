@@ -211,6 +211,10 @@ class Runs:
     def cancel(self, run_id: str) -> None:
         self._context.engine().cancel(run_id)
 
+    def pause(self, run_id: str) -> None:
+        """Stop a running run's dispatch; `resume` continues it (engine.pause)."""
+        self._context.engine().pause(run_id)
+
     def wait(self, run_id: str, timeout: float | None = None) -> RunProgress:
         return self._context.engine().wait(run_id, timeout)
 

@@ -14,12 +14,14 @@ from enum import StrEnum
 
 class RunStatus(StrEnum):
     """A run's lifecycle, in order; the last three are final. A run with `after:` waits
-    (WAITING) until the runs it comes after have completed."""
+    (WAITING) until the runs it comes after have completed; a PAUSED run sends nothing
+    until it is resumed (its pending items stay pending)."""
 
     SUBMITTED = "submitted"
     WAITING = "waiting"
     SCHEDULED = "scheduled"
     RUNNING = "running"
+    PAUSED = "paused"
     COMPLETED = "completed"
     FAILED = "failed"
     CANCELLED = "cancelled"

@@ -257,7 +257,7 @@ def _submit_routes(app: FastAPI, wb: Workbench, auth: list[Any], local_paths: bo
 
 
 def _run_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
-    """One run: status, cancel, resume, items, a request file's output."""
+    """One run: status, cancel, pause, resume, items, a request file's output."""
 
     @app.get("/v1/runs/{run_id}", dependencies=auth)
     def run_status(run_id: str, summary: bool = False) -> dict[str, Any]:
@@ -274,6 +274,12 @@ def _run_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
     def cancel_run(run_id: str) -> dict[str, Any]:
         """Stop dispatching; requests in flight finish."""
         wb.runs.cancel(run_id)
+        return _progress(wb, run_id)
+
+    @app.post("/v1/runs/{run_id}/pause", dependencies=auth)
+    def pause_run(run_id: str) -> dict[str, Any]:
+        """Stop dispatching; requests in flight finish, pending items wait for resume."""
+        wb.runs.pause(run_id)
         return _progress(wb, run_id)
 
     @app.post("/v1/runs/{run_id}/resume", dependencies=auth)

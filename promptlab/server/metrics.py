@@ -26,7 +26,9 @@ from promptlab.workbench import Workbench
 
 #: Upper bounds (seconds) of the request latency histogram.
 LATENCY_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
-RUN_STATES = ("submitted", "waiting", "scheduled", "running", "completed", "failed", "cancelled")
+RUN_STATES = (
+    "submitted", "waiting", "scheduled", "running", "paused", "completed", "failed", "cancelled"
+)  # fmt: skip
 
 
 class WorkbenchCollector:

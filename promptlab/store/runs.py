@@ -19,7 +19,7 @@ import duckdb
 
 from promptlab.audit.redact import Redactor
 from promptlab.errors import RunNotFoundError
-from promptlab.records import RunRecord, RunStatus, VariantRecord
+from promptlab.records import FINAL_RUN_STATUSES, RunRecord, RunStatus, VariantRecord
 from promptlab.store.connection import Store
 
 RUN_COLUMNS = (
@@ -29,6 +29,8 @@ RUN_COLUMNS = (
 #: Statuses whose run is then driven by the process that set them: it becomes the owner.
 _OWNING = (RunStatus.SUBMITTED, RunStatus.WAITING, RunStatus.SCHEDULED, RunStatus.RUNNING)
 _OWNER: tuple[int, str] | None = None
+#: Statuses no process drives: final ones, and a pause (until `resume`).
+_UNDRIVEN = FINAL_RUN_STATUSES | {RunStatus.PAUSED}
 
 
 def process_owner() -> str:
@@ -227,8 +229,9 @@ def run_from_row(row: tuple[Any, ...]) -> RunRecord:
         updated_at=row[10],
         owner=row[11],
         # A live run's owner is the process driving it; only one process has the file,
-        # so an owner other than this one is a process that is gone.
-        process_gone=not RunStatus(row[3]).is_final and row[11] != process_owner(),
+        # so an owner other than this one is a process that is gone. A paused run is
+        # driven by nobody on purpose.
+        process_gone=RunStatus(row[3]) not in _UNDRIVEN and row[11] != process_owner(),
     )
 
 
