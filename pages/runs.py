@@ -249,6 +249,7 @@ def run_detail(wb: Workbench, run_id: str) -> None:
         )
     outcome(view)
     variants(wb, view)
+    scores(wb, view.run_id)
     field_failures(view)
     failures(view)
     actions(wb, view)
@@ -336,6 +337,41 @@ def variants(wb: Workbench, view: RunView) -> None:
         wb, "metrics", key=f"download_metrics_{view.run_id}", label="Download metrics",
         run_id=view.run_id,
     )  # fmt: skip
+
+
+def scores(wb: Workbench, run_id: str) -> None:
+    """Each scorer's mean per variant against the spec's expected answers (if any)."""
+    counts = wb.analysis.scores(run_id)
+    if not counts:
+        return
+    st.markdown("**Scores against expected answers**")
+    st.dataframe(
+        pd.DataFrame(
+            {
+                "variant": c.label,
+                "scorer": c.scorer,
+                "score": c.mean,
+                "95% interval": (
+                    f"{c.interval.low:.1%} - {c.interval.high:.1%}" if c.interval else None
+                ),
+                "scored": c.scored,
+                "no output": c.no_output,
+                "malformed": c.malformed,
+                "no expected": c.no_expected,
+            }
+            for c in counts
+        ),
+        column_config={
+            "score": st.column_config.NumberColumn(
+                format="percent",
+                help="the mean score (an accuracy when each is right or wrong); failed "
+                "requests and unreadable outputs score 0, rows with no expected value none",
+            ),
+        },
+        hide_index=True,
+        width="stretch",
+        key=f"scores_{run_id}",
+    )
 
 
 def field_failures(view: RunView) -> None:

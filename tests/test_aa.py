@@ -17,6 +17,7 @@ from promptlab.analysis.simulate import (
     power,
 )
 from promptlab.analysis.stats import MIN_ROWS_PAIRED, MIN_UNITS_PER_ARM
+from promptlab.records.samples import SCORE_PREFIX
 
 TRAFFIC = Traffic()
 #: The family-wise false-positive rate the table may reach (5% nominal, plus room for
@@ -61,3 +62,14 @@ def test_at_the_minimum_of_units_false_positives_stay_near_nominal() -> None:
 def test_all_mode_runs_at_their_minimum_of_rows_keep_false_positives_down() -> None:
     assert paired_false_positive_rate(200, MIN_ROWS_PAIRED) <= MAX_FALSE_POSITIVES
     assert paired_false_positive_rate(200, MIN_ROWS_PAIRED, repeats=3) <= MAX_FALSE_POSITIVES
+
+
+def test_a_score_against_expected_answers_is_analysed_per_unit() -> None:
+    # Users differ in how often they get a right answer (some ask harder questions):
+    # counted per request, an accuracy with no true difference "differs" most of the
+    # time; per unit it stays at the nominal rate, and the whole table with it.
+    traffic = replace(TRAFFIC, accuracy_mean=0.7)
+    accuracy = f"{SCORE_PREFIX}exact"
+    assert false_positive_rate(40, traffic, per_request=True, metric=accuracy) > 0.3
+    assert false_positive_rate(200, traffic, metric=accuracy) <= 0.05
+    assert false_positive_rate(200, traffic) <= MAX_FALSE_POSITIVES

@@ -76,6 +76,7 @@ FACADES: dict[str, tuple[type, list[str]]] = {
             "rate_result",
             "result_feedback",
             "runs_with_results",
+            "scores",
             "side_by_side",
         ],
     ),

@@ -55,7 +55,14 @@ from promptlab.analysis.units import (
 )
 from promptlab.errors import PromptlabError
 from promptlab.records import LogMetricsRow, MetricsRow, RunRecord
-from promptlab.records.samples import COMPLETION, CTR, ArmSample, PairedSample, RatioSample
+from promptlab.records.samples import (
+    COMPLETION,
+    CTR,
+    SCORE_PREFIX,
+    ArmSample,
+    PairedSample,
+    RatioSample,
+)
 from promptlab.records.states import RunStatus
 
 if TYPE_CHECKING:
@@ -175,9 +182,9 @@ def compare_arms(
     `holm_verdicts` over the whole table."""
     by = "unit" if a.per_unit or b.per_unit else "request"
     rows = []
-    for metric in (COMPLETION, CTR):
+    for metric in (COMPLETION, CTR, *_scores(a, b)):
         ra, rb = a.rates[metric], b.rates[metric]
-        if metric == CTR and not (ra.den.sum() or rb.den.sum()):
+        if metric != COMPLETION and not (ra.den.sum() or rb.den.sum()):
             continue
         pre = (a.pre.get(metric), b.pre.get(metric)) if cuped else (None, None)
         rows.append(_rate_row(metric, a.name, b.name, ra, rb, by, sequential, pre))
@@ -203,9 +210,10 @@ def compare_paired(
     sample_b = RatioSample(pairs.completed_b, pairs.finished)
     rows = [_row_from(COMPLETION, a.name, b.name, sample_a, sample_b, estimate, "row",
                       sequential, (pairs.rows, pairs.rows), "paired delta method")]  # fmt: skip
-    if a.rates[CTR].den.sum() or b.rates[CTR].den.sum():
-        rows.append(_rate_row(CTR, a.name, b.name, a.rates[CTR], b.rates[CTR], "row",
-                              sequential, (None, None)))  # fmt: skip
+    for metric in (CTR, *_scores(a, b)):  # not paired: clustered by row, per arm
+        if a.rates[metric].den.sum() or b.rates[metric].den.sum():
+            rows.append(_rate_row(metric, a.name, b.name, a.rates[metric], b.rates[metric],
+                                  "row", sequential, (None, None)))  # fmt: skip
     differences = None
     if pairs.latency_a.size:
         qs = tuple(q for q, _ in COMPARED_QUANTILES)
@@ -216,6 +224,11 @@ def compare_paired(
     counts = (rows_timed, rows_timed, pairs.latency_a.size, pairs.latency_b.size)
     return rows + _latency_rows(a.name, b.name, pairs.latency_a, pairs.latency_b, differences,
                                 counts, "row", sequential, paired=True)  # fmt: skip
+
+
+def _scores(a: ArmSample, b: ArmSample) -> list[str]:
+    """The score metrics both arms carry (a scorer's mean score, promptlab/scoring/)."""
+    return sorted(m for m in a.rates.keys() & b.rates.keys() if m.startswith(SCORE_PREFIX))
 
 
 def _distinct(index: object) -> int:

@@ -23,7 +23,14 @@ from typing import TYPE_CHECKING, Any
 
 from promptlab.analysis.compare import compare_arms, compare_paired
 from promptlab.analysis.stats import Verdict, holm_verdicts
-from promptlab.records.samples import COMPLETION, CTR, ArmSample, PairedSample, RatioSample
+from promptlab.records.samples import (
+    COMPLETION,
+    CTR,
+    SCORE_PREFIX,
+    ArmSample,
+    PairedSample,
+    RatioSample,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -61,6 +68,11 @@ class Traffic:
     pre_share: float = 0.0
     #: How far a user's pre-period click propensity drifts (logit scale sigma).
     pre_drift: float = 0.5
+    #: Mean of users' propensity to get a right answer (an accuracy score against
+    #: expected answers); None: the arms carry no score. Drawn from a generator spawned
+    #: off the arm's, so the other metrics' draws stay as they were.
+    accuracy_mean: float | None = None
+    accuracy_concentration: float = 4.0
 
 
 @dataclass(frozen=True)
@@ -76,6 +88,7 @@ class Requests:
     units: int
     pre_shown: Any = None
     pre_clicked: Any = None
+    right: Any = None
 
 
 def simulate_arm(traffic: Traffic, rng: Any) -> Requests:
@@ -103,11 +116,16 @@ def simulate_arm(traffic: Traffic, rng: Any) -> Requests:
         pre_counts = np.maximum(1, np.round(counts * traffic.pre_share)).astype(np.int64)
         pre_shown = pre_counts.astype(np.float64)
         pre_clicked = rng.binomial(pre_counts, before).astype(np.float64)
-    return Requests(
+    requests = Requests(
         unit=unit, time=rng.random(n), completed=rng.random(n) < done[unit], shown=shown,
         clicked=clicked, latency=scale[unit] * rng.lognormal(0, traffic.latency_request_sigma, n),
         units=k, pre_shown=pre_shown, pre_clicked=pre_clicked,
     )  # fmt: skip
+    if traffic.accuracy_mean is None:
+        return requests
+    own = rng.spawn(1)[0]
+    accuracy = _beta(own, traffic.accuracy_mean, traffic.accuracy_concentration, k)
+    return replace(requests, right=own.random(n) < accuracy[unit])
 
 
 def _beta(rng: Any, mean: float, concentration: float, size: int) -> FloatArray:
@@ -134,13 +152,17 @@ def arm_sample(
         return np.asarray(summed, dtype=np.float64)
 
     ones = np.ones(requests.unit.size)
+    scores = {}
+    if requests.right is not None:
+        scores = {SCORE_PREFIX + "exact": RatioSample(per_unit(requests.right), per_unit(ones))}
     pre = {}
     if requests.pre_shown is not None and not per_request:
         pre = {CTR: RatioSample(requests.pre_clicked[present], requests.pre_shown[present])}
     return ArmSample(
         name=name, units=k, requests=int(keep.sum()), unitless=k if per_request else 0,
         rates={COMPLETION: RatioSample(per_unit(requests.completed), per_unit(ones)),
-               CTR: RatioSample(per_unit(requests.clicked), per_unit(requests.shown))},
+               CTR: RatioSample(per_unit(requests.clicked), per_unit(requests.shown)),
+               **scores},
         latency=requests.latency[keep], latency_unit=index.astype(np.int64), pre=pre,
     )  # fmt: skip
 
@@ -153,9 +175,11 @@ def _called(rows: list[Any], metric: str | None = None) -> bool:
 def false_positive_rate(
     pairs: int, traffic: Traffic, *, looks: int = 1, sequential: bool = False,
     per_request: bool = False, cuped: bool = False, seed: int = 2026,
+    metric: str | None = None,
 ) -> float:  # fmt: skip
-    """The share of A/A pairs where any row of the table (after Holm) was called better
-    or worse, at any of `looks` evenly spaced looks."""
+    """The share of A/A pairs where any row of the table (after Holm; with `metric`,
+    that metric's row) was called better or worse, at any of `looks` evenly spaced
+    looks."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
@@ -167,7 +191,7 @@ def false_positive_rate(
             rows = compare_arms(arm_sample("A", a, until, per_request),
                                 arm_sample("B", b, until, per_request),
                                 sequential=sequential, cuped=cuped)  # fmt: skip
-            if _called(holm_verdicts(rows)):
+            if _called(holm_verdicts(rows), metric):
                 hits += 1
                 break
     return hits / pairs

@@ -26,7 +26,10 @@ from promptlab.checks import patterns
 from promptlab.checks.schema_messages import shorten
 from promptlab.errors import TemplateError
 
-__all__ = ["FUNCTIONS", "Rule", "RuleOutcome", "RuleSet", "RuleStatus", "parse_rules"]
+__all__ = [
+    "FUNCTIONS", "Rule", "RuleOutcome", "RuleSet", "RuleStatus", "check_expression", "parse_rules",
+    "wrap",
+]  # fmt: skip
 
 SEVERITIES = ("error", "warning")
 #: Longest expression accepted: rules are one-liners, not programs.
@@ -120,7 +123,7 @@ def _rule(item: Any, where: str) -> Rule:
         raise TemplateError(f"{where}: {kind} needs `field` (a dotted path)")
     value: Any
     if kind == "expr":
-        value = _expression(item["expr"], where)
+        value = check_expression(item["expr"], where)
     elif kind == "required":
         value = item["required"]
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
@@ -140,7 +143,8 @@ def _rule(item: Any, where: str) -> Rule:
     return Rule(name, severity, kind, value, field)
 
 
-def _expression(text: Any, where: str) -> str:
+def check_expression(text: Any, where: str) -> str:
+    """A safe expression, checked (syntax, names, the functions it may call); the text."""
     if not isinstance(text, str) or not text.strip():
         raise TemplateError(f"{where}: expr must be a non-empty expression")
     if len(text) > MAX_EXPR_CHARS:

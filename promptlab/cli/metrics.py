@@ -28,7 +28,7 @@ from promptlab.views.compare import (
 if TYPE_CHECKING:
     from promptlab.analysis.compare import Comparison
     from promptlab.analysis.stats import MetricComparison
-    from promptlab.records import LogMetricsRow, MetricsRow
+    from promptlab.records import LogMetricsRow, MetricsRow, ScoreCounts
 
 
 @click.command("metrics")
@@ -61,6 +61,8 @@ def metrics_command(
     with open_workbench(ctx) as wb:
         rows = [] if logs_only else wb.analysis.metrics(run_id=run_id, prompt=prompt, since=since)
         log_rows = [] if run_id is not None else wb.analysis.log_metrics(prompt=prompt, since=since)
+        scores = [] if logs_only or since else wb.analysis.scores(run_id)
+    scores = [s for s in scores if run_id or prompt is None or s.label.startswith(f"{prompt}@")]
     if logs_only:
         if as_json:
             click.echo(json.dumps([log_metrics_json(r) for r in log_rows], indent=2))
@@ -87,6 +89,11 @@ def metrics_command(
         if r.failed_by_kind:
             kinds = ", ".join(f"{k}={n}" for k, n in sorted(r.failed_by_kind.items()))
             click.echo(f"failures {r.label} ({r.model}): {kinds}")
+    if scores:
+        click.echo("scores against expected answers (mean; an accuracy when each is right or")
+        click.echo("wrong; 95% interval, Wilson's for an accuracy):")
+        for line in scores_table(scores):
+            click.echo(line)
     if any(r.impressions or r.thumbs_up or r.thumbs_down for r in rows):
         click.echo("feedback (CTR: clicks over impressions):")
         for line in feedback_table(rows):
@@ -95,6 +102,20 @@ def metrics_command(
         click.echo("production logs:")
         for line in logs_table(log_rows):
             click.echo(line)
+
+
+def scores_table(scores: list[ScoreCounts]) -> list[str]:
+    """One line per variant (or version) and scorer."""
+    lines = []
+    for s in scores:
+        interval = s.interval
+        shown = "-" if s.mean is None else f"{s.mean:6.1%}"
+        ci = f"[{interval.low:.1%}, {interval.high:.1%}]" if interval else ""
+        lines.append(
+            f"  {s.label:<24} {s.scorer:<14} {shown} {ci:<17} scored {s.scored}  "
+            f"no output {s.no_output}  malformed {s.malformed}  no expected {s.no_expected}"
+        )
+    return lines
 
 
 @click.command("compare")

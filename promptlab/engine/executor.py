@@ -42,6 +42,7 @@ from promptlab.errors import EngineError, PromptlabError, SpecError, StoreError
 from promptlab.providers import build_provider, load_endpoints
 from promptlab.providers.config import EndpointConfig
 from promptlab.records import FINAL_RUN_STATUSES, AlertRecord, ItemErrorKind, RunStatus
+from promptlab.scoring.runs import score_run
 from promptlab.store import ItemStore, ReadModels, RunStore, Store
 from promptlab.store.alerts import AlertStore
 from promptlab.store.audit import AuditLog
@@ -293,8 +294,7 @@ class Engine:
         self._waiting.ended(run_id)
 
     def adopt_waiting(self) -> list[str]:
-        """Take over every run left waiting by a process that is gone (the long-lived
-        owner does on start): each waits here, or starts or is skipped at once."""
+        """Take over the runs left waiting by a process that is gone (see dependencies.py)."""
         return self._waiting.adopt(self.resume)
 
     def pause(self, run_id: str) -> None:
@@ -494,13 +494,13 @@ class Engine:
 
             execution = self._execution(run_id, prepared, rows, counters, store_alerts)
             active.execution, active.counters = execution, counters
-            if active.cancel_requested:
-                execution.cancel()
-            elif active.pause_requested:
-                execution.pause()
+            if active.cancel_requested or active.pause_requested:
+                self._halt_on_loop(run_id, pause=not active.cancel_requested)
             await asyncio.to_thread(self.runs.set_status, run_id, RunStatus.RUNNING)
             await execution.execute()
             await asyncio.gather(*alert_writes)
+            spec = prepared.spec  # then what finished is scored (promptlab/scoring/):
+            await asyncio.to_thread(score_run, self.store, run_id, spec.expected, spec.scorers)
             await self._close_run(run_id, execution)
         except Exception as exc:
             await self._fail_run(run_id, exc)

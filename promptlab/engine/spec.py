@@ -24,6 +24,7 @@ from promptlab.experiments.sampling import parse_sampling
 from promptlab.prompts.templates import normalize_params
 from promptlab.providers.config import EXECUTORS, KINDS, parse_model_ref
 from promptlab.schedules.cron import check_cron
+from promptlab.scoring.scorers import Scorer, parse_scorers
 from promptlab.yamlio import parse_yaml, read_yaml
 
 #: The spec field only `promptlab batch` (a trusted caller) may set; see parse_spec.
@@ -32,7 +33,7 @@ SPEC_FIELDS = frozenset(
     {
         "name", "dataset", "variants", "repeats", "limits", "retry", "endpoints", "limit_rows",
         "experiment", "mode", "unit_column", "skip_invalid_rows", "reask", "executor",
-        "schedule", "after",
+        "schedule", "after", "expected", "scorers",
     }
 )  # fmt: skip
 #: How an experiment's variants share a dataset's rows (see promptlab/experiments/config.py).
@@ -132,6 +133,10 @@ class RunSpec:
     #: Names of runs this one comes after: it waits until the newest run of each name
     #: has completed, and is skipped when one fails (promptlab/engine/dependencies.py).
     after: tuple[str, ...] = ()
+    #: The dataset column holding each row's expected answer, and how outputs are scored
+    #: against it (promptlab/scoring/): every finished result is scored when the run ends.
+    expected: str | None = None
+    scorers: tuple[Scorer, ...] = ()
 
     @property
     def split(self) -> bool:
@@ -239,9 +244,23 @@ def parse_spec(
         raw=raw,
         local_endpoints=local_endpoints,
         executor=_executor(data.get("executor")),
-        schedule=check_cron(data["schedule"]) if "schedule" in data else None,
-        after=_after(data.get("after")),
+        **_schedule_and_scoring(data),
     )
+
+
+def _schedule_and_scoring(data: Mapping[str, Any]) -> dict[str, Any]:
+    """`schedule`, `after`, `expected` and `scorers`, checked."""
+    out: dict[str, Any] = {"after": _after(data.get("after"))}
+    if "schedule" in data:
+        out["schedule"] = check_cron(data["schedule"])
+    expected = data.get("expected")
+    if expected is None:
+        if "scorers" in data:
+            raise SpecError("scorers: need `expected:`, the column holding the expected answer")
+        return out
+    if not isinstance(expected, str) or not expected.strip():
+        raise SpecError(f"expected: the dataset column holding the answer, got {expected!r}")
+    return {**out, "expected": expected, "scorers": parse_scorers(data.get("scorers"))}
 
 
 def _after(value: Any) -> tuple[str, ...]:

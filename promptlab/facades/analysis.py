@@ -26,12 +26,13 @@ from promptlab.checks.anomalies import detect, observation_of, schema_fields
 from promptlab.data.feedback import LOG_FIELDS, FeedbackImporter
 from promptlab.errors import PromptlabError
 from promptlab.facades.context import Context
-from promptlab.records import AlertRecord, LogMetricsRow, MetricsRow
+from promptlab.records import AlertRecord, LogMetricsRow, MetricsRow, ScoreCounts
 from promptlab.store import RunStore
 from promptlab.store.alerts import AlertStore
 from promptlab.store.metrics import MetricsReads
 from promptlab.store.result_runs import ResultRuns, RunWithResults
 from promptlab.store.samples import SampleReads
+from promptlab.store.scores import ScoreStore
 from promptlab.store.side_by_side import SideBySidePage, SideBySideReads, SideBySideRow
 from promptlab.store.timeseries import TimeSeries, TimeseriesReads
 
@@ -242,6 +243,16 @@ class Analysis:
     def result_feedback(self, run_id: str, key: str) -> dict[str, int]:
         """How many feedback events of each kind a result has (imported or rated here)."""
         return self._feedback.tables.counts(run_id, key)
+
+    # ---- scores against expected answers (promptlab/scoring/) -------------------------
+
+    def scores(self, run_id: str | None = None) -> list[ScoreCounts]:
+        """Each scorer's scores per variant of `run_id`, or per prompt version across
+        runs: how many were scored, the mean (an accuracy when every score is 0 or 1),
+        its 95% interval, and how many were wrong for no output or a malformed one."""
+        if run_id is not None:
+            self._reads.run(run_id)  # an unknown run is an error, not an empty list
+        return ScoreStore(self._context.store).counts(run_id)
 
     # ---- anomaly alerts ------------------------------------------------------------
 

@@ -46,6 +46,7 @@ from promptlab.records.runs import (
     VariantSummary,
 )
 from promptlab.records.schedules import ScheduleRecord
+from promptlab.records.scores import ScoreCounts
 from promptlab.records.states import (
     FINAL_ITEM_STATUSES,
     FINAL_RUN_STATUSES,
@@ -89,6 +90,7 @@ __all__ = [
     "RunSummary",
     "RunWithCounts",
     "ScheduleRecord",
+    "ScoreCounts",
     "VariantRecord",
     "VariantSummary",
     "WriteBatch",

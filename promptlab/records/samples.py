@@ -21,6 +21,8 @@ if TYPE_CHECKING:
 #: The rate metrics every comparison has, by the names its rows carry.
 COMPLETION = "completion rate"
 CTR = "CTR"
+#: A scorer's mean score (an accuracy) is the rate `score: NAME` (promptlab/scoring/).
+SCORE_PREFIX = "score: "
 
 
 @dataclass(frozen=True)

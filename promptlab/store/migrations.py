@@ -421,6 +421,26 @@ MIGRATIONS: tuple[Migration, ...] = (
             """,
         ),
     ),
+    Migration(
+        "0013_scores",
+        (
+            # Each finished result's score per scorer against the row's expected answer
+            # (promptlab/scoring/); a run's rows are replaced whole when it is scored again.
+            """
+            CREATE TABLE scores (
+                idempotency_key   VARCHAR NOT NULL,
+                run_id            VARCHAR NOT NULL,
+                variant           VARCHAR NOT NULL,
+                prompt_version_id VARCHAR NOT NULL,
+                row_index         BIGINT NOT NULL,
+                scorer            VARCHAR NOT NULL,
+                value             DOUBLE,
+                status            VARCHAR NOT NULL,
+                detail            VARCHAR
+            )
+            """,
+        ),
+    ),
 )
 
 

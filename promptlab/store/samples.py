@@ -12,7 +12,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from promptlab.records.samples import COMPLETION, CTR, ArmSample, PairedSample, RatioSample
+from promptlab.records.samples import (
+    COMPLETION,
+    CTR,
+    SCORE_PREFIX,
+    ArmSample,
+    PairedSample,
+    RatioSample,
+)
 from promptlab.store.connection import Store
 from promptlab.store.metrics import MetricsReads, completed_predicate
 
@@ -28,6 +35,11 @@ _FEEDBACK = (
     "sum(least(f.clk, f.imp)) AS clk FROM fbk f LEFT JOIN tagged t ON t.key = f.key "
     # Feedback on a result outside the arm (finished before `since`) is not the arm's.
     "WHERE f.key IS NULL OR t.key IS NOT NULL GROUP BY 1"
+)
+#: Each scorer's scores of `tagged` results summed per unit hash (promptlab/scoring/).
+_SCORES = (
+    "SELECT s.scorer, hash(t.unit) AS u, sum(s.value) AS num, count(s.value) AS den "
+    "FROM scores s JOIN tagged t ON t.key = s.idempotency_key GROUP BY ALL"
 )
 
 
@@ -223,6 +235,7 @@ def _arm(cur: duckdb.DuckDBPyConnection, name: str, ctes: str, params: dict[str,
 
     requests = cur.execute(ctes + _REQUESTS, params).fetchnumpy()
     feedback = cur.execute(ctes + _FEEDBACK, params).fetchnumpy()
+    scores = cur.execute(ctes + _SCORES, params).fetchnumpy()
     result_units, feedback_units = _u(requests["u"]), _u(feedback["u"])
     ids = np.unique(np.concatenate([result_units, feedback_units]))
     k = ids.size
@@ -231,9 +244,16 @@ def _arm(cur: duckdb.DuckDBPyConnection, name: str, ctes: str, params: dict[str,
     finished = _sum(index, np.ones(index.size), k)
     unitless = _sum(index, requests["unitless"], k)
     timed = np.asarray(requests["timed"], dtype=bool)
+    scorer = np.asarray(scores["scorer"], dtype=object)
+    scored = {
+        SCORE_PREFIX + str(each): _aligned(ids, {c: scores[c][scorer == each]
+                                                 for c in ("u", "num", "den")}, "num", "den")
+        for each in sorted(set(scorer))
+    }  # fmt: skip
     return ArmSample(
         name=name, units=int((finished > 0).sum()), requests=int(index.size),
         unitless=int(((unitless > 0) & (finished > 0)).sum()),
-        rates={COMPLETION: RatioSample(_sum(index, requests["ok"], k), finished), CTR: shown},
+        rates={COMPLETION: RatioSample(_sum(index, requests["ok"], k), finished), CTR: shown,
+               **scored},
         latency=_f(requests["latency_ms"])[timed], latency_unit=index[timed].astype(np.int64),
     )  # fmt: skip

@@ -1,0 +1,1 @@
+"""Scores against expected answers: the scorers, and a run's scores computed and stored."""
