@@ -358,6 +358,7 @@ def scores(wb: Workbench, run_id: str) -> None:
                 "no output": c.no_output,
                 "malformed": c.malformed,
                 "no expected": c.no_expected,
+                "not judged": c.not_judged,
             }
             for c in counts
         ),

@@ -22,6 +22,7 @@ from promptlab.errors import SpecError
 from promptlab.records import RunStatus
 from promptlab.scoring.scorers import ScoreStatus, parse_scorers
 from promptlab.store import Store
+from promptlab.store.audit import AuditFilter
 from promptlab.store.scores import ScoreStore
 from promptlab.workbench import Workbench
 from tests.test_run_dependencies import ENDPOINTS
@@ -185,3 +186,78 @@ def test_the_runs_and_compare_pages_show_the_scores(tmp_path: Path) -> None:
     assert not compare.exception
     shown_metrics = {m for d in compare.dataframe for m in d.value.get("metric", [])}
     assert "score: exact" in shown_metrics
+
+
+RUBRIC = """
+name: grader
+versions:
+  - version: 1.0.0
+    params: {model: "sim:fast", max_tokens: 60}
+    variables:
+      input: {type: string}
+      output: {type: string}
+      expected: {type: string}
+    output_schema:
+      type: object
+      required: [score]
+      properties: {score: {type: number, minimum: 0, maximum: 1}}
+    messages:
+      - role: user
+        content: |
+          Grade the answer from 0 to 1 as JSON with a score.
+          Question: {{ input }}
+          Answer: {{ output }}
+          Expected: {{ expected }}
+"""
+
+
+def test_a_judge_grades_through_a_run_of_its_own_recorded_and_costed(
+    tmp_path: Path, db_path: Path
+) -> None:
+    from promptlab.prompts.files import parse_prompt_data
+    from promptlab.yamlio import parse_yaml
+
+    with Workbench.open(Settings.from_env()) as wb:
+        wb.prompts.import_file(
+            parse_prompt_data(parse_yaml(RUBRIC, where="rubric", error=SpecError), "rubric")
+        )
+        data = dict(_spec(_dataset(tmp_path / "qa.csv", 12)).raw)
+        data["variants"] = [{**v, "model": "sim:fast"} for v in data["variants"]]
+        data["scorers"] = ["exact", {"kind": "judge", "prompt": "grader@1.0.0"}]
+        missing = {**data, "scorers": [{"kind": "judge", "prompt": "nope"}]}
+        with pytest.raises(SpecError, match=r"scorers\[0\].prompt: "):
+            wb.runs.start(wb.runs.spec_from_data(missing))
+        run_id = wb.runs.start(wb.runs.spec_from_data(data))
+        assert wb.runs.wait(run_id, timeout=60).status == RunStatus.COMPLETED
+        judged = next(r.run for r in wb.runs.list() if r.run.name == "judge judge: scored")
+        assert wb.runs.wait(judged.run_id, timeout=60).status == RunStatus.COMPLETED
+        counts = {(c.label, c.scorer): c for c in wb.analysis.scores(run_id)}
+        judge = counts[("summarize", "judge")]
+        # The simulated judge answers deterministically; an answer it breaks is no verdict.
+        assert judge.scored + judge.not_judged == 12 and judge.scored >= 6
+        assert judge.mean is not None and 0 <= judge.mean <= 1
+        assert not judge.binary and judge.interval is not None
+        view = wb.runs.view(judged.run_id)
+        assert view.summary.cost_usd > 0 and view.counts.succeeded == 24  # both variants
+        trace = wb.audit.events(AuditFilter(run_id=judged.run_id))
+        assert {"run.submitted", "result"} <= {e.kind for e in trace}  # traced like any run
+
+
+def test_promptlab_run_waits_for_its_judge_and_metrics_shows_the_verdicts(
+    tmp_path: Path, db_path: Path
+) -> None:
+    import yaml
+
+    (tmp_path / "grader.yaml").write_text(RUBRIC)
+    cli = CliRunner()
+    assert cli.invoke(main, ["prompt", "add", str(tmp_path / "grader.yaml")]).exit_code == 0
+    data = dict(_spec(_dataset(tmp_path / "qa.csv", 6)).raw)
+    data["variants"] = [{**v, "model": "sim:fast"} for v in data["variants"]]
+    data["scorers"] = [{"kind": "judge", "name": "graded", "prompt": "grader"}]
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(data))
+    ran = cli.invoke(main, ["run", str(tmp_path / "spec.yaml"), "--quiet"])
+    assert ran.exit_code == 0, ran.output
+    assert "waiting for judge graded: scored" in ran.stderr
+    run_id = ran.stdout.split()[1]
+    out = cli.invoke(main, ["metrics", "--run", run_id]).output
+    assert any("graded" in line and "scored" in line for line in out.splitlines()), out

@@ -114,6 +114,7 @@ def scores_table(scores: list[ScoreCounts]) -> list[str]:
         lines.append(
             f"  {s.label:<24} {s.scorer:<14} {shown} {ci:<17} scored {s.scored}  "
             f"no output {s.no_output}  malformed {s.malformed}  no expected {s.no_expected}"
+            + (f"  not judged {s.not_judged}" if s.not_judged else "")
         )
     return lines
 

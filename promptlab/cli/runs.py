@@ -450,6 +450,7 @@ def drive_run(
         click.echo(f"run {run_id}")
         _watch(wb, run_id, quiet)
         wb.runs.wait(run_id)
+        _wait_for_judges(wb, run_id)
         view = wb.runs.view(run_id)
         _print_summary(view)
         if output is not None:
@@ -460,6 +461,16 @@ def drive_run(
         )
     # The run's final state decides: a Ctrl-C that came after the run completed is moot.
     raise SystemExit(run_exit_code(view.status, view.counts.failed, strict))
+
+
+def _wait_for_judges(wb: Workbench, run_id: str) -> None:
+    """Runs the run started as it ended (its judges, promptlab/scoring/judges.py) end
+    here too: this process's engine stops when the command returns."""
+    for listed in wb.runs.list(20):
+        other = listed.run.run_id
+        if other != run_id and wb.runs.is_active(other):
+            click.echo(f"  waiting for {listed.run.name} ({other})", err=True)
+            wb.runs.wait(other)
 
 
 def _watch(wb: Workbench, run_id: str, quiet: bool) -> None:

@@ -499,8 +499,8 @@ class Engine:
             await asyncio.to_thread(self.runs.set_status, run_id, RunStatus.RUNNING)
             await execution.execute()
             await asyncio.gather(*alert_writes)
-            spec = prepared.spec  # then what finished is scored (promptlab/scoring/):
-            await asyncio.to_thread(score_run, self.store, run_id, spec.expected, spec.scorers)
+            # Then what finished is scored (promptlab/scoring/); judges run on their own.
+            await asyncio.to_thread(score_run, self.store, run_id, prepared.spec, self.submit)
             await self._close_run(run_id, execution)
         except Exception as exc:
             await self._fail_run(run_id, exc)

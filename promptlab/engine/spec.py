@@ -27,8 +27,10 @@ from promptlab.schedules.cron import check_cron
 from promptlab.scoring.scorers import Scorer, parse_scorers
 from promptlab.yamlio import parse_yaml, read_yaml
 
-#: The spec field only `promptlab batch` (a trusted caller) may set; see parse_spec.
+#: The spec fields only a trusted caller may set (see parse_spec): `promptlab batch`'s
+#: endpoints, and what a judge's run scores (promptlab/scoring/judges.py).
 LOCAL_ENDPOINTS = "local_endpoints"
+JUDGING = "judging"
 SPEC_FIELDS = frozenset(
     {
         "name", "dataset", "variants", "repeats", "limits", "retry", "endpoints", "limit_rows",
@@ -137,6 +139,8 @@ class RunSpec:
     #: against it (promptlab/scoring/): every finished result is scored when the run ends.
     expected: str | None = None
     scorers: tuple[Scorer, ...] = ()
+    #: A judge's run: the run and scorer its answers score, and the answer's field.
+    judging: Mapping[str, Any] | None = None
 
     @property
     def split(self) -> bool:
@@ -184,7 +188,7 @@ def parse_spec(
     """
     if not isinstance(data, Mapping):
         raise SpecError("run spec: expected a mapping at the top level")
-    allowed = SPEC_FIELDS | ({LOCAL_ENDPOINTS} if trusted else set())
+    allowed = SPEC_FIELDS | ({LOCAL_ENDPOINTS, JUDGING} if trusted else set())
     unknown = sorted(set(data) - allowed)
     if unknown:
         raise SpecError(f"run spec: unknown field(s) {', '.join(unknown)}")
@@ -250,7 +254,7 @@ def parse_spec(
 
 def _schedule_and_scoring(data: Mapping[str, Any]) -> dict[str, Any]:
     """`schedule`, `after`, `expected` and `scorers`, checked."""
-    out: dict[str, Any] = {"after": _after(data.get("after"))}
+    out: dict[str, Any] = {"after": _after(data.get("after")), "judging": data.get(JUDGING)}
     if "schedule" in data:
         out["schedule"] = check_cron(data["schedule"])
     expected = data.get("expected")

@@ -200,10 +200,21 @@ class Runs:
         """Requests, tokens, cost and time the run would take, before it starts; for a
         split, the units each variant gets by the experiment's hashing, and warnings
         when a variant gets too few (`MIN_UNITS_PER_ARM`) or a lumpy share."""
+        self._check_judges(spec)
         return self._context.engine().estimate(spec)
 
     def start(self, spec: RunSpec) -> str:
+        self._check_judges(spec)
         return self._context.engine().submit(spec)
+
+    def _check_judges(self, spec: RunSpec) -> None:
+        """A judge's rubric must exist now: its run starts only when this one ends."""
+        for i, scorer in enumerate(spec.scorers):
+            if scorer.kind == "judge":
+                try:
+                    self._context.registry.resolve(str(scorer.options["prompt"]))
+                except NotFoundError as exc:
+                    raise SpecError(f"scorers[{i}].prompt: {exc}") from exc
 
     def resume(self, run_id: str) -> str:
         return self._context.engine().resume(run_id)

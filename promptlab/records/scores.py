@@ -26,6 +26,8 @@ class ScoreCounts:
     no_output: int
     malformed: int
     no_expected: int
+    #: A judge's call failed or gave no verdict: not scored.
+    not_judged: int
     #: True when every score is 0 or 1: the mean is an accuracy, its interval Wilson's.
     binary: bool
 

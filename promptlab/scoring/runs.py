@@ -3,27 +3,40 @@
 The engine calls `score_run` when a run ends (whatever its state: what finished is
 scored), off its loop; a resumed run is scored again whole, so its scores always match
 its results. A failed request scores 0 (`no_output`): a version that errors is not right.
+A `judge` scorer starts a run of its own, and that run's end stores its verdicts
+(promptlab/scoring/judges.py).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
+from promptlab.scoring.judges import store_verdicts, submit_judges
 from promptlab.scoring.scorers import Scorer
 from promptlab.store.connection import Store
 from promptlab.store.scores import ScoreRow, ScoreStore
 
+if TYPE_CHECKING:
+    from promptlab.engine.spec import RunSpec
+
 log = logging.getLogger(__name__)
 
 
-def score_run(store: Store, run_id: str, expected: str | None, scorers: Sequence[Scorer]) -> int:
-    """Score the run's finished results against the `expected` column (a run without
-    one: nothing); the rows stored. A failure is logged: the results stand without."""
-    if expected is None:
-        return 0
+def score_run(store: Store, run_id: str, spec: RunSpec, submit: Callable[[RunSpec], str]) -> int:
+    """Score the run's finished results against the spec's `expected` column and start
+    its judges' runs (with `submit`), or, for a judge's own run, store its verdicts; the
+    rows stored. A failure is logged: the results stand without their scores."""
     try:
-        return _score(store, run_id, expected, scorers)
+        if spec.judging:
+            return store_verdicts(store, run_id, spec.judging)
+        if spec.expected is None:
+            return 0
+        plain = [s for s in spec.scorers if s.kind != "judge"]
+        stored = _score(store, run_id, spec.expected, plain)
+        submit_judges(store, run_id, spec, submit)
+        return stored
     except Exception:  # noqa: BLE001 - scores are derived; the run's results are what counts
         log.exception("run %s: scoring failed", run_id)
         return 0
@@ -31,7 +44,7 @@ def score_run(store: Store, run_id: str, expected: str | None, scorers: Sequence
 
 def _score(store: Store, run_id: str, expected: str, scorers: Sequence[Scorer]) -> int:
     scores = ScoreStore(store)
-    scores.clear(run_id)
+    scores.clear(run_id)  # a judge's verdicts too: its run is started again
     stored = 0
     for batch in scores.finished_results(run_id):
         rows: list[ScoreRow] = []

@@ -34,9 +34,11 @@ from simpleeval import EvalWithCompoundTypes
 from promptlab.checks import patterns
 from promptlab.checks.rules import FUNCTIONS, check_expression, wrap
 from promptlab.checks.validation import extract_json
-from promptlab.errors import SpecError, TemplateError
+from promptlab.errors import PromptlabError, SpecError, TemplateError
 
-KINDS = ("exact", "contains", "regex", "json_field", "numeric", "set_overlap", "expression")
+KINDS = (
+    "exact", "contains", "regex", "json_field", "numeric", "set_overlap", "expression", "judge",
+)  # fmt: skip
 NORMALIZATIONS = ("case", "whitespace", "punctuation")
 #: Most scorers a spec may name: each runs on every result.
 MAX_SCORERS = 20
@@ -50,6 +52,7 @@ _OPTIONS: dict[str, frozenset[str]] = {
     "numeric": frozenset({"path", "tolerance", "relative"}),
     "set_overlap": frozenset({"path", "separator", "normalize"}),
     "expression": frozenset({"expr"}),
+    "judge": frozenset({"prompt", "model", "field"}),
 }
 _NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
 
@@ -59,6 +62,8 @@ class ScoreStatus(StrEnum):
     NO_OUTPUT = "no_output"
     MALFORMED = "malformed"
     NO_EXPECTED = "no_expected"
+    #: A judge's own call failed, or its answer held no verdict: not scored.
+    NOT_JUDGED = "not_judged"
 
 
 @dataclass(frozen=True)
@@ -152,11 +157,51 @@ def _check_options(kind: str, options: dict[str, Any], where: str) -> None:
             patterns.compile_pattern(options["pattern"])
         except TemplateError as exc:
             raise SpecError(f"{where}.pattern: {exc}") from exc
+    if kind == "judge":
+        _check_judge(options, where)
     if kind == "expression":
         try:  # its messages name the place: `scorers[0].expr: column 1: ...`
             options["expr"] = check_expression(options.get("expr"), f"{where}.expr")
         except TemplateError as exc:
             raise SpecError(str(exc)) from exc
+
+
+def _check_judge(options: dict[str, Any], where: str) -> None:
+    from promptlab.providers.config import parse_model_ref  # config imports no scorer
+
+    if not isinstance(options.get("prompt"), str) or not options["prompt"]:
+        raise SpecError(f"{where}.prompt: a judge needs its rubric, a registry prompt ref")
+    if "model" in options:
+        try:
+            parse_model_ref(str(options["model"]))
+        except PromptlabError as exc:
+            raise SpecError(f"{where}.model: {exc}") from exc
+    field = options.setdefault("field", "score")
+    if not isinstance(field, str) or not field:
+        raise SpecError(f"{where}.field: the field of the judge's JSON answer, like score")
+
+
+def verdict_score(answer: str | None, field: str) -> Score:
+    """A judge's answer as a score: its `field` true or false, a number from 0 to 1, or
+    pass/fail (right/wrong, yes/no, correct/incorrect)."""
+    if answer is None:
+        return Score(None, ScoreStatus.NOT_JUDGED, "the judge's call failed")
+    try:
+        value = _field(_parsed(answer), field)
+    except _Malformed as exc:
+        return Score(None, ScoreStatus.NOT_JUDGED, f"judge: {exc}")
+    if isinstance(value, bool):
+        return _binary(value)
+    if isinstance(value, int | float) and 0 <= value <= 1:
+        return Score(float(value), ScoreStatus.SCORED)
+    word = str(value).strip().casefold()
+    if word in _RIGHT or word in _WRONG:
+        return _binary(word in _RIGHT)
+    return Score(None, ScoreStatus.NOT_JUDGED, f"judge: {field} is {str(value)[:80]!r}")
+
+
+_RIGHT = frozenset({"pass", "right", "correct", "yes", "true"})
+_WRONG = frozenset({"fail", "wrong", "incorrect", "no", "false"})
 
 
 # ---- the kinds ---------------------------------------------------------------------------
@@ -220,6 +265,11 @@ def _set_overlap(s: Scorer, output: str, expected: Any, _row: Mapping[str, Any])
     return Score(f1, ScoreStatus.SCORED, f"precision {precision:.2f}, recall {recall:.2f}")
 
 
+def _judge(_s: Scorer, _output: str, _expected: Any, _row: Mapping[str, Any]) -> Score:
+    # Scored by a run of its own (promptlab/scoring/judges.py), never here.
+    raise _Malformed("a judge scores through its own run")
+
+
 def _expression(s: Scorer, output: str, expected: Any, row: Mapping[str, Any]) -> Score:
     try:
         parsed: Any = extract_json(output)[0]
@@ -245,6 +295,7 @@ def _expression(s: Scorer, output: str, expected: Any, row: Mapping[str, Any]) -
 _SCORE: dict[str, Callable[[Scorer, str, Any, Mapping[str, Any]], Score]] = {
     "exact": _exact, "contains": _contains, "regex": _regex, "json_field": _json_field,
     "numeric": _numeric, "set_overlap": _set_overlap, "expression": _expression,
+    "judge": _judge,
 }  # fmt: skip
 
 

@@ -57,9 +57,38 @@ class ScoreStore:
                 for r in rows
             ]
 
-    def clear(self, run_id: str) -> None:
+    def clear(self, run_id: str, scorer: str | None = None, keep: str | None = None) -> None:
+        """Forget the run's scores (only `scorer`'s; those with status `keep` stay)."""
+        where, args = "run_id = ?", [run_id]
+        if scorer is not None:
+            where, args = where + " AND scorer = ?", [*args, scorer]
+        if keep is not None:
+            where, args = where + " AND status <> ?", [*args, keep]
         with self.store.transaction() as tx:
-            tx.execute("DELETE FROM scores WHERE run_id = ?", [run_id])
+            tx.execute(f"DELETE FROM scores WHERE {where}", args)
+
+    def add_for_keys(
+        self, run_id: str, scorer: str, verdicts: Sequence[tuple[str, float | None, str, str]]
+    ) -> int:
+        """Scores of `run_id`'s results by key (key, value, status, detail); the count
+        of keys that are the run's results."""
+        if not verdicts:
+            return 0
+        with self.store.transaction() as tx:
+            tx.execute(
+                "CREATE TEMP TABLE IF NOT EXISTS verdicts "
+                "(k VARCHAR, value DOUBLE, status VARCHAR, detail VARCHAR)"
+            )
+            tx.execute("DELETE FROM verdicts")
+            tx.executemany("INSERT INTO verdicts VALUES (?, ?, ?, ?)", list(verdicts))
+            row = tx.execute(
+                "INSERT INTO scores SELECT r.idempotency_key, r.run_id, r.variant, "
+                "r.prompt_version_id, r.row_index, ?, v.value, v.status, v.detail "
+                "FROM verdicts v JOIN results r ON r.idempotency_key = v.k AND r.run_id = ? "
+                "RETURNING 1",
+                [scorer, run_id],
+            ).fetchall()
+        return len(row)
 
     def add(self, rows: Sequence[ScoreRow]) -> None:
         """Rows of (key, run, variant, version, row, scorer, value, status, detail), in
@@ -88,12 +117,13 @@ class ScoreStore:
                 "count(*) FILTER (WHERE status = 'no_output'), "
                 "count(*) FILTER (WHERE status = 'malformed'), "
                 "count(*) FILTER (WHERE status = 'no_expected'), "
+                "count(*) FILTER (WHERE status = 'not_judged'), "
                 "coalesce(bool_and(value IN (0, 1)), true) "
                 f"FROM {source} GROUP BY ALL ORDER BY 1, 2",
                 args,
             ).fetchall()
         return [
             ScoreCounts(r[0], r[1], int(r[2]), float(r[3]), float(r[4]), int(r[5]), int(r[6]),
-                        int(r[7]), int(r[8]), bool(r[9]))
+                        int(r[7]), int(r[8]), int(r[9]), bool(r[10]))
             for r in rows
         ]  # fmt: skip
