@@ -18,6 +18,7 @@ from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from promptlab.analysis.stats import Verdict
+from promptlab.records.samples import SCORE_PREFIX
 
 if TYPE_CHECKING:
     import numpy as np
@@ -151,12 +152,15 @@ def rate_chart(
     arms: Sequence[MetricComparison] = (),
 ) -> go.Figure:
     """A bar per variant (or version) in its colour, grouped by rate, with its 95%
-    interval: the comparison's (`arms`) where it has the rate, else Wilson's.
+    interval: the comparison's (`arms`) where it has the rate, else Wilson's. The
+    comparison's scores against expected answers (`score: NAME`) follow the rates.
 
     A metric no row has a value for is left out; a row without one is a gap.
     """
     import plotly.graph_objects as go
 
+    scores = sorted({r.metric for r in arms if r.metric.startswith(SCORE_PREFIX)})
+    metrics = (*metrics, *((name, "", "", "") for name in scores))
     estimates = arm_estimates(arms)
     named = _by_label(rows)
     points: dict[str, list[tuple[Any, Any, Any]]] = {name: [] for name in named}
