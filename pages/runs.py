@@ -111,7 +111,6 @@ def schedules(wb: Workbench) -> None:
                 "app or `promptlab serve` runs."
             )
             return
-        last = {s.name: wb.runs.progress(s.last_run_id) for s in listed if s.last_run_id}
         st.dataframe(
             pd.DataFrame(
                 {
@@ -120,7 +119,7 @@ def schedules(wb: Workbench) -> None:
                     "state": "paused" if s.paused else "active",
                     "next run": _when(s.next_at),
                     "last run": s.last_run_id,
-                    "last status": str(last[s.name].status) if s.name in last else None,
+                    "last status": s.last_status,
                     "after": ", ".join(s.after),
                     "last error": s.last_error,
                 }
@@ -134,14 +133,16 @@ def schedules(wb: Workbench) -> None:
         chosen = next(s for s in listed if s.name == name)
         if chosen.paused:
             if row.button("Resume", key="schedule_resume", icon=":material/play_arrow:"):
-                _change_schedule(wb.schedules.resume, name)
+                _act(wb.schedules.resume, name)
         elif row.button("Pause", key="schedule_pause", icon=":material/pause:"):
-            _change_schedule(wb.schedules.pause, name)
+            _act(wb.schedules.pause, name)
         if row.button("Remove", key="schedule_remove", icon=":material/delete:"):
-            _change_schedule(wb.schedules.remove, name)
+            _act(wb.schedules.remove, name)
 
 
-def _change_schedule(change: Callable[[str], Any], name: str) -> None:
+def _act(change: Callable[[str], Any], name: str) -> None:
+    """Do `change(name)` (a run's or a schedule's), then show the page again; a
+    refusal is shown instead."""
     try:
         change(name)
     except PromptlabError as exc:
@@ -427,19 +428,9 @@ def actions(wb: Workbench, view: RunView) -> None:
         key=f"pause_{view.run_id}",
         help="Stop sending now; requests in flight finish, the rest wait for Resume.",
     ):
-        try:
-            wb.runs.pause(view.run_id)
-        except PromptlabError as exc:
-            show_error(exc)
-        else:
-            st.rerun()
+        _act(wb.runs.pause, view.run_id)
     if right.button("Resume", disabled=not view.can_resume, key=f"resume_{view.run_id}"):
-        try:
-            wb.runs.resume(view.run_id)
-        except PromptlabError as exc:
-            show_error(exc)
-        else:
-            st.rerun()
+        _act(wb.runs.resume, view.run_id)
 
 
 def items(wb: Workbench, view: RunView) -> None:

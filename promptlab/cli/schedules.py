@@ -55,14 +55,12 @@ def list_schedules(ctx: click.Context) -> None:
     """Every schedule: its cron, state, next time, and its last run and how it ended."""
     with open_workbench(ctx) as wb:
         schedules = wb.schedules.list()
-        last = {s.name: wb.runs.progress(s.last_run_id) for s in schedules if s.last_run_id}
     if not schedules:
         click.echo("no schedules (add one: promptlab schedule add SPEC_FILE)")
         return
     for s in schedules:
         state = "paused" if s.paused else "active"
-        run = last.get(s.name)
-        last_run = f"last {s.last_run_id} {run.status}" if run is not None else "never run"
+        last_run = f"last {s.last_run_id} {s.last_status}" if s.last_run_id else "never run"
         after = f"  after {', '.join(s.after)}" if s.after else ""
         click.echo(f"{s.name}  {s.cron}  {state}  next {_when(s.next_at)}  {last_run}{after}")
         if s.last_error:

@@ -25,6 +25,8 @@ class ScheduleRecord:
     author: str
     created_at: datetime
     updated_at: datetime
+    #: How the last run it submitted stands now (None: it has submitted none).
+    last_status: str | None = None
 
     @property
     def after(self) -> tuple[str, ...]:

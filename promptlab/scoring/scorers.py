@@ -35,6 +35,7 @@ from promptlab.checks import patterns
 from promptlab.checks.rules import FUNCTIONS, check_expression, wrap
 from promptlab.checks.validation import extract_json
 from promptlab.errors import PromptlabError, SpecError, TemplateError
+from promptlab.providers.config import parse_model_ref
 
 KINDS = (
     "exact", "contains", "regex", "json_field", "numeric", "set_overlap", "expression", "judge",
@@ -167,8 +168,6 @@ def _check_options(kind: str, options: dict[str, Any], where: str) -> None:
 
 
 def _check_judge(options: dict[str, Any], where: str) -> None:
-    from promptlab.providers.config import parse_model_ref  # config imports no scorer
-
     if not isinstance(options.get("prompt"), str) or not options["prompt"]:
         raise SpecError(f"{where}.prompt: a judge needs its rubric, a registry prompt ref")
     if "model" in options:

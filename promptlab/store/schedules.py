@@ -15,6 +15,11 @@ COLUMNS = (
     "name, cron, spec, paused, next_at, last_at, last_run_id, last_error, author, created_at, "
     "updated_at"
 )
+#: Schedules as read: every column, and the status of the last run each submitted.
+_READ = (
+    "SELECT " + ", ".join(f"s.{c.strip()}" for c in COLUMNS.split(",")) + ", r.status "
+    "FROM schedules s LEFT JOIN runs r ON r.run_id = s.last_run_id"
+)
 
 
 class ScheduleStore:
@@ -47,7 +52,7 @@ class ScheduleStore:
 
     def get(self, name: str) -> ScheduleRecord:
         with self.store.read() as cur:
-            row = cur.execute(f"SELECT {COLUMNS} FROM schedules WHERE name = ?", [name]).fetchone()
+            row = cur.execute(f"{_READ} WHERE s.name = ?", [name]).fetchone()
         if row is None:
             raise ScheduleNotFoundError(f"no schedule named {name!r}")
         return _record(row)
@@ -55,7 +60,7 @@ class ScheduleStore:
     def all(self) -> list[ScheduleRecord]:
         """Every schedule, by name."""
         with self.store.read() as cur:
-            rows = cur.execute(f"SELECT {COLUMNS} FROM schedules ORDER BY name").fetchall()
+            rows = cur.execute(f"{_READ} ORDER BY s.name").fetchall()
         return [_record(r) for r in rows]
 
     def set_paused(self, name: str, paused: bool, next_at: datetime | None) -> None:
@@ -80,8 +85,7 @@ class ScheduleStore:
         """Active schedules whose time has come, the longest overdue first."""
         with self.store.read() as cur:
             rows = cur.execute(
-                f"SELECT {COLUMNS} FROM schedules WHERE NOT paused AND next_at <= ? "
-                "ORDER BY next_at, name",
+                f"{_READ} WHERE NOT s.paused AND s.next_at <= ? ORDER BY s.next_at, s.name",
                 [now],
             ).fetchall()
         return [_record(r) for r in rows]
@@ -116,4 +120,5 @@ def _record(row: tuple[Any, ...]) -> ScheduleRecord:
         author=row[8],
         created_at=row[9],
         updated_at=row[10],
+        last_status=row[11],
     )
