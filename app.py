@@ -36,6 +36,7 @@ pages = [
     st.Page("pages/runs.py", title="Runs", icon=":material/play_circle:"),
     st.Page("pages/datasets.py", title="Datasets", icon=":material/table:"),
     st.Page("pages/experiments.py", title="Experiments", icon=":material/science:"),
+    st.Page("pages/review.py", title="Review", icon=":material/rate_review:"),
     st.Page("pages/audit.py", title="Audit", icon=":material/verified:"),
 ]
 navigation = st.navigation(pages)

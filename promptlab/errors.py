@@ -27,6 +27,7 @@
     ├── ItemKeyError                 an item key or prefix is malformed or matches several
     ├── OutputFileError              a file of outputs or a schema to check them is wrong (line)
     ├── ExportError                  a table cannot be exported as asked (table, format, file)
+    ├── ReviewError                  a review item does not exist or cannot be decided as asked
     ├── ServerError                  the server refused a request, or is gone (promptlab.server)
     └── ProviderError                a provider call failed; `kind` says how (ErrorKind)
 
@@ -172,6 +173,10 @@ class OutputFileError(PromptlabError):
 
 class ExportError(PromptlabError):
     """A table cannot be exported as asked; names the table, format, filter or file."""
+
+
+class ReviewError(PromptlabError):
+    """A review item does not exist, or cannot be added or decided as asked."""
 
 
 class EngineError(PromptlabError):

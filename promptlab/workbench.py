@@ -3,8 +3,9 @@
 One Workbench per database. It opens the store, owns the shared engine (started when
 first needed) and the settings, and composes one facade per domain (promptlab/facades/):
 `wb.prompts`, `wb.runs`, `wb.schedules`, `wb.experiments`, `wb.datasets`, `wb.analysis`,
-`wb.exports`, `wb.audit` and `wb.demo`. Pages and commands call the facades; the rows and
-figures pages show come from `promptlab.views`, record types from `promptlab.records`.
+`wb.exports`, `wb.audit`, `wb.review` and `wb.demo`. Pages and commands call the
+facades; the rows and figures pages show come from `promptlab.views`, record types from
+`promptlab.records`.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from promptlab.facades.demo import Demo
 from promptlab.facades.experiments import Experiments
 from promptlab.facades.exports import Exports
 from promptlab.facades.prompts import Prompts
+from promptlab.facades.review import Review
 from promptlab.facades.runs import Runs
 from promptlab.facades.schedules import Schedules
 from promptlab.prompts.registry import Registry
@@ -69,6 +71,7 @@ class Workbench:
         self.analysis = Analysis(context)
         self.exports = Exports(context, self.analysis)
         self.audit = Audit(context)
+        self.review = Review(context)
         self.demo = Demo(context, self.experiments, self.datasets, self.runs)
         self._store_spills()
 

@@ -208,6 +208,7 @@ def run_with_items(tmp_path: Path) -> tuple[str, str]:
         run_id = wb.runs.start(spec)
         assert wb.runs.wait(run_id, timeout=60).status == "completed"
         key = wb.runs.items(run_id, offset=1, limit=1).rows[0].key
+        wb.review.add(run_id, [0, 1], reason="check the wording")  # for the Review page
     return run_id, key
 
 
@@ -236,6 +237,24 @@ def test_deep_link_to_an_item_on_a_fresh_server(
     expect(timeline.locator("svg.main-svg").first).to_be_visible(timeout=30_000)
     assert f"trace={key}" in audit.url
     audit.screenshot(path=str(tmp_path / "05b-trace.png"), full_page=True)
+
+    # The review queue by keyboard: type the right answer and press Enter to correct
+    # the first item; the next comes up; press A to accept what it proposes.
+    page.get_by_role("link", name="Review").click()
+    expect(page.get_by_role("heading", name="Review")).to_be_visible(timeout=30_000)
+    expect(page.get_by_text("Item 1: run")).to_be_visible(timeout=30_000)
+    expect(page.get_by_text("sent by hand (tester): check the wording")).to_be_visible(
+        timeout=30_000
+    )
+    answer = page.get_by_role("textbox", name="Answer")
+    answer.fill("first row, said")
+    answer.press("Enter")
+    expect(page.get_by_text("Item 2: run")).to_be_visible(timeout=30_000)
+    page.get_by_role("heading", name="Review").click()  # focus out of the text boxes
+    page.keyboard.press("a")
+    expect(page.get_by_text("accepted 1")).to_be_visible(timeout=30_000)
+    expect(page.get_by_text("corrected 1")).to_be_visible(timeout=30_000)
+    page.screenshot(path=str(tmp_path / "05c-review.png"), full_page=True)
 
 
 def test_create_an_experiment_in_the_form_launch_it_and_follow_it(

@@ -19,6 +19,7 @@ from promptlab.facades.demo import Demo
 from promptlab.facades.experiments import Experiments
 from promptlab.facades.exports import Exports
 from promptlab.facades.prompts import Prompts
+from promptlab.facades.review import Review
 from promptlab.facades.runs import Runs
 from promptlab.facades.schedules import Schedules
 from promptlab.store import Store
@@ -49,6 +50,7 @@ MODULE_NAMES = {
     "experiments": ["AssignmentCount", "EXPOSURE_BATCH", "Experiments"],
     "exports": ["Exports"],
     "prompts": ["Prompts"],
+    "review": ["EXPORT_FORMATS", "MAX_ADDED", "MAX_ANSWER_CHARS", "Review"],
     "run_view": ["FAILURES_SHOWN", "RunView", "read_run_view"],
     "runs": ["RunEstimate", "RunProgress", "RunSpec", "RunView", "Runs"],
     "schedules": ["Fired", "MAX_SCHEDULES", "Schedules", "firing_order"],
@@ -154,6 +156,22 @@ FACADES: dict[str, tuple[type, list[str]]] = {
             "view",
             "wait",
             "write_batch_output",
+        ],
+    ),
+    "review": (
+        Review,
+        [
+            "accept",
+            "add",
+            "add_alerted",
+            "add_failed_checks",
+            "correct",
+            "counts",
+            "crosscheck",
+            "export",
+            "list",
+            "reject",
+            "show",
         ],
     ),
     "schedules": (

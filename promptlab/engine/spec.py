@@ -24,18 +24,21 @@ from promptlab.experiments.sampling import parse_sampling
 from promptlab.prompts.templates import normalize_params
 from promptlab.providers.config import EXECUTORS, KINDS, parse_model_ref
 from promptlab.schedules.cron import check_cron
+from promptlab.scoring.crosscheck import CrossCheck, with_crosscheck
 from promptlab.scoring.scorers import Scorer, parse_scorers
 from promptlab.yamlio import parse_yaml, read_yaml
 
 #: The spec fields only a trusted caller may set (see parse_spec): `promptlab batch`'s
-#: endpoints, and what a judge's run scores (promptlab/scoring/judges.py).
+#: endpoints, what a judge's run scores (promptlab/scoring/judges.py), and the
+#: cross-checked run a validation run weighs (promptlab/scoring/crossruns.py).
 LOCAL_ENDPOINTS = "local_endpoints"
 JUDGING = "judging"
+VALIDATING = "validating"
 SPEC_FIELDS = frozenset(
     {
         "name", "dataset", "variants", "repeats", "limits", "retry", "endpoints", "limit_rows",
         "experiment", "mode", "unit_column", "skip_invalid_rows", "reask", "executor",
-        "schedule", "after", "expected", "scorers",
+        "schedule", "after", "expected", "scorers", "crosscheck",
     }
 )  # fmt: skip
 #: How an experiment's variants share a dataset's rows (see promptlab/experiments/config.py).
@@ -141,6 +144,10 @@ class RunSpec:
     scorers: tuple[Scorer, ...] = ()
     #: A judge's run: the run and scorer its answers score, and the answer's field.
     judging: Mapping[str, Any] | None = None
+    #: Each row through several models, their answers fused (promptlab/scoring/).
+    crosscheck: CrossCheck | None = None
+    #: A cross-check's validation run: the run whose models its answers weigh.
+    validating: str | None = None
 
     @property
     def split(self) -> bool:
@@ -188,7 +195,7 @@ def parse_spec(
     """
     if not isinstance(data, Mapping):
         raise SpecError("run spec: expected a mapping at the top level")
-    allowed = SPEC_FIELDS | ({LOCAL_ENDPOINTS, JUDGING} if trusted else set())
+    allowed = SPEC_FIELDS | ({LOCAL_ENDPOINTS, JUDGING, VALIDATING} if trusted else set())
     unknown = sorted(set(data) - allowed)
     if unknown:
         raise SpecError(f"run spec: unknown field(s) {', '.join(unknown)}")
@@ -196,12 +203,7 @@ def parse_spec(
         raise SpecError(f"run spec: 'name' must be a string, got {data['name']!r}")
     dataset, dataset_name = _dataset(data.get("dataset"), base_dir, dataset_root)
     experiment, mode, unit_column = _experiment(data)
-    skip_invalid_rows = data.get("skip_invalid_rows", False)
-    if not isinstance(skip_invalid_rows, bool):
-        raise SpecError(f"skip_invalid_rows: expected true or false, got {skip_invalid_rows!r}")
-    reask = data.get("reask", 0)
-    if isinstance(reask, bool) or not isinstance(reask, int) or not 0 <= reask <= MAX_REASKS:
-        raise SpecError(f"reask: expected a whole number from 0 to {MAX_REASKS}, got {reask!r}")
+    skip_invalid_rows, reask = _row_flags(data)
     variants_data: Any = data.get("variants")
     if experiment is not None:
         if "variants" in data:
@@ -209,6 +211,9 @@ def parse_spec(
         variants_data = experiment_variants(experiment)
     if not isinstance(variants_data, list) or not variants_data:
         raise SpecError("run spec: 'variants' must be a non-empty list")
+    crosscheck, variants_data, data = with_crosscheck(
+        data, variants_data, lambda value: _dataset(value, base_dir, dataset_root)
+    )
     variants = tuple(_variant(v, i) for i, v in enumerate(variants_data))
     names = [v.name for v in variants]
     if len(set(names)) != len(names):
@@ -248,13 +253,18 @@ def parse_spec(
         raw=raw,
         local_endpoints=local_endpoints,
         executor=_executor(data.get("executor")),
+        crosscheck=crosscheck,
         **_schedule_and_scoring(data),
     )
 
 
 def _schedule_and_scoring(data: Mapping[str, Any]) -> dict[str, Any]:
     """`schedule`, `after`, `expected` and `scorers`, checked."""
-    out: dict[str, Any] = {"after": _after(data.get("after")), "judging": data.get(JUDGING)}
+    out: dict[str, Any] = {
+        "after": _after(data.get("after")),
+        "judging": data.get(JUDGING),
+        "validating": data.get(VALIDATING),
+    }
     if "schedule" in data:
         out["schedule"] = check_cron(data["schedule"])
     expected = data.get("expected")
@@ -265,6 +275,17 @@ def _schedule_and_scoring(data: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(expected, str) or not expected.strip():
         raise SpecError(f"expected: the dataset column holding the answer, got {expected!r}")
     return {**out, "expected": expected, "scorers": parse_scorers(data.get("scorers"))}
+
+
+def _row_flags(data: Mapping[str, Any]) -> tuple[bool, int]:
+    """`skip_invalid_rows` and `reask`, checked."""
+    skip_invalid_rows = data.get("skip_invalid_rows", False)
+    if not isinstance(skip_invalid_rows, bool):
+        raise SpecError(f"skip_invalid_rows: expected true or false, got {skip_invalid_rows!r}")
+    reask = data.get("reask", 0)
+    if isinstance(reask, bool) or not isinstance(reask, int) or not 0 <= reask <= MAX_REASKS:
+        raise SpecError(f"reask: expected a whole number from 0 to {MAX_REASKS}, got {reask!r}")
+    return skip_invalid_rows, reask
 
 
 def _after(value: Any) -> tuple[str, ...]:

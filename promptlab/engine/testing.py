@@ -42,6 +42,8 @@ class ScriptedProvider:
     fault: Callable[[CompletionRequest, int], ProviderError | None] | None = None
     #: Raise this (not a ProviderError: an adapter bug) from every call while set.
     bug: Exception | None = None
+    #: Per-request answer text (say, per model); None answers `answer to PROMPT`.
+    answer: Callable[[CompletionRequest], str] | None = None
     #: Block every call on this event when set (to hold requests in flight).
     hold: asyncio.Event | None = None
     #: While set (`hold_requests`), calls wait until `release_requests` from any thread.
@@ -84,7 +86,11 @@ class ScriptedProvider:
             if self.bug is not None:
                 raise self.bug
             self.successes[key] += 1
-            text = f"answer to {request.messages[-1]['content'][:40]}"
+            text = (
+                self.answer(request)
+                if self.answer is not None
+                else f"answer to {request.messages[-1]['content'][:40]}"
+            )
             return CompletionResponse(
                 text=text,
                 input_tokens=sum(len(m["content"]) // 4 + 1 for m in request.messages),

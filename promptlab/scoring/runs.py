@@ -4,7 +4,8 @@ The engine calls `score_run` when a run ends (whatever its state: what finished 
 scored), off its loop; a resumed run is scored again whole, so its scores always match
 its results. A failed request scores 0 (`no_output`): a version that errors is not right.
 A `judge` scorer starts a run of its own, and that run's end stores its verdicts
-(promptlab/scoring/judges.py).
+(promptlab/scoring/judges.py); a cross-checked run is decided row by row, after its
+validation run when it has one (promptlab/scoring/crossruns.py).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from promptlab.scoring.crossruns import crosscheck_ended, validation_ended
 from promptlab.scoring.judges import store_verdicts, submit_judges
 from promptlab.scoring.scorers import Scorer
 from promptlab.store.connection import Store
@@ -31,11 +33,15 @@ def score_run(store: Store, run_id: str, spec: RunSpec, submit: Callable[[RunSpe
     try:
         if spec.judging:
             return store_verdicts(store, run_id, spec.judging)
-        if spec.expected is None:
-            return 0
-        plain = [s for s in spec.scorers if s.kind != "judge"]
-        stored = _score(store, run_id, spec.expected, plain)
-        submit_judges(store, run_id, spec, submit)
+        stored = 0
+        if spec.expected is not None:
+            plain = [s for s in spec.scorers if s.kind != "judge"]
+            stored = _score(store, run_id, spec.expected, plain)
+            submit_judges(store, run_id, spec, submit)
+        if spec.validating is not None:
+            validation_ended(store, run_id, spec)
+        elif spec.crosscheck is not None:
+            crosscheck_ended(store, run_id, spec, submit)
         return stored
     except Exception:  # noqa: BLE001 - scores are derived; the run's results are what counts
         log.exception("run %s: scoring failed", run_id)

@@ -441,6 +441,60 @@ MIGRATIONS: tuple[Migration, ...] = (
             """,
         ),
     ),
+    Migration(
+        "0014_crosscheck_review",
+        (
+            # A cross-checked run's decision per row, with every model's answer,
+            # confidence and weight that made it (promptlab/scoring/crosscheck.py).
+            """
+            CREATE TABLE crosscheck_decisions (
+                run_id     VARCHAR NOT NULL,
+                row_index  BIGINT NOT NULL,
+                decision   VARCHAR NOT NULL,
+                answer     VARCHAR,
+                agreement  DOUBLE NOT NULL,
+                confidence DOUBLE,
+                inputs     JSON NOT NULL,
+                decided_at TIMESTAMPTZ NOT NULL
+            )
+            """,
+            # Each model's weight in a cross-checked run: its F1 on the validation run
+            # (NULL without one), the share that gives, and the share after the ±5% rule.
+            """
+            CREATE TABLE crosscheck_weights (
+                run_id            VARCHAR NOT NULL,
+                variant           VARCHAR NOT NULL,
+                validation_run_id VARCHAR,
+                f1                DOUBLE,
+                base_weight       DOUBLE NOT NULL,
+                weight            DOUBLE NOT NULL,
+                PRIMARY KEY (run_id, variant)
+            )
+            """,
+            "CREATE SEQUENCE review_ids START 1",
+            # Rows sent to a person (by a cross-check, failed checks, an alert or by hand):
+            # one per run row; `answer` is what the person settled on.
+            """
+            CREATE TABLE review_items (
+                id              BIGINT PRIMARY KEY DEFAULT nextval('review_ids'),
+                run_id          VARCHAR NOT NULL,
+                row_index       BIGINT NOT NULL,
+                idempotency_key VARCHAR,
+                source          VARCHAR NOT NULL,
+                reason          VARCHAR NOT NULL,
+                proposed        VARCHAR,
+                status          VARCHAR NOT NULL,
+                answer          VARCHAR,
+                note            VARCHAR,
+                created_by      VARCHAR NOT NULL,
+                created_at      TIMESTAMPTZ NOT NULL,
+                decided_by      VARCHAR,
+                decided_at      TIMESTAMPTZ,
+                UNIQUE (run_id, row_index)
+            )
+            """,
+        ),
+    ),
 )
 
 

@@ -1,0 +1,189 @@
+"""Review: the rows a person settles. Cross-checks send the rows their models disagree
+on, and anyone can send a run's rows by hand, its results that failed their checks, or
+the results an anomaly alert was about. Each item shows the dataset row and every
+model's answer side by side with its scores; accept (A), correct (type, Enter) or
+reject (X), and the next open item comes up. Settled answers download as a dataset of
+expected answers.
+
+Deep link: `?item=ID`. Rows come from promptlab/views/review.py, the reads and
+decisions from `wb.review` (promptlab/facades/review.py).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+import streamlit as st
+
+from promptlab.errors import PromptlabError
+from promptlab.records.review import ReviewDetail, ReviewStatus
+from promptlab.ui.downloads import file_download
+from promptlab.ui.resources import get_workbench
+from promptlab.ui.shell import require_shell
+from promptlab.ui.widgets import escape_markdown, show_error
+from promptlab.views.review import answer_rows, crosscheck_line, item_rows, weight_rows
+from promptlab.workbench import Workbench
+
+#: The item on show: from `?item=`, a row picked in the table, or the next open one.
+CHOSEN = "review_item"
+ALL = "all"
+
+
+def queue(wb: Workbench) -> int | None:
+    """The filters and the table; the id of the row picked in it, if any."""
+    counts = wb.review.counts()
+    st.caption("  ·  ".join(f"{s} **{counts.get(s, 0)}**" for s in ReviewStatus))
+    left, right = st.columns([3, 2])
+    status = left.segmented_control(
+        "Status", [*ReviewStatus, ALL], default=ReviewStatus.OPEN, key="review_status"
+    )
+    run_id = right.text_input("Run", key="review_run", placeholder="any run (a run id)")
+    items = wb.review.list(None if status in (ALL, None) else status, run_id or None)
+    if not items:
+        st.info("Nothing here. Cross-checked runs send the rows their models disagree "
+                "on; send rows by hand below.", icon=":material/inbox:")  # fmt: skip
+        return None
+    picked = st.dataframe(
+        pd.DataFrame(item_rows(items)), hide_index=True, key="review_table",
+        on_select="rerun", selection_mode="single-row", width="stretch",
+    )  # fmt: skip
+    rows = picked.selection.rows if picked else []
+    return items[rows[0]].id if rows else None
+
+
+def next_open(wb: Workbench, after: int | None = None) -> int | None:
+    items = wb.review.list(ReviewStatus.OPEN, limit=1_000)
+    later = [i.id for i in items if after is None or i.id > after]
+    return (later or [i.id for i in items] or [None])[0]
+
+
+def item_view(wb: Workbench, detail: ReviewDetail) -> None:
+    item = detail.item
+    st.subheader(f"Item {item.id}: run `{item.run_id}`, row {item.row_index}")
+    st.caption(f"{item.status} · sent by {item.source} ({item.created_by}): {item.reason}")
+    line = crosscheck_line(detail)
+    if line:
+        st.caption(line)
+    with st.expander("Dataset row", expanded=True):
+        st.dataframe(pd.DataFrame([detail.row]), hide_index=True)
+    answers = answer_rows(detail)
+    for column, answer in zip(st.columns(max(1, len(answers))), answers, strict=False):
+        with column.container(border=True):
+            st.markdown(f"**{answer['variant']}** · {answer['model']} · {answer['status']}")
+            st.code(answer["output"] or "(no output)", language=None, wrap_lines=True)
+            shown = ("variant", "model", "status", "output")
+            facts = [f"{k} **{escape_markdown(_figure(v))}**" for k, v in answer.items()
+                     if k not in shown and v is not None]  # fmt: skip
+            st.markdown(" · ".join(facts))
+    decide(wb, detail)
+
+
+def _figure(value: object) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+def decide(wb: Workbench, detail: ReviewDetail) -> None:
+    """Accept (A), correct (Enter in the answer box) or reject (X)."""
+    item = detail.item
+    if item.decided_by:
+        st.success(f"{item.status} by {item.decided_by}: {item.answer!r}", icon=":material/done:")
+    with st.form(f"review_form_{item.id}", border=False):
+        answer = st.text_input("Answer", value=item.answer or item.proposed or "",
+                               key=f"review_answer_{item.id}",
+                               help="Type the right answer; Enter corrects.")  # fmt: skip
+        note = st.text_input("Note (optional)", key=f"review_note_{item.id}")
+        with st.container(horizontal=True):
+            corrected = st.form_submit_button("Correct", icon=":material/edit:")
+            accepted = st.form_submit_button("Accept proposed", type="primary", shortcut="A",
+                                             disabled=item.proposed is None)  # fmt: skip
+            rejected = st.form_submit_button("Reject", shortcut="X")
+    try:
+        if accepted:
+            wb.review.accept(item.id, note or None)
+        elif rejected:
+            wb.review.reject(item.id, note or None)
+        elif corrected:
+            wb.review.correct(item.id, answer, note or None)
+        else:
+            return
+    except PromptlabError as exc:
+        show_error(exc)
+        return
+    st.session_state[CHOSEN] = next_open(wb, item.id)
+    st.rerun()
+
+
+def send_rows(wb: Workbench) -> None:
+    with st.expander("Send rows to review"), st.form("review_send"):
+        run_id = st.text_input("Run id")
+        rows = st.text_input("Rows", placeholder="e.g. 3, 7, 12")
+        reason = st.text_input("Reason", value="sent by hand")
+        cols = st.columns(3)
+        by_hand = cols[0].form_submit_button("Send these rows")
+        checks = cols[1].form_submit_button("Send results that failed checks")
+        alerts = cols[2].form_submit_button("Send what alerts were about")
+    if not (by_hand or checks or alerts):
+        return
+    try:
+        if by_hand:
+            numbers = [int(r) for r in rows.replace(",", " ").split()]
+            ids = wb.review.add(run_id.strip(), numbers, reason)
+        elif checks:
+            ids = wb.review.add_failed_checks(run_id.strip())
+        else:
+            ids = wb.review.add_alerted(run_id.strip())
+    except ValueError:
+        show_error(f"Rows: expected whole numbers separated by commas, got {rows!r}")
+        return
+    except PromptlabError as exc:
+        show_error(exc)
+        return
+    st.toast(f"Sent {len(ids)} row(s) to review")
+
+
+def settled_download(wb: Workbench) -> None:
+    def make() -> bytes:
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / "expected.jsonl"
+            wb.review.export(path)
+            return path.read_bytes()
+
+    counts = wb.review.counts()
+    settled = counts.get(ReviewStatus.ACCEPTED, 0) + counts.get(ReviewStatus.CORRECTED, 0)
+    file_download("review_export", f"Settled answers as a dataset ({settled} rows)", make,
+                  what=settled, file_name="expected-answers.jsonl", mime="application/x-ndjson",
+                  help="Each reviewed row as it was, its settled answer in `expected`: "
+                  "import it and name `expected: expected` in the next run spec.")  # fmt: skip
+
+
+def main() -> None:
+    require_shell("pages/review.py")
+    st.title("Review")
+    wb = get_workbench()
+    linked = st.query_params.get("item")
+    if linked and st.session_state.get("_review_link") != linked:
+        st.session_state["_review_link"] = linked
+        st.session_state[CHOSEN] = int(linked) if linked.isdigit() else None
+    picked = queue(wb)
+    if picked is not None:
+        st.session_state[CHOSEN] = picked
+    chosen = st.session_state.get(CHOSEN) or next_open(wb)
+    if chosen is not None:
+        try:
+            detail = wb.review.show(chosen)
+        except PromptlabError as exc:
+            show_error(exc)
+        else:
+            summary = wb.review.crosscheck(detail.item.run_id)
+            if summary is not None:
+                with st.expander(f"Cross-check of run {summary.run_id}: " + ", ".join(
+                        f"{n} {d}" for d, n in summary.decisions.items())):  # fmt: skip
+                    st.dataframe(pd.DataFrame(weight_rows(summary)), hide_index=True)
+            item_view(wb, detail)
+    send_rows(wb)
+    settled_download(wb)
+
+
+main()

@@ -1,0 +1,150 @@
+"""`promptlab review list|show|accept|correct|reject|add|export`: the review queue.
+
+Rows reach the queue from cross-checks (decision `review`), from `review add` (by
+hand, results that failed their checks, or an anomaly alert's results); every decision
+is recorded in the audit trail with who made it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from promptlab.cli.common import db_option, handle_errors, open_workbench
+
+# As promptlab.records.review.ReviewStatus, spelled out: `--help` imports no records.
+STATUSES = ["open", "accepted", "corrected", "rejected", "all"]
+
+
+@click.group("review")
+def review() -> None:
+    """Rows sent to a person: list them, see the models' answers, settle each one.
+
+    Accept the proposed answer, correct it, or reject the row; `review export FILE`
+    writes the settled answers as a dataset of expected answers for the next run.
+    """
+
+
+@review.command("list")
+@db_option
+@click.option("--status", type=click.Choice(STATUSES), default="open", show_default=True)
+@click.option("--run", "run_id", help="Only this run's items.")
+@click.option("--limit", type=click.IntRange(1, 10_000), default=50, show_default=True)
+@click.pass_context
+@handle_errors
+def list_items(ctx: click.Context, status: str, run_id: str | None, limit: int) -> None:
+    """Items oldest first: id, run, row, what sent it, and the proposed answer."""
+    from promptlab.views.review import item_rows
+
+    with open_workbench(ctx) as wb:
+        items = wb.review.list(None if status == "all" else status, run_id, limit)
+        counts = wb.review.counts()
+    if not items:
+        click.echo(f"no {'' if status == 'all' else status + ' '}review items")
+    for row in item_rows(items):
+        answer = f"  -> {row['answer']!r}" if row["answer"] is not None else ""
+        click.echo(f"{row['id']}  {row['run']} row {row['row']}  {row['source']}  "
+                   f"{row['status']}  proposed {row['proposed']!r}{answer}")  # fmt: skip
+        click.echo(f"    {row['reason']}")
+    click.echo("  ".join(f"{s} {counts.get(s, 0)}" for s in STATUSES[:-1]), err=True)
+
+
+@review.command("show")
+@db_option
+@click.argument("item_id", type=int)
+@click.pass_context
+@handle_errors
+def show(ctx: click.Context, item_id: int) -> None:
+    """The item, its dataset row, and every model's answer with its scores."""
+    from promptlab.views.review import detail_lines
+
+    with open_workbench(ctx) as wb:
+        detail = wb.review.show(item_id)
+    click.echo("\n".join(detail_lines(detail)))
+
+
+@review.command("accept")
+@db_option
+@click.argument("item_id", type=int)
+@click.option("--note", help="Why (kept with the decision).")
+@click.pass_context
+@handle_errors
+def accept(ctx: click.Context, item_id: int, note: str | None) -> None:
+    """Settle on the proposed answer."""
+    with open_workbench(ctx) as wb:
+        item = wb.review.accept(item_id, note)
+    click.echo(f"review {item.id}: accepted {item.answer!r}")
+
+
+@review.command("correct")
+@db_option
+@click.argument("item_id", type=int)
+@click.argument("answer")
+@click.option("--note", help="Why (kept with the decision).")
+@click.pass_context
+@handle_errors
+def correct(ctx: click.Context, item_id: int, answer: str, note: str | None) -> None:
+    """Settle on ANSWER instead of the proposed one."""
+    with open_workbench(ctx) as wb:
+        item = wb.review.correct(item_id, answer, note)
+    click.echo(f"review {item.id}: corrected to {item.answer!r}")
+
+
+@review.command("reject")
+@db_option
+@click.argument("item_id", type=int)
+@click.option("--note", help="Why (kept with the decision).")
+@click.pass_context
+@handle_errors
+def reject(ctx: click.Context, item_id: int, note: str | None) -> None:
+    """Keep the row out of the expected answers."""
+    with open_workbench(ctx) as wb:
+        item = wb.review.reject(item_id, note)
+    click.echo(f"review {item.id}: rejected")
+
+
+@review.command("add")
+@db_option
+@click.argument("run_id")
+@click.argument("rows", nargs=-1, type=click.IntRange(min=0))
+@click.option("--failed-checks", is_flag=True, help="Every result that failed its checks.")
+@click.option("--alerts", is_flag=True, help="The results the run's anomaly alerts were about.")
+@click.option("--reason", default="sent by hand", show_default=True)
+@click.pass_context
+@handle_errors
+def add(
+    ctx: click.Context, run_id: str, rows: tuple[int, ...], failed_checks: bool, alerts: bool,
+    reason: str,
+) -> None:  # fmt: skip
+    """Send rows of a run to review: ROWS by number, or with --failed-checks / --alerts."""
+    if not rows and not failed_checks and not alerts:
+        raise click.UsageError("give row numbers, --failed-checks or --alerts")
+    with open_workbench(ctx) as wb:
+        ids = wb.review.add(run_id, rows, reason) if rows else []
+        if failed_checks:
+            ids += wb.review.add_failed_checks(run_id)
+        if alerts:
+            ids += wb.review.add_alerted(run_id)
+    click.echo(f"sent {len(ids)} row(s) to review" + (f": {ids[0]}..{ids[-1]}" if ids else
+               " (none new: rows already in the queue stay as they are)"))  # fmt: skip
+
+
+@review.command("export")
+@db_option
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--run", "run_id", help="Only this run's items.")
+@click.option("--column", default="expected", show_default=True,
+              help="The column holding each settled answer.")  # fmt: skip
+@click.option("--force", is_flag=True, help="Replace FILE if it exists.")
+@click.pass_context
+@handle_errors
+def export(ctx: click.Context, file: Path, run_id: str | None, column: str, force: bool) -> None:
+    """Write accepted and corrected answers as a dataset (.jsonl or .csv): each row as
+    it was, with its answer in --column, ready for `expected:` in the next spec."""
+    with open_workbench(ctx) as wb:
+        count = wb.review.export(file, run_id=run_id, column=column, force=force)
+    click.echo(f"wrote {count} row(s) to {file}")
+
+
+commands: list[click.Command] = [review]

@@ -1,0 +1,162 @@
+"""A cross-checked run's end: weigh its models, decide each row, queue the doubtful.
+
+With `crosscheck.validation`, the run's end starts a validation run (`validate
+crosscheck: RUN NAME`: the validation dataset through the same models, recorded, traced
+and costed like any run), and that run's end weighs each model by its F1 there and
+decides the cross-checked run; without one, the models weigh alike and the run is
+decided at once. Each row's decision, with every model's answer, confidence and weight,
+is stored (`crosscheck_decisions`); rows decided `review` go to the review queue. A
+resumed run is decided again whole (its open review items with it; decided ones stay).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from promptlab.records.review import ReviewSource, WeightRecord
+from promptlab.scoring.crosscheck import (
+    CrossCheck,
+    Decision,
+    Moments,
+    RowDecision,
+    Scale,
+    adjust_weights,
+    decide,
+    macro_f1,
+    normalize,
+    raw_confidence,
+    read_answer,
+    weights_from_f1,
+    winner,
+)
+from promptlab.store.audit import AuditLog
+from promptlab.store.connection import Store
+from promptlab.store.crosscheck import CrosscheckStore
+from promptlab.store.review import ReviewStore
+from promptlab.store.runs import RunStore
+from promptlab.store.scores import ScoreStore
+
+if TYPE_CHECKING:
+    from promptlab.engine.spec import RunSpec
+
+#: Who queued what a cross-check sent to review (the audit's actor).
+ACTOR = "crosscheck"
+
+
+def crosscheck_ended(
+    store: Store, run_id: str, spec: RunSpec, submit: Callable[[RunSpec], str]
+) -> str | None:
+    """Decide the ended cross-checked run now, or start its validation run (whose id is
+    returned) to weigh the models first."""
+    from promptlab.engine.spec import parse_spec  # the spec module imports crosscheck
+
+    assert spec.crosscheck is not None
+    if spec.crosscheck.validation is None:
+        decide_run(store, run_id, spec.crosscheck)
+        return None
+    raw = dict(spec.raw)
+    check = {k: v for k, v in raw["crosscheck"].items() if k != "validation"}
+    data = {k: v for k, v in raw.items() if k not in ("name", "schedule", "after", "limit_rows")}
+    data |= {"name": f"validate crosscheck: {spec.name}"[:200], "crosscheck": check,
+             "dataset": raw["crosscheck"]["validation"], "validating": run_id}  # fmt: skip
+    scorers = [s for s in raw.get("scorers") or [] if _plain(s)]  # judges judge the run
+    data.pop("scorers", None)
+    if scorers:
+        data["scorers"] = scorers
+    return submit(parse_spec(data, trusted=True))
+
+
+def _plain(scorer: Any) -> bool:
+    return not (isinstance(scorer, Mapping) and scorer.get("kind") == "judge")
+
+
+def validation_ended(store: Store, validation_run_id: str, spec: RunSpec) -> int:
+    """Weigh each model by its macro F1 on the validation run, then decide the run it
+    validates; the rows decided."""
+    assert spec.crosscheck is not None and spec.validating is not None and spec.expected
+    pairs: dict[str, list[tuple[str | None, str]]] = {m: [] for m in spec.crosscheck.models}
+    for batch in ScoreStore(store).finished_results(validation_run_id):
+        for r in batch:
+            want = r.row.get(spec.expected)
+            if want is None or str(want).strip() == "" or r.variant not in pairs:
+                continue
+            got = read_answer(r.output if r.succeeded else None, spec.crosscheck).value
+            pairs[r.variant].append((got, normalize(want)))
+    f1 = {model: macro_f1(p) for model, p in pairs.items()}
+    return decide_run(store, spec.validating, spec.crosscheck, f1, validation_run_id)
+
+
+def decide_run(
+    store: Store,
+    run_id: str,
+    check: CrossCheck,
+    f1: Mapping[str, float] | None = None,
+    validation_run_id: str | None = None,
+) -> int:
+    """Decide every row of the run and queue the `review` ones; the rows decided."""
+    models = check.models
+    base = weights_from_f1(f1) if f1 else {m: 1 / len(models) for m in models}
+    crosschecks = CrosscheckStore(store)
+    # First pass: each model's confidences over the run, and how often it backed the
+    # winning answer (the ±5% rule's input).
+    per_model = {m: Moments() for m in models}
+    pooled, agreed, rows = Moments(), Counter[str](), 0
+    for batch in crosschecks.row_outputs(run_id):
+        for _row, outputs in batch:
+            answers = {m: read_answer(outputs.get(m), check) for m in models}
+            best, rows = winner(answers, base), rows + 1
+            for model, answer in answers.items():
+                raw = raw_confidence(answer, check)
+                if raw is not None:
+                    per_model[model].add(raw)
+                    pooled.add(raw)
+                if best is not None and answer.value == best:
+                    agreed[model] += 1
+    weights = adjust_weights(base, {m: agreed[m] / rows for m in models}) if rows else base
+    crosschecks.clear(run_id)
+    crosschecks.put_weights(run_id, [
+        WeightRecord(m, validation_run_id, None if f1 is None else f1.get(m, 0.0), base[m],
+                     weights[m]) for m in models
+    ])  # fmt: skip
+    return _decide_rows(store, run_id, check, weights, Scale(per_model, pooled))
+
+
+def _decide_rows(
+    store: Store, run_id: str, check: CrossCheck, weights: Mapping[str, float], scale: Scale
+) -> int:
+    crosschecks, reviews = CrosscheckStore(store), ReviewStore(store)
+    reviews.clear_open(run_id, ReviewSource.CROSSCHECK)
+    now = store.clock.now()
+    counts: Counter[str] = Counter()
+    for batch in crosschecks.row_outputs(run_id):
+        decided, queued = [], []
+        for row, outputs in batch:
+            answers = {m: read_answer(outputs.get(m), check) for m in check.models}
+            d = decide(answers, weights, scale, check)
+            counts[d.decision] += 1
+            decided.append((row, str(d.decision), d.answer, d.agreement, d.confidence,
+                            json.dumps(d.inputs)))  # fmt: skip
+            if d.decision == Decision.REVIEW:
+                queued.append((run_id, row, None, str(ReviewSource.CROSSCHECK),
+                               review_reason(d, check), d.answer))  # fmt: skip
+        crosschecks.add_decisions(run_id, decided, now)
+        reviews.add(queued, ACTOR, now)
+    name = RunStore(store).get_run(run_id).name
+    payload = {"run": name, "decisions": dict(counts), "weights": dict(weights)}
+    AuditLog(store).record_change("crosscheck.decided", ACTOR, payload, run_id=run_id)
+    return sum(counts.values())
+
+
+def review_reason(d: RowDecision, check: CrossCheck) -> str:
+    """Why a row went to review, with its figures and the line it missed."""
+    if d.answer is None:
+        return "no model gave an answer"
+    confidence = "no confidence" if d.confidence is None else f"confidence {d.confidence:.2f}"
+    why = "models disagree" if d.agreement < check.vote.agreement - 1e-9 else "low confidence"
+    return (
+        f"{why}: agreement {d.agreement:.0%}, {confidence} (a weighted vote needs "
+        f"{check.vote.agreement:.0%} and {check.vote.confidence:.2f})"
+    )

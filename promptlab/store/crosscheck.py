@@ -1,0 +1,96 @@
+"""Cross-checks in DuckDB: a run's answers row by row, its decisions and weights."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+
+from promptlab.records.review import CrosscheckRecord, CrosscheckSummary, WeightRecord
+from promptlab.store.connection import Store
+
+#: Dataset rows read (and decisions written) per batch.
+BATCH = 2_000
+
+#: (row_index, decision, answer, agreement, confidence, inputs as JSON)
+DecisionRow = tuple[int, str, str | None, float, float | None, str]
+
+
+class CrosscheckStore:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def row_outputs(self, run_id: str) -> Iterator[list[tuple[int, dict[str, str | None]]]]:
+        """Each row's output per variant (None: the request failed), BATCH rows at a time
+        in row order; a cancelled or unsent item is missing from its row."""
+        after = -1
+        while True:
+            with self.store.read() as cur:
+                rows = cur.execute(
+                    "SELECT row_index, variant, CASE WHEN status = 'succeeded' THEN "
+                    "output_text END FROM results WHERE run_id = ? AND row_index IN "
+                    "(SELECT DISTINCT row_index FROM results WHERE run_id = ? AND "
+                    "row_index > ? ORDER BY row_index LIMIT ?) "
+                    "AND status IN ('succeeded', 'failed') ORDER BY row_index, variant",
+                    [run_id, run_id, after, BATCH],
+                ).fetchall()
+            if not rows:
+                return
+            batch: dict[int, dict[str, str | None]] = {}
+            for row_index, variant, output in rows:
+                batch.setdefault(int(row_index), {})[variant] = output
+            after = max(batch)
+            yield list(batch.items())
+
+    def clear(self, run_id: str) -> None:
+        with self.store.transaction() as tx:
+            tx.execute("DELETE FROM crosscheck_decisions WHERE run_id = ?", [run_id])
+            tx.execute("DELETE FROM crosscheck_weights WHERE run_id = ?", [run_id])
+
+    def put_weights(self, run_id: str, weights: Sequence[WeightRecord]) -> None:
+        with self.store.transaction() as tx:
+            tx.executemany(
+                "INSERT INTO crosscheck_weights VALUES (?, ?, ?, ?, ?, ?)",
+                [[run_id, w.variant, w.validation_run_id, w.f1, w.base_weight, w.weight]
+                 for w in weights],
+            )  # fmt: skip
+
+    def add_decisions(self, run_id: str, rows: Sequence[DecisionRow], at: datetime) -> None:
+        if rows:
+            with self.store.transaction() as tx:
+                tx.executemany(
+                    "INSERT INTO crosscheck_decisions VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    [[run_id, *row, at] for row in rows],
+                )
+
+    def decision(self, run_id: str, row_index: int) -> CrosscheckRecord | None:
+        with self.store.read() as cur:
+            row = cur.execute(
+                "SELECT decision, answer, agreement, confidence, inputs FROM "
+                "crosscheck_decisions WHERE run_id = ? AND row_index = ?",
+                [run_id, row_index],
+            ).fetchone()
+        if row is None:
+            return None
+        return CrosscheckRecord(
+            run_id, row_index, row[0], row[1], row[2], row[3], json.loads(row[4])
+        )
+
+    def summary(self, run_id: str) -> CrosscheckSummary | None:
+        """The run's weights and decision counts; None when it was not cross-checked."""
+        with self.store.read() as cur:
+            weights = cur.execute(
+                "SELECT variant, validation_run_id, f1, base_weight, weight FROM "
+                "crosscheck_weights WHERE run_id = ? ORDER BY variant",
+                [run_id],
+            ).fetchall()
+            counts = cur.execute(
+                "SELECT decision, count(*) FROM crosscheck_decisions WHERE run_id = ? "
+                "GROUP BY 1 ORDER BY 1",
+                [run_id],
+            ).fetchall()
+        if not weights:
+            return None
+        return CrosscheckSummary(
+            run_id, tuple(WeightRecord(*w) for w in weights), {d: int(n) for d, n in counts}
+        )

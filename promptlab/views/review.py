@@ -1,0 +1,88 @@
+"""Rows and lines for the review queue (the Review page and `promptlab review`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from promptlab.records.review import CrosscheckSummary, ReviewDetail, ReviewItem
+
+#: Characters of an answer shown in a list (the item view shows it whole).
+SHORT = 80
+
+
+def item_rows(items: list[ReviewItem]) -> list[dict[str, Any]]:
+    """The queue as a table."""
+    return [
+        {
+            "id": i.id, "run": i.run_id, "row": i.row_index, "source": i.source,
+            "status": i.status, "proposed": _short(i.proposed), "answer": _short(i.answer),
+            "reason": i.reason, "decided by": i.decided_by,
+        }
+        for i in items
+    ]  # fmt: skip
+
+
+def answer_rows(detail: ReviewDetail) -> list[dict[str, Any]]:
+    """Each variant's (model's) answer to the row, with its scores and, for a
+    cross-check, the answer compared, its confidence and weight."""
+    inputs = detail.crosscheck.inputs if detail.crosscheck is not None else {}
+    rows = []
+    for a in detail.answers:
+        row: dict[str, Any] = {"variant": a.variant, "model": a.model, "status": a.status,
+                               "check": a.check_status, "output": a.output or a.error}  # fmt: skip
+        fused = inputs.get(a.variant)
+        if fused is not None:
+            row |= {"answer": fused.get("answer"), "confidence": fused.get("normalized"),
+                    "weight": fused.get("weight")}  # fmt: skip
+        row |= {f"score: {name}": value for name, value in a.scores.items()}
+        rows.append(row)
+    return rows
+
+
+def crosscheck_line(detail: ReviewDetail) -> str | None:
+    """The cross-check's decision in one line, or None."""
+    d = detail.crosscheck
+    if d is None:
+        return None
+    confidence = "-" if d.confidence is None else f"{d.confidence:.2f}"
+    return (
+        f"cross-check: {d.decision}, agreement {d.agreement:.0%}, fused confidence "
+        f"{confidence}, leading answer {d.answer!r}"
+    )
+
+
+def detail_lines(detail: ReviewDetail) -> list[str]:
+    """The item for a terminal: what it is, the row, then each answer in turn."""
+    item = detail.item
+    lines = [
+        f"review {item.id}: run {item.run_id} row {item.row_index}, {item.status}",
+        f"  sent by {item.source} ({item.created_by}): {item.reason}",
+        f"  proposed: {item.proposed!r}",
+    ]
+    if item.decided_by:
+        lines.append(f"  {item.status} by {item.decided_by}: {item.answer!r}"
+                     + (f" ({item.note})" if item.note else ""))  # fmt: skip
+    cross = crosscheck_line(detail)
+    if cross:
+        lines.append(f"  {cross}")
+    lines.append("  row:")
+    lines += [f"    {k}: {_short(str(v), 200)}" for k, v in detail.row.items()]
+    for row in answer_rows(detail):
+        lines.append(f"  {row['variant']} ({row['model']}, {row['status']}):")
+        lines += [f"    {k}: {v}" for k, v in row.items()
+                  if k not in ("variant", "model", "status") and v is not None]  # fmt: skip
+    return lines
+
+
+def weight_rows(summary: CrosscheckSummary) -> list[dict[str, Any]]:
+    return [
+        {"model": w.variant, "validation F1": w.f1, "weight from F1": round(w.base_weight, 4),
+         "weight (±5% rule)": round(w.weight, 4)}
+        for w in summary.weights
+    ]  # fmt: skip
+
+
+def _short(text: str | None, limit: int = SHORT) -> str | None:
+    if text is None or len(text) <= limit:
+        return text
+    return text[: limit - 1] + "…"
