@@ -125,6 +125,7 @@ def test_an_answer_is_read_from_its_field_and_a_broken_output_abstains() -> None
         ({"models": MODELS, "adopt": {"agreement": 2}}, r"crosscheck.adopt.agreement"),
         ({"models": MODELS, "validation": "v.csv"}, r"crosscheck.validation: needs `expected:`"),
         ({"models": MODELS, "judge": 1}, r"crosscheck: unknown field\(s\) judge"),
+        ({"models": MODELS, "entropy_gap": 0}, r"crosscheck.entropy_gap: expected nats"),
     ],
 )
 def test_a_bad_crosscheck_is_refused_naming_the_field(crosscheck: Any, message: str) -> None:
@@ -258,3 +259,55 @@ def test_a_validation_set_weighs_the_models_by_f1_and_the_weighted_vote_decides(
     assert (decisions[4], decisions[7], decisions[9]) == ("vote", "review", "review")
     assert {d for r, d in decisions.items() if r not in (4, 7, 9)} == {"adopt"}
     assert [i.row_index for i in ReviewStore(store).items("open", run_id)] == [7, 9]
+
+
+def test_an_entropy_gap_over_the_threshold_flags_the_row_ambiguous() -> None:
+    weights = {"a": 0.5, "b": 0.3, "c": 0.2}
+    check = CrossCheck(models=tuple(weights), field="label", entropy_gap=1.2)
+    sure = {m: Answer("x", None, 0.2) for m in weights}
+    assert decide(sure, weights, flat(a=1, b=1, c=1), check).decision == Decision.ADOPT
+    split = {**sure, "c": Answer("x", None, 1.5)}  # all agree, but c was far less sure
+    got = decide(split, weights, flat(a=1, b=1, c=1), check)
+    assert (got.decision, got.ambiguous) == (Decision.REVIEW, True)
+    assert got.entropy_gap == pytest.approx(1.3) and got.inputs["c"]["entropy"] == 1.5
+    unchecked = CrossCheck(models=tuple(weights), field="label")  # no threshold: no flag
+    assert decide(split, weights, flat(a=1, b=1, c=1), unchecked).decision == Decision.ADOPT
+
+
+def test_a_crosscheck_with_an_entropy_gap_asks_for_log_probabilities_and_stores_them(
+    tmp_path: Path, db_path: Path
+) -> None:
+    from promptlab.workbench import Workbench
+
+    dataset = tmp_path / "rows.csv"
+    dataset.write_text("text\n" + "".join(f"row {i}\n" for i in range(8)), encoding="utf-8")
+    with Workbench.open() as wb:
+        spec = wb.runs.spec_from_data({
+            "name": "entropy", "dataset": str(dataset),
+            "variants": [{"messages": [{"role": "user", "content": "Say {{ text }}"}],
+                          "params": {"max_tokens": 30}}],
+            "crosscheck": {"models": ["sim:careful", "sim:sloppy"], "entropy_gap": 0.4},
+        })  # fmt: skip
+        assert spec.top_logprobs == 5
+        run_id = wb.runs.start(spec)
+        assert wb.runs.wait(run_id, timeout=60).status == "completed"
+        with wb.store.read() as cur:
+            stored = dict(cur.execute(
+                "SELECT variant || ':' || row_index, token_entropy FROM results "
+                "WHERE run_id = ?", [run_id]).fetchall())  # fmt: skip
+        store = wb.store
+        flagged = []
+        for row in range(8):
+            d = CrosscheckStore(store).decision(run_id, row)
+            assert d is not None
+            careful, sloppy = stored[f"sim:careful:{row}"], stored[f"sim:sloppy:{row}"]
+            assert careful is not None and sloppy is not None
+            assert d.inputs["sim:careful"]["entropy"] == careful
+            assert d.entropy_gap == pytest.approx(abs(sloppy - careful))
+            assert d.ambiguous == (d.entropy_gap > 0.4)
+            if d.ambiguous:
+                assert d.decision == "review"
+                flagged.append(row)
+        assert flagged  # the sloppy model is far less sure of its tokens
+        reasons = {i.row_index: i.reason for i in ReviewStore(store).items("open", run_id)}
+        assert all(reasons[r].startswith("ambiguous: the models' token entropies") for r in flagged)

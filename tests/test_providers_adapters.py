@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import math
 from typing import Any
 
 import pytest
@@ -26,6 +27,8 @@ from promptlab.providers.anthropic import AnthropicProvider
 from promptlab.providers.config import EndpointConfig, builtin_endpoints
 from promptlab.providers.openai import OpenAIProvider
 from promptlab.providers.sim import SIMULATED_HEADER
+from promptlab.providers.simulator import simulated_logprobs
+from promptlab.providers.wire import mean_entropy
 from tests.fakellm_fixtures import (
     ServerFactory,
     anthropic_client,
@@ -221,6 +224,8 @@ EVERY_FIELD: dict[str, Any] = {
     "request_id": "item-7",
     "timeout_s": 5.0,
     "extra": EXTRA,
+    # A cross-check's entropy gap asks this many log-probabilities per token.
+    "top_logprobs": 2,
     # Where a send on Celery workers is claimed and how long its owner waits: never sent.
     "attempt": 2,
     "item_key": "run-item-key",
@@ -260,6 +265,37 @@ def test_openai_adapter_sends_every_spec_parameter(
     assert body["messages"] == [dict(m) for m in MESSAGES]
     assert {key: body[key] for key in EXTRA} == EXTRA
     assert sent["headers"]["x-client-request-id"] == "item-7"
+    assert (body["logprobs"], body["top_logprobs"]) == (True, 2)
+    assert response.token_entropy is not None and response.token_entropy > 0
+
+
+@pytest.mark.parametrize("model", ["careful", "sloppy"])
+def test_asked_log_probabilities_come_back_as_the_answers_mean_token_entropy(
+    fakellm: Any, transport: str, model: str
+) -> None:
+    request = _request(model=model, max_tokens=60, top_logprobs=5)
+    response = _complete(_endpoint(transport, fakellm, "openai"), request)
+    # What fakellm sent, read independently: the simulator's log-probabilities.
+    expected = mean_entropy(simulated_logprobs(request, model, response.output_tokens, 5))
+    assert response.token_entropy == pytest.approx(expected)
+    sim = _complete(builtin_endpoints()["sim"], request)  # the in-process model agrees
+    assert sim.token_entropy == pytest.approx(expected)
+    unasked = _complete(_endpoint(transport, fakellm, "openai"), _request(model=model))
+    assert unasked.token_entropy is None and sim.text == response.text
+
+
+def test_a_poorer_simulated_model_is_less_sure_of_its_tokens() -> None:
+    request = _request(max_tokens=60, top_logprobs=5)
+    careful = mean_entropy(simulated_logprobs(request, "careful", 60, 5))
+    sloppy = mean_entropy(simulated_logprobs(request, "sloppy", 60, 5))
+    assert careful is not None and sloppy is not None and sloppy > careful + 0.5
+    assert mean_entropy([[0.0]]) == 0.0 and mean_entropy([]) is None
+    assert mean_entropy([[math.log(0.5), math.log(0.5)]]) == pytest.approx(math.log(2))
+
+
+def test_fakellm_refuses_top_logprobs_out_of_range(fakellm: Any, transport: str) -> None:
+    error = _error(_endpoint(transport, fakellm, "openai"), _request(top_logprobs=21))
+    assert error.kind == ErrorKind.BAD_REQUEST and "top_logprobs" in str(error)
 
 
 def test_openai_adapter_sends_max_completion_tokens_to_the_official_api(
@@ -290,6 +326,8 @@ def test_anthropic_adapter_sends_every_spec_parameter(
     assert body["messages"] == [{"role": "user", "content": MESSAGES[1]["content"]}]
     assert body["output_config"] == {"format": {"type": "json_schema", "schema": SCHEMA}}
     assert "seed" not in body  # the Messages API has no seed
+    assert "logprobs" not in body and "top_logprobs" not in body  # nor log-probabilities
+    assert response.token_entropy is None
     # Of a chat body's fields, `stop` and `user` have an Anthropic form; a run refuses
     # the others at submit (tests/test_batch_files.py).
     assert body["stop_sequences"] == ["END"]

@@ -172,6 +172,7 @@ class ItemRecorder:
                 "finish_reason": str(response.finish_reason),
                 "model_version": response.model_version,
                 "latency_ms": response.latency_ms,
+                "token_entropy": response.token_entropy,
                 "cost_usd": cost_usd(
                     endpoint, variant.model, response.input_tokens, response.output_tokens
                 ),

@@ -97,8 +97,10 @@ class RunExecution:
         reask: int = 0,
         audit: bool = True,
         masker: Masker | None = None,
+        top_logprobs: int | None = None,
     ) -> None:
         self.run_id = run_id
+        self.top_logprobs = top_logprobs  # asked of every request (a cross-check's entropy)
         self.clock = clock
         #: A sampling schedule runs over the dataset: an item's position is its row (and
         #: repeat), so every variant sweeps the same values whatever the others do.
@@ -274,6 +276,7 @@ class RunExecution:
             request_id=item.key,
             item_key=item.key,
             timeout_s=self.policy.timeout_s,
+            top_logprobs=self.top_logprobs,
         )
         if params is not variant.params:
             self.recorder.row_params[item.key] = params

@@ -24,7 +24,7 @@ from promptlab.experiments.sampling import parse_sampling
 from promptlab.prompts.templates import normalize_params
 from promptlab.providers.config import EXECUTORS, KINDS, parse_model_ref
 from promptlab.schedules.cron import check_cron
-from promptlab.scoring.crosscheck import CrossCheck, with_crosscheck
+from promptlab.scoring.crosscheck import TOP_LOGPROBS, CrossCheck, with_crosscheck
 from promptlab.scoring.scorers import Scorer, parse_scorers
 from promptlab.yamlio import parse_yaml, read_yaml
 
@@ -152,6 +152,12 @@ class RunSpec:
     @property
     def split(self) -> bool:
         return self.mode == "split"
+
+    @property
+    def top_logprobs(self) -> int | None:
+        """Log-probabilities asked per token: a cross-check measuring its entropy gap."""
+        check = self.crosscheck
+        return TOP_LOGPROBS if check is not None and check.entropy_gap is not None else None
 
     @property
     def dataset_label(self) -> str:

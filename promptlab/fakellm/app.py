@@ -23,7 +23,12 @@ from promptlab.fakellm.config import FakeLLMConfig
 from promptlab.fakellm.limits import Limiter
 from promptlab.fakellm.responses import ErrorResponses, key_header
 from promptlab.providers.base import CompletionRequest
-from promptlab.providers.simulator import SIMULATED_LABEL, FaultRates, simulate
+from promptlab.providers.simulator import (
+    SIMULATED_LABEL,
+    FaultRates,
+    simulate,
+    simulated_logprobs,
+)
 from promptlab.providers.tokens import estimate_prompt_tokens
 
 #: The header adapters put the item's idempotency key in (see providers/openai.py).
@@ -238,8 +243,15 @@ class FakeLLM:
         else:
             if delay_ms > 0:
                 await asyncio.sleep(delay_ms / 1000)
-            make = wire.anthropic_message if anthropic else wire.openai_completion
-            payload = make(resp_id, model, out.text, out.finish_reason, usage)
+            if anthropic:
+                payload = wire.anthropic_message(resp_id, model, out.text, out.finish_reason, usage)
+            else:
+                logprobs = req.top_logprobs and simulated_logprobs(
+                    req, req.model, out.output_tokens, req.top_logprobs
+                )
+                payload = wire.openai_completion(
+                    resp_id, model, out.text, out.finish_reason, usage, logprobs or None
+                )
             if fault == "garbled":
                 stats.server_errors += 1
                 payload = payload[: len(payload) // 2]

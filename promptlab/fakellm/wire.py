@@ -181,10 +181,28 @@ def parse_openai(body: Any, request_id: str | None) -> ParsedRequest:
             output_schema=schema,
             seed=seed,
             request_id=request_id,
+            top_logprobs=_top_logprobs(body),
         ),
         stream=bool(body.get("stream")),
         include_usage=bool(stream_options.get("include_usage")),
     )
+
+
+def _top_logprobs(body: Mapping[str, Any]) -> int | None:
+    """How many log-probabilities per token were asked for (`logprobs: true` and
+    `top_logprobs`, 0 to 20, as the API takes them); None when none were."""
+    top = body.get("top_logprobs")
+    if top is not None and (
+        isinstance(top, bool) or not isinstance(top, int) or not 0 <= top <= 20
+    ):
+        raise WireError(f"Invalid 'top_logprobs': integer below minimum value or above maximum "
+                        f"value. Expected a value between 0 and 20, got {top!r}.",
+                        "top_logprobs", "integer_out_of_range")  # fmt: skip
+    if not body.get("logprobs"):
+        if top is not None:
+            raise WireError("top_logprobs requires logprobs to be true", "top_logprobs")
+        return None
+    return top or 1
 
 
 def _openai_schema(fmt: Any) -> Mapping[str, Any] | None:
@@ -289,9 +307,11 @@ def dumps(data: Any) -> bytes:
 
 
 def openai_completion(
-    response_id: str, model: str, text: str, finish: FinishReason, usage: tuple[int, int]
-) -> bytes:
-    """A `chat.completion` object."""
+    response_id: str, model: str, text: str, finish: FinishReason, usage: tuple[int, int],
+    logprobs: list[list[float]] | None = None,
+) -> bytes:  # fmt: skip
+    """A `chat.completion` object; with `logprobs` (the top log-probabilities of each
+    output token), its `choices[0].logprobs.content`."""
     prompt, completion = usage
     return dumps(
         {
@@ -303,7 +323,12 @@ def openai_completion(
                 {
                     "index": 0,
                     "message": {"role": "assistant", "content": text, "refusal": None},
-                    "logprobs": None,
+                    "logprobs": None
+                    if logprobs is None
+                    else {
+                        "content": [_token_logprobs(i, top) for i, top in enumerate(logprobs)],
+                        "refusal": None,
+                    },
                     "finish_reason": _OPENAI_FINISH[finish],
                 }
             ],
@@ -315,6 +340,12 @@ def openai_completion(
             "system_fingerprint": "fp_fakellm",
         }
     )
+
+
+def _token_logprobs(position: int, top: list[float]) -> dict[str, Any]:
+    alternatives = [{"token": f"t{position}.{j}", "logprob": lp, "bytes": None}
+                    for j, lp in enumerate(top)]  # fmt: skip
+    return {**alternatives[0], "top_logprobs": alternatives}
 
 
 def anthropic_message(

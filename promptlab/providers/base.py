@@ -45,6 +45,9 @@ class CompletionRequest:
     #: Wall-clock time (epoch seconds) after which nobody waits for the answer: a worker
     #: does not send what its owner has given up on.
     deadline: float | None = None
+    #: Ask for this many most likely tokens per position with their log-probabilities
+    #: (OpenAI-format endpoints; a cross-check's entropy gap). None: do not ask.
+    top_logprobs: int | None = None
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,9 @@ class CompletionResponse:
     latency_ms: float
     headers: Mapping[str, str] = field(default_factory=dict)
     request_id: str | None = None
+    #: Mean entropy (nats) of the output's tokens over the top log-probabilities
+    #: returned, when the request asked for them and the provider gave them.
+    token_entropy: float | None = None
 
 
 @runtime_checkable

@@ -40,6 +40,7 @@ from promptlab.providers.wire import (
     anthropic_headers,
     max_tokens_param,
     openai_body,
+    openai_token_entropy,
     parse_anthropic,
     parse_openai,
     request_id_headers,
@@ -115,6 +116,10 @@ class HttpProvider:
     def _parse(self, data: Any) -> Parsed:
         raise NotImplementedError
 
+    def _entropy(self, data: Any) -> float | None:
+        """The answer's mean token entropy, where its format carries log-probabilities."""
+        return None
+
     def _client(self) -> aiohttp.ClientSession:
         loop = asyncio.get_running_loop()
         if self._session is None:
@@ -157,7 +162,8 @@ class HttpProvider:
             answer = StatusAnswer(status, raw)
             raise self._status_error(status, resp_headers, raw) from answer
         try:
-            text, input_tokens, output_tokens, finish, model = self._parse(orjson.loads(raw))
+            data = orjson.loads(raw)
+            text, input_tokens, output_tokens, finish, model = self._parse(data)
         except (orjson.JSONDecodeError, WireFormatError) as exc:
             raise malformed_body_error(exc, status, resp_headers, provider=self.name) from exc
         return CompletionResponse(
@@ -169,6 +175,7 @@ class HttpProvider:
             latency_ms=latency_ms,
             headers=kept_headers(resp_headers),
             request_id=request.request_id,
+            token_entropy=self._entropy(data) if request.top_logprobs else None,
         )
 
     def _status_error(self, status: int, headers: Mapping[str, str], raw: bytes) -> ProviderError:
@@ -239,6 +246,9 @@ class OpenAIHttpProvider(HttpProvider):
 
     def _parse(self, data: Any) -> Parsed:
         return parse_openai(data)
+
+    def _entropy(self, data: Any) -> float | None:
+        return openai_token_entropy(data)
 
 
 class AnthropicHttpProvider(HttpProvider):

@@ -15,6 +15,7 @@ from promptlab.providers.wire import (
     OPENAI_FINISH_REASONS,
     max_tokens_param,
     openai_body,
+    openai_token_entropy,
     request_id_headers,
 )
 
@@ -83,6 +84,10 @@ class OpenAIProvider:
             latency_ms=latency_ms,
             headers=kept_headers(dict(raw.headers.items())),
             request_id=request.request_id,
+            # The SDK's typed logprobs, read through the one parser of the wire format.
+            token_entropy=(
+                openai_token_entropy(completion.model_dump()) if request.top_logprobs else None
+            ),
         )
 
     def _params(self, request: CompletionRequest) -> dict[str, Any]:

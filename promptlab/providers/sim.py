@@ -8,7 +8,13 @@ import random
 from promptlab.errors import ErrorKind, ProviderError
 from promptlab.providers.base import CompletionRequest, CompletionResponse
 from promptlab.providers.config import EndpointConfig
-from promptlab.providers.simulator import SIMULATED_LABEL, FaultRates, simulate
+from promptlab.providers.simulator import (
+    SIMULATED_LABEL,
+    FaultRates,
+    simulate,
+    simulated_logprobs,
+)
+from promptlab.providers.wire import mean_entropy
 
 #: Marks every simulated response, so nothing downstream mistakes it for a real one.
 SIMULATED_HEADER = "x-promptlab-simulated"
@@ -63,6 +69,15 @@ class SimProvider:
             latency_ms=latency_ms,
             headers={SIMULATED_HEADER: "true"},
             request_id=request.request_id,
+            token_entropy=(
+                mean_entropy(
+                    simulated_logprobs(
+                        request, request.model, output.output_tokens, request.top_logprobs
+                    )
+                )
+                if request.top_logprobs
+                else None
+            ),  # fmt: skip
         )
 
     async def aclose(self) -> None:

@@ -411,6 +411,27 @@ def simulate(
     )
 
 
+#: Output tokens a simulated answer carries log-probabilities for (the first ones).
+LOGPROB_TOKENS = 64
+
+
+def simulated_logprobs(
+    request: CompletionRequest, model: str | SimModel, output_tokens: int, top: int
+) -> list[list[float]]:
+    """The `top` log-probabilities of each output token (the first LOGPROB_TOKENS): a
+    good model's most likely token takes most of the mass, a poor model's less, so its
+    entropy is higher. Deterministic per model and messages, like the answer."""
+    sim = model if isinstance(model, SimModel) else resolve_model(model)
+    rng = _rng("logprobs", sim.name, _messages_key(request.messages))
+    positions = []
+    for _ in range(max(1, min(output_tokens, LOGPROB_TOKENS))):
+        first = rng.uniform(0.6 * sim.quality, min(0.995, sim.quality + 0.09))
+        rest = [rng.uniform(0.05, 1.0) for _ in range(max(0, top - 1))]
+        probs = [first] + [r * (1 - first) / sum(rest) for r in rest] if rest else [1.0]
+        positions.append([math.log(p) for p in probs])
+    return positions
+
+
 def _json_output(
     request: CompletionRequest, sim: SimModel, rng: random.Random, topics: list[str],
     rates: FaultRates | None, fault_scale: float,

@@ -7,6 +7,7 @@ itself, so the two cannot drift apart.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,6 +21,8 @@ DEFAULT_API_VERSION = "2026-10-21"
 SAMPLING_API_VERSION = "2023-06-01"
 #: Sampling parameters the Messages API takes only under SAMPLING_API_VERSION.
 ANTHROPIC_SAMPLING = ("temperature", "top_p")
+#: Output tokens whose log-probabilities an entropy reads (a long answer's first ones).
+MAX_ENTROPY_TOKENS = 4_096
 
 OPENAI_FINISH_REASONS = {
     "stop": FinishReason.STOP,
@@ -55,6 +58,9 @@ def openai_body(request: CompletionRequest, max_tokens_param: str) -> dict[str, 
         value = getattr(request, key)
         if value is not None:
             body[key] = value
+    if request.top_logprobs is not None:
+        body["logprobs"] = True
+        body["top_logprobs"] = request.top_logprobs
     if request.output_schema is not None:
         body["response_format"] = {
             "type": "json_schema",
@@ -139,6 +145,39 @@ def parse_openai(data: Any) -> tuple[str, int, int, FinishReason, str]:
         OPENAI_FINISH_REASONS.get(finish or "stop", FinishReason.STOP),
         str(data.get("model") or ""),
     )
+
+
+def openai_token_entropy(data: Any) -> float | None:
+    """The mean entropy (nats) of a chat completion's tokens, each over its returned top
+    log-probabilities renormalized; None when it carries none."""
+    choices = data.get("choices") if isinstance(data, Mapping) else None
+    choice = choices[0] if isinstance(choices, list) and choices else None
+    logprobs = _mapping(choice.get("logprobs") if isinstance(choice, Mapping) else None)
+    content = logprobs.get("content")
+    if not isinstance(content, list):
+        return None
+    positions = []
+    for token in content[:MAX_ENTROPY_TOKENS]:
+        top = _mapping(token).get("top_logprobs")
+        values = [t.get("logprob") for t in top if isinstance(t, Mapping)] if isinstance(
+            top, list) else []  # fmt: skip
+        numbers = [float(v) for v in values if isinstance(v, int | float) and v <= 0]
+        if numbers:
+            positions.append(numbers)
+    return mean_entropy(positions)
+
+
+def mean_entropy(positions: list[list[float]]) -> float | None:
+    """Mean over positions of the entropy of each one's log-probabilities, renormalized
+    to sum to 1 (what was returned is the top few, not the whole vocabulary)."""
+    if not positions:
+        return None
+    total = 0.0
+    for logprobs in positions:
+        probs = [math.exp(lp) for lp in logprobs]
+        mass = sum(probs)
+        total -= sum(p / mass * math.log(p / mass) for p in probs if p > 0)
+    return total / len(positions)
 
 
 def parse_anthropic(data: Any) -> tuple[str, int, int, FinishReason, str]:

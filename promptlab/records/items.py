@@ -116,6 +116,8 @@ class FinalRow:
     rule_status: str | None = None
     #: Every rule that failed or raised, as `RULE: why` (`RULE (warning): why`).
     rule_errors: tuple[str, ...] = ()
+    #: The output's mean token entropy, when log-probabilities were asked and given.
+    token_entropy: float | None = None
 
 
 @dataclass

@@ -70,8 +70,11 @@ class CrosscheckRecord:
     answer: str | None
     agreement: float
     confidence: float | None
-    #: Per model: answer, confidence (raw and normalized) and weight.
+    #: Per model: answer, confidence (raw and normalized), weight and entropy.
     inputs: Mapping[str, Mapping[str, Any]]
+    #: The spread of the models' token entropies, and whether it flagged the row.
+    entropy_gap: float | None = None
+    ambiguous: bool = False
 
 
 @dataclass(frozen=True)

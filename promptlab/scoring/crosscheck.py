@@ -21,6 +21,11 @@ variant, once per model) and decides each row from their answers:
   confidence is the weighted mean over the models behind the winning answer.
 - **Decision** (the seed's table): agreement >= 90% and fused >= 0.85 adopt; agreement
   >= 70% and fused >= 0.72 weighted vote; otherwise the row goes to the review queue.
+- **Ambiguous**: with `entropy_gap:` (nats; the seed's 1.2), every request asks for its
+  tokens' top TOP_LOGPROBS log-probabilities (OpenAI-format endpoints and the simulated
+  model give them; Anthropic's API has none). Each answer's mean token entropy is
+  stored with its result; a row whose models' entropies differ by more than the gap is
+  flagged ambiguous and goes to review, whatever its agreement.
 """
 
 from __future__ import annotations
@@ -38,7 +43,9 @@ from promptlab.checks.validation import extract_json
 from promptlab.errors import ConfigError, SpecError
 from promptlab.providers.config import parse_model_ref
 
-FIELDS = frozenset({"models", "field", "confidence", "validation", "adopt", "vote"})
+FIELDS = frozenset({"models", "field", "confidence", "validation", "adopt", "vote", "entropy_gap"})
+#: Log-probabilities asked per token when a cross-check measures its entropy gap.
+TOP_LOGPROBS = 5
 #: Fewest and most models a cross-check sends each row to.
 MIN_MODELS, MAX_MODELS = 2, 5
 #: The most a batch's agreement moves a model's weight (the seed's ±5%).
@@ -72,6 +79,8 @@ class CrossCheck:
     validation: str | Mapping[str, str] | None = None
     adopt: Threshold = Threshold(0.90, 0.85)
     vote: Threshold = Threshold(0.70, 0.72)
+    #: Flag a row ambiguous when its models' mean token entropies differ by more (nats).
+    entropy_gap: float | None = None
 
 
 def parse_crosscheck(data: Any) -> CrossCheck:
@@ -107,9 +116,16 @@ def parse_crosscheck(data: Any) -> CrossCheck:
         or (isinstance(validation, Mapping) and set(validation) == {"name"})
     ):
         raise SpecError(f"crosscheck.validation: expected a dataset, got {validation!r}")
+    gap = data.get("entropy_gap")
+    if gap is not None and (
+        isinstance(gap, bool) or not isinstance(gap, int | float) or not 0 < gap <= 10
+    ):
+        raise SpecError(f"crosscheck.entropy_gap: expected nats from 0 to 10 (the seed's "
+                        f"1.2), got {gap!r}")  # fmt: skip
     return CrossCheck(
         models=tuple(map(str, models)),
         validation=validation,
+        entropy_gap=None if gap is None else float(gap),
         adopt=_threshold(data.get("adopt"), "adopt", CrossCheck.adopt),
         vote=_threshold(data.get("vote"), "vote", CrossCheck.vote),
         **paths,
@@ -170,18 +186,20 @@ class Answer:
 
     value: str | None
     confidence: float | None
+    #: The output's mean token entropy (nats), when log-probabilities came back.
+    entropy: float | None = None
 
 
-def read_answer(output: str | None, check: CrossCheck) -> Answer:
+def read_answer(output: str | None, check: CrossCheck, entropy: float | None = None) -> Answer:
     """A model's answer from its output; never raises."""
     if output is None:
         return Answer(None, None)
     if check.field is None and check.confidence is None:
-        return Answer(normalize(output), None)
+        return Answer(normalize(output), None, entropy)
     try:
         parsed = extract_json(output[:100_000])[0]
     except Exception:  # noqa: BLE001 - no JSON: it gave no answer to compare
-        return Answer(None, None)
+        return Answer(None, None, entropy)
     value = _at(parsed, check.field) if check.field else output
     confidence = _at(parsed, check.confidence) if check.confidence else None
     if (
@@ -191,7 +209,7 @@ def read_answer(output: str | None, check: CrossCheck) -> Answer:
     ):
         confidence = None
     text = None if value is None else normalize(value)
-    return Answer(text or None, None if confidence is None else float(confidence))
+    return Answer(text or None, None if confidence is None else float(confidence), entropy)
 
 
 def normalize(value: Any) -> str:
@@ -302,8 +320,11 @@ class RowDecision:
     answer: str | None
     agreement: float
     confidence: float | None
-    #: Per model: its answer, raw and normalized confidence, and weight.
+    #: Per model: its answer, raw and normalized confidence, weight and entropy.
     inputs: Mapping[str, Mapping[str, Any]]
+    #: The spread of the models' mean token entropies, and whether it flags the row.
+    entropy_gap: float | None = None
+    ambiguous: bool = False
 
 
 def winner(answers: Mapping[str, Answer], weights: Mapping[str, float]) -> str | None:
@@ -336,20 +357,23 @@ def decide(
         raw = raw_confidence(answer, check)
         normal = None if raw is None else scale.normalized(model, raw)
         inputs[model] = {"answer": answer.value, "confidence": raw, "normalized": normal,
-                         "weight": round(weights[model], 6)}  # fmt: skip
+                         "weight": round(weights[model], 6), "entropy": answer.entropy}  # fmt: skip
         if best is not None and answer.value == best and normal is not None:
             backing += weights[model]
             fused += weights[model] * normal
     total = sum(weights[m] for m in answers)
     agreement = backing / total if total > 0 else 0.0
     confidence = fused / backing if backing > 0 else None
+    entropies = [a.entropy for a in answers.values() if a.entropy is not None]
+    gap = max(entropies) - min(entropies) if len(entropies) > 1 else None
+    ambiguous = gap is not None and check.entropy_gap is not None and gap > check.entropy_gap
     decision = Decision.REVIEW
-    if best is not None and confidence is not None:
+    if best is not None and confidence is not None and not ambiguous:
         for threshold, verdict in ((check.adopt, Decision.ADOPT), (check.vote, Decision.VOTE)):
             if _meets(agreement, threshold.agreement) and _meets(confidence, threshold.confidence):
                 decision = verdict
                 break
-    return RowDecision(decision, best, agreement, confidence, inputs)
+    return RowDecision(decision, best, agreement, confidence, inputs, gap, ambiguous)
 
 
 def _meets(figure: float, threshold: float) -> bool:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from promptlab.records.review import ReviewSource, WeightRecord
 from promptlab.scoring.crosscheck import (
+    Answer,
     CrossCheck,
     Decision,
     Moments,
@@ -106,7 +107,7 @@ def decide_run(
     pooled, agreed, rows = Moments(), Counter[str](), 0
     for batch in crosschecks.row_outputs(run_id):
         for _row, outputs in batch:
-            answers = {m: read_answer(outputs.get(m), check) for m in models}
+            answers = _answers(outputs, check)
             best, rows = winner(answers, base), rows + 1
             for model, answer in answers.items():
                 raw = raw_confidence(answer, check)
@@ -134,11 +135,11 @@ def _decide_rows(
     for batch in crosschecks.row_outputs(run_id):
         decided, queued = [], []
         for row, outputs in batch:
-            answers = {m: read_answer(outputs.get(m), check) for m in check.models}
+            answers = _answers(outputs, check)
             d = decide(answers, weights, scale, check)
             counts[d.decision] += 1
             decided.append((row, str(d.decision), d.answer, d.agreement, d.confidence,
-                            json.dumps(d.inputs)))  # fmt: skip
+                            json.dumps(d.inputs), d.entropy_gap, d.ambiguous))  # fmt: skip
             if d.decision == Decision.REVIEW:
                 queued.append((run_id, row, None, str(ReviewSource.CROSSCHECK),
                                review_reason(d, check), d.answer))  # fmt: skip
@@ -150,8 +151,21 @@ def _decide_rows(
     return sum(counts.values())
 
 
+def _answers(
+    outputs: Mapping[str, tuple[str | None, float | None]], check: CrossCheck
+) -> dict[str, Answer]:
+    answers = {}
+    for model in check.models:
+        output, entropy = outputs.get(model, (None, None))
+        answers[model] = read_answer(output, check, entropy)
+    return answers
+
+
 def review_reason(d: RowDecision, check: CrossCheck) -> str:
     """Why a row went to review, with its figures and the line it missed."""
+    if d.ambiguous:
+        return (f"ambiguous: the models' token entropies differ by {d.entropy_gap:.2f} nats "
+                f"(over {check.entropy_gap})")  # fmt: skip
     if d.answer is None:
         return "no model gave an answer"
     confidence = "no confidence" if d.confidence is None else f"confidence {d.confidence:.2f}"

@@ -12,23 +12,26 @@ from promptlab.store.connection import Store
 #: Dataset rows read (and decisions written) per batch.
 BATCH = 2_000
 
-#: (row_index, decision, answer, agreement, confidence, inputs as JSON)
-DecisionRow = tuple[int, str, str | None, float, float | None, str]
+#: (row_index, decision, answer, agreement, confidence, inputs as JSON, entropy gap,
+#: ambiguous)
+DecisionRow = tuple[int, str, str | None, float, float | None, str, float | None, bool]
+#: A row's output (None: the request failed) and mean token entropy, per variant.
+RowOutputs = dict[str, tuple[str | None, float | None]]
 
 
 class CrosscheckStore:
     def __init__(self, store: Store) -> None:
         self.store = store
 
-    def row_outputs(self, run_id: str) -> Iterator[list[tuple[int, dict[str, str | None]]]]:
-        """Each row's output per variant (None: the request failed), BATCH rows at a time
-        in row order; a cancelled or unsent item is missing from its row."""
+    def row_outputs(self, run_id: str) -> Iterator[list[tuple[int, RowOutputs]]]:
+        """Each row's output and entropy per variant, BATCH rows at a time in row
+        order; a cancelled or unsent item is missing from its row."""
         after = -1
         while True:
             with self.store.read() as cur:
                 rows = cur.execute(
                     "SELECT row_index, variant, CASE WHEN status = 'succeeded' THEN "
-                    "output_text END FROM results WHERE run_id = ? AND row_index IN "
+                    "output_text END, token_entropy FROM results WHERE run_id = ? AND row_index IN "
                     "(SELECT DISTINCT row_index FROM results WHERE run_id = ? AND "
                     "row_index > ? ORDER BY row_index LIMIT ?) "
                     "AND status IN ('succeeded', 'failed') ORDER BY row_index, variant",
@@ -36,9 +39,9 @@ class CrosscheckStore:
                 ).fetchall()
             if not rows:
                 return
-            batch: dict[int, dict[str, str | None]] = {}
-            for row_index, variant, output in rows:
-                batch.setdefault(int(row_index), {})[variant] = output
+            batch: dict[int, RowOutputs] = {}
+            for row_index, variant, output, entropy in rows:
+                batch.setdefault(int(row_index), {})[variant] = (output, entropy)
             after = max(batch)
             yield list(batch.items())
 
@@ -59,22 +62,22 @@ class CrosscheckStore:
         if rows:
             with self.store.transaction() as tx:
                 tx.executemany(
-                    "INSERT INTO crosscheck_decisions VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    "INSERT INTO crosscheck_decisions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     [[run_id, *row, at] for row in rows],
                 )
 
     def decision(self, run_id: str, row_index: int) -> CrosscheckRecord | None:
         with self.store.read() as cur:
             row = cur.execute(
-                "SELECT decision, answer, agreement, confidence, inputs FROM "
+                "SELECT decision, answer, agreement, confidence, inputs, entropy_gap, ambiguous "
+                "FROM "
                 "crosscheck_decisions WHERE run_id = ? AND row_index = ?",
                 [run_id, row_index],
             ).fetchone()
         if row is None:
             return None
-        return CrosscheckRecord(
-            run_id, row_index, row[0], row[1], row[2], row[3], json.loads(row[4])
-        )
+        return CrosscheckRecord(run_id, row_index, row[0], row[1], row[2], row[3],
+                                json.loads(row[4]), row[5], bool(row[6]))  # fmt: skip
 
     def summary(self, run_id: str) -> CrosscheckSummary | None:
         """The run's weights and decision counts; None when it was not cross-checked."""

@@ -485,5 +485,6 @@ def _finals_table(rows: Sequence[FinalRow], params: Sequence[str]) -> pa.Table:
                 [_list_text(r.rule_errors) if r.rule_status else None for r in rows],
                 pa.string(),
             ),
+            "token_entropy": pa.array([r.token_entropy for r in rows], pa.float64()),
         }
     )

@@ -455,6 +455,8 @@ MIGRATIONS: tuple[Migration, ...] = (
                 agreement  DOUBLE NOT NULL,
                 confidence DOUBLE,
                 inputs     JSON NOT NULL,
+                entropy_gap DOUBLE,
+                ambiguous  BOOLEAN NOT NULL,
                 decided_at TIMESTAMPTZ NOT NULL
             )
             """,
@@ -471,6 +473,8 @@ MIGRATIONS: tuple[Migration, ...] = (
                 PRIMARY KEY (run_id, variant)
             )
             """,
+            # A result's mean token entropy, when its request asked for log-probabilities.
+            "ALTER TABLE results ADD COLUMN token_entropy DOUBLE",
             "CREATE SEQUENCE review_ids START 1",
             # Rows sent to a person (by a cross-check, failed checks, an alert or by hand):
             # one per run row; `answer` is what the person settled on.

@@ -33,7 +33,7 @@ def answer_rows(detail: ReviewDetail) -> list[dict[str, Any]]:
         fused = inputs.get(a.variant)
         if fused is not None:
             row |= {"answer": fused.get("answer"), "confidence": fused.get("normalized"),
-                    "weight": fused.get("weight")}  # fmt: skip
+                    "weight": fused.get("weight"), "entropy": fused.get("entropy")}  # fmt: skip
         row |= {f"score: {name}": value for name, value in a.scores.items()}
         rows.append(row)
     return rows
@@ -45,9 +45,10 @@ def crosscheck_line(detail: ReviewDetail) -> str | None:
     if d is None:
         return None
     confidence = "-" if d.confidence is None else f"{d.confidence:.2f}"
+    flag = f", ambiguous (token entropies {d.entropy_gap:.2f} apart)" if d.ambiguous else ""
     return (
         f"cross-check: {d.decision}, agreement {d.agreement:.0%}, fused confidence "
-        f"{confidence}, leading answer {d.answer!r}"
+        f"{confidence}, leading answer {d.answer!r}{flag}"
     )
 
 
