@@ -29,7 +29,7 @@ def test_import_list_show_unit_delete(db: str) -> None:
     )  # fmt: skip
     assert imported.exit_code == 0, imported.output
     assert imported.output == (
-        "imported tickets: 40 rows, 4 columns, unit column customer_id (from tickets.csv)\n"
+        "imported tickets: 40 rows, 5 columns, unit column customer_id (from tickets.csv)\n"
     )
     listed = run("--db", db, "dataset", "list").output
     assert listed.splitlines()[0].split() == [
@@ -43,7 +43,7 @@ def test_import_list_show_unit_delete(db: str) -> None:
     assert listed.splitlines()[1].split()[:5] == [
         "tickets",
         "40",
-        "4",
+        "5",
         "customer_id",
         "tickets.csv",
     ]

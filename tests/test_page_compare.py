@@ -78,8 +78,9 @@ def test_the_demo_split_run_shows_verdicts_srm_and_charts(demo_run: str) -> None
     assert at.query_params["run"] in (demo_run, [demo_run])  # the link to share
     assert at.selectbox(key=f"control_{demo_run}").value == "control"
     table = at.dataframe[0].value
+    # The demo's tickets carry their category: its accuracy is a row like completion.
     assert list(table["metric"]) == [
-        "completion rate", "CTR", "latency p50", "latency p90", "latency p99"
+        "completion rate", "CTR", "score: category", "latency p50", "latency p90", "latency p99"
     ]  # fmt: skip
     assert set(table["variant"]) == {"staging"}
     comparison = get_workbench().analysis.compare(demo_run)

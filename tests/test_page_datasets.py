@@ -52,13 +52,19 @@ def test_empty_page_offers_the_import_form() -> None:
 
 def test_upload_imports_lists_and_shows_the_dataset() -> None:
     at = upload(open_page(), "Tickets.csv", TICKETS, unit="customer_id")
-    assert [s.value for s in at.success] == ["Imported tickets: 40 rows, 4 columns"]
+    assert [s.value for s in at.success] == ["Imported tickets: 40 rows, 5 columns"]
     table = at.dataframe[0].value
     assert list(table["dataset"]) == ["tickets"]
     assert list(table["rows"]) == [40] and list(table["unit column"]) == ["customer_id"]
     assert at.selectbox(key="dataset_choice").value == "tickets"
     types = at.dataframe[1].value
-    assert list(types["column"]) == ["ticket_id", "customer_id", "ticket", "customer_tier"]
+    assert list(types["column"]) == [
+        "ticket_id",
+        "customer_id",
+        "ticket",
+        "customer_tier",
+        "category",
+    ]
     assert set(types["type"]) == {"VARCHAR"}
     preview = at.dataframe[2].value
     assert len(preview) == 20 and list(preview.index)[:2] == [1, 2]  # row numbers from 1

@@ -80,7 +80,9 @@ def test_a_crosscheck_fills_the_queue_and_each_decision_is_audited_with_its_acto
         assert wb.review.export(out, run_id=run_id) == 2
         lines = [json.loads(line) for line in out.read_text().splitlines()]
         assert [r["expected"] for r in lines] == [first.proposed, "billing"]
-        assert set(lines[0]) == {"ticket_id", "customer_id", "ticket", "customer_tier", "expected"}
+        assert set(lines[0]) == {
+            "ticket_id", "customer_id", "ticket", "customer_tier", "category", "expected"
+        }  # fmt: skip
         info = wb.datasets.import_file(out, "triage-expected")
         assert info.row_count == 2
         spec = wb.runs.spec_from_data({

@@ -165,3 +165,47 @@ def test_feedback_is_deterministic_and_tracks_the_probability() -> None:
     assert clicks == again
     expected = click_probability("careful", text, prompt_messages=GOOD_PROMPT)
     assert sum(clicks) / len(clicks) == pytest.approx(expected, abs=0.03)
+
+
+def test_the_model_reads_a_label_off_its_cues_as_often_as_it_is_good(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The demo's accuracy is not noise: a label field is read off the ticket's cue
+    words (right on 37 of the 40 hand-labelled demo tickets when read), and a better
+    model reads more often. The reading is a draw of its own: every other field of
+    the answer is what it would be without it."""
+    import csv
+    from pathlib import Path
+
+    from promptlab.providers import simulator
+    from promptlab.providers.simulator import read_label
+
+    labels = ["billing", "bug", "account", "feature_request", "other"]
+    demo = Path(__file__).resolve().parent.parent / "data" / "demo" / "tickets.csv"
+    rows = list(csv.DictReader(demo.open(encoding="utf-8")))
+    assert sum(read_label(r["ticket"], labels) == r["category"] for r in rows) == 37
+    assert read_label("nothing to see", labels) is None
+    schema = {"type": "object", "required": ["category", "note"],
+              "properties": {"category": {"enum": labels}, "note": {"type": "string"}}}  # fmt: skip
+
+    def answers(model: str) -> list[dict[str, str]]:
+        return [
+            json.loads(simulate(CompletionRequest(
+                model=model, output_schema=schema,
+                messages=({"role": "user", "content": f"Classify as JSON: {r['ticket']}"},),
+            ), model, rates=FaultRates(0, 0, 0)).text)
+            for r in rows
+        ]  # fmt: skip
+
+    right = {}
+    for model in ("careful", "sloppy"):
+        read = answers(model)
+        right[model] = (
+            sum(a["category"] == r["category"] for a, r in zip(read, rows, strict=True)) / 40
+        )
+        with monkeypatch.context() as patched:
+            patched.setattr(simulator, "LABEL_CUES", {})  # a model that reads nothing
+            unread = answers(model)
+        assert [a["note"] for a in unread] == [a["note"] for a in read]
+        assert sum(a["category"] == r["category"] for a, r in zip(unread, rows, strict=True)) < 16
+    assert right["careful"] > right["sloppy"] > 0.4  # well above picking at random

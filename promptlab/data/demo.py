@@ -19,6 +19,12 @@ DEMO_DATASETS = {"tickets": ("tickets.csv", "customer_id")}
 #: The experiment the app's first start runs on the demo dataset (`wb.demo.start_run`).
 DEMO_EXPERIMENT = "triage-split"
 DEMO_DATASET = "tickets"
+#: How the demo run is scored: each ticket's category (the dataset's `category` column,
+#: labelled by hand) against the category the model answered.
+DEMO_SCORING = {
+    "expected": "category",
+    "scorers": [{"kind": "json_field", "name": "category", "path": "category"}],
+}
 #: Simulated click-through per variant of the demo run (others: DEFAULT_CLICK_THROUGH),
 #: so the Compare page has a CTR effect to show on first start.
 DEMO_CLICK_THROUGH = {"control": 0.15, "staging": 0.35}

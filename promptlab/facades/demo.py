@@ -15,6 +15,7 @@ from promptlab.data.demo import (
     DEMO_DATASET,
     DEMO_EXPERIMENT,
     DEMO_FEEDBACK_SOURCE,
+    DEMO_SCORING,
     demo_experiment_files,
     demo_feedback_events,
     load_demo_datasets,
@@ -74,6 +75,7 @@ class Demo:
         spec = self._runs.experiment_spec(
             DEMO_EXPERIMENT, DEMO_DATASET, run_name=f"demo: {DEMO_EXPERIMENT} on {DEMO_DATASET}"
         )
+        spec = self._runs.spec_from_data({**spec.raw, **DEMO_SCORING})  # accuracy per version
         run_id = self._runs.start(spec)
         # The run goes on in the background: its simulated clicks are recorded once it ends.
         self._thread = threading.Thread(

@@ -156,6 +156,8 @@ _STOPWORD_TEXT = (
 )
 _STOPWORDS = frozenset(_STOPWORD_TEXT.split())
 _WORD = re.compile(r"[A-Za-z][A-Za-z\-]{3,}")
+#: Words as cue phrases are matched: letters and digits, with inner hyphens and apostrophes.
+_WORD_OR_DIGITS = re.compile(r"[a-z0-9][a-z0-9'\-]*")
 _OPENERS = (
     "In short,", "Put simply,", "The key point is that", "First,", "Then,", "Note that",
     "In practice,", "Overall,", "As a rule,", "Importantly,", "For most readers,",
@@ -432,12 +434,65 @@ def simulated_logprobs(
     return positions
 
 
+# --- reading labels: how the simulated model gets a label right ---------------------
+
+#: Cue words and phrases for labels support tools use (the demo's ticket categories).
+#: A top-level string field whose enum holds such labels is "read" off the last user
+#: message: the label with the most cues found (whole words; the first in enum order on
+#: a tie) is what the model answers, when it reads at all (`_reads`).
+LABEL_CUES: dict[str, tuple[str, ...]] = {
+    "billing": ("charged", "charge", "invoice", "refund", "payment", "payments", "billed",
+                "card", "discount", "receipts", "receipt", "vat", "downgrade", "renewal",
+                "price", "subscription"),
+    "bug": ("error", "crash", "crashes", "broken", "bug", "does nothing", "fail", "fails",
+            "stopped working", "blank", "slow", "twice for every", "loses", "late",
+            "don't include", "loops"),
+    "account": ("account", "email", "password", "log in", "login", "sign-in",
+                "two-factor", "locked out", "workspace", "invite"),
+    "feature_request": ("would be great", "would be nice", "could you add", "please add",
+                        "please support", "can we get", "feature", "option"),
+    "other": ("legal", "soc 2", "typo", "agreement"),
+}  # fmt: skip
+
+
+def read_label(text: str, labels: Sequence[str]) -> str | None:
+    """The label of `labels` whose cues appear most often in `text` (None: no cue)."""
+    low = f" {' '.join(_WORD_OR_DIGITS.findall(text.lower()))} "
+    counts = {label: sum(low.count(f" {cue} ") for cue in LABEL_CUES.get(label, ()))
+              for label in labels}  # fmt: skip
+    best = max(labels, key=lambda label: counts[label], default=None)
+    return best if best is not None and counts[best] > 0 else None
+
+
+def _reads(request: CompletionRequest, sim: SimModel, field: str) -> bool:
+    """Whether the model reads `field` right this time: as often as its quality times
+    0.6 to 1 by how well the prompt is written; its own draw, so nothing else the
+    answer holds changes."""
+    chance = sim.quality * (0.6 + 0.4 * prompt_quality(request.messages))
+    return _rng("read", sim.name, field, _messages_key(request.messages)).random() < chance
+
+
+def _read_labels(value: Any, request: CompletionRequest, sim: SimModel) -> Any:
+    schema = request.output_schema or {}
+    if not isinstance(value, dict):
+        return value
+    user = [str(m.get("content", "")) for m in request.messages if m.get("role") == "user"]
+    for field, sub in (schema.get("properties") or {}).items():
+        labels = sub.get("enum") if isinstance(sub, Mapping) else None
+        if field not in value or not isinstance(labels, list) or not user:
+            continue
+        label = read_label(user[-1], [x for x in labels if isinstance(x, str)])
+        if label is not None and _reads(request, sim, field):
+            value[field] = label
+    return value
+
+
 def _json_output(
     request: CompletionRequest, sim: SimModel, rng: random.Random, topics: list[str],
     rates: FaultRates | None, fault_scale: float,
 ) -> tuple[str, str | None]:  # fmt: skip
     schema = request.output_schema or {}
-    value = instance_for_schema(schema, rng, topics, schema)
+    value = _read_labels(instance_for_schema(schema, rng, topics, schema), request, sim)
     rates = rates or FaultRates()
     malformed = _rate(rates.malformed, sim.malformed_rate, fault_scale)
     truncated = _rate(rates.truncated, sim.truncated_rate, fault_scale)
