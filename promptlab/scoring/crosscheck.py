@@ -42,6 +42,7 @@ from typing import Any
 from promptlab.checks.validation import extract_json
 from promptlab.errors import ConfigError, SpecError
 from promptlab.providers.config import parse_model_ref
+from promptlab.scoring.scorers import value_at
 
 FIELDS = frozenset({"models", "field", "confidence", "validation", "adopt", "vote", "entropy_gap"})
 #: Log-probabilities asked per token when a cross-check measures its entropy gap.
@@ -200,8 +201,8 @@ def read_answer(output: str | None, check: CrossCheck, entropy: float | None = N
         parsed = extract_json(output[:100_000])[0]
     except Exception:  # noqa: BLE001 - no JSON: it gave no answer to compare
         return Answer(None, None, entropy)
-    value = _at(parsed, check.field) if check.field else output
-    confidence = _at(parsed, check.confidence) if check.confidence else None
+    value = value_at(parsed, check.field)[1] if check.field else output
+    confidence = value_at(parsed, check.confidence)[1] if check.confidence else None
     if (
         isinstance(confidence, bool)
         or not isinstance(confidence, int | float)
@@ -216,17 +217,6 @@ def normalize(value: Any) -> str:
     """The text two answers are compared by: case and runs of spaces ignored."""
     text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
     return " ".join(text.casefold().split())[:MAX_ANSWER_CHARS]
-
-
-def _at(value: Any, path: str) -> Any:
-    for part in path.split("."):
-        if isinstance(value, Mapping) and part in value:
-            value = value[part]
-        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
-            value = value[int(part)]
-        else:
-            return None
-    return value
 
 
 # ---- weights ---------------------------------------------------------------------------

@@ -309,15 +309,23 @@ def _parsed(output: str) -> Any:
         raise _Malformed("the output holds no JSON") from exc
 
 
-def _field(value: Any, path: str) -> Any:
+def value_at(value: Any, path: str) -> tuple[bool, Any]:
+    """(found, value) at a dotted path (`label`, `items.0.id`) into parsed JSON."""
     for part in path.split("."):
         if isinstance(value, Mapping) and part in value:
             value = value[part]
         elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
             value = value[int(part)]
         else:
-            raise _Malformed(f"the output has no {path}")
-    return value
+            return False, None
+    return True, value
+
+
+def _field(value: Any, path: str) -> Any:
+    found, got = value_at(value, path)
+    if not found:
+        raise _Malformed(f"the output has no {path}")
+    return got
 
 
 def _text(value: Any) -> str:
