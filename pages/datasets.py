@@ -11,7 +11,8 @@ import streamlit as st
 
 from promptlab.errors import PromptlabError, StoreError
 from promptlab.facades.analysis import LOG_FIELDS
-from promptlab.records import DatasetInfo, RowCheck
+from promptlab.records import Conversation, DatasetInfo, RowCheck
+from promptlab.records.datasets import DEFAULT_CONVERSATION
 from promptlab.ui.resources import get_workbench
 from promptlab.ui.shell import require_shell
 from promptlab.ui.uploads import dataset_name_for, saved_upload
@@ -38,14 +39,16 @@ def import_form(wb: Workbench) -> None:
         help="The column naming the unit an experiment assigns: a user, a customer.",
     )  # fmt: skip
     replace = st.checkbox("Replace a dataset of the same name", key="dataset_replace")
+    log = conversation_columns()
     if st.button("Import", type="primary", key="dataset_import", disabled=upload is None):
         assert upload is not None
         chosen = name.strip() or dataset_name_for(upload.name)
         try:
             with saved_upload(upload, upload.name, upload.size) as path:
                 info = wb.datasets.import_file(
-                    path, chosen, unit_column=unit.strip() or None, replace=replace
-                )
+                    path, chosen, unit_column=unit.strip() or None, replace=replace,
+                    conversation=log,
+                )  # fmt: skip
         except PromptlabError as exc:
             show_error(exc)
         else:
@@ -55,6 +58,32 @@ def import_form(wb: Workbench) -> None:
                 f"{len(info.columns)} columns",
                 icon=":material/check_circle:",
             )
+
+
+def conversation_columns() -> Conversation | None:
+    """The log's four columns, when the file is a conversation log."""
+    if not st.checkbox("A conversation log (one message a row, in sessions)", key="dataset_conv"):
+        return None
+    cols = st.columns(4)
+    given = {
+        purpose: cols[i].text_input(f"{purpose.capitalize()} column", value=default,
+                                    key=f"dataset_conv_{purpose}").strip() or default
+        for i, (purpose, default) in enumerate(DEFAULT_CONVERSATION.columns().items())
+    }  # fmt: skip
+    return Conversation(**given)
+
+
+def conversation_view(wb: Workbench, info: DatasetInfo) -> None:
+    """A session of the log as a chat."""
+    st.subheader("Sessions")
+    sessions = wb.datasets.sessions(info.name)
+    st.dataframe(pd.DataFrame(s.__dict__ for s in sessions), hide_index=True, height=200)
+    chosen = st.selectbox("Session", [s.session for s in sessions], key="dataset_session")
+    for turn in wb.datasets.session(info.name, chosen) if chosen is not None else []:
+        avatar = ":material/settings:" if turn.role == "system" else None
+        with st.chat_message(turn.role, avatar=avatar):
+            st.caption(f"{turn.role} · {escape_markdown(turn.order)}")
+            st.markdown(escape_markdown(turn.content))
 
 
 FEEDBACK_HELP = (
@@ -142,6 +171,8 @@ def detail(wb: Workbench, info: DatasetInfo) -> None:
         table = pd.DataFrame([{k: _cell(v) for k, v in row.items()} for row in preview])
         table.index = range(1, len(table) + 1)  # row numbers as the store counts them
         st.dataframe(table, width="stretch")
+    if info.conversation is not None:
+        conversation_view(wb, info)
     unit_form(wb, info)
     check_form(wb, info)
     with st.expander("Delete this dataset", icon=":material/delete:"):

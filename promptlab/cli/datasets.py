@@ -31,20 +31,36 @@ def dataset() -> None:
     help="Format of FILE (default: from its suffix, .csv .jsonl .ndjson .parquet).",
 )
 @click.option("--replace", is_flag=True, help="Replace a dataset of the same name.")
+@click.option(
+    "--conversation",
+    is_flag=True,
+    help="A conversation log: one message a row, in sessions (columns below).",
+)
+@click.option("--session-column", help="The log's session id column [session_id].")
+@click.option("--order-column", help="Its turn number or timestamp column [turn].")
+@click.option("--role-column", help="Its system/user/assistant column [role].")
+@click.option("--content-column", help="Its message text column [content].")
 @click.pass_context
 @handle_errors
 def import_(
-    ctx: click.Context,
-    file: Path,
-    name: str,
-    unit_column: str | None,
-    fmt: str | None,
-    replace: bool,
-) -> None:
-    """Import FILE (CSV with a header row, JSON Lines objects, or Parquet) as a dataset."""
+    ctx: click.Context, file: Path, name: str, unit_column: str | None, fmt: str | None,
+    replace: bool, conversation: bool, **columns: str | None,
+) -> None:  # fmt: skip
+    """Import FILE (CSV with a header row, JSON Lines objects, or Parquet) as a dataset.
+
+    With --conversation (or any of its column options) FILE is a conversation log, one
+    message a row: refused in one line when a role is unknown, a session id blank, or
+    two messages of a session share an order value.
+    """
+    from promptlab.records.datasets import DEFAULT_CONVERSATION, Conversation
+
+    log = None
+    if conversation or any(columns.values()):
+        given = {k.removesuffix("_column"): v for k, v in columns.items() if v}
+        log = Conversation(**{**DEFAULT_CONVERSATION.columns(), **given})
     with open_workbench(ctx) as wb:
         info = wb.datasets.import_file(
-            file, name, fmt=fmt, unit_column=unit_column, replace=replace
+            file, name, fmt=fmt, unit_column=unit_column, replace=replace, conversation=log
         )
     unit = f", unit column {info.unit_column}" if info.unit_column else ""
     click.echo(
@@ -100,6 +116,32 @@ def show(ctx: click.Context, name: str, rows: int) -> None:
         click.echo("")
         for number, row in enumerate(first, start=1):
             click.echo(f"{number}: {json.dumps(row, ensure_ascii=False)}")
+
+
+@dataset.command("session")
+@db_option
+@click.argument("name")
+@click.argument("session", required=False)
+@click.pass_context
+@handle_errors
+def session(ctx: click.Context, name: str, session: str | None) -> None:
+    """A conversation log's sessions, or one SESSION's messages in order."""
+    with open_workbench(ctx) as wb:
+        if session is None:
+            summaries = wb.datasets.sessions(name)
+            _print_table(
+                ("SESSION", "MESSAGES", "USER TURNS", "FIRST", "LAST"),
+                [
+                    (s.session, str(s.messages), str(s.user_turns), s.first, s.last)
+                    for s in summaries
+                ],  # fmt: skip
+            )
+            return
+        turns = wb.datasets.session(name, session)
+    if not turns:
+        raise click.ClickException(f"dataset {name} has no session {session!r}")
+    for turn in turns:
+        click.echo(f"[{turn.order}] {turn.role}: {turn.content}")
 
 
 @dataset.command("check")

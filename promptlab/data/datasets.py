@@ -23,6 +23,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from promptlab.data.conversations import check_conversation
 from promptlab.data.lines import LineLimits
 from promptlab.data.readers import (
     MAX_FILE_BYTES,
@@ -37,7 +38,7 @@ from promptlab.data.readers import (
 )
 from promptlab.errors import DatasetError, NotFoundError, TemplateError, VariableError
 from promptlab.prompts.templates import Template, coerce_text_values
-from promptlab.records import DatasetInfo, RowCheck, RowProblem
+from promptlab.records import Conversation, DatasetInfo, RowCheck, RowProblem
 from promptlab.store.connection import Store
 from promptlab.store.datasets import DatasetTables, DatasetWrites
 from promptlab.store.files import JSON_MAX_LINE_BYTES, FileReads, file_source
@@ -86,13 +87,15 @@ class DatasetStore:
         unit_column: str | None = None,
         replace: bool = False,
         author: str,
+        conversation: Conversation | None = None,
         max_bytes: int = MAX_FILE_BYTES,
         max_rows: int = MAX_FILE_ROWS,
     ) -> DatasetInfo:
         """Import `path` as dataset `name`; a refused file leaves nothing stored.
 
         An existing name is refused unless `replace`, which swaps the rows and the
-        catalog row in the same transaction. `max_rows` caps a Parquet file's rows.
+        catalog row in the same transaction. `max_rows` caps a Parquet file's rows. With
+        `conversation`, the rows must make a conversation log (data/conversations.py).
         """
         check_name(name)
         path = Path(path)
@@ -124,6 +127,8 @@ class DatasetStore:
                     if fmt == "jsonl"
                     else tuple(described)
                 )
+                if conversation is not None:
+                    check_conversation(writes, name, conversation, [c for c, _ in columns], where)
                 info = DatasetInfo(
                     name=name,
                     source=where,
@@ -133,6 +138,7 @@ class DatasetStore:
                     unit_column=_checked_unit(unit_column, [c for c, _ in columns], where),
                     imported_at=self.tables.store.clock.now(),
                     author=author,
+                    conversation=conversation,
                 )
                 writes.insert_info(info)
         return info

@@ -24,6 +24,7 @@ from typing import Any
 
 from promptlab.analysis.stats import MIN_UNITS_PER_ARM
 from promptlab.data.batchfile import request_from_row
+from promptlab.data.conversations import with_conversation
 from promptlab.engine.planner import AllVariants, AssignmentStrategy, RecordsAssignments
 from promptlab.engine.run import row_params
 from promptlab.engine.spec import AS_WRITTEN
@@ -255,7 +256,8 @@ def _requests(variant: VariantRecord, rows: Sequence[Mapping[str, Any]]) -> list
                 messages, params = line.messages, line.params
             else:
                 params = row_params(variant.params, row)
-                messages = tuple(template.render(coerce_text_values(template, dict(row))))
+                rendered = template.render(coerce_text_values(template, dict(row)))
+                messages = tuple(with_conversation(rendered, dict(row)))
         except PromptlabError:
             continue  # such a row fails before it is sent: it costs nothing
         requests.append(

@@ -16,12 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from promptlab.data.batchfile import BatchRequest, check_request_file
+from promptlab.data.conversations import replay_rows
 from promptlab.data.datasets import DATASET_LINES, DatasetStore
 from promptlab.data.jsonl import numbered_jsonl
 from promptlab.data.lines import open_lines
 from promptlab.engine.planner import unit_id_of
 from promptlab.engine.spec import RunSpec
 from promptlab.errors import SpecError
+from promptlab.records import Conversation
 
 #: What a request line asks that its model does not take, or None.
 LineRefuser = Callable[[BatchRequest], str | None]
@@ -35,16 +37,32 @@ class RunRows:
         self.datasets = datasets
 
     def count(self) -> int:
-        """The dataset's rows, checked readable (a file) or known (an imported dataset)."""
+        """The dataset's rows, checked readable (a file) or known (an imported dataset);
+        a replayed conversation log's user turns."""
+        if self.spec.history is not None:
+            return self.datasets.tables.user_turns(*self._log())
         if self.spec.dataset is not None:
             return check_dataset(self.spec.dataset)
         return self.datasets.get(str(self.spec.dataset_name)).row_count
 
     def read(self) -> Iterator[Mapping[str, Any]]:
         """The rows in order, read afresh at each call: the first `limit_rows`, or all."""
+        if self.spec.history is not None:
+            return replay_rows(self.datasets.tables, *self._log(), self.spec.limit_rows)
         if self.spec.dataset is not None:
             return iter_rows(self.spec.dataset, self.spec.limit_rows)
         return self.datasets.iter_rows(str(self.spec.dataset_name), self.spec.limit_rows)
+
+    def _log(self) -> tuple[str, Conversation]:
+        """The conversation log a replay reads (SpecError when the dataset is not one)."""
+        name = self.spec.dataset_name
+        info = self.datasets.get(name) if name is not None else None
+        if info is None or info.conversation is None:
+            raise SpecError(
+                f"history: {self.spec.dataset_label} is not a conversation log; import it "
+                "with `promptlab dataset import FILE --name NAME --conversation`"
+            )
+        return info.name, info.conversation
 
     def planned(self, ceiling: int) -> int:
         """The rows the run plans (the first `limit_rows`), counted now; refused when the

@@ -18,6 +18,7 @@ from promptlab.audit.chain import Masker
 from promptlab.checks.validation import Checker, CheckStatus, OutputCheck, checker_for
 from promptlab.clock import SYSTEM_CLOCK, Clock
 from promptlab.data.batchfile import request_from_row
+from promptlab.data.conversations import with_conversation
 from promptlab.engine import trace
 from promptlab.engine.lanes import Lane
 from promptlab.engine.limiter import Limiter, Permit
@@ -241,7 +242,7 @@ class RunExecution:
                 params = {k: v for k, v in moved.items() if k != SAMPLING_KEY}
             max_tokens = int(params.get("max_tokens") or 256)
             values = coerce_text_values(template, {k: v for k, v in item.values.items()})
-            messages = template.render(values)
+            messages = with_conversation(template.render(values), item.values)
             if self.recorder.audit:
                 self.recorder.traces[item.key] = trace.render_stage(item.values, messages)
             tokens = check_fits(lane.endpoint, variant.model, messages, max_tokens)

@@ -38,7 +38,7 @@ SPEC_FIELDS = frozenset(
     {
         "name", "dataset", "variants", "repeats", "limits", "retry", "endpoints", "limit_rows",
         "experiment", "mode", "unit_column", "skip_invalid_rows", "reask", "executor",
-        "schedule", "after", "expected", "scorers", "crosscheck",
+        "schedule", "after", "expected", "scorers", "crosscheck", "history",
     }
 )  # fmt: skip
 #: How an experiment's variants share a dataset's rows (see promptlab/experiments/config.py).
@@ -146,6 +146,8 @@ class RunSpec:
     judging: Mapping[str, Any] | None = None
     #: Each row through several models, their answers fused (promptlab/scoring/).
     crosscheck: CrossCheck | None = None
+    #: `logged`: replay a conversation log a user turn an item (data/conversations.py).
+    history: str | None = None
     #: A cross-check's validation run: the run whose models its answers weigh.
     validating: str | None = None
 
@@ -260,6 +262,7 @@ def parse_spec(
         local_endpoints=local_endpoints,
         executor=_executor(data.get("executor")),
         crosscheck=crosscheck,
+        history=_history(data.get("history")),
         **_schedule_and_scoring(data),
     )
 
@@ -281,6 +284,12 @@ def _schedule_and_scoring(data: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(expected, str) or not expected.strip():
         raise SpecError(f"expected: the dataset column holding the answer, got {expected!r}")
     return {**out, "expected": expected, "scorers": parse_scorers(data.get("scorers"))}
+
+
+def _history(value: Any) -> str | None:
+    if value not in (None, "logged"):  # the model's own answers (`generated`) come next
+        raise SpecError(f"history: logged (replay a conversation log as logged), got {value!r}")
+    return value
 
 
 def _row_flags(data: Mapping[str, Any]) -> tuple[bool, int]:

@@ -13,10 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from promptlab.data.datasets import DatasetStore, check_rows
+from promptlab.errors import DatasetError
 from promptlab.facades.context import Context
-from promptlab.records import DatasetInfo, RowCheck
+from promptlab.records import Conversation, DatasetInfo, RowCheck, SessionSummary, Turn
 
-__all__ = ["Datasets"]
+__all__ = ["Datasets", "MAX_TURNS_SHOWN"]
+
+#: Most messages of one session shown at once (a page, a terminal).
+MAX_TURNS_SHOWN = 2_000
 
 
 class Datasets:
@@ -34,12 +38,15 @@ class Datasets:
         fmt: str | None = None,
         unit_column: str | None = None,
         replace: bool = False,
+        conversation: Conversation | None = None,
     ) -> DatasetInfo:
-        """Import a CSV, JSON Lines or Parquet file as a dataset (see promptlab.data.datasets)."""
+        """Import a CSV, JSON Lines or Parquet file as a dataset (see promptlab.data.datasets);
+        with `conversation`, as a conversation log (promptlab.data.conversations)."""
         author = self._context.author()
         info = self._datasets.import_file(
-            path, name, fmt=fmt, unit_column=unit_column, replace=replace, author=author
-        )
+            path, name, fmt=fmt, unit_column=unit_column, replace=replace, author=author,
+            conversation=conversation,
+        )  # fmt: skip
         self._context.audit_change(
             "dataset.imported",
             author,
@@ -75,6 +82,25 @@ class Datasets:
 
     def delete(self, name: str) -> None:
         self._datasets.delete(name)
+
+    def sessions(self, name: str, limit: int = 500) -> builtins.list[SessionSummary]:
+        """A conversation log's sessions, in order of first appearance."""
+        return self._datasets.tables.sessions(name, self._conversation(name), limit)
+
+    def session(self, name: str, session: str, limit: int = MAX_TURNS_SHOWN) -> builtins.list[Turn]:
+        """One session's messages in order, masked as every row shown is."""
+        redactor = self._context.redactor()
+        turns = self._datasets.tables.session_turns(name, self._conversation(name), session, limit)
+        return [replace(t, content=redactor(t.content)) for t in turns]
+
+    def _conversation(self, name: str) -> Conversation:
+        conversation = self._datasets.get(name).conversation
+        if conversation is None:
+            raise DatasetError(
+                f"dataset {name!r} is not a conversation log (import it with its session, "
+                "order, role and content columns)"
+            )
+        return conversation
 
     def check_rows(self, name: str, prompt_ref: str, listed: int = 100) -> RowCheck:
         """Every row of the dataset checked against a prompt version's variables."""

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from promptlab.errors import ErrorKind
 from promptlab.records.datasets import (
+    Conversation,
     DatasetInfo,
     RowCheck,
     RowProblem,
+    SessionSummary,
+    Turn,
 )
 from promptlab.records.items import (
     AssignmentRecord,
@@ -61,6 +64,7 @@ __all__ = [
     "AssignmentRecord",
     "AttemptRow",
     "CheckRates",
+    "Conversation",
     "DatasetInfo",
     "ErrorKind",
     "FINAL_ITEM_STATUSES",
@@ -91,6 +95,8 @@ __all__ = [
     "RunWithCounts",
     "ScheduleRecord",
     "ScoreCounts",
+    "SessionSummary",
+    "Turn",
     "VariantRecord",
     "VariantSummary",
     "WriteBatch",

@@ -7,6 +7,49 @@ from datetime import datetime
 
 
 @dataclass(frozen=True)
+class Conversation:
+    """The columns that make a dataset a conversation log: one row per message."""
+
+    #: The column holding each message's session (a conversation) id.
+    session: str
+    #: The column ordering a session's messages: a turn number or a timestamp.
+    order: str
+    #: The column holding `system`, `user` or `assistant`.
+    role: str
+    #: The column holding the message text.
+    content: str
+
+    def columns(self) -> dict[str, str]:
+        return {"session": self.session, "order": self.order, "role": self.role,
+                "content": self.content}  # fmt: skip
+
+
+#: The columns a conversation log is read by unless others are named.
+DEFAULT_CONVERSATION = Conversation(
+    session="session_id", order="turn", role="role", content="content"
+)
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One message of a session, as stored: its order value, role, text and row."""
+
+    order: str
+    role: str
+    content: str
+    row_number: int
+
+
+@dataclass(frozen=True)
+class SessionSummary:
+    session: str
+    messages: int
+    user_turns: int
+    first: str
+    last: str
+
+
+@dataclass(frozen=True)
 class DatasetInfo:
     """A dataset in the store: where it came from and its shape (rows are apart)."""
 
@@ -21,6 +64,8 @@ class DatasetInfo:
     unit_column: str | None
     imported_at: datetime
     author: str
+    #: Set for a conversation log (one row per message), None for a table of rows.
+    conversation: Conversation | None = None
 
     @property
     def column_names(self) -> list[str]:

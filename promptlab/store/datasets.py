@@ -15,7 +15,7 @@ from typing import Any
 
 import duckdb
 
-from promptlab.records import DatasetInfo
+from promptlab.records import Conversation, DatasetInfo, SessionSummary, Turn
 from promptlab.store.connection import Store
 from promptlab.store.files import (
     Source,
@@ -25,7 +25,14 @@ from promptlab.store.files import (
     select_rows,
 )
 
-_INFO_COLUMNS = "name, source, format, row_count, columns, unit_column, imported_at, author"
+_INFO_COLUMNS = (
+    "name, source, format, row_count, columns, unit_column, imported_at, author, conversation"
+)
+#: A row's value of the column named by the next parameter, as text.
+_CELL = "json_extract_string(row_values, '$.' || json_quote(?)::VARCHAR)"
+#: A message's place in its session: its order cell as a number or a timestamp's epoch
+#: (two parameters: the order column, twice).
+_ORDER_KEY = f"coalesce(try_cast({_CELL} AS DOUBLE), epoch(try_cast({_CELL} AS TIMESTAMPTZ)))"
 
 
 #: The rows of one dataset, as `keys_in_order` and `first_duplicate_key` read them.
@@ -83,6 +90,65 @@ class DatasetTables:
                 [name, limit if limit is not None else 2**62, column],
             ).fetchone()
         return int(found[0]) if found and found[0] is not None else None
+
+    def sessions(self, name: str, conv: Conversation, limit: int) -> list[SessionSummary]:
+        """A conversation log's sessions in order of first appearance: messages, user
+        turns, first and last order value."""
+        with self.store.read() as cur:
+            rows = cur.execute(
+                f"SELECT session, count(*), count(*) FILTER (WHERE role = 'user'), "
+                "arg_min(ord, key), arg_max(ord, key), min(row_number) AS first_row FROM "
+                f"(SELECT row_number, {_CELL} AS session, {_CELL} AS ord, "
+                f"lower(trim({_CELL})) AS role, {_ORDER_KEY} AS key "
+                "FROM dataset_rows WHERE dataset = ?) GROUP BY session ORDER BY first_row "
+                "LIMIT ?",
+                [conv.session, conv.order, conv.role, conv.order, conv.order, name, limit],
+            ).fetchall()
+        return [SessionSummary(str(r[0]), int(r[1]), int(r[2]), str(r[3]), str(r[4]))
+                for r in rows]  # fmt: skip
+
+    def session_turns(self, name: str, conv: Conversation, session: str, limit: int) -> list[Turn]:
+        """One session's messages in order."""
+        with self.store.read() as cur:
+            rows = cur.execute(
+                f"SELECT ord, role, content, row_number FROM (SELECT row_number, "
+                f"{_CELL} AS session, {_CELL} AS ord, lower(trim({_CELL})) AS role, "
+                f"{_CELL} AS content, {_ORDER_KEY} AS key FROM dataset_rows "
+                "WHERE dataset = ?) WHERE session = ? ORDER BY key LIMIT ?",
+                [conv.session, conv.order, conv.role, conv.content, conv.order, conv.order,
+                 name, session, limit],
+            ).fetchall()  # fmt: skip
+        return [Turn(str(r[0]), str(r[1]), "" if r[2] is None else str(r[2]), int(r[3]))
+                for r in rows]  # fmt: skip
+
+    def user_turns(self, name: str, conv: Conversation) -> int:
+        """How many user messages the log holds: the turns a replay sends."""
+        with self.store.read() as cur:
+            row = cur.execute(
+                f"SELECT count(*) FROM dataset_rows WHERE dataset = ? AND lower(trim({_CELL})) "
+                "= 'user'",
+                [name, conv.role],
+            ).fetchone()
+        return int(row[0]) if row else 0
+
+    def messages_by_session(
+        self, name: str, conv: Conversation, chunk: int = 2000
+    ) -> Iterator[tuple[str, str, str, str]]:
+        """Every message as (session, role, content, row JSON), sessions in order of first
+        appearance and each session's messages in order, fetched `chunk` at a time."""
+        with self.store.read() as cur:
+            cur.execute(
+                f"SELECT session, role, content, row_values FROM (SELECT row_values, "
+                f"{_CELL} AS session, lower(trim({_CELL})) AS role, {_CELL} AS content, "
+                f"{_ORDER_KEY} AS key, min(row_number) OVER (PARTITION BY {_CELL}) AS first "
+                "FROM dataset_rows WHERE dataset = ?) ORDER BY first, key",
+                [conv.session, conv.role, conv.content, conv.order, conv.order, conv.session,
+                 name],
+            )  # fmt: skip
+            while batch := cur.fetchmany(chunk):
+                yield from (
+                    (str(s), str(r), "" if c is None else str(c), v) for s, r, c, v in batch
+                )
 
     def rows(self, name: str, limit: int | None = None, chunk: int = 5000) -> Iterator[str]:
         """Each row's JSON text in row order, read `chunk` rows at a time.
@@ -173,10 +239,50 @@ class DatasetWrites:
         ).fetchone()
         return (int(row[0]), str(row[1]), int(row[2]), str(row[3])) if row else None
 
+    def conversation_problem(
+        self, name: str, conv: Conversation
+    ) -> tuple[str, int, str | None, int | None] | None:
+        """The first thing that keeps the rows from being a conversation log, as (what,
+        row, value, other row): `role` (not system, user or assistant), `session` (blank),
+        `order` (neither a number nor a timestamp), `mixed` (numbers and timestamps in
+        one log), `twice` (two messages of a session with one order value)."""
+        self.tx.execute(
+            f"CREATE OR REPLACE TEMP TABLE conv AS SELECT row_number, {_CELL} AS session, "
+            f"{_CELL} AS ord, lower(trim({_CELL})) AS role, "
+            "CASE WHEN try_cast(" + _CELL + " AS DOUBLE) IS NOT NULL THEN 'number' "
+            "WHEN try_cast(" + _CELL + " AS TIMESTAMPTZ) IS NOT NULL THEN 'time' END AS kind "
+            "FROM dataset_rows WHERE dataset = ?",
+            [conv.session, conv.order, conv.role, conv.order, conv.order, name],
+        )
+        checks = (
+            ("role", "SELECT row_number, role, NULL FROM conv WHERE role IS NULL OR role "
+                     "NOT IN ('system', 'user', 'assistant') ORDER BY 1 LIMIT 1"),
+            ("session", "SELECT row_number, session, NULL FROM conv "
+                        "WHERE coalesce(trim(session), '') = '' ORDER BY 1 LIMIT 1"),
+            ("order", "SELECT row_number, ord, NULL FROM conv WHERE kind IS NULL "
+                      "ORDER BY 1 LIMIT 1"),
+            ("mixed", "SELECT c.row_number, c.ord, f.row_number FROM conv c, "
+                      "(SELECT * FROM conv ORDER BY row_number LIMIT 1) f "
+                      "WHERE c.kind <> f.kind ORDER BY 1 LIMIT 1"),
+            ("twice", "SELECT max(row_number), arg_max(ord, row_number), min(row_number) "
+                      "FROM conv GROUP BY session, coalesce(try_cast(ord AS DOUBLE), "
+                      "epoch(try_cast(ord AS TIMESTAMPTZ))) HAVING count(*) > 1 "
+                      "ORDER BY 3 LIMIT 1"),
+        )  # fmt: skip
+        try:
+            for what, sql in checks:
+                row = self.tx.execute(sql).fetchone()
+                if row is not None:
+                    other = None if row[2] is None else int(row[2])
+                    return what, int(row[0]), row[1], other
+            return None
+        finally:
+            self.tx.execute("DROP TABLE IF EXISTS conv")
+
     def insert_info(self, info: DatasetInfo) -> None:
         columns = json.dumps([{"name": n, "type": t} for n, t in info.columns])
         self.tx.execute(
-            f"INSERT INTO datasets ({_INFO_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            f"INSERT INTO datasets ({_INFO_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [
                 info.name,
                 info.source,
@@ -186,6 +292,7 @@ class DatasetWrites:
                 info.unit_column,
                 info.imported_at,
                 info.author,
+                json.dumps(info.conversation.columns()) if info.conversation else None,
             ],
         )
 
@@ -201,4 +308,5 @@ def _info(row: tuple[Any, ...]) -> DatasetInfo:
         unit_column=row[5],
         imported_at=row[6],
         author=row[7],
+        conversation=Conversation(**json.loads(row[8])) if row[8] else None,
     )

@@ -499,6 +499,14 @@ MIGRATIONS: tuple[Migration, ...] = (
             """,
         ),
     ),
+    Migration(
+        "0015_conversations",
+        (
+            # A conversation log's columns ({session, order, role, content}); NULL for a
+            # table of rows (promptlab/data/conversations.py).
+            "ALTER TABLE datasets ADD COLUMN conversation JSON",
+        ),
+    ),
 )
 
 

@@ -22,6 +22,7 @@ from typing import Any
 from promptlab.audit.redact import Redactor
 from promptlab.checks.validation import CheckStatus
 from promptlab.data.batchfile import request_from_row
+from promptlab.data.conversations import with_conversation
 from promptlab.engine.planner import KEY_HEX_DIGITS
 from promptlab.engine.run import row_params
 from promptlab.engine.spec import AS_WRITTEN, PARAM_COLUMNS_KEY
@@ -153,7 +154,7 @@ def item_request(variant: VariantRecord, row: Mapping[str, Any]) -> ItemRequest:
         template = Template.from_canonical(variant.template)
         params = row_params(variant.params, row)
         values = coerce_text_values(template, dict(row))
-        messages = template.render(values)
+        messages = with_conversation(template.render(values), dict(row))
     except PromptlabError as exc:
         return ItemRequest(None, params, str(exc))
     return ItemRequest(tuple(messages), params, None)
