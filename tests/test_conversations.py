@@ -229,3 +229,27 @@ def test_a_replay_needs_a_conversation_log(
             {"role": "user", "content": "{{ content }}"}]}]}  # fmt: skip
         with pytest.raises(Exception, match=message):
             wb.runs.estimate(wb.runs.spec_from_data(data, base_dir=tmp_path))
+
+
+def test_two_versions_replayed_are_compared_per_session(tmp_path: Path, db_path: Path) -> None:
+    """The session is the unit of a replay's comparison: its turns are not independent
+    (a log of 3 sessions of 2 user turns is 3 units of 2 requests each, not 6)."""
+    log = "session_id,turn,role,content\n" + "".join(
+        f"s{s},{t},{role},{role} {s}.{t}\n"
+        for s in range(3) for t, role in enumerate(("user", "assistant", "user"))
+    )  # fmt: skip
+    with Workbench.open() as wb:
+        wb.datasets.import_file(write(tmp_path, log), "chats", conversation=DEFAULT_CONVERSATION)
+        variants = [
+            {"name": name, "model": "sim:fast", "params": {"max_tokens": 20}, "messages": [
+                {"role": "system", "content": system}, {"role": "user", "content": "{{ content }}"}]}
+            for name, system in (("terse", "Be terse."), ("warm", "Be warm and helpful."))
+        ]  # fmt: skip
+        run_id = wb.runs.start(wb.runs.spec_from_data(
+            {"name": "replay two", "dataset": "chats", "history": "logged", "variants": variants}
+        ))  # fmt: skip
+        assert wb.runs.wait(run_id, timeout=60).status == "completed"
+        comparison = wb.analysis.compare(run_id)
+        assert comparison.paired and comparison.arms == {"terse": (3, 6), "warm": (3, 6)}
+        completion = next(r for r in comparison.rows if r.metric == "completion rate")
+        assert (completion.n_control, completion.n_variant) == (3, 3)

@@ -194,9 +194,11 @@ def test_one_budget_holds_for_two_owners_on_several_workers(
     elapsed = time.monotonic() - started
     stats = server.stats()
     assert stats["successes"] == 120
-    # At most 2% of the requests were refused (the owners' own limiters alone would
-    # offer twice the limit: about half refused), and it took the limit's time.
-    assert stats["rate_limited"] <= 0.02 * stats["attempts"], stats
+    # At most 5% of the requests were refused (the owners' own limiters alone would
+    # offer twice the limit: about half refused), and it took the limit's time. A few
+    # refusals happen when the machine is loaded (3 of 123 once, with the suite running
+    # beside other work), hence 5%, still ten times under what one budget prevents.
+    assert stats["rate_limited"] <= 0.05 * stats["attempts"], stats
     assert elapsed >= (120 - 10) / 10  # 10 a second after a one-second burst
 
 

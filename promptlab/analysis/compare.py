@@ -156,16 +156,18 @@ def compare_run(
         sequential = not RunStatus(run.status).is_final
     mode = run_mode(run)
     paired = mode == "all"
+    # A replayed conversation log's turns are clustered by session, not by turn.
+    sessions = paired and run.spec.get("history") is not None
     rows: list[MetricComparison] = []
     arms: dict[str, tuple[int, int]] = {}
-    control_arm = samples.run_arm(run.run_id, control, by_row=paired)
+    control_arm = samples.run_arm(run.run_id, control, by_row=paired, by_session=sessions)
     arms[control] = (control_arm.units, control_arm.requests)
     for other in others:
-        arm = samples.run_arm(run.run_id, other, by_row=paired)
+        arm = samples.run_arm(run.run_id, other, by_row=paired, by_session=sessions)
         arms[other] = (arm.units, arm.requests)
         if paired:
-            rows += compare_paired(samples.paired(run.run_id, control, other), control_arm,
-                                   arm, sequential=sequential)  # fmt: skip
+            rows += compare_paired(samples.paired(run.run_id, control, other, sessions),
+                                   control_arm, arm, sequential=sequential)  # fmt: skip
         else:
             rows += compare_arms(control_arm, arm, sequential=sequential)
     srm = _srm(reads, run) if mode == "split" else None

@@ -19,6 +19,7 @@ from typing import Any
 from promptlab.errors import DatasetError
 from promptlab.records import Conversation
 from promptlab.store.datasets import DatasetTables, DatasetWrites
+from promptlab.store.samples import SESSION_KEY
 
 ROLES = ("system", "user", "assistant")
 #: The key of a replayed turn's row holding the session's messages before it, as
@@ -72,7 +73,7 @@ def _replay_rows(tables: DatasetTables, name: str, conv: Conversation) -> Iterat
         if role == "system":
             continue
         if role == "user":
-            yield {**json.loads(row), CONVERSATION_KEY: list(history)}
+            yield {**json.loads(row), CONVERSATION_KEY: list(history), SESSION_KEY: session}
         history.append({"role": role, "content": content})
 
 

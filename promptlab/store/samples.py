@@ -3,8 +3,9 @@
 A split run's unit is the row's assignment unit; a production log's is its `unit_id`;
 results across runs take their split run's unit. A row without one is a unit of its own
 (`'#'` and its key), so the analysis falls back to requests where nothing names a unit.
-An all-mode run is clustered by dataset row. Clicks count at most once per impression
-of a result, as in promptlab/store/metrics.py.
+An all-mode run is clustered by dataset row, a replayed conversation log by session
+(its rows' SESSION_KEY). Clicks count at most once per impression of a result, as in
+promptlab/store/metrics.py.
 """
 
 from __future__ import annotations
@@ -26,6 +27,14 @@ from promptlab.store.metrics import MetricsReads, completed_predicate
 if TYPE_CHECKING:
     import duckdb
 
+#: The key of a replayed turn's row holding its session (promptlab/data/conversations.py).
+SESSION_KEY = "__session__"
+#: A result's cluster in an all-mode run: its session when its row has one, else its row.
+_CLUSTER = (
+    "coalesce((SELECT json_extract_string(rr.row_values, '$." + SESSION_KEY + "') FROM "
+    "run_rows rr WHERE rr.run_id = $run AND rr.row_index = {t}.row_index), "
+    "'#r' || {t}.row_index)"
+)
 #: Per result of `tagged` (key, unit, unitless, ok, timed, latency_ms): its unit as a
 #: 64-bit hash (numpy groups those; DuckDB need not sort or number the units).
 _REQUESTS = "SELECT hash(unit) AS u, unitless, ok, timed, latency_ms FROM tagged"
@@ -53,11 +62,15 @@ class SampleReads:
     def _done(self, cur: duckdb.DuckDBPyConnection) -> str:
         return completed_predicate(self._metrics.columns(cur))
 
-    def run_arm(self, run_id: str, variant: str, by_row: bool = False) -> ArmSample:
-        """One variant of a run, per assignment unit (per dataset row with `by_row`)."""
+    def run_arm(
+        self, run_id: str, variant: str, by_row: bool = False, by_session: bool = False
+    ) -> ArmSample:
+        """One variant of a run, per assignment unit (per dataset row with `by_row`, per
+        replayed session with `by_session`)."""
         with self.store.read() as cur:
             unit = "'#r' || r.row_index" if by_row else "coalesce(a.unit_id, '#' || r.key)"
-            unitless = "false" if by_row else "a.unit_id IS NULL"
+            unit = _CLUSTER.format(t="r") if by_session else unit
+            unitless = "false" if by_row or by_session else "a.unit_id IS NULL"
             ctes = (
                 f"WITH res AS (SELECT idempotency_key AS key, row_index, ({self._done(cur)}) "
                 "AS ok, status = 'succeeded' AND latency_ms IS NOT NULL AS timed, latency_ms "
@@ -164,9 +177,9 @@ class SampleReads:
             latency_unit=index[timed].astype(np.int64), pre=pre_rates,
         )  # fmt: skip
 
-    def paired(self, run_id: str, a: str, b: str) -> PairedSample:
+    def paired(self, run_id: str, a: str, b: str, by_session: bool = False) -> PairedSample:
         """Variants A and B of an all-mode run over the (row, repeat) pairs both finished,
-        clustered by row."""
+        clustered by row (by replayed session with `by_session`)."""
         import numpy as np
 
         with self.store.read() as cur:
@@ -178,13 +191,14 @@ class SampleReads:
                 f"y AS (SELECT row_index, repeat, ({done}) AS ok, CASE WHEN "
                 "status = 'succeeded' THEN latency_ms END AS lat FROM results "
                 "WHERE run_id = $run AND variant = $b) "
-                "SELECT row_index, x.ok AS ok_a, y.ok AS ok_b, "
+                f"SELECT {_CLUSTER.format(t='x') if by_session else 'row_index'} AS cluster, "
+                "x.ok AS ok_a, y.ok AS ok_b, "
                 "x.lat IS NOT NULL AND y.lat IS NOT NULL AS timed, "
                 "coalesce(x.lat, 0) AS lat_a, coalesce(y.lat, 0) AS lat_b "
                 "FROM x JOIN y USING (row_index, repeat)",
                 {"run": run_id, "a": a, "b": b},
             ).fetchnumpy()
-        _, index = np.unique(np.asarray(pairs["row_index"]), return_inverse=True)
+        _, index = np.unique(np.asarray(pairs["cluster"]), return_inverse=True)
         rows = int(index.max()) + 1 if index.size else 0
         timed = np.asarray(pairs["timed"], dtype=bool)
         return PairedSample(
