@@ -251,6 +251,7 @@ def run_detail(wb: Workbench, run_id: str) -> None:
     outcome(view)
     variants(wb, view)
     scores(wb, view.run_id)
+    per_session(wb, view.run_id)
     field_failures(view)
     failures(view)
     actions(wb, view)
@@ -338,6 +339,35 @@ def variants(wb: Workbench, view: RunView) -> None:
         wb, "metrics", key=f"download_metrics_{view.run_id}", label="Download metrics",
         run_id=view.run_id,
     )  # fmt: skip
+
+
+def per_session(wb: Workbench, run_id: str) -> None:
+    """A replayed conversation log per session (nothing for any other run)."""
+    rows = wb.analysis.sessions(run_id)
+    if not rows:
+        return
+    st.markdown("**Per session** (a session completes when every turn does)")
+    st.dataframe(
+        pd.DataFrame(
+            {
+                "variant": s.variant,
+                "sessions": s.sessions,
+                "completed": s.completion,
+                "95% interval": f"{s.interval.low:.1%} - {s.interval.high:.1%}"
+                if s.interval
+                else None,
+                "turns per session": round(s.turns_per_session, 1),
+                "session latency p50 ms": s.latency_p50_ms,
+                "session latency p90 ms": s.latency_p90_ms,
+                **{f"score: {name}": mean for name, mean in s.scores.items()},
+            }
+            for s in rows
+        ),  # fmt: skip
+        column_config={"completed": st.column_config.NumberColumn(format="percent")},
+        hide_index=True,
+        width="stretch",
+        key=f"sessions_{run_id}",
+    )
 
 
 def scores(wb: Workbench, run_id: str) -> None:

@@ -240,9 +240,10 @@ def test_two_versions_replayed_are_compared_per_session(tmp_path: Path, db_path:
     )  # fmt: skip
     with Workbench.open() as wb:
         wb.datasets.import_file(write(tmp_path, log), "chats", conversation=DEFAULT_CONVERSATION)
+        turn = {"role": "user", "content": "{{ content }}"}
         variants = [
-            {"name": name, "model": "sim:fast", "params": {"max_tokens": 20}, "messages": [
-                {"role": "system", "content": system}, {"role": "user", "content": "{{ content }}"}]}
+            {"name": name, "model": "sim:fast", "params": {"max_tokens": 20},
+             "messages": [{"role": "system", "content": system}, turn]}
             for name, system in (("terse", "Be terse."), ("warm", "Be warm and helpful."))
         ]  # fmt: skip
         run_id = wb.runs.start(wb.runs.spec_from_data(
@@ -253,3 +254,49 @@ def test_two_versions_replayed_are_compared_per_session(tmp_path: Path, db_path:
         assert comparison.paired and comparison.arms == {"terse": (3, 6), "warm": (3, 6)}
         completion = next(r for r in comparison.rows if r.metric == "completion rate")
         assert (completion.n_control, completion.n_variant) == (3, 3)
+        per_session = {s.variant: s for s in wb.analysis.sessions(run_id)}
+        terse = per_session["terse"]
+        assert (terse.sessions, terse.completed, terse.turns_per_session) == (3, 3, 2.0)
+        assert terse.latency_p50_ms is not None and terse.latency_p50_ms > 0
+    printed = CliRunner().invoke(main, ["metrics", "--run", run_id]).output
+    assert "per session" in printed and "sessions 3  completed 3 (100.0%" in printed
+    from promptlab.ui.resources import close_all
+
+    close_all()
+    at = AppTest.from_file(str(Path(PAGE).parent / "runs.py"), default_timeout=30)
+    at.query_params["run"] = run_id
+    at.run()
+    assert not at.exception
+    table = next(d.value for d in at.dataframe if "sessions" in d.value.columns)
+    assert list(table["sessions"]) == [3, 3] and list(table["completed"]) == [1.0, 1.0]
+
+
+def test_a_session_completes_only_when_every_turn_does(tmp_path: Path, db_path: Path) -> None:
+    from promptlab.data.datasets import DatasetStore
+    from promptlab.engine import Engine, parse_spec
+    from promptlab.engine.testing import ScriptedProvider
+    from promptlab.errors import ErrorKind, ProviderError
+    from promptlab.providers.base import CompletionRequest
+    from promptlab.store import Store
+    from promptlab.store.sessions import SessionReads
+    from tests.test_run_dependencies import ENDPOINTS
+
+    def fault(request: CompletionRequest, _calls: int) -> ProviderError | None:
+        if request.messages[-1]["content"] == "Never mind.":  # s3's last turn fails
+            return ProviderError(ErrorKind.BAD_REQUEST, "refused", status=400)
+        return None
+
+    provider = ScriptedProvider(fault=fault)
+    with Store(db_path) as store:
+        DatasetStore(store).import_file(write(tmp_path, REPLAYED), "chats", author="t",
+                                        conversation=DEFAULT_CONVERSATION)  # fmt: skip
+        with Engine(store, endpoints=ENDPOINTS, provider_factory=lambda _cfg: provider) as eng:
+            run_id = eng.submit(parse_spec({
+                "name": "replay", "dataset": "chats", "history": "logged",
+                "variants": [{"name": "v", "model": "fake:m1", "messages": [
+                    {"role": "user", "content": "{{ content }}"}]}],
+            }))  # fmt: skip
+            eng.wait(run_id, timeout=60)
+        (row,) = SessionReads(store).per_variant(run_id)
+    assert (row.sessions, row.completed, row.turns_per_session) == (3, 2, 2.0)
+    assert row.completion == pytest.approx(2 / 3) and row.interval is not None

@@ -79,6 +79,7 @@ FACADES: dict[str, tuple[type, list[str]]] = {
             "result_feedback",
             "runs_with_results",
             "scores",
+            "sessions",
             "side_by_side",
         ],
     ),

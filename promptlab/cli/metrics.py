@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from promptlab.analysis.compare import Comparison
     from promptlab.analysis.stats import MetricComparison
     from promptlab.records import LogMetricsRow, MetricsRow, ScoreCounts
+    from promptlab.records.sessions import SessionMetrics
 
 
 @click.command("metrics")
@@ -62,6 +63,7 @@ def metrics_command(
         rows = [] if logs_only else wb.analysis.metrics(run_id=run_id, prompt=prompt, since=since)
         log_rows = [] if run_id is not None else wb.analysis.log_metrics(prompt=prompt, since=since)
         scores = [] if logs_only or since else wb.analysis.scores(run_id)
+        sessions = wb.analysis.sessions(run_id) if run_id and not logs_only else []
     scores = [s for s in scores if run_id or prompt is None or s.label.startswith(f"{prompt}@")]
     if logs_only:
         if as_json:
@@ -94,6 +96,8 @@ def metrics_command(
         click.echo("wrong; 95% interval, Wilson's for an accuracy):")
         for line in scores_table(scores):
             click.echo(line)
+    for line in sessions_table(sessions):
+        click.echo(line)
     if any(r.impressions or r.thumbs_up or r.thumbs_down for r in rows):
         click.echo("feedback (CTR: clicks over impressions):")
         for line in feedback_table(rows):
@@ -116,6 +120,23 @@ def scores_table(scores: list[ScoreCounts]) -> list[str]:
             f"no output {s.no_output}  malformed {s.malformed}  no expected {s.no_expected}"
             + (f"  not judged {s.not_judged}" if s.not_judged else "")
         )
+    return lines
+
+
+def sessions_table(sessions: list[SessionMetrics]) -> list[str]:
+    """A replayed conversation log per session: none for any other run."""
+    if not sessions:
+        return []
+    lines = ["per session (a session completes when every turn does; latency: its turns'"
+             " summed; scores: mean of session means):"]  # fmt: skip
+    for s in sessions:
+        ci = f"[{s.interval.low:.1%}, {s.interval.high:.1%}]" if s.interval else ""
+        p50 = "-" if s.latency_p50_ms is None else f"{s.latency_p50_ms:.0f}"
+        p90 = "-" if s.latency_p90_ms is None else f"{s.latency_p90_ms:.0f}"
+        scored = "".join(f"  {name} {mean:.1%}" for name, mean in s.scores.items())
+        lines.append(f"  {s.variant:<24} sessions {s.sessions}  completed {s.completed} "
+                     f"({s.completion:.1%} {ci})  turns {s.turns_per_session:.1f}  "
+                     f"latency p50 {p50} p90 {p90} ms{scored}")  # fmt: skip
     return lines
 
 

@@ -27,12 +27,14 @@ from promptlab.data.feedback import LOG_FIELDS, FeedbackImporter
 from promptlab.errors import PromptlabError
 from promptlab.facades.context import Context
 from promptlab.records import AlertRecord, LogMetricsRow, MetricsRow, ScoreCounts
+from promptlab.records.sessions import SessionMetrics
 from promptlab.store import RunStore
 from promptlab.store.alerts import AlertStore
 from promptlab.store.metrics import MetricsReads
 from promptlab.store.result_runs import ResultRuns, RunWithResults
 from promptlab.store.samples import SampleReads
 from promptlab.store.scores import ScoreStore
+from promptlab.store.sessions import SessionReads
 from promptlab.store.side_by_side import SideBySidePage, SideBySideReads, SideBySideRow
 from promptlab.store.timeseries import TimeSeries, TimeseriesReads
 
@@ -253,6 +255,12 @@ class Analysis:
         if run_id is not None:
             self._reads.run(run_id)  # an unknown run is an error, not an empty list
         return ScoreStore(self._context.store).counts(run_id)
+
+    def sessions(self, run_id: str) -> list[SessionMetrics]:
+        """A replayed conversation log per session and variant: sessions completed
+        (every turn), turns, session latency, scores (empty for any other run)."""
+        self._reads.run(run_id)
+        return SessionReads(self._context.store).per_variant(run_id)
 
     # ---- anomaly alerts ------------------------------------------------------------
 

@@ -1,0 +1,31 @@
+"""A replayed conversation log's results per session (per variant of the run)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from promptlab.analysis.stats import Interval, wilson_interval
+
+
+@dataclass(frozen=True)
+class SessionMetrics:
+    variant: str
+    sessions: int
+    #: Sessions whose every turn completed (succeeded and passed its checks).
+    completed: int
+    turns_per_session: float
+    #: A session's latency: its turns' latencies summed (sessions with every turn timed).
+    latency_p50_ms: float | None
+    latency_p90_ms: float | None
+    #: Each scorer's mean over sessions of the session's mean score.
+    scores: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def completion(self) -> float | None:
+        return self.completed / self.sessions if self.sessions else None
+
+    @property
+    def interval(self) -> Interval | None:
+        """Wilson's 95% interval of the completed share (sessions are the units)."""
+        return wilson_interval(self.completed, self.sessions) if self.sessions else None
