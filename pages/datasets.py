@@ -77,7 +77,20 @@ def conversation_view(wb: Workbench, info: DatasetInfo) -> None:
     """A session of the log as a chat."""
     st.subheader("Sessions")
     sessions = wb.datasets.sessions(info.name)
-    st.dataframe(pd.DataFrame(s.__dict__ for s in sessions), hide_index=True, height=200)
+    st.dataframe(
+        pd.DataFrame(
+            {
+                "session": s.session,
+                "messages": s.messages,
+                "user turns": s.user_turns,
+                "first": s.first,
+                "last": s.last,
+            }
+            for s in sessions
+        ),  # fmt: skip
+        hide_index=True,
+        height=min(400, 35 * (len(sessions) + 1) + 3),
+    )
     chosen = st.selectbox("Session", [s.session for s in sessions], key="dataset_session")
     for turn in wb.datasets.session(info.name, chosen) if chosen is not None else []:
         avatar = ":material/settings:" if turn.role == "system" else None

@@ -595,8 +595,25 @@ def item_detail(wb: Workbench, run_id: str, key: str) -> None:
         else:
             show_error(f"not sent: {item.render_error}")
     item_outcome(item)
+    session_turns(wb, run_id, item.key)
     if item.result is not None:
         rating(wb, run_id, item.key)
+
+
+def session_turns(wb: Workbench, run_id: str, key: str) -> None:
+    """A replayed turn's whole session: each finished turn's user message and answer."""
+    turns = wb.runs.session(run_id, key)
+    if not turns:
+        return
+    with st.expander(f"The whole session ({len(turns)} turns finished)", expanded=True):
+        for turn in turns:
+            with st.chat_message("user"):
+                st.markdown(escape_markdown(turn.user or "(the log is no longer here)"))
+            with st.chat_message("assistant"):
+                here = " · this item" if turn.key == key else ""
+                st.caption(f"row {turn.row_index + 1} · {turn.status} · {turn.attempts} "
+                           f"attempt(s){here} · `{turn.key[:12]}`")  # fmt: skip
+                st.markdown(escape_markdown(turn.output or turn.error or "(no output)"))
 
 
 #: The ratings a reviewer can give a result here, as (feedback kind, button label).

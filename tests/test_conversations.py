@@ -269,6 +269,24 @@ def test_two_versions_replayed_are_compared_per_session(tmp_path: Path, db_path:
     assert not at.exception
     table = next(d.value for d in at.dataframe if "sessions" in d.value.columns)
     assert list(table["sessions"]) == [3, 3] and list(table["completed"]) == [1.0, 1.0]
+    # An item of the replay opens with its whole session: each turn's message and answer.
+    wb = get_workbench()
+    key = next(r.key for r in wb.runs.items(run_id, limit=10).rows
+               if r.variant == "warm" and r.row_index == 1)  # fmt: skip
+    turns = wb.runs.session(run_id, key)
+    assert [(t.row_index, t.user, t.status) for t in turns] == [
+        (0, "user 0.0", "succeeded"), (1, "user 0.2", "succeeded")
+    ]  # fmt: skip
+    assert all(t.output for t in turns)
+    at = AppTest.from_file(str(Path(PAGE).parent / "runs.py"), default_timeout=30)
+    at.query_params["run"] = run_id
+    at.query_params["item"] = key
+    at.run()
+    assert not at.exception
+    whole = next(e for e in at.expander if e.label == "The whole session (2 turns finished)")
+    said = [shown(m.markdown[0].value) for m in whole.chat_message]
+    assert said[0::2] == ["user 0.0", "user 0.2"] and said[1::2] == [t.output for t in turns]
+    assert wb.runs.session(run_id, "f" * 32) == []  # not an item of a replay: no session
 
 
 def test_a_session_completes_only_when_every_turn_does(tmp_path: Path, db_path: Path) -> None:

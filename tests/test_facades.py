@@ -154,6 +154,7 @@ FACADES: dict[str, tuple[type, list[str]]] = {
             "pause",
             "progress",
             "resume",
+            "session",
             "spec_from_data",
             "start",
             "view",

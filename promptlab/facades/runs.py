@@ -10,6 +10,7 @@ from __future__ import annotations
 import builtins  # `list` below names a method: annotations say builtins.list
 import json
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,9 @@ from promptlab.facades.experiments import Experiments
 from promptlab.facades.run_view import FAILURES_SHOWN, RunView, read_run_view
 from promptlab.providers.config import load_endpoints
 from promptlab.records import FieldFailure, RunWithCounts
+from promptlab.records.sessions import SessionTurn
 from promptlab.store.alerts import AlertStore
+from promptlab.store.sessions import SessionReads
 from promptlab.views.item import ItemView, ambiguous, check_key_prefix, item_request, masked
 from promptlab.yamlio import parse_yaml, read_yaml
 
@@ -266,6 +269,24 @@ class Runs:
             detail = reads.item_detail(run_id, key)
         # Rendered from the row as stored, then masked for display like everything shown.
         return masked(detail, item_request(detail.variant, detail.row), self._context.redactor())
+
+    def session(self, run_id: str, key: str) -> builtins.list[SessionTurn]:
+        """The replayed session item `key` is a turn of: its finished turns of the same
+        variant and repeat, in order, masked; empty for an item of any other run."""
+        reads = SessionReads(self._context.store)
+        found = reads.of_item(run_id, key)
+        if found is None:
+            return []
+        dataset = self._reads.run(run_id).spec.get("dataset")
+        name = dataset.get("name") if isinstance(dataset, Mapping) else None
+        info = next((d for d in self._datasets.list() if d.name == name), None)
+        content = info.conversation.content if info and info.conversation else None
+        redactor = self._context.redactor()
+        return [
+            replace(t, user=redactor.optional(t.user), output=redactor.optional(t.output),
+                    error=redactor.optional(t.error))
+            for t in reads.turns(run_id, *found, content)
+        ]  # fmt: skip
 
     def _batch_id_field(self, run_id: str) -> str | None:
         """The id field of a run over a request file (`promptlab batch`), else None."""

@@ -9,6 +9,20 @@ from promptlab.analysis.stats import Interval, wilson_interval
 
 
 @dataclass(frozen=True)
+class SessionTurn:
+    """One finished turn of a replayed session, as a variant answered it."""
+
+    key: str
+    row_index: int
+    status: str
+    attempts: int
+    #: The user's message (the log's content column), or None when the log is gone.
+    user: str | None
+    output: str | None
+    error: str | None
+
+
+@dataclass(frozen=True)
 class SessionMetrics:
     variant: str
     sessions: int

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from promptlab.records.sessions import SessionMetrics
+import json
+
+from promptlab.records.sessions import SessionMetrics, SessionTurn
 from promptlab.store.connection import Store
 from promptlab.store.metrics import MetricsReads, completed_predicate
 from promptlab.store.samples import SESSION_KEY
@@ -19,6 +21,45 @@ _TURNS = (
 class SessionReads:
     def __init__(self, store: Store) -> None:
         self.store = store
+
+    def of_item(self, run_id: str, key: str) -> tuple[str, str, int] | None:
+        """(session, variant, repeat) of a replayed turn's item; None for any other."""
+        with self.store.read() as cur:
+            row = cur.execute(
+                f"SELECT json_extract_string(rr.row_values, '$.{SESSION_KEY}'), i.variant_index, "
+                "i.repeat FROM items i JOIN run_rows rr ON rr.run_id = i.run_id AND "
+                "rr.row_index = i.row_index WHERE i.run_id = ? AND i.idempotency_key = ?",
+                [run_id, key],
+            ).fetchone()
+            if row is None or row[0] is None:
+                return None
+            name = cur.execute(
+                "SELECT name FROM run_variants WHERE run_id = ? AND variant_index = ?",
+                [run_id, row[1]],
+            ).fetchone()
+        return (str(row[0]), str(name[0]), int(row[2])) if name else None
+
+    def turns(
+        self, run_id: str, session: str, variant: str, repeat: int, content: str | None
+    ) -> list[SessionTurn]:
+        """The session's finished turns of one variant and repeat, in order; the user's
+        message read from the `content` column of each turn's row."""
+        with self.store.read() as cur:
+            rows = cur.execute(
+                "SELECT r.idempotency_key, r.row_index, r.status, r.attempts, rr.row_values, "
+                "r.output_text, r.error_message FROM results r JOIN run_rows rr "
+                "ON rr.run_id = r.run_id AND rr.row_index = r.row_index WHERE r.run_id = ? "
+                "AND r.variant = ? AND r.repeat = ? AND json_extract_string(rr.row_values, "
+                f"'$.{SESSION_KEY}') = ? ORDER BY r.row_index",
+                [run_id, variant, repeat, session],
+            ).fetchall()
+        turns = []
+        for key, row_index, status, attempts, values, output, error in rows:
+            user = json.loads(values).get(content) if content else None
+            text = None if user is None else str(user)
+            turns.append(SessionTurn(key, int(row_index), status, int(attempts), text, output,
+                                     error))  # fmt: skip
+        return turns
 
     def per_variant(self, run_id: str) -> list[SessionMetrics]:
         """Per variant: sessions, those whose every turn completed, turns per session,
