@@ -254,6 +254,7 @@ def test_two_versions_replayed_are_compared_per_session(tmp_path: Path, db_path:
         assert comparison.paired and comparison.arms == {"terse": (3, 6), "warm": (3, 6)}
         completion = next(r for r in comparison.rows if r.metric == "completion rate")
         assert (completion.n_control, completion.n_variant) == (3, 3)
+        assert completion.analysed_by == "session"  # said so: "per session", "3 sessions"
         per_session = {s.variant: s for s in wb.analysis.sessions(run_id)}
         terse = per_session["terse"]
         assert (terse.sessions, terse.completed, terse.turns_per_session) == (3, 3, 2.0)

@@ -167,7 +167,8 @@ def compare_run(
         arms[other] = (arm.units, arm.requests)
         if paired:
             rows += compare_paired(samples.paired(run.run_id, control, other, sessions),
-                                   control_arm, arm, sequential=sequential)  # fmt: skip
+                                   control_arm, arm, sequential=sequential,
+                                   by="session" if sessions else "row")  # fmt: skip
         else:
             rows += compare_arms(control_arm, arm, sequential=sequential)
     srm = _srm(reads, run) if mode == "split" else None
@@ -203,19 +204,21 @@ def compare_arms(
 
 
 def compare_paired(
-    pairs: PairedSample, a: ArmSample, b: ArmSample, *, sequential: bool = False
+    pairs: PairedSample, a: ArmSample, b: ArmSample, *, sequential: bool = False,
+    by: str = "row",
 ) -> list[MetricComparison]:  # fmt: skip
-    """B against A over the same inputs (an all-mode run), clustered by dataset row:
-    completion paired, CTR per row (impressions are not paired), latency paired."""
+    """B against A over the same inputs (an all-mode run), clustered by dataset row (by
+    session for a replayed conversation log, `by="session"`): completion paired, CTR
+    per cluster (impressions are not paired), latency paired."""
     estimate = paired_rate_difference(pairs.completed_a, pairs.completed_b, pairs.finished)
     sample_a = RatioSample(pairs.completed_a, pairs.finished)
     sample_b = RatioSample(pairs.completed_b, pairs.finished)
-    rows = [_row_from(COMPLETION, a.name, b.name, sample_a, sample_b, estimate, "row",
+    rows = [_row_from(COMPLETION, a.name, b.name, sample_a, sample_b, estimate, by,
                       sequential, (pairs.rows, pairs.rows), "paired delta method")]  # fmt: skip
     for metric in (CTR, *_scores(a, b)):  # not paired: clustered by row, per arm
         if a.rates[metric].den.sum() or b.rates[metric].den.sum():
             rows.append(_rate_row(metric, a.name, b.name, a.rates[metric], b.rates[metric],
-                                  "row", sequential, (None, None)))  # fmt: skip
+                                  by, sequential, (None, None)))  # fmt: skip
     differences = None
     if pairs.latency_a.size:
         qs = tuple(q for q, _ in COMPARED_QUANTILES)
@@ -225,7 +228,7 @@ def compare_paired(
     rows_timed = _distinct(pairs.latency_row)
     counts = (rows_timed, rows_timed, pairs.latency_a.size, pairs.latency_b.size)
     return rows + _latency_rows(a.name, b.name, pairs.latency_a, pairs.latency_b, differences,
-                                counts, "row", sequential, paired=True)  # fmt: skip
+                                counts, by, sequential, paired=True)  # fmt: skip
 
 
 def _scores(a: ArmSample, b: ArmSample) -> list[str]:
