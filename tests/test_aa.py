@@ -15,6 +15,7 @@ from promptlab.analysis.simulate import (
     false_positive_rate,
     paired_false_positive_rate,
     power,
+    session_false_positive_rate,
 )
 from promptlab.analysis.stats import MIN_ROWS_PAIRED, MIN_UNITS_PER_ARM
 from promptlab.records.samples import SCORE_PREFIX
@@ -62,6 +63,14 @@ def test_at_the_minimum_of_units_false_positives_stay_near_nominal() -> None:
 def test_all_mode_runs_at_their_minimum_of_rows_keep_false_positives_down() -> None:
     assert paired_false_positive_rate(200, MIN_ROWS_PAIRED) <= MAX_FALSE_POSITIVES
     assert paired_false_positive_rate(200, MIN_ROWS_PAIRED, repeats=3) <= MAX_FALSE_POSITIVES
+
+
+def test_a_replayed_log_is_analysed_per_session() -> None:
+    # Each version answers a session in a style of its own on every turn of it: counted
+    # per turn, identical versions "differ" often; per session (promptlab compare on a
+    # replay), the table stays at the nominal rate.
+    assert session_false_positive_rate(200, 60) <= MAX_FALSE_POSITIVES  # measured 5%
+    assert session_false_positive_rate(100, 60, per_turn=True) >= 0.25  # measured 30%
 
 
 def test_a_score_against_expected_answers_is_analysed_per_unit() -> None:

@@ -280,3 +280,57 @@ def paired_false_positive_rate(pairs: int, rows: int, repeats: int = 1, seed: in
         paired, a, b = simulate_pairs(rows, repeats, rng)
         hits += _called(holm_verdicts(compare_paired(paired, a, b)))
     return hits / pairs
+
+
+def simulate_sessions(
+    sessions: int, rng: Any, max_turns: int = 10, per_turn: bool = False
+) -> tuple[PairedSample, ArmSample, ArmSample]:
+    """A replayed conversation log through two identical versions: sessions of 1 to
+    `max_turns` turns, and each version answers a given session in a style of its own
+    (long or short answers, so slower or faster) on every turn of it: the turns of a
+    session are not independent. Clustered by session, or (`per_turn`, the mistake)
+    with every turn a unit of its own."""
+    import numpy as np
+
+    turns = rng.integers(1, max_turns + 1, sessions)
+    session = np.repeat(np.arange(sessions), turns)
+    difficulty = _beta(rng, 0.9, 4.0, sessions)
+    style_a = rng.lognormal(0, 0.5, sessions)  # the version's style in that session
+    style_b = rng.lognormal(0, 0.5, sessions)
+    done_a = rng.random(session.size) < difficulty[session]
+    done_b = rng.random(session.size) < difficulty[session]
+    lat_a = 900.0 * style_a[session] * rng.lognormal(0, 0.3, session.size)
+    lat_b = 900.0 * style_b[session] * rng.lognormal(0, 0.3, session.size)
+    unit = np.arange(session.size) if per_turn else session
+    units = int(unit.max()) + 1
+    finished = np.bincount(unit, minlength=units).astype(np.float64)
+
+    def arm(name: str, done: Any, latency: Any) -> ArmSample:
+        nothing = RatioSample(np.zeros(units), np.zeros(units))
+        completed = np.bincount(unit, weights=done, minlength=units).astype(np.float64)
+        return ArmSample(name=name, units=units, requests=int(unit.size), unitless=0,
+                         rates={COMPLETION: RatioSample(completed, finished), CTR: nothing},
+                         latency=latency, latency_unit=unit.astype(np.int64))  # fmt: skip
+
+    pairs = PairedSample(
+        name_a="A", name_b="B", rows=units, pairs=int(unit.size), finished=finished,
+        completed_a=np.bincount(unit, weights=done_a, minlength=units).astype(np.float64),
+        completed_b=np.bincount(unit, weights=done_b, minlength=units).astype(np.float64),
+        latency_a=lat_a, latency_b=lat_b, latency_row=unit.astype(np.int64),
+    )  # fmt: skip
+    return pairs, arm("A", done_a, lat_a), arm("B", done_b, lat_b)
+
+
+def session_false_positive_rate(
+    pairs: int, sessions: int, per_turn: bool = False, seed: int = 11
+) -> float:
+    """The share of simulated A/A replays where any row of the table was called."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    hits = 0
+    for _ in range(pairs):
+        paired, a, b = simulate_sessions(sessions, rng, per_turn=per_turn)
+        by = "row" if per_turn else "session"
+        hits += _called(holm_verdicts(compare_paired(paired, a, b, by=by)))
+    return hits / pairs
