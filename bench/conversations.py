@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -92,7 +93,7 @@ def main() -> None:
             db = Path(folder) / f"replay-{sessions}.duckdb"
             out = subprocess.run(
                 [sys.executable, __file__, "--one", str(db), str(log), str(sessions)],
-                check=True, capture_output=True, text=True, env={**_environ(), **env},
+                check=True, capture_output=True, text=True, env={**os.environ, **env},
             )  # fmt: skip
             figures.append(json.loads(out.stdout.strip().splitlines()[-1]))
     for f in figures:
@@ -105,12 +106,6 @@ def main() -> None:
         f"tenfold log: {large['seconds'] / small['seconds']:.1f}x the time, "
         f"{large['rss_growth_mb'] / max(small['rss_growth_mb'], 1):.1f}x the memory growth"
     )
-
-
-def _environ() -> dict[str, str]:
-    import os
-
-    return dict(os.environ)
 
 
 if __name__ == "__main__":

@@ -252,21 +252,33 @@ def simulate_pairs(rows: int, repeats: int, rng: Any) -> tuple[PairedSample, Arm
     done_b = rng.random(row.size) < difficulty[row]
     lat_a = scale[row] * rng.lognormal(0, 0.4, row.size)
     lat_b = scale[row] * rng.lognormal(0, 0.4, row.size)
-    finished = np.full(rows, float(repeats))
-    pairs = PairedSample(
-        name_a="A", name_b="B", rows=rows, pairs=int(row.size), finished=finished,
-        completed_a=np.bincount(row, weights=done_a, minlength=rows).astype(np.float64),
-        completed_b=np.bincount(row, weights=done_b, minlength=rows).astype(np.float64),
-        latency_a=lat_a, latency_b=lat_b, latency_row=row.astype(np.int64),
-    )  # fmt: skip
+    return _paired_samples(row, done_a, done_b, lat_a, lat_b)
+
+
+def _paired_samples(
+    unit: Any, done_a: Any, done_b: Any, lat_a: Any, lat_b: Any
+) -> tuple[PairedSample, ArmSample, ArmSample]:
+    """The paired sample and both arms of simulated requests, clustered by `unit` (a
+    unit index per request, from 0)."""
+    import numpy as np
+
+    units = int(unit.max()) + 1
+    finished = np.bincount(unit, minlength=units).astype(np.float64)
+
+    def completed(done: Any) -> Any:
+        return np.bincount(unit, weights=done, minlength=units).astype(np.float64)
 
     def arm(name: str, done: Any, latency: Any) -> ArmSample:
-        nothing = RatioSample(np.zeros(rows), np.zeros(rows))
-        completed = np.bincount(row, weights=done, minlength=rows).astype(np.float64)
-        return ArmSample(name=name, units=rows, requests=int(row.size), unitless=0,
-                         rates={COMPLETION: RatioSample(completed, finished), CTR: nothing},
-                         latency=latency, latency_unit=row.astype(np.int64))  # fmt: skip
+        nothing = RatioSample(np.zeros(units), np.zeros(units))
+        return ArmSample(name=name, units=units, requests=int(unit.size), unitless=0,
+                         rates={COMPLETION: RatioSample(completed(done), finished), CTR: nothing},
+                         latency=latency, latency_unit=unit.astype(np.int64))  # fmt: skip
 
+    pairs = PairedSample(
+        name_a="A", name_b="B", rows=units, pairs=int(unit.size), finished=finished,
+        completed_a=completed(done_a), completed_b=completed(done_b),
+        latency_a=lat_a, latency_b=lat_b, latency_row=unit.astype(np.int64),
+    )  # fmt: skip
     return pairs, arm("A", done_a, lat_a), arm("B", done_b, lat_b)
 
 
@@ -302,23 +314,7 @@ def simulate_sessions(
     lat_a = 900.0 * style_a[session] * rng.lognormal(0, 0.3, session.size)
     lat_b = 900.0 * style_b[session] * rng.lognormal(0, 0.3, session.size)
     unit = np.arange(session.size) if per_turn else session
-    units = int(unit.max()) + 1
-    finished = np.bincount(unit, minlength=units).astype(np.float64)
-
-    def arm(name: str, done: Any, latency: Any) -> ArmSample:
-        nothing = RatioSample(np.zeros(units), np.zeros(units))
-        completed = np.bincount(unit, weights=done, minlength=units).astype(np.float64)
-        return ArmSample(name=name, units=units, requests=int(unit.size), unitless=0,
-                         rates={COMPLETION: RatioSample(completed, finished), CTR: nothing},
-                         latency=latency, latency_unit=unit.astype(np.int64))  # fmt: skip
-
-    pairs = PairedSample(
-        name_a="A", name_b="B", rows=units, pairs=int(unit.size), finished=finished,
-        completed_a=np.bincount(unit, weights=done_a, minlength=units).astype(np.float64),
-        completed_b=np.bincount(unit, weights=done_b, minlength=units).astype(np.float64),
-        latency_a=lat_a, latency_b=lat_b, latency_row=unit.astype(np.int64),
-    )  # fmt: skip
-    return pairs, arm("A", done_a, lat_a), arm("B", done_b, lat_b)
+    return _paired_samples(unit, done_a, done_b, lat_a, lat_b)
 
 
 def session_false_positive_rate(

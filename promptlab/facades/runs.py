@@ -279,8 +279,11 @@ class Runs:
             return []
         dataset = self._reads.run(run_id).spec.get("dataset")
         name = dataset.get("name") if isinstance(dataset, Mapping) else None
-        info = next((d for d in self._datasets.list() if d.name == name), None)
-        content = info.conversation.content if info and info.conversation else None
+        try:
+            conversation = self._datasets.get(str(name)).conversation
+        except NotFoundError:  # the log was deleted since: the turns show without it
+            conversation = None
+        content = conversation.content if conversation else None
         redactor = self._context.redactor()
         return [
             replace(t, user=redactor.optional(t.user), output=redactor.optional(t.output),
