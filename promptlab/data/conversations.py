@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from promptlab.errors import DatasetError
@@ -77,15 +77,39 @@ def _replay_rows(tables: DatasetTables, name: str, conv: Conversation) -> Iterat
         history.append({"role": role, "content": content})
 
 
+def turn_of(values: Mapping[str, Any]) -> int:
+    """A replayed turn's place in its session (0 for the first user message)."""
+    return sum(1 for m in values.get(CONVERSATION_KEY) or () if m["role"] == "user")
+
+
+def generated_history(logged: list[dict[str, str]], answers: list[str]) -> list[dict[str, str]]:
+    """The conversation before a turn as `history: generated` sends it: the session's
+    user messages as logged, each followed by the model's own answer to it (one answer
+    per earlier user message, in order); logged answers are not sent."""
+    users = [m for m in logged if m["role"] == "user"]
+    history: list[dict[str, str]] = []
+    for message, answer in zip(users, answers, strict=True):
+        history += [
+            {"role": "user", "content": message["content"]},
+            {"role": "assistant", "content": answer},
+        ]
+    return history
+
+
 def with_conversation(
-    messages: list[dict[str, str]], values: dict[str, Any] | Any
+    messages: list[dict[str, str]],
+    values: Mapping[str, Any] | Any,
+    answers: list[str] | None = None,
 ) -> list[dict[str, str]]:
     """A replayed turn's messages: the prompt version's, with the conversation before the
-    turn (its row's CONVERSATION_KEY) put before the version's last user message, which
+    turn (its row's CONVERSATION_KEY, or with the model's own `answers` in place of the
+    logged ones: `generated_history`) put before the version's last user message, which
     is the turn itself (written with the log's content column, `{{ content }}`).
     Messages of one role in a row (a customer who wrote twice) are joined into one, as
     providers want turns to alternate. Any other row's messages are as they are."""
-    conversation = values.get(CONVERSATION_KEY) if isinstance(values, dict) else None
+    conversation = values.get(CONVERSATION_KEY) if isinstance(values, Mapping) else None
+    if conversation and answers is not None:
+        conversation = generated_history(conversation, answers)
     if not conversation:
         return messages
     last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")

@@ -26,7 +26,7 @@ from promptlab.analysis.stats import MIN_UNITS_PER_ARM
 from promptlab.data.batchfile import request_from_row
 from promptlab.data.conversations import with_conversation
 from promptlab.engine.planner import AllVariants, AssignmentStrategy, RecordsAssignments
-from promptlab.engine.run import row_params
+from promptlab.engine.requests import row_params
 from promptlab.engine.spec import AS_WRITTEN
 from promptlab.errors import PromptlabError
 from promptlab.prompts.templates import Template, coerce_text_values

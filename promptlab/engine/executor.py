@@ -519,7 +519,7 @@ class Engine:
             run_id, prepared.variants, lanes, spec.retry, self.items, self._writer, counters,
             self.clock, repeats=spec.repeats, rows=rows, alert_sink=alert_sink,
             reask=spec.reask, audit=self.settings.audit, top_logprobs=spec.top_logprobs,
-            masker=Masker(self.settings.mask) if self.settings.mask else None,
+            history=spec.history, masker=Masker(self.settings.mask) if self.settings.mask else None,
         )  # fmt: skip
 
     async def _fail_run(self, run_id: str, exc: Exception) -> None:

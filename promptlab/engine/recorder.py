@@ -49,8 +49,12 @@ class ItemRecorder:
         reask: int,
         audit: bool,
         masker: Masker | None,
+        on_final: Callable[[PendingItem, str, str | None], None] | None = None,
     ) -> None:
         self.run_id = run_id
+        #: Told each final row's item, status and stored output (a generated-history
+        #: replay's next turn waits for it: engine/chains.py).
+        self.on_final = on_final
         self.variants = variants
         self.templates = templates
         self.checkers = checkers
@@ -213,6 +217,8 @@ class ItemRecorder:
                 )  # fmt: skip
             )
         self.counters.finished(status, was_in_flight)
+        if self.on_final is not None:
+            self.on_final(item, status, row.output_text)
         if status != ItemStatus.CANCELLED:
             self._detect(row, parsed)
 

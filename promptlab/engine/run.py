@@ -12,29 +12,25 @@ import contextlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 from promptlab.audit.chain import Masker
 from promptlab.checks.validation import Checker, CheckStatus, OutputCheck, checker_for
 from promptlab.clock import SYSTEM_CLOCK, Clock
-from promptlab.data.batchfile import request_from_row
-from promptlab.data.conversations import with_conversation
-from promptlab.engine import trace
+from promptlab.data.conversations import turn_of
+from promptlab.engine.chains import Blocked, SessionChains, Stopped
 from promptlab.engine.lanes import Lane
 from promptlab.engine.limiter import Limiter, Permit
 from promptlab.engine.progress import Counters
 from promptlab.engine.recorder import ItemRecorder
 from promptlab.engine.refusals import RefusalWatch
+from promptlab.engine.requests import Prepared, RequestBuilder
 from promptlab.engine.retry import THROTTLE_KINDS, Action, RetryPolicy, classify
-from promptlab.engine.spec import AS_WRITTEN, PARAM_COLUMNS_KEY
+from promptlab.engine.spec import AS_WRITTEN
 from promptlab.engine.writer import BatchWriter
-from promptlab.errors import ErrorKind, PromptlabError, ProviderError, TemplateError
-from promptlab.experiments.sampling import SAMPLING_KEY, Sampling, sampling_from_params
-from promptlab.prompts.templates import Template, coerce_text_values, normalize_params
-from promptlab.providers import modelrules
+from promptlab.errors import ErrorKind, ProviderError
+from promptlab.experiments.sampling import Sampling, sampling_from_params
+from promptlab.prompts.templates import Template
 from promptlab.providers.base import CompletionRequest, CompletionResponse
-from promptlab.providers.config import sampling_rule
-from promptlab.providers.tokens import check_fits, context_window
 from promptlab.records import AlertRecord, ItemErrorKind, ItemStatus, PendingItem, VariantRecord
 from promptlab.store.items import ItemStore
 
@@ -50,12 +46,9 @@ WAIT_BACKOFF = "backoff"
 INTERNAL_STOP_AFTER = 3
 #: The final row of an item whose task ended without one (cancelled on the loop).
 CANCELLED_IN_FLIGHT = "cancelled while in flight"
-
-
-@dataclass(frozen=True)
-class Prepared:
-    request: CompletionRequest
-    tokens: int
+#: Replayed turns read but waiting for their session's previous turn (history:
+#: generated); the feeder reads on only while fewer wait.
+MAX_WAITING_TURNS = 2 * CHUNK_SIZE
 
 
 @dataclass
@@ -99,14 +92,10 @@ class RunExecution:
         audit: bool = True,
         masker: Masker | None = None,
         top_logprobs: int | None = None,
+        history: str | None = None,
     ) -> None:
         self.run_id = run_id
-        self.top_logprobs = top_logprobs  # asked of every request (a cross-check's entropy)
         self.clock = clock
-        #: A sampling schedule runs over the dataset: an item's position is its row (and
-        #: repeat), so every variant sweeps the same values whatever the others do.
-        self.repeats = repeats
-        self.positions = (rows if rows is not None else counters.total) * repeats
         self.variants = {v.index: v for v in variants}
         self.templates = {
             v.index: Template.from_canonical(v.template)
@@ -120,11 +109,10 @@ class RunExecution:
             for index, template in self.templates.items()
             if template.output_schema is not None or template.rules
         }
-        #: Variants whose temperature or top_p moves over the batch.
-        self.sampling: dict[int, Sampling] = {
-            v.index: sampling
+        schedules: dict[int, Sampling] = {
+            v.index: schedule
             for v in variants
-            if (sampling := sampling_from_params(v.params)) is not None
+            if (schedule := sampling_from_params(v.params)) is not None
         }
         self.lanes = list(lanes)
         self.refusals = RefusalWatch()
@@ -138,6 +126,11 @@ class RunExecution:
         self.stop_reason: str | None = None
         self._feeders: list[asyncio.Task[None]] = []
         self._items: set[asyncio.Task[None]] = set()
+        #: A generated-history replay's turns waiting for the turn before (cancelled on
+        #: a halt: they were never sent, so they stay pending).
+        self.chains = SessionChains(self._turn_answers) if history == "generated" else None
+        self._waiting: set[asyncio.Task[None]] = set()
+        self._waiting_room = asyncio.Semaphore(MAX_WAITING_TURNS)
         #: Adapter bugs in a row, per endpoint: one broken adapter stops the run even
         #: while another endpoint's answers keep coming.
         self._internal_streak: dict[str, int] = {}
@@ -146,6 +139,12 @@ class RunExecution:
         self.recorder = ItemRecorder(
             run_id, self.variants, self.templates, self.checkers, writer, counters, clock,
             alert_sink=alert_sink, reask=reask, audit=audit, masker=masker,
+            on_final=self.chains.finished if self.chains is not None else None,
+        )  # fmt: skip
+        self.requests = RequestBuilder(
+            self.variants, self.templates, schedules, self.recorder, policy.timeout_s,
+            repeats=repeats, top_logprobs=top_logprobs,
+            positions=(rows if rows is not None else counters.total) * repeats,
         )  # fmt: skip
 
     # ---- control -------------------------------------------------------------------
@@ -169,7 +168,7 @@ class RunExecution:
 
     def _halt(self) -> None:
         self.stopping.set()
-        for task in self._feeders:
+        for task in [*self._feeders, *self._waiting]:
             task.cancel()
 
     # ---- the run -------------------------------------------------------------------
@@ -187,8 +186,8 @@ class RunExecution:
             if isinstance(result, BaseException) and not isinstance(result, asyncio.CancelledError):
                 self.stop(f"internal error: {result!r}")
                 log.error("feeder failed", exc_info=result)
-        while self._items:
-            await asyncio.gather(*list(self._items), return_exceptions=True)
+        while self._items or self._waiting:
+            await asyncio.gather(*self._items, *self._waiting, return_exceptions=True)
         # False when the store cannot write: the caller records the end as it can.
         await self.writer.flush()
 
@@ -212,112 +211,62 @@ class RunExecution:
                     if gave_up is not None:
                         self.stop(f"store: {gave_up}")
                         return
-                    prepared = self._prepare(item, lane)
+                    if self.chains is not None:
+                        self.chains.register(item)
+                        if turn_of(item.values) > 0:
+                            await self._wait_for_turn(item, lane)
+                            continue
+                    prepared = self.requests.prepare(item, lane)
                     if prepared is None:
                         continue
                     permit = await lane.limiter.acquire(prepared.tokens)
-                    task = asyncio.create_task(self._run_item(item, lane, prepared, permit))
-                    self._items.add(task)
-                    task.add_done_callback(self._items.discard)
+                    self._dispatch(item, lane, prepared, permit)
         finally:
             next_chunk.cancel()
+
+    def _dispatch(self, item: PendingItem, lane: Lane, prepared: Prepared, permit: Permit) -> None:
+        task = asyncio.create_task(self._run_item(item, lane, prepared, permit))
+        self._items.add(task)
+        task.add_done_callback(self._items.discard)
+
+    async def _wait_for_turn(self, item: PendingItem, lane: Lane) -> None:
+        """Hold a replayed turn until its session's previous turn has its answer, then
+        send it with the model's own history; the feeder reads on meanwhile."""
+        await self._waiting_room.acquire()
+        task = asyncio.create_task(self._turn(item, lane))
+        self._waiting.add(task)
+        task.add_done_callback(self._waiting.discard)
+
+    async def _turn(self, item: PendingItem, lane: Lane) -> None:
+        assert self.chains is not None
+        try:
+            answers = await self.chains.answers(item)
+            prepared = self.requests.prepare(item, lane, answers)
+            if prepared is None:
+                return
+            permit = await lane.limiter.acquire(prepared.tokens)
+        except Stopped:
+            return
+        except Blocked as exc:
+            error = (ItemErrorKind.NO_HISTORY, str(exc))
+            self.recorder.final(item, ItemStatus.FAILED, False, error=error)
+            return
+        finally:
+            self._waiting_room.release()
+        # No await from the permit to the item's own task: a halt cannot cut between.
+        self._dispatch(item, lane, prepared, permit)
+
+    async def _turn_answers(
+        self, variant_index: int, repeat: int, first_row: int, rows: int
+    ) -> Mapping[int, str]:
+        return await asyncio.to_thread(
+            self.items.turn_answers, self.run_id, variant_index, repeat, first_row, rows
+        )
 
     async def _read(self, after: int, lane: Lane) -> list[PendingItem]:
         return await asyncio.to_thread(
             self.items.pending_chunk, self.run_id, after, lane.variant_indexes, CHUNK_SIZE
         )
-
-    def _prepare(self, item: PendingItem, lane: Lane) -> Prepared | None:
-        """Render the request; an item that cannot be sent gets its final row now."""
-        variant = self.variants[item.variant_index]
-        if variant.template.get(AS_WRITTEN):
-            return self._prepare_as_written(item, lane, variant)
-        template = self.templates[item.variant_index]
-        try:
-            params = row_params(variant.params, item.values)
-            sampling = self.sampling.get(item.variant_index)
-            if sampling is not None:
-                position = item.row_index * self.repeats + item.repeat
-                moved = sampling.apply(params, position, self.positions)
-                params = {k: v for k, v in moved.items() if k != SAMPLING_KEY}
-            max_tokens = int(params.get("max_tokens") or 256)
-            values = coerce_text_values(template, {k: v for k, v in item.values.items()})
-            messages = with_conversation(template.render(values), item.values)
-            if self.recorder.audit:
-                self.recorder.traces[item.key] = trace.render_stage(item.values, messages)
-            tokens = check_fits(lane.endpoint, variant.model, messages, max_tokens)
-            if self.recorder.audit:
-                self.recorder.traces[item.key] |= trace.preflight_stage(
-                    tokens, max_tokens, context_window(lane.endpoint, variant.model)
-                )
-        except ProviderError as exc:
-            self.recorder.final(item, ItemStatus.FAILED, False, error=(exc.kind.value, str(exc)))
-            return None
-        except PromptlabError as exc:
-            self.recorder.final(
-                item, ItemStatus.FAILED, False, error=(ItemErrorKind.INVALID_INPUT, str(exc))
-            )
-            return None
-        # The model's rule (checked at submit): a template default it does not take is
-        # not sent (claude-sonnet-4-5 answers 400 to temperature and top_p together).
-        temperature, top_p = modelrules.sent(
-            sampling_rule(lane.endpoint, variant.model),
-            params.get("temperature"),
-            params.get("top_p"),
-        )
-        request = CompletionRequest(
-            model=variant.model,
-            messages=tuple(messages),
-            max_tokens=max_tokens,
-            temperature=temperature,
-            top_p=top_p,
-            # Only providers that can be held to a schema are sent one; the output is
-            # checked on our side either way.
-            output_schema=(template.output_schema if lane.provider.supports_json_schema else None),
-            request_id=item.key,
-            item_key=item.key,
-            timeout_s=self.policy.timeout_s,
-            top_logprobs=self.top_logprobs,
-        )
-        if params is not variant.params:
-            self.recorder.row_params[item.key] = params
-        return Prepared(request, tokens + max_tokens)
-
-    def _prepare_as_written(
-        self, item: PendingItem, lane: Lane, variant: VariantRecord
-    ) -> Prepared | None:
-        """A request line sent as it is: its messages, its params, its id as request id."""
-        try:
-            line = request_from_row(item.values, str(variant.template.get("id_field")))
-            max_tokens = int(line.params["max_tokens"])
-            if self.recorder.audit:
-                self.recorder.traces[item.key] = trace.render_stage(item.values, line.messages)
-            tokens = check_fits(lane.endpoint, variant.model, list(line.messages), max_tokens)
-            if self.recorder.audit:
-                self.recorder.traces[item.key] |= trace.preflight_stage(
-                    tokens, max_tokens, context_window(lane.endpoint, variant.model)
-                )
-        except ProviderError as exc:
-            self.recorder.final(item, ItemStatus.FAILED, False, error=(exc.kind.value, str(exc)))
-            return None
-        except PromptlabError as exc:
-            error = (ItemErrorKind.INVALID_INPUT, str(exc))
-            self.recorder.final(item, ItemStatus.FAILED, False, error=error)
-            return None
-        self.recorder.row_params[item.key] = line.params
-        request = CompletionRequest(
-            model=variant.model,
-            messages=line.messages,
-            max_tokens=max_tokens,
-            temperature=line.params.get("temperature"),
-            top_p=line.params.get("top_p"),
-            seed=line.params.get("seed"),
-            extra=line.extra or None,
-            request_id=line.custom_id,
-            item_key=item.key,
-            timeout_s=self.policy.timeout_s,
-        )
-        return Prepared(request, tokens + max_tokens)
 
     # ---- one item ------------------------------------------------------------------
 
@@ -555,31 +504,6 @@ class RunExecution:
                 f"{ItemErrorKind.INTERNAL}: the {lane.endpoint.name} adapter failed "
                 f"{streak} items in a row with {exc!r}"
             )
-
-
-def row_params(params: Mapping[str, Any], row: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The variant's params with those it reads from dataset columns filled in for `row`.
-
-    A blank cell keeps the variant's own value; a value of the wrong type or range
-    raises TemplateError naming the column (the item fails as invalid input).
-    """
-    columns = params.get(PARAM_COLUMNS_KEY)
-    if not columns:
-        return params
-    out = {k: v for k, v in params.items() if k != PARAM_COLUMNS_KEY}
-    for param, column in columns.items():
-        raw = row.get(column)
-        if raw is None or (isinstance(raw, str) and not raw.strip()):
-            continue
-        try:
-            value: Any = int(raw) if param == "max_tokens" else float(raw)
-            normalize_params({"model": "check:only", param: value})
-        except (TypeError, ValueError, TemplateError) as exc:
-            raise TemplateError(
-                f"column {column!r} ({param}): {raw!r} is not valid: {exc}"
-            ) from exc
-        out[param] = value
-    return out
 
 
 #: Error paths listed in a re-ask; the rest are counted (a long list helps no model).

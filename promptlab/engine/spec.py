@@ -6,23 +6,21 @@ the dataset's rows) is checked when a run is prepared (engine/prepare.py).
 
 from __future__ import annotations
 
-import ipaddress
 import json
-import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
-from promptlab.engine.limiter import DEFAULT_BURST_S, Limits
+from promptlab.engine.limiter import Limits
 from promptlab.engine.retry import RetryPolicy
+from promptlab.engine.spec_endpoints import parse_endpoints, parse_limits, positive_int
 from promptlab.errors import ConfigError, ExperimentError, SpecError, TemplateError
 from promptlab.experiments import config_from_mapping
 from promptlab.experiments.sampling import parse_sampling
 from promptlab.prompts.templates import normalize_params
-from promptlab.providers.config import EXECUTORS, KINDS, parse_model_ref
+from promptlab.providers.config import EXECUTORS, parse_model_ref
 from promptlab.schedules.cron import check_cron
 from promptlab.scoring.crosscheck import TOP_LOGPROBS, CrossCheck, with_crosscheck
 from promptlab.scoring.scorers import Scorer, parse_scorers
@@ -56,8 +54,6 @@ VARIANT_FIELDS = frozenset(
 AS_WRITTEN = "as_written"
 #: Where a variant's record keeps `params_from` (param -> dataset column) among its params.
 PARAM_COLUMNS_KEY = "columns"
-LIMIT_FIELDS = frozenset({"rpm", "tpm", "concurrency", "burst_s"})
-ENDPOINT_FIELDS = frozenset({"kind", "base_url", "rpm", "tpm", "concurrency"})
 #: Request params a variant may set on top of its template's.
 VARIANT_PARAMS = frozenset({"temperature", "top_p", "max_tokens"})
 DATASET_SUFFIXES = (".csv", ".jsonl", ".ndjson")
@@ -68,9 +64,6 @@ MAX_REPEATS = 1_000
 MAX_AFTER = 20
 #: Longest run name `after:` may give (names are free text, shown on every page).
 MAX_RUN_NAME_CHARS = 200
-#: Hosts an endpoint declared in a run spec may point at. A spec can be pasted into a
-#: shared app: reaching only this machine, it cannot carry prompts or data elsewhere.
-LOOPBACK_NAMES = frozenset({"localhost"})
 
 
 @dataclass(frozen=True)
@@ -146,7 +139,8 @@ class RunSpec:
     judging: Mapping[str, Any] | None = None
     #: Each row through several models, their answers fused (promptlab/scoring/).
     crosscheck: CrossCheck | None = None
-    #: `logged`: replay a conversation log a user turn an item (data/conversations.py).
+    #: Replay a conversation log a user turn an item (data/conversations.py), with the
+    #: conversation `logged` or `generated` by the model itself (engine/chains.py).
     history: str | None = None
     #: A cross-check's validation run: the run whose models its answers weigh.
     validating: str | None = None
@@ -226,18 +220,18 @@ def parse_spec(
     names = [v.name for v in variants]
     if len(set(names)) != len(names):
         raise SpecError(f"variants: names must be unique, got {names}")
-    repeats = _positive_int(data.get("repeats", 1), "repeats")
+    repeats = positive_int(data.get("repeats", 1), "repeats")
     if repeats > MAX_REPEATS:
         raise SpecError(f"repeats: at most {MAX_REPEATS:,}, got {repeats:,}")
     limit_rows = data.get("limit_rows")
     if limit_rows is not None:
-        limit_rows = _positive_int(limit_rows, "limit_rows")
-    limits = _limits(data.get("limits") or {})
+        limit_rows = positive_int(limit_rows, "limit_rows")
+    limits = parse_limits(data.get("limits") or {})
     try:
         retry = RetryPolicy.from_mapping(data.get("retry"))
     except ConfigError as exc:
         raise SpecError(str(exc)) from exc
-    endpoints = _endpoints(data.get("endpoints") or {})
+    endpoints = parse_endpoints(data.get("endpoints") or {})
     local_endpoints = _local_endpoints(data.get(LOCAL_ENDPOINTS) or {})
     # Stored as JSON with the run: YAML dates and the like become their text.
     # An imported dataset is stored as {name: NAME}: read back (resume) it means the same.
@@ -287,8 +281,11 @@ def _schedule_and_scoring(data: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _history(value: Any) -> str | None:
-    if value not in (None, "logged"):  # the model's own answers (`generated`) come next
-        raise SpecError(f"history: logged (replay a conversation log as logged), got {value!r}")
+    if value not in (None, "logged", "generated"):
+        raise SpecError(
+            "history: logged (a turn sent with the conversation as logged) or generated "
+            f"(with the model's own earlier answers), got {value!r}"
+        )
     return value
 
 
@@ -505,93 +502,3 @@ def _params_from(value: Any, where: str) -> dict[str, str]:
             "dataset column names"
         )
     return {str(k): str(v) for k, v in value.items()}
-
-
-def _limits(data: Any) -> dict[str, Limits]:
-    if not isinstance(data, Mapping):
-        raise SpecError("limits: expected a mapping of endpoint name to {rpm, tpm, concurrency}")
-    out = {}
-    for endpoint, values in data.items():
-        where = f"limits.{endpoint}"
-        if not isinstance(values, Mapping) or set(values) - LIMIT_FIELDS:
-            raise SpecError(f"{where}: allowed keys are {', '.join(sorted(LIMIT_FIELDS))}")
-        out[str(endpoint)] = Limits(
-            rpm=_optional_positive(values.get("rpm"), f"{where}.rpm"),
-            tpm=_optional_positive(values.get("tpm"), f"{where}.tpm"),
-            concurrency=_optional_positive(values.get("concurrency"), f"{where}.concurrency"),
-            burst_s=_positive_number(values.get("burst_s", DEFAULT_BURST_S), f"{where}.burst_s"),
-        )
-    return out
-
-
-def _endpoints(data: Any) -> dict[str, Mapping[str, Any]]:
-    if not isinstance(data, Mapping):
-        raise SpecError("endpoints: expected a mapping of endpoint name to fields")
-    for name, values in data.items():
-        where = f"endpoints.{name}"
-        if not isinstance(values, Mapping):
-            raise SpecError(f"{where}: expected a mapping of fields")
-        if "api_key" in values or "api_key_env" in values:
-            raise SpecError(
-                f"{where}: a run spec cannot name a key; declare endpoints that need one in "
-                "the providers file (PROMPTLAB_PROVIDERS)"
-            )
-        if isinstance(values, Mapping) and set(values) - ENDPOINT_FIELDS:
-            raise SpecError(f"{where}: allowed keys are {', '.join(sorted(ENDPOINT_FIELDS))}")
-        if "kind" in values and values["kind"] not in KINDS:
-            raise SpecError(f"{where}.kind: one of {', '.join(KINDS)}")
-        if "base_url" in values:
-            _loopback_url(values["base_url"], f"{where}.base_url")
-        for key in ("rpm", "tpm", "concurrency"):
-            _optional_positive(values.get(key), f"{where}.{key}")
-    return {str(k): dict(v) for k, v in data.items()}
-
-
-def _loopback_url(value: Any, where: str) -> str:
-    """An http(s) URL on this machine; anything else is refused (see LOOPBACK_NAMES)."""
-    if not isinstance(value, str):
-        raise SpecError(f"{where}: expected a URL string, got {value!r}")
-    try:
-        parts = urlsplit(value)
-        host = parts.hostname or ""
-        parts.port  # noqa: B018 - raises ValueError on a malformed port
-    except ValueError as exc:
-        raise SpecError(f"{where}: not a valid URL ({exc})") from exc
-    if parts.scheme not in ("http", "https") or not host:
-        raise SpecError(f"{where}: expected an http:// or https:// URL, got {value!r}")
-    if not _is_loopback(host):
-        raise SpecError(
-            f"{where}: {host} is not this machine; a run spec may only add endpoints on "
-            "loopback (127.0.0.1, ::1, localhost). Declare other servers in the providers file"
-        )
-    return value
-
-
-def _is_loopback(host: str) -> bool:
-    if host.lower() in LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def _positive_int(value: Any, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise SpecError(f"{where}: expected a positive integer, got {value!r}")
-    return value
-
-
-def _positive_number(value: Any, where: str) -> float:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or value <= 0
-    ):
-        raise SpecError(f"{where}: expected a positive number of seconds, got {value!r}")
-    return float(value)
-
-
-def _optional_positive(value: Any, where: str) -> int | None:
-    return None if value is None else _positive_int(value, where)

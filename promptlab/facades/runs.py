@@ -16,6 +16,7 @@ from typing import Any
 
 from promptlab.config import PROJECT_ROOT
 from promptlab.data.batchfile import StoredResult, batch_output_lines, field_at, first_model
+from promptlab.data.conversations import turn_of
 from promptlab.engine import RunProgress, RunSpec, parse_spec
 from promptlab.engine.estimate import RunEstimate
 from promptlab.engine.planner import KEY_HEX_DIGITS
@@ -27,9 +28,10 @@ from promptlab.facades.datasets import Datasets
 from promptlab.facades.experiments import Experiments
 from promptlab.facades.run_view import FAILURES_SHOWN, RunView, read_run_view
 from promptlab.providers.config import load_endpoints
-from promptlab.records import FieldFailure, RunWithCounts
+from promptlab.records import FieldFailure, ItemDetail, RunWithCounts
 from promptlab.records.sessions import SessionTurn
 from promptlab.store.alerts import AlertStore
+from promptlab.store.items import ItemStore
 from promptlab.store.sessions import SessionReads
 from promptlab.views.item import ItemView, ambiguous, check_key_prefix, item_request, masked
 from promptlab.yamlio import parse_yaml, read_yaml
@@ -267,8 +269,22 @@ class Runs:
                     raise NotFoundError(f"run {run_id} has no item whose key starts with {key!r}")
                 key = keys[0]
             detail = reads.item_detail(run_id, key)
-        # Rendered from the row as stored, then masked for display like everything shown.
-        return masked(detail, item_request(detail.variant, detail.row), self._context.redactor())
+            generated = reads.run(run_id).spec.get("history") == "generated"
+        # Rendered from the row as stored (a generated-history turn with the answers its
+        # session's earlier turns stored), then masked for display like everything shown.
+        answers = self._earlier_answers(detail) if generated else None
+        request = item_request(detail.variant, detail.row, answers)
+        return masked(detail, request, self._context.redactor())
+
+    def _earlier_answers(self, detail: ItemDetail) -> builtins.list[str] | None:
+        """The answers a generated-history turn was sent with; None while one is missing."""
+        turn = turn_of(detail.row)
+        first = detail.row_index - turn
+        stored = ItemStore(self._context.store).turn_answers(
+            detail.run_id, detail.variant.index, detail.repeat, first, turn
+        )
+        answers = [stored.get(first + t) for t in range(turn)]
+        return None if None in answers else [a for a in answers if a is not None]
 
     def session(self, run_id: str, key: str) -> builtins.list[SessionTurn]:
         """The replayed session item `key` is a turn of: its finished turns of the same

@@ -61,3 +61,6 @@ class ItemErrorKind(StrEnum):
     INTERNAL = "internal"
     #: The store refused its result row every time (the writer set it aside).
     STORE_ERROR = "store_error"
+    #: A replayed turn sent with the model's own history (`history: generated`) whose
+    #: session has an earlier turn without an answer: never sent.
+    NO_HISTORY = "no_history"

@@ -105,6 +105,21 @@ class ItemStore:
                 )
         return total
 
+    def turn_answers(
+        self, run_id: str, variant_index: int, repeat: int, first_row: int, rows: int
+    ) -> dict[int, str]:
+        """{row index: stored output} of the succeeded items of one variant and repeat
+        among `rows` rows from `first_row`: a resumed session's earlier turns."""
+        with self.store.read() as cur:
+            found = cur.execute(
+                "SELECT r.row_index, r.output_text FROM results r JOIN items i ON "
+                "i.run_id = r.run_id AND i.idempotency_key = r.idempotency_key "
+                "WHERE r.run_id = ? AND i.variant_index = ? AND r.repeat = ? AND r.row_index "
+                "BETWEEN ? AND ? AND r.status = 'succeeded' AND r.output_text IS NOT NULL",
+                [run_id, variant_index, repeat, first_row, first_row + rows - 1],
+            ).fetchall()
+        return {int(row): str(text) for row, text in found}
+
     def row_count(self, run_id: str) -> int:
         """Dataset rows the run copied when it was planned."""
         with self.store.read() as cur:

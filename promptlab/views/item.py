@@ -24,7 +24,7 @@ from promptlab.checks.validation import CheckStatus
 from promptlab.data.batchfile import request_from_row
 from promptlab.data.conversations import with_conversation
 from promptlab.engine.planner import KEY_HEX_DIGITS
-from promptlab.engine.run import row_params
+from promptlab.engine.requests import row_params
 from promptlab.engine.spec import AS_WRITTEN, PARAM_COLUMNS_KEY
 from promptlab.errors import ItemKeyError, PromptlabError
 from promptlab.prompts.templates import Template, coerce_text_values
@@ -141,8 +141,11 @@ class ItemView:
         return r.error_kind, r.error_message or r.status
 
 
-def item_request(variant: VariantRecord, row: Mapping[str, Any]) -> ItemRequest:
-    """Render the item's request from its variant and dataset row, as the engine did."""
+def item_request(
+    variant: VariantRecord, row: Mapping[str, Any], answers: list[str] | None = None
+) -> ItemRequest:
+    """Render the item's request from its variant and dataset row (and a generated-history
+    turn's earlier `answers`), as the engine did."""
     if variant.template.get(AS_WRITTEN):
         try:
             line = request_from_row(row, str(variant.template.get("id_field")))
@@ -154,7 +157,7 @@ def item_request(variant: VariantRecord, row: Mapping[str, Any]) -> ItemRequest:
         template = Template.from_canonical(variant.template)
         params = row_params(variant.params, row)
         values = coerce_text_values(template, dict(row))
-        messages = with_conversation(template.render(values), dict(row))
+        messages = with_conversation(template.render(values), dict(row), answers)
     except PromptlabError as exc:
         return ItemRequest(None, params, str(exc))
     return ItemRequest(tuple(messages), params, None)
