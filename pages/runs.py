@@ -19,6 +19,7 @@ from promptlab.checks.validation import CheckStatus
 from promptlab.errors import PromptlabError
 from promptlab.facades.runs import RunView
 from promptlab.records import ItemPage, ItemStatus, RunWithCounts
+from promptlab.records.sessions import SessionTurn
 from promptlab.ui.downloads import download_buttons
 from promptlab.ui.estimate import show_estimate
 from promptlab.ui.resources import get_workbench
@@ -610,10 +611,23 @@ def session_turns(wb: Workbench, run_id: str, key: str) -> None:
             with st.chat_message("user"):
                 st.markdown(escape_markdown(turn.user or "(the log is no longer here)"))
             with st.chat_message("assistant"):
-                here = " · this item" if turn.key == key else ""
+                here = (
+                    " · this item"
+                    if turn.key == key
+                    else f" · [open](?run={run_id}&item={turn.key})"
+                )
                 st.caption(f"row {turn.row_index + 1} · {turn.status} · {turn.attempts} "
-                           f"attempt(s){here} · `{turn.key[:12]}`")  # fmt: skip
+                           f"attempt(s){shard_label(turn)}{here} · `{turn.key[:12]}`")  # fmt: skip
                 st.markdown(escape_markdown(turn.output or turn.error or "(no output)"))
+
+
+def shard_label(turn: SessionTurn) -> str:
+    """Which context shard a turn was sent with, if its history was cut to fit."""
+    if turn.shard_id is None:
+        return ""
+    if turn.shard is None:
+        return f" · shard `{turn.shard_id[:8]}` (expired)"
+    return f" · shard {turn.shard + 1}"
 
 
 #: The ratings a reviewer can give a result here, as (feedback kind, button label).

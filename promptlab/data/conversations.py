@@ -25,6 +25,9 @@ ROLES = ("system", "user", "assistant")
 #: The key of a replayed turn's row holding the session's messages before it, as
 #: logged: sent before the prompt version's last user message (the turn itself).
 CONVERSATION_KEY = "__conversation__"
+#: The key of a replayed turn's row holding its own message as the history holds it
+#: (role, content, order value): context shards are cut with it (data/shards.py).
+TURN_KEY = "__turn__"
 
 
 def check_conversation(
@@ -67,14 +70,17 @@ def replay_rows(
 def _replay_rows(tables: DatasetTables, name: str, conv: Conversation) -> Iterator[dict[str, Any]]:
     current: str | None = None
     history: list[dict[str, str]] = []
-    for session, role, content, row in tables.messages_by_session(name, conv):
+    for session, role, content, at, row in tables.messages_by_session(name, conv):
         if session != current:
             current, history = session, []
         if role == "system":
             continue
+        # `at` (the order value) is not sent: context shards cut at gaps in time by it.
+        message = {"role": role, "content": content, "at": at}
         if role == "user":
-            yield {**json.loads(row), CONVERSATION_KEY: list(history), SESSION_KEY: session}
-        history.append({"role": role, "content": content})
+            yield {**json.loads(row), CONVERSATION_KEY: list(history), SESSION_KEY: session,
+                   TURN_KEY: message}  # fmt: skip
+        history.append(message)
 
 
 def turn_of(values: Mapping[str, Any]) -> int:
@@ -89,11 +95,20 @@ def generated_history(logged: list[dict[str, str]], answers: list[str]) -> list[
     users = [m for m in logged if m["role"] == "user"]
     history: list[dict[str, str]] = []
     for message, answer in zip(users, answers, strict=True):
+        # The answer came right after its message, as far as gaps in time go.
+        at = message.get("at", "")
         history += [
-            {"role": "user", "content": message["content"]},
-            {"role": "assistant", "content": answer},
+            {"role": "user", "content": message["content"], "at": at},
+            {"role": "assistant", "content": answer, "at": at},
         ]
     return history
+
+
+def conversation_of(values: Mapping[str, Any], answers: list[str] | None) -> list[dict[str, str]]:
+    """The conversation before a replayed turn: as logged, or with the model's own
+    `answers` (`generated_history`); empty for a row that is not a replayed turn."""
+    logged = values.get(CONVERSATION_KEY) or []
+    return generated_history(logged, answers) if answers is not None and logged else list(logged)
 
 
 def with_conversation(

@@ -178,7 +178,7 @@ class Engine:
         after = resolve_after(self.runs, spec.after)
         self._call(self._open_lanes(prepared))
         run_id = new_run_id()
-        self.runs.create_run(run_id, spec.name, spec.raw, prepared.variants, after)
+        self.runs.create_run(run_id, spec.name, prepared.spec.raw, prepared.variants, after)
         # Before the run's first trace event: its chain is anchored on this event.
         self._audit_change(
             RUN_SUBMITTED,
@@ -403,7 +403,7 @@ class Engine:
             endpoints=self._endpoints,
             datasets=DatasetStore(self.store),
             max_items=self.settings.max_items,
-            registry=self._get_registry() if stored is None else None,
+            registry=self._get_registry(),  # a resumed run's summary prompt, pinned
             stored=stored,
             sending=sending,
         )
@@ -519,7 +519,8 @@ class Engine:
             run_id, prepared.variants, lanes, spec.retry, self.items, self._writer, counters,
             self.clock, repeats=spec.repeats, rows=rows, alert_sink=alert_sink,
             reask=spec.reask, audit=self.settings.audit, top_logprobs=spec.top_logprobs,
-            history=spec.history, masker=Masker(self.settings.mask) if self.settings.mask else None,
+            replay=prepared.replay,
+            masker=Masker(self.settings.mask) if self.settings.mask else None,
         )  # fmt: skip
 
     async def _fail_run(self, run_id: str, exc: Exception) -> None:

@@ -27,6 +27,7 @@ from promptlab.engine.planner import (
     plan_items,
 )
 from promptlab.engine.rows import LineRefuser, RunRows
+from promptlab.engine.shards import SUMMARY_VARIABLES, Replay, SummaryPrompt
 from promptlab.engine.spec import (
     AS_WRITTEN,
     PARAM_COLUMNS_KEY,
@@ -93,6 +94,14 @@ class PreparedRun:
     rows: RunRows
     #: The dataset rows to plan the run from (counted now); None when it is planned already.
     plan_rows: int | None
+    #: A replay's summary prompt for its context shards, resolved (engine/shards.py).
+    summary: SummaryPrompt | None = None
+
+    @property
+    def replay(self) -> Replay | None:
+        """What a replay of a conversation log runs with; None for any other run."""
+        history = self.spec.history
+        return Replay(history, self.spec.shards, self.summary) if history is not None else None
 
     def plan(self, run_id: str) -> Iterator[PlannedChunk]:
         """The run's items, chunk by chunk, from the rows counted when it was prepared.
@@ -180,6 +189,7 @@ def prepare_run(
         missing = sorted({v.endpoint for v in variants} - set(merged))
         if missing:
             raise ConfigError(f"run {stored.run_id} uses unknown endpoint(s): {', '.join(missing)}")
+    spec, summary = summary_prompt(spec, registry)
     rows = RunRows(spec, datasets)
     # A resumed run whose plan never finished is counted again: its dataset may have
     # changed since, and the plan's ceiling holds again.
@@ -189,7 +199,36 @@ def prepare_run(
             rows.check_each(_line_refusers(variants, merged))
         elif spec.split:
             rows.check_unit_column()
-    return PreparedRun(spec, merged, variants, rows, plan_rows)
+    return PreparedRun(spec, merged, variants, rows, plan_rows, summary)
+
+
+def summary_prompt(
+    spec: RunSpec, registry: VersionResolver | None
+) -> tuple[RunSpec, SummaryPrompt | None]:
+    """A replay's `shards: {summary: REF}` resolved, and the spec with that reference
+    pinned to the version's id (a label moved later does not change a run's summaries;
+    a resumed run resolves the same version)."""
+    ref = spec.shards.summary
+    if ref is None:
+        return spec, None
+    try:
+        if registry is None:
+            raise SpecError(f"a registry is needed to resolve {ref}")
+        version = registry.resolve(ref)
+    except PromptlabError as exc:
+        if isinstance(exc, StoreError):
+            raise
+        raise SpecError(f"shards.summary: {exc}") from exc
+    extra = sorted(set(version.template.variable_names) - SUMMARY_VARIABLES)
+    if extra:
+        raise SpecError(
+            f"shards.summary: {ref} uses {', '.join(extra)}; a summary prompt is rendered with "
+            f"{{{{ summary }}}} and {{{{ conversation }}}} only"
+        )
+    pinned = f"{version.prompt_name}@{version.id}"
+    raw = {**spec.raw, "shards": {**(spec.raw.get("shards") or {}), "summary": pinned}}
+    spec = replace(spec, raw=raw, shards=replace(spec.shards, summary=pinned))
+    return spec, SummaryPrompt(version.id, pinned, version.template)
 
 
 def _assignment(spec: RunSpec, names: list[str]) -> AssignmentStrategy:

@@ -72,6 +72,8 @@ class ItemRecorder:
         self.traces: dict[str, dict[str, Any]] = {}
         #: Params of items whose variant reads some from dataset columns, until final.
         self.row_params: dict[str, Mapping[str, Any]] = {}
+        #: The context shard of replayed turns sent with one, until final.
+        self.row_shards: dict[str, str] = {}
         #: Keys of dispatched items without their final row (as many as are in flight).
         self._open: set[str] = set()
         #: Anomaly detectors fed each final row as it is recorded (O(1) per item); what
@@ -198,6 +200,7 @@ class ItemRecorder:
             finished_at=self.clock.now(),
             error_kind=error[0] if error else None,
             error_message=error[1][:MAX_MESSAGE_CHARS] if error else None,
+            shard_id=self.row_shards.pop(item.key, None),
             **usage,
         )
         self.writer.final(row)

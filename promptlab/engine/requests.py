@@ -14,12 +14,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from promptlab.data.batchfile import request_from_row
-from promptlab.data.conversations import with_conversation
+from promptlab.data.conversations import (
+    CONVERSATION_KEY,
+    TURN_KEY,
+    conversation_of,
+    with_conversation,
+)
+from promptlab.data.shards import ShardTooLarge, sharded
 from promptlab.engine import trace
 from promptlab.engine.lanes import Lane
 from promptlab.engine.recorder import ItemRecorder
+from promptlab.engine.shards import Sharding
 from promptlab.engine.spec import AS_WRITTEN, PARAM_COLUMNS_KEY
-from promptlab.errors import PromptlabError, ProviderError, TemplateError
+from promptlab.errors import ErrorKind, PromptlabError, ProviderError, TemplateError
 from promptlab.experiments.sampling import SAMPLING_KEY, Sampling
 from promptlab.prompts.templates import Template, coerce_text_values, normalize_params
 from promptlab.providers import modelrules
@@ -27,6 +34,7 @@ from promptlab.providers.base import CompletionRequest
 from promptlab.providers.config import sampling_rule
 from promptlab.providers.tokens import check_fits, context_window
 from promptlab.records import ItemErrorKind, ItemStatus, PendingItem, VariantRecord
+from promptlab.store.samples import SESSION_KEY
 
 
 @dataclass(frozen=True)
@@ -45,6 +53,7 @@ class RequestBuilder:
         sampling: Mapping[int, Sampling],
         recorder: ItemRecorder,
         timeout_s: float,
+        sharding: Sharding | None = None,
         *,
         repeats: int,
         positions: int,
@@ -56,34 +65,79 @@ class RequestBuilder:
         self.sampling = sampling
         self.recorder = recorder
         self.timeout_s = timeout_s
+        #: A replay's context shards (engine/shards.py); None for any other run.
+        self.sharding = sharding
         #: A sampling schedule runs over the dataset: an item's position is its row (and
         #: repeat), so every variant sweeps the same values whatever the others do.
         self.repeats = repeats
         self.positions = positions
         self.top_logprobs = top_logprobs  # asked of every request (a cross-check's entropy)
 
-    def prepare(
+    @property
+    def summarizes(self) -> bool:
+        """Whether a replayed turn may need a summary made before it is prepared."""
+        return self.sharding is not None and self.sharding.summary is not None
+
+    def _rendered(
+        self, item: PendingItem
+    ) -> tuple[Template, dict[str, Any], int, list[dict[str, str]]]:
+        """The item's template, params (its row's and its sampling step's), max_tokens
+        and the version's messages rendered with its row (raises PromptlabError)."""
+        variant = self.variants[item.variant_index]
+        template = self.templates[item.variant_index]
+        params = dict(row_params(variant.params, item.values))
+        sampling = self.sampling.get(item.variant_index)
+        if sampling is not None:
+            position = item.row_index * self.repeats + item.repeat
+            moved = sampling.apply(params, position, self.positions)
+            params = {k: v for k, v in moved.items() if k != SAMPLING_KEY}
+        values = coerce_text_values(template, dict(item.values))
+        return template, params, int(params.get("max_tokens") or 256), template.render(values)
+
+    async def summary_for(
         self, item: PendingItem, lane: Lane, answers: list[str] | None = None
+    ) -> str | None:
+        """The summary a replayed turn's shard carries, made first if need be (None when
+        it needs none). What fails here fails the turn in `prepare`, with its message;
+        a summary that cannot be made raises SummaryFailed."""
+        if self.sharding is None or self.sharding.summary is None:
+            return None
+        variant = self.variants[item.variant_index]
+        try:
+            _template, _params, max_tokens, rendered = self._rendered(item)
+            conversation = conversation_of(item.values, answers)
+            turn = self.sharding.plan(lane, variant.model, rendered, conversation, max_tokens,
+                                      item.values.get(TURN_KEY))  # fmt: skip
+        except (PromptlabError, ShardTooLarge):
+            return None
+        if turn is None:
+            return None
+        return await self.sharding.summary_for(item, lane, variant, turn)
+
+    def prepare(
+        self,
+        item: PendingItem,
+        lane: Lane,
+        answers: list[str] | None = None,
+        summary: str | None = None,
     ) -> Prepared | None:
         """Render the request; an item that cannot be sent gets its final row now. A
         replayed turn with generated history is sent with the model's `answers` to the
-        turns before it in place of the logged ones."""
+        turns before it in place of the logged ones; one whose history does not fit the
+        window, with its own shard of it (after `summary`: engine/shards.py)."""
         variant = self.variants[item.variant_index]
         if variant.template.get(AS_WRITTEN):
             return self.prepare_as_written(item, lane, variant)
-        template = self.templates[item.variant_index]
         try:
-            params = row_params(variant.params, item.values)
-            sampling = self.sampling.get(item.variant_index)
-            if sampling is not None:
-                position = item.row_index * self.repeats + item.repeat
-                moved = sampling.apply(params, position, self.positions)
-                params = {k: v for k, v in moved.items() if k != SAMPLING_KEY}
-            max_tokens = int(params.get("max_tokens") or 256)
-            values = coerce_text_values(template, {k: v for k, v in item.values.items()})
-            messages = with_conversation(template.render(values), item.values, answers)
+            template, params, max_tokens, rendered = self._rendered(item)
+            conversation = conversation_of(item.values, answers)
+            shard = self._shard(item, lane, variant, rendered, conversation, max_tokens, summary)
+            if shard is not None:  # its own shard runs to the turn, the history's end
+                conversation = sharded(conversation, shard["first_message"], None, summary)
+            messages = with_conversation(rendered, {CONVERSATION_KEY: conversation})
             if self.recorder.audit:
-                self.recorder.traces[item.key] = trace.render_stage(item.values, messages, answers)
+                stage = trace.render_stage(item.values, messages, answers, shard)
+                self.recorder.traces[item.key] = stage
             tokens = check_fits(lane.endpoint, variant.model, messages, max_tokens)
             if self.recorder.audit:
                 self.recorder.traces[item.key] |= trace.preflight_stage(
@@ -121,6 +175,42 @@ class RequestBuilder:
         if params is not variant.params:
             self.recorder.row_params[item.key] = params
         return Prepared(request, tokens + max_tokens)
+
+    def _shard(
+        self,
+        item: PendingItem,
+        lane: Lane,
+        variant: VariantRecord,
+        rendered: list[dict[str, str]],
+        conversation: list[dict[str, str]],
+        max_tokens: int,
+        summary: str | None,
+    ) -> dict[str, Any] | None:
+        """The turn's own shard as its render stage keeps it (noted in the store, and on
+        its result row), or None when its history fits whole."""
+        if self.sharding is None or not conversation:
+            return None
+        try:
+            turn = self.sharding.plan(lane, variant.model, rendered, conversation, max_tokens,
+                                      item.values.get(TURN_KEY))  # fmt: skip
+        except ShardTooLarge as exc:
+            raise ProviderError(
+                ErrorKind.CONTEXT_LENGTH,
+                f"session {item.values.get(SESSION_KEY)}: {exc}, with max_tokens {max_tokens} "
+                f"and the version's messages in the {context_window(lane.endpoint, variant.model)}"
+                f"-token window of {lane.endpoint.name}:{variant.model} (not sent)",
+                provider=lane.endpoint.name,
+            ) from exc
+        if turn is None:
+            return None
+        own = turn.own
+        if own.seq_no > 0 and self.sharding.summary is not None and summary is None:
+            raise PromptlabError(f"shard {own.seq_no + 1} was prepared without its summary")
+        shard_id = self.sharding.note(item, variant, turn)
+        self.recorder.row_shards[item.key] = shard_id
+        stage = {"id": shard_id, "seq_no": own.seq_no, "first_message": own.start,
+                 "last_message": own.end - 1, "cut": own.cut}  # fmt: skip
+        return stage | ({"summary": summary} if summary is not None else {})
 
     def prepare_as_written(
         self, item: PendingItem, lane: Lane, variant: VariantRecord

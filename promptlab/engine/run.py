@@ -25,6 +25,7 @@ from promptlab.engine.recorder import ItemRecorder
 from promptlab.engine.refusals import RefusalWatch
 from promptlab.engine.requests import Prepared, RequestBuilder
 from promptlab.engine.retry import THROTTLE_KINDS, Action, RetryPolicy, classify
+from promptlab.engine.shards import Replay, Sharding, SummaryFailed
 from promptlab.engine.spec import AS_WRITTEN
 from promptlab.engine.writer import BatchWriter
 from promptlab.errors import ErrorKind, ProviderError
@@ -33,6 +34,7 @@ from promptlab.prompts.templates import Template
 from promptlab.providers.base import CompletionRequest, CompletionResponse
 from promptlab.records import AlertRecord, ItemErrorKind, ItemStatus, PendingItem, VariantRecord
 from promptlab.store.items import ItemStore
+from promptlab.store.shards import ShardStore
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +94,7 @@ class RunExecution:
         audit: bool = True,
         masker: Masker | None = None,
         top_logprobs: int | None = None,
-        history: str | None = None,
+        replay: Replay | None = None,
     ) -> None:
         self.run_id = run_id
         self.clock = clock
@@ -128,7 +130,8 @@ class RunExecution:
         self._items: set[asyncio.Task[None]] = set()
         #: A generated-history replay's turns waiting for the turn before (cancelled on
         #: a halt: they were never sent, so they stay pending).
-        self.chains = SessionChains(self._turn_answers) if history == "generated" else None
+        generated = replay is not None and replay.history == "generated"
+        self.chains = SessionChains(self._turn_answers) if generated else None
         self._waiting: set[asyncio.Task[None]] = set()
         self._waiting_room = asyncio.Semaphore(MAX_WAITING_TURNS)
         #: Adapter bugs in a row, per endpoint: one broken adapter stops the run even
@@ -141,9 +144,15 @@ class RunExecution:
             alert_sink=alert_sink, reask=reask, audit=audit, masker=masker,
             on_final=self.chains.finished if self.chains is not None else None,
         )  # fmt: skip
+        #: A replay's context shards: its turns' histories cut to fit the window.
+        self.sharding = (
+            Sharding(run_id, replay.shards, replay.summary, ShardStore(items.store), writer,
+                     policy, clock, audit=audit, masker=masker)
+            if replay is not None else None
+        )  # fmt: skip
         self.requests = RequestBuilder(
             self.variants, self.templates, schedules, self.recorder, policy.timeout_s,
-            repeats=repeats, top_logprobs=top_logprobs,
+            self.sharding, repeats=repeats, top_logprobs=top_logprobs,
             positions=(rows if rows is not None else counters.total) * repeats,
         )  # fmt: skip
 
@@ -175,6 +184,8 @@ class RunExecution:
 
     async def execute(self) -> None:
         """Feed every lane, wait for the last item, flush; the caller sets the final status."""
+        if self.sharding is not None:
+            await self.sharding.prune()  # shards past their TTL, of any run
         self._feeders = [
             asyncio.create_task(self._feed(lane), name=f"feed-{self.run_id}-{lane.endpoint.name}")
             for lane in self.lanes
@@ -188,6 +199,8 @@ class RunExecution:
                 log.error("feeder failed", exc_info=result)
         while self._items or self._waiting:
             await asyncio.gather(*self._items, *self._waiting, return_exceptions=True)
+        if self.sharding is not None:
+            await self.sharding.flush()
         # False when the store cannot write: the caller records the end as it can.
         await self.writer.flush()
 
@@ -213,9 +226,9 @@ class RunExecution:
                         return
                     if self.chains is not None:
                         self.chains.register(item)
-                        if turn_of(item.values) > 0:
-                            await self._wait_for_turn(item, lane)
-                            continue
+                    if turn_of(item.values) > 0 and (self.chains or self.requests.summarizes):
+                        await self._wait_for_turn(item, lane)
+                        continue
                     prepared = self.requests.prepare(item, lane)
                     if prepared is None:
                         continue
@@ -230,18 +243,18 @@ class RunExecution:
         task.add_done_callback(self._items.discard)
 
     async def _wait_for_turn(self, item: PendingItem, lane: Lane) -> None:
-        """Hold a replayed turn until its session's previous turn has its answer, then
-        send it with the model's own history; the feeder reads on meanwhile."""
+        """Hold a replayed turn until its session's previous turn has its answer (history:
+        generated) and its shard's summary is made, then send it; the feeder reads on."""
         await self._waiting_room.acquire()
         task = asyncio.create_task(self._turn(item, lane))
         self._waiting.add(task)
         task.add_done_callback(self._waiting.discard)
 
     async def _turn(self, item: PendingItem, lane: Lane) -> None:
-        assert self.chains is not None
         try:
-            answers = await self.chains.answers(item)
-            prepared = self.requests.prepare(item, lane, answers)
+            answers = await self.chains.answers(item) if self.chains is not None else None
+            summary = await self.requests.summary_for(item, lane, answers)
+            prepared = self.requests.prepare(item, lane, answers, summary)
             if prepared is None:
                 return
             permit = await lane.limiter.acquire(prepared.tokens)
@@ -250,6 +263,12 @@ class RunExecution:
         except Blocked as exc:
             error = (ItemErrorKind.NO_HISTORY, str(exc))
             self.recorder.final(item, ItemStatus.FAILED, False, error=error)
+            return
+        except SummaryFailed as exc:
+            message = f"the summary its context shard carries could not be made: {exc}"
+            self.recorder.final(
+                item, ItemStatus.FAILED, False, error=(ItemErrorKind.NO_SUMMARY, message)
+            )
             return
         finally:
             self._waiting_room.release()

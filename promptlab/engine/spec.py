@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from promptlab.data.shards import ShardSpec, parse_shards
 from promptlab.engine.limiter import Limits
 from promptlab.engine.retry import RetryPolicy
 from promptlab.engine.spec_endpoints import parse_endpoints, parse_limits, positive_int
@@ -36,7 +37,7 @@ SPEC_FIELDS = frozenset(
     {
         "name", "dataset", "variants", "repeats", "limits", "retry", "endpoints", "limit_rows",
         "experiment", "mode", "unit_column", "skip_invalid_rows", "reask", "executor",
-        "schedule", "after", "expected", "scorers", "crosscheck", "history",
+        "schedule", "after", "expected", "scorers", "crosscheck", "history", "shards",
     }
 )  # fmt: skip
 #: How an experiment's variants share a dataset's rows (see promptlab/experiments/config.py).
@@ -142,6 +143,8 @@ class RunSpec:
     #: Replay a conversation log a user turn an item (data/conversations.py), with the
     #: conversation `logged` or `generated` by the model itself (engine/chains.py).
     history: str | None = None
+    #: A replay's context shards: summary prompt and TTL (data/shards.py).
+    shards: ShardSpec = field(default_factory=ShardSpec)
     #: A cross-check's validation run: the run whose models its answers weigh.
     validating: str | None = None
 
@@ -257,6 +260,7 @@ def parse_spec(
         executor=_executor(data.get("executor")),
         crosscheck=crosscheck,
         history=_history(data.get("history")),
+        shards=_shards(data),
         **_schedule_and_scoring(data),
     )
 
@@ -287,6 +291,15 @@ def _history(value: Any) -> str | None:
             f"(with the model's own earlier answers), got {value!r}"
         )
     return value
+
+
+def _shards(data: Mapping[str, Any]) -> ShardSpec:
+    if "shards" in data and data.get("history") is None:
+        raise SpecError("shards: only a replay of a conversation log has shards (history:)")
+    try:
+        return parse_shards(data.get("shards"))
+    except ValueError as exc:
+        raise SpecError(str(exc)) from exc
 
 
 def _row_flags(data: Mapping[str, Any]) -> tuple[bool, int]:

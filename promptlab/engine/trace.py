@@ -30,7 +30,8 @@ from promptlab.audit.chain import (
     utc_text,
 )
 from promptlab.data.batchfile import request_from_row
-from promptlab.data.conversations import with_conversation
+from promptlab.data.conversations import CONVERSATION_KEY, conversation_of, with_conversation
+from promptlab.data.shards import sharded
 from promptlab.engine.spec import AS_WRITTEN
 from promptlab.errors import PromptlabError
 from promptlab.prompts.templates import Template, coerce_text_values
@@ -57,33 +58,44 @@ def render_stage(
     values: Mapping[str, Any],
     messages: Sequence[Mapping[str, Any]],
     answers: Sequence[str] | None = None,
+    shard: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The render stage as stored: the two hashes. The template version is the result's
     `version_id`, and the trace view renders the prompt again from it and the row (see
     `rendered_messages`), checked against `prompt_hash`. A replayed turn sent with the
-    model's own history also keeps the earlier `answers` it carried (stored outputs)."""
+    model's own history also keeps the earlier `answers` it carried (stored outputs),
+    and one sent with a context shard its `shard` (id, seq_no, messages, summary)."""
     stage: dict[str, Any] = {
         "prompt_hash": prompt_hash(messages),
         "variables_hash": variables_hash(values),
     }
     if answers is not None:
         stage[HISTORY_ANSWERS] = list(answers)
+    if shard is not None:
+        stage[SHARD] = dict(shard)
     return stage
 
 
 def rendered_messages(
-    variant: VariantRecord, values: Mapping[str, Any], answers: Sequence[str] | None = None
+    variant: VariantRecord,
+    values: Mapping[str, Any],
+    answers: Sequence[str] | None = None,
+    shard: Mapping[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
-    """The messages an item of `variant` with these dataset values (and, for a turn
-    replayed with generated history, the model's earlier `answers`) was sent, rendered
+    """The messages an item of `variant` with these dataset values (and, for a replayed
+    turn, the model's earlier `answers` and its context `shard`) was sent, rendered
     again the way the engine renders them (templates are deterministic)."""
     if variant.template.get(AS_WRITTEN):
         line = request_from_row(values, str(variant.template.get("id_field")))
         return [dict(m) for m in line.messages]
     template = Template.from_canonical(variant.template)
     rendered = template.render(coerce_text_values(template, dict(values)))
-    history = list(answers) if answers is not None else None
-    return [dict(m) for m in with_conversation(rendered, values, history)]
+    conversation = conversation_of(values, list(answers) if answers is not None else None)
+    if shard:
+        conversation = sharded(
+            conversation, int(shard["first_message"]), None, shard.get("summary")
+        )
+    return [dict(m) for m in with_conversation(rendered, {CONVERSATION_KEY: conversation})]
 
 
 def preflight_stage(tokens: int, max_tokens: int, window: int | None) -> dict[str, Any]:
@@ -151,7 +163,9 @@ def result_payload(
 #: The stored result event's keys of the render and preflight stages (see result_payload).
 #: A generated-history turn's earlier answers, as the render stage keeps them.
 HISTORY_ANSWERS = "history_answers"
-RENDER_KEYS = ("prompt_hash", "variables_hash", HISTORY_ANSWERS)
+#: A replayed turn's context shard, as the render stage keeps it.
+SHARD = "shard"
+RENDER_KEYS = ("prompt_hash", "variables_hash", HISTORY_ANSWERS, SHARD)
 PREFLIGHT_KEYS = ("prompt_tokens", "max_tokens", "context_window")
 
 
@@ -233,7 +247,9 @@ def trace_details(
     if record.variant is not None and record.values is not None and "prompt_hash" in render:
         render["variables_match"] = variables_hash(record.values) == render["variables_hash"]
         try:
-            prompt = rendered_messages(record.variant, record.values, payload.get(HISTORY_ANSWERS))
+            prompt = rendered_messages(
+                record.variant, record.values, payload.get(HISTORY_ANSWERS), payload.get(SHARD)
+            )
         except PromptlabError as exc:
             render["rendered_again"] = clean(f"failed: {exc}")
         else:

@@ -21,6 +21,7 @@ from promptlab.engine import RunProgress, RunSpec, parse_spec
 from promptlab.engine.estimate import RunEstimate
 from promptlab.engine.planner import KEY_HEX_DIGITS
 from promptlab.engine.spec import LOCAL_ENDPOINTS
+from promptlab.engine.trace import SHARD
 from promptlab.errors import ExperimentError, NotFoundError, PromptlabError, SpecError
 from promptlab.experiments import config_from_mapping
 from promptlab.facades.context import Context
@@ -31,8 +32,10 @@ from promptlab.providers.config import load_endpoints
 from promptlab.records import FieldFailure, ItemDetail, RunWithCounts
 from promptlab.records.sessions import SessionTurn
 from promptlab.store.alerts import AlertStore
+from promptlab.store.audit import AuditLog
 from promptlab.store.items import ItemStore
 from promptlab.store.sessions import SessionReads
+from promptlab.store.shards import ShardStore
 from promptlab.views.item import ItemView, ambiguous, check_key_prefix, item_request, masked
 from promptlab.yamlio import parse_yaml, read_yaml
 
@@ -273,8 +276,21 @@ class Runs:
         # Rendered from the row as stored (a generated-history turn with the answers its
         # session's earlier turns stored), then masked for display like everything shown.
         answers = self._earlier_answers(detail) if generated else None
-        request = item_request(detail.variant, detail.row, answers)
+        shard = self._shard(detail)
+        request = item_request(detail.variant, detail.row, answers, shard)
         return masked(detail, request, self._context.redactor())
+
+    def _shard(self, detail: ItemDetail) -> Mapping[str, Any] | None:
+        """The context shard a replayed turn was sent with, as its trace recorded it (or,
+        with the audit off, as stored while the shard lives); None: it fit whole."""
+        shard_id = detail.result.shard_id if detail.result is not None else None
+        if shard_id is None:
+            return None
+        for event in AuditLog(self._context.store).trace(detail.key):
+            if event.kind == "result" and isinstance(event.payload.get(SHARD), Mapping):
+                return event.payload[SHARD]
+        stored = ShardStore(self._context.store).get(shard_id, self._context.store.clock.now())
+        return {"first_message": stored.first_message} if stored is not None else None
 
     def _earlier_answers(self, detail: ItemDetail) -> builtins.list[str] | None:
         """The answers a generated-history turn was sent with; None while one is missing."""

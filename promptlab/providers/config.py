@@ -123,8 +123,11 @@ _SIM_PRICES = {
     "balanced": ModelPrice(0.50, 1.50),
     "fast": ModelPrice(0.10, 0.40),
     "sloppy": ModelPrice(0.05, 0.20),
+    "pocket": ModelPrice(0.05, 0.20),
 }
-_SIM_WINDOWS = {"careful": 128_000, "balanced": 32_000, "fast": 16_000, "sloppy": 8_000}
+_SIM_WINDOWS = {
+    "careful": 128_000, "balanced": 32_000, "fast": 16_000, "sloppy": 8_000, "pocket": 512,
+}  # fmt: skip
 #: Ollama's default context length; raise it here when the server runs with more.
 _LOCAL_DEFAULT_WINDOW = 8_192
 

@@ -57,6 +57,8 @@ SIM_MODELS: dict[str, SimModel] = {
                  0.05, 0.02, 0.05, 0.12),
         SimModel("sloppy", "cheap, often breaks JSON", 0.35, 300, 0.6, 6, 70, 0.6,
                  0.20, 0.08, 0.12, 0.08),
+        SimModel("pocket", "tiny 512-token window (shows context shards)", 0.5, 200, 0.3, 4,
+                 40, 0.3, 0.05, 0.02, 0.05, 0.10),
     )
 }  # fmt: skip
 #: Used for names the simulator does not know (e.g. `gpt-4o-mini` sent to fakellm).

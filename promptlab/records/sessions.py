@@ -20,6 +20,10 @@ class SessionTurn:
     user: str | None
     output: str | None
     error: str | None
+    #: The context shard it was sent with (its seq_no from 0; None: its history fit
+    #: whole, or the shard expired) and that shard's id (None: fit whole).
+    shard: int | None = None
+    shard_id: str | None = None
 
 
 @dataclass(frozen=True)

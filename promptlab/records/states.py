@@ -64,3 +64,6 @@ class ItemErrorKind(StrEnum):
     #: A replayed turn sent with the model's own history (`history: generated`) whose
     #: session has an earlier turn without an answer: never sent.
     NO_HISTORY = "no_history"
+    #: A replayed turn whose context shard carries a summary that could not be made
+    #: (the summary call failed): never sent.
+    NO_SUMMARY = "no_summary"

@@ -133,21 +133,24 @@ class DatasetTables:
 
     def messages_by_session(
         self, name: str, conv: Conversation, chunk: int = 2000
-    ) -> Iterator[tuple[str, str, str, str]]:
-        """Every message as (session, role, content, row JSON), sessions in order of first
-        appearance and each session's messages in order, fetched `chunk` at a time."""
+    ) -> Iterator[tuple[str, str, str, str, str]]:
+        """Every message as (session, role, content, order value, row JSON), sessions in
+        order of first appearance and each session's messages in order, fetched `chunk`
+        at a time."""
         with self.store.read() as cur:
             cur.execute(
-                f"SELECT session, role, content, row_values FROM (SELECT row_values, "
+                f"SELECT session, role, content, ordered, row_values FROM (SELECT row_values, "
                 f"{_CELL} AS session, lower(trim({_CELL})) AS role, {_CELL} AS content, "
-                f"{_ORDER_KEY} AS key, min(row_number) OVER (PARTITION BY {_CELL}) AS first "
+                f"{_CELL} AS ordered, {_ORDER_KEY} AS key, "
+                f"min(row_number) OVER (PARTITION BY {_CELL}) AS first "
                 "FROM dataset_rows WHERE dataset = ?) ORDER BY first, key",
-                [conv.session, conv.role, conv.content, conv.order, conv.order, conv.session,
-                 name],
+                [conv.session, conv.role, conv.content, conv.order, conv.order, conv.order,
+                 conv.session, name],
             )  # fmt: skip
             while batch := cur.fetchmany(chunk):
                 yield from (
-                    (str(s), str(r), "" if c is None else str(c), v) for s, r, c, v in batch
+                    (str(s), str(r), "" if c is None else str(c), "" if a is None else str(a), v)
+                    for s, r, c, a, v in batch
                 )
 
     def rows(self, name: str, limit: int | None = None, chunk: int = 5000) -> Iterator[str]:

@@ -501,5 +501,6 @@ def _finals_table(rows: Sequence[FinalRow], params: Sequence[str]) -> pa.Table:
                 pa.string(),
             ),
             "token_entropy": pa.array([r.token_entropy for r in rows], pa.float64()),
+            "shard_id": pa.array([r.shard_id for r in rows], pa.string()),
         }
     )

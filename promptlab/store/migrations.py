@@ -507,6 +507,37 @@ MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE datasets ADD COLUMN conversation JSON",
         ),
     ),
+    Migration(
+        "0016_context_shards",
+        (
+            # A replayed session's history cut to fit a model's window (data/shards.py),
+            # per run, variant and repeat; `summary` is what the shards before carry into
+            # this one. Rows past `expires_at` are deleted (engine/shards.py).
+            """
+            CREATE TABLE shards (
+                shard_id        VARCHAR PRIMARY KEY,
+                run_id          VARCHAR NOT NULL,
+                session_id      VARCHAR NOT NULL,
+                variant         VARCHAR NOT NULL,
+                repeat          INTEGER NOT NULL,
+                seq_no          INTEGER NOT NULL,
+                is_final        BOOLEAN NOT NULL,
+                first_message   INTEGER NOT NULL,
+                last_message    INTEGER NOT NULL,
+                tokens          INTEGER NOT NULL,
+                cut             VARCHAR NOT NULL,
+                summary         VARCHAR,
+                summary_version_id VARCHAR,
+                summary_tokens  INTEGER,
+                summary_cost_usd DOUBLE,
+                created_at      TIMESTAMPTZ NOT NULL,
+                expires_at      TIMESTAMPTZ NOT NULL
+            )
+            """,
+            # The shard a replayed turn was sent with; NULL when its history fit whole.
+            "ALTER TABLE results ADD COLUMN shard_id VARCHAR",
+        ),
+    ),
 )
 
 

@@ -72,7 +72,7 @@ _RESULT_COLUMNS = (
     "idempotency_key, run_id, seq, row_index, variant, repeat, status, error_kind, "
     "error_message, prompt_version_id, endpoint, model, params, output_text, input_tokens, "
     "output_tokens, finish_reason, model_version, latency_ms, cost_usd, attempts, finished_at, "
-    "check_status, check_errors, rule_status, rule_errors"
+    "check_status, check_errors, rule_status, rule_errors, token_entropy, shard_id"
 )
 _ATTEMPT_COLUMNS = (
     "idempotency_key, run_id, attempt, started_at, ended_at, outcome, error_kind, http_status, "
@@ -427,7 +427,8 @@ def _final_row(r: tuple[Any, ...]) -> FinalRow:
         output_tokens=r[15], finish_reason=r[16], model_version=r[17], latency_ms=r[18],
         cost_usd=r[19], attempts=int(r[20]), finished_at=r[21], check_status=r[22],
         check_errors=tuple(json.loads(r[23])) if r[23] else (), rule_status=r[24],
-        rule_errors=tuple(json.loads(r[25])) if r[25] else (),
+        rule_errors=tuple(json.loads(r[25])) if r[25] else (), token_entropy=r[26],
+        shard_id=r[27],
     )  # fmt: skip
 
 

@@ -47,18 +47,19 @@ class SessionReads:
         with self.store.read() as cur:
             rows = cur.execute(
                 "SELECT r.idempotency_key, r.row_index, r.status, r.attempts, rr.row_values, "
-                "r.output_text, r.error_message FROM results r JOIN run_rows rr "
-                "ON rr.run_id = r.run_id AND rr.row_index = r.row_index WHERE r.run_id = ? "
+                "r.output_text, r.error_message, s.seq_no, r.shard_id FROM results r JOIN "
+                "run_rows rr ON rr.run_id = r.run_id AND rr.row_index = r.row_index LEFT JOIN "
+                "shards s ON s.shard_id = r.shard_id WHERE r.run_id = ? "
                 "AND r.variant = ? AND r.repeat = ? AND json_extract_string(rr.row_values, "
                 f"'$.{SESSION_KEY}') = ? ORDER BY r.row_index",
                 [run_id, variant, repeat, session],
             ).fetchall()
         turns = []
-        for key, row_index, status, attempts, values, output, error in rows:
+        for key, row_index, status, attempts, values, output, error, seq, shard in rows:
             user = json.loads(values).get(content) if content else None
             text = None if user is None else str(user)
             turns.append(SessionTurn(key, int(row_index), status, int(attempts), text, output,
-                                     error))  # fmt: skip
+                                     error, seq, shard))  # fmt: skip
         return turns
 
     def per_variant(self, run_id: str) -> list[SessionMetrics]:

@@ -22,12 +22,11 @@ from typing import Any
 from promptlab.audit.redact import Redactor
 from promptlab.checks.validation import CheckStatus
 from promptlab.data.batchfile import request_from_row
-from promptlab.data.conversations import with_conversation
 from promptlab.engine.planner import KEY_HEX_DIGITS
 from promptlab.engine.requests import row_params
 from promptlab.engine.spec import AS_WRITTEN, PARAM_COLUMNS_KEY
+from promptlab.engine.trace import rendered_messages
 from promptlab.errors import ItemKeyError, PromptlabError
-from promptlab.prompts.templates import Template, coerce_text_values
 from promptlab.records import AttemptRow, FinalRow, ItemDetail, ItemStatus, VariantRecord
 
 #: Fewest hex digits of a key accepted as a prefix of one.
@@ -142,10 +141,13 @@ class ItemView:
 
 
 def item_request(
-    variant: VariantRecord, row: Mapping[str, Any], answers: list[str] | None = None
+    variant: VariantRecord,
+    row: Mapping[str, Any],
+    answers: list[str] | None = None,
+    shard: Mapping[str, Any] | None = None,
 ) -> ItemRequest:
-    """Render the item's request from its variant and dataset row (and a generated-history
-    turn's earlier `answers`), as the engine did."""
+    """Render the item's request from its variant and dataset row (and a replayed turn's
+    earlier `answers` and context `shard`), as the engine did."""
     if variant.template.get(AS_WRITTEN):
         try:
             line = request_from_row(row, str(variant.template.get("id_field")))
@@ -154,10 +156,8 @@ def item_request(
         return ItemRequest(line.messages, line.params, None)
     params: Mapping[str, Any] = {k: v for k, v in variant.params.items() if k != PARAM_COLUMNS_KEY}
     try:
-        template = Template.from_canonical(variant.template)
         params = row_params(variant.params, row)
-        values = coerce_text_values(template, dict(row))
-        messages = with_conversation(template.render(values), dict(row), answers)
+        messages = rendered_messages(variant, row, answers, shard)
     except PromptlabError as exc:
         return ItemRequest(None, params, str(exc))
     return ItemRequest(tuple(messages), params, None)

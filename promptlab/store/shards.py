@@ -1,0 +1,107 @@
+"""Stored context shards (promptlab/data/shards.py): one row per shard of a replayed
+session, per run, variant and repeat, with the summary it carries. A shard lives until
+its `expires_at` (the run's `shards: {ttl}`): reads leave expired rows out and `prune`
+deletes them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from promptlab.store.connection import Store
+
+_COLUMNS = (
+    "shard_id, run_id, session_id, variant, repeat, seq_no, is_final, first_message, "
+    "last_message, tokens, cut, summary, summary_version_id, summary_tokens, "
+    "summary_cost_usd, created_at, expires_at"
+)
+
+
+@dataclass(frozen=True)
+class ShardRecord:
+    shard_id: str
+    run_id: str
+    session_id: str
+    variant: str
+    repeat: int
+    seq_no: int
+    #: The last shard stored for its session (so far, while the run goes on).
+    is_final: bool
+    #: Its first and last message, as indexes in the session's history (from 0).
+    first_message: int
+    last_message: int
+    tokens: int
+    #: Why the shard before it ended where this one starts (data/shards.py).
+    cut: str
+    #: The summary of the shards before it, carried into this one (None: none asked).
+    summary: str | None
+    summary_version_id: str | None
+    summary_tokens: int | None
+    summary_cost_usd: float | None
+    created_at: datetime
+    expires_at: datetime
+
+
+class ShardStore:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def add(self, record: ShardRecord) -> None:
+        """Store a shard (stored again, it only grows to a later last message and gains
+        the summary it lacked); the session's shard of the highest seq_no is final."""
+        with self.store.transaction() as tx:
+            tx.execute(
+                f"INSERT INTO shards ({_COLUMNS}) VALUES "
+                "(?, ?, ?, ?, ?, ?, false, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (shard_id) DO UPDATE SET "
+                "last_message = greatest(shards.last_message, excluded.last_message), "
+                "tokens = CASE WHEN excluded.last_message > shards.last_message "
+                "THEN excluded.tokens ELSE shards.tokens END, "
+                "summary = coalesce(shards.summary, excluded.summary), "
+                "summary_version_id = coalesce(shards.summary_version_id, "
+                "excluded.summary_version_id), "
+                "summary_tokens = coalesce(shards.summary_tokens, excluded.summary_tokens), "
+                "summary_cost_usd = coalesce(shards.summary_cost_usd, excluded.summary_cost_usd)",
+                [
+                    record.shard_id, record.run_id, record.session_id, record.variant,
+                    record.repeat, record.seq_no, record.first_message, record.last_message,
+                    record.tokens, record.cut, record.summary, record.summary_version_id,
+                    record.summary_tokens, record.summary_cost_usd, record.created_at,
+                    record.expires_at,
+                ],
+            )  # fmt: skip
+            tx.execute(
+                "UPDATE shards SET is_final = (seq_no = (SELECT max(seq_no) FROM shards s "
+                "WHERE s.run_id = shards.run_id AND s.session_id = shards.session_id AND "
+                "s.variant = shards.variant AND s.repeat = shards.repeat)) "
+                "WHERE run_id = ? AND session_id = ? AND variant = ? AND repeat = ?",
+                [record.run_id, record.session_id, record.variant, record.repeat],
+            )
+
+    def get(self, shard_id: str, now: datetime) -> ShardRecord | None:
+        """The shard, unless it is not stored or has expired."""
+        with self.store.read() as cur:
+            row = cur.execute(
+                f"SELECT {_COLUMNS} FROM shards WHERE shard_id = ? AND expires_at > ?",
+                [shard_id, now],
+            ).fetchone()
+        return ShardRecord(*row) if row else None
+
+    def of_run(self, run_id: str, now: datetime, session: str | None = None) -> list[ShardRecord]:
+        """The run's live shards (of one session), by session, variant, repeat, seq_no."""
+        with self.store.read() as cur:
+            rows = cur.execute(
+                f"SELECT {_COLUMNS} FROM shards WHERE run_id = ? AND expires_at > ? "
+                "AND (? IS NULL OR session_id = ?) ORDER BY session_id, variant, repeat, seq_no",
+                [run_id, now, session, session],
+            ).fetchall()
+        return [ShardRecord(*r) for r in rows]
+
+    def prune(self, now: datetime) -> int:
+        """Delete every expired shard; how many were."""
+        with self.store.transaction() as tx:
+            found = tx.execute(
+                "SELECT count(*) FROM shards WHERE expires_at <= ?", [now]
+            ).fetchone()
+            tx.execute("DELETE FROM shards WHERE expires_at <= ?", [now])
+        return int(found[0]) if found else 0
