@@ -582,7 +582,7 @@ def item_detail(wb: Workbench, run_id: str, key: str) -> None:
         st.dataframe(
             pd.DataFrame(
                 {"variable": name, "value": value if isinstance(value, str) else repr(value)}
-                for name, value in item.row.items()
+                for name, value in item.inputs.items()
             ),
             hide_index=True,
             width="stretch",

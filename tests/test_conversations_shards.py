@@ -149,6 +149,8 @@ def test_what_sharding_fits_is_not_refused_and_the_views_show_what_was_sent(
     at.query_params["item"] = rows[7]
     at.run()
     assert not at.exception
+    inputs = next(d.value for d in at.dataframe if "variable" in d.value.columns)
+    assert list(inputs["variable"]) == ["session_id", "turn", "role", "content"]  # no internals
     whole_session = next(e for e in at.expander if e.label.startswith("The whole session"))
     captions = [shown(c.value) for c in whole_session.caption]
     assert f"shard {shards[-1] + 1} · this item" in captions[-1]

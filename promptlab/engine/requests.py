@@ -9,7 +9,7 @@ preflight raised, and is never dispatched.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -135,14 +135,8 @@ class RequestBuilder:
             if shard is not None:  # its own shard runs to the turn, the history's end
                 conversation = sharded(conversation, shard["first_message"], None, summary)
             messages = with_conversation(rendered, {CONVERSATION_KEY: conversation})
-            if self.recorder.audit:
-                stage = trace.render_stage(item.values, messages, answers, shard)
-                self.recorder.traces[item.key] = stage
-            tokens = check_fits(lane.endpoint, variant.model, messages, max_tokens)
-            if self.recorder.audit:
-                self.recorder.traces[item.key] |= trace.preflight_stage(
-                    tokens, max_tokens, context_window(lane.endpoint, variant.model)
-                )
+            stage = trace.render_stage(item.values, messages, answers, shard)
+            tokens = self._preflight(item, lane, variant.model, messages, max_tokens, stage)
         except ProviderError as exc:
             self.recorder.final(item, ItemStatus.FAILED, False, error=(exc.kind.value, str(exc)))
             return None
@@ -175,6 +169,26 @@ class RequestBuilder:
         if params is not variant.params:
             self.recorder.row_params[item.key] = params
         return Prepared(request, tokens + max_tokens)
+
+    def _preflight(
+        self,
+        item: PendingItem,
+        lane: Lane,
+        model: str,
+        messages: Sequence[Mapping[str, str]],
+        max_tokens: int,
+        stage: dict[str, Any],
+    ) -> int:
+        """The prompt's tokens, or CONTEXT_LENGTH raised when it is over the window; the
+        render `stage` and the preflight's kept for the item's trace."""
+        if self.recorder.audit:
+            self.recorder.traces[item.key] = stage
+        tokens = check_fits(lane.endpoint, model, messages, max_tokens)
+        if self.recorder.audit:
+            self.recorder.traces[item.key] |= trace.preflight_stage(
+                tokens, max_tokens, context_window(lane.endpoint, model)
+            )
+        return tokens
 
     def _shard(
         self,
@@ -219,13 +233,8 @@ class RequestBuilder:
         try:
             line = request_from_row(item.values, str(variant.template.get("id_field")))
             max_tokens = int(line.params["max_tokens"])
-            if self.recorder.audit:
-                self.recorder.traces[item.key] = trace.render_stage(item.values, line.messages)
-            tokens = check_fits(lane.endpoint, variant.model, list(line.messages), max_tokens)
-            if self.recorder.audit:
-                self.recorder.traces[item.key] |= trace.preflight_stage(
-                    tokens, max_tokens, context_window(lane.endpoint, variant.model)
-                )
+            stage = trace.render_stage(item.values, line.messages)
+            tokens = self._preflight(item, lane, variant.model, line.messages, max_tokens, stage)
         except ProviderError as exc:
             self.recorder.final(item, ItemStatus.FAILED, False, error=(exc.kind.value, str(exc)))
             return None

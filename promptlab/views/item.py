@@ -22,15 +22,19 @@ from typing import Any
 from promptlab.audit.redact import Redactor
 from promptlab.checks.validation import CheckStatus
 from promptlab.data.batchfile import request_from_row
+from promptlab.data.conversations import CONVERSATION_KEY, TURN_KEY
 from promptlab.engine.planner import KEY_HEX_DIGITS
 from promptlab.engine.requests import row_params
 from promptlab.engine.spec import AS_WRITTEN, PARAM_COLUMNS_KEY
 from promptlab.engine.trace import rendered_messages
 from promptlab.errors import ItemKeyError, PromptlabError
 from promptlab.records import AttemptRow, FinalRow, ItemDetail, ItemStatus, VariantRecord
+from promptlab.store.samples import SESSION_KEY
 
 #: Fewest hex digits of a key accepted as a prefix of one.
 MIN_KEY_PREFIX = 8
+#: What a replayed turn's row holds beside the log's columns (data/conversations.py).
+REPLAY_KEYS = frozenset({CONVERSATION_KEY, SESSION_KEY, TURN_KEY})
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,12 @@ class ItemView:
     @property
     def row(self) -> Mapping[str, Any]:
         return self.detail.row
+
+    @property
+    def inputs(self) -> Mapping[str, Any]:
+        """The row as the template's inputs: a replayed turn's conversation, session and
+        turn, which the messages sent show, left out."""
+        return {k: v for k, v in self.row.items() if k not in REPLAY_KEYS}
 
     @property
     def variant(self) -> VariantRecord:
