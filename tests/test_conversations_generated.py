@@ -247,3 +247,59 @@ def test_a_killed_replay_resumes_mid_session_without_sending_a_finished_turn(
                 previous = outputs[row.row_index - 1]
                 resumed_mid_session += previous.key in stored_before
         assert resumed_mid_session > 0  # some turns went on from an answer stored before
+
+
+def test_what_the_log_holds_before_the_first_user_message_is_kept() -> None:
+    from promptlab.data.conversations import generated_history
+
+    greeting = {"role": "assistant", "content": "Hi! How can I help?", "at": "1"}
+    logged = [greeting, {"role": "user", "content": "Hello", "at": "2"},
+              {"role": "assistant", "content": "logged answer", "at": "3"}]  # fmt: skip
+    assert generated_history(logged, ["model answer"]) == [
+        greeting,
+        {"role": "user", "content": "Hello", "at": "2"},
+        {"role": "assistant", "content": "model answer", "at": "2"},
+    ]
+    assert generated_history(logged[:1], []) == [greeting]  # the first turn's, as logged
+
+
+def test_an_adapter_bug_fails_its_turn_and_a_resume_sends_the_session_on(
+    tmp_path: Path, db_path: Path
+) -> None:
+    """A turn whose adapter raises gets its row (internal), so the session's next turn
+    fails for want of it instead of waiting forever; a resume sends both again."""
+    log = "session_id,turn,role,content\n" + "".join(
+        f"s{s},{t},user,s{s} turn {t}\n" for s in range(2) for t in range(3)
+    )
+    provider = ScriptedProvider(latency_s=0.05)
+
+    def answer(request: CompletionRequest) -> str:
+        if (
+            request.messages[-1]["content"] == "s0 turn 1"
+            and provider.calls[request.request_id or ""] == 1
+        ):
+            provider.hold_requests()  # the rest waits, so the run can be paused
+            raise RuntimeError("adapter bug")
+        return f"answer to {request.messages[-1]['content']}"
+
+    provider.answer = answer
+    with Store(db_path) as store:
+        DatasetStore(store).import_file(write(tmp_path, log), "chats", author="t",
+                                        conversation=DEFAULT_CONVERSATION)  # fmt: skip
+        with Engine(store, endpoints=ENDPOINTS, provider_factory=lambda _cfg: provider) as eng:
+            run_id = eng.submit(parse_spec(generated_spec()))
+            deadline = time.monotonic() + 30
+            while eng.status(run_id).failed < 2:  # turn 1 internal, turn 2 no_history
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            eng.pause(run_id)
+            provider.release_requests()
+            assert eng.wait(run_id, timeout=30).status == "paused"
+            with store.read() as cur:
+                kinds = sorted(r[0] for r in cur.execute(
+                    "SELECT error_kind FROM results WHERE run_id = ? AND status = 'failed'",
+                    [run_id]).fetchall())  # fmt: skip
+            assert kinds == ["internal", "no_history"]
+            eng.resume(run_id)
+            done = eng.wait(run_id, timeout=60)
+    assert done.status == "completed" and done.succeeded == 6

@@ -176,3 +176,20 @@ def test_the_spec_s_shards_field(value: object, expected: ShardSpec) -> None:
 def test_the_spec_s_shards_field_refuses_in_one_line(value: object, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         parse_shards(value)
+
+
+def test_a_shard_s_context_starts_at_a_user_message() -> None:
+    """A pause before the agent's reply is a gap, but a shard opening with the agent's
+    message would open the request with it: the cut goes to a user message."""
+    history = chat(
+        ("user", words(10), "2026-11-02T09:00:00"),
+        ("assistant", words(10), "2026-11-02T09:20:00"),  # the agent replied late
+        ("user", words(10), "2026-11-02T09:21:00"),
+        ("assistant", words(10), "2026-11-02T09:22:00"),
+        ("user", words(10), "2026-11-02T09:23:00"),
+        ("assistant", words(10), "2026-11-02T09:24:00"),
+        ("user", words(10), "2026-11-02T09:25:00"),
+    )
+    shards = shard_history(history, 60, tokens_of)
+    assert all(history[s.start]["role"] == "user" for s in shards)
+    assert [(s.start, s.cut) for s in shards] == [(0, "start"), (4, "type")]

@@ -91,9 +91,11 @@ def turn_of(values: Mapping[str, Any]) -> int:
 def generated_history(logged: list[dict[str, str]], answers: list[str]) -> list[dict[str, str]]:
     """The conversation before a turn as `history: generated` sends it: the session's
     user messages as logged, each followed by the model's own answer to it (one answer
-    per earlier user message, in order); logged answers are not sent."""
+    per earlier user message, in order); logged answers are not sent, but what the log
+    holds before the first user message (an agent's greeting) is, as logged."""
+    first_user = next((i for i, m in enumerate(logged) if m["role"] == "user"), len(logged))
+    history = [dict(m) for m in logged[:first_user]]
     users = [m for m in logged if m["role"] == "user"]
-    history: list[dict[str, str]] = []
     for message, answer in zip(users, answers, strict=True):
         # The answer came right after its message, as far as gaps in time go.
         at = message.get("at", "")

@@ -16,8 +16,11 @@ in this order of preference:
    it (a log ordered by timestamps; a log ordered by turn numbers has no gaps);
 3. `type` (the first one that leaves half the room free, so the next turns fit too):
    a user message after a message of another role (a new exchange starts);
-4. `window`: no boundary of those kinds fits, so the first message from which the turn
-   fits in half the room.
+4. `window`: no boundary of those kinds fits, so the first user message from which the
+   turn fits in half the room.
+
+A shard's context always starts at a user message: providers want a conversation to
+open with one.
 
 Later shards get `later_budget` (the budget less a carried summary's room). A shard's
 start depends only on the messages up to the turn that opened it, so every turn of a
@@ -150,13 +153,19 @@ def content_words(text: str) -> set[str]:
 def is_intent_switch(text: str, earlier_texts: Sequence[str]) -> bool:
     """Whether a user message changes topic from the messages before it in its shard
     (see the module's docstring for the heuristic)."""
+    earlier = set().union(*(content_words(t) for t in earlier_texts))
+    return _switches(text, earlier if earlier_texts else None)
+
+
+def _switches(text: str, earlier_words: set[str] | None) -> bool:
+    """`is_intent_switch` with the shard's words so far counted once (None: no message)."""
     opening = text.strip().lower()[:CUE_CHARS]
     if any(cue in opening for cue in INTENT_CUES):
         return True
     words = content_words(text)
-    if len(words) < MIN_TOPIC_WORDS or not earlier_texts:
+    if len(words) < MIN_TOPIC_WORDS or earlier_words is None:
         return False
-    return not words & set().union(*(content_words(t) for t in earlier_texts))
+    return not words & earlier_words
 
 
 def _time(message: Message) -> datetime | None:
@@ -171,13 +180,17 @@ def _time(message: Message) -> datetime | None:
 
 def boundary_kinds(history: Sequence[Message], start: int, index: int) -> set[str]:
     """The kinds of boundary before message `index` of a shard that starts at `start`."""
+    earlier = set().union(*(content_words(m["content"]) for m in history[start:index]))
+    return _kinds(history, index, earlier if index > start else None)
+
+
+def _kinds(history: Sequence[Message], index: int, earlier_words: set[str] | None) -> set[str]:
     message, before = history[index], history[index - 1]
     kinds = set()
     if message["role"] == "user":
         if before["role"] != "user":
             kinds.add("type")
-        earlier = [m["content"] for m in history[start:index]]
-        if earlier and is_intent_switch(message["content"], earlier):
+        if _switches(message["content"], earlier_words):
             kinds.add("intent")
     now, then = _time(message), _time(before)
     if now is not None and then is not None:
@@ -232,11 +245,17 @@ def _next_start(
     tokens: Callable[[int, int], int],
 ) -> tuple[int | None, str]:
     """Where the next shard's context starts once the one from `start` cannot hold
-    `turn` (see the module's docstring); None when the turn alone does not fit."""
-    fitting = [b for b in range(start + 1, turn + 1) if tokens(b, turn) <= room]
+    `turn` (see the module's docstring): always at a user message, as providers want a
+    conversation to open with one; None when the turn alone does not fit."""
+    kinds: dict[int, set[str]] = {}
+    words = content_words(messages[start]["content"])  # the shard's words so far
+    for b in range(start + 1, turn + 1):
+        if messages[b]["role"] == "user" and tokens(b, turn) <= room:
+            kinds[b] = _kinds(messages, b, words)
+        words |= content_words(messages[b]["content"])
+    fitting = list(kinds)
     if not fitting:
         return None, WINDOW
-    kinds = {b: boundary_kinds(messages, start, b) for b in fitting}
     for kind in ("intent", "gap"):  # where the topic (or the visit) the turn is in began
         found = [b for b in fitting if kind in kinds[b]]
         if found:

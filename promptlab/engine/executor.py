@@ -41,7 +41,8 @@ from promptlab.engine.writer import STORE_UNWRITABLE, BatchWriter, WriterStats
 from promptlab.errors import EngineError, PromptlabError, SpecError, StoreError
 from promptlab.providers import build_provider, load_endpoints
 from promptlab.providers.config import EndpointConfig
-from promptlab.records import FINAL_RUN_STATUSES, AlertRecord, ItemErrorKind, RunStatus
+from promptlab.records import FINAL_RUN_STATUSES, AlertRecord, RunStatus
+from promptlab.records.states import RESUMED_KINDS
 from promptlab.scoring.runs import score_run
 from promptlab.store import ItemStore, ReadModels, RunStore, Store
 from promptlab.store.alerts import AlertStore
@@ -260,9 +261,7 @@ class Engine:
         if replan:
             self.items.clear_plan(run_id)
         else:
-            reopened = self.items.reopen(
-                run_id, [*(k.value for k in STOP_KINDS), ItemErrorKind.INTERNAL]
-            )
+            reopened = self.items.reopen(run_id, [*(k.value for k in STOP_KINDS), *RESUMED_KINDS])
             log.info("run %s: %d items back to pending", run_id, reopened)
         self._audit_change("run.resumed", run_id, {"chain": run_chain(run_id), "replan": replan})
         self._start(run_id, prepared)

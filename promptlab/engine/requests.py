@@ -27,7 +27,7 @@ from promptlab.engine.recorder import ItemRecorder
 from promptlab.engine.shards import Sharding
 from promptlab.engine.spec import AS_WRITTEN, PARAM_COLUMNS_KEY
 from promptlab.errors import ErrorKind, PromptlabError, ProviderError, TemplateError
-from promptlab.experiments.sampling import SAMPLING_KEY, Sampling
+from promptlab.experiments.sampling import SAMPLING_KEY, Sampling, sampling_from_params
 from promptlab.prompts.templates import Template, coerce_text_values, normalize_params
 from promptlab.providers import modelrules
 from promptlab.providers.base import CompletionRequest
@@ -50,7 +50,6 @@ class RequestBuilder:
         self,
         variants: Mapping[int, VariantRecord],
         templates: Mapping[int, Template],
-        sampling: Mapping[int, Sampling],
         recorder: ItemRecorder,
         timeout_s: float,
         sharding: Sharding | None = None,
@@ -62,7 +61,11 @@ class RequestBuilder:
         self.variants = variants
         self.templates = templates
         #: Variants whose temperature or top_p moves over the batch.
-        self.sampling = sampling
+        self.sampling: dict[int, Sampling] = {
+            index: schedule
+            for index, v in variants.items()
+            if (schedule := sampling_from_params(v.params)) is not None
+        }
         self.recorder = recorder
         self.timeout_s = timeout_s
         #: A replay's context shards (engine/shards.py); None for any other run.

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from promptlab.audit.chain import Masker
+from promptlab.audit.redact import Redactor
 from promptlab.checks.validation import Checker, CheckStatus, OutputCheck, checker_for
 from promptlab.clock import SYSTEM_CLOCK, Clock
 from promptlab.data.conversations import turn_of
@@ -29,7 +30,6 @@ from promptlab.engine.shards import Replay, Sharding, SummaryFailed
 from promptlab.engine.spec import AS_WRITTEN
 from promptlab.engine.writer import BatchWriter
 from promptlab.errors import ErrorKind, ProviderError
-from promptlab.experiments.sampling import Sampling, sampling_from_params
 from promptlab.prompts.templates import Template
 from promptlab.providers.base import CompletionRequest, CompletionResponse
 from promptlab.records import AlertRecord, ItemErrorKind, ItemStatus, PendingItem, VariantRecord
@@ -111,11 +111,6 @@ class RunExecution:
             for index, template in self.templates.items()
             if template.output_schema is not None or template.rules
         }
-        schedules: dict[int, Sampling] = {
-            v.index: schedule
-            for v in variants
-            if (schedule := sampling_from_params(v.params)) is not None
-        }
         self.lanes = list(lanes)
         self.refusals = RefusalWatch()
         self.policy = policy
@@ -128,10 +123,13 @@ class RunExecution:
         self.stop_reason: str | None = None
         self._feeders: list[asyncio.Task[None]] = []
         self._items: set[asyncio.Task[None]] = set()
-        #: A generated-history replay's turns waiting for the turn before (cancelled on
-        #: a halt: they were never sent, so they stay pending).
+        #: Secrets are masked in what the store keeps (store/items.py), so what a next
+        #: turn carries (an answer, a summary) is masked alike, live or resumed.
+        self._redact = Redactor.from_environ()
         generated = replay is not None and replay.history == "generated"
         self.chains = SessionChains(self._turn_answers) if generated else None
+        #: Replayed turns waiting for the turn before or for their shard's summary
+        #: (cancelled on a halt: they were never sent, so they stay pending).
         self._waiting: set[asyncio.Task[None]] = set()
         self._waiting_room = asyncio.Semaphore(MAX_WAITING_TURNS)
         #: Adapter bugs in a row, per endpoint: one broken adapter stops the run even
@@ -142,16 +140,16 @@ class RunExecution:
         self.recorder = ItemRecorder(
             run_id, self.variants, self.templates, self.checkers, writer, counters, clock,
             alert_sink=alert_sink, reask=reask, audit=audit, masker=masker,
-            on_final=self.chains.finished if self.chains is not None else None,
+            on_final=self._finished if self.chains is not None else None,
         )  # fmt: skip
         #: A replay's context shards: its turns' histories cut to fit the window.
         self.sharding = (
             Sharding(run_id, replay.shards, replay.summary, ShardStore(items.store), writer,
-                     policy, clock, audit=audit, masker=masker)
+                     policy, clock, audit=audit, masker=masker, redact=self._redact)
             if replay is not None else None
         )  # fmt: skip
         self.requests = RequestBuilder(
-            self.variants, self.templates, schedules, self.recorder, policy.timeout_s,
+            self.variants, self.templates, self.recorder, policy.timeout_s,
             self.sharding, repeats=repeats, top_logprobs=top_logprobs,
             positions=(rows if rows is not None else counters.total) * repeats,
         )  # fmt: skip
@@ -179,6 +177,8 @@ class RunExecution:
         self.stopping.set()
         for task in [*self._feeders, *self._waiting]:
             task.cancel()
+        if self.sharding is not None:
+            self.sharding.cancel()  # summaries no turn waits for any more
 
     # ---- the run -------------------------------------------------------------------
 
@@ -265,15 +265,27 @@ class RunExecution:
             self.recorder.final(item, ItemStatus.FAILED, False, error=error)
             return
         except SummaryFailed as exc:
-            message = f"the summary its context shard carries could not be made: {exc}"
-            self.recorder.final(
-                item, ItemStatus.FAILED, False, error=(ItemErrorKind.NO_SUMMARY, message)
-            )
+            if exc.stops_run:  # quota, auth: no item gets past it; the turn stays pending
+                self.stop(str(exc))
+                return
+            said = f"the summary its context shard carries could not be made: {exc}"
+            error = (ItemErrorKind.NO_SUMMARY, said)
+            self.recorder.final(item, ItemStatus.FAILED, False, error=error)
+            return
+        except Exception as exc:  # noqa: BLE001 - its session's next turn waits for its row
+            internal = (ItemErrorKind.INTERNAL, repr(exc))
+            self.recorder.final(item, ItemStatus.FAILED, False, error=internal)
+            self._internal_error(lane, exc)
             return
         finally:
             self._waiting_room.release()
         # No await from the permit to the item's own task: a halt cannot cut between.
         self._dispatch(item, lane, prepared, permit)
+
+    def _finished(self, item: PendingItem, status: str, output: str | None) -> None:
+        """A final row: the next turn of its session is sent with the answer as stored."""
+        assert self.chains is not None
+        self.chains.finished(item, status, self._redact.optional(output))
 
     async def _turn_answers(
         self, variant_index: int, repeat: int, first_row: int, rows: int

@@ -27,14 +27,15 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 
 from promptlab.audit.chain import AuditDraft, Masker, run_chain
+from promptlab.audit.redact import Redactor
 from promptlab.clock import Clock
 from promptlab.data.conversations import CONVERSATION_KEY, with_conversation
 from promptlab.data.shards import SUMMARY_INTRO, Shard, ShardSpec, shard_history
 from promptlab.engine import trace
 from promptlab.engine.lanes import Lane
-from promptlab.engine.retry import Action, RetryPolicy, classify
+from promptlab.engine.retry import THROTTLE_KINDS, Action, RetryPolicy, classify
 from promptlab.engine.writer import BatchWriter
-from promptlab.errors import ProviderError
+from promptlab.errors import ErrorKind, ProviderError
 from promptlab.prompts.templates import Template
 from promptlab.providers.base import CompletionRequest, CompletionResponse
 from promptlab.providers.config import cost_usd
@@ -81,7 +82,12 @@ class SummaryPrompt:
 
 
 class SummaryFailed(Exception):
-    """The summary a turn's shard carries could not be made."""
+    """The summary a turn's shard carries could not be made; `stops_run` when no call
+    could (a quota or auth refusal): the run stops, and its turns stay pending."""
+
+    def __init__(self, message: str, stops_run: bool = False) -> None:
+        super().__init__(message)
+        self.stops_run = stops_run
 
 
 @dataclass(frozen=True)
@@ -123,10 +129,13 @@ class Sharding:
         *,
         audit: bool,
         masker: Masker | None = None,
+        redact: Redactor | None = None,
     ) -> None:
         self.run_id = run_id
-        #: A summary is stored, carried and sent masked, as outputs are.
+        #: A summary is stored, carried and sent masked (and its secrets redacted), as
+        #: outputs are.
         self.masker = masker
+        self.redact = redact or Redactor.from_environ()
         self.spec = spec
         self.summary = summary
         self.store = store
@@ -199,7 +208,17 @@ class Sharding:
             return None
         return await self._summary(item, lane, variant, turn, turn.own.seq_no)
 
+    def cancel(self) -> None:
+        """The run stops: summaries being made are dropped (a resume makes them)."""
+        for shard_id, future in list(self._summaries.items()):
+            if not future.done():
+                future.cancel()
+                del self._summaries[shard_id]
+
     async def flush(self) -> None:
+        """Wait for the summaries being made and the shards being stored."""
+        pending = [f for f in self._summaries.values() if not f.done()]
+        await asyncio.gather(*pending, return_exceptions=True)
         while self._writes:
             await asyncio.gather(*self._writes, return_exceptions=True)
 
@@ -215,6 +234,8 @@ class Sharding:
         future = self._summaries.get(shard_id)
         if future is None:
             future = asyncio.ensure_future(self._make(item, lane, variant, turn, k, shard_id))
+            # Its failure is each waiting turn's to report, or no one's (the run stopped).
+            future.add_done_callback(lambda f: f.cancelled() or f.exception())
             self._summaries[shard_id] = future
         return await asyncio.shield(future)
 
@@ -237,8 +258,10 @@ class Sharding:
         values = {"summary": previous, "conversation": transcript(left)}
         messages = self.summary.template.render(values)
         response = await self._send(lane, variant.model, messages, shard_id)
+        text = self.redact(response.text)
         if self.masker is not None:
-            response = replace(response, text=self.masker.mask(response.text, {}))
+            text = self.masker.mask(text, {})
+        response = replace(response, text=text)
         cost = cost_usd(lane.endpoint, variant.model, response.input_tokens, response.output_tokens)
         record = self._record(item, variant, turn.shards[k], shard_id, response.text,
                               response.input_tokens + response.output_tokens, cost)  # fmt: skip
@@ -263,7 +286,9 @@ class Sharding:
     async def _send(
         self, lane: Lane, model: str, messages: list[dict[str, str]], shard_id: str
     ) -> CompletionResponse:
-        """One summary call through the lane's limiter, retried like an item's."""
+        """One summary call through the lane's limiter, retried like an item's: throttles
+        wait at the shared gate, other retryable errors back off; a quota or auth
+        refusal stops the run (SummaryFailed.stops_run)."""
         assert self.summary is not None
         request = CompletionRequest(
             model=model, messages=tuple(messages), max_tokens=self.summary.max_tokens,
@@ -271,25 +296,39 @@ class Sharding:
         )  # fmt: skip
         tokens = estimate_prompt_tokens(messages) + request.max_tokens
         last: ProviderError | None = None
-        for attempt in range(1, self.policy.max_attempts + 1):
+        attempt = throttled = 0
+        while attempt - throttled < self.policy.max_attempts:
+            attempt += 1
             permit = await lane.limiter.acquire(tokens)
             used: int | None = None
             try:
                 response = await asyncio.wait_for(
-                    lane.provider.complete(request), self.policy.timeout_s + 1
+                    lane.provider.complete(replace(request, attempt=attempt)),
+                    self.policy.timeout_s + 1,
                 )
                 used = response.input_tokens + response.output_tokens
                 return response
             except ProviderError as exc:
                 last = exc
-                lane.limiter.observe_headers(exc.headers)
-                if classify(exc) is not Action.RETRY:
-                    break
             except TimeoutError:
-                last = None
+                last = ProviderError(
+                    ErrorKind.TIMEOUT, f"no answer within {self.policy.timeout_s:g} s"
+                )
             finally:
                 lane.limiter.release(permit, used)
-            await asyncio.sleep(self.policy.delay_s(last, attempt) if last else 0)
+            lane.limiter.observe_headers(last.headers)
+            action = classify(last)
+            if action is Action.STOP_RUN:
+                raise SummaryFailed(f"{last.kind.value}: {last.provider_message}", stops_run=True)
+            if action is Action.FAIL:
+                break
+            if last.kind in THROTTLE_KINDS:
+                throttled += 1
+                lane.limiter.on_throttle(last.retry_after_s, permit.epoch)
+                if throttled >= self.policy.max_throttled_attempts:
+                    break
+                continue
+            await asyncio.sleep(self.policy.delay_s(last, attempt - throttled))
         raise SummaryFailed(str(last) if last is not None else "no answer in time")
 
     # ---- storing -------------------------------------------------------------------

@@ -36,7 +36,14 @@ from promptlab.store.audit import AuditLog
 from promptlab.store.items import ItemStore
 from promptlab.store.sessions import SessionReads
 from promptlab.store.shards import ShardStore
-from promptlab.views.item import ItemView, ambiguous, check_key_prefix, item_request, masked
+from promptlab.views.item import (
+    ItemRequest,
+    ItemView,
+    ambiguous,
+    check_key_prefix,
+    item_request,
+    masked,
+)
 from promptlab.yamlio import parse_yaml, read_yaml
 
 __all__ = ["RunEstimate", "RunProgress", "RunSpec", "RunView", "Runs"]
@@ -276,8 +283,12 @@ class Runs:
         # Rendered from the row as stored (a generated-history turn with the answers its
         # session's earlier turns stored), then masked for display like everything shown.
         answers = self._earlier_answers(detail) if generated else None
-        shard = self._shard(detail)
-        request = item_request(detail.variant, detail.row, answers, shard)
+        try:
+            shard = self._shard(detail)
+        except NotFoundError as exc:  # shown in place of the request
+            request = ItemRequest(None, {}, str(exc))
+        else:
+            request = item_request(detail.variant, detail.row, answers, shard)
         return masked(detail, request, self._context.redactor())
 
     def _shard(self, detail: ItemDetail) -> Mapping[str, Any] | None:
@@ -286,11 +297,17 @@ class Runs:
         shard_id = detail.result.shard_id if detail.result is not None else None
         if shard_id is None:
             return None
-        for event in AuditLog(self._context.store).trace(detail.key):
-            if event.kind == "result" and isinstance(event.payload.get(SHARD), Mapping):
-                return event.payload[SHARD]
+        for event in reversed(AuditLog(self._context.store).trace(detail.key)):
+            shard = event.payload.get(SHARD) if event.kind == "result" else None
+            if isinstance(shard, Mapping) and shard.get("id") == shard_id:
+                return shard
         stored = ShardStore(self._context.store).get(shard_id, self._context.store.clock.now())
-        return {"first_message": stored.first_message} if stored is not None else None
+        if stored is None:
+            raise NotFoundError(
+                f"item {detail.key}: its context shard {shard_id} has expired and the audit "
+                "was off, so the request it was sent cannot be shown"
+            )
+        return {"first_message": stored.first_message, "summary": stored.summary}
 
     def _earlier_answers(self, detail: ItemDetail) -> builtins.list[str] | None:
         """The answers a generated-history turn was sent with; None while one is missing."""

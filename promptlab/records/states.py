@@ -67,3 +67,9 @@ class ItemErrorKind(StrEnum):
     #: A replayed turn whose context shard carries a summary that could not be made
     #: (the summary call failed): never sent.
     NO_SUMMARY = "no_summary"
+
+
+#: Failed items a resume sends again besides those of a run-stopping error: an adapter
+#: bug's, and replayed turns that failed for want of another item (the turn before,
+#: a summary), which a resume may now have.
+RESUMED_KINDS = (ItemErrorKind.INTERNAL, ItemErrorKind.NO_HISTORY, ItemErrorKind.NO_SUMMARY)

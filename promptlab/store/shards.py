@@ -47,8 +47,10 @@ class ShardStore:
         self.store = store
 
     def add(self, record: ShardRecord) -> None:
-        """Store a shard (stored again, it only grows to a later last message and gains
-        the summary it lacked); the session's shard of the highest seq_no is final."""
+        """Store a shard. Stored again, it grows to a later last message, lives on from
+        now (a shard in use does not expire), and takes the summary given (a summary is
+        made again only when the one stored expired); the session's shard of the
+        highest seq_no is final."""
         with self.store.transaction() as tx:
             tx.execute(
                 f"INSERT INTO shards ({_COLUMNS}) VALUES "
@@ -57,11 +59,12 @@ class ShardStore:
                 "last_message = greatest(shards.last_message, excluded.last_message), "
                 "tokens = CASE WHEN excluded.last_message > shards.last_message "
                 "THEN excluded.tokens ELSE shards.tokens END, "
-                "summary = coalesce(shards.summary, excluded.summary), "
-                "summary_version_id = coalesce(shards.summary_version_id, "
-                "excluded.summary_version_id), "
-                "summary_tokens = coalesce(shards.summary_tokens, excluded.summary_tokens), "
-                "summary_cost_usd = coalesce(shards.summary_cost_usd, excluded.summary_cost_usd)",
+                "expires_at = greatest(shards.expires_at, excluded.expires_at), "
+                "summary = coalesce(excluded.summary, shards.summary), "
+                "summary_version_id = coalesce(excluded.summary_version_id, "
+                "shards.summary_version_id), "
+                "summary_tokens = coalesce(excluded.summary_tokens, shards.summary_tokens), "
+                "summary_cost_usd = coalesce(excluded.summary_cost_usd, shards.summary_cost_usd)",
                 [
                     record.shard_id, record.run_id, record.session_id, record.variant,
                     record.repeat, record.seq_no, record.first_message, record.last_message,
