@@ -369,6 +369,39 @@ def per_session(wb: Workbench, run_id: str) -> None:
         width="stretch",
         key=f"sessions_{run_id}",
     )
+    context_shards(wb, run_id)
+
+
+def context_shards(wb: Workbench, run_id: str) -> None:
+    """The shards the replay's long sessions were cut into (when any were)."""
+    shards = wb.runs.shards(run_id)
+    if not shards:
+        return
+    summaries = [s for s in shards if s.summary is not None]
+    label = f"Context shards ({len(shards)}, {len(summaries)} carrying a summary)"
+    with st.expander(label):
+        st.caption("A session whose history outgrew the model's window, cut to fit: each "
+                   "turn was sent with its shard (messages counted from 1).")  # fmt: skip
+        st.dataframe(
+            pd.DataFrame(
+                {
+                    "session": s.session_id,
+                    "variant": s.variant,
+                    "shard": s.seq_no + 1,
+                    "final": s.is_final,
+                    "messages": f"{s.first_message + 1}-{s.last_message + 1}",
+                    "tokens": s.tokens,
+                    "cut at": s.cut,
+                    "summary": s.summary,
+                    "summary tokens": s.summary_tokens,
+                    "expires": s.expires_at,
+                }
+                for s in shards
+            ),  # fmt: skip
+            hide_index=True,
+            width="stretch",
+            key=f"shards_{run_id}",
+        )
 
 
 def scores(wb: Workbench, run_id: str) -> None:

@@ -392,3 +392,36 @@ def test_summary_calls_are_throttled_at_the_gate_and_a_quota_stops_the_run(
     assert done.status == "completed" and done.succeeded == 8
     summaries = [k for k in provider.calls if k.endswith("-summary")]
     assert summaries and all(provider.calls[k] >= 2 for k in summaries)  # each 429 asked again
+
+
+def test_a_replay_s_shards_are_listed_by_the_cli_the_facade_and_the_runs_page(
+    tmp_path: Path, db_path: Path
+) -> None:
+    from click.testing import CliRunner
+    from streamlit.testing.v1 import AppTest
+
+    from promptlab.cli import main
+    from promptlab.ui.resources import close_all
+
+    provider, _sent = recorder()
+    run_id, _ = run(db_path, tmp_path, provider, long_log())
+    with Workbench.open() as wb:
+        shards = wb.runs.shards(run_id)
+        one = wb.runs.shards(run_id, "s1")
+        with pytest.raises(Exception, match="run_nope"):
+            wb.runs.shards("run_nope")
+    assert {s.session_id for s in shards} == {"s0", "s1"} and {s.session_id for s in one} == {"s1"}
+    printed = CliRunner().invoke(main, ["shards", run_id, "s1"]).output.splitlines()
+    assert printed[0].startswith(f"run {run_id}: {len(one)} shards of session s1 in 1 session")
+    assert printed[1].startswith("  s1  v#0  shard 1  messages 1-")
+    assert printed[-1].split("  ")[3].endswith(" final")
+    close_all()
+    at = AppTest.from_file(str(Path(__file__).parent.parent / "pages" / "runs.py"),
+                           default_timeout=30)  # fmt: skip
+    at.query_params["run"] = run_id
+    at.run()
+    assert not at.exception
+    panel = next(e for e in at.expander if e.label.startswith("Context shards"))
+    assert panel.label == f"Context shards ({len(shards)}, 0 carrying a summary)"
+    table = panel.dataframe[0].value
+    assert list(table["shard"]) == [s.seq_no + 1 for s in shards]

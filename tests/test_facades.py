@@ -155,6 +155,7 @@ FACADES: dict[str, tuple[type, list[str]]] = {
             "progress",
             "resume",
             "session",
+            "shards",
             "spec_from_data",
             "start",
             "view",

@@ -21,6 +21,7 @@ from promptlab.cli import (
     runs,
     schedules,
     serve,
+    shards,
     validate,
     worker,
 )
@@ -115,6 +116,7 @@ for module in (
     review,
     schedules,
     serve,
+    shards,
     worker,
 ):
     for command in module.commands:

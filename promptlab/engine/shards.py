@@ -47,8 +47,9 @@ from promptlab.providers.tokens import (
     estimate_prompt_tokens,
 )
 from promptlab.records import PendingItem, VariantRecord
+from promptlab.records.sessions import ShardRecord
 from promptlab.store.samples import SESSION_KEY
-from promptlab.store.shards import ShardRecord, ShardStore
+from promptlab.store.shards import ShardStore
 
 #: The summary prompt's output when its template sets no max_tokens.
 SUMMARY_MAX_TOKENS = 256

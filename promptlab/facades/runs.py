@@ -30,7 +30,7 @@ from promptlab.facades.experiments import Experiments
 from promptlab.facades.run_view import FAILURES_SHOWN, RunView, read_run_view
 from promptlab.providers.config import load_endpoints
 from promptlab.records import FieldFailure, ItemDetail, RunWithCounts
-from promptlab.records.sessions import SessionTurn
+from promptlab.records.sessions import SessionTurn, ShardRecord
 from promptlab.store.alerts import AlertStore
 from promptlab.store.audit import AuditLog
 from promptlab.store.items import ItemStore
@@ -318,6 +318,13 @@ class Runs:
         )
         answers = [stored.get(first + t) for t in range(turn)]
         return None if None in answers else [a for a in answers if a is not None]
+
+    def shards(self, run_id: str, session: str | None = None) -> builtins.list[ShardRecord]:
+        """A replay's live context shards (of one session), by session, variant, repeat
+        and seq_no; empty for a run whose histories all fit (or whose shards expired)."""
+        self._reads.run(run_id)  # an unknown run says so
+        store = self._context.store
+        return ShardStore(store).of_run(run_id, store.clock.now(), session)
 
     def session(self, run_id: str, key: str) -> builtins.list[SessionTurn]:
         """The replayed session item `key` is a turn of: its finished turns of the same

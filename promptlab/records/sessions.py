@@ -1,9 +1,11 @@
-"""A replayed conversation log's results per session (per variant of the run)."""
+"""A replayed conversation log's results per session (per variant of the run), and the
+context shards its sessions were cut into."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from promptlab.analysis.stats import Interval, wilson_interval
 
@@ -47,3 +49,28 @@ class SessionMetrics:
     def interval(self) -> Interval | None:
         """Wilson's 95% interval of the completed share (sessions are the units)."""
         return wilson_interval(self.completed, self.sessions) if self.sessions else None
+
+
+@dataclass(frozen=True)
+class ShardRecord:
+    shard_id: str
+    run_id: str
+    session_id: str
+    variant: str
+    repeat: int
+    seq_no: int
+    #: The last shard stored for its session (so far, while the run goes on).
+    is_final: bool
+    #: Its first and last message, as indexes in the session's history (from 0).
+    first_message: int
+    last_message: int
+    tokens: int
+    #: Why the shard before it ended where this one starts (data/shards.py).
+    cut: str
+    #: The summary of the shards before it, carried into this one (None: none asked).
+    summary: str | None
+    summary_version_id: str | None
+    summary_tokens: int | None
+    summary_cost_usd: float | None
+    created_at: datetime
+    expires_at: datetime

@@ -5,9 +5,9 @@ deletes them."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 
+from promptlab.records.sessions import ShardRecord
 from promptlab.store.connection import Store
 
 _COLUMNS = (
@@ -15,31 +15,6 @@ _COLUMNS = (
     "last_message, tokens, cut, summary, summary_version_id, summary_tokens, "
     "summary_cost_usd, created_at, expires_at"
 )
-
-
-@dataclass(frozen=True)
-class ShardRecord:
-    shard_id: str
-    run_id: str
-    session_id: str
-    variant: str
-    repeat: int
-    seq_no: int
-    #: The last shard stored for its session (so far, while the run goes on).
-    is_final: bool
-    #: Its first and last message, as indexes in the session's history (from 0).
-    first_message: int
-    last_message: int
-    tokens: int
-    #: Why the shard before it ended where this one starts (data/shards.py).
-    cut: str
-    #: The summary of the shards before it, carried into this one (None: none asked).
-    summary: str | None
-    summary_version_id: str | None
-    summary_tokens: int | None
-    summary_cost_usd: float | None
-    created_at: datetime
-    expires_at: datetime
 
 
 class ShardStore:
