@@ -16,6 +16,7 @@ from promptlab.analysis.simulate import (
     paired_false_positive_rate,
     power,
     session_false_positive_rate,
+    user_false_positive_rate,
 )
 from promptlab.analysis.stats import MIN_ROWS_PAIRED, MIN_UNITS_PER_ARM
 from promptlab.records.samples import SCORE_PREFIX
@@ -71,6 +72,14 @@ def test_a_replayed_log_is_analysed_per_session() -> None:
     # replay), the table stays at the nominal rate.
     assert session_false_positive_rate(200, 60) <= MAX_FALSE_POSITIVES  # measured 5%
     assert session_false_positive_rate(100, 60, per_turn=True) >= 0.25  # measured 30%
+
+
+def test_a_replay_of_returning_users_is_analysed_per_user() -> None:
+    # Each version answers a user in a style of its own in every session of theirs: with
+    # users who come back, sessions are not independent either. Per user (a replay with
+    # `unit_column`), the table stays at the nominal rate; per session it does not.
+    assert user_false_positive_rate(200, 40) <= MAX_FALSE_POSITIVES  # measured 5.5%
+    assert user_false_positive_rate(100, 40, per_session=True) >= 0.15  # measured 24%
 
 
 def test_a_score_against_expected_answers_is_analysed_per_unit() -> None:

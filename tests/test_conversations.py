@@ -319,3 +319,33 @@ def test_a_session_completes_only_when_every_turn_does(tmp_path: Path, db_path: 
         (row,) = SessionReads(store).per_variant(run_id)
     assert (row.sessions, row.completed, row.turns_per_session) == (3, 2, 2.0)
     assert row.completion == pytest.approx(2 / 3) and row.interval is not None
+
+
+def test_a_replay_with_a_user_column_is_compared_per_user(tmp_path: Path, db_path: Path) -> None:
+    """A log whose users come back: `unit_column` names its user column, and the two
+    versions are compared per user (6 sessions of 3 users are 3 units)."""
+    log = "session_id,user_id,turn,role,content\n" + "".join(
+        f"s{s},u{s // 2},{t},{role},{role} {s}.{t}\n"
+        for s in range(6) for t, role in enumerate(("user", "assistant", "user"))
+    )  # fmt: skip
+    turn = {"role": "user", "content": "{{ content }}"}
+    variants = [
+        {"name": name, "model": "sim:fast", "params": {"max_tokens": 20},
+         "messages": [{"role": "system", "content": system}, turn]}
+        for name, system in (("terse", "Be terse."), ("warm", "Be warm and helpful."))
+    ]  # fmt: skip
+    spec = {"name": "per user", "dataset": "chats", "history": "logged",
+            "unit_column": "user_id", "variants": variants}  # fmt: skip
+    with Workbench.open() as wb:
+        wb.datasets.import_file(write(tmp_path, log), "chats", conversation=DEFAULT_CONVERSATION)
+        with pytest.raises(Exception, match="unit_column: dataset chats has no column 'user'"):
+            wb.runs.estimate(wb.runs.spec_from_data({**spec, "unit_column": "user"}))
+        with pytest.raises(Exception, match="'unit_column' needs an 'experiment' .or a replay"):
+            wb.runs.spec_from_data({k: v for k, v in spec.items() if k != "history"})
+        run_id = wb.runs.start(wb.runs.spec_from_data(spec))
+        assert wb.runs.wait(run_id, timeout=60).status == "completed"
+        comparison = wb.analysis.compare(run_id)
+    assert comparison.arms == {"terse": (3, 12), "warm": (3, 12)}
+    completion = next(r for r in comparison.rows if r.metric == "completion rate")
+    assert (completion.n_control, completion.analysed_by) == (3, "user")
+    assert str(completion.reason).startswith("too few users (3; a verdict needs ")

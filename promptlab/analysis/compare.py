@@ -156,19 +156,21 @@ def compare_run(
         sequential = not RunStatus(run.status).is_final
     mode = run_mode(run)
     paired = mode == "all"
-    # A replayed conversation log's turns are clustered by session, not by turn.
-    sessions = paired and run.spec.get("history") is not None
+    # A replayed conversation log's turns are clustered by session (or by the log's
+    # user column, `unit_column`: a user's sessions are not independent either).
+    replay = paired and run.spec.get("history") is not None
+    user = run.spec.get("unit_column") if replay else None
+    by = ("user" if user else "session") if replay else "row"
     rows: list[MetricComparison] = []
     arms: dict[str, tuple[int, int]] = {}
-    control_arm = samples.run_arm(run.run_id, control, by_row=paired, by_session=sessions)
+    control_arm = samples.run_arm(run.run_id, control, paired, replay, user)
     arms[control] = (control_arm.units, control_arm.requests)
     for other in others:
-        arm = samples.run_arm(run.run_id, other, by_row=paired, by_session=sessions)
+        arm = samples.run_arm(run.run_id, other, paired, replay, user)
         arms[other] = (arm.units, arm.requests)
         if paired:
-            rows += compare_paired(samples.paired(run.run_id, control, other, sessions),
-                                   control_arm, arm, sequential=sequential,
-                                   by="session" if sessions else "row")  # fmt: skip
+            rows += compare_paired(samples.paired(run.run_id, control, other, replay, user),
+                                   control_arm, arm, sequential=sequential, by=by)  # fmt: skip
         else:
             rows += compare_arms(control_arm, arm, sequential=sequential)
     srm = _srm(reads, run) if mode == "split" else None
@@ -208,7 +210,8 @@ def compare_paired(
     by: str = "row",
 ) -> list[MetricComparison]:  # fmt: skip
     """B against A over the same inputs (an all-mode run), clustered by dataset row (by
-    session for a replayed conversation log, `by="session"`): completion paired, CTR
+    session or user for a replayed conversation log, `by="session"` or `"user"`):
+    completion paired, CTR
     per cluster (impressions are not paired), latency paired."""
     estimate = paired_rate_difference(pairs.completed_a, pairs.completed_b, pairs.finished)
     sample_a = RatioSample(pairs.completed_a, pairs.finished)

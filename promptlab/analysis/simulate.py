@@ -330,3 +330,43 @@ def session_false_positive_rate(
         by = "row" if per_turn else "session"
         hits += _called(holm_verdicts(compare_paired(paired, a, b, by=by)))
     return hits / pairs
+
+
+def simulate_users(
+    users: int, rng: Any, max_sessions: int = 4, max_turns: int = 6, per_session: bool = False
+) -> tuple[PairedSample, ArmSample, ArmSample]:
+    """A replayed log whose users come back: each user has 1 to `max_sessions` sessions
+    of 1 to `max_turns` turns, and each of two identical versions answers a given user in
+    a style of its own in every session of theirs (a user's sessions are not independent).
+    Clustered by user (a replay with `unit_column`), or (`per_session`, the mistake when
+    users repeat) by session."""
+    import numpy as np
+
+    sessions_of = rng.integers(1, max_sessions + 1, users)
+    session_user = np.repeat(np.arange(users), sessions_of)
+    turns = rng.integers(1, max_turns + 1, session_user.size)
+    session = np.repeat(np.arange(session_user.size), turns)
+    user = session_user[session]
+    difficulty = _beta(rng, 0.9, 4.0, users)
+    style_a = rng.lognormal(0, 0.5, users)  # the version's style with that user
+    style_b = rng.lognormal(0, 0.5, users)
+    done_a = rng.random(session.size) < difficulty[user]
+    done_b = rng.random(session.size) < difficulty[user]
+    lat_a = 900.0 * style_a[user] * rng.lognormal(0, 0.3, session.size)
+    lat_b = 900.0 * style_b[user] * rng.lognormal(0, 0.3, session.size)
+    return _paired_samples(session if per_session else user, done_a, done_b, lat_a, lat_b)
+
+
+def user_false_positive_rate(
+    pairs: int, users: int, per_session: bool = False, seed: int = 13
+) -> float:
+    """The share of simulated A/A replays of returning users where any row was called."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    hits = 0
+    for _ in range(pairs):
+        paired, a, b = simulate_users(users, rng, per_session=per_session)
+        by = "session" if per_session else "user"
+        hits += _called(holm_verdicts(compare_paired(paired, a, b, by=by)))
+    return hits / pairs

@@ -188,13 +188,13 @@ def holm_verdicts(
 
 
 def minimum_units(analysed_by: str) -> int:
-    """The fewest units per arm a row analysed by `unit`, `request`, `row` or `session`
-    (a replayed conversation's, paired like rows) needs."""
-    return MIN_ROWS_PAIRED if analysed_by in ("row", "session") else MIN_UNITS_PER_ARM
+    """The fewest units per arm a row analysed by `unit`, `request`, `row`, `session` or
+    `user` (a replayed conversation's, paired like rows) needs."""
+    return MIN_ROWS_PAIRED if analysed_by in ("row", "session", "user") else MIN_UNITS_PER_ARM
 
 
 def too_few(units: int, analysed_by: str = "unit") -> str:
-    word = {"row": "rows", "session": "sessions"}.get(analysed_by, "units")
+    word = {"row": "rows", "session": "sessions", "user": "users"}.get(analysed_by, "units")
     return f"too few {word} ({units}; a verdict needs {minimum_units(analysed_by)} per arm)"
 
 

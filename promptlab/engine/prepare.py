@@ -199,6 +199,8 @@ def prepare_run(
             rows.check_each(_line_refusers(variants, merged))
         elif spec.split:
             rows.check_unit_column()
+        if spec.history is not None and spec.unit_column:  # a replay's user column
+            rows.check_unit_column()
     return PreparedRun(spec, merged, variants, rows, plan_rows, summary)
 
 

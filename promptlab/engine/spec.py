@@ -381,10 +381,15 @@ def _experiment(data: Mapping[str, Any]) -> tuple[Mapping[str, Any] | None, str,
     """The experiment's config, the mode and the unit column of a spec that runs one."""
     config = data.get("experiment")
     if config is None:
-        for key in ("mode", "unit_column"):
-            if key in data:
-                raise SpecError(f"run spec: '{key}' needs an 'experiment'")
-        return None, "all", None
+        if "mode" in data:
+            raise SpecError("run spec: 'mode' needs an 'experiment'")
+        replay_user = data.get("unit_column") if data.get("history") is not None else None
+        if "unit_column" in data and replay_user is None:
+            raise SpecError("run spec: 'unit_column' needs an 'experiment' (or a replay)")
+        if replay_user is not None and (not isinstance(replay_user, str) or not replay_user):
+            raise SpecError(f"unit_column: expected a column name, got {replay_user!r}")
+        # A replay compares its versions per session, or per user: its log's user column.
+        return None, "all", replay_user
     if not isinstance(config, Mapping):
         raise SpecError(
             "experiment: expected an experiment's name (resolved by the app and the CLI) or "

@@ -10,6 +10,7 @@ promptlab/store/metrics.py.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -29,12 +30,21 @@ if TYPE_CHECKING:
 
 #: The key of a replayed turn's row holding its session (promptlab/data/conversations.py).
 SESSION_KEY = "__session__"
-#: A result's cluster in an all-mode run: its session when its row has one, else its row.
+#: A result's cluster in an all-mode replay: its row's value at the JSON path $cluster
+#: (its session, or its user), else its session, else its row.
 _CLUSTER = (
-    "coalesce((SELECT json_extract_string(rr.row_values, '$." + SESSION_KEY + "') FROM "
-    "run_rows rr WHERE rr.run_id = $run AND rr.row_index = {t}.row_index), "
-    "'#r' || {t}.row_index)"
+    "coalesce((SELECT coalesce(json_extract_string(rr.row_values, $cluster), '#s' || "
+    "json_extract_string(rr.row_values, '$." + SESSION_KEY + "')) FROM run_rows rr "
+    "WHERE rr.run_id = $run AND rr.row_index = {t}.row_index), '#r' || {t}.row_index)"
 )
+
+
+def cluster_path(column: str | None) -> str:
+    """The JSON path a replay's results are clustered on: a column of its log (its
+    user's), or the session."""
+    return "$." + (json.dumps(column) if column else SESSION_KEY)
+
+
 #: Per result of `tagged` (key, unit, unitless, ok, timed, latency_ms): its unit as a
 #: 64-bit hash (numpy groups those; DuckDB need not sort or number the units).
 _REQUESTS = "SELECT hash(unit) AS u, unitless, ok, timed, latency_ms FROM tagged"
@@ -63,14 +73,20 @@ class SampleReads:
         return completed_predicate(self._metrics.columns(cur))
 
     def run_arm(
-        self, run_id: str, variant: str, by_row: bool = False, by_session: bool = False
+        self,
+        run_id: str,
+        variant: str,
+        by_row: bool = False,
+        replay: bool = False,
+        user_column: str | None = None,
     ) -> ArmSample:
         """One variant of a run, per assignment unit (per dataset row with `by_row`, per
-        replayed session with `by_session`)."""
+        session of a `replay`, or per user: its log's `user_column`)."""
+        cluster = cluster_path(user_column) if replay else None
         with self.store.read() as cur:
             unit = "'#r' || r.row_index" if by_row else "coalesce(a.unit_id, '#' || r.key)"
-            unit = _CLUSTER.format(t="r") if by_session else unit
-            unitless = "false" if by_row or by_session else "a.unit_id IS NULL"
+            unit = _CLUSTER.format(t="r") if cluster else unit
+            unitless = "false" if by_row or cluster else "a.unit_id IS NULL"
             ctes = (
                 f"WITH res AS (SELECT idempotency_key AS key, row_index, ({self._done(cur)}) "
                 "AS ok, status = 'succeeded' AND latency_ms IS NOT NULL AS timed, latency_ms "
@@ -85,7 +101,8 @@ class SampleReads:
                 "count(*) FILTER (WHERE kind = 'click') AS clk FROM feedback "
                 "WHERE run_id = $run AND variant = $variant GROUP BY k, key) "
             )
-            return _arm(cur, variant, ctes, {"run": run_id, "variant": variant})
+            params = {"run": run_id, "variant": variant}
+            return _arm(cur, variant, ctes, params | ({"cluster": cluster} if cluster else {}))
 
     def version_arm(self, version_id: str, label: str, since: datetime | None) -> ArmSample:
         """A prompt version's results across runs: a split run's rows by their unit."""
@@ -177,11 +194,14 @@ class SampleReads:
             latency_unit=index[timed].astype(np.int64), pre=pre_rates,
         )  # fmt: skip
 
-    def paired(self, run_id: str, a: str, b: str, by_session: bool = False) -> PairedSample:
+    def paired(
+        self, run_id: str, a: str, b: str, replay: bool = False, user_column: str | None = None
+    ) -> PairedSample:
         """Variants A and B of an all-mode run over the (row, repeat) pairs both finished,
-        clustered by row (by replayed session with `by_session`)."""
+        clustered by row (by session of a `replay`, or by user: its log's `user_column`)."""
         import numpy as np
 
+        cluster = cluster_path(user_column) if replay else None
         with self.store.read() as cur:
             done = self._done(cur)
             pairs = cur.execute(
@@ -191,12 +211,12 @@ class SampleReads:
                 f"y AS (SELECT row_index, repeat, ({done}) AS ok, CASE WHEN "
                 "status = 'succeeded' THEN latency_ms END AS lat FROM results "
                 "WHERE run_id = $run AND variant = $b) "
-                f"SELECT {_CLUSTER.format(t='x') if by_session else 'row_index'} AS cluster, "
+                f"SELECT {_CLUSTER.format(t='x') if cluster else 'row_index'} AS cluster, "
                 "x.ok AS ok_a, y.ok AS ok_b, "
                 "x.lat IS NOT NULL AND y.lat IS NOT NULL AS timed, "
                 "coalesce(x.lat, 0) AS lat_a, coalesce(y.lat, 0) AS lat_b "
                 "FROM x JOIN y USING (row_index, repeat)",
-                {"run": run_id, "a": a, "b": b},
+                {"run": run_id, "a": a, "b": b} | ({"cluster": cluster} if cluster else {}),
             ).fetchnumpy()
         _, index = np.unique(np.asarray(pairs["cluster"]), return_inverse=True)
         rows = int(index.max()) + 1 if index.size else 0

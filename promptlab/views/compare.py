@@ -115,9 +115,12 @@ def answer_sentences(comparison: Comparison) -> list[str]:
         main = rows[0]
         units = comparison.arms.get(variant, (main.n_variant, main.requests_variant))
         control = comparison.arms.get(comparison.control, (main.n_control, main.requests_control))
-        unit_word = {"request": "requests", "row": "rows", "session": "sessions"}.get(
-            main.analysed_by, "units"
-        )
+        unit_word = {
+            "request": "requests",
+            "row": "rows",
+            "session": "sessions",
+            "user": "users",
+        }.get(main.analysed_by, "units")
         sentence = (
             f"{variant} against {comparison.control}: {'; '.join(parts) or 'no data'} "
             f"({units[0]} vs {control[0]} {unit_word}, {units[1]} vs {control[1]} requests)"
