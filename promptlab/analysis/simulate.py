@@ -18,6 +18,7 @@ spaced times as data arrives (the always-valid method is meant to survive that).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -284,13 +285,24 @@ def _paired_samples(
 
 def paired_false_positive_rate(pairs: int, rows: int, repeats: int = 1, seed: int = 5) -> float:
     """The share of simulated all-mode A/A runs where any row of the table was called."""
+    return _paired_rate(pairs, seed, "row", lambda rng: simulate_pairs(rows, repeats, rng))
+
+
+def _paired_rate(
+    pairs: int,
+    seed: int,
+    by: str,
+    draw: Callable[[Any], tuple[PairedSample, ArmSample, ArmSample]],
+) -> float:
+    """The share of `pairs` simulated paired A/A runs (`draw(rng)`, analysed per `by`)
+    where any row of the table was called."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
     hits = 0
     for _ in range(pairs):
-        paired, a, b = simulate_pairs(rows, repeats, rng)
-        hits += _called(holm_verdicts(compare_paired(paired, a, b)))
+        paired, a, b = draw(rng)
+        hits += _called(holm_verdicts(compare_paired(paired, a, b, by=by)))
     return hits / pairs
 
 
@@ -321,15 +333,10 @@ def session_false_positive_rate(
     pairs: int, sessions: int, per_turn: bool = False, seed: int = 11
 ) -> float:
     """The share of simulated A/A replays where any row of the table was called."""
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    hits = 0
-    for _ in range(pairs):
-        paired, a, b = simulate_sessions(sessions, rng, per_turn=per_turn)
-        by = "row" if per_turn else "session"
-        hits += _called(holm_verdicts(compare_paired(paired, a, b, by=by)))
-    return hits / pairs
+    by = "row" if per_turn else "session"
+    return _paired_rate(
+        pairs, seed, by, lambda rng: simulate_sessions(sessions, rng, per_turn=per_turn)
+    )
 
 
 def simulate_users(
@@ -361,12 +368,7 @@ def user_false_positive_rate(
     pairs: int, users: int, per_session: bool = False, seed: int = 13
 ) -> float:
     """The share of simulated A/A replays of returning users where any row was called."""
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    hits = 0
-    for _ in range(pairs):
-        paired, a, b = simulate_users(users, rng, per_session=per_session)
-        by = "session" if per_session else "user"
-        hits += _called(holm_verdicts(compare_paired(paired, a, b, by=by)))
-    return hits / pairs
+    by = "session" if per_session else "user"
+    return _paired_rate(
+        pairs, seed, by, lambda rng: simulate_users(users, rng, per_session=per_session)
+    )

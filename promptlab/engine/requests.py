@@ -24,7 +24,7 @@ from promptlab.data.shards import ShardTooLarge, sharded
 from promptlab.engine import trace
 from promptlab.engine.lanes import Lane
 from promptlab.engine.recorder import ItemRecorder
-from promptlab.engine.shards import Sharding
+from promptlab.engine.shards import ShardedTurn, Sharding
 from promptlab.engine.spec import AS_WRITTEN, PARAM_COLUMNS_KEY
 from promptlab.errors import ErrorKind, PromptlabError, ProviderError, TemplateError
 from promptlab.experiments.sampling import SAMPLING_KEY, Sampling, sampling_from_params
@@ -78,7 +78,7 @@ class RequestBuilder:
 
     @property
     def summarizes(self) -> bool:
-        """Whether a replayed turn may need a summary made before it is prepared."""
+        """Whether preparing a replayed turn may wait for a summary to be made."""
         return self.sharding is not None and self.sharding.summary is not None
 
     def _rendered(
@@ -97,46 +97,28 @@ class RequestBuilder:
         values = coerce_text_values(template, dict(item.values))
         return template, params, int(params.get("max_tokens") or 256), template.render(values)
 
-    async def summary_for(
+    async def prepare(
         self, item: PendingItem, lane: Lane, answers: list[str] | None = None
-    ) -> str | None:
-        """The summary a replayed turn's shard carries, made first if need be (None when
-        it needs none). What fails here fails the turn in `prepare`, with its message;
-        a summary that cannot be made raises SummaryFailed."""
-        if self.sharding is None or self.sharding.summary is None:
-            return None
-        variant = self.variants[item.variant_index]
-        try:
-            _template, _params, max_tokens, rendered = self._rendered(item)
-            conversation = conversation_of(item.values, answers)
-            turn = self.sharding.plan(lane, variant.model, rendered, conversation, max_tokens,
-                                      item.values.get(TURN_KEY))  # fmt: skip
-        except (PromptlabError, ShardTooLarge):
-            return None
-        if turn is None:
-            return None
-        return await self.sharding.summary_for(item, lane, variant, turn)
-
-    def prepare(
-        self,
-        item: PendingItem,
-        lane: Lane,
-        answers: list[str] | None = None,
-        summary: str | None = None,
     ) -> Prepared | None:
         """Render the request; an item that cannot be sent gets its final row now. A
         replayed turn with generated history is sent with the model's `answers` to the
         turns before it in place of the logged ones; one whose history does not fit the
-        window, with its own shard of it (after `summary`: engine/shards.py)."""
+        window, with its own shard of it, after the summary the shard carries (made
+        first if need be: engine/shards.py; SummaryFailed when it cannot be)."""
         variant = self.variants[item.variant_index]
         if variant.template.get(AS_WRITTEN):
             return self.prepare_as_written(item, lane, variant)
         try:
             template, params, max_tokens, rendered = self._rendered(item)
             conversation = conversation_of(item.values, answers)
-            shard = self._shard(item, lane, variant, rendered, conversation, max_tokens, summary)
-            if shard is not None:  # its own shard runs to the turn, the history's end
-                conversation = sharded(conversation, shard["first_message"], None, summary)
+            turn = self._plan(item, lane, variant, rendered, conversation, max_tokens)
+            shard = None
+            if turn is not None:
+                assert self.sharding is not None
+                summary = await self.sharding.summary_for(item, lane, variant, turn)
+                shard = self._shard_stage(item, variant, turn, summary)
+                # Its own shard runs to the turn, the history's end.
+                conversation = sharded(conversation, turn.own.start, None, summary)
             messages = with_conversation(rendered, {CONVERSATION_KEY: conversation})
             stage = trace.render_stage(item.values, messages, answers, shard)
             tokens = self._preflight(item, lane, variant.model, messages, max_tokens, stage)
@@ -193,7 +175,7 @@ class RequestBuilder:
             )
         return tokens
 
-    def _shard(
+    def _plan(
         self,
         item: PendingItem,
         lane: Lane,
@@ -201,14 +183,13 @@ class RequestBuilder:
         rendered: list[dict[str, str]],
         conversation: list[dict[str, str]],
         max_tokens: int,
-        summary: str | None,
-    ) -> dict[str, Any] | None:
-        """The turn's own shard as its render stage keeps it (noted in the store, and on
-        its result row), or None when its history fits whole."""
+    ) -> ShardedTurn | None:
+        """A replayed turn's shards, or None when its history fits whole (or it is no
+        replayed turn); a turn no shard can hold raises CONTEXT_LENGTH, naming it."""
         if self.sharding is None or not conversation:
             return None
         try:
-            turn = self.sharding.plan(lane, variant.model, rendered, conversation, max_tokens,
+            return self.sharding.plan(lane, variant.model, rendered, conversation, max_tokens,
                                       item.values.get(TURN_KEY))  # fmt: skip
         except ShardTooLarge as exc:
             raise ProviderError(
@@ -218,11 +199,14 @@ class RequestBuilder:
                 f"-token window of {lane.endpoint.name}:{variant.model} (not sent)",
                 provider=lane.endpoint.name,
             ) from exc
-        if turn is None:
-            return None
+
+    def _shard_stage(
+        self, item: PendingItem, variant: VariantRecord, turn: ShardedTurn, summary: str | None
+    ) -> dict[str, Any]:
+        """The turn's own shard as its render stage keeps it, noted in the store and on
+        its result row."""
+        assert self.sharding is not None
         own = turn.own
-        if own.seq_no > 0 and self.sharding.summary is not None and summary is None:
-            raise PromptlabError(f"shard {own.seq_no + 1} was prepared without its summary")
         shard_id = self.sharding.note(item, variant, turn)
         self.recorder.row_shards[item.key] = shard_id
         stage = {"id": shard_id, "seq_no": own.seq_no, "first_message": own.start,

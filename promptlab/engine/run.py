@@ -229,7 +229,8 @@ class RunExecution:
                     if turn_of(item.values) > 0 and (self.chains or self.requests.summarizes):
                         await self._wait_for_turn(item, lane)
                         continue
-                    prepared = self.requests.prepare(item, lane)
+                    # Nothing here waits: a turn that may need a summary made went above.
+                    prepared = await self.requests.prepare(item, lane)
                     if prepared is None:
                         continue
                     permit = await lane.limiter.acquire(prepared.tokens)
@@ -253,8 +254,7 @@ class RunExecution:
     async def _turn(self, item: PendingItem, lane: Lane) -> None:
         try:
             answers = await self.chains.answers(item) if self.chains is not None else None
-            summary = await self.requests.summary_for(item, lane, answers)
-            prepared = self.requests.prepare(item, lane, answers, summary)
+            prepared = await self.requests.prepare(item, lane, answers)
             if prepared is None:
                 return
             permit = await lane.limiter.acquire(prepared.tokens)
