@@ -12,6 +12,7 @@ from datetime import datetime
 import duckdb
 
 from promptlab.clock import SYSTEM_CLOCK
+from promptlab.store.migrations_team import TEAM_MIGRATIONS
 
 
 @dataclass(frozen=True)
@@ -538,7 +539,7 @@ MIGRATIONS: tuple[Migration, ...] = (
             "ALTER TABLE results ADD COLUMN shard_id VARCHAR",
         ),
     ),
-)
+) + tuple(Migration(name, statements) for name, statements in TEAM_MIGRATIONS)
 
 
 def apply_migrations(
