@@ -3,7 +3,7 @@
 One Workbench per database. It opens the store, owns the shared engine (started when
 first needed) and the settings, and composes one facade per domain (promptlab/facades/):
 `wb.prompts`, `wb.runs`, `wb.schedules`, `wb.experiments`, `wb.datasets`, `wb.analysis`,
-`wb.exports`, `wb.audit`, `wb.review` and `wb.demo`. Pages and commands call the
+`wb.exports`, `wb.audit`, `wb.review`, `wb.tokens` and `wb.demo`. Pages and commands call the
 facades; the rows and figures pages show come from `promptlab.views`, record types from
 `promptlab.records`.
 """
@@ -29,6 +29,7 @@ from promptlab.facades.prompts import Prompts
 from promptlab.facades.review import Review
 from promptlab.facades.runs import Runs
 from promptlab.facades.schedules import Schedules
+from promptlab.facades.tokens import Tokens
 from promptlab.prompts.registry import Registry
 from promptlab.store import ItemStore, Store
 
@@ -72,6 +73,7 @@ class Workbench:
         self.exports = Exports(context, self.analysis)
         self.audit = Audit(context)
         self.review = Review(context)
+        self.tokens = Tokens(context)
         self.demo = Demo(context, self.experiments, self.datasets, self.runs)
         self._store_spills()
 

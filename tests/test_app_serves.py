@@ -64,8 +64,9 @@ def test_a_cli_run_goes_through_the_app_and_shows_on_its_runs_page(
     added = CliRunner().invoke(main, ["prompt", "add", str(prompt)])
     assert added.exit_code == 0, added.output + added.stderr
     events = wb.audit.events(AuditFilter(kind="prompt_version.created"))
-    assert [e.actor for e in events] == ["dana"]
-    assert wb.prompts.versions("greeting")[0].author == "dana"
+    # The discovery file's token is the app's (a service, "tester") acting for dana.
+    assert [e.actor for e in events] == ["tester on behalf of dana"]
+    assert wb.prompts.versions("greeting")[0].author == "tester on behalf of dana"
     at = AppTest.from_file(PAGE, default_timeout=30).run()
     assert not at.exception
     assert list(at.dataframe[0].value["run"]) == [run_id]

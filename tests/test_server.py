@@ -157,9 +157,9 @@ def test_the_cli_runs_through_the_server_and_others_see_the_run(
     assert result.exit_code == 0, result.output + result.stderr
     run_id = result.output.split()[1]
     assert "completed" in result.output
-    # The run is submitted for this shell's author, not the server's ("tester").
+    # The owner's token is the server's service ("tester"): it acts for this shell's author.
     status, submitted = served.call("GET", f"/v1/audit/events?kind=run.submitted&run_id={run_id}")
-    assert [e["actor"] for e in submitted] == ["José Ñúñez"]
+    assert [e["actor"] for e in submitted] == ["tester on behalf of José Ñúñez"]
     status, runs = served.call("GET", "/v1/runs")
     assert status == 200 and [r["run_id"] for r in runs] == [run_id]
     listed = CliRunner().invoke(main, ["status"])
@@ -181,7 +181,7 @@ def test_the_cli_runs_through_the_server_and_others_see_the_run(
     added = CliRunner().invoke(main, ["prompt", "add", "served-prompt.yaml"])
     assert added.exit_code == 0, added.output + added.stderr
     history = CliRunner().invoke(main, ["prompt", "history", "served-prompt"])
-    assert "  dana" in history.output and "tester" not in history.output, history.output
+    assert "  tester on behalf of dana" in history.output, history.output
     exported = CliRunner().invoke(main, ["prompt", "export", "served-prompt", "-o", "out.yaml"])
     assert exported.exit_code == 0, exported.output + exported.stderr
     assert "served-prompt" in (tmp_path / "out.yaml").read_text()

@@ -71,7 +71,7 @@ def test_versions_are_read_saved_and_labelled_for_the_caller(demo_served: Served
     status, raw, _ = send(demo_served, "POST", "/v1/prompts/ticket-triage/versions", body, headers)
     saved = json.loads(raw)
     assert status == 201 and saved["created"] and saved["version"]["semver"] == "2.1.0"
-    assert saved["version"]["author"] == "grace"
+    assert saved["version"]["author"] == "tester on behalf of grace"
     # The same template again makes nothing, and says so.
     status, raw, _ = send(demo_served, "POST", "/v1/prompts/ticket-triage/versions", body, headers)
     assert status == 200 and json.loads(raw)["created"] is False
@@ -253,7 +253,7 @@ def test_hostile_input_gets_one_line_never_a_500(demo_served: Served) -> None:
     # An author with a newline or NUL is stored as one printable line.
     body = json.dumps({**huge, "message": "m", "output_schema": None}).encode()
     status, raw, _ = send(demo_served, "POST", path, body, {"Promptlab-Author": "gr%00ace%0Ax"})
-    assert status == 201 and json.loads(raw)["version"]["author"] == "gracex"
+    assert status == 201 and json.loads(raw)["version"]["author"] == "tester on behalf of gracex"
     # An idempotency key is per route: the same key on feedback imports its file.
     send(demo_served, "POST", "/v1/datasets?name=kk&filename=kk.csv", b"a\n1\n",
          {"Idempotency-Key": "same"})  # fmt: skip

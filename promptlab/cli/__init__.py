@@ -22,6 +22,7 @@ from promptlab.cli import (
     schedules,
     serve,
     shards,
+    tokens,
     validate,
     worker,
 )
@@ -48,7 +49,8 @@ class ServedGroup(click.Group):
         except ServedCommand as served:
             from promptlab.server.client import ServerClient, ServerError
 
-            argv = absolute_paths(ctx.meta["promptlab.argv"])
+            # The server runs it on its own database: `--db` (which found it) stays here.
+            argv = absolute_paths(without_db(ctx.meta["promptlab.argv"]))
             # A command reading stdin (`--units -`) gets it sent along; a terminal's is not.
             stdin = sys.stdin.read() if "-" in argv and not sys.stdin.isatty() else None
             # The server records what the command changes for this shell's author.
@@ -86,6 +88,20 @@ def absolute_paths(argv: list[str]) -> list[str]:
     return out
 
 
+def without_db(argv: list[str]) -> list[str]:
+    """`argv` less its `--db FILE` and `--db=FILE` options."""
+    out: list[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--db":
+            skip = True
+        elif not arg.startswith("--db="):
+            out.append(arg)
+    return out
+
+
 def _names_a_file(value: str, output: bool) -> bool:
     if not value or value == "-" or Path(value).is_absolute():
         return False
@@ -117,6 +133,7 @@ for module in (
     schedules,
     serve,
     shards,
+    tokens,
     worker,
 ):
     for command in module.commands:

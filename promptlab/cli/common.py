@@ -100,6 +100,12 @@ def commands_on(wb: Workbench) -> Iterator[None]:
         _SERVED_WORKBENCH.reset(token)
 
 
+def inside_server() -> bool:
+    """Whether this command runs inside a server (`POST /v1/cli`): its callers may use
+    only the endpoints the server's providers file configures."""
+    return _SERVED_WORKBENCH.get() is not None
+
+
 def served(ctx: click.Context) -> ServerInfo | None:
     """The server that owns the command's database (promptlab serve), if one does and
     the command is not already running inside it."""

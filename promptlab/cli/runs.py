@@ -25,6 +25,7 @@ from promptlab.cli.common import (
     EXIT_CANCELLED,
     db_option,
     handle_errors,
+    inside_server,
     next_line,
     open_workbench,
     run_exit_code,
@@ -172,7 +173,9 @@ def batch_command(
         )
 
     def start(wb: Workbench) -> str:
-        spec = wb.runs.batch_spec(requests_file, endpoint, model, id_field, settings)
+        spec = wb.runs.batch_spec(
+            requests_file, endpoint, model, id_field, settings, confined=inside_server()
+        )
         return wb.runs.start(spec)
 
     drive_run(ctx, start, strict, quiet, output)

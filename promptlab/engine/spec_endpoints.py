@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 from promptlab.engine.limiter import DEFAULT_BURST_S, Limits
 from promptlab.errors import SpecError
-from promptlab.providers.config import KINDS
+from promptlab.providers.config import KINDS, EndpointConfig
 
 LIMIT_FIELDS = frozenset({"rpm", "tpm", "concurrency", "burst_s"})
 ENDPOINT_FIELDS = frozenset({"kind", "base_url", "rpm", "tpm", "concurrency"})
@@ -81,6 +81,29 @@ def loopback_url(value: Any, where: str) -> str:
             "loopback (127.0.0.1, ::1, localhost). Declare other servers in the providers file"
         )
     return value
+
+
+def confine_endpoint(
+    name: str, fields: Mapping[str, Any], configured: Mapping[str, EndpointConfig]
+) -> None:
+    """Refuse what a caller of a shared server may not set for an endpoint: a key
+    variable or a URL that the providers file does not pair (a key read here must only
+    go where this machine's owner sent it), or a new endpoint off this machine."""
+    known = configured.get(name)
+    if known is not None:
+        for field in ("base_url", "api_key_env"):
+            if field in fields and fields[field] != getattr(known, field):
+                raise SpecError(
+                    f"endpoint {name!r}: {field} differs from the providers file's; through a "
+                    "server an endpoint's URL and key variable are the ones configured there"
+                )
+        return
+    if "api_key_env" in fields:
+        raise SpecError(
+            f"endpoint {name!r}: a key variable for an endpoint the providers file does not "
+            "declare; through a server, declare it in the providers file (PROMPTLAB_PROVIDERS)"
+        )
+    loopback_url(fields.get("base_url"), f"endpoint {name!r}: base_url")
 
 
 def is_loopback(host: str) -> bool:

@@ -21,6 +21,7 @@ from promptlab.engine import RunProgress, RunSpec, parse_spec
 from promptlab.engine.estimate import RunEstimate
 from promptlab.engine.planner import KEY_HEX_DIGITS
 from promptlab.engine.spec import LOCAL_ENDPOINTS
+from promptlab.engine.spec_endpoints import confine_endpoint
 from promptlab.engine.trace import SHARD
 from promptlab.errors import ExperimentError, NotFoundError, PromptlabError, SpecError
 from promptlab.experiments import config_from_mapping
@@ -178,12 +179,16 @@ class Runs:
         model: str | None,
         id_field: str = "custom_id",
         settings: Mapping[str, Any] | None = None,
+        *,
+        confined: bool = False,
     ) -> RunSpec:
         """A run that sends every line of a request file as written (promptlab batch).
 
         `settings` (base_url, api_key_env, rpm, tpm, concurrency, as in the providers
         file) add the endpoint, or change a configured one, for this run; they are
         stored with it (never a key), so a resume in a fresh shell finds them.
+        `confined` (a request through a server): a URL and a key variable only as the
+        providers file pairs them, a new endpoint only on loopback and keyless.
         """
         settings = {k: v for k, v in (settings or {}).items() if v is not None}
         if endpoint is None:
@@ -204,7 +209,10 @@ class Runs:
             "dataset": str(requests.resolve()),
         }
         if settings:
-            configured = endpoint in load_endpoints(self._context.settings.providers_file)
+            endpoints = load_endpoints(self._context.settings.providers_file)
+            if confined:
+                confine_endpoint(endpoint, settings, endpoints)
+            configured = endpoint in endpoints
             kind = {} if configured or "kind" in settings else {"kind": "openai"}
             data[LOCAL_ENDPOINTS] = {endpoint: {**kind, **settings}}
         return parse_spec({**data, "variants": [variant]}, trusted=True)

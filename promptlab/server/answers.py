@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import threading
 from collections.abc import Callable
@@ -70,18 +71,51 @@ def _other(value: Any) -> Any:
 
 class Submits(Generic[T]):
     """Answers by idempotency key: a submit or command retried after a timeout (or a
-    dropped connection) gets the first answer, and nothing runs twice."""
+    dropped connection) gets the first answer, and nothing runs twice.
+
+    A key is its caller's and its route's (Bob's key never finds Alice's answer) and is
+    bound to the body it came with: the same key with another body is refused, as
+    payment APIs do, rather than answered with what was asked before.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._answers: dict[str, T] = {}
+        self._answers: dict[tuple[str, str, str], tuple[str, T]] = {}
 
-    def once(self, key: str | None, start: Callable[[], T]) -> T:
+    def once(
+        self, key: str | None, start: Callable[[], T], *, caller: str, route: str, body: str
+    ) -> T:
         if key is None:
             return start()
+        scoped = (caller, route, key)
+        digest = hashlib.sha256(body.encode()).hexdigest()
         with self._lock:  # one call per key at a time; a retry waits for the first
-            if key not in self._answers:
+            held = self._answers.get(scoped)
+            if held is None:
                 if len(self._answers) >= IDEMPOTENCY_KEYS:
                     self._answers.pop(next(iter(self._answers)))
-                self._answers[key] = start()
-            return self._answers[key]
+                held = self._answers[scoped] = (digest, start())
+            elif held[0] != digest:
+                raise Refused(
+                    422,
+                    f"Idempotency-Key {key[:80]!r} was sent with another body to {route}; "
+                    "a new request needs a new key",
+                )
+            return held[1]
+
+
+def upload_once(
+    submits: Submits[T], request: Any, key: str | None, path: Path, start: Callable[[], T]
+) -> T:
+    """`start()` once per caller, route and key for an uploaded file at `path`, bound to
+    the file's SHA-256 and the request's query (its options)."""
+    from promptlab.server.principals import principal_of
+
+    if key is None:
+        return start()
+    with path.open("rb") as received:
+        digest = hashlib.file_digest(received, "sha256").hexdigest()
+    return submits.once(
+        key, start, caller=principal_of(request.scope).token_id,
+        route=f"{request.method} {request.url.path}", body=f"{request.url.query}\n{digest}",
+    )  # fmt: skip

@@ -1,6 +1,8 @@
 """The HTTP JSON API of `promptlab serve` over one Workbench (FastAPI on uvicorn).
 
-Every route but the OpenAPI description wants `Authorization: Bearer TOKEN`. Errors
+Every route but the OpenAPI description wants `Authorization: Bearer TOKEN`: the
+owner's token or one `promptlab token create` made; each route needs a role
+(promptlab/server/roles.py) and runs acting as the token's principal. Errors
 are the CLI's one-line messages as `{"error": "..."}` with a status code (400, 404,
 409, 413, 422), never a stack trace. Route handlers that touch the database are plain
 functions (FastAPI runs them on its thread pool, as the app's sessions share one
@@ -12,16 +14,15 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import secrets
 import tempfile
 import threading
 import time
-import urllib.parse
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import orjson
-from fastapi import Depends, FastAPI, Header, Request, Response
+from fastapi import FastAPI, Header, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse
@@ -44,15 +45,17 @@ from promptlab.errors import (
 from promptlab.experiments import assign, config_from_mapping
 from promptlab.experiments.config import ExperimentConfig
 from promptlab.server.answers import Refused, Submits, error_response
+from promptlab.server.commands import refuse_unserved
 from promptlab.server.data_routes import UPLOAD_PATHS, add_data_routes
 from promptlab.server.metrics import metrics_response
+from promptlab.server.principals import Guard, Principal, principal_of
+from promptlab.server.roles import ADMIN, document_roles
+from promptlab.server.token_routes import add_token_routes
 from promptlab.server.uploads import MAX_UPLOAD_BYTES, UploadTooLarge
 from promptlab.workbench import Workbench
 
 log = logging.getLogger(__name__)
 
-#: Commands `/v1/cli` refuses: they would start a second server or never return.
-NOT_SERVED = frozenset({"serve", "fakellm", "worker"})
 #: Largest request body accepted (a spec, a batch of units): bigger is a 413.
 MAX_BODY_BYTES = 8 * 1024 * 1024
 #: Methods whose JSON bodies must say their length (so the bound holds before reading).
@@ -123,15 +126,11 @@ def create_app(wb: Workbench, token: str, *, local_paths: bool = True) -> FastAP
         redoc_url=None,
     )
 
-    async def authorized(authorization: str = Header("", include_in_schema=False)) -> None:
-        given = authorization.removeprefix("Bearer ").strip()
-        if not secrets.compare_digest(given.encode(), token.encode()):
-            raise Refused(401, "missing or wrong token (Authorization: Bearer TOKEN)")
-
-    auth = [Depends(authorized)]
+    # Who calls is settled by the guard (principals.py); routes need no dependency.
+    auth: list[Any] = []
 
     app.add_middleware(_BoundedBodies)
-    app.add_middleware(_ActingFor)
+    app.add_middleware(Guard, wb=wb, owner_token=token, routes=lambda: app.router.routes)
 
     @app.exception_handler(Refused)
     async def refused(_request: Request, exc: Refused) -> Response:
@@ -176,35 +175,47 @@ def create_app(wb: Workbench, token: str, *, local_paths: bool = True) -> FastAP
     _run_routes(app, wb, auth)
     _service_routes(app, wb, auth)
     add_data_routes(app, wb, auth)
+    app.state.workbench = wb
+    add_token_routes(app)
+    document_roles(app)
     return app
 
 
 def _command_route(app: FastAPI, wb: Workbench, auth: list[Any], local_paths: bool) -> None:
-    """`POST /v1/cli`: any `promptlab` command run here, against this server's workbench."""
+    """`POST /v1/cli`: any `promptlab` command run here, against this server's workbench
+    (admin only: a command line reads and writes this machine's files)."""
     one_at_a_time = threading.Lock()
 
     answers: Submits[dict[str, Any]] = Submits()
 
     @app.post("/v1/cli", dependencies=auth)
-    def command(body: CommandIn, idempotency_key: str | None = Header(None)) -> dict[str, Any]:
+    def command(
+        request: Request, body: CommandIn, idempotency_key: str | None = Header(None)
+    ) -> dict[str, Any]:
         """Run a command line as the CLI would, on this server's database and engine:
         `{"stdout", "stderr", "exit_code"}`. Paths in it are this machine's. A retry
         with the same Idempotency-Key gets the first answer and runs nothing again."""
-        return answers.once(idempotency_key, lambda: run(body))
+        principal = principal_of(request.scope)
+        return answers.once(
+            idempotency_key, lambda: run(body, principal), caller=principal.token_id,
+            route="/v1/cli", body=body.model_dump_json(),
+        )  # fmt: skip
 
-    def run(body: CommandIn) -> dict[str, Any]:
+    def run(body: CommandIn, principal: Principal) -> dict[str, Any]:
         if not local_paths:
             raise Refused(403, "command lines run through a server on loopback only")
-        if body.argv and body.argv[0] in NOT_SERVED:
-            raise Refused(422, f"`promptlab {body.argv[0]}` does not run inside a server")
         from click.testing import CliRunner
 
         from promptlab.cli import main
         from promptlab.cli.common import commands_on
 
+        refuse_unserved(main, body.argv)
+        # The body's author, when given, as the request's Promptlab-Author: a service
+        # token (the owner's) acts on their behalf; a person's token is that person.
+        acting = (
+            acting_as(principal.actor(body.author)) if body.author else contextlib.nullcontext()
+        )
         # CliRunner swaps sys.stdout and sys.stderr for the command: one at a time.
-        # The body's author, when given, over the request's Promptlab-Author.
-        acting = acting_as(body.author) if body.author else contextlib.nullcontext()
         with one_at_a_time, commands_on(wb), acting:
             result = CliRunner().invoke(main, body.argv, input=body.stdin)
         stderr = result.stderr
@@ -228,32 +239,63 @@ def _submit_routes(app: FastAPI, wb: Workbench, auth: list[Any], local_paths: bo
         ]
 
     @app.post("/v1/runs", dependencies=auth, status_code=201)
-    def submit_run(body: SpecIn, idempotency_key: str | None = Header(None)) -> dict[str, Any]:
-        """Start a run from a spec; a retry with the same Idempotency-Key gets the same run."""
+    def submit_run(
+        request: Request, body: SpecIn, idempotency_key: str | None = Header(None)
+    ) -> dict[str, Any]:
+        """Start a run from a spec; a retry with the same Idempotency-Key gets the same run.
+        Only an admin's spec may name files outside the data folder."""
+        own_files = local_paths and principal_of(request.scope).role == ADMIN
 
         def start() -> str:
-            base = Path(body.base_dir) if body.base_dir and local_paths else None
-            root = None if local_paths else wb.settings.data_dir
+            base = Path(body.base_dir) if body.base_dir and own_files else None
+            root = None if own_files else wb.settings.data_dir
             spec = wb.runs.spec_from_data(
                 body.spec, base_dir=base, default_name=body.default_name, dataset_root=root
             )
             return wb.runs.start(spec)
 
-        return _progress(wb, submits.once(idempotency_key, start))
+        return _progress(wb, _once(submits, request, idempotency_key, body, start))
 
     @app.post("/v1/batches", dependencies=auth, status_code=201)
-    def submit_batch(body: BatchIn, idempotency_key: str | None = Header(None)) -> dict[str, Any]:
-        """Run a request file as written (OpenAI Batch lines or chat bodies)."""
+    def submit_batch(
+        request: Request, body: BatchIn, idempotency_key: str | None = Header(None)
+    ) -> dict[str, Any]:
+        """Run a request file as written (OpenAI Batch lines or chat bodies); the file is
+        this machine's (an admin's), else it lies in the data folder. Endpoints only as
+        the providers file configures them, or new ones keyless on loopback."""
         if not local_paths:
             raise Refused(403, "request files are run through a server on loopback only")
+        requests = Path(body.requests)
+        if principal_of(request.scope).role != ADMIN:
+            requests = inside_data_dir(wb, requests)
 
         def start() -> str:
             spec = wb.runs.batch_spec(
-                Path(body.requests), body.endpoint, body.model, body.id_field, body.settings
-            )
+                requests, body.endpoint, body.model, body.id_field, body.settings,
+                confined=True,
+            )  # fmt: skip
             return wb.runs.start(spec)
 
-        return _progress(wb, submits.once(idempotency_key, start))
+        return _progress(wb, _once(submits, request, idempotency_key, body, start))
+
+
+def _once(
+    submits: Submits[str], request: Request, key: str | None, body: BaseModel,
+    start: Callable[[], str],
+) -> str:  # fmt: skip
+    """`start()` once per caller, route and key (Submits)."""
+    caller = principal_of(request.scope).token_id
+    route = f"{request.method} {request.url.path}"
+    return submits.once(key, start, caller=caller, route=route, body=body.model_dump_json())
+
+
+def inside_data_dir(wb: Workbench, path: Path) -> Path:
+    """`path` (relative: from the data folder), refused unless it lies there."""
+    root = wb.settings.data_dir.resolve()
+    resolved = (root / path).resolve()
+    if not resolved.is_relative_to(root):
+        raise Refused(403, f"{path}: outside the data folder {root} (only an admin's may be)")
+    return resolved
 
 
 def _run_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
@@ -347,8 +389,9 @@ def _service_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
 
     @app.post("/v1/experiments/{name}/runs", dependencies=auth, status_code=201)
     def run_experiment(
-        name: str, body: ExperimentRunIn, idempotency_key: str | None = Header(None)
-    ) -> dict[str, Any]:
+        request: Request, name: str, body: ExperimentRunIn,
+        idempotency_key: str | None = Header(None),
+    ) -> dict[str, Any]:  # fmt: skip
         """The experiment's latest revision on an imported dataset: its estimate (lines,
         as the CLI prints them) and, unless `estimate_only`, the started run."""
         from promptlab.cli.experiments import estimate_lines
@@ -361,7 +404,7 @@ def _service_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
         estimate = list(estimate_lines(wb.runs.estimate(spec)))
         if body.estimate_only:
             return {"estimate": estimate, "run": None}
-        run_id = submits.once(idempotency_key, lambda: wb.runs.start(spec))
+        run_id = _once(submits, request, idempotency_key, body, lambda: wb.runs.start(spec))
         return {"estimate": estimate, "run": _progress(wb, run_id)}
 
     @app.get("/v1/experiments/{name}", dependencies=auth)
@@ -424,33 +467,6 @@ class _BoundedBodies:
                 await refusal(scope, receive, send)
                 return
         await self.app(scope, receive, send)
-
-
-class _ActingFor:
-    """A request's `Promptlab-Author` header is who its changes are recorded for (the
-    CLI sends its PROMPTLAB_AUTHOR or USER), as `/v1/cli`'s `author` is; else the
-    server's author."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        author = None
-        if scope["type"] == "http":
-            raw = dict(scope["headers"]).get(b"promptlab-author")
-            # Percent-encoded by promptlab's client (a header is Latin-1): `Jos%C3%A9`.
-            author = urllib.parse.unquote(_header_text(raw)) if raw else None
-        # Route handlers run on the thread pool with a copy of this context.
-        with acting_as(author):
-            await self.app(scope, receive, send)
-
-
-def _header_text(raw: bytes) -> str:
-    """A header's text: UTF-8 when it is (a client that did not encode it), else Latin-1."""
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return raw.decode("latin-1")
 
 
 def _status_of(exc: PromptlabError) -> int:

@@ -21,7 +21,7 @@ from starlette.background import BackgroundTask
 
 from promptlab.audit.chain import AuditEvent
 from promptlab.prompts.templates import Template
-from promptlab.server.answers import Refused, Submits, json_response
+from promptlab.server.answers import Refused, Submits, json_response, upload_once
 from promptlab.server.uploads import received_file
 from promptlab.store.audit import AuditFilter
 from promptlab.workbench import Workbench
@@ -124,12 +124,11 @@ def _dataset_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
         streamed to disk and imported as `name`."""
         async with received_file(request, filename) as path:
             info = await run_in_threadpool(
-                dataset_imports.once,
-                idempotency_key,
+                upload_once, dataset_imports, request, idempotency_key, path,
                 lambda: wb.datasets.import_file(
                     path, name, unit_column=unit_column, replace=replace
                 ),
-            )
+            )  # fmt: skip
         return json_response(info, 201)
 
     @app.post("/v1/feedback", dependencies=auth)
@@ -139,8 +138,9 @@ def _dataset_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
         """The body is a feedback file (CSV, JSON Lines, Parquet): `{"rows": N}`."""
         async with received_file(request, filename) as path:
             rows = await run_in_threadpool(
-                feedback_imports.once, idempotency_key, lambda: wb.analysis.import_feedback(path)
-            )
+                upload_once, feedback_imports, request, idempotency_key, path,
+                lambda: wb.analysis.import_feedback(path),
+            )  # fmt: skip
         return json_response({"rows": rows})
 
     @app.post("/v1/logs", dependencies=auth)
@@ -155,7 +155,12 @@ def _dataset_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
         columns = dict(_pair(c) for c in column or ())
         async with received_file(request, filename) as path:
             rows = await run_in_threadpool(
-                log_imports.once, idempotency_key, lambda: wb.analysis.import_logs(path, columns)
+                upload_once,
+                log_imports,
+                request,
+                idempotency_key,
+                path,
+                lambda: wb.analysis.import_logs(path, columns),
             )
         return json_response({"rows": rows})
 

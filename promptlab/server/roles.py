@@ -1,0 +1,79 @@
+"""The role each route needs: viewer reads; editor runs, edits prompts and datasets,
+sends feedback and reviews; admin manages tokens and runs command lines on the server.
+
+One table, so a reader sees the whole policy at once; a route missing from it is
+refused to everyone (promptlab/server/principals.py), and tests/test_server_roles.py
+walks every route the app serves with every role.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+
+#: Paths anyone may read: the API's description (it holds no data).
+PUBLIC_PATHS = frozenset({"/openapi.json"})
+
+VIEWER, EDITOR, ADMIN = "viewer", "editor", "admin"
+
+ROUTE_ROLES: dict[tuple[str, str], str] = {
+    ("GET", "/v1/health"): VIEWER,
+    ("GET", "/metrics"): VIEWER,
+    # Any command line, run in the server with its files: the owner's, or an admin's.
+    ("POST", "/v1/cli"): ADMIN,
+    ("GET", "/v1/runs"): VIEWER,
+    ("POST", "/v1/runs"): EDITOR,
+    ("POST", "/v1/batches"): EDITOR,
+    ("GET", "/v1/runs/{run_id}"): VIEWER,
+    ("POST", "/v1/runs/{run_id}/cancel"): EDITOR,
+    ("POST", "/v1/runs/{run_id}/pause"): EDITOR,
+    ("POST", "/v1/runs/{run_id}/resume"): EDITOR,
+    ("GET", "/v1/runs/{run_id}/items"): VIEWER,
+    ("GET", "/v1/runs/{run_id}/batch-output"): VIEWER,
+    ("GET", "/v1/runs/{run_id}/comparison"): VIEWER,
+    # Services ask which variant a unit sees: a read of the experiment's config.
+    ("POST", "/v1/assign"): VIEWER,
+    ("POST", "/v1/experiments/{name}/runs"): EDITOR,
+    ("GET", "/v1/experiments/{name}"): VIEWER,
+    ("GET", "/v1/audit/verify"): VIEWER,
+    ("GET", "/v1/audit/events"): VIEWER,
+    ("GET", "/v1/audit/traces/{trace}"): VIEWER,
+    ("GET", "/v1/prompts"): VIEWER,
+    ("GET", "/v1/prompts/{name}/versions"): VIEWER,
+    ("POST", "/v1/prompts/{name}/versions"): EDITOR,
+    ("PUT", "/v1/prompts/{name}/labels/{label}"): EDITOR,
+    ("GET", "/v1/datasets"): VIEWER,
+    ("GET", "/v1/datasets/{name}"): VIEWER,
+    ("POST", "/v1/datasets"): EDITOR,
+    ("POST", "/v1/feedback"): EDITOR,
+    ("POST", "/v1/logs"): EDITOR,
+    ("GET", "/v1/analysis/metrics"): VIEWER,
+    ("GET", "/v1/analysis/compare"): VIEWER,
+    ("GET", "/v1/exports/{table}"): VIEWER,
+    ("GET", "/v1/tokens"): ADMIN,
+    ("POST", "/v1/tokens"): ADMIN,
+    ("POST", "/v1/tokens/{token_id}/revoke"): ADMIN,
+}
+
+
+def document_roles(app: FastAPI) -> None:
+    """Each operation in the served OpenAPI description says the role it needs
+    (`x-required-role`), so a client's author can read the policy where the routes are."""
+    from fastapi.openapi.utils import get_openapi
+
+    def described() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(
+                title=app.title, version=app.version, description=app.description,
+                routes=app.routes,
+            )  # fmt: skip
+            for path, operations in schema.get("paths", {}).items():
+                for method, operation in operations.items():
+                    role = ROUTE_ROLES.get((method.upper(), path))
+                    if role is not None:
+                        operation["x-required-role"] = role
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = described  # type: ignore[method-assign]

@@ -1,0 +1,190 @@
+"""A principal behind every call (issue 37): tokens per person or service, a role on
+every route, the caller recorded as the actor, idempotency keys that are the caller's.
+
+The API runs in process (Starlette's TestClient drives the real ASGI app) over a real
+DuckDB file; the CLI's token commands run directly on it."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from fastapi.routing import APIRoute
+from starlette.testclient import TestClient
+
+from promptlab.cli import main
+from promptlab.config import Settings
+from promptlab.facades.tokens import ROLES
+from promptlab.server.api import create_app
+from promptlab.server.roles import ROUTE_ROLES
+from promptlab.workbench import Workbench
+
+OWNER = "owner-token-for-tests"
+
+
+@pytest.fixture
+def wb(demo_db: Path) -> Iterator[Workbench]:
+    with Workbench.open(Settings.from_env().with_db(demo_db)) as workbench:
+        yield workbench
+
+
+@pytest.fixture
+def api(wb: Workbench) -> TestClient:
+    return TestClient(create_app(wb, OWNER), raise_server_exceptions=False)
+
+
+def _bearer(token: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def _tokens(wb: Workbench) -> dict[str, str]:
+    return {role: wb.tokens.create(f"{role}-person", role)[1] for role in ROLES}
+
+
+def _concrete(path: str) -> str:
+    return re.sub(r"\{[^}]+\}", "x", path)
+
+
+def test_every_route_declares_a_role_and_every_role_is_enforced(
+    wb: Workbench, api: TestClient
+) -> None:
+    app_routes = {
+        (method, route.path)
+        for route in api.app.routes  # type: ignore[attr-defined]
+        if isinstance(route, APIRoute)
+        for method in route.methods
+    }
+    app_routes -= {("GET", "/openapi.json")}
+    assert app_routes == set(ROUTE_ROLES), app_routes ^ set(ROUTE_ROLES)
+    tokens = _tokens(wb)
+    for (method, path), needed in sorted(ROUTE_ROLES.items()):
+        url = _concrete(path)
+        # No token, a wrong token: 401 before anything is read.
+        assert api.request(method, url).status_code == 401, (method, path)
+        assert api.request(method, url, headers=_bearer("pl_wrong")).status_code == 401
+        for role in ROLES:
+            status = api.request(method, url, headers=_bearer(tokens[role]), json={}).status_code
+            allowed = ROLES.index(role) >= ROLES.index(needed)
+            if allowed:
+                assert status not in (401, 403), (method, path, role, status)
+            else:
+                assert status == 403, (method, path, role, status)
+    # The policy is in the served description, per operation.
+    described = api.get("/openapi.json").json()["paths"]
+    assert described["/v1/tokens"]["post"]["x-required-role"] == "admin"
+    assert described["/v1/runs"]["get"]["x-required-role"] == "viewer"
+
+
+def test_a_token_is_shown_once_kept_as_a_hash_listed_and_revoked(
+    wb: Workbench, api: TestClient, demo_db: Path
+) -> None:
+    made = api.post("/v1/tokens", json={"name": "alice", "role": "editor"}, headers=_bearer(OWNER))
+    assert made.status_code == 201
+    secret, token_id = made.json()["token"], made.json()["token_id"]
+    assert api.get("/v1/health", headers=_bearer(secret)).status_code == 200
+    listed = api.get("/v1/tokens", headers=_bearer(OWNER)).json()
+    assert [t["name"] for t in listed] == ["alice"] and "token" not in listed[0]
+    assert secret not in str(listed)
+    # Only an admin manages tokens: alice (an editor) can neither list nor make one.
+    assert api.get("/v1/tokens", headers=_bearer(secret)).status_code == 403
+    refused = api.post("/v1/tokens", json={"name": "m", "role": "admin"}, headers=_bearer(secret))
+    assert refused.status_code == 403 and "alice is a editor" in refused.json()["error"]
+    revoked = api.post(f"/v1/tokens/{token_id}/revoke", headers=_bearer(OWNER))
+    assert revoked.status_code == 200 and revoked.json()["active"] is False
+    assert api.get("/v1/health", headers=_bearer(secret)).status_code == 401
+    events = [e for e in wb.audit.events(_filter("token.created"))]
+    assert [e.payload["name"] for e in events] == ["alice"] and events[0].actor == "tester"
+    wb.close()
+    assert secret.encode() not in demo_db.read_bytes()
+
+
+def test_the_cli_makes_lists_and_revokes_tokens(demo_db: Path) -> None:
+    made = CliRunner().invoke(main, ["--db", str(demo_db), "token", "create", "ci-bot",
+                                     "--role", "editor", "--service"])  # fmt: skip
+    assert made.exit_code == 0, made.output + made.stderr
+    token_id, secret = made.stdout.split()[0], made.stdout.splitlines()[1]
+    assert secret.startswith("pl_") and "shown once" in made.stderr
+    listed = CliRunner().invoke(main, ["--db", str(demo_db), "token", "list"])
+    assert "ci-bot" in listed.output and "editor, service" in listed.output
+    assert secret not in listed.output and "active" in listed.output
+    bad = CliRunner().invoke(main, ["--db", str(demo_db), "token", "create", "x", "--role", "god"])
+    assert bad.exit_code == 2 and "god" in bad.stderr
+    revoked = CliRunner().invoke(main, ["--db", str(demo_db), "token", "revoke", token_id])
+    assert revoked.exit_code == 0 and f"revoked {token_id} (ci-bot)" in revoked.output
+    again = CliRunner().invoke(main, ["--db", str(demo_db), "token", "revoke", token_id])
+    assert again.exit_code == 1 and "no active token" in again.stderr
+
+
+def test_the_actor_is_the_token_s_principal_a_service_acts_on_behalf(
+    wb: Workbench, api: TestClient
+) -> None:
+    _, person = wb.tokens.create("alice", "editor")
+    _, bot = wb.tokens.create("ci-bot", "editor", service=True)
+    versions = api.get("/v1/prompts/ticket-triage/versions", headers=_bearer(person)).json()
+    template = {**versions[0]["template"], "message": "m"}
+    # A person's token is that person, whatever Promptlab-Author says.
+    forged = {**_bearer(person), "Promptlab-Author": "mallory"}
+    last = template["messages"][-1]
+    template["messages"] = [*template["messages"][:-1], {**last, "content": last["content"] + " one"}]
+    saved = api.post("/v1/prompts/ticket-triage/versions", json=template, headers=forged)
+    assert saved.status_code == 201, saved.text
+    assert saved.json()["version"]["author"] == "alice"
+    # A service names whom it acts for, and both are recorded.
+    template["messages"] = [*template["messages"][:-1], {**last, "content": last["content"] + " two"}]
+    on_behalf = {**_bearer(bot), "Promptlab-Author": "bob"}
+    saved = api.post("/v1/prompts/ticket-triage/versions", json=template, headers=on_behalf)
+    assert saved.json()["version"]["author"] == "ci-bot on behalf of bob"
+    actors = [e.actor for e in wb.audit.events(_filter("prompt_version.created"))][-2:]
+    assert actors == ["alice", "ci-bot on behalf of bob"]
+
+
+def test_idempotency_keys_are_the_caller_s_and_bound_to_the_body(
+    wb: Workbench, api: TestClient
+) -> None:
+    _, alice = wb.tokens.create("alice", "editor")
+    _, bob = wb.tokens.create("bob", "editor")
+    csv = b"question\nwhy?\n"
+
+    def upload(token: str, name: str, body: bytes = csv) -> Any:
+        headers = {**_bearer(token), "Idempotency-Key": "same-key"}
+        return api.post(f"/v1/datasets?name={name}&filename=q.csv", content=body, headers=headers)
+
+    first = upload(alice, "alice-set")
+    assert first.status_code == 201 and first.json()["name"] == "alice-set"
+    # Alice's retry gets her first answer; nothing is imported twice.
+    assert upload(alice, "alice-set").json() == first.json()
+    # Bob's request with the same key is his own: it runs and answers his.
+    bobs = upload(bob, "bob-set")
+    assert bobs.status_code == 201 and bobs.json()["name"] == "bob-set"
+    # The same key with another body is refused, not answered with the first.
+    changed = upload(alice, "alice-set", b"question\nhow?\n")
+    assert changed.status_code == 422 and "another body" in changed.json()["error"]
+    assert {d.name for d in wb.datasets.list()} >= {"alice-set", "bob-set"}
+
+
+def test_the_command_route_is_the_admin_s_and_names_its_command_by_parsing_it(
+    wb: Workbench, api: TestClient
+) -> None:
+    _, editor = wb.tokens.create("alice", "editor")
+    argv = {"argv": ["prompt", "list"]}
+    assert api.post("/v1/cli", json=argv, headers=_bearer(editor)).status_code == 403
+    ok = api.post("/v1/cli", json=argv, headers=_bearer(OWNER))
+    assert ok.status_code == 200 and "ticket-triage" in ok.json()["stdout"]
+    # `--db X serve` named `serve` all the same: refused, and no second server starts.
+    for sneaky in (["--db", "other.duckdb", "serve"], ["--db=x", "prompt", "list"]):
+        refused = api.post("/v1/cli", json={"argv": sneaky}, headers=_bearer(OWNER))
+        assert refused.status_code == 422, refused.text
+    refused = api.post("/v1/cli", json={"argv": ["--version", "serve"]}, headers=_bearer(OWNER))
+    assert refused.status_code in (200, 422)
+    refused = api.post("/v1/cli", json={"argv": ["-h", "worker"]}, headers=_bearer(OWNER))
+    assert refused.status_code in (200, 422)
+
+
+def _filter(kind: str) -> Any:
+    from promptlab.store.audit import AuditFilter
+
+    return AuditFilter(kind=kind)
