@@ -129,12 +129,12 @@ def test_the_actor_is_the_token_s_principal_a_service_acts_on_behalf(
     # A person's token is that person, whatever Promptlab-Author says.
     forged = {**_bearer(person), "Promptlab-Author": "mallory"}
     last = template["messages"][-1]
-    template["messages"] = [*template["messages"][:-1], {**last, "content": last["content"] + " one"}]
+    template["messages"] = [*template["messages"][:-1], {**last, "content": f"{last['content']} 1"}]
     saved = api.post("/v1/prompts/ticket-triage/versions", json=template, headers=forged)
     assert saved.status_code == 201, saved.text
     assert saved.json()["version"]["author"] == "alice"
     # A service names whom it acts for, and both are recorded.
-    template["messages"] = [*template["messages"][:-1], {**last, "content": last["content"] + " two"}]
+    template["messages"] = [*template["messages"][:-1], {**last, "content": f"{last['content']} 2"}]
     on_behalf = {**_bearer(bot), "Promptlab-Author": "bob"}
     saved = api.post("/v1/prompts/ticket-triage/versions", json=template, headers=on_behalf)
     assert saved.json()["version"]["author"] == "ci-bot on behalf of bob"

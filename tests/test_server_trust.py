@@ -106,7 +106,7 @@ def test_only_an_admin_s_request_may_name_files_outside_the_data_folder(
     body = {"requests": str(outside), "model": "m", "endpoint": "sim"}
     status, answer = served.call("POST", "/v1/batches", body, token=made["token"])
     assert status == 403 and "outside the data folder" in answer["error"], answer
-    spec = {"name": "peek", "dataset": str(outside),
-            "variants": [{"name": "v", "requests": "as_written", "model": "sim:sim-small"}]}  # fmt: skip
+    variant = {"name": "v", "requests": "as_written", "model": "sim:sim-small"}
+    spec = {"name": "peek", "dataset": str(outside), "variants": [variant]}
     status, answer = served.call("POST", "/v1/runs", {"spec": spec}, token=made["token"])
     assert status in (403, 422) and "data folder" in answer["error"], answer

@@ -86,7 +86,8 @@ def token_lines(tokens: list[dict[str, Any]]) -> Iterator[str]:
     if not tokens:
         yield "no tokens (promptlab token create NAME --role viewer|editor|admin)"
     for t in tokens:
-        state = "active" if t["active"] else f"revoked by {t['revoked_by']} {_when(t['revoked_at'])}"
+        revoked = f"revoked by {t['revoked_by']} {_when(t['revoked_at'])}"
+        state = "active" if t["active"] else revoked
         yield (
             f"{t['token_id']}  {t['name']:<20} {_kind(t):<16} made by {t['created_by']} "
             f"{_when(t['created_at'])}  {state}"
