@@ -25,7 +25,7 @@ import os
 import re
 import secrets
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -255,3 +255,15 @@ def _lock(descriptor: int) -> None:
     # and this one would fail in one line.
     with contextlib.suppress(OSError):
         fcntl.flock(descriptor, fcntl.LOCK_EX)
+
+
+def write_chunks(path: str | Path, chunks: Iterable[bytes], *, force: bool = False) -> int:
+    """`chunks` written to `path` whole or not at all (check_target's rules); returns how
+    many lines they held. For a file streamed from elsewhere (a server's export)."""
+    target = check_target(path, force=force)
+    lines = 0
+    with staged_file(target, force=force) as staged, staged.open("wb") as handle:
+        for chunk in chunks:
+            handle.write(chunk)
+            lines += chunk.count(b"\n")
+    return lines

@@ -83,7 +83,7 @@ def test_versions_are_read_saved_and_labelled_for_the_caller(demo_served: Served
     status, events = demo_served.call("GET", "/v1/audit/events?kind=prompt_version.created")
     assert status == 200
     mine = [e for e in events if e["payload"]["ref"] == "ticket-triage@2.1.0"]
-    assert [e["actor"] for e in mine] == ["grace"]
+    assert [e["actor"] for e in mine] == ["tester on behalf of grace"]
     # A template that does not check is the one-line error, as in the CLI.
     bad = {"messages": [{"role": "user", "content": "{{ x.__class__ }}"}]}
     status, answer = demo_served.call("POST", "/v1/prompts/ticket-triage/versions", bad)

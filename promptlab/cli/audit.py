@@ -12,7 +12,15 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from promptlab.cli.common import EXIT_ERROR, db_option, handle_errors, open_workbench
+from promptlab.cli.common import (
+    EXIT_ERROR,
+    db_option,
+    handle_errors,
+    open_workbench,
+    route,
+    served,
+    through,
+)
 
 if TYPE_CHECKING:
     from promptlab.audit.chain import AuditEvent, AuditTrace
@@ -31,10 +39,10 @@ def verify_command(ctx: click.Context) -> None:
     """Check every hash chain against its anchor, and every results and attempts row
     against its event; exit 1 naming each broken chain's first bad event and each row
     that differs."""
+    from promptlab.audit.chain import VerifyReport
     from promptlab.views.audit import chain_summary
 
-    with open_workbench(ctx) as wb:
-        report = wb.audit.verify()
+    report = through(ctx, VerifyReport, "GET", "/v1/audit/verify", lambda wb: wb.audit.verify())
     summary = chain_summary(report)
     for problem in summary.problems:
         click.echo(f"FAIL {problem}", err=True)
@@ -65,10 +73,10 @@ def verify_command(ctx: click.Context) -> None:
 @handle_errors
 def show_command(ctx: click.Context, trace_id: str, as_json: bool) -> None:
     """The timeline of one item: TRACE_ID is its trace id (item key) or 8+ hex digits of it."""
-    from promptlab.audit.chain import event_record
+    from promptlab.audit.chain import AuditTrace, event_record
 
-    with open_workbench(ctx) as wb:
-        trace = wb.audit.trace(trace_id)
+    path = route("/v1/audit/traces/{trace}", trace=trace_id)
+    trace = through(ctx, AuditTrace, "GET", path, lambda wb: wb.audit.trace(trace_id))
     if as_json:
         shown = {
             "trace_id": trace.trace_id,
@@ -143,8 +151,19 @@ def attempt_line(p: dict[str, Any]) -> str:
 @handle_errors
 def export_command(ctx: click.Context, run_id: str, output: Path, force: bool) -> None:
     """Write a run's events (traces and its change events) as JSON Lines to OUTPUT."""
-    with open_workbench(ctx) as wb:
-        count = wb.audit.export(output, run_id=run_id, force=force)
+    server = served(ctx)
+    if server is not None:  # the server streams the lines; the file is written here
+        from urllib.parse import urlencode
+
+        from promptlab.atomicfile import write_chunks
+        from promptlab.server.client import ServerClient
+
+        query = urlencode({"run_id": run_id, "file_name": output.name})
+        chunks = ServerClient(server, timeout_s=None).chunks(f"/v1/audit/export?{query}")
+        count = write_chunks(output, chunks, force=force)
+    else:
+        with open_workbench(ctx) as wb:
+            count = wb.audit.export(output, run_id=run_id, force=force)
     click.echo(f"wrote {count} events to {output}")
 
 

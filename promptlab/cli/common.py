@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import urllib.parse
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
 from pathlib import Path
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from promptlab.workbench import Workbench
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 
 #: Exit codes shared by all commands (documented in the README).
 EXIT_OK = 0
@@ -112,6 +114,31 @@ def served(ctx: click.Context) -> ServerInfo | None:
     if _SERVED_WORKBENCH.get() is not None:
         return None
     return find_server(settings_from(ctx).db_path)
+
+
+def through(
+    ctx: click.Context,
+    typ: type[T],
+    method: str,
+    path: str,
+    direct: Callable[[Workbench], T],
+    body: Any = None,
+) -> T:
+    """`direct(wb)` on the command's database, or, when a server owns it, the same
+    record from its typed route (`method path`): a view then prints it the same way."""
+    server = served(ctx)
+    if server is not None:
+        from promptlab.server.client import ServerClient
+        from promptlab.server.typed import from_wire
+
+        return from_wire(typ, ServerClient(server).call(method, path, body))
+    with open_workbench(ctx) as wb:
+        return direct(wb)
+
+
+def route(template: str, **values: str) -> str:
+    """`template` with each `{name}` filled by its value, quoted as one path segment."""
+    return template.format(**{k: urllib.parse.quote(v, safe="") for k, v in values.items()})
 
 
 def open_workbench(ctx: click.Context) -> Workbench:

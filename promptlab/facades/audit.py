@@ -11,7 +11,7 @@ import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from promptlab.atomicfile import check_target, staged_file
+from promptlab.atomicfile import check_target, write_chunks
 from promptlab.audit.chain import AuditEvent, AuditTrace, VerifyReport, event_record
 from promptlab.engine.trace import is_lean, trace_details
 from promptlab.errors import ExportError, NotFoundError
@@ -96,22 +96,29 @@ class Audit:
         `force`, and secret values are masked as in every export. Recorded as a
         ``table.exported`` event."""
         where = where or AuditFilter(run_id=run_id, limit=None)
-        if where.run_id is not None:
-            self._context.reads.run(where.run_id)  # an unknown run is an error, not an empty file
+        lines = self.export_lines(where)
         target = check_target(path, force=force)
-        rows = 0
-        with staged_file(target, force=force) as staged, staged.open("wb") as handle:
-            for line in self._lines(self._log.iter_events(where)):
-                handle.write(line)
-                rows += 1
+        rows = write_chunks(target, lines, force=force)
+        self.record_export(where, target.name, rows)
+        return rows
+
+    def export_lines(self, where: AuditFilter) -> Iterator[bytes]:
+        """The lines `export` writes, streamed a page at a time (a server streams them to
+        a client that writes its own file). An unknown run is an error now, not an empty
+        file."""
+        if where.run_id is not None:
+            self._context.reads.run(where.run_id)
+        return self._lines(self._log.iter_events(where))
+
+    def record_export(self, where: AuditFilter, file_name: str, rows: int) -> None:
+        """The ``table.exported`` event of an export of `rows` events to `file_name`."""
         self._context.audit_change(
             "table.exported",
             self._context.author(),
-            {"table": "audit_events", "run_id": where.run_id, "path": target.name,
+            {"table": "audit_events", "run_id": where.run_id, "path": file_name,
              "rows": rows},
             run_id=where.run_id,
         )  # fmt: skip
-        return rows
 
     def _lines(self, events: Iterable[AuditEvent]) -> Iterator[bytes]:
         """Events as JSON Lines with every secret value masked (the stored payloads are

@@ -32,6 +32,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from promptlab.audit.actor import acting_as
+from promptlab.audit.chain import VerifyReport
 from promptlab.errors import (
     ConfigError,
     EngineError,
@@ -51,6 +52,7 @@ from promptlab.server.metrics import metrics_response
 from promptlab.server.principals import Guard, Principal, principal_of
 from promptlab.server.roles import ADMIN, document_roles
 from promptlab.server.token_routes import add_token_routes
+from promptlab.server.typed import to_wire
 from promptlab.server.uploads import MAX_UPLOAD_BYTES, UploadTooLarge
 from promptlab.workbench import Workbench
 
@@ -413,9 +415,9 @@ def _service_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
         return wb.experiments.get(name).to_dict()
 
     @app.get("/v1/audit/verify", dependencies=auth)
-    def audit_verify() -> dict[str, Any]:
-        """Check every chain of the audit trail."""
-        return dataclasses.asdict(wb.audit.verify())
+    def audit_verify() -> Response:
+        """Check every chain of the audit trail and every run's rows (a VerifyReport)."""
+        return Response(to_wire(VerifyReport, wb.audit.verify()), media_type="application/json")
 
     @app.get("/v1/prompts", dependencies=auth)
     def prompts() -> list[Any]:

@@ -11,6 +11,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,8 @@ from promptlab.server.discovery import ServerInfo
 RETRY_AFTER_S = 0.5
 #: Seconds a call may take (a submit plans nothing before it answers; reads are short).
 TIMEOUT_S = 60.0
+#: Bytes read at a time from a streamed answer (an export).
+CHUNK_BYTES = 1 << 16
 
 
 class ServerError(PromptlabError):
@@ -61,6 +64,18 @@ class ServerClient:
                 raise
             time.sleep(RETRY_AFTER_S)
             return self._call("POST", path, body if body is not None else {}, headers)
+
+    def call(self, method: str, path: str, body: Any = None) -> Any:
+        """Any route's JSON answer (a body only for methods that take one)."""
+        if method == "POST":
+            return self.post(path, body, idempotent=True)
+        return self._call(method, path, body)
+
+    def chunks(self, path: str) -> Iterator[bytes]:
+        """A streamed answer's body, a piece at a time (nothing is asked until the first)."""
+        with self._open("GET", path) as resp:
+            while chunk := resp.read(CHUNK_BYTES):
+                yield chunk
 
     def download(self, path: str, target: Path) -> None:
         """Stream a response body into `target`."""

@@ -10,22 +10,25 @@ from __future__ import annotations
 
 import dataclasses
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Header, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import FileResponse
+from fastapi.responses import FileResponse, StreamingResponse
 from pydantic import BaseModel, Field
 from starlette.background import BackgroundTask
 
-from promptlab.audit.chain import AuditEvent
+from promptlab.audit.chain import AuditEvent, AuditTrace
 from promptlab.prompts.templates import Template
 from promptlab.server.answers import Refused, Submits, json_response, upload_once
+from promptlab.server.typed import to_wire
 from promptlab.server.uploads import received_file
 from promptlab.store.audit import AuditFilter
 from promptlab.workbench import Workbench
 
+JSON = "application/json"
 #: Routes whose bodies are files, bounded by the upload cap instead of the JSON one.
 UPLOAD_PATHS = ("/v1/datasets", "/v1/feedback", "/v1/logs")
 #: Export formats and the media type each is served as.
@@ -239,10 +242,23 @@ def _audit_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
     @app.get("/v1/audit/traces/{trace}", dependencies=auth)
     def trace(trace: str) -> Response:
         """One item's trace (its trace id, or 8+ hex digits of it): every event in order."""
-        found = wb.audit.trace(trace)
-        data = {f.name: getattr(found, f.name) for f in dataclasses.fields(found)}
-        data["events"] = [_event(e) for e in found.events]
-        return json_response(data)
+        return Response(to_wire(AuditTrace, wb.audit.trace(trace)), media_type=JSON)
+
+    @app.get("/v1/audit/export", dependencies=auth)
+    def export_events(run_id: str, file_name: str = "download") -> StreamingResponse:
+        """A run's events as the JSON Lines `promptlab audit export` writes, streamed;
+        recorded as exported to `file_name` (the client's) once all are sent."""
+        where = AuditFilter(run_id=run_id, limit=None)
+        lines = wb.audit.export_lines(where)
+
+        def counted() -> Iterator[bytes]:
+            rows = 0
+            for line in lines:
+                rows += 1
+                yield line
+            wb.audit.record_export(where, file_name, rows)
+
+        return StreamingResponse(counted(), media_type="application/x-ndjson")
 
 
 def _version(version: Any) -> dict[str, Any]:

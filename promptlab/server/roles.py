@@ -39,6 +39,7 @@ ROUTE_ROLES: dict[tuple[str, str], str] = {
     ("GET", "/v1/audit/verify"): VIEWER,
     ("GET", "/v1/audit/events"): VIEWER,
     ("GET", "/v1/audit/traces/{trace}"): VIEWER,
+    ("GET", "/v1/audit/export"): VIEWER,
     ("GET", "/v1/prompts"): VIEWER,
     ("GET", "/v1/prompts/{name}/versions"): VIEWER,
     ("POST", "/v1/prompts/{name}/versions"): EDITOR,

@@ -1,0 +1,45 @@
+"""Typed answers: a route encodes a record type, the CLI decodes the same type.
+
+A command through a server gets back the very records (dataclasses, datetimes, tuples)
+it would have read from the database itself, so one view function prints both, and
+the output is identical either way. pydantic (FastAPI's own) does the encoding; the
+served OpenAPI description carries each answer's schema.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from collections.abc import Hashable
+from typing import Any, TypeVar, cast
+
+from pydantic import TypeAdapter
+
+T = TypeVar("T")
+
+
+#: Modules whose names records refer to only under TYPE_CHECKING (a circle of imports
+#: at run time): their names resolve such references when an adapter is built.
+FORWARD_MODULES = ("promptlab.audit.checks",)
+
+
+@functools.cache
+def _adapter(typ: Any) -> TypeAdapter[Any]:
+    adapter: TypeAdapter[Any] = TypeAdapter(typ)
+    if not adapter.pydantic_complete:
+        names: dict[str, Any] = {}
+        for module in FORWARD_MODULES:
+            names.update(vars(importlib.import_module(module)))
+        adapter.rebuild(force=True, _types_namespace=names)
+    return adapter
+
+
+def to_wire(typ: Any, value: Any) -> bytes:
+    """`value` (of type `typ`) as JSON."""
+    return _adapter(typ).dump_json(value)
+
+
+def from_wire(typ: type[T], data: Any) -> T:
+    """The `typ` record a route answered with, from its parsed JSON."""
+    decoded: T = _adapter(cast("Hashable", typ)).validate_python(data)
+    return decoded
