@@ -15,6 +15,7 @@ from promptlab.facades.runs import RunEstimate, RunSpec
 from promptlab.records import DatasetInfo
 from promptlab.ui.estimate import show_estimate
 from promptlab.ui.resources import get_workbench
+from promptlab.ui.seen import seen_before
 from promptlab.ui.shell import require_shell
 from promptlab.ui.widgets import escape_markdown, show_error
 from promptlab.workbench import Workbench
@@ -149,10 +150,13 @@ def create_form(wb: Workbench) -> None:
 def change_form(wb: Workbench, config: ExperimentConfig) -> None:
     """Weights and ramp as a new revision; the kill switch asks for a confirmation."""
     st.markdown("**Traffic**")
-    # Keys carry the experiment and its revision: a widget of another experiment (or of
-    # the revision before a save) must never lend its value to this one.
+    # Widget keys carry the experiment and its revision: a widget of another experiment
+    # (or of the revision before a save) must never lend its value to this one. The form's
+    # key does not: a click on a form shown at an older revision must still arrive, to be
+    # refused as made on that revision (the one shown before the click) and not lost.
     rev = f"{config.name}_{config.revision}"
-    with st.form(f"change_{rev}"):
+    based_on = seen_before(f"experiment::{config.name}", config.revision)
+    with st.form(f"change_{config.name}"):
         cols = st.columns(len(config.variants) + 1)
         weights = {
             v.name: cols[i].number_input(
@@ -175,20 +179,22 @@ def change_form(wb: Workbench, config: ExperimentConfig) -> None:
         note = st.text_input("Note", key=f"note_{rev}", placeholder="why this change")
         if st.form_submit_button("Save as new revision"):
             try:
-                wb.experiments.update(config.name, weights=weights, ramp=ramp, note=note)
+                wb.experiments.update(
+                    config.name, weights=weights, ramp=ramp, note=note, based_on=based_on
+                )
             except PromptlabError as exc:
                 show_error(exc)
             else:
                 st.rerun()
-    kill_switch(wb, config)
+    kill_switch(wb, config, based_on)
 
 
-def kill_switch(wb: Workbench, config: ExperimentConfig) -> None:
+def kill_switch(wb: Workbench, config: ExperimentConfig, based_on: int) -> None:
     pending = f"confirm_kill_{config.name}"
     if config.killed:
         st.warning("Killed: every unit goes to control.", icon=":material/block:")
         if st.button("Revive experiment", key=f"revive_{config.name}"):
-            _change(wb, config.name, killed=False, note="revived")
+            _change(wb, config.name, killed=False, note="revived", based_on=based_on)
         return
     if not st.session_state.get(pending):
         if st.button("Kill switch…", key=f"kill_{config.name}", icon=":material/block:"):
@@ -205,15 +211,15 @@ def kill_switch(wb: Workbench, config: ExperimentConfig) -> None:
     yes, no, _ = st.columns([1, 1, 4])
     if yes.button("Kill it", type="primary", key=f"kill_yes_{config.name}"):
         st.session_state.pop(pending, None)
-        _change(wb, config.name, killed=True, note="kill switch")
+        _change(wb, config.name, killed=True, note="kill switch", based_on=based_on)
     if no.button("Keep running", key=f"kill_no_{config.name}"):
         st.session_state.pop(pending, None)
         st.rerun()
 
 
-def _change(wb: Workbench, name: str, *, killed: bool, note: str) -> None:
+def _change(wb: Workbench, name: str, *, killed: bool, note: str, based_on: int) -> None:
     try:
-        wb.experiments.update(name, killed=killed, note=note)
+        wb.experiments.update(name, killed=killed, note=note, based_on=based_on)
     except PromptlabError as exc:
         show_error(exc)
     else:

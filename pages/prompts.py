@@ -9,10 +9,12 @@ import pandas as pd
 import streamlit as st
 
 from promptlab.errors import PromptExistsError, PromptlabError, StoreError, VariableError
+from promptlab.facades.prompts import NO_VERSION
 from promptlab.prompts.files import dump_yaml_mapping, parse_yaml_mapping
 from promptlab.prompts.templates import ROLES, Template
 from promptlab.records import PromptVersion
 from promptlab.ui.resources import get_workbench
+from promptlab.ui.seen import seen_before
 from promptlab.ui.shell import require_shell
 from promptlab.ui.widgets import escape_markdown, show_error, show_messages, variable_inputs
 from promptlab.workbench import Workbench
@@ -316,6 +318,9 @@ def labels_tab(wb: Workbench, name: str, versions: list[PromptVersion]) -> None:
         )
     else:
         st.caption("No labels yet.")
+    # Where each label pointed as shown before the click: a move names it, so one made
+    # while someone else moved the label is refused instead of undoing theirs.
+    shown = seen_before(f"labels::{name}", {k: v.id for k, v in current.items()})
     with st.form(f"label_form::{name}"):
         l1, l2 = st.columns(2)
         label = l1.text_input("Label", value="production", help="production, staging, any name")
@@ -324,7 +329,8 @@ def labels_tab(wb: Workbench, name: str, versions: list[PromptVersion]) -> None:
     show_flash("labels")
     if moved:
         try:
-            version = wb.prompts.set_label(name, target, label.strip())
+            expected = shown.get(label.strip(), NO_VERSION)
+            version = wb.prompts.set_label(name, target, label.strip(), expected=expected)
         except PromptlabError as exc:
             show_error(exc)
             return

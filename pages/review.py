@@ -2,7 +2,9 @@
 on, and anyone can send a run's rows by hand, its results that failed their checks, or
 the results an anomaly alert was about. Each item shows the dataset row and every
 model's answer side by side with its scores; accept (A), correct (type, Enter) or
-reject (X), and the next open item comes up. Settled answers download as a dataset of
+reject (X), and the next open item comes up. A decision on an item someone else settled
+(or reopened) since it was shown is refused in one line, with the item as it is now; a
+settled item is changed only after Reopen. Settled answers download as a dataset of
 expected answers.
 
 Deep link: `?item=ID`. Rows come from promptlab/views/review.py, the reads and
@@ -21,6 +23,7 @@ from promptlab.errors import PromptlabError
 from promptlab.records.review import ReviewDetail, ReviewStatus
 from promptlab.ui.downloads import file_download
 from promptlab.ui.resources import get_workbench
+from promptlab.ui.seen import seen_before
 from promptlab.ui.shell import require_shell
 from promptlab.ui.widgets import escape_markdown, show_error
 from promptlab.views.review import answer_rows, crosscheck_line, item_rows, weight_rows
@@ -85,8 +88,11 @@ def _figure(value: object) -> str:
 
 
 def decide(wb: Workbench, detail: ReviewDetail) -> None:
-    """Accept (A), correct (Enter in the answer box) or reject (X)."""
+    """Accept (A), correct (Enter in the answer box) or reject (X) an open item; reopen a
+    settled one. Each names the version shown before the click: one someone changed
+    meanwhile is refused in one line, and the page shows the item as it is now."""
     item = detail.item
+    seen = seen_before(f"review_item_{item.id}", item.version)
     if item.decided_by:
         st.success(f"{item.status} by {item.decided_by}: {item.answer!r}", icon=":material/done:")
     with st.form(f"review_form_{item.id}", border=False):
@@ -99,13 +105,19 @@ def decide(wb: Workbench, detail: ReviewDetail) -> None:
             accepted = st.form_submit_button("Accept proposed", type="primary", shortcut="A",
                                              disabled=item.proposed is None)  # fmt: skip
             rejected = st.form_submit_button("Reject", shortcut="X")
+            reopened = item.status != ReviewStatus.OPEN and st.form_submit_button(
+                "Reopen", icon=":material/undo:", help="Open the item again to decide it anew"
+            )
     try:
         if accepted:
-            wb.review.accept(item.id, note or None)
+            wb.review.accept(item.id, note or None, version=seen)
         elif rejected:
-            wb.review.reject(item.id, note or None)
+            wb.review.reject(item.id, note or None, version=seen)
         elif corrected:
-            wb.review.correct(item.id, answer, note or None)
+            wb.review.correct(item.id, answer, note or None, version=seen)
+        elif reopened:
+            wb.review.reopen(item.id, note or None, version=seen)
+            st.rerun()  # the same item, open again
         else:
             return
     except PromptlabError as exc:
@@ -171,6 +183,9 @@ def main() -> None:
         st.session_state[CHOSEN] = picked
     chosen = st.session_state.get(CHOSEN) or next_open(wb)
     if chosen is not None:
+        # Kept on show until the reviewer moves on: a click must reach the item it was
+        # made on even if someone else settled it meanwhile (then it is refused, in view).
+        st.session_state[CHOSEN] = chosen
         try:
             detail = wb.review.show(chosen)
         except PromptlabError as exc:

@@ -28,6 +28,7 @@
     ├── OutputFileError              a file of outputs or a schema to check them is wrong (line)
     ├── ExportError                  a table cannot be exported as asked (table, format, file)
     ├── ReviewError                  a review item does not exist or cannot be decided as asked
+    ├── StaleChangeError             a change was based on what someone else has changed since
     ├── ServerError                  the server refused a request, or is gone (promptlab.server)
     └── ProviderError                a provider call failed; `kind` says how (ErrorKind)
 
@@ -42,6 +43,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 
 class PromptlabError(Exception):
@@ -177,6 +179,26 @@ class ExportError(PromptlabError):
 
 class ReviewError(PromptlabError):
     """A review item does not exist, or cannot be added or decided as asked."""
+
+
+class StaleChangeError(PromptlabError):
+    """A change was based on a version someone else has changed since (a review item's
+    version, where a label pointed, an experiment's revision); nothing was changed.
+
+    The message names who made the newer change and when; the server answers 409.
+    """
+
+    def __init__(self, message: str, *, changed_by: str | None, changed_at: datetime | None):
+        self.changed_by = changed_by
+        self.changed_at = changed_at
+        super().__init__(message)
+
+
+def moment(at: datetime | None) -> str:
+    """A stored time as people read it in a refusal: `2026-12-03 10:02 UTC`."""
+    if at is None:
+        return "an unknown time"
+    return at.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
 class EngineError(PromptlabError):

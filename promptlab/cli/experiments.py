@@ -35,15 +35,18 @@ def experiment() -> None:
 @db_option
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--note", default="", help="Why: kept with the new revision.")
+@click.option("--expect-revision", "based_on", type=click.IntRange(min=0), metavar="N",
+              help="The revision your file changes (0: a new experiment); refused, naming "
+              "who made the newer one and when, if the experiment has moved past it.")  # fmt: skip
 @click.pass_context
 @handle_errors
-def add(ctx: click.Context, file: Path, note: str) -> None:
+def add(ctx: click.Context, file: Path, note: str, based_on: int | None) -> None:
     """Add an experiment file; a changed file becomes a new revision."""
     from promptlab.experiments import load_experiment_file
 
     experiment_file = load_experiment_file(file)  # fully checked before the database opens
     with open_workbench(ctx) as wb:
-        config, created = wb.experiments.add(experiment_file, note=note)
+        config, created = wb.experiments.add(experiment_file, note=note, based_on=based_on)
     if created:
         click.echo(f"added {config.name} revision {config.revision}: {_split(config)}")
     else:
@@ -166,6 +169,9 @@ def export(ctx: click.Context, name: str, revision: int | None, output: Path | N
 @click.option("--kill", is_flag=True, help="Send every unit to control.")
 @click.option("--revive", is_flag=True, help="Undo --kill: units get their variants again.")
 @click.option("--note", default="", help="Why: kept with the new revision.")
+@click.option("--expect-revision", "based_on", type=click.IntRange(min=1), metavar="N",
+              help="The revision you saw (`experiment show`); refused, naming who made the "
+              "newer one and when, if the experiment has moved past it.")  # fmt: skip
 @click.pass_context
 @handle_errors
 def set_command(
@@ -176,6 +182,7 @@ def set_command(
     kill: bool,
     revive: bool,
     note: str,
+    based_on: int | None,
 ) -> None:
     """Change weights, the ramp or the kill switch: a new revision with your note."""
     if kill and revive:
@@ -188,7 +195,9 @@ def set_command(
     parsed = dict(_weight(text) for text in weights)
     with open_workbench(ctx) as wb:
         before = wb.experiments.get(name)
-        after = wb.experiments.update(name, weights=parsed, ramp=ramp, killed=killed, note=note)
+        after = wb.experiments.update(
+            name, weights=parsed, ramp=ramp, killed=killed, note=note, based_on=based_on
+        )
     from promptlab.experiments import describe_changes
 
     if after.revision == before.revision:

@@ -161,12 +161,17 @@ def diff(ctx: click.Context, name: str, ref_a: str, ref_b: str) -> None:
 @click.argument("name")
 @click.argument("ref")
 @click.argument("label")
+@click.option(
+    "--expect-version", "expected", metavar="VERSION",
+    help="The version you saw LABEL point at (a semver or hash; `none`: no such label). "
+    "The move is refused, naming who moved the label and when, if it points elsewhere now.",
+)  # fmt: skip
 @click.pass_context
 @handle_errors
-def label(ctx: click.Context, name: str, ref: str, label: str) -> None:
+def label(ctx: click.Context, name: str, ref: str, label: str, expected: str | None) -> None:
     """Point LABEL (production, staging, any name) of NAME at version REF."""
     with open_workbench(ctx) as wb:
-        version = wb.prompts.set_label(name, ref, label)
+        version = wb.prompts.set_label(name, ref, label, expected=expected)
     click.echo(f"{name}@{label} -> {version.semver} ({version.short_id})")
 
 

@@ -1,12 +1,15 @@
-"""`promptlab review list|show|accept|correct|reject|add|export`: the review queue.
+"""`promptlab review list|show|accept|correct|reject|reopen|add|export`: the review queue.
 
 Rows reach the queue from cross-checks (decision `review`), from `review add` (by
 hand, results that failed their checks, or an anomaly alert's results); every decision
-is recorded in the audit trail with who made it.
+is recorded in the audit trail with who made it. Each item has a version: a decision
+made on a version someone has changed since, or on a settled item, is refused; `review
+reopen` opens a settled item again.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -21,8 +24,9 @@ STATUSES = ["open", "accepted", "corrected", "rejected", "all"]
 def review() -> None:
     """Rows sent to a person: list them, see the models' answers, settle each one.
 
-    Accept the proposed answer, correct it, or reject the row; `review export FILE`
-    writes the settled answers as a dataset of expected answers for the next run.
+    Accept the proposed answer, correct it, or reject the row; a settled row is changed
+    only after `review reopen`. `review export FILE` writes the settled answers as a
+    dataset of expected answers for the next run.
     """
 
 
@@ -45,7 +49,8 @@ def list_items(ctx: click.Context, status: str, run_id: str | None, limit: int) 
     for row in item_rows(items):
         answer = f"  -> {row['answer']!r}" if row["answer"] is not None else ""
         click.echo(f"{row['id']}  {row['run']} row {row['row']}  {row['source']}  "
-                   f"{row['status']}  proposed {row['proposed']!r}{answer}")  # fmt: skip
+                   f"{row['status']} v{row['version']}  "
+                   f"proposed {row['proposed']!r}{answer}")  # fmt: skip
         click.echo(f"    {row['reason']}")
     click.echo("  ".join(f"{s} {counts.get(s, 0)}" for s in STATUSES[:-1]), err=True)
 
@@ -64,17 +69,26 @@ def show(ctx: click.Context, item_id: int) -> None:
     click.echo("\n".join(detail_lines(detail)))
 
 
+def expect_version_option(func: Callable[..., None]) -> Callable[..., None]:
+    return click.option(
+        "--expect-version", "version", type=click.IntRange(min=0), metavar="N",
+        help="The item's version you saw (`review show` prints it): refused if anyone "
+        "changed the item since. Default: the item as it is now.",
+    )(func)  # fmt: skip
+
+
 @review.command("accept")
 @db_option
 @click.argument("item_id", type=int)
 @click.option("--note", help="Why (kept with the decision).")
+@expect_version_option
 @click.pass_context
 @handle_errors
-def accept(ctx: click.Context, item_id: int, note: str | None) -> None:
-    """Settle on the proposed answer."""
+def accept(ctx: click.Context, item_id: int, note: str | None, version: int | None) -> None:
+    """Settle an open item on the proposed answer (a settled one: reopen it first)."""
     with open_workbench(ctx) as wb:
-        item = wb.review.accept(item_id, note)
-    click.echo(f"review {item.id}: accepted {item.answer!r}")
+        item = wb.review.accept(item_id, note, version=version)
+    click.echo(f"review {item.id}: accepted {item.answer!r} (version {item.version})")
 
 
 @review.command("correct")
@@ -82,26 +96,45 @@ def accept(ctx: click.Context, item_id: int, note: str | None) -> None:
 @click.argument("item_id", type=int)
 @click.argument("answer")
 @click.option("--note", help="Why (kept with the decision).")
+@expect_version_option
 @click.pass_context
 @handle_errors
-def correct(ctx: click.Context, item_id: int, answer: str, note: str | None) -> None:
-    """Settle on ANSWER instead of the proposed one."""
+def correct(
+    ctx: click.Context, item_id: int, answer: str, note: str | None, version: int | None
+) -> None:
+    """Settle an open item on ANSWER instead of the proposed one."""
     with open_workbench(ctx) as wb:
-        item = wb.review.correct(item_id, answer, note)
-    click.echo(f"review {item.id}: corrected to {item.answer!r}")
+        item = wb.review.correct(item_id, answer, note, version=version)
+    click.echo(f"review {item.id}: corrected to {item.answer!r} (version {item.version})")
 
 
 @review.command("reject")
 @db_option
 @click.argument("item_id", type=int)
 @click.option("--note", help="Why (kept with the decision).")
+@expect_version_option
 @click.pass_context
 @handle_errors
-def reject(ctx: click.Context, item_id: int, note: str | None) -> None:
-    """Keep the row out of the expected answers."""
+def reject(ctx: click.Context, item_id: int, note: str | None, version: int | None) -> None:
+    """Keep an open item's row out of the expected answers."""
     with open_workbench(ctx) as wb:
-        item = wb.review.reject(item_id, note)
-    click.echo(f"review {item.id}: rejected")
+        item = wb.review.reject(item_id, note, version=version)
+    click.echo(f"review {item.id}: rejected (version {item.version})")
+
+
+@review.command("reopen")
+@db_option
+@click.argument("item_id", type=int)
+@click.option("--note", help="Why (kept in the audit trail with the reopen).")
+@expect_version_option
+@click.pass_context
+@handle_errors
+def reopen(ctx: click.Context, item_id: int, note: str | None, version: int | None) -> None:
+    """Open a settled item again so it can be decided anew (the audit trail keeps the
+    decision it clears)."""
+    with open_workbench(ctx) as wb:
+        item = wb.review.reopen(item_id, note, version=version)
+    click.echo(f"review {item.id}: open again (version {item.version})")
 
 
 @review.command("add")

@@ -13,7 +13,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from promptlab.errors import ConfigError, ExperimentError, RegistryError
+from promptlab.errors import (
+    ConfigError,
+    ExperimentError,
+    RegistryError,
+    StaleChangeError,
+    moment,
+)
 from promptlab.experiments import (
     ExperimentConfig,
     ExperimentFile,
@@ -48,7 +54,11 @@ class Experiments:
         self.assignment_counts = self._rows.assignment_counts
 
     def add(
-        self, source: str | Path | Mapping[str, Any] | ExperimentFile, *, note: str = ""
+        self,
+        source: str | Path | Mapping[str, Any] | ExperimentFile,
+        *,
+        note: str = "",
+        based_on: int | None = None,
     ) -> tuple[ExperimentConfig, bool]:
         """Add an experiment file (a path, its data, or a loaded one) as the next revision.
 
@@ -56,7 +66,8 @@ class Experiments:
         that gives `prompt_version_id` keeps that one). The allocation starts from the
         previous revision's, so only the buckets a weight change frees move. A file
         identical to the latest revision (pins included) creates nothing: `created` is
-        False and the latest revision is returned.
+        False and the latest revision is returned. `based_on`: the revision the change
+        was made on (0: none yet); a change on an older one is refused (StaleChangeError).
         """
         if isinstance(source, ExperimentFile):
             experiment = source
@@ -65,7 +76,7 @@ class Experiments:
         else:
             experiment = load_experiment_file(source)
         self._check_models(experiment)
-        return self._save(self._pin_variants(experiment), note)
+        return self._save(self._pin_variants(experiment), note, based_on)
 
     def get(self, name: str, revision: int | None = None) -> ExperimentConfig:
         """One revision of `name` (the latest by default)."""
@@ -92,13 +103,18 @@ class Experiments:
         ramp: float | None = None,
         killed: bool | None = None,
         note: str = "",
+        based_on: int | None = None,
     ) -> ExperimentConfig:
         """A new revision with some weights, the ramp or the kill switch changed.
 
         Variants not named in `weights` keep theirs; pins and everything else carry
         over. Changing nothing creates nothing and returns the latest revision.
+        `based_on`: the revision the change was made on (what its maker saw); when the
+        experiment has moved past it, the change is refused with a StaleChangeError
+        naming who made the newer revision and when. None: on the latest, as it is.
         """
         latest = self.get(name)
+        _check_basis(latest, based_on)
         data = latest.to_dict()
         for variant_name, weight in (weights or {}).items():
             latest.variant(variant_name)  # an unknown name is an error naming the known ones
@@ -109,7 +125,9 @@ class Experiments:
             data["ramp"] = ramp
         if killed is not None:
             data["killed"] = killed
-        config, _ = self._save(parse_experiment_file(data, source=f"experiment {name}"), note)
+        config, _ = self._save(
+            parse_experiment_file(data, source=f"experiment {name}"), note, latest.revision
+        )
         return config
 
     def export(self, name: str, revision: int | None = None) -> str:
@@ -184,9 +202,18 @@ class Experiments:
             pinned.append(replace(variant, prompt_version_id=version.id))
         return replace(experiment, variants=tuple(pinned))
 
-    def _save(self, experiment: ExperimentFile, note: str) -> tuple[ExperimentConfig, bool]:
+    def _save(
+        self, experiment: ExperimentFile, note: str, based_on: int | None
+    ) -> tuple[ExperimentConfig, bool]:
         latest = self._rows.latest(experiment.name)
         previous = _stored_config(latest) if latest is not None else None
+        if previous is not None:
+            _check_basis(previous, based_on)
+        elif based_on:
+            raise ExperimentError(
+                f"{experiment.source}: no experiment named {experiment.name!r} has revision "
+                f"{based_on} to base a change on"
+            )
         if previous is not None:
             if experiment.salt != previous.salt:
                 raise ExperimentError(
@@ -236,6 +263,19 @@ class Experiments:
     def list(self) -> builtins.list[ExperimentConfig]:
         """The latest revision of every experiment, by name."""
         return [_stored_config(row) for row in self._rows.latest_revisions()]
+
+
+def _check_basis(latest: ExperimentConfig, based_on: int | None) -> None:
+    """Refuse a change made on a revision older than the latest (someone changed it since)."""
+    if based_on is None or based_on == latest.revision:
+        return
+    raise StaleChangeError(
+        f"experiment {latest.name!r} is at revision {latest.revision}, made by "
+        f"{latest.author} at {moment(latest.created_at)}, but the change was made on "
+        f"revision {based_on}; look at revision {latest.revision} and change it again",
+        changed_by=latest.author,
+        changed_at=latest.created_at,
+    )
 
 
 def _stored_config(row: StoredRevision) -> ExperimentConfig:

@@ -10,11 +10,11 @@ from __future__ import annotations
 from promptlab.facades.context import Context
 from promptlab.prompts.create import create_prompt
 from promptlab.prompts.files import PromptFile, export_prompt, import_prompt_file
-from promptlab.prompts.registry import SaveResult
+from promptlab.prompts.registry import NO_VERSION, SaveResult
 from promptlab.prompts.templates import Template
 from promptlab.records import PromptVersion
 
-__all__ = ["Prompts"]
+__all__ = ["NO_VERSION", "Prompts"]
 
 
 class Prompts:
@@ -70,8 +70,15 @@ class Prompts:
         self._context.audit_saved(result)
         return result
 
-    def set_label(self, name: str, ref: str, label: str) -> PromptVersion:
-        version = self._registry.set_label(name, ref, label, actor=self._context.author())
+    def set_label(
+        self, name: str, ref: str, label: str, *, expected: str | None = None
+    ) -> PromptVersion:
+        """Point `label` at version `ref`. `expected`: the version the mover saw the label
+        at (`NO_VERSION`: no such label); a move on what has changed since is refused
+        (StaleChangeError). None moves it whatever it points at."""
+        version = self._registry.set_label(
+            name, ref, label, actor=self._context.author(), expected=expected
+        )
         self._context.audit_change(
             "label.moved",
             self._context.author(),

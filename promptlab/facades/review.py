@@ -6,6 +6,9 @@ run row. A reviewer sees the row, every variant's (every model's) answer with it
 scores, and the cross-check's figures, then accepts the proposed answer, corrects it,
 or rejects the row. Each decision is an audit change event with its actor; accepted
 and corrected answers export as a dataset of expected answers for the next evaluation.
+Two reviewers never overwrite each other: a decision names the item's version its
+decider saw, and is refused (StaleChangeError) when the item has changed since or is
+already settled; a settled item changes only after `reopen`, itself audited.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from promptlab.atomicfile import check_target, staged_file
-from promptlab.errors import ReviewError
+from promptlab.errors import ReviewError, StaleChangeError, moment
 from promptlab.facades.context import Context
 from promptlab.records.review import (
     CrosscheckSummary,
@@ -127,36 +130,72 @@ class Review:
         return ids
 
     # ---- deciding --------------------------------------------------------------------
+    # Each decision names the item's version its decider saw (`version`; None: the item
+    # as it is now). One on an item changed since, or already settled, is refused with a
+    # StaleChangeError naming who changed it and when: two reviewers never overwrite each
+    # other, and changing a settled item takes an explicit, audited `reopen`.
 
-    def accept(self, item_id: int, note: str | None = None) -> ReviewItem:
+    def accept(
+        self, item_id: int, note: str | None = None, *, version: int | None = None
+    ) -> ReviewItem:
         """Settle on the proposed answer."""
         item = self._item(item_id)
         if item.proposed is None:
             raise ReviewError(
                 f"review {item_id}: no answer was proposed; correct it with the right one"
             )
-        return self._decide(item, ReviewStatus.ACCEPTED, item.proposed, note)
+        return self._decide(item, version, ReviewStatus.ACCEPTED, item.proposed, note)
 
-    def correct(self, item_id: int, answer: str, note: str | None = None) -> ReviewItem:
+    def correct(
+        self, item_id: int, answer: str, note: str | None = None, *, version: int | None = None
+    ) -> ReviewItem:
         """Settle on `answer` instead of the proposed one."""
         settled = _bounded(answer, "answer")
         if not settled:
             raise ReviewError(f"review {item_id}: the corrected answer is empty")
-        return self._decide(self._item(item_id), ReviewStatus.CORRECTED, settled, note)
+        return self._decide(self._item(item_id), version, ReviewStatus.CORRECTED, settled, note)
 
-    def reject(self, item_id: int, note: str | None = None) -> ReviewItem:
+    def reject(
+        self, item_id: int, note: str | None = None, *, version: int | None = None
+    ) -> ReviewItem:
         """Keep the row out of the expected answers (no answer is right, or it is noise)."""
-        return self._decide(self._item(item_id), ReviewStatus.REJECTED, None, note)
+        return self._decide(self._item(item_id), version, ReviewStatus.REJECTED, None, note)
+
+    def reopen(
+        self, item_id: int, note: str | None = None, *, version: int | None = None
+    ) -> ReviewItem:
+        """Open a settled item again so it can be decided anew; its decision is cleared
+        from the item and kept in the audit trail with the reopen."""
+        item = self._item(item_id)
+        seen = item.version if version is None else version
+        if item.status == ReviewStatus.OPEN and item.version == seen:
+            raise ReviewError(f"review {item_id}: the item is open; there is nothing to reopen")
+        author, note = self._context.author(), _bounded(note, "note")
+        if item.version != seen or not self._store.reopen(
+            item.id, seen, author, self._context.store.clock.now()
+        ):
+            raise _stale(self._item(item_id), seen, deciding=False)
+        decided_at = item.decided_at.isoformat() if item.decided_at else None
+        payload = {"item": item.id, "row": item.row_index, "version": seen + 1,
+                   "was": item.status, "answer": item.answer, "decided_by": item.decided_by,
+                   "decided_at": decided_at, "note": note}  # fmt: skip
+        self._context.audit_change("review.reopened", author, payload, run_id=item.run_id)
+        return self._item(item.id)
 
     def _decide(
-        self, item: ReviewItem, status: ReviewStatus, answer: str | None, note: str | None
-    ) -> ReviewItem:
-        author = self._context.author()
-        note = _bounded(note, "note")
-        self._store.decide(item.id, str(status), answer, note, author,
-                           self._context.store.clock.now())  # fmt: skip
-        payload = {"item": item.id, "row": item.row_index, "was": item.status,
-                   "proposed": item.proposed, "answer": answer, "note": note}  # fmt: skip
+        self, item: ReviewItem, version: int | None, status: ReviewStatus, answer: str | None,
+        note: str | None,
+    ) -> ReviewItem:  # fmt: skip
+        seen = item.version if version is None else version
+        author, note = self._context.author(), _bounded(note, "note")
+        if item.status != ReviewStatus.OPEN or item.version != seen:
+            raise _stale(item, seen, deciding=True)
+        if not self._store.decide(item.id, seen, str(status), answer, note, author,
+                                  self._context.store.clock.now()):  # fmt: skip
+            raise _stale(self._item(item.id), seen, deciding=True)  # settled in between
+        payload = {"item": item.id, "row": item.row_index, "version": seen + 1,
+                   "was": item.status, "proposed": item.proposed, "answer": answer,
+                   "note": note}  # fmt: skip
         self._context.audit_change(f"review.{status}", author, payload, run_id=item.run_id)
         return self._item(item.id)
 
@@ -195,6 +234,21 @@ class Review:
     def _masked(self, item: ReviewItem) -> ReviewItem:
         redactor = self._context.redactor()
         return replace(item, proposed=redactor.optional(item.proposed))
+
+
+def _stale(item: ReviewItem, seen: int, *, deciding: bool) -> StaleChangeError:
+    """The refusal of a change to `item` made on version `seen`: who changed it last, when."""
+    where = f"review {item.id} (row {item.row_index} of run {item.run_id})"
+    by = item.changed_by or item.decided_by or "someone"
+    at = item.changed_at or item.decided_at
+    since = f" after you saw version {seen}" if seen != item.version else ""
+    if item.status == ReviewStatus.OPEN:
+        what = f"was reopened by {by} at {moment(at)}{since}; look at it again"
+    else:
+        then = "reopen it first" if deciding else "look at it again"
+        what = f"was settled `{item.status}` by {by} at {moment(at)}{since}; {then}"
+    what += f" (version {item.version} now)"
+    return StaleChangeError(f"{where} {what}", changed_by=by, changed_at=at)
 
 
 def _bounded(text: str | None, what: str) -> str | None:

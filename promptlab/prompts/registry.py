@@ -8,12 +8,19 @@ or `name@sha256:<prefix>`.
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from promptlab.errors import NotFoundError, RegistryError, VersionError
+from promptlab.errors import (
+    NotFoundError,
+    RegistryError,
+    StaleChangeError,
+    VersionError,
+    moment,
+)
 from promptlab.prompts.templates import Template
 from promptlab.records import LabelEvent, PromptVersion
 from promptlab.store import Store
@@ -22,6 +29,7 @@ from promptlab.store.prompts import PromptStore
 __all__ = [
     "FieldChange",
     "LabelEvent",
+    "NO_VERSION",
     "MessageDiff",
     "PromptSummary",
     "PromptVersion",
@@ -43,6 +51,8 @@ SEMVER_PATTERN = re.compile(r"^(\d+)\.(\d+)\.(\d+)$")
 #: Shortest hash prefix accepted in a reference, so typos rarely match by chance.
 MIN_HASH_PREFIX = 4
 RESERVED_LABELS = frozenset({"latest"})
+#: What a label mover saw when the label did not exist yet (`set_label(expected=)`).
+NO_VERSION = "none"
 
 
 @dataclass(frozen=True)
@@ -166,15 +176,29 @@ class Registry:
             writes.add_version(saved, number)
         return SaveResult(saved, created=True, bump=bump)
 
-    def set_label(self, name: str, ref: str, label: str, *, actor: str) -> PromptVersion:
-        """Point `label` at the version `ref` names; the move is kept in the label's history."""
+    def set_label(
+        self, name: str, ref: str, label: str, *, actor: str, expected: str | None = None
+    ) -> PromptVersion:
+        """Point `label` at the version `ref` names; the move is kept in the label's history.
+
+        `expected` is the version (semver or hash) the mover saw the label point at, or
+        `NO_VERSION` when they saw no such label: a move made on what has changed since
+        is refused with a StaleChangeError naming who moved the label and when. None
+        moves it whatever it points at now.
+        """
         if not LABEL_PATTERN.match(label) or label in RESERVED_LABELS:
             raise RegistryError(
                 f"label {label!r} is not allowed: use lowercase letters, digits, '-' or '_', "
                 "starting with a letter, and not 'latest'"
             )
         target = self.resolve(_qualify(name, ref))
-        self.prompts.move_label(name, label, target.id, actor=actor, at=self.store.clock.now())
+        check = None
+        if expected is not None:
+            seen = None if expected == NO_VERSION else self.resolve(_qualify(name, expected))
+            check = functools.partial(_check_label, f"{name}@{label}", seen)
+        self.prompts.move_label(
+            name, label, target.id, actor=actor, at=self.store.clock.now(), check=check
+        )
         return target
 
     # ---- reading -------------------------------------------------------------------
@@ -265,6 +289,22 @@ class Registry:
         return diff_versions(
             self.resolve(_qualify(name, ref_a)), self.resolve(_qualify(name, ref_b))
         )
+
+
+def _check_label(where: str, seen: PromptVersion | None, now: LabelEvent | None) -> None:
+    """Refuse a move of label `where` when it no longer points where its mover saw it."""
+    if (now.version_id if now else None) == (seen.id if seen else None):
+        return
+    saw = f"you saw it at {seen.semver}" if seen else "you saw no such label"
+    if now is None:
+        raise StaleChangeError(f"{where} does not exist, but {saw}; look again before moving it",
+                               changed_by=None, changed_at=None)  # fmt: skip
+    raise StaleChangeError(
+        f"{where} was moved to {now.semver} by {now.actor} at {moment(now.moved_at)}, but "
+        f"{saw}; look again before moving it",
+        changed_by=now.actor,
+        changed_at=now.moved_at,
+    )
 
 
 def classify_change(old: Template, new: Template) -> Bump:

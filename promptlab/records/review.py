@@ -44,6 +44,12 @@ class ReviewItem:
     created_at: datetime
     decided_by: str | None
     decided_at: datetime | None
+    #: Changes so far (decisions and reopens): a decision names the version its decider
+    #: saw, and one made on an older version is refused.
+    version: int = 0
+    #: Who made the latest change (a decision or a reopen), and when.
+    changed_by: str | None = None
+    changed_at: datetime | None = None
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,12 @@ class VersionIn(BaseModel):
 
 class LabelIn(BaseModel):
     ref: str = Field(description="The version the label moves to: a semver, id or label.")
+    expected: str | None = Field(
+        None,
+        description="The version the mover saw the label point at (a semver or id; "
+        "`none`: no such label). A move on what has changed since is refused (409) naming "
+        "who moved the label and when; left out, the label moves whatever it points at.",
+    )
 
 
 def add_data_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
@@ -94,7 +100,8 @@ def _prompt_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
     @app.put("/v1/prompts/{name}/labels/{label}", dependencies=auth)
     def set_label(name: str, label: str, body: LabelIn) -> Response:
         """Move a label (production, staging...) to a version."""
-        return json_response(_version(wb.prompts.set_label(name, body.ref, label)))
+        moved = wb.prompts.set_label(name, body.ref, label, expected=body.expected)
+        return json_response(_version(moved))
 
 
 def _dataset_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:

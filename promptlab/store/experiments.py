@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from promptlab.errors import StoreError
+from promptlab.errors import StaleChangeError, moment
 from promptlab.experiments import Exposure
 from promptlab.store.connection import Store
 
@@ -70,13 +70,18 @@ class ExperimentStore:
         """
         with self.store.transaction() as tx:
             row = tx.execute(
-                "SELECT coalesce(max(revision), 0) FROM experiment_revisions WHERE name = ?",
+                "SELECT revision, author, created_at FROM experiment_revisions WHERE name = ? "
+                "ORDER BY revision DESC LIMIT 1",
                 [name],
             ).fetchone()
             latest = int(row[0]) if row else 0
             if latest != revision - 1:
-                raise StoreError(
-                    f"experiment {name!r} changed meanwhile (now at revision {latest}); try again"
+                by, at = (row[1], row[2]) if row else (None, None)
+                raise StaleChangeError(
+                    f"experiment {name!r} changed meanwhile (now at revision {latest}, made by "
+                    f"{by} at {moment(at)}); look at it again and retry",
+                    changed_by=by,
+                    changed_at=at,
                 )
             if revision == 1:
                 tx.execute(

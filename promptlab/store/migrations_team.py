@@ -27,4 +27,21 @@ TEAM_MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
             """,
         ),
     ),
+    (
+        "0018_review_item_versions",
+        (
+            # A review item's version counts its changes (decisions and reopens): a
+            # decision names the version its decider saw, and a stale one is refused
+            # (promptlab/facades/review.py). changed_by/changed_at say who made the
+            # latest change: a reopen clears decided_by, and a refusal must still name
+            # someone. Labels and experiments need no column: a label's moves and an
+            # experiment's revisions are already numbered rows with their actor and time.
+            "ALTER TABLE review_items ADD COLUMN version BIGINT NOT NULL DEFAULT 0",
+            "ALTER TABLE review_items ADD COLUMN changed_by VARCHAR",
+            "ALTER TABLE review_items ADD COLUMN changed_at TIMESTAMPTZ",
+            # Items settled before versions existed: one change each, by their decider.
+            "UPDATE review_items SET version = 1, changed_by = decided_by, "
+            "changed_at = decided_at WHERE decided_by IS NOT NULL",
+        ),
+    ),
 )

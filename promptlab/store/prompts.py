@@ -7,7 +7,7 @@ The rules (names, semantic versions, what a reference means) stay in
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
@@ -19,6 +19,12 @@ from promptlab.records import LabelEvent, PromptVersion
 from promptlab.store.connection import Store
 
 _VERSION_COLUMNS = "prompt_name, id, semver, content, author, message, created_at, parent_id"
+#: Label moves as `LabelEvent`s, with the semantic version each one moved to.
+_LABEL_EVENTS = (
+    "SELECT e.prompt_name, e.label, e.version_id, v.semver, e.moved_at, e.actor "
+    "FROM label_events e JOIN prompt_versions v "
+    "ON v.prompt_name = e.prompt_name AND v.id = e.version_id"
+)
 #: Newest version first: by number, not by time (a version may be raised by hand).
 _NEWEST_FIRST = "ORDER BY major DESC, minor DESC, patch DESC"
 
@@ -38,10 +44,22 @@ class PromptStore:
             yield PromptWrites(tx)
 
     def move_label(
-        self, name: str, label: str, version_id: str, *, actor: str, at: datetime
-    ) -> None:
-        """Append a move of `label` to `version_id` to the label's history."""
+        self, name: str, label: str, version_id: str, *, actor: str, at: datetime,
+        check: Callable[[LabelEvent | None], None] | None = None,
+    ) -> None:  # fmt: skip
+        """Append a move of `label` to `version_id` to the label's history.
+
+        `check` is given the label's latest move (None: never moved) inside the same
+        transaction and may raise to refuse the move: two movers cannot both pass it.
+        """
         with self.store.transaction() as tx:
+            if check is not None:
+                row = tx.execute(
+                    f"{_LABEL_EVENTS} WHERE e.prompt_name = ? AND e.label = ? "
+                    "ORDER BY e.seq DESC LIMIT 1",
+                    [name, label],
+                ).fetchone()
+                check(None if row is None else LabelEvent(*row))
             seq = tx.execute(
                 "SELECT coalesce(max(seq), 0) + 1 FROM label_events "
                 "WHERE prompt_name = ? AND label = ?",
@@ -103,12 +121,7 @@ class PromptStore:
 
     def label_history(self, name: str, label: str | None = None) -> list[LabelEvent]:
         """Label moves of `name` (of one `label` when given), newest first."""
-        query = (
-            "SELECT e.prompt_name, e.label, e.version_id, v.semver, e.moved_at, e.actor "
-            "FROM label_events e JOIN prompt_versions v "
-            "ON v.prompt_name = e.prompt_name AND v.id = e.version_id "
-            "WHERE e.prompt_name = ?"
-        )
+        query = f"{_LABEL_EVENTS} WHERE e.prompt_name = ?"
         params: list[Any] = [name]
         if label is not None:
             query += " AND e.label = ?"

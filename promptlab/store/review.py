@@ -17,7 +17,7 @@ NewItem = tuple[str, int, str | None, str, str, str | None]
 BATCH = 2_000
 _COLUMNS = (
     "id, run_id, row_index, idempotency_key, source, reason, proposed, status, answer, "
-    "note, created_by, created_at, decided_by, decided_at"
+    "note, created_by, created_at, decided_by, decided_at, version, changed_by, changed_at"
 )
 #: Results that did not pass their checks: a schema failure or a rule broken.
 _FAILED_CHECKS = "(check_status IN ('invalid', 'truncated') OR rule_status = 'failed')"
@@ -34,7 +34,7 @@ class ReviewStore:
             for item in items:
                 row = tx.execute(
                     f"INSERT INTO review_items ({_COLUMNS}) VALUES (nextval('review_ids'), "
-                    "?, ?, ?, ?, ?, ?, 'open', NULL, NULL, ?, ?, NULL, NULL) "
+                    "?, ?, ?, ?, ?, ?, 'open', NULL, NULL, ?, ?, NULL, NULL, 0, NULL, NULL) "
                     "ON CONFLICT DO NOTHING RETURNING id",
                     [*item, by, at],
                 ).fetchone()
@@ -80,14 +80,32 @@ class ReviewStore:
         return ReviewItem(*row) if row is not None else None
 
     def decide(
-        self, item_id: int, status: str, answer: str | None, note: str | None, by: str, at: datetime
-    ) -> None:
+        self, item_id: int, version: int, status: str, answer: str | None, note: str | None,
+        by: str, at: datetime,
+    ) -> bool:  # fmt: skip
+        """Settle the item if it is open and still at `version` (one statement: two
+        deciders cannot both pass); whether it was settled."""
         with self.store.transaction() as tx:
-            tx.execute(
+            row = tx.execute(
                 "UPDATE review_items SET status = ?, answer = ?, note = ?, decided_by = ?, "
-                "decided_at = ? WHERE id = ?",
-                [status, answer, note, by, at, item_id],
-            )
+                "decided_at = ?, version = version + 1, changed_by = ?, changed_at = ? "
+                "WHERE id = ? AND version = ? AND status = 'open' RETURNING id",
+                [status, answer, note, by, at, by, at, item_id, version],
+            ).fetchone()
+        return row is not None
+
+    def reopen(self, item_id: int, version: int, by: str, at: datetime) -> bool:
+        """Open a settled item again, its decision cleared (the audit trail keeps it), if
+        it is still at `version`; whether it was reopened."""
+        with self.store.transaction() as tx:
+            row = tx.execute(
+                "UPDATE review_items SET status = 'open', answer = NULL, note = NULL, "
+                "decided_by = NULL, decided_at = NULL, version = version + 1, "
+                "changed_by = ?, changed_at = ? "
+                "WHERE id = ? AND version = ? AND status <> 'open' RETURNING id",
+                [by, at, item_id, version],
+            ).fetchone()
+        return row is not None
 
     def row_values(self, run_id: str, row_index: int) -> dict[str, Any] | None:
         with self.store.read() as cur:

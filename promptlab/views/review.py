@@ -16,7 +16,7 @@ def item_rows(items: list[ReviewItem]) -> list[dict[str, Any]]:
         {
             "id": i.id, "run": i.run_id, "row": i.row_index, "source": i.source,
             "status": i.status, "proposed": _short(i.proposed), "answer": _short(i.answer),
-            "reason": i.reason, "decided by": i.decided_by,
+            "reason": i.reason, "decided by": i.decided_by, "version": i.version,
         }
         for i in items
     ]  # fmt: skip
@@ -56,13 +56,16 @@ def detail_lines(detail: ReviewDetail) -> list[str]:
     """The item for a terminal: what it is, the row, then each answer in turn."""
     item = detail.item
     lines = [
-        f"review {item.id}: run {item.run_id} row {item.row_index}, {item.status}",
+        f"review {item.id}: run {item.run_id} row {item.row_index}, {item.status} "
+        f"(version {item.version})",
         f"  sent by {item.source} ({item.created_by}): {item.reason}",
         f"  proposed: {item.proposed!r}",
     ]
     if item.decided_by:
         lines.append(f"  {item.status} by {item.decided_by}: {item.answer!r}"
                      + (f" ({item.note})" if item.note else ""))  # fmt: skip
+    elif item.changed_by:
+        lines.append(f"  reopened by {item.changed_by}")
     cross = crosscheck_line(detail)
     if cross:
         lines.append(f"  {cross}")
