@@ -18,13 +18,27 @@ from promptlab.cli import main
 from promptlab.server.client import ServerClient
 from tests.test_server import Served
 
-#: Commands that go through typed routes (their own output compared both ways).
-CONVERTED = [
+DEMO = Path(__file__).resolve().parent.parent / "data" / "demo"
+
+#: Commands that go through typed routes and change nothing: each pass reads the same.
+READING = [
     ["audit", "verify"],
     ["audit", "show", "{trace}"],
     ["audit", "show", "{trace}", "--json"],
     ["audit", "show", "abc"],  # an error: the same line, the same exit code
     ["token", "list"],
+    ["schedule", "list"],
+]
+#: Commands that change the database: each pass runs on its own copy, in this order.
+CHANGING = [
+    ["schedule", "add", "{nightly}"],
+    ["schedule", "list"],
+    ["schedule", "pause", "nightly"],
+    ["schedule", "list"],
+    ["schedule", "resume", "nightly"],
+    ["schedule", "pause", "no-such-schedule"],
+    ["schedule", "remove", "nightly"],
+    ["schedule", "list"],
 ]
 
 
@@ -62,21 +76,35 @@ def _trace(db: Path) -> str:
 
 
 def test_converted_commands_print_the_same_through_a_server_and_never_send_a_command_line(
-    db: Path, paths_called: list[str]
+    db: Path, tmp_path: Path, paths_called: list[str]
 ) -> None:
-    trace = _trace(db)
-    commands = [[arg.format(trace=trace) for arg in argv] for argv in CONVERTED]
-    direct = [_invoke(db, argv) for argv in commands]
+    nightly = tmp_path / "nightly.yaml"
+    nightly.write_text(
+        f"name: nightly\nschedule: '0 2 * * *'\ndataset: {DEMO / 'tickets.csv'}\n"
+        "variants:\n  - {name: p, prompt: ticket-triage@production}\n"
+    )
+    values = {"trace": _trace(db), "nightly": str(nightly)}
+    reading = [[arg.format(**values) for arg in argv] for argv in READING]
+    changing = [[arg.format(**values) for arg in argv] for argv in CHANGING]
+    alone_db, served_db = tmp_path / "alone.duckdb", tmp_path / "served.duckdb"
+    shutil.copyfile(db, alone_db)
+    shutil.copyfile(db, served_db)
+    direct = [_invoke(db, argv) for argv in reading]
+    direct += [_invoke(alone_db, argv) for argv in changing]
     server = Served(db)
     try:
-        through = [_invoke(db, argv) for argv in commands]
+        through = [_invoke(db, argv) for argv in reading]
     finally:
         server.stop()
-    for argv, alone, served in zip(commands, direct, through, strict=True):
-        shown = " ".join(argv)
+    server = Served(served_db)
+    try:
+        through += [_invoke(served_db, argv) for argv in changing]
+    finally:
+        server.stop()
+    for argv, alone, served in zip(reading + changing, direct, through, strict=True):
         assert (served.exit_code, served.stdout, served.stderr) == (
             alone.exit_code, alone.stdout, alone.stderr,
-        ), shown  # fmt: skip
+        ), " ".join(argv)  # fmt: skip
     assert paths_called and not [p for p in paths_called if p.endswith("/v1/cli")], paths_called
 
 

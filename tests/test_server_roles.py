@@ -188,3 +188,15 @@ def _filter(kind: str) -> Any:
     from promptlab.store.audit import AuditFilter
 
     return AuditFilter(kind=kind)
+
+
+def test_a_stale_label_move_is_a_409_naming_who_moved_it(wb: Workbench, api: TestClient) -> None:
+    saw = wb.prompts.labels("ticket-triage")["production"]
+    other = next(v for v in wb.prompts.versions("ticket-triage") if v.id != saw.id)
+    url = "/v1/prompts/ticket-triage/labels/production"
+    _, alice = wb.tokens.create("alice", "editor")
+    _, bob = wb.tokens.create("bob", "editor")
+    body = {"ref": other.semver, "expected": saw.semver}
+    assert api.put(url, json=body, headers=_bearer(alice)).status_code == 200
+    stale = api.put(url, json={"ref": saw.semver, "expected": saw.semver}, headers=_bearer(bob))
+    assert stale.status_code == 409 and "alice" in stale.json()["error"], stale.text

@@ -8,11 +8,16 @@ from __future__ import annotations
 
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from promptlab.cli.common import db_option, handle_errors, open_workbench
+from promptlab.cli.common import db_option, handle_errors, route, through
 from promptlab.errors import ConfigError
+
+if TYPE_CHECKING:
+    from promptlab.records import ScheduleRecord
+    from promptlab.workbench import Workbench
 
 
 @click.group("schedule")
@@ -36,14 +41,20 @@ def schedule() -> None:
 def add(ctx: click.Context, spec_file: Path, distributed: bool) -> None:
     """Add (or replace, by its name) the schedule of a run spec with `schedule:`."""
     from promptlab.errors import SpecError
+    from promptlab.records import ScheduleRecord
     from promptlab.yamlio import read_yaml
 
     data = read_yaml(spec_file, error=SpecError)
     if distributed and isinstance(data, dict):
         data = {**data, "executor": "celery"}
-    with open_workbench(ctx) as wb:
-        spec = wb.runs.spec_from_data(data, base_dir=spec_file.parent, default_name=spec_file.stem)
-        added = wb.schedules.add(spec)
+    base_dir = spec_file.parent
+
+    def direct(wb: Workbench) -> ScheduleRecord:
+        spec = wb.runs.spec_from_data(data, base_dir=base_dir, default_name=spec_file.stem)
+        return wb.schedules.add(spec)
+
+    body = {"spec": data, "base_dir": str(base_dir.resolve()), "default_name": spec_file.stem}
+    added = through(ctx, ScheduleRecord, "POST", "/v1/schedules", direct, body)
     click.echo(f"scheduled {added.name} ({added.cron}, UTC): next run at {_when(added.next_at)}")
 
 
@@ -53,8 +64,11 @@ def add(ctx: click.Context, spec_file: Path, distributed: bool) -> None:
 @handle_errors
 def list_schedules(ctx: click.Context) -> None:
     """Every schedule: its cron, state, next time, and its last run and how it ended."""
-    with open_workbench(ctx) as wb:
-        schedules = wb.schedules.list()
+    from promptlab.records import ScheduleRecord
+
+    schedules = through(
+        ctx, list[ScheduleRecord], "GET", "/v1/schedules", lambda wb: wb.schedules.list()
+    )
     if not schedules:
         click.echo("no schedules (add one: promptlab schedule add SPEC_FILE)")
         return
@@ -74,8 +88,10 @@ def list_schedules(ctx: click.Context) -> None:
 @handle_errors
 def pause(ctx: click.Context, name: str) -> None:
     """Stop submitting a schedule's runs (runs already going go on)."""
-    with open_workbench(ctx) as wb:
-        wb.schedules.pause(name)
+    from promptlab.records import ScheduleRecord
+
+    path = route("/v1/schedules/{name}/pause", name=name)
+    through(ctx, ScheduleRecord, "POST", path, lambda wb: wb.schedules.pause(name))
     click.echo(f"paused {name}")
 
 
@@ -86,8 +102,10 @@ def pause(ctx: click.Context, name: str) -> None:
 @handle_errors
 def resume(ctx: click.Context, name: str) -> None:
     """Submit a paused schedule again, from its next time after now."""
-    with open_workbench(ctx) as wb:
-        resumed = wb.schedules.resume(name)
+    from promptlab.records import ScheduleRecord
+
+    path = route("/v1/schedules/{name}/resume", name=name)
+    resumed = through(ctx, ScheduleRecord, "POST", path, lambda wb: wb.schedules.resume(name))
     click.echo(f"resumed {name}: next run at {_when(resumed.next_at)}")
 
 
@@ -98,8 +116,13 @@ def resume(ctx: click.Context, name: str) -> None:
 @handle_errors
 def remove(ctx: click.Context, name: str) -> None:
     """Remove a schedule (its runs stay)."""
-    with open_workbench(ctx) as wb:
+    path = route("/v1/schedules/{name}", name=name)
+
+    def removed(wb: Workbench) -> dict[str, str]:
         wb.schedules.remove(name)
+        return {"removed": name}
+
+    through(ctx, dict[str, str], "DELETE", path, removed)
     click.echo(f"removed {name}")
 
 

@@ -41,6 +41,7 @@ from promptlab.errors import (
     PromptlabError,
     RunNotFoundError,
     SpecError,
+    StaleChangeError,
     TemplateError,
 )
 from promptlab.experiments import assign, config_from_mapping
@@ -51,6 +52,7 @@ from promptlab.server.data_routes import UPLOAD_PATHS, add_data_routes
 from promptlab.server.metrics import metrics_response
 from promptlab.server.principals import Guard, Principal, principal_of
 from promptlab.server.roles import ADMIN, document_roles
+from promptlab.server.schedule_routes import add_schedule_routes
 from promptlab.server.token_routes import add_token_routes
 from promptlab.server.typed import to_wire
 from promptlab.server.uploads import MAX_UPLOAD_BYTES, UploadTooLarge
@@ -179,6 +181,7 @@ def create_app(wb: Workbench, token: str, *, local_paths: bool = True) -> FastAP
     add_data_routes(app, wb, auth)
     app.state.workbench = wb
     add_token_routes(app)
+    add_schedule_routes(app, wb, local_paths=local_paths)
     document_roles(app)
     return app
 
@@ -474,7 +477,9 @@ class _BoundedBodies:
 def _status_of(exc: PromptlabError) -> int:
     if isinstance(exc, NotFoundError | RunNotFoundError):
         return 404
-    if isinstance(exc, EngineError) and "already running" in str(exc):
+    if isinstance(exc, StaleChangeError) or (
+        isinstance(exc, EngineError) and "already running" in str(exc)
+    ):
         return 409
     if isinstance(exc, SpecError | ConfigError | TemplateError | ExperimentError):
         return 422
