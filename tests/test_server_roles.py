@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from fastapi.routing import APIRoute
 from starlette.testclient import TestClient
 
+from promptlab.audit.actor import acting_as
 from promptlab.cli import main
 from promptlab.config import Settings
 from promptlab.facades.tokens import ROLES
@@ -200,3 +201,18 @@ def test_a_stale_label_move_is_a_409_naming_who_moved_it(wb: Workbench, api: Tes
     assert api.put(url, json=body, headers=_bearer(alice)).status_code == 200
     stale = api.put(url, json={"ref": saw.semver, "expected": saw.semver}, headers=_bearer(bob))
     assert stale.status_code == 409 and "alice" in stale.json()["error"], stale.text
+
+
+def test_the_kill_switch_is_immediate_in_the_serving_process(
+    wb: Workbench, api: TestClient
+) -> None:
+    """Before, a killed experiment was served from a 30-second cache; now the change
+    replaces the cached config as it is saved."""
+    body = {"experiment": "triage-split", "unit_ids": [f"u{i}" for i in range(20)]}
+    first = api.post("/v1/assign", json=body, headers=_bearer(OWNER)).json()
+    assert any(a["in_experiment"] for a in first["assignments"])
+    with acting_as("admin-person"):
+        killed = wb.experiments.update("triage-split", killed=True)
+    after = api.post("/v1/assign", json=body, headers=_bearer(OWNER)).json()
+    assert after["revision"] == killed.revision
+    assert {a["reason"] for a in after["assignments"]} == {"killed"}

@@ -8,7 +8,7 @@ note, and a change event in the audit trail.
 from __future__ import annotations
 
 import builtins  # `list` below names a method: annotations say builtins.list
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -52,6 +52,7 @@ class Experiments:
         #: Dataset rows split runs assigned, per experiment, revision, variant:
         #: `assignment_counts(experiment=, run_id=)`, see `ExperimentStore`.
         self.assignment_counts = self._rows.assignment_counts
+        self._listeners: builtins.list[Callable[[ExperimentConfig], None]] = []
 
     def add(
         self,
@@ -258,7 +259,15 @@ class Experiments:
                 "note": note,
             },
         )
+        for listener in list(self._listeners):
+            listener(config)
         return config, True
+
+    def on_change(self, listener: Callable[[ExperimentConfig], None]) -> None:
+        """Call `listener` with each new revision saved through this workbench (a
+        server's assignment cache drops the old one at once: a kill switch is
+        immediate in the process that flips it)."""
+        self._listeners.append(listener)
 
     def list(self) -> builtins.list[ExperimentConfig]:
         """The latest revision of every experiment, by name."""

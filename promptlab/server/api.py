@@ -66,9 +66,10 @@ MAX_BODY_BYTES = 8 * 1024 * 1024
 BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 #: Most units one /v1/assign call may ask for.
 MAX_ASSIGN_UNITS = 10_000
-#: Seconds an experiment's config is served from memory before it is read again (this
-#: process is the only writer, so a change made through it could also drop it at once).
-CONFIG_TTL_S = 30.0
+#: Seconds an experiment's config is served from memory before it is read again. A
+#: change made through this process replaces it at once (Experiments.on_change); this
+#: bounds how long one made by another process (a CLI on its own copy, a restore) waits.
+CONFIG_TTL_S = 1.0
 
 
 class SpecIn(BaseModel):
@@ -503,6 +504,11 @@ class _ConfigCache:
     def __init__(self, wb: Workbench) -> None:
         self._wb = wb
         self._configs: dict[str, tuple[float, ExperimentConfig]] = {}
+        wb.experiments.on_change(self._changed)
+
+    def _changed(self, config: ExperimentConfig) -> None:
+        # The new revision, parsed from its exported form, as `load` would read it.
+        self._configs[config.name] = (time.monotonic(), config_from_mapping(config.to_dict()))
 
     def fresh(self, name: str) -> ExperimentConfig | None:
         held = self._configs.get(name)
