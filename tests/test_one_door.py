@@ -12,10 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
 
-from promptlab.cli import main
-from promptlab.server.client import ServerClient
+from tests.one_door_helpers import assert_same_both_ways, invoke, record_routes
 from tests.test_server import Served
 
 DEMO = Path(__file__).resolve().parent.parent / "data" / "demo"
@@ -49,24 +47,6 @@ def db(runs: tuple[Path, str, str], tmp_path: Path) -> Path:
     return copy
 
 
-@pytest.fixture
-def paths_called(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every route the CLI calls on a server, in order."""
-    called: list[str] = []
-    original = ServerClient._open
-
-    def recording(self: ServerClient, method: str, path: str, *args: Any) -> Any:
-        called.append(f"{method} {path.split('?')[0]}")
-        return original(self, method, path, *args)
-
-    monkeypatch.setattr(ServerClient, "_open", recording)
-    return called
-
-
-def _invoke(db: Path, argv: list[str]) -> Result:
-    return CliRunner().invoke(main, ["--db", str(db), *argv])
-
-
 def _trace(db: Path) -> str:
     from promptlab.store import Store
 
@@ -76,7 +56,7 @@ def _trace(db: Path) -> str:
 
 
 def test_converted_commands_print_the_same_through_a_server_and_never_send_a_command_line(
-    db: Path, tmp_path: Path, paths_called: list[str]
+    db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     nightly = tmp_path / "nightly.yaml"
     nightly.write_text(
@@ -84,44 +64,26 @@ def test_converted_commands_print_the_same_through_a_server_and_never_send_a_com
         "variants:\n  - {name: p, prompt: ticket-triage@production}\n"
     )
     values = {"trace": _trace(db), "nightly": str(nightly)}
-    reading = [[arg.format(**values) for arg in argv] for argv in READING]
-    changing = [[arg.format(**values) for arg in argv] for argv in CHANGING]
-    alone_db, served_db = tmp_path / "alone.duckdb", tmp_path / "served.duckdb"
-    shutil.copyfile(db, alone_db)
-    shutil.copyfile(db, served_db)
-    direct = [_invoke(db, argv) for argv in reading]
-    direct += [_invoke(alone_db, argv) for argv in changing]
-    server = Served(db)
-    try:
-        through = [_invoke(db, argv) for argv in reading]
-    finally:
-        server.stop()
-    server = Served(served_db)
-    try:
-        through += [_invoke(served_db, argv) for argv in changing]
-    finally:
-        server.stop()
-    for argv, alone, served in zip(reading + changing, direct, through, strict=True):
-        assert (served.exit_code, served.stdout, served.stderr) == (
-            alone.exit_code, alone.stdout, alone.stderr,
-        ), " ".join(argv)  # fmt: skip
-    assert paths_called and not [p for p in paths_called if p.endswith("/v1/cli")], paths_called
+    assert_same_both_ways(
+        db, tmp_path, monkeypatch, reading=READING, changing=CHANGING, values=values
+    )
 
 
 def test_an_audit_export_is_streamed_and_written_here(
-    db: Path, runs: tuple[Path, str, str], tmp_path: Path, paths_called: list[str]
+    db: Path, runs: tuple[Path, str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    paths_called = record_routes(monkeypatch)
     run_id = runs[1]
-    alone = _invoke(db, ["audit", "export", "--run", run_id, "-o", str(tmp_path / "a.jsonl")])
+    alone = invoke(db, ["audit", "export", "--run", run_id, "-o", str(tmp_path / "a.jsonl")])
     assert alone.exit_code == 0, alone.stderr
     server = Served(db)
     try:
         out = tmp_path / "b.jsonl"
-        served = _invoke(db, ["audit", "export", "--run", run_id, "-o", str(out)])
+        served = invoke(db, ["audit", "export", "--run", run_id, "-o", str(out)])
         assert served.exit_code == 0, served.stderr
-        again = _invoke(db, ["audit", "export", "--run", run_id, "-o", str(out)])
+        again = invoke(db, ["audit", "export", "--run", run_id, "-o", str(out)])
         assert again.exit_code == 1 and "already exists" in again.stderr
-        missing = _invoke(db, ["audit", "export", "--run", "run_nope", "-o", str(tmp_path / "c")])
+        missing = invoke(db, ["audit", "export", "--run", "run_nope", "-o", str(tmp_path / "c")])
         assert missing.exit_code == 1 and "run_nope" in missing.stderr
         assert not (tmp_path / "c").exists()
     finally:

@@ -1,0 +1,73 @@
+"""The one-door check (issue 37): a command prints the same whether it opens the
+database itself or goes through a server's typed routes, and never sends a command
+line (`POST /v1/cli`). Used by tests/test_one_door*.py, one file per command group."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from promptlab.cli import main
+from promptlab.server.client import ServerClient
+from tests.test_server import Served
+
+
+def record_routes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every route the CLI calls on a server from now on, as `METHOD /path`."""
+    called: list[str] = []
+    original = ServerClient._open
+
+    def recording(self: ServerClient, method: str, path: str, *args: Any) -> Any:
+        called.append(f"{method} {path.split('?')[0]}")
+        return original(self, method, path, *args)
+
+    monkeypatch.setattr(ServerClient, "_open", recording)
+    return called
+
+
+def invoke(db: Path, argv: Sequence[str], stdin: str | None = None) -> Result:
+    return CliRunner().invoke(main, ["--db", str(db), *argv], input=stdin)
+
+
+def assert_same_both_ways(
+    db: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    reading: Sequence[Sequence[str]] = (),
+    changing: Sequence[Sequence[str]] = (),
+    values: Mapping[str, str] | None = None,
+) -> list[str]:
+    """Run `reading` (commands that change nothing) directly and then through a server
+    on `db`, and `changing` in order on two copies of it (one direct, one served); each
+    command's exit code, stdout and stderr must be equal. `{name}` in an argument is
+    filled from `values`. Returns the routes called; none is `/v1/cli`."""
+    called = record_routes(monkeypatch)
+    fill = dict(values or {})
+    reads = [[arg.format(**fill) for arg in argv] for argv in reading]
+    changes = [[arg.format(**fill) for arg in argv] for argv in changing]
+    alone_db, served_db = tmp_path / "alone.duckdb", tmp_path / "served.duckdb"
+    shutil.copyfile(db, alone_db)
+    shutil.copyfile(db, served_db)
+    direct = [invoke(db, argv) for argv in reads]
+    direct += [invoke(alone_db, argv) for argv in changes]
+    through: list[Result] = []
+    for target, argvs in ((db, reads), (served_db, changes)):
+        if not argvs:
+            continue
+        server = Served(target)
+        try:
+            through += [invoke(target, argv) for argv in argvs]
+        finally:
+            server.stop()
+    for argv, alone, served in zip(reads + changes, direct, through, strict=True):
+        assert (served.exit_code, served.stdout, served.stderr) == (
+            alone.exit_code, alone.stdout, alone.stderr,
+        ), " ".join(argv)  # fmt: skip
+    assert called and not [p for p in called if p.endswith("/v1/cli")], called
+    return called
