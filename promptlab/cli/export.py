@@ -12,6 +12,8 @@ import click
 from promptlab.cli.common import db_option, handle_errors, open_workbench
 from promptlab.data.export import (
     FORMATS,
+    NEUTRALISED_HELP,
+    RAW_HELP,
     TABLES,
     ExportFilters,
     check_format,
@@ -20,7 +22,7 @@ from promptlab.data.export import (
 )
 
 
-@click.command("export")
+@click.command("export", epilog=NEUTRALISED_HELP + " See --raw.")
 @db_option
 @click.option(
     "--table", "table", default="results", show_default=True, help=f"One of {', '.join(TABLES)}."
@@ -38,6 +40,7 @@ from promptlab.data.export import (
 @click.option("--experiment", help="Only the rows of runs of this experiment.")
 @click.option("--prompt", help="Only the rows of this prompt's versions.")
 @click.option("--force", is_flag=True, help="Overwrite the file if it exists.")
+@click.option("--raw", is_flag=True, help=RAW_HELP)
 @click.pass_context
 @handle_errors
 def export_command(
@@ -49,6 +52,7 @@ def export_command(
     experiment: str | None,
     prompt: str | None,
     force: bool,
+    raw: bool,
 ) -> None:
     """Write a table (items, results, attempts, metrics, comparisons, feedback) to a file.
 
@@ -58,8 +62,9 @@ def export_command(
     path = output or Path(file_name(table, fmt, ExportFilters(run_id, experiment, prompt)))
     with open_workbench(ctx) as wb:
         count = wb.exports.write_table(
-            table, fmt, path, run_id=run_id, experiment=experiment, prompt=prompt, force=force
-        )
+            table, fmt, path, run_id=run_id, experiment=experiment, prompt=prompt,
+            force=force, raw=raw,
+        )  # fmt: skip
     click.echo(f"wrote {count} rows to {path}")
 
 

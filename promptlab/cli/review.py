@@ -15,6 +15,7 @@ from pathlib import Path
 import click
 
 from promptlab.cli.common import db_option, handle_errors, open_workbench
+from promptlab.data.export import NEUTRALISED_HELP, RAW_HELP
 
 # As promptlab.records.review.ReviewStatus, spelled out: `--help` imports no records.
 STATUSES = ["open", "accepted", "corrected", "rejected", "all"]
@@ -163,20 +164,23 @@ def add(
                " (none new: rows already in the queue stay as they are)"))  # fmt: skip
 
 
-@review.command("export")
+@review.command("export", epilog=NEUTRALISED_HELP + " See --raw.")
 @db_option
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--run", "run_id", help="Only this run's items.")
 @click.option("--column", default="expected", show_default=True,
               help="The column holding each settled answer.")  # fmt: skip
 @click.option("--force", is_flag=True, help="Replace FILE if it exists.")
+@click.option("--raw", is_flag=True, help=RAW_HELP)
 @click.pass_context
 @handle_errors
-def export(ctx: click.Context, file: Path, run_id: str | None, column: str, force: bool) -> None:
+def export(
+    ctx: click.Context, file: Path, run_id: str | None, column: str, force: bool, raw: bool
+) -> None:
     """Write accepted and corrected answers as a dataset (.jsonl or .csv): each row as
     it was, with its answer in --column, ready for `expected:` in the next spec."""
     with open_workbench(ctx) as wb:
-        count = wb.review.export(file, run_id=run_id, column=column, force=force)
+        count = wb.review.export(file, run_id=run_id, column=column, force=force, raw=raw)
     click.echo(f"wrote {count} row(s) to {file}")
 
 

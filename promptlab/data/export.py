@@ -7,6 +7,18 @@ items list shows them, with the full output), `results` and `attempts` as stored
 `feedback`. The rows are written by DuckDB's COPY (promptlab/store/export.py); this
 module checks what was asked and names the file; promptlab/atomicfile.py checks the
 target and puts the file in place whole.
+
+CSV cells a spreadsheet will not run (OWASP's rule against CSV injection): a
+spreadsheet opening a CSV file takes a cell that begins with `=`, `+`, `-` or `@` as a
+formula (`=HYPERLINK(...)` leaks data on a click, `+cmd|' /C calc'!A0` asks to run a
+program), and some strip a leading tab or carriage return first. Model answers, dataset
+cells and reviewers' corrections are text anyone could have written, so every CSV the
+product writes prefixes such a text cell with a single quote, which the spreadsheet
+shows as text and hides. Numbers are written as numbers: a negative latency is a value,
+not a formula. The rule is here once, in two forms: `csv_cell` for files Python writes
+(the review export), `sql_neutralised` for files DuckDB's COPY writes (every table
+export, the API's and the app's downloads). `raw` exports skip it: their reader is a
+program, which would otherwise get a quote that was not in the data.
 """
 
 from __future__ import annotations
@@ -209,3 +221,51 @@ def arrow_table(
     }
     schema = pa.schema([(name, types[kind]) for name, kind in columns])
     return pa.Table.from_pylist(list(records), schema=schema)
+
+
+# ---- CSV cells a spreadsheet will not run ------------------------------------------
+
+#: First characters that make a spreadsheet read a cell as a formula.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+#: What goes before such a cell: spreadsheets show the rest as text.
+PREFIX = "'"
+#: A text cell that begins with a formula character, as an RE2 pattern for DuckDB
+#: (characters spelt `\xNN`: no escaping rules of SQL or RE2 to get right).
+_FORMULA_PATTERN = "^([" + "".join(f"\\x{ord(c):02x}" for c in FORMULA_STARTS) + "])"
+
+
+def neutralised(text: str) -> str:
+    """`text`, with the quote before it when a spreadsheet would read it as a formula."""
+    return PREFIX + text if text.startswith(FORMULA_STARTS) else text
+
+
+def csv_cell(value: Any) -> Any:
+    """A value as a CSV cell: numbers (and booleans, and None) as they are, anything
+    else as text (what the csv module writes, `str(value)`), neutralised."""
+    if value is None or isinstance(value, int | float):
+        return value
+    return neutralised(value if isinstance(value, str) else str(value))
+
+
+def sql_neutralised(expression: str) -> str:
+    """A DuckDB expression: the VARCHAR `expression`, neutralised as `neutralised` does.
+
+    One regular-expression replace names `expression` once (it may be a long chain of
+    secret masks); the pattern is anchored, so only a first character is ever touched.
+    """
+    quote = PREFIX.replace("'", "''")
+    return f"regexp_replace({expression}, '{_FORMULA_PATTERN}', '{quote}\\1')"
+
+
+#: What a CSV export does to such cells, for help texts (CLI, API, app).
+NEUTRALISED_HELP = (
+    "In CSV, text cells beginning with =, +, -, @, a tab or a carriage return get a "
+    "leading ' so a spreadsheet shows them instead of running them as formulas "
+    "(numbers stay numbers)."
+)
+#: The opt-out, for help texts.
+RAW_HELP = (
+    "Write CSV cells exactly as stored, without the leading ' before formula-like text: "
+    "for a file a program reads (values round-trip exactly), not one opened in a "
+    "spreadsheet, which would run them."
+)

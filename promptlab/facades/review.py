@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from promptlab.atomicfile import check_target, staged_file
+from promptlab.data.export import csv_cell
 from promptlab.errors import ReviewError, StaleChangeError, moment
 from promptlab.facades.context import Context
 from promptlab.records.review import (
@@ -203,11 +204,12 @@ class Review:
 
     def export(
         self, path: str | Path, *, run_id: str | None = None, column: str = "expected",
-        force: bool = False,
+        force: bool = False, raw: bool = False,
     ) -> int:  # fmt: skip
         """Write accepted and corrected answers as a dataset: each row as it was, with
         the settled answer in `column` (JSON Lines, or CSV by the file's suffix); the
-        rows written. Masked like every export."""
+        rows written. Masked like every export; in CSV, text a spreadsheet would run as
+        a formula gets a leading `'` (promptlab/data/export.py) unless `raw`."""
         target = check_target(path, force=force)
         if target.suffix.lower() not in EXPORT_FORMATS:
             raise ReviewError(f"review export {target}: expected a .jsonl or .csv file")
@@ -216,7 +218,7 @@ class Review:
         for batch in self._store.decided(run_id):
             rows.extend(redactor.value({**row, column: answer}) for row, answer in batch)
         with staged_file(target, force=force) as staged:
-            _write(staged, rows, csv_file=target.suffix.lower() == ".csv")
+            _write(staged, rows, csv_file=target.suffix.lower() == ".csv", raw=raw)
         payload = {"file": str(target), "rows": len(rows)}
         self._context.audit_change(
             "review.exported", self._context.author(), payload, run_id=run_id
@@ -259,12 +261,14 @@ def _bounded(text: str | None, what: str) -> str | None:
     return text.strip()
 
 
-def _write(path: Path, rows: Sequence[dict[str, Any]], *, csv_file: bool) -> None:
+def _write(path: Path, rows: Sequence[dict[str, Any]], *, csv_file: bool, raw: bool) -> None:
     with path.open("w", encoding="utf-8", newline="") as out:
         if not csv_file:
             out.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
             return
         columns = list(dict.fromkeys(k for row in rows for k in row))
-        writer = csv.DictWriter(out, fieldnames=columns)
-        writer.writeheader()
-        writer.writerows(rows)
+        # The header too: its names are the dataset's columns, anyone's text.
+        cell = (lambda value: value) if raw else csv_cell
+        writer = csv.writer(out)
+        writer.writerow([cell(c) for c in columns])
+        writer.writerows([cell(row.get(c, "")) for c in columns] for row in rows)

@@ -207,17 +207,28 @@ def _analysis_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
         run_id: str | None = None,
         experiment: str | None = None,
         prompt: str | None = None,
+        raw: Annotated[
+            bool,
+            Query(
+                description="CSV cells exactly as stored, formula-like text unquoted: for "
+                "a program reading the file (values round-trip), not a spreadsheet."
+            ),
+        ] = False,
     ) -> FileResponse:
         """A table (items, results, attempts, metrics, comparisons, feedback) as a file,
-        written on disk and streamed from there (secrets masked, as every export)."""
+        written on disk and streamed from there (secrets masked, as every export).
+        In CSV, text cells beginning with =, +, -, @, a tab or a carriage return get a
+        leading ' so a spreadsheet shows them instead of running them; `raw=true`
+        writes them exactly, for a program rather than a spreadsheet."""
         if format not in EXPORT_MEDIA:
             raise Refused(422, f"format: one of {', '.join(EXPORT_MEDIA)}, not {format!r}")
         folder = Path(tempfile.mkdtemp(prefix="promptlab-export-"))
         path = folder / f"{table}.{format}"
         try:
             wb.exports.write_table(
-                table, format, path, run_id=run_id, experiment=experiment, prompt=prompt
-            )
+                table, format, path, run_id=run_id, experiment=experiment, prompt=prompt,
+                raw=raw,
+            )  # fmt: skip
         except BaseException:
             _remove(folder)
             raise

@@ -3,7 +3,9 @@
 Every query is `COPY (SELECT ...) TO 'file' (FORMAT ...)`: DuckDB streams the rows to
 the file without them passing through Python. Text and JSON columns go through
 `replace()` for each secret value given, so a key that reached the store some other
-way still reaches no file (messages and outputs were already redacted on write).
+way still reaches no file (messages and outputs were already redacted on write). In a
+CSV file they are also neutralised for spreadsheets (promptlab/data/export.py)
+unless the export is `raw`.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 
 from promptlab.audit.redact import MASK
-from promptlab.data.export import ExportFilters, copy_format
+from promptlab.data.export import ExportFilters, copy_format, sql_neutralised
 from promptlab.errors import ExportError, NotFoundError
 from promptlab.store.connection import Store
 from promptlab.store.runs import fetch_run
@@ -72,11 +74,14 @@ class ExportStore:
         target: Path,
         filters: ExportFilters,
         secrets: Sequence[str] = (),
+        *,
+        raw: bool = False,
     ) -> int:
         """COPY a stored table's rows that pass the filters to `target`; the row count.
 
         The rows come in no particular order: sort by `run_id, seq` (items, results) or
-        `idempotency_key, attempt` (attempts) when reading them.
+        `idempotency_key, attempt` (attempts) when reading them. A CSV file's text cells
+        are neutralised for spreadsheets unless `raw`.
         """
         with self.store.read() as cur:
             query, args = self._select(cur, table, filters)
@@ -84,14 +89,24 @@ class ExportStore:
             # order, or sorting, made DuckDB buffer a million results past the store's
             # memory limit for CSV and JSON, and took twice as long for Parquet.
             cur.execute("SET SESSION preserve_insertion_order = false")
-            return _copy(cur, query, args, fmt, target, secrets)
+            return _copy(cur, query, args, fmt, target, secrets, raw=raw)
 
-    def copy_rows(self, rows: pa.Table, fmt: str, target: Path, secrets: Sequence[str] = ()) -> int:
-        """COPY computed rows (an Arrow table: metrics, comparisons) to `target`."""
+    def copy_rows(
+        self,
+        rows: pa.Table,
+        fmt: str,
+        target: Path,
+        secrets: Sequence[str] = (),
+        *,
+        raw: bool = False,
+    ) -> int:
+        """COPY computed rows (an Arrow table: metrics, comparisons) to `target`, as
+        `copy_table` does."""
+        query = f"SELECT * FROM {_ROWS_VIEW}"
         with self.store.read() as cur:
             cur.register(_ROWS_VIEW, rows)
             try:
-                return _copy(cur, f"SELECT * FROM {_ROWS_VIEW}", [], fmt, target, secrets)
+                return _copy(cur, query, [], fmt, target, secrets, raw=raw)
             finally:
                 cur.unregister(_ROWS_VIEW)
 
@@ -163,10 +178,13 @@ def _copy(
     fmt: str,
     target: Path,
     secrets: Sequence[str],
+    *,
+    raw: bool,
 ) -> int:
     described = cur.execute(f"DESCRIBE {query}", args).fetchall()
-    select, mask_args = _masked(described, secrets)
-    options = f"FORMAT {copy_format(fmt)}" + (", HEADER" if copy_format(fmt) == "csv" else "")
+    csv = copy_format(fmt) == "csv"
+    select, mask_args = _shown(described, secrets, neutralise=csv and not raw)
+    options = f"FORMAT {copy_format(fmt)}" + (", HEADER" if csv else "")
     # The target is already a staged file (promptlab/atomicfile.py): DuckDB's own temp
     # file beside it (`tmp_NAME`) would be left behind by a killed export.
     options += ", USE_TMP_FILE false"
@@ -182,19 +200,27 @@ def _copy(
     return int(row[0]) if row else 0
 
 
-def _masked(described: list[tuple[Any, ...]], secrets: Sequence[str]) -> tuple[str, list[Any]]:
-    """The select list, with every text or JSON column's secret values replaced."""
+def _shown(
+    described: list[tuple[Any, ...]], secrets: Sequence[str], *, neutralise: bool
+) -> tuple[str, list[Any]]:
+    """The select list: every text or JSON column with its secret values replaced and,
+    with `neutralise`, a formula's first character defused (a JSON cell of a CSV file is
+    text too); other columns (numbers, times) as they are."""
     parts: list[str] = []
     args: list[Any] = []
     for name, column_type, *_ in described:
         quoted = '"' + str(name).replace('"', '""') + '"'
-        if not secrets or str(column_type) not in _TEXT_TYPES:
+        if str(column_type) not in _TEXT_TYPES or not (secrets or neutralise):
             parts.append(quoted)
             continue
         expression = f"{quoted}::VARCHAR"
         for _ in secrets:
             expression = f"replace({expression}, ?, ?)"
         args += list(itertools.chain.from_iterable((s, MASK) for s in secrets))
+        if neutralise:
+            # Written as text: a quoted formula is no longer valid JSON to cast back to.
+            parts.append(f"{sql_neutralised(expression)} AS {quoted}")
+            continue
         cast = "::JSON" if column_type == "JSON" else ""
         parts.append(f"({expression}){cast} AS {quoted}")
     return ", ".join(parts), args

@@ -28,7 +28,7 @@ import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
 from promptlab.analysis.compare import Comparison
-from promptlab.data.export import FORMATS, mime_type
+from promptlab.data.export import FORMATS, NEUTRALISED_HELP, mime_type
 from promptlab.errors import PromptlabError
 from promptlab.ui.widgets import escape_markdown, show_error
 from promptlab.workbench import Workbench
@@ -87,7 +87,7 @@ def download_buttons(
         file_name=workbench.exports.file_name(table, fmt, **filters),
         mime=mime_type(fmt),
         help=f"The {table} table as {FORMAT_LABELS[fmt]}, written by DuckDB's COPY "
-        "(the same file as `promptlab export`).",
+        f"(the same file as `promptlab export`).{_csv_note(fmt)}",
         column=column,
     )
 
@@ -105,7 +105,8 @@ def comparison_download(workbench: Workbench, comparison: Comparison, *, key: st
         what=(file_name, hashlib.sha256(repr(comparison).encode()).hexdigest()),
         file_name=file_name,
         mime=mime_type(fmt),
-        help=f"Every row of the table above as {FORMAT_LABELS[fmt]}, written by DuckDB's COPY.",
+        help=f"Every row of the table above as {FORMAT_LABELS[fmt]}, written by DuckDB's "
+        f"COPY.{_csv_note(fmt)}",
         column=column,
     )
 
@@ -173,6 +174,13 @@ def _make(key: str, what: Hashable, make: Callable[[], bytes], file_name: str) -
     made = MadeFile(key, what, data, file_name, datetime.now().astimezone())
     st.session_state[MADE] = made
     return made
+
+
+def _csv_note(fmt: str) -> str:
+    """What a CSV download does to formula-like cells, and where exact values are."""
+    if fmt != "csv":
+        return ""
+    return f" {NEUTRALISED_HELP} JSON Lines and Parquet keep every value exactly."
 
 
 def _size(count: int) -> str:
