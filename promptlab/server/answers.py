@@ -28,10 +28,11 @@ class Refused(Exception):
         self.message = message
 
 
-def error_response(status: int, message: str) -> Response:
-    """`{"error": message}`; ASCII-escaped, so a message quoting a lone surrogate a
-    client sent is still a valid body."""
-    body = json.dumps({"error": message}, ensure_ascii=True)
+def error_response(status: int, message: str, kind: str | None = None) -> Response:
+    """`{"error": message}` (and the error's class as `kind`, so promptlab's client
+    raises the same one and exits as the command would have); ASCII-escaped, so a
+    message quoting a lone surrogate a client sent is still a valid body."""
+    body = json.dumps({"error": message, **({"kind": kind} if kind else {})}, ensure_ascii=True)
     return Response(body, status_code=status, media_type="application/json")
 
 

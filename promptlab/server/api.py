@@ -162,7 +162,7 @@ def create_app(wb: Workbench, token: str, *, local_paths: bool = True) -> FastAP
 
     @app.exception_handler(PromptlabError)
     async def promptlab_error(_request: Request, exc: PromptlabError) -> Response:
-        return error_response(_status_of(exc), str(exc))
+        return error_response(_status_of(exc), str(exc), type(exc).__name__)
 
     @app.get("/v1/health", dependencies=auth)
     async def health() -> dict[str, Any]:

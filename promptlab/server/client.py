@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from promptlab import errors
 from promptlab.errors import PromptlabError
 from promptlab.server.discovery import ServerInfo
 
@@ -34,6 +35,19 @@ class ServerError(PromptlabError):
         self.status = status
         #: The connection broke after it was made: the server may have the request.
         self.dropped = dropped
+
+
+def refusal(message: str, status: int, kind: Any) -> PromptlabError:
+    """The server's refusal as the error the command would have raised on its own (its
+    class named by the answer's `kind`: a usage error exits 2 either way), else a
+    ServerError."""
+    found = getattr(errors, kind, None) if isinstance(kind, str) else None
+    if isinstance(found, type) and issubclass(found, PromptlabError):
+        try:
+            return found(message)
+        except TypeError:  # an error class that wants more than its message
+            pass
+    return ServerError(message, status)
 
 
 class ServerClient:
@@ -107,10 +121,11 @@ class ServerClient:
             return urllib.request.urlopen(request, timeout=self.timeout_s)  # noqa: S310
         except urllib.error.HTTPError as exc:
             try:
-                message = json.loads(exc.read()).get("error") or exc.reason
-            except ValueError:
-                message = exc.reason
-            raise ServerError(str(message), exc.code) from None
+                answer = json.loads(exc.read())
+                message, kind = answer.get("error") or exc.reason, answer.get("kind")
+            except (ValueError, AttributeError):
+                message, kind = exc.reason, None
+            raise refusal(str(message), exc.code, kind) from None
         except TimeoutError:
             raise ServerError(
                 f"the promptlab server at {self.info.url} did not answer within "
