@@ -11,11 +11,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlencode
 
 import click
 
-from promptlab.cli.common import db_option, handle_errors, open_workbench
+from promptlab.cli.common import db_option, handle_errors, open_workbench, served, through
 from promptlab.data.export import NEUTRALISED_HELP, RAW_HELP
+
+if TYPE_CHECKING:
+    from promptlab.records.review import ReviewItem
+    from promptlab.workbench import Workbench
 
 # As promptlab.records.review.ReviewStatus, spelled out: `--help` imports no records.
 STATUSES = ["open", "accepted", "corrected", "rejected", "all"]
@@ -40,11 +46,16 @@ def review() -> None:
 @handle_errors
 def list_items(ctx: click.Context, status: str, run_id: str | None, limit: int) -> None:
     """Items oldest first: id, run, row, what sent it, and the proposed answer."""
+    from promptlab.records.review import ReviewList
     from promptlab.views.review import item_rows
 
-    with open_workbench(ctx) as wb:
-        items = wb.review.list(None if status == "all" else status, run_id, limit)
-        counts = wb.review.counts()
+    def direct(wb: Workbench) -> ReviewList:
+        return wb.review.list(
+            None if status == "all" else status, run_id, limit
+        ), wb.review.counts()
+
+    query = urlencode({"status": status, **({"run_id": run_id} if run_id else {}), "limit": limit})
+    items, counts = through(ctx, ReviewList, "GET", f"/v1/review/items?{query}", direct)  # type: ignore[arg-type]
     if not items:
         click.echo(f"no {'' if status == 'all' else status + ' '}review items")
     for row in item_rows(items):
@@ -63,10 +74,11 @@ def list_items(ctx: click.Context, status: str, run_id: str | None, limit: int) 
 @handle_errors
 def show(ctx: click.Context, item_id: int) -> None:
     """The item, its dataset row, and every model's answer with its scores."""
+    from promptlab.records.review import ReviewDetail
     from promptlab.views.review import detail_lines
 
-    with open_workbench(ctx) as wb:
-        detail = wb.review.show(item_id)
+    path = f"/v1/review/items/{item_id}"
+    detail = through(ctx, ReviewDetail, "GET", path, lambda wb: wb.review.show(item_id))
     click.echo("\n".join(detail_lines(detail)))
 
 
@@ -87,8 +99,8 @@ def expect_version_option(func: Callable[..., None]) -> Callable[..., None]:
 @handle_errors
 def accept(ctx: click.Context, item_id: int, note: str | None, version: int | None) -> None:
     """Settle an open item on the proposed answer (a settled one: reopen it first)."""
-    with open_workbench(ctx) as wb:
-        item = wb.review.accept(item_id, note, version=version)
+    item = _decide(ctx, item_id, "accept", {"note": note, "version": version},
+                   lambda wb: wb.review.accept(item_id, note, version=version))  # fmt: skip
     click.echo(f"review {item.id}: accepted {item.answer!r} (version {item.version})")
 
 
@@ -104,8 +116,12 @@ def correct(
     ctx: click.Context, item_id: int, answer: str, note: str | None, version: int | None
 ) -> None:
     """Settle an open item on ANSWER instead of the proposed one."""
-    with open_workbench(ctx) as wb:
-        item = wb.review.correct(item_id, answer, note, version=version)
+    body = {"note": note, "version": version, "answer": answer}
+
+    def direct(wb: Workbench) -> ReviewItem:
+        return wb.review.correct(item_id, answer, note, version=version)
+
+    item = _decide(ctx, item_id, "correct", body, direct)
     click.echo(f"review {item.id}: corrected to {item.answer!r} (version {item.version})")
 
 
@@ -118,8 +134,8 @@ def correct(
 @handle_errors
 def reject(ctx: click.Context, item_id: int, note: str | None, version: int | None) -> None:
     """Keep an open item's row out of the expected answers."""
-    with open_workbench(ctx) as wb:
-        item = wb.review.reject(item_id, note, version=version)
+    item = _decide(ctx, item_id, "reject", {"note": note, "version": version},
+                   lambda wb: wb.review.reject(item_id, note, version=version))  # fmt: skip
     click.echo(f"review {item.id}: rejected (version {item.version})")
 
 
@@ -133,8 +149,8 @@ def reject(ctx: click.Context, item_id: int, note: str | None, version: int | No
 def reopen(ctx: click.Context, item_id: int, note: str | None, version: int | None) -> None:
     """Open a settled item again so it can be decided anew (the audit trail keeps the
     decision it clears)."""
-    with open_workbench(ctx) as wb:
-        item = wb.review.reopen(item_id, note, version=version)
+    item = _decide(ctx, item_id, "reopen", {"note": note, "version": version},
+                   lambda wb: wb.review.reopen(item_id, note, version=version))  # fmt: skip
     click.echo(f"review {item.id}: open again (version {item.version})")
 
 
@@ -154,12 +170,18 @@ def add(
     """Send rows of a run to review: ROWS by number, or with --failed-checks / --alerts."""
     if not rows and not failed_checks and not alerts:
         raise click.UsageError("give row numbers, --failed-checks or --alerts")
-    with open_workbench(ctx) as wb:
+
+    def direct(wb: Workbench) -> list[int]:
         ids = wb.review.add(run_id, rows, reason) if rows else []
         if failed_checks:
             ids += wb.review.add_failed_checks(run_id)
         if alerts:
             ids += wb.review.add_alerted(run_id)
+        return ids
+
+    body = {"run_id": run_id, "rows": list(rows), "failed_checks": failed_checks,
+            "alerts": alerts, "reason": reason}  # fmt: skip
+    ids = through(ctx, list[int], "POST", "/v1/review/add", direct, body)
     click.echo(f"sent {len(ids)} row(s) to review" + (f": {ids[0]}..{ids[-1]}" if ids else
                " (none new: rows already in the queue stay as they are)"))  # fmt: skip
 
@@ -179,9 +201,29 @@ def export(
 ) -> None:
     """Write accepted and corrected answers as a dataset (.jsonl or .csv): each row as
     it was, with its answer in --column, ready for `expected:` in the next spec."""
-    with open_workbench(ctx) as wb:
-        count = wb.review.export(file, run_id=run_id, column=column, force=force, raw=raw)
+    server = served(ctx)
+    if server is not None:  # written by the server, streamed, and written here
+        from promptlab.server.client import ServerClient
+
+        query = urlencode({"file_name": str(file), "column": column, "raw": raw,
+                           **({"run_id": run_id} if run_id else {})})  # fmt: skip
+        client = ServerClient(server, timeout_s=None)
+        headers = client.fetch_file(f"/v1/review/export?{query}", file, force=force)
+        count = int(headers["x-rows"])
+    else:
+        with open_workbench(ctx) as wb:
+            count = wb.review.export(file, run_id=run_id, column=column, force=force, raw=raw)
     click.echo(f"wrote {count} row(s) to {file}")
+
+
+def _decide(
+    ctx: click.Context, item_id: int, decision: str, body: dict[str, Any],
+    direct: Callable[[Workbench], ReviewItem],
+) -> ReviewItem:  # fmt: skip
+    from promptlab.records.review import ReviewItem
+
+    path = f"/v1/review/items/{item_id}/{decision}"
+    return through(ctx, ReviewItem, "POST", path, direct, body)
 
 
 commands: list[click.Command] = [review]

@@ -204,26 +204,31 @@ class Review:
 
     def export(
         self, path: str | Path, *, run_id: str | None = None, column: str = "expected",
-        force: bool = False, raw: bool = False,
+        force: bool = False, raw: bool = False, recorded_as: str | None = None,
     ) -> int:  # fmt: skip
         """Write accepted and corrected answers as a dataset: each row as it was, with
         the settled answer in `column` (JSON Lines, or CSV by the file's suffix); the
         rows written. Masked like every export; in CSV, text a spreadsheet would run as
-        a formula gets a leading `'` (promptlab/data/export.py) unless `raw`."""
+        a formula gets a leading `'` (promptlab/data/export.py) unless `raw`.
+        `recorded_as`: the file the audit trail names (a client's, for a server's copy)."""
         target = check_target(path, force=force)
-        if target.suffix.lower() not in EXPORT_FORMATS:
-            raise ReviewError(f"review export {target}: expected a .jsonl or .csv file")
+        self.check_export_name(target)
         redactor = self._context.redactor()
         rows: builtins.list[dict[str, Any]] = []
         for batch in self._store.decided(run_id):
             rows.extend(redactor.value({**row, column: answer}) for row, answer in batch)
         with staged_file(target, force=force) as staged:
             _write(staged, rows, csv_file=target.suffix.lower() == ".csv", raw=raw)
-        payload = {"file": str(target), "rows": len(rows)}
+        payload = {"file": recorded_as or str(target), "rows": len(rows)}
         self._context.audit_change(
             "review.exported", self._context.author(), payload, run_id=run_id
         )
         return len(rows)
+
+    def check_export_name(self, path: str | Path) -> None:
+        """Refused unless `path` names a .jsonl or .csv file (the format `export` writes)."""
+        if Path(path).suffix.lower() not in EXPORT_FORMATS:
+            raise ReviewError(f"review export {path}: expected a .jsonl or .csv file")
 
     # ---- helpers -----------------------------------------------------------------------
 

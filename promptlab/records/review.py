@@ -110,3 +110,8 @@ class CrosscheckSummary:
     run_id: str
     weights: tuple[WeightRecord, ...]
     decisions: Mapping[str, int]
+
+
+#: The review list as the CLI prints it (and the server answers it): the items, and how
+#: many there are per status.
+ReviewList = tuple[list[ReviewItem], dict[str, int]]

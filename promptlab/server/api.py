@@ -51,6 +51,7 @@ from promptlab.server.commands import refuse_unserved
 from promptlab.server.data_routes import UPLOAD_PATHS, add_data_routes
 from promptlab.server.metrics import metrics_response
 from promptlab.server.principals import Guard, Principal, principal_of
+from promptlab.server.review_routes import add_review_routes
 from promptlab.server.roles import ADMIN, document_roles
 from promptlab.server.schedule_routes import add_schedule_routes
 from promptlab.server.token_routes import add_token_routes
@@ -182,6 +183,7 @@ def create_app(wb: Workbench, token: str, *, local_paths: bool = True) -> FastAP
     add_data_routes(app, wb, auth)
     app.state.workbench = wb
     add_token_routes(app)
+    add_review_routes(app, wb)
     add_schedule_routes(app, wb, local_paths=local_paths)
     document_roles(app)
     return app

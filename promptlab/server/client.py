@@ -91,6 +91,20 @@ class ServerClient:
             while chunk := resp.read(CHUNK_BYTES):
                 yield chunk
 
+    def fetch_file(self, path: str, target: Path, *, force: bool = False) -> dict[str, str]:
+        """A file the server answers with, written to `target` here whole or not at all
+        (atomicfile's rules: an existing file only with `force`); the answer's headers."""
+        from promptlab.atomicfile import check_target, staged_file
+
+        checked = check_target(target, force=force)
+        with (
+            self._open("GET", path) as resp,
+            staged_file(checked, force=force) as staged,
+            staged.open("wb") as handle,
+        ):
+            shutil.copyfileobj(resp, handle)
+            return {k.lower(): v for k, v in resp.headers.items()}
+
     def download(self, path: str, target: Path) -> None:
         """Stream a response body into `target`."""
         with self._open("GET", path) as resp, target.open("wb") as handle:
