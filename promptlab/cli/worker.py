@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import click
 
 from promptlab.cli.common import handle_errors
@@ -20,14 +22,27 @@ from promptlab.distributed.settings import DEFAULT_QUEUE
 def worker_command(concurrency: int, queues: str, loglevel: str) -> None:
     """Send the requests of runs whose endpoints execute on workers (`executor: celery`).
 
-    The broker is PROMPTLAB_BROKER_URL (default redis://127.0.0.1:6379/0). Keys come from
-    this worker's own environment (the variable each endpoint names): a run carries none.
-    Every worker on the same broker shares one rate budget per endpoint and key; a
-    killed worker's chunks are delivered again, and what it already answered is not sent
-    twice. Start as many as you like, on any machine that reaches the broker.
+    The broker is PROMPTLAB_BROKER_URL (default redis://127.0.0.1:6379/0). Endpoints and
+    keys are this worker's own: a task names an endpoint, and the worker sends only to
+    the one its providers file (PROMPTLAB_PROVIDERS) configures alike, with the key from
+    its own environment; a keyless endpoint on loopback is the one exception. Tasks must
+    be signed with PROMPTLAB_WORKER_SECRET (required, on owners and workers alike, when
+    the broker is not on loopback; else a per-user secret file is used). Every worker on
+    the same broker shares one rate budget per endpoint and key; a killed worker's
+    chunks are delivered again, and what it already answered is not sent twice.
     """
+    from promptlab.config import Settings
     from promptlab.distributed.app import make_app
+    from promptlab.distributed.settings import broker_url
+    from promptlab.distributed.trust import worker_secret
+    from promptlab.providers.config import load_endpoints
 
+    # Refused here, in one line, rather than task by task once it runs.
+    worker_secret(broker_url())
+    load_endpoints(Settings.from_env().providers_file)
+    # promptlab's records go out once, through the CLI's redacting handler: passed on
+    # to Celery's root handler too, each would be printed twice, the second unredacted.
+    logging.getLogger("promptlab").propagate = False
     app = make_app()
     app.worker_main(
         [

@@ -4,16 +4,20 @@ Tasks are acknowledged late and given back when their worker is lost, so a kille
 worker's chunks are delivered again; claims make that second delivery send only
 what was not answered. Answers do not go through Celery's result backend: each is
 pushed to the owner's own list the moment it is known (promptlab/distributed/sender.py).
+A task is signed by its owner and checked by the worker (promptlab/distributed/trust.py):
+one that does not verify is acknowledged and dropped, never retried.
 """
 
 from __future__ import annotations
 
 import threading
 from typing import Any
+from urllib.parse import urlsplit
 
 from celery import Celery
 
 from promptlab.distributed import settings
+from promptlab.distributed.transport import TRANSPORT
 
 #: The task's name on the wire (owners send it by name: they never import a worker).
 SEND_CHUNK = "promptlab.send_chunk"
@@ -27,6 +31,10 @@ _sender: Any = None
 def make_app(url: str | None = None) -> Celery:
     url = url or settings.broker_url()
     app = Celery("promptlab", broker=url, set_as_current=False)
+    if urlsplit(url).scheme == "redis":
+        # kombu's Redis transport, but a worker that lost Redis with tasks in flight
+        # reconnects instead of stopping (see promptlab/distributed/transport.py).
+        app.conf.broker_transport = TRANSPORT
     app.conf.update(
         task_acks_late=True,
         task_reject_on_worker_lost=True,
@@ -54,14 +62,13 @@ def _transport_options(visibility_timeout_s: int) -> dict[str, int]:
     }
 
 
-def _send_chunk(
-    task: Any, reply_to: str, endpoint: dict[str, Any], requests: list[dict[str, Any]]
-) -> dict[str, int]:
+def _send_chunk(task: Any, *args: Any, **kwargs: Any) -> dict[str, int]:
     """Send a chunk's tickets (each once across the cluster) and answer each to its owner.
     A chunk that fails on its way (Redis unreachable a moment) is tried again shortly:
-    what it already answered is not sent twice."""
+    what it already answered is not sent twice. Any arguments are taken, so a task of
+    any shape reaches the signature check (and is refused there) instead of failing."""
     try:
-        return _process_sender(task.app.conf.broker_url).run_chunk(reply_to, endpoint, requests)
+        return _process_sender(task.app.conf.broker_url).run_task(list(args), kwargs)
     except Exception as exc:
         raise task.retry(exc=exc, countdown=1, max_retries=CHUNK_RETRIES) from exc
 

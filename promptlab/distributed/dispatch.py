@@ -16,16 +16,15 @@ import logging
 import threading
 import time
 import uuid
-from dataclasses import replace
+from dataclasses import dataclass
 from typing import Any
 
 from promptlab.distributed import settings as keys
 from promptlab.distributed.app import SEND_CHUNK, make_app
+from promptlab.distributed.trust import endpoint_ref, signed_task, worker_secret
 from promptlab.distributed.wire import (
     answer_from_dict,
     answer_to_dict,
-    endpoint_to_dict,
-    request_from_dict,
     request_to_dict,
     ticket_of,
 )
@@ -41,6 +40,19 @@ CHUNK_ITEMS = 20
 LINGER_S = 0.005
 #: Seconds the reply reader blocks on Redis before it looks whether it should stop.
 READ_BLOCK_S = 1
+#: Seconds between two looks at this owner's marker key (gone: Redis lost its data).
+MARKER_EVERY_S = 1.0
+MARKER_TTL_S = 60
+
+
+@dataclass
+class _Sent:
+    """A ticket on its way: what republishing it needs, and when its owner gives up."""
+
+    queue: str
+    endpoint: dict[str, Any]
+    request: CompletionRequest
+    expires: float  # time.monotonic()
 
 
 class Dispatch:
@@ -50,14 +62,21 @@ class Dispatch:
         import redis
 
         self.url = url or keys.broker_url()
+        # Before anything is sent: a broker off loopback without a shared secret is refused.
+        self._secret = worker_secret(self.url)
         self.owner = uuid.uuid4().hex
         self.app = make_app(self.url)
         self._redis = redis.Redis.from_url(self.url, decode_responses=True)
         self._waiting: dict[str, asyncio.Future[dict[str, Any]]] = {}
-        self._chunks: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = {}
+        #: Tickets not answered yet (read by the reply thread when Redis lost them).
+        self._sent: dict[str, _Sent] = {}
+        self._sent_lock = threading.Lock()
+        self._chunks: dict[str, list[str]] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop = threading.Event()
         self._reader: threading.Thread | None = None
+        self._marker_at = 0.0
+        self._marker_set = False
 
     async def complete(self, cfg: EndpointConfig, request: CompletionRequest) -> CompletionResponse:
         """Send `request` through a worker; its answer, or its ProviderError raised."""
@@ -67,15 +86,22 @@ class Dispatch:
             raise RuntimeError(f"ticket {ticket} is already waiting for its answer")
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._waiting[ticket] = future
-        # The engine waits timeout_s (and a second) for the whole call: a worker that
-        # gets to it later sends nothing.
-        request = replace(request, deadline=time.time() + request.timeout_s)
+        # The engine waits timeout_s (and a second) for the whole call; the worker is
+        # told the seconds left when the chunk goes, never this machine's clock.
+        sent = _Sent(
+            cfg.queue or keys.DEFAULT_QUEUE, endpoint_ref(cfg), request,
+            time.monotonic() + request.timeout_s,
+        )  # fmt: skip
+        with self._sent_lock:
+            self._sent[ticket] = sent
         try:
-            self._add(cfg, request)
+            self._add(sent, ticket)
             answer = await future
         finally:
             if self._waiting.get(ticket) is future:
                 del self._waiting[ticket]
+            with self._sent_lock:
+                self._sent.pop(ticket, None)
         if "internal" in answer:
             raise RuntimeError(f"the worker's adapter failed: {answer['internal']}")
         result = answer_from_dict(answer)
@@ -91,38 +117,60 @@ class Dispatch:
 
     # ---- chunks out ----------------------------------------------------------------
 
-    def _add(self, cfg: EndpointConfig, request: CompletionRequest) -> None:
-        endpoint = endpoint_to_dict(cfg)
-        lane = json.dumps(endpoint, sort_keys=True, default=str)
+    def _add(self, sent: _Sent, ticket: str) -> None:
+        lane = json.dumps([sent.queue, sent.endpoint], sort_keys=True)
         if lane not in self._chunks:
-            self._chunks[lane] = (endpoint, [])
+            self._chunks[lane] = []
             asyncio.get_running_loop().call_later(LINGER_S, self._send, lane)
-        chunk = self._chunks[lane][1]
-        chunk.append(request_to_dict(request))
+        chunk = self._chunks[lane]
+        chunk.append(ticket)
         if len(chunk) >= CHUNK_ITEMS:
             self._send(lane)
 
     def _send(self, lane: str) -> None:
-        taken = self._chunks.pop(lane, None)
-        if taken is None:
+        tickets = self._chunks.pop(lane, None)
+        if tickets is None:
             return  # sent already when it filled up
-        endpoint, requests = taken
         # Publishing is a blocking Redis call: off the engine's loop.
-        asyncio.get_running_loop().run_in_executor(None, self._publish, endpoint, requests)
+        asyncio.get_running_loop().run_in_executor(None, self._publish, tickets)
 
-    def _publish(self, endpoint: dict[str, Any], requests: list[dict[str, Any]]) -> None:
+    def _publish(self, tickets: list[str]) -> None:
+        """One signed task for tickets of one lane, each with its seconds left now."""
+        with self._sent_lock:
+            sent = [(t, self._sent[t]) for t in tickets if t in self._sent]
+        if not sent:
+            return  # given up on meanwhile
+        now = time.monotonic()
+        first = sent[0][1]
+        requests = [request_to_dict(s.request, max(0.0, s.expires - now)) for _, s in sent]
         try:
-            queue = endpoint.get("queue") or keys.DEFAULT_QUEUE
-            self.app.send_task(SEND_CHUNK, args=[self.owner, endpoint, requests], queue=queue)
+            args, kwargs = signed_task(self._secret, self.owner, first.endpoint, requests)
+            self.app.send_task(SEND_CHUNK, args=args, kwargs=kwargs, queue=first.queue)
         except Exception as exc:  # noqa: BLE001 - the broker is gone: each request fails
             log.error("could not send a chunk to the workers: %s", exc)
-            for request in requests:
-                ticket = ticket_of(request_from_dict(request))
+            for ticket, _ in sent:
                 message = f"the broker at {self.url} did not take the chunk: {exc}"
                 error = ProviderError(
-                    ErrorKind.CONNECTION, message, provider=endpoint["name"], should_retry=True
-                )
+                    ErrorKind.CONNECTION, message, provider=first.endpoint["name"],
+                    should_retry=True,
+                )  # fmt: skip
                 self._answer(ticket, answer_to_dict(None, error))
+
+    def _republish_all(self) -> None:
+        """Redis lost its data (restarted empty): the chunks queued, the claims and the
+        answers not yet read are gone. Every ticket still waited for goes again; what a
+        worker was sending meanwhile may be sent twice, nothing more."""
+        with self._sent_lock:
+            lanes: dict[str, list[str]] = {}
+            for ticket, sent in self._sent.items():
+                lane = json.dumps([sent.queue, sent.endpoint], sort_keys=True)
+                lanes.setdefault(lane, []).append(ticket)
+        log.warning(
+            "the broker lost its data: sending %d tickets again", sum(map(len, lanes.values()))
+        )
+        for tickets in lanes.values():
+            for at in range(0, len(tickets), CHUNK_ITEMS):
+                self._publish(tickets[at : at + CHUNK_ITEMS])
 
     # ---- answers back --------------------------------------------------------------
 
@@ -136,6 +184,7 @@ class Dispatch:
         replies = keys.replies_key(self.owner)
         while not self._stop.is_set():
             try:
+                self._check_marker()
                 popped = self._redis.blpop([replies], timeout=READ_BLOCK_S)
             except Exception as exc:  # noqa: BLE001 - Redis went away: try again shortly
                 log.warning("reading answers from Redis failed: %s", exc)
@@ -147,6 +196,18 @@ class Dispatch:
                     self._answer(str(reply["ticket"]), dict(reply["answer"]))
                 except (ValueError, KeyError, TypeError):
                     log.error("an answer from a worker was not readable: %.200r", popped[1])
+
+    def _check_marker(self) -> None:
+        """Keep a key of this owner's in Redis; found gone, Redis lost what it held (a
+        restart without persistence), and what this owner waits for is sent again."""
+        now = time.monotonic()
+        if now - self._marker_at < MARKER_EVERY_S:
+            return
+        self._marker_at = now
+        before = self._redis.set(keys.owner_key(self.owner), "1", ex=MARKER_TTL_S, get=True)
+        if before is None and self._marker_set:
+            self._republish_all()
+        self._marker_set = True
 
     def _answer(self, ticket: str, answer: dict[str, Any]) -> None:
         assert self._loop is not None

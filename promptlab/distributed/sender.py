@@ -8,6 +8,12 @@ threads hand it chunks. A ticket (an item's attempt) is sent by whoever claims i
 finds the stored answer, or waits for the live claimant's, or, when the claimant's
 heartbeat is gone (it was killed mid-send), takes the claim over and sends again: the
 only case a provider sees one attempt twice.
+
+A task is acted on only when its MAC verifies and its endpoint resolves from this
+worker's own providers file (promptlab/distributed/trust.py); otherwise each of its
+tickets is answered with the reason and nothing is sent. Deadlines are this worker's
+monotonic clock plus the seconds the owner said were left, and every answer is redacted
+(keys, bearer tokens) before it is kept in Redis.
 """
 
 from __future__ import annotations
@@ -23,19 +29,21 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from promptlab.audit.redact import redact
+from promptlab.audit.redact import Redactor, watch_env
+from promptlab.config import Settings
 from promptlab.distributed import settings as keys
 from promptlab.distributed.budget import SharedBudget
+from promptlab.distributed.trust import Refused, open_task, resolve_endpoint, worker_secret
 from promptlab.distributed.wire import (
     answer_to_dict,
-    endpoint_from_dict,
     endpoint_to_dict,
+    remaining_of,
     request_from_dict,
     ticket_of,
 )
 from promptlab.engine.retry import THROTTLE_KINDS
 from promptlab.errors import ErrorKind, PromptlabError, ProviderError
-from promptlab.providers import build_provider
+from promptlab.providers import build_provider, load_endpoints
 from promptlab.providers.base import CompletionRequest, CompletionResponse, Provider
 from promptlab.providers.config import EndpointConfig
 from promptlab.providers.tokens import estimate_prompt_tokens
@@ -51,12 +59,14 @@ MAX_CONNECTIONS = 256
 #: Longest shared back-off one 429's Retry-After sets (the engine caps its own alike).
 MAX_BACK_OFF_S = 60.0
 
-# KEYS: claim. ARGV: the holder seen, the new holder, TTL. Take a dead holder's claim
+# KEYS: claim, this sender's heartbeat. ARGV: the holder seen, the new holder, TTL, the
+# heartbeat's TTL (ms). Take a dead holder's claim
 # (or a claim that expired meanwhile), once.
 _TAKE_OVER = """
 local holder = redis.call('GET', KEYS[1])
 if holder == ARGV[1] or not holder then
   redis.call('SET', KEYS[1], ARGV[2], 'EX', tonumber(ARGV[3]))
+  redis.call('SET', KEYS[2], '1', 'PX', tonumber(ARGV[4]))
   return 1
 end
 return 0
@@ -78,11 +88,15 @@ return 1
 """
 
 
-# KEYS: answer and claim of each ticket, in pairs. ARGV: this sender, the claim's TTL.
-# Per ticket: {ANSWERED, answer}, {CLAIMED} (now this sender's) or {HELD, holder}.
+# KEYS: answer and claim of each ticket, in pairs, then this sender's heartbeat. ARGV:
+# this sender, the claim's TTL, the heartbeat's (ms). Per ticket: {ANSWERED, answer},
+# {CLAIMED} (now this sender's) or {HELD, holder}. The heartbeat is set with the claims:
+# after Redis restarted empty, a claim must never be seen without its holder's beat
+# (another sender would take it over and send it a second time).
 _CLAIM = """
+redis.call('SET', KEYS[#KEYS], '1', 'PX', tonumber(ARGV[3]))
 local out = {}
-for i = 1, #KEYS, 2 do
+for i = 1, #KEYS - 1, 2 do
   local answer = redis.call('GET', KEYS[i])
   if answer then
     out[#out + 1] = {1, answer}
@@ -118,10 +132,25 @@ def _tokens(request: CompletionRequest) -> int:
 class Sender:
     """Sends chunks' tickets for one worker process; thread-safe `run_chunk`."""
 
-    def __init__(self, redis_url: str, environ: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        redis_url: str,
+        environ: Mapping[str, str] | None = None,
+        *,
+        endpoints: Mapping[str, EndpointConfig] | None = None,
+    ) -> None:
         import redis.asyncio
 
         self.environ = dict(os.environ if environ is None else environ)
+        self._secret = worker_secret(redis_url, self.environ)
+        #: What this worker sends to: its own providers file, as the engine loads it.
+        self.endpoints = dict(
+            endpoints
+            if endpoints is not None
+            else load_endpoints(Settings.from_env(self.environ).providers_file, self.environ)
+        )
+        watch_env(cfg.api_key_env for cfg in self.endpoints.values())
+        self._redact = Redactor.from_environ(self.environ)
         self.name = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="sender")
@@ -145,12 +174,18 @@ class Sender:
         self._lanes: dict[str, tuple[Provider, SharedBudget]] = {}
         self._beat = asyncio.run_coroutine_threadsafe(self._heartbeat(), self.loop)
 
-    def run_chunk(
-        self, reply_to: str, endpoint: dict[str, Any], requests: list[dict[str, Any]]
-    ) -> dict[str, int]:
-        """Every ticket of the chunk answered to `reply_to`; blocks the calling thread."""
+    def run_task(self, args: Any, kwargs: Any) -> dict[str, int]:
+        """A task's tickets each answered to its owner (blocks the calling thread); a task
+        whose MAC does not verify is refused: logged once, and nothing is sent."""
+        received = time.monotonic()  # what the owner's seconds left count from
+        try:
+            task = open_task(self._secret, args, kwargs)
+        except Refused as exc:
+            log.error("worker %s refused a task: %s; nothing was sent", self.name, exc)
+            asyncio.run_coroutine_threadsafe(self._refuse_unsigned(args, str(exc)), self.loop)
+            return {"sent": 0, "reused": 0, "refused": 1}
         future = asyncio.run_coroutine_threadsafe(
-            self._chunk(reply_to, endpoint_from_dict(endpoint), requests), self.loop
+            self._chunk(task.reply_to, task.endpoint, task.requests, received), self.loop
         )
         return future.result()
 
@@ -179,25 +214,50 @@ class Sender:
 
     # ---- a chunk -------------------------------------------------------------------
 
+    async def _refuse_unsigned(self, args: Any, reason: str) -> None:
+        """Tell the owner a task named, if it can be read, why its tickets got nothing (a
+        misconfigured secret then stops its run at once instead of timing out). Only a
+        reply is pushed: nothing is stored under a ticket a forger may have chosen."""
+        try:
+            reply_to, endpoint, requests = args
+            tickets = [ticket_of(request_from_dict(r)) for r in requests]
+            name = str(endpoint.get("name"))
+        except Exception:  # noqa: BLE001 - not a chunk at all: there is no one to tell
+            return
+        await self._refuse(str(reply_to), name, tickets, f"the task was refused: {reason}")
+
+    async def _refuse(self, reply_to: str, name: str, tickets: list[str], reason: str) -> None:
+        error = ProviderError(
+            ErrorKind.AUTH, f"on worker {self.name}: {reason}; nothing was sent",
+            provider=name, should_retry=False,
+        )  # fmt: skip
+        answer = json.dumps(self._redact.value(answer_to_dict(None, error)))
+        try:
+            await asyncio.gather(*(self._answer(reply_to, t, answer, stored=True) for t in tickets))
+        except Exception:  # noqa: BLE001 - Redis away: the owner's timeout takes over
+            log.warning("could not tell %s its tickets were refused", reply_to)
+
     async def _chunk(
-        self, reply_to: str, cfg: EndpointConfig, requests: list[dict[str, Any]]
+        self, reply_to: str, ref: dict[str, Any], requests: list[dict[str, Any]], received: float
     ) -> dict[str, int]:
         """Claim the chunk's tickets in one call and reserve their sends in another; each
         answer is stored and pushed to the owner in one more as soon as it is known."""
         sends = [request_from_dict(r) for r in requests]
         tickets = [ticket_of(r) for r in sends]
+        deadlines = [received + remaining_of(r) for r in requests]
         try:
+            cfg = resolve_endpoint(ref, self.endpoints)
             provider, budget = self._lane(cfg)
-        except PromptlabError as exc:  # no key here, say: no ticket can go; say so to each
-            error = ProviderError(
-                ErrorKind.AUTH, f"on worker {self.name}: {exc}", provider=cfg.name
-            )
-            answer = json.dumps(answer_to_dict(None, error))
-            await asyncio.gather(*(self._answer(reply_to, t, answer, stored=True) for t in tickets))
-            return {"sent": 0, "reused": 0}
+        except (Refused, PromptlabError) as exc:  # no ticket can go: say so to each
+            log.error("worker %s refused a chunk: %s", self.name, exc)
+            await self._refuse(reply_to, str(ref.get("name")), tickets, str(exc))
+            return {"sent": 0, "reused": 0, "refused": len(tickets)}
         states = await self._claim(
-            keys=[k for t in tickets for k in (keys.answer_key(t), keys.claim_key(t))],
-            args=[self.name, keys.ANSWER_TTL_S],
+            keys=[
+                *(k for t in tickets for k in (keys.answer_key(t), keys.claim_key(t))),
+                keys.heartbeat_key(self.name),
+            ],
+            args=[self.name, keys.ANSWER_TTL_S, int(keys.HEARTBEAT_TTL_S * 1000)],
         )
         mine = [i for i, state in enumerate(states) if state[0] == CLAIMED]
         self._sending.update(tickets[i] for i in mine)
@@ -207,27 +267,32 @@ class Sender:
             await self._give_back([tickets[i] for i in mine])
             raise
         work = [
-            self._send_and_answer(reply_to, tickets[i], provider, budget, sends[i], wait)
+            self._send_and_answer(
+                reply_to, tickets[i], provider, budget, sends[i], wait, deadlines[i]
+            )
             for i, wait in zip(mine, waits, strict=True)
         ]
         for i, state in enumerate(states):
             if state[0] == ANSWERED:
                 work.append(self._answer(reply_to, tickets[i], str(state[1]), stored=True))
             elif state[0] == HELD:
-                work.append(self._after_holder(reply_to, cfg, sends[i], str(state[1])))
+                work.append(
+                    self._after_holder(reply_to, cfg, sends[i], str(state[1]), deadlines[i])
+                )
         sent = sum(await asyncio.gather(*work))
         return {"sent": sent, "reused": len(sends) - sent}
 
     async def _send_and_answer(
         self, reply_to: str, ticket: str, provider: Provider, budget: SharedBudget,
-        request: CompletionRequest, wait_s: float,
+        request: CompletionRequest, wait_s: float, deadline: float,
     ) -> bool:  # fmt: skip
         """Send a ticket this sender claimed; a failure on the way gives the claim back
-        (the chunk is tried again, and the ticket with it)."""
+        (the chunk is tried again, and the ticket with it). The answer is kept redacted,
+        as the owner's store keeps outputs: Redis is no place for a key a server echoed."""
         try:
             if wait_s > 0:
                 await asyncio.sleep(wait_s)
-            answer = await self._send(provider, budget, request)
+            answer = self._redact.value(await self._send(provider, budget, request, deadline))
             return await self._answer(reply_to, ticket, json.dumps(answer), stored=False)
         except BaseException:
             await self._give_back([ticket])
@@ -254,14 +319,14 @@ class Sender:
         return not stored  # True: sent by this sender
 
     async def _after_holder(
-        self, reply_to: str, cfg: EndpointConfig, request: CompletionRequest, holder: str
-    ) -> bool:
+        self, reply_to: str, cfg: EndpointConfig, request: CompletionRequest, holder: str,
+        deadline: float,
+    ) -> bool:  # fmt: skip
         """A ticket another sender claimed: its answer once stored, or, when that sender is
         gone (killed mid-send), the claim taken over and the ticket sent again. Waits no
         longer than its owner does."""
         ticket = ticket_of(request)
         claim, ready = keys.claim_key(ticket), keys.ready_key(ticket)
-        deadline = request.deadline or time.time() + request.timeout_s
         while True:
             stored = await self.redis.get(keys.answer_key(ticket))
             if stored is not None:
@@ -273,7 +338,8 @@ class Sender:
                 else bool(holder and await self.redis.exists(keys.heartbeat_key(holder)))
             )
             if not alive and await self._take_over(
-                keys=[claim], args=[holder, self.name, keys.ANSWER_TTL_S]
+                keys=[claim, keys.heartbeat_key(self.name)],
+                args=[holder, self.name, keys.ANSWER_TTL_S, int(keys.HEARTBEAT_TTL_S * 1000)],
             ):
                 if holder:
                     log.warning(
@@ -283,9 +349,9 @@ class Sender:
                 self._sending.add(ticket)
                 (wait_s,) = await budget.reserve_many([_tokens(request)])
                 return await self._send_and_answer(
-                    reply_to, ticket, provider, budget, request, wait_s
+                    reply_to, ticket, provider, budget, request, wait_s, deadline
                 )
-            if time.time() > deadline:
+            if time.monotonic() > deadline:
                 return False  # its owner has given up: it retries as the next attempt
             # Woken by the holder's answer (a short block: the client's socket timeout
             # is 5 s); the next waiter is woken too.
@@ -293,11 +359,12 @@ class Sender:
                 await self._wake(keys=[ready], args=[int(keys.HEARTBEAT_TTL_S * 6)])
 
     async def _send(
-        self, provider: Provider, budget: SharedBudget, request: CompletionRequest
-    ) -> dict[str, Any]:
-        """One call to the provider: its answer, or its error, as data (masked: it is kept
-        in Redis). Nothing is sent once the owner has stopped waiting for it."""
-        left = (request.deadline - time.time()) if request.deadline else request.timeout_s
+        self, provider: Provider, budget: SharedBudget, request: CompletionRequest,
+        deadline: float,
+    ) -> dict[str, Any]:  # fmt: skip
+        """One call to the provider: its answer, or its error, as data. Nothing is sent
+        once the owner has stopped waiting for it (`deadline`, on time.monotonic)."""
+        left = deadline - time.monotonic()
         if left <= 0:
             late = "not sent: its owner stopped waiting before a worker got to it"
             return answer_to_dict(
@@ -310,12 +377,7 @@ class Sender:
         except ProviderError as exc:
             if exc.kind in THROTTLE_KINDS:
                 await budget.back_off(min(exc.retry_after_s or 1.0, MAX_BACK_OFF_S))
-            masked = ProviderError(
-                exc.kind, redact(exc.provider_message), status=exc.status, provider=exc.provider,
-                retry_after_s=exc.retry_after_s, should_retry=exc.should_retry,
-                headers=exc.headers,
-            )  # fmt: skip
-            return answer_to_dict(None, masked)
+            return answer_to_dict(None, exc)
         except TimeoutError:
             error = ProviderError(
                 ErrorKind.TIMEOUT, f"no answer within {request.timeout_s:g} s",
@@ -324,12 +386,13 @@ class Sender:
             return answer_to_dict(None, error)
         except Exception as exc:  # noqa: BLE001 - an adapter bug: the owner records it
             log.error("a ticket to %s: the adapter failed", provider.name, exc_info=True)
-            return {"internal": redact(repr(exc))}
+            return {"internal": repr(exc)}
         await budget.learn(response.headers)
         return answer_to_dict(response, None)
 
     def _lane(self, cfg: EndpointConfig) -> tuple[Provider, SharedBudget]:
-        """The provider (its key read from this worker's environment) and budget."""
+        """The provider (its key read from this worker's environment) and budget, for an
+        endpoint `resolve_endpoint` gave: this worker's own, or keyless on loopback."""
         key = json.dumps(endpoint_to_dict(cfg), sort_keys=True, default=str)
         if key not in self._lanes:
             api_key = self.environ.get(cfg.api_key_env) if cfg.api_key_env else None

@@ -60,5 +60,10 @@ def replies_key(owner: str) -> str:
     return f"promptlab:replies:{owner}"
 
 
+def owner_key(owner: str) -> str:
+    """Kept by a live owner: gone, Redis lost its data (promptlab/distributed/dispatch.py)."""
+    return f"promptlab:owner:{owner}"
+
+
 def heartbeat_key(sender: str) -> str:
     return f"promptlab:alive:{sender}"

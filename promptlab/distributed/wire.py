@@ -1,5 +1,9 @@
 """What crosses Redis between an owner and its workers, as JSON-able dicts: endpoint
-configurations (never a key: only the variable's name), requests, answers and errors."""
+configurations (never a key: only the variable's name), requests, answers and errors.
+
+A request's deadline never crosses as a time: each machine has its own clock. The owner
+sends the seconds left (REMAINING); the worker counts them from when it got the task.
+"""
 
 from __future__ import annotations
 
@@ -26,14 +30,28 @@ def ticket_of(request: CompletionRequest) -> str:
     return f"{request.item_key or request.request_id}:{request.attempt}"
 
 
-def request_to_dict(request: CompletionRequest) -> dict[str, Any]:
+#: The key of a request's seconds left on the wire (not a CompletionRequest field).
+REMAINING = "remaining_s"
+
+
+def request_to_dict(request: CompletionRequest, remaining_s: float | None = None) -> dict[str, Any]:
     data = dataclasses.asdict(request)
     data["messages"] = [dict(m) for m in request.messages]
+    data["deadline"] = None  # another machine's clock would be compared with it
+    if remaining_s is not None:
+        data[REMAINING] = remaining_s
     return data
 
 
 def request_from_dict(data: dict[str, Any]) -> CompletionRequest:
-    return CompletionRequest(**{**data, "messages": tuple(data["messages"])})
+    fields = {k: v for k, v in data.items() if k != REMAINING}
+    return CompletionRequest(**{**fields, "messages": tuple(data["messages"]), "deadline": None})
+
+
+def remaining_of(data: dict[str, Any]) -> float:
+    """The seconds its owner still waits for a request (its whole timeout if unsaid)."""
+    value = data.get(REMAINING)
+    return float(value) if isinstance(value, int | float) else float(data.get("timeout_s", 60.0))
 
 
 def answer_to_dict(
