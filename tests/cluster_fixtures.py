@@ -1,5 +1,6 @@
 """A real Redis and real Celery workers (`promptlab worker` processes) on loopback, for
-the distributed tests and the bench: started on free ports, stopped afterwards."""
+the distributed tests and the bench: started on free ports, stopped afterwards. Owner
+and workers sign tasks with a secret file in the test's own folder."""
 
 from __future__ import annotations
 
@@ -31,9 +32,14 @@ class RedisServer:
     """`redis-server` on a free loopback port, keeping nothing on disk."""
 
     def __init__(self, folder: Path) -> None:
-        assert REDIS_SERVER is not None
+        self.folder = folder
         self.port = free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.start()
+
+    def start(self) -> None:
+        assert REDIS_SERVER is not None
+        folder = self.folder
         self.proc = subprocess.Popen(
             [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
              "--appendonly", "no", "--dir", str(folder)],
@@ -56,6 +62,11 @@ class RedisServer:
         self.proc.terminate()
         self.proc.wait(10)
 
+    def restart(self) -> None:
+        """Stopped, then started again on the same port, empty (nothing kept on disk)."""
+        self.stop()
+        self.start()
+
 
 class Workers:
     """`promptlab worker` processes on one broker; `start()` adds one and waits for it."""
@@ -65,13 +76,19 @@ class Workers:
         self.folder = folder
         self.concurrency = concurrency
         self.procs: list[subprocess.Popen[bytes]] = []
+        #: Variables the workers started next get besides this process's own.
+        self.extra_env: dict[str, str] = {}
 
     def env(self) -> dict[str, str]:
         return {
             **os.environ,
             "PROMPTLAB_BROKER_URL": self.url,
             "PROMPTLAB_VISIBILITY_TIMEOUT_S": str(TEST_VISIBILITY_TIMEOUT_S),
+            **self.extra_env,
         }
+
+    def log(self, index: int = 0) -> str:
+        return (self.folder / f"worker-{index}.log").read_text(errors="replace")
 
     def start(self, count: int = 1) -> None:
         for _ in range(count):
@@ -122,9 +139,13 @@ class Workers:
 
 
 @pytest.fixture
-def redis_server(tmp_path: Path) -> Iterator[RedisServer]:
+def redis_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[RedisServer]:
     if REDIS_SERVER is None:
         pytest.skip("redis-server is not installed")
+    # Owners here and the workers they start (which inherit this environment) share a
+    # secret file of the test's own, never the developer's.
+    monkeypatch.delenv("PROMPTLAB_WORKER_SECRET", raising=False)
+    monkeypatch.setenv("PROMPTLAB_WORKER_SECRET_FILE", str(tmp_path / "worker-secret"))
     server = RedisServer(tmp_path)
     try:
         yield server

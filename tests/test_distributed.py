@@ -23,6 +23,7 @@ from promptlab.config import Settings
 from promptlab.distributed import settings as keys
 from promptlab.distributed.budget import SharedBudget
 from promptlab.distributed.sender import Sender
+from promptlab.distributed.trust import endpoint_ref, signed_task, worker_secret
 from promptlab.distributed.wire import request_to_dict
 from promptlab.fakellm.server import RunningServer
 from promptlab.providers.base import CompletionRequest
@@ -236,8 +237,12 @@ def test_a_ticket_is_sent_once_unless_its_sender_died(
     import redis
 
     fakellm.reset()
-    endpoint = {"name": "fake", "kind": "openai", "base_url": fakellm.openai_base_url,
-                "prices": {}, "context_windows": {}, "sampling_rules": {}}  # fmt: skip
+    endpoint = endpoint_ref(EndpointConfig("fake", "openai", base_url=fakellm.openai_base_url))
+    secret = worker_secret(redis_server.url)
+
+    def task(line: dict[str, Any]) -> tuple[Any, Any]:
+        return signed_task(secret, "owner", endpoint, [line])
+
     request = CompletionRequest(
         model="gpt-4o-mini", messages=({"role": "user", "content": "hi"},),
         max_tokens=8, request_id="item-1", attempt=1,
@@ -245,17 +250,13 @@ def test_a_ticket_is_sent_once_unless_its_sender_died(
     first, second = Sender(redis_server.url), Sender(redis_server.url)
     sync = redis.Redis.from_url(redis_server.url, decode_responses=True)
     try:
-        assert first.run_chunk("owner", endpoint, [request_to_dict(request)]) == {
-            "sent": 1, "reused": 0,
-        }  # fmt: skip
-        assert second.run_chunk("owner", endpoint, [request_to_dict(request)]) == {
-            "sent": 0, "reused": 1,
-        }  # fmt: skip
+        assert first.run_task(*task(request_to_dict(request))) == {"sent": 1, "reused": 0}
+        assert second.run_task(*task(request_to_dict(request))) == {"sent": 0, "reused": 1}
         assert sync.llen(keys.replies_key("owner")) == 2
         # A claim held by a sender that is gone, with no answer stored: sent again.
         again = request_to_dict(CompletionRequest(**{**request.__dict__, "attempt": 2}))
         sync.set(keys.claim_key("item-1:2"), "dead-host:1:abc")
-        assert second.run_chunk("owner", endpoint, [again]) == {"sent": 1, "reused": 0}
+        assert second.run_task(*task(again)) == {"sent": 1, "reused": 0}
         assert sync.get(keys.claim_key("item-1:2")) == second.name
     finally:
         first.close()
@@ -267,26 +268,33 @@ def test_a_ticket_is_sent_once_unless_its_sender_died(
 def test_a_worker_sends_nothing_late_and_says_when_it_has_no_key(
     redis_server: RedisServer, fakellm: RunningServer
 ) -> None:
-    """A ticket whose owner stopped waiting is answered TIMEOUT without a send; a worker
-    without the endpoint's key answers AUTH for each ticket (the run stops on it)."""
+    """A ticket whose owner stopped waiting (no second left when the worker got it) is
+    answered TIMEOUT without a send; a worker without the endpoint's key answers AUTH
+    for each ticket (the run stops on it)."""
     import json
 
     import redis
 
     fakellm.reset()
-    endpoint = {"name": "fake", "kind": "openai", "base_url": fakellm.openai_base_url,
-                "prices": {}, "context_windows": {}, "sampling_rules": {}}  # fmt: skip
+    local = EndpointConfig("fake", "openai", base_url=fakellm.openai_base_url)
+    keyed_cfg = EndpointConfig(
+        "keyed", "openai", base_url=fakellm.openai_base_url,
+        api_key_env="PROMPTLAB_TEST_NO_SUCH_KEY",
+    )  # fmt: skip
     late = CompletionRequest(
         model="gpt-4o-mini", messages=({"role": "user", "content": "hi"},), max_tokens=8,
-        request_id="late", item_key="late", deadline=time.time() - 1,
+        request_id="late", item_key="late",
     )  # fmt: skip
-    keyless = {**endpoint, "name": "keyed", "api_key_env": "PROMPTLAB_TEST_NO_SUCH_KEY"}
-    sender = Sender(redis_server.url, environ={})
+    secret = worker_secret(redis_server.url)
+    # No key in its environment; only where its secret file is.
+    environ = {"PROMPTLAB_WORKER_SECRET_FILE": os.environ["PROMPTLAB_WORKER_SECRET_FILE"]}
+    sender = Sender(redis_server.url, environ=environ, endpoints={"keyed": keyed_cfg})
     sync = redis.Redis.from_url(redis_server.url, decode_responses=True)
     try:
-        sender.run_chunk("owner", endpoint, [request_to_dict(late)])
-        keyed = CompletionRequest(**{**late.__dict__, "item_key": "k", "deadline": None})
-        sender.run_chunk("owner", keyless, [request_to_dict(keyed)])
+        line = request_to_dict(late, remaining_s=0.0)
+        sender.run_task(*signed_task(secret, "owner", endpoint_ref(local), [line]))
+        keyed = request_to_dict(CompletionRequest(**{**late.__dict__, "item_key": "k"}))
+        sender.run_task(*signed_task(secret, "owner", endpoint_ref(keyed_cfg), [keyed]))
         replies = [json.loads(r) for r in sync.lrange(keys.replies_key("owner"), 0, -1)]
     finally:
         sender.close()
