@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from promptlab.cli.common import db_option, handle_errors, open_workbench
+from promptlab.cli.common import db_option, handle_errors, open_workbench, served
 from promptlab.data.export import (
     FORMATS,
     NEUTRALISED_HELP,
@@ -60,11 +60,25 @@ def export_command(
     """
     table, fmt = check_table(table), check_format(fmt)
     path = output or Path(file_name(table, fmt, ExportFilters(run_id, experiment, prompt)))
-    with open_workbench(ctx) as wb:
-        count = wb.exports.write_table(
-            table, fmt, path, run_id=run_id, experiment=experiment, prompt=prompt,
-            force=force, raw=raw,
-        )  # fmt: skip
+    server = served(ctx)
+    if server is not None:  # written by the server, streamed, and written here
+        from urllib.parse import urlencode
+
+        from promptlab.server.client import ServerClient
+
+        filters = {"run_id": run_id, "experiment": experiment, "prompt": prompt}
+        query = urlencode(
+            {"format": fmt, "raw": raw, **{k: v for k, v in filters.items() if v is not None}}
+        )
+        client = ServerClient(server, timeout_s=None)
+        headers = client.fetch_file(f"/v1/exports/{table}?{query}", path, force=force)
+        count = int(headers["x-rows"])
+    else:
+        with open_workbench(ctx) as wb:
+            count = wb.exports.write_table(
+                table, fmt, path, run_id=run_id, experiment=experiment, prompt=prompt,
+                force=force, raw=raw,
+            )  # fmt: skip
     click.echo(f"wrote {count} rows to {path}")
 
 

@@ -225,7 +225,7 @@ def _analysis_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
         folder = Path(tempfile.mkdtemp(prefix="promptlab-export-"))
         path = folder / f"{table}.{format}"
         try:
-            wb.exports.write_table(
+            rows = wb.exports.write_table(
                 table, format, path, run_id=run_id, experiment=experiment, prompt=prompt,
                 raw=raw,
             )  # fmt: skip
@@ -236,6 +236,7 @@ def _analysis_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
             path,
             media_type=EXPORT_MEDIA[format],
             filename=path.name,
+            headers={"X-Rows": str(rows)},  # the rows written (`promptlab export` says so)
             background=BackgroundTask(_remove, folder),
         )
 
