@@ -24,8 +24,13 @@ $(VENV)/.dev: $(VENV)/.runtime requirements-dev.txt
 install: $(VENV)/.runtime
 install-dev: $(VENV)/.dev
 
+# `make run` serves the app on 127.0.0.1 only. `make run HOST=0.0.0.0` serves it to the
+# network, which wants sign-in (an [auth] section in .streamlit/secrets.toml): without
+# it the app refuses to serve, unless `PROMPTLAB_ALLOW_OPEN=1 make run HOST=...` says
+# the network in front of it is trusted.
+HOST ?= 127.0.0.1
 run: install
-	PROMPTLAB_SERVE=$(API) $(VENV)/bin/streamlit run app.py --server.port $(PORT)
+	PROMPTLAB_SERVE=$(API) $(VENV)/bin/streamlit run app.py --server.address $(HOST) --server.port $(PORT)
 
 # The browser smoke test drives Debian's Chromium; install it when missing and we are root.
 chromium:

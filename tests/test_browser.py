@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
 import re
 import shutil
@@ -14,6 +15,7 @@ import urllib.request
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -41,11 +43,18 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def started_app(
-    tmp_path: Path, *, port: int | None = None, args: Sequence[str] = (), **extra_env: str
+    tmp_path: Path,
+    *,
+    port: int | None = None,
+    args: Sequence[str] = (),
+    address: str | None = "127.0.0.1",
+    **extra_env: str,
 ) -> Iterator[str]:
     """`streamlit run app.py` on `port` (a free one by default) over tmp_path/app.duckdb,
-    with `streamlit run` options `args`; yields its URL."""
+    with `streamlit run` options `args`; yields its URL. It binds `address` (None: what
+    the repository's .streamlit/config.toml says)."""
     port = port or free_port()
+    bind = [] if address is None else ["--server.address", address]
     env = {
         **os.environ, "PROMPTLAB_DB": str(tmp_path / "app.duckdb"), "PROMPTLAB_AUTHOR": "e2e",
         **extra_env,
@@ -54,7 +63,7 @@ def started_app(
     proc = subprocess.Popen(
         [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"),
          "--server.port", str(port), "--server.headless", "true",
-         "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false", *args],
+         *bind, "--browser.gatherUsageStats", "false", *args],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
@@ -81,9 +90,57 @@ def app_url(tmp_path: Path) -> Iterator[str]:
         yield url
 
 
+def is_loopback_url(url: str) -> bool:
+    """Whether fetching `url` stays on this machine (data: and blob: fetch nothing)."""
+    parts = urlsplit(url)
+    if parts.scheme in {"data", "blob", "about"}:
+        return True
+    host = parts.hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+#: What each browser context's pages fetched off loopback (the `page` fixture fills it).
+_OUTSIDE: dict[int, list[str]] = {}
+
+
+def outside_requests(page: Page) -> list[str]:
+    """Every request the pages of `page`'s browser context made off loopback so far."""
+    return _OUTSIDE[id(page.context)]
+
+
+def _not_the_app(request: pytest.FixtureRequest) -> list[str]:
+    """Addresses of a test's own pages that are not the app's (a mock sign-in provider),
+    from the test module's `not_the_app` fixture if it has one: what they fetch is not
+    checked."""
+    try:
+        return list(request.getfixturevalue("not_the_app"))
+    except pytest.FixtureLookupError:
+        return []
+
+
 @pytest.fixture
-def page() -> Iterator[Page]:
-    from playwright.sync_api import sync_playwright
+def page(request: pytest.FixtureRequest) -> Iterator[Page]:
+    """A Chromium tab; the test fails if any page of it fetched anything off loopback
+    (a favicon, a font, a script from a CDN): the app works without the Internet."""
+    from playwright.sync_api import Request, sync_playwright
+
+    not_the_app = _not_the_app(request)
+    outside: list[str] = []
+
+    def note(url: str, sent: Request | None = None) -> None:
+        if is_loopback_url(url):
+            return
+        try:
+            document = sent.frame.url if sent is not None else ""
+        except Exception:  # a request of no frame (a service worker's): counted
+            document = ""
+        if not any(document.startswith(prefix) for prefix in not_the_app):
+            outside.append(url)
 
     with sync_playwright() as pw:
         browser = pw.chromium.launch(
@@ -93,8 +150,17 @@ def page() -> Iterator[Page]:
                   # Loopback only: no host name resolves (a page's CDN stylesheet, say).
                   "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"],
         )  # fmt: skip
-        yield browser.new_page(viewport={"width": 1400, "height": 1000})
-        browser.close()
+        context = browser.new_context(viewport={"width": 1400, "height": 1000})
+        _OUTSIDE[id(context)] = outside
+        # Every tab of the context (links open new ones): its requests and websockets.
+        context.on("request", lambda sent: note(sent.url, sent))
+        context.on("page", lambda tab: tab.on("websocket", lambda ws: note(ws.url)))
+        try:
+            yield context.new_page()
+        finally:
+            browser.close()
+            _OUTSIDE.pop(id(context), None)
+    assert not outside, f"pages fetched from outside: {sorted(set(outside))}"
 
 
 def test_create_a_new_version_and_see_it_in_history(

@@ -41,6 +41,12 @@ def oidc_provider() -> Iterator[str]:
         thread.join(timeout=10)
 
 
+@pytest.fixture
+def not_the_app(oidc_provider: str) -> list[str]:
+    """The mock provider's sign-in page styles itself from a CDN: not the app's page."""
+    return [oidc_provider]
+
+
 def secrets_file(tmp_path: Path, app_port: int, issuer: str) -> Path:
     """The app's `[auth]` secrets for `issuer` (what a team puts in secrets.toml)."""
     path = tmp_path / "secrets.toml"

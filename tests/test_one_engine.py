@@ -31,6 +31,23 @@ def test_threads_asking_at_once_get_one_engine(db_path: object) -> None:
         assert wb.engine is engines[0]
 
 
+def test_app_sessions_opening_at_once_get_one_workbench(db_path: Path) -> None:
+    """The app's registry (promptlab/ui/resources.py), not a Streamlit cache: browser
+    sessions (threads) asking at once open the database once."""
+    from promptlab.ui import resources
+
+    start = threading.Barrier(THREADS)
+
+    def first_page_load() -> Workbench:
+        start.wait()
+        return resources.get_workbench()
+
+    with ThreadPoolExecutor(THREADS) as pool:
+        workbenches = list(pool.map(lambda _i: first_page_load(), range(THREADS)))
+    assert len({id(wb) for wb in workbenches}) == 1
+    assert resources.open_workbenches() == workbenches[:1]
+
+
 ROWS = 40
 #: The endpoint's concurrency: one budget means the server never sees more at once.
 ENDPOINT_CONCURRENCY = 3

@@ -1,10 +1,17 @@
-"""Process-wide resources for the app, built once and shared by every browser session."""
+"""Process-wide resources for the app, built once and shared by every browser session.
+
+The workbench (database, engine, the API served beside the pages) lives in a registry of
+this module, not in `st.cache_resource`: any browser can clear Streamlit's caches with
+one websocket message (`BackMsg{clear_cache}`), and a cleared cache would open a second
+engine on the same database beside the first. Only `close_all()` empties the registry.
+"""
 
 from __future__ import annotations
 
 import atexit
 import logging
 import threading
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import streamlit as st
@@ -19,34 +26,59 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-_opened: list[Workbench] = []
+#: Guards everything below; held while a workbench opens, so two sessions asking at once
+#: for the same database get one workbench.
+_lock = threading.Lock()
+#: The process's one workbench per database, by the database file's resolved path.
+_workbenches: dict[str, Workbench] = {}
 #: API servers beside the pages (PROMPTLAB_SERVE), stopped before their workbench closes.
 _serving: list[Serving] = []
-_opened_lock = threading.Lock()
 #: Databases this process loaded the demo into (they were empty): the app runs the demo
 #: experiment on them once (`start_demo_run`).
 _fresh_demo: set[str] = set()
+_atexit_registered = False
 
 
 def get_settings() -> Settings:
-    """Settings are re-read each run (cheap), so the cached workbench follows PROMPTLAB_DB."""
+    """Settings are re-read each run (cheap), so the workbench follows PROMPTLAB_DB."""
     return Settings.from_env()
 
 
-@st.cache_resource(show_spinner="Opening the database…")
-def _open_workbench(db_path: str, load_demo: bool) -> Workbench:
+def _key(db_path: Path) -> str:
+    """One key per database file, however its path is spelled."""
+    return str(Path(db_path).expanduser().resolve())
+
+
+def get_workbench() -> Workbench:
+    """The process's one workbench per database: its store and its shared engine."""
+    settings = get_settings()
+    key = _key(settings.db_path)
+    with _lock:
+        workbench = _workbenches.get(key)
+        if workbench is None:
+            with st.spinner("Opening the database…"):
+                workbench = _open(settings, key)
+    return workbench
+
+
+def _open(settings: Settings, key: str) -> Workbench:
+    """Open the workbench of `key` and register it (the caller holds `_lock`)."""
+    global _atexit_registered
     install_log_redaction()  # the engine logs provider errors, which may echo a key
-    workbench = Workbench.open(get_settings())
-    if load_demo and workbench.prompts.is_empty():
-        workbench.demo.load()  # first start with an empty database
-        with _opened_lock:
-            _fresh_demo.add(db_path)
-    with _opened_lock:
-        if not _opened:
-            # Stop the engine when the server stops: answers it still holds (a full disk)
-            # are spilled for the next start instead of being lost.
-            atexit.register(close_all)
-        _opened.append(workbench)
+    workbench = Workbench.open(settings)
+    try:
+        if settings.load_demo and workbench.prompts.is_empty():
+            workbench.demo.load()  # first start with an empty database
+            _fresh_demo.add(key)
+    except BaseException:
+        workbench.close()  # not registered: nothing else would close it
+        raise
+    if not _atexit_registered:
+        # Stop the engine when the server stops: answers it still holds (a full disk)
+        # are spilled for the next start instead of being lost.
+        atexit.register(close_all)
+        _atexit_registered = True
+    _workbenches[key] = workbench
     if workbench.settings.serve:
         _serve(workbench, workbench.settings.serve)
     return workbench
@@ -64,14 +96,7 @@ def _serve(workbench: Workbench, address: str) -> None:
         log.warning("PROMPTLAB_SERVE=%s: not serving the API: %s", address, exc)
         return
     log.info("serving the API at %s", serving.info.url)
-    with _opened_lock:
-        _serving.append(serving)
-
-
-def get_workbench() -> Workbench:
-    """The process's one workbench per database: its store and its shared engine."""
-    settings = get_settings()
-    return _open_workbench(str(settings.db_path), settings.load_demo)
+    _serving.append(serving)
 
 
 def start_demo_run() -> None:
@@ -80,10 +105,10 @@ def start_demo_run() -> None:
     It runs in the background on the simulated model (about 3 s); the Runs and
     Experiments pages show it live and then finished.
     """
-    db_path = str(get_settings().db_path)
-    with _opened_lock:
-        fresh = db_path in _fresh_demo
-        _fresh_demo.discard(db_path)
+    key = _key(get_settings().db_path)
+    with _lock:
+        fresh = key in _fresh_demo
+        _fresh_demo.discard(key)
     if fresh:
         try:
             get_workbench().demo.start_run()
@@ -91,12 +116,18 @@ def start_demo_run() -> None:
             log.warning("the demo experiment did not start: %s", exc)
 
 
+def open_workbenches() -> list[Workbench]:
+    """The workbenches this process holds open now (one per database)."""
+    with _lock:
+        return list(_workbenches.values())
+
+
 def close_all() -> None:
     """Close every workbench this process opened (engines, databases); for tests."""
-    _open_workbench.clear()
-    with _opened_lock:
+    with _lock:
         _fresh_demo.clear()
-        opened, _opened[:] = list(_opened), []
+        opened = list(_workbenches.values())
+        _workbenches.clear()
         serving, _serving[:] = list(_serving), []
     for server in serving:  # first: no request may reach a closed workbench
         server.stop()
