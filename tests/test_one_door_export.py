@@ -41,6 +41,6 @@ def test_export_prints_the_same_through_a_server_and_writes_here(
     routes = assert_same_both_ways(
         db, tmp_path, monkeypatch, changing=changing, values={"run": runs[1], "out": str(out)}
     )
-    assert "GET /v1/exports/results" in routes
+    assert "POST /v1/jobs/table-exports" in routes
     assert not (tmp_path / "out-none.csv").exists()
     assert (tmp_path / "out.parquet").stat().st_size > 0

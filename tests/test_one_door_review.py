@@ -48,7 +48,7 @@ def test_review_commands_print_the_same_through_a_server(
         db, tmp_path, monkeypatch, changing=changing,
         values={"run": runs[1], "out": str(out)},
     )  # fmt: skip
-    assert {"POST /v1/review/add", "GET /v1/review/export"} <= set(routes)
+    assert {"POST /v1/review/add", "POST /v1/jobs/review-exports"} <= set(routes)
     assert "POST /v1/review/items/1/reopen" in routes
     # The served pass wrote the last files here; a formula is shown, not run.
     assert "'=HYPERLINK" in (tmp_path / "expected.csv").read_text()

@@ -61,18 +61,13 @@ def export_command(
     table, fmt = check_table(table), check_format(fmt)
     path = output or Path(file_name(table, fmt, ExportFilters(run_id, experiment, prompt)))
     server = served(ctx)
-    if server is not None:  # written by the server, streamed, and written here
-        from urllib.parse import urlencode
-
+    if server is not None:  # a job on the server; its file is written here
         from promptlab.server.client import ServerClient
 
-        filters = {"run_id": run_id, "experiment": experiment, "prompt": prompt}
-        query = urlencode(
-            {"format": fmt, "raw": raw, **{k: v for k, v in filters.items() if v is not None}}
-        )
-        client = ServerClient(server, timeout_s=None)
-        headers = client.fetch_file(f"/v1/exports/{table}?{query}", path, force=force)
-        count = int(headers["x-rows"])
+        body = {"table": table, "format": fmt, "run_id": run_id, "experiment": experiment,
+                "prompt": prompt, "raw": raw}  # fmt: skip
+        client = ServerClient(server)
+        count = client.job_file("/v1/jobs/table-exports", body, path, force=force)
     else:
         with open_workbench(ctx) as wb:
             count = wb.exports.write_table(

@@ -202,14 +202,12 @@ def export(
     """Write accepted and corrected answers as a dataset (.jsonl or .csv): each row as
     it was, with its answer in --column, ready for `expected:` in the next spec."""
     server = served(ctx)
-    if server is not None:  # written by the server, streamed, and written here
+    if server is not None:  # a job on the server; its file is written here
         from promptlab.server.client import ServerClient
 
-        query = urlencode({"file_name": str(file), "column": column, "raw": raw,
-                           **({"run_id": run_id} if run_id else {})})  # fmt: skip
-        client = ServerClient(server, timeout_s=None)
-        headers = client.fetch_file(f"/v1/review/export?{query}", file, force=force)
-        count = int(headers["x-rows"])
+        body = {"file_name": str(file), "column": column, "raw": raw, "run_id": run_id}
+        client = ServerClient(server)
+        count = client.job_file("/v1/jobs/review-exports", body, file, force=force)
     else:
         with open_workbench(ctx) as wb:
             count = wb.review.export(file, run_id=run_id, column=column, force=force, raw=raw)

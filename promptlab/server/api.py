@@ -49,6 +49,8 @@ from promptlab.experiments.config import ExperimentConfig
 from promptlab.server.answers import Refused, Submits, error_response
 from promptlab.server.commands import refuse_unserved
 from promptlab.server.data_routes import UPLOAD_PATHS, add_data_routes
+from promptlab.server.job_routes import add_job_routes
+from promptlab.server.jobs import Jobs
 from promptlab.server.metrics import metrics_response
 from promptlab.server.principals import Guard, Principal, principal_of
 from promptlab.server.review_routes import add_review_routes
@@ -183,6 +185,8 @@ def create_app(wb: Workbench, token: str, *, local_paths: bool = True) -> FastAP
     add_data_routes(app, wb, auth)
     app.state.workbench = wb
     add_token_routes(app)
+    app.state.jobs = Jobs()
+    add_job_routes(app, wb, app.state.jobs)
     add_review_routes(app, wb)
     add_schedule_routes(app, wb, local_paths=local_paths)
     document_roles(app)

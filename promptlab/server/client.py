@@ -23,6 +23,9 @@ from promptlab.server.discovery import ServerInfo
 RETRY_AFTER_S = 0.5
 #: Seconds a call may take (a submit plans nothing before it answers; reads are short).
 TIMEOUT_S = 60.0
+#: Seconds between the first looks at a job's state, doubling up to JOB_POLL_MAX_S.
+JOB_POLL_S = 0.05
+JOB_POLL_MAX_S = 1.0
 #: Bytes read at a time from a streamed answer (an export).
 CHUNK_BYTES = 1 << 16
 
@@ -104,6 +107,24 @@ class ServerClient:
         ):
             shutil.copyfileobj(resp, handle)
             return {k.lower(): v for k, v in resp.headers.items()}
+
+    def job_file(self, start: str, body: Any, target: Path, *, force: bool = False) -> int:
+        """Start a job (`POST start`), wait for it to end, and write its file to `target`
+        here (fetch_file's rules, checked first too); the rows it wrote. A failed job
+        raises its error as the command would have on its own."""
+        from promptlab.atomicfile import check_target
+
+        check_target(target, force=force)  # refused before the server does any work
+        job = self.post(start, body, idempotent=True)
+        wait_s = JOB_POLL_S
+        while job["state"] == "running":
+            time.sleep(wait_s)
+            wait_s = min(wait_s * 2, JOB_POLL_MAX_S)
+            job = self.get(f"/v1/jobs/{job['job_id']}")
+        if job["state"] != "completed":
+            raise refusal(str(job["error"]), 422, job.get("error_kind"))
+        self.fetch_file(f"/v1/jobs/{job['job_id']}/file", target, force=force)
+        return int(job["rows"])
 
     def download(self, path: str, target: Path) -> None:
         """Stream a response body into `target`."""

@@ -1,17 +1,11 @@
 """`/v1/review/...`: the review queue (`promptlab review ...`): list, show, decide,
-reopen, add rows, export the settled answers. Answers are the facade's records
-(server/typed.py); an export is written here to a temporary file and streamed to the
-client, which writes its own file."""
+reopen, add rows (the export is a job: server/job_routes.py). Answers are the
+facade's records (server/typed.py)."""
 
 from __future__ import annotations
 
-import tempfile
-from pathlib import Path
-
 from fastapi import FastAPI, Response
-from fastapi.responses import FileResponse
 from pydantic import BaseModel, Field
-from starlette.background import BackgroundTask
 
 from promptlab.records.review import ReviewDetail, ReviewItem, ReviewList
 from promptlab.server.typed import to_wire
@@ -83,29 +77,3 @@ def add_review_routes(app: FastAPI, wb: Workbench) -> None:
         if body.alerts:
             ids += wb.review.add_alerted(body.run_id)
         return ids
-
-    @app.get("/v1/review/export")
-    def export(
-        file_name: str, run_id: str | None = None, column: str = "expected", raw: bool = False
-    ) -> FileResponse:
-        """The settled answers as `review export` writes them to `file_name` (the
-        client's: its suffix says .jsonl or .csv); the row count in `X-Rows`."""
-        wb.review.check_export_name(file_name)
-        folder = Path(tempfile.mkdtemp(prefix="promptlab-review-"))
-        path = folder / f"review{Path(file_name).suffix.lower()}"
-        try:
-            rows = wb.review.export(
-                path, run_id=run_id, column=column, raw=raw, recorded_as=file_name
-            )
-        except BaseException:
-            _remove(folder)
-            raise
-        return FileResponse(
-            path, headers={"X-Rows": str(rows)}, background=BackgroundTask(_remove, folder)
-        )
-
-
-def _remove(folder: Path) -> None:
-    for child in folder.iterdir():
-        child.unlink(missing_ok=True)
-    folder.rmdir()

@@ -77,8 +77,8 @@ class Serving:
         )
         self._thread: threading.Thread | None = None
         config: dict[str, Any] = {"log_level": "warning", "access_log": False, "lifespan": "off"}
-        app = create_app(wb, self.info.token, local_paths=self.local)
-        self._server = _Server(uvicorn.Config(app, **config))
+        self._app = create_app(wb, self.info.token, local_paths=self.local)
+        self._server = _Server(uvicorn.Config(self._app, **config))
         write_discovery(wb.settings.db_path, self.info)
 
     def run(self) -> None:
@@ -90,6 +90,7 @@ class Serving:
             self._server.run(sockets=[self._sock])
         finally:
             scheduler.stop()
+            self._app.state.jobs.close()  # before the workbench closes under them
             remove_discovery(self.wb.settings.db_path, self.info)
 
     def start(self) -> Serving:

@@ -1,0 +1,86 @@
+"""`/v1/jobs/...`: exports as jobs (server/jobs.py): start one, ask its state, fetch
+its file. The CLI's `export` and `review export` use them through a server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import FileResponse
+from pydantic import BaseModel, Field
+
+from promptlab.server.jobs import Job, Jobs
+from promptlab.server.principals import principal_of
+from promptlab.server.typed import to_wire
+from promptlab.workbench import Workbench
+
+JSON = "application/json"
+
+
+class TableExportIn(BaseModel):
+    """`promptlab export` as data: a table, a format, its filters."""
+
+    table: str
+    format: str = "csv"
+    run_id: str | None = None
+    experiment: str | None = None
+    prompt: str | None = None
+    raw: bool = Field(False, description="CSV cells exactly as stored (for a program).")
+
+
+class ReviewExportIn(BaseModel):
+    """`promptlab review export` as data; `file_name` is the client's (its suffix says
+    .jsonl or .csv, and the audit trail names it)."""
+
+    file_name: str
+    run_id: str | None = None
+    column: str = "expected"
+    raw: bool = False
+
+
+def _job(job: Job, status: int = 200) -> Response:
+    return Response(to_wire(Job, job), status_code=status, media_type=JSON)
+
+
+def add_job_routes(app: FastAPI, wb: Workbench, jobs: Jobs) -> None:
+    def owner(request: Request) -> str:
+        return principal_of(request.scope).token_id
+
+    @app.post("/v1/jobs/table-exports", status_code=202)
+    def export_table(request: Request, body: TableExportIn) -> Response:
+        """Write a table to a file, as a job (`GET /v1/jobs/{id}`, then `/file`)."""
+        from promptlab.data.export import check_format, check_table
+
+        table, fmt = check_table(body.table), check_format(body.format)  # refused now
+
+        def write(path: Path) -> int:
+            return wb.exports.write_table(
+                table, fmt, path, run_id=body.run_id, experiment=body.experiment,
+                prompt=body.prompt, raw=body.raw,
+            )  # fmt: skip
+
+        return _job(jobs.start(owner(request), "table-export", f"{table}.{fmt}", write), 202)
+
+    @app.post("/v1/jobs/review-exports", status_code=202)
+    def export_review(request: Request, body: ReviewExportIn) -> Response:
+        """Write the settled review answers as a dataset file, as a job."""
+        wb.review.check_export_name(body.file_name)  # refused now
+        suffix = Path(body.file_name).suffix.lower()
+
+        def write(path: Path) -> int:
+            return wb.review.export(
+                path, run_id=body.run_id, column=body.column, raw=body.raw,
+                recorded_as=body.file_name,
+            )  # fmt: skip
+
+        return _job(jobs.start(owner(request), "review-export", f"review{suffix}", write), 202)
+
+    @app.get("/v1/jobs/{job_id}")
+    def job_state(request: Request, job_id: str) -> Response:
+        """The job's state: running, completed (with its rows) or failed (with why)."""
+        return _job(jobs.get(owner(request), job_id))
+
+    @app.get("/v1/jobs/{job_id}/file")
+    def job_file(request: Request, job_id: str) -> FileResponse:
+        """The completed job's file."""
+        return FileResponse(jobs.file(owner(request), job_id))
