@@ -18,6 +18,7 @@ from promptlab.errors import PromptlabError
 from promptlab.server.discovery import ServerInfo, find_server
 
 if TYPE_CHECKING:
+    from promptlab.server.client import ServerClient
     from promptlab.workbench import Workbench
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -139,6 +140,52 @@ def through(
 def route(template: str, **values: str) -> str:
     """`template` with each `{name}` filled by its value, quoted as one path segment."""
     return template.format(**{k: urllib.parse.quote(v, safe="") for k, v in values.items()})
+
+
+def with_query(path: str, **params: str | int | bool | list[str] | None) -> str:
+    """`path?name=value&...` of the parameters given (None left out; a list repeats its
+    name; booleans as true/false)."""
+    pairs = [
+        (name, str(v).lower() if isinstance(v, bool) else str(v))
+        for name, value in params.items()
+        for v in (value if isinstance(value, list) else [value])
+        if v is not None
+    ]
+    return f"{path}?{urllib.parse.urlencode(pairs)}" if pairs else path
+
+
+class Calls:
+    """A command's reads and changes, each on its database or from the server's typed
+    route (see `through`), with one workbench or one client for all of them."""
+
+    def __init__(self, wb: Workbench | None, client: ServerClient | None) -> None:
+        self._wb = wb
+        self._client = client
+
+    def __call__(
+        self, typ: type[T], method: str, path: str, direct: Callable[[Workbench], T],
+        body: Any = None,
+    ) -> T:  # fmt: skip
+        if self._client is not None:
+            from promptlab.server.typed import from_wire
+
+            return from_wire(typ, self._client.call(method, path, body))
+        assert self._wb is not None
+        return direct(self._wb)
+
+
+@contextlib.contextmanager
+def calls(ctx: click.Context) -> Iterator[Calls]:
+    """`Calls` for a command that reads or changes more than one thing: through the
+    server that owns its database, or on the database opened once."""
+    server = served(ctx)
+    if server is not None:
+        from promptlab.server.client import ServerClient
+
+        yield Calls(None, ServerClient(server))
+        return
+    with open_workbench(ctx) as wb:
+        yield Calls(wb, None)
 
 
 def open_workbench(ctx: click.Context) -> Workbench:

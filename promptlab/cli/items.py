@@ -1,7 +1,8 @@
 """`promptlab status RUN_ID --items / --item KEY`: a run's items as text.
 
 The lines are built here and printed by `status`; everything comes from the facade
-(`wb.runs.items`, `wb.runs.item`).
+(`wb.runs.items`, `wb.runs.item`), or from the typed routes of the server that owns
+the database (`GET /v1/runs/{run_id}/items`, `.../items/{key}`): the same records.
 """
 
 from __future__ import annotations
@@ -9,6 +10,10 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
+
+import click
+
+from promptlab.cli.common import route, through, with_query
 
 if TYPE_CHECKING:
     from promptlab.records import ItemPage
@@ -18,6 +23,34 @@ if TYPE_CHECKING:
 SHORT_KEY = 12
 #: Characters of an output the items list shows on its line.
 PREVIEW_CHARS = 60
+
+
+def read_items(
+    ctx: click.Context, run_id: str, filters: Mapping[str, str | None], offset: int, limit: int
+) -> ItemPage:
+    """A page of the run's items matching `filters` (status, variant, error kind, check,
+    search), from the database or the server."""
+    from promptlab.records import ItemPage
+
+    status, variant, kind, check, search = (
+        filters.get(k) for k in ("status", "variant", "error kind", "check", "search")
+    )
+    path = with_query(
+        route("/v1/runs/{run_id}/items", run_id=run_id), status=status, variant=variant,
+        error_kind=kind, search=search, check=check, offset=offset, limit=limit,
+    )  # fmt: skip
+    return through(ctx, ItemPage, "GET", path, lambda wb: wb.runs.items(
+        run_id, status=status, variant=variant, error_kind=kind, search=search, check=check,
+        offset=offset, limit=limit,
+    ))  # fmt: skip
+
+
+def read_item(ctx: click.Context, run_id: str, key: str) -> ItemView:
+    """One item (its key or 8+ hex digits of it), from the database or the server."""
+    from promptlab.views.item import ItemView
+
+    path = route("/v1/runs/{run_id}/items/{key}", run_id=run_id, key=key)
+    return through(ctx, ItemView, "GET", path, lambda wb: wb.runs.item(run_id, key))
 
 
 def items_lines(run_id: str, page: ItemPage, filters: Mapping[str, str | None]) -> list[str]:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from promptlab.cli.common import db_option, handle_errors, open_workbench
+from promptlab.cli.common import calls, db_option, handle_errors, route, with_query
 from promptlab.views.compare import (
     COMPARISON_COLUMNS,
     answer_sentences,
@@ -59,11 +59,7 @@ def metrics_command(
     """
     if logs_only and run_id is not None:
         raise click.UsageError("--logs reads the production logs, not a run: drop --run")
-    with open_workbench(ctx) as wb:
-        rows = [] if logs_only else wb.analysis.metrics(run_id=run_id, prompt=prompt, since=since)
-        log_rows = [] if run_id is not None else wb.analysis.log_metrics(prompt=prompt, since=since)
-        scores = [] if logs_only or since else wb.analysis.scores(run_id)
-        sessions = wb.analysis.sessions(run_id) if run_id and not logs_only else []
+    rows, log_rows, scores, sessions = _read(ctx, run_id, prompt, since, logs_only)
     scores = [s for s in scores if run_id or prompt is None or s.label.startswith(f"{prompt}@")]
     if logs_only:
         if as_json:
@@ -106,6 +102,45 @@ def metrics_command(
         click.echo("production logs:")
         for line in logs_table(log_rows):
             click.echo(line)
+
+
+def _read(
+    ctx: click.Context, run_id: str | None, prompt: str | None, since: str | None, logs_only: bool
+) -> tuple[list[MetricsRow], list[LogMetricsRow], list[ScoreCounts], list[SessionMetrics]]:
+    """What `metrics` prints, from the database or the server's typed routes."""
+    from promptlab.records import LogMetricsRow, MetricsRow, ScoreCounts
+    from promptlab.records.sessions import SessionMetrics
+
+    rows: list[MetricsRow] = []
+    log_rows: list[LogMetricsRow] = []
+    scores: list[ScoreCounts] = []
+    sessions: list[SessionMetrics] = []
+    with calls(ctx) as call:
+        if not logs_only:
+            path = with_query("/v1/analysis/metrics", run_id=run_id, prompt=prompt, since=since)
+            rows = call(
+                list[MetricsRow],
+                "GET",
+                path,
+                lambda wb: wb.analysis.metrics(run_id=run_id, prompt=prompt, since=since),
+            )
+        if run_id is None:
+            path = with_query("/v1/analysis/log-metrics", prompt=prompt, since=since)
+            log_rows = call(
+                list[LogMetricsRow],
+                "GET",
+                path,
+                lambda wb: wb.analysis.log_metrics(prompt=prompt, since=since),
+            )
+        if not (logs_only or since):
+            path = with_query("/v1/analysis/scores", run_id=run_id)
+            scores = call(list[ScoreCounts], "GET", path, lambda wb: wb.analysis.scores(run_id))
+        if run_id and not logs_only:
+            path = route("/v1/runs/{run_id}/sessions", run_id=run_id)
+            sessions = call(
+                list[SessionMetrics], "GET", path, lambda wb: wb.analysis.sessions(run_id)
+            )
+    return rows, log_rows, scores, sessions
 
 
 def scores_table(scores: list[ScoreCounts]) -> list[str]:
@@ -194,16 +229,7 @@ def compare_command(
         raise click.UsageError("--logs and --since compare two versions: give REF_A REF_B")
     if cuped and not (logs and since):
         raise click.UsageError("--cuped needs --logs and --since (the pre-period is before it)")
-    a, b = variants if variants else (None, None)
-    with open_workbench(ctx) as wb:
-        if by_version:
-            assert a is not None and b is not None
-            comparison = wb.analysis.compare_versions(
-                a, b, run_id=run_id, logs=logs, since=since, sequential=sequential, cuped=cuped
-            )
-        else:
-            assert run_id is not None
-            comparison = wb.analysis.compare(run_id, a, b, sequential=sequential)
+    comparison = _comparison(ctx, run_id, variants, by_version, logs, since, sequential, cuped)
     needed = units_needed(comparison, mde) if mde is not None else None
     if as_json:
         click.echo(json.dumps({**comparison_json(comparison), "units_needed": needed}, indent=2))
@@ -222,6 +248,47 @@ def compare_command(
         click.echo(srm_line(comparison))
     if needed is not None:
         click.echo(f"sample size: {units_needed_text(needed)}")
+
+
+def _comparison(
+    ctx: click.Context, run_id: str | None, variants: tuple[str, ...], by_version: bool,
+    logs: bool, since: str | None, sequential: bool | None, cuped: bool,
+) -> Comparison:  # fmt: skip
+    """The comparison asked for, from the database or the server's typed route."""
+    from promptlab.analysis.compare import Comparison
+
+    a, b = variants if variants else (None, None)
+    with calls(ctx) as call:
+        if by_version:
+            assert a is not None and b is not None
+            path = with_query(
+                "/v1/analysis/compare",
+                a=a,
+                b=b,
+                run_id=run_id,
+                logs=logs,
+                since=since,
+                sequential=sequential,
+                cuped=cuped,
+            )
+            return call(
+                Comparison,
+                "GET",
+                path,
+                lambda wb: wb.analysis.compare_versions(
+                    a, b, run_id=run_id, logs=logs, since=since, sequential=sequential, cuped=cuped
+                ),
+            )
+        assert run_id is not None
+        path = with_query(
+            route("/v1/runs/{run_id}/comparison", run_id=run_id), a=a, b=b, sequential=sequential
+        )
+        return call(
+            Comparison,
+            "GET",
+            path,
+            lambda wb: wb.analysis.compare(run_id, a, b, sequential=sequential),
+        )
 
 
 def _is_version_ref(text: str) -> bool:

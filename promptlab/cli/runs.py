@@ -23,15 +23,17 @@ import click
 
 from promptlab.cli.common import (
     EXIT_CANCELLED,
+    calls,
     db_option,
     handle_errors,
     inside_server,
     next_line,
     open_workbench,
+    route,
     run_exit_code,
     served,
 )
-from promptlab.cli.items import item_lines, items_lines
+from promptlab.cli.items import item_lines, items_lines, read_item, read_items
 from promptlab.cli.remote import download_batch_output, drive_remote, status_lines
 from promptlab.errors import ConfigError, RegistryError, SpecError, TemplateError
 from promptlab.server.client import ServerClient
@@ -245,40 +247,53 @@ def status_command(
         raise click.UsageError("--items and --item need a RUN_ID")
     if detect and run_id is None:
         raise click.UsageError("--detect needs a RUN_ID")
+    if item_key is not None:
+        for line in item_lines(read_item(ctx, run_id or "", item_key)):
+            click.echo(line)
+        return
+    if list_items:
+        filters = {"status": item_status, "variant": variant, "error kind": error_kind,
+                   "check": check, "search": search}  # fmt: skip
+        page = read_items(ctx, run_id or "", filters, offset, limit)
+        for line in items_lines(run_id or "", page, filters):
+            click.echo(line)
+        return
     server = served(ctx)
-    if server is not None and not (list_items or item_key or detect):
+    if server is not None and not detect:
         for line in status_lines(ServerClient(server), run_id, limit):
             click.echo(line)
         return
-    with open_workbench(ctx) as wb:
-        if item_key is not None:
-            for line in item_lines(wb.runs.item(run_id or "", item_key)):
-                click.echo(line)
-            return
-        if list_items:
-            filters = {"status": item_status, "variant": variant, "error kind": error_kind,
-                       "check": check, "search": search}  # fmt: skip
-            page = wb.runs.items(
-                run_id or "", status=item_status, variant=variant, error_kind=error_kind,
-                search=search, check=check, offset=offset, limit=limit,
-            )  # fmt: skip
-            for line in items_lines(run_id or "", page, filters):
-                click.echo(line)
-            return
-        if run_id is None:
+    if run_id is None:
+        with open_workbench(ctx) as wb:
             listed = wb.runs.list(limit)
-            if not listed:
-                click.echo("no runs yet")
-            for entry in listed:
-                r = entry.run
-                click.echo(
-                    f"{r.run_id}  {r.state:<9}  {entry.items.finished}/{r.total_items}  "
-                    f"{r.submitted_at:%Y-%m-%d %H:%M}  {r.name}"
-                )
-            return
+        if not listed:
+            click.echo("no runs yet")
+        for entry in listed:
+            r = entry.run
+            click.echo(
+                f"{r.run_id}  {r.state:<9}  {entry.items.finished}/{r.total_items}  "
+                f"{r.submitted_at:%Y-%m-%d %H:%M}  {r.name}"
+            )
+        return
+    print_view(read_view(ctx, run_id, detect))
+
+
+def read_view(ctx: click.Context, run_id: str, detect: bool) -> RunView:
+    """The run's view (its anomaly detectors run again first with `detect`), from the
+    database or the server's typed routes."""
+    from promptlab.facades.run_view import RunView
+    from promptlab.records import AlertRecord
+
+    with calls(ctx) as call:
         if detect:
-            wb.analysis.detect_anomalies(run_id)
-        view = wb.runs.view(run_id)
+            path = route("/v1/runs/{run_id}/anomalies", run_id=run_id)
+            call(list[AlertRecord], "POST", path, lambda wb: wb.analysis.detect_anomalies(run_id))
+        path = route("/v1/runs/{run_id}/view", run_id=run_id)
+        return call(RunView, "GET", path, lambda wb: wb.runs.view(run_id))
+
+
+def print_view(view: RunView) -> None:
+    """`promptlab status RUN_ID`: counts, events, variants side by side, alerts, failures."""
     c = view.counts
     click.echo(f"run {view.run_id} ({view.run.name}): {view.run.state}")
     if view.reason:

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from promptlab.cli.common import db_option, handle_errors, open_workbench
+from promptlab.cli.common import db_option, handle_errors, route, through, with_query
 
 if TYPE_CHECKING:  # `promptlab --help` imports no more than it needs
     from promptlab.records.sessions import ShardRecord
@@ -28,8 +28,12 @@ def shards_command(ctx: click.Context, run_id: str, session: str | None) -> None
     messages it holds, its tokens, why it starts where it does, and the summary it
     carries. Expired shards are not listed.
     """
-    with open_workbench(ctx) as wb:
-        shards = wb.runs.shards(run_id, session)
+    from promptlab.records.sessions import ShardRecord
+
+    path = with_query(route("/v1/runs/{run_id}/shards", run_id=run_id), session=session)
+    shards = through(
+        ctx, list[ShardRecord], "GET", path, lambda wb: wb.runs.shards(run_id, session)
+    )
     for line in shard_lines(run_id, shards, session):
         click.echo(line)
 

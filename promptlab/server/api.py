@@ -46,6 +46,7 @@ from promptlab.errors import (
 )
 from promptlab.experiments import assign, config_from_mapping
 from promptlab.experiments.config import ExperimentConfig
+from promptlab.server.analysis_routes import add_analysis_routes
 from promptlab.server.answers import Refused, Submits, error_response
 from promptlab.server.commands import refuse_unserved
 from promptlab.server.data_routes import UPLOAD_PATHS, add_data_routes
@@ -183,6 +184,7 @@ def create_app(wb: Workbench, token: str, *, local_paths: bool = True) -> FastAP
     _run_routes(app, wb, auth)
     _service_routes(app, wb, auth)
     add_data_routes(app, wb, auth)
+    add_analysis_routes(app, wb)
     app.state.workbench = wb
     add_token_routes(app)
     app.state.jobs = Jobs()
@@ -311,7 +313,7 @@ def inside_data_dir(wb: Workbench, path: Path) -> Path:
 
 
 def _run_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
-    """One run: status, cancel, pause, resume, items, a request file's output."""
+    """One run: status, cancel, pause, resume, a request file's output."""
 
     @app.get("/v1/runs/{run_id}", dependencies=auth)
     def run_status(run_id: str, summary: bool = False) -> dict[str, Any]:
@@ -340,16 +342,6 @@ def _run_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
     def resume_run(run_id: str) -> dict[str, Any]:
         """Continue an interrupted, cancelled or stopped run; finished items are kept."""
         return _progress(wb, wb.runs.resume(run_id))
-
-    @app.get("/v1/runs/{run_id}/items", dependencies=auth)
-    def run_items(
-        run_id: str, status: str | None = None, offset: int = 0, limit: int = 50
-    ) -> dict[str, Any]:
-        """A page of the run's items in plan order, and how many match."""
-        page = wb.runs.items(
-            run_id, status=status, offset=max(offset, 0), limit=min(max(limit, 1), 1000)
-        )
-        return dataclasses.asdict(page)
 
     @app.get("/v1/runs/{run_id}/batch-output", dependencies=auth)
     def batch_output(run_id: str) -> FileResponse:

@@ -20,8 +20,10 @@ from fastapi.responses import FileResponse, StreamingResponse
 from pydantic import BaseModel, Field
 from starlette.background import BackgroundTask
 
+from promptlab.analysis.compare import Comparison
 from promptlab.audit.chain import AuditEvent, AuditTrace
 from promptlab.prompts.templates import Template
+from promptlab.records.metrics import MetricsRow
 from promptlab.server.answers import Refused, Submits, json_response, upload_once
 from promptlab.server.typed import to_wire
 from promptlab.server.uploads import received_file
@@ -181,24 +183,32 @@ def _analysis_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
         run_id: str | None = None, prompt: str | None = None, since: str | None = None
     ) -> Response:
         """Per variant of a run, or per version and model across runs: completion,
-        failures, latency percentiles, tokens, cost, CTR."""
-        return json_response(wb.analysis.metrics(run_id, prompt, since))
+        failures, latency percentiles, tokens, cost, CTR (MetricsRows, server/typed.py)."""
+        return Response(
+            to_wire(list[MetricsRow], wb.analysis.metrics(run_id, prompt, since)), media_type=JSON
+        )
 
     @app.get("/v1/runs/{run_id}/comparison", dependencies=auth)
     def comparison(
         run_id: str, a: str | None = None, b: str | None = None, sequential: bool | None = None
     ) -> Response:
-        """Each variant against control (or `b` against `a`), per unit, with significance."""
-        return json_response(wb.analysis.compare(run_id, a, b, sequential))
+        """Each variant against control (or `b` against `a`), per unit, with significance
+        (a Comparison, server/typed.py)."""
+        return Response(
+            to_wire(Comparison, wb.analysis.compare(run_id, a, b, sequential)), media_type=JSON
+        )
 
     @app.get("/v1/analysis/compare", dependencies=auth)
     def compare_versions(
-        a: str, b: str, run_id: str | None = None, logs: bool = False, since: str | None = None
-    ) -> Response:
-        """Version `b` against `a` in one run, in production logs, or across runs."""
-        return json_response(
-            wb.analysis.compare_versions(a, b, run_id=run_id, logs=logs, since=since)
+        a: str, b: str, run_id: str | None = None, logs: bool = False, since: str | None = None,
+        sequential: bool | None = None, cuped: bool = False,
+    ) -> Response:  # fmt: skip
+        """Version `b` against `a` in one run, in production logs, or across runs (a
+        Comparison); `cuped` with `logs` and `since`: the logs before `since` as covariate."""
+        compared = wb.analysis.compare_versions(
+            a, b, run_id=run_id, logs=logs, since=since, sequential=sequential, cuped=cuped
         )
+        return Response(to_wire(Comparison, compared), media_type=JSON)
 
     @app.get("/v1/exports/{table}", dependencies=auth)
     def export(

@@ -32,6 +32,14 @@ ROUTE_ROLES: dict[tuple[str, str], str] = {
     ("GET", "/v1/runs/{run_id}/items"): VIEWER,
     ("GET", "/v1/runs/{run_id}/batch-output"): VIEWER,
     ("GET", "/v1/runs/{run_id}/comparison"): VIEWER,
+    ("GET", "/v1/runs/{run_id}/items/{key}"): VIEWER,
+    ("GET", "/v1/runs/{run_id}/view"): VIEWER,
+    ("GET", "/v1/runs/{run_id}/sessions"): VIEWER,
+    ("GET", "/v1/runs/{run_id}/shards"): VIEWER,
+    # Reruns the anomaly detectors over stored results: the run's alerts are replaced.
+    ("POST", "/v1/runs/{run_id}/anomalies"): EDITOR,
+    ("GET", "/v1/analysis/log-metrics"): VIEWER,
+    ("GET", "/v1/analysis/scores"): VIEWER,
     # Services ask which variant a unit sees: a read of the experiment's config.
     ("POST", "/v1/assign"): VIEWER,
     ("POST", "/v1/experiments/{name}/runs"): EDITOR,

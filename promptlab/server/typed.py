@@ -13,7 +13,7 @@ import importlib
 from collections.abc import Hashable
 from typing import Any, TypeVar, cast
 
-from pydantic import TypeAdapter
+from pydantic import ConfigDict, TypeAdapter
 
 T = TypeVar("T")
 
@@ -23,9 +23,16 @@ T = TypeVar("T")
 FORWARD_MODULES = ("promptlab.audit.checks",)
 
 
+#: Infinities and NaN (a comparison's open interval, an SRM statistic) as the strings
+#: "Infinity", "-Infinity" and "NaN": JSON has no such numbers, and null would not decode.
+WIRE_CONFIG = ConfigDict(ser_json_inf_nan="strings")
+
+
 @functools.cache
 def _adapter(typ: Any) -> TypeAdapter[Any]:
-    adapter: TypeAdapter[Any] = TypeAdapter(typ)
+    # `| None`: a config may not be given for a dataclass itself, but reaches it inside a
+    # union; a record's JSON is the same.
+    adapter: TypeAdapter[Any] = TypeAdapter(typ | None, config=WIRE_CONFIG)
     if not adapter.pydantic_complete:
         names: dict[str, Any] = {}
         for module in FORWARD_MODULES:
