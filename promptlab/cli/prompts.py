@@ -1,20 +1,36 @@
-"""`promptlab init` and `promptlab prompt ...`: the prompt registry from the shell."""
+"""`promptlab init` and `promptlab prompt ...`: the prompt registry from the shell.
+
+With a server owning the database, each command calls its typed routes
+(promptlab/server/prompt_routes.py) and prints the records they answer with as it
+prints its own: files are read and written here, the server gets and gives text.
+"""
 
 from __future__ import annotations
 
 import json
+import time
+import urllib.parse
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from promptlab.cli.common import db_option, handle_errors, open_workbench
+from promptlab.cli.common import db_option, handle_errors, open_workbench, route, served, through
 from promptlab.data.jsonl import NotJsonError, strict_loads
 from promptlab.data.lines import LineLimits, open_lines
 
 # The errors module is light; the facade and the prompt modules are imported inside
 # the commands that use them, so `promptlab --help` loads no templates, store or engine.
 from promptlab.errors import PromptlabError, VariableError, VariableProblem
+
+if TYPE_CHECKING:
+    from promptlab.records.prompts import LabelledVersion, SaveResult
+    from promptlab.server.client import ServerClient
+    from promptlab.server.discovery import ServerInfo
+
+#: Seconds between looks at the demo run through a server.
+POLL_S = 0.2
 
 
 @click.command()
@@ -29,20 +45,52 @@ from promptlab.errors import PromptlabError, VariableError, VariableProblem
 @handle_errors
 def init(ctx: click.Context, demo: bool) -> None:
     """Create the database (and apply migrations); with --demo, load and run the demo."""
+    server = served(ctx)
+    if server is not None:
+        _init_through(server, demo)
+        return
     with open_workbench(ctx) as wb:
         click.echo(f"database ready: {wb.store.path}")
         if demo:
-            results = wb.demo.load()
-            created = sum(r.created for r in results)
-            click.echo(
-                f"demo prompts: {created} new versions ({len(results) - created} already there)"
-            )
+            _demo_prompts(wb.demo.load())
             run_id = wb.demo.start_run()
             if run_id is not None:
                 done = wb.runs.wait(run_id)
                 # Now, not in the background: this process is about to exit.
                 wb.demo.record_feedback(run_id)
                 click.echo(f"demo experiment run {run_id}: {done.status}, {done.total} items")
+
+
+def _init_through(server: ServerInfo, demo: bool) -> None:
+    """`init` on a server's database: it is there; the server loads the demo it ships
+    and starts the demo run (recording its clicks when it ends), followed from here."""
+    from promptlab.facades.runs import RunProgress
+    from promptlab.records.prompts import DemoLoaded
+    from promptlab.server.client import ServerClient
+    from promptlab.server.typed import from_wire
+
+    client = ServerClient(server)
+    click.echo(f"database ready: {client.call('GET', '/v1/health')['database']}")
+    if not demo:
+        return
+    loaded = from_wire(DemoLoaded, client.call("POST", "/v1/demo"))
+    _demo_prompts(loaded.results)
+    if loaded.run_id is not None:
+        done = from_wire(RunProgress, _followed(client, loaded.run_id))
+        click.echo(f"demo experiment run {loaded.run_id}: {done.status}, {done.total} items")
+
+
+def _followed(client: ServerClient, run_id: str) -> object:
+    """The run's progress once it is no longer active (as `wb.runs.wait` returns it)."""
+    path = route("/v1/runs/{run_id}", run_id=run_id)
+    while (progress := client.call("GET", path))["active"]:
+        time.sleep(POLL_S)
+    return progress
+
+
+def _demo_prompts(results: list[SaveResult]) -> None:
+    created = sum(r.created for r in results)
+    click.echo(f"demo prompts: {created} new versions ({len(results) - created} already there)")
 
 
 @click.group()
@@ -59,10 +107,15 @@ def prompt() -> None:
 def add(ctx: click.Context, file: Path, author: str | None) -> None:
     """Import a YAML prompt file; each changed version becomes a new version."""
     from promptlab.prompts.files import load_prompt_file  # heavy (templates): see the top
+    from promptlab.records.prompts import SaveResult
 
     prompt_file = load_prompt_file(file)  # fully checked before anything is saved
-    with open_workbench(ctx) as wb:
-        results = wb.prompts.import_file(prompt_file, author)
+    # Through a server, the text goes (the server checks it again): read once more here.
+    body = {"text": _text_of(file), "source": str(file), "author": author} if served(ctx) else None
+    results = through(
+        ctx, list[SaveResult], "POST", "/v1/prompts",
+        lambda wb: wb.prompts.import_file(prompt_file, author), body,
+    )  # fmt: skip
     for result in results:
         click.echo(result.describe())
 
@@ -73,8 +126,11 @@ def add(ctx: click.Context, file: Path, author: str | None) -> None:
 @handle_errors
 def list_prompts(ctx: click.Context) -> None:
     """List prompts with their latest version and labels."""
-    with open_workbench(ctx) as wb:
-        summaries = wb.prompts.list()
+    from promptlab.records.prompts import PromptSummary
+
+    summaries = through(
+        ctx, list[PromptSummary], "GET", "/v1/prompts", lambda wb: wb.prompts.list()
+    )
     if not summaries:
         click.echo("no prompts yet: try `promptlab init --demo` or `promptlab prompt add FILE`")
         return
@@ -98,11 +154,8 @@ def list_prompts(ctx: click.Context) -> None:
 @handle_errors
 def show(ctx: click.Context, ref: str) -> None:
     """Show one version: REF is NAME, NAME@1.2.0, NAME@LABEL or NAME@sha256:PREFIX."""
-    with open_workbench(ctx) as wb:
-        version = wb.prompts.resolve(ref)
-        labels = [
-            k for k, v in wb.prompts.labels(version.prompt_name).items() if v.id == version.id
-        ]
+    shown = _labelled(ctx, ref)
+    version, labels = shown.version, shown.labels
     click.echo(f"{version.ref}  {version.id}")
     click.echo(f"author: {version.author}  created: {version.created_at:%Y-%m-%d %H:%M:%S %Z}")
     click.echo(f"message: {version.message or '-'}")
@@ -122,9 +175,11 @@ def show(ctx: click.Context, ref: str) -> None:
 @handle_errors
 def history(ctx: click.Context, name: str) -> None:
     """List every version of NAME, newest first, and the moves of its labels."""
-    with open_workbench(ctx) as wb:
-        versions = wb.prompts.versions(name)
-        moves = wb.prompts.label_history(name)
+    from promptlab.records.prompts import PromptHistory
+
+    path = route("/v1/prompts/{name}/history", name=name)
+    found = through(ctx, PromptHistory, "GET", path, lambda wb: wb.prompts.history(name))
+    versions, moves = found.versions, found.moves
     _print_table(
         ("VERSION", "ID", "CREATED", "AUTHOR", "MESSAGE"),
         [
@@ -149,8 +204,12 @@ def history(ctx: click.Context, name: str) -> None:
 @handle_errors
 def diff(ctx: click.Context, name: str, ref_a: str, ref_b: str) -> None:
     """Show what changed in NAME from REF_A to REF_B (versions, labels or hashes)."""
-    with open_workbench(ctx) as wb:
-        text = wb.prompts.diff(name, ref_a, ref_b).to_text()
+    from promptlab.records.prompts import VersionDiff
+
+    query = urllib.parse.urlencode({"a": ref_a, "b": ref_b})
+    path = f"{route('/v1/prompts/{name}/diff', name=name)}?{query}"
+    found = through(ctx, VersionDiff, "GET", path, lambda wb: wb.prompts.diff(name, ref_a, ref_b))
+    text = found.to_text()
     for line in text.splitlines():
         color = "green" if line.startswith("+") else "red" if line.startswith("-") else None
         click.secho(line, fg=color)
@@ -170,8 +229,14 @@ def diff(ctx: click.Context, name: str, ref_a: str, ref_b: str) -> None:
 @handle_errors
 def label(ctx: click.Context, name: str, ref: str, label: str, expected: str | None) -> None:
     """Point LABEL (production, staging, any name) of NAME at version REF."""
-    with open_workbench(ctx) as wb:
-        version = wb.prompts.set_label(name, ref, label, expected=expected)
+    from promptlab.records.prompts import PromptVersion
+
+    path = route("/v1/prompts/{name}/labels/{label}", name=name, label=label)
+    version = through(
+        ctx, PromptVersion, "PUT", path,
+        lambda wb: wb.prompts.set_label(name, ref, label, expected=expected),
+        {"ref": ref, "expected": expected},
+    )  # fmt: skip
     click.echo(f"{name}@{label} -> {version.semver} ({version.short_id})")
 
 
@@ -193,8 +258,7 @@ def render(
     """Render version REF with variable values; every invalid value is reported at once."""
     from promptlab.prompts.templates import coerce_text_values  # heavy: see the top
 
-    with open_workbench(ctx) as wb:
-        template = wb.prompts.resolve(ref).template
+    template = _labelled(ctx, ref).version.template
     values = _read_vars_file(vars_file) if vars_file else {}
     raw: dict[str, str] = {}
     for item in variables:
@@ -229,8 +293,8 @@ def render(
 @handle_errors
 def export(ctx: click.Context, name: str, output: Path | None) -> None:
     """Write NAME with all its versions and labels as a YAML prompt file."""
-    with open_workbench(ctx) as wb:
-        text = wb.prompts.export(name)
+    path = route("/v1/prompts/{name}/export", name=name)
+    text = through(ctx, str, "GET", path, lambda wb: wb.prompts.export(name))
     if output is None:
         click.echo(text, nl=False)
     else:
@@ -239,6 +303,22 @@ def export(ctx: click.Context, name: str, output: Path | None) -> None:
         except OSError as exc:
             raise PromptlabError(f"cannot write {output}: {exc.strerror}") from exc
         click.echo(f"wrote {output}")
+
+
+def _labelled(ctx: click.Context, ref: str) -> LabelledVersion:
+    """The version REF names and the labels pointing at it, here or from the server."""
+    from promptlab.records.prompts import LabelledVersion
+
+    path = route("/v1/prompt-refs/{ref}", ref=ref)
+    return through(ctx, LabelledVersion, "GET", path, lambda wb: wb.prompts.labelled(ref))
+
+
+def _text_of(file: Path) -> str:
+    """The prompt file's text (load_prompt_file has just read and checked it)."""
+    try:
+        return file.read_bytes().decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PromptlabError(f"{file}: cannot read: {exc}") from exc
 
 
 #: A vars file holds the values of one render, which stops at 1,000,000 characters: the

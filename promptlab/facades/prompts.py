@@ -13,6 +13,7 @@ from promptlab.prompts.files import PromptFile, export_prompt, import_prompt_fil
 from promptlab.prompts.registry import NO_VERSION, SaveResult
 from promptlab.prompts.templates import Template
 from promptlab.records import PromptVersion
+from promptlab.records.prompts import LabelledVersion, PromptHistory
 
 __all__ = ["NO_VERSION", "Prompts"]
 
@@ -42,6 +43,16 @@ class Prompts:
         self.diff = registry.diff
         #: Every prompt with its latest version, version count and labels.
         self.list = registry.list_prompts
+
+    def labelled(self, ref: str) -> LabelledVersion:
+        """The version `ref` names and the labels of its prompt pointing at it."""
+        version = self._registry.resolve(ref)
+        labels = self._registry.labels(version.prompt_name)
+        return LabelledVersion(version, [k for k, v in labels.items() if v.id == version.id])
+
+    def history(self, name: str) -> PromptHistory:
+        """Every version of `name`, newest first, and the moves of its labels."""
+        return PromptHistory(self._registry.versions(name), self._registry.label_history(name))
 
     # ---- changes (each one audited) ------------------------------------------------
 

@@ -11,7 +11,6 @@ import difflib
 import functools
 import json
 import re
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from promptlab.errors import (
@@ -23,6 +22,14 @@ from promptlab.errors import (
 )
 from promptlab.prompts.templates import Template
 from promptlab.records import LabelEvent, PromptVersion
+from promptlab.records.prompts import (
+    Bump,
+    FieldChange,
+    MessageDiff,
+    PromptSummary,
+    SaveResult,
+    VersionDiff,
+)
 from promptlab.store import Store
 from promptlab.store.prompts import PromptStore
 
@@ -43,7 +50,6 @@ __all__ = [
     "parse_semver",
 ]
 
-Bump = Literal["major", "minor", "patch"]
 FIRST_VERSION = (1, 0, 0)
 NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,79}$")
 LABEL_PATTERN = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
@@ -53,84 +59,6 @@ MIN_HASH_PREFIX = 4
 RESERVED_LABELS = frozenset({"latest"})
 #: What a label mover saw when the label did not exist yet (`set_label(expected=)`).
 NO_VERSION = "none"
-
-
-@dataclass(frozen=True)
-class PromptSummary:
-    name: str
-    description: str
-    latest: PromptVersion
-    version_count: int
-    labels: dict[str, str]  # label -> semver
-
-
-@dataclass(frozen=True)
-class SaveResult:
-    version: PromptVersion
-    created: bool
-    bump: Bump | None
-
-    def describe(self) -> str:
-        v = self.version
-        if not self.created:
-            return f"no changes: content is identical to {v.ref} ({v.short_id})"
-        return f"saved {v.ref} ({v.short_id}, {self.bump} bump)"
-
-
-@dataclass(frozen=True)
-class FieldChange:
-    field: str
-    before: Any
-    after: Any
-
-
-@dataclass(frozen=True)
-class MessageDiff:
-    index: int
-    status: Literal["same", "changed", "added", "removed"]
-    role_a: str | None
-    role_b: str | None
-    lines: list[str]
-
-
-@dataclass(frozen=True)
-class VersionDiff:
-    a: PromptVersion
-    b: PromptVersion
-    messages: list[MessageDiff]
-    params: list[FieldChange]
-    variables: list[FieldChange]
-    output_schema: list[str]
-
-    @property
-    def is_empty(self) -> bool:
-        return (
-            all(m.status == "same" for m in self.messages)
-            and not self.params
-            and not self.variables
-            and not self.output_schema
-        )
-
-    def to_text(self) -> str:
-        """A readable, unified-diff style rendering (what `prompt diff` prints)."""
-        out = [f"--- {self.a.ref} ({self.a.short_id})", f"+++ {self.b.ref} ({self.b.short_id})"]
-        if self.is_empty:
-            out.append("(no differences)")
-        for m in self.messages:
-            if m.status == "same":
-                continue
-            roles = m.role_a if m.role_a == m.role_b else f"{m.role_a} -> {m.role_b}"
-            out.append(f"@@ messages[{m.index}] ({roles}) {m.status} @@")
-            out.extend(m.lines)
-        for title, changes in (("params", self.params), ("variables", self.variables)):
-            for c in changes:
-                out.append(f"@@ {title}.{c.field} @@")
-                out.append(f"-{_show(c.before)}")
-                out.append(f"+{_show(c.after)}")
-        if self.output_schema:
-            out.append("@@ output_schema @@")
-            out.extend(self.output_schema)
-        return "\n".join(out)
 
 
 class Registry:
@@ -373,10 +301,6 @@ def _variable_view(schema: dict[str, Any] | None, required: bool) -> dict[str, A
 
 def _pretty(schema: Any) -> list[str]:
     return [] if schema is None else json.dumps(schema, indent=2, sort_keys=True).splitlines()
-
-
-def _show(value: Any) -> str:
-    return "(none)" if value is None else json.dumps(value, sort_keys=True)
 
 
 def _qualify(name: str, ref: str) -> str:

@@ -1,9 +1,12 @@
-"""Prompt versions and label moves, as the registry reads them back."""
+"""Prompt versions, label moves, saves and diffs: the registry's records (plain data,
+which a server's typed answers carry to the CLI as they are)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any, Literal
 
 from promptlab.prompts.templates import Template
 
@@ -37,3 +40,113 @@ class LabelEvent:
     semver: str
     moved_at: datetime
     actor: str
+
+
+Bump = Literal["major", "minor", "patch"]
+
+
+@dataclass(frozen=True)
+class PromptSummary:
+    name: str
+    description: str
+    latest: PromptVersion
+    version_count: int
+    labels: dict[str, str]  # label -> semver
+
+
+@dataclass(frozen=True)
+class SaveResult:
+    version: PromptVersion
+    created: bool
+    bump: Bump | None
+
+    def describe(self) -> str:
+        v = self.version
+        if not self.created:
+            return f"no changes: content is identical to {v.ref} ({v.short_id})"
+        return f"saved {v.ref} ({v.short_id}, {self.bump} bump)"
+
+
+@dataclass(frozen=True)
+class FieldChange:
+    field: str
+    before: Any
+    after: Any
+
+
+@dataclass(frozen=True)
+class MessageDiff:
+    index: int
+    status: Literal["same", "changed", "added", "removed"]
+    role_a: str | None
+    role_b: str | None
+    lines: list[str]
+
+
+@dataclass(frozen=True)
+class VersionDiff:
+    a: PromptVersion
+    b: PromptVersion
+    messages: list[MessageDiff]
+    params: list[FieldChange]
+    variables: list[FieldChange]
+    output_schema: list[str]
+
+    @property
+    def is_empty(self) -> bool:
+        return (
+            all(m.status == "same" for m in self.messages)
+            and not self.params
+            and not self.variables
+            and not self.output_schema
+        )
+
+    def to_text(self) -> str:
+        """A readable, unified-diff style rendering (what `prompt diff` prints)."""
+        out = [f"--- {self.a.ref} ({self.a.short_id})", f"+++ {self.b.ref} ({self.b.short_id})"]
+        if self.is_empty:
+            out.append("(no differences)")
+        for m in self.messages:
+            if m.status == "same":
+                continue
+            roles = m.role_a if m.role_a == m.role_b else f"{m.role_a} -> {m.role_b}"
+            out.append(f"@@ messages[{m.index}] ({roles}) {m.status} @@")
+            out.extend(m.lines)
+        for title, changes in (("params", self.params), ("variables", self.variables)):
+            for c in changes:
+                out.append(f"@@ {title}.{c.field} @@")
+                out.append(f"-{_show(c.before)}")
+                out.append(f"+{_show(c.after)}")
+        if self.output_schema:
+            out.append("@@ output_schema @@")
+            out.extend(self.output_schema)
+        return "\n".join(out)
+
+
+@dataclass(frozen=True)
+class LabelledVersion:
+    """The version a reference names and the labels pointing at it (`prompt show`)."""
+
+    version: PromptVersion
+    labels: list[str]
+
+
+@dataclass(frozen=True)
+class PromptHistory:
+    """Every version of a prompt, newest first, and its label moves (`prompt history`)."""
+
+    versions: list[PromptVersion]
+    moves: list[LabelEvent]
+
+
+@dataclass(frozen=True)
+class DemoLoaded:
+    """What loading the demo through a server did: the demo prompts' saves, and the
+    demo run it started (None when the database already had runs)."""
+
+    results: list[SaveResult]
+    run_id: str | None
+
+
+def _show(value: Any) -> str:
+    return "(none)" if value is None else json.dumps(value, sort_keys=True)

@@ -54,6 +54,7 @@ from promptlab.server.job_routes import add_job_routes
 from promptlab.server.jobs import Jobs
 from promptlab.server.metrics import metrics_response
 from promptlab.server.principals import Guard, Principal, principal_of
+from promptlab.server.prompt_routes import add_prompt_routes
 from promptlab.server.review_routes import add_review_routes
 from promptlab.server.roles import ADMIN, document_roles
 from promptlab.server.schedule_routes import add_schedule_routes
@@ -191,6 +192,7 @@ def create_app(wb: Workbench, token: str, *, local_paths: bool = True) -> FastAP
     add_job_routes(app, wb, app.state.jobs)
     add_review_routes(app, wb)
     add_schedule_routes(app, wb, local_paths=local_paths)
+    add_prompt_routes(app, wb)
     document_roles(app)
     return app
 
@@ -362,7 +364,7 @@ def _run_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
 
 
 def _service_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
-    """What services and monitors ask for: assignment, experiments, audit, prompts."""
+    """What services and monitors ask for: assignment, experiments, audit."""
     configs = _ConfigCache(wb)
     submits: Submits[str] = Submits()
 
@@ -420,11 +422,6 @@ def _service_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
     def audit_verify() -> Response:
         """Check every chain of the audit trail and every run's rows (a VerifyReport)."""
         return Response(to_wire(VerifyReport, wb.audit.verify()), media_type="application/json")
-
-    @app.get("/v1/prompts", dependencies=auth)
-    def prompts() -> list[Any]:
-        """Every prompt with its latest version and labels."""
-        return [dataclasses.asdict(p) for p in wb.prompts.list()]
 
 
 def _assign_body(raw: bytes) -> tuple[str, list[str]]:

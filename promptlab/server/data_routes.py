@@ -24,6 +24,7 @@ from promptlab.analysis.compare import Comparison
 from promptlab.audit.chain import AuditEvent, AuditTrace
 from promptlab.prompts.templates import Template
 from promptlab.records.metrics import MetricsRow
+from promptlab.records.prompts import PromptVersion
 from promptlab.server.answers import Refused, Submits, json_response, upload_once
 from promptlab.server.typed import to_wire
 from promptlab.server.uploads import received_file
@@ -101,9 +102,10 @@ def _prompt_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
 
     @app.put("/v1/prompts/{name}/labels/{label}", dependencies=auth)
     def set_label(name: str, label: str, body: LabelIn) -> Response:
-        """Move a label (production, staging...) to a version."""
+        """Move a label (production, staging...) to a version: the PromptVersion it
+        points at now (server/typed.py)."""
         moved = wb.prompts.set_label(name, body.ref, label, expected=body.expected)
-        return json_response(_version(moved))
+        return Response(to_wire(PromptVersion, moved), media_type=JSON)
 
 
 def _dataset_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:

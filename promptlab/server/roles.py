@@ -49,6 +49,13 @@ ROUTE_ROLES: dict[tuple[str, str], str] = {
     ("GET", "/v1/audit/traces/{trace}"): VIEWER,
     ("GET", "/v1/audit/export"): VIEWER,
     ("GET", "/v1/prompts"): VIEWER,
+    ("POST", "/v1/prompts"): EDITOR,
+    ("GET", "/v1/prompt-refs/{ref}"): VIEWER,
+    ("GET", "/v1/prompts/{name}/history"): VIEWER,
+    ("GET", "/v1/prompts/{name}/diff"): VIEWER,
+    ("GET", "/v1/prompts/{name}/export"): VIEWER,
+    # The demo this server ships: prompts, datasets, experiments and the demo run.
+    ("POST", "/v1/demo"): EDITOR,
     ("GET", "/v1/prompts/{name}/versions"): VIEWER,
     ("POST", "/v1/prompts/{name}/versions"): EDITOR,
     ("PUT", "/v1/prompts/{name}/labels/{label}"): EDITOR,
