@@ -3,12 +3,27 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from promptlab.cli.common import EXIT_ERROR, db_option, handle_errors, open_workbench
+from promptlab.cli.common import (
+    EXIT_ERROR,
+    db_option,
+    handle_errors,
+    open_workbench,
+    route,
+    served,
+    through,
+)
+
+if TYPE_CHECKING:
+    from promptlab.records import DatasetInfo
+    from promptlab.records.datasets import Conversation
+    from promptlab.server.discovery import ServerInfo
+    from promptlab.workbench import Workbench
 
 #: Rows `dataset show` prints unless --rows says otherwise.
 SHOWN_ROWS = 5
@@ -58,10 +73,14 @@ def import_(
     if conversation or any(columns.values()):
         given = {k.removesuffix("_column"): v for k, v in columns.items() if v}
         log = Conversation(**{**DEFAULT_CONVERSATION.columns(), **given})
-    with open_workbench(ctx) as wb:
-        info = wb.datasets.import_file(
-            file, name, fmt=fmt, unit_column=unit_column, replace=replace, conversation=log
-        )
+    server = served(ctx)
+    if server is not None:  # the file is read here and streamed to the server
+        info = _upload(server, file, name, unit_column, fmt, replace, log)
+    else:
+        with open_workbench(ctx) as wb:
+            info = wb.datasets.import_file(
+                file, name, fmt=fmt, unit_column=unit_column, replace=replace, conversation=log
+            )
     unit = f", unit column {info.unit_column}" if info.unit_column else ""
     click.echo(
         f"imported {info.name}: {info.row_count:,} rows, {len(info.columns)} columns{unit} "
@@ -75,8 +94,9 @@ def import_(
 @handle_errors
 def list_datasets(ctx: click.Context) -> None:
     """List datasets with their rows, columns and unit column."""
-    with open_workbench(ctx) as wb:
-        infos = wb.datasets.list()
+    from promptlab.records import DatasetInfo
+
+    infos = through(ctx, list[DatasetInfo], "GET", "/v1/datasets", lambda wb: wb.datasets.list())
     if not infos:
         click.echo("no datasets yet: try `promptlab dataset import FILE --name NAME`")
         return
@@ -104,18 +124,23 @@ def list_datasets(ctx: click.Context) -> None:
 @handle_errors
 def show(ctx: click.Context, name: str, rows: int) -> None:
     """Show a dataset: its columns and types, row count, unit column and first rows."""
-    with open_workbench(ctx) as wb:
-        info = wb.datasets.get(name)
-        first = wb.datasets.preview(name, rows)
+    server = served(ctx)
+    if server is not None:
+        info, lines = _shown(server, name, rows)
+    else:
+        with open_workbench(ctx) as wb:
+            info = wb.datasets.get(name)
+            first = wb.datasets.preview(name, rows)
+        lines = iter([json.dumps(row, ensure_ascii=False) for row in first])
     click.echo(f"{info.name}: {info.row_count:,} rows from {info.source} ({info.format})")
     click.echo(f"imported {info.imported_at:%Y-%m-%d %H:%M:%S %Z} by {info.author}")
     click.echo(f"unit column: {info.unit_column or '-'}")
     click.echo("")
     _print_table(("COLUMN", "TYPE"), list(info.columns))
-    if first:
-        click.echo("")
-        for number, row in enumerate(first, start=1):
-            click.echo(f"{number}: {json.dumps(row, ensure_ascii=False)}")
+    for number, line in enumerate(lines, start=1):
+        if number == 1:
+            click.echo("")
+        click.echo(f"{number}: {line}")
 
 
 @dataset.command("session")
@@ -126,18 +151,20 @@ def show(ctx: click.Context, name: str, rows: int) -> None:
 @handle_errors
 def session(ctx: click.Context, name: str, session: str | None) -> None:
     """A conversation log's sessions, or one SESSION's messages in order."""
-    with open_workbench(ctx) as wb:
-        if session is None:
-            summaries = wb.datasets.sessions(name)
-            _print_table(
-                ("SESSION", "MESSAGES", "USER TURNS", "FIRST", "LAST"),
-                [
-                    (s.session, str(s.messages), str(s.user_turns), s.first, s.last)
-                    for s in summaries
-                ],  # fmt: skip
-            )
-            return
-        turns = wb.datasets.session(name, session)
+    from promptlab.records import SessionSummary, Turn
+
+    if session is None:
+        path = route("/v1/datasets/{name}/sessions", name=name)
+        summaries = through(
+            ctx, list[SessionSummary], "GET", path, lambda wb: wb.datasets.sessions(name)
+        )
+        _print_table(
+            ("SESSION", "MESSAGES", "USER TURNS", "FIRST", "LAST"),
+            [(s.session, str(s.messages), str(s.user_turns), s.first, s.last) for s in summaries],
+        )
+        return
+    path = route("/v1/datasets/{name}/sessions/{session}", name=name, session=session)
+    turns = through(ctx, list[Turn], "GET", path, lambda wb: wb.datasets.session(name, session))
     if not turns:
         raise click.ClickException(f"dataset {name} has no session {session!r}")
     for turn in turns:
@@ -156,8 +183,15 @@ def session(ctx: click.Context, name: str, session: str | None) -> None:
 @handle_errors
 def check(ctx: click.Context, name: str, prompt_ref: str, listed: int) -> None:
     """Check every row of NAME against PROMPT_REF's variables; exit 1 if a row is bad."""
-    with open_workbench(ctx) as wb:
-        result = wb.datasets.check_rows(name, prompt_ref, listed)
+    from urllib.parse import urlencode
+
+    from promptlab.records import RowCheck
+
+    query = urlencode({"prompt": prompt_ref, "listed": listed})
+    path = f"{route('/v1/datasets/{name}/check', name=name)}?{query}"
+    result = through(
+        ctx, RowCheck, "GET", path, lambda wb: wb.datasets.check_rows(name, prompt_ref, listed)
+    )
     for problem in result.problems:
         click.echo(str(problem))
     shown = len({p.row_number for p in result.problems})
@@ -178,8 +212,13 @@ def check(ctx: click.Context, name: str, prompt_ref: str, listed: int) -> None:
 @handle_errors
 def unit(ctx: click.Context, name: str, column: str) -> None:
     """Make COLUMN the unit column of NAME (the unit an experiment assigns)."""
-    with open_workbench(ctx) as wb:
-        info = wb.datasets.set_unit_column(name, column)
+    from promptlab.records import DatasetInfo
+
+    path = route("/v1/datasets/{name}/unit-column", name=name)
+    info = through(
+        ctx, DatasetInfo, "PUT", path, lambda wb: wb.datasets.set_unit_column(name, column),
+        {"column": column},
+    )  # fmt: skip
     click.echo(f"{info.name}: unit column {info.unit_column}")
 
 
@@ -190,9 +229,70 @@ def unit(ctx: click.Context, name: str, column: str) -> None:
 @handle_errors
 def delete(ctx: click.Context, name: str) -> None:
     """Delete a dataset and its rows (runs keep their own copy of the rows they used)."""
-    with open_workbench(ctx) as wb:
+
+    def deleted(wb: Workbench) -> dict[str, str]:
         wb.datasets.delete(name)
+        return {"deleted": name}
+
+    through(ctx, dict[str, str], "DELETE", route("/v1/datasets/{name}", name=name), deleted)
     click.echo(f"deleted {name}")
+
+
+def _upload(
+    server: ServerInfo, file: Path, name: str, unit_column: str | None, fmt: str | None,
+    replace: bool, log: Conversation | None,
+) -> DatasetInfo:  # fmt: skip
+    """`dataset import` through a server: what the file is refused for before it is read
+    (the name, the format, a missing or empty file) is said here, as on its own; then
+    the file is streamed as the body of `POST /v1/datasets`."""
+    from urllib.parse import urlencode
+
+    from promptlab.data.datasets import MAX_FILE_BYTES, check_name
+    from promptlab.data.readers import check_file, format_of
+    from promptlab.records import DatasetInfo
+    from promptlab.server.client import ServerClient
+    from promptlab.server.typed import from_wire
+
+    check_name(name)
+    format_of(file, fmt)
+    check_file(file, file.name, MAX_FILE_BYTES)
+    query: dict[str, str] = {"name": name, "filename": file.name, "replace": str(replace).lower()}
+    if unit_column:
+        query["unit_column"] = unit_column
+    if fmt:
+        query["format"] = fmt
+    for key, column in (log.columns() if log else {}).items():
+        query[f"{key}_column"] = column
+    answer = ServerClient(server, timeout_s=None).upload(f"/v1/datasets?{urlencode(query)}", file)
+    return from_wire(DatasetInfo, answer)
+
+
+def _shown(server: ServerInfo, name: str, rows: int) -> tuple[DatasetInfo, Iterator[str]]:
+    """`dataset show` through a server: the dataset, and its first rows as the JSON
+    lines it prints, streamed (any number of them)."""
+    from promptlab.records import DatasetInfo
+    from promptlab.server.client import ServerClient
+    from promptlab.server.typed import from_wire
+
+    client = ServerClient(server)
+    answer = client.call("GET", f"{route('/v1/datasets/{name}', name=name)}?limit=1")
+    info = from_wire(DatasetInfo, answer["dataset"])
+    if rows == 0:
+        return info, iter(())
+    path = f"{route('/v1/datasets/{name}/rows', name=name)}?limit={rows}"
+    return info, _lines(ServerClient(server, timeout_s=None).chunks(path))
+
+
+def _lines(chunks: Iterator[bytes]) -> Iterator[str]:
+    """The lines of a streamed answer, without their ends."""
+    held = b""
+    for chunk in chunks:
+        held += chunk
+        *whole, held = held.split(b"\n")
+        for line in whole:
+            yield line.decode("utf-8")
+    if held:
+        yield held.decode("utf-8")
 
 
 def _print_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from promptlab.cli.common import db_option, handle_errors, open_workbench, served
+from promptlab.cli.common import db_option, handle_errors, open_workbench, route, served, through
 from promptlab.data.lines import LineLimits, numbered_lines, open_lines
 from promptlab.errors import ExperimentError, NotFoundError, SpecError
 
@@ -42,11 +42,18 @@ def experiment() -> None:
 @handle_errors
 def add(ctx: click.Context, file: Path, note: str, based_on: int | None) -> None:
     """Add an experiment file; a changed file becomes a new revision."""
-    from promptlab.experiments import load_experiment_file
+    from promptlab.experiments import ExperimentConfig, load_experiment_file
 
     experiment_file = load_experiment_file(file)  # fully checked before the database opens
-    with open_workbench(ctx) as wb:
-        config, created = wb.experiments.add(experiment_file, note=note, based_on=based_on)
+
+    def direct(wb: Workbench) -> tuple[ExperimentConfig, bool]:
+        return wb.experiments.add(experiment_file, note=note, based_on=based_on)
+
+    body = {"experiment": experiment_file.content(), "source": experiment_file.source,
+            "note": note, "based_on": based_on}  # fmt: skip
+    config, created = through(
+        ctx, tuple[ExperimentConfig, bool], "POST", "/v1/experiments", direct, body
+    )
     if created:
         click.echo(f"added {config.name} revision {config.revision}: {_split(config)}")
     else:
@@ -59,8 +66,11 @@ def add(ctx: click.Context, file: Path, note: str, based_on: int | None) -> None
 @handle_errors
 def list_experiments(ctx: click.Context) -> None:
     """List experiments with their latest revision, split, ramp and kill switch."""
-    with open_workbench(ctx) as wb:
-        configs = wb.experiments.list()
+    from promptlab.experiments import ExperimentConfig
+
+    configs = through(
+        ctx, list[ExperimentConfig], "GET", "/v1/experiments", lambda wb: wb.experiments.list()
+    )
     if not configs:
         click.echo("no experiments yet: try `promptlab experiment add FILE.yaml`")
         return
@@ -89,10 +99,7 @@ def show(ctx: click.Context, name: str, revision: int | None) -> None:
     """Show one experiment: variants, weights, allocation, ramp, kill switch, history."""
     from promptlab.experiments import describe_changes
 
-    with open_workbench(ctx) as wb:
-        config = wb.experiments.get(name, revision)
-        history = wb.experiments.history(name)
-        exposures = wb.experiments.exposure_counts(name)
+    config, history, exposures = _shown(ctx, name, revision)
     click.echo(f"{config.name}  revision {config.revision} of {history[0].revision}")
     if config.description:
         click.echo(config.description)
@@ -149,8 +156,9 @@ def show(ctx: click.Context, name: str, revision: int | None) -> None:
 @handle_errors
 def export(ctx: click.Context, name: str, revision: int | None, output: Path | None) -> None:
     """Write the full config (allocation and pins included): what `promptlab assign` reads."""
-    with open_workbench(ctx) as wb:
-        text = wb.experiments.export(name, revision)
+    query = f"?revision={revision}" if revision is not None else ""
+    path = route("/v1/experiments/{name}/export", name=name) + query
+    text = through(ctx, str, "GET", path, lambda wb: wb.experiments.export(name, revision))
     if output is None:
         click.echo(text, nl=False)
         return
@@ -193,12 +201,24 @@ def set_command(
     if not weights and ramp is None and killed is None:
         raise click.UsageError("nothing to change: give --weight, --ramp, --kill or --revive")
     parsed = dict(_weight(text) for text in weights)
-    with open_workbench(ctx) as wb:
+    from promptlab.experiments import ExperimentConfig, describe_changes
+
+    def direct(wb: Workbench) -> tuple[ExperimentConfig, ExperimentConfig]:
         before = wb.experiments.get(name)
         after = wb.experiments.update(
             name, weights=parsed, ramp=ramp, killed=killed, note=note, based_on=based_on
         )
-    from promptlab.experiments import describe_changes
+        return before, after
+
+    body: dict[str, Any] = {"weights": parsed, "note": note, "based_on": based_on}
+    # The ramp and the kill switch are an admin's: their own route (weights may come too).
+    traffic = ramp is not None or killed is not None
+    if traffic:
+        body |= {"ramp": ramp, "killed": killed}
+    path = route("/v1/experiments/{name}/" + ("traffic" if traffic else "weights"), name=name)
+    before, after = through(
+        ctx, tuple[ExperimentConfig, ExperimentConfig], "POST", path, direct, body
+    )
 
     if after.revision == before.revision:
         click.echo(f"no changes: {name} is at revision {after.revision}")
@@ -333,8 +353,12 @@ def assign_command(
     if Path(experiment_or_file).is_file():
         config = load_experiment_config(experiment_or_file)
     else:
-        with open_workbench(ctx) as wb:
-            config = wb.experiments.get(experiment_or_file)
+        from promptlab.experiments import ExperimentConfig
+
+        path = route("/v1/experiments/{name}/revisions/latest", name=experiment_or_file)
+        config = through(
+            ctx, ExperimentConfig, "GET", path, lambda wb: wb.experiments.get(experiment_or_file)
+        )
     now = datetime.now(UTC)
     exposures = []
     for unit in all_units:
@@ -362,8 +386,20 @@ def exposures() -> None:
 @handle_errors
 def import_exposures(ctx: click.Context, file: Path) -> None:
     """Import an exposure log (JSON Lines); a bad line refuses the whole file."""
-    with open_workbench(ctx) as wb:
-        added = wb.experiments.import_exposures(file)
+    server = served(ctx)
+    if server is not None:  # read here (refused as on its own if it cannot be) and sent
+        from urllib.parse import urlencode
+
+        from promptlab.experiments import EXPOSURE_LOG
+        from promptlab.server.client import ServerClient
+
+        with open_lines(file, f"exposures {file}", EXPOSURE_LOG, ExperimentError):
+            pass
+        query = urlencode({"filename": file.name, "source": str(file)})
+        added = ServerClient(server, timeout_s=None).upload(f"/v1/exposures?{query}", file)
+    else:
+        with open_workbench(ctx) as wb:
+            added = wb.experiments.import_exposures(file)
     click.echo(f"imported {added} new exposures from {file}")
 
 
@@ -384,6 +420,30 @@ def _read_units(path: Path) -> Iterator[str]:
 
 def _unit_ids(lines: Iterator[tuple[int, str]]) -> Iterator[str]:
     return (text.strip() for _number, text in lines if text.strip())
+
+
+def _shown(
+    ctx: click.Context, name: str, revision: int | None
+) -> tuple[ExperimentConfig, list[ExperimentConfig], dict[tuple[int, str], int]]:
+    """What `experiment show` prints: the revision, every revision (newest first) and
+    the units exposed per revision and variant."""
+    server = served(ctx)
+    if server is None:
+        with open_workbench(ctx) as wb:
+            config = wb.experiments.get(name, revision)
+            return config, wb.experiments.history(name), wb.experiments.exposure_counts(name)
+    from promptlab.experiments import ExperimentConfig
+    from promptlab.server.client import ServerClient
+    from promptlab.server.typed import from_wire
+
+    client = ServerClient(server)
+    one = route("/v1/experiments/{name}/revisions/{rev}", name=name, rev=str(revision or "latest"))
+    config = from_wire(ExperimentConfig, client.call("GET", one))
+    every = route("/v1/experiments/{name}/revisions", name=name)
+    history = from_wire(list[ExperimentConfig], client.call("GET", every))
+    counted = route("/v1/experiments/{name}/exposures", name=name)
+    counts = from_wire(list[tuple[int, str, int]], client.call("GET", counted))
+    return config, history, {(rev, variant): units for rev, variant, units in counts}
 
 
 def _weight(text: str) -> tuple[str, float]:

@@ -8,7 +8,14 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from promptlab.cli.common import EXIT_ERROR, EXIT_OK, db_option, handle_errors, open_workbench
+from promptlab.cli.common import (
+    EXIT_ERROR,
+    EXIT_OK,
+    db_option,
+    handle_errors,
+    open_workbench,
+    served,
+)
 
 if TYPE_CHECKING:
     from promptlab.checks.rules import RuleOutcome, RuleSet, RuleStatus
@@ -98,12 +105,25 @@ def _schema(
     if schema_file is not None:
         return dict(load(schema_file)), RuleSet(())
     assert prompt_ref is not None
-    with open_workbench(ctx) as wb:
-        template = wb.prompts.resolve(prompt_ref).template
-        ref = wb.prompts.resolve(prompt_ref).ref
-    if template.output_schema is None and not template.rules:
+    server = served(ctx)
+    if server is not None:  # the version's schema and rules from the server; checked here
+        from urllib.parse import urlencode
+
+        from promptlab.checks.rules import parse_rules
+        from promptlab.server.client import ServerClient
+
+        query = urlencode({"prompt": prompt_ref})
+        answer = ServerClient(server).call("GET", f"/v1/output-checks?{query}")
+        ref, schema, rules = answer["ref"], answer["output_schema"], answer["rules"]
+        rule_set = RuleSet(parse_rules(list(rules)))
+    else:
+        with open_workbench(ctx) as wb:
+            version = wb.prompts.resolve(prompt_ref)
+        ref, schema, rules = version.ref, version.template.output_schema, version.template.rules
+        rule_set = version.template.rule_set
+    if schema is None and not rules:
         raise click.UsageError(f"{ref} has no output schema or rules; give --schema instead")
-    return dict(template.output_schema or {}), template.rule_set
+    return dict(schema or {}), rule_set
 
 
 commands: list[click.Command] = [validate_command]

@@ -87,14 +87,17 @@ def numbered_jsonl(
     *,
     label: str = "dataset",
     error: type[PromptlabError] = SpecError,
+    shown: str | None = None,
 ) -> Iterator[tuple[int, dict[str, Any]]]:
     """Each JSON object of a JSON Lines file with its line number; blank lines skipped.
 
-    Errors are `error`s naming the file as `{label} {path}, line N`.
+    Errors are `error`s naming the file as `{label} {path}, line N` (`shown` instead of
+    the path: an upload's name where it was sent from).
     """
-    for number, value in numbered_json_values(path, limits, label=label, error=error):
+    values = numbered_json_values(path, limits, label=label, error=error, shown=shown)
+    for number, value in values:
         if not isinstance(value, dict):
-            raise error(f"{label} {path}, line {number}: expected a JSON object")
+            raise error(f"{label} {shown or path}, line {number}: expected a JSON object")
         yield number, value
 
 
@@ -104,10 +107,11 @@ def numbered_json_values(
     *,
     label: str = "dataset",
     error: type[PromptlabError] = SpecError,
+    shown: str | None = None,
 ) -> Iterator[tuple[int, Any]]:
     """Each JSON value (any kind) of a JSON Lines file with its line number; blank lines
-    skipped. Errors are `error`s naming the file as `{label} {path}, line N`."""
-    where = f"{label} {path}"
+    skipped. Errors are `error`s naming the file as `{label} {path}, line N` (or `shown`)."""
+    where = f"{label} {shown or path}"
     with open_lines(path, where, limits, error) as lines:
         for number, line in lines:
             if not line.strip():

@@ -62,13 +62,17 @@ def exposure_line(assignment: Assignment, config: ExperimentConfig, time: dateti
 EXPOSURE_LOG = LineLimits(line_bytes=64 * 2**10, file_bytes=2**30, kind="an exposure log")
 
 
-def read_exposures(path: Path, limits: LineLimits = EXPOSURE_LOG) -> Iterator[Exposure]:
-    """Each exposure of a JSON Lines log, checked; a bad line raises naming its number.
+def read_exposures(
+    path: Path, limits: LineLimits = EXPOSURE_LOG, shown: str | None = None
+) -> Iterator[Exposure]:
+    """Each exposure of a JSON Lines log, checked; a bad line raises naming its number
+    and the file (as `shown`, when given: an upload's name where it was sent from).
 
     Fields beyond the seven an exposure has are ignored (services may log more).
     """
-    for number, data in numbered_jsonl(path, limits, label="exposures", error=ExperimentError):
-        yield _exposure(data, f"exposures {path}, line {number}", number)
+    lines = numbered_jsonl(path, limits, label="exposures", error=ExperimentError, shown=shown)
+    for number, data in lines:
+        yield _exposure(data, f"exposures {shown or path}, line {number}", number)
 
 
 def _exposure(data: Mapping[str, Any], where: str, number: int) -> Exposure:

@@ -135,20 +135,22 @@ class Experiments:
         """The full config of a revision as YAML: what `promptlab assign FILE` reads."""
         return export_yaml(self.get(name, revision))
 
-    def import_exposures(self, path: str | Path) -> int:
+    def import_exposures(self, path: str | Path, source: str | None = None) -> int:
         """Import an exposure log (JSON Lines); return how many exposures were new.
 
         Every line is checked against the revision it names (its experiment, variant,
         bucket and pinned version); a bad line refuses the whole file, naming its line,
-        and nothing is stored. Exposures already stored are not stored twice.
+        and nothing is stored. Exposures already stored are not stored twice. `source`:
+        what refusals and the trail call the file (an upload's name where it was sent).
         """
         path = Path(path)
+        source = source or str(path)
         configs: dict[tuple[str, int], ExperimentConfig] = {}
 
         def checked_batches() -> Iterator[builtins.list[Exposure]]:
             batch: builtins.list[Exposure] = []
-            for exposure in read_exposures(path):
-                where = f"exposures {path}, line {exposure.line}"
+            for exposure in read_exposures(path, shown=source):
+                where = f"exposures {source}, line {exposure.line}"
                 key = (exposure.experiment, exposure.revision)
                 try:
                     if key not in configs:
@@ -163,12 +165,12 @@ class Experiments:
             yield batch
 
         added = self._rows.add_exposures(
-            checked_batches(), source=str(path), imported_at=self._context.store.clock.now()
+            checked_batches(), source=source, imported_at=self._context.store.clock.now()
         )
         self._context.audit_change(
             "exposures.imported",
             self._context.author(),
-            {"source": str(path), "new": added},
+            {"source": source, "new": added},
         )
         return added
 

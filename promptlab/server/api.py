@@ -50,6 +50,8 @@ from promptlab.server.analysis_routes import add_analysis_routes
 from promptlab.server.answers import Refused, Submits, error_response
 from promptlab.server.commands import refuse_unserved
 from promptlab.server.data_routes import UPLOAD_PATHS, add_data_routes
+from promptlab.server.dataset_routes import add_dataset_routes
+from promptlab.server.experiment_routes import add_experiment_routes
 from promptlab.server.job_routes import add_job_routes
 from promptlab.server.jobs import Jobs
 from promptlab.server.metrics import metrics_response
@@ -186,6 +188,8 @@ def create_app(wb: Workbench, token: str, *, local_paths: bool = True) -> FastAP
     _service_routes(app, wb, auth)
     add_data_routes(app, wb, auth)
     add_analysis_routes(app, wb)
+    add_dataset_routes(app, wb)
+    add_experiment_routes(app, wb)
     app.state.workbench = wb
     add_token_routes(app)
     app.state.jobs = Jobs()

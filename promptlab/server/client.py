@@ -13,7 +13,7 @@ import urllib.request
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from promptlab import errors
 from promptlab.errors import PromptlabError
@@ -108,6 +108,23 @@ class ServerClient:
             shutil.copyfileobj(resp, handle)
             return {k.lower(): v for k, v in resp.headers.items()}
 
+    def upload(self, path: str, file: Path) -> Any:
+        """POST the file at `file` as the request body, streamed from disk (an import),
+        with an Idempotency-Key; sent once more with the same key if the connection
+        drops before the answer (the server imports it once)."""
+        headers = {"Idempotency-Key": uuid.uuid4().hex, "Content-Type": "application/octet-stream"}
+        for attempt in (1, 2):
+            with file.open("rb") as handle:
+                sent = {**headers, "Content-Length": str(os.fstat(handle.fileno()).st_size)}
+                try:
+                    with self._open("POST", path, None, sent, handle) as resp:
+                        return json.loads(resp.read())
+                except ServerError as exc:
+                    if attempt == 2 or exc.status is not None or not exc.dropped:
+                        raise
+            time.sleep(RETRY_AFTER_S)
+        raise AssertionError("unreachable")
+
     def job_file(self, start: str, body: Any, target: Path, *, force: bool = False) -> int:
         """Start a job (`POST start`), wait for it to end, and write its file to `target`
         here (fetch_file's rules, checked first too); the rows it wrote. A failed job
@@ -138,9 +155,13 @@ class ServerClient:
             return json.loads(resp.read())
 
     def _open(
-        self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None
-    ) -> Any:
-        data = json.dumps(body).encode() if body is not None else None
+        self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None,
+        content: IO[bytes] | None = None,
+    ) -> Any:  # fmt: skip
+        """`content`, when given, is sent as the body as it is (a file), instead of `body`."""
+        data: Any = content if content is not None else None
+        if data is None and body is not None:
+            data = json.dumps(body).encode()
         request = urllib.request.Request(
             f"{self.info.url}{path}",
             data=data,

@@ -23,6 +23,8 @@ from starlette.background import BackgroundTask
 from promptlab.analysis.compare import Comparison
 from promptlab.audit.chain import AuditEvent, AuditTrace
 from promptlab.prompts.templates import Template
+from promptlab.records import DatasetInfo
+from promptlab.records.datasets import DEFAULT_CONVERSATION, Conversation
 from promptlab.records.metrics import MetricsRow
 from promptlab.records.prompts import PromptVersion
 from promptlab.server.answers import Refused, Submits, json_response, upload_once
@@ -33,7 +35,7 @@ from promptlab.workbench import Workbench
 
 JSON = "application/json"
 #: Routes whose bodies are files, bounded by the upload cap instead of the JSON one.
-UPLOAD_PATHS = ("/v1/datasets", "/v1/feedback", "/v1/logs")
+UPLOAD_PATHS = ("/v1/datasets", "/v1/feedback", "/v1/logs", "/v1/exposures")
 #: Export formats and the media type each is served as.
 EXPORT_MEDIA = {
     "csv": "text/csv",
@@ -132,18 +134,26 @@ def _dataset_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
         filename: str,
         unit_column: str | None = None,
         replace: bool = False,
+        format: str | None = None,  # noqa: A002 (the query parameter's name)
+        session_column: str | None = None,
+        order_column: str | None = None,
+        role_column: str | None = None,
+        content_column: str | None = None,
         idempotency_key: str | None = Header(None),
     ) -> Response:
-        """The body is the file (CSV, JSON Lines or Parquet by `filename`'s extension),
-        streamed to disk and imported as `name`."""
+        """The body is the file (CSV, JSON Lines or Parquet by `filename`'s extension,
+        or `format`), streamed to disk and imported as `name` (a DatasetInfo); with any
+        of the `*_column`s, as a conversation log (the others their defaults)."""
+        log = _conversation(session_column, order_column, role_column, content_column)
         async with received_file(request, filename) as path:
             info = await run_in_threadpool(
                 upload_once, dataset_imports, request, idempotency_key, path,
                 lambda: wb.datasets.import_file(
-                    path, name, unit_column=unit_column, replace=replace
+                    path, name, fmt=format, unit_column=unit_column, replace=replace,
+                    conversation=log,
                 ),
             )  # fmt: skip
-        return json_response(info, 201)
+        return Response(to_wire(DatasetInfo, info), status_code=201, media_type=JSON)
 
     @app.post("/v1/feedback", dependencies=auth)
     async def import_feedback(
@@ -303,6 +313,14 @@ def _event(event: AuditEvent) -> dict[str, Any]:
     data["payload"] = event.payload
     del data["payload_json"]
     return data
+
+
+def _conversation(session: str | None, order: str | None, role: str | None,
+                  content: str | None) -> Conversation | None:  # fmt: skip
+    """A conversation log's columns when any is named (the others their defaults)."""
+    given = {"session": session, "order": order, "role": role, "content": content}
+    named = {k: v for k, v in given.items() if v}
+    return Conversation(**{**DEFAULT_CONVERSATION.columns(), **named}) if named else None
 
 
 def _pair(text: str) -> tuple[str, str]:
