@@ -1,7 +1,7 @@
-"""One door (issue 37) for the analysis commands: `metrics`, `compare`, `shards` and
-`status --items / --item / --detect` call typed routes when a server owns the database,
-never `POST /v1/cli`, and print exactly what they print on their own
-(tests/one_door_helpers.py)."""
+"""One door (issue 37) for the analysis commands: `metrics`, `compare`, `feedback import`,
+`logs import`, `shards` and `status --items / --item / --detect` call typed routes
+when a server owns the database, never `POST /v1/cli`, and print exactly what they print
+on their own (tests/one_door_helpers.py)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ from tests.one_door_helpers import assert_same_both_ways
 
 A, B = "ticket-triage@1.1.0", "ticket-triage@2.0.0"
 FILTERS = ["--status", "succeeded", "--variant", "staging"]
+LOG_COLUMNS = ["--version-column", "ver", "--unit-column", "user", "--latency-column", "ms",
+               "--clicked-column", "clicked"]  # fmt: skip
 
 #: Commands that change nothing: each runs directly, then through a server.
 READING = [
@@ -59,6 +61,19 @@ READING = [
 ]
 #: Commands that change the database: each pass runs them in order on its own copy.
 CHANGING = [
+    ["feedback", "import", "{feedback}"],
+    ["metrics", "--run", "{split}"],
+    ["metrics", "--prompt", "ticket-triage", "--json"],
+    ["feedback", "import", "{bad_feedback}"],
+    ["feedback", "import", "{missing}"],
+    ["feedback", "import", "{no_suffix}"],
+    ["logs", "import", "{logs}", *LOG_COLUMNS],
+    ["logs", "import", "{logs}"],  # no `version` column: refused, naming the columns
+    ["logs", "import", "{missing}"],
+    ["metrics", "--logs"],
+    ["metrics"],
+    ["compare", A, B, "--logs"],
+    ["compare", A, B, "--logs", "--since", "2026-01-01", "--cuped", "--json"],
     ["status", "{split}", "--detect"],
     ["status", "run_nope", "--detect"],
 ]
@@ -114,7 +129,7 @@ def test_analysis_commands_print_the_same_through_a_server_and_never_send_a_comm
         f"GET /v1/runs/{split}/sessions", f"GET /v1/runs/{split}/comparison",
         "GET /v1/analysis/compare", f"GET /v1/runs/{split}/shards",
         f"GET /v1/runs/{split}/items", f"GET /v1/runs/{split}/items/{key}",
-        f"POST /v1/runs/{split}/anomalies",
+        "POST /v1/feedback", "POST /v1/logs", f"POST /v1/runs/{split}/anomalies",
         f"GET /v1/runs/{split}/view",
     ):  # fmt: skip
         assert route in called, route

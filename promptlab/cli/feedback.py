@@ -3,11 +3,16 @@ and production requests, imported whole or not at all."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from promptlab.cli.common import db_option, handle_errors, open_workbench
+from promptlab.cli.common import db_option, handle_errors, open_workbench, served, with_query
+
+if TYPE_CHECKING:
+    from promptlab.workbench import Workbench
 
 
 @click.group()
@@ -27,8 +32,10 @@ def import_feedback(ctx: click.Context, file: Path) -> None:
     thumbs_up, thumbs_down, completed); value (default 1); event_time (ISO 8601).
     A bad row refuses the whole file, naming its row and column.
     """
-    with open_workbench(ctx) as wb:
-        count = wb.analysis.import_feedback(file)
+    path = with_query("/v1/feedback", filename=file.name)
+    count = _imported(
+        ctx, file, path, "a feedback file", lambda wb: wb.analysis.import_feedback(file)
+    )
     click.echo(f"imported {count:,} feedback events from {file.name}")
 
 
@@ -74,9 +81,37 @@ def import_logs(
         "event_time": time_column,
     }
     columns = {field: column for field, column in given.items() if column is not None}
-    with open_workbench(ctx) as wb:
-        count = wb.analysis.import_logs(file, columns)
+    pairs = [f"{field}:{column}" for field, column in columns.items()]
+    path = with_query("/v1/logs", filename=file.name, column=pairs)
+    count = _imported(
+        ctx, file, path, "a log file", lambda wb: wb.analysis.import_logs(file, columns)
+    )
     click.echo(f"imported {count:,} requests from {file.name}")
+
+
+def _imported(
+    ctx: click.Context, file: Path, path: str, what: str, direct: Callable[[Workbench], int]
+) -> int:
+    """Rows `direct(wb)` imported from `file`; when a server owns the database, the file
+    is streamed to its upload route (`path`) and imported there: the server never opens
+    a path a client names."""
+    server = served(ctx)
+    if server is None:
+        with open_workbench(ctx) as wb:
+            return direct(wb)
+    from promptlab.data.readers import MAX_FILE_BYTES, check_file, format_of
+    from promptlab.errors import DatasetError, FeedbackError
+    from promptlab.server.client import ServerClient
+    from promptlab.server.typed import from_wire
+
+    try:  # what only this side can see, refused as the importer would
+        format_of(file)
+        check_file(file, file.name, MAX_FILE_BYTES, what)
+    except DatasetError as exc:
+        raise FeedbackError(str(exc)) from exc
+    # No timeout: the answer comes once the whole file is imported.
+    answer = ServerClient(server, timeout_s=None).upload(path, file)
+    return from_wire(dict[str, int], answer)["rows"]
 
 
 commands: list[click.Command] = [feedback, logs]
