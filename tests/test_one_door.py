@@ -26,6 +26,10 @@ READING = [
     ["audit", "show", "abc"],  # an error: the same line, the same exit code
     ["token", "list"],
     ["schedule", "list"],
+    ["status"],
+    ["status", "--limit", "1"],
+    ["status", "{run}"],
+    ["status", "run_nope"],
 ]
 #: Commands that change the database: each pass runs on its own copy, in this order.
 CHANGING = [
@@ -56,14 +60,14 @@ def _trace(db: Path) -> str:
 
 
 def test_converted_commands_print_the_same_through_a_server_and_never_send_a_command_line(
-    db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    db: Path, runs: tuple[Path, str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     nightly = tmp_path / "nightly.yaml"
     nightly.write_text(
         f"name: nightly\nschedule: '0 2 * * *'\ndataset: {DEMO / 'tickets.csv'}\n"
         "variants:\n  - {name: p, prompt: ticket-triage@production}\n"
     )
-    values = {"trace": _trace(db), "nightly": str(nightly)}
+    values = {"trace": _trace(db), "nightly": str(nightly), "run": runs[1]}
     assert_same_both_ways(
         db, tmp_path, monkeypatch, reading=READING, changing=CHANGING, values=values
     )

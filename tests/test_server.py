@@ -163,7 +163,7 @@ def test_the_cli_runs_through_the_server_and_others_see_the_run(
     status, runs = served.call("GET", "/v1/runs")
     assert status == 200 and [r["run_id"] for r in runs] == [run_id]
     listed = CliRunner().invoke(main, ["status"])
-    assert run_id in listed.output and "succeeded 60" in listed.output
+    assert run_id in listed.output and "completed  60/60" in listed.output
     # Every other command runs inside the server, on its database: reads and writes.
     verified = CliRunner().invoke(main, ["audit", "verify"])
     assert verified.exit_code == 0, verified.output + verified.stderr

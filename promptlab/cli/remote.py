@@ -39,14 +39,19 @@ def drive_remote(
     run_id = str(submit(client)["run_id"])
     click.echo(f"run {run_id}")
     _watch(client, run_id, quiet)
-    final = client.get(f"/v1/runs/{run_id}?summary=true")
-    print_summary(final)
+    from promptlab.cli.runs import print_summary
+    from promptlab.facades.run_view import RunView
+    from promptlab.server.typed import from_wire
+
+    # The run's view as `drive_run` reads it, printed by the same lines.
+    view = from_wire(RunView, client.get(f"/v1/runs/{run_id}/view"))
+    print_summary(view)
     if output is not None:
         count = download_batch_output(client, run_id, output)
         click.echo(f"  wrote {count} results to {output} (OpenAI Batch output format)")
-    batch = bool(final.get("batch"))
-    click.echo(next_line(run_id, final["status"], batch=batch, wrote=output is not None))
-    raise SystemExit(run_exit_code(final["status"], final["failed"], strict))
+    batch = bool(client.get(f"/v1/runs/{run_id}?summary=true").get("batch"))
+    click.echo(next_line(run_id, view.status, batch=batch, wrote=output is not None))
+    raise SystemExit(run_exit_code(view.status, view.counts.failed, strict))
 
 
 def download_batch_output(client: ServerClient, run_id: str, path: Path) -> int:
@@ -83,40 +88,3 @@ def _watch(client: ServerClient, run_id: str, quiet: bool) -> None:
             click.echo("", err=True)
     finally:
         signal.signal(signal.SIGINT, previous)
-
-
-def print_summary(run: dict[str, Any]) -> None:
-    reason = f" ({run['reason']})" if run.get("reason") else ""
-    click.echo(f"run {run['run_id']}: {run['status']}{reason}")
-    click.echo(
-        f"  items {run['total']}: succeeded {run['succeeded']}, failed {run['failed']}, "
-        f"cancelled {run['cancelled']}"
-    )
-    if run.get("wall_time_s") is not None:
-        click.echo(f"  wall time {run['wall_time_s']:.1f} s from the first start")
-    s = run.get("summary") or {}
-    if s:
-        click.echo(
-            f"  attempts {s['attempts']} (429s {s['rate_limited_attempts']}), "
-            f"tokens in {s['input_tokens']} out {s['output_tokens']}, cost ${s['cost_usd']:.4f}"
-        )
-
-
-def status_lines(client: ServerClient, run_id: str | None, limit: int) -> list[str]:
-    """`promptlab status` through the server: recent runs, or one run's summary."""
-    if run_id is None:
-        lines = []
-        for run in client.get(f"/v1/runs?limit={limit}"):
-            items = run["items"]
-            lines.append(
-                f"{run['run_id']}  {run['status']:<10} {run['name']}  "
-                f"succeeded {items['succeeded']}, failed {items['failed']}, "
-                f"pending {items['pending'] + items['in_flight']}"
-            )
-        return lines or ["no runs yet"]
-    run = client.get(f"/v1/runs/{run_id}?summary=true")
-    return [
-        f"run {run['run_id']} ({run['name']}): {run['status']}",
-        f"  items {run['total']}: succeeded {run['succeeded']}, failed {run['failed']}, "
-        f"cancelled {run['cancelled']}, pending {run['pending']}, in flight {run['in_flight']}",
-    ]

@@ -32,9 +32,10 @@ from promptlab.cli.common import (
     route,
     run_exit_code,
     served,
+    through,
 )
 from promptlab.cli.items import item_lines, items_lines, read_item, read_items
-from promptlab.cli.remote import download_batch_output, drive_remote, status_lines
+from promptlab.cli.remote import download_batch_output, drive_remote
 from promptlab.errors import ConfigError, RegistryError, SpecError, TemplateError
 from promptlab.server.client import ServerClient
 
@@ -258,14 +259,11 @@ def status_command(
         for line in items_lines(run_id or "", page, filters):
             click.echo(line)
         return
-    server = served(ctx)
-    if server is not None and not detect:
-        for line in status_lines(ServerClient(server), run_id, limit):
-            click.echo(line)
-        return
     if run_id is None:
-        with open_workbench(ctx) as wb:
-            listed = wb.runs.list(limit)
+        from promptlab.records import RunWithCounts
+
+        path = f"/v1/run-summaries?limit={limit}"
+        listed = through(ctx, list[RunWithCounts], "GET", path, lambda wb: wb.runs.list(limit))
         if not listed:
             click.echo("no runs yet")
         for entry in listed:
@@ -470,7 +468,7 @@ def drive_run(
         wb.runs.wait(run_id)
         _wait_for_judges(wb, run_id)
         view = wb.runs.view(run_id)
-        _print_summary(view)
+        print_summary(view)
         if output is not None:
             count = wb.runs.write_batch_output(run_id, output)
             click.echo(f"  wrote {count} results to {output} (OpenAI Batch output format)")
@@ -555,7 +553,8 @@ def progress_line(p: RunProgress) -> str:
     return " | ".join(parts)
 
 
-def _print_summary(view: RunView) -> None:
+def print_summary(view: RunView) -> None:
+    """The end of a run command: status, counts, wall time, attempts, the variants."""
     c, s = view.counts, view.summary
     click.echo(f"run {view.run_id}: {view.status}" + (f" ({view.reason})" if view.reason else ""))
     click.echo(

@@ -143,7 +143,11 @@ class WaitingRuns:
             if found.gate is Gate.WAIT:
                 # Under the lock: a release that starts it cannot be overwritten by this.
                 record = self._runs.get_run(run_id)
-                if (record.status, record.status_reason) != (RunStatus.WAITING, found.reason):
+                # Also when only the owner changes (a run adopted from a process that is
+                # gone): it waits here now, and says so, not "process gone".
+                if (record.status, record.status_reason) != (RunStatus.WAITING, found.reason) or (
+                    record.process_gone
+                ):
                     self._runs.set_status(run_id, RunStatus.WAITING, found.reason)
                 return
             prepared, _ = self._held.pop(run_id)

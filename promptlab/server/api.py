@@ -46,6 +46,7 @@ from promptlab.errors import (
 )
 from promptlab.experiments import assign, config_from_mapping
 from promptlab.experiments.config import ExperimentConfig
+from promptlab.records import RunWithCounts
 from promptlab.server.analysis_routes import add_analysis_routes
 from promptlab.server.answers import Refused, Submits, error_response
 from promptlab.server.commands import refuse_unserved
@@ -257,6 +258,12 @@ def _submit_routes(app: FastAPI, wb: Workbench, auth: list[Any], local_paths: bo
             {**_record(r.run), "items": dataclasses.asdict(r.items)}
             for r in wb.runs.list(min(max(limit, 1), 1000))
         ]
+
+    @app.get("/v1/run-summaries", dependencies=auth)
+    def run_summaries(limit: int = 20) -> Response:
+        """The newest runs with their items per state, as records (`promptlab status`)."""
+        listed = wb.runs.list(min(max(limit, 1), 1000))
+        return Response(to_wire(list[RunWithCounts], listed), media_type="application/json")
 
     @app.post("/v1/runs", dependencies=auth, status_code=201)
     def submit_run(

@@ -23,6 +23,7 @@ ROUTE_ROLES: dict[tuple[str, str], str] = {
     # Any command line, run in the server with its files: the owner's, or an admin's.
     ("POST", "/v1/cli"): ADMIN,
     ("GET", "/v1/runs"): VIEWER,
+    ("GET", "/v1/run-summaries"): VIEWER,
     ("POST", "/v1/runs"): EDITOR,
     ("POST", "/v1/batches"): EDITOR,
     ("GET", "/v1/runs/{run_id}"): VIEWER,
