@@ -67,6 +67,18 @@ def test_the_cli_does_not_reach_into_store_or_engine(path: Path) -> None:
         assert not name.startswith(CLI_FORBIDDEN), f"cli/{path.name} imports {name}"
 
 
+@pytest.mark.parametrize(
+    "path", sorted((ROOT / "promptlab" / "server").glob("*.py")), ids=lambda p: p.name
+)
+def test_the_server_never_imports_the_cli(path: Path) -> None:
+    """The server answers typed routes; the CLI is one of its clients (issue 37: a
+    server that ran the CLI's command lines was a remote shell)."""
+    for name in promptlab_imports(path):
+        assert not (name == "promptlab.cli" or name.startswith("promptlab.cli.")), (
+            f"server/{path.name} imports {name}"
+        )
+
+
 # ---- the shape of the library --------------------------------------------------------
 
 LIBRARY = ROOT / "promptlab"

@@ -24,6 +24,7 @@ from click.testing import CliRunner
 from promptlab.cli import main
 from promptlab.experiments import assign
 from promptlab.fakellm.server import RunningServer
+from promptlab.server.client import ServerClient
 from promptlab.server.discovery import ServerInfo, discovery_path, find_server
 from promptlab.store import Store
 from tests.fakellm_fixtures import ServerFactory
@@ -170,9 +171,9 @@ def test_the_cli_runs_through_the_server_and_others_see_the_run(
     metrics = CliRunner().invoke(main, ["metrics", "--run", run_id])
     assert metrics.exit_code == 0, metrics.output + metrics.stderr
     assert "fake:gpt-4o-mini" in metrics.output
-    # Commands that would start a second server (or never return) are refused there.
-    status, refused = served.call("POST", "/v1/cli", {"argv": ["serve", "--port", "0"]})
-    assert (status, refused) == (422, {"error": "`promptlab serve` does not run inside a server"})
+    # There is no command-line route: a server runs typed routes only (issue 37).
+    status, refused = served.call("POST", "/v1/cli", {"argv": ["--db", "x", "serve"]})
+    assert status == 404, refused
     # A relative path is this shell's, wherever the server runs; what the command
     # changes is this shell's author's, not the server's.
     _prompt_file(tmp_path)
@@ -282,14 +283,12 @@ def test_a_body_over_the_bound_is_refused_before_it_is_read(served: Served) -> N
 def test_an_import_retried_with_its_key_runs_once(served: Served, tmp_path: Path) -> None:
     rows = tmp_path / "rows.csv"
     rows.write_text("text\nhello\n")
-    command = {"argv": ["dataset", "import", str(rows), "--name", "once"]}
-    first = served.call("POST", "/v1/cli", command, key="import-1")
-    assert first[0] == 200 and first[1]["exit_code"] == 0, first
-    # The client's connection dropped, so it sends the same request again.
-    assert served.call("POST", "/v1/cli", command, key="import-1") == first
-    # Without the key it is a second import, which the name already taken refuses.
-    again = served.call("POST", "/v1/cli", command)
-    assert again[1]["exit_code"] != 0 and "once" in again[1]["stderr"]
+    client = ServerClient(served.info)
+    first = client.upload("/v1/datasets?name=once&filename=rows.csv", rows)
+    assert first["name"] == "once"
+    # The CLI's own retry after a dropped connection sends the same key again.
+    again = CliRunner().invoke(main, ["dataset", "import", str(rows), "--name", "once"])
+    assert again.exit_code != 0 and "once" in again.stderr
 
 
 def test_a_discovery_file_others_could_write_is_not_followed(served: Served) -> None:

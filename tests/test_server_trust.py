@@ -13,7 +13,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from promptlab.cli import main
 from tests.test_server import Served
 
 PRIVATE = "private-value-never-to-leave-0123456789"
@@ -75,12 +77,11 @@ def test_a_batch_through_the_server_cannot_pair_a_url_with_a_key_variable(
         status, answer = served.call("POST", "/v1/batches", body)
         assert status == 422, (settings, answer)
         assert "providers file" in answer["error"]
-    # The command line inside the server is held to the same rule.
+    # The CLI through the server is held to the same rule (it calls /v1/batches).
     argv = ["batch", requests, "--base-url", capture, "--api-key-env", "MY_PRIVATE_VAR",
             "--model", "m", "--quiet"]  # fmt: skip
-    status, answer = served.call("POST", "/v1/cli", {"argv": argv})
-    assert status == 200 and answer["exit_code"] != 0, answer
-    assert "providers file" in answer["stderr"]
+    refused = CliRunner().invoke(main, ["--db", str(served.db), *argv])
+    assert refused.exit_code != 0 and "providers file" in refused.stderr, refused.output
     assert _Capture.seen == []
 
 

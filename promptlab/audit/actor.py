@@ -1,9 +1,9 @@
 """Who is acting: the person a change is recorded for, when it is not the process's author.
 
-A process has one author (PROMPTLAB_AUTHOR). A server acts for many: a command sent to
-`POST /v1/cli` runs `acting_as` its caller, so what it changes is theirs in the audit
-trail and on the versions it makes. The value lives in a context variable, so each
-thread (and each request) sees its own.
+A process has one author (PROMPTLAB_AUTHOR). A server acts for many: each request runs
+`acting_as` its token's principal (promptlab/server/principals.py), so what it changes
+is theirs in the audit trail and on the versions it makes. The value lives in a context
+variable, so each thread (and each request) sees its own.
 """
 
 from __future__ import annotations

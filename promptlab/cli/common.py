@@ -6,15 +6,14 @@ import contextlib
 import functools
 import urllib.parse
 from collections.abc import Callable, Iterator
-from contextvars import ContextVar
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from promptlab.audit.redact import redact
 from promptlab.config import Settings
-from promptlab.errors import PromptlabError
+from promptlab.errors import ConfigError, PromptlabError
 from promptlab.server.discovery import ServerInfo, find_server
 
 if TYPE_CHECKING:
@@ -81,39 +80,9 @@ def settings_from(ctx: click.Context) -> Settings:
     return Settings.from_env().with_db(Path(db) if db else None)
 
 
-#: The workbench of the server a command runs inside (`POST /v1/cli`), if any.
-_SERVED_WORKBENCH: ContextVar[Workbench | None] = ContextVar("served_workbench", default=None)
-
-
-class ServedCommand(Exception):  # noqa: N818 - a signal to the group, not an error
-    """The command's database is owned by a server: the group sends the command there."""
-
-    def __init__(self, info: ServerInfo) -> None:
-        super().__init__(info.url)
-        self.info = info
-
-
-@contextlib.contextmanager
-def commands_on(wb: Workbench) -> Iterator[None]:
-    """Inside: commands use `wb` (a server's) instead of opening the database."""
-    token = _SERVED_WORKBENCH.set(wb)
-    try:
-        yield
-    finally:
-        _SERVED_WORKBENCH.reset(token)
-
-
-def inside_server() -> bool:
-    """Whether this command runs inside a server (`POST /v1/cli`): its callers may use
-    only the endpoints the server's providers file configures."""
-    return _SERVED_WORKBENCH.get() is not None
-
-
 def served(ctx: click.Context) -> ServerInfo | None:
-    """The server that owns the command's database (promptlab serve), if one does and
-    the command is not already running inside it."""
-    if _SERVED_WORKBENCH.get() is not None:
-        return None
+    """The server that owns the command's database (promptlab serve, or the app serving
+    the API), if one does: the command then calls its typed routes."""
     return find_server(settings_from(ctx).db_path)
 
 
@@ -191,12 +160,10 @@ def calls(ctx: click.Context) -> Iterator[Calls]:
 def open_workbench(ctx: click.Context) -> Workbench:
     """The facade on the command's database; close it (or use `with`) when done.
 
-    When a server owns the database, ServedCommand sends the whole command there
-    (promptlab.cli's group); inside the server, the command borrows its workbench.
+    Commands ask `served` (or `through`) first: when a server owns the database they
+    call its routes instead. One that reaches here with a server up is refused in one
+    line rather than waiting on a file another process holds.
     """
-    borrowed = _SERVED_WORKBENCH.get()
-    if borrowed is not None:
-        return cast("Workbench", _Borrowed(borrowed))
     # Imported here, not at the top: the facade brings DuckDB, pyarrow and the engine,
     # which `--help`, usage errors and `fakellm` never need (see tests/test_startup.py).
     from promptlab.workbench import Workbench
@@ -204,24 +171,11 @@ def open_workbench(ctx: click.Context) -> Workbench:
     settings = settings_from(ctx)
     server = find_server(settings.db_path)
     if server is not None:
-        raise ServedCommand(server)
+        raise ConfigError(
+            f"{settings.db_path} is owned by the promptlab server at {server.url}, and this "
+            "command does not go through it: stop the server to run it on the file"
+        )
     return Workbench.open(settings)
-
-
-class _Borrowed:
-    """A server's workbench lent to one command: `with` does not close it."""
-
-    def __init__(self, wb: Workbench) -> None:
-        self._wb = wb
-
-    def __enter__(self) -> Workbench:
-        return self._wb
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._wb, name)
 
 
 def handle_errors(func: F | None = None, *, usage: tuple[type[BaseException], ...] = ()) -> Any:

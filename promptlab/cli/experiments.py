@@ -21,7 +21,6 @@ from promptlab.errors import ExperimentError, NotFoundError, SpecError
 
 if TYPE_CHECKING:
     from promptlab.experiments import ExperimentConfig
-    from promptlab.facades.runs import RunEstimate
     from promptlab.server.client import ServerClient
     from promptlab.workbench import Workbench
 
@@ -288,31 +287,13 @@ def run_experiment(
             limit_rows=limit_rows, skip_invalid_rows=skip_invalid_rows,
             executor="celery" if distributed else None,
         )  # fmt: skip
+        from promptlab.views.estimate import estimate_lines
+
         for line in estimate_lines(wb.runs.estimate(spec)):
             click.echo(line)
         return None if estimate_only else wb.runs.start(spec)
 
     drive_run(ctx, start, strict, quiet)
-
-
-def estimate_lines(estimate: RunEstimate) -> Iterator[str]:
-    cost = f"${estimate.cost_usd:.4f}" if estimate.cost_usd is not None else "no price"
-    yield (
-        f"estimate: {estimate.requests:,} requests, {estimate.input_tokens:,} tokens in, "
-        f"{estimate.output_tokens:,} out, {cost}, about {estimate.seconds:.0f} s "
-        f"(bounded by {estimate.bound})"
-    )
-    units = estimate.units
-    if units is not None:
-        per = ", ".join(f"{v.name} {v.units}" for v in estimate.variants)
-        yield (
-            f"units: {units.units:,}{'' if units.complete else '+'} distinct {units.column} ({per})"
-        )
-    for v in estimate.variants:
-        model = f"{v.endpoint}:{v.model}"
-        yield f"  {v.name}: {v.requests:,} requests on {model} (output from {v.basis})"
-    for warning in estimate.warnings:
-        yield f"warning: {warning}"
 
 
 @click.command("assign")

@@ -26,7 +26,6 @@ from promptlab.cli.common import (
     calls,
     db_option,
     handle_errors,
-    inside_server,
     next_line,
     open_workbench,
     route,
@@ -176,9 +175,7 @@ def batch_command(
         )
 
     def start(wb: Workbench) -> str:
-        spec = wb.runs.batch_spec(
-            requests_file, endpoint, model, id_field, settings, confined=inside_server()
-        )
+        spec = wb.runs.batch_spec(requests_file, endpoint, model, id_field, settings)
         return wb.runs.start(spec)
 
     drive_run(ctx, start, strict, quiet, output)

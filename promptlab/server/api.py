@@ -11,11 +11,9 @@ workbench); `/v1/assign` answers from experiment configs held in memory.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -31,7 +29,6 @@ from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from promptlab.audit.actor import acting_as
 from promptlab.audit.chain import VerifyReport
 from promptlab.errors import (
     ConfigError,
@@ -49,14 +46,13 @@ from promptlab.experiments.config import ExperimentConfig
 from promptlab.records import RunWithCounts
 from promptlab.server.analysis_routes import add_analysis_routes
 from promptlab.server.answers import Refused, Submits, error_response
-from promptlab.server.commands import refuse_unserved
 from promptlab.server.data_routes import UPLOAD_PATHS, add_data_routes
 from promptlab.server.dataset_routes import add_dataset_routes
 from promptlab.server.experiment_routes import add_experiment_routes
 from promptlab.server.job_routes import add_job_routes
 from promptlab.server.jobs import Jobs
 from promptlab.server.metrics import metrics_response
-from promptlab.server.principals import Guard, Principal, principal_of
+from promptlab.server.principals import Guard, principal_of
 from promptlab.server.prompt_routes import add_prompt_routes
 from promptlab.server.review_routes import add_review_routes
 from promptlab.server.roles import ADMIN, document_roles
@@ -96,14 +92,6 @@ class BatchIn(BaseModel):
     model: str | None = None
     id_field: str = "custom_id"
     settings: dict[str, Any] = Field(default_factory=dict)
-
-
-class CommandIn(BaseModel):
-    """A `promptlab` command line (without `promptlab`), and what it reads on stdin."""
-
-    argv: list[str] = Field(max_length=1000)
-    stdin: str | None = None
-    author: str | None = Field(None, description="Who runs it: what it changes is theirs.")
 
 
 class ExperimentRunIn(BaseModel):
@@ -183,7 +171,6 @@ def create_app(wb: Workbench, token: str, *, local_paths: bool = True) -> FastAP
         body, content_type = metrics_response(wb)
         return Response(body, media_type=content_type)
 
-    _command_route(app, wb, auth, local_paths)
     _submit_routes(app, wb, auth, local_paths)
     _run_routes(app, wb, auth)
     _service_routes(app, wb, auth)
@@ -200,51 +187,6 @@ def create_app(wb: Workbench, token: str, *, local_paths: bool = True) -> FastAP
     add_prompt_routes(app, wb)
     document_roles(app)
     return app
-
-
-def _command_route(app: FastAPI, wb: Workbench, auth: list[Any], local_paths: bool) -> None:
-    """`POST /v1/cli`: any `promptlab` command run here, against this server's workbench
-    (admin only: a command line reads and writes this machine's files)."""
-    one_at_a_time = threading.Lock()
-
-    answers: Submits[dict[str, Any]] = Submits()
-
-    @app.post("/v1/cli", dependencies=auth)
-    def command(
-        request: Request, body: CommandIn, idempotency_key: str | None = Header(None)
-    ) -> dict[str, Any]:
-        """Run a command line as the CLI would, on this server's database and engine:
-        `{"stdout", "stderr", "exit_code"}`. Paths in it are this machine's. A retry
-        with the same Idempotency-Key gets the first answer and runs nothing again."""
-        principal = principal_of(request.scope)
-        return answers.once(
-            idempotency_key, lambda: run(body, principal), caller=principal.token_id,
-            route="/v1/cli", body=body.model_dump_json(),
-        )  # fmt: skip
-
-    def run(body: CommandIn, principal: Principal) -> dict[str, Any]:
-        if not local_paths:
-            raise Refused(403, "command lines run through a server on loopback only")
-        from click.testing import CliRunner
-
-        from promptlab.cli import main
-        from promptlab.cli.common import commands_on
-
-        refuse_unserved(main, body.argv)
-        # The body's author, when given, as the request's Promptlab-Author: a service
-        # token (the owner's) acts on their behalf; a person's token is that person.
-        acting = (
-            acting_as(principal.actor(body.author)) if body.author else contextlib.nullcontext()
-        )
-        # CliRunner swaps sys.stdout and sys.stderr for the command: one at a time.
-        with one_at_a_time, commands_on(wb), acting:
-            result = CliRunner().invoke(main, body.argv, input=body.stdin)
-        stderr = result.stderr
-        if result.exception is not None and not isinstance(result.exception, SystemExit):
-            # A bug, not a refusal (those are SystemExit with their line): say it, log it.
-            log.error("promptlab %s failed in the server", body.argv[:1], exc_info=result.exc_info)
-            stderr += f"error: the command failed in the server: {result.exception!r}\n"
-        return {"stdout": result.stdout, "stderr": stderr, "exit_code": result.exit_code}
 
 
 def _submit_routes(app: FastAPI, wb: Workbench, auth: list[Any], local_paths: bool) -> None:
@@ -411,7 +353,7 @@ def _service_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
     ) -> dict[str, Any]:  # fmt: skip
         """The experiment's latest revision on an imported dataset: its estimate (lines,
         as the CLI prints them) and, unless `estimate_only`, the started run."""
-        from promptlab.cli.experiments import estimate_lines
+        from promptlab.views.estimate import estimate_lines
 
         spec = wb.runs.experiment_spec(
             name, body.dataset, mode=body.mode, unit_column=body.unit_column,

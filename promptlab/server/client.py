@@ -58,7 +58,7 @@ class ServerClient:
 
     def __init__(self, info: ServerInfo, timeout_s: float | None = TIMEOUT_S) -> None:
         self.info = info
-        #: None for a command that runs as long as it takes (`POST /v1/cli`).
+        #: None for a call that takes as long as it takes (an export, a job's file).
         self.timeout_s = timeout_s
         #: Who the server records changes for (runs submitted, cancelled): this shell's
         #: author, percent-encoded as headers are Latin-1.

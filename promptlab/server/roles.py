@@ -1,5 +1,5 @@
 """The role each route needs: viewer reads; editor runs, edits prompts and datasets,
-sends feedback and reviews; admin manages tokens and runs command lines on the server.
+sends feedback and reviews; admin manages tokens and an experiment's ramp and kill switch.
 
 One table, so a reader sees the whole policy at once; a route missing from it is
 refused to everyone (promptlab/server/principals.py), and tests/test_server_roles.py
@@ -20,8 +20,6 @@ VIEWER, EDITOR, ADMIN = "viewer", "editor", "admin"
 ROUTE_ROLES: dict[tuple[str, str], str] = {
     ("GET", "/v1/health"): VIEWER,
     ("GET", "/metrics"): VIEWER,
-    # Any command line, run in the server with its files: the owner's, or an admin's.
-    ("POST", "/v1/cli"): ADMIN,
     ("GET", "/v1/runs"): VIEWER,
     ("GET", "/v1/run-summaries"): VIEWER,
     ("POST", "/v1/runs"): EDITOR,
