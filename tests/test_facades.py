@@ -22,6 +22,7 @@ from promptlab.facades.prompts import Prompts
 from promptlab.facades.review import Review
 from promptlab.facades.runs import Runs
 from promptlab.facades.schedules import Schedules
+from promptlab.facades.tokens import Tokens
 from promptlab.store import Store
 from promptlab.workbench import Workbench
 
@@ -54,6 +55,7 @@ MODULE_NAMES = {
     "run_view": ["FAILURES_SHOWN", "RunView", "read_run_view"],
     "runs": ["RunEstimate", "RunProgress", "RunSpec", "RunView", "Runs"],
     "schedules": ["Fired", "MAX_SCHEDULES", "Schedules", "firing_order"],
+    "tokens": ["ROLES", "TokenRecord", "Tokens", "role_allows"],
 }
 
 #: Each facade as the workbench holds it (`wb.<attribute>`), with its public names.
@@ -85,7 +87,18 @@ FACADES: dict[str, tuple[type, list[str]]] = {
     ),
     "audit": (
         Audit,
-        ["count", "events", "export", "export_bytes", "facets", "page_events", "trace", "verify"],
+        [
+            "count",
+            "events",
+            "export",
+            "export_bytes",
+            "export_lines",
+            "facets",
+            "page_events",
+            "record_export",
+            "trace",
+            "verify",
+        ],
     ),
     "datasets": (
         Datasets,
@@ -114,6 +127,7 @@ FACADES: dict[str, tuple[type, list[str]]] = {
             "history",
             "import_exposures",
             "list",
+            "on_change",
             "update",
         ],
     ),
@@ -125,9 +139,11 @@ FACADES: dict[str, tuple[type, list[str]]] = {
             "description",
             "diff",
             "export",
+            "history",
             "import_file",
             "is_empty",
             "label_history",
+            "labelled",
             "labels",
             "list",
             "resolve",
@@ -170,6 +186,7 @@ FACADES: dict[str, tuple[type, list[str]]] = {
             "add",
             "add_alerted",
             "add_failed_checks",
+            "check_export_name",
             "correct",
             "counts",
             "crosscheck",
@@ -184,6 +201,7 @@ FACADES: dict[str, tuple[type, list[str]]] = {
         Schedules,
         ["add", "fire_due", "get", "list", "next_due", "on_change", "pause", "remove", "resume"],
     ),
+    "tokens": (Tokens, ["create", "find", "list", "revoke"]),
 }
 
 #: Where facades are called from: the pages, the app, the commands, the Streamlit helpers,

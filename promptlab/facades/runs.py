@@ -186,10 +186,8 @@ class Runs:
 
         `settings` (base_url, api_key_env, rpm, tpm, concurrency, as in the providers
         file) add the endpoint, or change a configured one, for this run; they are
-        stored with it (never a key), so a resume in a fresh shell finds them.
-        `confined` (a request through a server): a URL and a key variable only as the
-        providers file pairs them, a new endpoint only on loopback and keyless.
-        """
+        stored with it (never a key). `confined` (through a server): only as the
+        providers file pairs URL and key variable, or new, keyless and on loopback."""
         settings = {k: v for k, v in (settings or {}).items() if v is not None}
         if endpoint is None:
             if "base_url" not in settings:
@@ -198,12 +196,8 @@ class Runs:
         model = model or first_model(requests)
         if not model:
             raise SpecError(f"{requests}: no line names a model: give --model")
-        variant = {
-            "name": "requests",
-            "requests": "as_written",
-            "id_field": id_field,
-            "model": f"{endpoint}:{model}",
-        }
+        variant = {"name": "requests", "requests": "as_written", "id_field": id_field,
+                   "model": f"{endpoint}:{model}"}  # fmt: skip
         data: dict[str, Any] = {
             "name": f"batch {requests.name}",
             "dataset": str(requests.resolve()),

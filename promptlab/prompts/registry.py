@@ -36,8 +36,8 @@ from promptlab.store.prompts import PromptStore
 __all__ = [
     "FieldChange",
     "LabelEvent",
-    "NO_VERSION",
     "MessageDiff",
+    "NO_VERSION",
     "PromptSummary",
     "PromptVersion",
     "Registry",
