@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -452,6 +453,7 @@ class _ConfigCache:
     def __init__(self, wb: Workbench) -> None:
         self._wb = wb
         self._configs: dict[str, tuple[float, ExperimentConfig]] = {}
+        self._loading = threading.Lock()
         wb.experiments.on_change(self._changed)
 
     def _changed(self, config: ExperimentConfig) -> None:
@@ -465,7 +467,13 @@ class _ConfigCache:
         return held[1]
 
     def load(self, name: str) -> ExperimentConfig:
-        # Parsed from its exported form: what a service holding the file would assign by.
-        config = config_from_mapping(self._wb.experiments.get(name).to_dict())
-        self._configs[name] = (time.monotonic(), config)
-        return config
+        # One read at a time: the requests that found it stale together wait for the
+        # first one's read instead of each reading the store (p99 jumped at every TTL).
+        with self._loading:
+            held = self.fresh(name)
+            if held is not None:
+                return held
+            # Parsed from its exported form: what a service holding the file assigns by.
+            config = config_from_mapping(self._wb.experiments.get(name).to_dict())
+            self._configs[name] = (time.monotonic(), config)
+            return config

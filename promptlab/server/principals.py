@@ -68,6 +68,7 @@ class Guard:
         self.owner_token = owner_token
         self.owner = Principal(wb.settings.author, "admin", True, OWNER_TOKEN_ID)
         self.routes = routes
+        self._static: dict[tuple[str, str], str] | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] in PUBLIC_PATHS:
@@ -107,6 +108,22 @@ class Guard:
         return Principal(record.name, record.role, record.service, record.token_id)
 
     def _needed_role(self, scope: Scope) -> str | None:
+        # A route without parameters is found by its path at once (`/v1/assign` is
+        # called per request by services); others by matching each route in turn.
+        static = self._static_roles()
+        found = static.get((str(scope["method"]), str(scope["path"])))
+        return found if found is not None else self._matched_role(scope)
+
+    def _static_roles(self) -> dict[tuple[str, str], str]:
+        if self._static is None:
+            self._static = {
+                (method, path): role
+                for (method, path), role in ROUTE_ROLES.items()
+                if "{" not in path
+            }
+        return self._static
+
+    def _matched_role(self, scope: Scope) -> str | None:
         """The role the route needs (UNDECLARED, which no role has, for a route missing
         from the table); None for unknown paths and wrong methods (the router's 404/405)."""
         for route in self.routes():
