@@ -507,7 +507,7 @@ def _watch(wb: Workbench, run_id: str, quiet: bool) -> None:
             sys.stderr.flush()
             os._exit(EXIT_CANCELLED)
 
-    # Inside a server (`POST /v1/cli`) the command runs on a worker thread: no signals.
+    # Called from a thread other than the main one (a test, an embedding): no signals.
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGINT, on_sigint) if main_thread else None
     tty = sys.stderr.isatty()

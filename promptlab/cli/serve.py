@@ -26,12 +26,12 @@ if TYPE_CHECKING:
 def serve_command(ctx: click.Context, host: str, port: int, resume_interrupted: bool) -> None:
     """Own the database and the one engine, and serve the HTTP API to every client.
 
-    While it runs, `promptlab run`, `batch`, `resume`, `cancel`, `status` and
-    `batch-output` on the same database go through it (they find it by a file beside
-    the database, readable by you only, holding the URL and the token), so runs from
-    several terminals share one engine and its rate budget. The API wants the token
-    (`Authorization: Bearer TOKEN`); its OpenAPI description is at /openapi.json and
-    Prometheus metrics at /metrics.
+    While it runs, every `promptlab` command on the same database goes through its
+    typed routes (they find it by a file beside the database, readable by you only,
+    holding the URL and the owner's admin token), so runs from several terminals share
+    one engine and its rate budget. Others call it with a token of their own
+    (`promptlab token create NAME --role viewer|editor|admin`); its OpenAPI
+    description is at /openapi.json and Prometheus metrics at /metrics.
     """
     from promptlab.server.discovery import discovery_path
     from promptlab.server.run import Serving, is_loopback

@@ -23,7 +23,7 @@ def token() -> None:
     """API tokens for `promptlab serve` (or the app's API): one per person or service.
 
     A viewer reads; an editor also runs, edits prompts and datasets and reviews; an
-    admin also manages tokens and runs command lines on the server. A token is shown
+    admin also manages tokens and an experiment's ramp and kill switch. A token is shown
     once, when it is created; only its hash is kept.
     """
 
