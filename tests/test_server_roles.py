@@ -165,6 +165,10 @@ def test_idempotency_keys_are_the_caller_s_and_bound_to_the_body(
     changed = upload(alice, "alice-set", b"question\nhow?\n")
     assert changed.status_code == 422 and "another body" in changed.json()["error"]
     assert {d.name for d in wb.datasets.list()} >= {"alice-set", "bob-set"}
+    # The audit trail names the uploaded file as the client named it, not the server's
+    # temporary copy.
+    sources = {e.payload["source"] for e in wb.audit.events(_filter("dataset.imported"))}
+    assert sources == {"q.csv"}
 
 
 def test_there_is_no_command_line_route(api: TestClient) -> None:

@@ -39,9 +39,11 @@ class Datasets:
         unit_column: str | None = None,
         replace: bool = False,
         conversation: Conversation | None = None,
+        source: str | None = None,
     ) -> DatasetInfo:
         """Import a CSV, JSON Lines or Parquet file as a dataset (see promptlab.data.datasets);
-        with `conversation`, as a conversation log (promptlab.data.conversations)."""
+        with `conversation`, as a conversation log (promptlab.data.conversations).
+        `source`: the file the audit trail names (a client's, for a server's upload)."""
         author = self._context.author()
         info = self._datasets.import_file(
             path, name, fmt=fmt, unit_column=unit_column, replace=replace, author=author,
@@ -50,7 +52,12 @@ class Datasets:
         self._context.audit_change(
             "dataset.imported",
             author,
-            {"dataset": name, "source": str(path), "rows": info.row_count, "replace": replace},
+            {
+                "dataset": name,
+                "source": source or str(path),
+                "rows": info.row_count,
+                "replace": replace,
+            },  # fmt: skip
         )
         return info
 

@@ -150,7 +150,7 @@ def _dataset_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
                 upload_once, dataset_imports, request, idempotency_key, path,
                 lambda: wb.datasets.import_file(
                     path, name, fmt=format, unit_column=unit_column, replace=replace,
-                    conversation=log,
+                    conversation=log, source=filename,
                 ),
             )  # fmt: skip
         return Response(to_wire(DatasetInfo, info), status_code=201, media_type=JSON)
