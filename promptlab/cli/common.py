@@ -96,14 +96,8 @@ def through(
 ) -> T:
     """`direct(wb)` on the command's database, or, when a server owns it, the same
     record from its typed route (`method path`): a view then prints it the same way."""
-    server = served(ctx)
-    if server is not None:
-        from promptlab.server.client import ServerClient
-        from promptlab.server.typed import from_wire
-
-        return from_wire(typ, ServerClient(server).call(method, path, body))
-    with open_workbench(ctx) as wb:
-        return direct(wb)
+    with calls(ctx) as call:
+        return call(typ, method, path, direct, body)
 
 
 def route(template: str, **values: str) -> str:

@@ -15,11 +15,9 @@ from fastapi import FastAPI, Response
 from promptlab.facades.run_view import RunView
 from promptlab.records import AlertRecord, ItemPage, LogMetricsRow, ScoreCounts
 from promptlab.records.sessions import SessionMetrics, ShardRecord
-from promptlab.server.typed import to_wire
+from promptlab.server.answers import typed_response
 from promptlab.views.item import ItemView
 from promptlab.workbench import Workbench
-
-JSON = "application/json"
 
 
 def add_analysis_routes(app: FastAPI, wb: Workbench) -> None:
@@ -28,26 +26,26 @@ def add_analysis_routes(app: FastAPI, wb: Workbench) -> None:
         """Per prompt version in the imported production logs: requests, completion, CTR
         and latency percentiles (LogMetricsRows); `since`: 7d, 24h, 30m, 2w or a date."""
         rows = wb.analysis.log_metrics(prompt=prompt, since=since)
-        return Response(to_wire(list[LogMetricsRow], rows), media_type=JSON)
+        return typed_response(list[LogMetricsRow], rows)
 
     @app.get("/v1/analysis/scores")
     def scores(run_id: str | None = None) -> Response:
         """Each scorer's scores per variant of `run_id`, or per prompt version across runs
         (ScoreCounts: mean, 95% interval, why some are 0)."""
-        return Response(to_wire(list[ScoreCounts], wb.analysis.scores(run_id)), media_type=JSON)
+        return typed_response(list[ScoreCounts], wb.analysis.scores(run_id))
 
     @app.get("/v1/runs/{run_id}/sessions")
     def sessions(run_id: str) -> Response:
         """A replayed conversation log per variant: sessions, completed, turns, latency,
         scores (SessionMetrics; none for any other run)."""
         found = wb.analysis.sessions(run_id)
-        return Response(to_wire(list[SessionMetrics], found), media_type=JSON)
+        return typed_response(list[SessionMetrics], found)
 
     @app.get("/v1/runs/{run_id}/shards")
     def shards(run_id: str, session: str | None = None) -> Response:
         """A replay's live context shards (of one session): ShardRecords."""
         found = wb.runs.shards(run_id, session)
-        return Response(to_wire(list[ShardRecord], found), media_type=JSON)
+        return typed_response(list[ShardRecord], found)
 
     @app.get("/v1/runs/{run_id}/items")
     def items(
@@ -62,23 +60,23 @@ def add_analysis_routes(app: FastAPI, wb: Workbench) -> None:
             run_id, status=status, variant=variant, error_kind=error_kind, search=search,
             check=check, offset=offset, limit=limit,
         )  # fmt: skip
-        return Response(to_wire(ItemPage, page), media_type=JSON)
+        return typed_response(ItemPage, page)
 
     @app.get("/v1/runs/{run_id}/items/{key}")
     def item(run_id: str, key: str) -> Response:
         """One item (its key or 8+ hex digits of it): row, variant, result, attempts and
         the messages it was sent as, masked (an ItemView)."""
-        return Response(to_wire(ItemView, wb.runs.item(run_id, key)), media_type=JSON)
+        return typed_response(ItemView, wb.runs.item(run_id, key))
 
     @app.get("/v1/runs/{run_id}/view")
     def view(run_id: str) -> Response:
         """The run as `promptlab status RUN_ID` shows it, read as one snapshot (a RunView):
         counts, variants side by side, failures, alerts."""
-        return Response(to_wire(RunView, wb.runs.view(run_id)), media_type=JSON)
+        return typed_response(RunView, wb.runs.view(run_id))
 
     @app.post("/v1/runs/{run_id}/anomalies")
     def detect_anomalies(run_id: str) -> Response:
         """Run every anomaly detector over the run's stored results again: its alerts
         become what they find (AlertRecords)."""
         found = wb.analysis.detect_anomalies(run_id)
-        return Response(to_wire(list[AlertRecord], found), media_type=JSON)
+        return typed_response(list[AlertRecord], found)

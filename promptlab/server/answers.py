@@ -105,18 +105,31 @@ class Submits(Generic[T]):
             return held[1]
 
 
+def typed_response(typ: Any, value: Any, status: int = 200) -> Response:
+    """`value`, a `typ` record, as JSON the CLI decodes into the same record (typed.py)."""
+    from promptlab.server.typed import to_wire
+
+    return Response(to_wire(typ, value), status_code=status, media_type="application/json")
+
+
+def request_once(
+    submits: Submits[T], request: Any, key: str | None, body: str, start: Callable[[], T]
+) -> T:
+    """`start()` once per caller, route and key of `request` (Submits), bound to `body`."""
+    from promptlab.server.principals import principal_of
+
+    route = f"{request.method} {request.url.path}"
+    caller = principal_of(request.scope).token_id
+    return submits.once(key, start, caller=caller, route=route, body=body)
+
+
 def upload_once(
     submits: Submits[T], request: Any, key: str | None, path: Path, start: Callable[[], T]
 ) -> T:
     """`start()` once per caller, route and key for an uploaded file at `path`, bound to
     the file's SHA-256 and the request's query (its options)."""
-    from promptlab.server.principals import principal_of
-
     if key is None:
         return start()
     with path.open("rb") as received:
         digest = hashlib.file_digest(received, "sha256").hexdigest()
-    return submits.once(
-        key, start, caller=principal_of(request.scope).token_id,
-        route=f"{request.method} {request.url.path}", body=f"{request.url.query}\n{digest}",
-    )  # fmt: skip
+    return request_once(submits, request, key, f"{request.url.query}\n{digest}", start)

@@ -46,7 +46,13 @@ from promptlab.experiments import assign, config_from_mapping
 from promptlab.experiments.config import ExperimentConfig
 from promptlab.records import RunWithCounts
 from promptlab.server.analysis_routes import add_analysis_routes
-from promptlab.server.answers import Refused, Submits, error_response
+from promptlab.server.answers import (
+    Refused,
+    Submits,
+    error_response,
+    request_once,
+    typed_response,
+)
 from promptlab.server.data_routes import UPLOAD_PATHS, add_data_routes
 from promptlab.server.dataset_routes import add_dataset_routes
 from promptlab.server.experiment_routes import add_experiment_routes
@@ -59,7 +65,6 @@ from promptlab.server.review_routes import add_review_routes
 from promptlab.server.roles import ADMIN, document_roles
 from promptlab.server.schedule_routes import add_schedule_routes
 from promptlab.server.token_routes import add_token_routes
-from promptlab.server.typed import to_wire
 from promptlab.server.uploads import MAX_UPLOAD_BYTES, UploadTooLarge
 from promptlab.workbench import Workbench
 
@@ -206,7 +211,7 @@ def _submit_routes(app: FastAPI, wb: Workbench, auth: list[Any], local_paths: bo
     def run_summaries(limit: int = 20) -> Response:
         """The newest runs with their items per state, as records (`promptlab status`)."""
         listed = wb.runs.list(min(max(limit, 1), 1000))
-        return Response(to_wire(list[RunWithCounts], listed), media_type="application/json")
+        return typed_response(list[RunWithCounts], listed)
 
     @app.post("/v1/runs", dependencies=auth, status_code=201)
     def submit_run(
@@ -253,10 +258,8 @@ def _once(
     submits: Submits[str], request: Request, key: str | None, body: BaseModel,
     start: Callable[[], str],
 ) -> str:  # fmt: skip
-    """`start()` once per caller, route and key (Submits)."""
-    caller = principal_of(request.scope).token_id
-    route = f"{request.method} {request.url.path}"
-    return submits.once(key, start, caller=caller, route=route, body=body.model_dump_json())
+    """`start()` once per caller, route and key (Submits), bound to the body."""
+    return request_once(submits, request, key, body.model_dump_json(), start)
 
 
 def inside_data_dir(wb: Workbench, path: Path) -> Path:
@@ -375,7 +378,7 @@ def _service_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
     @app.get("/v1/audit/verify", dependencies=auth)
     def audit_verify() -> Response:
         """Check every chain of the audit trail and every run's rows (a VerifyReport)."""
-        return Response(to_wire(VerifyReport, wb.audit.verify()), media_type="application/json")
+        return typed_response(VerifyReport, wb.audit.verify())
 
 
 def _assign_body(raw: bytes) -> tuple[str, list[str]]:

@@ -27,13 +27,17 @@ from promptlab.records import DatasetInfo
 from promptlab.records.datasets import DEFAULT_CONVERSATION, Conversation
 from promptlab.records.metrics import MetricsRow
 from promptlab.records.prompts import PromptVersion
-from promptlab.server.answers import Refused, Submits, json_response, upload_once
-from promptlab.server.typed import to_wire
+from promptlab.server.answers import (
+    Refused,
+    Submits,
+    json_response,
+    typed_response,
+    upload_once,
+)
 from promptlab.server.uploads import received_file
 from promptlab.store.audit import AuditFilter
 from promptlab.workbench import Workbench
 
-JSON = "application/json"
 #: Routes whose bodies are files, bounded by the upload cap instead of the JSON one.
 UPLOAD_PATHS = ("/v1/datasets", "/v1/feedback", "/v1/logs", "/v1/exposures")
 #: Export formats and the media type each is served as.
@@ -107,7 +111,7 @@ def _prompt_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
         """Move a label (production, staging...) to a version: the PromptVersion it
         points at now (server/typed.py)."""
         moved = wb.prompts.set_label(name, body.ref, label, expected=body.expected)
-        return Response(to_wire(PromptVersion, moved), media_type=JSON)
+        return typed_response(PromptVersion, moved)
 
 
 def _dataset_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
@@ -153,7 +157,7 @@ def _dataset_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
                     conversation=log, source=filename,
                 ),
             )  # fmt: skip
-        return Response(to_wire(DatasetInfo, info), status_code=201, media_type=JSON)
+        return typed_response(DatasetInfo, info, 201)
 
     @app.post("/v1/feedback", dependencies=auth)
     async def import_feedback(
@@ -196,9 +200,7 @@ def _analysis_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
     ) -> Response:
         """Per variant of a run, or per version and model across runs: completion,
         failures, latency percentiles, tokens, cost, CTR (MetricsRows, server/typed.py)."""
-        return Response(
-            to_wire(list[MetricsRow], wb.analysis.metrics(run_id, prompt, since)), media_type=JSON
-        )
+        return typed_response(list[MetricsRow], wb.analysis.metrics(run_id, prompt, since))
 
     @app.get("/v1/runs/{run_id}/comparison", dependencies=auth)
     def comparison(
@@ -206,9 +208,7 @@ def _analysis_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
     ) -> Response:
         """Each variant against control (or `b` against `a`), per unit, with significance
         (a Comparison, server/typed.py)."""
-        return Response(
-            to_wire(Comparison, wb.analysis.compare(run_id, a, b, sequential)), media_type=JSON
-        )
+        return typed_response(Comparison, wb.analysis.compare(run_id, a, b, sequential))
 
     @app.get("/v1/analysis/compare", dependencies=auth)
     def compare_versions(
@@ -220,7 +220,7 @@ def _analysis_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
         compared = wb.analysis.compare_versions(
             a, b, run_id=run_id, logs=logs, since=since, sequential=sequential, cuped=cuped
         )
-        return Response(to_wire(Comparison, compared), media_type=JSON)
+        return typed_response(Comparison, compared)
 
     @app.get("/v1/exports/{table}", dependencies=auth)
     def export(
@@ -283,7 +283,7 @@ def _audit_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
     @app.get("/v1/audit/traces/{trace}", dependencies=auth)
     def trace(trace: str) -> Response:
         """One item's trace (its trace id, or 8+ hex digits of it): every event in order."""
-        return Response(to_wire(AuditTrace, wb.audit.trace(trace)), media_type=JSON)
+        return typed_response(AuditTrace, wb.audit.trace(trace))
 
     @app.get("/v1/audit/export", dependencies=auth)
     def export_events(run_id: str, file_name: str = "download") -> StreamingResponse:

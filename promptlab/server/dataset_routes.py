@@ -17,10 +17,8 @@ from pydantic import BaseModel, Field
 
 from promptlab.records import RowCheck, SessionSummary, Turn
 from promptlab.records.datasets import DatasetInfo
-from promptlab.server.typed import to_wire
+from promptlab.server.answers import typed_response
 from promptlab.workbench import Workbench
-
-JSON = "application/json"
 
 
 class UnitColumnIn(BaseModel):
@@ -33,10 +31,6 @@ class OutputChecks(BaseModel):
     ref: str = Field(description="The version, as `name@semver`.")
     output_schema: dict[str, Any] | None
     rules: list[dict[str, Any]]
-
-
-def _typed(typ: Any, value: Any) -> Response:
-    return Response(to_wire(typ, value), media_type=JSON)
 
 
 def add_dataset_routes(app: FastAPI, wb: Workbench) -> None:
@@ -56,23 +50,23 @@ def add_dataset_routes(app: FastAPI, wb: Workbench) -> None:
     @app.get("/v1/datasets/{name}/sessions")
     def sessions(name: str, limit: int = Query(500, ge=1, le=100_000)) -> Response:
         """A conversation log's sessions, in order of first appearance (SessionSummary)."""
-        return _typed(list[SessionSummary], wb.datasets.sessions(name, limit))
+        return typed_response(list[SessionSummary], wb.datasets.sessions(name, limit))
 
     @app.get("/v1/datasets/{name}/sessions/{session}")
     def session(name: str, session: str) -> Response:
         """One session's messages in order (Turn), masked; none for an unknown session."""
-        return _typed(list[Turn], wb.datasets.session(name, session))
+        return typed_response(list[Turn], wb.datasets.session(name, session))
 
     @app.get("/v1/datasets/{name}/check")
     def check(name: str, prompt: str, listed: int = Query(100, ge=0, le=100_000)) -> Response:
         """Every row checked against the prompt version's variables (a RowCheck): counts
         and the first `listed` problems (cells quoted in them masked)."""
-        return _typed(RowCheck, wb.datasets.check_rows(name, prompt, listed))
+        return typed_response(RowCheck, wb.datasets.check_rows(name, prompt, listed))
 
     @app.put("/v1/datasets/{name}/unit-column")
     def set_unit_column(name: str, body: UnitColumnIn) -> Response:
         """Make a column the unit column (what an experiment assigns): the DatasetInfo."""
-        return _typed(DatasetInfo, wb.datasets.set_unit_column(name, body.column))
+        return typed_response(DatasetInfo, wb.datasets.set_unit_column(name, body.column))
 
     @app.delete("/v1/datasets/{name}")
     def delete(name: str) -> dict[str, str]:

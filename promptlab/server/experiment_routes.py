@@ -21,14 +21,18 @@ from pydantic import BaseModel, Field
 from promptlab.errors import ExperimentError
 from promptlab.experiments import ExperimentConfig, ExperimentFile, parse_experiment_file
 from promptlab.facades.tokens import role_allows
-from promptlab.server.answers import Refused, Submits, upload_once
+from promptlab.server.answers import (
+    Refused,
+    Submits,
+    request_once,
+    typed_response,
+    upload_once,
+)
 from promptlab.server.principals import principal_of
 from promptlab.server.roles import ADMIN
-from promptlab.server.typed import to_wire
 from promptlab.server.uploads import received_file
 from promptlab.workbench import Workbench
 
-JSON = "application/json"
 #: A change's answer: the latest revision before it and the one after (equal: nothing).
 Change = tuple[ExperimentConfig, ExperimentConfig]
 
@@ -59,10 +63,6 @@ class TrafficIn(WeightsIn):
     killed: bool | None = None
 
 
-def _typed(typ: Any, value: Any) -> Response:
-    return Response(to_wire(typ, value), media_type=JSON)
-
-
 def add_experiment_routes(app: FastAPI, wb: Workbench) -> None:
     _reads(app, wb)
     _changes(app, wb)
@@ -72,30 +72,30 @@ def _reads(app: FastAPI, wb: Workbench) -> None:
     @app.get("/v1/experiments")
     def list_experiments() -> Response:
         """The latest revision of every experiment, by name."""
-        return _typed(list[ExperimentConfig], wb.experiments.list())
+        return typed_response(list[ExperimentConfig], wb.experiments.list())
 
     @app.get("/v1/experiments/{name}/revisions")
     def revisions(name: str) -> Response:
         """Every revision, newest first."""
-        return _typed(list[ExperimentConfig], wb.experiments.history(name))
+        return typed_response(list[ExperimentConfig], wb.experiments.history(name))
 
     @app.get("/v1/experiments/{name}/revisions/{revision}")
     def revision(name: str, revision: str) -> Response:
         """One revision: its number, or `latest`."""
-        return _typed(ExperimentConfig, wb.experiments.get(name, _revision(revision)))
+        return typed_response(ExperimentConfig, wb.experiments.get(name, _revision(revision)))
 
     @app.get("/v1/experiments/{name}/exposures")
     def exposure_counts(name: str) -> Response:
         """Distinct units exposed per revision and variant: `[[revision, variant, units]]`."""
         counts = wb.experiments.exposure_counts(name)
         rows = [(rev, variant, units) for (rev, variant), units in counts.items()]
-        return _typed(list[tuple[int, str, int]], rows)
+        return typed_response(list[tuple[int, str, int]], rows)
 
     @app.get("/v1/experiments/{name}/export")
     def export(name: str, revision: int | None = Query(None, ge=1)) -> Response:
         """The full config of a revision as YAML text (what `promptlab assign FILE` reads),
         as a JSON string."""
-        return _typed(str, wb.experiments.export(name, revision))
+        return typed_response(str, wb.experiments.export(name, revision))
 
 
 def _changes(app: FastAPI, wb: Workbench) -> None:
@@ -118,14 +118,14 @@ def _changes(app: FastAPI, wb: Workbench) -> None:
             return wb.experiments.add(experiment, note=body.note, based_on=body.based_on)
 
         added = _once(adds, request, idempotency_key, body, start)
-        return Response(to_wire(tuple[ExperimentConfig, bool], added), 201, media_type=JSON)
+        return typed_response(tuple[ExperimentConfig, bool], added, 201)
 
     @app.post("/v1/experiments/{name}/weights")
     def set_weights(
         request: Request, name: str, body: WeightsIn, idempotency_key: str | None = Header(None)
     ) -> Response:
         """New weights: `[before, after]` (the same revision twice: nothing changed)."""
-        return _typed(Change, _once(changes, request, idempotency_key, body,
+        return typed_response(Change, _once(changes, request, idempotency_key, body,
                                     lambda: _update(wb, name, body)))  # fmt: skip
 
     @app.post("/v1/experiments/{name}/traffic")
@@ -133,7 +133,7 @@ def _changes(app: FastAPI, wb: Workbench) -> None:
         request: Request, name: str, body: TrafficIn, idempotency_key: str | None = Header(None)
     ) -> Response:
         """The ramp, the kill switch (and weights): `[before, after]`."""
-        return _typed(Change, _once(changes, request, idempotency_key, body,
+        return typed_response(Change, _once(changes, request, idempotency_key, body,
                                     lambda: _update(wb, name, body)))  # fmt: skip
 
     @app.post("/v1/exposures")
@@ -149,7 +149,7 @@ def _changes(app: FastAPI, wb: Workbench) -> None:
                 upload_once, exposure_imports, request, idempotency_key, path,
                 lambda: wb.experiments.import_exposures(path, source=source),
             )  # fmt: skip
-        return _typed(int, added)
+        return typed_response(int, added)
 
 
 def _update(wb: Workbench, name: str, body: WeightsIn) -> Change:
@@ -182,9 +182,7 @@ def _admin_for_traffic(request: Request, wb: Workbench, experiment: ExperimentFi
 
 def _once(submits: Submits[Any], request: Request, key: str | None, body: BaseModel,
           start: Any) -> Any:  # fmt: skip
-    caller = principal_of(request.scope).token_id
-    route = f"{request.method} {request.url.path}"
-    return submits.once(key, start, caller=caller, route=route, body=body.model_dump_json())
+    return request_once(submits, request, key, body.model_dump_json(), start)
 
 
 def _revision(text: str) -> int | None:

@@ -9,12 +9,10 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import FileResponse
 from pydantic import BaseModel, Field
 
+from promptlab.server.answers import typed_response
 from promptlab.server.jobs import Job, Jobs
 from promptlab.server.principals import principal_of
-from promptlab.server.typed import to_wire
 from promptlab.workbench import Workbench
-
-JSON = "application/json"
 
 
 class TableExportIn(BaseModel):
@@ -39,7 +37,7 @@ class ReviewExportIn(BaseModel):
 
 
 def _job(job: Job, status: int = 200) -> Response:
-    return Response(to_wire(Job, job), status_code=status, media_type=JSON)
+    return typed_response(Job, job, status)
 
 
 def add_job_routes(app: FastAPI, wb: Workbench, jobs: Jobs) -> None:

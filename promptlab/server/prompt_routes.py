@@ -22,13 +22,10 @@ from promptlab.records.prompts import (
     SaveResult,
     VersionDiff,
 )
-from promptlab.server.answers import Submits
+from promptlab.server.answers import Submits, request_once, typed_response
 from promptlab.server.principals import principal_of
-from promptlab.server.typed import to_wire
 from promptlab.workbench import Workbench
 from promptlab.yamlio import parse_yaml
-
-JSON = "application/json"
 
 
 class PromptFileIn(BaseModel):
@@ -41,10 +38,6 @@ class PromptFileIn(BaseModel):
     )
 
 
-def _typed(typ: object, value: object, status: int = 200) -> Response:
-    return Response(to_wire(typ, value), status_code=status, media_type=JSON)
-
-
 def add_prompt_routes(app: FastAPI, wb: Workbench) -> None:
     imports: Submits[list[SaveResult]] = Submits()
     demos: Submits[DemoLoaded] = Submits()
@@ -52,7 +45,7 @@ def add_prompt_routes(app: FastAPI, wb: Workbench) -> None:
     @app.get("/v1/prompts")
     def list_prompts() -> Response:
         """Every prompt with its latest version, version count and labels."""
-        return _typed(list[PromptSummary], wb.prompts.list())
+        return typed_response(list[PromptSummary], wb.prompts.list())
 
     @app.post("/v1/prompts", status_code=201)
     def import_prompt_file(
@@ -68,45 +61,38 @@ def add_prompt_routes(app: FastAPI, wb: Workbench) -> None:
             author = principal.actor(body.author) if body.author else None
             return wb.prompts.import_file(prompt_file, author)
 
-        results = imports.once(
-            idempotency_key, start, caller=principal.token_id,
-            route=f"{request.method} {request.url.path}", body=body.model_dump_json(),
-        )  # fmt: skip
-        return _typed(list[SaveResult], results, 201)
+        results = request_once(imports, request, idempotency_key, body.model_dump_json(), start)
+        return typed_response(list[SaveResult], results, 201)
 
     @app.get("/v1/prompt-refs/{ref}")
     def labelled_version(ref: str) -> Response:
         """The version a reference names (NAME, NAME@1.2.0, NAME@LABEL,
         NAME@sha256:PREFIX), with its template, and the labels pointing at it."""
-        return _typed(LabelledVersion, wb.prompts.labelled(ref))
+        return typed_response(LabelledVersion, wb.prompts.labelled(ref))
 
     @app.get("/v1/prompts/{name}/history")
     def history(name: str) -> Response:
         """Every version, newest first, and the moves of the prompt's labels."""
-        return _typed(PromptHistory, wb.prompts.history(name))
+        return typed_response(PromptHistory, wb.prompts.history(name))
 
     @app.get("/v1/prompts/{name}/diff")
     def diff(name: str, a: str, b: str) -> Response:
         """What changed from version `a` to `b` (semvers, labels or hashes)."""
-        return _typed(VersionDiff, wb.prompts.diff(name, a, b))
+        return typed_response(VersionDiff, wb.prompts.diff(name, a, b))
 
     @app.get("/v1/prompts/{name}/export")
     def export(name: str) -> Response:
         """Every version and label of the prompt as a YAML prompt file (a JSON string)."""
-        return _typed(str, wb.prompts.export(name))
+        return typed_response(str, wb.prompts.export(name))
 
     @app.post("/v1/demo", status_code=201)
     def load_demo(request: Request, idempotency_key: str | None = Header(None)) -> Response:
         """Load the demo (prompts, datasets, experiments; what is there is kept) and, into
         a database with no runs, start the demo run: follow it at /v1/runs/{run_id}."""
-        principal = principal_of(request.scope)
 
         def start() -> DemoLoaded:
             results = wb.demo.load()
             return DemoLoaded(results, wb.demo.start_run())
 
-        loaded = demos.once(
-            idempotency_key, start, caller=principal.token_id,
-            route=f"{request.method} {request.url.path}", body="",
-        )  # fmt: skip
-        return _typed(DemoLoaded, loaded, 201)
+        loaded = request_once(demos, request, idempotency_key, "", start)
+        return typed_response(DemoLoaded, loaded, 201)

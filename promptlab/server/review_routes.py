@@ -8,10 +8,8 @@ from fastapi import FastAPI, Response
 from pydantic import BaseModel, Field
 
 from promptlab.records.review import ReviewDetail, ReviewItem, ReviewList
-from promptlab.server.typed import to_wire
+from promptlab.server.answers import typed_response
 from promptlab.workbench import Workbench
-
-JSON = "application/json"
 
 
 class DecisionIn(BaseModel):
@@ -34,7 +32,7 @@ class AddIn(BaseModel):
 
 
 def _item(item: ReviewItem) -> Response:
-    return Response(to_wire(ReviewItem, item), media_type=JSON)
+    return typed_response(ReviewItem, item)
 
 
 def add_review_routes(app: FastAPI, wb: Workbench) -> None:
@@ -45,12 +43,12 @@ def add_review_routes(app: FastAPI, wb: Workbench) -> None:
         """Items oldest first (`status=all`: every status), and the counts per status."""
         wanted = None if status == "all" else status
         items = wb.review.list(wanted, run_id, min(max(limit, 1), 10_000))
-        return Response(to_wire(ReviewList, (items, wb.review.counts())), media_type=JSON)
+        return typed_response(ReviewList, (items, wb.review.counts()))
 
     @app.get("/v1/review/items/{item_id}")
     def show_item(item_id: int) -> Response:
         """The item, its dataset row, and every model's answer with its scores."""
-        return Response(to_wire(ReviewDetail, wb.review.show(item_id)), media_type=JSON)
+        return typed_response(ReviewDetail, wb.review.show(item_id))
 
     @app.post("/v1/review/items/{item_id}/{decision}")
     def decide(item_id: int, decision: str, body: DecisionIn) -> Response:

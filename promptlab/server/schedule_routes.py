@@ -11,12 +11,10 @@ from fastapi import FastAPI, Request, Response
 from pydantic import BaseModel, Field
 
 from promptlab.records import ScheduleRecord
+from promptlab.server.answers import typed_response
 from promptlab.server.principals import principal_of
 from promptlab.server.roles import ADMIN
-from promptlab.server.typed import to_wire
 from promptlab.workbench import Workbench
-
-JSON = "application/json"
 
 
 class ScheduleIn(BaseModel):
@@ -28,14 +26,14 @@ class ScheduleIn(BaseModel):
 
 
 def _record(record: ScheduleRecord) -> Response:
-    return Response(to_wire(ScheduleRecord, record), media_type=JSON)
+    return typed_response(ScheduleRecord, record)
 
 
 def add_schedule_routes(app: FastAPI, wb: Workbench, *, local_paths: bool) -> None:
     @app.get("/v1/schedules")
     def list_schedules() -> Response:
         """Every schedule: cron, state, next time, last run and how it ended."""
-        return Response(to_wire(list[ScheduleRecord], wb.schedules.list()), media_type=JSON)
+        return typed_response(list[ScheduleRecord], wb.schedules.list())
 
     @app.post("/v1/schedules", status_code=201)
     def add_schedule(request: Request, body: ScheduleIn) -> Response:
