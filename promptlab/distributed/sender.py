@@ -26,8 +26,12 @@ import socket
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from promptlab.audit.redact import Redactor, watch_env
 from promptlab.config import Settings
@@ -58,6 +62,13 @@ WAIT_SLICE_S = 2
 MAX_CONNECTIONS = 256
 #: Longest shared back-off one 429's Retry-After sets (the engine caps its own alike).
 MAX_BACK_OFF_S = 60.0
+#: Answers this process sent that it remembers outside Redis (about 2 KB each): a chunk
+#: delivered again after Redis lost its data re-answers them instead of sending again.
+REMEMBERED_ANSWERS = 4096
+#: Longest pause between two tries to hand an answer to a Redis that went away, and
+#: how long it is tried before the chunk fails (and is tried again by Celery).
+ANSWER_RETRY_MAX_S = 1.0
+ANSWER_HANDOVER_S = 120.0
 
 # KEYS: claim, this sender's heartbeat. ARGV: the holder seen, the new holder, TTL, the
 # heartbeat's TTL (ms). Take a dead holder's claim
@@ -166,6 +177,8 @@ class Sender:
         self._beat_redis = redis.asyncio.from_url(redis_url)
         #: Tickets this sender is sending now (its claims that are really live).
         self._sending: set[str] = set()
+        #: The last answers this sender sent, by ticket (Redis may lose its copy).
+        self._sent_answers: OrderedDict[str, str] = OrderedDict()
         self._take_over = self.redis.register_script(_TAKE_OVER)
         self._release = self.redis.register_script(_RELEASE)
         self._wake = self.redis.register_script(_WAKE)
@@ -259,6 +272,10 @@ class Sender:
             ],
             args=[self.name, keys.ANSWER_TTL_S, int(keys.HEARTBEAT_TTL_S * 1000)],
         )
+        for i, state in enumerate(states):
+            if state[0] == CLAIMED and tickets[i] in self._sent_answers:
+                # Sent here already; Redis lost the answer (restarted empty): keep it again.
+                states[i] = [ANSWERED, self._sent_answers[tickets[i]], "restore"]
         mine = [i for i, state in enumerate(states) if state[0] == CLAIMED]
         self._sending.update(tickets[i] for i in mine)
         try:
@@ -274,7 +291,8 @@ class Sender:
         ]
         for i, state in enumerate(states):
             if state[0] == ANSWERED:
-                work.append(self._answer(reply_to, tickets[i], str(state[1]), stored=True))
+                stored = len(state) < 3  # a remembered answer is stored again
+                work.append(self._answer(reply_to, tickets[i], str(state[1]), stored=stored))
             elif state[0] == HELD:
                 work.append(
                     self._after_holder(reply_to, cfg, sends[i], str(state[1]), deadlines[i])
@@ -310,13 +328,31 @@ class Sender:
 
     async def _answer(self, reply_to: str, ticket: str, answer: str, *, stored: bool) -> bool:
         """Store the answer (unless it is the stored one), wake senders waiting on it, and
-        push it to the owner: one script call."""
+        push it to the owner: one script call. An answer this sender got is not dropped
+        when Redis is away a moment: it is handed over once Redis is back (the owner
+        sends again only what it never got)."""
         reply = json.dumps({"ticket": ticket, "answer": json.loads(answer)})
-        await self._finish(
-            keys=[keys.answer_key(ticket), keys.ready_key(ticket), keys.replies_key(reply_to)],
-            args=[answer, reply, keys.ANSWER_TTL_S, int(keys.HEARTBEAT_TTL_S * 6), int(stored)],
-        )
-        return not stored  # True: sent by this sender
+        if not stored:
+            self._remember(ticket, answer)
+        names = [keys.answer_key(ticket), keys.ready_key(ticket), keys.replies_key(reply_to)]
+        ttls = [keys.ANSWER_TTL_S, int(keys.HEARTBEAT_TTL_S * 6)]
+        pause, give_up = 0.05, time.monotonic() + ANSWER_HANDOVER_S
+        while True:
+            try:
+                await self._finish(keys=names, args=[answer, reply, *ttls, int(stored)])
+                return not stored  # True: sent by this sender
+            except (OSError, RedisConnectionError, RedisTimeoutError) as exc:
+                if time.monotonic() > give_up:
+                    raise
+                log.warning("could not hand over the answer of %s yet: %s", ticket, exc)
+                await asyncio.sleep(pause)
+                pause = min(pause * 2, ANSWER_RETRY_MAX_S)
+
+    def _remember(self, ticket: str, answer: str) -> None:
+        self._sent_answers[ticket] = answer
+        self._sent_answers.move_to_end(ticket)
+        while len(self._sent_answers) > REMEMBERED_ANSWERS:
+            self._sent_answers.popitem(last=False)
 
     async def _after_holder(
         self, reply_to: str, cfg: EndpointConfig, request: CompletionRequest, holder: str,
