@@ -6,6 +6,7 @@ compared per variant, printed by `promptlab metrics`."""
 from __future__ import annotations
 
 import csv
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -161,6 +162,12 @@ def test_scores_are_compared_per_unit_and_printed_by_metrics(
     line = next(x for x in out.splitlines() if "summarize" in x and " exact " in x)
     ci = wilson_interval(40, 50)
     assert " 80.0% " in line and f"[{ci.low:.1%}, {ci.high:.1%}]" in line and "scored 50" in line
+    data = json.loads(CliRunner().invoke(main, ["metrics", "--run", run_id, "--json"]).output)
+    by_variant = {row["variant"]: row for row in data}
+    exact = {s["scorer"]: s for s in by_variant["summarize"]["scores"]}["exact"]
+    assert (exact["mean"], exact["scored"], exact["right"], exact["binary"]) == (0.8, 50, 40, True)
+    assert (exact["low"], exact["high"]) == (ci.low, ci.high)
+    assert {s["scorer"] for s in by_variant["explain"]["scores"]} == {"exact", "mentions the row"}
 
 
 def test_the_runs_and_compare_pages_show_the_scores(tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import asdict
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -71,7 +72,7 @@ def metrics_command(
                 click.echo(line)
         return
     if as_json:
-        click.echo(json.dumps([metrics_json(r) for r in rows], indent=2))
+        click.echo(json.dumps([metrics_json(r, scores) for r in rows], indent=2))
         return
     if not rows and not log_rows:
         click.echo("no results" + (f" since {since}" if since else ""))
@@ -401,8 +402,11 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def metrics_json(row: MetricsRow) -> dict[str, Any]:
+def metrics_json(row: MetricsRow, scores: Sequence[ScoreCounts] = ()) -> dict[str, Any]:
+    """A row as JSON, with its label's scores (a version's count every model it ran on,
+    as in the text table)."""
     out = _plain(asdict(row))
+    out["scores"] = [score_json(s) for s in scores if s.label == row.label]
     ci = row.completion_interval
     out.update(
         completion_rate=row.completion_rate,
@@ -418,6 +422,16 @@ def metrics_json(row: MetricsRow) -> dict[str, Any]:
         ctr_high=row.ctr_interval.high if row.impressions else None,
     )
     return dict(out)
+
+
+def score_json(score: ScoreCounts) -> dict[str, Any]:
+    interval = score.interval
+    return {
+        **_plain(asdict(score)),
+        "mean": score.mean,
+        "low": interval.low if interval else None,
+        "high": interval.high if interval else None,
+    }
 
 
 def log_metrics_json(row: LogMetricsRow) -> dict[str, Any]:
