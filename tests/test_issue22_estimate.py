@@ -125,6 +125,28 @@ def test_the_demo_run_spec_file_estimate_is_within_25_percent(wb: Workbench) -> 
     assert_within(ratios)
 
 
+def test_the_estimate_honours_the_spec_limits_and_the_providers_file(
+    wb: Workbench, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """triage-ab.yaml caps its run at 600 requests a minute and 8 at once: 80 requests
+    are 10 in the first second's burst, then 70 spaced 0.1 s apart, not the endpoint's
+    unlimited rate. A tighter providers file binds instead, and the text says whose."""
+    spec = wb.runs.load_spec(DEMO_DIR / "runs" / "triage-ab.yaml")
+    estimate = wb.runs.estimate(spec)
+    assert estimate.requests == 80
+    assert estimate.seconds == pytest.approx(7.0)
+    assert estimate.bound == "sim: 600 requests/min (the spec's limits)"
+    unlimited = wb.runs.estimate(replace(spec, limits={}))
+    assert unlimited.seconds < 1 and "spec" not in unlimited.bound
+    providers = tmp_path / "slow.yaml"
+    providers.write_text("endpoints:\n  sim: {latency_scale: 0, rpm: 120}\n")
+    monkeypatch.setenv("PROMPTLAB_PROVIDERS", str(providers))
+    with Workbench.open() as slower:
+        capped = slower.runs.estimate(spec)
+    assert capped.seconds == pytest.approx((80 - 2) / 2)
+    assert capped.bound == "sim: 120 requests/min"
+
+
 def write_units(path: Path, rows_per_unit: list[int]) -> Path:
     lines = ["customer_id,ticket,customer_tier"]
     for unit, rows in enumerate(rows_per_unit):

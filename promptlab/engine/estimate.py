@@ -10,7 +10,9 @@ same version and model when there are some (`OutputHistory`); on a `sim` endpoin
 the simulator run on the sample rows (it is deterministic: the run gets the same
 answers); otherwise from `max_tokens` (an upper bound) and a guessed latency. Time is
 the slowest endpoint's: each endpoint is bounded by its requests per minute, its tokens
-per minute, and its concurrency times the latency; endpoints run side by side.
+per minute, and its concurrency times the latency; endpoints run side by side. Each limit
+is the tighter of the providers file's and the spec's own `limits:` (which cap only that
+run), and a rate lets its burst go at once, as the limiter does.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 from promptlab.analysis.stats import MIN_UNITS_PER_ARM
 from promptlab.data.batchfile import request_from_row
 from promptlab.data.conversations import with_conversation
+from promptlab.engine.limiter import Limits
 from promptlab.engine.planner import AllVariants, AssignmentStrategy, RecordsAssignments
 from promptlab.engine.requests import row_params
 from promptlab.engine.spec import AS_WRITTEN
@@ -164,9 +167,11 @@ def estimate_run(
     plan: PlanSample,
     endpoints: Mapping[str, EndpointConfig],
     history: Mapping[tuple[str, str], OutputHistory] | None = None,
+    limits: Mapping[str, Limits] | None = None,
 ) -> RunEstimate:
-    """The estimate of a run whose first rows were assigned into `plan` (module docstring)."""
-    history = history or {}
+    """The estimate of a run whose first rows were assigned into `plan` (module docstring);
+    `limits` are the spec's own, per endpoint."""
+    history, limits = history or {}, limits or {}
     estimates = [
         _variant(v, plan, endpoints[v.endpoint], history.get((v.prompt_version_id, v.model)))
         for v in variants
@@ -176,7 +181,7 @@ def estimate_run(
         mine = [e for e in estimates if e.endpoint == name and e.requests]
         if not mine:
             continue
-        endpoint_s, endpoint_bound = _endpoint_seconds(cfg, mine)
+        endpoint_s, endpoint_bound = _endpoint_seconds(cfg, limits.get(name), mine)
         if endpoint_s >= seconds:
             seconds, bound = endpoint_s, endpoint_bound
     costs = [e.cost_usd for e in estimates if e.requests]
@@ -349,17 +354,34 @@ def _shares_text(shares: Sequence[float]) -> str:
     return "/".join(f"{round(100 * s):d}" for s in _normalized(shares))
 
 
-def _endpoint_seconds(cfg: EndpointConfig, mine: Sequence[VariantEstimate]) -> tuple[float, str]:
+def _endpoint_seconds(
+    cfg: EndpointConfig, capped: Limits | None, mine: Sequence[VariantEstimate]
+) -> tuple[float, str]:
     requests = sum(e.requests for e in mine)
     tokens = sum(e.input_tokens + e.output_tokens for e in mine)
     latency_s = sum(e.latency_ms * e.requests for e in mine) / requests / 1000
-    concurrency = cfg.concurrency or DEFAULT_CONCURRENCY
+    run = capped or Limits()
+    concurrency = _tighter(cfg.concurrency, run.concurrency) or DEFAULT_CONCURRENCY
+    burst_s = run.burst_s  # the run's, or the limiter's default
     bounds = [
         (requests * latency_s / concurrency,
-         f"{cfg.name}: concurrency {concurrency} x {latency_s:.2g} s latency"),
+         f"{cfg.name}: concurrency {concurrency}{_whose(cfg.concurrency, run.concurrency)} "
+         f"x {latency_s:.2g} s latency"),
     ]  # fmt: skip
-    if cfg.rpm:
-        bounds.append((requests / cfg.rpm * 60, f"{cfg.name}: {cfg.rpm:,} requests/min"))
-    if cfg.tpm:
-        bounds.append((tokens / cfg.tpm * 60, f"{cfg.name}: {cfg.tpm:,} tokens/min"))
+    if rpm := _tighter(cfg.rpm, run.rpm):
+        # The limiter lets a burst of rpm x burst_s / 60 go at once, then spaces the rest.
+        rate_s = max(0.0, requests - rpm * burst_s / 60) / rpm * 60
+        bounds.append((rate_s, f"{cfg.name}: {rpm:,} requests/min{_whose(cfg.rpm, run.rpm)}"))
+    if tpm := _tighter(cfg.tpm, run.tpm):
+        rate_s = max(0.0, tokens - tpm * burst_s / 60) / tpm * 60
+        bounds.append((rate_s, f"{cfg.name}: {tpm:,} tokens/min{_whose(cfg.tpm, run.tpm)}"))
     return max(bounds)
+
+
+def _tighter(endpoint: int | None, run: int | None) -> int | None:
+    return min(v for v in (endpoint, run) if v) if endpoint or run else None
+
+
+def _whose(endpoint: int | None, run: int | None) -> str:
+    """Names the run's own cap when it is the one that binds."""
+    return " (the spec's limits)" if run and (not endpoint or run < endpoint) else ""

@@ -215,6 +215,7 @@ class Engine:
             prepared.plan_sample(),
             prepared.endpoints,
             self.reads.output_history(),
+            spec.limits,
         )
 
     def resume(self, run_id: str) -> str:
