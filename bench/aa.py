@@ -8,10 +8,12 @@ requests per user, users differing in click propensity, completion and latency. 
 side by side in one run: the family-wise false-positive rate of the whole table (any
 metric called better or worse after Holm) for the request-level analysis this project
 used before, the per-unit analysis (logs and split-run shapes), 20 looks with the
-fixed-horizon test and with the always-valid one, CUPED on, at the minimum of units
-per arm, all-mode runs at their minimum of rows; the power to find a +60%
-per-user CTR lift; and CUPED's variance reduction on data with a pre/post correlation
-near 0.6. Not a test: tests/test_aa.py asserts a smaller configuration.
+fixed-horizon test and with 19 always-valid looks tuned to the horizon then the final
+fixed one (promptlab/analysis/sequential.py), CUPED on, at the minimum of units per arm,
+all-mode runs at their minimum of rows; the power to find a +60% per-user CTR lift at
+one fixed look, at the final look alone (4%), at one always-valid look at the horizon
+alone, and over the 20 looks; and CUPED's variance reduction on data with a pre/post
+correlation near 0.6. Not a test: tests/test_aa.py asserts a smaller configuration.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from promptlab.analysis.sequential import FINAL, interim  # noqa: E402
 from promptlab.analysis.simulate import (  # noqa: E402
     Traffic,
     cuped_effects,
@@ -59,13 +62,17 @@ def main() -> None:
         ("A/A, all-mode, 20 rows x 3", lambda: paired_false_positive_rate(pairs, MIN_ROWS_PAIRED,
                                                                           repeats=3)),
         ("power, +60% CTR, fixed horizon", lambda: power(pairs, traffic, 0.6)),
-        ("power, +60% CTR, always valid", lambda: power(pairs, traffic, 0.6, sequential=True)),
+        ("power, +60% CTR, final look (4%)", lambda: power(pairs, traffic, 0.6, only=FINAL)),
+        ("power, +60% CTR, always valid alone", lambda: power(pairs, traffic, 0.6,
+                                                              only=interim(traffic.units))),
+        ("power, +60% CTR, 20 looks to horizon", lambda: power(pairs, traffic, 0.6,
+                                                               sequential=True, looks=20)),
     ]  # fmt: skip
     print(f"{traffic.units} users per arm; {pairs} pairs per figure (a quarter where marked)")
     for label, measure in figures:
         started = time.perf_counter()
         rate = measure()
-        print(f"  {label:34} {rate:6.1%}   ({time.perf_counter() - started:5.1f} s)")
+        print(f"  {label:38} {rate:6.1%}   ({time.perf_counter() - started:5.1f} s)")
     correlation, ratio = cuped_effects(pairs // 2, replace(traffic, pre_share=1.0))
     print(
         f"  CUPED: pre/post correlation {correlation:.2f}, variance of the CTR effect "

@@ -52,12 +52,14 @@ NO_PAIRS = (
 )
 #: The method's help, by `Comparison.sequential`.
 METHOD_HELP = {
-    False: "Fixed horizon: each interval and p-value holds for one look at data "
-    "that is complete, as a finished run's is. Looking again and again while data arrives, "
-    "and stopping once a row looks significant, would call differences that are not there.",
+    False: "Fixed horizon, the final look: each interval and p-value holds for one look at "
+    "data that is complete, as a finished run's is. It gets 4% of the 5% false-positive "
+    "budget (96% intervals); the looks while data arrived share the other 1%, so looking "
+    "then and now together still calls a difference that is not there at most 5% of the time.",
     True: "Always valid (mixture SPRT): intervals and p-values that stay valid "
     "however often you look while data is still arriving, so a live run or live logs can "
-    "be watched. They are wider than fixed-horizon ones; a finished run uses those.",
+    "be watched. They take 1% of the 5% budget (99% intervals) and are tuned to be "
+    "sharpest at the planned units per arm; the final look, at the other 4%, is narrower.",
 }
 STILL_COLLECTING, FINISHED = "Still collecting", "Finished"
 #: The data state picked for versions and logs -> `sequential` (always valid).
@@ -65,7 +67,7 @@ DATA_STATES = {STILL_COLLECTING: True, FINISHED: False}
 DATA_HELP = (
     "Still collecting: logs keep arriving (or runs are still going) and you will look "
     "again: always-valid (mSPRT) intervals and p-values. Finished: the data is complete, "
-    "this is the one look: fixed-horizon tests, narrower."
+    "this is the final look: fixed-horizon tests, narrower."
 )
 CUPED_HELP = (
     "Uses each unit's rates in the logs before Since as a covariate (CUPED): the same "

@@ -5,10 +5,12 @@ figures are the same on every machine; bench/aa.py runs the full-size version.""
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
 
+from promptlab.analysis.sequential import MIXTURE_RATIO, infer, interim, tuned_width
 from promptlab.analysis.simulate import (
     Traffic,
     cuped_effects,
@@ -19,6 +21,7 @@ from promptlab.analysis.simulate import (
     user_false_positive_rate,
 )
 from promptlab.analysis.stats import MIN_ROWS_PAIRED, MIN_UNITS_PER_ARM
+from promptlab.analysis.units import Estimate
 from promptlab.records.samples import SCORE_PREFIX
 
 TRAFFIC = Traffic()
@@ -44,6 +47,28 @@ def test_per_unit_analysis_finds_a_real_lift() -> None:
 def test_looking_twenty_times_needs_the_always_valid_test() -> None:
     assert false_positive_rate(60, TRAFFIC, looks=20) > 0.15
     assert false_positive_rate(100, TRAFFIC, looks=20, sequential=True) <= MAX_FALSE_POSITIVES
+
+
+def test_always_valid_looks_then_the_final_one_find_most_of_a_real_lift() -> None:
+    """19 interim looks tuned to the horizon, then the final fixed look at 4%: a +60% CTR
+    lift is found at least 75% of the time (measured 81%; the always-valid test alone
+    at the horizon, 32%, and tuned to control's value as before, 45%)."""
+    assert power(100, TRAFFIC, lift=0.6, sequential=True, looks=20) >= 0.75
+    assert power(100, TRAFFIC, lift=0.6, only=interim(TRAFFIC.units)) < 0.5
+
+
+def test_the_mixture_is_tuned_to_the_planned_horizon() -> None:
+    """Tuned to the horizon, the interim test at the horizon is as sharp as the mSPRT can
+    be there; the width follows the plan, not control's value at each look."""
+    variance, units = 0.0004, 300
+    wide = tuned_width(variance, units, planned_units=300)
+    assert wide == pytest.approx(math.sqrt(MIXTURE_RATIO * variance))
+    assert tuned_width(variance, units, planned_units=1200) == pytest.approx(wide / 2)
+    assert 11 < MIXTURE_RATIO < 13  # the narrowest confidence sequence at 1%
+    estimate = Estimate(effect=0.05, variance=variance)
+    at_plan = infer(estimate, interim(300), units).interval
+    off_plan = infer(estimate, interim(30_000), units).interval
+    assert at_plan.high - at_plan.low < off_plan.high - off_plan.low
 
 
 def test_cuped_narrows_the_ctr_effect_and_stays_valid() -> None:

@@ -57,7 +57,8 @@ def test_compare_prints_the_table_and_the_srm_line(db: str, runs: tuple[Path, st
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
     assert lines[0] == (
-        f"run {runs[1]}: split mode (independent samples), control control, fixed horizon"
+        f"run {runs[1]}: split mode (independent samples), control control, fixed horizon, "
+        "final look (4% of 5%)"
     )
     # The answer first: 17 customers cannot decide anything yet, and it says so.
     assert lines[1].startswith("staging against control: too few units to judge completion rate")
@@ -70,7 +71,7 @@ def test_compare_prints_the_table_and_the_srm_line(db: str, runs: tuple[Path, st
     assert lines[7].startswith("SRM check: cannot judge yet: an arm has fewer than 20 units")
     data = json.loads(cli("--db", db, "compare", "--run", runs[1], "--json").output)
     assert data["control"] == "control" and data["srm"]["mismatch"] is False
-    assert data["srm"]["judged"] is False and data["method"] == "fixed horizon"
+    assert data["srm"]["judged"] is False and data["method"].startswith("fixed horizon, final")
     assert data["answer"] == [lines[1]]
     assert [r["metric"] for r in data["rows"]][:2] == ["completion rate", "latency p50"]
     for row in data["rows"]:

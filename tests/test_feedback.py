@@ -335,7 +335,7 @@ def test_a_log_compares_per_unit_and_too_few_users_say_so(wb: Workbench, tmp_pat
                  "--logs", "--final", "--json")  # fmt: skip
     data = json.loads(result.output)
     assert data["mode"] == "logs" and data["control"] == "ticket-triage@1.1.0"
-    assert data["method"] == "fixed horizon"
+    assert data["method"] == "fixed horizon, final look (4% of 5%)"
     # Every line names its own user, so per unit is per request here: 40 of each.
     assert data["arms"] == {"ticket-triage@1.1.0": {"units": 40, "requests": 40},
                             "ticket-triage@2.0.0": {"units": 40, "requests": 40}}  # fmt: skip

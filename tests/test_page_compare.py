@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from promptlab.analysis.compare import FINAL_LOOK
 from promptlab.engine import parse_spec
 from promptlab.ui.resources import get_workbench
 from promptlab.views.charts import ECDF_POINTS
@@ -109,7 +110,7 @@ def test_the_demo_split_run_answers_in_a_sentence_first(demo_run: str) -> None:
     # It comes before the table and the figures: the first Markdown of the comparison.
     assert texts.index(sentence) == 0
     assert "staging against control" in sentence and "units" in sentence
-    assert comparison.method == "fixed horizon"  # the demo run is finished
+    assert comparison.method == FINAL_LOOK  # the demo run is finished: its final look
     method = next(c for c in at.caption if c.value.startswith("Method:"))
     assert "fixed horizon" in method.value and method.help
     # A dozen customers and five (fewer than 20 in an arm): the SRM check cannot judge.

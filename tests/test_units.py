@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from promptlab.analysis.compare import compare_arms
 from promptlab.analysis.cuped import cuped_rate_difference
-from promptlab.analysis.sequential import always_valid
+from promptlab.analysis.sequential import FINAL, always_valid
 from promptlab.analysis.simulate import Traffic, arm_sample, simulate_arm
 from promptlab.analysis.units import (
     Estimate,
@@ -127,7 +127,9 @@ def test_logs_read_from_duckdb_compare_as_the_simulated_arms_do(
         wb.analysis.import_logs(path)
         stored = wb.analysis.compare_versions(*arms, logs=True, sequential=False)
     (name_a, a), (name_b, b) = arms.items()
-    expected = compare_arms(arm_sample(name_a, a), arm_sample(name_b, b))
+    # Logs with --final: the final look, the fixed-horizon test at 4% of the 5%.
+    expected = compare_arms(arm_sample(name_a, a), arm_sample(name_b, b), look=FINAL)
+    assert stored.method == "fixed horizon, final look (4% of 5%)"
     assert stored.arms == {name_a: (150, a.unit.size), name_b: (150, b.unit.size)}
     for got, want in zip(stored.rows, expected, strict=True):
         assert (got.metric, got.n_control, got.n_variant) == (want.metric, want.n_control,

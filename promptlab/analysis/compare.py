@@ -13,8 +13,9 @@ What it does, by source (the effects are in promptlab/analysis/units.py):
   difference;
 - **versions across runs**: results per their split run's unit, else per request;
 - **still collecting** (a run not finished, or `sequential`): the always-valid mSPRT
-  (promptlab/analysis/sequential.py) instead of the fixed-horizon test, so looking
-  again does not inflate false positives;
+  tuned to the planned units per arm, at 1% of the family's 5%; the final look (a
+  finished run, logs with `--final`) is the fixed-horizon test at the other 4%
+  (promptlab/analysis/sequential.py), so looking again does not inflate false positives;
 - **CUPED** (`cuped`, production logs with `since`): each unit's rates before `since`
   as a covariate (promptlab/analysis/cuped.py);
 - an arm with fewer than MIN_UNITS_PER_ARM units gives "too few units", not a verdict.
@@ -29,7 +30,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from promptlab.analysis.cuped import cuped_rate_difference
-from promptlab.analysis.sequential import always_valid, mixture_width
+from promptlab.analysis.sequential import FINAL, FINAL_ALPHA, FIXED, Look, infer, interim
 from promptlab.analysis.stats import (
     MIN_TAIL_REQUESTS,
     NO_DATA,
@@ -43,9 +44,7 @@ from promptlab.analysis.stats import (
 )
 from promptlab.analysis.units import (
     Estimate,
-    Inference,
     QuantileDifference,
-    fixed_horizon,
     linearized,
     paired_quantile_difference,
     paired_rate_difference,
@@ -80,6 +79,8 @@ __all__ = ["COMPLETION", "CTR", "Comparison", "compare_arms", "compare_run", "co
 COMPARED_QUANTILES = ((0.5, "latency p50"), (0.9, "latency p90"), (0.99, "latency p99"))
 FIXED_HORIZON = "fixed horizon"
 ALWAYS_VALID = "always valid (mSPRT)"
+FINAL_LOOK = f"fixed horizon, final look ({FINAL_ALPHA:.0%} of 5%)"
+_METHODS = {"fixed": FIXED_HORIZON, "interim": ALWAYS_VALID, "final": FINAL_LOOK}
 
 
 @dataclass(frozen=True)
@@ -97,8 +98,10 @@ class Comparison:
     metrics: list[MetricsRow]
     #: Production log totals of both versions (control first) for a `logs` comparison.
     logs: list[LogMetricsRow] = field(default_factory=list)
-    #: FIXED_HORIZON, or ALWAYS_VALID while the data is still arriving.
+    #: FIXED_HORIZON, ALWAYS_VALID while the data is still arriving, or FINAL_LOOK.
     method: str = FIXED_HORIZON
+    #: Units per arm the always-valid test is tuned to (None: not a sequential look).
+    planned_units: int | None = None
     #: Units and requests per arm (control first), as analysed.
     arms: dict[str, tuple[int, int]] = field(default_factory=dict)
 
@@ -137,9 +140,11 @@ def compare_run(
     variant_a: str | None = None,
     variant_b: str | None = None,
     sequential: bool | None = None,
+    planned_units: int | None = None,
 ) -> Comparison:
     """Each variant of the run (or `variant_b`) against control (or `variant_a`);
-    `sequential` defaults to True while the run is not finished."""
+    `sequential` defaults to True while the run is not finished, tuned to
+    `planned_units` per arm (default: what the run plans); else the final look."""
     names = [m.variant or "" for m in metrics]
     for given in (variant_a, variant_b):
         if given is not None and given not in names:
@@ -155,6 +160,7 @@ def compare_run(
     if sequential is None:
         sequential = not RunStatus(run.status).is_final
     mode = run_mode(run)
+    look = interim(planned_units or _planned_units(reads, run, mode)) if sequential else FINAL
     paired = mode == "all"
     # A replayed conversation log's turns are clustered by session (or by the log's
     # user column, `unit_column`: a user's sessions are not independent either).
@@ -170,17 +176,31 @@ def compare_run(
         arms[other] = (arm.units, arm.requests)
         if paired:
             rows += compare_paired(samples.paired(run.run_id, control, other, replay, user),
-                                   control_arm, arm, sequential=sequential, by=by)  # fmt: skip
+                                   control_arm, arm, look=look, by=by)  # fmt: skip
         else:
-            rows += compare_arms(control_arm, arm, sequential=sequential)
+            rows += compare_arms(control_arm, arm, look=look)
     srm = _srm(reads, run) if mode == "split" else None
-    method = ALWAYS_VALID if sequential else FIXED_HORIZON
     return Comparison(run.run_id, mode, control, paired, holm_verdicts(rows), srm, metrics,
-                      method=method, arms=arms)  # fmt: skip
+                      method=_METHODS[look.kind], arms=arms,
+                      planned_units=look.planned_units)  # fmt: skip
+
+
+def _planned_units(reads: MetricsReads, run: RunRecord, mode: str) -> int | None:
+    """Units per arm the run plans: a split's assigned units (every row is assigned when
+    the run is planned), else its rows (items over variants and repeats); None for a
+    replayed log, whose sessions are counted as they come."""
+    if mode == "split":
+        assigned = reads.assigned_units(run.run_id)
+        return max(1, sum(assigned.values()) // len(assigned)) if assigned else None
+    variants = run.spec.get("variants")
+    if run.spec.get("history") is not None or not isinstance(variants, list) or not variants:
+        return None
+    repeats = int(run.spec.get("repeats") or 1)
+    return max(1, run.total_items // (len(variants) * max(1, repeats)))
 
 
 def compare_arms(
-    a: ArmSample, b: ArmSample, *, sequential: bool = False, cuped: bool = False
+    a: ArmSample, b: ArmSample, *, look: Look = FIXED, cuped: bool = False
 ) -> list[MetricComparison]:  # fmt: skip
     """B against A, independent arms analysed per unit: completion and CTR (CTR only
     when either arm has impressions), latency p50/p90/p99. Verdicts come from
@@ -192,7 +212,7 @@ def compare_arms(
         if metric != COMPLETION and not (ra.den.sum() or rb.den.sum()):
             continue
         pre = (a.pre.get(metric), b.pre.get(metric)) if cuped else (None, None)
-        rows.append(_rate_row(metric, a.name, b.name, ra, rb, by, sequential, pre))
+        rows.append(_rate_row(metric, a.name, b.name, ra, rb, by, look, pre))
     units_a, units_b = a.rates[COMPLETION].num.size, b.rates[COMPLETION].num.size
     differences: list[QuantileDifference] | None = None
     if a.latency.size and b.latency.size:
@@ -202,11 +222,11 @@ def compare_arms(
         )
     counts = (_distinct(a.latency_unit), _distinct(b.latency_unit), a.latency.size, b.latency.size)
     return rows + _latency_rows(a.name, b.name, a.latency, b.latency, differences, counts, by,
-                                sequential)  # fmt: skip
+                                look)  # fmt: skip
 
 
 def compare_paired(
-    pairs: PairedSample, a: ArmSample, b: ArmSample, *, sequential: bool = False,
+    pairs: PairedSample, a: ArmSample, b: ArmSample, *, look: Look = FIXED,
     by: str = "row",
 ) -> list[MetricComparison]:  # fmt: skip
     """B against A over the same inputs (an all-mode run), clustered by dataset row (by
@@ -217,11 +237,11 @@ def compare_paired(
     sample_a = RatioSample(pairs.completed_a, pairs.finished)
     sample_b = RatioSample(pairs.completed_b, pairs.finished)
     rows = [_row_from(COMPLETION, a.name, b.name, sample_a, sample_b, estimate, by,
-                      sequential, (pairs.rows, pairs.rows), "paired delta method")]  # fmt: skip
+                      look, (pairs.rows, pairs.rows), "paired delta method")]  # fmt: skip
     for metric in (CTR, *_scores(a, b)):  # not paired: clustered by row, per arm
         if a.rates[metric].den.sum() or b.rates[metric].den.sum():
             rows.append(_rate_row(metric, a.name, b.name, a.rates[metric], b.rates[metric],
-                                  by, sequential, (None, None)))  # fmt: skip
+                                  by, look, (None, None)))  # fmt: skip
     differences = None
     if pairs.latency_a.size:
         qs = tuple(q for q, _ in COMPARED_QUANTILES)
@@ -231,7 +251,7 @@ def compare_paired(
     rows_timed = _distinct(pairs.latency_row)
     counts = (rows_timed, rows_timed, pairs.latency_a.size, pairs.latency_b.size)
     return rows + _latency_rows(a.name, b.name, pairs.latency_a, pairs.latency_b, differences,
-                                counts, by, sequential, paired=True)  # fmt: skip
+                                counts, by, look, paired=True)  # fmt: skip
 
 
 def _scores(a: ArmSample, b: ArmSample) -> list[str]:
@@ -245,15 +265,9 @@ def _distinct(index: object) -> int:
     return int(np.unique(np.asarray(index)).size)
 
 
-def _infer(estimate: Estimate, control: float | None, latency: bool, sequential: bool) -> Inference:
-    if sequential:
-        return always_valid(estimate, mixture_width(control, latency))
-    return fixed_horizon(estimate)
-
-
 def _rate_row(
     metric: str, name_a: str, name_b: str, a: RatioSample, b: RatioSample, by: str,
-    sequential: bool, pre: tuple[RatioSample | None, RatioSample | None],
+    look: Look, pre: tuple[RatioSample | None, RatioSample | None],
 ) -> MetricComparison:  # fmt: skip
     estimate, reduction, method = rate_difference(a, b), None, "delta method"
     if pre[0] is not None and pre[1] is not None:
@@ -261,13 +275,13 @@ def _rate_row(
         if adjusted is not None:
             (estimate, reduction), method = adjusted, "delta method + CUPED"
     units = (int((a.den > 0).sum()), int((b.den > 0).sum()))
-    row = _row_from(metric, name_a, name_b, a, b, estimate, by, sequential, units, method)
+    row = _row_from(metric, name_a, name_b, a, b, estimate, by, look, units, method)
     return row if reduction is None else replace(row, variance_reduction=reduction)
 
 
 def _row_from(
     metric: str, name_a: str, name_b: str, a: RatioSample, b: RatioSample,
-    estimate: Estimate | None, by: str, sequential: bool, units: tuple[int, int], method: str,
+    estimate: Estimate | None, by: str, look: Look, units: tuple[int, int], method: str,
 ) -> MetricComparison:  # fmt: skip
     value_a, value_b = linearized(a)[0], linearized(b)[0]
     row = MetricComparison(
@@ -279,12 +293,11 @@ def _row_from(
         requests_variant=int(b.den.sum()), analysed_by=by,
         control_interval=rate_interval(a), variant_interval=rate_interval(b),
     )  # fmt: skip
-    return _decided(row, estimate, method, sequential, latency=False)
+    return _decided(row, estimate, method, look)
 
 
 def _decided(
-    row: MetricComparison, estimate: Estimate | None, method: str, sequential: bool,
-    latency: bool,
+    row: MetricComparison, estimate: Estimate | None, method: str, look: Look
 ) -> MetricComparison:  # fmt: skip
     """The row with its effect, interval and p-value, or too few units, or no data."""
     if estimate is None:
@@ -293,9 +306,9 @@ def _decided(
     if fewest < minimum_units(row.analysed_by):
         return replace(row, effect=estimate.effect, test=method, verdict=Verdict.TOO_FEW,
                      reason=too_few(fewest, row.analysed_by))  # fmt: skip
-    found = _infer(estimate, row.control_value, latency, sequential)
+    found = infer(estimate, look, (row.n_control + row.n_variant) / 2)
     se = math.sqrt(estimate.variance) if math.isfinite(estimate.variance) else None
-    name = f"{method} per {row.analysed_by}" + (" · mSPRT" if sequential else "")
+    name = f"{method} per {row.analysed_by}" + (" · mSPRT" if look.sequential else "")
     return replace(row, effect=estimate.effect, interval=found.interval, p_value=found.p_value,
                  test=name, standard_error=se)  # fmt: skip
 
@@ -303,7 +316,7 @@ def _decided(
 def _latency_rows(
     name_a: str, name_b: str, xa: FloatArray, xb: FloatArray,
     differences: list[QuantileDifference] | None, counts: tuple[int, int, int, int], by: str,
-    sequential: bool, paired: bool = False,
+    look: Look, paired: bool = False,
 ) -> list[MetricComparison]:  # fmt: skip
     """Latency p50/p90/p99 of B against A from the per-unit `differences`."""
     import numpy as np
@@ -345,7 +358,7 @@ def _latency_rows(
                 )  # fmt: skip
             )
             continue
-        rows.append(_decided(row, found.estimate, method, sequential, latency=True))
+        rows.append(_decided(row, found.estimate, method, look))
     return rows
 
 
@@ -359,9 +372,12 @@ def compare_versions(
     since: datetime | None = None,
     sequential: bool = False,
     cuped: bool = False,
+    planned_units: int | None = None,
 ) -> Comparison:
     """Version B against version A, each given as (version id, label): from production
     logs (`logs`), else from their results across runs; independent arms per unit.
+    `sequential`: an interim look tuned to `planned_units` per arm; else the final look
+    (logs) or the fixed-horizon test (results across runs).
     `cuped` (logs with `since` only) adjusts rates by each unit's history before `since`."""
     (id_a, name_a), (id_b, name_b) = a, b
     if id_a == id_b:
@@ -369,7 +385,8 @@ def compare_versions(
     if cuped and not (logs and since is not None):
         raise PromptlabError("CUPED needs production logs and --since (the pre-period is "
                              "each unit's logs before it)")  # fmt: skip
-    method = ALWAYS_VALID if sequential else FIXED_HORIZON
+    look = interim(planned_units) if sequential else FINAL if logs else FIXED
+    method = _METHODS[look.kind]
     if logs:
         totals = {r.prompt_version_id: r for r in reads.log_metrics(None, since)}
         for version_id, name in ((id_a, name_a), (id_b, name_b)):
@@ -383,19 +400,20 @@ def compare_versions(
             pre_before = min(since, first) if first is not None else since
         arm_a = samples.log_arm(id_a, name_a, since, pre_before)
         arm_b = samples.log_arm(id_b, name_b, since, pre_before)
-        rows = compare_arms(arm_a, arm_b, sequential=sequential, cuped=cuped)
+        rows = compare_arms(arm_a, arm_b, look=look, cuped=cuped)
         return Comparison("", "logs", name_a, False, holm_verdicts(rows), None, [],
                           [totals[id_a], totals[id_b]], method=method,
-                          arms=_arms(arm_a, arm_b))  # fmt: skip
+                          arms=_arms(arm_a, arm_b), planned_units=look.planned_units)  # fmt: skip
     arm_a = samples.version_arm(id_a, name_a, since)
     arm_b = samples.version_arm(id_b, name_b, since)
     for arm in (arm_a, arm_b):
         if not arm.requests:
             raise PromptlabError(f"no results of {arm.name}" + _since_text(since))
-    rows = compare_arms(arm_a, arm_b, sequential=sequential)
+    rows = compare_arms(arm_a, arm_b, look=look)
     metrics = [m for m in reads.version_metrics(None, since) if m.prompt_version_id in (id_a, id_b)]
     return Comparison("", "versions", name_a, False, holm_verdicts(rows), None, metrics,
-                      method=method, arms=_arms(arm_a, arm_b))  # fmt: skip
+                      method=method, arms=_arms(arm_a, arm_b),
+                      planned_units=look.planned_units)  # fmt: skip
 
 
 def _arms(a: ArmSample, b: ArmSample) -> dict[str, tuple[int, int]]:

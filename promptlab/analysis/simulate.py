@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from promptlab.analysis.compare import compare_arms, compare_paired
+from promptlab.analysis.sequential import FINAL, FIXED, Look, interim
 from promptlab.analysis.stats import Verdict, holm_verdicts
 from promptlab.records.samples import (
     COMPLETION,
@@ -173,6 +174,16 @@ def _called(rows: list[Any], metric: str | None = None) -> bool:
     return any(r.verdict in decided and (metric is None or r.metric == metric) for r in rows)
 
 
+def looks_of(count: int, sequential: bool, planned_units: int) -> list[tuple[float, Look]]:
+    """`count` evenly spaced looks up to the horizon: with `sequential`, interim
+    always-valid looks tuned to `planned_units` and the final fixed-horizon one last;
+    else the plain fixed-horizon test at every look (what peeking at it would do)."""
+    if not sequential:
+        return [(look / count, FIXED) for look in range(1, count + 1)]
+    tuned = interim(planned_units)
+    return [(look / count, tuned if look < count else FINAL) for look in range(1, count + 1)]
+
+
 def false_positive_rate(
     pairs: int, traffic: Traffic, *, looks: int = 1, sequential: bool = False,
     per_request: bool = False, cuped: bool = False, seed: int = 2026,
@@ -180,18 +191,17 @@ def false_positive_rate(
 ) -> float:  # fmt: skip
     """The share of A/A pairs where any row of the table (after Holm; with `metric`,
     that metric's row) was called better or worse, at any of `looks` evenly spaced
-    looks."""
+    looks (`looks_of`)."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
     hits = 0
     for _ in range(pairs):
         a, b = simulate_arm(traffic, rng), simulate_arm(traffic, rng)
-        for look in range(1, looks + 1):
-            until = look / looks
+        for until, look in looks_of(looks, sequential, traffic.units):
             rows = compare_arms(arm_sample("A", a, until, per_request),
                                 arm_sample("B", b, until, per_request),
-                                sequential=sequential, cuped=cuped)  # fmt: skip
+                                look=look, cuped=cuped)  # fmt: skip
             if _called(holm_verdicts(rows), metric):
                 hits += 1
                 break
@@ -199,20 +209,25 @@ def false_positive_rate(
 
 
 def power(
-    pairs: int, traffic: Traffic, lift: float, *, sequential: bool = False,
-    cuped: bool = False, seed: int = 7,
+    pairs: int, traffic: Traffic, lift: float, *, sequential: bool = False, looks: int = 1,
+    cuped: bool = False, seed: int = 7, only: Look | None = None,
 ) -> float:  # fmt: skip
-    """The share of pairs where CTR was found better under a per-user relative `lift`."""
+    """The share of pairs where CTR was found better under a per-user relative `lift`,
+    at any of `looks` (`looks_of`; `only`: one look at the horizon of that kind)."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
     found = 0
+    schedule = [(1.0, only)] if only is not None else looks_of(looks, sequential, traffic.units)
     for _ in range(pairs):
         a = simulate_arm(traffic, rng)
         b = simulate_arm(replace(traffic, ctr_lift=lift), rng)
-        rows = compare_arms(arm_sample("A", a), arm_sample("B", b), sequential=sequential,
-                            cuped=cuped)  # fmt: skip
-        found += _called(holm_verdicts(rows), CTR)
+        for until, look in schedule:
+            rows = compare_arms(arm_sample("A", a, until), arm_sample("B", b, until),
+                                look=look, cuped=cuped)  # fmt: skip
+            if _called(holm_verdicts(rows), CTR):
+                found += 1
+                break
     return found / pairs
 
 

@@ -189,9 +189,14 @@ def sessions_table(sessions: list[SessionMetrics]) -> list[str]:
 )  # fmt: skip
 @click.option(
     "--live/--final", "sequential", default=None,
-    help="Still collecting (--live: always-valid mSPRT, safe to look again and again) or "
-    "finished (--final: fixed-horizon tests). Default: live while a run is unfinished "
-    "and for production logs, final otherwise.",
+    help="Still collecting (--live: always-valid mSPRT at 1% of the 5%, safe to look again "
+    "and again) or the final look (--final: fixed-horizon tests at the other 4%). Default: "
+    "live while a run is unfinished and for production logs, final otherwise.",
+)  # fmt: skip
+@click.option(
+    "--planned-units", type=click.IntRange(min=1), metavar="N",
+    help="Units per arm the comparison will end at: the always-valid test is tuned to "
+    "be sharpest there. Default: what the run plans; 1,000 for production logs.",
 )  # fmt: skip
 @click.option(
     "--cuped", is_flag=True,
@@ -209,6 +214,7 @@ def compare_command(
     variants: tuple[str, ...],
     mde: float | None,
     sequential: bool | None,
+    planned_units: int | None,
     cuped: bool,
     as_json: bool,
 ) -> None:
@@ -230,7 +236,9 @@ def compare_command(
         raise click.UsageError("--logs and --since compare two versions: give REF_A REF_B")
     if cuped and not (logs and since):
         raise click.UsageError("--cuped needs --logs and --since (the pre-period is before it)")
-    comparison = _comparison(ctx, run_id, variants, by_version, logs, since, sequential, cuped)
+    comparison = _comparison(
+        ctx, run_id, variants, by_version, logs, since, (sequential, planned_units), cuped
+    )
     needed = units_needed(comparison, mde) if mde is not None else None
     if as_json:
         click.echo(json.dumps({**comparison_json(comparison), "units_needed": needed}, indent=2))
@@ -253,12 +261,14 @@ def compare_command(
 
 def _comparison(
     ctx: click.Context, run_id: str | None, variants: tuple[str, ...], by_version: bool,
-    logs: bool, since: str | None, sequential: bool | None, cuped: bool,
+    logs: bool, since: str | None, looks: tuple[bool | None, int | None], cuped: bool,
 ) -> Comparison:  # fmt: skip
-    """The comparison asked for, from the database or the server's typed route."""
+    """The comparison asked for, from the database or the server's typed route; `looks`:
+    (live or final, the planned units per arm)."""
     from promptlab.analysis.compare import Comparison
 
     a, b = variants if variants else (None, None)
+    sequential, planned = looks
     with calls(ctx) as call:
         if by_version:
             assert a is not None and b is not None
@@ -271,24 +281,33 @@ def _comparison(
                 since=since,
                 sequential=sequential,
                 cuped=cuped,
+                planned_units=planned,
             )
             return call(
                 Comparison,
                 "GET",
                 path,
                 lambda wb: wb.analysis.compare_versions(
-                    a, b, run_id=run_id, logs=logs, since=since, sequential=sequential, cuped=cuped
-                ),
+                    a,
+                    b,
+                    run_id=run_id,
+                    logs=logs,
+                    since=since,
+                    sequential=sequential,
+                    cuped=cuped,
+                    planned_units=planned,
+                ),  # fmt: skip
             )
         assert run_id is not None
         path = with_query(
-            route("/v1/runs/{run_id}/comparison", run_id=run_id), a=a, b=b, sequential=sequential
-        )
+            route("/v1/runs/{run_id}/comparison", run_id=run_id), a=a, b=b, sequential=sequential,
+            planned_units=planned,
+        )  # fmt: skip
         return call(
             Comparison,
             "GET",
             path,
-            lambda wb: wb.analysis.compare(run_id, a, b, sequential=sequential),
+            lambda wb: wb.analysis.compare(run_id, a, b, sequential, planned),
         )
 
 

@@ -97,15 +97,18 @@ class Analysis:
         variant_a: str | None = None,
         variant_b: str | None = None,
         sequential: bool | None = None,
+        planned_units: int | None = None,
     ) -> Comparison:
         """Each variant of the run against control (or B against A), per unit, with
-        significance; always-valid while the run is not finished unless `sequential`
-        says otherwise. See promptlab/analysis/compare.py for the methods."""
+        significance; always-valid while the run is not finished (tuned to
+        `planned_units` per arm, default what the run plans) unless `sequential` says
+        otherwise. See promptlab/analysis/compare.py for the methods."""
         run = self._reads.run(run_id)
         metrics = self._metrics.run_metrics(run_id)
         return compare_run(
-            self._metrics, self._samples, run, metrics, variant_a, variant_b, sequential
-        )
+            self._metrics, self._samples, run, metrics, variant_a, variant_b, sequential,
+            planned_units,
+        )  # fmt: skip
 
     def log_metrics(
         self, prompt: str | None = None, since: datetime | str | None = None
@@ -124,12 +127,14 @@ class Analysis:
         since: datetime | str | None = None,
         sequential: bool | None = None,
         cuped: bool = False,
+        planned_units: int | None = None,
     ) -> Comparison:
         """Version B against version A (references or ids): in one run (`run_id`: its
         variants of these versions), in the production logs (`logs`), or across every
         run's results; see promptlab/analysis/compare.py. `sequential` (always-valid,
-        for data still arriving) defaults to True for logs, else to whether a run is
-        unfinished; `cuped` uses each unit's logs before `since` as a covariate."""
+        for data still arriving, tuned to `planned_units` per arm) defaults to True for
+        logs, else to whether a run is unfinished; `cuped` uses each unit's logs before
+        `since` as a covariate."""
         if run_id is not None and logs:
             raise PromptlabError("compare versions in a run or in the logs, not both")
         if run_id is not None and since is not None:
@@ -145,6 +150,7 @@ class Analysis:
                 since=_since(since, self._context.store.clock.now()),
                 sequential=logs if sequential is None else sequential,
                 cuped=cuped,
+                planned_units=planned_units,
             )
         # One run's variants are compared on everything they finished, as `compare --run`.
         metrics = self._metrics.run_metrics(run_id)
@@ -160,8 +166,9 @@ class Analysis:
             names.append(found[0])
         run = self._reads.run(run_id)
         return compare_run(
-            self._metrics, self._samples, run, metrics, names[0], names[1], sequential
-        )
+            self._metrics, self._samples, run, metrics, names[0], names[1], sequential,
+            planned_units,
+        )  # fmt: skip
 
     def _version_label(self, ref: str) -> tuple[str, str]:
         """(version id, `name@semver`) of a reference; a stored id stands for itself."""
