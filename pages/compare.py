@@ -61,6 +61,12 @@ METHOD_HELP = {
     "be watched. They take 1% of the 5% budget (99% intervals) and are tuned to be "
     "sharpest at the planned units per arm; the final look, at the other 4%, is narrower.",
 }
+FAMILY_HELP = (
+    "The primary metric decides; guardrails are watched. Holm's correction runs over these "
+    "metrics for every variant against control, whichever variant is shown, so picking one "
+    "never changes a p-value. A run spec declares them under `metrics: {primary: ..., "
+    "guardrails: [...]}`; a metric shown but not declared is exploratory (no verdict)."
+)
 STILL_COLLECTING, FINISHED = "Still collecting", "Finished"
 #: The data state picked for versions and logs -> `sequential` (always valid).
 DATA_STATES = {STILL_COLLECTING: True, FINISHED: False}
@@ -136,6 +142,7 @@ def answer(comparison: Comparison) -> None:
         for sentence in sentences or ["Nothing to compare yet."]:
             st.markdown(escape_markdown(sentence))
         st.caption(f"Method: **{comparison.method}**", help=METHOD_HELP[comparison.sequential])
+        st.caption(escape_markdown(comparison.family.describe().capitalize()), help=FAMILY_HELP)
         reduced = [r for r in comparison.rows if r.variance_reduction is not None]
         if reduced:
             st.caption(

@@ -60,19 +60,24 @@ def test_compare_prints_the_table_and_the_srm_line(db: str, runs: tuple[Path, st
         f"run {runs[1]}: split mode (independent samples), control control, fixed horizon, "
         "final look (4% of 5%)"
     )
+    # Then which metric decides (none declared: completion, with the rest as guardrails).
+    assert lines[1] == (
+        "decides: completion rate (primary, by default); guardrails: CTR, latency p50, "
+        "latency p90, latency p99"
+    )
     # The answer first: 17 customers cannot decide anything yet, and it says so.
-    assert lines[1].startswith("staging against control: too few units to judge completion rate")
-    header = lines[2]
+    assert lines[2].startswith("staging against control: too few units to judge completion rate")
+    header = lines[3]
     for column in ("metric", "control", "delta", "95% interval", "adj p", "method", "verdict",
                    "units", "requests", "why"):  # fmt: skip
         assert column in header
-    assert [line.split()[1] for line in lines[3:7]] == ["completion", "latency"] + ["latency"] * 2
-    assert all("too few units (" in line for line in lines[3:7])
-    assert lines[7].startswith("SRM check: cannot judge yet: an arm has fewer than 20 units")
+    assert [line.split()[1] for line in lines[4:8]] == ["completion", "latency"] + ["latency"] * 2
+    assert all("too few units (" in line for line in lines[4:8])
+    assert lines[8].startswith("SRM check: cannot judge yet: an arm has fewer than 20 units")
     data = json.loads(cli("--db", db, "compare", "--run", runs[1], "--json").output)
     assert data["control"] == "control" and data["srm"]["mismatch"] is False
     assert data["srm"]["judged"] is False and data["method"].startswith("fixed horizon, final")
-    assert data["answer"] == [lines[1]]
+    assert data["answer"] == [lines[2]] and data["family"]["primary"] == "completion rate"
     assert [r["metric"] for r in data["rows"]][:2] == ["completion rate", "latency p50"]
     for row in data["rows"]:
         assert row["verdict"] == "too few units" and row["analysed_by"] == "unit"

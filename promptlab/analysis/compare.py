@@ -30,6 +30,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from promptlab.analysis.cuped import cuped_rate_difference
+from promptlab.analysis.family import MetricFamily, default_family, family_of
 from promptlab.analysis.sequential import FINAL, FINAL_ALPHA, FIXED, Look, infer, interim
 from promptlab.analysis.stats import (
     MIN_TAIL_REQUESTS,
@@ -102,6 +103,8 @@ class Comparison:
     method: str = FIXED_HORIZON
     #: Units per arm the always-valid test is tuned to (None: not a sequential look).
     planned_units: int | None = None
+    #: The metric that decides and the guardrails: Holm's fixed family (family.py).
+    family: MetricFamily = field(default_factory=default_family)
     #: Units and requests per arm (control first), as analysed.
     arms: dict[str, tuple[int, int]] = field(default_factory=dict)
 
@@ -154,9 +157,10 @@ def compare_run(
     if len(names) < 2:
         raise PromptlabError(f"run {run.run_id} has one variant: nothing to compare")
     control = variant_a or control_of(run, names)
-    others = [variant_b] if variant_b is not None else [n for n in names if n != control]
-    if control in others:
+    if variant_b == control:
         raise PromptlabError(f"compare {control!r} with another variant, not itself")
+    # Every variant is tested, whichever is shown: the family does not move with the view.
+    others = [n for n in names if n != control]
     if sequential is None:
         sequential = not RunStatus(run.status).is_final
     mode = run_mode(run)
@@ -180,9 +184,14 @@ def compare_run(
         else:
             rows += compare_arms(control_arm, arm, look=look)
     srm = _srm(reads, run) if mode == "split" else None
-    return Comparison(run.run_id, mode, control, paired, holm_verdicts(rows), srm, metrics,
+    family = family_of(run.spec)
+    decided = holm_verdicts(rows, family=family.metrics, variants=len(others))
+    if variant_b is not None:
+        decided = [r for r in decided if r.variant == variant_b]
+        arms = {name: arms[name] for name in (control, variant_b)}
+    return Comparison(run.run_id, mode, control, paired, decided, srm, metrics,
                       method=_METHODS[look.kind], arms=arms,
-                      planned_units=look.planned_units)  # fmt: skip
+                      planned_units=look.planned_units, family=family)  # fmt: skip
 
 
 def _planned_units(reads: MetricsReads, run: RunRecord, mode: str) -> int | None:
@@ -401,9 +410,11 @@ def compare_versions(
         arm_a = samples.log_arm(id_a, name_a, since, pre_before)
         arm_b = samples.log_arm(id_b, name_b, since, pre_before)
         rows = compare_arms(arm_a, arm_b, look=look, cuped=cuped)
-        return Comparison("", "logs", name_a, False, holm_verdicts(rows), None, [],
-                          [totals[id_a], totals[id_b]], method=method,
-                          arms=_arms(arm_a, arm_b), planned_units=look.planned_units)  # fmt: skip
+        family = default_family(_scores(arm_a, arm_b))
+        return Comparison("", "logs", name_a, False, holm_verdicts(rows, family=family.metrics),
+                          None, [], [totals[id_a], totals[id_b]], method=method,
+                          arms=_arms(arm_a, arm_b), planned_units=look.planned_units,
+                          family=family)  # fmt: skip
     arm_a = samples.version_arm(id_a, name_a, since)
     arm_b = samples.version_arm(id_b, name_b, since)
     for arm in (arm_a, arm_b):
@@ -411,9 +422,10 @@ def compare_versions(
             raise PromptlabError(f"no results of {arm.name}" + _since_text(since))
     rows = compare_arms(arm_a, arm_b, look=look)
     metrics = [m for m in reads.version_metrics(None, since) if m.prompt_version_id in (id_a, id_b)]
-    return Comparison("", "versions", name_a, False, holm_verdicts(rows), None, metrics,
-                      method=method, arms=_arms(arm_a, arm_b),
-                      planned_units=look.planned_units)  # fmt: skip
+    family = default_family(_scores(arm_a, arm_b))
+    return Comparison("", "versions", name_a, False, holm_verdicts(rows, family=family.metrics),
+                      None, metrics, method=method, arms=_arms(arm_a, arm_b),
+                      planned_units=look.planned_units, family=family)  # fmt: skip
 
 
 def _arms(a: ArmSample, b: ArmSample) -> dict[str, tuple[int, int]]:

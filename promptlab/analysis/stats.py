@@ -133,13 +133,14 @@ def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> Interva
 # ---- many comparisons ----------------------------------------------------------------
 
 
-def holm(p_values: Sequence[float]) -> list[float]:
-    """Holm-Bonferroni adjusted p-values, in the order given."""
-    m = len(p_values)
-    order = sorted(range(m), key=lambda i: p_values[i])
-    adjusted = [0.0] * m
+def holm(p_values: Sequence[float], family: int | None = None) -> list[float]:
+    """Holm-Bonferroni adjusted p-values, in the order given; `family`: the size of the
+    declared family when some of its tests could not run (they count as p = 1)."""
+    m = max(len(p_values), family or 0)
+    order = sorted(range(len(p_values)), key=lambda i: p_values[i])
+    adjusted = [0.0] * len(p_values)
     running = 0.0
-    for rank, i in enumerate(order):
+    for rank, i in enumerate(order):  # the untested ones sort last: ranks stay as they are
         running = max(running, min(1.0, (m - rank) * p_values[i]))
         adjusted[i] = running
     return adjusted
@@ -150,29 +151,42 @@ def _fmt(p: float) -> str:
 
 
 def holm_verdicts(
-    comparisons: Sequence[MetricComparison], alpha: float = ALPHA
-) -> list[MetricComparison]:
+    comparisons: Sequence[MetricComparison], alpha: float = ALPHA,
+    family: Sequence[str] | None = None, variants: int = 1,
+) -> list[MetricComparison]:  # fmt: skip
     """The comparisons with Holm-adjusted p-values, verdicts and the reason for each.
 
     The family is every row that ran a test: a row without data or with too few units
-    ran none (its adjusted p stays None). A row is better or worse when its adjusted p
+    ran none (its adjusted p stays None). With a declared `family` of metrics (compared
+    for `variants` variants), the family is fixed at len(family) x variants whatever
+    rows are given or could be tested (promptlab/analysis/family.py); a row of another
+    metric is exploratory: no verdict. A row is better or worse when its adjusted p
     is below alpha; its interval then excludes 0 on that side (interval and p come from
     one method). A row whose own p is below alpha but not its adjusted one is
     "significant before adjustment only".
     """
+    declared = None if family is None else set(family)
     tested = [
-        i for i, c in enumerate(comparisons) if c.verdict != Verdict.TOO_FEW and c.test != NO_DATA
-    ]
-    adjusted = dict(zip(tested, holm([comparisons[i].p_value for i in tested]), strict=True))
-    family = len(tested)
+        i for i, c in enumerate(comparisons)
+        if c.verdict != Verdict.TOO_FEW and c.test != NO_DATA
+        and (declared is None or c.metric in declared)
+    ]  # fmt: skip
+    size = len(tested) if family is None else max(len(tested), len(family) * variants)
+    p_values = [comparisons[i].p_value for i in tested]
+    adjusted = dict(zip(tested, holm(p_values, size), strict=True))
     rows = []
     for index, c in enumerate(comparisons):
+        outside = declared is not None and c.metric not in declared
+        if outside and c.test != NO_DATA and c.verdict != Verdict.TOO_FEW:
+            reason = f"exploratory: not a declared metric (p {_fmt(c.p_value)}, no verdict)"
+            rows.append(replace(c, adjusted_p=None, verdict=Verdict.UNDECIDED, reason=reason))
+            continue
         if index not in adjusted:
             reason = c.reason or "no data to compare"
             rows.append(replace(c, adjusted_p=None, reason=reason))
             continue
         p = adjusted[index]
-        over = f"Holm over {family} test{'s' if family != 1 else ''}"
+        over = f"Holm over {size} test{'s' if size != 1 else ''}"
         if p < alpha and c.interval is not None and c.interval.excludes_zero():
             up = c.interval.low > 0
             found = Verdict.WORSE if up == c.lower_is_better else Verdict.BETTER

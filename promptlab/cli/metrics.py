@@ -249,6 +249,7 @@ def compare_command(
         comparison.mode, f"{comparison.mode} mode"
     )
     click.echo(f"{where}: {source} ({kind}), control {comparison.control}, {comparison.method}")
+    click.echo(comparison.family.describe())
     for sentence in answer_sentences(comparison):
         click.echo(sentence)
     for line in comparison_table(comparison.rows):
@@ -476,6 +477,12 @@ def comparison_json(comparison: Comparison) -> dict[str, Any]:
         "control": comparison.control,
         "paired": comparison.paired,
         "method": comparison.method,
+        "planned_units": comparison.planned_units,
+        "family": {
+            "primary": comparison.family.primary,
+            "guardrails": list(comparison.family.guardrails),
+            "declared": comparison.family.declared,
+        },
         "arms": {name: {"units": u, "requests": r} for name, (u, r) in comparison.arms.items()},
         "answer": answer_sentences(comparison),
         "rows": [_plain(asdict(r)) for r in comparison.rows],

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from promptlab.analysis.family import FamilyError, parse_family
 from promptlab.data.shards import ShardSpec, parse_shards
 from promptlab.engine.limiter import Limits
 from promptlab.engine.retry import RetryPolicy
@@ -38,6 +39,7 @@ SPEC_FIELDS = frozenset(
         "name", "dataset", "variants", "repeats", "limits", "retry", "endpoints", "limit_rows",
         "experiment", "mode", "unit_column", "skip_invalid_rows", "reask", "executor",
         "schedule", "after", "expected", "scorers", "crosscheck", "history", "shards",
+        "metrics",
     }
 )  # fmt: skip
 #: How an experiment's variants share a dataset's rows (see promptlab/experiments/config.py).
@@ -266,7 +268,7 @@ def parse_spec(
 
 
 def _schedule_and_scoring(data: Mapping[str, Any]) -> dict[str, Any]:
-    """`schedule`, `after`, `expected` and `scorers`, checked."""
+    """`schedule`, `after`, `expected`, `scorers` and `metrics`, checked."""
     out: dict[str, Any] = {
         "after": _after(data.get("after")),
         "judging": data.get(JUDGING),
@@ -278,10 +280,23 @@ def _schedule_and_scoring(data: Mapping[str, Any]) -> dict[str, Any]:
     if expected is None:
         if "scorers" in data:
             raise SpecError("scorers: need `expected:`, the column holding the expected answer")
+        _metrics(data, [])
         return out
     if not isinstance(expected, str) or not expected.strip():
         raise SpecError(f"expected: the dataset column holding the answer, got {expected!r}")
-    return {**out, "expected": expected, "scorers": parse_scorers(data.get("scorers"))}
+    scorers = parse_scorers(data.get("scorers"))
+    _metrics(data, [s.name for s in scorers])
+    return {**out, "expected": expected, "scorers": scorers}
+
+
+def _metrics(data: Mapping[str, Any], scorer_names: list[str]) -> None:
+    """`metrics:` (the primary and the guardrails compare's Holm family is): checked
+    here, read from the stored spec by compare (promptlab/analysis/family.py)."""
+    if "metrics" in data:
+        try:
+            parse_family(data["metrics"], scorer_names)
+        except FamilyError as exc:
+            raise SpecError(str(exc)) from exc
 
 
 def _history(value: Any) -> str | None:

@@ -95,7 +95,8 @@ def srm_verdict(srm: SrmCheck) -> str:
 
 def answer_sentences(comparison: Comparison) -> list[str]:
     """One sentence per variant: which metrics are better, worse or undecided, on how many
-    units, and how many more units would decide the main metric (completion rate)."""
+    units, and how many more units would decide the primary metric (completion rate
+    unless the spec declares another)."""
     sentences = []
     for variant in dict.fromkeys(r.variant for r in comparison.rows):
         rows = [r for r in comparison.rows if r.variant == variant]
@@ -112,7 +113,8 @@ def answer_sentences(comparison: Comparison) -> list[str]:
             parts.append(f"undecided on {', '.join(open_)}")
         if Verdict.TOO_FEW in by_verdict:
             parts.append(f"too few units to judge {', '.join(by_verdict[Verdict.TOO_FEW])}")
-        main = rows[0]
+        # The primary metric decides: its row says how many more units would settle it.
+        main = next((r for r in rows if r.metric == comparison.family.primary), rows[0])
         units = comparison.arms.get(variant, (main.n_variant, main.requests_variant))
         control = comparison.arms.get(comparison.control, (main.n_control, main.requests_control))
         unit_word = {
