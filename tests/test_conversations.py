@@ -104,6 +104,21 @@ def test_a_broken_log_is_refused_in_one_line_and_nothing_is_kept(
         assert wb.datasets.list() == []
 
 
+def test_turn_numbers_beyond_two_to_the_53_keep_their_order(tmp_path: Path, db_path: Path) -> None:
+    """2^53 + 1 and 2^53 are one double: they were refused as the same turn. Integer turn
+    numbers up to 28 digits are ordered exactly."""
+    big = 2**53
+    body = (f"s1,{big + 2},assistant,third\ns1,{big},user,first\ns1,{big + 1},assistant,"
+            f"second\ns1,{big + 3},user,fourth\n")  # fmt: skip
+    path = write(tmp_path, "session_id,turn,role,content\n" + body, "rows.csv")
+    with Workbench.open() as wb:
+        wb.datasets.import_file(path, "big", conversation=DEFAULT_CONVERSATION)
+        turns = wb.datasets.session("big", "s1")
+        assert [t.content for t in turns] == ["first", "second", "third", "fourth"]
+        (summary,) = wb.datasets.sessions("big")
+        assert (summary.first, summary.last) == (str(big), str(big + 3))
+
+
 def test_a_missing_column_or_a_plain_dataset_is_named(tmp_path: Path, db_path: Path) -> None:
     with Workbench.open() as wb:
         other = Conversation(session="sid", order="turn", role="role", content="content")

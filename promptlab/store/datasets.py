@@ -30,9 +30,15 @@ _INFO_COLUMNS = (
 )
 #: A row's value of the column named by the next parameter, as text.
 _CELL = "json_extract_string(row_values, '$.' || json_quote(?)::VARCHAR)"
-#: A message's place in its session: its order cell as a number or a timestamp's epoch
-#: (two parameters: the order column, twice).
-_ORDER_KEY = f"coalesce(try_cast({_CELL} AS DOUBLE), epoch(try_cast({_CELL} AS TIMESTAMPTZ)))"
+#: A message's place in its session: its order value (`ord`, a column) as a number or a
+#: timestamp's epoch, then exactly: turn numbers past 2^53 are one double but not one
+#: decimal (28 integer digits).
+_KEY_OF_ORD = (
+    "{'n': coalesce(try_cast(ord AS DOUBLE), epoch(try_cast(ord AS TIMESTAMPTZ))), "
+    "'x': try_cast(ord AS DECIMAL(38, 10))}"
+)
+#: The same of a row's order cell (three parameters: the order column, three times).
+_ORDER_KEY = _KEY_OF_ORD.replace("ord AS", f"{_CELL} AS")
 
 
 #: The rows of one dataset, as `keys_in_order` and `first_duplicate_key` read them.
@@ -102,7 +108,7 @@ class DatasetTables:
                 f"lower(trim({_CELL})) AS role, {_ORDER_KEY} AS key "
                 "FROM dataset_rows WHERE dataset = ?) GROUP BY session ORDER BY first_row "
                 "LIMIT ?",
-                [conv.session, conv.order, conv.role, conv.order, conv.order, name, limit],
+                [conv.session, conv.order, conv.role, *[conv.order] * 3, name, limit],
             ).fetchall()
         return [SessionSummary(str(r[0]), int(r[1]), int(r[2]), str(r[3]), str(r[4]))
                 for r in rows]  # fmt: skip
@@ -115,7 +121,7 @@ class DatasetTables:
                 f"{_CELL} AS session, {_CELL} AS ord, lower(trim({_CELL})) AS role, "
                 f"{_CELL} AS content, {_ORDER_KEY} AS key FROM dataset_rows "
                 "WHERE dataset = ?) WHERE session = ? ORDER BY key LIMIT ?",
-                [conv.session, conv.order, conv.role, conv.content, conv.order, conv.order,
+                [conv.session, conv.order, conv.role, conv.content, *[conv.order] * 3,
                  name, session, limit],
             ).fetchall()  # fmt: skip
         return [Turn(str(r[0]), str(r[1]), "" if r[2] is None else str(r[2]), int(r[3]))
@@ -144,7 +150,7 @@ class DatasetTables:
                 f"{_CELL} AS ordered, {_ORDER_KEY} AS key, "
                 f"min(row_number) OVER (PARTITION BY {_CELL}) AS first "
                 "FROM dataset_rows WHERE dataset = ?) ORDER BY first, key",
-                [conv.session, conv.role, conv.content, conv.order, conv.order, conv.order,
+                [conv.session, conv.role, conv.content, *[conv.order] * 4,
                  conv.session, name],
             )  # fmt: skip
             while batch := cur.fetchmany(chunk):
@@ -268,8 +274,7 @@ class DatasetWrites:
                       "(SELECT * FROM conv ORDER BY row_number LIMIT 1) f "
                       "WHERE c.kind <> f.kind ORDER BY 1 LIMIT 1"),
             ("twice", "SELECT max(row_number), arg_max(ord, row_number), min(row_number) "
-                      "FROM conv GROUP BY session, coalesce(try_cast(ord AS DOUBLE), "
-                      "epoch(try_cast(ord AS TIMESTAMPTZ))) HAVING count(*) > 1 "
+                      f"FROM conv GROUP BY session, {_KEY_OF_ORD} HAVING count(*) > 1 "
                       "ORDER BY 3 LIMIT 1"),
         )  # fmt: skip
         try:
