@@ -3,7 +3,9 @@
 The Store holds the clock it was opened with (`Store(path, clock=...)`,
 `Workbench.open(settings, clock=...)`); the registry, the audit log, datasets, feedback,
 experiments, the engine and its writer all ask that clock, so a test can run the whole
-product against a clock it moves by hand (`promptlab.engine.testing.ManualClock`).
+product against a clock it moves by hand (`promptlab.engine.testing.ManualClock`). The
+scheduler fires by it, and fakellm's rate limits refill by the one it is served with
+(`serve_in_thread(config, clock)`).
 """
 
 from __future__ import annotations

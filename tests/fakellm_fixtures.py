@@ -14,6 +14,7 @@ import anthropic
 import openai
 import pytest
 
+from promptlab.clock import SYSTEM_CLOCK, Clock
 from promptlab.fakellm.server import FakeLLMConfig, RunningServer, serve_in_thread
 from promptlab.providers.config import EndpointConfig
 
@@ -32,11 +33,13 @@ def fakellm() -> Iterator[RunningServer]:
 
 @pytest.fixture
 def fakellm_factory() -> Iterator[ServerFactory]:
-    """Start fakellm servers with the given FakeLLMConfig fields; stopped after the test."""
+    """Start fakellm servers with the given FakeLLMConfig fields (and the clock their
+    rate limits refill by: a ManualClock holds them still); stopped after the test."""
     with contextlib.ExitStack() as stack:
 
-        def start(**fields: Any) -> RunningServer:
-            return stack.enter_context(serve_in_thread(FakeLLMConfig(port=0, **fields)))
+        def start(clock: Clock = SYSTEM_CLOCK, **fields: Any) -> RunningServer:
+            config = FakeLLMConfig(port=0, **fields)
+            return stack.enter_context(serve_in_thread(config, clock))
 
         yield start
 

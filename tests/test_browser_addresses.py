@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tests.test_browser import (  # noqa: F401 (fixtures, marks)
+    PAGE_STEP_MS,
     app_url,
     is_loopback_url,
     outside_requests,
@@ -37,10 +38,10 @@ def test_every_page_opens_at_its_own_address(
     from playwright.sync_api import expect
 
     page.goto(app_url)  # the server's first session: st.navigation is known from now on
-    expect(page.get_by_role("heading", name="Prompts")).to_be_visible(timeout=30_000)
+    expect(page.get_by_role("heading", name="Prompts")).to_be_visible(timeout=PAGE_STEP_MS)
     for path, heading in ADDRESSES.items():
         page.goto(f"{app_url}/{path}")  # a new session, straight to the page
-        expect(page.get_by_role("heading", name=heading)).to_be_visible(timeout=30_000)
+        expect(page.get_by_role("heading", name=heading)).to_be_visible(timeout=PAGE_STEP_MS)
         assert page.url.split("?")[0].endswith(f"/{path}")
         expect(page.get_by_text("Page not found")).to_have_count(0)
         # The page's favicon and every resource it loaded came from the app itself.

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.test_browser import free_port, started_app
+from tests.test_browser import PAGE_STEP_MS, free_port, started_app
 from tests.test_browser import page as page  # the fixture
 from tests.test_browser import pytestmark as pytestmark
 
@@ -76,36 +76,38 @@ def test_a_team_signs_in_and_what_they_change_is_theirs(
         # A deep link shows the sign-in screen, and nothing of the page it asked for.
         page.goto(f"{url}/prompts")
         sign_in = page.get_by_role("button", name="Sign in")
-        expect(sign_in).to_be_visible(timeout=30_000)
+        expect(sign_in).to_be_visible(timeout=PAGE_STEP_MS)
         expect(page.get_by_role("heading", name="Prompts")).to_have_count(0)
         expect(page.get_by_text("Summarize an article")).to_have_count(0)
         page.screenshot(path=str(tmp_path / "signin-01-screen.png"), full_page=True)
 
         sign_in.click()
-        page.wait_for_url(f"{oidc_provider}/oauth2/authorize**", timeout=30_000)
+        page.wait_for_url(f"{oidc_provider}/oauth2/authorize**", timeout=PAGE_STEP_MS)
         page.fill("input[name=sub]", SIGNED_IN)
         page.get_by_role("button", name="Authorize").click()
 
         # (A word joiner after the @ keeps Markdown from reading it as a shorthand.)
         signed_in = re.compile(r"Signed in as ada@\u2060?example\.com")
-        expect(page.get_by_text(signed_in)).to_be_visible(timeout=30_000)
-        expect(page.get_by_role("heading", name="Prompts")).to_be_visible(timeout=30_000)
+        expect(page.get_by_text(signed_in)).to_be_visible(timeout=PAGE_STEP_MS)
+        expect(page.get_by_role("heading", name="Prompts")).to_be_visible(timeout=PAGE_STEP_MS)
         page.get_by_role("tab", name="Edit").click()
         message = page.get_by_label("Message 2 (user)")
-        expect(message).to_have_value(re.compile(r"\{\{ article \}\}"), timeout=30_000)
+        expect(message).to_have_value(re.compile(r"\{\{ article \}\}"), timeout=PAGE_STEP_MS)
         message.fill(message.input_value() + "\nAnswer in English.")
         page.get_by_label("Commit message").fill("Signed-in change")
         page.get_by_role("button", name="Save new version").click()
-        expect(page.get_by_text("Saved article-summarizer@2.1.0")).to_be_visible(timeout=30_000)
+        expect(page.get_by_text("Saved article-summarizer@2.1.0")).to_be_visible(
+            timeout=PAGE_STEP_MS
+        )
         page.get_by_role("tab", name="History").click()
         new_row = page.locator("tr[role='row']", has_text="Signed-in change")
-        expect(new_row).to_contain_text(SIGNED_IN, timeout=30_000)
+        expect(new_row).to_contain_text(SIGNED_IN, timeout=PAGE_STEP_MS)
         page.screenshot(path=str(tmp_path / "signin-02-history.png"), full_page=True)
 
         # Signing out ends the provider's session too (it asks), then comes back.
         page.get_by_role("button", name="Sign out").click()
-        page.get_by_role("button", name="End session").click(timeout=30_000)
-        expect(page.get_by_role("button", name="Sign in")).to_be_visible(timeout=30_000)
+        page.get_by_role("button", name="End session").click(timeout=PAGE_STEP_MS)
+        expect(page.get_by_role("button", name="Sign in")).to_be_visible(timeout=PAGE_STEP_MS)
 
     # The app is gone: the database shows who made the change (not PROMPTLAB_AUTHOR).
     with Workbench.open(Settings(db_path=tmp_path / "app.duckdb")) as wb:
@@ -125,6 +127,8 @@ def test_secrets_that_do_not_parse_open_nothing(tmp_path: Path, page: Page) -> N
     secrets.write_text('[auth]\nredirect_uri = "http://127.0.0.1:1/oauth2callback\n')  # no quote
     with started_app(tmp_path, args=["--secrets.files", str(secrets)]) as url:
         page.goto(f"{url}/prompts")
-        expect(page.get_by_text("The app's secrets cannot be read")).to_be_visible(timeout=30_000)
+        expect(page.get_by_text("The app's secrets cannot be read")).to_be_visible(
+            timeout=PAGE_STEP_MS
+        )
         expect(page.get_by_role("heading", name="Prompts")).to_have_count(0)
         expect(page.get_by_text("Summarize an article")).to_have_count(0)

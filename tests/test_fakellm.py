@@ -11,6 +11,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ import pytest
 from click.testing import CliRunner
 
 from promptlab.cli import main
+from promptlab.engine.testing import ManualClock
 from promptlab.fakellm.server import FakeLLMConfig, TokenBucket
 from promptlab.fakellm.wire import chunks_of, openai_duration
 from tests.fakellm_fixtures import (
@@ -34,6 +36,8 @@ from tests.fakellm_fixtures import (
 __all__ = ["fakellm", "fakellm_factory"]  # fixtures, imported for pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+#: Where the rate-limit tests' ManualClock starts (the buckets' clock; it stands still).
+START = datetime(2026, 12, 2, 2, 0, tzinfo=UTC)
 USER = [{"role": "user", "content": "Describe a lighthouse keeper's morning routine."}]
 SCHEMA = {
     "type": "object",
@@ -152,8 +156,10 @@ def test_malformed_rate_one_breaks_every_json_answer(fakellm_factory: ServerFact
 
 @pytest.mark.parametrize("fmt", ["openai", "anthropic"])
 def test_rate_limit_answers_429_with_retry_hints(fakellm_factory: ServerFactory, fmt: str) -> None:
-    # 60 rpm with a 2 s burst: the bucket holds exactly 2 requests.
-    server = fakellm_factory(rpm=60, burst_s=2.0)
+    # 60 rpm with a 2 s burst: the bucket holds exactly 2 requests. The buckets' clock
+    # stands still: a machine slow enough to take a second between requests would
+    # otherwise refill one and admit the third.
+    server = fakellm_factory(rpm=60, burst_s=2.0, clock=ManualClock(START))
     send = _openai_raw if fmt == "openai" else _anthropic_raw
     error_class = openai.RateLimitError if fmt == "openai" else anthropic.RateLimitError
 
@@ -169,15 +175,17 @@ def test_rate_limit_answers_429_with_retry_hints(fakellm_factory: ServerFactory,
     exc = asyncio.run(run())
     assert isinstance(exc, error_class)
     headers = exc.response.headers
-    assert float(headers["retry-after-ms"]) > 0
-    assert int(headers["retry-after"]) >= 1
+    # An empty bucket refilling one request a second: the next fits in exactly 1 s.
+    assert (headers["retry-after-ms"], headers["retry-after"]) == ("1000", "1")
     assert headers["x-should-retry"] == "true"
     if fmt == "openai":
         assert headers["x-ratelimit-limit-requests"] == "60"
         assert headers["x-ratelimit-remaining-requests"] == "0"
+        assert headers["x-ratelimit-reset-requests"] == "2s"  # to a full bucket
         assert exc.code == "rate_limit_exceeded"
     else:
         assert headers["anthropic-ratelimit-requests-limit"] == "60"
+        assert headers["anthropic-ratelimit-requests-reset"] == "2026-12-02T02:00:02Z"
         assert exc.type == "rate_limit_error"
     stats = server.stats()
     assert (stats["attempts"], stats["successes"], stats["rate_limited"]) == (3, 2, 1)
@@ -186,8 +194,9 @@ def test_rate_limit_answers_429_with_retry_hints(fakellm_factory: ServerFactory,
 def test_tpm_counts_prompt_plus_max_tokens_and_rejections_cost_nothing(
     fakellm_factory: ServerFactory,
 ) -> None:
-    # 600 tpm, 10 s burst = 100 tokens: one request with max_tokens=64 fits, a second not.
-    server = fakellm_factory(tpm=600)
+    # 600 tpm, 10 s burst = 100 tokens: one request with max_tokens=64 fits, a second not
+    # (nor later: the buckets' clock stands still).
+    server = fakellm_factory(tpm=600, clock=ManualClock(START))
 
     async def run() -> list[str]:
         outcomes = []
@@ -234,10 +243,12 @@ def test_a_shared_load_takes_its_share_of_every_refill() -> None:
 
 
 def test_a_429_says_exactly_when_the_next_request_fits(fakellm_factory: ServerFactory) -> None:
-    server = fakellm_factory(rpm=60, burst_s=1.0)  # holds 1 request, refills every second
+    clock = ManualClock(START)
+    server = fakellm_factory(rpm=60, burst_s=1.0, clock=clock)  # holds 1, refills 1 a second
 
     async def run() -> Any:
         await _openai_raw(server)
+        clock.advance(0.25)  # a quarter of the refill comes before the second request
         try:
             await _openai_raw(server)
         except openai.RateLimitError as exc:
@@ -246,8 +257,9 @@ def test_a_429_says_exactly_when_the_next_request_fits(fakellm_factory: ServerFa
 
     headers = asyncio.run(run())
     assert headers["x-ratelimit-remaining-requests"] == "0"
-    assert 1 <= int(headers["retry-after-ms"]) <= 1000  # to the millisecond, not "1"
-    assert headers["x-ratelimit-reset-requests"].endswith("s")
+    assert headers["retry-after-ms"] == "750"  # to the millisecond, not "1"
+    assert headers["retry-after"] == "1"
+    assert headers["x-ratelimit-reset-requests"] == "750ms"
 
 
 def test_success_responses_carry_rate_limit_headers(fakellm_factory: ServerFactory) -> None:
@@ -259,6 +271,34 @@ def test_success_responses_carry_rate_limit_headers(fakellm_factory: ServerFacto
     headers = asyncio.run(_openai_raw(server)).headers
     assert headers["x-ratelimit-limit-tokens"] == "100000"
     assert headers["x-ratelimit-reset-requests"].endswith("s")
+
+
+def test_the_gate_answers_the_first_n_and_holds_the_rest_in_flight(
+    fakellm_factory: ServerFactory,
+) -> None:
+    server = fakellm_factory()
+    server.gate(2)
+
+    async def run() -> list[int]:
+        sends = [asyncio.create_task(_openai_raw(server)) for _ in range(4)]
+        # Two answered, the two that came later wait in flight (stats is read from this
+        # thread: the server's loop is its own).
+        while (server.stats()["successes"], server.stats()["held"]) != (2, 2):
+            await asyncio.sleep(0.01)
+        assert server.stats()["in_flight"] == 2
+        await asyncio.to_thread(server.gate, None)  # opened: the held ones are answered
+        answers = await asyncio.gather(*sends)
+        return [a.http_response.status_code for a in answers]
+
+    assert asyncio.run(run()) == [200] * 4
+    stats = server.stats()
+    assert (stats["successes"], stats["in_flight"], stats["held"]) == (4, 0, 0)
+    refused = urllib.request.Request(
+        f"{server.base_url}/_gate", method="POST", data=b'{"answer_below": -1}'
+    )
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(refused)  # noqa: S310 - loopback
+    assert caught.value.code == 400
 
 
 def test_stats_count_requests_completed_twice(fakellm: Any) -> None:

@@ -25,7 +25,13 @@ from promptlab.engine import parse_spec_text
 from promptlab.errors import ExportError
 from promptlab.ui.resources import get_workbench
 from tests.apptest_helpers import shown
-from tests.test_browser import CHROMIUM, app_url, page, run_with_items  # noqa: F401
+from tests.test_browser import (  # noqa: F401 (fixtures)
+    CHROMIUM,
+    PAGE_STEP_MS,
+    app_url,
+    page,
+    run_with_items,
+)
 from tests.test_page_runs import PAGE, TIMEOUT_S, spec_text, write_rows
 
 COMPARE_PAGE = str(Path(PAGE).with_name("compare.py"))
@@ -134,34 +140,57 @@ def test_download_results_as_parquet_twice_in_a_browser(
     tmp_path: Path,
 ) -> None:
     from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
-    from playwright.sync_api import expect
+    from playwright.sync_api import WebSocket, expect
+
+    # Every message the server pushes to the page: the live panel's redraws among them.
+    pushed: list[int] = []
+
+    def on_socket(socket: WebSocket) -> None:
+        socket.on("framereceived", lambda _frame: pushed.append(1))
+
+    page.on("websocket", on_socket)
 
     run, _ = run_with_items
     page.goto(f"{app_url}/runs?run={run}")
     make = page.get_by_role("button", name="Download results")
-    expect(make).to_be_visible(timeout=30_000)
+    expect(make).to_be_visible(timeout=PAGE_STEP_MS)
     row = page.locator("[data-testid='stHorizontalBlock']").filter(has=make).last
-    for _ in range(5):  # the live panel redraws every second and may close the list
+    combobox = row.get_by_role("combobox")
+    deadline = time.monotonic() + PAGE_STEP_MS / 1000
+    # The live panel redraws every second and may close the list: open it until the
+    # choice is taken, however many redraws that takes.
+    while combobox.input_value() != "Parquet":
+        assert time.monotonic() < deadline, "Parquet could not be picked"
         row.locator("[data-testid='stSelectbox']").click()
         try:
             page.get_by_role("option", name="Parquet").click(timeout=5_000)
-            break
         except PlaywrightTimeoutError:
             page.keyboard.press("Escape")
-    expect(row.get_by_role("combobox")).to_have_value("Parquet", timeout=30_000)
+    expect(combobox).to_have_value("Parquet", timeout=PAGE_STEP_MS)
     make.click()
     save = page.get_by_role("button", name=re.compile(r"^Save file \(\d"))
-    expect(save).to_be_visible(timeout=30_000)
+    expect(save).to_be_visible(timeout=PAGE_STEP_MS)
     for attempt in range(SAVES):
         if attempt:
-            time.sleep(1.5)  # across a redraw of the live panel (every second)
-        with page.expect_download(timeout=15_000) as download:
+            _after_a_redraw(page, pushed)
+        with page.expect_download(timeout=PAGE_STEP_MS) as download:
             save.click()
         saved = tmp_path / f"{attempt}.parquet"
         download.value.save_as(saved)
         assert download.value.suggested_filename == f"results-run-{run}.parquet"
         assert saved.read_bytes()[:4] == b"PAR1"
     page.screenshot(path=str(tmp_path / "downloads.png"), full_page=True)
+
+
+def _after_a_redraw(tab: Page, pushed: list[int]) -> None:
+    """Return once the server has pushed the page a redraw since now (the live panel's,
+    every second): the next save is across it. Saving itself pushes nothing."""
+    seen = len(pushed)
+    deadline = time.monotonic() + PAGE_STEP_MS / 1000
+    # A redraw is several messages (its elements, then "script finished").
+    while len(pushed) < seen + 2:
+        assert time.monotonic() < deadline, "the live panel did not redraw"
+        tab.wait_for_timeout(50)  # lets Playwright deliver the page's events
 
 
 def test_the_comparison_file_stays_offered_until_the_comparison_changes(

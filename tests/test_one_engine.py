@@ -9,6 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import yaml
+from pytest import MonkeyPatch
 
 from promptlab.engine import Engine
 from promptlab.workbench import Workbench
@@ -84,12 +85,31 @@ def _until(condition: Callable[[], bool], what: str, timeout_s: float = 30.0) ->
         time.sleep(0.02)
 
 
+#: Answers the server gives before the cancels, and between the cancels and the close.
+FIRST_ANSWERS = 20
+MORE_ANSWERS = 12
+#: Bound for each step: generous for a loaded machine (each waits on a condition).
+STEP_S = 120.0
+
+
 def test_runs_started_from_many_threads_share_one_budget_and_lose_nothing_at_close(
-    db_path: Path, tmp_path: Path, fakellm_factory: ServerFactory
+    db_path: Path, tmp_path: Path, fakellm_factory: ServerFactory, monkeypatch: MonkeyPatch
 ) -> None:
+    # The server is stepped, not raced: it answers the requests numbered below its gate
+    # and holds the rest in flight, so each step below ends with exactly so many answers
+    # given and ENDPOINT_CONCURRENCY requests held, however slow the machine.
     server = fakellm_factory(latency_ms=30)
+    server.gate(FIRST_ANSWERS)
     dataset = tmp_path / "rows.csv"
     dataset.write_text("text\n" + "".join(f"row {i}\n" for i in range(ROWS)))
+
+    def answered_and_held(answers: int) -> Callable[[], bool]:
+        def check() -> bool:
+            stats = server.stats()
+            return stats["successes"] == answers and stats["held"] == ENDPOINT_CONCURRENCY
+
+        return check
+
     with Workbench.open() as wb:
         start = threading.Barrier(THREADS)
 
@@ -106,17 +126,35 @@ def test_runs_started_from_many_threads_share_one_budget_and_lose_nothing_at_clo
         assert len({id(engine) for _run, engine in started}) == 1
 
         # Half the runs are cancelled from as many threads while requests are in flight.
-        _until(lambda: server.stats()["successes"] >= 20, "first answers")
+        _until(answered_and_held(FIRST_ANSWERS), "first answers", STEP_S)
         doomed, survivors = run_ids[: THREADS // 2], run_ids[THREADS // 2 :]
         with ThreadPoolExecutor(len(doomed)) as pool:
             list(pool.map(wb.runs.cancel, doomed))
-        at_cancel = {run_id: wb.runs.wait(run_id, 30) for run_id in doomed}
+        # The held requests are answered (a cancelled run's in-flight requests finish),
+        # and a few more of the survivors'; their next ones are held again.
+        more = FIRST_ANSWERS + ENDPOINT_CONCURRENCY + MORE_ANSWERS
+        server.gate(more)
+        at_cancel = {run_id: wb.runs.wait(run_id, STEP_S) for run_id in doomed}
         assert {p.status for p in at_cancel.values()} == {"cancelled"}
+        _until(answered_and_held(more), "more answers", STEP_S)
 
-        # The others are cut short by closing the workbench with requests in flight.
-        _until(lambda: server.stats()["successes"] >= 100, "more answers")
+        # The others are cut short by closing the workbench with requests in flight,
+        # answered only once the close has stopped every run: answers arriving while it
+        # closes must be stored too. (A survivor cannot have completed: fewer answers
+        # than its ROWS went out.)
+        engine = wb.engine
+        cancel, cancelled = engine.cancel, []
+
+        def cancel_then_answer(run_id: str) -> None:
+            cancel(run_id)
+            cancelled.append(run_id)
+            if set(survivors) <= set(cancelled):
+                server.gate(None)
+
+        monkeypatch.setattr(engine, "cancel", cancel_then_answer)
     stats = server.stats()
     assert stats["max_in_flight"] <= ENDPOINT_CONCURRENCY  # one budget, not one per run
+    assert stats["successes"] == more + ENDPOINT_CONCURRENCY  # the held ones, answered
 
     with Workbench.open() as wb:
         after = {run_id: wb.runs.progress(run_id) for run_id in run_ids}
@@ -130,6 +168,6 @@ def test_runs_started_from_many_threads_share_one_budget_and_lose_nothing_at_clo
             assert p.in_flight == 0
         # A survivor resumed later sends only what it never got an answer for.
         resumed = wb.runs.resume(survivors[0])
-        final = wb.runs.wait(resumed, 60)
+        final = wb.runs.wait(resumed, STEP_S)
     assert final.status == "completed" and final.succeeded == ROWS
     assert server.stats()["completed_twice"] == 0

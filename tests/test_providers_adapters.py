@@ -15,6 +15,7 @@ import pytest
 
 from promptlab.data.batchfile import BODY_EXTRAS
 from promptlab.engine.retry import THROTTLE_KINDS, Action, classify
+from promptlab.engine.testing import ManualClock
 from promptlab.errors import ErrorKind, ProviderError
 from promptlab.providers import (
     CompletionRequest,
@@ -130,7 +131,12 @@ def test_schema_request_gets_json(fakellm: Any, kind: str, transport: str) -> No
 
 FAULT_KINDS = [
     # (fakellm config, kind for the openai adapter, kind for the anthropic adapter)
-    ({"rpm": 1, "burst_s": 1.0, "_send": 2}, ErrorKind.RATE_LIMIT, ErrorKind.RATE_LIMIT),
+    # The buckets' clock stands still: the second request finds the first's spent.
+    (
+        {"rpm": 1, "burst_s": 1.0, "_send": 2, "clock": ManualClock()},
+        ErrorKind.RATE_LIMIT,
+        ErrorKind.RATE_LIMIT,
+    ),
     ({"quota_rate": 1.0}, ErrorKind.QUOTA, ErrorKind.QUOTA),
     # OpenAI's overload answer is a 503: a server error, not a throttle (see below).
     ({"overloaded_rate": 1.0}, ErrorKind.SERVER, ErrorKind.OVERLOADED),
@@ -138,7 +144,7 @@ FAULT_KINDS = [
     ({"reset_rate": 1.0}, ErrorKind.CONNECTION, ErrorKind.CONNECTION),
     ({"api_key": "other"}, ErrorKind.AUTH, ErrorKind.AUTH),
     ({"context_window": 60}, ErrorKind.CONTEXT_LENGTH, ErrorKind.CONTEXT_LENGTH),
-    ({"timeout_rate": 1.0, "timeout_hold_s": 5.0}, ErrorKind.TIMEOUT, ErrorKind.TIMEOUT),
+    ({"timeout_rate": 1.0}, ErrorKind.TIMEOUT, ErrorKind.TIMEOUT),  # held 120 s
     ({"garbled_rate": 1.0}, ErrorKind.SERVER, ErrorKind.SERVER),
 ]
 
@@ -158,9 +164,10 @@ def test_each_fault_maps_to_its_kind(
     server = fakellm_factory(**config)
     # The server's own window (not our preflight) must be what refuses the prompt.
     endpoint = _endpoint(transport, server, kind, context_windows={})
-    # Long enough for any answer on a loaded machine (a quota 429 once timed out at
-    # 0.3 s), short of the timeout fault's 5 s hold.
-    request = _request(max_tokens=40, timeout_s=2.0)
+    # Only the timeout fault is waited out; every other answer gets as long as a loaded
+    # machine takes (a quota 429 once timed out at 0.3 s, and 2 s is not a bound either).
+    timeout_s = 2.0 if config.get("timeout_rate") else 120.0
+    request = _request(max_tokens=40, timeout_s=timeout_s)
     for _ in range(sends - 1):
         _complete(endpoint, request)
     error = _error(endpoint, request)

@@ -4,6 +4,7 @@ cannot submit says why and the schedule goes on; the CLI's `promptlab schedule`.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -16,25 +17,13 @@ from click.testing import CliRunner
 
 from promptlab.cli import main
 from promptlab.config import Settings
+from promptlab.engine.testing import ManualClock
 from promptlab.errors import ScheduleNotFoundError, SpecError
 from promptlab.records import RunStatus
 from promptlab.schedules.cron import check_cron
 from promptlab.schedules.scheduler import Scheduler
 from promptlab.store import RunStore, Store
 from promptlab.workbench import Workbench
-
-
-class ShiftedClock:
-    """The real clock's pace, started at `start`: a nightly time comes in a second."""
-
-    def __init__(self, start: datetime) -> None:
-        self._start, self._t0 = start, time.monotonic()
-
-    def monotonic(self) -> float:
-        return time.monotonic()
-
-    def now(self) -> datetime:
-        return self._start + timedelta(seconds=time.monotonic() - self._t0)
 
 
 def spec_data(tmp_path: Path, name: str, **extra: Any) -> dict[str, Any]:
@@ -86,13 +75,19 @@ def test_a_bad_schedule_or_after_is_refused_naming_the_field(
 def test_the_scheduler_submits_a_nightly_schedule_when_it_falls_due(
     tmp_path: Path, db_path: Path
 ) -> None:
-    clock = ShiftedClock(datetime(2026, 12, 2, 1, 59, 59, 500_000, tzinfo=UTC))
+    # A clock moved by hand: however slow the machine, it is 01:59:59 until the test
+    # says otherwise, so the schedule's time and the firing do not race the wall clock.
+    clock = ManualClock(datetime(2026, 12, 2, 1, 59, 59, tzinfo=UTC))
     with Workbench(Store(db_path, clock), Settings.from_env(), owns_store=True) as wb:
         spec = wb.runs.spec_from_data(spec_data(tmp_path, "nightly", schedule="0 2 * * *"))
         added = wb.schedules.add(spec)
         assert added.next_at == datetime(2026, 12, 2, 2, 0, tzinfo=UTC)
         scheduler = Scheduler(wb.schedules, clock).start()
         try:
+            # It looked, found nothing due, and sleeps until 2:00: nothing submitted yet.
+            _until(lambda: scheduler.sleeping_until == added.next_at)
+            assert wb.schedules.get("nightly").last_run_id is None and wb.runs.list() == []
+            clock.advance(1)  # 2:00; its sleep (one real second) ends and it looks again
             _until(lambda: wb.schedules.get("nightly").last_run_id is not None)
         finally:
             scheduler.stop()
@@ -102,6 +97,47 @@ def test_the_scheduler_submits_a_nightly_schedule_when_it_falls_due(
         run = wb.runs.wait(str(fired.last_run_id), timeout=60)
         assert (run.name, run.status, run.succeeded) == ("nightly", RunStatus.COMPLETED, 2)
         assert [r.run.run_id for r in wb.runs.list()] == [fired.last_run_id]  # fired once
+
+
+class _CountedFirings:
+    """A Firing with nothing ever due that counts the scheduler's looks."""
+
+    def __init__(self) -> None:
+        self.looks = 0
+
+    def fire_due(self, now: datetime | None = None) -> object:
+        self.looks += 1
+        return []
+
+    def next_due(self) -> datetime | None:
+        return None  # nothing due: the scheduler sleeps its longest
+
+    def on_change(self, listener: Any) -> None:
+        pass
+
+
+def test_a_stop_that_comes_while_the_scheduler_wakes_ends_it_at_once() -> None:
+    firings = _CountedFirings()
+    scheduler = Scheduler(firings, ManualClock())
+    stop_now = threading.Event()
+
+    class _StoppedWhileClearing(threading.Event):
+        # stop() lands between the loop's look at `_stopping` and its clear(): the
+        # wake-up it sets is cleared, which the old loop missed and slept MAX_SLEEP_S.
+        def clear(self) -> None:
+            if stop_now.is_set():
+                scheduler._stopping = True
+                self.set()
+            super().clear()
+
+    scheduler._wake = _StoppedWhileClearing()
+    scheduler.start()
+    _until(lambda: firings.looks == 1)
+    stop_now.set()
+    scheduler.wake()
+    assert scheduler._thread is not None
+    scheduler._thread.join(30)
+    assert not scheduler._thread.is_alive() and firings.looks == 1  # no look after the stop
 
 
 def test_schedules_due_together_fire_in_after_order_and_the_later_one_waits(
@@ -132,8 +168,9 @@ def test_pause_resume_and_remove_are_audited_and_a_paused_schedule_does_not_fire
     paused = wb.schedules.pause("hourly")
     assert paused.paused and paused.next_at is None and wb.schedules.next_due() is None
     assert wb.schedules.fire_due(datetime.now(UTC) + timedelta(days=2)) == []
+    before = datetime.now(UTC)  # read before: an hour may turn between resume and a read
     resumed = wb.schedules.resume("hourly")
-    assert resumed.next_at is not None and resumed.next_at > datetime.now(UTC)
+    assert resumed.next_at is not None and resumed.next_at > before
     assert wb.schedules.next_due() == resumed.next_at
     wb.schedules.remove("hourly")
     assert wb.schedules.list() == [] and len(woken) == 4

@@ -42,7 +42,9 @@ class Served:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,  # unread, a pipe could fill and block the server
         )
-        deadline = time.monotonic() + 30
+        # Generous: the interpreter's imports alone take 4 to 5 s at load 5, several
+        # times that on a busier machine.
+        deadline = time.monotonic() + 120
         info = None
         while info is None:
             assert self.proc.poll() is None, "the server exited"

@@ -18,6 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
+from promptlab.clock import SYSTEM_CLOCK, Clock
 from promptlab.fakellm import wire
 from promptlab.fakellm.config import FakeLLMConfig
 from promptlab.fakellm.limits import Limiter
@@ -64,6 +65,40 @@ class Stats:
         return data
 
 
+class AnswerGate:
+    """Holds requests past a number: those that arrived before it are answered, later
+    ones wait (in flight) until it moves. Open (no number) unless a test sets one with
+    `POST /_gate`: it then knows exactly how many answers went out, however fast the
+    machine, and can keep requests in flight for as long as it needs."""
+
+    def __init__(self) -> None:
+        self.answer_below: int | None = None
+        self.arrived = 0
+        self.held = 0
+        self._moved = asyncio.Condition()
+
+    def _passes(self, number: int) -> bool:
+        return self.answer_below is None or number < self.answer_below
+
+    async def through(self) -> None:
+        """Wait until this request, numbered by arrival, may be answered."""
+        number = self.arrived
+        self.arrived += 1
+        if self._passes(number):
+            return
+        self.held += 1
+        try:
+            async with self._moved:
+                await self._moved.wait_for(lambda: self._passes(number))
+        finally:
+            self.held -= 1
+
+    async def move(self, answer_below: int | None) -> None:
+        self.answer_below = answer_below
+        async with self._moved:
+            self._moved.notify_all()
+
+
 # Not a PromptlabError: an internal signal of the fake server, caught in this module.
 class _Reset(Exception):
     """Raised after the transport was aborted: there is nobody left to answer."""
@@ -72,10 +107,12 @@ class _Reset(Exception):
 class FakeLLM:
     """The server state: config, buckets, the fault stream and the stats."""
 
-    def __init__(self, config: FakeLLMConfig) -> None:
+    def __init__(self, config: FakeLLMConfig, clock: Clock = SYSTEM_CLOCK) -> None:
         self.config = config
+        self.clock = clock
         self.rates = FaultRates(malformed=config.malformed_rate)
         self._ids = itertools.count(1)
+        self.gate = AnswerGate()
         self.reset()
 
     def reset(self) -> None:
@@ -84,8 +121,9 @@ class FakeLLM:
             maxlen=self.config.record_requests
         )
         self.limiter = Limiter(
-            self.config.rpm, self.config.tpm, self.config.burst_s, self.config.shared_load
-        )
+            self.config.rpm, self.config.tpm, self.config.burst_s, self.config.shared_load,
+            self.clock,
+        )  # fmt: skip
         # One draw per attempt from a seeded stream: a retry can succeed where the
         # first attempt failed, and a run with the same seed and order sees the same faults.
         self._faults = random.Random(self.config.seed)
@@ -122,6 +160,7 @@ class FakeLLM:
         stats.in_flight += 1
         stats.max_in_flight = max(stats.max_in_flight, stats.in_flight)
         try:
+            await self.gate.through()
             return await self._serve(request, anthropic)
         finally:
             stats.in_flight -= 1
@@ -302,9 +341,22 @@ class FakeLLM:
 
     async def stats_handler(self, _request: web.Request) -> web.Response:
         data = self.stats.as_json()
+        data["held"] = self.gate.held
         data["config"] = asdict(self.config)
         data["config"].pop("api_key", None)
         return web.json_response(data)
+
+    async def gate_handler(self, request: web.Request) -> web.Response:
+        """POST /_gate {"answer_below": N}: answer the requests numbered (by arrival,
+        from 0 at start) below N and hold the later ones; {"answer_below": null} opens."""
+        body = await request.json()
+        below = body.get("answer_below") if isinstance(body, dict) else -1
+        if below is not None and (type(below) is not int or below < 0):
+            message = "answer_below: expected a whole number >= 0 or null"
+            body = wire.openai_error(message, "invalid_request_error", None)
+            return web.Response(status=400, body=body, content_type="application/json")
+        await self.gate.move(below)
+        return web.json_response({"answer_below": below, "arrived": self.gate.arrived})
 
     async def reset_handler(self, _request: web.Request) -> web.Response:
         self.reset()
@@ -330,9 +382,10 @@ async def _swallow_resets(request: web.Request, handler: Any) -> web.StreamRespo
 SERVER_KEY = web.AppKey("fakellm", FakeLLM)
 
 
-def create_app(config: FakeLLMConfig) -> web.Application:
-    """The aiohttp application serving the simulation with these switches."""
-    server = FakeLLM(config)
+def create_app(config: FakeLLMConfig, clock: Clock = SYSTEM_CLOCK) -> web.Application:
+    """The aiohttp application serving the simulation with these switches; its rate
+    limits refill by `clock` (a test's ManualClock holds them still)."""
+    server = FakeLLM(config, clock)
     app = web.Application(middlewares=[_swallow_resets])
     app[SERVER_KEY] = server
     app.router.add_post("/v1/chat/completions", server.openai_handler)
@@ -340,5 +393,6 @@ def create_app(config: FakeLLMConfig) -> web.Application:
     app.router.add_get("/_stats", server.stats_handler)
     app.router.add_get("/_requests", server.requests_handler)
     app.router.add_post("/_reset", server.reset_handler)
+    app.router.add_post("/_gate", server.gate_handler)
     app.router.add_route("*", "/{tail:.*}", server.not_found)
     return app

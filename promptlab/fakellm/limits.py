@@ -9,12 +9,15 @@ Like the providers' buckets they start full, and the reset headers give the time
 a bucket is full again (not until the next request fits). `shared_load` stands for
 another client on the same key (the providers count limits per organization): it takes
 that share of every refill, so the caller gets less than the `limit` headers say.
+
+The buckets read the clock they are given (promptlab/clock.py): a test holding a
+`ManualClock` sees exactly the limits it set, however long the machine takes between
+its requests.
 """
 
 from __future__ import annotations
 
-import time
-
+from promptlab.clock import SYSTEM_CLOCK, Clock
 from promptlab.fakellm import wire
 
 
@@ -47,15 +50,17 @@ class Limiter:
     """RPM and TPM buckets, checked together so a rejected request takes nothing."""
 
     def __init__(
-        self, rpm: int | None, tpm: int | None, burst_s: float, shared_load: float = 0.0
-    ) -> None:
-        now = time.monotonic()
+        self, rpm: int | None, tpm: int | None, burst_s: float, shared_load: float = 0.0,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:  # fmt: skip
+        self.clock = clock
+        now = clock.monotonic()
         self.requests = TokenBucket(rpm, burst_s, now, shared_load) if rpm else None
         self.tokens = TokenBucket(tpm, burst_s, now, shared_load) if tpm else None
 
     def try_acquire(self, cost: int) -> tuple[bool, float, str]:
         """(admitted, retry-after seconds, which limit) for one request costing `cost` tokens."""
-        now = time.monotonic()
+        now = self.clock.monotonic()
         waits: list[tuple[float, str]] = []
         for bucket, amount, name in ((self.requests, 1, "requests"), (self.tokens, cost, "tokens")):
             if bucket is not None:
@@ -81,10 +86,11 @@ class Limiter:
 
     def anthropic_headers(self) -> dict[str, str]:
         headers: dict[str, str] = {}
+        now = self.clock.now()
         for bucket, name in ((self.requests, "requests"), (self.tokens, "tokens")):
             if bucket is not None:
                 prefix = f"anthropic-ratelimit-{name}"
                 headers[f"{prefix}-limit"] = str(bucket.limit)
                 headers[f"{prefix}-remaining"] = str(max(0, int(bucket.level)))
-                headers[f"{prefix}-reset"] = wire.anthropic_reset(bucket.reset_s())
+                headers[f"{prefix}-reset"] = wire.anthropic_reset(bucket.reset_s(), now)
         return headers

@@ -2,10 +2,11 @@
 
 Loopback only. `POST /v1/chat/completions` (OpenAI, streaming included), `POST
 /v1/messages` (Anthropic), `GET /_stats`, `GET /_requests` (the last request bodies
-received, for tests to assert on), `POST /_reset`. The app is in
-promptlab/fakellm/app.py, its switches in config.py, its rate limits in limits.py;
-this module runs it, in a background thread (`serve_in_thread`) or until interrupted
-(`run`, the `promptlab fakellm` command).
+received, for tests to assert on), `POST /_reset`, `POST /_gate` (answer the first N
+requests, hold the rest in flight: a test steps the server instead of racing it). The
+app is in promptlab/fakellm/app.py, its switches in config.py, its rate limits in
+limits.py; this module runs it, in a background thread (`serve_in_thread`) or until
+interrupted (`run`, the `promptlab fakellm` command).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 
 from aiohttp import web
 
+from promptlab.clock import SYSTEM_CLOCK, Clock
 from promptlab.fakellm.app import create_app
 from promptlab.fakellm.config import FakeLLMConfig
 from promptlab.fakellm.limits import TokenBucket
@@ -57,6 +59,15 @@ class RunningServer:
             data: list[dict[str, Any]] = json.loads(resp.read())
             return data
 
+    def gate(self, answer_below: int | None) -> None:
+        """POST /_gate: answer the requests numbered below `answer_below` in arrival
+        order (from 0 at start) and hold later ones in flight; None answers every one."""
+        data = json.dumps({"answer_below": answer_below}).encode()
+        req = urllib.request.Request(f"{self.base_url}/_gate", method="POST", data=data)
+        req.add_header("Content-Type", "application/json")
+        with urllib.request.urlopen(req):  # noqa: S310 - loopback
+            pass
+
     def reset(self) -> None:
         """POST /_reset: zero the stats, forget the requests, refill the buckets."""
         req = urllib.request.Request(f"{self.base_url}/_reset", method="POST", data=b"")
@@ -65,8 +76,11 @@ class RunningServer:
 
 
 @contextlib.contextmanager
-def serve_in_thread(config: FakeLLMConfig | None = None) -> Iterator[RunningServer]:
-    """Run fakellm on its own loop in a daemon thread; port 0 picks a free port."""
+def serve_in_thread(
+    config: FakeLLMConfig | None = None, clock: Clock = SYSTEM_CLOCK
+) -> Iterator[RunningServer]:
+    """Run fakellm on its own loop in a daemon thread; port 0 picks a free port. Its
+    rate limits refill by `clock`."""
     config = config or FakeLLMConfig(port=0)
     ready = threading.Event()
     loop = asyncio.new_event_loop()
@@ -74,7 +88,7 @@ def serve_in_thread(config: FakeLLMConfig | None = None) -> Iterator[RunningServ
 
     async def start() -> None:
         runner = web.AppRunner(
-            create_app(config), access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S,
+            create_app(config, clock), access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S,
             handler_cancellation=True,
         )  # fmt: skip
         await runner.setup()

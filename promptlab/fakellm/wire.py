@@ -500,9 +500,9 @@ def openai_duration(seconds: float) -> str:
     return f"{int(minutes)}m{rest:.0f}s"
 
 
-def anthropic_reset(seconds: float) -> str:
-    """Anthropic's reset format: an RFC 3339 UTC timestamp."""
-    when = datetime.now(UTC) + timedelta(seconds=max(0.0, seconds))
+def anthropic_reset(seconds: float, now: datetime | None = None) -> str:
+    """Anthropic's reset format: an RFC 3339 UTC timestamp, `seconds` after `now`."""
+    when = (now or datetime.now(UTC)) + timedelta(seconds=max(0.0, seconds))
     return when.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 

@@ -42,6 +42,9 @@ class Scheduler:
         self._wake = threading.Event()
         self._stopping = False
         self._thread: threading.Thread | None = None
+        #: The clock's time the scheduler sleeps until (None before its first look, or
+        #: when nothing is due): what it decided, for a test or a status line to read.
+        self.sleeping_until: datetime | None = None
 
     def start(self) -> Scheduler:
         self._schedules.on_change(self.wake)
@@ -60,9 +63,13 @@ class Scheduler:
             self._thread.join(timeout_s)
 
     def _run(self) -> None:
-        while not self._stopping:
-            # Cleared before looking: a change from now on wakes the next sleep.
+        while True:
+            # Cleared before looking: a change from now on wakes the next sleep. Checked
+            # after clearing: a stop() whose wake-up was just cleared is seen here, not
+            # after one more firing and a sleep of up to MAX_SLEEP_S.
             self._wake.clear()
+            if self._stopping:
+                return
             try:
                 self._schedules.fire_due(self._clock.now())
                 next_at = self._schedules.next_due()
@@ -72,4 +79,7 @@ class Scheduler:
             sleep = MAX_SLEEP_S
             if next_at is not None:
                 sleep = min(MAX_SLEEP_S, max(0.0, (next_at - self._clock.now()).total_seconds()))
+            self.sleeping_until = next_at
+            # A wait on the real clock, then a fresh look at the injected one: a slow
+            # machine fires late, never early, and a clock moved meanwhile is read again.
             self._wake.wait(sleep)
