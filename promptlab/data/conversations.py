@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import Any, overload
 
 from promptlab.errors import DatasetError
 from promptlab.records import Conversation
@@ -23,11 +23,18 @@ from promptlab.store.samples import SESSION_KEY
 
 ROLES = ("system", "user", "assistant")
 #: The key of a replayed turn's row holding the session's messages before it, as
-#: logged: sent before the prompt version's last user message (the turn itself).
+#: logged: sent before the prompt version's last user message (the turn itself). A
+#: plan does not store it (BEFORE_KEY); a row is given it to be rendered (`with_history`),
+#: and rows planned before that hold it.
 CONVERSATION_KEY = "__conversation__"
 #: The key of a replayed turn's row holding its own message as the history holds it
 #: (role, content, order value): context shards are cut with it (data/shards.py).
 TURN_KEY = "__turn__"
+#: The key of a replayed turn's row holding the messages logged between its session's
+#: previous user message and its own (an answer, a greeting): its part of the history.
+BEFORE_KEY = "__before__"
+#: The key of a replayed turn's row holding its place in its session (0 for the first).
+TURN_NO_KEY = "__turn_no__"
 
 
 def check_conversation(
@@ -57,38 +64,126 @@ def check_conversation(
 
 
 def replay_rows(
-    tables: DatasetTables, name: str, conv: Conversation, limit: int | None = None
+    tables: DatasetTables,
+    name: str,
+    conv: Conversation,
+    limit: int | None = None,
+    with_history: bool = False,
 ) -> Iterator[dict[str, Any]]:
-    """A row per user message (the first `limit`), sessions in order: the message's
-    own row, with the session's messages before it as logged (CONVERSATION_KEY). A
-    logged system message is not sent: the prompt version's messages take its place.
+    """A row per user message (the first `limit`), sessions in order: the message's own
+    row with its session (SESSION_KEY), its place in it (TURN_NO_KEY), itself as the
+    history holds it (TURN_KEY) and the messages logged since the session's previous user
+    message (BEFORE_KEY). What a run stores per turn is bounded by that: the history
+    before a turn is its session's earlier rows, put together when the turn is sent
+    (`history_of`). With `with_history` (an estimate's sample) each row also carries
+    that history (CONVERSATION_KEY), as a view of the one list its session's rows share.
+    A logged system message is not sent: the prompt version's messages take its place.
     One session's messages are held at a time."""
-    rows = _replay_rows(tables, name, conv)
+    rows = _replay_rows(tables, name, conv, with_history)
     return rows if limit is None else itertools.islice(rows, limit)
 
 
-def _replay_rows(tables: DatasetTables, name: str, conv: Conversation) -> Iterator[dict[str, Any]]:
+def _replay_rows(
+    tables: DatasetTables, name: str, conv: Conversation, with_history: bool
+) -> Iterator[dict[str, Any]]:
     current: str | None = None
     history: list[dict[str, str]] = []
+    before: list[dict[str, str]] = []
+    turn = 0
     for session, role, content, at, row in tables.messages_by_session(name, conv):
         if session != current:
-            current, history = session, []
+            current, history, before, turn = session, [], [], 0
         if role == "system":
             continue
         # `at` (the order value) is not sent: context shards cut at gaps in time by it.
         message = {"role": role, "content": content, "at": at}
         if role == "user":
-            yield {**json.loads(row), CONVERSATION_KEY: list(history), SESSION_KEY: session,
-                   TURN_KEY: message}  # fmt: skip
-        history.append(message)
+            values = {**json.loads(row), SESSION_KEY: session, TURN_NO_KEY: turn,
+                      TURN_KEY: message, BEFORE_KEY: before}  # fmt: skip
+            if with_history:
+                values[CONVERSATION_KEY] = History(history, len(history))
+            yield values
+            before, turn = [], turn + 1
+        else:
+            before.append(message)
+        if with_history:
+            history.append(message)
+
+
+class History(Sequence[dict[str, str]]):
+    """The first `end` messages of a session's history list, without copying them: the
+    list only grows, so the view stays what it was when it was taken."""
+
+    def __init__(self, messages: list[dict[str, str]], end: int) -> None:
+        self.messages = messages
+        self.end = end
+
+    def __len__(self) -> int:
+        return self.end
+
+    def __iter__(self) -> Iterator[dict[str, str]]:
+        return itertools.islice(self.messages, self.end)
+
+    @overload
+    def __getitem__(self, index: int) -> dict[str, str]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[dict[str, str]]: ...
+
+    def __getitem__(self, index: int | slice) -> dict[str, str] | list[dict[str, str]]:
+        if isinstance(index, slice):
+            return self.messages[: self.end][index] if index.step else self._slice(index)
+        if index < 0:
+            index += self.end
+        if not 0 <= index < self.end:
+            raise IndexError(index)
+        return self.messages[index]
+
+    def _slice(self, index: slice) -> list[dict[str, str]]:
+        start, stop, _ = index.indices(self.end)
+        return self.messages[start:stop]
+
+
+def is_turn_row(values: Mapping[str, Any]) -> bool:
+    """Whether a row is a replayed turn stored as its part of the history (BEFORE_KEY),
+    not with the whole history before it (runs planned before that: CONVERSATION_KEY)."""
+    return BEFORE_KEY in values
+
+
+def history_of(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, str]]:
+    """The history before a turn: its session's earlier turn rows, in order (each its
+    BEFORE_KEY messages, then its TURN_KEY), then the turn's own row's BEFORE_KEY."""
+    history: list[dict[str, str]] = []
+    for values in rows:
+        history.extend(values.get(BEFORE_KEY) or ())
+        turn = values.get(TURN_KEY)
+        if turn is not None:
+            history.append(turn)
+    return history
+
+
+def with_history(values: Mapping[str, Any], earlier: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """A turn's row with the history before it (CONVERSATION_KEY) put together from its
+    session's `earlier` rows: what the views and the audit render it from. Any other row
+    (or one stored with its history) is returned as it is."""
+    if not is_turn_row(values):
+        return dict(values)
+    history = history_of(earlier)
+    history.extend(values.get(BEFORE_KEY) or ())
+    return {**values, CONVERSATION_KEY: history}
 
 
 def turn_of(values: Mapping[str, Any]) -> int:
     """A replayed turn's place in its session (0 for the first user message)."""
+    number = values.get(TURN_NO_KEY)
+    if number is not None:
+        return int(number)
     return sum(1 for m in values.get(CONVERSATION_KEY) or () if m["role"] == "user")
 
 
-def generated_history(logged: list[dict[str, str]], answers: list[str]) -> list[dict[str, str]]:
+def generated_history(
+    logged: Sequence[Mapping[str, str]], answers: list[str]
+) -> list[dict[str, str]]:
     """The conversation before a turn as `history: generated` sends it: the session's
     user messages as logged, each followed by the model's own answer to it (one answer
     per earlier user message, in order); logged answers are not sent, but what the log

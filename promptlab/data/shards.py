@@ -38,6 +38,7 @@ prompt summarizes the shards before a turn's own (engine/shards.py sends it).
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -210,31 +211,89 @@ def shard_history(
 ) -> list[Shard]:
     """A turn's history and the turn itself (`messages`, the turn last) cut into shards
     (see the module's docstring); the turn's own shard is the last."""
-    sums = [0]
-    for message in messages:
-        sums.append(sums[-1] + tokens_of(message))
-    later = later_budget if later_budget is not None else budget
+    cutter = ShardCutter(budget, tokens_of, later_budget)
+    cutter.extend(messages, len(messages))
+    return cutter.shards(len(messages))
 
-    def tokens(first: int, last: int) -> int:
-        return sums[last + 1] - sums[first]
 
-    # Each shard: where its context starts, its first turn, why the one before ended.
-    starts, first_turns, cuts = [0], [0], ["start"]
-    for turn in (i for i, m in enumerate(messages) if m["role"] == "user"):
-        room = budget if len(starts) == 1 else later
-        if tokens(starts[-1], turn) <= room:
-            continue
-        start, cut = _next_start(messages, starts[-1], turn, later, tokens)
-        if start is None:
-            raise ShardTooLarge(len(starts), turn, tokens(turn, turn), later)
-        starts.append(start)
-        first_turns.append(turn)
-        cuts.append(cut)
-    ends = [*first_turns[1:], len(messages)]
-    return [
-        Shard(k, start, end, tokens(start, end - 1), cuts[k])
-        for k, (start, end) in enumerate(zip(starts, ends, strict=True))
-    ]
+class ShardCutter:
+    """`shard_history` kept up as a session's history grows: each message is looked at
+    once, so cutting every turn of a session costs the session's length, not its square.
+
+    A shard's start depends only on the messages up to the turn that opened it, so the
+    shards of any prefix of the history are those opened within it, the last one ending
+    with the prefix (`shards`)."""
+
+    def __init__(
+        self,
+        budget: int,
+        tokens_of: Callable[[Message], int],
+        later_budget: int | None = None,
+    ) -> None:
+        self.budget = budget
+        self.later = later_budget if later_budget is not None else budget
+        self.tokens_of = tokens_of
+        #: Token sums of the messages looked at: sums[i] is that of messages [0, i).
+        self.sums = [0]
+        # Each shard: where its context starts, its first turn, why the one before ended.
+        self.starts, self.first_turns, self.cuts = [0], [0], ["start"]
+        #: The message no shard can hold, once one was met (every longer prefix fails).
+        self.failed: ShardTooLarge | None = None
+        #: Whether a turn of this session's history did not fit whole: a longer history
+        #: does not either (engine/shards.py skips the check from then on).
+        self.overflowed_at: int | None = None
+
+    @property
+    def seen(self) -> int:
+        return len(self.sums) - 1
+
+    def tokens(self, first: int, last: int) -> int:
+        return self.sums[last + 1] - self.sums[first]
+
+    def extend(self, messages: Sequence[Message], upto: int) -> None:
+        """Look at messages [seen, upto) of the history (`messages` is the whole of it,
+        or any longer prefix)."""
+        while self.seen < upto and self.failed is None:
+            index = self.seen
+            message = messages[index]
+            self.sums.append(self.sums[-1] + self.tokens_of(message))
+            if message["role"] != "user":
+                continue
+            room = self.budget if len(self.starts) == 1 else self.later
+            if self.tokens(self.starts[-1], index) <= room:
+                continue
+            start, cut = _next_start(messages, self.starts[-1], index, self.later, self.tokens)
+            if start is None:
+                self.failed = ShardTooLarge(
+                    len(self.starts), index, self.tokens(index, index), self.later
+                )
+                break
+            self.starts.append(start)
+            self.first_turns.append(index)
+            self.cuts.append(cut)
+
+    def shards(self, end: int) -> list[Shard]:
+        """The shards of the history's first `end` messages (all looked at already);
+        raises ShardTooLarge when one of them cannot be held."""
+        count = self.count(end)
+        ends = [*self.first_turns[1:count], end]
+        return [
+            Shard(k, self.starts[k], stop, self.tokens(self.starts[k], stop - 1), self.cuts[k])
+            for k, stop in enumerate(ends)
+        ]
+
+    def count(self, end: int) -> int:
+        """How many shards the history's first `end` messages make (ShardTooLarge when
+        one of them cannot be held)."""
+        if self.failed is not None and self.failed.index < end:
+            raise self.failed
+        return bisect.bisect_left(self.first_turns, end) or 1
+
+    def shard(self, k: int, end: int) -> Shard:
+        """Shard `k` of the history's first `end` messages, made without the others."""
+        stop = self.first_turns[k + 1] if k + 1 < self.count(end) else end
+        start = self.starts[k]
+        return Shard(k, start, stop, self.tokens(start, stop - 1), self.cuts[k])
 
 
 def _next_start(

@@ -157,7 +157,8 @@ class PreparedRun:
             shares=expected_shares(config_from_mapping(spec.experiment)) if split else {},
         )
         strategy = self.strategy(min(used, ESTIMATE_ROWS))
-        return sample_plan(self.rows.read(), [v.name for v in self.variants], strategy, sample)
+        rows = self.rows.read(with_history=True)  # a replay's turns as they are sent
+        return sample_plan(rows, [v.name for v in self.variants], strategy, sample)
 
 
 def prepare_run(

@@ -18,13 +18,15 @@ from promptlab.data.conversations import (
     CONVERSATION_KEY,
     TURN_KEY,
     conversation_of,
+    generated_history,
     with_conversation,
 )
 from promptlab.data.shards import ShardTooLarge, sharded
 from promptlab.engine import trace
+from promptlab.engine.histories import SessionHistories
 from promptlab.engine.lanes import Lane
 from promptlab.engine.recorder import ItemRecorder
-from promptlab.engine.shards import ShardedTurn, Sharding
+from promptlab.engine.shards import Cutters, ShardedTurn, Sharding
 from promptlab.engine.spec import AS_WRITTEN, PARAM_COLUMNS_KEY
 from promptlab.errors import ErrorKind, PromptlabError, ProviderError, TemplateError
 from promptlab.experiments.sampling import SAMPLING_KEY, Sampling, sampling_from_params
@@ -53,6 +55,7 @@ class RequestBuilder:
         recorder: ItemRecorder,
         timeout_s: float,
         sharding: Sharding | None = None,
+        histories: SessionHistories | None = None,
         *,
         repeats: int,
         positions: int,
@@ -70,6 +73,8 @@ class RequestBuilder:
         self.timeout_s = timeout_s
         #: A replay's context shards (engine/shards.py); None for any other run.
         self.sharding = sharding
+        #: A replay's logged histories, put together as its turns are sent.
+        self.histories = histories
         #: A sampling schedule runs over the dataset: an item's position is its row (and
         #: repeat), so every variant sweeps the same values whatever the others do.
         self.repeats = repeats
@@ -108,10 +113,10 @@ class RequestBuilder:
         variant = self.variants[item.variant_index]
         if variant.template.get(AS_WRITTEN):
             return self.prepare_as_written(item, lane, variant)
+        conversation, cutters = await self._conversation(item, answers)
         try:
             template, params, max_tokens, rendered = self._rendered(item)
-            conversation = conversation_of(item.values, answers)
-            turn = self._plan(item, lane, variant, rendered, conversation, max_tokens)
+            turn = self._plan(item, lane, variant, rendered, conversation, max_tokens, cutters)
             shard = None
             if turn is not None:
                 assert self.sharding is not None
@@ -155,6 +160,21 @@ class RequestBuilder:
             self.recorder.row_params[item.key] = params
         return Prepared(request, tokens + max_tokens)
 
+    async def _conversation(
+        self, item: PendingItem, answers: list[str] | None
+    ) -> tuple[Sequence[dict[str, str]], Cutters | None]:
+        """The conversation before a replayed turn (empty for any other row), and, for a
+        logged one, its session's context-shard cutters. Built now, from the session's
+        rows (engine/histories.py), or read from a row that holds it (a replay planned
+        before rows held only their part)."""
+        logged = await self.histories.history(item) if self.histories is not None else None
+        if logged is None:
+            return conversation_of(item.values, answers), None
+        if answers is not None:
+            history = logged.history
+            return (generated_history(history, answers) if history else []), None
+        return logged.history, logged.cutters
+
     def _preflight(
         self,
         item: PendingItem,
@@ -181,8 +201,9 @@ class RequestBuilder:
         lane: Lane,
         variant: VariantRecord,
         rendered: list[dict[str, str]],
-        conversation: list[dict[str, str]],
+        conversation: Sequence[dict[str, str]],
         max_tokens: int,
+        cutters: Cutters | None = None,
     ) -> ShardedTurn | None:
         """A replayed turn's shards, or None when its history fits whole (or it is no
         replayed turn); a turn no shard can hold raises CONTEXT_LENGTH, naming it."""
@@ -190,7 +211,7 @@ class RequestBuilder:
             return None
         try:
             return self.sharding.plan(lane, variant.model, rendered, conversation, max_tokens,
-                                      item.values.get(TURN_KEY))  # fmt: skip
+                                      item.values.get(TURN_KEY), cutters)  # fmt: skip
         except ShardTooLarge as exc:
             raise ProviderError(
                 ErrorKind.CONTEXT_LENGTH,

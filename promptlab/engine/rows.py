@@ -45,10 +45,13 @@ class RunRows:
             return check_dataset(self.spec.dataset)
         return self.datasets.get(str(self.spec.dataset_name)).row_count
 
-    def read(self) -> Iterator[Mapping[str, Any]]:
-        """The rows in order, read afresh at each call: the first `limit_rows`, or all."""
+    def read(self, with_history: bool = False) -> Iterator[Mapping[str, Any]]:
+        """The rows in order, read afresh at each call: the first `limit_rows`, or all.
+        A replay's rows hold their part of their session's history; `with_history` (an
+        estimate) adds the history before each turn (data/conversations.py)."""
         if self.spec.history is not None:
-            return replay_rows(self.datasets.tables, *self._log(), self.spec.limit_rows)
+            log = self._log()
+            return replay_rows(self.datasets.tables, *log, self.spec.limit_rows, with_history)
         if self.spec.dataset is not None:
             return iter_rows(self.spec.dataset, self.spec.limit_rows)
         return self.datasets.iter_rows(str(self.spec.dataset_name), self.spec.limit_rows)

@@ -12,6 +12,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from promptlab.audit.chain import Masker
 from promptlab.audit.redact import Redactor
@@ -19,6 +20,7 @@ from promptlab.checks.validation import Checker, CheckStatus, OutputCheck, check
 from promptlab.clock import SYSTEM_CLOCK, Clock
 from promptlab.data.conversations import turn_of
 from promptlab.engine.chains import Blocked, SessionChains, Stopped
+from promptlab.engine.histories import SessionHistories
 from promptlab.engine.lanes import Lane
 from promptlab.engine.limiter import Limiter, Permit
 from promptlab.engine.progress import Counters
@@ -34,6 +36,7 @@ from promptlab.prompts.templates import Template
 from promptlab.providers.base import CompletionRequest, CompletionResponse
 from promptlab.records import AlertRecord, ItemErrorKind, ItemStatus, PendingItem, VariantRecord
 from promptlab.store.items import ItemStore
+from promptlab.store.sessions import SessionReads
 from promptlab.store.shards import ShardStore
 
 log = logging.getLogger(__name__)
@@ -148,9 +151,11 @@ class RunExecution:
                      policy, clock, audit=audit, masker=masker, redact=self._redact)
             if replay is not None else None
         )  # fmt: skip
+        #: A replay's logged histories, built as its turns are sent (engine/histories.py).
+        self.histories = SessionHistories(self._turn_rows) if replay is not None else None
         self.requests = RequestBuilder(
             self.variants, self.templates, self.recorder, policy.timeout_s,
-            self.sharding, repeats=repeats, top_logprobs=top_logprobs,
+            self.sharding, self.histories, repeats=repeats, top_logprobs=top_logprobs,
             positions=(rows if rows is not None else counters.total) * repeats,
         )  # fmt: skip
 
@@ -292,6 +297,11 @@ class RunExecution:
     ) -> Mapping[int, str]:
         return await asyncio.to_thread(
             self.items.turn_answers, self.run_id, variant_index, repeat, first_row, rows
+        )
+
+    async def _turn_rows(self, first_row: int, last_row: int) -> list[dict[str, Any]]:
+        return await asyncio.to_thread(
+            SessionReads(self.items.store).turn_rows, self.run_id, first_row, last_row
         )
 
     async def _read(self, after: int, lane: Lane) -> list[PendingItem]:

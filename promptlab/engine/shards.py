@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
@@ -29,13 +30,13 @@ from datetime import timedelta
 from promptlab.audit.chain import AuditDraft, Masker, run_chain
 from promptlab.audit.redact import Redactor
 from promptlab.clock import Clock
-from promptlab.data.conversations import CONVERSATION_KEY, with_conversation
-from promptlab.data.shards import SUMMARY_INTRO, Shard, ShardSpec, shard_history
+from promptlab.data.conversations import CONVERSATION_KEY, History, with_conversation
+from promptlab.data.shards import SUMMARY_INTRO, Shard, ShardCutter, ShardSpec
 from promptlab.engine import trace
 from promptlab.engine.lanes import Lane
 from promptlab.engine.retry import THROTTLE_KINDS, Action, RetryPolicy, classify
 from promptlab.engine.writer import BatchWriter
-from promptlab.errors import ErrorKind, ProviderError
+from promptlab.errors import ErrorKind, PromptlabError, ProviderError
 from promptlab.prompts.templates import Template
 from promptlab.providers.base import CompletionRequest, CompletionResponse
 from promptlab.providers.config import cost_usd
@@ -50,6 +51,8 @@ from promptlab.records import PendingItem, VariantRecord
 from promptlab.records.sessions import ShardRecord
 from promptlab.store.samples import SESSION_KEY
 from promptlab.store.shards import ShardStore
+
+log = logging.getLogger(__name__)
 
 #: The summary prompt's output when its template sets no max_tokens.
 SUMMARY_MAX_TOKENS = 256
@@ -94,14 +97,27 @@ class SummaryFailed(Exception):
 @dataclass(frozen=True)
 class ShardedTurn:
     """A turn's history cut to fit: the shards of its history and the turn (its own is
-    the last, and ends with the turn: message len(conversation))."""
+    the last, and ends with the turn: message len(conversation)), made one at a time
+    from the session's cutter (a long session has thousands)."""
 
-    shards: list[Shard]
-    conversation: list[dict[str, str]]
+    cutter: ShardCutter
+    conversation: Sequence[dict[str, str]]
+
+    @property
+    def end(self) -> int:
+        """The history's messages with the turn."""
+        return len(self.conversation) + 1
 
     @property
     def own(self) -> Shard:
-        return self.shards[-1]
+        return self.shard(self.cutter.count(self.end) - 1)
+
+    def shard(self, k: int) -> Shard:
+        return self.cutter.shard(k, self.end)
+
+
+#: A session's cutters by (budget, later budget): kept with its history (engine/histories.py).
+Cutters = dict[tuple[int, int | None], ShardCutter]
 
 
 def message_tokens(message: Mapping[str, str]) -> int:
@@ -146,7 +162,11 @@ class Sharding:
         self.audit = audit
         #: Shards stored (or being stored) by this process, with the extent (end) stored.
         self._stored: dict[str, int] = {}
-        self._writes: set[asyncio.Task[None]] = set()
+        #: Shard rows not written yet, by id (the latest extent and any summary): one
+        #: writer at a time writes all there are, so a session's last shard, which grows
+        #: with every turn, is not written once per turn.
+        self._unwritten: dict[str, ShardRecord] = {}
+        self._writer: asyncio.Task[None] | None = None
         self._summaries: dict[str, asyncio.Future[str]] = {}
         # Room a carried summary takes in a later shard: its output, framing and overhead.
         self.summary_room = (
@@ -166,9 +186,10 @@ class Sharding:
         lane: Lane,
         model: str,
         rendered: list[dict[str, str]],
-        conversation: list[dict[str, str]],
+        conversation: Sequence[dict[str, str]],
         max_tokens: int,
         turn: Mapping[str, str] | None,
+        cutters: Cutters | None = None,
     ) -> ShardedTurn | None:
         """The turn's shards, or None when its history fits whole (or no window is known,
         or the version's other messages alone leave no room: the preflight says so).
@@ -176,29 +197,54 @@ class Sharding:
         The shards cut the history and the `turn` (its message as the log has it) in
         the budget the version's messages leave around the turn: the same for every
         turn of a session, so all its turns compute the same shards before their own.
-        Raises ShardTooLarge when the turn cannot fit any shard."""
+        Raises ShardTooLarge when the turn cannot fit any shard.
+
+        With `cutters` (a logged history: `conversation` a view of its session's list,
+        the turn next in it) the session's cutter goes on from where it was, and once a
+        turn did not fit whole no longer one is measured whole again: each turn costs
+        its own shard, not its session's length."""
         window = context_window(lane.endpoint, model)
         if window is None or not conversation or turn is None:
             return None
-        whole = with_conversation(rendered, {CONVERSATION_KEY: conversation})
-        if estimate_prompt_tokens(whole) + max_tokens <= window:
-            return None
         around = estimate_prompt_tokens(rendered) - message_tokens(turn)
         budget = window - max_tokens - around
+        later = budget - self.summary_room if self.summary is not None else None
+        cutter = cutters.get((budget, later)) if cutters is not None else None
+        if cutter is None:
+            cutter = ShardCutter(budget, message_tokens, later)
+            if cutters is not None:
+                cutters[budget, later] = cutter
+        end = len(conversation) + 1
+        if cutter.overflowed_at is None or end < cutter.overflowed_at:
+            whole = with_conversation(rendered, {CONVERSATION_KEY: conversation})
+            if estimate_prompt_tokens(whole) + max_tokens <= window:
+                return None
+            cutter.overflowed_at = min(end, cutter.overflowed_at or end)
         if budget <= 0:
             return None
-        later = budget - self.summary_room if self.summary is not None else None
-        shards = shard_history([*conversation, turn], budget, message_tokens, later)
-        return ShardedTurn(shards, conversation)
+        if isinstance(conversation, History) and cutters is not None:
+            cutter.extend(conversation.messages, end)
+        else:
+            cutter = ShardCutter(budget, message_tokens, later)
+            cutter.extend([*conversation, turn], end)
+        cutter.count(end)  # ShardTooLarge now, before anything is stored
+        return ShardedTurn(cutter, conversation)
 
     def note(self, item: PendingItem, variant: VariantRecord, turn: ShardedTurn) -> str:
         """Store the turn's shards as far as it sees them (each extent once; a session's
         last shard grows with its turns until it is cut); its own shard's id."""
-        for shard in turn.shards:
-            shard_id = self.shard_id(item, shard.seq_no)
-            if self._stored.get(shard_id, -1) < shard.end:
-                self._store(self._record(item, variant, shard, shard_id, None, None, None))
-        return self.shard_id(item, turn.own.seq_no)
+        own = turn.own
+        # From its own shard back: a shard before it stored to its end was cut when it
+        # was stored, and so were those before it (each call stores them all).
+        for k in range(own.seq_no, -1, -1):
+            shard = turn.shard(k)
+            shard_id = self.shard_id(item, k)
+            if self._stored.get(shard_id, -1) >= shard.end:
+                if k < own.seq_no:
+                    break
+                continue
+            self._store(self._record(item, variant, shard, shard_id, None, None, None))
+        return self.shard_id(item, own.seq_no)
 
     async def summary_for(
         self, item: PendingItem, lane: Lane, variant: VariantRecord, turn: ShardedTurn
@@ -220,8 +266,8 @@ class Sharding:
         """Wait for the summaries being made and the shards being stored."""
         pending = [f for f in self._summaries.values() if not f.done()]
         await asyncio.gather(*pending, return_exceptions=True)
-        while self._writes:
-            await asyncio.gather(*self._writes, return_exceptions=True)
+        while self._writer is not None and not self._writer.done():
+            await asyncio.gather(self._writer, return_exceptions=True)
 
     async def prune(self) -> int:
         return await asyncio.to_thread(self.store.prune, self.clock.now())
@@ -255,23 +301,27 @@ class Sharding:
             return stored.summary
         previous = await self._summary(item, lane, variant, turn, k - 1) if k > 1 else ""
         # What shard k's context leaves out since shard k-1's start: the part to carry.
-        left = turn.conversation[turn.shards[k - 1].start : turn.shards[k].start]
+        left = turn.conversation[turn.shard(k - 1).start : turn.shard(k).start]
         values = {"summary": previous, "conversation": transcript(left)}
-        messages = self.summary.template.render(values)
+        try:
+            messages = self.summary.template.render(values)
+        except PromptlabError as exc:  # the turns fail for want of it, as `no_summary`
+            said = f"the summary prompt {self.summary.ref} did not render: {exc}"
+            raise SummaryFailed(said) from exc
         response = await self._send(lane, variant.model, messages, shard_id)
         text = self.redact(response.text)
         if self.masker is not None:
             text = self.masker.mask(text, {})
         response = replace(response, text=text)
         cost = cost_usd(lane.endpoint, variant.model, response.input_tokens, response.output_tokens)
-        record = self._record(item, variant, turn.shards[k], shard_id, response.text,
+        record = self._record(item, variant, turn.shard(k), shard_id, response.text,
                               response.input_tokens + response.output_tokens, cost)  # fmt: skip
         self._store(record)
         if self.audit:
             payload = {
                 "shard_id": shard_id, "session": item.values.get(SESSION_KEY),
                 "variant": variant.name, "repeat": item.repeat, "seq_no": k,
-                "summarizes": [s.seq_no for s in turn.shards[:k]],
+                "summarizes": list(range(k)),
                 "summary_version_id": self.summary.version_id,
                 "prompt_hash": trace.prompt_hash(messages), "model": variant.model,
                 "model_version": response.model_version, "input_tokens": response.input_tokens,
@@ -356,6 +406,27 @@ class Sharding:
     def _store(self, record: ShardRecord) -> None:
         end = record.last_message + 1
         self._stored[record.shard_id] = max(end, self._stored.get(record.shard_id, -1))
-        task = asyncio.ensure_future(asyncio.to_thread(self.store.add, record))
-        self._writes.add(task)
-        task.add_done_callback(self._writes.discard)
+        earlier = self._unwritten.get(record.shard_id)
+        if earlier is not None:
+            record = _merged(earlier, record)
+        self._unwritten[record.shard_id] = record
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.ensure_future(self._write())
+
+    async def _write(self) -> None:
+        while self._unwritten:
+            records, self._unwritten = list(self._unwritten.values()), {}
+            try:
+                await asyncio.to_thread(self.store.add_many, records)
+            except Exception:  # noqa: BLE001 - a shard row is for the views; the run goes on
+                log.warning("context shards not stored", exc_info=True)
+
+
+def _merged(earlier: ShardRecord, later: ShardRecord) -> ShardRecord:
+    """Two writes of one shard as one: the further extent, and the summary either has."""
+    grown = later if later.last_message >= earlier.last_message else earlier
+    summed = later if later.summary is not None else earlier
+    return replace(
+        grown, summary=summed.summary, summary_version_id=summed.summary_version_id,
+        summary_tokens=summed.summary_tokens, summary_cost_usd=summed.summary_cost_usd,
+    )  # fmt: skip

@@ -30,7 +30,12 @@ from promptlab.audit.chain import (
     utc_text,
 )
 from promptlab.data.batchfile import request_from_row
-from promptlab.data.conversations import CONVERSATION_KEY, conversation_of, with_conversation
+from promptlab.data.conversations import (
+    BEFORE_KEY,
+    CONVERSATION_KEY,
+    conversation_of,
+    with_conversation,
+)
 from promptlab.data.shards import sharded
 from promptlab.engine.spec import AS_WRITTEN
 from promptlab.errors import PromptlabError
@@ -49,8 +54,13 @@ def prompt_hash(messages: Sequence[Mapping[str, Any]]) -> str:
 
 def variables_hash(values: Mapping[str, Any]) -> str:
     """sha256 of the row's values sorted by name (name, US, value as text; RS between),
-    so the hash is the row's whatever the column order."""
-    text = "\x1e".join(f"{k}\x1f{values[k]}" for k in sorted(values))
+    so the hash is the row's whatever the column order. A replayed turn's row is hashed
+    as stored: without the history its session's earlier rows make (each hashed with
+    its own turn)."""
+    names = sorted(values)
+    if BEFORE_KEY in values:
+        names = [k for k in names if k != CONVERSATION_KEY]
+    text = "\x1e".join(f"{k}\x1f{values[k]}" for k in names)
     return hashlib.sha256(text.encode()).hexdigest()
 
 

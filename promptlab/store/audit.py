@@ -35,6 +35,7 @@ from promptlab.records import VariantRecord
 from promptlab.store.audit_rows import check_run_rows, stored_runs
 from promptlab.store.connection import Store
 from promptlab.store.runs import fetch_variants
+from promptlab.store.sessions import row_with_history
 
 _COLUMNS = 'chain, seq, event_id, trace_id, run_id, kind, actor, "at", payload, prev_hash, hash'
 #: Rows `events` returns unless told otherwise.
@@ -305,6 +306,8 @@ class AuditLog:
                     [run_id, row_index],
                 ).fetchall()
                 values = json.loads(stored[0][0]) if stored else None
+                if values is not None:  # a replayed turn with the history it was sent with
+                    values = row_with_history(cur, run_id, row_index, values)
                 variants = fetch_variants(cur, run_id, variant_index)
                 variant = variants[0] if variants else None
         names = _ATTEMPT_COLUMNS.split(", ")

@@ -142,22 +142,38 @@ class DatasetTables:
     ) -> Iterator[tuple[str, str, str, str, str]]:
         """Every message as (session, role, content, order value, row JSON), sessions in
         order of first appearance and each session's messages in order, fetched `chunk`
-        at a time."""
-        with self.store.read() as cur:
+        at a time.
+
+        Only the row numbers are sorted; each chunk's rows are then read by number. A
+        sort that carried the rows themselves ran out of the store's working memory on
+        a log of a million messages."""
+        with self.store.read() as cur, self.store.read() as reader:
             cur.execute(
-                f"SELECT session, role, content, ordered, row_values FROM (SELECT row_values, "
-                f"{_CELL} AS session, lower(trim({_CELL})) AS role, {_CELL} AS content, "
-                f"{_CELL} AS ordered, {_ORDER_KEY} AS key, "
-                f"min(row_number) OVER (PARTITION BY {_CELL}) AS first "
-                "FROM dataset_rows WHERE dataset = ?) ORDER BY first, key",
-                [conv.session, conv.role, conv.content, *[conv.order] * 4,
-                 conv.session, name],
-            )  # fmt: skip
+                "WITH m AS NOT MATERIALIZED (SELECT row_number, "
+                f"{_CELL} AS session, {_ORDER_KEY} AS key FROM dataset_rows WHERE dataset = ?), "
+                "f AS (SELECT session, min(row_number) AS first FROM m GROUP BY session) "
+                "SELECT row_number FROM m JOIN f USING (session) ORDER BY first, key",
+                [conv.session, *[conv.order] * 3, name],
+            )
             while batch := cur.fetchmany(chunk):
-                yield from (
-                    (str(s), str(r), "" if c is None else str(c), "" if a is None else str(a), v)
-                    for s, r, c, a, v in batch
-                )
+                numbers = [int(r[0]) for r in batch]
+                found = reader.execute(
+                    f"SELECT row_number, {_CELL}, lower(trim({_CELL})), {_CELL}, {_CELL}, "
+                    "row_values FROM dataset_rows WHERE dataset = ? AND row_number "
+                    "BETWEEN ? AND ? AND list_contains(?, row_number)",
+                    [conv.session, conv.role, conv.content, conv.order, name,
+                     min(numbers), max(numbers), numbers],
+                ).fetchall()  # fmt: skip
+                rows = {int(r[0]): r[1:] for r in found}
+                for number in numbers:
+                    s, r, c, a, v = rows[number]
+                    yield (
+                        str(s),
+                        str(r),
+                        "" if c is None else str(c),
+                        "" if a is None else str(a),
+                        v,
+                    )
 
     def rows(self, name: str, limit: int | None = None, chunk: int = 5000) -> Iterator[str]:
         """Each row's JSON text in row order, read `chunk` rows at a time.
@@ -255,37 +271,43 @@ class DatasetWrites:
         row, value, other row): `role` (not system, user or assistant), `session` (blank),
         `order` (neither a number nor a timestamp), `mixed` (numbers and timestamps in
         one log), `twice` (two messages of a session with one order value)."""
-        self.tx.execute(
-            f"CREATE OR REPLACE TEMP TABLE conv AS SELECT row_number, {_CELL} AS session, "
-            f"{_CELL} AS ord, lower(trim({_CELL})) AS role, "
-            "CASE WHEN try_cast(" + _CELL + " AS DOUBLE) IS NOT NULL THEN 'number' "
-            "WHEN try_cast(" + _CELL + " AS TIMESTAMPTZ) IS NOT NULL THEN 'time' END AS kind "
-            "FROM dataset_rows WHERE dataset = ?",
-            [conv.session, conv.order, conv.role, conv.order, conv.order, name],
+        # Each check reads the rows afresh (a query DuckDB streams, or spills), rather
+        # than one table of them all in memory: a log of a million messages outgrew the
+        # store's working memory that way.
+        rows = (
+            "WITH conv AS NOT MATERIALIZED (SELECT row_number, "
+            f"{_CELL} AS session, {_CELL} AS ord, lower(trim({_CELL})) AS role, "
+            f"CASE WHEN try_cast({_CELL} AS DOUBLE) IS NOT NULL THEN 'number' "
+            f"WHEN try_cast({_CELL} AS TIMESTAMPTZ) IS NOT NULL THEN 'time' END "
+            "AS kind FROM dataset_rows WHERE dataset = ?) "
         )
-        checks = (
+        params = [conv.session, conv.order, conv.role, conv.order, conv.order, name]
+        first = self.tx.execute(
+            rows + "SELECT row_number, kind FROM conv ORDER BY row_number LIMIT 1", params
+        ).fetchone()
+        checks: tuple[tuple[str, str, list[Any]], ...] = (
             ("role", "SELECT row_number, role, NULL FROM conv WHERE role IS NULL OR role "
-                     "NOT IN ('system', 'user', 'assistant') ORDER BY 1 LIMIT 1"),
+                     "NOT IN ('system', 'user', 'assistant') ORDER BY 1 LIMIT 1", []),
             ("session", "SELECT row_number, session, NULL FROM conv "
-                        "WHERE coalesce(trim(session), '') = '' ORDER BY 1 LIMIT 1"),
+                        "WHERE coalesce(trim(session), '') = '' ORDER BY 1 LIMIT 1", []),
             ("order", "SELECT row_number, ord, NULL FROM conv WHERE kind IS NULL "
-                      "ORDER BY 1 LIMIT 1"),
-            ("mixed", "SELECT c.row_number, c.ord, f.row_number FROM conv c, "
-                      "(SELECT * FROM conv ORDER BY row_number LIMIT 1) f "
-                      "WHERE c.kind <> f.kind ORDER BY 1 LIMIT 1"),
+                      "ORDER BY 1 LIMIT 1", []),
+            ("mixed", "SELECT row_number, ord, ? FROM conv WHERE kind <> ? ORDER BY 1 LIMIT 1",
+             [first[0], first[1]] if first else [None, None]),
+            # Grouped by a hash of (session, order) first: grouping a million exact keys
+            # outgrew the working memory; only rows whose hash repeats are compared exactly.
             ("twice", "SELECT max(row_number), arg_max(ord, row_number), min(row_number) "
-                      f"FROM conv GROUP BY session, {_KEY_OF_ORD} HAVING count(*) > 1 "
-                      "ORDER BY 3 LIMIT 1"),
+                      f"FROM conv WHERE hash(session, {_KEY_OF_ORD}) IN (SELECT hash(session, "
+                      f"{_KEY_OF_ORD}) FROM conv GROUP BY 1 HAVING count(*) > 1) "
+                      f"GROUP BY session, {_KEY_OF_ORD} HAVING count(*) > 1 ORDER BY 3 LIMIT 1",
+             []),
         )  # fmt: skip
-        try:
-            for what, sql in checks:
-                row = self.tx.execute(sql).fetchone()
-                if row is not None:
-                    other = None if row[2] is None else int(row[2])
-                    return what, int(row[0]), row[1], other
-            return None
-        finally:
-            self.tx.execute("DROP TABLE IF EXISTS conv")
+        for what, sql, more in checks:
+            row = self.tx.execute(rows + sql, [*params, *more]).fetchone()
+            if row is not None:
+                other = None if row[2] is None else int(row[2])
+                return what, int(row[0]), row[1], other
+        return None
 
     def insert_info(self, info: DatasetInfo) -> None:
         columns = json.dumps([{"name": n, "type": t} for n, t in info.columns])

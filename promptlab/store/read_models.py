@@ -42,6 +42,7 @@ from promptlab.store.runs import (
     fetch_variants,
     run_from_row,
 )
+from promptlab.store.sessions import row_with_history
 
 #: Per-state item counts as SQL aggregates over `items`, named as ItemCounts fields.
 _COUNT_COLUMNS = ", ".join(f"count(*) FILTER (WHERE status = '{s}') AS {s}" for s in ItemStatus)
@@ -393,6 +394,8 @@ class ReadModels:
                 "SELECT row_values FROM run_rows WHERE run_id = ? AND row_index = ?",
                 [run_id, row_index],
             ).fetchone()
+            # A replayed turn with the history it was sent with (its session's rows).
+            values = row_with_history(cur, run_id, row_index, json.loads(row[0])) if row else {}
             variants = fetch_variants(cur, run_id, variant_index)
             final = cur.execute(
                 f"SELECT {_RESULT_COLUMNS} FROM results "
@@ -411,7 +414,7 @@ class ReadModels:
             row_index=row_index,
             repeat=int(item[3]),
             status=ItemStatus(item[4]),
-            row=json.loads(row[0]) if row else {},
+            row=values,
             variant=variants[0],
             result=_final_row(final) if final else None,
             attempts=[AttemptRow(*a) for a in attempts],

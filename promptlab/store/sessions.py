@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING, Any
 
 from promptlab.records.sessions import SessionMetrics, SessionTurn
 from promptlab.store.connection import Store
 from promptlab.store.metrics import MetricsReads, completed_predicate
 from promptlab.store.samples import SESSION_KEY
+
+if TYPE_CHECKING:
+    import duckdb
 
 #: Each result of the run with its session (from its turn's row).
 _TURNS = (
@@ -18,9 +22,41 @@ _TURNS = (
 )
 
 
+def turn_rows(
+    cur: duckdb.DuckDBPyConnection, run_id: str, first_row: int, last_row: int
+) -> list[dict[str, Any]]:
+    """The run's rows from `first_row` to `last_row` (both included), in order."""
+    found = cur.execute(
+        "SELECT row_values FROM run_rows WHERE run_id = ? AND row_index BETWEEN ? AND ? "
+        "ORDER BY row_index",
+        [run_id, first_row, last_row],
+    ).fetchall()
+    return [json.loads(r[0]) for r in found]
+
+
+def row_with_history(
+    cur: duckdb.DuckDBPyConnection, run_id: str, row_index: int, values: dict[str, Any]
+) -> dict[str, Any]:
+    """A replayed turn's row with the history it was sent with put together from its
+    session's earlier rows (data/conversations.py); any other row as it is."""
+    # Imported here: data/conversations.py reads the store's dataset tables.
+    from promptlab.data.conversations import is_turn_row, turn_of, with_history
+
+    if not is_turn_row(values):
+        return values
+    turn = turn_of(values)
+    earlier = turn_rows(cur, run_id, row_index - turn, row_index - 1) if turn else []
+    return with_history(values, earlier)
+
+
 class SessionReads:
     def __init__(self, store: Store) -> None:
         self.store = store
+
+    def turn_rows(self, run_id: str, first_row: int, last_row: int) -> list[dict[str, Any]]:
+        """The run's rows from `first_row` to `last_row`: a session's earlier turns."""
+        with self.store.read() as cur:
+            return turn_rows(cur, run_id, first_row, last_row)
 
     def of_item(self, run_id: str, key: str) -> tuple[str, str, int] | None:
         """(session, variant, repeat) of a replayed turn's item; None for any other."""

@@ -5,6 +5,7 @@ deletes them."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 
 from promptlab.records.sessions import ShardRecord
@@ -22,39 +23,47 @@ class ShardStore:
         self.store = store
 
     def add(self, record: ShardRecord) -> None:
-        """Store a shard. Stored again, it grows to a later last message, lives on from
-        now (a shard in use does not expire), and takes the summary given (a summary is
-        made again only when the one stored expired); the session's shard of the
-        highest seq_no is final."""
+        """Store a shard (see `add_many`)."""
+        self.add_many([record])
+
+    def add_many(self, records: Sequence[ShardRecord]) -> None:
+        """Store shards, in one transaction. Stored again, a shard grows to a later last
+        message, lives on from now (a shard in use does not expire), and takes the
+        summary given (a summary is made again only when the one stored expired); the
+        session's shard of the highest seq_no is final."""
         with self.store.transaction() as tx:
-            tx.execute(
-                f"INSERT INTO shards ({_COLUMNS}) VALUES "
-                "(?, ?, ?, ?, ?, ?, false, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-                "ON CONFLICT (shard_id) DO UPDATE SET "
-                "last_message = greatest(shards.last_message, excluded.last_message), "
-                "tokens = CASE WHEN excluded.last_message > shards.last_message "
-                "THEN excluded.tokens ELSE shards.tokens END, "
-                "expires_at = greatest(shards.expires_at, excluded.expires_at), "
-                "summary = coalesce(excluded.summary, shards.summary), "
-                "summary_version_id = coalesce(excluded.summary_version_id, "
-                "shards.summary_version_id), "
-                "summary_tokens = coalesce(excluded.summary_tokens, shards.summary_tokens), "
-                "summary_cost_usd = coalesce(excluded.summary_cost_usd, shards.summary_cost_usd)",
-                [
-                    record.shard_id, record.run_id, record.session_id, record.variant,
-                    record.repeat, record.seq_no, record.first_message, record.last_message,
-                    record.tokens, record.cut, record.summary, record.summary_version_id,
-                    record.summary_tokens, record.summary_cost_usd, record.created_at,
-                    record.expires_at,
-                ],
-            )  # fmt: skip
-            tx.execute(
-                "UPDATE shards SET is_final = (seq_no = (SELECT max(seq_no) FROM shards s "
-                "WHERE s.run_id = shards.run_id AND s.session_id = shards.session_id AND "
-                "s.variant = shards.variant AND s.repeat = shards.repeat)) "
-                "WHERE run_id = ? AND session_id = ? AND variant = ? AND repeat = ?",
-                [record.run_id, record.session_id, record.variant, record.repeat],
-            )
+            for record in records:
+                tx.execute(
+                    f"INSERT INTO shards ({_COLUMNS}) VALUES "
+                    "(?, ?, ?, ?, ?, ?, false, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                    "ON CONFLICT (shard_id) DO UPDATE SET "
+                    "last_message = greatest(shards.last_message, excluded.last_message), "
+                    "tokens = CASE WHEN excluded.last_message > shards.last_message "
+                    "THEN excluded.tokens ELSE shards.tokens END, "
+                    "expires_at = greatest(shards.expires_at, excluded.expires_at), "
+                    "summary = coalesce(excluded.summary, shards.summary), "
+                    "summary_version_id = coalesce(excluded.summary_version_id, "
+                    "shards.summary_version_id), "
+                    "summary_tokens = coalesce(excluded.summary_tokens, shards.summary_tokens), "
+                    "summary_cost_usd = coalesce(excluded.summary_cost_usd, "
+                    "shards.summary_cost_usd)",
+                    [
+                        record.shard_id, record.run_id, record.session_id, record.variant,
+                        record.repeat, record.seq_no, record.first_message,
+                        record.last_message, record.tokens, record.cut, record.summary,
+                        record.summary_version_id, record.summary_tokens,
+                        record.summary_cost_usd, record.created_at, record.expires_at,
+                    ],
+                )  # fmt: skip
+            chains = {(r.run_id, r.session_id, r.variant, r.repeat) for r in records}
+            for chain in sorted(chains):
+                tx.execute(
+                    "UPDATE shards SET is_final = (seq_no = (SELECT max(seq_no) FROM shards s "
+                    "WHERE s.run_id = shards.run_id AND s.session_id = shards.session_id AND "
+                    "s.variant = shards.variant AND s.repeat = shards.repeat)) "
+                    "WHERE run_id = ? AND session_id = ? AND variant = ? AND repeat = ?",
+                    list(chain),
+                )
 
     def get(self, shard_id: str, now: datetime) -> ShardRecord | None:
         """The shard, unless it is not stored or has expired."""
