@@ -70,6 +70,9 @@ class Settings:
     #: Collect garbage less often while runs are going (PROMPTLAB_TUNE_GC=0 turns it
     #: off; see promptlab.engine.collector). Process-wide while a run is going.
     tune_gc: bool = True
+    #: Append every answer to the answer log before counting it (PROMPTLAB_ANSWER_LOG=0
+    #: turns it off; see promptlab.engine.answerlog): a killed process loses no answer.
+    answer_log: bool = True
     #: `HOST:PORT` the app also serves the API on (PROMPTLAB_SERVE; `make run` sets
     #: 127.0.0.1:8765), so the CLI and services share its database and engine.
     serve: str | None = None
@@ -88,6 +91,7 @@ class Settings:
             audit=_flag(env.get("PROMPTLAB_AUDIT"), True),
             mask=_mask_names(env.get("PROMPTLAB_MASK")),
             tune_gc=_flag(env.get("PROMPTLAB_TUNE_GC"), True),
+            answer_log=_flag(env.get("PROMPTLAB_ANSWER_LOG"), True),
             serve=env.get("PROMPTLAB_SERVE") or None,
         )
 

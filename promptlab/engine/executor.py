@@ -143,8 +143,9 @@ class Engine:
 
     async def _start_writer(self) -> BatchWriter:
         writer = BatchWriter(
-            self.items, spill_dirs=self._spill_dirs, on_stall=self._on_stall, clock=self.clock
-        )
+            self.items, spill_dirs=self._spill_dirs, on_stall=self._on_stall, clock=self.clock,
+            answer_log=self.settings.answer_log,
+        )  # fmt: skip
         writer.start()
         return writer
 

@@ -31,6 +31,11 @@ from promptlab.records import (
 MAX_MESSAGE_CHARS = 2_000
 
 
+def _status(response: CompletionResponse | None) -> int | None:
+    """An answer's HTTP status; None for an answer that came over no HTTP (`sim:`)."""
+    return response.http_status if response is not None else None
+
+
 class ItemRecorder:
     """Records one run's items. Holds, per item until its final row, its trace stages and
     its row params, and knows which dispatched items have no final row yet."""
@@ -122,7 +127,7 @@ class ItemRecorder:
                 error_kind=(error.kind.value if error else ItemErrorKind.INTERNAL)
                 if response is None
                 else None,
-                http_status=error.status if error else None,
+                http_status=error.status if error else _status(response),
                 error_message=str(error)[:MAX_MESSAGE_CHARS] if error else None,
                 wait_ms=wait_s * 1000,
                 wait_reason=wait_reason,
@@ -203,22 +208,22 @@ class ItemRecorder:
             shard_id=self.row_shards.pop(item.key, None),
             **usage,
         )
-        self.writer.final(row)
+        draft = None
+        if self.audit:
+            draft = AuditDraft(
+                self.chain,
+                "result",
+                f"{item.key}/final/{row.attempts}",
+                row.finished_at,
+                trace.result_payload(row, stages, self._masking(masked)),
+                run_id=self.run_id,
+                trace_id=item.key,
+            )  # fmt: skip
+        # On disk (the answer log) before the item counts as received below.
+        self.writer.final(row, draft)
         self.traces.pop(item.key, None)
         self.row_params.pop(item.key, None)
         self._open.discard(item.key)
-        if self.audit:
-            self.writer.audit(
-                AuditDraft(
-                    self.chain,
-                    "result",
-                    f"{item.key}/final/{row.attempts}",
-                    row.finished_at,
-                    trace.result_payload(row, stages, self._masking(masked)),
-                    run_id=self.run_id,
-                    trace_id=item.key,
-                )  # fmt: skip
-            )
         self.counters.finished(status, was_in_flight)
         if self.on_final is not None:
             self.on_final(item, status, row.output_text)

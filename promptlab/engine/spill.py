@@ -4,7 +4,8 @@ When the database cannot be written (a full disk), the writer holds answered res
 memory; if the process must end before the store recovers, they go to a JSON Lines file
 here instead of being lost. The next workbench on the same database (any command, the
 app) commits them as it opens (`store_spills`), and so does every Engine before any
-resume reopens items, so no answered request is sent again.
+resume reopens items, so no answered request is sent again. The answer log's segments
+(promptlab.engine.answerlog) use this file format and are folded at the same moment.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 
 from promptlab.audit.chain import AuditDraft, payload_text
 from promptlab.audit.redact import Redactor
+from promptlab.engine.answerlog import fold_answer_logs
 from promptlab.errors import StoreError
 from promptlab.records import AttemptRow, FinalRow, WriteBatch
 from promptlab.store.items import ItemStore, redacted_batch
@@ -95,7 +97,13 @@ def spilled_files(folders: tuple[Path, ...]) -> list[Path]:
 
 def store_spills(items: ItemStore, folders: tuple[Path, ...]) -> int:
     """Commit the rows of every spill file in `folders`, oldest first, deleting each once
-    stored; return how many files. StoreError when the database cannot take them yet."""
+    stored; return how many files. StoreError when the database cannot take them yet.
+
+    The answer logs of engines that are gone (a process killed) are folded first
+    (promptlab.engine.answerlog): their answers then count, and are not sent again.
+    """
+    for folder in folders:
+        fold_answer_logs(items, folder)
     spilled = spilled_files(folders)
     for path in spilled:
         try:
@@ -122,17 +130,21 @@ def read_spill(path: Path) -> WriteBatch:
     batch = WriteBatch()
     with path.open(encoding="utf-8") as handle:
         for line in handle:
-            record = json.loads(line)
-            kind = record.pop("row")
-            if kind == "dispatched":
-                batch.dispatched.append(record["key"])
-            elif kind == "attempt":
-                batch.attempts.append(AttemptRow(**_typed(record, AttemptRow)))
-            elif kind == "final":
-                batch.finals.append(FinalRow(**_typed(record, FinalRow)))
-            elif kind == "audit":
-                batch.audit.append(AuditDraft(**_typed(record, AuditDraft)))
+            add_record(batch, json.loads(line))
     return batch
+
+
+def add_record(batch: WriteBatch, record: dict[str, Any]) -> None:
+    """One line of a spill file (or of the answer log) into `batch`."""
+    kind = record.pop("row")
+    if kind == "dispatched":
+        batch.dispatched.append(record["key"])
+    elif kind == "attempt":
+        batch.attempts.append(AttemptRow(**_typed(record, AttemptRow)))
+    elif kind == "final":
+        batch.finals.append(FinalRow(**_typed(record, FinalRow)))
+    elif kind == "audit":
+        batch.audit.append(AuditDraft(**_typed(record, AuditDraft)))
 
 
 def _typed(record: dict[str, Any], cls: type) -> dict[str, Any]:

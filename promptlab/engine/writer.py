@@ -6,6 +6,10 @@ stop dispatching (backpressure), and if the store stays unwritable for STALL_STO
 runs are stopped with the store's own message. Rows still held when the engine closes
 are spilled to a side file (see `promptlab.engine.spill`), which the next engine on the
 same database ingests before anything else.
+
+Every row is also appended to the answer log (promptlab.engine.answerlog) as it comes,
+a final row written out before `final` returns: a process killed between two commits
+loses no answer, and the next engine folds the log into the store before any resume.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from pathlib import Path
 
 from promptlab.audit.chain import AuditDraft
 from promptlab.clock import SYSTEM_CLOCK, Clock
+from promptlab.engine.answerlog import AnswerLog, Segment
 from promptlab.engine.spill import spill_batch
 from promptlab.records import AttemptRow, FinalRow, ItemErrorKind, WriteBatch
 from promptlab.store.connection import is_storage_failure
@@ -80,6 +85,9 @@ class WriterStats:
     failed_commits: int = 0
     spills: int = 0
     spilled_rows: int = 0
+    #: Lines appended to the answer log, and its group commits (fdatasync calls).
+    logged_lines: int = 0
+    log_syncs: int = 0
 
     def observe(self, seconds: float, rows: int) -> None:
         index = next((i for i, b in enumerate(WRITE_BUCKETS_S) if seconds <= b), -1)
@@ -100,12 +108,15 @@ class BatchWriter:
         spill_dirs: tuple[Path, ...] = (),
         on_stall: Callable[[str], None] | None = None,
         clock: Clock = SYSTEM_CLOCK,
+        answer_log: bool = True,
     ) -> None:
         self._items = items
         self._clock = clock
         self._interval_s = interval_s
         self._spill_dirs = spill_dirs
         self._on_stall = on_stall
+        #: In the first spill folder (next to the database); none for an in-memory one.
+        self._log = AnswerLog(spill_dirs[0]) if answer_log and spill_dirs else None
         self._batch = WriteBatch()
         self._lock = asyncio.Lock()
         self._full = asyncio.Event()
@@ -138,8 +149,16 @@ class BatchWriter:
             await self._task
             self._task = None
         if await self.flush():
+            self._close_log(keep=False)
             return None
-        return self._spill()
+        spilled = self._spill()
+        # Not spilled: the log's segments still hold the rows, for the next engine.
+        self._close_log(keep=spilled is None)
+        return spilled
+
+    def _close_log(self, *, keep: bool) -> None:
+        if self._log is not None:
+            self._log.close(keep=keep)
 
     # ---- what runs record ------------------------------------------------------------
 
@@ -149,15 +168,25 @@ class BatchWriter:
 
     def attempt(self, row: AttemptRow) -> None:
         self._batch.attempts.append(row)
+        if self._log is not None:
+            self._log.attempt(row)
         self._check_full()
 
-    def final(self, row: FinalRow) -> None:
+    def final(self, row: FinalRow, draft: AuditDraft | None = None) -> None:
+        """The item's final row and its result event (`draft`): on disk in the answer
+        log when this returns, so the caller may count the item as received."""
         self._batch.finals.append(row)
+        if draft is not None:
+            self._batch.audit.append(draft)
+        if self._log is not None:
+            self._log.final(row, draft)
         self._check_full()
 
     def audit(self, draft: AuditDraft) -> None:
         """A trace event, committed with the rows it describes (same batch)."""
         self._batch.audit.append(draft)
+        if self._log is not None:
+            self._log.audit(draft)
 
     def _check_full(self) -> None:
         if len(self._batch) >= FLUSH_ROWS:
@@ -202,6 +231,9 @@ class BatchWriter:
     async def _flush_once(self) -> None:
         async with self._lock:
             batch, self._batch = self._batch, WriteBatch()
+            # The segments holding this batch's rows (and those of failed commits kept
+            # in it): deleted once it is stored, kept for the next try otherwise.
+            logged = self._seal_log()
             self._full.clear()
             if not len(batch):
                 return
@@ -213,6 +245,7 @@ class BatchWriter:
                     self._failed(failure.cause)
                     raise
                 self._failures = 0
+                self._drop_logged(logged)
                 return
             started = self._clock.monotonic()
             try:
@@ -224,6 +257,7 @@ class BatchWriter:
                 self.stats.failed_commits += 1
                 raise
             self.stats.observe(self._clock.monotonic() - started, len(batch))
+            self._drop_logged(logged)
             self._failures = 0
             self.committed_rows += len(batch)
             self.last_error = None
@@ -231,6 +265,16 @@ class BatchWriter:
                 log.warning("the store takes writes again; dispatch resumes")
             self.stalled_reason, self._stalled_since, self._stall_reported = None, None, False
             self._writable.set()
+
+    def _seal_log(self) -> list[Segment]:
+        if self._log is None:
+            return []
+        self.stats.logged_lines, self.stats.log_syncs = self._log.lines, self._log.syncs
+        return self._log.seal()
+
+    def _drop_logged(self, logged: list[Segment]) -> None:
+        if self._log is not None and logged:
+            self._log.drop(logged)
 
     def _keep(self, batch: WriteBatch) -> None:
         self._batch.dispatched[:0] = batch.dispatched
@@ -321,8 +365,9 @@ class BatchWriter:
             return path
         self._keep(batch)
         log.error(
-            "the store cannot write and no spill folder took the %d rows held; those "
-            "items will be sent again on resume",
+            "the store cannot write and no spill folder took the %d rows held; the "
+            "answers the answer log holds are stored by the next engine, the rest are "
+            "sent again on resume",
             len(batch),
         )
         return None

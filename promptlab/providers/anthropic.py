@@ -78,6 +78,7 @@ class AnthropicProvider:
             latency_ms=latency_ms,
             headers=kept_headers(dict(raw.headers.items())),
             request_id=request.request_id,
+            http_status=raw.status_code,
         )
 
     async def aclose(self) -> None:

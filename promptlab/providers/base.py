@@ -65,6 +65,9 @@ class CompletionResponse:
     #: Mean entropy (nats) of the output's tokens over the top log-probabilities
     #: returned, when the request asked for them and the provider gave them.
     token_entropy: float | None = None
+    #: The HTTP status the answer came with (200); None when no HTTP was involved (the
+    #: simulated `sim:` endpoints, scripted test providers).
+    http_status: int | None = None
 
 
 @runtime_checkable

@@ -175,6 +175,7 @@ class HttpProvider:
             latency_ms=latency_ms,
             headers=kept_headers(resp_headers),
             request_id=request.request_id,
+            http_status=status,
             token_entropy=self._entropy(data) if request.top_logprobs else None,
         )
 

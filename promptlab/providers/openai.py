@@ -84,6 +84,7 @@ class OpenAIProvider:
             latency_ms=latency_ms,
             headers=kept_headers(dict(raw.headers.items())),
             request_id=request.request_id,
+            http_status=raw.status_code,
             # The SDK's typed logprobs, read through the one parser of the wire format.
             token_entropy=(
                 openai_token_entropy(completion.model_dump()) if request.top_logprobs else None
