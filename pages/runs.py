@@ -216,6 +216,7 @@ def run_detail(wb: Workbench, run_id: str) -> None:
     if view.reason:
         st.text(view.reason)
     alerts(view)
+    after_run(view)
     c = view.counts
     st.progress(
         view.fraction_closed,
@@ -264,6 +265,12 @@ def alerts(view: RunView) -> None:
     for alert in view.alerts:
         # The message names the variant and the output field (a spec's and a schema's).
         st.warning(escape_markdown(f"{alert.kind}: {alert.message}"), icon=":material/warning:")
+
+
+def after_run(view: RunView) -> None:
+    """After-run work that failed (scores, a judge, a cross-check), each with its why."""
+    for line in view.after_run_failures:
+        st.error(escape_markdown(f"After-run work failed: {line}"), icon=":material/error:")
 
 
 def outcome(view: RunView) -> None:

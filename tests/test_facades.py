@@ -63,6 +63,7 @@ FACADES: dict[str, tuple[type, list[str]]] = {
     "analysis": (
         Analysis,
         [
+            "after_run_failures",
             "alerts",
             "compare",
             "compare_versions",

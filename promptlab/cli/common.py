@@ -30,11 +30,17 @@ EXIT_USAGE = 2
 #: Exit codes of the run commands (run, batch, resume, experiment run).
 EXIT_CANCELLED = 3
 EXIT_ITEMS_FAILED = 4
+#: The run completed, but some of its after-run work (scores, a judge, a cross-check's
+#: decisions or validation; promptlab/scoring/ended.py) failed: the summary says which.
+EXIT_AFTER_RUN_FAILED = 5
 
 
-def run_exit_code(status: str, failed: int, strict: bool) -> int:
-    """How a run command exits once its run ended in `status` with `failed` items."""
+def run_exit_code(status: str, failed: int, strict: bool, after_run_failed: bool = False) -> int:
+    """How a run command exits once its run ended in `status` with `failed` items (and
+    its after-run work, when `after_run_failed`, failed)."""
     if status == "completed":
+        if after_run_failed:
+            return EXIT_AFTER_RUN_FAILED
         return EXIT_ITEMS_FAILED if strict and failed else EXIT_OK
     if status == "waiting":  # submitted as asked: it starts when what it comes after does
         return EXIT_OK

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from promptlab.analysis.compare import Comparison
     from promptlab.analysis.stats import MetricComparison
     from promptlab.records import LogMetricsRow, MetricsRow, ScoreCounts
+    from promptlab.records.afterrun import AfterRunRecord
     from promptlab.records.sessions import SessionMetrics
 
 
@@ -61,6 +62,7 @@ def metrics_command(
     if logs_only and run_id is not None:
         raise click.UsageError("--logs reads the production logs, not a run: drop --run")
     rows, log_rows, scores, sessions = _read(ctx, run_id, prompt, since, logs_only)
+    after_run = [] if logs_only else _after_run_failures(ctx, run_id)
     scores = [s for s in scores if run_id or prompt is None or s.label.startswith(f"{prompt}@")]
     if logs_only:
         if as_json:
@@ -77,6 +79,10 @@ def metrics_command(
     if not rows and not log_rows:
         click.echo("no results" + (f" since {since}" if since else ""))
         return
+    if after_run:
+        click.echo("after-run work that failed (scores or judges above may be missing):")
+        for record in after_run:
+            click.echo(f"  run {record.run_id}: {record.line}")
     if rows:
         for line in metrics_table(rows):
             click.echo(line)
@@ -142,6 +148,17 @@ def _read(
                 list[SessionMetrics], "GET", path, lambda wb: wb.analysis.sessions(run_id)
             )
     return rows, log_rows, scores, sessions
+
+
+def _after_run_failures(ctx: click.Context, run_id: str | None) -> list[AfterRunRecord]:
+    """After-run work that failed (of the run, or of the latest runs)."""
+    from promptlab.records.afterrun import AfterRunRecord
+
+    path = with_query("/v1/analysis/after-run-failures", run_id=run_id)
+    with calls(ctx) as call:
+        return call(
+            list[AfterRunRecord], "GET", path, lambda wb: wb.analysis.after_run_failures(run_id)
+        )
 
 
 def scores_table(scores: list[ScoreCounts]) -> list[str]:

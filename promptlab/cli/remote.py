@@ -51,7 +51,8 @@ def drive_remote(
         click.echo(f"  wrote {count} results to {output} (OpenAI Batch output format)")
     batch = bool(client.get(f"/v1/runs/{run_id}?summary=true").get("batch"))
     click.echo(next_line(run_id, view.status, batch=batch, wrote=output is not None))
-    raise SystemExit(run_exit_code(view.status, view.counts.failed, strict))
+    failed_after = bool(view.after_run_failures)
+    raise SystemExit(run_exit_code(view.status, view.counts.failed, strict, failed_after))
 
 
 def download_batch_output(client: ServerClient, run_id: str, path: Path) -> int:

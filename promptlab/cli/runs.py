@@ -290,9 +290,12 @@ def read_view(ctx: click.Context, run_id: str, detect: bool) -> RunView:
 def print_view(view: RunView) -> None:
     """`promptlab status RUN_ID`: counts, events, variants side by side, alerts, failures."""
     c = view.counts
-    click.echo(f"run {view.run_id} ({view.run.name}): {view.run.state}")
+    failed_after = "; after-run work failed" if view.after_run_failures else ""
+    click.echo(f"run {view.run_id} ({view.run.name}): {view.run.state}{failed_after}")
     if view.reason:
         click.echo(f"  reason: {view.reason}")
+    for line in view.after_run_failures:
+        click.echo(f"  after-run work failed: {line}")
     if view.run.process_gone:
         click.echo(f"  the process running it is gone; go on with: {view.run.resume_command}")
     click.echo(
@@ -473,7 +476,8 @@ def drive_run(
             next_line(run_id, view.status, batch=wb.runs.is_batch(run_id), wrote=output is not None)
         )
     # The run's final state decides: a Ctrl-C that came after the run completed is moot.
-    raise SystemExit(run_exit_code(view.status, view.counts.failed, strict))
+    failed_after = bool(view.after_run_failures)
+    raise SystemExit(run_exit_code(view.status, view.counts.failed, strict, failed_after))
 
 
 def _wait_for_judges(wb: Workbench, run_id: str) -> None:
@@ -553,7 +557,9 @@ def progress_line(p: RunProgress) -> str:
 def print_summary(view: RunView) -> None:
     """The end of a run command: status, counts, wall time, attempts, the variants."""
     c, s = view.counts, view.summary
-    click.echo(f"run {view.run_id}: {view.status}" + (f" ({view.reason})" if view.reason else ""))
+    failed_after = "; after-run work failed" if view.after_run_failures else ""
+    said = f" ({view.reason})" if view.reason else ""
+    click.echo(f"run {view.run_id}: {view.status}{said}{failed_after}")
     click.echo(
         f"  items {view.total}: succeeded {c.succeeded}, failed {c.failed}, cancelled {c.cancelled}"
     )
@@ -569,6 +575,8 @@ def print_summary(view: RunView) -> None:
     if len(view.variants) > 1:
         for line in variant_table(view):
             click.echo(f"  {line}")
+    for line in view.after_run_failures:
+        click.echo(f"  after-run work failed: {line}")
 
 
 commands: list[click.Command] = [

@@ -43,7 +43,7 @@ from promptlab.providers import build_provider, load_endpoints
 from promptlab.providers.config import EndpointConfig
 from promptlab.records import FINAL_RUN_STATUSES, AlertRecord, RunStatus
 from promptlab.records.states import RESUMED_KINDS
-from promptlab.scoring.runs import score_run
+from promptlab.scoring.ended import run_ended
 from promptlab.store import ItemStore, ReadModels, RunStore, Store
 from promptlab.store.alerts import AlertStore
 from promptlab.store.audit import AuditLog
@@ -289,6 +289,7 @@ class Engine:
         if record.status in FINAL_RUN_STATUSES:
             return
         self.items.cancel_open_items(run_id, "run cancelled")
+        run_ended(self.store, run_id, record.spec, RunStatus.CANCELLED, "cancelled", self.submit)
         self.runs.set_status(run_id, RunStatus.CANCELLED, "cancelled")
         self._audit_change("run.cancelled", run_id, {"active": False})
         self._audit_end(run_id, RunStatus.CANCELLED, "cancelled")
@@ -500,11 +501,9 @@ class Engine:
             await asyncio.to_thread(self.runs.set_status, run_id, RunStatus.RUNNING)
             await execution.execute()
             await asyncio.gather(*alert_writes)
-            # Then what finished is scored (promptlab/scoring/); judges run on their own.
-            await asyncio.to_thread(score_run, self.store, run_id, prepared.spec, self.submit)
-            await self._close_run(run_id, execution)
+            await self._close_run(run_id, execution, prepared.spec)
         except Exception as exc:
-            await self._fail_run(run_id, exc)
+            await self._fail_run(run_id, exc, prepared.spec)
 
     def _execution(
         self,
@@ -524,7 +523,7 @@ class Engine:
             masker=Masker(self.settings.mask) if self.settings.mask else None,
         )  # fmt: skip
 
-    async def _fail_run(self, run_id: str, exc: Exception) -> None:
+    async def _fail_run(self, run_id: str, exc: Exception, spec: RunSpec) -> None:
         if is_storage_failure(exc):
             log.error("run %s failed: %s: %s", run_id, STORE_UNWRITABLE, exc)
         elif isinstance(exc, PromptlabError) and not isinstance(exc, StoreError):
@@ -532,7 +531,7 @@ class Engine:
         else:  # a bug, or the database refusing what the engine wrote: keep the traceback
             log.exception("run %s failed", run_id)
         reason = f"{STORE_UNWRITABLE}: {exc}" if is_storage_failure(exc) else str(exc)
-        await self._end_run(run_id, RunStatus.FAILED, reason, f"run failed: {reason}")
+        await self._end_run(run_id, RunStatus.FAILED, reason, f"run failed: {reason}", spec)
 
     async def _store_alerts(self, run_id: str, alerts: list[AlertRecord]) -> None:
         """A small insert off the loop; an alert the store cannot take is only logged
@@ -544,37 +543,36 @@ class Engine:
         for alert in alerts:
             log.warning("run %s: alert: %s", run_id, alert.message)
 
-    async def _close_run(self, run_id: str, execution: RunExecution) -> None:
+    async def _close_run(self, run_id: str, execution: RunExecution, spec: RunSpec) -> None:
         if execution.stop_reason is not None:
             reason = f"stopped: {execution.stop_reason}"
-            await self._end_run(run_id, RunStatus.FAILED, reason, reason)
+            await self._end_run(run_id, RunStatus.FAILED, reason, reason, spec)
         elif execution.cancelled:
-            await self._end_run(run_id, RunStatus.CANCELLED, "cancelled", "run cancelled")
+            await self._end_run(run_id, RunStatus.CANCELLED, "cancelled", "run cancelled", spec)
         elif execution.paused:
             await self._writer.flush()  # not an end: no cancelled rows, no end event
             await asyncio.to_thread(self.runs.set_status, run_id, RunStatus.PAUSED, "paused")
         else:
             counts = await asyncio.to_thread(self.reads.item_counts, run_id)
             left = counts["pending"] + counts["in_flight"]
-            if left:
-                # Should not happen: say so rather than call the run complete.
+            if left:  # should not happen: say so rather than call the run complete
                 reason = f"{left} items were left unfinished"
-                await self._end_run(run_id, RunStatus.FAILED, reason, None)
+                await self._end_run(run_id, RunStatus.FAILED, reason, None, spec)
             else:
-                await self._end_run(run_id, RunStatus.COMPLETED, None, None)
+                await self._end_run(run_id, RunStatus.COMPLETED, None, None, spec)
 
     async def _end_run(
-        self, run_id: str, status: RunStatus, reason: str | None, cancel_reason: str | None
+        self, run_id: str, status: RunStatus, reason: str | None, cancel: str | None, spec: RunSpec
     ) -> None:
-        """Record how the run ended; when the store cannot take it, remember it in memory.
-
-        Open items get `cancelled` rows only once every answer held is stored: a held
-        answer must land as the item's final row, not be shadowed by a cancellation.
-        """
+        """After-run work (scoring/ended.py; first: a kill during it leaves the run to resume),
+        then the end (in memory if unstored); open items' cancelled rows once answers are."""
         flushed = await self._writer.flush()
         try:
-            if cancel_reason is not None and flushed:
-                await asyncio.to_thread(self.items.cancel_open_items, run_id, cancel_reason)
+            if cancel is not None and flushed:
+                await asyncio.to_thread(self.items.cancel_open_items, run_id, cancel)
+            if flushed:  # else the store takes no writes: the work could not be stored
+                ended = (self.store, run_id, spec, status, reason, self.submit)
+                await asyncio.to_thread(run_ended, *ended)
             await asyncio.to_thread(self.runs.set_status, run_id, status, reason)
             self._unrecorded_ends.pop(run_id, None)
             if flushed:  # the chain's head is then stored: the end event pins it

@@ -27,8 +27,10 @@ from promptlab.data.feedback import LOG_FIELDS, FeedbackImporter
 from promptlab.errors import PromptlabError
 from promptlab.facades.context import Context
 from promptlab.records import AlertRecord, LogMetricsRow, MetricsRow, ScoreCounts
+from promptlab.records.afterrun import AfterRunRecord
 from promptlab.records.sessions import SessionMetrics
 from promptlab.store import RunStore
+from promptlab.store.afterrun import AfterRunStore
 from promptlab.store.alerts import AlertStore
 from promptlab.store.metrics import MetricsReads
 from promptlab.store.result_runs import ResultRuns, RunWithResults
@@ -262,6 +264,13 @@ class Analysis:
         if run_id is not None:
             self._reads.run(run_id)  # an unknown run is an error, not an empty list
         return ScoreStore(self._context.store).counts(run_id)
+
+    def after_run_failures(self, run_id: str | None = None) -> list[AfterRunRecord]:
+        """After-run work that failed (promptlab/scoring/ended.py), of `run_id` or of
+        the latest runs, newest first."""
+        if run_id is not None:
+            self._reads.run(run_id)
+        return AfterRunStore(self._context.store).failed(run_id)
 
     def sessions(self, run_id: str) -> list[SessionMetrics]:
         """A replayed conversation log per session and variant: sessions completed

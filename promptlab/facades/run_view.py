@@ -18,6 +18,7 @@ from promptlab.records import (
     RunSummary,
     VariantSummary,
 )
+from promptlab.records.afterrun import AfterRunRecord, failure_lines
 from promptlab.store import ReadModels
 from promptlab.store.alerts import AlertStore
 
@@ -55,6 +56,13 @@ class RunView:
     field_failures: tuple[FieldFailure, ...] = ()
     #: Anomalies seen in the run's results (promptlab.checks.anomalies), oldest items first.
     alerts: tuple[AlertRecord, ...] = ()
+    #: What the run's ends set going (promptlab/scoring/ended.py), each piece's state.
+    after_run: tuple[AfterRunRecord, ...] = ()
+
+    @property
+    def after_run_failures(self) -> list[str]:
+        """The after-run work that failed, one line each (empty: none failed)."""
+        return failure_lines(self.after_run)
 
     @property
     def run_id(self) -> str:

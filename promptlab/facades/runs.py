@@ -32,6 +32,8 @@ from promptlab.facades.run_view import FAILURES_SHOWN, RunView, read_run_view
 from promptlab.providers.config import load_endpoints
 from promptlab.records import FieldFailure, ItemDetail, RunWithCounts
 from promptlab.records.sessions import SessionTurn, ShardRecord
+from promptlab.scoring.ended import check_judges
+from promptlab.store.afterrun import AfterRunStore
 from promptlab.store.alerts import AlertStore
 from promptlab.store.audit import AuditLog
 from promptlab.store.items import ItemStore
@@ -225,13 +227,17 @@ class Runs:
         return self._context.engine().submit(spec)
 
     def _check_judges(self, spec: RunSpec) -> None:
-        """A judge's rubric must exist now: its run starts only when this one ends."""
-        for i, scorer in enumerate(spec.scorers):
-            if scorer.kind == "judge":
-                try:
-                    self._context.registry.resolve(str(scorer.options["prompt"]))
-                except NotFoundError as exc:
-                    raise SpecError(f"scorers[{i}].prompt: {exc}") from exc
+        """A judge's rubric must exist now, and its run be one a submit takes (endpoint,
+        limits): it starts only when this one ends."""
+        judges = [(i, scorer) for i, scorer in enumerate(spec.scorers) if scorer.kind == "judge"]
+        for i, scorer in judges:
+            try:
+                self._context.registry.resolve(str(scorer.options["prompt"]))
+            except NotFoundError as exc:
+                raise SpecError(f"scorers[{i}].prompt: {exc}") from exc
+        if judges:
+            endpoints = load_endpoints(self._context.settings.providers_file)
+            check_judges(spec, endpoints, self._context.registry)
 
     def resume(self, run_id: str) -> str:
         return self._context.engine().resume(run_id)
@@ -258,8 +264,9 @@ class Runs:
 
     def view(self, run_id: str, failures: int = FAILURES_SHOWN) -> RunView:
         """Everything shown about one run, from one snapshot of the store."""
-        alerts = AlertStore(self._context.store)
-        return read_run_view(self._reads, alerts, self._context.started_engine(), run_id, failures)
+        store, engine = self._context.store, self._context.started_engine()
+        view = read_run_view(self._reads, AlertStore(store), engine, run_id, failures)
+        return replace(view, after_run=tuple(AfterRunStore(store).for_run(run_id)))
 
     def field_failures(self, run_id: str, limit: int = 20) -> builtins.list[FieldFailure]:
         """The output paths that fail their check most in a run, per variant."""
@@ -368,18 +375,7 @@ class Runs:
         if id_field is None:
             raise SpecError(f"run {run_id} does not run a request file")
         results = (
-            StoredResult(
-                r[0],
-                str(field_at(json.loads(r[1]), id_field)),
-                r[2],
-                r[3],
-                r[4],
-                r[5],
-                r[6],
-                r[7],
-                r[8],
-                r[9],
-            )  # fmt: skip
+            StoredResult(r[0], str(field_at(json.loads(r[1]), id_field)), *r[2:10])
             for r in self._reads.results_with_rows(run_id)
         )
         count = 0

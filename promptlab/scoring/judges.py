@@ -1,24 +1,27 @@
 """Judges: a model grades each output against a rubric, through a run of its own.
 
-When a run with a `judge` scorer ends, its succeeded results go to the judge as a run
-of their own, `judge NAME: RUN NAME`. Each of its rows holds the original `input` (the
-row's values but the expected column, one `name: value` line each), the `output` and
-the `expected` answer, sent through the rubric (a registry prompt whose template uses
-`{{ input }}`, `{{ output }}` and `{{ expected }}`, with an output schema holding the
-verdict) at the judge's endpoint: its calls are recorded, traced and costed like any
-run's. When that run ends, each answer's `field` becomes the original result's score
-(`verdict_score`); a failed judge call leaves it unscored (`not_judged`). A failed
-original request scores 0 at once (`no_output`), as with every scorer.
+When a run with a `judge` scorer completes (promptlab/scoring/ended.py: once, keyed by
+run and scorer), its succeeded results go to the judge as a run of their own, `judge
+NAME: RUN NAME`, with the endpoints the judged spec declares. Each of its rows holds
+the original `input` (the row's values but the expected column, one `name: value` line
+each), the `output` and the `expected` answer, sent through the rubric (a registry
+prompt whose template uses `{{ input }}`, `{{ output }}` and `{{ expected }}`, with an
+output schema holding the verdict) at the judge's endpoint: its calls are recorded,
+traced and costed like any run's. When that run ends, each answer's `field` becomes
+the original result's score (`verdict_score`), unless a newer judge run of the same
+run and scorer is recorded; a failed judge call leaves it unscored (`not_judged`). A
+failed original request scores 0 at once (`no_output`), as with every scorer.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from promptlab.scoring.scorers import Scorer, ScoreStatus, verdict_score
+from promptlab.store.afterrun import AfterRunStore
 from promptlab.store.connection import Store
 from promptlab.store.runs import RunStore
 from promptlab.store.scores import ScoreStore
@@ -32,15 +35,10 @@ def judge_folder(db_path: Path) -> Path:
     return db_path.parent / f"{db_path.name}.judges"
 
 
-def submit_judges(
-    store: Store, run_id: str, spec: RunSpec, submit: Callable[[RunSpec], str]
-) -> list[str]:
-    """Start a judge run per `judge` scorer of the finished run; their run ids."""
-    from promptlab.engine.spec import parse_spec  # the spec module imports the scorers
-
-    judges = [s for s in spec.scorers if s.kind == "judge"]
-    if not judges or spec.expected is None:
-        return []
+def write_judge_dataset(store: Store, run_id: str, spec: RunSpec) -> Path:
+    """The run's succeeded results as the judges' dataset (one file, shared by its
+    judges); each judge's `no_output` score for every failed result is stored."""
+    assert spec.expected is not None
     dataset = judge_folder(store.path) / f"{run_id}.jsonl"
     dataset.parent.mkdir(parents=True, exist_ok=True)
     scores = ScoreStore(store)
@@ -56,24 +54,38 @@ def submit_judges(
                         "output": r.output or "", "expected": "" if expected is None
                         else str(expected)}  # fmt: skip
                 out.write(json.dumps(line, ensure_ascii=False) + "\n")
-    for judge in judges:
+    for judge in judges_of(spec):
+        scores.clear(run_id, judge.name)
         scores.add([(r.key, run_id, r.variant, r.prompt_version_id, r.row_index, judge.name,
                      0.0, str(ScoreStatus.NO_OUTPUT), "no output") for r in failed])  # fmt: skip
-    name = RunStore(store).get_run(run_id).name
-    return [submit(parse_spec(_judge_spec(judge, dataset, name, run_id), trusted=True))
-            for judge in judges]  # fmt: skip
+    return dataset
 
 
-def _judge_spec(judge: Scorer, dataset: Path, name: str, run_id: str) -> dict[str, Any]:
+def judges_of(spec: RunSpec) -> list[Scorer]:
+    return [s for s in spec.scorers if s.kind == "judge"] if spec.expected is not None else []
+
+
+def judge_spec(judge: Scorer, dataset: Path, spec: RunSpec, run_id: str) -> RunSpec:
+    """The judge's run: its rubric over `dataset`, with the judged spec's endpoints (a
+    judge may name an endpoint the spec declares), limits and executor."""
+    from promptlab.engine.spec import parse_spec  # the spec module imports the scorers
+
     variant: dict[str, Any] = {"name": judge.name, "prompt": judge.options["prompt"]}
     if judge.options.get("model"):
         variant["model"] = judge.options["model"]
-    return {
-        "name": f"judge {judge.name}: {name}"[:200],
+    data: dict[str, Any] = {
+        "name": f"judge {judge.name}: {spec.name}"[:200],
         "dataset": str(dataset),
         "variants": [variant],
         "judging": {"run": run_id, "scorer": judge.name, "field": judge.options["field"]},
     }
+    for carried in ("endpoints", "local_endpoints", "executor"):
+        if spec.raw.get(carried):
+            data[carried] = spec.raw[carried]
+    limits = spec.raw.get("limits") or {}
+    if limits:
+        data["limits"] = limits
+    return parse_spec(data, trusted=True)
 
 
 def _input(row: Mapping[str, Any], expected: str) -> str:
@@ -81,8 +93,22 @@ def _input(row: Mapping[str, Any], expected: str) -> str:
 
 
 def store_verdicts(store: Store, judge_run_id: str, judging: Mapping[str, Any]) -> int:
-    """The judge run's answers as the scores of the run it judged; the count stored."""
+    """The judge run's answers as the scores of the run it judged; the count stored.
+
+    Only the judge run recorded for (run, scorer) stores them (`StaleJudge` otherwise):
+    another judge run of the same scorer (one an older version started on a pause) may
+    not overwrite the verdicts of the current one, whichever ends last."""
     target, scorer, field = str(judging["run"]), str(judging["scorer"]), str(judging["field"])
+    current = AfterRunStore(store).get(target, f"judge {scorer}")
+    if current is not None and current.child_run_id not in (None, judge_run_id):
+        runs = RunStore(store)
+        if runs.get_run(current.child_run_id).submitted_at >= (
+            runs.get_run(judge_run_id).submitted_at
+        ):
+            raise StaleJudge(
+                f"run {judge_run_id} is not the judge run of {target} for {scorer} "
+                f"({current.child_run_id} is): its verdicts are not stored"
+            )
     scores = ScoreStore(store)
     scores.clear(target, scorer, keep=str(ScoreStatus.NO_OUTPUT))
     stored = 0
@@ -93,3 +119,7 @@ def store_verdicts(store: Store, judge_run_id: str, judging: Mapping[str, Any]) 
             verdicts.append((str(r.row["key"]), score.value, str(score.status), score.detail))
         stored += scores.add_for_keys(target, scorer, verdicts)
     return stored
+
+
+class StaleJudge(Exception):
+    """A judge run's verdicts refused: a newer judge run of the same (run, scorer) exists."""

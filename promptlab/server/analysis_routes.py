@@ -14,6 +14,7 @@ from fastapi import FastAPI, Response
 
 from promptlab.facades.run_view import RunView
 from promptlab.records import AlertRecord, ItemPage, LogMetricsRow, ScoreCounts
+from promptlab.records.afterrun import AfterRunRecord
 from promptlab.records.sessions import SessionMetrics, ShardRecord
 from promptlab.server.answers import typed_response
 from promptlab.views.item import ItemView
@@ -33,6 +34,13 @@ def add_analysis_routes(app: FastAPI, wb: Workbench) -> None:
         """Each scorer's scores per variant of `run_id`, or per prompt version across runs
         (ScoreCounts: mean, 95% interval, why some are 0)."""
         return typed_response(list[ScoreCounts], wb.analysis.scores(run_id))
+
+    @app.get("/v1/analysis/after-run-failures")
+    def after_run_failures(run_id: str | None = None) -> Response:
+        """After-run work that failed, of `run_id` or of the latest runs (AfterRunRecords:
+        the run, the work, why)."""
+        found = wb.analysis.after_run_failures(run_id)
+        return typed_response(list[AfterRunRecord], found)
 
     @app.get("/v1/runs/{run_id}/sessions")
     def sessions(run_id: str) -> Response:

@@ -39,6 +39,7 @@ ROUTE_ROLES: dict[tuple[str, str], str] = {
     ("POST", "/v1/runs/{run_id}/anomalies"): EDITOR,
     ("GET", "/v1/analysis/log-metrics"): VIEWER,
     ("GET", "/v1/analysis/scores"): VIEWER,
+    ("GET", "/v1/analysis/after-run-failures"): VIEWER,
     # Services ask which variant a unit sees: a read of the experiment's config.
     ("POST", "/v1/assign"): VIEWER,
     ("POST", "/v1/experiments/{name}/runs"): EDITOR,

@@ -44,4 +44,24 @@ TEAM_MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "changed_at = decided_at WHERE decided_by IS NOT NULL",
         ),
     ),
+    (
+        "0019_after_run",
+        (
+            # What a run's end set going (promptlab/scoring/ended.py), one row per run and
+            # piece of work: its state, the line saying why it failed, and the run it
+            # started (a judge's, a validation's). The key is what makes a second end of
+            # the same run find a judge run already started and leave it alone.
+            """
+            CREATE TABLE after_run (
+                run_id        VARCHAR NOT NULL,
+                work          VARCHAR NOT NULL,
+                state         VARCHAR NOT NULL,
+                detail        VARCHAR,
+                child_run_id  VARCHAR,
+                updated_at    TIMESTAMPTZ NOT NULL,
+                PRIMARY KEY (run_id, work)
+            )
+            """,
+        ),
+    ),
 )
