@@ -35,6 +35,7 @@ from promptlab.views.charts import (
 )
 from promptlab.views.compare import (
     answer_sentences,
+    interval_level,
     srm_verdict,
     summary_rows,
     units_needed,
@@ -155,17 +156,18 @@ def answer(comparison: Comparison) -> None:
 
 def summary(comparison: Comparison) -> None:
     kind = "paired tests over the same inputs" if comparison.paired else "independent samples"
-    # The Holm family: the rows that ran a test (none without data or with too few units).
-    family = sum(r.adjusted_p is not None for r in comparison.rows)
+    # The Holm family: the declared metrics for every variant against control, fixed.
+    family = comparison.family_size
     holm = (
-        f"p-values adjusted by Holm over the table's {family} tests (a row without data or "
-        "with too few units is not tested)"
-        if family
-        else "no row could be tested yet, so Holm adjusts nothing"
+        f"p-values adjusted by Holm over the declared family's {family} tests (a row "
+        "without data or with too few units counts as p = 1)"
+        if any(r.adjusted_p is not None for r in comparison.rows)
+        else f"no row could be tested yet (Holm's family: {family} tests)"
     )
+    level = interval_level(comparison.method)
     st.caption(
         f"{comparison.mode} mode ({kind}) · control **{escape_markdown(comparison.control)}** · "
-        f"95% intervals · {holm} · the why column gives each verdict's reason"
+        f"{level} intervals · {holm} · the why column gives each verdict's reason"
     )
     srm = comparison.srm
     if srm is not None and srm.mismatch:
@@ -180,7 +182,7 @@ def summary(comparison: Comparison) -> None:
         st.caption("No SRM check: these versions were not split by an experiment's weights.")
     # The verdict right after the metric: the answer first, the figures behind it.
     order = ("variant", "metric", "verdict", "control", "variant value", "delta",
-             "95% interval", "p", "adj p", "units", "requests", "why", "method")  # fmt: skip
+             "interval", "p", "adj p", "units", "requests", "why", "method")  # fmt: skip
     st.dataframe(
         summary_rows(comparison), hide_index=True, width="stretch", column_order=order,
         column_config=TABLE_HELP,

@@ -68,7 +68,7 @@ def test_compare_prints_the_table_and_the_srm_line(db: str, runs: tuple[Path, st
     # The answer first: 17 customers cannot decide anything yet, and it says so.
     assert lines[2].startswith("staging against control: too few units to judge completion rate")
     header = lines[3]
-    for column in ("metric", "control", "delta", "95% interval", "adj p", "method", "verdict",
+    for column in ("metric", "control", "delta", "interval", "adj p", "method", "verdict",
                    "units", "requests", "why"):  # fmt: skip
         assert column in header
     assert [line.split()[1] for line in lines[4:8]] == ["completion", "latency"] + ["latency"] * 2

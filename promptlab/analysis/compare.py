@@ -38,6 +38,7 @@ from promptlab.analysis.stats import (
     MetricComparison,
     SrmCheck,
     Verdict,
+    family_size,
     holm_verdicts,
     minimum_units,
     srm_check,
@@ -105,6 +106,8 @@ class Comparison:
     planned_units: int | None = None
     #: The metric that decides and the guardrails: Holm's fixed family (family.py).
     family: MetricFamily = field(default_factory=default_family)
+    #: How many tests Holm adjusted over (the family times the variants compared).
+    family_size: int = 0
     #: Units and requests per arm (control first), as analysed.
     arms: dict[str, tuple[int, int]] = field(default_factory=dict)
 
@@ -186,12 +189,14 @@ def compare_run(
     srm = _srm(reads, run) if mode == "split" else None
     family = family_of(run.spec)
     decided = holm_verdicts(rows, family=family.metrics, variants=len(others))
+    size = family_size(rows, family.metrics, len(others))
     if variant_b is not None:
         decided = [r for r in decided if r.variant == variant_b]
         arms = {name: arms[name] for name in (control, variant_b)}
     return Comparison(run.run_id, mode, control, paired, decided, srm, metrics,
                       method=_METHODS[look.kind], arms=arms,
-                      planned_units=look.planned_units, family=family)  # fmt: skip
+                      planned_units=look.planned_units, family=family,
+                      family_size=size)  # fmt: skip
 
 
 def _planned_units(reads: MetricsReads, run: RunRecord, mode: str) -> int | None:
@@ -414,7 +419,7 @@ def compare_versions(
         return Comparison("", "logs", name_a, False, holm_verdicts(rows, family=family.metrics),
                           None, [], [totals[id_a], totals[id_b]], method=method,
                           arms=_arms(arm_a, arm_b), planned_units=look.planned_units,
-                          family=family)  # fmt: skip
+                          family=family, family_size=family_size(rows, family.metrics))  # fmt: skip
     arm_a = samples.version_arm(id_a, name_a, since)
     arm_b = samples.version_arm(id_b, name_b, since)
     for arm in (arm_a, arm_b):
@@ -425,7 +430,8 @@ def compare_versions(
     family = default_family(_scores(arm_a, arm_b))
     return Comparison("", "versions", name_a, False, holm_verdicts(rows, family=family.metrics),
                       None, metrics, method=method, arms=_arms(arm_a, arm_b),
-                      planned_units=look.planned_units, family=family)  # fmt: skip
+                      planned_units=look.planned_units, family=family,
+                      family_size=family_size(rows, family.metrics))  # fmt: skip
 
 
 def _arms(a: ArmSample, b: ArmSample) -> dict[str, tuple[int, int]]:

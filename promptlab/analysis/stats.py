@@ -166,12 +166,8 @@ def holm_verdicts(
     "significant before adjustment only".
     """
     declared = None if family is None else set(family)
-    tested = [
-        i for i, c in enumerate(comparisons)
-        if c.verdict != Verdict.TOO_FEW and c.test != NO_DATA
-        and (declared is None or c.metric in declared)
-    ]  # fmt: skip
-    size = len(tested) if family is None else max(len(tested), len(family) * variants)
+    tested = _tested(comparisons, declared)
+    size = family_size(comparisons, family, variants)
     p_values = [comparisons[i].p_value for i in tested]
     adjusted = dict(zip(tested, holm(p_values, size), strict=True))
     rows = []
@@ -199,6 +195,24 @@ def holm_verdicts(
             reason = f"the interval includes 0 (p {_fmt(c.p_value)})"
         rows.append(replace(c, adjusted_p=p, verdict=found, reason=reason))
     return rows
+
+
+def _tested(comparisons: Sequence[MetricComparison], declared: set[str] | None) -> list[int]:
+    return [
+        i for i, c in enumerate(comparisons)
+        if c.verdict != Verdict.TOO_FEW and c.test != NO_DATA
+        and (declared is None or c.metric in declared)
+    ]  # fmt: skip
+
+
+def family_size(
+    comparisons: Sequence[MetricComparison], family: Sequence[str] | None = None,
+    variants: int = 1,
+) -> int:  # fmt: skip
+    """How many tests Holm adjusts over: the declared metrics times the variants (or the
+    rows that ran a test, when more), else the rows that ran a test."""
+    tested = len(_tested(comparisons, None if family is None else set(family)))
+    return tested if family is None else max(tested, len(family) * variants)
 
 
 def minimum_units(analysed_by: str) -> int:

@@ -240,9 +240,10 @@ def compare_command(
 
     Completion rate, CTR (with feedback) and latency p50/p90/p99, analysed per unit
     (the split's unit, the logs' unit_id; per request when rows name none): the delta,
-    its 95% interval and the p-value of the same method, Holm's adjusted p-value, the
-    verdict and why; for a split run, the SRM check. Fewer than 20 units in an arm give
-    "too few units". Versions are references (name@1.2.0, name@label) or ids.
+    its interval and the p-value of the same method (99% while collecting, 96% at the
+    final look), Holm's adjusted p-value over the declared metrics, the verdict and why;
+    for a split run, the SRM check. Fewer than 20 units in an arm give "too few units".
+    Versions are references (name@1.2.0, name@label) or ids.
     """
     if len(variants) not in (0, 2):
         raise click.UsageError("give two variants or versions (A B), or none with --run")

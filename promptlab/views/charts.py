@@ -354,7 +354,7 @@ def forest_chart(rows: Sequence[MetricComparison], colours: Colours | None = Non
         figure.add_vline(x=0, line={"color": "#57606a", "dash": "dot"}, row=number, col=1)
     margin = {**_MARGIN, "b": 60}
     figure.update_layout(
-        title="Effect against control (95% interval)", margin=margin, legend=_LEGEND,
+        title="Effect against control (with its interval)", margin=margin, legend=_LEGEND,
         height=plot_px + margin["t"] + margin["b"] + 40,
     )  # fmt: skip
     return figure

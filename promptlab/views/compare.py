@@ -16,8 +16,18 @@ if TYPE_CHECKING:
     from promptlab.analysis.stats import MetricComparison, SrmCheck
 
 #: The summary table's columns, in order (the CLI prints the same ones).
-COMPARISON_COLUMNS = ("variant", "metric", "control", "variant value", "delta", "95% interval",
+COMPARISON_COLUMNS = ("variant", "metric", "control", "variant value", "delta", "interval",
                       "p", "adj p", "method", "verdict", "units", "requests", "why")  # fmt: skip
+
+
+def interval_level(method: str) -> str:
+    """The effect intervals' level by the comparison's method: each look's share of the
+    family's 5% (promptlab/analysis/sequential.py)."""
+    from promptlab.analysis.compare import ALWAYS_VALID, FINAL_LOOK
+
+    return {ALWAYS_VALID: "99%", FINAL_LOOK: "96%"}.get(method, "95%")
+
+
 #: A mark per verdict, for the page (the CLI prints the words alone).
 VERDICT_ICONS = {Verdict.BETTER: "🟢", Verdict.WORSE: "🔴", Verdict.UNDECIDED: "⚪",
                  Verdict.UNADJUSTED: "🔶", Verdict.TOO_FEW: "⚫"}  # fmt: skip
