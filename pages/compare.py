@@ -143,7 +143,8 @@ def answer(comparison: Comparison) -> None:
         for sentence in sentences or ["Nothing to compare yet."]:
             st.markdown(escape_markdown(sentence))
         st.caption(f"Method: **{comparison.method}**", help=METHOD_HELP[comparison.sequential])
-        st.caption(escape_markdown(comparison.family.describe().capitalize()), help=FAMILY_HELP)
+        decides = comparison.family.describe()
+        st.caption(escape_markdown(decides[:1].upper() + decides[1:]), help=FAMILY_HELP)
         reduced = [r for r in comparison.rows if r.variance_reduction is not None]
         if reduced:
             st.caption(

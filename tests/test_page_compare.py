@@ -113,6 +113,9 @@ def test_the_demo_split_run_answers_in_a_sentence_first(demo_run: str) -> None:
     assert comparison.method == FINAL_LOOK  # the demo run is finished: its final look
     method = next(c for c in at.caption if c.value.startswith("Method:"))
     assert "fixed horizon" in method.value and method.help
+    # Which metric decides, its names as compare gives them (CTR, not ctr).
+    decides = [shown(c.value) for c in at.caption if "primary" in c.value]
+    assert decides and decides[0].startswith("Decides: completion rate") and "CTR" in decides[0]
     # A dozen customers and five (fewer than 20 in an arm): the SRM check cannot judge.
     assert comparison.srm is not None and not comparison.srm.judged
     assert not at.success  # no "passed"
