@@ -167,7 +167,9 @@ def compare_run(
     if sequential is None:
         sequential = not RunStatus(run.status).is_final
     mode = run_mode(run)
-    look = interim(planned_units or _planned_units(reads, run, mode)) if sequential else FINAL
+    # A split's units per variant: what its plan gives each arm, and its SRM check.
+    assigned = reads.assigned_units(run.run_id) if mode == "split" else {}
+    look = interim(planned_units or _planned_units(run, mode, assigned)) if sequential else FINAL
     paired = mode == "all"
     # A replayed conversation log's turns are clustered by session (or by the log's
     # user column, `unit_column`: a user's sessions are not independent either).
@@ -186,7 +188,7 @@ def compare_run(
                                    control_arm, arm, look=look, by=by)  # fmt: skip
         else:
             rows += compare_arms(control_arm, arm, look=look)
-    srm = _srm(reads, run) if mode == "split" else None
+    srm = _srm(run, assigned) if mode == "split" else None
     family = family_of(run.spec)
     decided = holm_verdicts(rows, family=family.metrics, variants=len(others))
     size = family_size(rows, family.metrics, len(others))
@@ -199,12 +201,11 @@ def compare_run(
                       family_size=size)  # fmt: skip
 
 
-def _planned_units(reads: MetricsReads, run: RunRecord, mode: str) -> int | None:
-    """Units per arm the run plans: a split's assigned units (every row is assigned when
-    the run is planned), else its rows (items over variants and repeats); None for a
-    replayed log, whose sessions are counted as they come."""
+def _planned_units(run: RunRecord, mode: str, assigned: dict[str, int]) -> int | None:
+    """Units per arm the run plans: a split's `assigned` units (every row is assigned
+    when the run is planned), else its rows (items over variants and repeats); None for
+    a replayed log, whose sessions are counted as they come."""
     if mode == "split":
-        assigned = reads.assigned_units(run.run_id)
         return max(1, sum(assigned.values()) // len(assigned)) if assigned else None
     variants = run.spec.get("variants")
     if run.spec.get("history") is not None or not isinstance(variants, list) or not variants:
@@ -442,14 +443,14 @@ def _since_text(since: datetime | None) -> str:
     return f" since {since.isoformat()}" if since is not None else ""
 
 
-def _srm(reads: MetricsReads, run: RunRecord) -> SrmCheck | None:
+def _srm(run: RunRecord, assigned: dict[str, int]) -> SrmCheck | None:
     from promptlab.experiments import config_from_mapping, expected_shares
 
     experiment = run.spec.get("experiment")
     if not isinstance(experiment, dict):
         return None
     config = config_from_mapping(experiment, source=f"run {run.run_id}: experiment")
-    return srm_check(reads.assigned_units(run.run_id), expected_shares(config))
+    return srm_check(assigned, expected_shares(config))
 
 
 _SINCE = re.compile(r"^(\d+)\s*([mhdw])$")

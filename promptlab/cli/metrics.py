@@ -291,31 +291,13 @@ def _comparison(
     with calls(ctx) as call:
         if by_version:
             assert a is not None and b is not None
-            path = with_query(
-                "/v1/analysis/compare",
-                a=a,
-                b=b,
-                run_id=run_id,
-                logs=logs,
-                since=since,
-                sequential=sequential,
-                cuped=cuped,
-                planned_units=planned,
-            )
+            options: dict[str, Any] = {
+                "run_id": run_id, "logs": logs, "since": since, "sequential": sequential,
+                "cuped": cuped, "planned_units": planned,
+            }  # fmt: skip
+            path = with_query("/v1/analysis/compare", a=a, b=b, **options)
             return call(
-                Comparison,
-                "GET",
-                path,
-                lambda wb: wb.analysis.compare_versions(
-                    a,
-                    b,
-                    run_id=run_id,
-                    logs=logs,
-                    since=since,
-                    sequential=sequential,
-                    cuped=cuped,
-                    planned_units=planned,
-                ),  # fmt: skip
+                Comparison, "GET", path, lambda wb: wb.analysis.compare_versions(a, b, **options)
             )
         assert run_id is not None
         path = with_query(
