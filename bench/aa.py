@@ -12,7 +12,9 @@ fixed-horizon test and with 19 always-valid looks tuned to the horizon then the 
 fixed one (promptlab/analysis/sequential.py), CUPED on, at the minimum of units per arm,
 all-mode runs at their minimum of rows; the power to find a +60% per-user CTR lift at
 one fixed look, at the final look alone (4%), at one always-valid look at the horizon
-alone, and over the 20 looks; and CUPED's variance reduction on data with a pre/post
+alone, and over the 20 looks; how often the Bayesian view's "chance to beat control >
+95%" fires with no difference (one row, the table, 20 looks); units seen in both arms
+left out (contamination); and CUPED's variance reduction on data with a pre/post
 correlation near 0.6. Not a test: tests/test_aa.py asserts a smaller configuration.
 """
 
@@ -30,11 +32,13 @@ sys.path.insert(0, str(ROOT))
 from promptlab.analysis.sequential import FINAL, interim  # noqa: E402
 from promptlab.analysis.simulate import (  # noqa: E402
     Traffic,
+    bayes_call_rate,
     cuped_effects,
     false_positive_rate,
     paired_false_positive_rate,
     power,
 )
+from promptlab.analysis.simulate_shared import contamination_effects  # noqa: E402
 from promptlab.analysis.stats import MIN_ROWS_PAIRED, MIN_UNITS_PER_ARM  # noqa: E402
 
 
@@ -61,6 +65,11 @@ def main() -> None:
         ("A/A, all-mode, 20 rows x 1", lambda: paired_false_positive_rate(pairs, MIN_ROWS_PAIRED)),
         ("A/A, all-mode, 20 rows x 3", lambda: paired_false_positive_rate(pairs, MIN_ROWS_PAIRED,
                                                                           repeats=3)),
+        ("A/A, Bayesian, CTR chance > 95%", lambda: bayes_call_rate(
+            pairs, traffic, metric="CTR", one_sided=True)),
+        ("A/A, Bayesian, any row > 95% or < 5%", lambda: bayes_call_rate(pairs, traffic)),
+        ("A/A, Bayesian, any row, 20 looks", lambda: bayes_call_rate(pairs // 4, traffic,
+                                                                     looks=20)),
         ("power, +60% CTR, fixed horizon", lambda: power(pairs, traffic, 0.6)),
         ("power, +60% CTR, final look (4%)", lambda: power(pairs, traffic, 0.6, only=FINAL)),
         ("power, +60% CTR, always valid alone", lambda: power(pairs, traffic, 0.6,
@@ -73,6 +82,15 @@ def main() -> None:
         started = time.perf_counter()
         rate = measure()
         print(f"  {label:38} {rate:6.1%}   ({time.perf_counter() - started:5.1f} s)")
+    started = time.perf_counter()
+    shared = contamination_effects(pairs // 2, traffic, lift=0.6, share=0.3)
+    print(
+        f"  contamination, +60% CTR, 30% of users in both arms: CTR effect "
+        f"{shared.effect_kept:+.4f}"
+        f" kept, {shared.effect_left_out:+.4f} left out, {shared.effect_clean:+.4f} with none "
+        f"shared; power {shared.power_kept:.1%} kept, {shared.power_left_out:.1%} left out "
+        f"({time.perf_counter() - started:.1f} s)"
+    )
     correlation, ratio = cuped_effects(pairs // 2, replace(traffic, pre_share=1.0))
     print(
         f"  CUPED: pre/post correlation {correlation:.2f}, variance of the CTR effect "

@@ -22,6 +22,7 @@ from promptlab.errors import PromptlabError
 from promptlab.facades.analysis import Comparison, RunWithResults, SideBySideRow, TimeSeries
 from promptlab.records import LogMetricsRow, MetricsRow
 from promptlab.ui.downloads import comparison_download, download_buttons
+from promptlab.ui.repeats import repeats_section
 from promptlab.ui.resources import get_workbench
 from promptlab.ui.shell import require_shell
 from promptlab.ui.widgets import escape_markdown, show_error
@@ -34,6 +35,7 @@ from promptlab.views.charts import (
     rate_chart,
 )
 from promptlab.views.compare import (
+    PLANNED_UNITS_DEFAULT,
     answer_sentences,
     interval_level,
     srm_verdict,
@@ -71,6 +73,10 @@ FAMILY_HELP = (
 STILL_COLLECTING, FINISHED = "Still collecting", "Finished"
 #: The data state picked for versions and logs -> `sequential` (always valid).
 DATA_STATES = {STILL_COLLECTING: True, FINISHED: False}
+PLANNED_HELP = (
+    "Units per arm the comparison will end at: while data is still collecting, the "
+    "always-valid test is tuned to be sharpest there (and holds its 1% at any look)."
+)
 DATA_HELP = (
     "Still collecting: logs keep arriving (or runs are still going) and you will look "
     "again: always-valid (mSPRT) intervals and p-values. Finished: the data is complete, "
@@ -88,6 +94,15 @@ TABLE_HELP = {
     ),
     "requests": st.column_config.TextColumn(help="Requests behind the units, control/variant."),
     "adj p": st.column_config.TextColumn(help="p adjusted by Holm across the table's tests."),
+    "P(beat)": st.column_config.TextColumn(
+        help="Chance the variant beats control (the Bayesian view: flat prior, the same "
+        "per-unit estimate as the test). Not adjusted for looks or for the table's other "
+        "rows: with no difference at all it exceeds 95% on 5% of rows."
+    ),
+    "risk": st.column_config.TextColumn(
+        help="Expected loss of choosing the variant: how much worse it is on average in "
+        "the cases where it is worse, in the metric's unit."
+    ),
     "why": st.column_config.TextColumn(help="Why the verdict is what it is."),
 }
 #: Inputs shown per page of side-by-side outputs.
@@ -138,11 +153,20 @@ def pick_comparison(wb: Workbench, run_id: str, variants: list[str]) -> Comparis
 
 def answer(comparison: Comparison) -> None:
     """The answer first: a sentence per variant, and the method behind it."""
+    if comparison.scope:
+        st.info(escape_markdown(comparison.scope), icon=":material/info:")
+    for note in comparison.notes:
+        st.warning(escape_markdown(note), icon=":material/warning:")
     with st.container(border=True):
         sentences = answer_sentences(comparison)
         for sentence in sentences or ["Nothing to compare yet."]:
             st.markdown(escape_markdown(sentence))
-        st.caption(f"Method: **{comparison.method}**", help=METHOD_HELP[comparison.sequential])
+        tuned = comparison.planned_units if comparison.sequential else None
+        st.caption(
+            f"Method: **{comparison.method}**"
+            + (f", tuned to {tuned:,} units per arm" if tuned else ""),
+            help=METHOD_HELP[comparison.sequential],
+        )
         decides = comparison.family.describe()
         st.caption(escape_markdown(decides[:1].upper() + decides[1:]), help=FAMILY_HELP)
         reduced = [r for r in comparison.rows if r.variance_reduction is not None]
@@ -183,7 +207,8 @@ def summary(comparison: Comparison) -> None:
         st.caption("No SRM check: these versions were not split by an experiment's weights.")
     # The verdict right after the metric: the answer first, the figures behind it.
     order = ("variant", "metric", "verdict", "control", "variant value", "delta",
-             "interval", "p", "adj p", "units", "requests", "why", "method")  # fmt: skip
+             "interval", "p", "adj p", "P(beat)", "risk", "units", "requests", "why",
+             "method")  # fmt: skip
     st.dataframe(
         summary_rows(comparison), hide_index=True, width="stretch", column_order=order,
         column_config=TABLE_HELP,
@@ -314,10 +339,15 @@ def versions(wb: Workbench, logs: bool) -> None:
         "Since", key=f"ver_since_{logs}", placeholder="e.g. 7d",
         help="An age like 7d, 24h, 30m, 2w or a date like 2026-11-01; empty: everything.",
     ).strip()  # fmt: skip
-    left, right = st.columns([2, 3], vertical_alignment="bottom")
+    left, middle, right = st.columns([2, 1, 2], vertical_alignment="bottom")
     state = left.segmented_control(
         "Data", list(DATA_STATES), default=STILL_COLLECTING if logs else FINISHED,
         key=f"ver_state_{logs}", help=DATA_HELP,
+    )  # fmt: skip
+    collecting = DATA_STATES[state or (STILL_COLLECTING if logs else FINISHED)]
+    planned = middle.number_input(
+        "Planned units per arm", min_value=1, value=PLANNED_UNITS_DEFAULT, step=100,
+        key=f"ver_planned_{logs}", disabled=not collecting, help=PLANNED_HELP,
     )  # fmt: skip
     # Only meaningful with a since date: the units' logs before it are the covariate.
     cuped = logs and right.checkbox(
@@ -326,9 +356,8 @@ def versions(wb: Workbench, logs: bool) -> None:
     ) and bool(since)  # fmt: skip
     try:
         comparison = wb.analysis.compare_versions(
-            a, b, logs=logs, since=since or None,
-            sequential=DATA_STATES[state or (STILL_COLLECTING if logs else FINISHED)],
-            cuped=cuped,
+            a, b, logs=logs, since=since or None, sequential=collecting, cuped=cuped,
+            planned_units=int(planned) if collecting else None,
         )  # fmt: skip
     except PromptlabError as exc:
         show_error(exc)
@@ -366,6 +395,7 @@ def run_variants(wb: Workbench, runs: list[RunWithResults]) -> None:
     # The comparison's own per-variant metrics: reading them again doubles the page's
     # heaviest query (a million results and their feedback).
     run_charts(wb, run_id, comparison.metrics, shown, colours, comparison)
+    repeats_section(wb, run_id)  # only when the run repeats its rows
     download_buttons(wb, "metrics", key=f"dl_metrics_{run_id}", run_id=run_id)
     side_by_side(wb, run_id, comparison.control, comparison.paired)
 

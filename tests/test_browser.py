@@ -373,13 +373,12 @@ def test_create_an_experiment_in_the_form_launch_it_and_follow_it(
     form.get_by_role("button", name="Create experiment").click()
     expect(page.get_by_text("Created triage-70-30")).to_be_visible(timeout=PAGE_STEP_MS)
     expect(page.get_by_text("variant-1 weight")).to_be_visible(timeout=PAGE_STEP_MS)  # it is chosen
-    # Launch on the demo dataset, split by customer: the estimate comes first.
+    # Launch on the demo's customers, split by customer: the estimate comes first.
     expect(page.get_by_text("Requests", exact=True)).to_be_visible(timeout=PAGE_STEP_MS)
-    assert metric(page, "Requests") == 40
-    # The estimate's last part (17 customers cannot give 70/30) is drawn: the page is done.
-    expect(page.get_by_text(re.compile("Too few units for a 70/30 split"))).to_be_visible(
-        timeout=PAGE_STEP_MS
-    )
+    assert metric(page, "Requests") == 800
+    # 400 customers fit a 70/30 split: no warning, and Start is drawn below the estimate.
+    expect(page.get_by_role("button", name="Start")).to_be_visible(timeout=PAGE_STEP_MS)
+    assert not page.get_by_text(re.compile("Too few units")).count()
     page.screenshot(path=str(tmp_path / "06-experiment-estimate.png"), full_page=True)
     closed = page.get_by_text(re.compile(r"items closed"))
     for _ in range(3):  # a click landing on a rerun in progress is dropped by the browser
@@ -389,7 +388,7 @@ def test_create_an_experiment_in_the_form_launch_it_and_follow_it(
             break
         except AssertionError:
             continue
-    expect(page.get_by_text(re.compile(r"completed: 40 of 40 items closed"))).to_be_visible(
+    expect(page.get_by_text(re.compile(r"completed: 800 of 800 items closed"))).to_be_visible(
         timeout=120_000
     )
     page.screenshot(path=str(tmp_path / "07-experiment-run.png"), full_page=True)
@@ -400,15 +399,15 @@ def test_create_an_experiment_in_the_form_launch_it_and_follow_it(
     page = opened.value
     heading = page.get_by_role("heading", name=re.compile(r"triage-70-30 .* · completed"))
     expect(heading).to_be_visible(timeout=PAGE_STEP_MS)
-    expect(page.get_by_text("40 of 40 items closed")).to_be_visible(timeout=PAGE_STEP_MS)
+    expect(page.get_by_text("800 of 800 items closed")).to_be_visible(timeout=PAGE_STEP_MS)
     page.screenshot(path=str(tmp_path / "08-experiment-in-runs.png"), full_page=True)
 
 
 #: The Compare page's figures for a run of two variants: forest, rates, latency
 #: percentiles, latency ECDF and metrics over time.
 COMPARE_CHARTS = 5
-#: The demo split run: 40 tickets, each sent to one variant.
-DEMO_SPLIT_RESULTS = 40
+#: The demo split run: 400 customers' 800 tickets, each sent to one variant.
+DEMO_SPLIT_RESULTS = 800
 
 
 def test_compare_is_the_first_page_once_the_demo_run_has_results(
@@ -431,8 +430,10 @@ def test_compare_is_the_first_page_once_the_demo_run_has_results(
                 raise
     expect(page.get_by_role("heading", name="Compare")).to_be_visible(timeout=PAGE_STEP_MS)
     assert "/compare" in page.url and "run=run_" in page.url  # an address to share
-    # 17 customers: the split is too small to judge, and the page says so.
-    expect(page.get_by_text("SRM check cannot judge yet")).to_be_visible(timeout=PAGE_STEP_MS)
+    # 400 customers: the split is judged, and the first look has a verdict (issue 40).
+    expect(page.get_by_text("SRM check passed")).to_be_visible(timeout=PAGE_STEP_MS)
+    expect(page.get_by_text(re.compile(r"staging against control: worse on latency p50"))
+           ).to_be_visible(timeout=PAGE_STEP_MS)  # fmt: skip
     expect(page.locator(".js-plotly-plot")).to_have_count(COMPARE_CHARTS, timeout=PAGE_STEP_MS)
     # Plotly drew into each one: bars, markers and lines are SVG paths.
     for chart in page.locator(".js-plotly-plot").all():

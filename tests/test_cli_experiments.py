@@ -206,7 +206,8 @@ def test_experiment_run_estimates_then_runs_the_split(tmp_path: Path) -> None:
                    "--estimate")  # fmt: skip
     assert estimate.exit_code == 0, estimate.output
     assert estimate.output.startswith("estimate: 40 requests, ")
-    assert "control: " in estimate.output and "(output from 29 results)" in estimate.output
+    # The demo run on 400 customers gave control 586 answers to learn lengths from.
+    assert "control: " in estimate.output and "(output from 586 results)" in estimate.output
     assert "run run_" not in estimate.output  # nothing sent
     # 17 customers, split by their hash; too few on one side, and it says so.
     assert "units: 17 distinct customer_id (control " in estimate.output

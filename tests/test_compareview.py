@@ -34,8 +34,9 @@ def test_cells_are_in_their_units_with_intervals_and_p_values() -> None:
     assert dict(zip(COMPARISON_COLUMNS, completion, strict=True)) == {
         "variant": "b", "metric": "completion rate", "control": "80.0%",
         "variant value": "90.0%", "delta": "+10.0 pp", "interval": "+2.0 pp .. +18.0 pp",
-        "p": "<0.0001", "adj p": "<0.0001", "method": "two-proportion z", "verdict": "better",
-        "units": "100/90", "requests": "0/0", "why": "",
+        "p": "<0.0001", "adj p": "<0.0001", "P(beat)": "-", "risk": "-",
+        "method": "two-proportion z", "verdict": "better", "units": "100/90",
+        "requests": "0/0", "why": "",
     }  # fmt: skip
     assert latency[2:6] == ("1000", "1250", "+250 ms", "-20 ms .. +500 ms")
 

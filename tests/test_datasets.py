@@ -470,12 +470,14 @@ def test_check_rows_reports_a_missing_column_and_a_render_error() -> None:
 def test_demo_tickets_import_once_with_a_unit_column_and_fit_the_triage_prompt(
     datasets: DatasetStore, registry: Registry
 ) -> None:
-    (info,) = load_demo_datasets(datasets)
+    info, customers = load_demo_datasets(datasets)
     assert (info.name, info.row_count, info.unit_column) == ("tickets", 40, "customer_id")
+    assert (customers.name, customers.row_count) == ("customers", 800)
     assert load_demo_datasets(datasets) == []  # already there: left as it is
     load_demo_prompts(registry)
     for ref in ("ticket-triage@production", "ticket-triage@staging"):
         template = registry.resolve(ref).template
         assert check_rows(datasets.iter_rows("tickets"), template).bad == 0
+        assert check_rows(datasets.iter_rows("customers"), template).bad == 0
     units = {row["customer_id"] for row in datasets.iter_rows("tickets")}
     assert 1 < len(units) < 40  # several tickets per customer: units group rows

@@ -79,6 +79,7 @@ FACADES: dict[str, tuple[type, list[str]]] = {
             "metrics",
             "metrics_over_time",
             "rate_result",
+            "repeats",
             "result_feedback",
             "runs_with_results",
             "scores",

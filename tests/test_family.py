@@ -123,3 +123,42 @@ def test_picking_one_variant_never_changes_a_p_value(
     assert decided, [r.reason for r in picked.rows]
     assert all("Holm over 10 tests" in r.reason for r in decided)
     assert picked.family.primary == "completion rate" and not picked.family.declared
+
+
+def test_an_experiment_declares_its_metrics_and_planned_units(tmp_path: Path) -> None:
+    """An experiment file's `metrics:` and `planned_units:` travel with its revision into
+    every run of it: compare decides on them (issue 40)."""
+    from promptlab.config import Settings
+    from promptlab.experiments import load_experiment_file
+
+    source = tmp_path / "exp.yaml"
+    source.write_text(
+        "name: decided\nunit_column: customer_id\nplanned_units: 150\n"
+        "metrics: {primary: latency p50, guardrails: [completion]}\nvariants:\n"
+        "  - {name: control, prompt: ticket-triage@production, weight: 50, control: true}\n"
+        "  - {name: staging, prompt: ticket-triage@staging, weight: 50}\n"
+    )
+    settings = Settings.from_env({"PROMPTLAB_DB": str(tmp_path / "db.duckdb"),
+                                  "PROMPTLAB_AUTHOR": "tester"})  # fmt: skip
+    with Workbench.open(settings) as wb:
+        wb.demo.load()
+        config, _ = wb.experiments.add(load_experiment_file(source))
+        assert (config.planned_units, config.metrics) == (
+            150, {"primary": "latency p50", "guardrails": ["completion"]},
+        )  # fmt: skip
+        spec = wb.runs.experiment_spec("decided", "tickets", limit_rows=6)
+        run_id = wb.runs.start(spec)
+        assert wb.runs.wait(run_id, 60).status == RunStatus.COMPLETED
+        live = wb.analysis.compare(run_id, sequential=True)
+    assert live.family.primary == "latency p50" and live.family.declared
+    assert live.family.metrics == ("latency p50", "completion rate")
+    assert live.planned_units == 150  # the declaration, not the run's own units
+
+
+@pytest.mark.parametrize("value", [0, -3, 1.5, "many", True])
+def test_a_bad_planned_units_is_refused_naming_the_field(tmp_path: Path, value: object) -> None:
+    dataset = tmp_path / "rows.csv"
+    dataset.write_text("text\nhi\n")
+    spec = {"dataset": str(dataset), "variants": [{"prompt": "p"}], "planned_units": value}
+    with pytest.raises(SpecError, match=r"planned_units: expected a whole number of units"):
+        parse_spec(spec)

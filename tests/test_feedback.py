@@ -17,11 +17,13 @@ from click.testing import CliRunner, Result
 
 from promptlab.analysis.stats import wilson_interval
 from promptlab.cli import main
-from promptlab.data.demo import DEMO_CLICK_THROUGH, demo_clicked
+from promptlab.data.demo import DEMO_CLICK_SEED, demo_feedback_events
 from promptlab.data.feedback import FeedbackImporter
 from promptlab.errors import DatasetError, FeedbackError
 from promptlab.prompts.registry import Registry
+from promptlab.providers.simulator import click_probability, simulate_feedback
 from promptlab.store import Store
+from promptlab.store.feedback import ShownResult
 from promptlab.workbench import Workbench
 from tests.test_metrics import settings
 
@@ -410,37 +412,61 @@ def test_the_demo_run_records_simulated_clicks_once(tmp_path: Path) -> None:
         wb.demo.load()
         run_id = wb.demo.start_run()
         assert run_id is not None
-        wb.runs.wait(run_id, 60)
+        wb.runs.wait(run_id, 120)
         wb.demo.record_feedback(run_id)  # whether or not the background thread was first
         assert wb.demo.record_feedback(run_id) == 0
         rows = {r.variant: r for r in wb.analysis.metrics(run_id=run_id)}
-        clicked = {k for k, v in demo_keys(wb, run_id) if demo_clicked(k, v)}
+        shown = demo_results(wb, run_id)
+        # Each click is the simulator's click model's draw for that result.
+        messages = {v.id: [{"role": m.role, "content": m.content} for m in v.template.messages]
+                    for v in wb.prompts.history("ticket-triage").versions}  # fmt: skip
+        clicked = {r.key for r in shown
+                   if simulate_feedback(r.model, r.output_text, r.key, seed=DEMO_CLICK_SEED,
+                                        prompt_messages=messages[r.prompt_version_id],
+                                        fault="truncated" if r.finish_reason == "length"
+                                        else None)}  # fmt: skip
         for variant, row in rows.items():
             assert row.impressions == row.succeeded > 0
-            expected = sum(1 for k, v in demo_keys(wb, run_id) if v == variant and k in clicked)
-            assert row.clicks == expected
+            assert row.clicks == sum(1 for r in shown if r.variant == variant and r.key in clicked)
         ctr = next(r for r in wb.analysis.compare(run_id).rows if r.metric == "CTR")
         assert ctr.control == "control" and ctr.variant == "staging"
         assert {r[8] for r in stored(wb)} == {"demo"}
 
 
-def demo_keys(wb: Workbench, run_id: str) -> list[tuple[str, str]]:
+def demo_results(wb: Workbench, run_id: str) -> list[ShownResult]:
     with wb.store.read() as cur:
         rows = cur.execute(
-            "SELECT idempotency_key, variant FROM results WHERE run_id = ? "
+            "SELECT idempotency_key, variant, prompt_version_id, model, "
+            "coalesce(output_text, ''), finish_reason FROM results WHERE run_id = ? "
             "AND status = 'succeeded'",
             [run_id],
         ).fetchall()
-    return [(r[0], r[1]) for r in rows]
+    return [ShownResult(*r) for r in rows]
 
 
-def test_demo_clicks_are_seeded_by_the_key() -> None:
-    keys = [f"{i:032x}" for i in range(2000)]
-    control = sum(demo_clicked(k, "control") for k in keys) / len(keys)
-    staging = sum(demo_clicked(k, "staging") for k in keys) / len(keys)
-    assert [demo_clicked(k, "control") for k in keys] == [demo_clicked(k, "control") for k in keys]
-    assert abs(control - DEMO_CLICK_THROUGH["control"]) < 0.03
-    assert abs(staging - DEMO_CLICK_THROUGH["staging"]) < 0.03
+def test_demo_clicks_follow_the_simulators_click_model() -> None:
+    """Seeded by the key, at the rate the click model gives the model, prompt and answer:
+    a better-written prompt and an answer of a readable length get more clicks."""
+    plain = [{"role": "user", "content": "{{ ticket }}"}]
+    written = [{"role": "system", "content": "You are a support assistant. Answer in JSON, "
+                "for example {\"category\": \"bug\"}; check the ticket step by step."},
+               {"role": "user", "content": "Ticket from a customer, please classify: "
+                "{{ ticket }}"}]  # fmt: skip
+    answer = "The customer cannot log in since the update; route it to the account team now."
+    results = [ShownResult(f"{i:032x}", "v", "plain" if i % 2 else "written", "careful", answer,
+                           None) for i in range(4000)]  # fmt: skip
+    messages = {"plain": plain, "written": written}
+    events = demo_feedback_events(results, messages.__getitem__)
+    assert events == demo_feedback_events(results, messages.__getitem__)
+    clicks = {k for k, kind in events if kind == "click"}
+    for version in ("plain", "written"):
+        keys = [r.key for r in results if r.prompt_version_id == version]
+        rate = sum(k in clicks for k in keys) / len(keys)
+        expected = click_probability("careful", answer, prompt_messages=messages[version])
+        assert abs(rate - expected) < 0.03
+    assert click_probability("careful", answer, prompt_messages=written) > click_probability(
+        "careful", answer, prompt_messages=plain
+    )
 
 
 def test_cli_feedback_import_and_compare_by_version_in_a_run(

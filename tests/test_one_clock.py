@@ -30,7 +30,8 @@ def test_a_whole_demo_run_is_stamped_by_the_manual_clock(
     tmp_path: Path, db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     providers = tmp_path / "providers.yaml"
-    providers.write_text("endpoints:\n  sim: {kind: sim, latency_scale: 0}\n")
+    # The limiter runs on the manual clock too: a budget no refill is needed for.
+    providers.write_text("endpoints:\n  sim: {kind: sim, latency_scale: 0, rpm: 6000000}\n")
     monkeypatch.setenv("PROMPTLAB_PROVIDERS", str(providers))
     clock = ManualClock(START)
     shown = {clock.now()}

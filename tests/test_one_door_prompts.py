@@ -181,6 +181,6 @@ def test_init_demo_prints_the_same_through_the_server(
 
     assert neutral(through, "served.duckdb") == neutral(alone, "alone.duckdb")
     assert alone.exit_code == 0, alone.stderr
-    ran = "completed, 40 items" in through.stdout
+    ran = "completed, 800 items" in through.stdout
     assert ran == fresh and "ticket-triage" in shown.stdout, through.stdout
     assert "POST /v1/demo" in called and not [p for p in called if p.endswith("/v1/cli")]

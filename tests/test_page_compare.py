@@ -11,6 +11,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from promptlab.analysis.compare import FINAL_LOOK
+from promptlab.analysis.stats import Verdict
 from promptlab.engine import parse_spec
 from promptlab.ui.resources import get_workbench
 from promptlab.views.charts import ECDF_POINTS
@@ -39,7 +40,7 @@ def demo_run(demo_db_once: Path, db_path: Path) -> str:
     simulated clicks: the app's database is a copy of the session's `init --demo` one."""
     shutil.copyfile(demo_db_once, db_path)
     (listed,) = get_workbench().runs.list()
-    assert listed.run.name == "demo: triage-split on tickets"
+    assert listed.run.name == "demo: triage-split on customers"
     assert listed.run.status == "completed"
     return listed.run.run_id
 
@@ -116,15 +117,13 @@ def test_the_demo_split_run_answers_in_a_sentence_first(demo_run: str) -> None:
     # Which metric decides, its names as compare gives them (CTR, not ctr).
     decides = [shown(c.value) for c in at.caption if "primary" in c.value]
     assert decides and decides[0].startswith("Decides: completion rate") and "CTR" in decides[0]
-    # A dozen customers and five (fewer than 20 in an arm): the SRM check cannot judge.
-    assert comparison.srm is not None and not comparison.srm.judged
-    assert not at.success  # no "passed"
-    srm = next(i for i in at.info if "SRM check" in i.value)
-    assert "cannot judge yet" in shown(srm.value)
+    # 400 customers split 70/30: the SRM check judges them, and passes.
+    assert comparison.srm is not None and comparison.srm.judged and not comparison.srm.mismatch
+    (srm,) = [m for m in at.success if "SRM check" in m.value]
     assert shown(srm.value) == f"SRM check {srm_verdict(comparison.srm)}"
-    # Every row has too few units: none was tested, Holm's family is empty.
-    assert all(r.adjusted_p is None for r in comparison.rows)
-    assert any("no row could be tested yet" in c.value for c in at.caption)
+    # Units enough for the first look to decide something (issue 40, item 6).
+    assert any(r.verdict in (Verdict.BETTER, Verdict.WORSE) for r in comparison.rows)
+    assert any("adjusted by Holm over the declared family" in c.value for c in at.caption)
 
 
 def specs(at: AppTest) -> dict[str, dict[str, Any]]:
@@ -288,6 +287,12 @@ def test_production_logs_answer_always_valid_with_a_runs_figures(
     assert live.method == "always valid (mSPRT)"
     assert answer_sentences(live)[0] in [shown(m.value) for m in at.markdown]
     assert any("always valid (mSPRT)" in c.value for c in at.caption if "Method" in c.value)
+    assert any("tuned to 1,000 units per arm" in c.value for c in at.caption)
+    # The planned horizon is the user's to say (issue 40): the test is tuned to it.
+    at.number_input(key="ver_planned_True").set_value(400).run()
+    assert any("tuned to 400 units per arm" in c.value for c in at.caption)
+    tuned = wb.analysis.compare_versions(a, b, logs=True, planned_units=400)
+    assert list(at.dataframe[0].value["p"]) == [fmt_p(r.p_value) for r in tuned.rows]
     tested = sum(r.adjusted_p is not None for r in live.rows)
     # Every row tested but p99 (3 of 360 requests beyond it); the family is the five
     # default metrics all the same (p99 counts as p = 1), and the page says so.

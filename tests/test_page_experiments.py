@@ -65,7 +65,9 @@ def test_a_bad_form_names_the_problem_and_saves_nothing() -> None:
 
 def test_launch_on_the_demo_dataset_shows_the_estimate_and_follows_the_run() -> None:
     at = open_page()
-    assert at.selectbox(key="launch_triage-split_dataset").value == "tickets"
+    # The demo's two datasets, the 400 customers first; the 40 tickets launch quicker.
+    assert at.selectbox(key="launch_triage-split_dataset").value == "customers"
+    at.selectbox(key="launch_triage-split_dataset").select("tickets").run()
     assert at.selectbox(key="launch_triage-split_tickets_unit").value == "customer_id"
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Requests"] == "40"  # split: one request per ticket
@@ -139,6 +141,7 @@ def test_each_experiment_shows_and_saves_its_own_weights() -> None:
 def test_a_dataset_without_a_unit_column_asks_for_one() -> None:
     wb = get_workbench()
     wb.datasets.set_unit_column("tickets", None)
+    wb.datasets.set_unit_column("customers", None)
     wb.experiments.add(
         {"name": "no-unit", "variants": [
             {"name": "control", "prompt": "ticket-triage@1.0.0", "weight": 50, "control": True},
@@ -146,6 +149,7 @@ def test_a_dataset_without_a_unit_column_asks_for_one() -> None:
     )  # fmt: skip
     at = open_page()
     at.selectbox(key="experiment_choice").select("no-unit").run()
+    at.selectbox(key="launch_no-unit_dataset").select("tickets").run()
     assert at.selectbox(key="launch_no-unit_tickets_unit").value is None
     # Not an error: the page says what is needed (issue 22).
     assert not at.error, [e.value for e in at.error]

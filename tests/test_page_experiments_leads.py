@@ -58,9 +58,10 @@ def test_the_page_opens_on_a_dataset_that_has_the_experiments_unit_column(
     add_articles(get_workbench(), tmp_path)
     at = open_page()
     assert not at.error, [e.value for e in at.error]
-    assert at.selectbox(key="launch_triage-split_dataset").value == "tickets"
-    assert at.selectbox(key="launch_triage-split_tickets_unit").value == "customer_id"
-    assert {m.label: m.value for m in at.metric}["Requests"] == "40"
+    # The first dataset with customer_id: the demo's 400 customers (800 tickets).
+    assert at.selectbox(key="launch_triage-split_dataset").value == "customers"
+    assert at.selectbox(key="launch_triage-split_customers_unit").value == "customer_id"
+    assert {m.label: m.value for m in at.metric}["Requests"] == "800"
 
 
 def test_a_dataset_without_the_unit_column_asks_for_one_without_an_error(
@@ -85,7 +86,7 @@ def test_when_no_dataset_fits_the_page_says_what_is_needed() -> None:
     warned = " ".join(shown(w.value) for w in at.warning)
     assert "No dataset has the column session_id" in warned
     # The dataset's own unit column stands in, and the page says so.
-    assert at.selectbox(key="launch_by-session_tickets_unit").value == "customer_id"
+    assert at.selectbox(key="launch_by-session_customers_unit").value == "customer_id"
     assert any("splits by customer_id" in shown(c.value) for c in at.caption)
 
 
@@ -177,6 +178,7 @@ def test_launching_in_all_mode_needs_no_unit_column() -> None:
     at = open_page()
     at.selectbox(key="experiment_choice").select("by-session").run()
     assert at.warning
+    at.selectbox(key="launch_by-session_dataset").select("tickets").run()
     at.selectbox(key="launch_by-session_mode").select("all").run()
     assert not at.error and not at.warning, [w.value for w in at.warning]
     assert {m.label: m.value for m in at.metric}["Requests"] == "80"  # 40 rows, 2 variants

@@ -237,6 +237,8 @@ EVERY_FIELD: dict[str, Any] = {
     "attempt": 2,
     "item_key": "run-item-key",
     "deadline": 4102444800.0,
+    # Which repeat of its row: only the simulated model reads it, never sent.
+    "sample": 2,
 }
 
 
@@ -261,6 +263,7 @@ def test_openai_adapter_sends_every_spec_parameter(
     sent = _last_request(server)
     body = sent["body"]
     assert "run-item-key" not in json.dumps(sent) and "attempt" not in body
+    assert "sample" not in body
     assert (body["temperature"], body["top_p"], body["seed"]) == (0.3, 0.9, 7)
     # A compatible server (base_url set) gets max_tokens; the official API gets
     # max_completion_tokens (test below).

@@ -11,7 +11,10 @@ What it does, by source (the effects are in promptlab/analysis/units.py):
 - **all-mode runs** (every row through every variant): paired over (row, repeat) and
   clustered by dataset row, completion and latency by the delta method on the per-row
   difference;
-- **versions across runs**: results per their split run's unit, else per request;
+- **versions across runs**: within each run holding both, combined by a stratified
+  estimate (promptlab/analysis/strata.py);
+- **units seen in both arms** (a split or the logs): left out and counted
+  (promptlab/analysis/contamination.py);
 - **still collecting** (a run not finished, or `sequential`): the always-valid mSPRT
   tuned to the planned units per arm, at 1% of the family's 5%; the final look (a
   finished run, logs with `--final`) is the fixed-horizon test at the other 4%
@@ -29,9 +32,11 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
+from promptlab.analysis.contamination import shared_note, shared_units, without_shared
 from promptlab.analysis.cuped import cuped_rate_difference
+from promptlab.analysis.decided import decided
 from promptlab.analysis.family import MetricFamily, default_family, family_of
-from promptlab.analysis.sequential import FINAL, FINAL_ALPHA, FIXED, Look, infer, interim
+from promptlab.analysis.sequential import FINAL, FINAL_ALPHA, FIXED, Look, interim
 from promptlab.analysis.stats import (
     MIN_TAIL_REQUESTS,
     NO_DATA,
@@ -42,7 +47,6 @@ from promptlab.analysis.stats import (
     holm_verdicts,
     minimum_units,
     srm_check,
-    too_few,
 )
 from promptlab.analysis.units import (
     Estimate,
@@ -75,14 +79,14 @@ if TYPE_CHECKING:
 
     FloatArray = npt.NDArray[np.float64]
 
-__all__ = ["COMPLETION", "CTR", "Comparison", "compare_arms", "compare_run", "compare_versions"]
+__all__ = ["COMPLETION", "CTR", "Comparison", "compare_arms", "compare_logs", "compare_run"]
 
 #: The latency percentiles compared, with their metric names.
 COMPARED_QUANTILES = ((0.5, "latency p50"), (0.9, "latency p90"), (0.99, "latency p99"))
 FIXED_HORIZON = "fixed horizon"
 ALWAYS_VALID = "always valid (mSPRT)"
 FINAL_LOOK = f"fixed horizon, final look ({FINAL_ALPHA:.0%} of 5%)"
-_METHODS = {"fixed": FIXED_HORIZON, "interim": ALWAYS_VALID, "final": FINAL_LOOK}
+METHODS = {"fixed": FIXED_HORIZON, "interim": ALWAYS_VALID, "final": FINAL_LOOK}
 
 
 @dataclass(frozen=True)
@@ -110,6 +114,14 @@ class Comparison:
     family_size: int = 0
     #: Units and requests per arm (control first), as analysed.
     arms: dict[str, tuple[int, int]] = field(default_factory=dict)
+    #: Units seen under both arms (promptlab/analysis/contamination.py), left out
+    #: unless the comparison was asked to keep them.
+    shared_units: int = 0
+    #: One-line warnings and what was done about them: shared units, runs left out or
+    #: pooled (promptlab/analysis/strata.py).
+    notes: list[str] = field(default_factory=list)
+    #: What two versions across runs were compared within (the runs holding both).
+    scope: str = ""
 
     @property
     def sequential(self) -> bool:
@@ -147,10 +159,12 @@ def compare_run(
     variant_b: str | None = None,
     sequential: bool | None = None,
     planned_units: int | None = None,
+    keep_shared: bool = False,
 ) -> Comparison:
     """Each variant of the run (or `variant_b`) against control (or `variant_a`);
     `sequential` defaults to True while the run is not finished, tuned to
-    `planned_units` per arm (default: what the run plans); else the final look."""
+    `planned_units` per arm (default: what the run plans); else the final look. Units
+    a split run assigned to both arms are left out unless `keep_shared`."""
     names = [m.variant or "" for m in metrics]
     for given in (variant_a, variant_b):
         if given is not None and given not in names:
@@ -178,6 +192,8 @@ def compare_run(
     by = ("user" if user else "session") if replay else "row"
     rows: list[MetricComparison] = []
     arms: dict[str, tuple[int, int]] = {}
+    notes: list[str] = []
+    shared = 0
     control_arm = samples.run_arm(run.run_id, control, paired, replay, user)
     arms[control] = (control_arm.units, control_arm.requests)
     for other in others:
@@ -186,8 +202,10 @@ def compare_run(
         if paired:
             rows += compare_paired(samples.paired(run.run_id, control, other, replay, user),
                                    control_arm, arm, look=look, by=by)  # fmt: skip
-        else:
-            rows += compare_arms(control_arm, arm, look=look)
+            continue
+        base, arm, found = apart(control_arm, arm, keep_shared, notes)
+        shared = max(shared, found)
+        rows += compare_arms(base, arm, look=look)
     srm = _srm(run, assigned) if mode == "split" else None
     family = family_of(run.spec)
     decided = holm_verdicts(rows, family=family.metrics, variants=len(others))
@@ -196,15 +214,36 @@ def compare_run(
         decided = [r for r in decided if r.variant == variant_b]
         arms = {name: arms[name] for name in (control, variant_b)}
     return Comparison(run.run_id, mode, control, paired, decided, srm, metrics,
-                      method=_METHODS[look.kind], arms=arms,
+                      method=METHODS[look.kind], arms=arms,
                       planned_units=look.planned_units, family=family,
-                      family_size=size)  # fmt: skip
+                      family_size=size, shared_units=shared, notes=notes)  # fmt: skip
+
+
+def apart(
+    a: ArmSample, b: ArmSample, keep_shared: bool, notes: list[str]
+) -> tuple[ArmSample, ArmSample, int]:
+    """The arms without the units both hold (unless `keep_shared`), and how many there
+    were; a note says so."""
+    if keep_shared:
+        found = shared_units(a, b)
+    else:
+        a, b, found = without_shared(a, b)
+    if found:
+        notes.append(shared_note(found, (a.name, b.name), kept=keep_shared))
+    return a, b, found
 
 
 def _planned_units(run: RunRecord, mode: str, assigned: dict[str, int]) -> int | None:
-    """Units per arm the run plans: a split's `assigned` units (every row is assigned
-    when the run is planned), else its rows (items over variants and repeats); None for
-    a replayed log, whose sessions are counted as they come."""
+    """Units per arm the run plans: what its spec or experiment declares
+    (`planned_units:`), else a split's `assigned` units (every row is assigned when the
+    run is planned), else its rows (items over variants and repeats); None for a
+    replayed log, whose sessions are counted as they come."""
+    declared = run.spec.get("planned_units")
+    experiment = run.spec.get("experiment")
+    if declared is None and isinstance(experiment, dict):
+        declared = experiment.get("planned_units")
+    if isinstance(declared, int) and declared > 0:
+        return declared
     if mode == "split":
         return max(1, sum(assigned.values()) // len(assigned)) if assigned else None
     variants = run.spec.get("variants")
@@ -222,7 +261,7 @@ def compare_arms(
     `holm_verdicts` over the whole table."""
     by = "unit" if a.per_unit or b.per_unit else "request"
     rows = []
-    for metric in (COMPLETION, CTR, *_scores(a, b)):
+    for metric in (COMPLETION, CTR, *scores_of(a, b)):
         ra, rb = a.rates[metric], b.rates[metric]
         if metric != COMPLETION and not (ra.den.sum() or rb.den.sum()):
             continue
@@ -253,7 +292,7 @@ def compare_paired(
     sample_b = RatioSample(pairs.completed_b, pairs.finished)
     rows = [_row_from(COMPLETION, a.name, b.name, sample_a, sample_b, estimate, by,
                       look, (pairs.rows, pairs.rows), "paired delta method")]  # fmt: skip
-    for metric in (CTR, *_scores(a, b)):  # not paired: clustered by row, per arm
+    for metric in (CTR, *scores_of(a, b)):  # not paired: clustered by row, per arm
         if a.rates[metric].den.sum() or b.rates[metric].den.sum():
             rows.append(_rate_row(metric, a.name, b.name, a.rates[metric], b.rates[metric],
                                   by, look, (None, None)))  # fmt: skip
@@ -269,7 +308,7 @@ def compare_paired(
                                 counts, by, look, paired=True)  # fmt: skip
 
 
-def _scores(a: ArmSample, b: ArmSample) -> list[str]:
+def scores_of(a: ArmSample, b: ArmSample) -> list[str]:
     """The score metrics both arms carry (a scorer's mean score, promptlab/scoring/)."""
     return sorted(m for m in a.rates.keys() & b.rates.keys() if m.startswith(SCORE_PREFIX))
 
@@ -308,24 +347,7 @@ def _row_from(
         requests_variant=int(b.den.sum()), analysed_by=by,
         control_interval=rate_interval(a), variant_interval=rate_interval(b),
     )  # fmt: skip
-    return _decided(row, estimate, method, look)
-
-
-def _decided(
-    row: MetricComparison, estimate: Estimate | None, method: str, look: Look
-) -> MetricComparison:  # fmt: skip
-    """The row with its effect, interval and p-value, or too few units, or no data."""
-    if estimate is None:
-        return row
-    fewest = min(row.n_control, row.n_variant)
-    if fewest < minimum_units(row.analysed_by):
-        return replace(row, effect=estimate.effect, test=method, verdict=Verdict.TOO_FEW,
-                     reason=too_few(fewest, row.analysed_by))  # fmt: skip
-    found = infer(estimate, look, (row.n_control + row.n_variant) / 2)
-    se = math.sqrt(estimate.variance) if math.isfinite(estimate.variance) else None
-    name = f"{method} per {row.analysed_by}" + (" · mSPRT" if look.sequential else "")
-    return replace(row, effect=estimate.effect, interval=found.interval, p_value=found.p_value,
-                 test=name, standard_error=se)  # fmt: skip
+    return decided(row, estimate, method, look)
 
 
 def _latency_rows(
@@ -373,73 +395,62 @@ def _latency_rows(
                 )  # fmt: skip
             )
             continue
-        rows.append(_decided(row, found.estimate, method, look))
+        rows.append(decided(row, found.estimate, method, look))
     return rows
 
 
-def compare_versions(
+def compare_logs(
     reads: MetricsReads,
     samples: SampleReads,
     a: tuple[str, str],
     b: tuple[str, str],
     *,
-    logs: bool = False,
     since: datetime | None = None,
-    sequential: bool = False,
+    sequential: bool = True,
     cuped: bool = False,
     planned_units: int | None = None,
+    keep_shared: bool = False,
 ) -> Comparison:
-    """Version B against version A, each given as (version id, label): from production
-    logs (`logs`), else from their results across runs; independent arms per unit.
-    `sequential`: an interim look tuned to `planned_units` per arm; else the final look
-    (logs) or the fixed-horizon test (results across runs).
-    `cuped` (logs with `since` only) adjusts rates by each unit's history before `since`."""
+    """Version B against version A, each given as (version id, label), from production
+    logs; independent arms per unit. `sequential`: an interim look tuned to
+    `planned_units` per arm; else the final look. `cuped` (with `since` only) adjusts
+    rates by each unit's history before `since`. Units with lines of both versions are
+    left out unless `keep_shared`. (Versions across runs: promptlab/analysis/strata.py.)"""
     (id_a, name_a), (id_b, name_b) = a, b
     if id_a == id_b:
         raise PromptlabError(f"compare {name_a} with another version, not itself")
-    if cuped and not (logs and since is not None):
+    if cuped and since is None:
         raise PromptlabError("CUPED needs production logs and --since (the pre-period is "
                              "each unit's logs before it)")  # fmt: skip
-    look = interim(planned_units) if sequential else FINAL if logs else FIXED
-    method = _METHODS[look.kind]
-    if logs:
-        totals = {r.prompt_version_id: r for r in reads.log_metrics(None, since)}
-        for version_id, name in ((id_a, name_a), (id_b, name_b)):
-            if version_id not in totals:
-                raise PromptlabError(f"no production logs for {name}" + _since_text(since))
-        pre_before = None
-        if cuped and since is not None:
-            # The pre-period ends before either version served anyone: a unit's history
-            # must not already hold the treatment (that would pull the effect to 0).
-            first = samples.first_log_time([id_a, id_b])
-            pre_before = min(since, first) if first is not None else since
-        arm_a = samples.log_arm(id_a, name_a, since, pre_before)
-        arm_b = samples.log_arm(id_b, name_b, since, pre_before)
-        rows = compare_arms(arm_a, arm_b, look=look, cuped=cuped)
-        family = default_family(_scores(arm_a, arm_b))
-        return Comparison("", "logs", name_a, False, holm_verdicts(rows, family=family.metrics),
-                          None, [], [totals[id_a], totals[id_b]], method=method,
-                          arms=_arms(arm_a, arm_b), planned_units=look.planned_units,
-                          family=family, family_size=family_size(rows, family.metrics))  # fmt: skip
-    arm_a = samples.version_arm(id_a, name_a, since)
-    arm_b = samples.version_arm(id_b, name_b, since)
-    for arm in (arm_a, arm_b):
-        if not arm.requests:
-            raise PromptlabError(f"no results of {arm.name}" + _since_text(since))
-    rows = compare_arms(arm_a, arm_b, look=look)
-    metrics = [m for m in reads.version_metrics(None, since) if m.prompt_version_id in (id_a, id_b)]
-    family = default_family(_scores(arm_a, arm_b))
-    return Comparison("", "versions", name_a, False, holm_verdicts(rows, family=family.metrics),
-                      None, metrics, method=method, arms=_arms(arm_a, arm_b),
-                      planned_units=look.planned_units, family=family,
-                      family_size=family_size(rows, family.metrics))  # fmt: skip
+    look = interim(planned_units) if sequential else FINAL
+    totals = {r.prompt_version_id: r for r in reads.log_metrics(None, since)}
+    for version_id, name in ((id_a, name_a), (id_b, name_b)):
+        if version_id not in totals:
+            raise PromptlabError(f"no production logs for {name}" + since_text(since))
+    pre_before = None
+    if cuped and since is not None:
+        # The pre-period ends before either version served anyone: a unit's history
+        # must not already hold the treatment (that would pull the effect to 0).
+        first = samples.first_log_time([id_a, id_b])
+        pre_before = min(since, first) if first is not None else since
+    notes: list[str] = []
+    arm_a, arm_b, shared = apart(samples.log_arm(id_a, name_a, since, pre_before),
+                                  samples.log_arm(id_b, name_b, since, pre_before),
+                                  keep_shared, notes)  # fmt: skip
+    rows = compare_arms(arm_a, arm_b, look=look, cuped=cuped)
+    family = default_family(scores_of(arm_a, arm_b))
+    return Comparison("", "logs", name_a, False, holm_verdicts(rows, family=family.metrics),
+                      None, [], [totals[id_a], totals[id_b]], method=METHODS[look.kind],
+                      arms=arms_of(arm_a, arm_b), planned_units=look.planned_units,
+                      family=family, family_size=family_size(rows, family.metrics),
+                      shared_units=shared, notes=notes)  # fmt: skip
 
 
-def _arms(a: ArmSample, b: ArmSample) -> dict[str, tuple[int, int]]:
+def arms_of(a: ArmSample, b: ArmSample) -> dict[str, tuple[int, int]]:
     return {a.name: (a.units, a.requests), b.name: (b.units, b.requests)}
 
 
-def _since_text(since: datetime | None) -> str:
+def since_text(since: datetime | None) -> str:
     return f" since {since.isoformat()}" if since is not None else ""
 
 

@@ -83,6 +83,9 @@ def family_of(spec: Mapping[str, Any]) -> MetricFamily:
     """The family a stored run spec declares, or the default for its scorers."""
     scorers = [_scorer_name(s) for s in spec.get("scorers") or []] if spec.get("expected") else []
     declared = spec.get("metrics")
+    experiment = spec.get("experiment")
+    if not declared and isinstance(experiment, Mapping):
+        declared = experiment.get("metrics")  # an experiment's declaration, run as is
     return parse_family(declared, scorers) if declared else default_family(scorers)
 
 

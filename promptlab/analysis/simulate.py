@@ -231,6 +231,33 @@ def power(
     return found / pairs
 
 
+def bayes_call_rate(
+    pairs: int, traffic: Traffic, *, looks: int = 1, metric: str | None = None,
+    one_sided: bool = False, seed: int = 2026,
+) -> float:  # fmt: skip
+    """The share of A/A pairs where the Bayesian view calls a winner: a row's chance to
+    beat control above CHANCE_THRESHOLD (or, unless `one_sided`, a loser: below one
+    minus it), on any row (with `metric`, that row) at any of `looks` evenly spaced
+    looks. Nothing corrects it for the table's size or for looking again."""
+    import numpy as np
+
+    from promptlab.analysis.bayes import CHANCE_THRESHOLD
+
+    rng = np.random.default_rng(seed)
+    hits = 0
+    for _ in range(pairs):
+        a, b = simulate_arm(traffic, rng), simulate_arm(traffic, rng)
+        for until, look in looks_of(looks, False, traffic.units):
+            rows = compare_arms(arm_sample("A", a, until), arm_sample("B", b, until), look=look)
+            chances = [r.chance_to_beat for r in rows
+                       if r.chance_to_beat is not None and metric in (None, r.metric)]  # fmt: skip
+            if any(c > CHANCE_THRESHOLD or (not one_sided and c < 1 - CHANCE_THRESHOLD)
+                   for c in chances):  # fmt: skip
+                hits += 1
+                break
+    return hits / pairs
+
+
 def cuped_effects(pairs: int, traffic: Traffic, seed: int = 3) -> tuple[float, float]:
     """(the mean correlation of users' experiment and pre-period CTR contributions, the
     variance of CUPED's CTR effect over A/A pairs relative to the plain one's)."""

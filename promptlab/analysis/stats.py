@@ -106,6 +106,11 @@ class MetricComparison:
     variance_reduction: float | None = None
     #: The effect's standard error (the fixed-horizon one, also under mSPRT).
     standard_error: float | None = None
+    #: The Bayesian view of the same estimate (promptlab/analysis/bayes.py): the chance
+    #: the variant beats control, and the expected loss of choosing it, in the metric's
+    #: unit; None where the row has no verdict to give (no data, too few units).
+    chance_to_beat: float | None = None
+    expected_loss: float | None = None
 
 
 # ---- rates ---------------------------------------------------------------------------

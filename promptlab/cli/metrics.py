@@ -220,6 +220,11 @@ def sessions_table(sessions: list[SessionMetrics]) -> list[str]:
     help="With --logs and --since: use each unit's logs before --since as a covariate "
     "(CUPED), for narrower intervals on completion and CTR.",
 )  # fmt: skip
+@click.option(
+    "--keep-shared", is_flag=True,
+    help="Keep units seen under both arms (left out by default: a unit must see one "
+    "version, and one in both samples ties the arms together).",
+)  # fmt: skip
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
 @click.pass_context
 @handle_errors
@@ -233,6 +238,7 @@ def compare_command(
     sequential: bool | None,
     planned_units: int | None,
     cuped: bool,
+    keep_shared: bool,
     as_json: bool,
 ) -> None:
     """Each variant of a run against control (`--run RUN [VARIANT_A VARIANT_B]`), or
@@ -255,8 +261,9 @@ def compare_command(
     if cuped and not (logs and since):
         raise click.UsageError("--cuped needs --logs and --since (the pre-period is before it)")
     comparison = _comparison(
-        ctx, run_id, variants, by_version, logs, since, (sequential, planned_units), cuped
-    )
+        ctx, run_id, variants, by_version, logs, since, (sequential, planned_units),
+        (cuped, keep_shared),
+    )  # fmt: skip
     needed = units_needed(comparison, mde) if mde is not None else None
     if as_json:
         click.echo(json.dumps({**comparison_json(comparison), "units_needed": needed}, indent=2))
@@ -268,6 +275,10 @@ def compare_command(
     )
     click.echo(f"{where}: {source} ({kind}), control {comparison.control}, {comparison.method}")
     click.echo(comparison.family.describe())
+    if comparison.scope:
+        click.echo(comparison.scope)
+    for note in comparison.notes:
+        click.echo(f"note: {note}")
     for sentence in answer_sentences(comparison):
         click.echo(sentence)
     for line in comparison_table(comparison.rows):
@@ -280,20 +291,22 @@ def compare_command(
 
 def _comparison(
     ctx: click.Context, run_id: str | None, variants: tuple[str, ...], by_version: bool,
-    logs: bool, since: str | None, looks: tuple[bool | None, int | None], cuped: bool,
+    logs: bool, since: str | None, looks: tuple[bool | None, int | None],
+    flags: tuple[bool, bool],
 ) -> Comparison:  # fmt: skip
     """The comparison asked for, from the database or the server's typed route; `looks`:
-    (live or final, the planned units per arm)."""
+    (live or final, the planned units per arm); `flags`: (CUPED, keep shared units)."""
     from promptlab.analysis.compare import Comparison
 
     a, b = variants if variants else (None, None)
     sequential, planned = looks
+    cuped, keep_shared = flags
     with calls(ctx) as call:
         if by_version:
             assert a is not None and b is not None
             options: dict[str, Any] = {
                 "run_id": run_id, "logs": logs, "since": since, "sequential": sequential,
-                "cuped": cuped, "planned_units": planned,
+                "cuped": cuped, "planned_units": planned, "keep_shared": keep_shared,
             }  # fmt: skip
             path = with_query("/v1/analysis/compare", a=a, b=b, **options)
             return call(
@@ -302,13 +315,13 @@ def _comparison(
         assert run_id is not None
         path = with_query(
             route("/v1/runs/{run_id}/comparison", run_id=run_id), a=a, b=b, sequential=sequential,
-            planned_units=planned,
+            planned_units=planned, keep_shared=keep_shared,
         )  # fmt: skip
         return call(
             Comparison,
             "GET",
             path,
-            lambda wb: wb.analysis.compare(run_id, a, b, sequential, planned),
+            lambda wb: wb.analysis.compare(run_id, a, b, sequential, planned, keep_shared),
         )
 
 
@@ -399,7 +412,7 @@ def checks_table(rows: list[MetricsRow]) -> list[str]:
 def comparison_table(rows: list[MetricComparison]) -> list[str]:
     table: list[tuple[str, ...]] = [COMPARISON_COLUMNS]
     table += [comparison_cells(r) for r in rows]
-    return aligned(table, {0, 1, 8, 9, 12})
+    return aligned(table, {0, 1, 10, 11, 14})
 
 
 def srm_line(comparison: Comparison) -> str:
@@ -478,6 +491,9 @@ def comparison_json(comparison: Comparison) -> dict[str, Any]:
         "paired": comparison.paired,
         "method": comparison.method,
         "planned_units": comparison.planned_units,
+        "shared_units": comparison.shared_units,
+        "notes": comparison.notes,
+        "scope": comparison.scope,
         "family": {
             "primary": comparison.family.primary,
             "guardrails": list(comparison.family.guardrails),

@@ -3,32 +3,37 @@
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from promptlab.config import DEMO_DIR
 from promptlab.data.datasets import DatasetStore
 from promptlab.prompts.files import import_prompt_file, load_prompt_file
 from promptlab.prompts.registry import Registry, SaveResult
+from promptlab.providers.simulator import FAULT_TRUNCATED, simulate_feedback
 from promptlab.records import DatasetInfo
+from promptlab.store.feedback import ShownResult
 
 DEMO_AUTHOR = "demo"
-#: Demo datasets: name -> (file in the demo folder, unit column).
-DEMO_DATASETS = {"tickets": ("tickets.csv", "customer_id")}
-#: The experiment the app's first start runs on the demo dataset (`wb.demo.start_run`).
+#: Demo datasets: name -> (file in the demo folder, unit column). `customers` is the
+#: traffic the demo experiment runs on: 400 customers writing 800 of the hand-labelled
+#: tickets in their own words (promptlab/data/demo_customers.py makes it).
+DEMO_DATASETS = {
+    "tickets": ("tickets.csv", "customer_id"),
+    "customers": ("customers.csv", "customer_id"),
+}
+#: The experiment the app's first start runs on the demo dataset (`wb.demo.start_run`):
+#: 400 customers split 70/30, enough units per arm for a first look with a verdict.
 DEMO_EXPERIMENT = "triage-split"
-DEMO_DATASET = "tickets"
+DEMO_DATASET = "customers"
 #: How the demo run is scored: each ticket's category (the dataset's `category` column,
 #: labelled by hand) against the category the model answered.
 DEMO_SCORING = {
     "expected": "category",
     "scorers": [{"kind": "json_field", "name": "category", "path": "category"}],
 }
-#: Simulated click-through per variant of the demo run (others: DEFAULT_CLICK_THROUGH),
-#: so the Compare page has a CTR effect to show on first start.
-DEMO_CLICK_THROUGH = {"control": 0.15, "staging": 0.35}
-DEFAULT_CLICK_THROUGH = 0.2
+#: Seeds the simulated users' clicks: the same run always gets the same clicks.
+DEMO_CLICK_SEED = 2026
 #: The `source` of the feedback the demo run records.
 DEMO_FEEDBACK_SOURCE = "demo"
 
@@ -63,19 +68,21 @@ def load_demo_datasets(datasets: DatasetStore, demo_dir: Path = DEMO_DIR) -> lis
     return imported
 
 
-def demo_clicked(key: str, variant: str) -> bool:
-    """Whether the simulated user clicked result `key`: a draw seeded by the key alone,
-    so the same run always gets the same clicks."""
-    draw = int(hashlib.sha256(f"demo-click:{key}".encode()).hexdigest()[:8], 16) / 2**32
-    return draw < DEMO_CLICK_THROUGH.get(variant, DEFAULT_CLICK_THROUGH)
-
-
-def demo_feedback_events(results: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
-    """(key, kind) events for (key, variant) results: an impression each, and a click
-    for those the simulated user clicked."""
+def demo_feedback_events(
+    results: Iterable[ShownResult], messages_of: Callable[[str], list[dict[str, str]]]
+) -> list[tuple[str, str]]:
+    """(key, kind) events for a run's results: an impression each, and a click when the
+    simulated user clicked it: the simulator's click model (providers/simulator.py:
+    the model's base rate, the prompt version's quality from `messages_of` its id, the
+    answer's length, a cut-off answer), drawn once per result key."""
     events: list[tuple[str, str]] = []
-    for key, variant in results:
-        events.append((key, "impression"))
-        if demo_clicked(key, variant):
-            events.append((key, "click"))
+    for shown in results:
+        events.append((shown.key, "impression"))
+        fault = FAULT_TRUNCATED if shown.finish_reason == "length" else None
+        clicked = simulate_feedback(
+            shown.model, shown.output_text, shown.key, seed=DEMO_CLICK_SEED,
+            prompt_messages=messages_of(shown.prompt_version_id), fault=fault,
+        )  # fmt: skip
+        if clicked:
+            events.append((shown.key, "click"))
     return events

@@ -141,8 +141,9 @@ COMPARISON_COLUMNS: tuple[tuple[str, str], ...] = (
     ("metric", "string"), ("control_value", "float64"), ("variant_value", "float64"),
     ("n_control", "int64"), ("n_variant", "int64"), ("effect", "float64"),
     ("interval_low", "float64"), ("interval_high", "float64"), ("p_value", "float64"),
-    ("adjusted_p", "float64"), ("test", "string"), ("verdict", "string"),
-    ("lower_is_better", "bool"), ("requests_control", "int64"), ("requests_variant", "int64"),
+    ("adjusted_p", "float64"), ("chance_to_beat", "float64"), ("expected_loss", "float64"),
+    ("test", "string"), ("verdict", "string"), ("lower_is_better", "bool"),
+    ("requests_control", "int64"), ("requests_variant", "int64"),
     ("analysed_by", "string"), ("method", "string"), ("reason", "string"),
 )  # fmt: skip
 
@@ -193,6 +194,8 @@ def comparison_records(comparison: Comparison) -> list[dict[str, Any]]:
             "interval_high": r.interval.high if r.interval else None,
             "p_value": r.p_value,
             "adjusted_p": r.adjusted_p,
+            "chance_to_beat": r.chance_to_beat,
+            "expected_loss": r.expected_loss,
             "test": r.test,
             "verdict": str(r.verdict),
             "lower_is_better": r.lower_is_better,

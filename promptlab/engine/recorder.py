@@ -29,6 +29,8 @@ from promptlab.records import (
 
 #: Longest error message kept on an attempt or result.
 MAX_MESSAGE_CHARS = 2_000
+#: What a response says of its tokens' log-probabilities, stored as it is on its result.
+LOGPROB_FIELDS = ("token_entropy", "logprob_mean", "logprob_tokens")
 
 
 def _status(response: CompletionResponse | None) -> int | None:
@@ -183,7 +185,7 @@ class ItemRecorder:
                 "finish_reason": str(response.finish_reason),
                 "model_version": response.model_version,
                 "latency_ms": response.latency_ms,
-                "token_entropy": response.token_entropy,
+                **{name: getattr(response, name) for name in LOGPROB_FIELDS},
                 "cost_usd": cost_usd(
                     endpoint, variant.model, response.input_tokens, response.output_tokens
                 ),

@@ -155,6 +155,9 @@ class RequestBuilder:
             item_key=item.key,
             timeout_s=self.timeout_s,
             top_logprobs=self.top_logprobs,
+            # Which repeat of its row: the simulated model's repeats differ at
+            # temperature > 0 (a run without repeats is sent as it always was).
+            sample=item.repeat if self.repeats > 1 else None,
         )
         if params is not variant.params:
             self.recorder.row_params[item.key] = params

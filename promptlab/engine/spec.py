@@ -39,7 +39,7 @@ SPEC_FIELDS = frozenset(
         "name", "dataset", "variants", "repeats", "limits", "retry", "endpoints", "limit_rows",
         "experiment", "mode", "unit_column", "skip_invalid_rows", "reask", "executor",
         "schedule", "after", "expected", "scorers", "crosscheck", "history", "shards",
-        "metrics",
+        "metrics", "planned_units",
     }
 )  # fmt: skip
 #: How an experiment's variants share a dataset's rows (see promptlab/experiments/config.py).
@@ -296,6 +296,13 @@ def _metrics(data: Mapping[str, Any], scorer_names: list[str]) -> None:
         try:
             parse_family(data["metrics"], scorer_names)
         except FamilyError as exc:
+            raise SpecError(str(exc)) from exc
+    if "planned_units" in data:
+        from promptlab.experiments.parsing import planned_units
+
+        try:
+            planned_units(data["planned_units"], "planned_units")
+        except ExperimentError as exc:
             raise SpecError(str(exc)) from exc
 
 

@@ -81,6 +81,10 @@ class ExperimentFile:
     killed: bool
     variants: tuple[ExperimentVariant, ...]
     source: str = "<experiment>"
+    #: The metrics compare decides on (`{primary, guardrails}`, promptlab/analysis/
+    #: family.py) and the units per arm it is planned to end at; None: the defaults.
+    metrics: Mapping[str, Any] | None = None
+    planned_units: int | None = None
 
     @property
     def weights(self) -> dict[str, float]:
@@ -97,7 +101,16 @@ class ExperimentFile:
             "ramp": _number(self.ramp),
             "killed": self.killed,
             "variants": [v.to_dict() for v in self.variants],
-        }
+        } | self.analysis()
+
+    def analysis(self) -> dict[str, Any]:
+        """`metrics` and `planned_units`, when the file declares them."""
+        out: dict[str, Any] = {}
+        if self.metrics is not None:
+            out["metrics"] = dict(self.metrics)
+        if self.planned_units is not None:
+            out["planned_units"] = self.planned_units
+        return out
 
 
 @dataclass(frozen=True)
@@ -117,6 +130,8 @@ class ExperimentConfig:
     author: str
     created_at: datetime
     note: str = ""
+    metrics: Mapping[str, Any] | None = None
+    planned_units: int | None = None
 
     @property
     def control(self) -> ExperimentVariant:
@@ -140,7 +155,8 @@ class ExperimentConfig:
     def as_file(self) -> ExperimentFile:
         return ExperimentFile(
             self.name, self.description, self.salt, self.mode, self.unit_column,
-            self.ramp, self.killed, self.variants,
+            self.ramp, self.killed, self.variants, metrics=self.metrics,
+            planned_units=self.planned_units,
         )  # fmt: skip
 
     def content(self) -> dict[str, Any]:
@@ -196,7 +212,7 @@ def describe_changes(old: ExperimentConfig | None, new: ExperimentConfig) -> lis
         was = old_variants.get(v.name)
         if was is not None and replace(was, weight=v.weight) != v:
             out.append(f"{v.name} changed ({v.prompt}, {_short(v.prompt_version_id)})")
-    rest = ("description", "mode", "unit_column")
+    rest = ("description", "mode", "unit_column", "metrics", "planned_units")
     out.extend(f"{key} changed" for key in rest if getattr(old, key) != getattr(new, key))
     return out or ["no change"]
 

@@ -22,8 +22,9 @@ from promptlab.experiments.config import (
 from promptlab.yamlio import read_yaml
 
 _FILE_KEYS = frozenset(
-    {"name", "description", "salt", "mode", "unit_column", "ramp", "killed", "variants"}
-)
+    {"name", "description", "salt", "mode", "unit_column", "ramp", "killed", "variants",
+     "metrics", "planned_units"}
+)  # fmt: skip
 #: Fields of a stored revision: an exported config has them; adding one back ignores them.
 _REVISION_KEYS = frozenset({"revision", "allocation", "author", "created_at", "note"})
 _VARIANT_KEYS = frozenset(
@@ -101,7 +102,33 @@ def parse_experiment_file(data: Any, source: str = "<experiment>") -> Experiment
         killed=killed,
         variants=variants,
         source=source,
+        metrics=_metrics(data.get("metrics"), source),
+        planned_units=planned_units(data.get("planned_units"), f"{source}: planned_units"),
     )
+
+
+def _metrics(value: Any, source: str) -> dict[str, Any] | None:
+    """`metrics: {primary, guardrails}`: what compare decides on (no scorer is known to
+    an experiment, so only the built-in metrics)."""
+    if value is None:
+        return None
+    from promptlab.analysis.family import FamilyError, parse_family  # assign needs none of it
+
+    try:
+        parse_family(value, [])
+    except FamilyError as exc:
+        raise ExperimentError(f"{source}: {exc}") from None
+    return dict(value)
+
+
+def planned_units(value: Any, where: str) -> int | None:
+    """Units per arm a comparison is planned to end at: a positive integer, or None."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10**9:
+        raise ExperimentError(f"{where}: expected a whole number of units per arm from 1 to "
+                              f"1,000,000,000, got {value!r}")  # fmt: skip
+    return value
 
 
 def _variant(item: Any, where: str) -> ExperimentVariant:
@@ -247,6 +274,8 @@ def config_from_mapping(data: Any, source: str = "<config>") -> ExperimentConfig
         author=_text(data, "author", source) or "",
         created_at=created,
         note=_text(data, "note", source) or "",
+        metrics=experiment.metrics,
+        planned_units=experiment.planned_units,
     )
 
 

@@ -17,22 +17,26 @@ from typing import Any
 
 from promptlab.analysis.compare import (
     Comparison,
+    compare_logs,
     compare_run,
-    compare_versions,
     control_of,
     parse_since,
 )
+from promptlab.analysis.repeats import repeats_of
+from promptlab.analysis.strata import compare_across_runs
 from promptlab.checks.anomalies import detect, observation_of, schema_fields
 from promptlab.data.feedback import LOG_FIELDS, FeedbackImporter
 from promptlab.errors import PromptlabError
 from promptlab.facades.context import Context
 from promptlab.records import AlertRecord, LogMetricsRow, MetricsRow, ScoreCounts
 from promptlab.records.afterrun import AfterRunRecord
+from promptlab.records.repeats import RepeatsReport
 from promptlab.records.sessions import SessionMetrics
 from promptlab.store import RunStore
 from promptlab.store.afterrun import AfterRunStore
 from promptlab.store.alerts import AlertStore
 from promptlab.store.metrics import MetricsReads
+from promptlab.store.repeats import RepeatReads
 from promptlab.store.result_runs import ResultRuns, RunWithResults
 from promptlab.store.samples import SampleReads
 from promptlab.store.scores import ScoreStore
@@ -100,16 +104,18 @@ class Analysis:
         variant_b: str | None = None,
         sequential: bool | None = None,
         planned_units: int | None = None,
+        keep_shared: bool = False,
     ) -> Comparison:
         """Each variant of the run against control (or B against A), per unit, with
         significance; always-valid while the run is not finished (tuned to
         `planned_units` per arm, default what the run plans) unless `sequential` says
-        otherwise. See promptlab/analysis/compare.py for the methods."""
+        otherwise; units a split assigned to both arms left out unless `keep_shared`.
+        See promptlab/analysis/compare.py for the methods."""
         run = self._reads.run(run_id)
         metrics = self._metrics.run_metrics(run_id)
         return compare_run(
             self._metrics, self._samples, run, metrics, variant_a, variant_b, sequential,
-            planned_units,
+            planned_units, keep_shared,
         )  # fmt: skip
 
     def log_metrics(
@@ -130,30 +136,36 @@ class Analysis:
         sequential: bool | None = None,
         cuped: bool = False,
         planned_units: int | None = None,
+        keep_shared: bool = False,
     ) -> Comparison:
         """Version B against version A (references or ids): in one run (`run_id`: its
-        variants of these versions), in the production logs (`logs`), or across every
-        run's results; see promptlab/analysis/compare.py. `sequential` (always-valid,
+        variants of these versions), in the production logs (`logs`), or within each
+        run holding both (promptlab/analysis/strata.py). `sequential` (always-valid,
         for data still arriving, tuned to `planned_units` per arm) defaults to True for
         logs, else to whether a run is unfinished; `cuped` uses each unit's logs before
-        `since` as a covariate."""
+        `since` as a covariate; units seen under both versions are left out unless
+        `keep_shared`."""
         if run_id is not None and logs:
             raise PromptlabError("compare versions in a run or in the logs, not both")
         if run_id is not None and since is not None:
             raise PromptlabError("--since applies across runs or to the logs, not to one run")
         a, b = self._version_label(ref_a), self._version_label(ref_b)
+        when = _since(since, self._context.store.clock.now())
+        if logs:
+            return compare_logs(
+                self._metrics, self._samples, a, b, since=when,
+                sequential=True if sequential is None else sequential, cuped=cuped,
+                planned_units=planned_units, keep_shared=keep_shared,
+            )  # fmt: skip
+        if cuped:
+            raise PromptlabError("CUPED needs production logs and --since (the pre-period is "
+                                 "each unit's logs before it)")  # fmt: skip
         if run_id is None:
-            return compare_versions(
-                self._metrics,
-                self._samples,
-                a,
-                b,
-                logs=logs,
-                since=_since(since, self._context.store.clock.now()),
-                sequential=logs if sequential is None else sequential,
-                cuped=cuped,
-                planned_units=planned_units,
-            )
+            return compare_across_runs(
+                self._metrics, self._samples, a, b, self._reads.run, since=when,
+                sequential=bool(sequential), planned_units=planned_units,
+                keep_shared=keep_shared,
+            )  # fmt: skip
         # One run's variants are compared on everything they finished, as `compare --run`.
         metrics = self._metrics.run_metrics(run_id)
         names = []
@@ -169,7 +181,7 @@ class Analysis:
         run = self._reads.run(run_id)
         return compare_run(
             self._metrics, self._samples, run, metrics, names[0], names[1], sequential,
-            planned_units,
+            planned_units, keep_shared,
         )  # fmt: skip
 
     def _version_label(self, ref: str) -> tuple[str, str]:
@@ -277,6 +289,16 @@ class Analysis:
         (every turn), turns, session latency, scores (empty for any other run)."""
         self._reads.run(run_id)
         return SessionReads(self._context.store).per_variant(run_id)
+
+    def repeats(self, run_id: str) -> RepeatsReport:
+        """What the run's repeats of each row say per variant (analysis/repeats.py):
+        between-repeat spread of latency and tokens, completion agreement, token
+        consistency (exact and per JSON field) and perplexity (None without
+        log-probabilities), with each row's mean and spread for the chart."""
+        self._reads.run(run_id)  # an unknown run is an error, not an empty report
+        results = RepeatReads(self._context.store).results(run_id)
+        repeats = max((r.repeat + 1 for rows in results.values() for r in rows), default=0)
+        return RepeatsReport(run_id, repeats, tuple(repeats_of(results)))
 
     # ---- anomaly alerts ------------------------------------------------------------
 

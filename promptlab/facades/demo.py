@@ -88,12 +88,25 @@ class Demo:
         return run_id
 
     def record_feedback(self, run_id: str) -> int:
-        """Simulated impressions and clicks for a finished demo run's results (a different
-        click-through per variant, seeded by each result's key); once per run. Returns
-        how many events were added."""
+        """Simulated impressions and clicks for a finished demo run's results (the
+        simulator's click model: the version's prompt, the answer; seeded by each
+        result's key); once per run. Returns how many events were added."""
+        messages = self._messages_by_version()
         return FeedbackTables(self._context.store).add_run_events(
-            run_id, DEMO_FEEDBACK_SOURCE, demo_feedback_events, self._context.store.clock.now()
+            run_id,
+            DEMO_FEEDBACK_SOURCE,
+            lambda shown: demo_feedback_events(shown, lambda vid: messages.get(vid, [])),
+            self._context.store.clock.now(),
         )
+
+    def _messages_by_version(self) -> dict[str, list[dict[str, str]]]:
+        """Every prompt version's messages by its id (the click model reads their cues)."""
+        registry = self._context.registry
+        return {
+            version.id: [{"role": m.role, "content": m.content} for m in version.template.messages]
+            for prompt in registry.list_prompts()
+            for version in registry.versions(prompt.name)
+        }
 
     def join(self) -> None:
         """Wait (a while) for the demo run's clicks to be written: the workbench closes

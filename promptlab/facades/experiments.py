@@ -239,6 +239,8 @@ class Experiments:
             author=self._context.author(),
             created_at=self._context.store.clock.now(),
             note=note,
+            metrics=experiment.metrics,
+            planned_units=experiment.planned_units,
         )
         self._rows.add_revision(
             config.name,

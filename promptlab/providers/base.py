@@ -48,6 +48,10 @@ class CompletionRequest:
     #: Ask for this many most likely tokens per position with their log-probabilities
     #: (OpenAI-format endpoints; a cross-check's entropy gap). None: do not ask.
     top_logprobs: int | None = None
+    #: Which draw of the same request this is: a run's repeat of a row (0 first). Only
+    #: the simulated model reads it (a repeat at temperature > 0 answers differently,
+    #: providers/simdraws.py); real endpoints draw afresh on every call anyway.
+    sample: int | None = None
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,11 @@ class CompletionResponse:
     #: The HTTP status the answer came with (200); None when no HTTP was involved (the
     #: simulated `sim:` endpoints, scripted test providers).
     http_status: int | None = None
+    #: The mean log-probability of the output's chosen tokens and how many tokens it is
+    #: over, when the endpoint gave them (the simulated model always does): a run's
+    #: perplexity per variant (promptlab/analysis/repeats.py).
+    logprob_mean: float | None = None
+    logprob_tokens: int | None = None
 
 
 @runtime_checkable

@@ -40,6 +40,7 @@ from promptlab.providers.wire import (
     anthropic_headers,
     max_tokens_param,
     openai_body,
+    openai_chosen_logprob,
     openai_token_entropy,
     parse_anthropic,
     parse_openai,
@@ -120,6 +121,10 @@ class HttpProvider:
         """The answer's mean token entropy, where its format carries log-probabilities."""
         return None
 
+    def _chosen_logprob(self, data: Any) -> dict[str, Any]:
+        """The answer's logprob_mean and logprob_tokens, where its format carries them."""
+        return {}
+
     def _client(self) -> aiohttp.ClientSession:
         loop = asyncio.get_running_loop()
         if self._session is None:
@@ -177,6 +182,7 @@ class HttpProvider:
             request_id=request.request_id,
             http_status=status,
             token_entropy=self._entropy(data) if request.top_logprobs else None,
+            **self._chosen_logprob(data),
         )
 
     def _status_error(self, status: int, headers: Mapping[str, str], raw: bytes) -> ProviderError:
@@ -250,6 +256,10 @@ class OpenAIHttpProvider(HttpProvider):
 
     def _entropy(self, data: Any) -> float | None:
         return openai_token_entropy(data)
+
+    def _chosen_logprob(self, data: Any) -> dict[str, Any]:
+        mean, tokens = openai_chosen_logprob(data)
+        return {"logprob_mean": mean, "logprob_tokens": tokens}
 
 
 class AnthropicHttpProvider(HttpProvider):

@@ -15,6 +15,7 @@ from promptlab.providers.wire import (
     OPENAI_FINISH_REASONS,
     max_tokens_param,
     openai_body,
+    openai_chosen_logprob,
     openai_token_entropy,
     request_id_headers,
 )
@@ -89,6 +90,7 @@ class OpenAIProvider:
             token_entropy=(
                 openai_token_entropy(completion.model_dump()) if request.top_logprobs else None
             ),
+            **_chosen_logprob(completion, request),
         )
 
     def _params(self, request: CompletionRequest) -> dict[str, Any]:
@@ -107,3 +109,11 @@ class OpenAIProvider:
     async def aclose(self) -> None:
         """Close the HTTP connections."""
         await self._client.close()
+
+
+def _chosen_logprob(completion: Any, request: CompletionRequest) -> dict[str, Any]:
+    """The answer's logprob_mean and logprob_tokens, when log-probabilities were asked."""
+    if request.top_logprobs is None:
+        return {}
+    mean, tokens = openai_chosen_logprob(completion.model_dump())
+    return {"logprob_mean": mean, "logprob_tokens": tokens}

@@ -11,6 +11,7 @@ from promptlab.providers.config import EndpointConfig
 from promptlab.providers.simulator import (
     SIMULATED_LABEL,
     FaultRates,
+    chosen_logprob,
     simulate,
     simulated_logprobs,
 )
@@ -58,6 +59,8 @@ class SimProvider:
             )
         output = simulate(request, request.model, seed=self.seed, rates=self.rates)
         latency_ms = output.latency_ms * self.latency_scale
+        # Always given, as an endpoint asked for `logprobs` gives them: a run's perplexity.
+        logprob_mean, logprob_tokens = chosen_logprob(request, request.model, output.output_tokens)
         if latency_ms > 0:
             await asyncio.sleep(latency_ms / 1000)
         return CompletionResponse(
@@ -78,6 +81,8 @@ class SimProvider:
                 if request.top_logprobs
                 else None
             ),  # fmt: skip
+            logprob_mean=logprob_mean,
+            logprob_tokens=logprob_tokens,
         )
 
     async def aclose(self) -> None:

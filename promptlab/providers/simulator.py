@@ -7,7 +7,6 @@ any real model. The same seed and request always give the same output.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import random
@@ -17,6 +16,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from promptlab.providers.base import CompletionRequest, FinishReason
+from promptlab.providers.simdraws import (
+    CANDIDATES,
+    chosen_logprobs,
+    model_positions,
+    repeat_draws,
+)
+from promptlab.providers.simdraws import keyed_rng as _rng
 from promptlab.providers.tokens import count_tokens, estimate_prompt_tokens
 
 #: Appears in every simulated model version string, so no chart mistakes it for real.
@@ -68,6 +74,9 @@ DEFAULT_SIM_MODEL = "balanced"
 MS_PER_INPUT_TOKEN = 0.02
 #: Temperatures above this make outputs noisier (more faults, more length spread).
 NEUTRAL_TEMPERATURE = 1.0
+#: The spread (log scale) of a repeat's latency around its answer's: queueing at the
+#: server, there at temperature 0 too.
+QUEUE_JITTER = 0.15
 
 
 @dataclass(frozen=True)
@@ -104,11 +113,6 @@ def resolve_model(name: str) -> SimModel:
 def model_version(model: SimModel) -> str:
     """The version string a simulated response reports, labelled as simulated."""
     return f"{model.name}-{SIMULATED_LABEL}-{SIM_VERSION}"
-
-
-def _rng(*parts: object) -> random.Random:
-    digest = hashlib.blake2b(repr(parts).encode(), digest_size=8).digest()
-    return random.Random(int.from_bytes(digest, "big"))
 
 
 def _messages_key(messages: Iterable[Mapping[str, str]]) -> tuple[tuple[str, ...], ...]:
@@ -369,10 +373,14 @@ def simulate(
     `prompt_tokens` saves re-counting when the caller already estimated the prompt.
     """
     sim = model if isinstance(model, SimModel) else resolve_model(model)
-    rng = _rng(
-        seed, sim.name, request.seed, request.temperature, request.top_p, request.max_tokens,
-        _messages_key(request.messages), json.dumps(request.output_schema, sort_keys=True),
-    )  # fmt: skip
+    schema = json.dumps(request.output_schema, sort_keys=True)
+    messages = _messages_key(request.messages)
+    if request.sample is None:
+        rng = _rng(seed, sim.name, request.seed, request.temperature, request.top_p,
+                   request.max_tokens, messages, schema)  # fmt: skip
+    else:  # a repeat: the same answer at temperature 0, re-drawn choices above it
+        rng = _draws(request, sim, seed, sim.name, request.seed, request.max_tokens, messages,
+                     schema)  # fmt: skip
     input_tokens = (
         estimate_prompt_tokens(request.messages) if prompt_tokens is None else prompt_tokens
     )
@@ -404,6 +412,8 @@ def simulate(
         + sim.ms_per_output_token * output_tokens
         + MS_PER_INPUT_TOKEN * input_tokens
     )
+    if request.sample is not None:  # a server's time varies call to call, whatever the T
+        latency *= math.exp(QUEUE_JITTER * _rng("queue", messages, request.sample).gauss(0, 1))
     return SimOutput(
         text=text,
         input_tokens=input_tokens,
@@ -419,6 +429,26 @@ def simulate(
 LOGPROB_TOKENS = 64
 
 
+def _draws(request: CompletionRequest, sim: SimModel, *key: object) -> random.Random:
+    """A repeat's generator for the draws keyed by `key` (providers/simdraws.py)."""
+    return repeat_draws(sim.name, sim.quality, _messages_key(request.messages),
+                        request.temperature, request.top_p, request.sample, *key)  # fmt: skip
+
+
+def chosen_logprob(request: CompletionRequest, model: str | SimModel, output_tokens: int) -> (
+    tuple[float, int]
+):  # fmt: skip
+    """(mean log-probability, tokens) of the answer's chosen tokens (the first
+    LOGPROB_TOKENS), as sampled at the request's temperature and top_p."""
+    sim = model if isinstance(model, SimModel) else resolve_model(model)
+    messages = _messages_key(request.messages)
+    count = min(max(1, output_tokens), LOGPROB_TOKENS)
+    positions = model_positions(sim.name, sim.quality, messages, count, CANDIDATES)
+    rng = _rng("chosen", sim.name, messages, request.temperature, request.top_p, request.sample)
+    chosen = chosen_logprobs(positions, request.temperature, request.top_p, rng)
+    return sum(chosen) / len(chosen), len(chosen)
+
+
 def simulated_logprobs(
     request: CompletionRequest, model: str | SimModel, output_tokens: int, top: int
 ) -> list[list[float]]:
@@ -426,14 +456,8 @@ def simulated_logprobs(
     good model's most likely token takes most of the mass, a poor model's less, so its
     entropy is higher. Deterministic per model and messages, like the answer."""
     sim = model if isinstance(model, SimModel) else resolve_model(model)
-    rng = _rng("logprobs", sim.name, _messages_key(request.messages))
-    positions = []
-    for _ in range(max(1, min(output_tokens, LOGPROB_TOKENS))):
-        first = rng.uniform(0.6 * sim.quality, min(0.995, sim.quality + 0.09))
-        rest = [rng.uniform(0.05, 1.0) for _ in range(max(0, top - 1))]
-        probs = [first] + [r * (1 - first) / sum(rest) for r in rest] if rest else [1.0]
-        positions.append([math.log(p) for p in probs])
-    return positions
+    count = max(1, min(output_tokens, LOGPROB_TOKENS))
+    return model_positions(sim.name, sim.quality, _messages_key(request.messages), count, top)
 
 
 # --- reading labels: how the simulated model gets a label right ---------------------
@@ -471,7 +495,8 @@ def _reads(request: CompletionRequest, sim: SimModel, field: str) -> bool:
     0.6 to 1 by how well the prompt is written; its own draw, so nothing else the
     answer holds changes."""
     chance = sim.quality * (0.6 + 0.4 * prompt_quality(request.messages))
-    return _rng("read", sim.name, field, _messages_key(request.messages)).random() < chance
+    key = ("read", sim.name, field, _messages_key(request.messages))
+    return (_rng(*key) if request.sample is None else _draws(request, sim, *key)).random() < chance
 
 
 def _read_labels(value: Any, request: CompletionRequest, sim: SimModel) -> Any:

@@ -167,6 +167,20 @@ def openai_token_entropy(data: Any) -> float | None:
     return mean_entropy(positions)
 
 
+def openai_chosen_logprob(data: Any) -> tuple[float | None, int | None]:
+    """(mean log-probability, tokens) of a chat completion's chosen tokens, when it
+    carries `logprobs` (asked for with `logprobs: true`); (None, None) when not."""
+    choices = data.get("choices") if isinstance(data, Mapping) else None
+    choice = choices[0] if isinstance(choices, list) and choices else None
+    logprobs = _mapping(choice.get("logprobs") if isinstance(choice, Mapping) else None)
+    content = logprobs.get("content")
+    values = [_mapping(t).get("logprob") for t in content] if isinstance(content, list) else []
+    numbers = [float(v) for v in values if isinstance(v, int | float) and v <= 0]
+    if not numbers:
+        return None, None
+    return sum(numbers) / len(numbers), len(numbers)
+
+
 def mean_entropy(positions: list[list[float]]) -> float | None:
     """Mean over positions of the entropy of each one's log-probabilities, renormalized
     to sum to 1 (what was returned is the top few, not the whole vocabulary)."""

@@ -121,6 +121,10 @@ class FinalRow:
     #: The context shard a replayed turn was sent with (data/shards.py), when its
     #: history had to be cut to fit the model's window.
     shard_id: str | None = None
+    #: The mean log-probability of the output's chosen tokens and how many tokens it is
+    #: over, when the endpoint gave them: the run's perplexity (analysis/repeats.py).
+    logprob_mean: float | None = None
+    logprob_tokens: int | None = None
 
 
 @dataclass

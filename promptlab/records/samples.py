@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
     FloatArray = npt.NDArray[np.float64]
     IntArray = npt.NDArray[np.int64]
+    UIntArray = npt.NDArray[np.uint64]
 
 #: The rate metrics every comparison has, by the names its rows carry.
 COMPLETION = "completion rate"
@@ -51,6 +52,11 @@ class ArmSample:
     latency_unit: IntArray
     #: Per rate metric: the unit's sums in the pre-period (CUPED's covariate), same order.
     pre: dict[str, RatioSample] = field(default_factory=dict)
+    #: Each unit's key (a 64-bit hash of its id) and its requests, same order: what finds
+    #: a unit seen in both arms (promptlab/analysis/contamination.py). None when the
+    #: sample was not read from the store (the A/A harness's).
+    unit_keys: UIntArray | None = None
+    unit_requests: FloatArray | None = None
 
     @property
     def per_unit(self) -> bool:
@@ -77,3 +83,28 @@ class PairedSample:
     latency_a: FloatArray
     latency_b: FloatArray
     latency_row: IntArray
+
+
+@dataclass(frozen=True)
+class VersionStratum:
+    """Where two prompt versions' results lie: one run, on one endpoint and model, with
+    the variants of each version there and their results (one side empty when only one
+    version ran there)."""
+
+    run_id: str
+    endpoint: str
+    model: str
+    variants_a: tuple[str, ...]
+    variants_b: tuple[str, ...]
+    results_a: int
+    results_b: int
+
+    @property
+    def model_name(self) -> str:
+        """The endpoint and model, as a spec names them (`sim:fast`, `openai:gpt-4o`)."""
+        return f"{self.endpoint}:{self.model}"
+
+    @property
+    def shared(self) -> bool:
+        """Both versions ran here: a stratum the comparison can be made within."""
+        return bool(self.results_a and self.results_b)

@@ -1,7 +1,7 @@
 """What runs and production logs add up to, and one run read closely: production log
 metrics, scores, sessions, a replay's context shards, a run's items and one item,
 the run's whole view and its anomaly detectors (`promptlab metrics`, `status --items`,
-`status --item`, `status --detect`, `shards`).
+`status --item`, `status --detect`, `shards`, `repeats`).
 
 Answers are the facade's records (server/typed.py), so the CLI prints them with the
 same code as on its own. Metrics per variant or version and comparisons are in
@@ -15,6 +15,7 @@ from fastapi import FastAPI, Response
 from promptlab.facades.run_view import RunView
 from promptlab.records import AlertRecord, ItemPage, LogMetricsRow, ScoreCounts
 from promptlab.records.afterrun import AfterRunRecord
+from promptlab.records.repeats import RepeatsReport
 from promptlab.records.sessions import SessionMetrics, ShardRecord
 from promptlab.server.answers import typed_response
 from promptlab.views.item import ItemView
@@ -48,6 +49,12 @@ def add_analysis_routes(app: FastAPI, wb: Workbench) -> None:
         scores (SessionMetrics; none for any other run)."""
         found = wb.analysis.sessions(run_id)
         return typed_response(list[SessionMetrics], found)
+
+    @app.get("/v1/runs/{run_id}/repeats")
+    def repeats(run_id: str) -> Response:
+        """What the run's repeats of each row say per variant (a RepeatsReport):
+        between-repeat spread, token consistency (exact, by field), perplexity."""
+        return typed_response(RepeatsReport, wb.analysis.repeats(run_id))
 
     @app.get("/v1/runs/{run_id}/shards")
     def shards(run_id: str, session: str | None = None) -> Response:

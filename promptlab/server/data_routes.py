@@ -205,24 +205,25 @@ def _analysis_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
     @app.get("/v1/runs/{run_id}/comparison", dependencies=auth)
     def comparison(
         run_id: str, a: str | None = None, b: str | None = None, sequential: bool | None = None,
-        planned_units: Annotated[int | None, Query(ge=1)] = None,
+        planned_units: Annotated[int | None, Query(ge=1)] = None, keep_shared: bool = False,
     ) -> Response:  # fmt: skip
         """Each variant against control (or `b` against `a`), per unit, with significance
-        (a Comparison, server/typed.py)."""
-        compared = wb.analysis.compare(run_id, a, b, sequential, planned_units)
+        (a Comparison, server/typed.py); `keep_shared` keeps units seen in both arms."""
+        compared = wb.analysis.compare(run_id, a, b, sequential, planned_units, keep_shared)
         return typed_response(Comparison, compared)
 
     @app.get("/v1/analysis/compare", dependencies=auth)
     def compare_versions(
         a: str, b: str, run_id: str | None = None, logs: bool = False, since: str | None = None,
         sequential: bool | None = None, cuped: bool = False,
-        planned_units: Annotated[int | None, Query(ge=1)] = None,
+        planned_units: Annotated[int | None, Query(ge=1)] = None, keep_shared: bool = False,
     ) -> Response:  # fmt: skip
-        """Version `b` against `a` in one run, in production logs, or across runs (a
-        Comparison); `cuped` with `logs` and `since`: the logs before `since` as covariate."""
+        """Version `b` against `a` in one run, in production logs, or within the runs
+        holding both (a Comparison); `cuped` with `logs` and `since`: the logs before
+        `since` as covariate; `keep_shared` keeps units seen under both versions."""
         compared = wb.analysis.compare_versions(
             a, b, run_id=run_id, logs=logs, since=since, sequential=sequential, cuped=cuped,
-            planned_units=planned_units,
+            planned_units=planned_units, keep_shared=keep_shared,
         )  # fmt: skip
         return typed_response(Comparison, compared)
 

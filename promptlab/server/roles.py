@@ -35,6 +35,7 @@ ROUTE_ROLES: dict[tuple[str, str], str] = {
     ("GET", "/v1/runs/{run_id}/view"): VIEWER,
     ("GET", "/v1/runs/{run_id}/sessions"): VIEWER,
     ("GET", "/v1/runs/{run_id}/shards"): VIEWER,
+    ("GET", "/v1/runs/{run_id}/repeats"): VIEWER,
     # Reruns the anomaly detectors over stored results: the run's alerts are replaced.
     ("POST", "/v1/runs/{run_id}/anomalies"): EDITOR,
     ("GET", "/v1/analysis/log-metrics"): VIEWER,

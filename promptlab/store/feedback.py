@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
+from typing import NamedTuple
 
 import duckdb
 
@@ -106,6 +107,17 @@ def _bad_number(column: str) -> str:
 _ROW_INSERT = "INSERT INTO feedback VALUES (?, ?, ?, ?, NULL, ?, 1, ?, ?, ?)"
 
 
+class ShownResult(NamedTuple):
+    """A succeeded result as a (simulated) user saw it: what their feedback depends on."""
+
+    key: str
+    variant: str
+    prompt_version_id: str
+    model: str
+    output_text: str
+    finish_reason: str | None
+
+
 class FeedbackTables:
     """Writes of `feedback` and `production_logs` (reads are in MetricsReads)."""
 
@@ -190,12 +202,12 @@ class FeedbackTables:
         self,
         run_id: str,
         source: str,
-        events_of: Callable[[list[tuple[str, str]]], list[tuple[str, str]]],
+        events_of: Callable[[list[ShownResult]], list[tuple[str, str]]],
         at: datetime,
     ) -> int:
         """Feedback for a run's succeeded results, once per (run, source): `events_of`
-        gets their (key, variant) and gives (key, kind) events. Returns how many were
-        added (0 when the run already has events of `source`)."""
+        gets them as shown (ShownResult) and gives (key, kind) events. Returns how many
+        were added (0 when the run already has events of `source`)."""
         with self.store.transaction() as tx:
             done = tx.execute(
                 "SELECT count(*) FROM feedback WHERE run_id = ? AND source = ?", [run_id, source]
@@ -203,12 +215,13 @@ class FeedbackTables:
             if done and done[0]:
                 return 0
             results = tx.execute(
-                "SELECT idempotency_key, variant, prompt_version_id, finished_at FROM results "
+                "SELECT idempotency_key, variant, prompt_version_id, finished_at, model, "
+                "coalesce(output_text, ''), finish_reason FROM results "
                 "WHERE run_id = ? AND status = 'succeeded' ORDER BY seq",
                 [run_id],
             ).fetchall()
             by_key = {r[0]: r for r in results}
-            events = events_of([(r[0], r[1]) for r in results])
+            events = events_of([ShownResult(r[0], r[1], r[2], r[4], r[5], r[6]) for r in results])
             rows = [
                 [key, run_id, by_key[key][2], by_key[key][1], kind, by_key[key][3], source, at]
                 for key, kind in events

@@ -502,5 +502,7 @@ def _finals_table(rows: Sequence[FinalRow], params: Sequence[str]) -> pa.Table:
             ),
             "token_entropy": pa.array([r.token_entropy for r in rows], pa.float64()),
             "shard_id": pa.array([r.shard_id for r in rows], pa.string()),
+            "logprob_mean": pa.array([r.logprob_mean for r in rows], pa.float64()),
+            "logprob_tokens": pa.array([r.logprob_tokens for r in rows], pa.int32()),
         }
     )

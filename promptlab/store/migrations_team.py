@@ -64,4 +64,15 @@ TEAM_MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
             """,
         ),
     ),
+    (
+        "0020_result_logprobs",
+        (
+            # What a run's perplexity needs per result (promptlab/analysis/repeats.py):
+            # the mean log-probability of the output's chosen tokens and how many tokens
+            # it is over, when the endpoint gave log-probabilities (NULL when it did not,
+            # and on results stored before; shown as "-", never as 0).
+            "ALTER TABLE results ADD COLUMN logprob_mean DOUBLE",
+            "ALTER TABLE results ADD COLUMN logprob_tokens INTEGER",
+        ),
+    ),
 )

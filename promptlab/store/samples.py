@@ -21,6 +21,7 @@ from promptlab.records.samples import (
     ArmSample,
     PairedSample,
     RatioSample,
+    VersionStratum,
 )
 from promptlab.store.connection import Store
 from promptlab.store.metrics import MetricsReads, completed_predicate
@@ -104,10 +105,53 @@ class SampleReads:
             params = {"run": run_id, "variant": variant}
             return _arm(cur, variant, ctes, params | ({"cluster": cluster} if cluster else {}))
 
-    def version_arm(self, version_id: str, label: str, since: datetime | None) -> ArmSample:
-        """A prompt version's results across runs: a split run's rows by their unit."""
+    def version_strata(
+        self, version_a: str, version_b: str, since: datetime | None
+    ) -> list[VersionStratum]:
+        """Each (run, endpoint, model) holding results of either version, oldest run
+        first, with each version's variants and results there."""
         window = " AND finished_at >= $since" if since is not None else ""
+        params: dict[str, Any] = {"a": version_a, "b": version_b}
+        if since is not None:
+            params["since"] = since
+        with self.store.read() as cur:
+            found = cur.execute(
+                "SELECT run_id, endpoint, model, prompt_version_id = $b AS is_b, "
+                "list(DISTINCT variant ORDER BY variant), count(*), min(finished_at) "
+                "FROM results WHERE prompt_version_id IN ($a, $b)"
+                f"{window} GROUP BY ALL",
+                params,
+            ).fetchall()
+        groups: dict[tuple[str, str, str], dict[bool, tuple[tuple[str, ...], int]]] = {}
+        first: dict[tuple[str, str, str], Any] = {}
+        for run_id, endpoint, model, is_b, variants, count, started in found:
+            key = (run_id, endpoint, model)
+            groups.setdefault(key, {})[bool(is_b)] = (tuple(variants), int(count))
+            first[key] = min(first.get(key, started), started)
+        empty: tuple[tuple[str, ...], int] = ((), 0)
+        return [
+            VersionStratum(*key, variants_a=sides.get(False, empty)[0],
+                           variants_b=sides.get(True, empty)[0],
+                           results_a=sides.get(False, empty)[1],
+                           results_b=sides.get(True, empty)[1])
+            for key, sides in sorted(groups.items(), key=lambda kv: (first[kv[0]], kv[0]))
+        ]  # fmt: skip
+
+    def version_arm(
+        self,
+        version_id: str,
+        label: str,
+        since: datetime | None,
+        within: VersionStratum | None = None,
+    ) -> ArmSample:
+        """A prompt version's results across runs (or `within` one run, endpoint and
+        model): a split run's rows by their unit."""
+        window = " AND finished_at >= $since" if since is not None else ""
+        if within is not None:
+            window += " AND run_id = $run AND endpoint = $endpoint AND model = $model"
         fb_window = " AND event_time >= $since" if since is not None else ""
+        if within is not None:
+            fb_window += " AND run_id = $run"
         with self.store.read() as cur:
             ctes = (
                 f"WITH res AS (SELECT idempotency_key AS key, run_id, row_index, "
@@ -129,6 +173,9 @@ class SampleReads:
             params: dict[str, Any] = {"version": version_id}
             if since is not None:
                 params["since"] = since
+            if within is not None:
+                params |= {"run": within.run_id, "endpoint": within.endpoint,
+                           "model": within.model}  # fmt: skip
             return _arm(cur, label, ctes, params)
 
     def first_log_time(self, version_ids: list[str]) -> datetime | None:
@@ -191,7 +238,8 @@ class SampleReads:
         return ArmSample(
             name=label, units=k, requests=int(index.size), unitless=int(unitless.sum()),
             rates=rates, latency=_f(lines["latency_ms"])[timed],
-            latency_unit=index[timed].astype(np.int64), pre=pre_rates,
+            latency_unit=index[timed].astype(np.int64), pre=pre_rates, unit_keys=ids,
+            unit_requests=_sum(index, np.ones(index.size), k),
         )  # fmt: skip
 
     def paired(
@@ -290,4 +338,5 @@ def _arm(cur: duckdb.DuckDBPyConnection, name: str, ctes: str, params: dict[str,
         rates={COMPLETION: RatioSample(_sum(index, requests["ok"], k), finished), CTR: shown,
                **scored},
         latency=_f(requests["latency_ms"])[timed], latency_unit=index[timed].astype(np.int64),
+        unit_keys=ids, unit_requests=finished,
     )  # fmt: skip

@@ -9,7 +9,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from promptlab.analysis.sequential import DEFAULT_PLANNED_UNITS
 from promptlab.analysis.stats import MIN_UNITS_PER_ARM, SRM_MIN_UNITS, Verdict
+
+#: The planned units per arm a comparison of logs or versions is tuned to by default.
+PLANNED_UNITS_DEFAULT = DEFAULT_PLANNED_UNITS
 
 if TYPE_CHECKING:
     from promptlab.analysis.compare import Comparison
@@ -17,7 +21,8 @@ if TYPE_CHECKING:
 
 #: The summary table's columns, in order (the CLI prints the same ones).
 COMPARISON_COLUMNS = ("variant", "metric", "control", "variant value", "delta", "interval",
-                      "p", "adj p", "method", "verdict", "units", "requests", "why")  # fmt: skip
+                      "p", "adj p", "P(beat)", "risk", "method", "verdict", "units",
+                      "requests", "why")  # fmt: skip
 
 
 def interval_level(method: str) -> str:
@@ -58,6 +63,22 @@ def fmt_delta(row: MetricComparison, value: float | None) -> str:
     return f"{value:+.0f} ms" if row.lower_is_better else f"{value * 100:+.1f} pp"
 
 
+def fmt_chance(value: float | None) -> str:
+    """A chance to beat control as a percentage; the tails as <0.1% and >99.9%."""
+    if value is None:
+        return "-"
+    return ">99.9%" if value > 0.999 else "<0.1%" if value < 0.001 else f"{value:.1%}"
+
+
+def fmt_loss(row: MetricComparison) -> str:
+    """The expected loss of choosing the variant, unsigned, in the metric's unit."""
+    if row.expected_loss is None:
+        return "-"
+    if row.lower_is_better:
+        return f"{row.expected_loss:.0f} ms"
+    return f"{row.expected_loss * 100:.2f} pp"
+
+
 def comparison_cells(row: MetricComparison) -> tuple[str, ...]:
     """One comparison row as text, in COMPARISON_COLUMNS order."""
     interval = "-"
@@ -72,6 +93,8 @@ def comparison_cells(row: MetricComparison) -> tuple[str, ...]:
         interval,
         fmt_p(row.p_value),
         fmt_p(row.adjusted_p),
+        fmt_chance(row.chance_to_beat),
+        fmt_loss(row),
         row.test,
         str(row.verdict),
         f"{row.n_control}/{row.n_variant}",
@@ -137,6 +160,11 @@ def answer_sentences(comparison: Comparison) -> list[str]:
             f"{variant} against {comparison.control}: {'; '.join(parts) or 'no data'} "
             f"({units[0]} vs {control[0]} {unit_word}, {units[1]} vs {control[1]} requests)"
         )
+        if main.chance_to_beat is not None:
+            sentence += (
+                f"; chance to beat control on {main.metric} {fmt_chance(main.chance_to_beat)}"
+                f" (expected loss {fmt_loss(main)})"
+            )
         more = more_units_needed(main)
         if main.verdict == Verdict.TOO_FEW:
             fewest = min(main.n_control, main.n_variant)
