@@ -154,13 +154,23 @@ def test_idempotency_keys_are_the_caller_s_and_bound_to_the_body(
         headers = {**_bearer(token), "Idempotency-Key": "same-key"}
         return api.post(f"/v1/datasets?name={name}&filename=q.csv", content=body, headers=headers)
 
+    def result(token: str, answer: Any) -> Any:
+        """An import answers with its job; its result once it has ended (a long poll)."""
+        assert answer.status_code == 202, answer.text
+        job = answer.json()["job_id"]
+        ended = api.get(f"/v1/jobs/{job}?wait=30", headers=_bearer(token)).json()
+        assert ended["state"] == "completed", ended
+        return ended["result"]
+
     first = upload(alice, "alice-set")
-    assert first.status_code == 201 and first.json()["name"] == "alice-set"
-    # Alice's retry gets her first answer; nothing is imported twice.
-    assert upload(alice, "alice-set").json() == first.json()
-    # Bob's request with the same key is his own: it runs and answers his.
+    assert result(alice, first)["name"] == "alice-set"
+    # Alice's retry gets her first job; nothing is imported twice.
+    assert upload(alice, "alice-set").json()["job_id"] == first.json()["job_id"]
+    # Bob's request with the same key is his own: it runs and answers his, and Alice's
+    # job is not his to see.
     bobs = upload(bob, "bob-set")
-    assert bobs.status_code == 201 and bobs.json()["name"] == "bob-set"
+    assert result(bob, bobs)["name"] == "bob-set"
+    assert api.get(f"/v1/jobs/{first.json()['job_id']}", headers=_bearer(bob)).status_code == 404
     # The same key with another body is refused, not answered with the first.
     changed = upload(alice, "alice-set", b"question\nhow?\n")
     assert changed.status_code == 422 and "another body" in changed.json()["error"]

@@ -23,9 +23,8 @@ from promptlab.server.discovery import ServerInfo
 RETRY_AFTER_S = 0.5
 #: Seconds a call may take (a submit plans nothing before it answers; reads are short).
 TIMEOUT_S = 60.0
-#: Seconds between the first looks at a job's state, doubling up to JOB_POLL_MAX_S.
-JOB_POLL_S = 0.05
-JOB_POLL_MAX_S = 1.0
+#: How long one request for a job's state waits for the job to end (a long poll).
+JOB_WAIT_S = 20.0
 #: Bytes read at a time from a streamed answer (an export).
 CHUNK_BYTES = 1 << 16
 
@@ -111,19 +110,29 @@ class ServerClient:
     def upload(self, path: str, file: Path) -> Any:
         """POST the file at `file` as the request body, streamed from disk (an import),
         with an Idempotency-Key; sent once more with the same key if the connection
-        drops before the answer (the server imports it once)."""
+        drops before the answer (the server imports it once). The server answers with
+        the import's job at once; this waits for it and returns its result (what the
+        importer answered), or raises its refusal as the command would on its own."""
         headers = {"Idempotency-Key": uuid.uuid4().hex, "Content-Type": "application/octet-stream"}
         for attempt in (1, 2):
             with file.open("rb") as handle:
                 sent = {**headers, "Content-Length": str(os.fstat(handle.fileno()).st_size)}
                 try:
                     with self._open("POST", path, None, sent, handle) as resp:
-                        return json.loads(resp.read())
+                        return self._ended(json.loads(resp.read()))["result"]
                 except ServerError as exc:
                     if attempt == 2 or exc.status is not None or not exc.dropped:
                         raise
             time.sleep(RETRY_AFTER_S)
         raise AssertionError("unreachable")
+
+    def _ended(self, job: dict[str, Any]) -> dict[str, Any]:
+        """The job once it has ended; a failed job raises its refusal."""
+        while job["state"] == "running":  # a long poll: the server answers when it ends
+            job = self.get(f"/v1/jobs/{job['job_id']}?wait={JOB_WAIT_S:g}")
+        if job["state"] != "completed":
+            raise refusal(str(job["error"]), 422, job.get("error_kind"))
+        return job
 
     def job_file(self, start: str, body: Any, target: Path, *, force: bool = False) -> int:
         """Start a job (`POST start`), wait for it to end, and write its file to `target`
@@ -132,14 +141,7 @@ class ServerClient:
         from promptlab.atomicfile import check_target
 
         check_target(target, force=force)  # refused before the server does any work
-        job = self.post(start, body, idempotent=True)
-        wait_s = JOB_POLL_S
-        while job["state"] == "running":
-            time.sleep(wait_s)
-            wait_s = min(wait_s * 2, JOB_POLL_MAX_S)
-            job = self.get(f"/v1/jobs/{job['job_id']}")
-        if job["state"] != "completed":
-            raise refusal(str(job["error"]), 422, job.get("error_kind"))
+        job = self._ended(self.post(start, body, idempotent=True))
         self.fetch_file(f"/v1/jobs/{job['job_id']}/file", target, force=force)
         return int(job["rows"])
 

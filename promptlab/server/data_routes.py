@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Header, Query, Request, Response
-from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, StreamingResponse
 from pydantic import BaseModel, Field
 from starlette.background import BackgroundTask
@@ -32,9 +31,10 @@ from promptlab.server.answers import (
     Submits,
     json_response,
     typed_response,
-    upload_once,
 )
-from promptlab.server.uploads import received_file
+from promptlab.server.jobs import Job
+from promptlab.server.typed import wire_data
+from promptlab.server.uploads import import_job
 from promptlab.store.audit import AuditFilter
 from promptlab.workbench import Workbench
 
@@ -116,9 +116,9 @@ def _prompt_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
 
 def _dataset_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
     # One cache per route: a key reused on another route is another request.
-    dataset_imports: Submits[Any] = Submits()
-    feedback_imports: Submits[int] = Submits()
-    log_imports: Submits[int] = Submits()
+    dataset_imports: Submits[Job] = Submits()
+    feedback_imports: Submits[Job] = Submits()
+    log_imports: Submits[Job] = Submits()
 
     @app.get("/v1/datasets", dependencies=auth)
     def datasets() -> Response:
@@ -149,27 +149,29 @@ def _dataset_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
         or `format`), streamed to disk and imported as `name` (a DatasetInfo); with any
         of the `*_column`s, as a conversation log (the others their defaults)."""
         log = _conversation(session_column, order_column, role_column, content_column)
-        async with received_file(request, filename) as path:
-            info = await run_in_threadpool(
-                upload_once, dataset_imports, request, idempotency_key, path,
-                lambda: wb.datasets.import_file(
-                    path, name, fmt=format, unit_column=unit_column, replace=replace,
-                    conversation=log, source=filename,
-                ),
+
+        def imported(path: Path) -> Any:
+            info = wb.datasets.import_file(
+                path, name, fmt=format, unit_column=unit_column, replace=replace,
+                conversation=log, source=filename,
             )  # fmt: skip
-        return typed_response(DatasetInfo, info, 201)
+            return wire_data(DatasetInfo, info)
+
+        job = await import_job(request, filename, dataset_imports, idempotency_key,
+                               "dataset-import", imported)  # fmt: skip
+        return typed_response(Job, job, 202)
 
     @app.post("/v1/feedback", dependencies=auth)
     async def import_feedback(
         request: Request, filename: str, idempotency_key: str | None = Header(None)
     ) -> Response:
-        """The body is a feedback file (CSV, JSON Lines, Parquet): `{"rows": N}`."""
-        async with received_file(request, filename) as path:
-            rows = await run_in_threadpool(
-                upload_once, feedback_imports, request, idempotency_key, path,
-                lambda: wb.analysis.import_feedback(path),
-            )  # fmt: skip
-        return json_response({"rows": rows})
+        """The body is a feedback file (CSV, JSON Lines, Parquet), imported as a job
+        whose result is `{"rows": N}`."""
+        job = await import_job(
+            request, filename, feedback_imports, idempotency_key, "feedback-import",
+            lambda path: {"rows": wb.analysis.import_feedback(path)},
+        )  # fmt: skip
+        return typed_response(Job, job, 202)
 
     @app.post("/v1/logs", dependencies=auth)
     async def import_logs(
@@ -181,16 +183,11 @@ def _dataset_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
         """The body is a production log; each `column=FIELD:COLUMN` maps a field
         (version, unit_id, latency_ms, clicked, completed, event_time) to the file's."""
         columns = dict(_pair(c) for c in column or ())
-        async with received_file(request, filename) as path:
-            rows = await run_in_threadpool(
-                upload_once,
-                log_imports,
-                request,
-                idempotency_key,
-                path,
-                lambda: wb.analysis.import_logs(path, columns),
-            )
-        return json_response({"rows": rows})
+        job = await import_job(
+            request, filename, log_imports, idempotency_key, "log-import",
+            lambda path: {"rows": wb.analysis.import_logs(path, columns)},
+        )  # fmt: skip
+        return typed_response(Job, job, 202)
 
 
 def _analysis_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:

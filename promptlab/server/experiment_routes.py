@@ -15,7 +15,6 @@ from __future__ import annotations
 from typing import Any
 
 from fastapi import FastAPI, Header, Query, Request, Response
-from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, Field
 
 from promptlab.errors import ExperimentError
@@ -26,11 +25,11 @@ from promptlab.server.answers import (
     Submits,
     request_once,
     typed_response,
-    upload_once,
 )
+from promptlab.server.jobs import Job
 from promptlab.server.principals import principal_of
 from promptlab.server.roles import ADMIN
-from promptlab.server.uploads import received_file
+from promptlab.server.uploads import import_job
 from promptlab.workbench import Workbench
 
 #: A change's answer: the latest revision before it and the one after (equal: nothing).
@@ -102,7 +101,7 @@ def _changes(app: FastAPI, wb: Workbench) -> None:
     # One cache per route: a key reused on another route is another request.
     adds: Submits[tuple[ExperimentConfig, bool]] = Submits()
     changes: Submits[Change] = Submits()
-    exposure_imports: Submits[int] = Submits()
+    exposure_imports: Submits[Job] = Submits()
 
     @app.post("/v1/experiments", status_code=201)
     def add(
@@ -144,12 +143,11 @@ def _changes(app: FastAPI, wb: Workbench) -> None:
         """The body is an exposure log (JSON Lines): how many exposures were new. A bad
         line refuses the whole file; `source` names the file in refusals and the audit
         trail (the sender's path; nothing reads it)."""
-        async with received_file(request, filename) as path:
-            added = await run_in_threadpool(
-                upload_once, exposure_imports, request, idempotency_key, path,
-                lambda: wb.experiments.import_exposures(path, source=source),
-            )  # fmt: skip
-        return typed_response(int, added)
+        job = await import_job(
+            request, filename, exposure_imports, idempotency_key, "exposure-import",
+            lambda path: wb.experiments.import_exposures(path, source=source),
+        )  # fmt: skip
+        return typed_response(Job, job, 202)
 
 
 def _update(wb: Workbench, name: str, body: WeightsIn) -> Change:

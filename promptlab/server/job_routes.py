@@ -1,16 +1,18 @@
 """`/v1/jobs/...`: exports as jobs (server/jobs.py): start one, ask its state, fetch
-its file. The CLI's `export` and `review export` use them through a server."""
+its file. The CLI's `export` and `review export` use them through a server; imports
+(`POST /v1/datasets`, `/v1/feedback`, `/v1/logs`, `/v1/exposures`) answer with their job
+too, its result what the importer answered."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from fastapi import FastAPI, Request, Response
+from fastapi import FastAPI, Query, Request, Response
 from fastapi.responses import FileResponse
 from pydantic import BaseModel, Field
 
 from promptlab.server.answers import typed_response
-from promptlab.server.jobs import Job, Jobs
+from promptlab.server.jobs import MAX_WAIT_S, Job, Jobs
 from promptlab.server.principals import principal_of
 from promptlab.workbench import Workbench
 
@@ -74,9 +76,13 @@ def add_job_routes(app: FastAPI, wb: Workbench, jobs: Jobs) -> None:
         return _job(jobs.start(owner(request), "review-export", f"review{suffix}", write), 202)
 
     @app.get("/v1/jobs/{job_id}")
-    def job_state(request: Request, job_id: str) -> Response:
-        """The job's state: running, completed (with its rows) or failed (with why)."""
-        return _job(jobs.get(owner(request), job_id))
+    def job_state(
+        request: Request, job_id: str, wait: float = Query(0.0, ge=0, le=MAX_WAIT_S)
+    ) -> Response:
+        """The job's state: running, completed (with its rows, or an import's result)
+        or failed (with why); with `wait`, answered once the job has ended or after that
+        many seconds (a long poll)."""
+        return _job(jobs.get(owner(request), job_id, wait))
 
     @app.get("/v1/jobs/{job_id}/file")
     def job_file(request: Request, job_id: str) -> FileResponse:

@@ -1,7 +1,8 @@
-"""Jobs: long operations (exports) run off the request, each with an id.
+"""Jobs: long operations (exports, imports) run off the request, each with an id.
 
 A client starts one and gets its id at once; it asks for the state until the job has
-ended, then fetches the file. Nothing holds a request, a connection or a lock while a
+ended, then fetches the file (an export) or reads the job's result (an import: the
+uploaded file is the job's until it ends). Nothing holds a request, a connection or a lock while a
 job runs, so twenty clients at once each answer in their own time. A job is its
 caller's: another token neither sees nor fetches it. Jobs live in memory (a restart
 forgets them: their clients start them again) and their files in a temporary folder
@@ -18,8 +19,9 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from promptlab.errors import NotFoundError, PromptlabError
 
@@ -29,6 +31,8 @@ MAX_RUNNING = 4
 KEEP_S = 3600.0
 #: Jobs one server keeps at most (ended ones are dropped oldest first past it).
 MAX_KEPT = 1000
+#: The longest a request for a job's state waits for it to end.
+MAX_WAIT_S = 30.0
 
 RUNNING, COMPLETED, FAILED = "running", "completed", "failed"
 
@@ -45,6 +49,8 @@ class Job:
     #: The one-line error and its class (when failed), as a refusal would carry them.
     error: str | None = None
     error_kind: str | None = None
+    #: What an import answers (when completed): the record as JSON-able data.
+    result: Any = None
 
 
 @dataclass
@@ -54,6 +60,7 @@ class _Held:
     folder: Path
     file: Path | None
     ended_at: float | None = None
+    ended: threading.Event = field(default_factory=threading.Event)
 
 
 class Jobs:
@@ -69,15 +76,39 @@ class Jobs:
         the rows written) as `owner`'s job, acting as the caller does now."""
         self._sweep()
         folder = Path(tempfile.mkdtemp(prefix="promptlab-job-"))
+        path = folder / file_name
+        return self._started(owner, kind, folder, path, lambda job: replace(job, rows=work(path)))
+
+    def start_task(self, owner: str, kind: str, folder: Path, work: Callable[[], Any]) -> Job:
+        """Run `work()` as `owner`'s job, its answer (JSON-able) the job's result;
+        `folder` (an uploaded file's) is the job's, removed once the job is dropped."""
+        self._sweep()
+
+        def task(job: Job) -> Job:
+            try:
+                return replace(job, result=work())
+            finally:  # an upload can be a gigabyte: gone as soon as it is imported
+                shutil.rmtree(folder, ignore_errors=True)
+
+        return self._started(owner, kind, folder, None, task)
+
+    def _started(
+        self, owner: str, kind: str, folder: Path, file: Path | None, work: Callable[[Job], Job]
+    ) -> Job:
         job = Job(uuid.uuid4().hex[:16], kind, RUNNING)
         with self._lock:
-            self._held[job.job_id] = _Held(job, owner, folder, folder / file_name)
+            self._held[job.job_id] = _Held(job, owner, folder, file)
         context = contextvars.copy_context()  # who acts: the request's principal
         self._pool.submit(context.run, self._run, job.job_id, work)
         return job
 
-    def get(self, owner: str, job_id: str) -> Job:
-        return self._mine(owner, job_id).job
+    def get(self, owner: str, job_id: str, wait_s: float = 0.0) -> Job:
+        """The job's state; with `wait_s`, once it has ended or that long has passed (a
+        client's long poll: one request where many short ones would do)."""
+        held = self._mine(owner, job_id)
+        if wait_s > 0:
+            held.ended.wait(min(wait_s, MAX_WAIT_S))
+        return held.job
 
     def file(self, owner: str, job_id: str) -> Path:
         """The completed job's file; refused while it runs or when it failed."""
@@ -93,17 +124,17 @@ class Jobs:
         for one in held:
             shutil.rmtree(one.folder, ignore_errors=True)
 
-    def _run(self, job_id: str, work: Callable[[Path], int]) -> None:
+    def _run(self, job_id: str, work: Callable[[Job], Job]) -> None:
         held = self._held[job_id]
-        assert held.file is not None
         try:
-            ended = replace(held.job, state=COMPLETED, rows=work(held.file))
+            ended = replace(work(held.job), state=COMPLETED)
         except PromptlabError as exc:
             ended = replace(held.job, state=FAILED, error=str(exc), error_kind=type(exc).__name__)
         except Exception as exc:  # noqa: BLE001 - a bug: the client hears of it, in one line
             ended = replace(held.job, state=FAILED, error=f"the job failed: {exc!r}")
         with self._lock:
             held.job, held.ended_at = ended, time.monotonic()
+        held.ended.set()
 
     def _mine(self, owner: str, job_id: str) -> _Held:
         with self._lock:

@@ -50,3 +50,9 @@ def from_wire(typ: type[T], data: Any) -> T:
     """The `typ` record a route answered with, from its parsed JSON."""
     decoded: T = _adapter(cast("Hashable", typ)).validate_python(data)
     return decoded
+
+
+def wire_data(typ: Any, value: Any) -> Any:
+    """`value`, a `typ` record, as the JSON-able data `to_wire` would write (a job's
+    result: the client decodes it with `from_wire` as it would the answer itself)."""
+    return _adapter(typ).dump_python(value, mode="json")

@@ -1,4 +1,5 @@
-"""Request bodies that are files (datasets, feedback, logs): streamed to disk, bounded.
+"""Request bodies that are files (datasets, feedback, logs, exposures): streamed to disk,
+bounded, and imported as jobs.
 
 The importers read from a path (DuckDB's readers), so an upload is written chunk by
 chunk into a private temporary folder under its own file name and removed afterwards;
@@ -7,14 +8,19 @@ it never sits whole in memory, and a body past the bound stops being read at the
 
 from __future__ import annotations
 
+import shutil
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
 from promptlab.errors import DatasetError
+from promptlab.server.answers import Submits, upload_once
+from promptlab.server.jobs import Job, Jobs
 
 #: The largest file an upload may be: the importers' own cap for a file on disk.
 MAX_UPLOAD_BYTES = 2**30
@@ -49,3 +55,36 @@ async def received_file(
                 # A plain write: chunks are small and the page cache takes them at once.
                 handle.write(chunk)
         yield path
+
+
+async def import_job(
+    request: Request,
+    filename: str,
+    submits: Submits[Job],
+    key: str | None,
+    kind: str,
+    work: Callable[[Path], Any],
+) -> Job:
+    """The request's body received as `filename`, then imported by `work(path)` as the
+    caller's job (server/jobs.py): the answer is the job, at once, and `work`'s answer
+    its result. A retry with the same Idempotency-Key and file gets the same job."""
+    from promptlab.server.principals import principal_of
+
+    jobs: Jobs = request.app.state.jobs
+    owner = principal_of(request.scope).token_id
+    async with received_file(request, filename) as received:
+        folder = Path(tempfile.mkdtemp(prefix="promptlab-job-"))
+        path = folder / received.name
+        shutil.move(received, path)
+    started: list[Job] = []
+
+    def start() -> Job:
+        started.append(jobs.start_task(owner, kind, folder, lambda: work(path)))
+        return started[0]
+
+    try:
+        job = await run_in_threadpool(upload_once, submits, request, key, path, start)
+    finally:
+        if not started:  # refused, or a retry answered with the first job: not ours
+            shutil.rmtree(folder, ignore_errors=True)
+    return job
