@@ -48,11 +48,12 @@ redis:
 	else echo "redis-server not found and not root: the distributed tests will be skipped"; fi
 
 lint: install-dev
-	$(VENV)/bin/ruff check promptlab pages app.py tests bench
-	$(VENV)/bin/ruff format --check promptlab pages app.py tests bench
+	$(VENV)/bin/ruff check promptlab pages app.py tests bench docs
+	$(VENV)/bin/ruff format --check promptlab pages app.py tests bench docs
 	$(VENV)/bin/mypy
 
 # Two pytest-xdist workers, one per core: each builds the demo databases once (tests/conftest.py).
+# tests/test_docs.py builds the docs site (mkdocs build --strict) and checks its examples.
 test: install-dev chromium redis lint
 	$(PY) -m pytest -q -n 2
 

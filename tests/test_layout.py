@@ -1,6 +1,6 @@
 """The seams and the shape hold: SQL and DuckDB only in promptlab/store, Streamlit only in
 the UI, pages and CLI only through the facade, small modules and functions, one-line
-package docstrings, and the README's map of the tree."""
+package docstrings, and the docs' map of the tree (docs/explanation/architecture.md)."""
 
 from __future__ import annotations
 
@@ -183,9 +183,10 @@ def test_every_package_has_an_init_whose_docstring_is_one_line(package: Path) ->
     assert doc and "\n" not in doc.strip(), f"{rel(init)}: the docstring is not one line: {doc!r}"
 
 
-# ---- the map in the README -----------------------------------------------------------
+# ---- the map in the docs -------------------------------------------------------------
 #
-# The fenced block under "## Project layout" in README.md, one line per entry:
+# The fenced block under "## Project layout" in docs/explanation/architecture.md (the
+# docs' architecture page; LAYOUT_PAGE), one line per entry:
 #
 #     <2 spaces per level><name><one or more spaces><description>
 #
@@ -209,6 +210,10 @@ class LayoutError(ValueError):
 class Entry:
     path: str  #: from the repository's root; a folder's ends in "/"
     text: str  #: the description, continuation lines joined by a space
+
+
+#: The page that holds the layout map.
+LAYOUT_PAGE = ROOT / "docs" / "explanation" / "architecture.md"
 
 
 def layout_block(readme: str) -> str:
@@ -304,8 +309,8 @@ def test_the_layout_parser_names_the_line_it_cannot_read(block: str, error: str)
         parse_layout(block)
 
 
-def test_the_readme_layout_lists_every_module_and_nothing_that_is_gone() -> None:
-    entries = parse_layout(layout_block((ROOT / "README.md").read_text(encoding="utf-8")))
+def test_the_docs_layout_lists_every_module_and_nothing_that_is_gone() -> None:
+    entries = parse_layout(layout_block(LAYOUT_PAGE.read_text(encoding="utf-8")))
     listed = {e.path for e in entries}
     modules = {rel(p) for p in code_files() if p.name != "__init__.py"}
     gone = [
