@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime, timedelta
 
-from promptlab.audit.chain import AuditEvent, AuditTrace, ChainProblem, ChainStatus, VerifyReport
+from promptlab.audit.chain import AuditEvent, AuditTrace
+from promptlab.audit.report import ChainProblem, ChainStatus, VerifyReport
 from promptlab.views.audit import (
     TraceStage,
     chain_summary,

@@ -12,7 +12,7 @@ import yaml
 from click.testing import CliRunner
 
 from promptlab.cli import main
-from promptlab.cli.runs import progress_line
+from promptlab.cli.run_text import progress_line
 from promptlab.config import DEMO_DIR
 from promptlab.engine import RunProgress
 from promptlab.fakellm.server import FakeLLMConfig, RunningServer, serve_in_thread

@@ -44,12 +44,11 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 
-if TYPE_CHECKING:  # promptlab.audit.checks builds on this module
-    from promptlab.audit.checks import RowMismatch, RunRows
+from promptlab.audit.report import ChainProblem, ChainStatus
 
 #: The chain of change events (everything that is not a run's item trace).
 CHANGES_CHAIN = "changes"
@@ -429,64 +428,6 @@ def _clean_strings(value: Any, clean: Callable[[str], str]) -> Any:
 
 
 # ---- verification ------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ChainProblem:
-    """The first thing wrong with a chain: what, at which seq / event."""
-
-    chain: str
-    seq: int
-    event_id: str
-    #: "modified", "deleted" or "inserted" (an event); for the chain as a whole (no
-    #: event_id), against its anchor: "tail cut", "missing chain" or "not anchored".
-    what: str
-    detail: str
-
-    def __str__(self) -> str:
-        if not self.event_id:
-            return f"chain {self.chain} {self.what}: {self.detail}"
-        return (
-            f"chain {self.chain}: event seq {self.seq} ({self.event_id}) {self.what}: {self.detail}"
-        )
-
-
-@dataclass(frozen=True)
-class ChainStatus:
-    chain: str
-    events: int
-    head_seq: int
-    head_hash: str
-    anchored: bool
-    problem: ChainProblem | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.problem is None
-
-
-@dataclass(frozen=True)
-class VerifyReport:
-    chains: tuple[ChainStatus, ...] = field(default_factory=tuple)
-    #: Each audited run's rows against its events (promptlab/audit/checks.py); empty when
-    #: only the chains were verified.
-    runs: tuple[RunRows, ...] = field(default_factory=tuple)
-    #: Runs holding rows but made with the audit off (no chain, no run.submitted event).
-    unaudited: tuple[str, ...] = field(default_factory=tuple)
-
-    @property
-    def ok(self) -> bool:
-        return all(c.ok for c in self.chains) and all(r.ok for r in self.runs)
-
-    @property
-    def problems(self) -> list[ChainProblem | RowMismatch]:
-        """Each broken chain's first problem, then each run's first row mismatches."""
-        found: list[ChainProblem | RowMismatch] = [
-            c.problem for c in self.chains if c.problem is not None
-        ]
-        for run in self.runs:
-            found.extend(run.mismatches)
-        return found
 
 
 def verify_chain(

@@ -26,15 +26,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from promptlab.audit.chain import ChainProblem, ChainStatus, epoch_us, genesis_hash
-
-#: Mismatches kept per run with their detail (all are counted): a million edited rows
-#: must not make a million-line report.
-MAX_MISMATCHES_KEPT = 20
+from promptlab.audit.chain import epoch_us, genesis_hash
+from promptlab.audit.report import ChainProblem, ChainStatus
 
 #: What a lean result event copies from its results row (event field -> column): named
 #: when they differ, so a report says more than "the hash differs".
@@ -107,55 +104,6 @@ def missing_chain(chain: str, detail: str) -> ChainStatus:
     """The status of a chain the audit says exists, none of whose events does."""
     problem = ChainProblem(chain, 0, "", "missing chain", detail)
     return ChainStatus(chain, 0, 0, genesis_hash(chain), True, problem)
-
-
-@dataclass(frozen=True)
-class RowMismatch:
-    """A stored row that differs from what the audit recorded about it."""
-
-    run_id: str
-    table: str  # "results" or "attempts"
-    key: str
-    attempt: int | None
-    what: str  # "modified", "deleted" or "inserted"
-    detail: str
-
-    def __str__(self) -> str:
-        which = f"{self.table} row of item {self.key}"
-        if self.attempt is not None:
-            which += f" attempt {self.attempt}"
-        return f"run {self.run_id}: {which} {self.what}: {self.detail}"
-
-
-@dataclass
-class RunRows:
-    """One run's rows as verify found them: counts, and the first mismatches in full."""
-
-    run_id: str
-    #: Rows that match their events.
-    results: int = 0
-    attempts: int = 0
-    #: Rows whose events predate the row hashes: found, not checked.
-    unhashed: int = 0
-    #: `cancelled` rows a cancel wrote in bulk, without an event, holding no answer.
-    closed: int = 0
-    #: Rows no event records in a run not audited from its submission.
-    unaudited: int = 0
-    mismatched: int = 0
-    mismatches: list[RowMismatch] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return self.mismatched == 0
-
-    def wants_detail(self) -> bool:
-        """Whether the next mismatch is kept (and worth a lookup for its detail)."""
-        return len(self.mismatches) < MAX_MISMATCHES_KEPT
-
-    def add(self, table: str, key: str, attempt: int | None, what: str, detail: str = "") -> None:
-        self.mismatched += 1
-        if self.wants_detail():
-            self.mismatches.append(RowMismatch(self.run_id, table, key, attempt, what, detail))
 
 
 def holds_answer(row: Mapping[str, Any]) -> bool:

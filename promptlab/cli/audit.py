@@ -39,7 +39,7 @@ def verify_command(ctx: click.Context) -> None:
     """Check every hash chain against its anchor, and every results and attempts row
     against its event; exit 1 naming each broken chain's first bad event and each row
     that differs."""
-    from promptlab.audit.chain import VerifyReport
+    from promptlab.audit.report import VerifyReport
     from promptlab.views.audit import chain_summary
 
     report = through(ctx, VerifyReport, "GET", "/v1/audit/verify", lambda wb: wb.audit.verify())

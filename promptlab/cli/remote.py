@@ -39,7 +39,7 @@ def drive_remote(
     run_id = str(submit(client)["run_id"])
     click.echo(f"run {run_id}")
     _watch(client, run_id, quiet)
-    from promptlab.cli.runs import print_summary
+    from promptlab.cli.run_text import print_summary
     from promptlab.facades.run_view import RunView
     from promptlab.server.typed import from_wire
 
@@ -63,7 +63,7 @@ def download_batch_output(client: ServerClient, run_id: str, path: Path) -> int:
 
 
 def _watch(client: ServerClient, run_id: str, quiet: bool) -> None:
-    from promptlab.cli.runs import progress_line
+    from promptlab.cli.run_text import progress_line
     from promptlab.facades.runs import RunProgress
 
     def on_sigint(_signum: int, _frame: FrameType | None) -> None:

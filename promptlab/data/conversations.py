@@ -18,8 +18,8 @@ from typing import Any, overload
 
 from promptlab.errors import DatasetError
 from promptlab.records import Conversation
+from promptlab.records.sessions import SESSION_KEY
 from promptlab.store.datasets import DatasetTables, DatasetWrites
-from promptlab.store.samples import SESSION_KEY
 
 ROLES = ("system", "user", "assistant")
 #: The key of a replayed turn's row holding the session's messages before it, as

@@ -39,6 +39,7 @@ import orjson
 
 from promptlab.audit.chain import AuditDraft
 from promptlab.audit.redact import Redactor
+from promptlab.engine.batchlines import add_record
 from promptlab.errors import StoreError
 from promptlab.records import AttemptRow, FinalRow, WriteBatch
 from promptlab.store.items import ItemStore, redacted_batch
@@ -326,8 +327,6 @@ def _claim(path: Path) -> int | None:
 def read_answer_log(path: Path) -> WriteBatch:
     """The rows of one segment; a line cut short (a process killed mid-write, a full
     disk) is skipped: the row it held was never counted as received."""
-    from promptlab.engine.spill import add_record
-
     batch = WriteBatch()
     with path.open("rb") as handle:
         for number, raw in enumerate(handle, 1):

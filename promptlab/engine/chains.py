@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from promptlab.data.conversations import turn_of
 from promptlab.records import ItemStatus, PendingItem
-from promptlab.store.samples import SESSION_KEY
+from promptlab.records.sessions import SESSION_KEY
 
 #: (variant index, repeat, first row, rows) -> {row index: output text of a succeeded
 #: turn}: the answers of a resumed chain's turns that finished before this process.

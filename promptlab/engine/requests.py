@@ -36,7 +36,7 @@ from promptlab.providers.base import CompletionRequest
 from promptlab.providers.config import sampling_rule
 from promptlab.providers.tokens import check_fits, context_window
 from promptlab.records import ItemErrorKind, ItemStatus, PendingItem, VariantRecord
-from promptlab.store.samples import SESSION_KEY
+from promptlab.records.sessions import SESSION_KEY
 
 
 @dataclass(frozen=True)

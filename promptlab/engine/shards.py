@@ -48,8 +48,7 @@ from promptlab.providers.tokens import (
     estimate_prompt_tokens,
 )
 from promptlab.records import PendingItem, VariantRecord
-from promptlab.records.sessions import ShardRecord
-from promptlab.store.samples import SESSION_KEY
+from promptlab.records.sessions import SESSION_KEY, ShardRecord
 from promptlab.store.shards import ShardStore
 
 log = logging.getLogger(__name__)

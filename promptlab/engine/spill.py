@@ -17,22 +17,21 @@ import os
 import stat
 import tempfile
 import uuid
-from dataclasses import asdict, fields
+from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
-from promptlab.audit.chain import AuditDraft, payload_text
+from promptlab.audit.chain import payload_text
 from promptlab.audit.redact import Redactor
 from promptlab.engine.answerlog import fold_answer_logs
+from promptlab.engine.batchlines import add_record
 from promptlab.errors import StoreError
-from promptlab.records import AttemptRow, FinalRow, WriteBatch
+from promptlab.records import WriteBatch
 from promptlab.store.items import ItemStore, redacted_batch
 
 log = logging.getLogger(__name__)
 
 SPILL_SUFFIX = ".jsonl"
-_DATETIME_FIELDS = frozenset({"started_at", "ended_at", "finished_at", "at"})
 
 
 def spill_dirs(db_path: Path) -> tuple[Path, ...]:
@@ -132,25 +131,3 @@ def read_spill(path: Path) -> WriteBatch:
         for line in handle:
             add_record(batch, json.loads(line))
     return batch
-
-
-def add_record(batch: WriteBatch, record: dict[str, Any]) -> None:
-    """One line of a spill file (or of the answer log) into `batch`."""
-    kind = record.pop("row")
-    if kind == "dispatched":
-        batch.dispatched.append(record["key"])
-    elif kind == "attempt":
-        batch.attempts.append(AttemptRow(**_typed(record, AttemptRow)))
-    elif kind == "final":
-        batch.finals.append(FinalRow(**_typed(record, FinalRow)))
-    elif kind == "audit":
-        batch.audit.append(AuditDraft(**_typed(record, AuditDraft)))
-
-
-def _typed(record: dict[str, Any], cls: type) -> dict[str, Any]:
-    known = {f.name for f in fields(cls)}
-    values = {k: v for k, v in record.items() if k in known}
-    for name in _DATETIME_FIELDS & values.keys():
-        if values[name] is not None:
-            values[name] = datetime.fromisoformat(values[name])
-    return values

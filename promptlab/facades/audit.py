@@ -12,7 +12,8 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from promptlab.atomicfile import check_target, write_chunks
-from promptlab.audit.chain import AuditEvent, AuditTrace, VerifyReport, event_record
+from promptlab.audit.chain import AuditEvent, AuditTrace, event_record
+from promptlab.audit.report import VerifyReport
 from promptlab.engine.trace import is_lean, trace_details
 from promptlab.errors import ExportError, NotFoundError
 from promptlab.facades.context import Context

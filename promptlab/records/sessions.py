@@ -9,6 +9,10 @@ from datetime import datetime
 
 from promptlab.analysis.stats import Interval, wilson_interval
 
+#: The key of a replayed turn's row holding its session (promptlab/data/conversations.py
+#: writes it; the engine, the store and the views read it).
+SESSION_KEY = "__session__"
+
 
 @dataclass(frozen=True)
 class SessionTurn:

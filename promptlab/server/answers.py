@@ -13,27 +13,12 @@ from typing import Any, Generic, TypeVar
 import orjson
 from fastapi import Response
 
+from promptlab.server.refusals import Refused
+
 T = TypeVar("T")
 
 #: Submits remembered by idempotency key, so a client's retry does not start a second run.
 IDEMPOTENCY_KEYS = 10_000
-
-
-class Refused(Exception):
-    """A request refused with `status` and a one-line `message` (not a PromptlabError)."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
-def error_response(status: int, message: str, kind: str | None = None) -> Response:
-    """`{"error": message}` (and the error's class as `kind`, so promptlab's client
-    raises the same one and exits as the command would have); ASCII-escaped, so a
-    message quoting a lone surrogate a client sent is still a valid body."""
-    body = json.dumps({"error": message, **({"kind": kind} if kind else {})}, ensure_ascii=True)
-    return Response(body, status_code=status, media_type="application/json")
 
 
 def json_response(data: Any, status: int = 200) -> Response:

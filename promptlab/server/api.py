@@ -30,7 +30,7 @@ from starlette.background import BackgroundTask
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from promptlab.audit.chain import VerifyReport
+from promptlab.audit.report import VerifyReport
 from promptlab.errors import (
     ConfigError,
     EngineError,
@@ -47,9 +47,7 @@ from promptlab.experiments.config import ExperimentConfig
 from promptlab.records import RunWithCounts
 from promptlab.server.analysis_routes import add_analysis_routes
 from promptlab.server.answers import (
-    Refused,
     Submits,
-    error_response,
     request_once,
     typed_response,
 )
@@ -61,6 +59,7 @@ from promptlab.server.jobs import Jobs
 from promptlab.server.metrics import metrics_response
 from promptlab.server.principals import Guard, principal_of
 from promptlab.server.prompt_routes import add_prompt_routes
+from promptlab.server.refusals import Refused, error_response
 from promptlab.server.review_routes import add_review_routes
 from promptlab.server.roles import ADMIN, document_roles
 from promptlab.server.schedule_routes import add_schedule_routes

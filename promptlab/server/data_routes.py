@@ -27,12 +27,12 @@ from promptlab.records.datasets import DEFAULT_CONVERSATION, Conversation
 from promptlab.records.metrics import MetricsRow
 from promptlab.records.prompts import PromptVersion
 from promptlab.server.answers import (
-    Refused,
     Submits,
     json_response,
     typed_response,
 )
 from promptlab.server.jobs import Job
+from promptlab.server.refusals import Refused
 from promptlab.server.typed import wire_data
 from promptlab.server.uploads import import_job
 from promptlab.store.audit import AuditFilter

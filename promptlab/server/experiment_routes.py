@@ -21,13 +21,13 @@ from promptlab.errors import ExperimentError
 from promptlab.experiments import ExperimentConfig, ExperimentFile, parse_experiment_file
 from promptlab.facades.tokens import role_allows
 from promptlab.server.answers import (
-    Refused,
     Submits,
     request_once,
     typed_response,
 )
 from promptlab.server.jobs import Job
 from promptlab.server.principals import principal_of
+from promptlab.server.refusals import Refused
 from promptlab.server.roles import ADMIN
 from promptlab.server.uploads import import_job
 from promptlab.workbench import Workbench

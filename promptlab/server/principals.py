@@ -20,7 +20,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from promptlab.audit.actor import acting_as
 from promptlab.facades.tokens import role_allows
-from promptlab.server.answers import error_response
+from promptlab.server.refusals import error_response
 from promptlab.server.roles import PUBLIC_PATHS, ROUTE_ROLES
 from promptlab.workbench import Workbench
 

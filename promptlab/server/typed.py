@@ -20,7 +20,7 @@ T = TypeVar("T")
 
 #: Modules whose names records refer to only under TYPE_CHECKING (a circle of imports
 #: at run time): their names resolve such references when an adapter is built.
-FORWARD_MODULES = ("promptlab.audit.checks",)
+FORWARD_MODULES = ("promptlab.audit.report",)
 
 
 #: Infinities and NaN (a comparison's open interval, an SRM statistic) as the strings

@@ -21,16 +21,15 @@ from promptlab.audit.chain import (
     RUN_SUBMITTED,
     AuditDraft,
     AuditEvent,
-    ChainStatus,
-    VerifyReport,
     chain_drafts,
     check_checkpoints,
     genesis_hash,
     run_chain,
     verify_chain,
 )
-from promptlab.audit.checks import RunRows, check_anchor, missing_chain
+from promptlab.audit.checks import check_anchor, missing_chain
 from promptlab.audit.redact import Redactor
+from promptlab.audit.report import ChainStatus, RunRows, VerifyReport
 from promptlab.records import VariantRecord
 from promptlab.store.audit_rows import check_run_rows, stored_runs
 from promptlab.store.connection import Store

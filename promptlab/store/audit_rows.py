@@ -24,13 +24,13 @@ from promptlab.audit.chain import (
 )
 from promptlab.audit.checks import (
     ANSWER_COLUMNS,
-    RunRows,
     attempt_modified,
     holds_answer,
     payload_of,
     result_event_orphaned,
     result_modified,
 )
+from promptlab.audit.report import RunRows
 from promptlab.store.connection import Store
 
 #: Rows fetched into Python at once while hashing: a page of results holds their

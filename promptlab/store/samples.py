@@ -23,14 +23,13 @@ from promptlab.records.samples import (
     RatioSample,
     VersionStratum,
 )
+from promptlab.records.sessions import SESSION_KEY
 from promptlab.store.connection import Store
 from promptlab.store.metrics import MetricsReads, completed_predicate
 
 if TYPE_CHECKING:
     import duckdb
 
-#: The key of a replayed turn's row holding its session (promptlab/data/conversations.py).
-SESSION_KEY = "__session__"
 #: A result's cluster in an all-mode replay: its row's value at the JSON path $cluster
 #: (its session, or its user), else its session, else its row.
 _CLUSTER = (

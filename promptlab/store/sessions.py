@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from promptlab.records.sessions import SessionMetrics, SessionTurn
+from promptlab.records.sessions import SESSION_KEY, SessionMetrics, SessionTurn
 from promptlab.store.connection import Store
 from promptlab.store.metrics import MetricsReads, completed_predicate
-from promptlab.store.samples import SESSION_KEY
 
 if TYPE_CHECKING:
     import duckdb

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from promptlab.audit.chain import CHANGES_CHAIN, AuditEvent, AuditTrace, VerifyReport
+from promptlab.audit.chain import CHANGES_CHAIN, AuditEvent, AuditTrace
+from promptlab.audit.report import VerifyReport
 
 
 def event_rows(events: Sequence[AuditEvent]) -> list[dict[str, Any]]:

@@ -29,7 +29,7 @@ from promptlab.engine.spec import AS_WRITTEN, PARAM_COLUMNS_KEY
 from promptlab.engine.trace import rendered_messages
 from promptlab.errors import ItemKeyError, PromptlabError
 from promptlab.records import AttemptRow, FinalRow, ItemDetail, ItemStatus, VariantRecord
-from promptlab.store.samples import SESSION_KEY
+from promptlab.records.sessions import SESSION_KEY
 
 #: Fewest hex digits of a key accepted as a prefix of one.
 MIN_KEY_PREFIX = 8
