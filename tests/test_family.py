@@ -1,4 +1,4 @@
-"""A comparison's fixed family (promptlab/analysis/family.py): the declared metrics times
+"""A comparison's fixed family (promptlab/records/family.py): the declared metrics times
 the variants compared, whatever the view shows or could test."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from promptlab.analysis.family import default_family, family_of, parse_family
 from promptlab.analysis.stats import Interval, MetricComparison, Verdict, holm_verdicts
 from promptlab.engine.spec import SpecError, parse_spec
 from promptlab.records import RunStatus
+from promptlab.records.family import default_family, family_of, parse_family
 from promptlab.workbench import Workbench
 
 

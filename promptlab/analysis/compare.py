@@ -35,7 +35,6 @@ from typing import TYPE_CHECKING
 from promptlab.analysis.contamination import shared_note, shared_units, without_shared
 from promptlab.analysis.cuped import cuped_rate_difference
 from promptlab.analysis.decided import decided
-from promptlab.analysis.family import MetricFamily, default_family, family_of
 from promptlab.analysis.sequential import FINAL, FINAL_ALPHA, FIXED, Look, interim
 from promptlab.analysis.stats import (
     MIN_TAIL_REQUESTS,
@@ -60,6 +59,7 @@ from promptlab.analysis.units import (
 )
 from promptlab.errors import PromptlabError
 from promptlab.records import LogMetricsRow, MetricsRow, RunRecord
+from promptlab.records.family import MetricFamily, default_family, family_of
 from promptlab.records.samples import (
     COMPLETION,
     CTR,

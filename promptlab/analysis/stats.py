@@ -164,7 +164,7 @@ def holm_verdicts(
     The family is every row that ran a test: a row without data or with too few units
     ran none (its adjusted p stays None). With a declared `family` of metrics (compared
     for `variants` variants), the family is fixed at len(family) x variants whatever
-    rows are given or could be tested (promptlab/analysis/family.py); a row of another
+    rows are given or could be tested (promptlab/records/family.py); a row of another
     metric is exploratory: no verdict. A row is better or worse when its adjusted p
     is below alpha; its interval then excludes 0 on that side (interval and p come from
     one method). A row whose own p is below alpha but not its adjusted one is

@@ -35,7 +35,6 @@ from promptlab.analysis.compare import (
     since_text,
 )
 from promptlab.analysis.decided import decided
-from promptlab.analysis.family import default_family
 from promptlab.analysis.sequential import FIXED, Look, interim
 from promptlab.analysis.stats import (
     NO_DATA,
@@ -48,6 +47,7 @@ from promptlab.analysis.stats import (
 )
 from promptlab.analysis.units import Estimate
 from promptlab.errors import PromptlabError
+from promptlab.records.family import default_family
 from promptlab.records.samples import SCORE_PREFIX
 
 if TYPE_CHECKING:

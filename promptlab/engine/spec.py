@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from promptlab.analysis.family import FamilyError, parse_family
 from promptlab.data.shards import ShardSpec, parse_shards
 from promptlab.engine.limiter import Limits
 from promptlab.engine.retry import RetryPolicy
@@ -23,6 +22,7 @@ from promptlab.experiments import config_from_mapping
 from promptlab.experiments.sampling import parse_sampling
 from promptlab.prompts.templates import normalize_params
 from promptlab.providers.config import EXECUTORS, parse_model_ref
+from promptlab.records.family import FamilyError, parse_family
 from promptlab.schedules.cron import check_cron
 from promptlab.scoring.crosscheck import TOP_LOGPROBS, CrossCheck, with_crosscheck
 from promptlab.scoring.scorers import Scorer, parse_scorers
@@ -291,7 +291,7 @@ def _schedule_and_scoring(data: Mapping[str, Any]) -> dict[str, Any]:
 
 def _metrics(data: Mapping[str, Any], scorer_names: list[str]) -> None:
     """`metrics:` (the primary and the guardrails compare's Holm family is): checked
-    here, read from the stored spec by compare (promptlab/analysis/family.py)."""
+    here, read from the stored spec by compare (promptlab/records/family.py)."""
     if "metrics" in data:
         try:
             parse_family(data["metrics"], scorer_names)

@@ -112,7 +112,7 @@ def _metrics(value: Any, source: str) -> dict[str, Any] | None:
     an experiment, so only the built-in metrics)."""
     if value is None:
         return None
-    from promptlab.analysis.family import FamilyError, parse_family  # assign needs none of it
+    from promptlab.records.family import FamilyError, parse_family  # assign needs none of it
 
     try:
         parse_family(value, [])
