@@ -59,7 +59,7 @@ from promptlab.analysis.units import (
 )
 from promptlab.errors import PromptlabError
 from promptlab.records import LogMetricsRow, MetricsRow, RunRecord
-from promptlab.records.family import MetricFamily, default_family, family_of
+from promptlab.records.family import MetricFamily, declared, default_family, family_of
 from promptlab.records.samples import (
     COMPLETION,
     CTR,
@@ -133,12 +133,7 @@ class Comparison:
 
 def run_mode(run: RunRecord) -> str:
     """`split` or `all`: how the run's rows met its variants (a plain run is `all`)."""
-    spec = run.spec
-    experiment = spec.get("experiment")
-    mode = spec.get("mode")
-    if mode is None and isinstance(experiment, dict):
-        mode = experiment.get("mode")
-    return str(mode or "all")
+    return str(declared(run.spec, "mode") or "all")
 
 
 def control_of(run: RunRecord, variants: list[str]) -> str:
@@ -238,12 +233,9 @@ def _planned_units(run: RunRecord, mode: str, assigned: dict[str, int]) -> int |
     (`planned_units:`), else a split's `assigned` units (every row is assigned when the
     run is planned), else its rows (items over variants and repeats); None for a
     replayed log, whose sessions are counted as they come."""
-    declared = run.spec.get("planned_units")
-    experiment = run.spec.get("experiment")
-    if declared is None and isinstance(experiment, dict):
-        declared = experiment.get("planned_units")
-    if isinstance(declared, int) and declared > 0:
-        return declared
+    planned = declared(run.spec, "planned_units")
+    if isinstance(planned, int) and planned > 0:
+        return planned
     if mode == "split":
         return max(1, sum(assigned.values()) // len(assigned)) if assigned else None
     variants = run.spec.get("variants")

@@ -19,6 +19,7 @@ pooled, because B ran more often on the slow model). So:
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -169,6 +170,7 @@ def compare_across_runs(
     if id_a == id_b:
         raise PromptlabError(f"compare {name_a} with another version, not itself")
     names = (name_a, name_b)
+    run_of = functools.cache(run_of)  # a run on several models is several strata: read once
     look = interim(planned_units) if sequential else FIXED
     strata = split_strata(samples.version_strata(id_a, id_b, since))
     for arm_name, results in ((name_a, strata.results_a), (name_b, strata.results_b)):

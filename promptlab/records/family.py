@@ -79,14 +79,22 @@ def parse_family(value: Any, scorer_names: Iterable[str]) -> MetricFamily:
     return MetricFamily(primary, guardrails, declared=True)
 
 
-def family_of(spec: Mapping[str, Any]) -> MetricFamily:
-    """The family a stored run spec declares, or the default for its scorers."""
-    scorers = [_scorer_name(s) for s in spec.get("scorers") or []] if spec.get("expected") else []
-    declared = spec.get("metrics")
+def declared(spec: Mapping[str, Any], key: str) -> Any:
+    """A stored run spec's `key`, else its experiment's (a run of an experiment carries
+    the revision's own declarations: mode, metrics, planned units); None when neither."""
+    value = spec.get(key)
     experiment = spec.get("experiment")
-    if not declared and isinstance(experiment, Mapping):
-        declared = experiment.get("metrics")  # an experiment's declaration, run as is
-    return parse_family(declared, scorers) if declared else default_family(scorers)
+    if value is None and isinstance(experiment, Mapping):
+        value = experiment.get(key)
+    return value
+
+
+def family_of(spec: Mapping[str, Any]) -> MetricFamily:
+    """The family a stored run spec (or its experiment) declares, or the default for its
+    scorers."""
+    scorers = [_scorer_name(s) for s in spec.get("scorers") or []] if spec.get("expected") else []
+    metrics = declared(spec, "metrics")
+    return parse_family(metrics, scorers) if metrics else default_family(scorers)
 
 
 def _scorer_name(item: Any) -> str:
