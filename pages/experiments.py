@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
 
 import pandas as pd
 import streamlit as st
 
 from promptlab.errors import PromptlabError
 from promptlab.experiments import ExperimentConfig
-from promptlab.facades.runs import RunEstimate, RunSpec
-from promptlab.records import DatasetInfo
-from promptlab.ui.estimate import show_estimate
+from promptlab.ui.experiment_form import create_form
+from promptlab.ui.experiment_launch import launch
 from promptlab.ui.resources import get_workbench
 from promptlab.ui.seen import seen_before
 from promptlab.ui.shell import require_shell
@@ -21,9 +18,6 @@ from promptlab.ui.widgets import escape_markdown, show_error
 from promptlab.workbench import Workbench
 
 POLL_EVERY = timedelta(seconds=1)
-#: Seconds an estimate is reused while the form does not change (results may come in).
-ESTIMATE_TTL = 30
-MAX_VARIANTS = 6
 
 
 def experiments_table(configs: list[ExperimentConfig]) -> None:
@@ -45,106 +39,6 @@ def experiments_table(configs: list[ExperimentConfig]) -> None:
         hide_index=True,
         width="stretch",
     )
-
-
-def version_labels(wb: Workbench) -> dict[str, tuple[str, ...]]:
-    """Every saved prompt version (`name@1.2.0`, newest first per prompt) with its
-    labels: what a variant of a new experiment may be."""
-    return {
-        version.ref: tuple(sorted(k for k, v in prompt.labels.items() if v == version.semver))
-        for prompt in wb.prompts.list()
-        for version in wb.prompts.versions(prompt.name)
-    }
-
-
-def labelled(versions: dict[str, tuple[str, ...]], label: str, prompt: str | None = None) -> str:
-    """The first version carrying `label` (of `prompt`, when given), else ""."""
-    return next(
-        (
-            ref
-            for ref, labels in versions.items()
-            if label in labels and prompt in (None, ref.partition("@")[0])
-        ),
-        "",
-    )
-
-
-def create_form(wb: Workbench) -> None:
-    versions = version_labels(wb)
-    with st.expander("New experiment", icon=":material/add:", expanded=not wb.experiments.list()):
-        if not versions:
-            st.info("Create a prompt first (Prompts page).", icon=":material/info:")
-            return
-        refs = list(versions)
-        # Control starts on a production version, the variants on the same prompt's staging.
-        control = labelled(versions, "production") or refs[0]
-        challenger = labelled(versions, "staging", control.partition("@")[0]) or control
-        count = st.number_input(
-            "Variants", min_value=2, max_value=MAX_VARIANTS, value=2, key="new_count"
-        )
-        with st.form("new_experiment"):
-            name = st.text_input("Name", key="new_name", placeholder="triage-tone")
-            left, right = st.columns(2)
-            mode = left.selectbox(
-                "Mode",
-                ["split", "all"],
-                key="new_mode",
-                help="split: each unit (user, session) gets one variant, sticky; "
-                "all: every row through every variant, for a paired comparison",
-            )
-            unit_column = right.text_input(
-                "Unit column",
-                key="new_unit",
-                help="The dataset column holding the user or session id (for split runs)",
-            )
-            variants = []
-            for i in range(int(count)):
-                st.markdown(f"**Variant {i + 1}**" + (" (control)" if i == 0 else ""))
-                cols = st.columns([2, 4, 2, 1])
-                v_name = cols[0].text_input(
-                    "Name", value="control" if i == 0 else f"variant-{i}", key=f"new_v{i}_name"
-                )
-                version = cols[1].selectbox(
-                    "Prompt version",
-                    refs,
-                    index=refs.index(control if i == 0 else challenger),
-                    format_func=lambda ref: (
-                        f"{ref} ({', '.join(versions[ref])})" if versions[ref] else ref
-                    ),
-                    key=f"new_v{i}_prompt",
-                    help="Every saved version, with its labels in brackets; the experiment "
-                    "keeps the version picked here even when a label moves on",
-                )
-                model = cols[2].text_input(
-                    "Model (optional)",
-                    key=f"new_v{i}_model",
-                    help="endpoint:model, e.g. sim:fast; empty: the version's own model",
-                )
-                weight = cols[3].number_input(
-                    "Weight", min_value=0.0, value=50.0, key=f"new_v{i}_weight"
-                )
-                variant: dict[str, Any] = {"name": v_name, "prompt": version, "weight": weight}
-                if i == 0:
-                    variant["control"] = True
-                if model:
-                    variant["model"] = model
-                variants.append(variant)
-            submitted = st.form_submit_button("Create experiment", type="primary")
-        if submitted:
-            data: dict[str, Any] = {"name": name, "mode": mode, "variants": variants}
-            if unit_column:
-                data["unit_column"] = unit_column
-            try:
-                config, created = wb.experiments.add(data)
-            except PromptlabError as exc:
-                show_error(exc)
-            else:
-                st.session_state["experiment_choice"] = config.name
-                shown = escape_markdown(config.name)
-                if created:
-                    st.success(f"Created {shown}", icon=":material/check_circle:")
-                else:
-                    st.info(f"{shown} already has this content", icon=":material/info:")
 
 
 def change_form(wb: Workbench, config: ExperimentConfig) -> None:
@@ -244,176 +138,6 @@ def history(wb: Workbench, name: str) -> None:
         hide_index=True,
         width="stretch",
     )
-
-
-def fits(info: DatasetInfo, config: ExperimentConfig, mode: str) -> bool:
-    """Whether a run of `config` on this dataset has its unit column without asking: the
-    experiment's, or (when the experiment names none) the dataset's own."""
-    if mode != "split":
-        return True
-    if config.unit_column:
-        return config.unit_column in info.column_names
-    return info.unit_column is not None
-
-
-def launch(wb: Workbench, config: ExperimentConfig) -> None:
-    st.markdown("**Launch on a dataset**")
-    datasets = {d.name: d for d in wb.datasets.list()}
-    if not datasets:
-        st.info("Import a dataset first (Datasets page).", icon=":material/info:")
-        return
-    names = list(datasets)
-    key = f"launch_{config.name}"
-    # The mode chosen below on the last run (the widget's value), else the experiment's.
-    chosen_mode = st.session_state.get(f"{key}_mode") or config.mode
-    fitting = [n for n in names if fits(datasets[n], config, chosen_mode)]
-    if not fitting:
-        st.warning(escape_markdown(no_fit(config)), icon=":material/warning:")
-    cols = st.columns([2, 1, 2, 1, 1])
-    dataset = cols[0].selectbox(
-        "Dataset",
-        names,
-        # When none has the experiment's unit column, one with a unit column of its own.
-        index=names.index((fitting or [n for n in names if datasets[n].unit_column] or names)[0]),
-        key=f"{key}_dataset",
-        help="Opens on the first dataset that has the experiment's unit column",
-    )
-    info = datasets[dataset]
-    mode = cols[1].selectbox(
-        "Mode", ["split", "all"], index=0 if config.mode == "split" else 1, key=f"{key}_mode"
-    )
-    columns = info.column_names
-    # The experiment's unit column, else the dataset's own; no silent fallback to the
-    # first column: a split by the wrong column is not sticky.
-    default_unit = next((c for c in (config.unit_column, info.unit_column) if c in columns), None)
-    unit = cols[2].selectbox(
-        "Unit column",
-        columns,
-        index=columns.index(default_unit) if default_unit else None,
-        key=f"{key}_{dataset}_unit",
-        disabled=mode != "split",
-        placeholder="the user or session id column",
-        help="The column holding the unit id (user, session) a split run assigns variants "
-        "by: the experiment's unit column when the dataset has it, else the dataset's own",
-    )
-    repeats = cols[3].number_input("Repeats", 1, 1000, 1, key=f"{key}_repeats")
-    limit = cols[4].number_input("Rows (0 = all)", 0, info.row_count, 0, key=f"{key}_limit")
-    skip = st.checkbox(
-        "Only rows that pass the variables check",
-        key=f"{key}_skip",
-        help="Rows a variant's template refuses get no items (see the Datasets page's row "
-        "check); otherwise they fail as invalid_input",
-    )
-    if mode == "split" and not split_unit(wb, config, info, unit, key):
-        return
-    choice = LaunchChoice(
-        config.name, config.revision, dataset, str(info.imported_at), mode,
-        unit if mode == "split" else None, int(repeats), int(limit) or None, skip,
-    )  # fmt: skip
-    try:
-        estimate = estimate_for(choice)
-    except PromptlabError as exc:
-        show_error(exc)
-        return
-    show_estimate(estimate)
-    if st.button("Start", type="primary", key=f"{key}_start", icon=":material/play_arrow:"):
-        try:
-            st.session_state["launched_run"] = wb.runs.start(spec_for(wb, choice))
-        except PromptlabError as exc:
-            show_error(exc)
-
-
-def no_fit(config: ExperimentConfig) -> str:
-    what = (
-        f"No dataset has the column {config.unit_column} that experiment {config.name} splits by"
-        if config.unit_column
-        else f"No dataset has a unit column, and experiment {config.name} names none"
-    )
-    return (
-        f"{what}: pick a dataset and the column that holds its unit id (user, session) "
-        "below (a dataset without a unit column can keep it as its own); or import a "
-        "dataset with that column (Datasets page); or launch in all mode."
-    )
-
-
-def split_unit(
-    wb: Workbench, config: ExperimentConfig, info: DatasetInfo, unit: str | None, key: str
-) -> bool:
-    """Say what a split run of this dataset lacks; False while it has no unit column."""
-    lacks = bool(config.unit_column) and config.unit_column not in info.column_names
-    missing = (
-        f"{info.name} has no column {config.unit_column}, the unit column of experiment "
-        f"{config.name}"
-    )
-    if unit is None:
-        st.info(
-            escape_markdown(
-                f"{missing if lacks else f'{info.name} has no unit column'}: choose the column "
-                "that holds the unit id (user, session) under Unit column, pick another "
-                "dataset, or launch in all mode."
-            ),
-            icon=":material/info:",
-        )
-        return False
-    if lacks:
-        st.caption(escape_markdown(f"{missing}: this run splits by {unit}."))
-    if info.unit_column is None:
-        save_unit_column(wb, info.name, unit, key)
-    return True
-
-
-def save_unit_column(wb: Workbench, dataset: str, unit: str, key: str) -> None:
-    """A dataset without a unit column gets the one picked above, on the spot."""
-    if st.button(
-        "Save as the dataset's unit column",
-        key=f"{key}_{dataset}_save_unit",
-        icon=":material/save:",
-        help="Runs of experiments that name no unit column then split this dataset by it "
-        "(the Datasets page can change it)",
-    ):
-        try:
-            wb.datasets.set_unit_column(dataset, unit)
-        except PromptlabError as exc:
-            show_error(exc)
-        else:
-            st.success(
-                escape_markdown(f"{dataset} now has unit column {unit}"),
-                icon=":material/check_circle:",
-            )
-
-
-@dataclass(frozen=True)
-class LaunchChoice:
-    """What the launch form says; with the dataset's import time, it keys the estimate."""
-
-    experiment: str
-    revision: int
-    dataset: str
-    imported_at: str
-    mode: str
-    unit_column: str | None
-    repeats: int
-    limit_rows: int | None
-    skip_invalid_rows: bool
-
-
-def spec_for(wb: Workbench, choice: LaunchChoice) -> RunSpec:
-    return wb.runs.experiment_spec(
-        choice.experiment,
-        choice.dataset,
-        mode=choice.mode,
-        unit_column=choice.unit_column,
-        repeats=choice.repeats,
-        limit_rows=choice.limit_rows,
-        skip_invalid_rows=choice.skip_invalid_rows,
-    )
-
-
-@st.cache_data(ttl=ESTIMATE_TTL, show_spinner="Estimating…", max_entries=64)
-def estimate_for(choice: LaunchChoice) -> RunEstimate:
-    """The estimate reads rows and earlier results: once per form state, not per rerun."""
-    wb = get_workbench()
-    return wb.runs.estimate(spec_for(wb, choice))
 
 
 @st.fragment(run_every=POLL_EVERY)

@@ -21,11 +21,17 @@ from promptlab.records import RunStatus
 from promptlab.store import Store
 from promptlab.workbench import Workbench
 
+#: The simulated model's clock runs 20 times faster than the wall's in tests (subprocesses
+#: inherit it): the same answers and recorded latencies, the demo run in about 1 s, not 10.
+#: A test that wants real-time pace sets PROMPTLAB_SIM_PACE=1 itself.
+TEST_SIM_PACE = "0.05"
+
 
 def isolate(monkeypatch: pytest.MonkeyPatch, db: Path) -> None:
     """The database at `db`, author "tester", and none of the developer's keys or providers."""
     monkeypatch.setenv("PROMPTLAB_DB", str(db))
     monkeypatch.setenv("PROMPTLAB_AUTHOR", "tester")
+    monkeypatch.setenv("PROMPTLAB_SIM_PACE", TEST_SIM_PACE)
     for name in (
         "PROMPTLAB_PROVIDERS", "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL",
         "PROMPTLAB_SERVE", "PROMPTLAB_SERVER", "PROMPTLAB_TOKEN", "PROMPTLAB_BROKER_URL",

@@ -174,6 +174,9 @@ def test_create_a_new_version_and_see_it_in_history(
     from playwright.sync_api import expect
 
     page.goto(app_url)
+    # The first page is Prompts, or Compare once the demo run has results: go to Prompts
+    # as a user does, by its link.
+    page.get_by_role("link", name="Prompts").click(timeout=PAGE_STEP_MS)
     expect(page.get_by_role("heading", name="Prompts")).to_be_visible(timeout=PAGE_STEP_MS)
     # The demo prompts are loaded on first start with an empty database.
     expect(page.get_by_text("Summarize an article into a short digest entry").first).to_be_visible(

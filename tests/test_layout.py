@@ -84,8 +84,11 @@ def test_the_server_never_imports_the_cli(path: Path) -> None:
 LIBRARY = ROOT / "promptlab"
 #: Where Streamlit may be imported: the UI package, the pages and the app's entry point.
 STREAMLIT_HOMES = ("promptlab/ui/", "pages/", "app.py")
-MAX_MODULE_LINES = 600
-MAX_FUNCTION_LINES = 80
+#: Room to grow (issue 39): a module past 450 lines or a function past 60 is split by idea.
+MAX_MODULE_LINES = 450
+MAX_FUNCTION_LINES = 60
+#: A page is widgets, one facade call and render; what it draws lives in promptlab/ui/.
+MAX_PAGE_LINES = 400
 #: The package face, config, errors, records and the like; the rest lives in domain packages.
 MAX_TOP_MODULES = 12
 #: Functions allowed over MAX_FUNCTION_LINES, "path:qualified.name" -> why. Keep it empty.
@@ -150,16 +153,24 @@ def test_streamlit_is_imported_only_by_the_ui_the_pages_and_the_app() -> None:
     assert outside == []
 
 
-def test_no_library_module_is_over_600_lines() -> None:
+def test_no_library_module_is_over_450_lines() -> None:
     sizes = {rel(p): len(p.read_text(encoding="utf-8").splitlines()) for p in LIBRARY.rglob("*.py")}
     assert {path: n for path, n in sorted(sizes.items()) if n > MAX_MODULE_LINES} == {}
 
 
-def test_no_function_is_over_80_lines_unless_listed_with_its_reason() -> None:
+def test_no_function_is_over_60_lines_unless_listed_with_its_reason() -> None:
     lengths = {k: n for path in code_files() for k, n in function_lengths(path).items()}
     too_long = {k: n for k, n in sorted(lengths.items()) if n > MAX_FUNCTION_LINES}
     assert {k: n for k, n in too_long.items() if k not in LONG_FUNCTIONS} == {}
     assert sorted(set(LONG_FUNCTIONS) - set(too_long)) == [], "no longer long: drop them"
+
+
+def test_no_page_is_over_400_lines() -> None:
+    sizes = {
+        p.name: len(p.read_text(encoding="utf-8").splitlines())
+        for p in (ROOT / "pages").glob("*.py")
+    }
+    assert {name: n for name, n in sorted(sizes.items()) if n > MAX_PAGE_LINES} == {}
 
 
 def test_the_top_of_the_library_holds_at_most_12_modules() -> None:

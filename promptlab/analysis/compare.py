@@ -1,7 +1,8 @@
 """A comparison's rows: every metric of each variant against control, at the unit that was
 randomized, with one method per row and Holm's correction over the table.
 
-What it does, by source (the effects are in promptlab/analysis/units.py):
+What it does, by source (the effects are in promptlab/analysis/units.py, one arm's rows
+against another's in promptlab/analysis/arm_rows.py):
 
 - **split runs** (each unit got one variant) and **production logs**: each arm summed
   per unit (the assignment unit, the log's `unit_id`; a row without one is its own
@@ -26,63 +27,35 @@ What it does, by source (the effects are in promptlab/analysis/units.py):
 
 from __future__ import annotations
 
-import math
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
+from promptlab.analysis.arm_rows import COMPARED_QUANTILES as COMPARED_QUANTILES
+from promptlab.analysis.arm_rows import compare_arms, compare_paired, scores_of
 from promptlab.analysis.contamination import shared_note, shared_units, without_shared
-from promptlab.analysis.cuped import cuped_rate_difference
-from promptlab.analysis.decided import decided
-from promptlab.analysis.sequential import FINAL, FINAL_ALPHA, FIXED, Look, interim
+from promptlab.analysis.sequential import FINAL, FINAL_ALPHA, interim
 from promptlab.analysis.stats import (
-    MIN_TAIL_REQUESTS,
-    NO_DATA,
     MetricComparison,
     SrmCheck,
     Verdict,
     family_size,
     holm_verdicts,
-    minimum_units,
     srm_check,
-)
-from promptlab.analysis.units import (
-    Estimate,
-    QuantileDifference,
-    linearized,
-    paired_quantile_difference,
-    paired_rate_difference,
-    quantile_difference,
-    rate_difference,
-    rate_interval,
 )
 from promptlab.errors import PromptlabError
 from promptlab.records import LogMetricsRow, MetricsRow, RunRecord
 from promptlab.records.family import MetricFamily, declared, default_family, family_of
-from promptlab.records.samples import (
-    COMPLETION,
-    CTR,
-    SCORE_PREFIX,
-    ArmSample,
-    PairedSample,
-    RatioSample,
-)
+from promptlab.records.samples import COMPLETION, CTR, ArmSample
 from promptlab.records.states import RunStatus
 
 if TYPE_CHECKING:
-    import numpy as np
-    import numpy.typing as npt
-
     from promptlab.store.metrics import MetricsReads
     from promptlab.store.samples import SampleReads
 
-    FloatArray = npt.NDArray[np.float64]
-
 __all__ = ["COMPLETION", "CTR", "Comparison", "compare_arms", "compare_logs", "compare_run"]
 
-#: The latency percentiles compared, with their metric names.
-COMPARED_QUANTILES = ((0.5, "latency p50"), (0.9, "latency p90"), (0.99, "latency p99"))
 FIXED_HORIZON = "fixed horizon"
 ALWAYS_VALID = "always valid (mSPRT)"
 FINAL_LOOK = f"fixed horizon, final look ({FINAL_ALPHA:.0%} of 5%)"
@@ -160,19 +133,7 @@ def compare_run(
     `sequential` defaults to True while the run is not finished, tuned to
     `planned_units` per arm (default: what the run plans); else the final look. Units
     a split run assigned to both arms are left out unless `keep_shared`."""
-    names = [m.variant or "" for m in metrics]
-    for given in (variant_a, variant_b):
-        if given is not None and given not in names:
-            raise PromptlabError(
-                f"run {run.run_id} has no variant {given!r} (variants: {', '.join(names)})"
-            )
-    if len(names) < 2:
-        raise PromptlabError(f"run {run.run_id} has one variant: nothing to compare")
-    control = variant_a or control_of(run, names)
-    if variant_b == control:
-        raise PromptlabError(f"compare {control!r} with another variant, not itself")
-    # Every variant is tested, whichever is shown: the family does not move with the view.
-    others = [n for n in names if n != control]
+    control, others = _control_and_others(run, metrics, variant_a, variant_b)
     if sequential is None:
         sequential = not RunStatus(run.status).is_final
     mode = run_mode(run)
@@ -214,6 +175,26 @@ def compare_run(
                       family_size=size, shared_units=shared, notes=notes)  # fmt: skip
 
 
+def _control_and_others(
+    run: RunRecord, metrics: list[MetricsRow], variant_a: str | None, variant_b: str | None
+) -> tuple[str, list[str]]:
+    """The control (`variant_a`, else the run's) and every other variant, the names
+    given checked against the run's."""
+    names = [m.variant or "" for m in metrics]
+    for given in (variant_a, variant_b):
+        if given is not None and given not in names:
+            raise PromptlabError(
+                f"run {run.run_id} has no variant {given!r} (variants: {', '.join(names)})"
+            )
+    if len(names) < 2:
+        raise PromptlabError(f"run {run.run_id} has one variant: nothing to compare")
+    control = variant_a or control_of(run, names)
+    if variant_b == control:
+        raise PromptlabError(f"compare {control!r} with another variant, not itself")
+    # Every variant is tested, whichever is shown: the family does not move with the view.
+    return control, [n for n in names if n != control]
+
+
 def apart(
     a: ArmSample, b: ArmSample, keep_shared: bool, notes: list[str]
 ) -> tuple[ArmSample, ArmSample, int]:
@@ -243,152 +224,6 @@ def _planned_units(run: RunRecord, mode: str, assigned: dict[str, int]) -> int |
         return None
     repeats = int(run.spec.get("repeats") or 1)
     return max(1, run.total_items // (len(variants) * max(1, repeats)))
-
-
-def compare_arms(
-    a: ArmSample, b: ArmSample, *, look: Look = FIXED, cuped: bool = False
-) -> list[MetricComparison]:  # fmt: skip
-    """B against A, independent arms analysed per unit: completion and CTR (CTR only
-    when either arm has impressions), latency p50/p90/p99. Verdicts come from
-    `holm_verdicts` over the whole table."""
-    by = "unit" if a.per_unit or b.per_unit else "request"
-    rows = []
-    for metric in (COMPLETION, CTR, *scores_of(a, b)):
-        ra, rb = a.rates[metric], b.rates[metric]
-        if metric != COMPLETION and not (ra.den.sum() or rb.den.sum()):
-            continue
-        pre = (a.pre.get(metric), b.pre.get(metric)) if cuped else (None, None)
-        rows.append(_rate_row(metric, a.name, b.name, ra, rb, by, look, pre))
-    units_a, units_b = a.rates[COMPLETION].num.size, b.rates[COMPLETION].num.size
-    differences: list[QuantileDifference] | None = None
-    if a.latency.size and b.latency.size:
-        qs = tuple(q for q, _ in COMPARED_QUANTILES)
-        differences = quantile_difference(
-            (a.latency, a.latency_unit, units_a), (b.latency, b.latency_unit, units_b), qs
-        )
-    counts = (_distinct(a.latency_unit), _distinct(b.latency_unit), a.latency.size, b.latency.size)
-    return rows + _latency_rows(a.name, b.name, a.latency, b.latency, differences, counts, by,
-                                look)  # fmt: skip
-
-
-def compare_paired(
-    pairs: PairedSample, a: ArmSample, b: ArmSample, *, look: Look = FIXED,
-    by: str = "row",
-) -> list[MetricComparison]:  # fmt: skip
-    """B against A over the same inputs (an all-mode run), clustered by dataset row (by
-    session or user for a replayed conversation log, `by="session"` or `"user"`):
-    completion paired, CTR
-    per cluster (impressions are not paired), latency paired."""
-    estimate = paired_rate_difference(pairs.completed_a, pairs.completed_b, pairs.finished)
-    sample_a = RatioSample(pairs.completed_a, pairs.finished)
-    sample_b = RatioSample(pairs.completed_b, pairs.finished)
-    rows = [_row_from(COMPLETION, a.name, b.name, sample_a, sample_b, estimate, by,
-                      look, (pairs.rows, pairs.rows), "paired delta method")]  # fmt: skip
-    for metric in (CTR, *scores_of(a, b)):  # not paired: clustered by row, per arm
-        if a.rates[metric].den.sum() or b.rates[metric].den.sum():
-            rows.append(_rate_row(metric, a.name, b.name, a.rates[metric], b.rates[metric],
-                                  by, look, (None, None)))  # fmt: skip
-    differences = None
-    if pairs.latency_a.size:
-        qs = tuple(q for q, _ in COMPARED_QUANTILES)
-        differences = paired_quantile_difference(
-            pairs.latency_a, pairs.latency_b, pairs.latency_row, pairs.rows, qs
-        )
-    rows_timed = _distinct(pairs.latency_row)
-    counts = (rows_timed, rows_timed, pairs.latency_a.size, pairs.latency_b.size)
-    return rows + _latency_rows(a.name, b.name, pairs.latency_a, pairs.latency_b, differences,
-                                counts, by, look, paired=True)  # fmt: skip
-
-
-def scores_of(a: ArmSample, b: ArmSample) -> list[str]:
-    """The score metrics both arms carry (a scorer's mean score, promptlab/scoring/)."""
-    return sorted(m for m in a.rates.keys() & b.rates.keys() if m.startswith(SCORE_PREFIX))
-
-
-def _distinct(index: object) -> int:
-    import numpy as np
-
-    return int(np.unique(np.asarray(index)).size)
-
-
-def _rate_row(
-    metric: str, name_a: str, name_b: str, a: RatioSample, b: RatioSample, by: str,
-    look: Look, pre: tuple[RatioSample | None, RatioSample | None],
-) -> MetricComparison:  # fmt: skip
-    estimate, reduction, method = rate_difference(a, b), None, "delta method"
-    if pre[0] is not None and pre[1] is not None:
-        adjusted = cuped_rate_difference(a, b, pre[0], pre[1])
-        if adjusted is not None:
-            (estimate, reduction), method = adjusted, "delta method + CUPED"
-    units = (int((a.den > 0).sum()), int((b.den > 0).sum()))
-    row = _row_from(metric, name_a, name_b, a, b, estimate, by, look, units, method)
-    return row if reduction is None else replace(row, variance_reduction=reduction)
-
-
-def _row_from(
-    metric: str, name_a: str, name_b: str, a: RatioSample, b: RatioSample,
-    estimate: Estimate | None, by: str, look: Look, units: tuple[int, int], method: str,
-) -> MetricComparison:  # fmt: skip
-    value_a, value_b = linearized(a)[0], linearized(b)[0]
-    row = MetricComparison(
-        metric=metric, variant=name_b, control=name_a,
-        control_value=None if math.isnan(value_a) else value_a,
-        variant_value=None if math.isnan(value_b) else value_b,
-        n_control=units[0], n_variant=units[1], effect=None, interval=None, p_value=1.0,
-        test=NO_DATA, lower_is_better=False, requests_control=int(a.den.sum()),
-        requests_variant=int(b.den.sum()), analysed_by=by,
-        control_interval=rate_interval(a), variant_interval=rate_interval(b),
-    )  # fmt: skip
-    return decided(row, estimate, method, look)
-
-
-def _latency_rows(
-    name_a: str, name_b: str, xa: FloatArray, xb: FloatArray,
-    differences: list[QuantileDifference] | None, counts: tuple[int, int, int, int], by: str,
-    look: Look, paired: bool = False,
-) -> list[MetricComparison]:  # fmt: skip
-    """Latency p50/p90/p99 of B against A from the per-unit `differences`."""
-    import numpy as np
-
-    method = "paired delta method (quantile)" if paired else "delta method (quantile)"
-    rows = []
-    for index, (q, metric) in enumerate(COMPARED_QUANTILES):
-        row = MetricComparison(
-            metric=metric, variant=name_b, control=name_a, control_value=None,
-            variant_value=None, n_control=counts[0], n_variant=counts[1], effect=None,
-            interval=None, p_value=1.0, test=NO_DATA, lower_is_better=True,
-            requests_control=counts[2], requests_variant=counts[3], analysed_by=by,
-        )  # fmt: skip
-        if differences is None:
-            rows.append(row)
-            continue
-        found = differences[index]
-        row = replace(
-            row,
-            control_value=float(np.quantile(xa, q)),
-            variant_value=float(np.quantile(xb, q)),
-            control_interval=found.interval_a,
-            variant_interval=found.interval_b,
-        )
-        beyond = math.floor(min(counts[2], counts[3]) * (1 - q) + 1e-9)
-        if beyond < MIN_TAIL_REQUESTS and min(row.n_control, row.n_variant) >= minimum_units(by):
-            # p99 of 200 requests rests on two of them: no verdict on so thin a tail.
-            reason = (
-                f"too few requests beyond {metric.split()[-1]} ({beyond}; a verdict needs "
-                f"{MIN_TAIL_REQUESTS} in each arm)"
-            )
-            rows.append(
-                replace(
-                    row,
-                    effect=found.estimate.effect,
-                    test=method,
-                    verdict=Verdict.TOO_FEW,
-                    reason=reason,
-                )  # fmt: skip
-            )
-            continue
-        rows.append(decided(row, found.estimate, method, look))
-    return rows
 
 
 def compare_logs(

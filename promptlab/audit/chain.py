@@ -39,15 +39,23 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any
 
 import orjson
 
+from promptlab.audit.digests import ATTEMPT_DIGEST_COLUMNS as ATTEMPT_DIGEST_COLUMNS
+from promptlab.audit.digests import RESULT_DIGEST_COLUMNS as RESULT_DIGEST_COLUMNS
+from promptlab.audit.digests import as_real as as_real
+from promptlab.audit.digests import attempt_values as attempt_values
+from promptlab.audit.digests import epoch_us as epoch_us
+from promptlab.audit.digests import row_digest as row_digest
+from promptlab.audit.digests import stored_values as stored_values
+from promptlab.audit.masking import MASK_PATTERNS as MASK_PATTERNS
+from promptlab.audit.masking import Masker as Masker
 from promptlab.audit.report import ChainProblem, ChainStatus
 
 #: The chain of change events (everything that is not a run's item trace).
@@ -72,15 +80,8 @@ def utc_text(at: datetime) -> str:
     return at.astimezone(UTC).isoformat(timespec="microseconds")
 
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MICROSECOND = timedelta(microseconds=1)
 #: Joins an event's fields before hashing (ASCII unit separator: in no field we write).
 _SEP = "\x1f"
-
-
-def epoch_us(at: datetime) -> int:
-    """A timestamp as hashed: exact integer microseconds since 1970 (what TIMESTAMPTZ keeps)."""
-    return (at - _EPOCH) // _MICROSECOND
 
 
 def payload_text(payload: Mapping[str, Any]) -> str:
@@ -150,72 +151,6 @@ def event_record(event: AuditEvent) -> dict[str, Any]:
         "prev_hash": event.prev_hash,
         "hash": event.hash,
     }
-
-
-#: The `results` columns a result event's `result_sha256` covers, in this order; JSON
-#: columns as their stored text, `finished_at` as UTC microseconds since 1970.
-RESULT_DIGEST_COLUMNS = (
-    "idempotency_key", "run_id", "status", "error_kind", "error_message",
-    "prompt_version_id", "endpoint", "model", "variant", "params", "output_text",
-    "input_tokens", "output_tokens", "finish_reason", "model_version", "latency_ms",
-    "cost_usd", "attempts", "finished_at", "check_status", "check_errors", "rule_status",
-    "rule_errors",
-)  # fmt: skip
-
-
-def row_digest(values: Sequence[Any]) -> str:
-    """sha256 of a stored row's digested values (RESULT_DIGEST_COLUMNS of a results row,
-    ATTEMPT_DIGEST_COLUMNS of an attempts row), as a JSON array.
-
-    A result event stores these instead of a copy of the rows: the trace view reads the
-    rows themselves and checks them against the hashes, so an edited result is caught,
-    and the log does not hold every output twice (bench/audit.py: the copy cost the most).
-    """
-    return hashlib.sha256(orjson.dumps(list(values))).hexdigest()
-
-
-#: The `attempts` columns a result event's `attempt_sha256` covers (its answered
-#: attempt's row), in this order; times as UTC microseconds since 1970.
-ATTEMPT_DIGEST_COLUMNS = (
-    "idempotency_key", "run_id", "attempt", "started_at", "ended_at", "outcome",
-    "error_kind", "http_status", "error_message", "wait_ms", "wait_reason",
-    "retry_after_s", "latency_ms", "reask",
-)  # fmt: skip
-
-
-def attempt_values(row: Any) -> tuple[Any, ...]:
-    """An `AttemptRow`'s ATTEMPT_DIGEST_COLUMNS values as `attempts` stores them."""
-    return (
-        row.key, row.run_id, row.attempt, epoch_us(row.started_at), epoch_us(row.ended_at),
-        row.outcome, row.error_kind, row.http_status, row.error_message, as_real(row.wait_ms),
-        row.wait_reason, as_real(row.retry_after_s), as_real(row.latency_ms), bool(row.reask),
-    )  # fmt: skip
-
-
-def stored_values(row: Mapping[str, Any], columns: Sequence[str]) -> list[Any]:
-    """A stored row's values of `columns` as the digests take them: times as epoch
-    microseconds, DOUBLE columns as floats (see result_values, attempt_values)."""
-    out = []
-    for column in columns:
-        value = row.get(column)
-        if isinstance(value, datetime):
-            value = epoch_us(value)
-        elif column == "reask":
-            value = bool(value)
-        elif isinstance(value, int) and column in _REAL_COLUMNS and not isinstance(value, bool):
-            value = float(value)
-        out.append(value)
-    return out
-
-
-#: Columns stored as DOUBLE among the digested ones.
-_REAL_COLUMNS = frozenset({"latency_ms", "cost_usd", "wait_ms", "retry_after_s"})
-
-
-def as_real(value: float | None) -> float | None:
-    """A DOUBLE column's value as DuckDB gives it back (a provider's int latency is read
-    back as a float), so a digest taken before storing matches one taken after."""
-    return None if value is None else float(value)
 
 
 @dataclass(frozen=True)
@@ -504,32 +439,3 @@ def check_checkpoints(
                 status.anchored, problem,
             )  # fmt: skip
     return status
-
-
-# ---- masking -----------------------------------------------------------------------
-
-#: Patterns the user may turn on (PROMPTLAB_MASK=email,phone,key): personal data and
-#: key-like strings in prompts and outputs. Secrets proper are always redacted.
-MASK_PATTERNS: dict[str, re.Pattern[str]] = {
-    "email": re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}"),
-    "phone": re.compile(r"(?<![\w+])\+?\d[\d ().-]{7,}\d(?!\w)"),
-    "key": re.compile(r"\b(?=[A-Za-z0-9_-]*\d)(?=[A-Za-z0-9_-]*[A-Za-z])[A-Za-z0-9_-]{32,}\b"),
-}
-
-
-class Masker:
-    """Masks the chosen patterns; counts what it masked, per pattern."""
-
-    def __init__(self, names: Sequence[str]) -> None:
-        self.names = tuple(names)
-        self._patterns = [(name, MASK_PATTERNS[name]) for name in self.names]
-
-    def __bool__(self) -> bool:
-        return bool(self._patterns)
-
-    def mask(self, text: str, counts: dict[str, int]) -> str:
-        for name, pattern in self._patterns:
-            text, found = pattern.subn(f"[masked:{name}]", text)
-            if found:
-                counts[name] = counts.get(name, 0) + found
-        return text

@@ -124,28 +124,33 @@ def item_lines(view: ItemView) -> list[str]:
     if r is not None:
         lines.append(f"finished: {r.finished_at:%Y-%m-%d %H:%M:%S}")
     lines.append(f"attempts: {len(view.attempts)}")
-    if view.attempts:
-        rows: list[tuple[str, ...]] = [
-            ("#", "started", "outcome", "kind", "http", "wait ms", "waited for", "retry-after s",
-             "latency ms", "message"),
-        ]  # fmt: skip
-        for a in view.attempts:
-            rows.append(
-                (
-                    str(a.attempt),
-                    f"{a.started_at:%H:%M:%S.%f}"[:-3],
-                    a.outcome + (" (re-ask)" if a.reask else ""),
-                    a.error_kind or "-",
-                    str(a.http_status) if a.http_status is not None else "-",
-                    f"{a.wait_ms:.0f}",
-                    a.wait_reason or "-",
-                    f"{a.retry_after_s:g}" if a.retry_after_s is not None else "-",
-                    _ms(a.latency_ms),
-                    _one_line(a.error_message or "", 80) or "-",
-                )
+    return lines + _attempt_lines(view)
+
+
+def _attempt_lines(view: ItemView) -> list[str]:
+    """Every attempt of the item as an indented table (none: no lines)."""
+    if not view.attempts:
+        return []
+    rows: list[tuple[str, ...]] = [
+        ("#", "started", "outcome", "kind", "http", "wait ms", "waited for", "retry-after s",
+         "latency ms", "message"),
+    ]  # fmt: skip
+    for a in view.attempts:
+        rows.append(
+            (
+                str(a.attempt),
+                f"{a.started_at:%H:%M:%S.%f}"[:-3],
+                a.outcome + (" (re-ask)" if a.reask else ""),
+                a.error_kind or "-",
+                str(a.http_status) if a.http_status is not None else "-",
+                f"{a.wait_ms:.0f}",
+                a.wait_reason or "-",
+                f"{a.retry_after_s:g}" if a.retry_after_s is not None else "-",
+                _ms(a.latency_ms),
+                _one_line(a.error_message or "", 80) or "-",
             )
-        lines += ["  " + line for line in table(rows, right={0, 4, 5, 7, 8})]
-    return lines
+        )
+    return ["  " + line for line in table(rows, right={0, 4, 5, 7, 8})]
 
 
 def table(rows: Sequence[tuple[str, ...]], right: set[int]) -> list[str]:

@@ -6,29 +6,26 @@ The facade is imported inside the commands (it brings DuckDB): `--help` stays li
 from __future__ import annotations
 
 import json
-import math
-from collections.abc import Sequence
-from dataclasses import asdict
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from promptlab.cli.common import calls, db_option, handle_errors, route, with_query
-from promptlab.views.compare import (
-    COMPARISON_COLUMNS,
-    answer_sentences,
-    comparison_cells,
-    fmt_ms,
-    fmt_pct,
-    srm_verdict,
-    units_needed,
-    units_needed_text,
+from promptlab.cli.metrics_json import comparison_json, log_metrics_json, metrics_json
+from promptlab.cli.metrics_tables import (
+    checks_table,
+    comparison_table,
+    feedback_table,
+    logs_table,
+    metrics_table,
+    scores_table,
+    sessions_table,
+    srm_line,
 )
+from promptlab.views.compare import answer_sentences, units_needed, units_needed_text
 
 if TYPE_CHECKING:
     from promptlab.analysis.compare import Comparison
-    from promptlab.analysis.stats import MetricComparison
     from promptlab.records import LogMetricsRow, MetricsRow, ScoreCounts
     from promptlab.records.afterrun import AfterRunRecord
     from promptlab.records.sessions import SessionMetrics
@@ -65,20 +62,31 @@ def metrics_command(
     after_run = [] if logs_only else _after_run_failures(ctx, run_id)
     scores = [s for s in scores if run_id or prompt is None or s.label.startswith(f"{prompt}@")]
     if logs_only:
-        if as_json:
-            click.echo(json.dumps([log_metrics_json(r) for r in log_rows], indent=2))
-        elif not log_rows:
-            click.echo("no production logs" + (f" since {since}" if since else ""))
-        else:
-            for line in logs_table(log_rows):
-                click.echo(line)
-        return
-    if as_json:
+        _echo_logs(log_rows, since, as_json)
+    elif as_json:
         click.echo(json.dumps([metrics_json(r, scores) for r in rows], indent=2))
-        return
-    if not rows and not log_rows:
+    elif not rows and not log_rows:
         click.echo("no results" + (f" since {since}" if since else ""))
-        return
+    else:
+        _echo_report(rows, log_rows, scores, sessions, after_run)
+
+
+def _echo_logs(log_rows: list[LogMetricsRow], since: str | None, as_json: bool) -> None:
+    """`metrics --logs`: the production logs alone."""
+    if as_json:
+        click.echo(json.dumps([log_metrics_json(r) for r in log_rows], indent=2))
+    elif not log_rows:
+        click.echo("no production logs" + (f" since {since}" if since else ""))
+    else:
+        for line in logs_table(log_rows):
+            click.echo(line)
+
+
+def _echo_report(
+    rows: list[MetricsRow], log_rows: list[LogMetricsRow], scores: list[ScoreCounts],
+    sessions: list[SessionMetrics], after_run: list[AfterRunRecord],
+) -> None:  # fmt: skip
+    """`metrics` as text: failed after-run work first, then each table that has rows."""
     if after_run:
         click.echo("after-run work that failed (scores or judges above may be missing):")
         for record in after_run:
@@ -159,38 +167,6 @@ def _after_run_failures(ctx: click.Context, run_id: str | None) -> list[AfterRun
         return call(
             list[AfterRunRecord], "GET", path, lambda wb: wb.analysis.after_run_failures(run_id)
         )
-
-
-def scores_table(scores: list[ScoreCounts]) -> list[str]:
-    """One line per variant (or version) and scorer."""
-    lines = []
-    for s in scores:
-        interval = s.interval
-        shown = "-" if s.mean is None else f"{s.mean:6.1%}"
-        ci = f"[{interval.low:.1%}, {interval.high:.1%}]" if interval else ""
-        lines.append(
-            f"  {s.label:<24} {s.scorer:<14} {shown} {ci:<17} scored {s.scored}  "
-            f"no output {s.no_output}  malformed {s.malformed}  no expected {s.no_expected}"
-            + (f"  not judged {s.not_judged}" if s.not_judged else "")
-        )
-    return lines
-
-
-def sessions_table(sessions: list[SessionMetrics]) -> list[str]:
-    """A replayed conversation log per session: none for any other run."""
-    if not sessions:
-        return []
-    lines = ["per session (a session completes when every turn does; latency: its turns'"
-             " summed; scores: mean of session means):"]  # fmt: skip
-    for s in sessions:
-        ci = f"[{s.interval.low:.1%}, {s.interval.high:.1%}]" if s.interval else ""
-        p50 = "-" if s.latency_p50_ms is None else f"{s.latency_p50_ms:.0f}"
-        p90 = "-" if s.latency_p90_ms is None else f"{s.latency_p90_ms:.0f}"
-        scored = "".join(f"  {name} {mean:.1%}" for name, mean in s.scores.items())
-        lines.append(f"  {s.variant:<24} sessions {s.sessions}  completed {s.completed} "
-                     f"({s.completion:.1%} {ci})  turns {s.turns_per_session:.1f}  "
-                     f"latency p50 {p50} p90 {p90} ms{scored}")  # fmt: skip
-    return lines
 
 
 @click.command("compare")
@@ -328,184 +304,6 @@ def _comparison(
 def _is_version_ref(text: str) -> bool:
     """A prompt version reference (name@...) or id, not a variant name."""
     return "@" in text or text.startswith("sha256:")
-
-
-def aligned(rows: list[tuple[str, ...]], left: set[int]) -> list[str]:
-    """Rows as text columns: the columns in `left` left-aligned (names), the rest right."""
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return [
-        "  ".join(c.ljust(w) if i in left else c.rjust(w)
-                  for i, (c, w) in enumerate(zip(row, widths, strict=True))).rstrip()
-        for row in rows
-    ]  # fmt: skip
-
-
-def metrics_table(rows: list[MetricsRow]) -> list[str]:
-    header = ("variant" if rows[0].variant is not None else "version", "model", "items", "ok",
-              "failed", "complete", "95% interval", "mean ms", "p50 ms", "p90 ms", "p95 ms",
-              "p99 ms", "tokens", "cost $")  # fmt: skip
-    table: list[tuple[str, ...]] = [header]
-    for r in rows:
-        ci = r.completion_interval
-        table.append(
-            (
-                r.label,
-                r.model,
-                str(r.finished),
-                str(r.succeeded),
-                str(r.failed),
-                fmt_pct(r.completion_rate),
-                f"{ci.low:.1%}-{ci.high:.1%}" if r.finished else "-",
-                fmt_ms(r.latency_mean_ms),
-                fmt_ms(r.latency_p50_ms),
-                fmt_ms(r.latency_p90_ms),
-                fmt_ms(r.latency_p95_ms),
-                fmt_ms(r.latency_p99_ms),
-                str(r.input_tokens + r.output_tokens),
-                f"{r.cost_usd:.4f}",
-            )  # fmt: skip
-        )
-    return aligned(table, {0, 1})
-
-
-def feedback_table(rows: list[MetricsRow]) -> list[str]:
-    """Impressions, clicks, CTR with its Wilson interval, thumbs up and down."""
-    header = ("variant" if rows[0].variant is not None else "version", "model", "impressions",
-              "clicks", "CTR", "95% interval", "thumbs up", "thumbs down")  # fmt: skip
-    table: list[tuple[str, ...]] = [header]
-    for r in rows:
-        ci = r.ctr_interval
-        table.append((r.label, r.model, str(r.impressions), str(r.clicks), fmt_pct(r.ctr),
-                      f"{ci.low:.1%}-{ci.high:.1%}" if r.impressions else "-",
-                      str(r.thumbs_up), str(r.thumbs_down)))  # fmt: skip
-    return aligned(table, {0, 1})
-
-
-def logs_table(rows: list[LogMetricsRow]) -> list[str]:
-    """Per version in the production logs: requests, completion, CTR, latency percentiles."""
-    header = ("version", "requests", "complete", "95% interval", "CTR", "95% interval",
-              "mean ms", "p50 ms", "p90 ms", "p95 ms", "p99 ms")  # fmt: skip
-    table: list[tuple[str, ...]] = [header]
-    for r in rows:
-        done, ctr = r.completion_interval, r.ctr_interval
-        table.append((r.label, str(r.requests), fmt_pct(r.completion_rate),
-                      f"{done.low:.1%}-{done.high:.1%}" if r.completion_known else "-",
-                      fmt_pct(r.ctr), f"{ctr.low:.1%}-{ctr.high:.1%}" if r.click_known else "-",
-                      fmt_ms(r.latency_mean_ms), fmt_ms(r.latency_p50_ms), fmt_ms(r.latency_p90_ms),
-                      fmt_ms(r.latency_p95_ms), fmt_ms(r.latency_p99_ms)))  # fmt: skip
-    return aligned(table, {0})
-
-
-def checks_table(rows: list[MetricsRow]) -> list[str]:
-    """Validity, repair, invalid, truncation and rule-failure rates of rows with checks."""
-    header = ("variant" if rows[0].variant is not None else "version", "model", "checked",
-              "valid", "repaired", "invalid", "truncated", "rule failed")  # fmt: skip
-    table: list[tuple[str, ...]] = [header]
-    for r in rows:
-        if r.checked:
-            table.append((r.label, r.model, str(r.checked), fmt_pct(r.validity_rate),
-                          fmt_pct(r.repair_rate), fmt_pct(r.invalid_rate),
-                          fmt_pct(r.truncation_rate), fmt_pct(r.rule_failure_rate)))  # fmt: skip
-    return aligned(table, {0, 1})
-
-
-def comparison_table(rows: list[MetricComparison]) -> list[str]:
-    table: list[tuple[str, ...]] = [COMPARISON_COLUMNS]
-    table += [comparison_cells(r) for r in rows]
-    return aligned(table, {0, 1, 10, 11, 14})
-
-
-def srm_line(comparison: Comparison) -> str:
-    srm = comparison.srm
-    assert srm is not None
-    if srm.mismatch:
-        return f"!! SAMPLE RATIO MISMATCH: {srm_verdict(srm).split(': ', 1)[1]}"
-    return f"SRM check: {srm_verdict(srm)}"
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):  # NaN, inf are not JSON
-        return None
-    return value
-
-
-def metrics_json(row: MetricsRow, scores: Sequence[ScoreCounts] = ()) -> dict[str, Any]:
-    """A row as JSON, with its label's scores (a version's count every model it ran on,
-    as in the text table)."""
-    out = _plain(asdict(row))
-    out["scores"] = [score_json(s) for s in scores if s.label == row.label]
-    ci = row.completion_interval
-    out.update(
-        completion_rate=row.completion_rate,
-        completion_low=ci.low if row.finished else None,
-        completion_high=ci.high if row.finished else None,
-        validity_rate=row.validity_rate,
-        repair_rate=row.repair_rate,
-        invalid_rate=row.invalid_rate,
-        truncation_rate=row.truncation_rate,
-        rule_failure_rate=row.rule_failure_rate,
-        ctr=row.ctr,
-        ctr_low=row.ctr_interval.low if row.impressions else None,
-        ctr_high=row.ctr_interval.high if row.impressions else None,
-    )
-    return dict(out)
-
-
-def score_json(score: ScoreCounts) -> dict[str, Any]:
-    interval = score.interval
-    return {
-        **_plain(asdict(score)),
-        "mean": score.mean,
-        "low": interval.low if interval else None,
-        "high": interval.high if interval else None,
-    }
-
-
-def log_metrics_json(row: LogMetricsRow) -> dict[str, Any]:
-    out = _plain(asdict(row))
-    done, ctr = row.completion_interval, row.ctr_interval
-    out.update(
-        label=row.label,
-        completion_rate=row.completion_rate,
-        completion_low=done.low if row.completion_known else None,
-        completion_high=done.high if row.completion_known else None,
-        ctr=row.ctr,
-        ctr_low=ctr.low if row.click_known else None,
-        ctr_high=ctr.high if row.click_known else None,
-    )
-    return dict(out)
-
-
-def comparison_json(comparison: Comparison) -> dict[str, Any]:
-    srm = comparison.srm
-    return {
-        "run_id": comparison.run_id,
-        "mode": comparison.mode,
-        "control": comparison.control,
-        "paired": comparison.paired,
-        "method": comparison.method,
-        "planned_units": comparison.planned_units,
-        "shared_units": comparison.shared_units,
-        "notes": comparison.notes,
-        "scope": comparison.scope,
-        "family": {
-            "primary": comparison.family.primary,
-            "guardrails": list(comparison.family.guardrails),
-            "declared": comparison.family.declared,
-        },
-        "arms": {name: {"units": u, "requests": r} for name, (u, r) in comparison.arms.items()},
-        "answer": answer_sentences(comparison),
-        "rows": [_plain(asdict(r)) for r in comparison.rows],
-        "srm": _plain(asdict(srm)) if srm is not None else None,
-        "metrics": [metrics_json(m) for m in comparison.metrics],
-        "logs": [log_metrics_json(m) for m in comparison.logs],
-    }
 
 
 commands: list[click.Command] = [metrics_command, compare_command]

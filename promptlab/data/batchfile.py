@@ -92,7 +92,20 @@ def request_from_row(row: Mapping[str, Any], id_field: str = "custom_id") -> Bat
         )
     if body.get("n", 1) != 1:
         raise TemplateError(f"n: only 1 answer per request is supported, got {body['n']!r}")
-    messages = body.get("messages")
+    messages = _checked_messages(body.get("messages"))
+    params = _checked_params(body)
+    model = body.get("model")
+    return BatchRequest(
+        custom_id=str(custom_id),
+        messages=tuple({"role": m["role"], "content": m["content"]} for m in messages),
+        params=params,
+        model=str(model) if model else None,
+        extra={k: body[k] for k in sorted(BODY_EXTRAS) if k in body and body[k] is not None},
+    )
+
+
+def _checked_messages(messages: Any) -> list[Mapping[str, str]]:
+    """A line's messages: a non-empty list of {role, content}, each and all bounded."""
     if not isinstance(messages, list) or not messages:
         raise TemplateError("'messages' must be a non-empty list")
     for index, message in enumerate(messages):
@@ -116,6 +129,12 @@ def request_from_row(row: Mapping[str, Any], id_field: str = "custom_id") -> Bat
             f"messages hold {size:,} characters, more than the {MAX_RENDERED_CHARS:,} a "
             "request may have"
         )
+    return messages
+
+
+def _checked_params(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The params a line sets (BODY_PARAMS), in the ranges a template's must have;
+    `max_completion_tokens` taken as `max_tokens`."""
     params = {k: body[k] for k in BODY_PARAMS if k in body and body[k] is not None}
     if "max_completion_tokens" in params:
         params["max_tokens"] = params.pop("max_completion_tokens")
@@ -126,14 +145,7 @@ def request_from_row(row: Mapping[str, Any], id_field: str = "custom_id") -> Bat
     normalize_params({"model": "check:only", **params})  # the ranges a template's must have
     if seed is not None:
         params["seed"] = seed
-    model = body.get("model")
-    return BatchRequest(
-        custom_id=str(custom_id),
-        messages=tuple({"role": m["role"], "content": m["content"]} for m in messages),
-        params=params,
-        model=str(model) if model else None,
-        extra={k: body[k] for k in sorted(BODY_EXTRAS) if k in body and body[k] is not None},
-    )
+    return params
 
 
 def check_request_file(

@@ -105,23 +105,12 @@ class DatasetStore:
         with file_source(fmt, path, csv_columns, max_rows) as source:
             described = describe_file(self.files, source)
             with self.tables.importing() as writes:
-                if writes.exists(name):
-                    if not replace:
-                        raise DatasetError(
-                            f"dataset {name!r} already exists: import with replace "
-                            "(--replace) to replace it, or choose another name"
-                        )
-                    writes.delete(name)
+                _make_room(writes, name, replace)
                 names = [c for c, _type in described]
                 with reading(source):
                     count = writes.insert_rows(name, source, names)
                 check_row_count(count, source)
-                if count == 0:
-                    raise DatasetError(
-                        f"{where}: a header row but no data rows"
-                        if fmt == "csv"
-                        else f"{where}: no rows"
-                    )
+                _refuse_empty(count, fmt, where)
                 columns = (
                     _jsonl_columns(writes, name, described, path, where)
                     if fmt == "jsonl"
@@ -213,6 +202,24 @@ def check_rows(
             bad.add(number)
             problems.extend(found[: max(0, listed - len(problems))])
     return RowCheck(total=total, valid=total - len(bad), problems=problems, bad_rows=frozenset(bad))
+
+
+def _make_room(writes: DatasetWrites, name: str, replace: bool) -> None:
+    """Delete dataset `name` to import it again (`replace`); refuse if not replacing."""
+    if writes.exists(name):
+        if not replace:
+            raise DatasetError(
+                f"dataset {name!r} already exists: import with replace "
+                "(--replace) to replace it, or choose another name"
+            )
+        writes.delete(name)
+
+
+def _refuse_empty(count: int, fmt: str, where: str) -> None:
+    if count == 0:
+        raise DatasetError(
+            f"{where}: a header row but no data rows" if fmt == "csv" else f"{where}: no rows"
+        )
 
 
 def _checked_unit(column: str | None, columns: list[str], where: str) -> str | None:

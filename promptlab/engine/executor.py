@@ -7,7 +7,8 @@ are never bound to a loop that has closed.
 The engine keeps the lifecycle: its loop thread, the writer, the active runs and how
 they end. What a spec must pass before its run exists is one step, shared by submit,
 estimate and resume (engine/prepare.py); the providers and shared limiters live in
-engine/lanes.py, and one run's execution in engine/run.py.
+engine/lanes.py, how each run goes on the loop and ends in engine/drive.py (the
+Engine is built on its RunDriver), and one run's execution in engine/run.py.
 """
 
 from __future__ import annotations
@@ -17,37 +18,35 @@ import concurrent.futures
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Coroutine, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Coroutine, Mapping
+from dataclasses import replace
 from typing import Any, TypeVar
 
-from promptlab.audit.actor import current_actor
-from promptlab.audit.chain import RUN_SUBMITTED, Masker, run_chain
-from promptlab.audit.redact import redact, watch_env
+from promptlab.audit.chain import RUN_SUBMITTED, run_chain
+from promptlab.audit.redact import watch_env
 from promptlab.clock import Clock
 from promptlab.config import Settings
 from promptlab.data.datasets import DatasetStore
 from promptlab.engine.collector import CollectorHold
 from promptlab.engine.dependencies import WaitingRuns, resolve_after
+from promptlab.engine.drive import ActiveRun, RunDriver
 from promptlab.engine.estimate import RunEstimate, estimate_run
 from promptlab.engine.lanes import EndpointPool, ProviderFactory
 from promptlab.engine.prepare import PreparedRun, StoredRun, VersionResolver, prepare_run
-from promptlab.engine.progress import Counters, RunProgress
+from promptlab.engine.progress import RunProgress
 from promptlab.engine.retry import STOP_KINDS
-from promptlab.engine.run import RunExecution
 from promptlab.engine.spec import RunSpec, parse_spec
 from promptlab.engine.spill import spill_dirs, store_spills
 from promptlab.engine.writer import STORE_UNWRITABLE, BatchWriter, WriterStats
-from promptlab.errors import EngineError, PromptlabError, SpecError, StoreError
+from promptlab.errors import EngineError, SpecError, StoreError
 from promptlab.providers import build_provider, load_endpoints
 from promptlab.providers.config import EndpointConfig
-from promptlab.records import FINAL_RUN_STATUSES, AlertRecord, RunStatus
+from promptlab.records import FINAL_RUN_STATUSES, RunStatus
 from promptlab.records.states import RESUMED_KINDS
 from promptlab.scoring.ended import run_ended
 from promptlab.store import ItemStore, ReadModels, RunStore, Store
 from promptlab.store.alerts import AlertStore
 from promptlab.store.audit import AuditLog
-from promptlab.store.connection import is_storage_failure
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -56,17 +55,7 @@ T = TypeVar("T")
 CALL_TIMEOUT_S = 30.0
 
 
-@dataclass
-class _Active:
-    execution: RunExecution | None
-    counters: Counters | None
-    task: asyncio.Task[None]
-    done: threading.Event
-    cancel_requested: bool = False
-    pause_requested: bool = False
-
-
-class Engine:
+class Engine(RunDriver):
     """Runs batches through shared, rate-limited provider endpoints; see module docstring."""
 
     def __init__(
@@ -96,7 +85,7 @@ class Engine:
         self.clock = clock or store.clock
         #: Providers and shared limiters of every endpoint a run has used (engine/lanes.py).
         self._pool = EndpointPool(provider_factory, self.clock)
-        self._active: dict[str, _Active] = {}
+        self._active: dict[str, ActiveRun] = {}
         self._claims: set[str] = set()  # runs being resumed, not yet in _active
         #: Cancels that came while their run was being resumed: applied once it starts.
         self._pending_cancels: set[str] = set()
@@ -383,18 +372,6 @@ class Engine:
 
     # ---- internals -----------------------------------------------------------------
 
-    def _audit_change(self, kind: str, run_id: str, payload: dict[str, Any]) -> None:
-        """A run's change event (submitted, resumed, cancelled), when the audit is on."""
-        if self.settings.audit:
-            actor = current_actor(self.settings.author)
-            self.audit_log.record_change(kind, actor, payload, run_id=run_id)
-
-    def _audit_end(self, run_id: str, status: str, reason: str | None) -> None:
-        if self.settings.audit:
-            self.audit_log.record_run_end(
-                run_id, self.settings.author, {"status": str(status), "reason": reason}
-            )
-
     def _prepare(
         self, spec: RunSpec, stored: StoredRun | None = None, *, sending: bool = True
     ) -> PreparedRun:
@@ -436,7 +413,7 @@ class Engine:
             with self._claims_lock:
                 cancelled = run_id in self._pending_cancels
                 self._pending_cancels.discard(run_id)
-                self._active[run_id] = _Active(None, None, task, done, cancel_requested=cancelled)
+                self._active[run_id] = ActiveRun(None, None, task, done, cancel_requested=cancelled)
                 self._claims.discard(run_id)
             self._unrecorded_ends.pop(run_id, None)
             task.add_done_callback(lambda _t: self._finish(run_id))
@@ -445,149 +422,6 @@ class Engine:
         ready = threading.Event()
         self._loop.call_soon_threadsafe(launch)
         ready.wait(CALL_TIMEOUT_S)
-
-    def _finish(self, run_id: str) -> None:
-        active = self._active.pop(run_id, None)
-        if active is not None:
-            active.done.set()
-        if self._waiting:  # its status is recorded: what waits for it may go on
-            self._loop.run_in_executor(None, self._waiting.ended, run_id)
-
-    def _skip(self, run_id: str, reason: str) -> None:
-        self.runs.set_status(run_id, RunStatus.FAILED, reason)  # one it comes after failed
-        self._audit_change("run.skipped", run_id, {"reason": reason})
-        self._audit_end(run_id, RunStatus.FAILED, reason)
-
-    def _halt_on_loop(self, run_id: str, pause: bool) -> None:
-        """Cancel (or pause) an active run, now or as soon as its execution exists."""
-        active = self._active.get(run_id)
-        if active is not None:
-            active.pause_requested |= pause
-            active.cancel_requested |= not pause
-            if active.execution is not None:
-                (active.execution.pause if pause else active.execution.cancel)()
-
-    async def _tuned(self, run: Coroutine[Any, Any, None]) -> None:
-        """A run with its hold on the collector's tuning, planning included (it makes an
-        object per dataset row and per item)."""
-        hold = CollectorHold(self.settings.tune_gc)
-        self._collector_holds.add(hold)
-        try:
-            await run
-        finally:
-            hold.release()
-            self._collector_holds.discard(hold)
-
-    async def _drive(self, run_id: str, prepared: PreparedRun) -> None:
-        """Plan the run (when it is not yet), schedule it, run it, record how it ended."""
-        active = self._active[run_id]
-        try:
-            if prepared.plan_rows is not None:
-                await asyncio.to_thread(self.items.plan_items, run_id, prepared.plan(run_id))
-            rows = await asyncio.to_thread(self.items.row_count, run_id)
-            await asyncio.to_thread(self.runs.set_status, run_id, RunStatus.SCHEDULED)
-            record = await asyncio.to_thread(self.runs.get_run, run_id)
-            counts = await asyncio.to_thread(self.reads.item_counts, run_id)
-            counters = Counters(counts, record.total_items, self.clock)
-            alert_writes: list[asyncio.Task[None]] = []
-
-            def store_alerts(alerts: list[AlertRecord]) -> None:
-                alert_writes.append(asyncio.create_task(self._store_alerts(run_id, alerts)))
-
-            execution = self._execution(run_id, prepared, rows, counters, store_alerts)
-            active.execution, active.counters = execution, counters
-            if active.cancel_requested or active.pause_requested:
-                self._halt_on_loop(run_id, pause=not active.cancel_requested)
-            await asyncio.to_thread(self.runs.set_status, run_id, RunStatus.RUNNING)
-            await execution.execute()
-            await asyncio.gather(*alert_writes)
-            await self._close_run(run_id, execution, prepared.spec)
-        except Exception as exc:
-            await self._fail_run(run_id, exc, prepared.spec)
-
-    def _execution(
-        self,
-        run_id: str,
-        prepared: PreparedRun,
-        rows: int,
-        counters: Counters,
-        alert_sink: Callable[[list[AlertRecord]], None],
-    ) -> RunExecution:
-        spec = prepared.spec
-        lanes = self._pool.lanes(prepared.variants, prepared.endpoints, spec.limits)
-        return RunExecution(
-            run_id, prepared.variants, lanes, spec.retry, self.items, self._writer, counters,
-            self.clock, repeats=spec.repeats, rows=rows, alert_sink=alert_sink,
-            reask=spec.reask, audit=self.settings.audit, top_logprobs=spec.top_logprobs,
-            replay=prepared.replay,
-            masker=Masker(self.settings.mask) if self.settings.mask else None,
-        )  # fmt: skip
-
-    async def _fail_run(self, run_id: str, exc: Exception, spec: RunSpec) -> None:
-        if is_storage_failure(exc):
-            log.error("run %s failed: %s: %s", run_id, STORE_UNWRITABLE, exc)
-        elif isinstance(exc, PromptlabError) and not isinstance(exc, StoreError):
-            log.error("run %s failed: %s", run_id, exc)  # explained: its message says it all
-        else:  # a bug, or the database refusing what the engine wrote: keep the traceback
-            log.exception("run %s failed", run_id)
-        reason = f"{STORE_UNWRITABLE}: {exc}" if is_storage_failure(exc) else str(exc)
-        await self._end_run(run_id, RunStatus.FAILED, reason, f"run failed: {reason}", spec)
-
-    async def _store_alerts(self, run_id: str, alerts: list[AlertRecord]) -> None:
-        """A small insert off the loop; an alert the store cannot take is only logged
-        (`wb.analysis.detect_anomalies` recomputes every alert from the stored results)."""
-        try:
-            await asyncio.to_thread(self.alerts.add, alerts)
-        except Exception as exc:  # noqa: BLE001 - an alert must never fail the run
-            log.warning("run %s: alerts not stored: %s", run_id, exc)
-        for alert in alerts:
-            log.warning("run %s: alert: %s", run_id, alert.message)
-
-    async def _close_run(self, run_id: str, execution: RunExecution, spec: RunSpec) -> None:
-        if execution.stop_reason is not None:
-            reason = f"stopped: {execution.stop_reason}"
-            await self._end_run(run_id, RunStatus.FAILED, reason, reason, spec)
-        elif execution.cancelled:
-            await self._end_run(run_id, RunStatus.CANCELLED, "cancelled", "run cancelled", spec)
-        elif execution.paused:
-            await self._writer.flush()  # not an end: no cancelled rows, no end event
-            await asyncio.to_thread(self.runs.set_status, run_id, RunStatus.PAUSED, "paused")
-        else:
-            counts = await asyncio.to_thread(self.reads.item_counts, run_id)
-            left = counts["pending"] + counts["in_flight"]
-            if left:  # should not happen: say so rather than call the run complete
-                reason = f"{left} items were left unfinished"
-                await self._end_run(run_id, RunStatus.FAILED, reason, None, spec)
-            else:
-                await self._end_run(run_id, RunStatus.COMPLETED, None, None, spec)
-
-    async def _end_run(
-        self, run_id: str, status: RunStatus, reason: str | None, cancel: str | None, spec: RunSpec
-    ) -> None:
-        """After-run work (scoring/ended.py; first: a kill during it leaves the run to resume),
-        then the end (in memory if unstored); open items' cancelled rows once answers are."""
-        flushed = await self._writer.flush()
-        try:
-            if cancel is not None and flushed:
-                await asyncio.to_thread(self.items.cancel_open_items, run_id, cancel)
-            if flushed:  # else the store takes no writes: the work could not be stored
-                ended = (self.store, run_id, spec, status, reason, self.submit)
-                await asyncio.to_thread(run_ended, *ended)
-            await asyncio.to_thread(self.runs.set_status, run_id, status, reason)
-            self._unrecorded_ends.pop(run_id, None)
-            if flushed:  # the chain's head is then stored: the end event pins it
-                await asyncio.to_thread(self._audit_end, run_id, status, reason)
-        except Exception as exc:
-            if not is_storage_failure(exc):
-                raise
-            said = reason or status
-            note = (
-                f"{said} (not recorded in the database)"
-                if STORE_UNWRITABLE in said
-                else f"{said} (not recorded: {STORE_UNWRITABLE}: {exc})"
-            )
-            self._unrecorded_ends[run_id] = (status, redact(note))
-            log.error("run %s: %s", run_id, note)
 
     async def _shutdown(self) -> None:
         await self._writer.stop()

@@ -173,43 +173,8 @@ class ItemRecorder:
         stages = self.traces.get(item.key) if self.audit else None
         masked: dict[str, int] = {}
         if response is not None and endpoint is not None:
-            checked, parsed = self._check(item.variant_index, response, check)
-            text = response.text
-            if self.masker is not None:
-                # Checked as answered; stored (results and trace) with the patterns masked.
-                text = self.masker.mask(text, masked)
-            usage = {
-                "output_text": text,
-                "input_tokens": response.input_tokens,
-                "output_tokens": response.output_tokens,
-                "finish_reason": str(response.finish_reason),
-                "model_version": response.model_version,
-                "latency_ms": response.latency_ms,
-                **{name: getattr(response, name) for name in LOGPROB_FIELDS},
-                "cost_usd": cost_usd(
-                    endpoint, variant.model, response.input_tokens, response.output_tokens
-                ),
-                **checked,
-            }
-        row = FinalRow(
-            key=item.key,
-            run_id=self.run_id,
-            seq=item.seq,
-            row_index=item.row_index,
-            variant=variant.name,
-            repeat=item.repeat,
-            status=status,
-            prompt_version_id=variant.prompt_version_id,
-            endpoint=variant.endpoint,
-            model=variant.model,
-            params=self.row_params.get(item.key, variant.params),
-            attempts=item.attempts if attempts is None else attempts,
-            finished_at=self.clock.now(),
-            error_kind=error[0] if error else None,
-            error_message=error[1][:MAX_MESSAGE_CHARS] if error else None,
-            shard_id=self.row_shards.pop(item.key, None),
-            **usage,
-        )
+            usage, parsed = self._usage(item, variant, response, endpoint, check, masked)
+        row = self._final_row(item, variant, status, attempts, error, usage)
         draft = None
         if self.audit:
             draft = AuditDraft(
@@ -231,6 +196,66 @@ class ItemRecorder:
             self.on_final(item, status, row.output_text)
         if status != ItemStatus.CANCELLED:
             self._detect(row, parsed)
+
+    def _usage(
+        self,
+        item: PendingItem,
+        variant: VariantRecord,
+        response: CompletionResponse,
+        endpoint: EndpointConfig,
+        check: OutputCheck | None,
+        masked: dict[str, int],
+    ) -> tuple[dict[str, Any], Any]:
+        """An answer's FinalRow fields (output, tokens, cost, its check) and the JSON value
+        found in it; what the masking masks is counted into `masked`."""
+        checked, parsed = self._check(item.variant_index, response, check)
+        text = response.text
+        if self.masker is not None:
+            # Checked as answered; stored (results and trace) with the patterns masked.
+            text = self.masker.mask(text, masked)
+        usage: dict[str, Any] = {
+            "output_text": text,
+            "input_tokens": response.input_tokens,
+            "output_tokens": response.output_tokens,
+            "finish_reason": str(response.finish_reason),
+            "model_version": response.model_version,
+            "latency_ms": response.latency_ms,
+            **{name: getattr(response, name) for name in LOGPROB_FIELDS},
+            "cost_usd": cost_usd(
+                endpoint, variant.model, response.input_tokens, response.output_tokens
+            ),
+            **checked,
+        }
+        return usage, parsed
+
+    def _final_row(
+        self,
+        item: PendingItem,
+        variant: VariantRecord,
+        status: str,
+        attempts: int | None,
+        error: tuple[str | None, str] | None,
+        usage: Mapping[str, Any],
+    ) -> FinalRow:
+        return FinalRow(
+            key=item.key,
+            run_id=self.run_id,
+            seq=item.seq,
+            row_index=item.row_index,
+            variant=variant.name,
+            repeat=item.repeat,
+            status=status,
+            prompt_version_id=variant.prompt_version_id,
+            endpoint=variant.endpoint,
+            model=variant.model,
+            params=self.row_params.get(item.key, variant.params),
+            attempts=item.attempts if attempts is None else attempts,
+            finished_at=self.clock.now(),
+            error_kind=error[0] if error else None,
+            error_message=error[1][:MAX_MESSAGE_CHARS] if error else None,
+            shard_id=self.row_shards.pop(item.key, None),
+            **usage,
+        )
 
     def _masking(self, masked: Mapping[str, int]) -> dict[str, int] | None:
         """What the masking masked in the output, every pattern named (0 included): the

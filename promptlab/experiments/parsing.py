@@ -68,7 +68,25 @@ def parse_experiment_file(data: Any, source: str = "<experiment>") -> Experiment
     killed = data.get("killed", False)
     if not isinstance(killed, bool):
         raise ExperimentError(f"{source}: killed: expected true or false, got {killed!r}")
-    raw_variants = data.get("variants")
+    variants = _variants(data.get("variants"), source)
+    return ExperimentFile(
+        name=name,
+        description=_text(data, "description", source) or "",
+        salt=salt,
+        mode=mode,
+        unit_column=_text(data, "unit_column", source) or None,
+        ramp=ramp,
+        killed=killed,
+        variants=variants,
+        source=source,
+        metrics=_metrics(data.get("metrics"), source),
+        planned_units=planned_units(data.get("planned_units"), f"{source}: planned_units"),
+    )
+
+
+def _variants(raw_variants: Any, source: str) -> tuple[ExperimentVariant, ...]:
+    """Two or more variants (at most MAX_VARIANTS), names unique, exactly one control,
+    some weight above 0."""
     if not isinstance(raw_variants, list) or len(raw_variants) < 2:
         raise ExperimentError(f"{source}: variants: expected a list of two or more variants")
     if len(raw_variants) > MAX_VARIANTS:
@@ -92,19 +110,7 @@ def parse_experiment_file(data: Any, source: str = "<experiment>") -> Experiment
         )
     if sum(v.weight for v in variants) <= 0:
         raise ExperimentError(f"{source}: variants: at least one weight must be above 0")
-    return ExperimentFile(
-        name=name,
-        description=_text(data, "description", source) or "",
-        salt=salt,
-        mode=mode,
-        unit_column=_text(data, "unit_column", source) or None,
-        ramp=ramp,
-        killed=killed,
-        variants=variants,
-        source=source,
-        metrics=_metrics(data.get("metrics"), source),
-        planned_units=planned_units(data.get("planned_units"), f"{source}: planned_units"),
-    )
+    return variants
 
 
 def _metrics(value: Any, source: str) -> dict[str, Any] | None:

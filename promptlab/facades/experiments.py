@@ -10,6 +10,7 @@ from __future__ import annotations
 import builtins  # `list` below names a method: annotations say builtins.list
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -210,37 +211,11 @@ class Experiments:
     ) -> tuple[ExperimentConfig, bool]:
         latest = self._rows.latest(experiment.name)
         previous = _stored_config(latest) if latest is not None else None
-        if previous is not None:
-            _check_basis(previous, based_on)
-        elif based_on:
-            raise ExperimentError(
-                f"{experiment.source}: no experiment named {experiment.name!r} has revision "
-                f"{based_on} to base a change on"
-            )
-        if previous is not None:
-            if experiment.salt != previous.salt:
-                raise ExperimentError(
-                    f"{experiment.source}: salt: {experiment.name} was created with salt "
-                    f"{previous.salt!r}; a salt never changes (it would move every unit)"
-                )
-            if experiment.content() == previous.content():
-                return previous, False
-        config = ExperimentConfig(
-            name=experiment.name,
-            description=experiment.description,
-            salt=experiment.salt,
-            revision=previous.revision + 1 if previous else 1,
-            mode=experiment.mode,
-            unit_column=experiment.unit_column,
-            ramp=experiment.ramp,
-            killed=experiment.killed,
-            variants=experiment.variants,
-            allocation=allocate(experiment.weights, previous.allocation if previous else None),
-            author=self._context.author(),
-            created_at=self._context.store.clock.now(),
-            note=note,
-            metrics=experiment.metrics,
-            planned_units=experiment.planned_units,
+        _check_change(experiment, previous, based_on)
+        if previous is not None and experiment.content() == previous.content():
+            return previous, False
+        config = _next_revision(
+            experiment, previous, note, self._context.author(), self._context.store.clock.now()
         )
         self._rows.add_revision(
             config.name,
@@ -288,6 +263,53 @@ def _check_basis(latest: ExperimentConfig, based_on: int | None) -> None:
         f"revision {based_on}; look at revision {latest.revision} and change it again",
         changed_by=latest.author,
         changed_at=latest.created_at,
+    )
+
+
+def _check_change(
+    experiment: ExperimentFile, previous: ExperimentConfig | None, based_on: int | None
+) -> None:
+    """Refuse a change on a stale or missing revision, or one that moves the salt."""
+    if previous is None:
+        if based_on:
+            raise ExperimentError(
+                f"{experiment.source}: no experiment named {experiment.name!r} has revision "
+                f"{based_on} to base a change on"
+            )
+        return
+    _check_basis(previous, based_on)
+    if experiment.salt != previous.salt:
+        raise ExperimentError(
+            f"{experiment.source}: salt: {experiment.name} was created with salt "
+            f"{previous.salt!r}; a salt never changes (it would move every unit)"
+        )
+
+
+def _next_revision(
+    experiment: ExperimentFile,
+    previous: ExperimentConfig | None,
+    note: str,
+    author: str,
+    created_at: datetime,
+) -> ExperimentConfig:
+    """The revision after `previous` (1 when there is none): the file's content, units
+    moved as little as the new weights allow."""
+    return ExperimentConfig(
+        name=experiment.name,
+        description=experiment.description,
+        salt=experiment.salt,
+        revision=previous.revision + 1 if previous else 1,
+        mode=experiment.mode,
+        unit_column=experiment.unit_column,
+        ramp=experiment.ramp,
+        killed=experiment.killed,
+        variants=experiment.variants,
+        allocation=allocate(experiment.weights, previous.allocation if previous else None),
+        author=author,
+        created_at=created_at,
+        note=note,
+        metrics=experiment.metrics,
+        planned_units=experiment.planned_units,
     )
 
 

@@ -18,6 +18,7 @@ from promptlab.providers.config import (
     cost_usd,
     load_endpoints,
     parse_model_ref,
+    sim_pace,
 )
 
 
@@ -33,11 +34,12 @@ def build_provider(
     unless their `transport` is "sdk" (the official SDK adapters).
     """
     # Adapters import lazily: the sim needs no HTTP client, and the SDKs are slow to import.
+    environ = os.environ if environ is None else environ
     if endpoint.kind == "sim":
         from promptlab.providers.sim import SimProvider
 
-        return SimProvider(endpoint, latency_scale=latency_scale)
-    api_key = _read_key(endpoint, os.environ if environ is None else environ)
+        return SimProvider(endpoint, latency_scale=latency_scale, pace=sim_pace(environ))
+    api_key = _read_key(endpoint, environ)
     if endpoint.kind in ("openai", "anthropic") and endpoint.transport == "http":
         from promptlab.providers.http import AnthropicHttpProvider, OpenAIHttpProvider
 

@@ -132,6 +132,27 @@ _SIM_WINDOWS = {
 _LOCAL_DEFAULT_WINDOW = 8_192
 
 
+#: How fast the simulated model's clock runs against the wall's: at 1 it waits out the
+#: latency it reports and allows 6,000 requests a minute (live progress looks real); at
+#: 0.1 it answers ten times sooner and allows ten times as many. Its answers and the
+#: latencies recorded are the same at any pace; demos and the test suite go faster.
+PACE_ENV = "PROMPTLAB_SIM_PACE"
+
+
+def sim_pace(environ: Mapping[str, str]) -> float:
+    """PROMPTLAB_SIM_PACE as a number over 0 and at most 1 (default 1); else refused."""
+    text = environ.get(PACE_ENV, "").strip()
+    if not text:
+        return 1.0
+    try:
+        pace = float(text)
+    except ValueError:
+        pace = -1.0
+    if not 0.0 < pace <= 1.0:
+        raise ConfigError(f"{PACE_ENV}: expected a number over 0 and at most 1, got {text!r}")
+    return pace
+
+
 def builtin_endpoints(environ: Mapping[str, str] | None = None) -> dict[str, EndpointConfig]:
     """The endpoints that exist with no providers file."""
     env = os.environ if environ is None else environ
@@ -139,7 +160,7 @@ def builtin_endpoints(environ: Mapping[str, str] | None = None) -> dict[str, End
         "sim": EndpointConfig(
             name="sim",
             kind="sim",
-            rpm=6_000,
+            rpm=round(6_000 / sim_pace(env)),
             tpm=10_000_000,
             # 6,000 a minute is 100 a second: at the careful model's 1.3 s that takes
             # about 130 in flight (the demo's 800 requests in about 9 s).
@@ -253,10 +274,16 @@ def _merge_endpoint(
     if kind not in KINDS:
         raise ConfigError(f"{where}: kind must be one of {', '.join(KINDS)}, got {kind!r}")
     current = base if base is not None and base.kind == kind else EndpointConfig(name, kind)
+    changes = _model_changes(current, spec.get("models") or {}, where)
+    changes.update(_field_changes(spec, where))
+    return replace(current, **changes)
+
+
+def _model_changes(current: EndpointConfig, models: Any, where: str) -> dict[str, Any]:
+    """The endpoint's prices, context windows and sampling rules with `models` merged in."""
     prices = dict(current.prices)
     windows = dict(current.context_windows)
     rules = dict(current.sampling_rules)
-    models = spec.get("models") or {}
     if not isinstance(models, dict):
         raise ConfigError(f"{where}: 'models' must map model names to prices/windows")
     for model, mspec in models.items():
@@ -269,11 +296,12 @@ def _merge_endpoint(
                     f"got {mspec['sampling']!r}"
                 )
             rules[str(model)] = mspec["sampling"]
-    changes: dict[str, Any] = {
-        "prices": prices,
-        "context_windows": windows,
-        "sampling_rules": rules,
-    }
+    return {"prices": prices, "context_windows": windows, "sampling_rules": rules}
+
+
+def _field_changes(spec: dict[str, Any], where: str) -> dict[str, Any]:
+    """The endpoint's plain fields `spec` sets, each checked."""
+    changes: dict[str, Any] = {}
     for key in ("base_url", "api_key_env"):
         if key in spec:
             changes[key] = _optional_str(spec[key], f"{where}: {key}")
@@ -297,7 +325,7 @@ def _merge_endpoint(
         changes["queue"] = _optional_str(spec["queue"], f"{where}: queue")
     if "latency_scale" in spec:
         changes["latency_scale"] = _non_negative(spec["latency_scale"], f"{where}: latency_scale")
-    return replace(current, **changes)
+    return changes
 
 
 def _merge_model(

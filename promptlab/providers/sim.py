@@ -35,6 +35,7 @@ class SimProvider:
         seed: int = 0,
         rates: FaultRates | None = None,
         server_error_rate: float = 0.0,
+        pace: float = 1.0,
     ) -> None:
         self.name = endpoint.name
         self.endpoint = endpoint
@@ -42,6 +43,7 @@ class SimProvider:
         self.seed = seed
         self.rates = rates
         self.server_error_rate = server_error_rate
+        self.pace = pace
         # Transport faults are drawn per attempt (not per request), so a retry can succeed.
         self._fault_rng = random.Random(seed)
 
@@ -61,8 +63,8 @@ class SimProvider:
         latency_ms = output.latency_ms * self.latency_scale
         # Always given, as an endpoint asked for `logprobs` gives them: a run's perplexity.
         logprob_mean, logprob_tokens = chosen_logprob(request, request.model, output.output_tokens)
-        if latency_ms > 0:
-            await asyncio.sleep(latency_ms / 1000)
+        if latency_ms > 0 and self.pace > 0:
+            await asyncio.sleep(latency_ms * self.pace / 1000)
         return CompletionResponse(
             text=output.text,
             input_tokens=output.input_tokens,

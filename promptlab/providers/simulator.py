@@ -23,6 +23,10 @@ from promptlab.providers.simdraws import (
     repeat_draws,
 )
 from promptlab.providers.simdraws import keyed_rng as _rng
+from promptlab.providers.simschema import MAX_SCHEMA_DEPTH as MAX_SCHEMA_DEPTH
+from promptlab.providers.simschema import break_schema, instance_for_schema, malform
+from promptlab.providers.simtext import TOKENS_PER_WORD as TOKENS_PER_WORD
+from promptlab.providers.simtext import plain_text, topics, truncate_to_tokens
 from promptlab.providers.tokens import count_tokens, estimate_prompt_tokens
 
 #: Appears in every simulated model version string, so no chart mistakes it for real.
@@ -151,212 +155,6 @@ def prompt_quality(messages: Iterable[Mapping[str, str]]) -> float:
     return min(score, 1.0)
 
 
-# --- plain text ------------------------------------------------------------------------
-
-_STOPWORD_TEXT = (
-    "about above after again also always because been before being below between both "
-    "could does doing down during each from further have having here into itself just "
-    "more most other over own same should some such than that their them then there "
-    "these they this those through under until very what when where which while whom "
-    "with would your yours please write give make using answer following given"
-)
-_STOPWORDS = frozenset(_STOPWORD_TEXT.split())
-_WORD = re.compile(r"[A-Za-z][A-Za-z\-]{3,}")
-#: Words as cue phrases are matched: letters and digits, with inner hyphens and apostrophes.
-_WORD_OR_DIGITS = re.compile(r"[a-z0-9][a-z0-9'\-]*")
-_OPENERS = (
-    "In short,", "Put simply,", "The key point is that", "First,", "Then,", "Note that",
-    "In practice,", "Overall,", "As a rule,", "Importantly,", "For most readers,",
-)  # fmt: skip
-_VERBS = (
-    "improves", "depends on", "shapes", "clarifies", "supports", "simplifies", "affects",
-    "strengthens", "reveals", "balances",
-)  # fmt: skip
-_NOUNS = (
-    "the overall result", "the main goal", "user trust", "the next step", "clarity",
-    "the final outcome", "day-to-day use", "long-term value", "the key trade-off",
-    "the expected cost", "response quality", "the first impression",
-)  # fmt: skip
-_FALLBACK_TOPICS = ("the request", "the product", "the answer", "the topic")
-
-
-def _topics(messages: Iterable[Mapping[str, str]]) -> list[str]:
-    user = [str(m.get("content", "")) for m in messages if m.get("role") != "system"]
-    seen: dict[str, None] = {}
-    for word in _WORD.findall(user[-1] if user else ""):
-        low = word.lower()
-        if low not in _STOPWORDS:
-            seen.setdefault(low, None)
-    return list(seen)[:8] or list(_FALLBACK_TOPICS)
-
-
-def _pick(rng: random.Random, items: Sequence[str]) -> str:
-    # Cheaper than rng.choice, which matters at fakellm's thousands of requests a second.
-    return items[int(rng.random() * len(items))]
-
-
-def _sentence(rng: random.Random, topics: list[str]) -> str:
-    return f"{_pick(rng, _OPENERS)} {_pick(rng, topics)} {_pick(rng, _VERBS)} {_pick(rng, _NOUNS)}."
-
-
-#: A rough words-to-tokens ratio used only to size the text before exact counting.
-TOKENS_PER_WORD = 1.3
-
-
-def _plain_text(rng: random.Random, topics: list[str], target_tokens: int, bullets: bool) -> str:
-    sentences: list[str] = []
-    words = 0
-    while words * TOKENS_PER_WORD < target_tokens:
-        sentence = _sentence(rng, topics)
-        sentences.append(f"- {sentence}" if bullets else sentence)
-        words += sentence.count(" ") + 1
-    return ("\n" if bullets else " ").join(sentences)
-
-
-def _truncate_to_tokens(text: str, max_tokens: int) -> str:
-    words = text.split(" ")
-    tokens = count_tokens(text)
-    if tokens <= max_tokens:
-        return text
-    keep = max(1, int(len(words) * max_tokens / tokens))
-    while keep > 1 and count_tokens(" ".join(words[:keep])) > max_tokens:
-        keep -= 1
-    return " ".join(words[:keep])
-
-
-# --- JSON that fits a schema -----------------------------------------------------------
-
-#: Guards against self-referencing schemas.
-MAX_SCHEMA_DEPTH = 6
-
-
-def instance_for_schema(
-    schema: Mapping[str, Any], rng: random.Random, topics: list[str], root: Mapping[str, Any]
-) -> Any:
-    """A value that validates against `schema` (the common JSON Schema keywords)."""
-    return _instance(schema, rng, topics, root, 0)
-
-
-def _instance(
-    schema: Mapping[str, Any], rng: random.Random, topics: list[str], root: Mapping[str, Any],
-    depth: int,
-) -> Any:  # fmt: skip
-    if "$ref" in schema and depth < MAX_SCHEMA_DEPTH:
-        return _instance(_resolve_ref(root, schema["$ref"]), rng, topics, root, depth + 1)
-    if "const" in schema:
-        return schema["const"]
-    if "enum" in schema:
-        return rng.choice(list(schema["enum"]))
-    for key in ("anyOf", "oneOf"):
-        if key in schema:
-            return _instance(rng.choice(list(schema[key])), rng, topics, root, depth + 1)
-    if "allOf" in schema:
-        merged: dict[str, Any] = {}
-        for part in schema["allOf"]:
-            merged.update(part)
-        return _instance(merged, rng, topics, root, depth + 1)
-    kind = schema.get("type", "object" if "properties" in schema else "string")
-    if isinstance(kind, list):
-        kind = next((k for k in kind if k != "null"), "null")
-    if kind == "object":
-        return _object(schema, rng, topics, root, depth)
-    if kind == "array":
-        return _array(schema, rng, topics, root, depth)
-    if kind == "integer":
-        low, high = _bounds(schema, 0, 100)
-        return rng.randint(math.ceil(low), math.floor(high))
-    if kind == "number":
-        low, high = _bounds(schema, 0.0, 1.0)
-        return round(rng.uniform(low, high), 3)
-    if kind == "boolean":
-        return rng.random() < 0.5
-    if kind == "null":
-        return None
-    return _string(schema, rng, topics)
-
-
-def _resolve_ref(root: Mapping[str, Any], ref: str) -> Mapping[str, Any]:
-    node: Any = root
-    for part in ref.removeprefix("#/").split("/"):
-        if not part:
-            continue
-        node = node.get(part, {}) if isinstance(node, Mapping) else {}
-    return node if isinstance(node, Mapping) else {}
-
-
-def _object(
-    schema: Mapping[str, Any], rng: random.Random, topics: list[str], root: Mapping[str, Any],
-    depth: int,
-) -> dict[str, Any]:  # fmt: skip
-    props: Mapping[str, Any] = schema.get("properties", {})
-    required = set(schema.get("required", ()))
-    out: dict[str, Any] = {}
-    for name, sub in props.items():
-        if depth >= MAX_SCHEMA_DEPTH and name not in required:
-            continue
-        if name in required or rng.random() < 0.8:
-            out[name] = _instance(sub, rng, topics, root, depth + 1)
-    return out
-
-
-def _array(
-    schema: Mapping[str, Any], rng: random.Random, topics: list[str], root: Mapping[str, Any],
-    depth: int,
-) -> list[Any]:  # fmt: skip
-    low = int(schema.get("minItems", 1))
-    high = int(schema.get("maxItems", max(low, 3)))
-    items = schema.get("items", {"type": "string"})
-    if depth >= MAX_SCHEMA_DEPTH:
-        high = low
-    return [_instance(items, rng, topics, root, depth + 1) for _ in range(rng.randint(low, high))]
-
-
-def _bounds(schema: Mapping[str, Any], low: float, high: float) -> tuple[float, float]:
-    low = schema.get("minimum", schema.get("exclusiveMinimum", low - 1) + 1)
-    high = schema.get("maximum", schema.get("exclusiveMaximum", high + 1) - 1)
-    return (low, max(low, high))
-
-
-def _string(schema: Mapping[str, Any], rng: random.Random, topics: list[str]) -> str:
-    fmt = schema.get("format")
-    if fmt == "date":
-        return f"2025-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}"
-    if fmt == "email":
-        return f"{rng.choice(topics).replace(' ', '.')}@example.com"
-    text = _sentence(rng, topics)
-    low = int(schema.get("minLength", 0))
-    high = int(schema.get("maxLength", 10_000))
-    while len(text) < low:
-        text += " " + _sentence(rng, topics)
-    return text[:high]
-
-
-def _break_schema(value: Any, schema: Mapping[str, Any], rng: random.Random) -> Any:
-    """Valid JSON that no longer fits: drop a required field or change a field's type."""
-    if isinstance(value, dict) and value:
-        required = [r for r in schema.get("required", ()) if r in value]
-        broken = dict(value)
-        if required and rng.random() < 0.5:
-            del broken[rng.choice(required)]
-        else:
-            key = rng.choice(list(broken))
-            broken[key] = 42 if isinstance(broken[key], str) else "not-the-right-type"
-        return broken
-    return {"unexpected": value}
-
-
-def _malform(text: str, rng: random.Random) -> str:
-    """Syntactically broken JSON of the kinds real models produce."""
-    variant = rng.randrange(4)
-    if variant == 0:
-        return f"Here is the JSON you asked for:\n```json\n{text}\n```"
-    if variant == 1 and text.endswith("}"):
-        return text[:-1] + ",}"
-    if variant == 2:
-        return text.replace('"', "'")
-    return text.rstrip("}]")
-
-
 # --- the simulation --------------------------------------------------------------------
 
 
@@ -373,14 +171,8 @@ def simulate(
     `prompt_tokens` saves re-counting when the caller already estimated the prompt.
     """
     sim = model if isinstance(model, SimModel) else resolve_model(model)
-    schema = json.dumps(request.output_schema, sort_keys=True)
     messages = _messages_key(request.messages)
-    if request.sample is None:
-        rng = _rng(seed, sim.name, request.seed, request.temperature, request.top_p,
-                   request.max_tokens, messages, schema)  # fmt: skip
-    else:  # a repeat: the same answer at temperature 0, re-drawn choices above it
-        rng = _draws(request, sim, seed, sim.name, request.seed, request.max_tokens, messages,
-                     schema)  # fmt: skip
+    rng = _generator(request, sim, seed, messages)
     input_tokens = (
         estimate_prompt_tokens(request.messages) if prompt_tokens is None else prompt_tokens
     )
@@ -391,22 +183,51 @@ def simulate(
     target = max(
         1, int(sim.median_output_tokens * math.exp(sim.length_sigma * noise * rng.gauss(0, 1)))
     )
-    topics = _topics(request.messages)
+    words = topics(request.messages)
     fault: str | None = None
     finish = FinishReason.STOP
     if request.output_schema is not None:
-        text, fault = _json_output(request, sim, rng, topics, rates, fault_scale)
+        text, fault = _json_output(request, sim, rng, words, rates, fault_scale)
         if fault == FAULT_TRUNCATED:
             finish = FinishReason.LENGTH
     else:
-        text = _plain_text(rng, topics, target, bullets=sim.quality >= 0.85)
+        text = plain_text(rng, words, target, bullets=sim.quality >= 0.85)
     output_tokens = count_tokens(text)
     if output_tokens > request.max_tokens:
-        text = _truncate_to_tokens(text, request.max_tokens)
+        text = truncate_to_tokens(text, request.max_tokens)
         output_tokens = count_tokens(text)
         finish = FinishReason.LENGTH
         if request.output_schema is not None:
             fault = FAULT_TRUNCATED
+    return SimOutput(
+        text=text,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        finish_reason=finish,
+        latency_ms=round(_latency(request, sim, rng, messages, input_tokens, output_tokens), 3),
+        fault=fault,
+        model_version=model_version(sim),
+    )
+
+
+def _generator(
+    request: CompletionRequest, sim: SimModel, seed: int, messages: tuple[tuple[str, ...], ...]
+) -> random.Random:
+    """The answer's generator: keyed by everything the request holds, or, for a repeat,
+    the same answer at temperature 0 and re-drawn choices above it."""
+    schema = json.dumps(request.output_schema, sort_keys=True)
+    if request.sample is None:
+        return _rng(seed, sim.name, request.seed, request.temperature, request.top_p,
+                    request.max_tokens, messages, schema)  # fmt: skip
+    return _draws(request, sim, seed, sim.name, request.seed, request.max_tokens, messages,
+                  schema)  # fmt: skip
+
+
+def _latency(
+    request: CompletionRequest, sim: SimModel, rng: random.Random,
+    messages: tuple[tuple[str, ...], ...], input_tokens: int, output_tokens: int,
+) -> float:  # fmt: skip
+    """Milliseconds: the model's lognormal base, generation and prefill per token."""
     latency = (
         sim.median_latency_ms * math.exp(sim.latency_sigma * rng.gauss(0, 1))
         + sim.ms_per_output_token * output_tokens
@@ -414,15 +235,7 @@ def simulate(
     )
     if request.sample is not None:  # a server's time varies call to call, whatever the T
         latency *= math.exp(QUEUE_JITTER * _rng("queue", messages, request.sample).gauss(0, 1))
-    return SimOutput(
-        text=text,
-        input_tokens=input_tokens,
-        output_tokens=output_tokens,
-        finish_reason=finish,
-        latency_ms=round(latency, 3),
-        fault=fault,
-        model_version=model_version(sim),
-    )
+    return latency
 
 
 #: Output tokens a simulated answer carries log-probabilities for (the first ones).
@@ -479,6 +292,8 @@ LABEL_CUES: dict[str, tuple[str, ...]] = {
                         "please support", "can we get", "feature", "option"),
     "other": ("legal", "soc 2", "typo", "agreement"),
 }  # fmt: skip
+#: Words as cue phrases are matched: letters and digits, with inner hyphens and apostrophes.
+_WORD_OR_DIGITS = re.compile(r"[a-z0-9][a-z0-9'\-]*")
 
 
 def read_label(text: str, labels: Sequence[str]) -> str | None:
@@ -515,23 +330,23 @@ def _read_labels(value: Any, request: CompletionRequest, sim: SimModel) -> Any:
 
 
 def _json_output(
-    request: CompletionRequest, sim: SimModel, rng: random.Random, topics: list[str],
+    request: CompletionRequest, sim: SimModel, rng: random.Random, words: list[str],
     rates: FaultRates | None, fault_scale: float,
 ) -> tuple[str, str | None]:  # fmt: skip
     schema = request.output_schema or {}
-    value = _read_labels(instance_for_schema(schema, rng, topics, schema), request, sim)
+    value = _read_labels(instance_for_schema(schema, rng, words, schema), request, sim)
     rates = rates or FaultRates()
     malformed = _rate(rates.malformed, sim.malformed_rate, fault_scale)
     truncated = _rate(rates.truncated, sim.truncated_rate, fault_scale)
     broken = _rate(rates.schema_break, sim.schema_break_rate, fault_scale)
     draw = rng.random()
     if draw < malformed:
-        return _malform(json.dumps(value), rng), FAULT_MALFORMED
+        return malform(json.dumps(value), rng), FAULT_MALFORMED
     if draw < malformed + truncated:
         text = json.dumps(value)
         return text[: max(1, int(len(text) * rng.uniform(0.3, 0.9)))], FAULT_TRUNCATED
     if draw < malformed + truncated + broken:
-        return json.dumps(_break_schema(value, schema, rng)), FAULT_SCHEMA
+        return json.dumps(break_schema(value, schema, rng)), FAULT_SCHEMA
     return json.dumps(value), None
 
 

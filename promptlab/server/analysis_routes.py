@@ -23,6 +23,14 @@ from promptlab.workbench import Workbench
 
 
 def add_analysis_routes(app: FastAPI, wb: Workbench) -> None:
+    _add_summary_routes(app, wb)
+    _add_run_read_routes(app, wb)
+
+
+def _add_summary_routes(app: FastAPI, wb: Workbench) -> None:
+    """What logs and runs add up to: log metrics, scores, failed after-run work, a
+    replay's sessions, repeats and context shards."""
+
     @app.get("/v1/analysis/log-metrics")
     def log_metrics(prompt: str | None = None, since: str | None = None) -> Response:
         """Per prompt version in the imported production logs: requests, completion, CTR
@@ -61,6 +69,11 @@ def add_analysis_routes(app: FastAPI, wb: Workbench) -> None:
         """A replay's live context shards (of one session): ShardRecords."""
         found = wb.runs.shards(run_id, session)
         return typed_response(list[ShardRecord], found)
+
+
+def _add_run_read_routes(app: FastAPI, wb: Workbench) -> None:
+    """One run read closely: a page of its items, one item, its whole view; its anomaly
+    detectors run again."""
 
     @app.get("/v1/runs/{run_id}/items")
     def items(

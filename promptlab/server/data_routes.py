@@ -75,7 +75,9 @@ class LabelIn(BaseModel):
 def add_data_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
     _prompt_routes(app, wb, auth)
     _dataset_routes(app, wb, auth)
-    _analysis_routes(app, wb, auth)
+    _feedback_routes(app, wb, auth)
+    _comparison_routes(app, wb, auth)
+    _export_routes(app, wb, auth)
     _audit_routes(app, wb, auth)
 
 
@@ -117,8 +119,6 @@ def _prompt_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
 def _dataset_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
     # One cache per route: a key reused on another route is another request.
     dataset_imports: Submits[Job] = Submits()
-    feedback_imports: Submits[Job] = Submits()
-    log_imports: Submits[Job] = Submits()
 
     @app.get("/v1/datasets", dependencies=auth)
     def datasets() -> Response:
@@ -161,6 +161,13 @@ def _dataset_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
                                "dataset-import", imported)  # fmt: skip
         return typed_response(Job, job, 202)
 
+
+def _feedback_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
+    """Feedback and production logs imported, each as a job."""
+    # One cache per route: a key reused on another route is another request.
+    feedback_imports: Submits[Job] = Submits()
+    log_imports: Submits[Job] = Submits()
+
     @app.post("/v1/feedback", dependencies=auth)
     async def import_feedback(
         request: Request, filename: str, idempotency_key: str | None = Header(None)
@@ -190,7 +197,9 @@ def _dataset_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
         return typed_response(Job, job, 202)
 
 
-def _analysis_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
+def _comparison_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
+    """Metrics per variant or version, and comparisons of variants or versions."""
+
     @app.get("/v1/analysis/metrics", dependencies=auth)
     def metrics(
         run_id: str | None = None, prompt: str | None = None, since: str | None = None
@@ -223,6 +232,10 @@ def _analysis_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
             planned_units=planned_units, keep_shared=keep_shared,
         )  # fmt: skip
         return typed_response(Comparison, compared)
+
+
+def _export_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
+    """A table as a file, written on disk and streamed from there."""
 
     @app.get("/v1/exports/{table}", dependencies=auth)
     def export(

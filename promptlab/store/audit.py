@@ -1,4 +1,7 @@
-"""Every SQL statement of the audit trail: appending chained events, reading, verifying.
+"""The audit trail's SQL: change events recorded, events and traces read, chains verified.
+
+Events are chained and inserted by audit_append.py (the engine's writer calls it for
+each batch); the filters reads take are in audit_filter.py.
 
 The chaining itself (canonical JSON, hashes, what verification concludes) is pure and
 lives in `promptlab.audit.chain`; see its docstring for how chains are anchored.
@@ -8,12 +11,10 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
-
-import duckdb
 
 from promptlab.audit.chain import (
     CHANGES_CHAIN,
@@ -21,7 +22,6 @@ from promptlab.audit.chain import (
     RUN_SUBMITTED,
     AuditDraft,
     AuditEvent,
-    chain_drafts,
     check_checkpoints,
     genesis_hash,
     run_chain,
@@ -31,40 +31,29 @@ from promptlab.audit.checks import check_anchor, missing_chain
 from promptlab.audit.redact import Redactor
 from promptlab.audit.report import ChainStatus, RunRows, VerifyReport
 from promptlab.records import VariantRecord
+from promptlab.store.audit_append import append_events
+from promptlab.store.audit_filter import DEFAULT_LIMIT, AuditFilter
+from promptlab.store.audit_filter import EVENT_COLUMNS as _COLUMNS
+from promptlab.store.audit_filter import event_from_row as _event
+from promptlab.store.audit_filter import filter_clauses as _where
 from promptlab.store.audit_rows import check_run_rows, stored_runs
 from promptlab.store.connection import Store
 from promptlab.store.runs import fetch_variants
 from promptlab.store.sessions import row_with_history
 
-_COLUMNS = 'chain, seq, event_id, trace_id, run_id, kind, actor, "at", payload, prev_hash, hash'
-#: Rows `events` returns unless told otherwise.
-DEFAULT_LIMIT = 1_000
+# The append (audit_append.py) and the filters (audit_filter.py) live beside this
+# module; their names stay importable from here, the private ones for audit_page.py.
+__all__ = [
+    "DEFAULT_LIMIT",
+    "VERIFY_PAGE",
+    "AuditFilter",
+    "AuditLog",
+    "ItemRecord",
+    "append_events",
+]
+
 #: Events per page read while verifying (a page is held in memory at once).
 VERIFY_PAGE = 5_000
-
-
-@dataclass(frozen=True)
-class AuditFilter:
-    """What the Audit page and `audit_events` filter on; None means any.
-
-    `version_id` and `model` match result events (and change events naming them);
-    `status` and `error_kind` match result and attempt events (an attempt's status is
-    `ok` or `error`); `experiment` matches the runs made from it and its own events.
-    """
-
-    run_id: str | None = None
-    experiment: str | None = None
-    version_id: str | None = None
-    model: str | None = None
-    status: str | None = None
-    error_kind: str | None = None
-    kind: str | None = None
-    trace_id: str | None = None
-    chain: str | None = None
-    since: datetime | None = None
-    until: datetime | None = None
-    limit: int | None = DEFAULT_LIMIT
-
 
 _ATTEMPT_COLUMNS = (
     "attempt, started_at, ended_at, outcome, error_kind, http_status, error_message, "
@@ -80,101 +69,6 @@ class ItemRecord:
     attempts: tuple[dict[str, Any], ...]
     values: dict[str, Any] | None
     variant: VariantRecord | None
-
-
-def append_events(
-    tx: duckdb.DuckDBPyConnection,
-    drafts: Sequence[AuditDraft],
-    clean: Callable[[str], str] | None = None,
-    known: Mapping[str, tuple[int, str]] | None = None,
-) -> dict[str, tuple[int, str]]:
-    """Chain and insert `drafts` inside the caller's transaction; return the new heads.
-
-    Heads not in `known` (what the caller last committed) are read in the same
-    transaction, so a batch continues from the last event that was stored, whatever a
-    crash dropped before it.
-    """
-    if not drafts:
-        return {}
-    chains = sorted({d.chain for d in drafts})
-    heads = {c: known[c] for c in chains if known is not None and c in known}
-    unknown = [c for c in chains if c not in heads]
-    if unknown:
-        for chain, seq, digest in tx.execute(
-            "SELECT chain, max(seq), arg_max(hash, seq) FROM audit_events "
-            "WHERE list_contains(?, chain) GROUP BY chain",
-            [unknown],
-        ).fetchall():
-            heads[chain] = (int(seq), str(digest))
-    for chain in unknown:
-        if chain not in heads:
-            heads[chain] = (0, _anchor(tx, chain))
-    suspect = clean.suspects if isinstance(clean, Redactor) else None
-    chained = chain_drafts(drafts, heads, clean, suspect)
-    import pyarrow as pa
-
-    text = pa.string()
-    table = pa.table(
-        {
-            "chain": pa.array(chained.chain, text),
-            "seq": pa.array(chained.seq, pa.int64()),
-            "event_id": pa.array(chained.event_id, text),
-            "trace_id": pa.array(chained.trace_id, text),
-            "run_id": pa.array(chained.run_id, text),
-            "kind": pa.array(chained.kind, text),
-            "actor": pa.array(chained.actor, text),
-            "at": pa.array(chained.at_us, pa.timestamp("us", tz="UTC")),
-            "payload": pa.array(chained.payload, text),
-            "prev_hash": pa.array(chained.prev_hash, text),
-            "hash": pa.array(chained.hash, text),
-        }
-    )
-    # A relation's insert, not register + INSERT + unregister: about 2 µs less per
-    # event at the engine's ceiling (DuckDB spends milliseconds per statement). The
-    # table's columns are in the stored order (_COLUMNS).
-    tx.from_arrow(table).insert_into("audit_events")
-    heads = chained.heads()
-    _move_anchors(tx, heads)
-    return heads
-
-
-def _move_anchors(tx: duckdb.DuckDBPyConnection, heads: Mapping[str, tuple[int, str]]) -> None:
-    """Set each chain's anchor to its new head, in the transaction that stored it.
-
-    One scalar UPDATE per chain (a batch holds one per run it writes), and an INSERT
-    for a chain's first events only: measured here, an UPDATE costs 0.55 ms, one over
-    unnested lists 1.1 ms and an upsert 1.5 ms, and this runs for every batch (the
-    engine's writer commits one every 0.2 s or 2,000 rows).
-    """
-    for chain, (seq, digest) in heads.items():
-        (moved,) = tx.execute(
-            "UPDATE audit_anchors SET head_seq = ?, head_hash = ? WHERE chain = ?",
-            [seq, digest, chain],
-        ).fetchall()[0]
-        if not moved:
-            tx.execute("INSERT INTO audit_anchors VALUES (?, ?, ?)", [chain, seq, digest])
-
-
-def _anchor(cur: duckdb.DuckDBPyConnection, chain: str) -> str:
-    """The prev_hash of a chain's first event: a run chain's `run.submitted` event."""
-    if chain.startswith("run:"):
-        # fetchall, not fetchone: an unfinished result would block the insert after it.
-        rows = cur.execute(
-            "SELECT hash FROM audit_events WHERE chain = ? AND kind = ? AND run_id = ? "
-            "ORDER BY seq LIMIT 1",
-            [CHANGES_CHAIN, RUN_SUBMITTED, chain.removeprefix("run:")],
-        ).fetchall()
-        if rows:
-            return str(rows[0][0])
-    return genesis_hash(chain)
-
-
-def _event(row: tuple[Any, ...]) -> AuditEvent:
-    chain, seq, event_id, trace_id, run_id, kind, actor, at, payload, prev, digest = row
-    return AuditEvent(
-        chain, int(seq), event_id, trace_id, run_id, kind, actor, at,
-        payload if isinstance(payload, str) else json.dumps(payload), prev, digest,
-    )  # fmt: skip
 
 
 class AuditLog:
@@ -441,44 +335,3 @@ class AuditLog:
             elif rows and run.has_chain and chain not in broken:
                 runs.append(check_run_rows(self.store, run))
         return VerifyReport(tuple(statuses), tuple(runs), tuple(unaudited))
-
-
-def _where(f: AuditFilter) -> tuple[list[str], list[Any]]:
-    clauses: list[str] = []
-    params: list[Any] = []
-
-    def add(sql: str, *values: Any) -> None:
-        clauses.append(sql)
-        params.extend(values)
-
-    if f.run_id is not None:
-        add("run_id = ?", f.run_id)
-    if f.experiment is not None:
-        # A run belongs to an experiment when its run.submitted event names it (every
-        # run made from one, split or not); change events name it themselves.
-        add(
-            "(run_id IN (SELECT run_id FROM audit_events WHERE chain = 'changes' AND "
-            "kind = 'run.submitted' AND json_extract_string(payload, '$.experiment') = ?) "
-            "OR json_extract_string(payload, '$.experiment') = ?)",
-            f.experiment,
-            f.experiment,
-        )
-    if f.version_id is not None:
-        add("json_extract_string(payload, '$.version_id') = ?", f.version_id)
-    if f.model is not None:
-        add("json_extract_string(payload, '$.model') = ?", f.model)
-    if f.status is not None:
-        add("json_extract_string(payload, '$.status') = ?", f.status)
-    if f.error_kind is not None:
-        add("json_extract_string(payload, '$.error_kind') = ?", f.error_kind)
-    if f.kind is not None:
-        add("kind = ?", f.kind)
-    if f.trace_id is not None:
-        add("trace_id = ?", f.trace_id)
-    if f.chain is not None:
-        add("chain = ?", f.chain)
-    if f.since is not None:
-        add('"at" >= ?', f.since)
-    if f.until is not None:
-        add('"at" <= ?', f.until)
-    return clauses, params

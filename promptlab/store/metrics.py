@@ -163,32 +163,8 @@ class MetricsReads:
         window, args = _since(since)
         fb_window, fb_args = _since(since, "event_time")
         with self.store.read() as cur:
-            name_filter, name_args = "", []
-            if prompt is not None:
-                if not cur.execute("SELECT 1 FROM prompts WHERE name = ?", [prompt]).fetchone():
-                    raise NotFoundError(f"no prompt named {prompt!r}")
-                name_filter, name_args = " WHERE prompt_name = ?", [prompt]
-            join = "JOIN" if prompt is not None else "LEFT JOIN"
-            version_filter = (
-                " AND prompt_version_id IN (SELECT id FROM prompt_versions WHERE prompt_name = ?)"
-                if prompt is not None
-                else ""
-            )
-            # Feedback on a result counts for that result's model; feedback that names only
-            # a version and a unit counts when the version ran on one model (else no row
-            # can claim it). Only versions run on several models need each result's model
-            # joined in: a join on every key passed the store's memory at a million.
-            feedback = (
-                "multi AS (SELECT DISTINCT prompt_version_id FROM agg WHERE NOT only_model), "
-                "fsrc AS (SELECT f.prompt_version_id, r.model, f.idempotency_key, f.unit_id, "
-                "f.kind FROM feedback f LEFT JOIN (SELECT idempotency_key, "
-                "endpoint || ':' || model AS model FROM results "
-                "WHERE prompt_version_id IN (SELECT prompt_version_id FROM multi)) r "
-                f"USING (idempotency_key) WHERE true{fb_window}{version_filter}), "
-                + _FEEDBACK_PER_KEY.format(
-                    group="prompt_version_id, model", source="fsrc", where="true"
-                )
-            )
+            name_filter, name_args, join, version_filter = _version_filters(cur, prompt)
+            feedback = _version_feedback(fb_window, version_filter)
             rows = cur.execute(
                 "WITH names AS (SELECT id, any_value(prompt_name) AS prompt_name, "
                 "any_value(semver) AS semver, any_value(major) AS major, "
@@ -282,6 +258,43 @@ class MetricsReads:
                 [run_id],
             ).fetchall()
         return {r[0]: int(r[1]) for r in rows}
+
+
+def _version_filters(
+    cur: duckdb.DuckDBPyConnection, prompt: str | None
+) -> tuple[str, list[Any], str, str]:
+    """What keeps `prompt`'s versions in `version_metrics` (every version when None):
+    the names filter, its args, the names join, the results filter. An unknown prompt
+    is an error."""
+    if prompt is None:
+        return "", [], "LEFT JOIN", ""
+    if not cur.execute("SELECT 1 FROM prompts WHERE name = ?", [prompt]).fetchone():
+        raise NotFoundError(f"no prompt named {prompt!r}")
+    return (
+        " WHERE prompt_name = ?",
+        [prompt],
+        "JOIN",
+        " AND prompt_version_id IN (SELECT id FROM prompt_versions WHERE prompt_name = ?)",
+    )
+
+
+def _version_feedback(fb_window: str, version_filter: str) -> str:
+    """The CTEs (`multi`, `fsrc`, `fb`) summing feedback per version and model, after `agg`.
+
+    Feedback on a result counts for that result's model; feedback that names only a
+    version and a unit counts when the version ran on one model (else no row can claim
+    it). Only versions run on several models need each result's model joined in: a join
+    on every key passed the store's memory at a million.
+    """
+    return (
+        "multi AS (SELECT DISTINCT prompt_version_id FROM agg WHERE NOT only_model), "
+        "fsrc AS (SELECT f.prompt_version_id, r.model, f.idempotency_key, f.unit_id, "
+        "f.kind FROM feedback f LEFT JOIN (SELECT idempotency_key, "
+        "endpoint || ':' || model AS model FROM results "
+        "WHERE prompt_version_id IN (SELECT prompt_version_id FROM multi)) r "
+        f"USING (idempotency_key) WHERE true{fb_window}{version_filter}), "
+        + _FEEDBACK_PER_KEY.format(group="prompt_version_id, model", source="fsrc", where="true")
+    )
 
 
 def _since(since: datetime | None, column: str = "finished_at") -> tuple[str, list[Any]]:

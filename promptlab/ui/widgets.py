@@ -42,57 +42,69 @@ def variable_inputs(schema: Mapping[str, Any], key: str) -> dict[str, Any]:
         help_text = escape_markdown(
             str(spec.get("description") or f"JSON Schema: {json.dumps(spec)}")
         )
-        widget_key = f"{key}::{name}"
-        kind = spec.get("type", "string")
-        if "enum" in spec:
-            options = list(spec["enum"])
-            default = spec.get("default", options[0])
-            index = options.index(default) if default in options else 0
-            values[name] = st.selectbox(label, options, index=index, key=widget_key, help=help_text)
-        elif kind == "integer":
-            values[name] = int(
-                st.number_input(
-                    label,
-                    value=int(spec.get("default", spec.get("minimum", 0))),
-                    step=1,
-                    key=widget_key,
-                    help=help_text,
-                )
-            )
-        elif kind == "number":
-            values[name] = st.number_input(
-                label, value=float(spec.get("default", spec.get("minimum", 0.0))), key=widget_key,
-                help=help_text,
-            )  # fmt: skip
-        elif kind == "boolean":
-            values[name] = st.checkbox(
-                label, value=bool(spec.get("default", False)), key=widget_key, help=help_text
-            )
-        elif kind == "array" and spec.get("items", {}).get("type", "string") == "string":
-            text = st.text_area(
-                f"{label}, one item per line",
-                value="\n".join(spec.get("default", [f"sample {name} 1", f"sample {name} 2"])),
-                key=widget_key,
-                help=help_text,
-            )
-            values[name] = [line for line in text.splitlines() if line.strip()]
-        elif kind in {"array", "object"}:
-            text = st.text_area(
-                f"{label} (JSON)",
-                value=json.dumps(spec.get("default", [] if kind == "array" else {})),
-                key=widget_key,
-                help=help_text,
-            )
-            try:  # NaN and deep nesting too: strict_loads refuses them as ValueErrors
-                values[name] = strict_loads(text)
-            except ValueError:
-                values[name] = text  # validation reports the wrong type by name
-        else:
-            default = str(spec.get("default", f"Sample {name.replace('_', ' ')}"))
-            long = spec.get("maxLength", LONG_TEXT_CHARS + 1) > LONG_TEXT_CHARS
-            widget = st.text_area if long else st.text_input
-            values[name] = widget(label, value=default, key=widget_key, help=help_text)
+        values[name] = variable_input(name, spec, label, f"{key}::{name}", help_text)
     return values
+
+
+def variable_input(
+    name: str, spec: Mapping[str, Any], label: str, widget_key: str, help_text: str
+) -> Any:
+    """The input of one variable, by its schema's enum or type; returns its value."""
+    kind = spec.get("type", "string")
+    if "enum" in spec:
+        options = list(spec["enum"])
+        default = spec.get("default", options[0])
+        index = options.index(default) if default in options else 0
+        return st.selectbox(label, options, index=index, key=widget_key, help=help_text)
+    if kind == "integer":
+        return int(
+            st.number_input(
+                label,
+                value=int(spec.get("default", spec.get("minimum", 0))),
+                step=1,
+                key=widget_key,
+                help=help_text,
+            )
+        )
+    if kind == "number":
+        return st.number_input(
+            label, value=float(spec.get("default", spec.get("minimum", 0.0))), key=widget_key,
+            help=help_text,
+        )  # fmt: skip
+    if kind == "boolean":
+        return st.checkbox(
+            label, value=bool(spec.get("default", False)), key=widget_key, help=help_text
+        )
+    if kind in {"array", "object"}:
+        return structured_input(name, spec, kind, label, widget_key, help_text)
+    default = str(spec.get("default", f"Sample {name.replace('_', ' ')}"))
+    long = spec.get("maxLength", LONG_TEXT_CHARS + 1) > LONG_TEXT_CHARS
+    widget = st.text_area if long else st.text_input
+    return widget(label, value=default, key=widget_key, help=help_text)
+
+
+def structured_input(
+    name: str, spec: Mapping[str, Any], kind: str, label: str, widget_key: str, help_text: str
+) -> Any:
+    """An array of strings as one item per line; any other array or object as JSON."""
+    if kind == "array" and spec.get("items", {}).get("type", "string") == "string":
+        text = st.text_area(
+            f"{label}, one item per line",
+            value="\n".join(spec.get("default", [f"sample {name} 1", f"sample {name} 2"])),
+            key=widget_key,
+            help=help_text,
+        )
+        return [line for line in text.splitlines() if line.strip()]
+    text = st.text_area(
+        f"{label} (JSON)",
+        value=json.dumps(spec.get("default", [] if kind == "array" else {})),
+        key=widget_key,
+        help=help_text,
+    )
+    try:  # NaN and deep nesting too: strict_loads refuses them as ValueErrors
+        return strict_loads(text)
+    except ValueError:
+        return text  # validation reports the wrong type by name
 
 
 def show_messages(messages: Sequence[Mapping[str, str]]) -> None:

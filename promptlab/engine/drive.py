@@ -1,0 +1,230 @@
+"""The engine's runs on its loop, from plan to recorded end: planned, executed with the
+collector tuned, halted on request, and ended (after-run work, the end recorded, or held
+in memory while the store cannot take it). The Engine (engine/executor.py) is built on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+from promptlab.audit.actor import current_actor
+from promptlab.audit.chain import Masker
+from promptlab.audit.redact import redact
+from promptlab.clock import Clock
+from promptlab.config import Settings
+from promptlab.engine.collector import CollectorHold
+from promptlab.engine.dependencies import WaitingRuns
+from promptlab.engine.lanes import EndpointPool
+from promptlab.engine.prepare import PreparedRun
+from promptlab.engine.progress import Counters
+from promptlab.engine.run import RunExecution
+from promptlab.engine.spec import RunSpec
+from promptlab.engine.writer import STORE_UNWRITABLE, BatchWriter
+from promptlab.errors import PromptlabError, StoreError
+from promptlab.records import AlertRecord, RunStatus
+from promptlab.scoring.ended import run_ended
+from promptlab.store import ItemStore, ReadModels, RunStore, Store
+from promptlab.store.alerts import AlertStore
+from promptlab.store.audit import AuditLog
+from promptlab.store.connection import is_storage_failure
+
+# The engine's logger, as before these moved out of engine/executor.py: filters keep working.
+log = logging.getLogger("promptlab.engine.executor")
+
+
+@dataclass
+class ActiveRun:
+    """A run going on the loop: its execution and counters once planned, its task, and
+    the event its waiters block on; a cancel or pause asked before the execution exists."""
+
+    execution: RunExecution | None
+    counters: Counters | None
+    task: asyncio.Task[None]
+    done: threading.Event
+    cancel_requested: bool = False
+    pause_requested: bool = False
+
+
+class RunDriver:
+    """The Engine's part that drives its runs on the loop and records how they end.
+
+    It keeps no state of its own: the attributes below are the engine's, set up by
+    `Engine.__init__`.
+    """
+
+    store: Store
+    runs: RunStore
+    items: ItemStore
+    reads: ReadModels
+    alerts: AlertStore
+    audit_log: AuditLog
+    settings: Settings
+    clock: Clock
+    submit: Callable[[RunSpec], str]
+    _loop: asyncio.AbstractEventLoop
+    _pool: EndpointPool
+    _writer: BatchWriter
+    _waiting: WaitingRuns
+    _active: dict[str, ActiveRun]
+    _collector_holds: set[CollectorHold]
+    _unrecorded_ends: dict[str, tuple[str, str]]
+
+    def _audit_change(self, kind: str, run_id: str, payload: dict[str, Any]) -> None:
+        """A run's change event (submitted, resumed, cancelled), when the audit is on."""
+        if self.settings.audit:
+            actor = current_actor(self.settings.author)
+            self.audit_log.record_change(kind, actor, payload, run_id=run_id)
+
+    def _audit_end(self, run_id: str, status: str, reason: str | None) -> None:
+        if self.settings.audit:
+            self.audit_log.record_run_end(
+                run_id, self.settings.author, {"status": str(status), "reason": reason}
+            )
+
+    def _finish(self, run_id: str) -> None:
+        active = self._active.pop(run_id, None)
+        if active is not None:
+            active.done.set()
+        if self._waiting:  # its status is recorded: what waits for it may go on
+            self._loop.run_in_executor(None, self._waiting.ended, run_id)
+
+    def _skip(self, run_id: str, reason: str) -> None:
+        self.runs.set_status(run_id, RunStatus.FAILED, reason)  # one it comes after failed
+        self._audit_change("run.skipped", run_id, {"reason": reason})
+        self._audit_end(run_id, RunStatus.FAILED, reason)
+
+    def _halt_on_loop(self, run_id: str, pause: bool) -> None:
+        """Cancel (or pause) an active run, now or as soon as its execution exists."""
+        active = self._active.get(run_id)
+        if active is not None:
+            active.pause_requested |= pause
+            active.cancel_requested |= not pause
+            if active.execution is not None:
+                (active.execution.pause if pause else active.execution.cancel)()
+
+    async def _tuned(self, run: Coroutine[Any, Any, None]) -> None:
+        """A run with its hold on the collector's tuning, planning included (it makes an
+        object per dataset row and per item)."""
+        hold = CollectorHold(self.settings.tune_gc)
+        self._collector_holds.add(hold)
+        try:
+            await run
+        finally:
+            hold.release()
+            self._collector_holds.discard(hold)
+
+    async def _drive(self, run_id: str, prepared: PreparedRun) -> None:
+        """Plan the run (when it is not yet), schedule it, run it, record how it ended."""
+        active = self._active[run_id]
+        try:
+            if prepared.plan_rows is not None:
+                await asyncio.to_thread(self.items.plan_items, run_id, prepared.plan(run_id))
+            rows = await asyncio.to_thread(self.items.row_count, run_id)
+            await asyncio.to_thread(self.runs.set_status, run_id, RunStatus.SCHEDULED)
+            record = await asyncio.to_thread(self.runs.get_run, run_id)
+            counts = await asyncio.to_thread(self.reads.item_counts, run_id)
+            counters = Counters(counts, record.total_items, self.clock)
+            alert_writes: list[asyncio.Task[None]] = []
+
+            def store_alerts(alerts: list[AlertRecord]) -> None:
+                alert_writes.append(asyncio.create_task(self._store_alerts(run_id, alerts)))
+
+            execution = self._execution(run_id, prepared, rows, counters, store_alerts)
+            active.execution, active.counters = execution, counters
+            if active.cancel_requested or active.pause_requested:
+                self._halt_on_loop(run_id, pause=not active.cancel_requested)
+            await asyncio.to_thread(self.runs.set_status, run_id, RunStatus.RUNNING)
+            await execution.execute()
+            await asyncio.gather(*alert_writes)
+            await self._close_run(run_id, execution, prepared.spec)
+        except Exception as exc:
+            await self._fail_run(run_id, exc, prepared.spec)
+
+    def _execution(
+        self,
+        run_id: str,
+        prepared: PreparedRun,
+        rows: int,
+        counters: Counters,
+        alert_sink: Callable[[list[AlertRecord]], None],
+    ) -> RunExecution:
+        spec = prepared.spec
+        lanes = self._pool.lanes(prepared.variants, prepared.endpoints, spec.limits)
+        return RunExecution(
+            run_id, prepared.variants, lanes, spec.retry, self.items, self._writer, counters,
+            self.clock, repeats=spec.repeats, rows=rows, alert_sink=alert_sink,
+            reask=spec.reask, audit=self.settings.audit, top_logprobs=spec.top_logprobs,
+            replay=prepared.replay,
+            masker=Masker(self.settings.mask) if self.settings.mask else None,
+        )  # fmt: skip
+
+    async def _fail_run(self, run_id: str, exc: Exception, spec: RunSpec) -> None:
+        if is_storage_failure(exc):
+            log.error("run %s failed: %s: %s", run_id, STORE_UNWRITABLE, exc)
+        elif isinstance(exc, PromptlabError) and not isinstance(exc, StoreError):
+            log.error("run %s failed: %s", run_id, exc)  # explained: its message says it all
+        else:  # a bug, or the database refusing what the engine wrote: keep the traceback
+            log.exception("run %s failed", run_id)
+        reason = f"{STORE_UNWRITABLE}: {exc}" if is_storage_failure(exc) else str(exc)
+        await self._end_run(run_id, RunStatus.FAILED, reason, f"run failed: {reason}", spec)
+
+    async def _store_alerts(self, run_id: str, alerts: list[AlertRecord]) -> None:
+        """A small insert off the loop; an alert the store cannot take is only logged
+        (`wb.analysis.detect_anomalies` recomputes every alert from the stored results)."""
+        try:
+            await asyncio.to_thread(self.alerts.add, alerts)
+        except Exception as exc:  # noqa: BLE001 - an alert must never fail the run
+            log.warning("run %s: alerts not stored: %s", run_id, exc)
+        for alert in alerts:
+            log.warning("run %s: alert: %s", run_id, alert.message)
+
+    async def _close_run(self, run_id: str, execution: RunExecution, spec: RunSpec) -> None:
+        if execution.stop_reason is not None:
+            reason = f"stopped: {execution.stop_reason}"
+            await self._end_run(run_id, RunStatus.FAILED, reason, reason, spec)
+        elif execution.cancelled:
+            await self._end_run(run_id, RunStatus.CANCELLED, "cancelled", "run cancelled", spec)
+        elif execution.paused:
+            await self._writer.flush()  # not an end: no cancelled rows, no end event
+            await asyncio.to_thread(self.runs.set_status, run_id, RunStatus.PAUSED, "paused")
+        else:
+            counts = await asyncio.to_thread(self.reads.item_counts, run_id)
+            left = counts["pending"] + counts["in_flight"]
+            if left:  # should not happen: say so rather than call the run complete
+                reason = f"{left} items were left unfinished"
+                await self._end_run(run_id, RunStatus.FAILED, reason, None, spec)
+            else:
+                await self._end_run(run_id, RunStatus.COMPLETED, None, None, spec)
+
+    async def _end_run(
+        self, run_id: str, status: RunStatus, reason: str | None, cancel: str | None, spec: RunSpec
+    ) -> None:
+        """After-run work (scoring/ended.py; first: a kill during it leaves the run to resume),
+        then the end (in memory if unstored); open items' cancelled rows once answers are."""
+        flushed = await self._writer.flush()
+        try:
+            if cancel is not None and flushed:
+                await asyncio.to_thread(self.items.cancel_open_items, run_id, cancel)
+            if flushed:  # else the store takes no writes: the work could not be stored
+                ended = (self.store, run_id, spec, status, reason, self.submit)
+                await asyncio.to_thread(run_ended, *ended)
+            await asyncio.to_thread(self.runs.set_status, run_id, status, reason)
+            self._unrecorded_ends.pop(run_id, None)
+            if flushed:  # the chain's head is then stored: the end event pins it
+                await asyncio.to_thread(self._audit_end, run_id, status, reason)
+        except Exception as exc:
+            if not is_storage_failure(exc):
+                raise
+            said = reason or status
+            note = (
+                f"{said} (not recorded in the database)"
+                if STORE_UNWRITABLE in said
+                else f"{said} (not recorded: {STORE_UNWRITABLE}: {exc})"
+            )
+            self._unrecorded_ends[run_id] = (status, redact(note))
+            log.error("run %s: %s", run_id, note)
