@@ -49,6 +49,7 @@ def run_once(
     figure a busy machine disturbs least), and the audit events it wrote."""
     from promptlab.config import Settings
     from promptlab.engine import Engine, parse_spec
+    from promptlab.evaluation.ended import run_ended
     from promptlab.store import Store
 
     spec = parse_spec(
@@ -59,7 +60,7 @@ def run_once(
     )  # fmt: skip
     settings = replace(Settings.from_env(), audit=audit, tune_gc=tune_gc)
     db = workdir / f"audit-{time.monotonic_ns()}.duckdb"
-    with Store(db) as store, Engine(store, settings=settings) as engine:
+    with Store(db) as store, Engine(store, settings=settings, on_run_ended=run_ended) as engine:
         t0, cpu0 = time.monotonic(), time.process_time()
         run_id = engine.submit(spec)
         final = engine.wait(run_id)

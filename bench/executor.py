@@ -231,6 +231,7 @@ def run_engine(
 ) -> dict[str, Any]:  # fmt: skip
     """Run the texts through a fresh Engine with persistence on; return measurements."""
     from promptlab.engine import Engine, parse_spec
+    from promptlab.evaluation.ended import run_ended
     from promptlab.store import Store
 
     dataset = write_dataset(workdir, texts)
@@ -241,7 +242,7 @@ def run_engine(
     factory: dict[str, Any] = (
         {"provider_factory": lambda cfg: AiohttpProvider(cfg.name, f"{base}/v1")} if lean else {}
     )
-    with Store(db) as store, Engine(store, **factory) as engine:
+    with Store(db) as store, Engine(store, on_run_ended=run_ended, **factory) as engine:
         t0 = time.monotonic()
         run_id = engine.submit(spec)
         final = engine.wait(run_id)

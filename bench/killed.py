@@ -159,6 +159,7 @@ def kill_part(n: int) -> None:
 def run_once(workdir: Path, base: str, texts: list[str], log_on: bool) -> dict[str, float]:
     from promptlab.config import Settings
     from promptlab.engine import Engine, parse_spec
+    from promptlab.evaluation.ended import run_ended
     from promptlab.store import Store
 
     spec = parse_spec(
@@ -169,7 +170,7 @@ def run_once(workdir: Path, base: str, texts: list[str], log_on: bool) -> dict[s
     )  # fmt: skip
     settings = replace(Settings.from_env(), answer_log=log_on)
     db = workdir / f"ceiling-{time.monotonic_ns()}.duckdb"
-    with Store(db) as store, Engine(store, settings=settings) as engine:
+    with Store(db) as store, Engine(store, settings=settings, on_run_ended=run_ended) as engine:
         t0, cpu0 = time.monotonic(), time.process_time()
         run_id = engine.submit(spec)
         final = engine.wait(run_id)

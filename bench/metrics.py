@@ -40,7 +40,7 @@ from bench._fill import (  # noqa: E402
     timed,
 )
 from promptlab.analysis.compare import compare_arms, compare_paired  # noqa: E402
-from promptlab.store.samples import SampleReads  # noqa: E402
+from promptlab.store.unit_samples import SampleReads  # noqa: E402
 
 
 def main() -> None:

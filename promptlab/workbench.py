@@ -1,7 +1,8 @@
 """The composition root the pages and the CLI open: one database, its facades, one engine.
 
 One Workbench per database. It opens the store, owns the shared engine (started when
-first needed) and the settings, and composes one facade per domain (promptlab/facades/):
+first needed, with evaluation's after-run work as its run-ended hook) and the settings,
+and composes one facade per domain (promptlab/facades/):
 `wb.prompts`, `wb.runs`, `wb.schedules`, `wb.experiments`, `wb.datasets`, `wb.analysis`,
 `wb.exports`, `wb.audit`, `wb.review`, `wb.tokens` and `wb.demo`. Pages and commands call the
 facades; the rows and figures pages show come from `promptlab.views`, record types from
@@ -18,6 +19,7 @@ from promptlab.config import Settings
 from promptlab.engine import Engine
 from promptlab.engine.spill import spill_dirs, store_spills
 from promptlab.errors import StoreError
+from promptlab.evaluation.ended import run_ended
 from promptlab.facades.analysis import Analysis
 from promptlab.facades.audit import Audit
 from promptlab.facades.context import Context
@@ -89,7 +91,11 @@ class Workbench:
         workbench whichever threads ask first."""
         with self._engine_lock:
             if self._engine is None:
-                self._engine = Engine(self.store, settings=self.settings, registry=self._registry)
+                # The engine calls evaluation's after-run work at each end of a run.
+                self._engine = Engine(
+                    self.store, settings=self.settings, registry=self._registry,
+                    on_run_ended=run_ended,
+                )  # fmt: skip
             return self._engine
 
     def close(self) -> None:

@@ -22,7 +22,7 @@ from promptlab.analysis.simulate import (
 )
 from promptlab.analysis.stats import MIN_ROWS_PAIRED, MIN_UNITS_PER_ARM
 from promptlab.analysis.units import Estimate
-from promptlab.records.samples import SCORE_PREFIX
+from promptlab.records.unit_samples import SCORE_PREFIX
 
 TRAFFIC = Traffic()
 #: The family-wise false-positive rate the table may reach (5% nominal, plus room for

@@ -1,4 +1,4 @@
-"""After-run work runs once per run end (promptlab/scoring/ended.py), whatever the path:
+"""After-run work runs once per run end (promptlab/evaluation/ended.py), whatever the path:
 pause and resume, cancel (running or paused) and resume, kill -9 of `promptlab run` and
 `promptlab resume`, a run that fails. Every kind of work is in each spec: a plain
 scorer, a judge, a cross-check's validation run, its decisions and review queue, and
@@ -29,14 +29,15 @@ from streamlit.testing.v1 import AppTest
 from promptlab.cli import main
 from promptlab.cli.common import EXIT_AFTER_RUN_FAILED
 from promptlab.config import Settings
+from promptlab.engine.ended import RunEnd, spec_submit
 from promptlab.engine.spec import parse_spec
 from promptlab.errors import SpecError
+from promptlab.evaluation.ended import run_ended
+from promptlab.evaluation.judges import StaleJudge, store_verdicts
 from promptlab.facades.run_view import RunView
 from promptlab.fakellm.server import RunningServer
 from promptlab.prompts.files import parse_prompt_data
 from promptlab.records import RunStatus
-from promptlab.scoring.ended import run_ended
-from promptlab.scoring.judges import StaleJudge, store_verdicts
 from promptlab.server.typed import from_wire, to_wire
 from promptlab.store.afterrun import AfterRunStore
 from promptlab.store.review import ReviewStore
@@ -201,7 +202,8 @@ def ended_once(wb: Workbench, run_id: str, name: str, judge: RunningServer) -> N
     assert len(ReviewStore(wb.store).items("open", run_id)) == decided[1]
     # A second end of the same run (a trigger come again) starts nothing.
     spec = parse_spec(view.run.spec, trusted=True)
-    run_ended(wb.store, run_id, spec, RunStatus.COMPLETED, None, wb.engine.submit)
+    submit = spec_submit(wb.engine.submit)
+    run_ended(RunEnd(wb.store, run_id, spec, RunStatus.COMPLETED, None, submit))
     assert children(wb, name) == found and judge_calls(judge) == view.counts.succeeded
     assert work_of(wb, run_id) == EVERY_WORK
 

@@ -306,6 +306,7 @@ def test_two_versions_replayed_are_compared_per_session(tmp_path: Path, db_path:
 
 
 def test_a_session_completes_only_when_every_turn_does(tmp_path: Path, db_path: Path) -> None:
+    from promptlab.analysis.intervals import session_interval
     from promptlab.data.datasets import DatasetStore
     from promptlab.engine import Engine, parse_spec
     from promptlab.engine.testing import ScriptedProvider
@@ -333,7 +334,7 @@ def test_a_session_completes_only_when_every_turn_does(tmp_path: Path, db_path: 
             eng.wait(run_id, timeout=60)
         (row,) = SessionReads(store).per_variant(run_id)
     assert (row.sessions, row.completed, row.turns_per_session) == (3, 2, 2.0)
-    assert row.completion == pytest.approx(2 / 3) and row.interval is not None
+    assert row.completion == pytest.approx(2 / 3) and session_interval(row) is not None
 
 
 def test_a_replay_with_a_user_column_is_compared_per_user(tmp_path: Path, db_path: Path) -> None:

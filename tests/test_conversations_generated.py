@@ -250,7 +250,7 @@ def test_a_killed_replay_resumes_mid_session_without_sending_a_finished_turn(
 
 
 def test_what_the_log_holds_before_the_first_user_message_is_kept() -> None:
-    from promptlab.data.conversations import generated_history
+    from promptlab.conversations.replay import generated_history
 
     greeting = {"role": "assistant", "content": "Hi! How can I help?", "at": "1"}
     logged = [greeting, {"role": "user", "content": "Hello", "at": "2"},

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from promptlab.data.conversations import (
+from promptlab.conversations.replay import (
     BEFORE_KEY,
     CONVERSATION_KEY,
     TURN_KEY,
@@ -26,8 +26,8 @@ from promptlab.data.conversations import (
     generated_history,
     with_conversation,
 )
+from promptlab.conversations.shards import ShardCutter, shard_history
 from promptlab.data.datasets import DatasetStore
-from promptlab.data.shards import ShardCutter, shard_history
 from promptlab.engine import Engine, parse_spec
 from promptlab.engine.histories import SessionHistories
 from promptlab.engine.testing import ScriptedProvider

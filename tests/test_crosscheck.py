@@ -16,9 +16,7 @@ import pytest
 from promptlab.engine import Engine, parse_spec
 from promptlab.engine.testing import ScriptedProvider
 from promptlab.errors import SpecError
-from promptlab.providers.base import CompletionRequest
-from promptlab.records import RunStatus
-from promptlab.scoring.crosscheck import (
+from promptlab.evaluation.crosscheck import (
     ADJUST,
     Answer,
     CrossCheck,
@@ -31,6 +29,9 @@ from promptlab.scoring.crosscheck import (
     read_answer,
     weights_from_f1,
 )
+from promptlab.evaluation.ended import run_ended
+from promptlab.providers.base import CompletionRequest
+from promptlab.records import RunStatus
 from promptlab.store import Store
 from promptlab.store.audit import AuditFilter, AuditLog
 from promptlab.store.crosscheck import CrosscheckStore
@@ -185,7 +186,12 @@ def engine(db_path: Path) -> Iterator[tuple[Store, Engine]]:
     provider = ScriptedProvider(answer=scripted)
     with (
         Store(db_path) as store,
-        Engine(store, endpoints=ENDPOINTS, provider_factory=lambda _cfg: provider) as eng,
+        Engine(
+            store,
+            endpoints=ENDPOINTS,
+            provider_factory=lambda _cfg: provider,
+            on_run_ended=run_ended,
+        ) as eng,
     ):
         yield store, eng
 

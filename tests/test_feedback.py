@@ -15,6 +15,7 @@ import duckdb
 import pytest
 from click.testing import CliRunner, Result
 
+from promptlab.analysis.intervals import ctr_interval
 from promptlab.analysis.stats import wilson_interval
 from promptlab.cli import main
 from promptlab.data.demo import DEMO_CLICK_SEED, demo_feedback_events
@@ -241,7 +242,7 @@ def test_ctr_per_variant_and_version(
     assert (rows["control"].impressions, rows["control"].clicks) == (20, 4)
     assert (rows["staging"].impressions, rows["staging"].clicks) == (10, 6)
     assert rows["staging"].thumbs_up == 1 and rows["control"].ctr == 0.2
-    assert rows["staging"].ctr_interval == wilson_interval(6, 10)
+    assert ctr_interval(rows["staging"]) == wilson_interval(6, 10)
     versions = {r.prompt_version: r for r in wb.analysis.metrics(prompt="ticket-triage")}
     assert (versions["1.1.0"].impressions, versions["1.1.0"].clicks) == (20, 4)
     assert (versions["2.0.0"].impressions, versions["2.0.0"].clicks) == (10, 6)

@@ -79,6 +79,91 @@ def test_the_server_never_imports_the_cli(path: Path) -> None:
         )
 
 
+def absolute_imports(path: Path) -> list[str]:
+    """Every module a file imports (at its top, under TYPE_CHECKING or inside a function),
+    relative imports resolved against the file's package."""
+    package = path.relative_to(ROOT).parent.parts
+    names = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else ()
+            module = ".".join([*base, *([node.module] if node.module else [])])
+            # `from . import stats` names modules, not just their package.
+            names.extend([module] if node.module else [f"{module}.{a.name}" for a in node.names])
+    return names
+
+
+@pytest.mark.parametrize(
+    "path", sorted((ROOT / "promptlab" / "records").rglob("*.py")), ids=lambda p: p.name
+)
+def test_the_records_never_import_the_analysis(path: Path) -> None:
+    """Records are the low layer of shared types: statistics on them (intervals) live in
+    promptlab/analysis/, which imports the records, never the other way (issue 39)."""
+    for name in absolute_imports(path):
+        assert not (name == "promptlab.analysis" or name.startswith("promptlab.analysis.")), (
+            f"records/{path.name} imports {name}"
+        )
+
+
+def runtime_imports(path: Path) -> list[str]:
+    """Every module a file imports when it runs: at its top or inside a function, but not
+    under `if TYPE_CHECKING:` (type names only; its `else:` runs and counts)."""
+    package = path.relative_to(ROOT).parent.parts
+    names: list[str] = []
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            names.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):  # a relative one resolved from the package
+            base = package[: len(package) - node.level + 1] if node.level else ()
+            module = ".".join([*base, *([node.module] if node.module else [])])
+            # `from promptlab import engine` imports the engine too.
+            names.extend([module, *(f"{module}.{alias.name}" for alias in node.names)])
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(path.read_text(encoding="utf-8")))
+    return names
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+@pytest.mark.parametrize(
+    "path", sorted((ROOT / "promptlab" / "evaluation").rglob("*.py")), ids=lambda p: p.name
+)
+def test_evaluation_never_imports_the_engine_at_run_time(path: Path) -> None:
+    """The engine calls evaluation's after-run work through its run-ended hook and submits
+    the runs that work asks for (issue 39): evaluation imports the engine for type names
+    only, so the engine may import evaluation's parsers (scorers, cross-checks)."""
+    for name in runtime_imports(path):
+        assert not (name == "promptlab.engine" or name.startswith("promptlab.engine.")), (
+            f"evaluation/{path.name} imports {name}"
+        )
+
+
+@pytest.mark.parametrize(
+    "path", sorted((ROOT / "promptlab" / "conversations").rglob("*.py")), ids=lambda p: p.name
+)
+def test_conversations_never_import_the_engine(path: Path) -> None:
+    """Sessions, histories and shards are one idea in conversations/ (issue 39); the engine
+    sends replayed turns with them (engine/histories.py, engine/sharding.py), never the
+    reverse."""
+    for name in runtime_imports(path):
+        assert not (name == "promptlab.engine" or name.startswith("promptlab.engine.")), (
+            f"conversations/{path.name} imports {name}"
+        )
+
+
 # ---- the shape of the library --------------------------------------------------------
 
 LIBRARY = ROOT / "promptlab"

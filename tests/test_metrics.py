@@ -18,6 +18,7 @@ from scipy.stats import chisquare
 from scipy.stats import t as student_t
 
 from promptlab.analysis.compare import parse_since
+from promptlab.analysis.intervals import completion_interval
 from promptlab.analysis.stats import MIN_UNITS_PER_ARM, Verdict
 from promptlab.config import Settings
 from promptlab.errors import NotFoundError, PromptlabError
@@ -72,7 +73,7 @@ def test_run_metrics_match_the_stored_rows(wb: Workbench, runs: tuple[Path, str,
         assert found == pytest.approx(quantiles.tolist())
         assert row.latency_mean_ms == pytest.approx(x.mean())
         assert row.input_tokens > 0 and row.cost_usd > 0 and row.open == 0
-        ci = row.completion_interval
+        ci = completion_interval(row)
         assert ci.low < 1.0 == ci.high
 
 

@@ -14,14 +14,16 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from promptlab.analysis.intervals import score_interval
 from promptlab.analysis.stats import wilson_interval
 from promptlab.cli import main
 from promptlab.config import Settings
 from promptlab.engine import Engine, parse_spec
 from promptlab.engine.testing import ScriptedProvider
 from promptlab.errors import SpecError
+from promptlab.evaluation.ended import run_ended
+from promptlab.evaluation.scorers import ScoreStatus, parse_scorers
 from promptlab.records import RunStatus
-from promptlab.scoring.scorers import ScoreStatus, parse_scorers
 from promptlab.store import Store
 from promptlab.store.audit import AuditFilter
 from promptlab.store.scores import ScoreStore
@@ -126,7 +128,10 @@ def _spec(dataset: Path) -> Any:
 def scored_run(tmp_path: Path, db_path: Path) -> Iterator[tuple[Store, str]]:
     with Store(db_path) as store:
         provider = ScriptedProvider()
-        with Engine(store, endpoints=ENDPOINTS, provider_factory=lambda _cfg: provider) as eng:
+        with Engine(
+            store, endpoints=ENDPOINTS, provider_factory=lambda _cfg: provider,
+            on_run_ended=run_ended,
+        ) as eng:  # fmt: skip
             run_id = eng.submit(_spec(_dataset(tmp_path / "qa.csv", 50)))
             assert eng.wait(run_id, timeout=60).status == RunStatus.COMPLETED
         yield store, run_id
@@ -139,7 +144,7 @@ def test_a_model_right_on_80_percent_of_rows_is_reported_80_percent_with_wilson(
     counts = {(c.label, c.scorer): c for c in ScoreStore(store).counts(run_id)}
     exact = counts[("summarize", "exact")]
     assert (exact.scored, exact.right, exact.mean) == (50, 40, 0.8)
-    assert exact.binary and exact.interval == wilson_interval(40, 50)
+    assert exact.binary and score_interval(exact) == wilson_interval(40, 50)
     assert counts[("explain", "exact")].mean == 0.0
     assert counts[("summarize", "mentions the row")].mean == 0.8
     across = {(c.label, c.scorer) for c in ScoreStore(store).counts()}
@@ -245,7 +250,7 @@ def test_a_judge_grades_through_a_run_of_its_own_recorded_and_costed(
         # The simulated judge answers deterministically; an answer it breaks is no verdict.
         assert judge.scored + judge.not_judged == 12 and judge.scored >= 6
         assert judge.mean is not None and 0 <= judge.mean <= 1
-        assert not judge.binary and judge.interval is not None
+        assert not judge.binary and score_interval(judge) is not None
         view = wb.runs.view(judged.run_id)
         assert view.summary.cost_usd > 0 and view.counts.succeeded == 24  # both variants
         trace = wb.audit.events(AuditFilter(run_id=judged.run_id))

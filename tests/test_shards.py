@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from promptlab.data.shards import (
+from promptlab.conversations.shards import (
     ShardSpec,
     ShardTooLarge,
     boundary_kinds,

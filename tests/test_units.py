@@ -23,7 +23,7 @@ from promptlab.analysis.units import (
     rate_difference,
     rate_variance,
 )
-from promptlab.records.samples import COMPLETION, CTR, RatioSample
+from promptlab.records.unit_samples import COMPLETION, CTR, RatioSample
 from promptlab.workbench import Workbench
 
 

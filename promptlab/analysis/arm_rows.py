@@ -28,7 +28,7 @@ from promptlab.analysis.units import (
     rate_difference,
     rate_interval,
 )
-from promptlab.records.samples import (
+from promptlab.records.unit_samples import (
     COMPLETION,
     CTR,
     SCORE_PREFIX,
@@ -104,7 +104,7 @@ def compare_paired(
 
 
 def scores_of(a: ArmSample, b: ArmSample) -> list[str]:
-    """The score metrics both arms carry (a scorer's mean score, promptlab/scoring/)."""
+    """The score metrics both arms carry (a scorer's mean score, promptlab/evaluation/)."""
     return sorted(m for m in a.rates.keys() & b.rates.keys() if m.startswith(SCORE_PREFIX))
 
 

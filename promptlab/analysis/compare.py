@@ -47,12 +47,12 @@ from promptlab.analysis.stats import (
 from promptlab.errors import PromptlabError
 from promptlab.records import LogMetricsRow, MetricsRow, RunRecord
 from promptlab.records.family import MetricFamily, declared, default_family, family_of
-from promptlab.records.samples import COMPLETION, CTR, ArmSample
 from promptlab.records.states import RunStatus
+from promptlab.records.unit_samples import COMPLETION, CTR, ArmSample
 
 if TYPE_CHECKING:
     from promptlab.store.metrics import MetricsReads
-    from promptlab.store.samples import SampleReads
+    from promptlab.store.unit_samples import SampleReads
 
 __all__ = ["COMPLETION", "CTR", "Comparison", "compare_arms", "compare_logs", "compare_run"]
 

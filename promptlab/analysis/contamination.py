@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-    from promptlab.records.samples import ArmSample
+    from promptlab.records.unit_samples import ArmSample
 
     UIntArray = npt.NDArray[np.uint64]
 

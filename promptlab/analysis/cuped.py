@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-    from promptlab.records.samples import RatioSample
+    from promptlab.records.unit_samples import RatioSample
 
     FloatArray = npt.NDArray[np.float64]
 

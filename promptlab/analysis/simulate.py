@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from promptlab.analysis.compare import compare_arms, compare_paired
 from promptlab.analysis.sequential import FINAL, FIXED, Look, interim
 from promptlab.analysis.stats import Verdict, holm_verdicts
-from promptlab.records.samples import (
+from promptlab.records.unit_samples import (
     COMPLETION,
     CTR,
     SCORE_PREFIX,

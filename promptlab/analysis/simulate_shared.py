@@ -16,7 +16,7 @@ from promptlab.analysis.compare import compare_arms
 from promptlab.analysis.contamination import without_shared
 from promptlab.analysis.simulate import Requests, Traffic, arm_sample, simulate_arm
 from promptlab.analysis.stats import Verdict, holm_verdicts
-from promptlab.records.samples import CTR, ArmSample
+from promptlab.records.unit_samples import CTR, ArmSample
 
 #: B's user ids start here, but for the shared ones, which keep A's ids.
 _B_KEYS = 1 << 32

@@ -49,15 +49,15 @@ from promptlab.analysis.stats import (
 from promptlab.analysis.units import Estimate
 from promptlab.errors import PromptlabError
 from promptlab.records.family import default_family
-from promptlab.records.samples import SCORE_PREFIX
+from promptlab.records.unit_samples import SCORE_PREFIX
 
 if TYPE_CHECKING:
     from datetime import datetime
 
     from promptlab.records import RunRecord
-    from promptlab.records.samples import ArmSample, VersionStratum
+    from promptlab.records.unit_samples import ArmSample, VersionStratum
     from promptlab.store.metrics import MetricsReads
-    from promptlab.store.samples import SampleReads
+    from promptlab.store.unit_samples import SampleReads
 
 #: What a run was made with, as far as pooling goes: what must agree to pool runs.
 SETTINGS = ("model", "dataset", "history mode")

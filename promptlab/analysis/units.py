@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-    from promptlab.records.samples import RatioSample
+    from promptlab.records.unit_samples import RatioSample
 
     FloatArray = npt.NDArray[np.float64]
     IntArray = npt.NDArray[np.int64]
@@ -108,7 +108,7 @@ def paired_rate_difference(
 ) -> Estimate | None:
     """R_b - R_a over the same clusters (rows of an all-mode run): the pairs' shared
     input cancels, so the variance is that of the per-cluster difference."""
-    from promptlab.records.samples import RatioSample
+    from promptlab.records.unit_samples import RatioSample
 
     rate_a, lin_a = linearized(RatioSample(completed_a, finished))
     rate_b, lin_b = linearized(RatioSample(completed_b, finished))
@@ -151,7 +151,7 @@ def _arm_quantile(values: FloatArray, unit: IntArray, units: int, q: float) -> _
     """
     import numpy as np
 
-    from promptlab.records.samples import RatioSample
+    from promptlab.records.unit_samples import RatioSample
 
     value = float(np.quantile(values, q))
     below: FloatArray = np.bincount(

@@ -31,7 +31,7 @@ EXIT_USAGE = 2
 EXIT_CANCELLED = 3
 EXIT_ITEMS_FAILED = 4
 #: The run completed, but some of its after-run work (scores, a judge, a cross-check's
-#: decisions or validation; promptlab/scoring/ended.py) failed: the summary says which.
+#: decisions or validation; promptlab/evaluation/ended.py) failed: the summary says which.
 EXIT_AFTER_RUN_FAILED = 5
 
 

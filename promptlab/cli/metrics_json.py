@@ -9,6 +9,7 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from promptlab.analysis.intervals import completion_interval, ctr_interval, score_interval
 from promptlab.views.compare import answer_sentences
 
 if TYPE_CHECKING:
@@ -33,7 +34,7 @@ def metrics_json(row: MetricsRow, scores: Sequence[ScoreCounts] = ()) -> dict[st
     as in the text table)."""
     out = _plain(asdict(row))
     out["scores"] = [score_json(s) for s in scores if s.label == row.label]
-    ci = row.completion_interval
+    ci, ctr = completion_interval(row), ctr_interval(row)
     out.update(
         completion_rate=row.completion_rate,
         completion_low=ci.low if row.finished else None,
@@ -44,14 +45,14 @@ def metrics_json(row: MetricsRow, scores: Sequence[ScoreCounts] = ()) -> dict[st
         truncation_rate=row.truncation_rate,
         rule_failure_rate=row.rule_failure_rate,
         ctr=row.ctr,
-        ctr_low=row.ctr_interval.low if row.impressions else None,
-        ctr_high=row.ctr_interval.high if row.impressions else None,
+        ctr_low=ctr.low if row.impressions else None,
+        ctr_high=ctr.high if row.impressions else None,
     )
     return dict(out)
 
 
 def score_json(score: ScoreCounts) -> dict[str, Any]:
-    interval = score.interval
+    interval = score_interval(score)
     return {
         **_plain(asdict(score)),
         "mean": score.mean,
@@ -62,7 +63,7 @@ def score_json(score: ScoreCounts) -> dict[str, Any]:
 
 def log_metrics_json(row: LogMetricsRow) -> dict[str, Any]:
     out = _plain(asdict(row))
-    done, ctr = row.completion_interval, row.ctr_interval
+    done, ctr = completion_interval(row), ctr_interval(row)
     out.update(
         label=row.label,
         completion_rate=row.completion_rate,

@@ -5,6 +5,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from promptlab.analysis.intervals import (
+    completion_interval,
+    ctr_interval,
+    score_interval,
+    session_interval,
+)
 from promptlab.views.compare import (
     COMPARISON_COLUMNS,
     comparison_cells,
@@ -36,7 +42,7 @@ def metrics_table(rows: list[MetricsRow]) -> list[str]:
               "p99 ms", "tokens", "cost $")  # fmt: skip
     table: list[tuple[str, ...]] = [header]
     for r in rows:
-        ci = r.completion_interval
+        ci = completion_interval(r)
         table.append(
             (
                 r.label,
@@ -64,7 +70,7 @@ def feedback_table(rows: list[MetricsRow]) -> list[str]:
               "clicks", "CTR", "95% interval", "thumbs up", "thumbs down")  # fmt: skip
     table: list[tuple[str, ...]] = [header]
     for r in rows:
-        ci = r.ctr_interval
+        ci = ctr_interval(r)
         table.append((r.label, r.model, str(r.impressions), str(r.clicks), fmt_pct(r.ctr),
                       f"{ci.low:.1%}-{ci.high:.1%}" if r.impressions else "-",
                       str(r.thumbs_up), str(r.thumbs_down)))  # fmt: skip
@@ -77,7 +83,7 @@ def logs_table(rows: list[LogMetricsRow]) -> list[str]:
               "mean ms", "p50 ms", "p90 ms", "p95 ms", "p99 ms")  # fmt: skip
     table: list[tuple[str, ...]] = [header]
     for r in rows:
-        done, ctr = r.completion_interval, r.ctr_interval
+        done, ctr = completion_interval(r), ctr_interval(r)
         table.append((r.label, str(r.requests), fmt_pct(r.completion_rate),
                       f"{done.low:.1%}-{done.high:.1%}" if r.completion_known else "-",
                       fmt_pct(r.ctr), f"{ctr.low:.1%}-{ctr.high:.1%}" if r.click_known else "-",
@@ -117,7 +123,7 @@ def scores_table(scores: list[ScoreCounts]) -> list[str]:
     """One line per variant (or version) and scorer."""
     lines = []
     for s in scores:
-        interval = s.interval
+        interval = score_interval(s)
         shown = "-" if s.mean is None else f"{s.mean:6.1%}"
         ci = f"[{interval.low:.1%}, {interval.high:.1%}]" if interval else ""
         lines.append(
@@ -135,7 +141,8 @@ def sessions_table(sessions: list[SessionMetrics]) -> list[str]:
     lines = ["per session (a session completes when every turn does; latency: its turns'"
              " summed; scores: mean of session means):"]  # fmt: skip
     for s in sessions:
-        ci = f"[{s.interval.low:.1%}, {s.interval.high:.1%}]" if s.interval else ""
+        interval = session_interval(s)
+        ci = f"[{interval.low:.1%}, {interval.high:.1%}]" if interval else ""
         p50 = "-" if s.latency_p50_ms is None else f"{s.latency_p50_ms:.0f}"
         p90 = "-" if s.latency_p90_ms is None else f"{s.latency_p90_ms:.0f}"
         scored = "".join(f"  {name} {mean:.1%}" for name, mean in s.scores.items())

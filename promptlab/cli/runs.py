@@ -385,7 +385,7 @@ def drive_run(
 
 
 def _wait_for_judges(wb: Workbench, run_id: str) -> None:
-    """Runs the run started as it ended (its judges, promptlab/scoring/judges.py) end
+    """Runs the run started as it ended (its judges, promptlab/evaluation/judges.py) end
     here too: this process's engine stops when the command returns."""
     for listed in wb.runs.list(20):
         other = listed.run.run_id

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from promptlab.data.conversations import check_conversation
+from promptlab.conversations.replay import check_conversation
 from promptlab.data.lines import LineLimits
 from promptlab.data.readers import (
     MAX_FILE_BYTES,
@@ -95,7 +95,7 @@ class DatasetStore:
 
         An existing name is refused unless `replace`, which swaps the rows and the
         catalog row in the same transaction. `max_rows` caps a Parquet file's rows. With
-        `conversation`, the rows must make a conversation log (data/conversations.py).
+        `conversation`, the rows must make a conversation log (conversations/replay.py).
         """
         check_name(name)
         path = Path(path)

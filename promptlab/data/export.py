@@ -28,6 +28,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from promptlab.analysis.intervals import completion_interval
 from promptlab.errors import ExportError
 
 if TYPE_CHECKING:
@@ -152,7 +153,7 @@ def metrics_record(row: MetricsRow) -> dict[str, Any]:
     """One metrics row as the exported table's columns (kinds as a JSON object)."""
     import json
 
-    interval = row.completion_interval
+    interval = completion_interval(row)
     return {
         "run_id": row.run_id, "variant": row.variant, "prompt_name": row.prompt_name,
         "prompt_version": row.prompt_version, "prompt_version_id": row.prompt_version_id,

@@ -1,7 +1,7 @@
 """`history: generated`: a replayed session's turns in order, each sent with the model's
 own earlier answers.
 
-A replay's items are a conversation log's user turns (promptlab/data/conversations.py),
+A replay's items are a conversation log's user turns (promptlab/conversations/replay.py),
 planned in session order, so a session's turns are consecutive rows and, for one variant
 and repeat, a turn's predecessor is the row before it. With generated history a turn
 needs its predecessors' answers: it waits for them here (sessions still run side by side
@@ -22,7 +22,7 @@ import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 
-from promptlab.data.conversations import turn_of
+from promptlab.conversations.replay import turn_of
 from promptlab.records import ItemStatus, PendingItem
 from promptlab.records.sessions import SESSION_KEY
 

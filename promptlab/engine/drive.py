@@ -1,6 +1,8 @@
 """The engine's runs on its loop, from plan to recorded end: planned, executed with the
 collector tuned, halted on request, and ended (after-run work, the end recorded, or held
 in memory while the store cannot take it). The Engine (engine/executor.py) is built on it.
+After-run work is the hook the engine was given (engine/ended.py): the engine calls it at
+each end, before it records the end.
 """
 
 from __future__ import annotations
@@ -8,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,15 +21,15 @@ from promptlab.clock import Clock
 from promptlab.config import Settings
 from promptlab.engine.collector import CollectorHold
 from promptlab.engine.dependencies import WaitingRuns
+from promptlab.engine.ended import RunEnd, RunEndedHook, spec_submit
 from promptlab.engine.lanes import EndpointPool
 from promptlab.engine.prepare import PreparedRun
 from promptlab.engine.progress import Counters
 from promptlab.engine.run import RunExecution
-from promptlab.engine.spec import RunSpec
+from promptlab.engine.spec import RunSpec, parse_spec
 from promptlab.engine.writer import STORE_UNWRITABLE, BatchWriter
 from promptlab.errors import PromptlabError, StoreError
 from promptlab.records import AlertRecord, RunStatus
-from promptlab.scoring.ended import run_ended
 from promptlab.store import ItemStore, ReadModels, RunStore, Store
 from promptlab.store.alerts import AlertStore
 from promptlab.store.audit import AuditLog
@@ -66,6 +68,7 @@ class RunDriver:
     settings: Settings
     clock: Clock
     submit: Callable[[RunSpec], str]
+    _on_run_ended: RunEndedHook | None
     _loop: asyncio.AbstractEventLoop
     _pool: EndpointPool
     _writer: BatchWriter
@@ -85,6 +88,18 @@ class RunDriver:
             self.audit_log.record_run_end(
                 run_id, self.settings.author, {"status": str(status), "reason": reason}
             )
+
+    def _run_ended(
+        self, run_id: str, spec: RunSpec | Mapping[str, Any], status: str, reason: str | None
+    ) -> None:
+        """The after-run hook, if the engine has one, told of the run's end; `spec` may be
+        the run's stored spec (a submit checked it: parsed as trusted)."""
+        if self._on_run_ended is None:
+            return
+        if not isinstance(spec, RunSpec):
+            spec = parse_spec(spec, trusted=True)
+        submit = spec_submit(self.submit)
+        self._on_run_ended(RunEnd(self.store, run_id, spec, str(status), reason, submit))
 
     def _finish(self, run_id: str) -> None:
         active = self._active.pop(run_id, None)
@@ -204,15 +219,15 @@ class RunDriver:
     async def _end_run(
         self, run_id: str, status: RunStatus, reason: str | None, cancel: str | None, spec: RunSpec
     ) -> None:
-        """After-run work (scoring/ended.py; first: a kill during it leaves the run to resume),
-        then the end (in memory if unstored); open items' cancelled rows once answers are."""
+        """After-run work (the run-ended hook; first: a kill during it leaves the run to
+        resume), then the end (in memory if unstored); open items' cancelled rows once
+        answers are."""
         flushed = await self._writer.flush()
         try:
             if cancel is not None and flushed:
                 await asyncio.to_thread(self.items.cancel_open_items, run_id, cancel)
             if flushed:  # else the store takes no writes: the work could not be stored
-                ended = (self.store, run_id, spec, status, reason, self.submit)
-                await asyncio.to_thread(run_ended, *ended)
+                await asyncio.to_thread(self._run_ended, run_id, spec, status, reason)
             await asyncio.to_thread(self.runs.set_status, run_id, status, reason)
             self._unrecorded_ends.pop(run_id, None)
             if flushed:  # the chain's head is then stored: the end event pins it

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from promptlab.analysis.stats import MIN_UNITS_PER_ARM
+from promptlab.conversations.replay import with_conversation
 from promptlab.data.batchfile import request_from_row
-from promptlab.data.conversations import with_conversation
 from promptlab.engine.limiter import Limits
 from promptlab.engine.planner import AllVariants, AssignmentStrategy, RecordsAssignments
 from promptlab.engine.requests import row_params

@@ -30,6 +30,7 @@ from promptlab.data.datasets import DatasetStore
 from promptlab.engine.collector import CollectorHold
 from promptlab.engine.dependencies import WaitingRuns, resolve_after
 from promptlab.engine.drive import ActiveRun, RunDriver
+from promptlab.engine.ended import RunEndedHook
 from promptlab.engine.estimate import RunEstimate, estimate_run
 from promptlab.engine.lanes import EndpointPool, ProviderFactory
 from promptlab.engine.prepare import PreparedRun, StoredRun, VersionResolver, prepare_run
@@ -43,7 +44,6 @@ from promptlab.providers import build_provider, load_endpoints
 from promptlab.providers.config import EndpointConfig
 from promptlab.records import FINAL_RUN_STATUSES, RunStatus
 from promptlab.records.states import RESUMED_KINDS
-from promptlab.scoring.ended import run_ended
 from promptlab.store import ItemStore, ReadModels, RunStore, Store
 from promptlab.store.alerts import AlertStore
 from promptlab.store.audit import AuditLog
@@ -69,8 +69,11 @@ class Engine(RunDriver):
         runs: RunStore | None = None,
         items: ItemStore | None = None,
         clock: Clock | None = None,
+        on_run_ended: RunEndedHook | None = None,
     ) -> None:
         self.store = store
+        #: After-run work, called at each end of a run before it is recorded (engine/ended.py).
+        self._on_run_ended = on_run_ended
         self.runs = runs or RunStore(store)
         self.items = items or ItemStore(store)
         self.reads = ReadModels(store)
@@ -278,7 +281,7 @@ class Engine(RunDriver):
         if record.status in FINAL_RUN_STATUSES:
             return
         self.items.cancel_open_items(run_id, "run cancelled")
-        run_ended(self.store, run_id, record.spec, RunStatus.CANCELLED, "cancelled", self.submit)
+        self._run_ended(run_id, record.spec, RunStatus.CANCELLED, "cancelled")
         self.runs.set_status(run_id, RunStatus.CANCELLED, "cancelled")
         self._audit_change("run.cancelled", run_id, {"active": False})
         self._audit_end(run_id, RunStatus.CANCELLED, "cancelled")

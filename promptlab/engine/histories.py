@@ -1,14 +1,14 @@
 """A replay's logged histories, put together as its turns are sent.
 
 A replayed turn's row holds only its part of its session's history: the messages logged
-since the session's previous user message, and its own (data/conversations.py). So a
+since the session's previous user message, and its own (conversations/replay.py). So a
 plan stores each message once, whatever the length of its session, and the history a
 turn is sent with is built when it is sent: its session's messages so far, one list per
 session that grows as its turns come (in plan order), each turn a view of its first
 messages (`History`), never a copy. A turn whose session's earlier turns this process
 has not seen (a resumed run, a session dropped to make room) reads their rows from the
 run's plan once. A session's list also keeps its context-shard cutters
-(engine/shards.py), so cutting a long session costs its length, not its square.
+(engine/sharding.py), so cutting a long session costs its length, not its square.
 
 Sessions no turn has asked for lately are dropped when the lists hold more than
 MAX_HELD_MESSAGES messages in all (the one in use is kept, however long).
@@ -22,8 +22,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from promptlab.data.conversations import BEFORE_KEY, TURN_KEY, History, is_turn_row, turn_of
-from promptlab.engine.shards import Cutters
+from promptlab.conversations.replay import BEFORE_KEY, TURN_KEY, History, is_turn_row, turn_of
+from promptlab.engine.sharding import Cutters
 from promptlab.records import PendingItem
 
 #: Messages the sessions' lists hold in all before the least recently used are dropped.

@@ -27,7 +27,7 @@ from promptlab.engine.planner import (
     plan_items,
 )
 from promptlab.engine.rows import LineRefuser, RunRows
-from promptlab.engine.shards import SUMMARY_VARIABLES, Replay, SummaryPrompt
+from promptlab.engine.sharding import SUMMARY_VARIABLES, Replay, SummaryPrompt
 from promptlab.engine.spec import (
     AS_WRITTEN,
     PARAM_COLUMNS_KEY,
@@ -94,7 +94,7 @@ class PreparedRun:
     rows: RunRows
     #: The dataset rows to plan the run from (counted now); None when it is planned already.
     plan_rows: int | None
-    #: A replay's summary prompt for its context shards, resolved (engine/shards.py).
+    #: A replay's summary prompt for its context shards, resolved (engine/sharding.py).
     summary: SummaryPrompt | None = None
 
     @property

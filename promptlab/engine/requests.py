@@ -13,20 +13,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from promptlab.data.batchfile import request_from_row
-from promptlab.data.conversations import (
+from promptlab.conversations.replay import (
     CONVERSATION_KEY,
     TURN_KEY,
     conversation_of,
     generated_history,
     with_conversation,
 )
-from promptlab.data.shards import ShardTooLarge, sharded
+from promptlab.conversations.shards import ShardTooLarge, sharded
+from promptlab.data.batchfile import request_from_row
 from promptlab.engine import trace
 from promptlab.engine.histories import SessionHistories
 from promptlab.engine.lanes import Lane
 from promptlab.engine.recorder import ItemRecorder
-from promptlab.engine.shards import Cutters, ShardedTurn, Sharding
+from promptlab.engine.sharding import Cutters, ShardedTurn, Sharding
 from promptlab.engine.spec import AS_WRITTEN, PARAM_COLUMNS_KEY
 from promptlab.errors import ErrorKind, PromptlabError, ProviderError, TemplateError
 from promptlab.experiments.sampling import SAMPLING_KEY, Sampling, sampling_from_params
@@ -71,7 +71,7 @@ class RequestBuilder:
         }
         self.recorder = recorder
         self.timeout_s = timeout_s
-        #: A replay's context shards (engine/shards.py); None for any other run.
+        #: A replay's context shards (engine/sharding.py); None for any other run.
         self.sharding = sharding
         #: A replay's logged histories, put together as its turns are sent.
         self.histories = histories
@@ -109,7 +109,7 @@ class RequestBuilder:
         replayed turn with generated history is sent with the model's `answers` to the
         turns before it in place of the logged ones; one whose history does not fit the
         window, with its own shard of it, after the summary the shard carries (made
-        first if need be: engine/shards.py; SummaryFailed when it cannot be)."""
+        first if need be: engine/sharding.py; SummaryFailed when it cannot be)."""
         variant = self.variants[item.variant_index]
         if variant.template.get(AS_WRITTEN):
             return self.prepare_as_written(item, lane, variant)

@@ -15,8 +15,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from promptlab.conversations.replay import replay_rows
 from promptlab.data.batchfile import BatchRequest, check_request_file
-from promptlab.data.conversations import replay_rows
 from promptlab.data.datasets import DATASET_LINES, DatasetStore
 from promptlab.data.jsonl import numbered_jsonl
 from promptlab.data.lines import open_lines
@@ -48,7 +48,7 @@ class RunRows:
     def read(self, with_history: bool = False) -> Iterator[Mapping[str, Any]]:
         """The rows in order, read afresh at each call: the first `limit_rows`, or all.
         A replay's rows hold their part of their session's history; `with_history` (an
-        estimate) adds the history before each turn (data/conversations.py)."""
+        estimate) adds the history before each turn (conversations/replay.py)."""
         if self.spec.history is not None:
             log = self._log()
             return replay_rows(self.datasets.tables, *log, self.spec.limit_rows, with_history)

@@ -17,7 +17,7 @@ from promptlab.audit.chain import Masker
 from promptlab.audit.redact import Redactor
 from promptlab.checks.validation import Checker, checker_for
 from promptlab.clock import SYSTEM_CLOCK, Clock
-from promptlab.data.conversations import turn_of
+from promptlab.conversations.replay import turn_of
 from promptlab.engine.attempts import (
     CANCELLED_IN_FLIGHT,
     INTERNAL_STOP_AFTER,
@@ -36,7 +36,7 @@ from promptlab.engine.progress import Counters
 from promptlab.engine.recorder import ItemRecorder
 from promptlab.engine.requests import Prepared, RequestBuilder
 from promptlab.engine.retry import RetryPolicy
-from promptlab.engine.shards import Replay, Sharding, SummaryFailed
+from promptlab.engine.sharding import Replay, Sharding, SummaryFailed
 from promptlab.engine.spec import AS_WRITTEN
 from promptlab.engine.writer import BatchWriter
 from promptlab.prompts.templates import Template

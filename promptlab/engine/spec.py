@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from promptlab.data.shards import ShardSpec
+from promptlab.conversations.shards import ShardSpec
 from promptlab.engine.limiter import Limits
 from promptlab.engine.retry import RetryPolicy
 from promptlab.engine.spec_endpoints import parse_endpoints, parse_limits, positive_int
@@ -46,8 +46,8 @@ from promptlab.engine.spec_variants import (
     parse_variant,
 )
 from promptlab.errors import ConfigError, SpecError
-from promptlab.scoring.crosscheck import TOP_LOGPROBS, CrossCheck, with_crosscheck
-from promptlab.scoring.scorers import Scorer
+from promptlab.evaluation.crosscheck import TOP_LOGPROBS, CrossCheck, with_crosscheck
+from promptlab.evaluation.scorers import Scorer
 from promptlab.yamlio import parse_yaml, read_yaml
 
 #: The module's face: the spec's types and parsers, and the constants other modules
@@ -114,17 +114,17 @@ class RunSpec:
     #: has completed, and is skipped when one fails (promptlab/engine/dependencies.py).
     after: tuple[str, ...] = ()
     #: The dataset column holding each row's expected answer, and how outputs are scored
-    #: against it (promptlab/scoring/): every finished result is scored when the run ends.
+    #: against it (promptlab/evaluation/): every finished result is scored when the run ends.
     expected: str | None = None
     scorers: tuple[Scorer, ...] = ()
     #: A judge's run: the run and scorer its answers score, and the answer's field.
     judging: Mapping[str, Any] | None = None
-    #: Each row through several models, their answers fused (promptlab/scoring/).
+    #: Each row through several models, their answers fused (promptlab/evaluation/).
     crosscheck: CrossCheck | None = None
-    #: Replay a conversation log a user turn an item (data/conversations.py), with the
+    #: Replay a conversation log a user turn an item (conversations/replay.py), with the
     #: conversation `logged` or `generated` by the model itself (engine/chains.py).
     history: str | None = None
-    #: A replay's context shards: summary prompt and TTL (data/shards.py).
+    #: A replay's context shards: summary prompt and TTL (conversations/shards.py).
     shards: ShardSpec = field(default_factory=ShardSpec)
     #: A cross-check's validation run: the run whose models its answers weigh.
     validating: str | None = None

@@ -9,17 +9,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from promptlab.data.shards import ShardSpec, parse_shards
+from promptlab.conversations.shards import ShardSpec, parse_shards
 from promptlab.errors import ExperimentError, SpecError
+from promptlab.evaluation.scorers import parse_scorers
 from promptlab.experiments import config_from_mapping
 from promptlab.providers.config import EXECUTORS
 from promptlab.records.family import FamilyError, parse_family
 from promptlab.schedules.cron import check_cron
-from promptlab.scoring.scorers import parse_scorers
 
 #: The spec fields only a trusted caller may set (see parse_spec): `promptlab batch`'s
-#: endpoints, what a judge's run scores (promptlab/scoring/judges.py), and the
-#: cross-checked run a validation run weighs (promptlab/scoring/crossruns.py).
+#: endpoints, what a judge's run scores (promptlab/evaluation/judges.py), and the
+#: cross-checked run a validation run weighs (promptlab/evaluation/crossruns.py).
 LOCAL_ENDPOINTS = "local_endpoints"
 JUDGING = "judging"
 VALIDATING = "validating"

@@ -29,14 +29,14 @@ from promptlab.audit.chain import (
     stored_values,
     utc_text,
 )
-from promptlab.data.batchfile import request_from_row
-from promptlab.data.conversations import (
+from promptlab.conversations.replay import (
     BEFORE_KEY,
     CONVERSATION_KEY,
     conversation_of,
     with_conversation,
 )
-from promptlab.data.shards import sharded
+from promptlab.conversations.shards import sharded
+from promptlab.data.batchfile import request_from_row
 from promptlab.engine.spec import AS_WRITTEN
 from promptlab.errors import PromptlabError
 from promptlab.prompts.templates import Template, coerce_text_values

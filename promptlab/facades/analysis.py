@@ -38,11 +38,11 @@ from promptlab.store.alerts import AlertStore
 from promptlab.store.metrics import MetricsReads
 from promptlab.store.repeats import RepeatReads
 from promptlab.store.result_runs import ResultRuns, RunWithResults
-from promptlab.store.samples import SampleReads
 from promptlab.store.scores import ScoreStore
 from promptlab.store.sessions import SessionReads
 from promptlab.store.side_by_side import SideBySidePage, SideBySideReads, SideBySideRow
 from promptlab.store.timeseries import TimeSeries, TimeseriesReads
+from promptlab.store.unit_samples import SampleReads
 
 __all__ = [
     "Analysis",
@@ -267,7 +267,7 @@ class Analysis:
         """How many feedback events of each kind a result has (imported or rated here)."""
         return self._feedback.tables.counts(run_id, key)
 
-    # ---- scores against expected answers (promptlab/scoring/) -------------------------
+    # ---- scores against expected answers (promptlab/evaluation/) -------------------------
 
     def scores(self, run_id: str | None = None) -> list[ScoreCounts]:
         """Each scorer's scores per variant of `run_id`, or per prompt version across
@@ -278,7 +278,7 @@ class Analysis:
         return ScoreStore(self._context.store).counts(run_id)
 
     def after_run_failures(self, run_id: str | None = None) -> list[AfterRunRecord]:
-        """After-run work that failed (promptlab/scoring/ended.py), of `run_id` or of
+        """After-run work that failed (promptlab/evaluation/ended.py), of `run_id` or of
         the latest runs, newest first."""
         if run_id is not None:
             self._reads.run(run_id)

@@ -42,7 +42,7 @@ class Datasets:
         source: str | None = None,
     ) -> DatasetInfo:
         """Import a CSV, JSON Lines or Parquet file as a dataset (see promptlab.data.datasets);
-        with `conversation`, as a conversation log (promptlab.data.conversations).
+        with `conversation`, as a conversation log (promptlab.conversations.replay).
         `source`: the file the audit trail names (a client's, for a server's upload)."""
         author = self._context.author()
         info = self._datasets.import_file(

@@ -1,6 +1,6 @@
 """`wb.review`: the review queue, where a person settles what the models could not.
 
-Rows come in from cross-checks (a decision of `review`, promptlab/scoring/crossruns.py),
+Rows come in from cross-checks (a decision of `review`, promptlab/evaluation/crossruns.py),
 from results that failed their checks, from anomaly alerts, or by hand; one item per
 run row. A reviewer sees the row, every variant's (every model's) answer with its
 scores, and the cross-check's figures, then accepts the proposed answer, corrects it,

@@ -56,7 +56,7 @@ class RunView:
     field_failures: tuple[FieldFailure, ...] = ()
     #: Anomalies seen in the run's results (promptlab.checks.anomalies), oldest items first.
     alerts: tuple[AlertRecord, ...] = ()
-    #: What the run's ends set going (promptlab/scoring/ended.py), each piece's state.
+    #: What the run's ends set going (promptlab/evaluation/ended.py), each piece's state.
     after_run: tuple[AfterRunRecord, ...] = ()
 
     @property

@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from promptlab.config import PROJECT_ROOT
+from promptlab.conversations.replay import turn_of
 from promptlab.data.batchfile import StoredResult, batch_output_lines, field_at, first_model
-from promptlab.data.conversations import turn_of
 from promptlab.engine import RunProgress, RunSpec, parse_spec
 from promptlab.engine.estimate import RunEstimate
+from promptlab.engine.judge_checks import check_judges
 from promptlab.engine.planner import KEY_HEX_DIGITS
 from promptlab.engine.spec import LOCAL_ENDPOINTS
 from promptlab.engine.spec_endpoints import confine_endpoint
@@ -32,7 +33,6 @@ from promptlab.facades.run_view import FAILURES_SHOWN, RunView, read_run_view
 from promptlab.providers.config import load_endpoints
 from promptlab.records import FieldFailure, ItemDetail, RunWithCounts
 from promptlab.records.sessions import SessionTurn, ShardRecord
-from promptlab.scoring.ended import check_judges
 from promptlab.store.afterrun import AfterRunStore
 from promptlab.store.alerts import AlertStore
 from promptlab.store.audit import AuditLog

@@ -1,4 +1,4 @@
-"""What a run's end set going (promptlab/scoring/ended.py): one record per piece of work."""
+"""What a run's end set going (promptlab/evaluation/ended.py): one record per piece of work."""
 
 from __future__ import annotations
 

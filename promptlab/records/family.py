@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from promptlab.records.samples import COMPLETION, CTR, SCORE_PREFIX
+from promptlab.records.unit_samples import COMPLETION, CTR, SCORE_PREFIX
 
 LATENCY_METRICS = ("latency p50", "latency p90", "latency p99")
 #: What compare tests besides scores, in the table's order.

@@ -118,7 +118,7 @@ class FinalRow:
     rule_errors: tuple[str, ...] = ()
     #: The output's mean token entropy, when log-probabilities were asked and given.
     token_entropy: float | None = None
-    #: The context shard a replayed turn was sent with (data/shards.py), when its
+    #: The context shard a replayed turn was sent with (conversations/shards.py), when its
     #: history had to be cut to fit the model's window.
     shard_id: str | None = None
     #: The mean log-probability of the output's chosen tokens and how many tokens it is

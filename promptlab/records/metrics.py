@@ -1,4 +1,7 @@
-"""Metrics rows (run variants, prompt versions, imported logs), pairs and alerts."""
+"""Metrics rows (run variants, prompt versions, imported logs), pairs and alerts.
+
+Rows hold counts and rates; the rates' intervals are promptlab.analysis.intervals'
+(statistics stay in analysis/, above the records)."""
 
 from __future__ import annotations
 
@@ -6,7 +9,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from promptlab.analysis.stats import Interval, wilson_interval
 from promptlab.records.rates import CheckRates, share, version_label
 
 
@@ -67,18 +69,8 @@ class MetricsRow(CheckRates):
         return share(self.clicks, self.impressions)
 
     @property
-    def ctr_interval(self) -> Interval:
-        """Wilson 95% interval of the CTR ((0, 1) with no impression)."""
-        return wilson_interval(self.clicks, self.impressions)
-
-    @property
     def completion_rate(self) -> float | None:
         return share(self.completed, self.finished)
-
-    @property
-    def completion_interval(self) -> Interval:
-        """Wilson 95% interval of the completion rate ((0, 1) with nothing finished)."""
-        return wilson_interval(self.completed, self.finished)
 
     @property
     def label(self) -> str:
@@ -120,16 +112,8 @@ class LogMetricsRow:
         return share(self.completed, self.completion_known)
 
     @property
-    def completion_interval(self) -> Interval:
-        return wilson_interval(self.completed, self.completion_known)
-
-    @property
     def ctr(self) -> float | None:
         return share(self.clicks, self.click_known)
-
-    @property
-    def ctr_interval(self) -> Interval:
-        return wilson_interval(self.clicks, self.click_known)
 
     @property
     def label(self) -> str:

@@ -1,14 +1,9 @@
-"""Scores summed up: one scorer's scores of one variant (or prompt version)."""
+"""Scores summed up: one scorer's scores of one variant (or prompt version); the mean's
+interval is promptlab.analysis.intervals.score_interval."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-
-from promptlab.analysis.stats import Interval, wilson_interval
-
-#: z of a 95% interval.
-_Z95 = 1.959963984540054
 
 
 @dataclass(frozen=True)
@@ -34,15 +29,3 @@ class ScoreCounts:
     @property
     def mean(self) -> float | None:
         return self.total / self.scored if self.scored else None
-
-    @property
-    def interval(self) -> Interval | None:
-        """95%: Wilson's for an accuracy, else the normal one of the mean score."""
-        if not self.scored:
-            return None
-        if self.binary:
-            return wilson_interval(self.right, self.scored)
-        mean = self.total / self.scored
-        variance = max(0.0, self.total_squares / self.scored - mean * mean)
-        half = _Z95 * math.sqrt(variance / self.scored) if self.scored > 1 else 1.0
-        return Interval(max(0.0, mean - half), min(1.0, mean + half))

@@ -7,9 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from promptlab.analysis.stats import Interval, wilson_interval
-
-#: The key of a replayed turn's row holding its session (promptlab/data/conversations.py
+#: The key of a replayed turn's row holding its session (promptlab/conversations/replay.py
 #: writes it; the engine, the store and the views read it).
 SESSION_KEY = "__session__"
 
@@ -49,11 +47,6 @@ class SessionMetrics:
     def completion(self) -> float | None:
         return self.completed / self.sessions if self.sessions else None
 
-    @property
-    def interval(self) -> Interval | None:
-        """Wilson's 95% interval of the completed share (sessions are the units)."""
-        return wilson_interval(self.completed, self.sessions) if self.sessions else None
-
 
 @dataclass(frozen=True)
 class ShardRecord:
@@ -69,7 +62,7 @@ class ShardRecord:
     first_message: int
     last_message: int
     tokens: int
-    #: Why the shard before it ended where this one starts (data/shards.py).
+    #: Why the shard before it ended where this one starts (conversations/shards.py).
     cut: str
     #: The summary of the shards before it, carried into this one (None: none asked).
     summary: str | None

@@ -98,7 +98,7 @@ AUDIT_REVIEW_MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "0013_scores",
         (
             # Each finished result's score per scorer against the row's expected answer
-            # (promptlab/scoring/); a run's rows are replaced whole when it is scored again.
+            # (promptlab/evaluation/); a run's rows are replaced whole when it is scored again.
             """
             CREATE TABLE scores (
                 idempotency_key   VARCHAR NOT NULL,
@@ -118,7 +118,7 @@ AUDIT_REVIEW_MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "0014_crosscheck_review",
         (
             # A cross-checked run's decision per row, with every model's answer,
-            # confidence and weight that made it (promptlab/scoring/crosscheck.py).
+            # confidence and weight that made it (promptlab/evaluation/crosscheck.py).
             """
             CREATE TABLE crosscheck_decisions (
                 run_id     VARCHAR NOT NULL,
@@ -176,16 +176,16 @@ AUDIT_REVIEW_MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "0015_conversations",
         (
             # A conversation log's columns ({session, order, role, content}); NULL for a
-            # table of rows (promptlab/data/conversations.py).
+            # table of rows (promptlab/conversations/replay.py).
             "ALTER TABLE datasets ADD COLUMN conversation JSON",
         ),
     ),
     (
         "0016_context_shards",
         (
-            # A replayed session's history cut to fit a model's window (data/shards.py),
+            # A replayed session's history cut to fit a model's window (conversations/shards.py),
             # per run, variant and repeat; `summary` is what the shards before carry into
-            # this one. Rows past `expires_at` are deleted (engine/shards.py).
+            # this one. Rows past `expires_at` are deleted (engine/sharding.py).
             """
             CREATE TABLE shards (
                 shard_id        VARCHAR PRIMARY KEY,

@@ -47,7 +47,7 @@ TEAM_MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "0019_after_run",
         (
-            # What a run's end set going (promptlab/scoring/ended.py), one row per run and
+            # What a run's end set going (promptlab/evaluation/ended.py), one row per run and
             # piece of work: its state, the line saying why it failed, and the run it
             # started (a judge's, a validation's). The key is what makes a second end of
             # the same run find a judge run already started and leave it alone.

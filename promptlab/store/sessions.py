@@ -1,4 +1,4 @@
-"""A replayed conversation log's results summed per session (promptlab/data/conversations.py)."""
+"""A replayed conversation log's results summed per session (promptlab/conversations/replay.py)."""
 
 from __future__ import annotations
 
@@ -37,9 +37,9 @@ def row_with_history(
     cur: duckdb.DuckDBPyConnection, run_id: str, row_index: int, values: dict[str, Any]
 ) -> dict[str, Any]:
     """A replayed turn's row with the history it was sent with put together from its
-    session's earlier rows (data/conversations.py); any other row as it is."""
-    # Imported here: data/conversations.py reads the store's dataset tables.
-    from promptlab.data.conversations import is_turn_row, turn_of, with_history
+    session's earlier rows (conversations/replay.py); any other row as it is."""
+    # Imported here: conversations/replay.py reads the store's dataset tables.
+    from promptlab.conversations.replay import is_turn_row, turn_of, with_history
 
     if not is_turn_row(values):
         return values

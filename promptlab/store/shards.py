@@ -1,4 +1,4 @@
-"""Stored context shards (promptlab/data/shards.py): one row per shard of a replayed
+"""Stored context shards (promptlab/conversations/shards.py): one row per shard of a replayed
 session, per run, variant and repeat, with the summary it carries. A shard lives until
 its `expires_at` (the run's `shards: {ttl}`): reads leave expired rows out and `prune`
 deletes them."""

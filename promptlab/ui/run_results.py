@@ -3,19 +3,28 @@ per session, context shards, scores, the fields that fail most and the first fai
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 import streamlit as st
 
+from promptlab.analysis.intervals import score_interval, session_interval
 from promptlab.facades.runs import RunView
 from promptlab.ui.downloads import download_buttons
 from promptlab.ui.widgets import escape_markdown
 from promptlab.workbench import Workbench
 
+if TYPE_CHECKING:
+    from promptlab.analysis.stats import Interval
+
 
 def ms(value: float | None) -> str:
     return f"{value:.0f} ms" if value is not None else "–"
+
+
+def interval_text(interval: Interval | None) -> str | None:
+    """`low - high` as percentages, None without an interval."""
+    return f"{interval.low:.1%} - {interval.high:.1%}" if interval else None
 
 
 def limiters(view: RunView) -> None:
@@ -135,9 +144,7 @@ def per_session(wb: Workbench, run_id: str) -> None:
                 "variant": s.variant,
                 "sessions": s.sessions,
                 "completed": s.completion,
-                "95% interval": f"{s.interval.low:.1%} - {s.interval.high:.1%}"
-                if s.interval
-                else None,
+                "95% interval": interval_text(session_interval(s)),
                 "turns per session": round(s.turns_per_session, 1),
                 "session latency p50 ms": s.latency_p50_ms,
                 "session latency p90 ms": s.latency_p90_ms,
@@ -197,9 +204,7 @@ def scores(wb: Workbench, run_id: str) -> None:
                 "variant": c.label,
                 "scorer": c.scorer,
                 "score": c.mean,
-                "95% interval": (
-                    f"{c.interval.low:.1%} - {c.interval.high:.1%}" if c.interval else None
-                ),
+                "95% interval": interval_text(score_interval(c)),
                 "scored": c.scored,
                 "no output": c.no_output,
                 "malformed": c.malformed,

@@ -13,12 +13,13 @@ Plotly reads `<a href>`, `<b>` and `<br>` in its labels.
 from __future__ import annotations
 
 import html
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
+from promptlab.analysis.intervals import completion_interval, ctr_interval
 from promptlab.analysis.stats import Verdict
-from promptlab.records.samples import SCORE_PREFIX
+from promptlab.records.unit_samples import SCORE_PREFIX
 
 if TYPE_CHECKING:
     import numpy as np
@@ -32,14 +33,17 @@ if TYPE_CHECKING:
     Totals = MetricsRow | LogMetricsRow
     from promptlab.store.timeseries import TimeSeries
 
-#: A rate to plot: (label, rate attribute, interval low, interval high) of a MetricsRow;
-#: dotted names reach into a property (`completion_interval.low`). The label is also the
-#: comparison's metric name, whose per-arm interval wins when given.
-RateMetric = tuple[str, str, str, str]
+#: A figure read off a row: an attribute's name (dotted names reach into a property), or
+#: a function of the row (an interval's end, computed in analysis/).
+RowField = str | Callable[[Any], Any]
+#: A rate to plot: (label, rate attribute, interval low, interval high) of a MetricsRow.
+#: The label is also the comparison's metric name, whose per-arm interval wins when given.
+RateMetric = tuple[str, str, RowField, RowField]
 RATE_METRICS: tuple[RateMetric, ...] = (
-    ("completion rate", "completion_rate", "completion_interval.low", "completion_interval.high"),
-    ("CTR", "ctr", "ctr_interval.low", "ctr_interval.high"),
-)
+    ("completion rate", "completion_rate",
+     lambda row: completion_interval(row).low, lambda row: completion_interval(row).high),
+    ("CTR", "ctr", lambda row: ctr_interval(row).low, lambda row: ctr_interval(row).high),
+)  # fmt: skip
 #: The latency percentiles drawn per variant: (label, MetricsRow attribute, the
 #: comparison's metric name).
 LATENCY_PERCENTILES = (
@@ -110,10 +114,10 @@ def _colour(colours: Colours | None, name: str, index: int) -> str:
     return PALETTE[index % len(PALETTE)]
 
 
-def _get(row: object, name: str) -> Any:
-    """The attribute, or None when the row does not carry it (an older record)."""
+def _get(row: object, field: RowField) -> Any:
+    """The field, or None when the row does not carry it (an older record)."""
     try:
-        return attrgetter(name)(row)
+        return field(row) if callable(field) else attrgetter(field)(row)
     except AttributeError:
         return None
 

@@ -21,8 +21,8 @@ from typing import Any
 
 from promptlab.audit.redact import Redactor
 from promptlab.checks.validation import CheckStatus
+from promptlab.conversations.replay import BEFORE_KEY, CONVERSATION_KEY, TURN_KEY, TURN_NO_KEY
 from promptlab.data.batchfile import request_from_row
-from promptlab.data.conversations import BEFORE_KEY, CONVERSATION_KEY, TURN_KEY, TURN_NO_KEY
 from promptlab.engine.planner import KEY_HEX_DIGITS
 from promptlab.engine.requests import row_params
 from promptlab.engine.spec import AS_WRITTEN, PARAM_COLUMNS_KEY
@@ -33,7 +33,7 @@ from promptlab.records.sessions import SESSION_KEY
 
 #: Fewest hex digits of a key accepted as a prefix of one.
 MIN_KEY_PREFIX = 8
-#: What a replayed turn's row holds beside the log's columns (data/conversations.py).
+#: What a replayed turn's row holds beside the log's columns (conversations/replay.py).
 REPLAY_KEYS = frozenset({CONVERSATION_KEY, SESSION_KEY, TURN_KEY, BEFORE_KEY, TURN_NO_KEY})
 
 

@@ -1,8 +1,9 @@
 """After-run work: what a run's end sets going, from the one place the engine notifies.
 
-The engine calls `run_ended` when a run reaches a final state, before it records that
-state (a process killed during this work leaves the run resumable, and its resume ends
-it again). A pause is not an end: nothing runs. Which work runs on which end:
+`run_ended` is the engine's run-ended hook (promptlab/engine/ended.py; the Workbench gives
+it to the engine): the engine calls it when a run reaches a final state, before it
+records that state (a process killed during this work leaves the run resumable, and its
+resume ends it again). A pause is not an end: nothing runs. Which work runs on which end:
 
 | work | completed | cancelled, failed |
 |---|---|---|
@@ -25,29 +26,24 @@ from __future__ import annotations
 
 import functools
 import logging
-import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from promptlab.checks.anomalies import detect, observation_of, schema_fields
-from promptlab.errors import PromptlabError, SpecError
+from promptlab.errors import PromptlabError
+from promptlab.evaluation.crossruns import crosscheck_ended, decide_run, validation_ended
+from promptlab.evaluation.judges import judge_spec, judges_of, store_verdicts, write_judge_dataset
+from promptlab.evaluation.runs import plain_scorers, score_results
+from promptlab.evaluation.scorers import Scorer
 from promptlab.records import RunStatus
 from promptlab.records.afterrun import AfterRunState
-from promptlab.scoring.crossruns import crosscheck_ended, decide_run, validation_ended
-from promptlab.scoring.judges import judge_spec, judges_of, store_verdicts, write_judge_dataset
-from promptlab.scoring.runs import plain_scorers, score_results
-from promptlab.scoring.scorers import Scorer
 from promptlab.store.afterrun import AfterRunStore
 from promptlab.store.alerts import AlertStore
 from promptlab.store.connection import Store
 from promptlab.store.runs import RunStore
 
 if TYPE_CHECKING:
-    from promptlab.engine.prepare import VersionResolver
-    from promptlab.engine.spec import RunSpec
-    from promptlab.providers.config import EndpointConfig
+    from promptlab.engine.ended import RunEnd
 
 log = logging.getLogger(__name__)
 
@@ -56,32 +52,11 @@ ANY_END = frozenset({"scores", "alerts", "verdicts"})
 VALIDATION = "crosscheck validation"
 
 
-@dataclass(frozen=True)
-class _Ended:
-    store: Store
-    run_id: str
-    spec: RunSpec
-    status: str
-    reason: str | None
-    submit: Callable[[RunSpec], str]
-
-    @property
-    def records(self) -> AfterRunStore:
-        return AfterRunStore(self.store)
-
-
-def run_ended(
-    store: Store, run_id: str, spec: RunSpec | Mapping[str, Any], status: str,
-    reason: str | None, submit: Callable[[RunSpec], str],
-) -> None:  # fmt: skip
-    """The run ended in `status` (a final one): run its after-run work (see the module
-    docstring), each piece recorded; never raises (the run's results are what counts).
-    `spec` may be the run's stored spec."""
-    from promptlab.engine.spec import RunSpec, parse_spec  # the spec module imports scoring
-
-    if not isinstance(spec, RunSpec):
-        spec = parse_spec(spec, trusted=True)
-    ended = _Ended(store, run_id, spec, str(status), reason, submit)
+def run_ended(ended: RunEnd) -> None:
+    """The run ended in `ended.status` (a final one): run its after-run work (see the
+    module docstring), each piece recorded; never raises (the run's results are what
+    counts). A judge's or validation's run is started through `ended.submit`."""
+    store, run_id, spec = ended.store, ended.run_id, ended.spec
     completed = ended.status == RunStatus.COMPLETED
     if spec.judging:
         _work(ended, "verdicts", lambda: _verdicts(ended))
@@ -99,23 +74,28 @@ def run_ended(
         if check.validation is None:
             _work(ended, "crosscheck", lambda: decide_run(store, run_id, check))
         else:
-            _start_child(ended, VALIDATION, lambda: crosscheck_ended(store, run_id, spec, submit))
+            start = functools.partial(crosscheck_ended, store, run_id, spec, ended.submit)
+            _start_child(ended, VALIDATION, start)
 
 
-def _work(ended: _Ended, work: str, do: Callable[[], object]) -> bool:
+def _records(ended: RunEnd) -> AfterRunStore:
+    return AfterRunStore(ended.store)
+
+
+def _work(ended: RunEnd, work: str, do: Callable[[], object]) -> bool:
     try:
         do()
     except Exception as exc:  # noqa: BLE001 - recorded and shown; the run's results stand
         log.warning("run %s: %s failed: %s", ended.run_id, work, exc, exc_info=True)
-        _record(ended.records, ended.run_id, work, AfterRunState.FAILED, one_line(exc))
+        _record(_records(ended), ended.run_id, work, AfterRunState.FAILED, one_line(exc))
         return False
-    _record(ended.records, ended.run_id, work, AfterRunState.DONE)
+    _record(_records(ended), ended.run_id, work, AfterRunState.DONE)
     return True
 
 
-def _start_child(ended: _Ended, work: str, start: Callable[[], str | None]) -> None:
+def _start_child(ended: RunEnd, work: str, start: Callable[[], str | None]) -> None:
     """Start the run of its own that `work` is, once per (run, work)."""
-    records = ended.records
+    records = _records(ended)
     try:
         if not records.claim(ended.run_id, work):
             log.info("run %s: %s was started already", ended.run_id, work)
@@ -155,12 +135,12 @@ def _alerts(store: Store, run_id: str) -> None:
     alerts.replace(run_id, list(detect(run_id, stream, expected, now=store.clock.now)))
 
 
-def _submit_judge(ended: _Ended, judge: Scorer) -> str:
+def _submit_judge(ended: RunEnd, judge: Scorer) -> str:
     dataset = write_judge_dataset(ended.store, ended.run_id, ended.spec)
     return ended.submit(judge_spec(judge, dataset, ended.spec, ended.run_id))
 
 
-def _verdicts(ended: _Ended) -> None:
+def _verdicts(ended: RunEnd) -> None:
     """A judge's run ended: its verdicts stored, and the judged run's `judge NAME` said."""
     judging: Mapping[str, Any] = ended.spec.judging or {}
     target, work = str(judging["run"]), f"judge {judging['scorer']}"
@@ -168,47 +148,25 @@ def _verdicts(ended: _Ended) -> None:
     _child_ended(ended, target, work)
 
 
-def _validation_ended(ended: _Ended) -> None:
+def _validation_ended(ended: RunEnd) -> None:
     target = str(ended.spec.validating)
     if ended.status == RunStatus.COMPLETED:
         done = _work(ended, "crosscheck", lambda: validation_ended(ended.store, ended.run_id,
                                                                   ended.spec))  # fmt: skip
         if not done:
-            failed = ended.records.get(ended.run_id, "crosscheck")
+            failed = _records(ended).get(ended.run_id, "crosscheck")
             why = failed.detail if failed else None
-            _record(ended.records, target, VALIDATION, AfterRunState.FAILED, why)
+            _record(_records(ended), target, VALIDATION, AfterRunState.FAILED, why)
             return
-        _record(ended.records, target, "crosscheck", AfterRunState.DONE)
+        _record(_records(ended), target, "crosscheck", AfterRunState.DONE)
     _child_ended(ended, target, VALIDATION)
 
 
-def _child_ended(ended: _Ended, target: str, work: str) -> None:
+def _child_ended(ended: RunEnd, target: str, work: str) -> None:
     """The judged (validated) run's record of this run: done when it completed."""
     if ended.status == RunStatus.COMPLETED:
-        _record(ended.records, target, work, AfterRunState.DONE, None, ended.run_id)
+        _record(_records(ended), target, work, AfterRunState.DONE, None, ended.run_id)
         return
     why = f"run {ended.run_id} {ended.status}" + (f": {ended.reason}" if ended.reason else "")
     why += f"; `promptlab resume {ended.run_id}` finishes it"
-    _record(ended.records, target, work, AfterRunState.FAILED, why, ended.run_id)
-
-
-def check_judges(
-    spec: RunSpec, endpoints: Mapping[str, EndpointConfig], registry: VersionResolver
-) -> None:
-    """Refuse at submit, in one line, a judge whose run could not start when this run
-    completes (its rubric, its endpoint, its limits): its spec is checked as a submit
-    checks it, but for its dataset (written only then)."""
-    from promptlab.engine.prepare import check_limits, merge_endpoints, resolve_variants
-    from promptlab.providers.config import with_local_endpoints
-
-    judges = judges_of(spec)
-    for i, judge in ((i, s) for i, s in enumerate(spec.scorers) if s in judges):
-        try:
-            checked = judge_spec(judge, Path("judge.jsonl"), spec, "run")
-            local = with_local_endpoints(endpoints, checked.local_endpoints)
-            merged = merge_endpoints(local, checked.endpoints)
-            check_limits(checked.limits, merged)
-            resolve_variants(checked, merged, registry)
-        except PromptlabError as exc:
-            said = re.sub(r"^variants\[0\] \([^)]*\): ", "", one_line(exc))
-            raise SpecError(f"scorers[{i}] (judge {judge.name}): {said}") from exc
+    _record(_records(ended), target, work, AfterRunState.FAILED, why, ended.run_id)

@@ -265,7 +265,7 @@ def _set_overlap(s: Scorer, output: str, expected: Any, _row: Mapping[str, Any])
 
 
 def _judge(_s: Scorer, _output: str, _expected: Any, _row: Mapping[str, Any]) -> Score:
-    # Scored by a run of its own (promptlab/scoring/judges.py), never here.
+    # Scored by a run of its own (promptlab/evaluation/judges.py), never here.
     raise _Malformed("a judge scores through its own run")
 
 

@@ -1,6 +1,6 @@
 """Context shards: a session's history cut where the model's context window needs it.
 
-A replayed turn is sent with the conversation before it (data/conversations.py). When
+A replayed turn is sent with the conversation before it (conversations/replay.py). When
 that would not fit the model's window less the reserved output and the version's own
 messages (the budget), the history is cut into shards. Going through the session's
 turns in order, a turn that no longer fits with its shard so far starts a new shard.
@@ -33,7 +33,7 @@ start.
 
 Pure: no store, no engine. A message too large for any shard raises ShardTooLarge.
 A spec's `shards:` (`ShardSpec`) says how long stored shards live and which versioned
-prompt summarizes the shards before a turn's own (engine/shards.py sends it).
+prompt summarizes the shards before a turn's own (engine/sharding.py sends it).
 """
 
 from __future__ import annotations
@@ -240,7 +240,7 @@ class ShardCutter:
         #: The message no shard can hold, once one was met (every longer prefix fails).
         self.failed: ShardTooLarge | None = None
         #: Whether a turn of this session's history did not fit whole: a longer history
-        #: does not either (engine/shards.py skips the check from then on).
+        #: does not either (engine/sharding.py skips the check from then on).
         self.overflowed_at: int | None = None
 
     @property

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 #: The rate metrics every comparison has, by the names its rows carry.
 COMPLETION = "completion rate"
 CTR = "CTR"
-#: A scorer's mean score (an accuracy) is the rate `score: NAME` (promptlab/scoring/).
+#: A scorer's mean score (an accuracy) is the rate `score: NAME` (promptlab/evaluation/).
 SCORE_PREFIX = "score: "
 
 

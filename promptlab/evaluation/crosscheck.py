@@ -41,8 +41,8 @@ from typing import Any
 
 from promptlab.checks.validation import extract_json
 from promptlab.errors import ConfigError, SpecError
+from promptlab.evaluation.scorers import value_at
 from promptlab.providers.config import parse_model_ref
-from promptlab.scoring.scorers import value_at
 
 FIELDS = frozenset({"models", "field", "confidence", "validation", "adopt", "vote", "entropy_gap"})
 #: Log-probabilities asked per token when a cross-check measures its entropy gap.

@@ -16,8 +16,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from promptlab.records.review import ReviewSource, WeightRecord
-from promptlab.scoring.crosscheck import (
+from promptlab.evaluation.crosscheck import (
     Answer,
     CrossCheck,
     Decision,
@@ -33,6 +32,7 @@ from promptlab.scoring.crosscheck import (
     weights_from_f1,
     winner,
 )
+from promptlab.records.review import ReviewSource, WeightRecord
 from promptlab.store.audit import AuditLog
 from promptlab.store.connection import Store
 from promptlab.store.crosscheck import CrosscheckStore
@@ -48,12 +48,10 @@ ACTOR = "crosscheck"
 
 
 def crosscheck_ended(
-    store: Store, run_id: str, spec: RunSpec, submit: Callable[[RunSpec], str]
+    store: Store, run_id: str, spec: RunSpec, submit: Callable[[Mapping[str, Any]], str]
 ) -> str | None:
     """Decide the ended cross-checked run now, or start its validation run (whose id is
-    returned) to weigh the models first."""
-    from promptlab.engine.spec import parse_spec  # the spec module imports crosscheck
-
+    returned; `submit` takes its spec mapping) to weigh the models first."""
     assert spec.crosscheck is not None
     if spec.crosscheck.validation is None:
         decide_run(store, run_id, spec.crosscheck)
@@ -67,7 +65,7 @@ def crosscheck_ended(
     data.pop("scorers", None)
     if scorers:
         data["scorers"] = scorers
-    return submit(parse_spec(data, trusted=True))
+    return submit(data)
 
 
 def _plain(scorer: Any) -> bool:

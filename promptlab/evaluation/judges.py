@@ -1,6 +1,6 @@
 """Judges: a model grades each output against a rubric, through a run of its own.
 
-When a run with a `judge` scorer completes (promptlab/scoring/ended.py: once, keyed by
+When a run with a `judge` scorer completes (promptlab/evaluation/ended.py: once, keyed by
 run and scorer), its succeeded results go to the judge as a run of their own, `judge
 NAME: RUN NAME`, with the endpoints the judged spec declares. Each of its rows holds
 the original `input` (the row's values but the expected column, one `name: value` line
@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from promptlab.scoring.scorers import Scorer, ScoreStatus, verdict_score
+from promptlab.evaluation.scorers import Scorer, ScoreStatus, verdict_score
 from promptlab.store.afterrun import AfterRunStore
 from promptlab.store.connection import Store
 from promptlab.store.runs import RunStore
@@ -65,11 +65,10 @@ def judges_of(spec: RunSpec) -> list[Scorer]:
     return [s for s in spec.scorers if s.kind == "judge"] if spec.expected is not None else []
 
 
-def judge_spec(judge: Scorer, dataset: Path, spec: RunSpec, run_id: str) -> RunSpec:
-    """The judge's run: its rubric over `dataset`, with the judged spec's endpoints (a
-    judge may name an endpoint the spec declares), limits and executor."""
-    from promptlab.engine.spec import parse_spec  # the spec module imports the scorers
-
+def judge_spec(judge: Scorer, dataset: Path, spec: RunSpec, run_id: str) -> dict[str, Any]:
+    """The judge's run's spec (a mapping, parsed where it is submitted): its rubric over
+    `dataset`, with the judged spec's endpoints (a judge may name an endpoint the spec
+    declares), limits and executor."""
     variant: dict[str, Any] = {"name": judge.name, "prompt": judge.options["prompt"]}
     if judge.options.get("model"):
         variant["model"] = judge.options["model"]
@@ -85,7 +84,7 @@ def judge_spec(judge: Scorer, dataset: Path, spec: RunSpec, run_id: str) -> RunS
     limits = spec.raw.get("limits") or {}
     if limits:
         data["limits"] = limits
-    return parse_spec(data, trusted=True)
+    return data
 
 
 def _input(row: Mapping[str, Any], expected: str) -> str:

@@ -1,9 +1,9 @@
 """A run's plain scores: every finished result scored by the spec's scorers, and stored.
 
-Called at each end of a run (promptlab/scoring/ended.py): a run resumed and ended again
+Called at each end of a run (promptlab/evaluation/ended.py): a run resumed and ended again
 is scored again whole, so its scores always match its results. A failed request scores
 0 (`no_output`): a version that errors is not right. Only the plain scorers' scores are
-replaced: a judge's verdicts come from its own run (promptlab/scoring/judges.py).
+replaced: a judge's verdicts come from its own run (promptlab/evaluation/judges.py).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from promptlab.scoring.scorers import Scorer
+from promptlab.evaluation.scorers import Scorer
 from promptlab.store.connection import Store
 from promptlab.store.scores import ScoreRow, ScoreStore
 

@@ -1,5 +1,5 @@
 """Context shards in a run: a replayed turn whose history would not fit the model's window
-is sent with its own shard of that history (promptlab/data/shards.py), and, when the
+is sent with its own shard of that history (promptlab/conversations/shards.py), and, when the
 spec names a summary prompt, with a summary of the shards before it.
 
 The budget is the model's context window (the providers file's `context_windows`) less
@@ -30,8 +30,8 @@ from datetime import timedelta
 from promptlab.audit.chain import AuditDraft, Masker, run_chain
 from promptlab.audit.redact import Redactor
 from promptlab.clock import Clock
-from promptlab.data.conversations import CONVERSATION_KEY, History, with_conversation
-from promptlab.data.shards import SUMMARY_INTRO, Shard, ShardCutter, ShardSpec
+from promptlab.conversations.replay import CONVERSATION_KEY, History, with_conversation
+from promptlab.conversations.shards import SUMMARY_INTRO, Shard, ShardCutter, ShardSpec
 from promptlab.engine import trace
 from promptlab.engine.lanes import Lane
 from promptlab.engine.retry import THROTTLE_KINDS, Action, RetryPolicy, classify

@@ -28,7 +28,7 @@ ROLES = ("system", "user", "assistant")
 #: and rows planned before that hold it.
 CONVERSATION_KEY = "__conversation__"
 #: The key of a replayed turn's row holding its own message as the history holds it
-#: (role, content, order value): context shards are cut with it (data/shards.py).
+#: (role, content, order value): context shards are cut with it (conversations/shards.py).
 TURN_KEY = "__turn__"
 #: The key of a replayed turn's row holding the messages logged between its session's
 #: previous user message and its own (an answer, a greeting): its part of the history.

@@ -14,7 +14,8 @@ import json
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from promptlab.records.samples import (
+from promptlab.records.sessions import SESSION_KEY
+from promptlab.records.unit_samples import (
     COMPLETION,
     CTR,
     SCORE_PREFIX,
@@ -23,7 +24,6 @@ from promptlab.records.samples import (
     RatioSample,
     VersionStratum,
 )
-from promptlab.records.sessions import SESSION_KEY
 from promptlab.store.connection import Store
 from promptlab.store.metrics import MetricsReads, completed_predicate
 
@@ -55,7 +55,7 @@ _FEEDBACK = (
     # Feedback on a result outside the arm (finished before `since`) is not the arm's.
     "WHERE f.key IS NULL OR t.key IS NOT NULL GROUP BY 1"
 )
-#: Each scorer's scores of `tagged` results summed per unit hash (promptlab/scoring/).
+#: Each scorer's scores of `tagged` results summed per unit hash (promptlab/evaluation/).
 _SCORES = (
     "SELECT s.scorer, hash(t.unit) AS u, sum(s.value) AS num, count(s.value) AS den "
     "FROM scores s JOIN tagged t ON t.key = s.idempotency_key GROUP BY ALL"

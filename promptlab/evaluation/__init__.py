@@ -1,0 +1,1 @@
+"""Evaluation: scorers, judges and cross-checks, and the after-run work a run's end sets going."""

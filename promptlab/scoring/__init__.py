@@ -1,1 +1,0 @@
-"""Scores against expected answers: the scorers, and a run's scores computed and stored."""
