@@ -18,6 +18,9 @@ DEMO_DIR = DATA_DIR / "demo"
 #: otherwise: ten times the largest run we measured (1M items), and far below what
 #: would exhaust memory or disk with a typo like `repeats: 100000000000`.
 DEFAULT_MAX_ITEMS = 10_000_000
+#: How log lines are written (PROMPTLAB_LOG_FORMAT): text for people, json for a
+#: collector (one object a line; see promptlab.audit.logjson).
+LOG_FORMATS = ("text", "json")
 
 
 def _flag(value: str | None, default: bool) -> bool:
@@ -38,7 +41,8 @@ def _positive_int(value: str | None, default: int) -> int:
     return number
 
 
-def _mask_names(value: str | None) -> tuple[str, ...]:
+def parse_mask_names(value: str | None) -> tuple[str, ...]:
+    """PROMPTLAB_MASK's pattern names; ConfigError names the first unknown one."""
     from promptlab.audit.chain import MASK_PATTERNS
 
     names = tuple(n.strip().lower() for n in (value or "").split(",") if n.strip())
@@ -48,6 +52,14 @@ def _mask_names(value: str | None) -> tuple[str, ...]:
             f"PROMPTLAB_MASK: unknown pattern {unknown[0]!r} (known: {', '.join(MASK_PATTERNS)})"
         )
     return names
+
+
+def parse_log_format(value: str | None) -> str:
+    """PROMPTLAB_LOG_FORMAT's format: text (unset or empty) or json; nothing else."""
+    chosen = (value or "").strip().lower() or "text"
+    if chosen not in LOG_FORMATS:
+        raise ConfigError(f"PROMPTLAB_LOG_FORMAT: expected text or json, got {value!r}")
+    return chosen
 
 
 @dataclass(frozen=True)
@@ -76,6 +88,8 @@ class Settings:
     #: `HOST:PORT` the app also serves the API on (PROMPTLAB_SERVE; `make run` sets
     #: 127.0.0.1:8765), so the CLI and services share its database and engine.
     serve: str | None = None
+    #: `text` or `json` (PROMPTLAB_LOG_FORMAT): how promptlab's log lines are written.
+    log_format: str = "text"
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -89,10 +103,11 @@ class Settings:
             max_items=_positive_int(env.get("PROMPTLAB_MAX_ITEMS"), DEFAULT_MAX_ITEMS),
             data_dir=Path(env.get("PROMPTLAB_DATA_DIR") or DATA_DIR),
             audit=_flag(env.get("PROMPTLAB_AUDIT"), True),
-            mask=_mask_names(env.get("PROMPTLAB_MASK")),
+            mask=parse_mask_names(env.get("PROMPTLAB_MASK")),
             tune_gc=_flag(env.get("PROMPTLAB_TUNE_GC"), True),
             answer_log=_flag(env.get("PROMPTLAB_ANSWER_LOG"), True),
             serve=env.get("PROMPTLAB_SERVE") or None,
+            log_format=parse_log_format(env.get("PROMPTLAB_LOG_FORMAT")),
         )
 
     def with_db(self, db_path: str | Path | None) -> Settings:

@@ -12,8 +12,13 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
+
+from promptlab.audit.logjson import JsonFormatter
+from promptlab.audit.masking import Masker
+from promptlab.config import parse_log_format, parse_mask_names
+from promptlab.errors import ConfigError
 
 #: What replaces a secret.
 MASK = "[redacted]"
@@ -122,6 +127,22 @@ def redact(text: str) -> str:
     return Redactor.from_environ()(text)
 
 
+#: A text log line (PROMPTLAB_LOG_FORMAT=text, the default).
+TEXT_LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"
+
+
+class LogScrubber:
+    """What the text of every log line passes through, whatever its format: secrets
+    redacted, then the PROMPTLAB_MASK patterns masked (an email an error echoes, say)."""
+
+    def __init__(self, mask: Sequence[str] = ()) -> None:
+        self._masker = Masker(mask) if mask else None
+
+    def __call__(self, text: str) -> str:
+        text = redact(text)
+        return self._masker.mask(text, {}) if self._masker is not None else text
+
+
 class RedactingFormatter(logging.Formatter):
     """Formats a record as usual, then masks secrets in the whole text, traceback included.
 
@@ -129,16 +150,41 @@ class RedactingFormatter(logging.Formatter):
     every other handler (a test's log capture, say) shares.
     """
 
+    def __init__(self, fmt: str | None = None, *, mask: Sequence[str] = ()) -> None:
+        super().__init__(fmt)
+        self._scrub = LogScrubber(mask)
+
     def format(self, record: logging.LogRecord) -> str:
-        return redact(super().format(record))
+        return self._scrub(super().format(record))
 
 
-def install_log_redaction(level: int = logging.WARNING) -> None:
-    """Send promptlab's log records to stderr through a RedactingFormatter (CLI and app)."""
+def log_formatter(environ: Mapping[str, str] | None = None) -> logging.Formatter:
+    """The formatter PROMPTLAB_LOG_FORMAT asks for (text or json), masking what
+    PROMPTLAB_MASK names; ConfigError for any other format."""
+    env = os.environ if environ is None else environ
+    chosen = parse_log_format(env.get("PROMPTLAB_LOG_FORMAT"))
+    try:
+        mask = parse_mask_names(env.get("PROMPTLAB_MASK"))
+    except ConfigError:
+        mask = ()  # the command refuses it in one line of its own when it reads the settings
+    if chosen == "json":
+        return JsonFormatter(LogScrubber(mask))
+    return RedactingFormatter(TEXT_LOG_FORMAT, mask=mask)
+
+
+def install_log_redaction(
+    level: int = logging.WARNING, environ: Mapping[str, str] | None = None
+) -> None:
+    """Send promptlab's log records to stderr, secrets redacted, in the format the
+    environment asks for (CLI and app). Called again, it keeps its one handler and gives
+    it the format the environment asks for then."""
+    formatter = log_formatter(environ)
     logger = logging.getLogger("promptlab")
-    if any(isinstance(h.formatter, RedactingFormatter) for h in logger.handlers):
-        return
+    for handler in logger.handlers:
+        if isinstance(handler.formatter, RedactingFormatter | JsonFormatter):
+            handler.setFormatter(formatter)
+            return
     handler = logging.StreamHandler()
-    handler.setFormatter(RedactingFormatter("%(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(formatter)
     logger.addHandler(handler)
     logger.setLevel(level)

@@ -24,13 +24,14 @@ from promptlab.cli import (
     worker,
 )
 from promptlab.cli import export as export_cli
-from promptlab.cli.common import db_option
+from promptlab.cli.common import db_option, handle_errors
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @db_option
 @click.version_option(package_name="promptlab")
 @click.pass_context
+@handle_errors  # a PROMPTLAB_LOG_FORMAT it cannot write is refused in one line
 def main(ctx: click.Context) -> None:
     """promptlab: versioned prompts, A/B batches and their metrics, stored in DuckDB."""
     ctx.ensure_object(dict)

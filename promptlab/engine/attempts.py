@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
+from promptlab.audit.logjson import bind_log_context
 from promptlab.checks.validation import Checker, CheckStatus, OutputCheck
 from promptlab.clock import Clock
 from promptlab.engine.lanes import Lane
@@ -99,6 +100,7 @@ class ItemAttempts:
         """One dispatched item as one guarded unit: whatever is raised on its way (an
         adapter bug, an answer the engine cannot take in), its permit goes back to the
         shared limiter and it gets exactly one final row."""
+        bind_log_context(item_key=item.key)  # its own task (RunExecution._dispatch)
         flight = Flight(permit, item.attempts, permit.waited_s, permit.wait_reason)
         try:
             self.recorder.dispatched(item)

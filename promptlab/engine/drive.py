@@ -8,14 +8,16 @@ each end, before it records the end.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import threading
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from promptlab.audit.actor import current_actor
 from promptlab.audit.chain import Masker
+from promptlab.audit.logjson import bind_log_context
 from promptlab.audit.redact import redact
 from promptlab.clock import Clock
 from promptlab.config import Settings
@@ -29,11 +31,15 @@ from promptlab.engine.run import RunExecution
 from promptlab.engine.spec import RunSpec, parse_spec
 from promptlab.engine.writer import STORE_UNWRITABLE, BatchWriter
 from promptlab.errors import PromptlabError, StoreError
+from promptlab.observability.tracing import trace_id_of
 from promptlab.records import AlertRecord, RunStatus
 from promptlab.store import ItemStore, ReadModels, RunStore, Store
 from promptlab.store.alerts import AlertStore
 from promptlab.store.audit import AuditLog
 from promptlab.store.connection import is_storage_failure
+
+if TYPE_CHECKING:
+    from promptlab.observability.spans import RunSpans, Tracing
 
 # The engine's logger, as before these moved out of engine/executor.py: filters keep working.
 log = logging.getLogger("promptlab.engine.executor")
@@ -76,6 +82,7 @@ class RunDriver:
     _active: dict[str, ActiveRun]
     _collector_holds: set[CollectorHold]
     _unrecorded_ends: dict[str, tuple[str, str]]
+    _tracing: Tracing | None
 
     def _audit_change(self, kind: str, run_id: str, payload: dict[str, Any]) -> None:
         """A run's change event (submitted, resumed, cancelled), when the audit is on."""
@@ -136,6 +143,10 @@ class RunDriver:
     async def _drive(self, run_id: str, prepared: PreparedRun) -> None:
         """Plan the run (when it is not yet), schedule it, run it, record how it ended."""
         active = self._active[run_id]
+        spans: RunSpans | None = None
+        # The run's task (and every task and thread it starts) logs with its ids.
+        traced = f"{trace_id_of(run_id):032x}" if self._tracing is not None else None
+        bind_log_context(run_id=run_id, trace_id=traced)
         try:
             if prepared.plan_rows is not None:
                 await asyncio.to_thread(self.items.plan_items, run_id, prepared.plan(run_id))
@@ -145,11 +156,15 @@ class RunDriver:
             counts = await asyncio.to_thread(self.reads.item_counts, run_id)
             counters = Counters(counts, record.total_items, self.clock)
             alert_writes: list[asyncio.Task[None]] = []
+            # An alert is the run's: its lines carry no key of the item whose row raised it.
+            logs = contextvars.copy_context()
 
             def store_alerts(alerts: list[AlertRecord]) -> None:
-                alert_writes.append(asyncio.create_task(self._store_alerts(run_id, alerts)))
+                write = self._store_alerts(run_id, alerts)
+                alert_writes.append(asyncio.create_task(write, context=logs.copy()))
 
             execution = self._execution(run_id, prepared, rows, counters, store_alerts)
+            execution.recorder.observer = spans = self._run_spans(run_id, record.name, prepared)
             active.execution, active.counters = execution, counters
             if active.cancel_requested or active.pause_requested:
                 self._halt_on_loop(run_id, pause=not active.cancel_requested)
@@ -159,6 +174,26 @@ class RunDriver:
             await self._close_run(run_id, execution, prepared.spec)
         except Exception as exc:
             await self._fail_run(run_id, exc, prepared.spec)
+        finally:
+            if spans is not None:
+                await self._end_spans(run_id, spans)
+
+    def _run_spans(self, run_id: str, name: str, prepared: PreparedRun) -> RunSpans | None:
+        """The run's OpenTelemetry spans, when the process exports traces."""
+        if self._tracing is None:
+            return None
+        kinds = {name: cfg.kind for name, cfg in prepared.endpoints.items()}
+        masker = Masker(self.settings.mask) if self.settings.mask else None
+        return self._tracing.run(run_id, name, kinds, masker)
+
+    async def _end_spans(self, run_id: str, spans: RunSpans) -> None:
+        """The run's span closed with the state it was left in (ended or paused)."""
+        try:
+            record = await asyncio.to_thread(self.runs.get_run, run_id)
+            spans.end(str(record.status), record.status_reason)
+        except Exception as exc:  # noqa: BLE001 - a trace must never fail the run
+            log.warning("run %s: its trace span not ended: %s", run_id, exc)
+            spans.end("unknown")
 
     def _execution(
         self,

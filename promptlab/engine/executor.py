@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import os
 import threading
 import uuid
 from collections.abc import Coroutine, Mapping
@@ -40,6 +41,7 @@ from promptlab.engine.spec import RunSpec, parse_spec
 from promptlab.engine.spill import spill_dirs, store_spills
 from promptlab.engine.writer import STORE_UNWRITABLE, BatchWriter, WriterStats
 from promptlab.errors import EngineError, SpecError, StoreError
+from promptlab.observability.tracing import tracing_from_env
 from promptlab.providers import build_provider, load_endpoints
 from promptlab.providers.config import EndpointConfig
 from promptlab.records import FINAL_RUN_STATUSES, RunStatus
@@ -89,27 +91,26 @@ class Engine(RunDriver):
         #: Providers and shared limiters of every endpoint a run has used (engine/lanes.py).
         self._pool = EndpointPool(provider_factory, self.clock)
         self._active: dict[str, ActiveRun] = {}
-        self._claims: set[str] = set()  # runs being resumed, not yet in _active
-        #: Cancels that came while their run was being resumed: applied once it starts.
-        self._pending_cancels: set[str] = set()
+        #: Runs being resumed (not yet in _active); cancels that came meanwhile.
+        self._claims, self._pending_cancels = set[str](), set[str]()
         self._claims_lock = threading.Lock()
         #: Runs waiting for the runs they come after (`after:`; engine/dependencies.py).
         self._waiting = WaitingRuns(
             self.runs, self._claims_lock, (self._claims, self._pending_cancels),
             start=self._start, skip=self._skip,
         )  # fmt: skip
-        #: Runs' holds on the collector's tuning (promptlab.engine.collector): a run
-        #: still going when `close` gives up on it must not keep the process tuned.
+        #: Runs' holds on the GC tuning (engine/collector.py), released however close goes.
         self._collector_holds: set[CollectorHold] = set()
+        #: OpenTelemetry traces of runs when OTEL_* names a collector (observability/).
+        self._tracing = tracing_from_env(os.environ)
         #: Final states the store could not take (a full disk): shown until it can.
         self._unrecorded_ends: dict[str, tuple[str, str]] = {}
         self._spill_dirs = spill_dirs(store.path)
         # Rows an earlier process spilled are stored before any run can be resumed.
         store_spills(self.items, self._spill_dirs)
         self._loop = asyncio.new_event_loop()
-        # The loop's store calls (asyncio.to_thread) run here, so that `close` can wait for
-        # the ones still running: a store closed after the engine must not find its
-        # connection busy with a call from a run that close gave up on.
+        # The loop's store calls run here, so that `close` can wait for those still running:
+        # a store closed after the engine must not find its connection busy with one.
         self._store_calls = concurrent.futures.ThreadPoolExecutor(
             thread_name_prefix="promptlab-store"
         )
@@ -366,6 +367,8 @@ class Engine(RunDriver):
             # However closing went, runs given up on must not keep the process tuned.
             for hold in list(self._collector_holds):
                 hold.release()
+            if self._tracing is not None:  # export what the runs' spans left pending
+                self._tracing.shutdown()
 
     def __enter__(self) -> Engine:
         return self

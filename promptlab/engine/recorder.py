@@ -4,7 +4,7 @@ the live counters and the anomaly alerts, all handed to the writer on the engine
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from promptlab.audit.chain import AuditDraft, Masker, attempt_values, row_digest, run_chain
 from promptlab.checks.anomalies import RunDetector, observation_of, schema_fields
@@ -36,6 +36,14 @@ LOGPROB_FIELDS = ("token_entropy", "logprob_mean", "logprob_tokens")
 def _status(response: CompletionResponse | None) -> int | None:
     """An answer's HTTP status; None for an answer that came over no HTTP (`sim:`)."""
     return response.http_status if response is not None else None
+
+
+class ItemObserver(Protocol):
+    """What watches the rows as they are recorded (observability/spans.py's RunSpans)."""
+
+    def attempt(self, row: AttemptRow) -> None: ...
+
+    def final(self, row: FinalRow, variant: str) -> None: ...
 
 
 class ItemRecorder:
@@ -74,6 +82,8 @@ class ItemRecorder:
         self.audit = audit
         self.chain = run_chain(run_id)
         self.masker = masker if masker else None
+        #: Sees each attempt and final row as recorded (the run's trace spans), if set.
+        self.observer: ItemObserver | None = None
         #: Render and preflight stages of items in flight, until their final row (flat
         #: dicts of strings and numbers: see trace.result_payload).
         self.traces: dict[str, dict[str, Any]] = {}
@@ -138,6 +148,8 @@ class ItemRecorder:
                 reask=reask,
         )  # fmt: skip
         self.writer.attempt(row)
+        if self.observer is not None:
+            self.observer.attempt(row)
         # A failed or re-asked attempt gets its own event; the answered one is read back
         # from `attempts` by the trace view (the result event covers its results row).
         answered = response is not None and not (self.reask and item.variant_index in self.checkers)
@@ -192,6 +204,8 @@ class ItemRecorder:
         self.row_params.pop(item.key, None)
         self._open.discard(item.key)
         self.counters.finished(status, was_in_flight)
+        if self.observer is not None:
+            self.observer.final(row, variant.name)
         if self.on_final is not None:
             self.on_final(item, status, row.output_text)
         if status != ItemStatus.CANCELLED:

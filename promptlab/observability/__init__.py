@@ -1,0 +1,1 @@
+"""What promptlab tells a team's own observability stack: OpenTelemetry traces of runs."""
