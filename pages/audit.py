@@ -18,6 +18,7 @@ import streamlit as st
 
 from promptlab.errors import PromptlabError
 from promptlab.facades.audit import MAX_DOWNLOAD_EVENTS, AuditFilter
+from promptlab.ui.address import Address
 from promptlab.ui.downloads import file_download
 from promptlab.ui.resources import get_workbench
 from promptlab.ui.shell import require_shell
@@ -42,6 +43,8 @@ VERIFIED = "_audit_verified"
 #: The trace shown: from `?trace=`, the trace id box or a row picked in the table.
 TRACE_CHOICE = "audit_trace_choice"
 DEFAULT_LIMIT = 500
+#: The page's address: the trace shown.
+ADDRESS = Address("audit", "trace")
 
 
 def chain_status(wb: Workbench) -> None:
@@ -198,8 +201,7 @@ def trace_view(wb: Workbench, trace_id: str) -> None:
     except PromptlabError as exc:
         show_error(exc)
         return
-    if st.query_params.get("trace") != trace.trace_id:
-        st.query_params.from_dict({"trace": trace.trace_id})
+    ADDRESS.show(trace=trace.trace_id)
     st.subheader("Trace")
     run = f" · run `{trace.run_id}`" if trace.run_id else ""
     st.markdown(f"Trace `{trace.trace_id}`{run}")
@@ -241,10 +243,11 @@ def main() -> None:
     require_shell("pages/audit.py")
     st.title("Audit")
     wb = get_workbench()
-    wanted = st.query_params.get("trace")
-    if wanted and st.session_state.get("_audit_link") != wanted:
-        st.session_state["_audit_link"] = wanted  # a link followed: show its trace
+    # A link followed (or Back): show its trace, once per change of the address.
+    wanted = ADDRESS.followed().get("trace")
+    if wanted:
         st.session_state[TRACE_CHOICE] = wanted
+        st.session_state["audit_trace_text"] = ""  # a trace typed before would win over it
     chain_status(wb)
     # The trace goes above the events (a link lands on it), but a row picked in the
     # table below chooses it: the box is filled once the table has run.

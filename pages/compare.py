@@ -20,6 +20,7 @@ import streamlit as st
 from promptlab.errors import PromptlabError
 from promptlab.facades.analysis import Comparison, RunWithResults, TimeSeries
 from promptlab.records import LogMetricsRow, MetricsRow
+from promptlab.ui.address import Address
 from promptlab.ui.downloads import comparison_download, download_buttons
 from promptlab.ui.repeats import repeats_section
 from promptlab.ui.resources import get_workbench
@@ -46,6 +47,8 @@ from promptlab.views.compare import (
 from promptlab.workbench import Workbench
 
 RUN_CHOICE = "compare_run"
+#: The page's address: the run compared.
+ADDRESS = Address("compare", "run")
 SOURCE_RUN, SOURCE_VERSIONS, SOURCE_LOGS = "A run's variants", "Two versions", "Production logs"
 ALL_VARIANTS = "(every variant)"
 #: The method's help, by `Comparison.sequential`.
@@ -103,28 +106,25 @@ TABLE_HELP = {
 
 
 def pick_run(runs: list[RunWithResults]) -> str:
-    """The run to compare: `?run=` once, else the newest with two or more variants."""
+    """The run to compare: the one `?run=` names when the address changes (a link
+    followed), else the one picked before, else the newest with two or more variants."""
     labels = {
         r.run_id: f"{r.name} · {r.submitted_at:%Y-%m-%d %H:%M:%S} · {r.run_id} · "
         f"{len(r.variants)} variants · {r.results} results"
         for r in runs
     }
-    if not st.session_state.get("_compare_deep_link_done"):
-        st.session_state["_compare_deep_link_done"] = True
-        wanted = st.query_params.get("run")
-        if wanted and wanted in labels:
-            st.session_state[RUN_CHOICE] = wanted
-        elif wanted:
-            st.warning(  # `wanted` is whatever the link said
-                f"Run {escape_markdown(wanted)} has no results to compare yet.",
-                icon=":material/info:",
-            )
+    ADDRESS.open_choice("run", RUN_CHOICE, labels)
     if st.session_state.get(RUN_CHOICE) not in labels:
         comparable = [r.run_id for r in runs if len(r.variants) > 1]
         st.session_state[RUN_CHOICE] = (comparable or [runs[0].run_id])[0]
+    notice = st.container()  # above the picker, filled once a pick has had its say
     run_id = st.selectbox("Run", list(labels), format_func=labels.__getitem__, key=RUN_CHOICE)
-    if st.query_params.get("run") != run_id:
-        st.query_params.from_dict({"run": run_id})
+    missing = ADDRESS.keep_choice("run", run_id, labels)
+    if missing:  # whatever the link said
+        notice.warning(
+            f"Run {escape_markdown(missing)} has no results to compare yet.",
+            icon=":material/info:",
+        )
     return str(run_id)
 
 
@@ -340,6 +340,8 @@ def main() -> None:
     require_shell("pages/compare.py")
     st.title("Compare")
     wb = get_workbench()
+    if ADDRESS.changed() and ADDRESS.named():
+        st.session_state["compare_source"] = SOURCE_RUN  # a link to a run: show its variants
     source = st.segmented_control(
         "Compare", [SOURCE_RUN, SOURCE_VERSIONS, SOURCE_LOGS], default=SOURCE_RUN,
         key="compare_source", label_visibility="collapsed",

@@ -11,6 +11,7 @@ from promptlab.errors import PromptlabError
 from promptlab.experiments import ExperimentConfig
 from promptlab.ui.experiment_form import create_form
 from promptlab.ui.experiment_launch import launch
+from promptlab.ui.experiment_revisions import revisions_table
 from promptlab.ui.resources import get_workbench
 from promptlab.ui.seen import seen_before
 from promptlab.ui.shell import require_shell
@@ -50,7 +51,8 @@ def change_form(wb: Workbench, config: ExperimentConfig) -> None:
     # refused as made on that revision (the one shown before the click) and not lost.
     rev = f"{config.name}_{config.revision}"
     based_on = seen_before(f"experiment::{config.name}", config.revision)
-    with st.form(f"change_{config.name}"):
+    # Enter in the Note field must not save a revision: only the button does.
+    with st.form(f"change_{config.name}", enter_to_submit=False):
         cols = st.columns(len(config.variants) + 1)
         weights = {
             v.name: cols[i].number_input(
@@ -120,26 +122,6 @@ def _change(wb: Workbench, name: str, *, killed: bool, note: str, based_on: int)
         st.rerun()
 
 
-def history(wb: Workbench, name: str) -> None:
-    revisions = wb.experiments.history(name)
-    st.dataframe(
-        pd.DataFrame(
-            {
-                "revision": c.revision,
-                "split": " / ".join(f"{v.name} {v.weight:g}" for v in c.variants),
-                "ramp %": c.ramp,
-                "killed": c.killed,
-                "note": c.note,
-                "by": c.author,
-                "at": c.created_at,
-            }
-            for c in revisions
-        ),
-        hide_index=True,
-        width="stretch",
-    )
-
-
 @st.fragment(run_every=POLL_EVERY)
 def follow(wb: Workbench, run_id: str) -> None:
     view = wb.runs.view(run_id)
@@ -188,12 +170,10 @@ if configs:
         st.session_state["experiment_choice"] = names[0]
     chosen = st.selectbox("Experiment", names, key="experiment_choice")
     current = next(c for c in configs if c.name == chosen)
-    left, right = st.columns(2)
-    with left:
-        change_form(workbench, current)
-    with right:
-        st.markdown("**Revisions**")
-        history(workbench, chosen)
+    change_form(workbench, current)
+    # Full width: each revision names every variant's version and share.
+    st.markdown("**Revisions**")
+    revisions_table(workbench, chosen)
     launch(workbench, current)
     if st.session_state.get("launched_run"):
         follow(workbench, st.session_state["launched_run"])

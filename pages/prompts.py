@@ -9,12 +9,12 @@ import pandas as pd
 import streamlit as st
 
 from promptlab.errors import PromptExistsError, PromptlabError, StoreError, VariableError
-from promptlab.facades.prompts import NO_VERSION
 from promptlab.prompts.files import dump_yaml_mapping, parse_yaml_mapping
 from promptlab.prompts.templates import ROLES, Template
 from promptlab.records import PromptVersion
+from promptlab.ui.flash import flash, show_flash
+from promptlab.ui.label_mover import labels_tab
 from promptlab.ui.resources import get_workbench
-from promptlab.ui.seen import seen_before
 from promptlab.ui.shell import require_shell
 from promptlab.ui.widgets import escape_markdown, show_error, show_messages, variable_inputs
 from promptlab.workbench import Workbench
@@ -23,19 +23,6 @@ NEW_PROMPT_TEMPLATE = [
     {"role": "system", "content": "You are a helpful assistant."},
     {"role": "user", "content": "{{ question }}"},
 ]
-
-
-def flash(where: str, kind: str, text: str) -> None:
-    """Keep a message across the rerun that follows a save, to show where the user acted."""
-    st.session_state[f"flash::{where}"] = (kind, text)
-
-
-def show_flash(where: str) -> None:
-    kind, text = st.session_state.pop(f"flash::{where}", (None, None))
-    if kind == "success":
-        st.success(escape_markdown(text), icon=":material/check_circle:")
-    elif kind == "info":
-        st.info(escape_markdown(text), icon=":material/info:")
 
 
 def prompt_table(wb: Workbench) -> list[str]:
@@ -61,7 +48,8 @@ def prompt_table(wb: Workbench) -> list[str]:
 
 
 def create_form(wb: Workbench) -> None:
-    with st.form("new_prompt", clear_on_submit=False):
+    # Enter in a field must not create the prompt: only the button submits.
+    with st.form("new_prompt", clear_on_submit=False, enter_to_submit=False):
         name = st.text_input("Name", placeholder="support-reply", help="lowercase, digits, - _ .")
         description = st.text_input("Description")
         system = st.text_area("System message", value=NEW_PROMPT_TEMPLATE[0]["content"])
@@ -305,37 +293,6 @@ def compare_tab(wb: Workbench, name: str, versions: list[PromptVersion]) -> None
     if diff.output_schema:
         st.markdown("**Output schema**")
         st.code("\n".join(diff.output_schema), language="diff")
-
-
-def labels_tab(wb: Workbench, name: str, versions: list[PromptVersion]) -> None:
-    current = wb.prompts.labels(name, versions)
-    if current:
-        st.dataframe(
-            pd.DataFrame(
-                {"label": k, "version": v.semver, "id": v.short_id} for k, v in current.items()
-            ),
-            hide_index=True,
-        )
-    else:
-        st.caption("No labels yet.")
-    # Where each label pointed as shown before the click: a move names it, so one made
-    # while someone else moved the label is refused instead of undoing theirs.
-    shown = seen_before(f"labels::{name}", {k: v.id for k, v in current.items()})
-    with st.form(f"label_form::{name}"):
-        l1, l2 = st.columns(2)
-        label = l1.text_input("Label", value="production", help="production, staging, any name")
-        target = l2.selectbox("Point it at", [v.semver for v in versions])
-        moved = st.form_submit_button("Move label")
-    show_flash("labels")
-    if moved:
-        try:
-            expected = shown.get(label.strip(), NO_VERSION)
-            version = wb.prompts.set_label(name, target, label.strip(), expected=expected)
-        except PromptlabError as exc:
-            show_error(exc)
-            return
-        flash("labels", "success", f"{name}@{label.strip()} now points at {version.semver}")
-        st.rerun()
 
 
 def preview_tab(name: str, versions: list[PromptVersion]) -> None:

@@ -7,6 +7,10 @@ reject (X), and the next open item comes up. A decision on an item someone else 
 settled item is changed only after Reopen. Settled answers download as a dataset of
 expected answers.
 
+Pick the run from the list (`?run=ID` preselects it); send its rows as numbers and
+ranges (`1-5`, `1,3,7-9`); the counts follow each send and decision at once. A row sent
+several times (`repeats:`) is one card with a tab per repeat.
+
 Deep link: `?item=ID`. Rows come from promptlab/views/review.py, the reads and
 decisions from `wb.review` (promptlab/facades/review.py).
 """
@@ -23,10 +27,12 @@ from promptlab.errors import PromptlabError
 from promptlab.records.review import ReviewDetail, ReviewStatus
 from promptlab.ui.downloads import file_download
 from promptlab.ui.resources import get_workbench
+from promptlab.ui.review_cards import answer_cards
+from promptlab.ui.review_queue import announce, run_labels, run_picker, send_rows
 from promptlab.ui.seen import seen_before
 from promptlab.ui.shell import require_shell
-from promptlab.ui.widgets import escape_markdown, show_error
-from promptlab.views.review import answer_rows, crosscheck_line, item_rows, weight_rows
+from promptlab.ui.widgets import show_error
+from promptlab.views.review import crosscheck_line, item_rows, weight_rows
 from promptlab.workbench import Workbench
 
 #: The item on show: from `?item=`, a row picked in the table, or the next open one.
@@ -34,26 +40,28 @@ CHOSEN = "review_item"
 ALL = "all"
 
 
-def queue(wb: Workbench) -> int | None:
-    """The filters and the table; the id of the row picked in it, if any."""
+def queue(wb: Workbench, runs: dict[str, str]) -> tuple[int | None, str | None]:
+    """The filters and the table; the id of the row picked in it, if any, and the run
+    picked (None: any run)."""
     counts = wb.review.counts()
     st.caption("  ·  ".join(f"{s} **{counts.get(s, 0)}**" for s in ReviewStatus))
-    left, right = st.columns([3, 2])
+    left, right = st.columns([2, 3])
     status = left.segmented_control(
         "Status", [*ReviewStatus, ALL], default=ReviewStatus.OPEN, key="review_status"
     )
-    run_id = right.text_input("Run", key="review_run", placeholder="any run (a run id)")
-    items = wb.review.list(None if status in (ALL, None) else status, run_id or None)
+    with right:
+        run_id = run_picker(runs)
+    items = wb.review.list(None if status in (ALL, None) else status, run_id)
     if not items:
         st.info("Nothing here. Cross-checked runs send the rows their models disagree "
                 "on; send rows by hand below.", icon=":material/inbox:")  # fmt: skip
-        return None
+        return None, run_id
     picked = st.dataframe(
         pd.DataFrame(item_rows(items)), hide_index=True, key="review_table",
         on_select="rerun", selection_mode="single-row", width="stretch",
     )  # fmt: skip
     rows = picked.selection.rows if picked else []
-    return items[rows[0]].id if rows else None
+    return (items[rows[0]].id if rows else None), run_id
 
 
 def next_open(wb: Workbench, after: int | None = None) -> int | None:
@@ -71,20 +79,8 @@ def item_view(wb: Workbench, detail: ReviewDetail) -> None:
         st.caption(line)
     with st.expander("Dataset row", expanded=True):
         st.dataframe(pd.DataFrame([detail.row]), hide_index=True)
-    answers = answer_rows(detail)
-    for column, answer in zip(st.columns(max(1, len(answers))), answers, strict=False):
-        with column.container(border=True):
-            st.markdown(f"**{answer['variant']}** · {answer['model']} · {answer['status']}")
-            st.code(answer["output"] or "(no output)", language=None, wrap_lines=True)
-            shown = ("variant", "model", "status", "output")
-            facts = [f"{k} **{escape_markdown(_figure(v))}**" for k, v in answer.items()
-                     if k not in shown and v is not None]  # fmt: skip
-            st.markdown(" · ".join(facts))
+    answer_cards(detail)
     decide(wb, detail)
-
-
-def _figure(value: object) -> str:
-    return f"{value:.3g}" if isinstance(value, float) else str(value)
 
 
 def decide(wb: Workbench, detail: ReviewDetail) -> None:
@@ -127,34 +123,6 @@ def decide(wb: Workbench, detail: ReviewDetail) -> None:
     st.rerun()
 
 
-def send_rows(wb: Workbench) -> None:
-    with st.expander("Send rows to review"), st.form("review_send"):
-        run_id = st.text_input("Run id")
-        rows = st.text_input("Rows", placeholder="e.g. 3, 7, 12")
-        reason = st.text_input("Reason", value="sent by hand")
-        cols = st.columns(3)
-        by_hand = cols[0].form_submit_button("Send these rows")
-        checks = cols[1].form_submit_button("Send results that failed checks")
-        alerts = cols[2].form_submit_button("Send what alerts were about")
-    if not (by_hand or checks or alerts):
-        return
-    try:
-        if by_hand:
-            numbers = [int(r) for r in rows.replace(",", " ").split()]
-            ids = wb.review.add(run_id.strip(), numbers, reason)
-        elif checks:
-            ids = wb.review.add_failed_checks(run_id.strip())
-        else:
-            ids = wb.review.add_alerted(run_id.strip())
-    except ValueError:
-        show_error(f"Rows: expected whole numbers separated by commas, got {rows!r}")
-        return
-    except PromptlabError as exc:
-        show_error(exc)
-        return
-    st.toast(f"Sent {len(ids)} row(s) to review")
-
-
 def settled_download(wb: Workbench) -> None:
     def make() -> bytes:
         with tempfile.TemporaryDirectory() as folder:
@@ -178,7 +146,9 @@ def main() -> None:
     if linked and st.session_state.get("_review_link") != linked:
         st.session_state["_review_link"] = linked
         st.session_state[CHOSEN] = int(linked) if linked.isdigit() else None
-    picked = queue(wb)
+    announce()
+    runs = run_labels(wb, also=st.query_params.get("run"))
+    picked, run_id = queue(wb, runs)
     if picked is not None:
         st.session_state[CHOSEN] = picked
     chosen = st.session_state.get(CHOSEN) or next_open(wb)
@@ -197,7 +167,7 @@ def main() -> None:
                         f"{n} {d}" for d, n in summary.decisions.items())):  # fmt: skip
                     st.dataframe(pd.DataFrame(weight_rows(summary)), hide_index=True)
             item_view(wb, detail)
-    send_rows(wb)
+    send_rows(wb, runs, run_id)
     settled_download(wb)
 
 

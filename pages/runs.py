@@ -2,7 +2,8 @@
 live, compare their variants, cancel, resume, and open any item (inputs, messages sent,
 params, output, error, attempts).
 
-Deep link: `?run=RUN_ID&item=KEY` opens that run and item.
+Deep link: `?run=RUN_ID&item=KEY` opens that run and item (a key prefix will do), also
+when the address changes within a session; the address follows what is picked.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from promptlab.checks.validation import CheckStatus
 from promptlab.errors import PromptlabError
 from promptlab.facades.runs import RunView
 from promptlab.records import ItemStatus, RunWithCounts
+from promptlab.ui.address import Address
 from promptlab.ui.downloads import download_buttons
 from promptlab.ui.estimate import show_estimate
 from promptlab.ui.resources import get_workbench
@@ -43,6 +45,8 @@ ITEMS_PAGE = 50
 ALL = "all"
 #: (run id, item key) of the item opened, kept across polls and runs picked.
 ITEM_CHOICE = "item_choice"
+#: The page's address: the run shown and the item opened.
+ADDRESS = Address("runs", "run", "item")
 EXAMPLE_SPEC = """\
 name: triage-production-vs-staging
 dataset: data/demo/tickets.csv   # CSV or JSONL; relative to the project folder
@@ -202,18 +206,24 @@ def live(wb: Workbench) -> None:
         r.run.run_id: f"{r.run.name} · {r.run.submitted_at:%Y-%m-%d %H:%M:%S} · {r.run.run_id}"
         for r in listed
     }
+    open_linked(labels)
     if st.session_state.get("follow_run") in labels:
         st.session_state["run_choice"] = st.session_state.pop("follow_run")
     if st.session_state.get("run_choice") not in labels:
         st.session_state.pop("run_choice", None)
+    notice = st.container()  # above the picker, filled once a pick has had its say
     selected = st.selectbox("Run", list(labels), format_func=labels.__getitem__, key="run_choice")
-    _link(run=selected)
+    missing = ADDRESS.keep_choice("run", selected, labels)
+    if missing:  # whatever the link said
+        notice.error(f"run {escape_markdown(missing)} not found", icon=":material/link_off:")
     run_detail(wb, selected)
 
 
 def run_detail(wb: Workbench, run_id: str) -> None:
     view = wb.runs.view(run_id)
     st.subheader(f"{escape_markdown(view.run.name)} · {view.run.state}")  # a spec names it
+    # The run goes along in the link: Compare opens this run, not the newest.
+    st.markdown(f":material/compare_arrows: [Compare its variants](compare?run={view.run_id})")
     if view.run.process_gone:
         st.warning(
             "The process that ran this run is gone (stopped or killed) before it finished. "
@@ -329,31 +339,22 @@ def items(wb: Workbench, view: RunView) -> None:
         st.session_state[ITEM_CHOICE] = (run_id, picked)
     choice = st.session_state.get(ITEM_CHOICE)
     if choice and choice[0] == run_id:
-        _link(run=run_id, item=choice[1])
+        ADDRESS.show(run=run_id, item=choice[1])
         item_detail(wb, run_id, choice[1])
 
 
-def deep_link() -> None:
-    """`?run=RUN_ID&item=KEY`: open that run and item, once per session."""
-    if st.session_state.get("_deep_link_done"):
-        return
-    st.session_state["_deep_link_done"] = True
-    run_id = st.query_params.get("run")
-    if run_id:
+def open_linked(labels: dict[str, str]) -> None:
+    """`?run=RUN_ID&item=KEY`: open that run and item whenever the address changes (a
+    link followed, the first load, Back)."""
+    followed = ADDRESS.followed()
+    run_id = followed.get("run")
+    if run_id in labels:
         st.session_state["run_choice"] = run_id
-        item = st.query_params.get("item")
+        item = followed.get("item")
         if item:
             st.session_state[ITEM_CHOICE] = (run_id, item)
-
-
-def _link(run: str, item: str | None = None) -> None:
-    """Keep the address bar on what is shown, so it can be shared as a deep link."""
-    current = st.query_params.to_dict()
-    if item is None and current.get("run") == run:
-        return  # the same run: its item link stays until another item is opened
-    wanted = {"run": run, **({"item": item} if item else {})}
-    if current != wanted:
-        st.query_params.from_dict(wanted)
+        elif (st.session_state.get(ITEM_CHOICE) or ("",))[0] == run_id:
+            del st.session_state[ITEM_CHOICE]  # the address names the run, no item of it
 
 
 def _rate(view: RunView) -> str:
@@ -365,5 +366,4 @@ st.title("Runs")
 workbench = get_workbench()
 start_form(workbench)
 schedules(workbench)
-deep_link()
 live(workbench)

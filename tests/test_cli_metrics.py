@@ -124,10 +124,12 @@ def test_compare_says_the_sample_size_for_a_chosen_effect(
     # samplesize_proportions_2indep_onetail(-0.05, 1 - 1e-9, 0.8) = 151.8).
     assert result.output.splitlines()[-1] == (
         "sample size: 152 units per arm detect a change of -5.0 pp from control's 100.0% "
-        "completion (alpha 0.05, power 80%)"
+        "completion (alpha 0.05, power 80%; 147 more than the smaller arm's 5)"
     )
     data = json.loads(cli("--db", db, "compare", "--run", runs[1], "--mde", "5", "--json").output)
-    assert data["units_needed"] == {"base": 1.0, "change": -0.05, "per_arm": 152}
+    assert data["units_needed"] == {
+        "base": 1.0, "change": -0.05, "per_arm": 152, "have": 5, "more": 147, "unit": "units",
+    }  # fmt: skip
     assert (
         json.loads(cli("--db", db, "compare", "--run", runs[1], "--json").output)["units_needed"]
         is None

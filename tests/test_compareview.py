@@ -69,7 +69,8 @@ def test_one_sentence_per_variant_answers_at_a_glance() -> None:
     assert more is not None and more > 0
     assert second == (
         f"c against a: undecided on latency p90 (80 vs 100 units, 700 vs 900 requests); "
-        f"about {more} more units per arm would decide latency p90."
+        f"about {80 + more} units per arm would decide latency p90 at its observed +250 ms "
+        f"({more} more than the smaller arm's 80)."
     )
 
 

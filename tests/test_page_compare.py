@@ -15,7 +15,7 @@ from promptlab.analysis.stats import Verdict
 from promptlab.engine import parse_spec
 from promptlab.ui.resources import get_workbench
 from promptlab.views.charts import ECDF_POINTS
-from promptlab.views.compare import answer_sentences, fmt_p, srm_verdict
+from promptlab.views.compare import answer_sentences, fmt_p, srm_verdict, verdict_text
 from tests.apptest_helpers import shown
 
 PAGE = str(Path(__file__).resolve().parent.parent / "pages" / "compare.py")
@@ -87,7 +87,7 @@ def test_the_demo_split_run_shows_verdicts_srm_and_charts(demo_run: str) -> None
     assert set(table["variant"]) == {"staging"}
     comparison = get_workbench().analysis.compare(demo_run)
     for cells, row in zip(table.to_dict("records"), comparison.rows, strict=True):
-        assert cells["verdict"].endswith(str(row.verdict))
+        assert cells["verdict"].endswith(verdict_text(row))
         assert cells["units"] == f"{row.n_control}/{row.n_variant}"
         assert cells["requests"] == f"{row.requests_control}/{row.requests_variant}"
         assert cells["why"] == row.reason and row.reason
@@ -302,7 +302,9 @@ def test_production_logs_answer_always_valid_with_a_runs_figures(
     assert_figures_answer_at_a_glance(figures, [a, b])
     (over_time,) = [f for t, f in figures.items() if t.startswith("Over time")]
     assert {t["name"] for t in over_time["data"]} == {a, b}
-    assert all(len(t["x"]) == 3 for t in over_time["data"])  # a bucket a day
+    # A bucket an hour, the lines an hour each day: each line breaks between the days.
+    assert all([y is None for y in t["y"]] == [False, True, False, True, False]
+               for t in over_time["data"])  # fmt: skip
     ecdf = figures["Latency distribution (ECDF)"]
     assert [len(t["x"]) for t in ecdf["data"]] == [min(360, ECDF_POINTS)] * 2
     at.segmented_control(key="ver_state_True").set_value("Finished").run()

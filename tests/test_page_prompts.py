@@ -143,6 +143,8 @@ def test_move_label(db_path: Path) -> None:
     by_label(at.text_input, "Label").input("production")
     by_label(at.selectbox, "Point it at").select("2.0.0")
     by_label(at.button, "Move label").click().run()
+    # Production moves only once confirmed (tests/test_first_hour_forms.py has the rest).
+    by_label(at.button, "Yes, move production to 2.0.0").click().run()
     assert any("now points at 2.0.0" in shown(s.value) for s in at.success)
     assert registry_of(db_path).labels("article-summarizer")["production"].semver == "2.0.0"
 

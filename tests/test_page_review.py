@@ -71,8 +71,8 @@ def test_rows_are_sent_by_hand_from_the_page() -> None:
     run_id = crosschecked_run(wb, rows=4)
     adopted = {r for r in range(4)} - {i.row_index for i in wb.review.list("open", run_id)}
     at = AppTest.from_file(PAGE, default_timeout=TIMEOUT_S).run()
+    next(s for s in at.selectbox if s.label == "From run").set_value(run_id)
     boxes = {t.label: t for t in at.text_input}
-    boxes["Run id"].set_value(run_id)
     boxes["Rows"].set_value("0, 1, 2, 3")
     button(at, "Send these rows").click().run()  # type: ignore[attr-defined]
     assert not at.exception and not at.error
@@ -82,4 +82,4 @@ def test_rows_are_sent_by_hand_from_the_page() -> None:
     boxes = {t.label: t for t in at.text_input}
     boxes["Rows"].set_value("three")
     button(at, "Send these rows").click().run()  # type: ignore[attr-defined]
-    assert any("expected whole numbers" in e.value for e in at.error)
+    assert any("three" in e.value and "is not a row number" in e.value for e in at.error)

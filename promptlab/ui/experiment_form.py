@@ -50,7 +50,9 @@ def create_form(wb: Workbench) -> None:
         count = st.number_input(
             "Variants", min_value=2, max_value=MAX_VARIANTS, value=2, key="new_count"
         )
-        with st.form("new_experiment"):
+        # Enter in a field (the Name first of all) must not create the experiment with
+        # the defaults still showing: only the button submits.
+        with st.form("new_experiment", enter_to_submit=False):
             name = st.text_input("Name", key="new_name", placeholder="triage-tone")
             left, right = st.columns(2)
             mode = left.selectbox(

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import html
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime, timedelta
 from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from promptlab.analysis.intervals import completion_interval, ctr_interval
 from promptlab.analysis.stats import Verdict
 from promptlab.records.unit_samples import SCORE_PREFIX
+from promptlab.views.compare import verdict_text
 
 if TYPE_CHECKING:
     import numpy as np
@@ -31,7 +33,7 @@ if TYPE_CHECKING:
 
     #: A variant's (MetricsRow) or a version's production-log (LogMetricsRow) totals.
     Totals = MetricsRow | LogMetricsRow
-    from promptlab.store.timeseries import TimeSeries
+    from promptlab.store.timeseries import TimeBucket, TimeSeries
 
 #: A figure read off a row: an attribute's name (dotted names reach into a property), or
 #: a function of the row (an interval's end, computed in analysis/).
@@ -288,29 +290,54 @@ def latency_ecdf_chart(
     return figure
 
 
+#: How long each `TimeSeries.unit` bucket is: buckets with one or more empty between
+#: them are a pause.
+BUCKET_LENGTHS = {"second": timedelta(seconds=1), "minute": timedelta(minutes=1),
+                  "hour": timedelta(hours=1), "day": timedelta(days=1)}  # fmt: skip
+
+
+def with_gaps(buckets: Sequence[TimeBucket], unit: str) -> list[tuple[datetime, TimeBucket | None]]:
+    """One variant's buckets, oldest first, as (time, bucket) points, with a point of no
+    bucket (None) one bucket after the last before a pause that left buckets empty:
+    Plotly breaks a line at a None, instead of drawing it straight across a stretch with
+    no results as if they had been there."""
+    length = BUCKET_LENGTHS.get(unit)
+    points: list[tuple[datetime, TimeBucket | None]] = []
+    for bucket in buckets:
+        # Half a bucket of slack: a day across a clock change is 23 or 25 hours long,
+        # while a pause leaves at least one whole bucket empty.
+        if points and length is not None and bucket.start - points[-1][0] > length * 1.5:
+            points.append((points[-1][0] + length, None))
+        points.append((bucket.start, bucket))
+    return points
+
+
 def over_time_chart(series: TimeSeries, colours: Colours | None = None) -> go.Figure:
-    """Completion rate (top) and p90 latency (bottom) per variant per time bucket."""
+    """Completion rate (top) and p90 latency (bottom) per variant per time bucket; a
+    line breaks where a pause left buckets empty (`with_gaps`)."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     figure = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08)
     variants = list(dict.fromkeys(b.variant for b in series.buckets))
     for index, variant in enumerate(variants):
-        buckets = [b for b in series.buckets if b.variant == variant]
-        x = [b.start for b in buckets]
+        points = with_gaps([b for b in series.buckets if b.variant == variant], series.unit)
+        x = [when for when, _ in points]
+        buckets = [bucket for _, bucket in points]
         colour = _colour(colours, variant, index)
         name = chart_text(variant)
         figure.add_trace(
-            go.Scatter(name=name, legendgroup=name, x=x, y=[b.completion_rate for b in buckets],
-                       mode="lines+markers", line={"color": colour},
-                       customdata=[b.finished for b in buckets],
+            go.Scatter(name=name, legendgroup=name, x=x,
+                       y=[b.completion_rate if b else None for b in buckets],
+                       mode="lines+markers", line={"color": colour}, connectgaps=False,
+                       customdata=[b.finished if b else None for b in buckets],
                        hovertemplate="%{y:.1%} of %{customdata}<extra>%{fullData.name}</extra>"),
             row=1, col=1,
         )  # fmt: skip
         figure.add_trace(
             go.Scatter(name=name, legendgroup=name, showlegend=False, x=x,
-                       y=[b.latency_p90_ms for b in buckets], mode="lines+markers",
-                       line={"color": colour},
+                       y=[b.latency_p90_ms if b else None for b in buckets],
+                       mode="lines+markers", line={"color": colour}, connectgaps=False,
                        hovertemplate="%{y:.0f} ms<extra>%{fullData.name}</extra>"),
             row=2, col=1,
         )  # fmt: skip
@@ -382,7 +409,7 @@ def _forest_trace(
     return go.Scatter(
         name=name, legendgroup=name, showlegend=showlegend, x=effects,
         y=[chart_text(f"{r.variant} · {r.metric}") for r in rows],
-        mode="markers+text", text=[str(r.verdict) for r in rows], textposition="top center",
+        mode="markers+text", text=[verdict_text(r) for r in rows], textposition="top center",
         textfont={"color": [VERDICT_COLOURS[r.verdict] for r in rows], "size": 11},
         marker={"color": colour, "size": 10,
                 "symbol": ["circle" if r.verdict in decided else "circle-open" for r in rows]},

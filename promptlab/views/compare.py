@@ -7,10 +7,12 @@ percentage, latency in ms), deltas in percentage points or ms, p-values to 3 fig
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from promptlab.analysis.sequential import DEFAULT_PLANNED_UNITS
-from promptlab.analysis.stats import MIN_UNITS_PER_ARM, SRM_MIN_UNITS, Verdict
+from promptlab.analysis.stats import SRM_MIN_UNITS, Verdict, minimum_units
 
 #: The planned units per arm a comparison of logs or versions is tuned to by default.
 PLANNED_UNITS_DEFAULT = DEFAULT_PLANNED_UNITS
@@ -79,6 +81,15 @@ def fmt_loss(row: MetricComparison) -> str:
     return f"{row.expected_loss * 100:.2f} pp"
 
 
+def verdict_text(row: MetricComparison) -> str:
+    """The row's verdict in words. "Too few" says too few of what, as its reason does
+    (`too few units`, `too few rows`, `too few requests beyond p99`): the reason's words
+    before its figures, so the verdict and the why column never disagree."""
+    if row.verdict == Verdict.TOO_FEW and row.reason.startswith("too few "):
+        return row.reason.split(" (", 1)[0]
+    return str(row.verdict)
+
+
 def comparison_cells(row: MetricComparison) -> tuple[str, ...]:
     """One comparison row as text, in COMPARISON_COLUMNS order."""
     interval = "-"
@@ -96,7 +107,7 @@ def comparison_cells(row: MetricComparison) -> tuple[str, ...]:
         fmt_chance(row.chance_to_beat),
         fmt_loss(row),
         row.test,
-        str(row.verdict),
+        verdict_text(row),
         f"{row.n_control}/{row.n_variant}",
         f"{row.requests_control}/{row.requests_variant}",
         row.reason,
@@ -109,7 +120,7 @@ def summary_rows(comparison: Comparison) -> list[dict[str, Any]]:
     rows = []
     for row in comparison.rows:
         cells = dict(zip(COMPARISON_COLUMNS, comparison_cells(row), strict=True))
-        cells["verdict"] = f"{VERDICT_ICONS[row.verdict]} {row.verdict}"
+        cells["verdict"] = f"{VERDICT_ICONS[row.verdict]} {verdict_text(row)}"
         rows.append(cells)
     return rows
 
@@ -126,54 +137,111 @@ def srm_verdict(srm: SrmCheck) -> str:
     return f"passed ({srm_figures(srm)})"
 
 
+#: What a comparison's units are called, by what it was analysed by.
+UNIT_WORDS = {"request": "requests", "row": "rows", "session": "sessions", "user": "users"}
+
+
+def unit_word(analysed_by: str) -> str:
+    return UNIT_WORDS.get(analysed_by, "units")
+
+
+@dataclass(frozen=True)
+class UnitsPerArm:
+    """Units per arm a verdict needs, against the smaller arm's now: the one figure the
+    answer sentence and the sample-size line both state, in the same terms (units per
+    arm in all, and how many more)."""
+
+    per_arm: int
+    #: Units in the smaller arm now (the smallest, over several variants).
+    have: int
+    word: str = "units"
+
+    @property
+    def more(self) -> int:
+        return max(0, self.per_arm - self.have)
+
+    def text(self) -> str:
+        """`N units per arm`: the figure in all, as both sentences lead with it."""
+        return f"{self.per_arm} {self.word} per arm"
+
+    def more_text(self) -> str:
+        """How many more that is than the smaller arm has now."""
+        if not self.more:
+            return f"the smaller arm has {self.have} already"
+        return f"{self.more} more than the smaller arm's {self.have}"
+
+
 def answer_sentences(comparison: Comparison) -> list[str]:
     """One sentence per variant: which metrics are better, worse or undecided, on how many
-    units, and how many more units would decide the primary metric (completion rate
+    units, and how many units per arm would decide the primary metric (completion rate
     unless the spec declares another)."""
     sentences = []
     for variant in dict.fromkeys(r.variant for r in comparison.rows):
         rows = [r for r in comparison.rows if r.variant == variant]
-        by_verdict: dict[Verdict, list[str]] = {}
-        for r in rows:
-            by_verdict.setdefault(r.verdict, []).append(r.metric)
-        parts = [
-            f"{label} on {', '.join(by_verdict[v])}"
-            for v, label in ((Verdict.BETTER, "better"), (Verdict.WORSE, "worse"))
-            if v in by_verdict
-        ]
-        open_ = [m for v in (Verdict.UNDECIDED, Verdict.UNADJUSTED) for m in by_verdict.get(v, [])]
-        if open_:
-            parts.append(f"undecided on {', '.join(open_)}")
-        if Verdict.TOO_FEW in by_verdict:
-            parts.append(f"too few units to judge {', '.join(by_verdict[Verdict.TOO_FEW])}")
         # The primary metric decides: its row says how many more units would settle it.
         main = next((r for r in rows if r.metric == comparison.family.primary), rows[0])
         units = comparison.arms.get(variant, (main.n_variant, main.requests_variant))
         control = comparison.arms.get(comparison.control, (main.n_control, main.requests_control))
-        unit_word = {
-            "request": "requests",
-            "row": "rows",
-            "session": "sessions",
-            "user": "users",
-        }.get(main.analysed_by, "units")
+        word = unit_word(main.analysed_by)
         sentence = (
-            f"{variant} against {comparison.control}: {'; '.join(parts) or 'no data'} "
-            f"({units[0]} vs {control[0]} {unit_word}, {units[1]} vs {control[1]} requests)"
+            f"{variant} against {comparison.control}: {verdicts_text(rows)} "
+            f"({units[0]} vs {control[0]} {word}, {units[1]} vs {control[1]} requests)"
         )
         if main.chance_to_beat is not None:
             sentence += (
                 f"; chance to beat control on {main.metric} {fmt_chance(main.chance_to_beat)}"
                 f" (expected loss {fmt_loss(main)})"
             )
-        more = more_units_needed(main)
-        if main.verdict == Verdict.TOO_FEW:
-            fewest = min(main.n_control, main.n_variant)
-            short = MIN_UNITS_PER_ARM - fewest
-            sentence += f"; {short} more {unit_word} in the smaller arm before any verdict"
-        elif more is not None:
-            sentence += f"; about {more} more {unit_word} per arm would decide {main.metric}"
-        sentences.append(sentence + ".")
+        sentences.append(sentence + to_decide_text(main) + ".")
     return sentences
+
+
+def verdicts_text(rows: Sequence[MetricComparison]) -> str:
+    """One variant's metrics by verdict: `better on ...; undecided on ...; too few units
+    to judge ...` ("too few" of what, as each row's verdict says)."""
+    by_verdict: dict[str, list[str]] = {}
+    for r in rows:
+        by_verdict.setdefault(verdict_text(r), []).append(r.metric)
+    parts = [
+        f"{label} on {', '.join(by_verdict[v])}"
+        for v, label in ((Verdict.BETTER, "better"), (Verdict.WORSE, "worse"))
+        if v in by_verdict
+    ]
+    open_ = [m for v in (Verdict.UNDECIDED, Verdict.UNADJUSTED) for m in by_verdict.get(v, [])]
+    if open_:
+        parts.append(f"undecided on {', '.join(open_)}")
+    few = dict.fromkeys(verdict_text(r) for r in rows if r.verdict == Verdict.TOO_FEW)
+    parts += [f"{label} to judge {', '.join(by_verdict[label])}" for label in few]
+    return "; ".join(parts) or "no data"
+
+
+def to_decide_text(main: MetricComparison) -> str:
+    """What the primary metric's row still needs, as the tail of the answer sentence:
+    the units per arm before any verdict, or that would decide it at the observed
+    effect; empty when it is decided."""
+    plan = units_to_decide(main)
+    if plan is None:
+        return ""
+    if main.verdict == Verdict.TOO_FEW:
+        if not plan.more:  # units enough, a latency tail too thin: say so, as the row does
+            return f"; {verdict_text(main)} for any verdict on {main.metric}"
+        return f"; {plan.text()} before any verdict ({plan.more_text()})"
+    return (
+        f"; about {plan.text()} would decide {main.metric} at its observed "
+        f"{fmt_delta(main, main.effect)} ({plan.more_text()})"
+    )
+
+
+def units_to_decide(row: MetricComparison, power: float = 0.8) -> UnitsPerArm | None:
+    """Units per arm the row needs: the minimum for any verdict while it has too few,
+    else what would find its observed effect (`more_units_needed`); None when decided
+    or when there is no effect to find."""
+    have = min(row.n_control, row.n_variant)
+    word = unit_word(row.analysed_by)
+    if row.verdict == Verdict.TOO_FEW:
+        return UnitsPerArm(max(have, minimum_units(row.analysed_by)), have, word)
+    more = more_units_needed(row, power)
+    return None if more is None else UnitsPerArm(have + more, have, word)
 
 
 def more_units_needed(row: MetricComparison, power: float = 0.8) -> int | None:
@@ -212,23 +280,34 @@ def srm_figures(srm: SrmCheck) -> str:
 
 def units_needed(comparison: Comparison, mde_pp: float) -> dict[str, Any] | None:
     """Units per arm that detect a change of `mde_pp` points in control's completion rate
-    (downward when upward would pass 100%); None when control has finished nothing."""
+    (downward when upward would pass 100%), with the smaller arm's units now (`have`,
+    the smallest over the variants), how many more that is (`more`) and what the units
+    are (`unit`); None when control has finished nothing."""
     from promptlab.analysis.stats import sample_size_two_proportions
 
-    base = next((r.control_value for r in comparison.rows if not r.lower_is_better), None)
-    if base is None:
+    base_row = next((r for r in comparison.rows if not r.lower_is_better), None)
+    if base_row is None or base_row.control_value is None:
         return None
+    base = base_row.control_value
     change = mde_pp / 100 if base + mde_pp / 100 < 1 else -mde_pp / 100
     # A rate of exactly 0 or 1 has no variance: nudge it inside so the formula holds.
     inside = min(max(base, 1e-9), 1 - 1e-9)
     per_arm = sample_size_two_proportions(inside, change)
-    return {"base": base, "change": change, "per_arm": per_arm}
+    same = [r for r in comparison.rows if r.metric == base_row.metric]
+    plan = UnitsPerArm(
+        per_arm, min(min(r.n_control, r.n_variant) for r in same), unit_word(base_row.analysed_by)
+    )
+    return {
+        "base": base, "change": change, "per_arm": per_arm, "have": plan.have,
+        "more": plan.more, "unit": plan.word,
+    }  # fmt: skip
 
 
 def units_needed_text(needed: dict[str, Any]) -> str:
-    """`units_needed`'s answer as a sentence."""
+    """`units_needed`'s answer as a sentence, in the answer sentence's terms: units per
+    arm in all, and how many more than the smaller arm has."""
+    plan = UnitsPerArm(needed["per_arm"], needed.get("have", 0), needed.get("unit", "units"))
     return (
-        f"{needed['per_arm']} units per arm detect a change of "
-        f"{needed['change'] * 100:+.1f} pp from control's {needed['base']:.1%} completion "
-        "(alpha 0.05, power 80%)"
+        f"{plan.text()} detect a change of {needed['change'] * 100:+.1f} pp from control's "
+        f"{needed['base']:.1%} completion (alpha 0.05, power 80%; {plan.more_text()})"
     )
