@@ -15,11 +15,11 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import Span, SpanContext, SpanKind, Status, StatusCode, TraceFlags
+from opentelemetry.trace import Span, SpanContext, SpanKind, Status, StatusCode
 
 from promptlab.audit.masking import Masker
 from promptlab.audit.redact import redact
-from promptlab.observability.offload import ChildExporter
+from promptlab.observability.offload import SAMPLED, ChildExporter
 from promptlab.observability.tracing import span_id_of, trace_id_of
 from promptlab.records import AttemptRow, FinalRow
 
@@ -31,7 +31,6 @@ DEFAULT_SERVICE = "promptlab"
 PROVIDERS = {"openai": "openai", "anthropic": "anthropic", "sim": "promptlab.sim"}
 #: The trace id the next run span gets, when set (the run's own).
 _NEXT_TRACE: contextvars.ContextVar[int | None] = contextvars.ContextVar("trace", default=None)
-SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 OK = Status(StatusCode.UNSET)
 
 

@@ -47,6 +47,16 @@ class Address:
         # The page's own write is no link to follow on the next rerun.
         st.session_state[self._seen] = wanted
 
+    def put(self, param: str, value: str | None) -> None:
+        """Name `value` for one parameter (None: drop it), leaving the others as they are;
+        the page's own write is no link to follow on the next rerun."""
+        if st.query_params.get(param) != value:
+            if value:
+                st.query_params[param] = value
+            elif param in st.query_params:
+                del st.query_params[param]
+        st.session_state[self._seen] = self.named()
+
     def open_choice(self, param: str, key: str, options: Collection[str]) -> None:
         """Before the widget keyed `key` is drawn: start it on what a changed address
         names, when that is among `options`."""

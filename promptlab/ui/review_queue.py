@@ -9,6 +9,7 @@ import streamlit as st
 from promptlab.data.row_numbers import EXAMPLE, parse_rows
 from promptlab.errors import PromptlabError
 from promptlab.facades.review import MAX_ADDED
+from promptlab.ui.address import Address
 from promptlab.ui.widgets import show_error
 from promptlab.workbench import Workbench
 
@@ -18,7 +19,8 @@ RUN = "review_run"
 SENT = "review_sent"
 #: Runs offered in the pickers, newest first.
 RUNS_LISTED = 200
-_LINK = "_review_run_link"
+#: `?run=` preselects the queue's run whenever the address changes (ui/address.py).
+_ADDRESS = Address("review", "run")
 
 
 def run_labels(wb: Workbench, also: str | None = None) -> dict[str, str]:
@@ -34,21 +36,12 @@ def run_labels(wb: Workbench, also: str | None = None) -> dict[str, str]:
 def run_picker(labels: dict[str, str]) -> str | None:
     """The run whose items the queue lists (None: any run). `?run=` preselects one when
     the address names it, and the address follows the pick."""
-    linked = st.query_params.get("run")
-    if linked != st.session_state.get(_LINK):
-        st.session_state[_LINK] = linked
-        if linked in labels:
-            st.session_state[RUN] = linked
+    _ADDRESS.open_choice("run", RUN, labels)
     if st.session_state.get(RUN, "") not in ("", *labels):
         st.session_state.pop(RUN)
     picked = st.selectbox("Run", ["", *labels], key=RUN,
                           format_func=lambda r: labels.get(r, "any run"))  # fmt: skip
-    if (picked or None) != linked:
-        st.session_state[_LINK] = picked or None
-        if picked:
-            st.query_params["run"] = picked
-        else:
-            del st.query_params["run"]
+    _ADDRESS.put("run", picked or None)  # `item=` stays: the reviewer's place in the queue
     return picked or None
 
 
