@@ -38,6 +38,7 @@ from promptlab.views.charts import (
 from promptlab.views.compare import (
     PLANNED_UNITS_DEFAULT,
     answer_sentences,
+    cache_note,
     interval_level,
     srm_verdict,
     summary_rows,
@@ -238,6 +239,8 @@ def charts(
     left.plotly_chart(figure, width="stretch", key="chart_rates")
     figure = latency_percentiles_chart(rows, colours=colours, arms=arms)
     right.plotly_chart(figure, width="stretch", key="chart_latency")
+    if note := cache_note(rows):
+        right.caption(note)
     if over_time is None:
         return
     samples, series = over_time

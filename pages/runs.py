@@ -19,13 +19,14 @@ import streamlit as st
 from promptlab.checks.validation import CheckStatus
 from promptlab.errors import PromptlabError
 from promptlab.facades.runs import RunView
-from promptlab.records import ItemStatus, RunWithCounts
+from promptlab.records import ItemStatus, RunStatus, RunWithCounts
 from promptlab.ui.address import Address
 from promptlab.ui.downloads import download_buttons
 from promptlab.ui.estimate import show_estimate
 from promptlab.ui.resources import get_workbench
 from promptlab.ui.run_items import item_detail, items_table
 from promptlab.ui.run_results import (
+    batches,
     failures,
     field_failures,
     limiters,
@@ -38,8 +39,12 @@ from promptlab.ui.shell import require_shell
 from promptlab.ui.widgets import escape_markdown, show_error
 from promptlab.workbench import Workbench
 
-#: How often the live panel polls; each poll reads one snapshot of the store.
+#: How often the live panel polls while a run is going; each poll reads one snapshot.
 POLL_EVERY = timedelta(seconds=1)
+#: ... and while none is: a run started elsewhere (the CLI through the API, a schedule)
+#: still shows within this. Polling every second with nothing to follow kept the page
+#: running a script every second (0.2 s of CPU each; bench/pages.py).
+IDLE_POLL_EVERY = timedelta(seconds=5)
 #: Items per page of the items table.
 ITEMS_PAGE = 50
 ALL = "all"
@@ -194,10 +199,33 @@ def runs_table(runs: list[RunWithCounts]) -> None:
     )
 
 
-@st.fragment(run_every=POLL_EVERY)
-def live(wb: Workbench) -> None:
-    """The runs list and the chosen run, refreshed together so their figures agree."""
+def live_panel(wb: Workbench) -> None:
+    """`live`, polled every second while a run is going, every 5 s while none is."""
     listed = wb.runs.list()
+    going = any(is_going(r) for r in listed)
+    # The fragment is called again with these same arguments on each poll: the list
+    # read here serves this run only (popped), each poll reads its own.
+    st.fragment(live, run_every=POLL_EVERY if going else IDLE_POLL_EVERY)(wb, going, [listed])
+
+
+def is_going(run: RunWithCounts) -> bool:
+    """A run whose figures move on their own: not ended, paused, interrupted or waiting
+    for its scheduled time."""
+    status = run.run.status
+    return not (status.is_final or run.run.process_gone) and status not in (
+        RunStatus.PAUSED,
+        RunStatus.SCHEDULED,
+    )
+
+
+def live(wb: Workbench, polled_going: bool, read: list[list[RunWithCounts]]) -> None:
+    """The runs list and the chosen run, refreshed together so their figures agree.
+
+    When a poll finds a run started or the last one ended, the whole page runs again,
+    so the fragment is declared with the other pace (`live_panel`)."""
+    listed = read.pop() if read else wb.runs.list()
+    if any(is_going(r) for r in listed) != polled_going:
+        st.rerun(scope="app")
     if not listed:
         st.info("No runs yet.", icon=":material/info:")
         return
@@ -250,6 +278,7 @@ def run_detail(wb: Workbench, run_id: str) -> None:
     cols[5].metric("Throughput", _rate(view))
     cols[6].metric("ETA", f"{view.eta_s:.0f} s" if view.eta_s is not None else "–")
     limiters(view)
+    batches(view)
     outcome(view)
     variants(wb, view)
     scores(wb, view.run_id)
@@ -366,4 +395,4 @@ st.title("Runs")
 workbench = get_workbench()
 start_form(workbench)
 schedules(workbench)
-live(workbench)
+live_panel(workbench)

@@ -4,9 +4,9 @@ One Workbench per database. It opens the store, owns the shared engine (started 
 first needed, with evaluation's after-run work as its run-ended hook) and the settings,
 and composes one facade per domain (promptlab/facades/):
 `wb.prompts`, `wb.runs`, `wb.schedules`, `wb.experiments`, `wb.datasets`, `wb.analysis`,
-`wb.exports`, `wb.audit`, `wb.review`, `wb.tokens` and `wb.demo`. Pages and commands call the
-facades; the rows and figures pages show come from `promptlab.views`, record types from
-`promptlab.records`.
+`wb.exports`, `wb.audit`, `wb.review`, `wb.tokens`, `wb.cache` and `wb.demo`. Pages and
+commands call the facades; the rows and figures pages show come from `promptlab.views`,
+record types from `promptlab.records`.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from promptlab.errors import StoreError
 from promptlab.evaluation.ended import run_ended
 from promptlab.facades.analysis import Analysis
 from promptlab.facades.audit import Audit
+from promptlab.facades.cache import Cache
 from promptlab.facades.context import Context
 from promptlab.facades.datasets import Datasets
 from promptlab.facades.demo import Demo
@@ -76,6 +77,7 @@ class Workbench:
         self.audit = Audit(context)
         self.review = Review(context)
         self.tokens = Tokens(context)
+        self.cache = Cache(context)
         self.demo = Demo(context, self.experiments, self.datasets, self.runs)
         self._store_spills()
 

@@ -132,7 +132,7 @@ FORGED_ROW = (
     "variant, repeat, status, error_kind, error_message, prompt_version_id, endpoint, "
     "model, params, 'made up', input_tokens, output_tokens, finish_reason, model_version, "
     "latency_ms, cost_usd, attempts, finished_at, check_status, check_errors, rule_status, "
-    "rule_errors, token_entropy, shard_id, logprob_mean, logprob_tokens FROM results "
+    "rule_errors, token_entropy, shard_id, logprob_mean, logprob_tokens, cache_hit FROM results "
     "WHERE idempotency_key = ?"
 )
 

@@ -14,6 +14,7 @@ import pytest
 from promptlab.config import Settings
 from promptlab.facades.analysis import Analysis
 from promptlab.facades.audit import Audit
+from promptlab.facades.cache import Cache
 from promptlab.facades.datasets import Datasets
 from promptlab.facades.demo import Demo
 from promptlab.facades.experiments import Experiments
@@ -45,6 +46,7 @@ MODULE_NAMES = {
         "TimeSeries",
     ],
     "audit": ["Audit", "AuditFilter", "MAX_DOWNLOAD_EVENTS"],
+    "cache": ["Cache", "CacheGroup", "CacheStats"],
     "context": ["Context"],
     "datasets": ["Datasets", "MAX_TURNS_SHOWN"],
     "demo": ["DEMO_FEEDBACK_JOIN_S", "Demo"],
@@ -87,6 +89,7 @@ FACADES: dict[str, tuple[type, list[str]]] = {
             "side_by_side",
         ],
     ),
+    "cache": (Cache, ["clear", "stats", "with_mode"]),
     "audit": (
         Audit,
         [
@@ -158,6 +161,7 @@ FACADES: dict[str, tuple[type, list[str]]] = {
         Runs,
         [
             "batch_spec",
+            "batches",
             "cancel",
             "estimate",
             "experiment_spec",

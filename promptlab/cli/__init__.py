@@ -7,6 +7,7 @@ import click
 from promptlab.audit.redact import install_log_redaction
 from promptlab.cli import (
     audit,
+    cache,
     datasets,
     experiments,
     fakellm,
@@ -56,6 +57,7 @@ for module in (
     shards,
     tokens,
     worker,
+    cache,
 ):
     for command in module.commands:
         main.add_command(command)

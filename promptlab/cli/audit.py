@@ -118,6 +118,8 @@ def result_lines(event: AuditEvent, p: Mapping[str, Any]) -> list[str]:
     lines = []
     error = f" ({p['error_kind']}: {p.get('error_message')})" if p.get("error_kind") else ""
     lines.append(f"{at}  result: {p.get('status')}{error} after {p.get('attempts')} attempt(s)")
+    if p.get("cache_hit"):
+        lines.append("    answered from the response cache: not sent, cost $0")
     for stage in ("render", "preflight", "routing", "response", "validation", "masking"):
         if p.get(stage) is not None:
             lines.append(f"    {stage}: {json.dumps(p[stage], default=str)}")

@@ -35,6 +35,24 @@ EXIT_ITEMS_FAILED = 4
 EXIT_AFTER_RUN_FAILED = 5
 
 
+def provider_batch_option(func: F) -> F:
+    """`--provider-batch`: send the run's requests through the provider's Batch API."""
+    return click.option(
+        "--provider-batch", is_flag=True,
+        help="Send the requests through the provider's Batch API at the batch price (half), "
+        "as `executor: provider-batch` in the spec would; answers take minutes to hours.",
+    )(func)  # fmt: skip
+
+
+def executor_of(distributed: bool, provider_batch: bool) -> str | None:
+    """The executor the command line asks for (None: the spec's or the endpoint's own)."""
+    if distributed and provider_batch:
+        raise click.UsageError("--distributed and --provider-batch: choose one")
+    if provider_batch:
+        return "provider-batch"
+    return "celery" if distributed else None
+
+
 def run_exit_code(status: str, failed: int, strict: bool, after_run_failed: bool = False) -> int:
     """How a run command exits once its run ended in `status` with `failed` items (and
     its after-run work, when `after_run_failed`, failed)."""

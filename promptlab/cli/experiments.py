@@ -13,7 +13,17 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from promptlab.cli.assign import assign_command, exposures
-from promptlab.cli.common import db_option, handle_errors, open_workbench, route, served, through
+from promptlab.cli.cache import cache_option, refuse_remote_cache, spec_with_cache
+from promptlab.cli.common import (
+    db_option,
+    executor_of,
+    handle_errors,
+    open_workbench,
+    provider_batch_option,
+    route,
+    served,
+    through,
+)
 from promptlab.errors import ExperimentError, NotFoundError, SpecError
 
 if TYPE_CHECKING:
@@ -235,6 +245,8 @@ def set_command(
 @click.option("--estimate", "estimate_only", is_flag=True, help="Print the estimate; send nothing.")
 @click.option("--distributed", is_flag=True,
               help="Send the requests through Celery workers (`promptlab worker`).")  # fmt: skip
+@provider_batch_option
+@cache_option
 @click.option("--strict", is_flag=True, help="Exit 4 when the run completes with failed items.")
 @click.option("--quiet", is_flag=True, help="No progress bar; only the run id and summary.")
 @click.pass_context
@@ -250,20 +262,24 @@ def run_experiment(
     skip_invalid_rows: bool,
     estimate_only: bool,
     distributed: bool,
+    provider_batch: bool,
     strict: bool,
     quiet: bool,
 ) -> None:
     """Run the experiment's latest revision on a dataset: the estimate, then the run."""
     from promptlab.cli.runs import drive_run
 
+    executor = executor_of(distributed, provider_batch)
+
     server = served(ctx)
     if server is not None:
         from promptlab.cli.remote import drive_remote
 
+        refuse_remote_cache(ctx, "experiment run")
         options = {
             "dataset": dataset, "mode": mode, "unit_column": unit_column, "repeats": repeats,
             "limit_rows": limit_rows, "skip_invalid_rows": skip_invalid_rows,
-            "estimate_only": estimate_only, "executor": "celery" if distributed else None,
+            "estimate_only": estimate_only, "executor": executor,
         }  # fmt: skip
 
         def submit(client: ServerClient) -> dict[str, Any]:
@@ -282,8 +298,9 @@ def run_experiment(
         spec = wb.runs.experiment_spec(
             name, dataset, mode=mode, unit_column=unit_column, repeats=repeats,
             limit_rows=limit_rows, skip_invalid_rows=skip_invalid_rows,
-            executor="celery" if distributed else None,
+            executor=executor,
         )  # fmt: skip
+        spec = spec_with_cache(ctx, wb, spec)
         from promptlab.views.estimate import estimate_lines
 
         for line in estimate_lines(wb.runs.estimate(spec)):

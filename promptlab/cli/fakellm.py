@@ -81,6 +81,33 @@ LOOPBACK = "127.0.0.1"
 )
 @click.option("--require-key", help="Answer 401 unless requests carry this API key.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of text and faults.")
+@click.option(
+    "--batch-delay-s",
+    type=click.FloatRange(min=0),
+    default=0.0,
+    help="Seconds from a batch's creation until it is done (0: done at its first read).",
+)
+@click.option(
+    "--batch-expire-s",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Seconds after which an unfinished batch expires (default: the 24 h window).",
+)
+@click.option(
+    "--batch-line-fail-rate",
+    type=click.FloatRange(0, 1),
+    default=0.0,
+    help="Share of batch lines answered with an error (chosen by --seed).",
+)
+@click.option(
+    "--batch-max-requests",
+    type=click.IntRange(min=1),
+    help="Requests a batch may hold (default: OpenAI 50,000, Anthropic 100,000).",
+)
+@click.option(
+    "--batch-max-bytes",
+    type=click.IntRange(min=1),
+    help="Bytes a batch may hold (default: OpenAI 200 MB, Anthropic 256 MB).",
+)
 def fakellm_command(
     port: int,
     rpm: int | None,
@@ -101,6 +128,11 @@ def fakellm_command(
     context_window: int | None,
     require_key: str | None,
     seed: int,
+    batch_delay_s: float,
+    batch_expire_s: float | None,
+    batch_line_fail_rate: float,
+    batch_max_requests: int | None,
+    batch_max_bytes: int | None,
 ) -> None:
     """Serve the simulated model in OpenAI and Anthropic format on 127.0.0.1 (for tests)."""
     from promptlab.fakellm.server import FakeLLMConfig, run
@@ -126,6 +158,11 @@ def fakellm_command(
             seed=seed,
             api_key=require_key,
             context_window=context_window,
+            batch_delay_s=batch_delay_s,
+            batch_expire_s=batch_expire_s,
+            batch_line_fail_rate=batch_line_fail_rate,
+            batch_max_requests=batch_max_requests,
+            batch_max_bytes=batch_max_bytes,
         )
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc

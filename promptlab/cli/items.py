@@ -121,6 +121,8 @@ def item_lines(view: ItemView) -> list[str]:
             f"cost ${r.cost_usd or 0:.6f}, finish {r.finish_reason}, "
             f"model {r.model_version}, latency {_ms(r.latency_ms)} ms"
         )
+        if r.cache_hit:
+            lines.append("answered from the response cache: not sent, cost $0")
     if r is not None:
         lines.append(f"finished: {r.finished_at:%Y-%m-%d %H:%M:%S}")
     lines.append(f"attempts: {len(view.attempts)}")

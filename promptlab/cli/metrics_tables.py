@@ -13,6 +13,7 @@ from promptlab.analysis.intervals import (
 )
 from promptlab.views.compare import (
     COMPARISON_COLUMNS,
+    cache_note,
     comparison_cells,
     fmt_ms,
     fmt_pct,
@@ -61,7 +62,8 @@ def metrics_table(rows: list[MetricsRow]) -> list[str]:
                 f"{r.cost_usd:.4f}",
             )  # fmt: skip
         )
-    return aligned(table, {0, 1})
+    note = cache_note(rows)
+    return aligned(table, {0, 1}) + ([note] if note else [])
 
 
 def feedback_table(rows: list[MetricsRow]) -> list[str]:

@@ -3,6 +3,7 @@ summary a run command ends with; the same here as through a server (promptlab/cl
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 import click
@@ -30,6 +31,12 @@ def print_view(view: RunView) -> None:
     )
     for status, reason, at in view.events:
         click.echo(f"  {at:%Y-%m-%d %H:%M:%S}  {status}" + (f"  ({reason})" if reason else ""))
+    if view.batches:
+        from promptlab.views.batches import batch_lines
+
+        click.echo(f"  provider batches ({len(view.batches)}):")
+        for line in batch_lines(view.batches, time.time()):
+            click.echo(f"    {line}")
     click.echo("  variants (complete: succeeded and valid, repaired or no schema):")
     for line in variant_table(view):
         click.echo(f"    {line}")
@@ -149,8 +156,19 @@ def print_summary(view: RunView) -> None:
         f"  attempts {s.attempts} (429s {s.rate_limited_attempts}), "
         f"tokens in {s.input_tokens} out {s.output_tokens}, cost ${s.cost_usd:.4f}"
     )
+    if s.cache_hits:
+        click.echo(f"  {cache_line(s.cache_hits, s.attempts, c.succeeded)}")
     if len(view.variants) > 1:
         for line in variant_table(view):
             click.echo(f"  {line}")
     for line in view.after_run_failures:
         click.echo(f"  after-run work failed: {line}")
+
+
+def cache_line(hits: int, attempts: int, succeeded: int) -> str:
+    """What the response cache answered: a run that sent nothing says so."""
+    answers = "answer" if hits == 1 else "answers"
+    if attempts == 0:
+        every = "all " if hits == succeeded else ""
+        return f"nothing was sent: {every}{hits} {answers} came from the cache"
+    return f"{hits} {answers} from the cache (not sent, $0)"

@@ -9,33 +9,29 @@ quota or auth, or an internal error), 2 bad spec or usage, 3 the run was cancell
 
 from __future__ import annotations
 
-import os
-import signal
-import sys
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import FrameType
 from typing import TYPE_CHECKING
 
 import click
 
+from promptlab.cli.cache import cache_option, data_with_cache, refuse_remote_cache, spec_with_cache
 from promptlab.cli.common import (
-    EXIT_CANCELLED,
     calls,
     db_option,
+    executor_of,
     handle_errors,
-    next_line,
     open_workbench,
+    provider_batch_option,
     route,
-    run_exit_code,
     served,
     through,
 )
 from promptlab.cli.items import item_lines, items_lines, read_item, read_items
 from promptlab.cli.remote import download_batch_output, drive_remote
-from promptlab.cli.run_text import print_summary, print_view, progress_line
+from promptlab.cli.run_text import print_view
+from promptlab.cli.run_watch import drive_run
 from promptlab.errors import ConfigError, RegistryError, SpecError, TemplateError
 from promptlab.server.client import ServerClient
 
@@ -48,9 +44,6 @@ if TYPE_CHECKING:
 
 #: What `promptlab run` reports as a bad spec (exit 2): the spec names something wrong.
 SPEC_PROBLEMS = (ConfigError, RegistryError, TemplateError)
-#: Seconds between progress redraws on a terminal, and between lines when piped.
-REDRAW_TTY_S = 0.5
-REDRAW_PIPE_S = 5.0
 
 
 @click.command("run")
@@ -61,18 +54,22 @@ REDRAW_PIPE_S = 5.0
 @click.option("--distributed", is_flag=True,
               help="Send the requests through Celery workers (`promptlab worker`), as "
               "`executor: celery` in the spec would.")  # fmt: skip
+@provider_batch_option
+@cache_option
 @click.pass_context
 @handle_errors(usage=SPEC_PROBLEMS)
 def run_command(
-    ctx: click.Context, spec_file: Path, strict: bool, quiet: bool, distributed: bool
-) -> None:
+    ctx: click.Context, spec_file: Path, strict: bool, quiet: bool, distributed: bool,
+    provider_batch: bool,
+) -> None:  # fmt: skip
     """Run a YAML run spec; print the run id, a progress bar and a summary."""
     from promptlab.errors import SpecError
     from promptlab.yamlio import read_yaml
 
-    data = read_yaml(spec_file, error=SpecError)
-    if distributed and isinstance(data, dict):
-        data = {**data, "executor": "celery"}
+    data = data_with_cache(ctx, read_yaml(spec_file, error=SpecError))
+    executor = executor_of(distributed, provider_batch)
+    if executor is not None and isinstance(data, dict):
+        data = {**data, "executor": executor}
     server = served(ctx)
     if server is not None:
         body = {
@@ -141,6 +138,8 @@ def resume_command(
 @click.option("--concurrency", type=click.IntRange(min=1), help="Requests in flight at most.")
 @click.option("--distributed", is_flag=True,
               help="Send the requests through Celery workers (`promptlab worker`).")  # fmt: skip
+@provider_batch_option
+@cache_option
 @click.option("--strict", is_flag=True, help="Exit 4 when the run completes with failed items.")
 @click.option("--quiet", is_flag=True, help="No progress bar; only the run id and summary.")
 @click.pass_context
@@ -149,7 +148,7 @@ def batch_command(
     ctx: click.Context, requests_file: Path, endpoint: str | None, model: str | None,
     output: Path | None, id_field: str, base_url: str | None, kind: str | None,
     api_key_env: str | None, rpm: int | None, tpm: int | None, concurrency: int | None,
-    distributed: bool, strict: bool, quiet: bool,
+    distributed: bool, provider_batch: bool, strict: bool, quiet: bool,
 ) -> None:  # fmt: skip
     """Run a file of requests as written (OpenAI Batch input lines or chat bodies).
 
@@ -161,11 +160,12 @@ def batch_command(
     """
     settings = {
         "base_url": base_url, "kind": kind, "api_key_env": api_key_env, "rpm": rpm, "tpm": tpm,
-        "concurrency": concurrency, "executor": "celery" if distributed else None,
+        "concurrency": concurrency, "executor": executor_of(distributed, provider_batch),
     }  # fmt: skip
 
     server = served(ctx)
     if server is not None:
+        refuse_remote_cache(ctx, "batch")
         body = {
             "requests": str(requests_file.resolve()), "endpoint": endpoint, "model": model,
             "id_field": id_field, "settings": settings,
@@ -176,7 +176,7 @@ def batch_command(
 
     def start(wb: Workbench) -> str:
         spec = wb.runs.batch_spec(requests_file, endpoint, model, id_field, settings)
-        return wb.runs.start(spec)
+        return wb.runs.start(spec_with_cache(ctx, wb, spec))
 
     drive_run(ctx, start, strict, quiet, output)
 
@@ -352,88 +352,6 @@ def _settled(progress: Callable[[], dict[str, object]]) -> str:
         if not now["active"] or time.monotonic() > deadline:
             return str(now["status"])
         time.sleep(0.2)
-
-
-def drive_run(
-    ctx: click.Context,
-    start: Callable[[Workbench], str | None],
-    strict: bool,
-    quiet: bool,
-    output: Path | None = None,
-) -> None:
-    """Start a run (`start` returns its id, or None to stop there), watch it, summarize it."""
-    with open_workbench(ctx) as wb:
-        wb.engine  # noqa: B018 - start it now: a bad providers file is a clear error first
-        run_id = start(wb)
-        if run_id is None:
-            return
-        click.echo(f"run {run_id}")
-        _watch(wb, run_id, quiet)
-        wb.runs.wait(run_id)
-        _wait_for_judges(wb, run_id)
-        view = wb.runs.view(run_id)
-        print_summary(view)
-        if output is not None:
-            count = wb.runs.write_batch_output(run_id, output)
-            click.echo(f"  wrote {count} results to {output} (OpenAI Batch output format)")
-        click.echo(
-            next_line(run_id, view.status, batch=wb.runs.is_batch(run_id), wrote=output is not None)
-        )
-    # The run's final state decides: a Ctrl-C that came after the run completed is moot.
-    failed_after = bool(view.after_run_failures)
-    raise SystemExit(run_exit_code(view.status, view.counts.failed, strict, failed_after))
-
-
-def _wait_for_judges(wb: Workbench, run_id: str) -> None:
-    """Runs the run started as it ended (its judges, promptlab/evaluation/judges.py) end
-    here too: this process's engine stops when the command returns."""
-    for listed in wb.runs.list(20):
-        other = listed.run.run_id
-        if other != run_id and wb.runs.is_active(other):
-            click.echo(f"  waiting for {listed.run.name} ({other})", err=True)
-            wb.runs.wait(other)
-
-
-def _watch(wb: Workbench, run_id: str, quiet: bool) -> None:
-    """Show progress until the run ends; the first Ctrl-C cancels, the second quits now."""
-    interrupts = 0
-
-    def on_sigint(_signum: int, _frame: FrameType | None) -> None:
-        nonlocal interrupts
-        interrupts += 1
-        if interrupts == 1:
-            click.echo(
-                "\ncancelling: in-flight requests finish; Ctrl-C again to quit now "
-                "(then `promptlab resume " + run_id + "`)",
-                err=True,
-            )
-            wb.runs.cancel(run_id)
-        else:
-            # Quit now, like a crash: the store keeps every final row written so far, and
-            # resume sends what was in flight (answers not yet written are sent again).
-            click.echo(f"\nstopped; continue with `promptlab resume {run_id}`", err=True)
-            sys.stderr.flush()
-            os._exit(EXIT_CANCELLED)
-
-    # Called from a thread other than the main one (a test, an embedding): no signals.
-    main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGINT, on_sigint) if main_thread else None
-    tty = sys.stderr.isatty()
-    redraw = REDRAW_TTY_S if tty else REDRAW_PIPE_S
-    last = 0.0
-    try:
-        while wb.runs.is_active(run_id):
-            wb.runs.wait(run_id, timeout=REDRAW_TTY_S)
-            now = time.monotonic()
-            if not quiet and now - last >= redraw and wb.runs.is_active(run_id):
-                last = now
-                line = progress_line(wb.runs.progress(run_id))
-                click.echo(f"\r{line}\x1b[K" if tty else line, err=True, nl=not tty)
-        if not quiet and tty:
-            click.echo("", err=True)
-    finally:
-        if main_thread:
-            signal.signal(signal.SIGINT, previous)
 
 
 commands: list[click.Command] = [

@@ -15,7 +15,8 @@ from typing import Protocol
 from promptlab.audit.logjson import bind_log_context
 from promptlab.checks.validation import Checker, CheckStatus, OutputCheck
 from promptlab.clock import Clock
-from promptlab.engine.lanes import Lane
+from promptlab.engine.cache import RunCache
+from promptlab.engine.lanes import Lane, is_batched
 from promptlab.engine.limiter import Limiter, Permit
 from promptlab.engine.recorder import ItemRecorder
 from promptlab.engine.refusals import RefusalWatch
@@ -64,6 +65,7 @@ class RunControl(Protocol):
     stopping: asyncio.Event
     paused: bool
     stop_reason: str | None
+    cache: RunCache | None
 
     def stop(self, reason: str) -> None: ...
 
@@ -195,10 +197,11 @@ class ItemAttempts:
         self, lane: Lane, request: CompletionRequest
     ) -> tuple[CompletionResponse | None, ProviderError | None]:
         """One call: the answer, or the error (a timeout as one); an adapter bug raises."""
+        # A provider batch's line waits for its batch (hours): the batch's own expiry
+        # bounds it, and its expired lines come back as timeouts (providers/batches/).
+        timeout = None if is_batched(lane) else self.policy.timeout_s + TIMEOUT_GRACE_S
         try:
-            response = await asyncio.wait_for(
-                lane.provider.complete(request), self.policy.timeout_s + TIMEOUT_GRACE_S
-            )
+            response = await asyncio.wait_for(lane.provider.complete(request), timeout)
         except ProviderError as exc:
             return None, exc
         except TimeoutError:
@@ -220,13 +223,17 @@ class ItemAttempts:
         """Take an answer in: the permit back with the tokens used, re-asks, the final row."""
         flight.release(lane.limiter, response.input_tokens + response.output_tokens)
         lane.limiter.observe_headers(response.headers)
+        if response.batch_id is not None:  # the item's trace names its batch and line
+            self.recorder.batch_line(item, response.batch_id, response.batch_line)
         check = None
         if self.reask and item.variant_index in self.checkers:
             response, check = await self._reask(item, lane, prepared, flight, response)
-        self.recorder.final(
+        row = self.recorder.final(
             item, ItemStatus.SUCCEEDED, True, flight.attempt,
             response=response, endpoint=lane.endpoint, check=check,
         )  # fmt: skip
+        if self.run.cache is not None:  # the response cache keeps it (engine/cache.py)
+            self.run.cache.answered(lane.endpoint, prepared.request, row)
         # Only an item taken in whole ends a streak of internal errors.
         self._internal_streak[lane.endpoint.name] = 0
 

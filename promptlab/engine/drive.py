@@ -209,7 +209,7 @@ class RunDriver:
             run_id, prepared.variants, lanes, spec.retry, self.items, self._writer, counters,
             self.clock, repeats=spec.repeats, rows=rows, alert_sink=alert_sink,
             reask=spec.reask, audit=self.settings.audit, top_logprobs=spec.top_logprobs,
-            replay=prepared.replay,
+            replay=prepared.replay, cache=spec.cache,
             masker=Masker(self.settings.mask) if self.settings.mask else None,
         )  # fmt: skip
 

@@ -89,7 +89,7 @@ class Engine(RunDriver):
         #: The store's clock unless a test gives another: one clock stamps everything.
         self.clock = clock or store.clock
         #: Providers and shared limiters of every endpoint a run has used (engine/lanes.py).
-        self._pool = EndpointPool(provider_factory, self.clock)
+        self._pool = EndpointPool(provider_factory, self.clock, store)
         self._active: dict[str, ActiveRun] = {}
         #: Runs being resumed (not yet in _active); cancels that came meanwhile.
         self._claims, self._pending_cancels = set[str](), set[str]()

@@ -16,16 +16,20 @@ from typing import TYPE_CHECKING
 
 from promptlab.clock import Clock
 from promptlab.engine.limiter import EndpointLimiter, Limiter, Limits, RunCappedLimiter
+from promptlab.errors import ConfigError
 from promptlab.providers.base import Provider
 from promptlab.providers.config import EndpointConfig
 from promptlab.records import VariantRecord
 
 if TYPE_CHECKING:
     from promptlab.distributed.dispatch import Dispatch
+    from promptlab.store.connection import Store
 
 log = logging.getLogger(__name__)
 
 ProviderFactory = Callable[[EndpointConfig], Provider]
+#: Lines of provider batches in flight at once per endpoint: each is a waiting task.
+MAX_BATCH_WAITING = 100_000
 
 
 @dataclass(frozen=True)
@@ -41,9 +45,13 @@ class Lane:
 class EndpointPool:
     """Providers and shared limiters by endpoint + key; used on the engine loop only."""
 
-    def __init__(self, provider_factory: ProviderFactory, clock: Clock) -> None:
+    def __init__(
+        self, provider_factory: ProviderFactory, clock: Clock, store: Store | None = None
+    ) -> None:
         self._provider_factory = provider_factory
         self._clock = clock
+        #: Where provider batches are written down (`executor: provider-batch`).
+        self._store = store
         self._providers: dict[tuple[str, ...], Provider] = {}
         self._limiters: dict[tuple[str, ...], EndpointLimiter] = {}
         #: The link to Celery workers, made when a run first uses an endpoint on them.
@@ -62,9 +70,7 @@ class EndpointPool:
             # server's headers) says; a spec's limits cap only its own run (see `lanes`).
             if key not in self._limiters:
                 self._limiters[key] = EndpointLimiter(
-                    name,
-                    Limits(rpm=cfg.rpm, tpm=cfg.tpm, concurrency=cfg.concurrency),
-                    clock=self._clock.monotonic,
+                    name, lane_limits(cfg), clock=self._clock.monotonic
                 )
 
     def lanes(
@@ -91,6 +97,8 @@ class EndpointPool:
     def _provider(self, cfg: EndpointConfig) -> Provider:
         """This process's adapter, or, for an endpoint on workers, one that sends the
         calls through them (the key stays with the workers: none is read here)."""
+        if cfg.executor == "provider-batch":
+            return self._batch_provider(cfg)
         if cfg.executor != "celery":
             return self._provider_factory(cfg)
         from promptlab.distributed.dispatch import Dispatch, WorkerProvider
@@ -98,6 +106,17 @@ class EndpointPool:
         if self._dispatch is None:
             self._dispatch = Dispatch()
         return WorkerProvider(cfg, self._dispatch)
+
+    def _batch_provider(self, cfg: EndpointConfig) -> Provider:
+        """The endpoint's calls sent through its Batch API, its chunks written down in
+        the store (providers/batches/)."""
+        from promptlab.providers.batches.clients import batch_client_for
+        from promptlab.providers.batches.provider import BatchProvider
+        from promptlab.store.provider_batches import BatchLedgerStore
+
+        if self._store is None:
+            raise ConfigError(f"endpoint {cfg.name!r}: provider batches need the store")
+        return BatchProvider(cfg, batch_client_for(cfg), BatchLedgerStore(self._store))
 
     async def aclose(self) -> None:
         """Close every provider's client (best effort), and the link to the workers."""
@@ -108,6 +127,20 @@ class EndpointPool:
                 log.warning("closing a provider failed", exc_info=True)
         if self._dispatch is not None:
             self._dispatch.close()
+
+
+def lane_limits(cfg: EndpointConfig) -> Limits:
+    """The shared limiter's limits. A provider batch's lines draw on no live rate limit;
+    how many of them wait at once is capped, since each is held until its batch ends."""
+    if cfg.executor == "provider-batch":
+        lines, _ = cfg.batch.limits(cfg.kind)
+        return Limits(concurrency=min(MAX_BATCH_WAITING, 4 * lines))
+    return Limits(rpm=cfg.rpm, tpm=cfg.tpm, concurrency=cfg.concurrency)
+
+
+def is_batched(lane: Lane) -> bool:
+    """Whether the lane's calls wait for provider batches (minutes to hours each)."""
+    return lane.endpoint.executor == "provider-batch"
 
 
 def budget_key(cfg: EndpointConfig) -> tuple[str, ...]:

@@ -40,6 +40,7 @@ from promptlab.experiments import assign, config_from_mapping, expected_shares
 from promptlab.experiments.sampling import FIXED, SAMPLING_KEY, sampling_from_params
 from promptlab.prompts.templates import Template
 from promptlab.providers import modelrules
+from promptlab.providers.batchconfig import batch_settings
 from promptlab.providers.config import (
     KINDS,
     EndpointConfig,
@@ -284,8 +285,10 @@ def merge_endpoints(
                 f"endpoints.{name}.base_url: required for a new endpoint, on loopback "
                 "(e.g. http://127.0.0.1:8011/v1)"
             )
-        added = EndpointConfig(name=name, kind=kind)
-        out[name] = replace(added, **{k: v for k, v in values.items() if k != "kind"})
+        fields = {k: v for k, v in values.items() if k != "kind"}
+        if "batch" in fields:  # checked by the spec's parse (engine/spec_endpoints.py)
+            fields["batch"] = batch_settings(fields["batch"], f"endpoints.{name}")
+        out[name] = replace(EndpointConfig(name=name, kind=kind), **fields)
     return out
 
 

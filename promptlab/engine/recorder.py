@@ -110,6 +110,12 @@ class ItemRecorder:
         self.writer.dispatched(item.key)
         self.counters.dispatched()
 
+    def batch_line(self, item: PendingItem, batch_id: str, line: str | None) -> None:
+        """The provider batch and line that answered the item, in its trace."""
+        stages = self.traces.get(item.key) if self.audit else None
+        if stages is not None:
+            stages["batch_id"], stages["batch_line"] = batch_id, line
+
     def is_open(self, item: PendingItem) -> bool:
         """Dispatched, and its final row not recorded yet."""
         return item.key in self._open
@@ -174,9 +180,11 @@ class ItemRecorder:
         response: CompletionResponse | None = None,
         endpoint: EndpointConfig | None = None,
         check: OutputCheck | None = None,
-    ) -> None:
-        """The item's one final row, its result event, its count and what it tells the
-        anomaly detectors; a `response` is checked and priced on `endpoint`."""
+        cache_hit: bool = False,
+    ) -> FinalRow:
+        """The item's one final row (returned), its result event, its count and what it
+        tells the anomaly detectors; a `response` is checked and priced on `endpoint`,
+        one from the response cache (`cache_hit`) costs 0 and has no latency."""
         variant = self.variants[item.variant_index]
         usage: dict[str, Any] = {}
         parsed: Any = None
@@ -186,6 +194,8 @@ class ItemRecorder:
         masked: dict[str, int] = {}
         if response is not None and endpoint is not None:
             usage, parsed = self._usage(item, variant, response, endpoint, check, masked)
+        if cache_hit:  # not sent: nothing paid, no time of its own to count
+            usage |= {"cost_usd": 0.0, "latency_ms": None, "cache_hit": True}
         row = self._final_row(item, variant, status, attempts, error, usage)
         draft = None
         if self.audit:
@@ -210,6 +220,7 @@ class ItemRecorder:
             self.on_final(item, status, row.output_text)
         if status != ItemStatus.CANCELLED:
             self._detect(row, parsed)
+        return row
 
     def _usage(
         self,

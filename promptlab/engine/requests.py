@@ -148,11 +148,11 @@ class RequestBuilder:
             max_tokens=max_tokens,
             temperature=temperature,
             top_p=top_p,
-            # Only providers that can be held to a schema are sent one; the output is
-            # checked on our side either way.
+            # Only providers that take a schema are sent one (the output is checked here).
             output_schema=(template.output_schema if lane.provider.supports_json_schema else None),
             request_id=item.key,
             item_key=item.key,
+            run_id=self.recorder.run_id,
             timeout_s=self.timeout_s,
             top_logprobs=self.top_logprobs,
             # Which repeat of its row: the simulated model's repeats differ at
@@ -264,6 +264,7 @@ class RequestBuilder:
             extra=line.extra or None,
             request_id=line.custom_id,
             item_key=item.key,
+            run_id=self.recorder.run_id,
             timeout_s=self.timeout_s,
         )
         return Prepared(request, tokens + max_tokens)

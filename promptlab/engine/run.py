@@ -28,9 +28,10 @@ from promptlab.engine.attempts import (
     ItemAttempts,
     reask_message,
 )
+from promptlab.engine.cache import RunCache
 from promptlab.engine.chains import Blocked, SessionChains, Stopped
 from promptlab.engine.histories import SessionHistories
-from promptlab.engine.lanes import Lane
+from promptlab.engine.lanes import Lane, is_batched
 from promptlab.engine.limiter import Permit
 from promptlab.engine.progress import Counters
 from promptlab.engine.recorder import ItemRecorder
@@ -38,10 +39,13 @@ from promptlab.engine.requests import Prepared, RequestBuilder
 from promptlab.engine.retry import RetryPolicy
 from promptlab.engine.sharding import Replay, Sharding, SummaryFailed
 from promptlab.engine.spec import AS_WRITTEN
+from promptlab.engine.spec_fields import CacheSpec
 from promptlab.engine.writer import BatchWriter
 from promptlab.prompts.templates import Template
+from promptlab.providers.batches.provider import BatchProvider
 from promptlab.records import AlertRecord, ItemErrorKind, ItemStatus, PendingItem, VariantRecord
 from promptlab.store.items import ItemStore
+from promptlab.store.response_cache import ResponseCacheStore
 from promptlab.store.sessions import SessionReads
 from promptlab.store.shards import ShardStore
 
@@ -83,6 +87,7 @@ class RunExecution:
         masker: Masker | None = None,
         top_logprobs: int | None = None,
         replay: Replay | None = None,
+        cache: CacheSpec | None = None,
     ) -> None:
         self.run_id = run_id
         self.clock = clock
@@ -113,6 +118,7 @@ class RunExecution:
             alert_sink=alert_sink, reask=reask, audit=audit, masker=masker,
             on_final=self._finished if self.chains is not None else None,
         )  # fmt: skip
+        self.cache = self._run_cache(cache)
         #: Each dispatched item's sends, retries and re-asks (engine/attempts.py).
         self.attempts = ItemAttempts(self, self.recorder, self.checkers, policy, clock, reask=reask)
         self.sharding, self.histories = self._replay_parts(replay, audit, masker)
@@ -121,6 +127,14 @@ class RunExecution:
             self.sharding, self.histories, repeats=repeats, top_logprobs=top_logprobs,
             positions=(rows if rows is not None else counters.total) * repeats,
         )  # fmt: skip
+
+    def _run_cache(self, cache: CacheSpec | None) -> RunCache | None:
+        """The response cache, when the spec uses it (engine/cache.py)."""
+        if cache is None or cache.mode == "off":
+            return None
+        store = ResponseCacheStore(self.items.store)
+        checks = (self.templates, self.checkers)
+        return RunCache(self.run_id, cache, store, self.writer, self.clock, checks)
 
     def _replay_parts(
         self, replay: Replay | None, audit: bool, masker: Masker | None
@@ -139,9 +153,13 @@ class RunExecution:
     # ---- control -------------------------------------------------------------------
 
     def cancel(self) -> None:
-        """Stop new dispatches now; in-flight requests finish or time out."""
+        """Stop new dispatches now; in-flight requests finish or time out. A provider
+        batch's lines end now, and its batches are cancelled at the provider."""
         self.cancelled = True
         self._halt()
+        for lane in self.lanes:
+            if isinstance(lane.provider, BatchProvider):
+                lane.provider.cancel_run(self.run_id)
 
     def pause(self) -> None:
         """Stop new dispatches now, like `cancel`, but the run ends paused: in-flight
@@ -159,6 +177,11 @@ class RunExecution:
         self.stopping.set()
         for task in [*self._feeders, *self._waiting]:
             task.cancel()
+        if any(is_batched(lane) for lane in self.lanes):
+            # Lines waiting for provider batches would wait hours: they end cancelled now,
+            # and a resume waits for the same lines (their batches are not sent again).
+            for task in self._items:
+                task.cancel()
         if self.sharding is not None:
             self.sharding.cancel()  # summaries no turn waits for any more
 
@@ -168,6 +191,8 @@ class RunExecution:
         """Feed every lane, wait for the last item, flush; the caller sets the final status."""
         if self.sharding is not None:
             await self.sharding.prune()  # shards past their TTL, of any run
+        if self.cache is not None:
+            await self.cache.load(self.lanes, self.variants)
         self._feeders = [
             asyncio.create_task(self._feed(lane), name=f"feed-{self.run_id}-{lane.endpoint.name}")
             for lane in self.lanes
@@ -213,12 +238,27 @@ class RunExecution:
                         continue
                     # Nothing here waits: a turn that may need a summary made went above.
                     prepared = await self.requests.prepare(item, lane)
-                    if prepared is None:
+                    if prepared is None or self._from_cache(item, lane, prepared):
                         continue
                     permit = await lane.limiter.acquire(prepared.tokens)
                     self._dispatch(item, lane, prepared, permit)
         finally:
             next_chunk.cancel()
+
+    def _from_cache(self, item: PendingItem, lane: Lane, prepared: Prepared) -> bool:
+        """Answer the item from the response cache when it holds this very request's
+        answer and that answer passes the variant's checks now: it takes no permit, is
+        not sent and costs 0 (engine/cache.py)."""
+        variant = self.variants[item.variant_index]
+        hit = self.cache.hit(variant, lane.endpoint, prepared.request) if self.cache else None
+        if hit is None:
+            return False
+        response, check = hit
+        self.recorder.final(
+            item, ItemStatus.SUCCEEDED, False, item.attempts,
+            response=response, endpoint=lane.endpoint, check=check, cache_hit=True,
+        )  # fmt: skip
+        return True
 
     def _dispatch(self, item: PendingItem, lane: Lane, prepared: Prepared, permit: Permit) -> None:
         task = asyncio.create_task(self.attempts.run_item(item, lane, prepared, permit))
@@ -237,7 +277,7 @@ class RunExecution:
         try:
             answers = await self.chains.answers(item) if self.chains is not None else None
             prepared = await self.requests.prepare(item, lane, answers)
-            if prepared is None:
+            if prepared is None or self._from_cache(item, lane, prepared):
                 return
             permit = await lane.limiter.acquire(prepared.tokens)
         except Stopped:

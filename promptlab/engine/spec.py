@@ -27,6 +27,8 @@ from promptlab.engine.spec_fields import (
     MAX_RUN_NAME_CHARS,
     MODES,
     VALIDATING,
+    CacheSpec,
+    cache_field,
     dataset_field,
     executor_field,
     experiment_field,
@@ -65,7 +67,7 @@ SPEC_FIELDS = frozenset(
         "name", "dataset", "variants", "repeats", "limits", "retry", "endpoints", "limit_rows",
         "experiment", "mode", "unit_column", "skip_invalid_rows", "reask", "executor",
         "schedule", "after", "expected", "scorers", "crosscheck", "history", "shards",
-        "metrics", "planned_units",
+        "metrics", "planned_units", "cache",
     }
 )  # fmt: skip
 #: Most times a spec may send each (row, variant): sampling the same prompt a thousand
@@ -128,6 +130,8 @@ class RunSpec:
     shards: ShardSpec = field(default_factory=ShardSpec)
     #: A cross-check's validation run: the run whose models its answers weigh.
     validating: str | None = None
+    #: How the run uses the response cache (`cache:`; promptlab/engine/cache.py).
+    cache: CacheSpec = field(default_factory=CacheSpec)
 
     @property
     def split(self) -> bool:
@@ -219,6 +223,7 @@ def parse_spec(
         crosscheck=crosscheck,
         history=history_field(data.get("history")),
         shards=shards_field(data),
+        cache=cache_field(data.get("cache")),
         **schedule_and_scoring(data),
     )
 

@@ -14,11 +14,12 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from promptlab.engine.limiter import DEFAULT_BURST_S, Limits
-from promptlab.errors import SpecError
+from promptlab.errors import ConfigError, SpecError
+from promptlab.providers.batchconfig import batch_settings
 from promptlab.providers.config import KINDS, EndpointConfig
 
 LIMIT_FIELDS = frozenset({"rpm", "tpm", "concurrency", "burst_s"})
-ENDPOINT_FIELDS = frozenset({"kind", "base_url", "rpm", "tpm", "concurrency"})
+ENDPOINT_FIELDS = frozenset({"kind", "base_url", "rpm", "tpm", "concurrency", "batch"})
 #: Hosts an endpoint declared in a run spec may point at, besides loopback addresses.
 LOOPBACK_NAMES = frozenset({"localhost"})
 
@@ -60,6 +61,11 @@ def parse_endpoints(data: Any) -> dict[str, Mapping[str, Any]]:
             loopback_url(values["base_url"], f"{where}.base_url")
         for key in ("rpm", "tpm", "concurrency"):
             optional_positive(values.get(key), f"{where}.{key}")
+        if "batch" in values:  # sizes and polling of provider batches; no address in it
+            try:
+                batch_settings(values["batch"], where)
+            except ConfigError as exc:
+                raise SpecError(str(exc)) from exc
     return {str(k): dict(v) for k, v in data.items()}
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -203,3 +204,47 @@ def experiment_field(data: Mapping[str, Any]) -> tuple[Mapping[str, Any] | None,
             "holding the unit id (user, session)"
         )
     return checked.to_dict(), mode, unit_column
+
+
+#: How a run uses the response cache (promptlab/engine/cache.py): `read` answers an
+#: identical request from it, `write` keeps every eligible answer, `readwrite` both.
+CACHE_MODES = ("off", "read", "write", "readwrite")
+
+
+@dataclass(frozen=True)
+class CacheSpec:
+    """`cache:`: the mode, and whether requests above temperature 0 without a seed are
+    cached too (`any_temperature`; by default only repeatable requests are)."""
+
+    mode: str = "off"
+    any_temperature: bool = False
+
+    @property
+    def reads(self) -> bool:
+        return self.mode in ("read", "readwrite")
+
+    @property
+    def writes(self) -> bool:
+        return self.mode in ("write", "readwrite")
+
+
+def cache_field(value: Any) -> CacheSpec:
+    """`cache: MODE` or `cache: {mode: MODE, any_temperature: true}`; YAML reads a bare
+    `off` as false, which is off."""
+    said = (
+        f"cache: one of {', '.join(CACHE_MODES)}, or {{mode: MODE, any_temperature: "
+        f"true}}, got {value!r}"
+    )
+    if value is None or value is False:
+        return CacheSpec()
+    if isinstance(value, Mapping):
+        unknown = sorted(set(value) - {"mode", "any_temperature"})
+        if unknown:
+            raise SpecError(f"cache: unknown field(s) {', '.join(map(str, unknown))}")
+        anyway = value.get("any_temperature", False)
+        if not isinstance(anyway, bool):
+            raise SpecError(f"cache.any_temperature: expected true or false, got {anyway!r}")
+        return CacheSpec(cache_field(value.get("mode", "readwrite")).mode, anyway)
+    if not isinstance(value, str) or value not in CACHE_MODES:
+        raise SpecError(said)
+    return CacheSpec(value)

@@ -163,6 +163,8 @@ def result_payload(
         "error_kind": row.error_kind,
         "version_id": row.prompt_version_id,
         "model": row.model,
+        # Answered from the response cache: nothing was sent (engine/cache.py).
+        "cache_hit": row.cache_hit or None,
         **(stages or {}),
     }
     if masked is not None:
@@ -202,6 +204,7 @@ def result_stages(row: Mapping[str, Any]) -> dict[str, Any]:
         "error_kind": row.get("error_kind"),
         "error_message": row.get("error_message"),
         "attempts": row.get("attempts"),
+        "cache_hit": row.get("cache_hit") or None,
         "version_id": row.get("prompt_version_id"),
         "model": row.get("model"),
         "row_index": row.get("row_index"),

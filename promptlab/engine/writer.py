@@ -10,6 +10,12 @@ same database ingests before anything else.
 Every row is also appended to the answer log (promptlab.engine.answerlog) as it comes,
 a final row written out before `final` returns: a process killed between two commits
 loses no answer, and the next engine folds the log into the store before any resume.
+
+Answers for the response cache (promptlab/engine/cache.py) are batched here too, but
+best effort, outside the answer log and the spill files: each is a copy of a final row
+those already keep, so one the store does not take is only sent again by a later run.
+They are put after a commit every few seconds, and at every flush a caller asks for (a
+run's end, the engine's close), each time in a transaction of their own.
 """
 
 from __future__ import annotations
@@ -26,8 +32,10 @@ from promptlab.clock import SYSTEM_CLOCK, Clock
 from promptlab.engine.answerlog import AnswerLog, Segment
 from promptlab.engine.spill import spill_batch
 from promptlab.records import AttemptRow, FinalRow, ItemErrorKind, WriteBatch
+from promptlab.records.cache import CacheEntry
 from promptlab.store.connection import is_storage_failure
 from promptlab.store.items import ItemStore
+from promptlab.store.response_cache import ResponseCacheStore
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +54,15 @@ MAX_BATCH_FAILURES = 3
 #: Seconds the store may stay unwritable before runs are stopped with its message: long
 #: enough to ride out a hiccup, short enough that a full disk is reported promptly.
 STALL_STOP_S = 10.0
+#: Cache answers held while the store cannot write; past it, new ones are not cached.
+MAX_HELD_CACHE = 20_000
+#: The flush loop puts cache answers this often (or once this many wait); a flush asked
+#: for (a run's end, the engine's close) puts them all. Each put is a commit of its own
+#: that holds the write lock the results' commits wait for: a few a minute, not five a
+#: second (a run reads the stored entries once, at its start; its own answers it
+#: holds in its index).
+CACHE_PUT_INTERVAL_S = 5.0
+CACHE_PUT_ROWS = 5_000
 
 
 # Not a PromptlabError: a signal inside the writer, which keeps the unwritten rows and
@@ -118,6 +135,10 @@ class BatchWriter:
         #: In the first spill folder (next to the database); none for an in-memory one.
         self._log = AnswerLog(spill_dirs[0]) if answer_log and spill_dirs else None
         self._batch = WriteBatch()
+        #: Answers for the response cache, put after the next commit (best effort).
+        self._cached: list[CacheEntry] = []
+        self._cache_store = ResponseCacheStore(items.store)
+        self._cache_put_at = clock.monotonic()
         self._lock = asyncio.Lock()
         self._full = asyncio.Event()
         self._writable = asyncio.Event()
@@ -188,6 +209,25 @@ class BatchWriter:
         if self._log is not None:
             self._log.audit(draft)
 
+    def cache(self, entry: CacheEntry) -> None:
+        """An answer for the response cache: put after the next commit, best effort."""
+        if len(self._cached) < MAX_HELD_CACHE:
+            self._cached.append(entry)
+
+    def _cache_due(self) -> bool:
+        waited = self._clock.monotonic() - self._cache_put_at
+        return len(self._cached) >= CACHE_PUT_ROWS or waited >= CACHE_PUT_INTERVAL_S
+
+    async def _put_cached(self) -> None:
+        self._cache_put_at = self._clock.monotonic()
+        entries, self._cached = self._cached, []
+        if not entries:
+            return
+        try:
+            await asyncio.to_thread(self._cache_store.put, entries)
+        except Exception as exc:  # noqa: BLE001 - an answer not cached is only sent again
+            log.warning("%d answers were not kept in the response cache: %s", len(entries), exc)
+
     def _check_full(self) -> None:
         if len(self._batch) >= FLUSH_ROWS:
             self._full.set()
@@ -208,7 +248,7 @@ class BatchWriter:
 
     # ---- committing ------------------------------------------------------------------
 
-    async def flush(self) -> bool:
+    async def flush(self, *, cache: bool = True) -> bool:
         """Commit everything buffered so far; True once it is stored.
 
         Retries failed commits. After MAX_BATCH_FAILURES failures in a row the batch goes
@@ -219,6 +259,8 @@ class BatchWriter:
         while True:
             try:
                 await self._flush_once()
+                if cache:  # the flush loop's turns put them now and then (_cache_due)
+                    await self._put_cached()
                 return True
             except Exception:  # noqa: BLE001 - reported in _flush_once; the rows are kept
                 if self._stalled_for() >= STALL_STOP_S:
@@ -376,7 +418,7 @@ class BatchWriter:
         while not self._stopping.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._full.wait(), self._interval_s)
-            if self._stopping.is_set() or await self.flush():
+            if self._stopping.is_set() or await self.flush(cache=self._cache_due()):
                 continue
             if not self._stall_reported:
                 self._stall_reported = True

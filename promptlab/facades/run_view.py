@@ -7,6 +7,7 @@ from datetime import datetime
 
 from promptlab.engine import Engine
 from promptlab.engine.limiter import LimiterState
+from promptlab.providers.batches.ledger import ChunkView
 from promptlab.records import (
     FINAL_RUN_STATUSES,
     AlertRecord,
@@ -21,6 +22,7 @@ from promptlab.records import (
 from promptlab.records.afterrun import AfterRunRecord, failure_lines
 from promptlab.store import ReadModels
 from promptlab.store.alerts import AlertStore
+from promptlab.store.provider_batches import BatchLedgerStore
 
 __all__ = ["FAILURES_SHOWN", "RunView", "read_run_view"]
 
@@ -58,6 +60,8 @@ class RunView:
     alerts: tuple[AlertRecord, ...] = ()
     #: What the run's ends set going (promptlab/evaluation/ended.py), each piece's state.
     after_run: tuple[AfterRunRecord, ...] = ()
+    #: Its provider batches (`executor: provider-batch`), oldest first: state and counts.
+    batches: tuple[ChunkView, ...] = ()
 
     @property
     def after_run_failures(self) -> list[str]:
@@ -154,4 +158,5 @@ def read_run_view(
         limiters=live.limiters if live and live.active else (),
         field_failures=tuple(fields),
         alerts=tuple(alerts.for_run(run_id)),
+        batches=tuple(BatchLedgerStore(reads.store).for_run(run_id)),
     )

@@ -30,6 +30,7 @@ from promptlab.facades.context import Context
 from promptlab.facades.datasets import Datasets
 from promptlab.facades.experiments import Experiments
 from promptlab.facades.run_view import FAILURES_SHOWN, RunView, read_run_view
+from promptlab.providers.batches.ledger import ChunkView
 from promptlab.providers.config import load_endpoints
 from promptlab.records import FieldFailure, ItemDetail, RunWithCounts
 from promptlab.records.sessions import SessionTurn, ShardRecord
@@ -37,6 +38,7 @@ from promptlab.store.afterrun import AfterRunStore
 from promptlab.store.alerts import AlertStore
 from promptlab.store.audit import AuditLog
 from promptlab.store.items import ItemStore
+from promptlab.store.provider_batches import BatchLedgerStore
 from promptlab.store.sessions import SessionReads
 from promptlab.store.shards import ShardStore
 from promptlab.views.item import (
@@ -259,6 +261,10 @@ class Runs:
     def progress(self, run_id: str) -> RunProgress:
         """Live counts of an active run (stored ones otherwise), for progress bars."""
         return self._context.engine().status(run_id)
+
+    def batches(self, run_id: str) -> builtins.list[ChunkView]:
+        """The run's provider batches (`executor: provider-batch`), oldest first."""
+        return list(BatchLedgerStore(self._context.store).for_run(run_id))
 
     # ---- reads ---------------------------------------------------------------------
 

@@ -3,7 +3,8 @@
 Requests are checked as the real APIs check them: unknown fields and out-of-range
 values get the same 400s. Each attempt draws at most one fault from a seeded stream
 (quota, reset, timeout, overloaded, server error, a key echoed in a 400, a garbled
-body), then the simulated model (promptlab/providers/simulator.py) answers.
+body), then the simulated model (promptlab/providers/simulator.py) answers. The Batch
+APIs' routes (batch_routes.py) answer each line with `batch_answer`: the same simulation.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from aiohttp import web
 
 from promptlab.clock import SYSTEM_CLOCK, Clock
 from promptlab.fakellm import wire
+from promptlab.fakellm.batch_routes import add_batch_routes
+from promptlab.fakellm.batches import BatchStore
 from promptlab.fakellm.config import FakeLLMConfig
 from promptlab.fakellm.limits import Limiter
 from promptlab.fakellm.responses import ErrorResponses, key_header
@@ -27,6 +30,7 @@ from promptlab.providers.base import CompletionRequest
 from promptlab.providers.simulator import (
     SIMULATED_LABEL,
     FaultRates,
+    SimOutput,
     simulate,
     simulated_logprobs,
 )
@@ -113,6 +117,7 @@ class FakeLLM:
         self.rates = FaultRates(malformed=config.malformed_rate)
         self._ids = itertools.count(1)
         self.gate = AnswerGate()
+        self.batches = BatchStore(config, clock, self.batch_answer)
         self.reset()
 
     def reset(self) -> None:
@@ -127,6 +132,7 @@ class FakeLLM:
         # One draw per attempt from a seeded stream: a retry can succeed where the
         # first attempt failed, and a run with the same seed and order sees the same faults.
         self._faults = random.Random(self.config.seed)
+        self.batches.clear()
 
     def _draw_fault(self) -> str | None:
         c = self.config
@@ -141,7 +147,7 @@ class FakeLLM:
             draw -= rate
         return None
 
-    def _authorized(self, request: web.Request) -> bool:
+    def authorized(self, request: web.Request) -> bool:
         key = self.config.api_key
         if key is None:
             return True
@@ -186,7 +192,7 @@ class FakeLLM:
     ) -> wire.ParsedRequest | web.Response:
         """The request checked as the real API checks it, or the error it gets (401, 400)."""
         stats = self.stats
-        if not self._authorized(request):
+        if not self.authorized(request):
             stats.bad_requests += 1
             return errors.auth()
         raw = await request.read()
@@ -282,15 +288,7 @@ class FakeLLM:
         else:
             if delay_ms > 0:
                 await asyncio.sleep(delay_ms / 1000)
-            if anthropic:
-                payload = wire.anthropic_message(resp_id, model, out.text, out.finish_reason, usage)
-            else:
-                logprobs = req.top_logprobs and simulated_logprobs(
-                    req, req.model, out.output_tokens, req.top_logprobs
-                )
-                payload = wire.openai_completion(
-                    resp_id, model, out.text, out.finish_reason, usage, logprobs or None
-                )
+            payload = self._body(req, out, anthropic, resp_id)
             if fault == "garbled":
                 stats.server_errors += 1
                 payload = payload[: len(payload) // 2]
@@ -301,6 +299,40 @@ class FakeLLM:
         if req.request_id:
             stats.completed_ids[req.request_id] = stats.completed_ids.get(req.request_id, 0) + 1
         return response
+
+    def _body(self, req: CompletionRequest, out: SimOutput, anthropic: bool, resp_id: str) -> bytes:
+        """The whole (not streamed) answer body of this simulated output."""
+        model = f"{req.model}-{SIMULATED_LABEL}"
+        usage = (out.input_tokens, out.output_tokens)
+        if anthropic:
+            return wire.anthropic_message(resp_id, model, out.text, out.finish_reason, usage)
+        logprobs = req.top_logprobs and simulated_logprobs(
+            req, req.model, out.output_tokens, req.top_logprobs
+        )
+        return wire.openai_completion(
+            resp_id, model, out.text, out.finish_reason, usage, logprobs or None
+        )
+
+    def batch_answer(
+        self, req: CompletionRequest, anthropic: bool, rid: str, fail: bool
+    ) -> tuple[int, bytes]:
+        """(status, body) of one batch line: the live route's context check and simulated
+        answer (no rate limit or transport fault: a batch has its own limits); `fail` gives
+        the live route's 500 instead."""
+        errors = ErrorResponses(anthropic, rid, self.limiter)
+        prompt_tokens = estimate_prompt_tokens(req.messages)
+        window = self.config.context_window
+        refusal = errors.server() if fail else None
+        if refusal is None and window is not None and prompt_tokens + req.max_tokens > window:
+            refusal = errors.context_length(prompt_tokens, req.max_tokens, window)
+        if refusal is not None:
+            assert isinstance(refusal.body, bytes)
+            return refusal.status, refusal.body
+        out = simulate(
+            req, req.model, seed=self.config.seed, rates=self.rates, prompt_tokens=prompt_tokens
+        )
+        return 200, self._body(req, out, anthropic, ("msg_" if anthropic else "chatcmpl-")
+                               + rid.removeprefix("req_"))  # fmt: skip
 
     async def _stream(
         self, request: web.Request, headers: dict[str, str], delay_ms: float, anthropic: bool,
@@ -342,6 +374,7 @@ class FakeLLM:
     async def stats_handler(self, _request: web.Request) -> web.Response:
         data = self.stats.as_json()
         data["held"] = self.gate.held
+        data.update(self.batches.stats.as_json())
         data["config"] = asdict(self.config)
         data["config"].pop("api_key", None)
         return web.json_response(data)
@@ -394,5 +427,6 @@ def create_app(config: FakeLLMConfig, clock: Clock = SYSTEM_CLOCK) -> web.Applic
     app.router.add_get("/_requests", server.requests_handler)
     app.router.add_post("/_reset", server.reset_handler)
     app.router.add_post("/_gate", server.gate_handler)
+    add_batch_routes(app, server)
     app.router.add_route("*", "/{tail:.*}", server.not_found)
     return app

@@ -44,6 +44,22 @@ class FakeLLMConfig:
     api_key: str | None = None
     #: When set, prompt + max_tokens beyond it is rejected with a context-length 400.
     context_window: int | None = None
+    #: Batch APIs (fakellm/batches.py): seconds from a batch's creation until it is done,
+    #: on the server's clock (validating for the first tenth, lines answered at an even
+    #: pace until nine tenths, then finalizing); 0 = done at its first read.
+    batch_delay_s: float = 0.0
+    #: Seconds after which a batch not yet done expires: the lines answered by then keep
+    #: their answers, the rest expire. None = the providers' 24 h completion window.
+    batch_expire_s: float | None = None
+    #: Only the first this many batches expire by `batch_expire_s`; later ones keep the
+    #: 24 h window (an expiry is rare: a test sees the expired lines' new batch finish).
+    batch_expire_first: int | None = None
+    #: Share of a batch's lines (chosen by `seed`) answered with the live route's 500 error.
+    batch_line_fail_rate: float = 0.0
+    #: Requests and bytes a batch may hold; None = each provider's own limit (OpenAI
+    #: 50,000 requests and 200 MB, Anthropic 100,000 requests and 256 MB).
+    batch_max_requests: int | None = None
+    batch_max_bytes: int | None = None
 
     def __post_init__(self) -> None:
         rates = (
@@ -56,3 +72,9 @@ class FakeLLMConfig:
             raise ValueError("burst_s must be positive")
         if not 0 <= self.shared_load < 1:
             raise ValueError("shared_load must be in [0, 1)")
+        if self.batch_delay_s < 0 or (self.batch_expire_s is not None and self.batch_expire_s <= 0):
+            raise ValueError("batch_delay_s must be >= 0 and batch_expire_s positive")
+        if not 0 <= self.batch_line_fail_rate <= 1:
+            raise ValueError("batch_line_fail_rate must be in [0, 1]")
+        if any(n is not None and n < 1 for n in (self.batch_max_requests, self.batch_max_bytes)):
+            raise ValueError("batch_max_requests and batch_max_bytes must be at least 1")

@@ -3,7 +3,9 @@
 Loopback only. `POST /v1/chat/completions` (OpenAI, streaming included), `POST
 /v1/messages` (Anthropic), `GET /_stats`, `GET /_requests` (the last request bodies
 received, for tests to assert on), `POST /_reset`, `POST /_gate` (answer the first N
-requests, hold the rest in flight: a test steps the server instead of racing it). The
+requests, hold the rest in flight: a test steps the server instead of racing it), and
+both providers' Batch APIs (OpenAI `/v1/files` and `/v1/batches`, Anthropic
+`/v1/messages/batches`; `GET /_batches` lists them: fakellm/batch_routes.py). The
 app is in promptlab/fakellm/app.py, its switches in config.py, its rate limits in
 limits.py; this module runs it, in a background thread (`serve_in_thread`) or until
 interrupted (`run`, the `promptlab fakellm` command).
@@ -59,6 +61,12 @@ class RunningServer:
             data: list[dict[str, Any]] = json.loads(resp.read())
             return data
 
+    def batches(self) -> list[dict[str, Any]]:
+        """GET /_batches: every batch's id, format, status and request counts, oldest first."""
+        with urllib.request.urlopen(f"{self.base_url}/_batches") as resp:  # noqa: S310
+            data: list[dict[str, Any]] = json.loads(resp.read())
+            return data
+
     def gate(self, answer_below: int | None) -> None:
         """POST /_gate: answer the requests numbered below `answer_below` in arrival
         order (from 0 at start) and hold later ones in flight; None answers every one."""
@@ -69,7 +77,7 @@ class RunningServer:
             pass
 
     def reset(self) -> None:
-        """POST /_reset: zero the stats, forget the requests, refill the buckets."""
+        """POST /_reset: zero the stats, forget the requests and batches, refill the buckets."""
         req = urllib.request.Request(f"{self.base_url}/_reset", method="POST", data=b"")
         with urllib.request.urlopen(req):  # noqa: S310 - loopback
             pass

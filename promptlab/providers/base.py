@@ -52,6 +52,9 @@ class CompletionRequest:
     #: the simulated model reads it (a repeat at temperature > 0 answers differently,
     #: providers/simdraws.py); real endpoints draw afresh on every call anyway.
     sample: int | None = None
+    #: The run the item belongs to: a provider batch is filled per run, so a cancelled
+    #: run's batches can be cancelled at the provider (providers/batches/).
+    run_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,10 @@ class CompletionResponse:
     #: perplexity per variant (promptlab/analysis/repeats.py).
     logprob_mean: float | None = None
     logprob_tokens: int | None = None
+    #: The provider batch and the line in it that answered, when the endpoint's calls go
+    #: through its Batch API (`executor: provider-batch`); the item's trace names both.
+    batch_id: str | None = None
+    batch_line: str | None = None
 
 
 @runtime_checkable

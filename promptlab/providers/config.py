@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from promptlab.errors import ConfigError
+from promptlab.providers.batchconfig import BatchSettings, batch_settings
 from promptlab.providers.modelrules import ANY, RULES
 from promptlab.yamlio import read_yaml
 
@@ -22,9 +23,10 @@ KINDS = ("openai", "anthropic", "sim")
 #: How openai and anthropic endpoints are reached: the lean aiohttp path (providers/
 #: http.py, the default) or the vendor SDK adapters. Set only in the providers file.
 TRANSPORTS = ("http", "sdk")
-#: Where an endpoint's calls are made: in this process, or on Celery workers
-#: (promptlab/distributed/), which share one rate budget in Redis.
-EXECUTORS = ("local", "celery")
+#: Where an endpoint's calls are made: in this process, on Celery workers
+#: (promptlab/distributed/), which share one rate budget in Redis, or through the
+#: provider's Batch API at the batch price (providers/batches/).
+EXECUTORS = ("local", "celery", "provider-batch")
 
 #: Ollama's OpenAI-compatible endpoint, the most common local server.
 DEFAULT_LOCAL_BASE_URL = "http://localhost:11434/v1"
@@ -65,6 +67,8 @@ class EndpointConfig:
     #: The Celery queue its chunks go to (None: `promptlab`): workers started with
     #: `--queues` take only theirs, so a slow endpoint holds up no other.
     queue: str | None = None
+    #: How its provider batches are sized, priced and polled (providers/batchconfig.py).
+    batch: BatchSettings = field(default_factory=BatchSettings)
 
     def __hash__(self) -> int:
         # The dict fields are unhashable; an endpoint is identified by where it points and
@@ -216,6 +220,7 @@ _ENDPOINT_FIELDS = {
     "transport",
     "executor",
     "queue",
+    "batch",
 }
 _MODEL_FIELDS = {"input_per_mtok", "output_per_mtok", "context_window", "sampling"}
 
@@ -240,7 +245,7 @@ def load_endpoints(
 
 #: What a command line may set for an endpoint (`promptlab batch --base-url ...`).
 LOCAL_FIELDS = frozenset(
-    {"kind", "base_url", "api_key_env", "rpm", "tpm", "concurrency", "executor"}
+    {"kind", "base_url", "api_key_env", "rpm", "tpm", "concurrency", "executor", "batch"}
 )
 
 
@@ -321,6 +326,8 @@ def _field_changes(spec: dict[str, Any], where: str) -> dict[str, Any]:
                 f"{where}: executor must be one of {', '.join(EXECUTORS)}, got {spec['executor']!r}"
             )
         changes["executor"] = spec["executor"]
+    if "batch" in spec:
+        changes["batch"] = batch_settings(spec["batch"], where)
     if "queue" in spec:
         changes["queue"] = _optional_str(spec["queue"], f"{where}: queue")
     if "latency_scale" in spec:
@@ -424,4 +431,6 @@ def cost_usd(endpoint: EndpointConfig, model: str, input_tokens: int, output_tok
     if price is None:
         return 0.0
     per_token = 1_000_000
-    return (input_tokens * price.input_per_mtok + output_tokens * price.output_per_mtok) / per_token
+    live = (input_tokens * price.input_per_mtok + output_tokens * price.output_per_mtok) / per_token
+    # Sent through the provider's Batch API: its price (half, unless the file says else).
+    return live * endpoint.batch.price if endpoint.executor == "provider-batch" else live

@@ -62,6 +62,9 @@ class MetricsRow(CheckRates):
     clicks: int = 0
     thumbs_up: int = 0
     thumbs_down: int = 0
+    #: Results answered from the response cache: counted above, cost 0, and left out of
+    #: the latencies (they have none: nothing was sent).
+    cache_hits: int = 0
 
     @property
     def ctr(self) -> float | None:

@@ -81,6 +81,8 @@ class RunSummary:
     #: Every request sent, retries included.
     attempts: int
     rate_limited_attempts: int
+    #: Items answered from the response cache: never sent, cost 0, no latency.
+    cache_hits: int = 0
 
 
 @dataclass(frozen=True)

@@ -179,5 +179,6 @@ def finals_table(rows: Sequence[FinalRow], params: Sequence[str]) -> pa.Table:
             "shard_id": pa.array([r.shard_id for r in rows], pa.string()),
             "logprob_mean": pa.array([r.logprob_mean for r in rows], pa.float64()),
             "logprob_tokens": pa.array([r.logprob_tokens for r in rows], pa.int32()),
+            "cache_hit": pa.array([r.cache_hit for r in rows], pa.bool_()),
         }
     )

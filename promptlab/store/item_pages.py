@@ -24,7 +24,8 @@ _RESULT_COLUMNS = (
     "idempotency_key, run_id, seq, row_index, variant, repeat, status, error_kind, "
     "error_message, prompt_version_id, endpoint, model, params, output_text, input_tokens, "
     "output_tokens, finish_reason, model_version, latency_ms, cost_usd, attempts, finished_at, "
-    "check_status, check_errors, rule_status, rule_errors, token_entropy, shard_id"
+    "check_status, check_errors, rule_status, rule_errors, token_entropy, shard_id, "
+    "coalesce(cache_hit, false)"
 )
 _ATTEMPT_COLUMNS = (
     "idempotency_key, run_id, attempt, started_at, ended_at, outcome, error_kind, http_status, "
@@ -109,7 +110,7 @@ def _final_row(r: tuple[Any, ...]) -> FinalRow:
         cost_usd=r[19], attempts=int(r[20]), finished_at=r[21], check_status=r[22],
         check_errors=tuple(json.loads(r[23])) if r[23] else (), rule_status=r[24],
         rule_errors=tuple(json.loads(r[25])) if r[25] else (), token_entropy=r[26],
-        shard_id=r[27],
+        shard_id=r[27], cache_hit=bool(r[28]),
     )  # fmt: skip
 
 

@@ -41,7 +41,8 @@ _AGGREGATES = (
     "coalesce(sum(input_tokens), 0) AS input_tokens, "
     "coalesce(sum(output_tokens), 0) AS output_tokens, "
     "coalesce(sum(cost_usd), 0) AS cost_usd, "
-    "min(finished_at) AS first_at, max(finished_at) AS last_at, {checks}"
+    "min(finished_at) AS first_at, max(finished_at) AS last_at, "
+    "count(*) FILTER (WHERE cache_hit) AS cache_hits, {checks}"
 )
 #: Output check counts (checked = checked against a schema or rules, as on the Runs page).
 _CHECK_AGGREGATES = (
@@ -142,7 +143,7 @@ class MetricsReads:
                 "coalesce(o.open, 0), coalesce(a.completed, 0), a.kinds, a.latency_mean, "
                 "a.latency, coalesce(a.input_tokens, 0), coalesce(a.output_tokens, 0), "
                 f"coalesce(a.cost_usd, 0), a.first_at, a.last_at, {_CHECK_COLUMNS}, "
-                f"{_FEEDBACK_COLUMNS} "
+                f"{_FEEDBACK_COLUMNS}, coalesce(a.cache_hits, 0) "
                 "FROM run_variants v LEFT JOIN agg a ON a.variant = v.name "
                 "LEFT JOIN open o USING (variant_index) "
                 "LEFT JOIN names n ON n.id = v.prompt_version_id "
@@ -181,8 +182,8 @@ class MetricsReads:
                 f"a.cost_usd, a.first_at, a.last_at, {_CHECK_COLUMNS}, "
                 "coalesce(f.impressions, 0) + coalesce(u.impressions, 0), "
                 "coalesce(f.clicks, 0) + coalesce(u.clicks, 0), "
-                "coalesce(f.up, 0) + coalesce(u.up, 0), coalesce(f.down, 0) + coalesce(u.down, 0) "
-                f"FROM agg a {join} names n ON n.id = a.prompt_version_id "
+                "coalesce(f.up, 0) + coalesce(u.up, 0), coalesce(f.down, 0) + coalesce(u.down, 0), "
+                f"a.cache_hits FROM agg a {join} names n ON n.id = a.prompt_version_id "
                 "LEFT JOIN fb f ON f.prompt_version_id = a.prompt_version_id AND f.model = a.model "
                 "LEFT JOIN fb u ON u.prompt_version_id = a.prompt_version_id AND u.model IS NULL "
                 "AND a.only_model "
@@ -322,6 +323,7 @@ def _row(r: tuple[Any, ...]) -> MetricsRow:
         last_finished_at=r[20], checked=int(r[21]), valid=int(r[22]), repaired=int(r[23]),
         invalid=int(r[24]), truncated=int(r[25]), rule_failed=int(r[26]),
         impressions=int(r[27]), clicks=int(r[28]), thumbs_up=int(r[29]), thumbs_down=int(r[30]),
+        cache_hits=int(r[31]),
     )  # fmt: skip
 
 

@@ -75,4 +75,67 @@ TEAM_MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "ALTER TABLE results ADD COLUMN logprob_tokens INTEGER",
         ),
     ),
+    (
+        "0021_response_cache",
+        (
+            # Answers kept under the sha256 of the request they answered (endpoint,
+            # model, messages, sampling: promptlab/engine/cache.py), never the request
+            # itself and never a key; the output masked like a stored result's. A run
+            # with `cache:` answers an identical request from here (store/response_cache.py).
+            # One row per key, kept by the writer (a put deletes the key's row first), not
+            # by an index: a run reads its entries by endpoint and model, never by key,
+            # and a key index doubled the cost of keeping a run's answers.
+            """
+            CREATE TABLE response_cache (
+                cache_key       VARCHAR NOT NULL,
+                endpoint        VARCHAR NOT NULL,
+                model           VARCHAR NOT NULL,
+                output_text     VARCHAR NOT NULL,
+                input_tokens    INTEGER,
+                output_tokens   INTEGER,
+                finish_reason   VARCHAR,
+                model_version   VARCHAR,
+                latency_ms      DOUBLE,
+                token_entropy   DOUBLE,
+                logprob_mean    DOUBLE,
+                logprob_tokens  INTEGER,
+                source_run_id   VARCHAR,
+                created_at      TIMESTAMPTZ NOT NULL
+            )
+            """,
+            # A result answered from it: not sent, cost 0, no latency (NULL on results
+            # stored before, read as false).
+            "ALTER TABLE results ADD COLUMN cache_hit BOOLEAN",
+        ),
+    ),
+    (
+        "0022_provider_batches",
+        (
+            # The provider-batch executor's ledger (providers/batches/): each chunk and
+            # its lines (custom id, item key, attempt) written before its submit, its
+            # batch id as soon as the provider gives it, so a resumed run polls what it
+            # submitted and never submits a chunk twice. No key is in it.
+            """
+            CREATE TABLE provider_batches (
+                chunk_id      VARCHAR PRIMARY KEY,
+                run_id        VARCHAR NOT NULL,
+                endpoint      VARCHAR NOT NULL,
+                kind          VARCHAR NOT NULL,
+                batch_id      VARCHAR,
+                state         VARCHAR NOT NULL,
+                lines         VARCHAR NOT NULL,
+                line_count    INTEGER NOT NULL,
+                succeeded     INTEGER NOT NULL DEFAULT 0,
+                failed        INTEGER NOT NULL DEFAULT 0,
+                message       VARCHAR,
+                collected     BOOLEAN NOT NULL DEFAULT false,
+                created_at    TIMESTAMPTZ NOT NULL,
+                submitted_at  TIMESTAMPTZ,
+                expires_at    TIMESTAMPTZ,
+                updated_at    TIMESTAMPTZ NOT NULL
+            )
+            """,
+            "CREATE INDEX provider_batches_run ON provider_batches (run_id)",
+        ),
+    ),
 )

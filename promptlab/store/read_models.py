@@ -291,7 +291,8 @@ class ReadModels:
         with self._reading() as cur:
             row = cur.execute(
                 "SELECT count(*), sum(input_tokens), sum(output_tokens), sum(cost_usd), "
-                "quantile_cont(latency_ms, 0.5), quantile_cont(latency_ms, 0.95) "
+                "quantile_cont(latency_ms, 0.5), quantile_cont(latency_ms, 0.95), "
+                "count(*) FILTER (WHERE cache_hit) "
                 "FROM results WHERE run_id = ? AND status = 'succeeded'",
                 [run_id],
             ).fetchone()
@@ -310,6 +311,7 @@ class ReadModels:
             latency_p95_ms=row[5],
             attempts=int(attempts[0]),
             rate_limited_attempts=int(attempts[1]),
+            cache_hits=int(row[6]),
         )
 
     # ---- one run's items -----------------------------------------------------------

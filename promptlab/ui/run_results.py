@@ -3,6 +3,7 @@ per session, context shards, scores, the fields that fail most and the first fai
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
@@ -12,6 +13,7 @@ from promptlab.analysis.intervals import score_interval, session_interval
 from promptlab.facades.runs import RunView
 from promptlab.ui.downloads import download_buttons
 from promptlab.ui.widgets import escape_markdown
+from promptlab.views.batches import WORKING
 from promptlab.workbench import Workbench
 
 if TYPE_CHECKING:
@@ -49,6 +51,44 @@ def limiters(view: RunView) -> None:
         hide_index=True,
         width="stretch",
     )
+
+
+def batches(view: RunView) -> None:
+    """A provider-batch run's batches: state, counts, how long, when each expires."""
+    if not view.batches:
+        return
+    now = time.time()
+    st.markdown(f"**Provider batches** ({len(view.batches)}): sent at the batch price")
+    st.dataframe(
+        pd.DataFrame(
+            {
+                "batch": c.batch_id or f"{c.chunk_id} (not sent yet)",
+                "endpoint": c.endpoint,
+                "state": c.state.replace("_", " "),
+                "lines": c.lines,
+                "answered": c.succeeded,
+                "failed": c.failed,
+                "sent": _ago(now, c.submitted_at),
+                "expires in": _ago(c.expires_at, now) if c.state in WORKING else "",
+            }
+            for c in view.batches
+        ),
+        hide_index=True,
+        width="stretch",
+    )
+    st.caption(
+        "An expired or cancelled batch's unanswered lines, and lines that failed inside "
+        "a batch, are sent again in a new batch under the run's retry policy."
+    )
+
+
+def _ago(later: float | None, earlier: float | None) -> str:
+    """`12 min` between two epoch times ('' when either is unknown)."""
+    if later is None or earlier is None:
+        return ""
+    seconds = max(0.0, later - earlier)
+    hours, minutes = int(seconds // 3600), int(seconds % 3600 // 60)
+    return f"{hours} h {minutes} min" if hours else f"{minutes} min {int(seconds % 60)} s"
 
 
 def outcome(view: RunView) -> None:

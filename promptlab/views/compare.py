@@ -40,6 +40,16 @@ VERDICT_ICONS = {Verdict.BETTER: "🟢", Verdict.WORSE: "🔴", Verdict.UNDECIDE
                  Verdict.UNADJUSTED: "🔶", Verdict.TOO_FEW: "⚫"}  # fmt: skip
 
 
+def cache_note(rows: Sequence[Any]) -> str | None:
+    """What the latencies leave out: results answered from the response cache (they
+    were not sent, so they have no latency of their own); None when there are none."""
+    hits = sum(getattr(r, "cache_hits", 0) for r in rows)
+    if not hits:
+        return None
+    answers = "answer from the cache is" if hits == 1 else "answers from the cache are"
+    return f"{hits:,} {answers} left out of latency (not sent, cost $0)"
+
+
 def fmt_ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.0f}"
 

@@ -1,0 +1,1 @@
+"""Provider batches: an endpoint's requests sent through its provider's Batch API."""
