@@ -68,7 +68,7 @@ def batches(view: RunView) -> None:
                 "lines": c.lines,
                 "answered": c.succeeded,
                 "failed": c.failed,
-                "sent": _ago(now, c.submitted_at),
+                "sent": f"{_ago(now, c.submitted_at)} ago" if c.submitted_at else "",
                 "expires in": _ago(c.expires_at, now) if c.state in WORKING else "",
             }
             for c in view.batches
