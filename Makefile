@@ -24,13 +24,14 @@ $(VENV)/.dev: $(VENV)/.runtime requirements-dev.txt
 install: $(VENV)/.runtime
 install-dev: $(VENV)/.dev
 
-# `make run` serves the app on 127.0.0.1 only. `make run HOST=0.0.0.0` serves it to the
-# network, which wants sign-in (an [auth] section in .streamlit/secrets.toml): without
-# it the app refuses to serve, unless `PROMPTLAB_ALLOW_OPEN=1 make run HOST=...` says
-# the network in front of it is trusted.
+# `make run` opens the database, serves the API and starts the demo before the first page
+# view (promptlab/ui/launch.py), then serves the app on 127.0.0.1 only.
+# `make run HOST=0.0.0.0` serves it to the network, which wants sign-in (an [auth]
+# section in .streamlit/secrets.toml): without it the app refuses to serve, unless
+# `PROMPTLAB_ALLOW_OPEN=1 make run HOST=...` says the network in front of it is trusted.
 HOST ?= 127.0.0.1
 run: install
-	PROMPTLAB_SERVE=$(API) $(VENV)/bin/streamlit run app.py --server.address $(HOST) --server.port $(PORT)
+	PROMPTLAB_SERVE=$(API) $(PY) -m promptlab.ui.launch run app.py --server.address $(HOST) --server.port $(PORT)
 
 # The browser smoke test drives Debian's Chromium; install it when missing and we are root.
 chromium:

@@ -8,8 +8,13 @@ import io
 import json
 import logging
 import os
+import signal
+import socket
 import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,7 +35,11 @@ from promptlab.engine.testing import ScriptedProvider
 from promptlab.errors import ConfigError
 from promptlab.fakellm.server import FakeLLMConfig, serve_in_thread
 from promptlab.providers.config import EndpointConfig
+from promptlab.server.discovery import find_server
 from promptlab.store import Store
+from tests.cluster_fixtures import Workers, needs_redis
+from tests.cluster_fixtures import redis_server as redis_server  # fixtures
+from tests.cluster_fixtures import workers as workers
 
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = "sk-test-SECRET-0123456789abcdef"
@@ -216,3 +225,132 @@ def test_any_other_format_is_refused_naming_the_variable_and_the_value(tmp_path:
     assert result.stderr.splitlines() == [
         "error: PROMPTLAB_LOG_FORMAT: expected text or json, got 'xml'"
     ]
+
+
+@needs_redis
+def test_a_celery_workers_every_line_is_json(workers: Workers) -> None:
+    # Celery prints a banner, Python's warnings (running as root here), its own log lines
+    # and, from its signal handlers, a line of its own when it stops.
+    workers.extra_env["PROMPTLAB_LOG_FORMAT"] = "json"
+    workers.start(1)  # at --loglevel info; waits until it answers a ping
+    workers.stop()  # SIGTERM: a warm shutdown
+    lines = [json.loads(line) for line in workers.log(0).splitlines()]
+    assert all(all(isinstance(line.get(f), str) for f in REQUIRED) for line in lines), lines
+    said = {(line["logger"], line["message"]) for line in lines}
+    assert any(logger == "celery.apps.worker" and text.endswith(" ready.") for logger, text in said)
+    assert ("celery.apps.worker", "worker: Warm shutdown (MainProcess)") in said
+
+
+def test_serve_prints_only_json_lines_uvicorns_startup_and_access_lines_too(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "served.duckdb"
+    env = {**os.environ, "PROMPTLAB_LOG_FORMAT": "json", "PROMPTLAB_MASK": "email",
+           "OPENAI_API_KEY": SECRET}  # fmt: skip
+    for name in ("PROMPTLAB_SERVER", "PROMPTLAB_TOKEN"):
+        env.pop(name, None)
+    out, err = (tmp_path / "stdout").open("wb"), (tmp_path / "stderr").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "promptlab", "--db", str(db), "serve", "--port", "0"],
+        stdout=out, stderr=err, env=env, cwd=tmp_path,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120  # the interpreter's imports, on a busy machine
+        while (info := find_server(db, {})) is None:
+            assert proc.poll() is None and time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.05)
+        # A path naming an email and a key (as a careless client might): refused, and
+        # its access line says so with neither in it.
+        asked = f"{info.url}/v1/prompts/{EMAIL}?api_key={SECRET}"
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(asked, timeout=30)  # noqa: S310 - loopback
+        assert refused.value.code == 401
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(60)
+        out.close()
+        err.close()
+    printed = (tmp_path / "stdout").read_text() + (tmp_path / "stderr").read_text()
+    lines = [json.loads(line) for line in printed.splitlines()]
+    assert all(all(isinstance(line.get(f), str) for f in REQUIRED) for line in lines), lines
+    by_logger: dict[str, list[str]] = {}
+    for line in lines:
+        by_logger.setdefault(str(line["logger"]), []).append(str(line["message"]))
+    assert any(
+        text.startswith(f"serving {db} at {info.url}") for text in by_logger["promptlab.cli"]
+    )
+    assert any(text.startswith("Started server process") for text in by_logger["uvicorn.error"])
+    (access,) = by_logger["uvicorn.access"]
+    assert '"GET /v1/prompts/[masked:email]?api_key=' in access and access.endswith(" 401")
+    assert SECRET not in printed and EMAIL not in printed
+    assert not any("color_message" in line for line in lines)
+
+
+def test_streamlits_own_loggers_write_json_once_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    import streamlit.logger as streamlit_logger
+
+    from promptlab.ui.jsonlogs import streamlit_logs_as_json
+
+    # Streamlit's hook, restored after: its loggers in this process go back to text.
+    monkeypatch.setattr(streamlit_logger, "setup_formatter", streamlit_logger.setup_formatter)
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    monkeypatch.setenv("PROMPTLAB_MASK", "email")
+    early = streamlit_logger.get_logger("streamlit.promptlab_test_early")
+    assert not streamlit_logs_as_json({})  # text unless asked
+    monkeypatch.setenv("PROMPTLAB_LOG_FORMAT", "json")
+    try:
+        assert streamlit_logs_as_json() and streamlit_logs_as_json()  # once, however often
+        late = streamlit_logger.get_logger("streamlit.promptlab_test_late")
+        streamlit_logger.update_formatter()  # Streamlit reads its config again
+        for logger in (early, late):
+            out = io.StringIO()
+            handlers = [h for h in logger.handlers if isinstance(h, logging.StreamHandler)]
+            assert len(handlers) == 1  # Streamlit's one console handler, made again
+            handlers[0].setStream(out)
+            logger.warning("session for %s with %s", EMAIL, SECRET)
+            line = json.loads(out.getvalue())
+            assert line["logger"] == logger.name and line["level"] == "WARNING"
+            assert line["message"] == f"session for [masked:email] with {MASK}"
+            assert isinstance(line["time"], str)
+    finally:
+        monkeypatch.undo()
+        streamlit_logger.update_formatter()
+
+
+def test_the_app_started_for_json_prints_only_json_lines(tmp_path: Path) -> None:
+    # Streamlit logs and prints before the app's script runs (it runs for a first
+    # visitor): the server started, where to open it, and "Stopping..." at the end.
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {
+        **os.environ,
+        "PROMPTLAB_LOG_FORMAT": "json",
+        "PROMPTLAB_DB": str(tmp_path / "app.duckdb"),
+    }
+    out = (tmp_path / "printed").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "promptlab.ui.jsonlogs", "run", str(ROOT / "app.py"),
+         "--server.port", str(port), "--server.headless", "true"],
+        stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120  # the interpreter's imports, on a busy machine
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health") as ok:  # noqa: S310
+                    assert ok.read() == b"ok"
+                    break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, "no app"
+                time.sleep(0.05)
+    finally:
+        proc.terminate()
+        proc.wait(60)
+        out.close()
+    lines = [json.loads(line) for line in (tmp_path / "printed").read_text().splitlines()]
+    assert all(all(isinstance(line.get(f), str) for f in REQUIRED) for line in lines), lines
+    said = [(line["logger"], line["message"]) for line in lines]
+    assert ("streamlit", f"URL: http://127.0.0.1:{port}") in said
+    assert ("streamlit", "Stopping...") in said
+    assert any(str(logger).startswith("streamlit.web") for logger, _ in said)

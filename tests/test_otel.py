@@ -12,11 +12,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
 from promptlab.config import Settings
 from promptlab.fakellm.server import RunningServer
@@ -31,6 +36,7 @@ class Receiver:
 
     def __init__(self) -> None:
         self.spans: list[Any] = []
+        self.requests: list[ExportTraceServiceRequest] = []
         self.resources: list[dict[str, Any]] = []
         self.paths: list[str] = []
         receiver = self
@@ -40,6 +46,7 @@ class Receiver:
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 request = ExportTraceServiceRequest.FromString(body)
                 receiver.paths.append(self.path)
+                receiver.requests.append(request)
                 for resource_spans in request.resource_spans:
                     receiver.resources.append(attributes(resource_spans.resource.attributes))
                     for scope in resource_spans.scope_spans:
@@ -73,6 +80,31 @@ def value(any_value: AnyValue) -> Any:
 
 def attributes(pairs: Any) -> dict[str, Any]:
     return {pair.key: value(pair.value) for pair in pairs}
+
+
+def as_the_sdk_encodes(request: ExportTraceServiceRequest) -> ExportTraceServiceRequest:
+    """The request's spans made into the SDK's ReadableSpans and encoded by the SDK's own
+    encoder: what its OTLP exporter would have sent for the same spans."""
+    spans = []
+    for resource_spans in request.resource_spans:
+        resource = Resource(attributes(resource_spans.resource.attributes))
+        for scope_spans in resource_spans.scope_spans:
+            scope = InstrumentationScope(scope_spans.scope.name, scope_spans.scope.version or None)
+            for span in scope_spans.spans:
+                trace_id = int.from_bytes(span.trace_id, "big")
+                parent = int.from_bytes(span.parent_span_id or bytes(8), "big")
+                spans.append(ReadableSpan(
+                    name=span.name,
+                    context=SpanContext(trace_id, int.from_bytes(span.span_id, "big"), False,
+                                        TraceFlags(TraceFlags.SAMPLED)),
+                    parent=SpanContext(trace_id, parent, False) if parent else None,
+                    resource=resource, attributes=attributes(span.attributes),
+                    kind=SpanKind(span.kind - 1),  # OTLP counts from unspecified (0)
+                    status=Status(StatusCode(span.status.code), span.status.message or None),
+                    start_time=span.start_time_unix_nano, end_time=span.end_time_unix_nano,
+                    instrumentation_scope=scope,
+                ))  # fmt: skip
+    return encode_spans(spans)
 
 
 @pytest.fixture
@@ -174,6 +206,10 @@ def test_a_run_is_one_trace_of_item_and_attempt_spans_as_stored(
         assert all(s.start_time_unix_nano >= span.start_time_unix_nano for s in spans)
         retried += bool(errors)
     assert retried > 0  # 40% of attempts fail at this server: some items were retried
+    # The child encodes the spans itself (observability/otlp.py): each request is what
+    # the SDK's own encoder makes of the same spans, field for field.
+    for request in receiver.requests:
+        assert as_the_sdk_encodes(request) == request
 
 
 def test_output_text_goes_out_only_when_asked_and_as_stored(

@@ -1,10 +1,19 @@
 """Log lines a collector can read (PROMPTLAB_LOG_FORMAT=json): one JSON object a line,
-with the run, item and trace ids the engine binds to the work it is doing."""
+with the run, item and trace ids the engine binds to the work it is doing.
+
+The parts promptlab runs inside print lines of their own, and in JSON mode they go
+through the same formatter (keys redacted, PROMPTLAB_MASK patterns masked): uvicorn
+(`promptlab serve`, and the API beside the app) by `uvicorn_logging`, a Celery worker
+(`promptlab worker`) by `celery_logging` on its `setup_logging` signal, Streamlit by
+promptlab/ui/jsonlogs.py.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
 from datetime import UTC, datetime
@@ -19,10 +28,12 @@ _ids: dict[str, ContextVar[str | None]] = {
     name: ContextVar(f"promptlab_log_{name}", default=None) for name in CONTEXT_FIELDS
 }
 #: What every record has, whatever was logged: the rest came in `extra=` and is written.
+#: (uvicorn's `color_message` is its message with terminal colours: no use in JSON.)
 _RECORD_FIELDS = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
     "message",
     "asctime",
     "taskName",
+    "color_message",
 }
 
 
@@ -106,3 +117,82 @@ def _utc_time(created: float) -> str:
     """ISO 8601 in UTC with milliseconds, as collectors parse it: 2024-05-01T12:00:00.123Z."""
     stamp = datetime.fromtimestamp(created, UTC).isoformat(timespec="milliseconds")
     return stamp.replace("+00:00", "Z")
+
+
+def json_logs_asked(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether PROMPTLAB_LOG_FORMAT asks for JSON lines (a value it cannot write: no; the
+    command refuses it in one line of its own when it reads the settings)."""
+    env = os.environ if environ is None else environ
+    return (env.get("PROMPTLAB_LOG_FORMAT") or "").strip().lower() == "json"
+
+
+def json_formatter() -> logging.Formatter:
+    """The JSON formatter, scrubbing as promptlab's own lines are (PROMPTLAB_MASK)."""
+    from promptlab.audit.redact import log_formatter  # it imports this module
+
+    return log_formatter({**os.environ, "PROMPTLAB_LOG_FORMAT": "json"})
+
+
+def json_handler() -> logging.Handler:
+    """A handler writing JSON lines to stderr."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(json_formatter())
+    return handler
+
+
+#: uvicorn's loggers: `uvicorn.error` (startup, errors) passes its lines to `uvicorn`.
+UVICORN_LOGGERS = ("uvicorn", "uvicorn.access")
+
+
+def uvicorn_logging(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """uvicorn.Config's logging arguments: none in text (the caller's stand); in JSON,
+    its startup, error and access lines through one JSON handler on stderr, at INFO and
+    with access lines on (a collector filters; a line per request is what it expects
+    of a server)."""
+    if not json_logs_asked(environ):
+        return {}
+    config = {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "formatters": {"json": {"()": json_formatter}},
+        "handlers": {"json": {"class": "logging.StreamHandler", "formatter": "json",
+                              "stream": "ext://sys.stderr"}},
+        "loggers": {name: {"handlers": ["json"], "level": "INFO", "propagate": False}
+                    for name in UVICORN_LOGGERS} | {"uvicorn.error": {"level": "INFO"}},
+    }  # fmt: skip
+    return {"log_config": config, "log_level": "info", "access_log": True}
+
+
+def celery_logging(loglevel: int | str = logging.WARNING, **_: Any) -> None:
+    """A Celery worker's lines (also the `setup_logging` signal's receiver: connected, it
+    stands for Celery's own setup): every logger but promptlab's (which has its own
+    handler) passes its records to the root's one JSON handler, at the worker's level;
+    Python's warnings too (Celery's about running as root, say)."""
+    root = logging.getLogger()
+    for handler in root.handlers[:]:
+        root.removeHandler(handler)
+    root.addHandler(json_handler())
+    root.setLevel(loglevel)
+    logging.captureWarnings(True)
+
+
+def celery_said(msg: str, f: Any = None) -> None:
+    """Celery's `safe_say` in JSON mode: what its signal handlers tell the operator (a
+    warm shutdown, a second Ctrl-C), one JSON line written straight to stderr, as
+    Celery writes it (no lock taken: it runs in a signal handler)."""
+    with contextlib.suppress(OSError):
+        os.write(2, (json_line("celery.apps.worker", logging.WARNING, msg.strip()) + "\n").encode())
+
+
+def json_line(logger: str, level: int, message: str) -> str:
+    """One JSON line from `logger` at `level`, outside the logging machinery."""
+    return json_formatter().format(logging.LogRecord(logger, level, "", 0, message, None, None))
+
+
+def say(message: str, level: int = logging.INFO, logger: str = "promptlab.cli") -> None:
+    """A line a long-running command says on stderr (where it serves, what it resumed):
+    as written in text, and one JSON object from `logger` at `level` in JSON mode."""
+    if json_logs_asked():
+        message = json_line(logger, level, message)
+    sys.stderr.write(message + "\n")
+    sys.stderr.flush()

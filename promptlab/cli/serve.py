@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 import click
 
+from promptlab.audit.logjson import say
 from promptlab.cli.common import db_option, handle_errors, settings_from
 from promptlab.errors import PromptlabError
 
@@ -39,20 +41,19 @@ def serve_command(ctx: click.Context, host: str, port: int, resume_interrupted: 
 
     settings = settings_from(ctx)
     if not is_loopback(host):
-        click.echo(
+        say(
             f"warning: listening on {host}, not loopback: anyone who can reach it and has "
             "the token can run requests with your keys; put TLS in front of it",
-            err=True,
+            logging.WARNING,
         )
     with Workbench.open(settings) as wb:
         wb.engine  # noqa: B018 - start it now: a bad providers file is a clear error first
         if resume_interrupted:
             resume_orphans(wb)
         serving = Serving(wb, host, port)
-        click.echo(
+        say(
             f"serving {settings.db_path} at {serving.info.url} (token in "
-            f"{discovery_path(settings.db_path)}); Ctrl-C stops",
-            err=True,
+            f"{discovery_path(settings.db_path)}); Ctrl-C stops"
         )
         serving.run()
 
@@ -67,9 +68,9 @@ def resume_orphans(wb: Workbench) -> None:
         try:
             wb.runs.resume(listed.run.run_id)
         except PromptlabError as exc:
-            click.echo(f"could not resume {listed.run.run_id}: {exc}", err=True)
+            say(f"could not resume {listed.run.run_id}: {exc}", logging.WARNING)
             continue
-        click.echo(f"resumed {listed.run.run_id} ({listed.run.name}): its owner was gone", err=True)
+        say(f"resumed {listed.run.run_id} ({listed.run.name}): its owner was gone")
 
 
 commands: list[click.Command] = [serve_command]

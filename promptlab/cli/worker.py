@@ -6,6 +6,7 @@ import logging
 
 import click
 
+from promptlab.audit.logjson import celery_logging, celery_said, json_logs_asked
 from promptlab.cli.common import handle_errors
 from promptlab.distributed.settings import DEFAULT_QUEUE
 
@@ -44,12 +45,19 @@ def worker_command(concurrency: int, queues: str, loglevel: str) -> None:
     # to Celery's root handler too, each would be printed twice, the second unredacted.
     logging.getLogger("promptlab").propagate = False
     app = make_app()
-    app.worker_main(
-        [
-            "worker", f"--concurrency={concurrency}", "--pool=threads", f"--queues={queues}",
-            f"--loglevel={loglevel.upper()}", "--without-gossip", "--without-mingle",
-        ]
-    )  # fmt: skip
+    argv = [
+        "worker", f"--concurrency={concurrency}", "--pool=threads", f"--queues={queues}",
+        f"--loglevel={loglevel.upper()}", "--without-gossip", "--without-mingle",
+    ]  # fmt: skip
+    if json_logs_asked():  # every line JSON: no banner; Celery's logging and its
+        from celery import signals  # signal handlers' lines go through ours (logjson.py)
+        from celery.apps import worker as celery_worker
+
+        celery_logging(loglevel.upper())
+        signals.setup_logging.connect(celery_logging, weak=False)
+        celery_worker.safe_say = celery_said
+        argv.insert(0, "--quiet")
+    app.worker_main(argv)
 
 
 commands: list[click.Command] = [worker_command]

@@ -8,10 +8,10 @@ On when the standard variables name a collector (`OTEL_EXPORTER_OTLP_ENDPOINT` o
 The shape: every run is one trace, its trace id the first 16 bytes of sha256(run id),
 so a resumed run's spans join the same trace. The run is a span; each item a child
 span whose span id is the first 8 bytes of sha256(item key) (the audit trail's trace
-id for that item, so one id finds both); each attempt a child of its item. Spans are
-made from the rows the engine records (their own start and end times), handed to the
-SDK's batch processor, and encoded and exported by a child process
-(observability/offload.py), off the engine's loop and out of its interpreter.
+id for that item, so one id finds both); each attempt a child of its item. The engine
+hands each item's recorded rows (their own start and end times) to the SDK's batch
+processor (spans.py); a child process makes the spans from them, encodes and exports
+them (offload.py, otlp.py), off the engine's loop and out of its interpreter.
 
 Prompt and output text go out only when
 `OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true`, and then masked as stored
@@ -33,9 +33,14 @@ def trace_id_of(run_id: str) -> int:
     return int.from_bytes(hashlib.sha256(run_id.encode()).digest()[:16], "big")
 
 
+def span_id_bytes(item_key: str) -> bytes:
+    """An item's span id as OTLP carries it: the first 8 bytes of sha256(item key)."""
+    return hashlib.sha256(item_key.encode()).digest()[:8]
+
+
 def span_id_of(item_key: str) -> int:
     """An item's span id: the first 8 bytes of sha256(item key)."""
-    return int.from_bytes(hashlib.sha256(item_key.encode()).digest()[:8], "big")
+    return int.from_bytes(span_id_bytes(item_key), "big")
 
 
 def tracing_on(environ: Mapping[str, str]) -> bool:

@@ -20,6 +20,7 @@ from typing import Any
 
 import uvicorn
 
+from promptlab.audit.logjson import uvicorn_logging
 from promptlab.schedules.scheduler import Scheduler
 from promptlab.server.api import create_app
 from promptlab.server.discovery import ServerInfo, new_token, remove_discovery, write_discovery
@@ -77,6 +78,7 @@ class Serving:
         )
         self._thread: threading.Thread | None = None
         config: dict[str, Any] = {"log_level": "warning", "access_log": False, "lifespan": "off"}
+        config |= uvicorn_logging()  # PROMPTLAB_LOG_FORMAT=json: uvicorn's lines are JSON too
         self._app = create_app(wb, self.info.token, local_paths=self.local)
         self._server = _Server(uvicorn.Config(self._app, **config))
         write_discovery(wb.settings.db_path, self.info)

@@ -1,0 +1,64 @@
+"""`make run` (issue 43): the app's process serves the API before any page is viewed, so
+a CLI command started before anyone opened the browser goes through it instead of
+taking the database."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from promptlab.cli import main
+from promptlab.server.discovery import find_server
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def app_answers(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health") as ok:  # noqa: S310
+            return bool(ok.read() == b"ok")
+    except OSError:
+        return False
+
+
+def test_the_launched_app_serves_the_api_before_any_page_view(tmp_path: Path) -> None:
+    db = tmp_path / "app.duckdb"
+    api, port = free_port(), free_port()
+    env = {**os.environ, "PROMPTLAB_DB": str(db), "PROMPTLAB_SERVE": f"127.0.0.1:{api}"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "promptlab.ui.launch", "run", str(ROOT / "app.py"),
+         "--server.port", str(port), "--server.headless", "true"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=ROOT,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120  # the interpreter's imports, on a busy machine
+        info = None
+        while info is None:  # no page is opened: the process serves the API on its own
+            assert proc.poll() is None and time.monotonic() < deadline, "no API"
+            info = find_server(db)
+            time.sleep(0.05)
+        assert info.url == f"http://127.0.0.1:{api}"
+        # A command now goes through the app's process, which owns the database.
+        status = CliRunner().invoke(main, ["--db", str(db), "status"])
+        assert status.exit_code == 0, status.output
+        assert "triage-split" in status.output  # the demo, loaded before any page view
+        # ... and the pages are served after it, by the same process.
+        while not app_answers(port):
+            assert proc.poll() is None and time.monotonic() < deadline, "no app"
+            time.sleep(0.05)
+    finally:
+        proc.terminate()
+        proc.wait(60)
