@@ -31,7 +31,8 @@ def test_a_spec_says_where_its_calls_are_made(tmp_path: Path) -> None:
     spec = parse_spec({**SPEC, "executor": "celery"}, base_dir=tmp_path)
     assert spec.executor == "celery" and spec.raw["executor"] == "celery"
     assert parse_spec(SPEC, base_dir=tmp_path).executor is None
-    with pytest.raises(SpecError, match="executor: one of local, celery, got 'spark'"):
+    refused = "executor: one of local, celery, provider-batch, got 'spark'"
+    with pytest.raises(SpecError, match=refused):
         parse_spec({**SPEC, "executor": "spark"}, base_dir=tmp_path)
 
 

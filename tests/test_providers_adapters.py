@@ -239,6 +239,8 @@ EVERY_FIELD: dict[str, Any] = {
     "deadline": 4102444800.0,
     # Which repeat of its row: only the simulated model reads it, never sent.
     "sample": 2,
+    # The run a provider batch is filled for (providers/batches/): never sent.
+    "run_id": "run_x",
 }
 
 

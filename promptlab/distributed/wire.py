@@ -12,6 +12,7 @@ from typing import Any
 
 from promptlab.errors import ErrorKind, ProviderError
 from promptlab.providers.base import CompletionRequest, CompletionResponse, FinishReason
+from promptlab.providers.batchconfig import BatchSettings
 from promptlab.providers.config import EndpointConfig, ModelPrice
 
 
@@ -21,7 +22,8 @@ def endpoint_to_dict(cfg: EndpointConfig) -> dict[str, Any]:
 
 def endpoint_from_dict(data: dict[str, Any]) -> EndpointConfig:
     prices = {m: ModelPrice(**p) for m, p in (data.get("prices") or {}).items()}
-    return EndpointConfig(**{**data, "prices": prices})
+    batch = BatchSettings(**data["batch"]) if data.get("batch") else BatchSettings()
+    return EndpointConfig(**{**data, "prices": prices, "batch": batch})
 
 
 def ticket_of(request: CompletionRequest) -> str:
