@@ -142,7 +142,8 @@ def test_make_run_binds_loopback_unless_told_otherwise() -> None:
             ["make", "-n", "run", *args], cwd=ROOT, capture_output=True, text=True, timeout=60
         )
         assert out.returncode == 0, out.stderr
-        return next(line for line in out.stdout.splitlines() if "streamlit run app.py" in line)
+        # `make run` starts Streamlit through promptlab/ui/launch.py (`... run app.py ...`).
+        return next(line for line in out.stdout.splitlines() if " run app.py " in line)
 
     assert "--server.address 127.0.0.1 " in run_line()
     assert "--server.address 0.0.0.0 " in run_line("HOST=0.0.0.0")
