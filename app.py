@@ -7,7 +7,7 @@ import streamlit as st
 from promptlab.audit.actor import acting_as
 from promptlab.errors import DatabaseLockedError, StoreError
 from promptlab.ui.jsonlogs import streamlit_logs_as_json
-from promptlab.ui.resources import get_settings, get_workbench, start_demo_run
+from promptlab.ui.resources import get_settings, get_workbench, settle_heap, start_demo_run
 from promptlab.ui.shell import follow_deep_link, home_page, mark_shell_run
 from promptlab.ui.signin import refuse_open_serving, show_signed_in, signed_in_actor
 from promptlab.ui.widgets import show_error
@@ -54,3 +54,4 @@ with st.sidebar:
     show_signed_in(actor)
 with acting_as(actor):
     navigation.run()
+settle_heap(navigation.url_path)  # once per page: its first run's heap leaves the GC's walks

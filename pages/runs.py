@@ -41,9 +41,8 @@ from promptlab.workbench import Workbench
 
 #: How often the live panel polls while a run is going; each poll reads one snapshot.
 POLL_EVERY = timedelta(seconds=1)
-#: ... and while none is: a run started elsewhere (the CLI through the API, a schedule)
-#: still shows within this. Polling every second with nothing to follow kept the page
-#: running a script every second (0.2 s of CPU each; bench/pages.py).
+#: ... and while none is (a run started elsewhere shows within it): every second, an idle
+#: page ran a script each second, 0.2 s of CPU each (bench/pages.py).
 IDLE_POLL_EVERY = timedelta(seconds=5)
 #: Items per page of the items table.
 ITEMS_PAGE = 50
@@ -209,13 +208,9 @@ def live_panel(wb: Workbench) -> None:
 
 
 def is_going(run: RunWithCounts) -> bool:
-    """A run whose figures move on their own: not ended, paused, interrupted or waiting
-    for its scheduled time."""
-    status = run.run.status
-    return not (status.is_final or run.run.process_gone) and status not in (
-        RunStatus.PAUSED,
-        RunStatus.SCHEDULED,
-    )
+    """Not ended, paused, interrupted or waiting for its time: its figures move."""
+    status, idle = run.run.status, (RunStatus.PAUSED, RunStatus.SCHEDULED)
+    return not (status.is_final or run.run.process_gone or status in idle)
 
 
 def live(wb: Workbench, polled_going: bool, read: list[list[RunWithCounts]]) -> None:

@@ -24,6 +24,7 @@ before a crash adds nothing.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import logging
@@ -110,13 +111,17 @@ class Segment:
             os.close(fd)
         return True
 
+    def unlink(self) -> None:
+        """Delete the file (its rows are stored); the descriptor stays open until `close`."""
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+
     def close(self, *, unlink: bool) -> None:
         with self.lock:
             if self.closed:
                 return
             if unlink:  # before closing: nobody can lock and fold it in between
-                with contextlib.suppress(FileNotFoundError):
-                    self.path.unlink()
+                self.unlink()
             os.close(self.fd)
             self.closed = True
 
@@ -134,6 +139,9 @@ class AnswerLog:
         self._count = 0
         self._redactor: Redactor | None = None
         self._dirty = threading.Event()
+        #: Segments deleted, whose descriptors the syncer closes: a close after an
+        #: unlink frees the file's blocks, which took milliseconds on the engine loop.
+        self._retired: collections.deque[Segment] = collections.deque()
         self._closing = False
         self._syncer: threading.Thread | None = None
         self._warned = False
@@ -180,11 +188,17 @@ class AnswerLog:
         return list(self._sealed)
 
     def drop(self, segments: list[Segment]) -> None:
-        """Their rows are stored: delete the segments."""
+        """Their rows are stored: delete the segments (now: nothing folds them again);
+        the syncer thread closes them."""
         for segment in segments:
-            segment.close(unlink=True)
+            segment.unlink()
         gone = set(map(id, segments))
         self._sealed = [s for s in self._sealed if id(s) not in gone]
+        if self._syncer is None:
+            self._close_retired(segments)
+            return
+        self._retired.extend(segments)
+        self._wake()
 
     def close(self, *, keep: bool) -> None:
         """Stop the syncer; delete every segment, or (`keep`) leave them to be folded by
@@ -195,6 +209,7 @@ class AnswerLog:
         if self._syncer is not None:
             self._syncer.join()
             self._syncer = None
+        self._close_retired()
         segments = [*self._sealed, *([self._current] if self._current else [])]
         for segment in segments:
             if keep:
@@ -221,7 +236,19 @@ class AnswerLog:
             self._warn(f"cannot append to {segment.path}: {exc}")
             return
         self.lines += lines
-        self._dirty.set()
+        self._wake()
+
+    def _wake(self) -> None:
+        # Set only when clear: Event.set takes a lock and notifies even when it is set,
+        # once per answer. A write after the syncer's clear finds it clear and sets it.
+        if not self._dirty.is_set():
+            self._dirty.set()
+
+    def _close_retired(self, segments: list[Segment] | None = None) -> None:
+        for segment in segments or ():
+            segment.close(unlink=False)
+        while self._retired:
+            self._retired.popleft().close(unlink=False)
 
     def _open(self) -> Segment | None:
         """A new segment, locked; None (rows kept in memory only) when it cannot be made."""
@@ -265,6 +292,7 @@ class AnswerLog:
             if self._closing:
                 return
             self._dirty.clear()
+            self._close_retired()
             segment = self._current
             if segment is not None and segment.sync():
                 self.syncs += 1

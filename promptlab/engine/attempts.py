@@ -131,7 +131,9 @@ class ItemAttempts:
             started_at, t0 = self.clock.now(), self.clock.monotonic()
             waited = flight.wait_s, flight.wait_reason
             try:
-                request = replace(prepared.request, attempt=flight.attempt)
+                request = prepared.request
+                if request.attempt != flight.attempt:  # most items go once, as prepared
+                    request = replace(request, attempt=flight.attempt)
                 response, error = await self._send(lane, request)
             except Exception:
                 # Its row says internal; the guard (`run_item`) ends the item.
@@ -201,7 +203,9 @@ class ItemAttempts:
         # bounds it, and its expired lines come back as timeouts (providers/batches/).
         timeout = None if is_batched(lane) else self.policy.timeout_s + TIMEOUT_GRACE_S
         try:
-            response = await asyncio.wait_for(lane.provider.complete(request), timeout)
+            # In this task (no task of its own per call, as wait_for would make).
+            async with asyncio.timeout(timeout):
+                response = await lane.provider.complete(request)
         except ProviderError as exc:
             return None, exc
         except TimeoutError:

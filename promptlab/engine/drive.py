@@ -32,6 +32,7 @@ from promptlab.engine.spec import RunSpec, parse_spec
 from promptlab.engine.writer import STORE_UNWRITABLE, BatchWriter
 from promptlab.errors import PromptlabError, StoreError
 from promptlab.observability.tracing import trace_id_of
+from promptlab.providers.tokens import tokenizer_name
 from promptlab.records import AlertRecord, RunStatus
 from promptlab.store import ItemStore, ReadModels, RunStore, Store
 from promptlab.store.alerts import AlertStore
@@ -147,6 +148,9 @@ class RunDriver:
         # The run's task (and every task and thread it starts) logs with its ids.
         traced = f"{trace_id_of(run_id):032x}" if self._tracing is not None else None
         bind_log_context(run_id=run_id, trace_id=traced)
+        # The tokenizer the preflight counts with loads (tenths of a second) while the
+        # plan is written and read back (DuckDB, mostly off the GIL), not after them.
+        tokenizer = asyncio.ensure_future(asyncio.to_thread(tokenizer_name))
         try:
             if prepared.plan_rows is not None:
                 await asyncio.to_thread(self.items.plan_items, run_id, prepared.plan(run_id))
@@ -169,12 +173,14 @@ class RunDriver:
             if active.cancel_requested or active.pause_requested:
                 self._halt_on_loop(run_id, pause=not active.cancel_requested)
             await asyncio.to_thread(self.runs.set_status, run_id, RunStatus.RUNNING)
+            await tokenizer
             await execution.execute()
             await asyncio.gather(*alert_writes)
             await self._close_run(run_id, execution, prepared.spec)
         except Exception as exc:
             await self._fail_run(run_id, exc, prepared.spec)
         finally:
+            tokenizer.cancel()  # a run that ended before it was needed does not wait for it
             if spans is not None:
                 await self._end_spans(run_id, spans)
 

@@ -108,9 +108,11 @@ class PreparedRun:
         """The run's items, chunk by chunk, from the rows counted when it was prepared.
 
         It reads the dataset (more than once with `skip_invalid_rows`): iterate it off the
-        engine loop. A file rewritten since it was counted would plan other rows (none,
-        half-written), and the run would "complete": that is refused (SpecError) once the
-        last chunk is read, before the run is scheduled, so a resume plans it again.
+        engine loop. A small JSON Lines file plans the rows it was counted with (kept:
+        engine/rows.py). Any other file rewritten since it was counted would plan other
+        rows (none, half-written), and the run would "complete": that is refused
+        (SpecError) once the last chunk is read, before the run is scheduled, so a resume
+        plans it again.
         """
         strategy = self.strategy()
         names = [v.name for v in self.variants]

@@ -27,6 +27,11 @@ from promptlab.records import Conversation
 
 #: What a request line asks that its model does not take, or None.
 LineRefuser = Callable[[BatchRequest], str | None]
+#: A JSON Lines file this small (bytes, rows) is kept from its count to its plan, so
+#: planning does not parse it once more before a run's first request; a bigger one is
+#: read again, a chunk at a time, to plan.
+KEPT_FILE_BYTES = 16 * 2**20
+KEPT_ROWS = 50_000
 
 
 class RunRows:
@@ -35,6 +40,8 @@ class RunRows:
     def __init__(self, spec: RunSpec, datasets: DatasetStore) -> None:
         self.spec = spec
         self.datasets = datasets
+        #: A small JSON Lines file's rows as counted, until the first `read` takes them.
+        self._kept: list[dict[str, Any]] | None = None
 
     def count(self) -> int:
         """The dataset's rows, checked readable (a file) or known (an imported dataset);
@@ -42,13 +49,18 @@ class RunRows:
         if self.spec.history is not None:
             return self.datasets.tables.user_turns(*self._log())
         if self.spec.dataset is not None:
-            return check_dataset(self.spec.dataset)
+            count, self._kept = count_and_keep(self.spec.dataset)
+            return count
         return self.datasets.get(str(self.spec.dataset_name)).row_count
 
     def read(self, with_history: bool = False) -> Iterator[Mapping[str, Any]]:
-        """The rows in order, read afresh at each call: the first `limit_rows`, or all.
+        """The rows in order: the first `limit_rows`, or all. A small file's rows as they
+        were counted (once: they are not held after), else read afresh at each call.
         A replay's rows hold their part of their session's history; `with_history` (an
         estimate) adds the history before each turn (conversations/replay.py)."""
+        kept, self._kept = self._kept, None
+        if kept is not None:
+            return itertools.islice(kept, self.spec.limit_rows)
         if self.spec.history is not None:
             log = self._log()
             return replay_rows(self.datasets.tables, *log, self.spec.limit_rows, with_history)
@@ -139,6 +151,30 @@ def check_plan_size(spec: RunSpec, rows: int, ceiling: int) -> int:
     return items
 
 
+def count_and_keep(path: Path) -> tuple[int, list[dict[str, Any]] | None]:
+    """`check_dataset`'s count, and a small JSON Lines file's rows (KEPT_FILE_BYTES,
+    KEPT_ROWS) as read for it; None for any other file."""
+    size = _regular_size(path)
+    if path.suffix.lower() == ".csv" or size > KEPT_FILE_BYTES:
+        return check_dataset(path), None
+    rows = list(itertools.islice(iter_rows(path), KEPT_ROWS + 1))
+    if len(rows) <= KEPT_ROWS:
+        return len(rows), rows
+    return check_dataset(path), None
+
+
+def _regular_size(path: Path) -> int:
+    """The file's size; SpecError when it is no regular file (a FIFO or a device would
+    block the read forever, or never end) or cannot be read."""
+    try:
+        info = path.stat()
+    except OSError as exc:
+        raise SpecError(f"dataset {path}: {exc.strerror or exc}") from exc
+    if not stat.S_ISREG(info.st_mode):
+        raise SpecError(f"dataset {path}: not a regular file")
+    return info.st_size
+
+
 def check_dataset(path: Path) -> int:
     """Fail early, before a run is created, when the dataset cannot be read or parsed.
 
@@ -146,12 +182,7 @@ def check_dataset(path: Path) -> int:
     reported with its line number instead of failing the run half-way through planning.
     Returns the number of rows.
     """
-    try:
-        # A FIFO or a device would block the read forever (or never end): files only.
-        if not stat.S_ISREG(path.stat().st_mode):
-            raise SpecError(f"dataset {path}: not a regular file")
-    except OSError as exc:
-        raise SpecError(f"dataset {path}: {exc.strerror or exc}") from exc
+    _regular_size(path)
     if path.suffix.lower() != ".csv":
         return sum(1 for _ in iter_rows(path))
     with _csv_lines(path) as lines:

@@ -14,6 +14,7 @@ import collections
 import itertools
 import json
 import random
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -57,6 +58,10 @@ class Stats:
     in_flight: int = 0
     max_in_flight: int = 0
     tokens_admitted: int = 0
+    #: When the first request arrived and the last one was answered (epoch seconds, the
+    #: system's wall clock, so a bench can set them against a process it started).
+    first_request_at: float | None = None
+    last_answered_at: float | None = None
     completed_ids: dict[str, int] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
@@ -162,6 +167,8 @@ class FakeLLM:
 
     async def _handle(self, request: web.Request, *, anthropic: bool) -> web.StreamResponse:
         stats = self.stats
+        if stats.first_request_at is None:
+            stats.first_request_at = time.time()
         stats.attempts += 1
         stats.in_flight += 1
         stats.max_in_flight = max(stats.max_in_flight, stats.in_flight)
@@ -170,6 +177,7 @@ class FakeLLM:
             return await self._serve(request, anthropic)
         finally:
             stats.in_flight -= 1
+            stats.last_answered_at = time.time()
 
     async def _serve(self, request: web.Request, anthropic: bool) -> web.StreamResponse:
         """Checks, then at most one fault, then the simulated answer, in the real APIs' order."""

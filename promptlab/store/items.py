@@ -19,6 +19,8 @@ from promptlab.records import FinalRow, PendingItem, PlannedChunk, WriteBatch
 from promptlab.store.audit_append import append_events
 from promptlab.store.connection import Store
 from promptlab.store.item_batches import (
+    ATTEMPT_COLUMNS,
+    FINAL_COLUMNS,
     assignments_table,
     attempts_table,
     finals_table,
@@ -203,14 +205,14 @@ class ItemStore:
                 )
             if batch.attempts:
                 tx.register("w_attempts", attempts_table(batch.attempts))
-                tx.execute("INSERT INTO attempts SELECT * FROM w_attempts")
+                tx.execute(f"INSERT INTO attempts SELECT {ATTEMPT_COLUMNS} FROM w_attempts")
             if finals:
                 tx.register("w_finals", finals_table(finals, params))
                 # Only items not yet final get a row: exactly one final row per item. An
                 # answer that lands after its item was closed (cancelled) is kept as an
                 # attempt only; the item keeps the state its one final row says.
                 tx.execute(
-                    "INSERT INTO results SELECT f.* FROM w_finals AS f "
+                    f"INSERT INTO results SELECT {FINAL_COLUMNS} FROM w_finals AS f "
                     "SEMI JOIN items AS i ON i.idempotency_key = f.idempotency_key "
                     "AND i.status IN ('pending', 'in_flight')"
                 )

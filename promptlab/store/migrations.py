@@ -356,21 +356,23 @@ def apply_migrations(
         " name VARCHAR PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL)"
     )
     done = {row[0] for row in conn.execute("SELECT name FROM _migrations").fetchall()}
-    applied = []
-    for migration in migrations:
-        if migration.name in done:
-            continue
+    pending = [m for m in migrations if m.name not in done]
+    # A new database takes them all in one transaction: one commit (and WAL sync), not
+    # one per migration, before a command's first write. An existing one is moved a
+    # migration at a time, as each was written against the one before.
+    groups = [pending] if pending and not done else [[m] for m in pending]
+    for group in groups:
         conn.begin()
         try:
-            for statement in migration.statements:
-                conn.execute(statement)
-            conn.execute(
-                "INSERT INTO _migrations VALUES (?, ?)",
-                [migration.name, now()],
-            )
+            for migration in group:
+                for statement in migration.statements:
+                    conn.execute(statement)
+                conn.execute(
+                    "INSERT INTO _migrations VALUES (?, ?)",
+                    [migration.name, now()],
+                )
             conn.commit()
         except Exception:
             conn.rollback()
             raise
-        applied.append(migration.name)
-    return applied
+    return [m.name for m in pending]

@@ -9,12 +9,14 @@ engine on the same database beside the first. Only `close_all()` empties the reg
 from __future__ import annotations
 
 import atexit
+import gc
 import logging
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import streamlit as st
+from streamlit import config as streamlit_config
 
 from promptlab.audit.redact import install_log_redaction
 from promptlab.config import Settings
@@ -37,6 +39,11 @@ _serving: list[Serving] = []
 #: experiment on them once (`start_demo_run`).
 _fresh_demo: set[str] = set()
 _atexit_registered = False
+#: Pages whose first run in this process has ended (`settle_heap`).
+_settled: set[str] = set()
+#: The app process's young-generation threshold (Python's default is 700): a page's run
+#: then collects once or twice, not some 50 times.
+APP_YOUNG_THRESHOLD = 20_000
 
 
 def get_settings() -> Settings:
@@ -114,6 +121,39 @@ def start_demo_run() -> None:
             get_workbench().demo.start_run()
         except PromptlabError as exc:  # the app still works; the demo run is a nicety
             log.warning("the demo experiment did not start: %s", exc)
+
+
+def settle_heap(page: str) -> None:
+    """After a page's first run in this process, keep what it left out of the collector's
+    walks; and collect young objects less often.
+
+    Streamlit collects the whole heap after every script run, and Python did so on its
+    own too, 5 to 50 collections a run: with the workbench, pandas and Plotly loaded
+    they walked some 200,000 objects that live as long as the process, 0.2 to 0.5 s of
+    each page's run on this 2-core machine under load, more than the page's own work
+    (see bench/pages.py). Objects alive after the first run of each page (its imports,
+    the workbench) are moved out of the collector's sight (`gc.freeze`), once per page,
+    garbage collected first so none of it is kept (that one collection is the first
+    visit's); the young threshold is raised as the engine raises it while runs go
+    (engine/collector.py, which then leaves it alone): a run then collects once, in
+    milliseconds. PROMPTLAB_TUNE_GC=0 leaves the collector as Python has it, and so
+    does a script run by AppTest: that process is the test runner's, not the app's.
+    """
+    with _lock:
+        if page in _settled or _under_apptest() or not get_settings().tune_gc:
+            return
+        _settled.add(page)
+        young, middle, old = gc.get_threshold()
+        if gc.isenabled() and 0 < young < APP_YOUNG_THRESHOLD:
+            gc.set_threshold(APP_YOUNG_THRESHOLD, middle, old)
+    gc.collect()
+    gc.freeze()
+
+
+def _under_apptest() -> bool:
+    """True while AppTest runs the script (it patches `config.get_option`, which
+    `st.get_option` does not go through)."""
+    return bool(streamlit_config.get_option("global.appTest"))
 
 
 def open_workbenches() -> list[Workbench]:

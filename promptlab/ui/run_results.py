@@ -13,7 +13,7 @@ from promptlab.analysis.intervals import score_interval, session_interval
 from promptlab.facades.runs import RunView
 from promptlab.ui.downloads import download_buttons
 from promptlab.ui.widgets import escape_markdown
-from promptlab.views.batches import WORKING
+from promptlab.views.batches import WORKING, span
 from promptlab.workbench import Workbench
 
 if TYPE_CHECKING:
@@ -84,11 +84,7 @@ def batches(view: RunView) -> None:
 
 def _ago(later: float | None, earlier: float | None) -> str:
     """`12 min` between two epoch times ('' when either is unknown)."""
-    if later is None or earlier is None:
-        return ""
-    seconds = max(0.0, later - earlier)
-    hours, minutes = int(seconds // 3600), int(seconds % 3600 // 60)
-    return f"{hours} h {minutes} min" if hours else f"{minutes} min {int(seconds % 60)} s"
+    return "" if later is None or earlier is None else span(later - earlier)
 
 
 def outcome(view: RunView) -> None:

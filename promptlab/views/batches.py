@@ -13,7 +13,8 @@ if TYPE_CHECKING:
 WORKING = frozenset({"submitting", "validating", "in_progress", "finalizing", "cancelling"})
 
 
-def _span(seconds: float) -> str:
+def span(seconds: float) -> str:
+    """`12 s`, `12 min` or `2 h 5 min`."""
     seconds = max(0.0, seconds)
     if seconds < 60:
         return f"{seconds:.0f} s"
@@ -29,10 +30,10 @@ def batch_line(chunk: ChunkView, now: float) -> str:
     state = chunk.state.replace("_", " ")
     line = f"{name} ({chunk.endpoint}): {state}, {done}/{chunk.lines} done{failed}"
     if chunk.state in WORKING and chunk.submitted_at is not None:
-        line += f", for {_span(now - chunk.submitted_at)}"
+        line += f", for {span(now - chunk.submitted_at)}"
         if chunk.expires_at is not None:
             line += (
-                f"; expires in {_span(chunk.expires_at - now)}, then its unanswered lines are "
+                f"; expires in {span(chunk.expires_at - now)}, then its unanswered lines are "
                 "sent again in a new batch"
             )
     if chunk.message:
