@@ -200,7 +200,7 @@ def runs_table(runs: list[RunWithCounts]) -> None:
 
 def live_panel(wb: Workbench) -> None:
     """`live`, polled every second while a run is going, every 5 s while none is."""
-    listed = wb.runs.list()
+    listed = wb.runs.list(include=linked_run())
     going = any(is_going(r) for r in listed)
     # The fragment is called again with these same arguments on each poll: the list
     # read here serves this run only (popped), each poll reads its own.
@@ -218,7 +218,7 @@ def live(wb: Workbench, polled_going: bool, read: list[list[RunWithCounts]]) -> 
 
     When a poll finds a run started or the last one ended, the whole page runs again,
     so the fragment is declared with the other pace (`live_panel`)."""
-    listed = read.pop() if read else wb.runs.list()
+    listed = read.pop() if read else wb.runs.list(include=linked_run())
     if any(is_going(r) for r in listed) != polled_going:
         st.rerun(scope="app")
     if not listed:
@@ -365,6 +365,11 @@ def items(wb: Workbench, view: RunView) -> None:
     if choice and choice[0] == run_id:
         ADDRESS.show(run=run_id, item=choice[1])
         item_detail(wb, run_id, choice[1])
+
+
+def linked_run() -> str | None:
+    """The run the address names: listed with the newest ones however old it is."""
+    return ADDRESS.named().get("run")
 
 
 def open_linked(labels: dict[str, str]) -> None:

@@ -197,9 +197,12 @@ class Analysis:
         """True once any run stored a result: the app then opens on the Compare page."""
         return ResultRuns(self._context.store).has_results()
 
-    def runs_with_results(self, limit: int = 50) -> list[RunWithResults]:
-        """The newest runs that have results, newest first, with their variants."""
-        return ResultRuns(self._context.store).runs_with_results(limit)
+    def runs_with_results(
+        self, limit: int = 50, include: str | None = None
+    ) -> list[RunWithResults]:
+        """The newest runs that have results, newest first, with their variants; `include`
+        names a run listed too however old (a link to it)."""
+        return ResultRuns(self._context.store).runs_with_results(limit, include)
 
     def control_variant(self, run_id: str, variants: list[str]) -> str:
         """The variant `compare` takes as control: the experiment's, else the first."""

@@ -394,6 +394,7 @@ class Runs:
             raise PromptlabError(f"cannot write {path}: {exc.strerror or exc}") from exc
         return count
 
-    def list(self, limit: int = 50) -> builtins.list[RunWithCounts]:
-        """The newest runs with their items per state, in one query."""
-        return self._reads.list_runs_with_counts(limit)
+    def list(self, limit: int = 50, include: str | None = None) -> builtins.list[RunWithCounts]:
+        """The newest runs with their items per state, in one query; `include` names a run
+        listed too however old (a link to it)."""
+        return self._reads.list_runs_with_counts(limit, include)

@@ -159,17 +159,20 @@ class ReadModels:
             (r[0], r[1]): OutputHistory(int(r[2]), float(r[3] or 0), float(r[4] or 0)) for r in rows
         }
 
-    def list_runs_with_counts(self, limit: int = 100) -> list[RunWithCounts]:
-        """The newest `limit` runs, newest first, each with its items per state: one query."""
+    def list_runs_with_counts(
+        self, limit: int = 100, include: str | None = None
+    ) -> list[RunWithCounts]:
+        """The newest `limit` runs, newest first, each with its items per state: one query.
+        `include` names a run listed too however old it is (a link to it), when it exists."""
         with self._reading() as cur:
             rows = cur.execute(
-                f"WITH recent AS (SELECT {RUN_COLUMNS} FROM runs "
-                "ORDER BY submitted_at DESC LIMIT ?), "
+                f"WITH recent AS (SELECT {RUN_COLUMNS} FROM runs WHERE run_id IN "
+                "(SELECT run_id FROM runs ORDER BY submitted_at DESC LIMIT ?) OR run_id = ?), "
                 f"counts AS (SELECT run_id, {_COUNT_COLUMNS} FROM items "
                 "WHERE run_id IN (SELECT run_id FROM recent) GROUP BY run_id) "
                 f"SELECT recent.*, {', '.join(f'coalesce(counts.{s}, 0)' for s in ItemStatus)} "
                 "FROM recent LEFT JOIN counts USING (run_id) ORDER BY recent.submitted_at DESC",
-                [limit],
+                [limit, include],
             ).fetchall()
         width = len(RUN_COLUMNS.split(","))
         return [

@@ -31,16 +31,22 @@ class ResultRuns:
             row = cur.execute("SELECT EXISTS (SELECT 1 FROM results LIMIT 1)").fetchone()
         return bool(row and row[0])
 
-    def runs_with_results(self, limit: int = 50) -> list[RunWithResults]:
-        """The newest `limit` runs with results, newest first."""
+    def runs_with_results(
+        self, limit: int = 50, include: str | None = None
+    ) -> list[RunWithResults]:
+        """The newest `limit` runs with results, newest first; `include` names a run listed
+        too however old it is (a link to it), when it has results."""
         with self.store.read() as cur:
             rows = cur.execute(
                 "WITH counts AS (SELECT run_id, count(*) AS n FROM results GROUP BY run_id), "
                 "names AS (SELECT run_id, list(name ORDER BY variant_index) AS variants "
-                "FROM run_variants GROUP BY run_id) "
+                "FROM run_variants GROUP BY run_id), "
+                "newest AS (SELECT run_id FROM runs JOIN counts USING (run_id) "
+                "ORDER BY submitted_at DESC, run_id LIMIT ?) "
                 "SELECT r.run_id, r.name, r.submitted_at, coalesce(v.variants, []), c.n "
                 "FROM runs r JOIN counts c USING (run_id) LEFT JOIN names v USING (run_id) "
-                "ORDER BY r.submitted_at DESC, r.run_id LIMIT ?",
-                [limit],
+                "WHERE r.run_id IN (SELECT run_id FROM newest) OR r.run_id = ? "
+                "ORDER BY r.submitted_at DESC, r.run_id",
+                [limit, include],
             ).fetchall()
         return [RunWithResults(r[0], r[1], r[2], list(r[3]), int(r[4])) for r in rows]
