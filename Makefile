@@ -55,8 +55,9 @@ lint: install-dev
 
 # Two pytest-xdist workers, one per core: each builds the demo databases once (tests/conftest.py).
 # tests/test_docs.py builds the docs site (mkdocs build --strict) and checks its examples.
+# The 25 slowest tests are printed at the end, so each run's log says where the time went.
 test: install-dev chromium redis lint
-	$(PY) -m pytest -q -n 2
+	$(PY) -m pytest -q -n 2 --durations=25
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
