@@ -62,3 +62,18 @@ def test_the_launched_app_serves_the_api_before_any_page_view(tmp_path: Path) ->
     finally:
         proc.terminate()
         proc.wait(60)
+
+
+def test_the_launcher_imports_what_the_pages_import_before_serving() -> None:
+    """pandas and Plotly (through views/) are loaded before the port opens, not by the
+    first visitor's page."""
+    probe = (
+        "import sys; from promptlab.ui.launch import warm_page_imports; "
+        "assert 'plotly' not in sys.modules and 'pandas' not in sys.modules; "
+        f"warm_page_imports(['launch', 'run', {str(ROOT / 'app.py')!r}]); "
+        "missing = [m for m in ('pandas', 'plotly', 'promptlab.views.compare', "
+        "'promptlab.facades.analysis') if m not in sys.modules]; "
+        "assert not missing, missing"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

@@ -11,8 +11,12 @@ Lines are JSON when PROMPTLAB_LOG_FORMAT=json (ui/jsonlogs.py).
 
 from __future__ import annotations
 
+import ast
+import contextlib
+import importlib
 import logging
 import sys
+from pathlib import Path
 
 from promptlab.errors import StoreError
 
@@ -32,10 +36,35 @@ def open_before_serving() -> None:
         print(f"promptlab: {exc}", file=sys.stderr)
 
 
+def page_imports(script: Path) -> list[str]:
+    """The modules the app script and its pages/ import by name (absolute imports)."""
+    names: set[str] = set()
+    for path in [script, *sorted((script.parent / "pages").glob("*.py"))]:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names.add(node.module)
+            elif isinstance(node, ast.Import):
+                names.update(alias.name for alias in node.names)
+    return sorted(names)
+
+
+def warm_page_imports(argv: list[str]) -> None:
+    """Import what the pages import (pandas, Plotly through views/, the facades) before
+    the port opens: the first visitor's page would otherwise wait for them, about a
+    second on this 2-core machine (bench/pages.py, first visit)."""
+    script = next((Path(a) for a in argv[1:] if a.endswith(".py")), None)
+    if script is None or not script.is_file():
+        return
+    for name in page_imports(script):
+        with contextlib.suppress(ImportError):  # the page says it when it runs
+            importlib.import_module(name)
+
+
 def main() -> None:
     from promptlab.ui.jsonlogs import main as streamlit_main
 
     open_before_serving()
+    warm_page_imports(sys.argv)
     streamlit_main()
 
 
