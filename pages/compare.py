@@ -4,41 +4,33 @@ prompt versions can be compared across every run's results, or in imported produ
 logs.
 
 It answers first: a sentence per variant (`answer_sentences`) and the method used
-(fixed horizon for finished data, always valid while it is still collecting). The page
-only lays things out: the sentences and table rows come from promptlab/views/compare.py,
-the figures from promptlab/views/charts.py (one colour per variant or version in all of
-them), the reads from `wb.analysis` (promptlab/facades/analysis.py).
+(fixed horizon for finished data, always valid while it is still collecting). Below the
+pickers are tabs: Answer, Charts and, for a run, Outputs. Only the open tab runs, so a
+first view reads and sends no figure and a fresh browser loads no Plotly code until
+Charts is opened (`?tab=Charts` opens it from a link). The page only lays things out:
+the sentences and table rows come from promptlab/views/compare.py, the Charts tab from
+promptlab/ui/compare_charts.py, the reads from `wb.analysis`
+(promptlab/facades/analysis.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
-
 import streamlit as st
 
 from promptlab.errors import PromptlabError
-from promptlab.facades.analysis import Comparison, RunWithResults, TimeSeries
-from promptlab.records import LogMetricsRow, MetricsRow
+from promptlab.facades.analysis import Comparison, RunWithResults
 from promptlab.ui.address import Address
+from promptlab.ui.compare_charts import run_charts, version_charts
 from promptlab.ui.downloads import comparison_download, download_buttons
+from promptlab.ui.lazy_tabs import open_tab
 from promptlab.ui.repeats import repeats_section
 from promptlab.ui.resources import get_workbench
 from promptlab.ui.shell import require_shell
 from promptlab.ui.side_by_side import side_by_side
 from promptlab.ui.widgets import escape_markdown, show_error
-from promptlab.views.charts import (
-    colour_map,
-    forest_chart,
-    latency_ecdf_chart,
-    latency_percentiles_chart,
-    over_time_chart,
-    rate_chart,
-)
 from promptlab.views.compare import (
     PLANNED_UNITS_DEFAULT,
     answer_sentences,
-    cache_note,
     interval_level,
     srm_verdict,
     summary_rows,
@@ -48,8 +40,15 @@ from promptlab.views.compare import (
 from promptlab.workbench import Workbench
 
 RUN_CHOICE = "compare_run"
-#: The page's address: the run compared.
-ADDRESS = Address("compare", "run")
+#: The page's address: the run compared, and the tab open when it is not the first.
+ADDRESS = Address("compare", "run", "tab")
+ANSWER, CHARTS, OUTPUTS = "Answer", "Charts", "Outputs"
+RUN_TABS = (ANSWER, CHARTS, OUTPUTS)
+VERSION_TABS = (ANSWER, CHARTS)
+#: The open tab, per source: a run's, versions', logs'.
+RUN_TAB, VERSIONS_TAB, LOGS_TAB = "compare_tab", "compare_tab_versions", "compare_tab_logs"
+#: Widget values kept while their tab is closed (key prefixes, by tab).
+KEEPS = {ANSWER: ("compare_mde",), OUTPUTS: ("sbs_diff_", "sbs_page_", "repeats-metric-")}
 SOURCE_RUN, SOURCE_VERSIONS, SOURCE_LOGS = "A run's variants", "Two versions", "Production logs"
 ALL_VARIANTS = "(every variant)"
 #: The method's help, by `Comparison.sequential`.
@@ -219,45 +218,6 @@ def sample_size(comparison: Comparison) -> None:
         st.caption(f"Sample size: {units_needed_text(needed)}.")
 
 
-def forest(comparison: Comparison, colours: dict[str, str]) -> None:
-    figure = forest_chart(comparison.rows, colours)
-    st.plotly_chart(figure, width="stretch", key="chart_forest")
-
-
-def charts(
-    rows: Sequence[MetricsRow | LogMetricsRow],
-    colours: dict[str, str],
-    comparison: Comparison | None = None,
-    over_time: tuple[dict[str, Any], TimeSeries] | None = None,
-) -> None:
-    """Rates and latency percentiles (with the comparison's per-unit intervals), then
-    the latency ECDF and the series over time when given: `over_time` = (latencies per
-    name, time series)."""
-    arms = comparison.rows if comparison is not None else []
-    left, right = st.columns(2)
-    figure = rate_chart(rows, colours=colours, arms=arms)
-    left.plotly_chart(figure, width="stretch", key="chart_rates")
-    figure = latency_percentiles_chart(rows, colours=colours, arms=arms)
-    right.plotly_chart(figure, width="stretch", key="chart_latency")
-    if note := cache_note(rows):
-        right.caption(note)
-    if over_time is None:
-        return
-    samples, series = over_time
-    left, right = st.columns(2)
-    left.plotly_chart(latency_ecdf_chart(samples, colours), width="stretch", key="chart_ecdf")
-    right.plotly_chart(over_time_chart(series, colours), width="stretch", key="chart_time")
-
-
-def run_charts(
-    wb: Workbench, run_id: str, metrics: list[MetricsRow], shown: list[str],
-    colours: dict[str, str], comparison: Comparison | None = None,
-) -> None:  # fmt: skip
-    rows = [m for m in metrics if m.variant in shown]
-    samples = {name: wb.analysis.latencies(run_id, name) for name in shown}
-    charts(rows, colours, comparison, (samples, wb.analysis.metrics_over_time(run_id)))
-
-
 def versions(wb: Workbench, logs: bool) -> None:
     """Version B against version A: from every run's results, or from production logs."""
     rows = wb.analysis.log_metrics() if logs else wb.analysis.metrics()
@@ -301,42 +261,54 @@ def versions(wb: Workbench, logs: bool) -> None:
     except PromptlabError as exc:
         show_error(exc)
         return
-    answer(comparison)
-    summary(comparison)
-    colours = colour_map([a, b])
-    forest(comparison, colours)
-    if not logs:
-        charts(comparison.metrics, colours, comparison)
-        return
-    samples = {name: wb.analysis.log_latencies(name, since or None) for name in (a, b)}
-    series = wb.analysis.log_metrics_over_time([a, b], since or None)
-    charts(comparison.logs, colours, comparison, (samples, series))
+    tab, container = open_tab(VERSION_TABS, key=LOGS_TAB if logs else VERSIONS_TAB, keeps=KEEPS)
+    with container:
+        if tab == CHARTS:
+            version_charts(wb, comparison, (a, b), logs, since or None)
+        else:
+            answer(comparison)
+            summary(comparison)
 
 
 def run_variants(wb: Workbench, runs: list[RunWithResults]) -> None:
+    # Read before the run picker takes the address's change: a link names the tab too.
+    linked = ADDRESS.named().get("tab", ANSWER) if ADDRESS.changed() else None
     run_id = pick_run(runs)
     variants = next(r.variants for r in runs if r.run_id == run_id)
-    # The run's own order: swapping control does not swap the colours.
-    colours = colour_map(variants)
-    if len(variants) < 2:
-        st.info("This run has one variant: nothing to compare it with.", icon=":material/info:")
-        run_charts(wb, run_id, wb.analysis.metrics(run_id=run_id), variants, colours)
-        return
-    try:
-        comparison = pick_comparison(wb, run_id, variants)
-    except PromptlabError as exc:
-        show_error(exc)
-        return
-    answer(comparison)
-    summary(comparison)
-    shown = [comparison.control, *dict.fromkeys(r.variant for r in comparison.rows)]
-    forest(comparison, colours)
-    # The comparison's own per-variant metrics: reading them again doubles the page's
-    # heaviest query (a million results and their feedback).
-    run_charts(wb, run_id, comparison.metrics, shown, colours, comparison)
-    repeats_section(wb, run_id)  # only when the run repeats its rows
-    download_buttons(wb, "metrics", key=f"dl_metrics_{run_id}", run_id=run_id)
-    side_by_side(wb, run_id, comparison.control, comparison.paired)
+    comparison = None
+    if len(variants) > 1:
+        try:
+            comparison = pick_comparison(wb, run_id, variants)
+        except PromptlabError as exc:
+            show_error(exc)
+            return
+    if linked is not None:
+        st.session_state[RUN_TAB] = linked if linked in RUN_TABS else ANSWER
+    tab, container = open_tab(RUN_TABS, key=RUN_TAB, keeps=KEEPS)
+    ADDRESS.put("tab", None if tab == ANSWER else tab)
+    with container:
+        run_tab(wb, tab, run_id, variants, comparison)
+
+
+def run_tab(
+    wb: Workbench, tab: str, run_id: str, variants: list[str], comparison: Comparison | None
+) -> None:
+    """The open tab of a run's comparison (None: the run has one variant)."""
+    if tab == CHARTS:
+        run_charts(wb, run_id, variants, comparison)
+    elif tab == OUTPUTS:
+        repeats_section(wb, run_id)  # only when the run repeats its rows
+        download_buttons(wb, "metrics", key=f"dl_metrics_{run_id}", run_id=run_id)
+        if comparison is not None:
+            side_by_side(wb, run_id, comparison.control, comparison.paired)
+    elif comparison is None:
+        st.info(
+            "This run has one variant: nothing to compare it with (its figures: Charts).",
+            icon=":material/info:",
+        )
+    else:
+        answer(comparison)
+        summary(comparison)
 
 
 def main() -> None:
@@ -355,7 +327,7 @@ def main() -> None:
     if source == SOURCE_LOGS:
         versions(wb, logs=True)
         return
-    runs = wb.analysis.runs_with_results()
+    runs = wb.analysis.runs_with_results(include=ADDRESS.named().get("run"))
     if not runs:
         st.info("No results yet: start a run on the Runs page.", icon=":material/info:")
         return

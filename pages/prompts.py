@@ -1,4 +1,8 @@
-"""Prompts: browse, create and edit versioned templates; history, diff, labels, preview."""
+"""Prompts: browse, create and edit versioned templates; history, diff, labels, preview.
+
+The selected prompt's tabs run one at a time (promptlab/ui/lazy_tabs.py): a first view
+draws the Edit tab alone, not History's tables or Compare's highlighted diff.
+"""
 
 from __future__ import annotations
 
@@ -14,11 +18,22 @@ from promptlab.prompts.templates import ROLES, Template
 from promptlab.records import PromptVersion
 from promptlab.ui.flash import flash, show_flash
 from promptlab.ui.label_mover import labels_tab
+from promptlab.ui.lazy_tabs import open_tab
 from promptlab.ui.resources import get_workbench
 from promptlab.ui.shell import require_shell
 from promptlab.ui.widgets import escape_markdown, show_error, show_messages, variable_inputs
 from promptlab.workbench import Workbench
 
+#: The selected prompt's tabs; the open one's label is kept under PROMPT_TAB.
+EDIT, HISTORY, COMPARE, LABELS, PREVIEW = "Edit", "History", "Compare", "Labels", "Preview"
+PROMPT_TAB = "prompt_tab"
+#: Widget values kept while their tab is closed (key prefixes, by tab). A message's role
+#: and text need none: its draft holds them.
+KEEPS = {
+    EDIT: ("model::", "temp::", "topp::", "maxtok::", "vars::", "out::", "commit::", "ver::"),
+    COMPARE: ("diff_a::", "diff_b::"),
+    PREVIEW: ("prev::", "preview::"),
+}
 NEW_PROMPT_TEMPLATE = [
     {"role": "system", "content": "You are a helpful assistant."},
     {"role": "user", "content": "{{ question }}"},
@@ -342,16 +357,13 @@ st.caption(
         f"({latest.short_id}) by {latest.author}"
     )
 )
-edit, history, compare, labels, preview = st.tabs(
-    ["Edit", "History", "Compare", "Labels", "Preview"]
-)
-with edit:
-    edit_tab(wb, latest)
-with history:
-    history_tab(wb, selected, versions)
-with compare:
-    compare_tab(wb, selected, versions)
-with labels:
-    labels_tab(wb, selected, versions)
-with preview:
-    preview_tab(selected, versions)
+tabs = {
+    EDIT: lambda: edit_tab(wb, latest),
+    HISTORY: lambda: history_tab(wb, selected, versions),
+    COMPARE: lambda: compare_tab(wb, selected, versions),
+    LABELS: lambda: labels_tab(wb, selected, versions),
+    PREVIEW: lambda: preview_tab(selected, versions),
+}
+tab, container = open_tab(list(tabs), key=PROMPT_TAB, keeps=KEEPS)
+with container:
+    tabs[tab]()

@@ -17,8 +17,12 @@ EXPERIMENTS = str(ROOT / "pages" / "experiments.py")
 TIMEOUT_S = 30
 
 
-def open_page(page: str) -> AppTest:
-    at = AppTest.from_file(page, default_timeout=TIMEOUT_S).run()
+def open_page(page: str, prompt_tab: str | None = None) -> AppTest:
+    """`page`; on Prompts, with `prompt_tab` open (only the open tab is drawn)."""
+    at = AppTest.from_file(page, default_timeout=TIMEOUT_S)
+    if prompt_tab is not None:
+        at.session_state["prompt_tab"] = prompt_tab
+    at.run()
     assert not at.exception, at.exception
     return at
 
@@ -41,7 +45,7 @@ def enter_submits(at: AppTest) -> dict[str, bool]:
 
 
 def test_no_form_of_the_prompts_page_submits_on_enter() -> None:
-    forms = enter_submits(open_page(PROMPTS))
+    forms = enter_submits(open_page(PROMPTS)) | enter_submits(open_page(PROMPTS, "Labels"))
     assert set(forms) == {"new_prompt", "label_form::article-summarizer"}
     assert not any(forms.values()), forms
 
@@ -81,7 +85,7 @@ def test_the_revisions_table_names_each_variants_version_and_weight() -> None:
 
 
 def test_the_label_mover_starts_on_no_version_and_a_click_without_one_moves_nothing() -> None:
-    at = open_page(PROMPTS)
+    at = open_page(PROMPTS, "Labels")
     before = production()
     assert by_label(at.selectbox, "Point it at").value is None
     by_label(at.button, "Move label").click().run()
@@ -93,7 +97,7 @@ def test_the_label_mover_starts_on_no_version_and_a_click_without_one_moves_noth
 
 
 def test_moving_production_asks_first_and_moves_only_when_confirmed() -> None:
-    at = open_page(PROMPTS)
+    at = open_page(PROMPTS, "Labels")
     # Any other label moves on the click, without a question.
     by_label(at.text_input, "Label").input("staging")
     by_label(at.selectbox, "Point it at").select("2.0.0")

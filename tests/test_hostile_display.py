@@ -160,6 +160,8 @@ def test_a_description_and_variable_help_are_text_on_the_prompts_page(
     (caption,) = [c for c in at.caption if "latest" in shown(c.value)]
     assert_plain(caption.value, f"{LINK} · latest 1.0.0")
     assert_plain(caption.value, "by *eve* <i>")
+    at.session_state["prompt_tab"] = "Preview"  # the variable inputs' tab (a click on it)
+    at.run()
     (question,) = [t for t in at.text_input if t.label == "question"]
     assert_plain(question.help, LINK)
 
@@ -188,7 +190,7 @@ def test_variant_names_are_text_in_the_compare_charts(tmp_path: Path) -> None:
     """Plotly reads `<a href>` in legends, ticks and hover labels as a live link."""
     name = '<a href="http://127.0.0.1:9/x">re-enter your API key</a> %{y}'
     run_id = finished_run(tmp_path, "plain", variants=(name, "b"))
-    at = open_page("compare.py", run=run_id)
+    at = open_page("compare.py", run=run_id, tab="Charts")
     specs = [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
     assert len(specs) == 5
     text = json.dumps(specs)

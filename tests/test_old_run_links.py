@@ -61,3 +61,26 @@ def test_runs_with_results_lists_a_named_older_run_beside_the_newest(tmp_path: P
     assert [r.run_id for r in reads.runs_with_results(limit=1, include="run_nope")] == [new]
     listed = get_workbench().runs.list(limit=1, include=old)
     assert [r.run.run_id for r in listed] == [new, old]
+
+
+COMPARE_PAGE = str(Path(__file__).resolve().parent.parent / "pages" / "compare.py")
+
+
+def test_a_compare_link_opens_a_run_older_than_the_listed_ones(tmp_path: Path) -> None:
+    old = finished_run(tmp_path, "old-compared")
+    newer_runs(LISTED)
+    with get_workbench().store.transaction() as tx:  # each newer run: one result
+        for n in range(LISTED):
+            tx.execute(
+                "INSERT INTO results SELECT * REPLACE (? AS run_id, "
+                "idempotency_key || ? AS idempotency_key) FROM results WHERE run_id = ? "
+                "LIMIT 1",
+                [f"run_newer_{n:03d}", f"-{n}", old],
+            )
+    assert old not in {r.run_id for r in get_workbench().analysis.runs_with_results()}
+    at = AppTest.from_file(COMPARE_PAGE, default_timeout=TIMEOUT_S)
+    at.query_params["run"] = old
+    at.run()
+    assert not at.exception
+    assert at.selectbox(key="compare_run").value == old
+    assert not any("no results to compare" in shown(w.value) for w in at.warning)

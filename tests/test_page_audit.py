@@ -127,7 +127,9 @@ def test_the_runs_item_view_links_to_its_trace(finished_run: str, db_path: Path)
 
 
 def test_each_side_by_side_output_links_to_its_trace(finished_run: str) -> None:
-    at = AppTest.from_file(COMPARE_PAGE, default_timeout=TIMEOUT_S).run()
+    at = AppTest.from_file(COMPARE_PAGE, default_timeout=TIMEOUT_S)
+    at.query_params["tab"] = "Outputs"  # side by side is on the Outputs tab
+    at.run()
     assert not at.exception
     links = [c.value for c in at.caption if "[trace](audit?trace=" in c.value]
     assert len(links) >= 2

@@ -23,12 +23,25 @@ TIMEOUT_S = 30
 #: Figures the page draws for a run with two variants: forest, rates, latency
 #: percentiles, latency ECDF, over time.
 CHARTS = 5
+#: The session keys of the open tab: a run's, two versions', production logs'.
+RUN_TAB, VERSIONS_TAB, LOGS_TAB = "compare_tab", "compare_tab_versions", "compare_tab_logs"
 
 
-def open_page(run_id: str | None = None) -> AppTest:
+def open_page(run_id: str | None = None, tab: str | None = None) -> AppTest:
+    """The page as a link opens it: `?run=RUN_ID&tab=TAB`."""
     at = AppTest.from_file(PAGE, default_timeout=TIMEOUT_S)
     if run_id is not None:
         at.query_params["run"] = run_id
+    if tab is not None:
+        at.query_params["tab"] = tab
+    at.run()
+    assert not at.exception, at.exception
+    return at
+
+
+def open_tab(at: AppTest, tab: str, key: str = RUN_TAB) -> AppTest:
+    """Open `tab` as a click on it does: the page runs again, that tab alone."""
+    at.session_state[key] = tab
     at.run()
     assert not at.exception, at.exception
     return at
@@ -93,11 +106,60 @@ def test_the_demo_split_run_shows_verdicts_srm_and_charts(demo_run: str) -> None
         assert cells["why"] == row.reason and row.reason
     assert not at.error
     assert any("units per arm" in c.value for c in at.caption)
-    assert len(charts(at)) == CHARTS
+    assert len(charts(open_tab(at, "Charts"))) == CHARTS
     # A split run sends each input to one variant: nothing to put side by side, and no
     # filter for it either.
+    open_tab(at, "Outputs")
     assert any("all-mode run" in i.value for i in at.info)
     assert not at.toggle
+
+
+def counted(monkeypatch: pytest.MonkeyPatch, *names: str) -> list[str]:
+    """The names of the page's reads (`wb.analysis` methods) made from now on."""
+    analysis, calls = get_workbench().analysis, []
+    for name in names:
+        read = getattr(analysis, name)
+
+        def counting(*args: Any, _read: Any = read, _name: str = name, **kwargs: Any) -> Any:
+            calls.append(_name)
+            return _read(*args, **kwargs)
+
+        monkeypatch.setattr(analysis, name, counting)
+    return calls
+
+
+def test_a_first_view_reads_and_draws_no_figure_until_charts_is_opened(
+    demo_run: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only the open tab runs: a fresh browser loads Plotly's code (2.6 times a bare
+    page's load, bench/pages.py --elements) only once a Plotly chart is drawn, and the
+    figures' own reads wait for them."""
+    reads = counted(monkeypatch, "latencies", "metrics_over_time", "repeats")
+    at = open_page()
+    assert [t.label for t in at.tabs] == ["Answer", "Charts", "Outputs"]
+    assert at.dataframe and any(c.value.startswith("Method:") for c in at.caption)
+    assert not charts(at) and not reads
+    assert "tab" not in at.query_params  # the first tab: no tab in the address
+    open_tab(at, "Charts")
+    assert len(charts(at)) == CHARTS
+    assert sorted(set(reads)) == ["latencies", "metrics_over_time"]
+    assert not at.dataframe  # the answer's table is not sent again beside them
+    assert at.query_params["tab"] in ("Charts", ["Charts"])  # the link to share
+    reads.clear()
+    open_tab(at, "Outputs")
+    assert not charts(at) and reads == ["repeats"]
+
+
+def test_a_link_names_the_open_tab(demo_run: str) -> None:
+    at = open_page(demo_run, tab="Charts")
+    assert len(charts(at)) == CHARTS and not at.dataframe
+    assert at.selectbox(key="compare_run").value == demo_run
+    open_tab(at, "Answer")  # the first tab again: the address names the run alone
+    assert "tab" not in at.query_params and at.query_params["run"] in (demo_run, [demo_run])
+    assert not charts(at)
+    # A tab the page does not have opens the first one.
+    at = open_page(demo_run, tab="Nonsense")
+    assert at.session_state[RUN_TAB] == "Answer" and at.dataframe and not charts(at)
 
 
 def test_the_demo_split_run_answers_in_a_sentence_first(demo_run: str) -> None:
@@ -169,7 +231,7 @@ def assert_figures_answer_at_a_glance(figures: dict[str, dict[str, Any]], names:
 
 
 def test_every_figure_draws_a_variant_in_one_colour_with_intervals(demo_run: str) -> None:
-    at = open_page()
+    at = open_page(tab="Charts")
     assert_figures_answer_at_a_glance(specs(at), ["control", "staging"])
 
 
@@ -183,7 +245,12 @@ def test_a_bigger_mde_needs_fewer_units(demo_run: str) -> None:
     before = needed()
     at.number_input(key="compare_mde").set_value(20.0).run()
     assert not at.exception
-    assert needed() < before
+    after = needed()
+    assert after < before
+    # The change picked outlives a look at the figures (two runs without its input).
+    open_tab(at, "Charts").run()
+    open_tab(at, "Answer")
+    assert at.number_input(key="compare_mde").value == 20.0 and needed() == after
 
 
 def test_side_by_side_of_an_all_mode_run_marks_the_differences(
@@ -199,7 +266,8 @@ def test_side_by_side_of_an_all_mode_run_marks_the_differences(
     # Twelve rows: too few to test, Holm's family is empty (the logs test has one).
     assert all(r.adjusted_p is None for r in comparison.rows)
     assert any("no row could be tested yet" in c.value for c in at.caption)
-    assert_figures_answer_at_a_glance(specs(at), ["terse", "wordy"])
+    assert_figures_answer_at_a_glance(specs(open_tab(at, "Charts")), ["terse", "wordy"])
+    open_tab(at, "Outputs")
     page = get_workbench().analysis.side_by_side(all_mode_run, limit=10)
     assert page.total == 12
     boxes = [h.proto.body for h in at.html]
@@ -248,7 +316,8 @@ def test_two_versions_across_runs_and_in_production_logs(demo_run: str, tmp_path
     # Results across runs are finished unless said otherwise.
     assert at.segmented_control(key="ver_state_False").value == "Finished"
     assert any(c.value.startswith("Method: **fixed horizon") for c in at.caption)
-    assert len(charts(at)) == 3
+    assert not charts(at)
+    assert len(charts(open_tab(at, "Charts", VERSIONS_TAB))) == 3
     # The same two versions in an imported production log.
     count = write_log(tmp_path / "prod.csv", a, b)
     assert wb.analysis.import_logs(tmp_path / "prod.csv") == count
@@ -298,7 +367,7 @@ def test_production_logs_answer_always_valid_with_a_runs_figures(
     # default metrics all the same (p99 counts as p = 1), and the page says so.
     assert (tested, len(live.rows), live.family_size) == (4, 5, 5)
     assert any("Holm over the declared family's 5 tests" in c.value for c in at.caption)
-    figures = specs(at)
+    figures = specs(open_tab(at, "Charts", LOGS_TAB))
     assert_figures_answer_at_a_glance(figures, [a, b])
     (over_time,) = [f for t, f in figures.items() if t.startswith("Over time")]
     assert {t["name"] for t in over_time["data"]} == {a, b}
@@ -307,6 +376,7 @@ def test_production_logs_answer_always_valid_with_a_runs_figures(
                for t in over_time["data"])  # fmt: skip
     ecdf = figures["Latency distribution (ECDF)"]
     assert [len(t["x"]) for t in ecdf["data"]] == [min(360, ECDF_POINTS)] * 2
+    open_tab(at, "Answer", LOGS_TAB)
     at.segmented_control(key="ver_state_True").set_value("Finished").run()
     assert not at.exception
     final = wb.analysis.compare_versions(a, b, logs=True, sequential=False)
@@ -383,7 +453,8 @@ def test_a_run_of_one_variant_still_gets_its_figures(tmp_path: Path) -> None:
     assert wb.runs.wait(run_id, timeout=TIMEOUT_S).status == "completed"
     at = open_page(run_id)
     assert any("one variant" in i.value for i in at.info)
-    figures = specs(at)
+    assert not charts(at)
+    figures = specs(open_tab(at, "Charts"))
     assert len(figures) == 4  # no comparison, so no effect chart
     assert set(trace_colours(figures)) == {"only"}
     assert len(trace_colours(figures)["only"]) == 1

@@ -20,12 +20,24 @@ ROOT = Path(__file__).resolve().parent.parent
 APP = str(ROOT / "app.py")
 PAGE = str(ROOT / "pages" / "prompts.py")
 TIMEOUT_S = 30
+#: The session key of the open tab (pages/prompts.py's PROMPT_TAB).
+PROMPT_TAB = "prompt_tab"
 
 
-def open_page() -> AppTest:
-    at = AppTest.from_file(PAGE, default_timeout=TIMEOUT_S).run()
+def open_page(tab: str | None = None) -> AppTest:
+    """The page, on `tab` when given (as a click on it does: only the open tab runs)."""
+    at = AppTest.from_file(PAGE, default_timeout=TIMEOUT_S)
+    if tab is not None:
+        at.session_state[PROMPT_TAB] = tab
+    at.run()
     assert not at.exception, at.exception
     return at
+
+
+def open_tab(at: AppTest, tab: str) -> None:
+    at.session_state[PROMPT_TAB] = tab
+    at.run()
+    assert not at.exception, at.exception
 
 
 def by_label(elements, label):  # type: ignore[no-untyped-def]
@@ -44,7 +56,8 @@ def registry_of(db_path: Path) -> Prompts:
 def test_app_shell_loads_demo_on_first_start(db_path: Path) -> None:
     at = AppTest.from_file(APP, default_timeout=TIMEOUT_S).run()
     assert not at.exception, at.exception
-    assert [t.value for t in at.title] == ["Prompts"]
+    # Prompts, or Compare once the demo run (started beside this first run) has results.
+    assert [t.value for t in at.title] in (["Prompts"], ["Compare"])
     names = {s.name for s in registry_of(db_path).list()}
     assert {"ticket-triage", "product-description", "article-summarizer"} <= names
 
@@ -139,7 +152,7 @@ def test_creating_the_same_prompt_twice_says_nothing_changed(db_path: Path) -> N
 
 
 def test_move_label(db_path: Path) -> None:
-    at = open_page()
+    at = open_page("Labels")
     by_label(at.text_input, "Label").input("production")
     by_label(at.selectbox, "Point it at").select("2.0.0")
     by_label(at.button, "Move label").click().run()
@@ -150,22 +163,52 @@ def test_move_label(db_path: Path) -> None:
 
 
 def test_compare_shows_line_diff() -> None:
-    at = open_page()
+    at = open_page("Compare")
     assert by_label(at.selectbox, "Version A").value == "1.0.0"
     assert by_label(at.selectbox, "Version B").value == "2.0.0"
     diffs = [c.value for c in at.code if c.language == "diff"]
     assert any("+as three short bullet points." in d for d in diffs)
 
 
-def test_preview_renders_and_shows_validation_errors_inline() -> None:
+def test_only_the_open_tab_is_drawn() -> None:
+    """A first view draws Edit alone: not History's tables, Compare's highlighted diff
+    or Preview's inputs (a fresh browser loads the code of each kind of element drawn)."""
     at = open_page()
+    assert [t.label for t in at.tabs] == ["Edit", "History", "Compare", "Labels", "Preview"]
+    assert by_label(at.button, "Save new version")
+    assert len(at.dataframe) == 1  # the prompts table, above the tabs
+    assert not at.code and not at.form[1:]  # no diff, no preview, no label mover
+    assert "Version A" not in [s.label for s in at.selectbox]
+    open_tab(at, "Compare")
+    assert any(c.language == "diff" for c in at.code)
+    assert "Save new version" not in [b.label for b in at.button]
+    open_tab(at, "History")
+    assert len(at.dataframe) == 3 and not at.code  # versions, label moves; no diff
+
+
+def test_an_edit_outlives_a_look_at_another_tab() -> None:
+    at = open_page()
+    by_label(at.text_input, "Commit message").input("Half done")
+    by_label(at.text_area, "Message 2 (user)").input("Shorter, please: {{ article }}")
+    by_label(at.slider, "Temperature").set_value(1.5).run()
+    open_tab(at, "Preview")
+    assert "Commit message" not in [t.label for t in at.text_input]
+    at.run()  # a second run with Edit closed: what Streamlit drops unless kept
+    open_tab(at, "Edit")
+    assert by_label(at.text_input, "Commit message").value == "Half done"
+    assert by_label(at.text_area, "Message 2 (user)").value == "Shorter, please: {{ article }}"
+    assert by_label(at.slider, "Temperature").value == 1.5
+
+
+def test_preview_renders_and_shows_validation_errors_inline() -> None:
+    at = open_page("Preview")
     assert any("Sample title" in c.value for c in at.code)
     by_label(at.number_input, "max_words (optional)").set_value(5).run()
     assert any("max_words: 5 is less than the minimum" in shown(e.value) for e in at.error)
 
 
 def test_prompt_values_stay_literal_in_preview() -> None:
-    at = open_page()
+    at = open_page("Preview")
     by_label(at.text_area, "title").input("{{ 7*7 }}").run()
     assert any('"{{ 7*7 }}"' in c.value for c in at.code)
 
@@ -235,8 +278,7 @@ def test_preview_stops_a_runaway_render_inline(db_path: Path) -> None:
             ),
             author="tester",
         )
-    at = open_page()
-    assert not at.exception, at.exception
+    at = open_page("Preview")
     assert any("more than 100000 loop iterations" in e.value for e in at.error)
 
 

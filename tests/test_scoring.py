@@ -198,6 +198,8 @@ def test_the_runs_and_compare_pages_show_the_scores(tmp_path: Path) -> None:
     assert not compare.exception
     shown_metrics = {m for d in compare.dataframe for m in d.value.get("metric", [])}
     assert "score: exact" in shown_metrics
+    compare.session_state["compare_tab"] = "Charts"  # the figures' tab (a click on it)
+    compare.run()
     rates = next(c for c in compare.get("plotly_chart") if "Rates" in c.proto.spec)
     assert "score: exact" in rates.proto.spec  # a bar per variant, per-unit interval
 
