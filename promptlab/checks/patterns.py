@@ -17,8 +17,6 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-import re2
-
 from promptlab.errors import TemplateError
 
 __all__ = ["MAX_PATTERN_CHARS", "PatternError", "compile_pattern", "search"]
@@ -35,15 +33,17 @@ class PatternError(TemplateError):
     """A pattern that RE2 cannot run; the message says why (not which field: callers do)."""
 
 
+@functools.cache
 def _options() -> Any:
+    # RE2 is imported with the first pattern compiled: most runs compile none, and a
+    # process that only sends requests should not pay for it.
+    import re2
+
     options = re2.Options()
     options.max_mem = RE2_MAX_MEM
     # RE2 otherwise prints every refused pattern to stderr through absl logging.
     options.log_errors = False
     return options
-
-
-_OPTIONS = _options()
 
 
 @functools.lru_cache(maxsize=1024)
@@ -53,8 +53,10 @@ def compile_pattern(pattern: str) -> Any:
         raise PatternError(f"a pattern must be text, not {type(pattern).__name__}")
     if len(pattern) > MAX_PATTERN_CHARS:
         raise PatternError(f"pattern longer than {MAX_PATTERN_CHARS:,} characters")
+    import re2
+
     try:
-        return re2.compile(pattern, options=_OPTIONS)
+        return re2.compile(pattern, options=_options())
     except re2.error as exc:
         reason = exc.args[0] if exc.args else exc
         if isinstance(reason, bytes):

@@ -20,8 +20,6 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, TypeGuard
 
-from simpleeval import EvalWithCompoundTypes
-
 from promptlab.checks import patterns
 from promptlab.checks.schema_messages import shorten
 from promptlab.errors import TemplateError
@@ -317,6 +315,9 @@ class RuleSet:
 
     def _evaluate(self, rule: Rule, parsed: Any) -> RuleOutcome:
         if rule.kind == "expr":
+            # Imported by the first expression checked, not by every process that may.
+            from simpleeval import EvalWithCompoundTypes
+
             names = dict(parsed) if isinstance(parsed, Mapping) else {}
             evaluator = EvalWithCompoundTypes(
                 functions=dict(FUNCTIONS),  # it adds its own to the dict it is given

@@ -5,9 +5,10 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jsonschema
+if TYPE_CHECKING:
+    import jsonschema
 
 #: Longest piece of a value a message repeats: enough to recognise it, short enough
 #: that a 5,000-character ticket does not bury the one line that says what is wrong.

@@ -30,10 +30,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
-
-import jsonschema
-import jsonschema_rs
+from typing import TYPE_CHECKING, Any
 
 from promptlab.checks.extraction import CUT_OFF, NoJSON, NotJsonConstant, extract_json, find_json
 from promptlab.checks.extraction import MAX_OPENINGS as MAX_OPENINGS
@@ -45,6 +42,9 @@ from promptlab.checks.schema_guard import (
 )
 from promptlab.checks.schema_messages import json_path
 from promptlab.errors import TemplateError
+
+if TYPE_CHECKING:
+    import jsonschema
 
 __all__ = [
     "CheckStatus",
@@ -121,6 +121,8 @@ class Checker:
         # Patterns are left to jsonschema on RE2 alone, so one regex engine decides.
         self._fast: Any = None
         if self.refused is None and not has_patterns(schema):
+            import jsonschema_rs  # with the first schema: a run without one never loads it
+
             try:
                 self._fast = jsonschema_rs.Draft202012Validator(
                     dict(schema), retriever=refuse_retrieval

@@ -10,7 +10,7 @@ import dataclasses
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -23,6 +23,8 @@ from promptlab.server.discovery import ServerInfo
 
 #: Seconds between polls of the run's progress.
 POLL_S = 0.5
+#: The first short wait near a run's end (see PollPace).
+END_POLL_S = 0.05
 #: Seconds between progress lines when stderr is not a terminal.
 PIPED_LINE_S = 5.0
 
@@ -73,6 +75,7 @@ def _watch(client: ServerClient, run_id: str, quiet: bool) -> None:
     previous = signal.signal(signal.SIGINT, on_sigint)
     tty = sys.stderr.isatty()
     last = 0.0
+    pace = PollPace()
     try:
         while True:
             progress = client.get(f"/v1/runs/{run_id}")
@@ -84,8 +87,37 @@ def _watch(client: ServerClient, run_id: str, quiet: bool) -> None:
                 fields = {f.name for f in dataclasses.fields(RunProgress)} - {"limiters"}
                 line = progress_line(RunProgress(**{k: progress[k] for k in fields}))
                 click.echo(f"\r{line}\x1b[K" if tty else line, err=True, nl=not tty)
-            time.sleep(POLL_S)
+            time.sleep(pace.wait(progress))
         if not quiet and tty:
             click.echo("", err=True)
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+class PollPace:
+    """How long to wait before polling a run's progress again.
+
+    POLL_S while the run goes on. Near its end, less, so the end is seen soon after it
+    happens rather than up to POLL_S late (the server offers no wait on a run):
+    - when its ETA is under POLL_S, the wait is the ETA;
+    - when nothing is pending or in flight (the run is recording its end), END_POLL_S.
+    Each kind of short wait is at least twice the last of its kind, up to POLL_S: a run
+    that lingers (a stall on its last items, after-run work) costs a few polls more, not
+    twenty a second.
+    """
+
+    def __init__(self) -> None:
+        self._due = END_POLL_S
+        self._closing = END_POLL_S
+
+    def wait(self, progress: Mapping[str, Any]) -> float:
+        """Seconds to wait after `progress` (the JSON of the run's progress)."""
+        if progress["total"] and not progress["pending"] and not progress["in_flight"]:
+            wait, self._closing = self._closing, min(POLL_S, 2 * self._closing)
+            return wait
+        eta = progress.get("eta_s")
+        if eta is None or eta >= POLL_S:
+            return POLL_S
+        wait = max(self._due, eta)
+        self._due = min(POLL_S, 2 * wait)
+        return wait

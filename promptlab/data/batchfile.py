@@ -9,9 +9,10 @@ the OpenAI Batch output format.
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from typing import Any
 from promptlab.data.datasets import DATASET_LINES
 from promptlab.data.jsonl import numbered_jsonl
 from promptlab.errors import SpecError, TemplateError
-from promptlab.prompts.limits import MAX_MESSAGE_CHARS, MAX_RENDERED_CHARS
+from promptlab.prompts.sizes import MAX_MESSAGE_CHARS, MAX_RENDERED_CHARS
 from promptlab.prompts.templates import ROLES, normalize_params
 
 #: Body fields promptlab reads (limits, preflight, sampling rules); `max_completion_tokens`
@@ -152,26 +153,56 @@ def check_request_file(
     path: Path,
     id_field: str = "custom_id",
     refuse: Callable[[BatchRequest], str | None] | None = None,
+    rows: Sequence[Mapping[str, Any]] | None = None,
 ) -> int:
     """Check every line of a request file; return the count. Ids must be unique, and
-    `refuse` (the model's rules) names what a line asks that its model does not take."""
+    `refuse` (the model's rules) names what a line asks that its model does not take.
+
+    `rows`: every row of the file, in order, as already read (a run's count keeps a small
+    file's): they are checked instead of the file being parsed again. A refused row is
+    still named by its line number (the file is read up to it then).
+    """
     seen: set[str] = set()
     count = 0
-    for number, row in _lines(path):
+    numbered = _lines(path) if rows is None else enumerate(rows)
+
+    def where(number: int) -> str:  # `number` is the row's index when `rows` are given
+        return f"{path}, line {number if rows is None else _line_number(path, number)}"
+
+    for number, row in numbered:
         try:
-            request = request_from_row(row, id_field)
+            problem = _problem(row, id_field, refuse, seen)
         except TemplateError as exc:
-            raise SpecError(f"{path}, line {number}: {exc}") from exc
-        refused = refuse(request) if refuse is not None else None
-        if refused is not None:
-            raise SpecError(f"{path}, line {number}: {refused}")
-        if request.custom_id in seen:
-            raise SpecError(f"{path}, line {number}: {id_field} {request.custom_id!r} repeats")
-        seen.add(request.custom_id)
+            raise SpecError(f"{where(number)}: {exc}") from exc
+        if problem is not None:
+            raise SpecError(f"{where(number)}: {problem}")
         count += 1
     if not count:
         raise SpecError(f"{path}: no requests")
     return count
+
+
+def _problem(
+    row: Mapping[str, Any],
+    id_field: str,
+    refuse: Callable[[BatchRequest], str | None] | None,
+    seen: set[str],
+) -> str | None:
+    """What is wrong with one line (TemplateError when it is no request), or None; its
+    id is then taken (`seen`)."""
+    request = request_from_row(row, id_field)
+    refused = refuse(request) if refuse is not None else None
+    if refused is not None:
+        return refused
+    if request.custom_id in seen:
+        return f"{id_field} {request.custom_id!r} repeats"
+    seen.add(request.custom_id)
+    return None
+
+
+def _line_number(path: Path, index: int) -> int:
+    """The line number of the file's row `index` (from 0; blank lines hold no row)."""
+    return next(itertools.islice(_lines(path), index, None))[0]
 
 
 def _lines(path: Path) -> Iterator[tuple[int, Mapping[str, Any]]]:

@@ -96,7 +96,8 @@ class RunRows:
                 if spec.dataset is None:
                     raise SpecError("requests sent as written are read from a JSONL file")
                 refuse = (refusers or {}).get(index)
-                check_request_file(spec.dataset, variant.id_field, refuse)
+                # A small file's rows as its count read them (not parsed once more).
+                check_request_file(spec.dataset, variant.id_field, refuse, self._kept)
         if spec.split:
             self.check_units()
 

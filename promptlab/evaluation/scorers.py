@@ -29,8 +29,6 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from simpleeval import EvalWithCompoundTypes
-
 from promptlab.checks import patterns
 from promptlab.checks.rules import FUNCTIONS, check_expression, wrap
 from promptlab.checks.validation import extract_json
@@ -274,6 +272,9 @@ def _expression(s: Scorer, output: str, expected: Any, row: Mapping[str, Any]) -
         parsed: Any = extract_json(output)[0]
     except Exception:  # noqa: BLE001 - not JSON: `parsed` is None, the text is still there
         parsed = None
+    # Imported by the first expression scored: a run that scores none never loads it.
+    from simpleeval import EvalWithCompoundTypes
+
     evaluator = EvalWithCompoundTypes(
         functions=dict(FUNCTIONS),
         names={

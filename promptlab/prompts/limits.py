@@ -22,26 +22,21 @@ from jinja2.runtime import Context
 
 from promptlab.errors import TemplateLimitError
 
-#: Characters in one message, and in a whole template (its canonical JSON), at save time.
-#: Every listing reads stored versions whole, and DuckDB works in 64 MB (store/connection.py):
-#: a 20 MB message ran it out of memory. 200k characters is a long book chapter.
-MAX_MESSAGE_CHARS = 200_000
-MAX_TEMPLATE_CHARS = 1_000_000
-#: Nesting of tags, filters and operators. Real prompts stay under 10 levels; Jinja's parser
-#: and compiler recurse (about 15 Python frames a level) and CPython refuses code nested
-#: 100 deep, so deeper templates would end in RecursionError or SyntaxError.
-MAX_TEMPLATE_DEPTH = 40
-#: `for` loops inside one another. CPython compiles at most 20 nested blocks, and every
-#: extra level multiplies the work of a render.
-MAX_NESTED_LOOPS = 8
-#: Characters one render may produce, all messages together. A million characters is about
-#: 250k tokens, more than the context window of the models we call; counted as the text
-#: streams out, so a runaway template stops before it holds much memory.
-MAX_RENDERED_CHARS = 1_000_000
-#: Loop iterations one render may run, all loops of all messages together: room to loop
-#: over thousands of items a few times, far short of the 13 million of four nested loops
-#: over 60 items (a 95 MB prompt that took 3.9 GB to render).
-MAX_LOOP_ITERATIONS = 100_000
+# The numbers are in sizes.py, which loads no jinja2 (a request file's check uses them).
+from promptlab.prompts.sizes import (
+    MAX_LOOP_ITERATIONS,
+    MAX_MESSAGE_CHARS,
+    MAX_NESTED_LOOPS,
+    MAX_RENDERED_CHARS,
+    MAX_TEMPLATE_CHARS,
+    MAX_TEMPLATE_DEPTH,
+)
+
+__all__ = [
+    "BOUNDED_FILTERS", "BUDGET_VARIABLE", "COUNT_LOOP_FILTER", "MAX_LOOP_ITERATIONS",
+    "MAX_MESSAGE_CHARS", "MAX_NESTED_LOOPS", "MAX_RENDERED_CHARS", "MAX_TEMPLATE_CHARS",
+    "MAX_TEMPLATE_DEPTH", "RenderBudget", "count_loop_items",
+]  # fmt: skip
 
 #: The render variable holding the budget. Templates cannot name it: names starting
 #: with '_' are refused at save time.

