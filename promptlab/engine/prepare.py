@@ -120,6 +120,7 @@ class PreparedRun:
         for chunk in plan_items(run_id, self.rows.read(), names, strategy, self.spec.repeats):
             read += len(chunk.rows)
             yield chunk
+        self.rows.release()
         if self.plan_rows is not None and read != self.plan_rows:
             spec = self.spec
             raise SpecError(

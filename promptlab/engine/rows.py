@@ -40,7 +40,7 @@ class RunRows:
     def __init__(self, spec: RunSpec, datasets: DatasetStore) -> None:
         self.spec = spec
         self.datasets = datasets
-        #: A small JSON Lines file's rows as counted, until the first `read` takes them.
+        #: A small JSON Lines file's rows as counted, read in their place until `release`.
         self._kept: list[dict[str, Any]] | None = None
 
     def count(self) -> int:
@@ -55,12 +55,11 @@ class RunRows:
 
     def read(self, with_history: bool = False) -> Iterator[Mapping[str, Any]]:
         """The rows in order: the first `limit_rows`, or all. A small file's rows as they
-        were counted (once: they are not held after), else read afresh at each call.
+        were counted (until `release`), else read afresh at each call.
         A replay's rows hold their part of their session's history; `with_history` (an
         estimate) adds the history before each turn (conversations/replay.py)."""
-        kept, self._kept = self._kept, None
-        if kept is not None:
-            return itertools.islice(kept, self.spec.limit_rows)
+        if self._kept is not None:
+            return itertools.islice(self._kept, self.spec.limit_rows)
         if self.spec.history is not None:
             log = self._log()
             return replay_rows(self.datasets.tables, *log, self.spec.limit_rows, with_history)
@@ -85,6 +84,11 @@ class RunRows:
         count = self.count()
         check_plan_size(self.spec, count, ceiling)
         return used_rows(self.spec, count)
+
+    def release(self) -> None:
+        """Drop the rows kept from the count (up to KEPT_FILE_BYTES): the plan has read
+        them; a later read reads the file again."""
+        self._kept = None
 
     def check_each(self, refusers: Mapping[int, LineRefuser] | None = None) -> None:
         """What a new run checks row by row before it exists: each line of a file sent as
