@@ -15,6 +15,7 @@ from promptlab.ui.resources import get_workbench
 from tests.apptest_helpers import shown
 
 RUNS_PAGE = str(Path(__file__).resolve().parent.parent / "pages" / "runs.py")
+COMPARE_PAGE = str(Path(__file__).resolve().parent.parent / "pages" / "compare.py")
 TIMEOUT_S = 30
 LISTED = 50
 
@@ -41,14 +42,20 @@ def newer_runs(count: int) -> None:
         runs.create_run(f"run_newer_{n:03d}", f"newer-{n}", {}, [variant])
 
 
+def opened_at(page: str, run_id: str) -> AppTest:
+    """`page` opened at `?run=run_id`, run once without an exception."""
+    at = AppTest.from_file(page, default_timeout=TIMEOUT_S)
+    at.query_params["run"] = run_id
+    at.run()
+    assert not at.exception
+    return at
+
+
 def test_a_link_opens_a_run_older_than_the_listed_ones(tmp_path: Path) -> None:
     old = finished_run(tmp_path, "old-one")
     newer_runs(LISTED)
     assert old not in {r.run.run_id for r in get_workbench().runs.list()}
-    at = AppTest.from_file(RUNS_PAGE, default_timeout=TIMEOUT_S)
-    at.query_params["run"] = old
-    at.run()
-    assert not at.exception
+    at = opened_at(RUNS_PAGE, old)
     assert at.selectbox(key="run_choice").value == old
     assert not any("not found" in shown(e.value) for e in at.error)
 
@@ -63,9 +70,6 @@ def test_runs_with_results_lists_a_named_older_run_beside_the_newest(tmp_path: P
     assert [r.run.run_id for r in listed] == [new, old]
 
 
-COMPARE_PAGE = str(Path(__file__).resolve().parent.parent / "pages" / "compare.py")
-
-
 def test_a_compare_link_opens_a_run_older_than_the_listed_ones(tmp_path: Path) -> None:
     old = finished_run(tmp_path, "old-compared")
     newer_runs(LISTED)
@@ -78,9 +82,6 @@ def test_a_compare_link_opens_a_run_older_than_the_listed_ones(tmp_path: Path) -
                 [f"run_newer_{n:03d}", f"-{n}", old],
             )
     assert old not in {r.run_id for r in get_workbench().analysis.runs_with_results()}
-    at = AppTest.from_file(COMPARE_PAGE, default_timeout=TIMEOUT_S)
-    at.query_params["run"] = old
-    at.run()
-    assert not at.exception
+    at = opened_at(COMPARE_PAGE, old)
     assert at.selectbox(key="compare_run").value == old
     assert not any("no results to compare" in shown(w.value) for w in at.warning)
