@@ -35,6 +35,9 @@ from typing import Any
 #: Starts every cache file; the number changes with the layout below.
 MAGIC = b"promptlab-bpe-cache 1\n"
 _DIGEST_BYTES = hashlib.sha256().digest_size
+#: A cache file larger than this is not read (cl100k's is 1.6 MB): bounded memory
+#: whatever was put in the folder.
+MAX_CACHE_BYTES = 64 * 2**20
 #: The arguments tiktoken.Encoding takes, and the type of each.
 _ARGUMENTS = {"name": str, "pat_str": str, "mergeable_ranks": dict, "special_tokens": dict}
 
@@ -84,9 +87,10 @@ def read_cached(path: Path, source: bytes) -> dict[str, Any] | None:
     except OSError:
         return None
     with open(descriptor, "rb") as handle:
-        if not _trusted(os.fstat(descriptor)):
+        info = os.fstat(descriptor)
+        if not _trusted(info) or info.st_size > MAX_CACHE_BYTES:
             return None
-        data = handle.read()
+        data = handle.read(MAX_CACHE_BYTES + 1)
     head, payload = data[: len(MAGIC) + _DIGEST_BYTES], data[len(MAGIC) + _DIGEST_BYTES :]
     if head[: len(MAGIC)] != MAGIC:
         return None
