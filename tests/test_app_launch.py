@@ -51,10 +51,15 @@ def test_the_launched_app_serves_the_api_before_any_page_view(tmp_path: Path) ->
             info = find_server(db)
             time.sleep(0.05)
         assert info.url == f"http://127.0.0.1:{api}"
-        # A command now goes through the app's process, which owns the database.
-        status = CliRunner().invoke(main, ["--db", str(db), "status"])
-        assert status.exit_code == 0, status.output
-        assert "triage-split" in status.output  # the demo, loaded before any page view
+        # A command now goes through the app's process, which owns the database. The API
+        # answers as soon as the workbench is open; the demo run is submitted right after.
+        while True:
+            status = CliRunner().invoke(main, ["--db", str(db), "status"])
+            assert status.exit_code == 0, status.output
+            if "triage-split" in status.output:  # the demo, started before any page view
+                break
+            assert proc.poll() is None and time.monotonic() < deadline, status.output
+            time.sleep(0.05)
         # ... and the pages are served after it, by the same process.
         while not app_answers(port):
             assert proc.poll() is None and time.monotonic() < deadline, "no app"
