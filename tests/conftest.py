@@ -10,6 +10,7 @@ import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -44,6 +45,26 @@ def cache_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tests' XDG_CACHE_HOME (the offline tokenizer's parsed encoding): one per
     session (per xdist worker), never the developer's ~/.cache."""
     return tmp_path_factory.mktemp("xdg-cache")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def one_component_scan() -> Iterator[None]:
+    """Each AppTest's first run scanned every installed package's metadata for Streamlit
+    components (0.15-0.25 s; streamlit/testing/v1/app_test.py, `_run`). The packages
+    installed do not change within a session: the first scan serves every AppTest."""
+    from streamlit.components.v2 import manifest_scanner
+
+    scanned: dict[int | None, Any] = {}
+    scan = manifest_scanner.scan_component_manifests
+
+    def scan_once(max_workers: int | None = None) -> Any:
+        if max_workers not in scanned:
+            scanned[max_workers] = scan(max_workers)
+        return list(scanned[max_workers])
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(manifest_scanner, "scan_component_manifests", scan_once)
+        yield
 
 
 @pytest.fixture(autouse=True)
