@@ -6,11 +6,11 @@ so each is built once per session (per xdist worker) and every test gets its own
 
 from __future__ import annotations
 
+import functools
 import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -54,14 +54,7 @@ def one_component_scan() -> Iterator[None]:
     installed do not change within a session: the first scan serves every AppTest."""
     from streamlit.components.v2 import manifest_scanner
 
-    scanned: dict[int | None, Any] = {}
-    scan = manifest_scanner.scan_component_manifests
-
-    def scan_once(max_workers: int | None = None) -> Any:
-        if max_workers not in scanned:
-            scanned[max_workers] = scan(max_workers)
-        return list(scanned[max_workers])
-
+    scan_once = functools.cache(manifest_scanner.scan_component_manifests)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(manifest_scanner, "scan_component_manifests", scan_once)
         yield

@@ -70,6 +70,11 @@ def test_the_launched_app_serves_the_api_before_any_page_view(tmp_path: Path) ->
         proc.wait(60)
 
 
+def assert_runs_in_a_fresh_interpreter(probe: str) -> None:
+    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
 def test_the_launcher_imports_what_the_pages_import_before_serving() -> None:
     """pandas and Plotly (through views/) are loaded before the port opens, not by the
     first visitor's page."""
@@ -81,8 +86,7 @@ def test_the_launcher_imports_what_the_pages_import_before_serving() -> None:
         "'promptlab.facades.analysis') if m not in sys.modules]; "
         "assert not missing, missing"
     )
-    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
+    assert_runs_in_a_fresh_interpreter(probe)
 
 
 def test_the_launcher_loads_what_a_page_s_first_run_imports_inside_functions() -> None:
@@ -96,8 +100,7 @@ def test_the_launcher_loads_what_a_page_s_first_run_imports_inside_functions() -
         "missing = [m for m in FIRST_VIEW_IMPORTS if m not in sys.modules]; "
         "assert not missing, missing"
     )
-    done = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
+    assert_runs_in_a_fresh_interpreter(probe)
 
 
 def test_the_app_watches_no_files() -> None:

@@ -16,6 +16,7 @@ import contextlib
 import importlib
 import logging
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 from promptlab.errors import StoreError
@@ -55,22 +56,25 @@ def warm_page_imports(argv: list[str]) -> None:
     script = next((Path(a) for a in argv[1:] if a.endswith(".py")), None)
     if script is None or not script.is_file():
         return
-    for name in page_imports(script):
+    _import_each(page_imports(script))
+
+
+def _import_each(names: Iterable[str]) -> None:
+    for name in names:
         with contextlib.suppress(ImportError):  # the page says it when it runs
             importlib.import_module(name)
 
 
 #: Imported inside functions on a page's first run, not at the top of a module: the
-#: analysis's t and chi-square distributions (scipy.stats, about half a second here) and
-#: the charts; and Streamlit's emoji catalogue, whose pattern `st.set_page_config`'s
-#: emoji icon compiles (a fifth of a second). Loaded before the port opens instead.
-FIRST_VIEW_IMPORTS = ("scipy.stats", "plotly.graph_objects", "streamlit.emojis")
+#: analysis's t and chi-square distributions (scipy.stats, about half a second here),
+#: and Streamlit's emoji catalogue, whose pattern `st.set_page_config`'s emoji icon
+#: compiles (a fifth of a second). Loaded before the port opens instead. (The charts'
+#: plotly.graph_objects is not: a first view draws no chart.)
+FIRST_VIEW_IMPORTS = ("scipy.stats", "streamlit.emojis")
 
 
 def warm_first_view() -> None:
-    for name in FIRST_VIEW_IMPORTS:
-        with contextlib.suppress(ImportError):
-            importlib.import_module(name)
+    _import_each(FIRST_VIEW_IMPORTS)
 
 
 def main() -> None:
