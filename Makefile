@@ -6,7 +6,7 @@ PORT ?= 8501
 # The API the app serves beside its pages (promptlab serve's, in the same process).
 API ?= 127.0.0.1:8765
 
-.PHONY: run test pytest lint install install-dev chromium redis bench clean
+.PHONY: run test lint install install-dev chromium redis bench clean
 
 # uv installs the requirements: the same versions pip picks, in 16 s where pip took 65 s
 # on a fresh machine (docs/explanation/suite.md).
@@ -62,19 +62,14 @@ lint: install-dev
 	$(VENV)/bin/ruff format --check promptlab pages app.py tests bench docs
 	$(VENV)/bin/mypy
 
-# Lint runs beside the tests: they leave about a fifth of the two cores idle.
-# pytest-xdist spreads the tests over WORKERS processes; each builds the demo databases
-# once (tests/conftest.py). tests/test_docs.py builds the docs site (mkdocs build
-# --strict) and checks its examples. The 25 slowest tests are printed at the end, so each
-# run's log says where the time went. Python writes its bytecode caches here even where
-# the environment says not to (PYTHONDONTWRITEBYTECODE): every subprocess a test starts
-# reuses them, and pytest keeps the test modules it rewrote.
+# pytest-xdist spreads the tests over WORKERS processes (one per core: the suite is bound
+# by the CPU, docs/explanation/suite.md); each builds the demo databases once
+# (tests/conftest.py). tests/test_docs.py builds the docs site (mkdocs build --strict) and
+# checks its examples. The 25 slowest tests are printed at the end, so each run's log says
+# where the time went.
 WORKERS ?= 2
-test: install-dev chromium redis
-	@$(MAKE) --no-print-directory -j2 lint pytest
-
-pytest: install-dev
-	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -n $(WORKERS) --durations=25
+test: install-dev chromium redis lint
+	$(PY) -m pytest -q -n $(WORKERS) --durations=25
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
