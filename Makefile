@@ -8,12 +8,12 @@ API ?= 127.0.0.1:8765
 
 .PHONY: run test lint install install-dev chromium redis bench clean
 
-# uv installs the requirements: the same versions pip picks, in 16 s where pip took 65 s
-# on a fresh machine (docs/explanation/suite.md). uv reads its own settings, not pip's:
-# behind a private package index, set UV_DEFAULT_INDEX (or the older UV_INDEX_URL) too.
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
+# uv installs the requirements: the same versions pip picks, in 16 s where pip took 65 s
+# on a fresh machine (docs/explanation/suite.md). uv reads its own settings, not pip's:
+# behind a private package index, set UV_DEFAULT_INDEX (or the older UV_INDEX_URL) too.
 $(VENV)/bin/uv: | $(PY)
 	$(PY) -m pip install -q 'uv>=0.13,<0.14'
 

@@ -9,8 +9,13 @@ set -euo pipefail
 [ $# -ge 1 ] || { echo "usage: bash bench/first_run.sh COMMIT [COMMIT...]" >&2; exit 2; }
 repo=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d)
-trap 'pkill -f "server.port 86[0-9][0-9]" 2>/dev/null || true; rm -rf "$work"' EXIT
 port=8601
+# Only the apps this script started (ports 8601 on), never another app on the machine.
+stop_apps() {
+    local p
+    for ((p = 8601; p < port + 1; p++)); do pkill -f "server.port $p( |$)" 2> /dev/null || true; done
+}
+trap 'stop_apps; rm -rf "$work"' EXIT
 first=""
 for commit in "$@"; do
     dir="$work/$port"
@@ -24,7 +29,7 @@ for commit in "$@"; do
         sleep 0.2
     done
     seconds=$(echo "$(date +%s.%N) - $start" | bc)
-    pkill -f "server.port $port" || true
+    pkill -f "server.port $port( |$)" || true
     wait || true
     if [ -z "$first" ]; then first=$seconds; fi
     printf '%-12s make run -> app answers: %6.1f s  (%.2fx the first)\n' \
