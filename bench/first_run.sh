@@ -10,10 +10,20 @@ set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d)
 port=8601
-# Only the apps this script started (ports 8601 on), never another app on the machine.
+# Stop the app on port $1 and wait for it to exit (it closes its database first), up to
+# 20 s, then kill it. Only apps this script started: never another app on the machine.
+stop_app() {
+    local app="server.port $1( |\$)" tries
+    pkill -f "$app" 2> /dev/null || return 0
+    for ((tries = 0; tries < 100; tries++)); do
+        pgrep -f "$app" > /dev/null || return 0
+        sleep 0.2
+    done
+    pkill -9 -f "$app" 2> /dev/null || true
+}
 stop_apps() {
     local p
-    for ((p = 8601; p < port + 1; p++)); do pkill -f "server.port $p( |$)" 2> /dev/null || true; done
+    for ((p = 8601; p <= port; p++)); do stop_app "$p"; done
 }
 trap 'stop_apps; rm -rf "$work"' EXIT
 first=""
@@ -29,7 +39,7 @@ for commit in "$@"; do
         sleep 0.2
     done
     seconds=$(echo "$(date +%s.%N) - $start" | bc)
-    pkill -f "server.port $port( |$)" || true
+    stop_app "$port"
     wait || true
     if [ -z "$first" ]; then first=$seconds; fi
     printf '%-12s make run -> app answers: %6.1f s  (%.2fx the first)\n' \
