@@ -89,8 +89,28 @@ def started_app(
 
 
 @pytest.fixture
-def app_url(tmp_path: Path) -> Iterator[str]:
+def first_start_url(tmp_path: Path) -> Iterator[str]:
+    """The app's first start on an empty database: it loads the demo and runs the demo
+    experiment in the background (a few seconds of its CPU: only the test of that start
+    pays them)."""
     with started_app(tmp_path) as url:
+        yield url
+
+
+@pytest.fixture
+def demo_url(demo_db: Path, tmp_path: Path) -> Iterator[str]:
+    """The app over a copy of the `init --demo` database: the demo prompts, datasets and
+    experiment, and its finished run (tests/conftest.py builds it once per worker)."""
+    shutil.copyfile(demo_db, tmp_path / "app.duckdb")
+    with started_app(tmp_path) as url:
+        yield url
+
+
+@pytest.fixture
+def app_url(tmp_path: Path) -> Iterator[str]:
+    """The app over tmp_path/app.duckdb as the test's fixtures left it (`run_with_items`),
+    with no demo loaded into it."""
+    with started_app(tmp_path, PROMPTLAB_DEMO="0") as url:
         yield url
 
 
@@ -169,19 +189,19 @@ def page(request: pytest.FixtureRequest) -> Iterator[Page]:
 
 
 def test_create_a_new_version_and_see_it_in_history(
-    app_url: str, page: Page, tmp_path: Path
+    demo_url: str, page: Page, tmp_path: Path
 ) -> None:
     from playwright.sync_api import expect
 
-    page.goto(app_url)
-    # The first page is Prompts, or Compare once the demo run has results: go to Prompts
-    # as a user does, by its link.
+    page.goto(demo_url)
+    # The first page is Compare, the demo run having results: go to Prompts as a user
+    # does, by its link.
     page.get_by_role("link", name="Prompts").click(timeout=PAGE_STEP_MS)
     expect(page.get_by_role("heading", name="Prompts")).to_be_visible(timeout=PAGE_STEP_MS)
-    # The demo prompts are loaded on first start with an empty database. The description is
-    # a cell of the prompts table, drawn on a canvas: its accessible grid holds the text,
-    # which Chromium once counted as hidden under load (4 workers on 2 cores), so the
-    # check is that the cell is there, not how it is painted.
+    # The demo prompts are there. The description is a cell of the prompts table, drawn
+    # on a canvas: its accessible grid holds the text, which Chromium once counted as
+    # hidden under load (4 workers on 2 cores), so the check is that the cell is there,
+    # not how it is painted.
     expect(page.get_by_text("Summarize an article into a short digest entry").first).to_be_attached(
         timeout=PAGE_STEP_MS
     )
@@ -224,11 +244,11 @@ def test_create_a_new_version_and_see_it_in_history(
 
 
 def test_deep_link_to_runs_on_a_fresh_server_then_run_the_demo_ab(
-    app_url: str, page: Page, tmp_path: Path
+    demo_url: str, page: Page, tmp_path: Path
 ) -> None:
     from playwright.sync_api import expect
 
-    page.goto(f"{app_url}/runs")  # the first request of this server process
+    page.goto(f"{demo_url}/runs")  # the first request of this server process
     expect(page.get_by_role("heading", name="Runs")).to_be_visible(timeout=PAGE_STEP_MS)
     # Inside the app shell: titled navigation, not a bare pages/ listing.
     expect(page.get_by_role("link", name="Prompts")).to_be_visible(timeout=PAGE_STEP_MS)
@@ -335,13 +355,13 @@ def test_deep_link_to_an_item_on_a_fresh_server(
 
 
 def test_create_an_experiment_in_the_form_launch_it_and_follow_it(
-    app_url: str, page: Page, tmp_path: Path
+    demo_url: str, page: Page, tmp_path: Path
 ) -> None:
     from playwright.sync_api import expect
 
-    page.goto(f"{app_url}/experiments")
+    page.goto(f"{demo_url}/experiments")
     expect(page.get_by_role("heading", name="Experiments")).to_be_visible(timeout=PAGE_STEP_MS)
-    # The first start brought the demo experiment (and ran it: see the Runs page).
+    # The demo brought its experiment (and ran it: see the Runs page).
     expect(page.get_by_text("staging weight")).to_be_visible(timeout=PAGE_STEP_MS)
     page.get_by_text("New experiment").click()
     form = page.get_by_test_id("stForm").first
@@ -417,7 +437,7 @@ DEMO_SPLIT_RESULTS = 800
 
 
 def test_compare_is_the_first_page_once_the_demo_run_has_results(
-    app_url: str, page: Page, tmp_path: Path
+    first_start_url: str, page: Page, tmp_path: Path
 ) -> None:
     from playwright.sync_api import expect
 
@@ -426,7 +446,7 @@ def test_compare_is_the_first_page_once_the_demo_run_has_results(
     first_page = page.get_by_role("heading", name=re.compile(r"^(Prompts|Compare)$"))
     deadline = time.monotonic() + 200
     while True:  # the first start runs the demo experiment in the background
-        page.goto(app_url)  # a new session each time: it lands on Compare once results exist
+        page.goto(first_start_url)  # a new session each time: Compare once results exist
         # Wait for the session's first page, whichever it is, then look again if it is
         # not Compare yet, or Compare of a run still going (the page shows what was
         # stored when it ran: waiting on one session waited out the run).
@@ -480,9 +500,12 @@ def test_with_the_app_open_a_cli_run_goes_through_it_and_shows_live(
 
     from promptlab.server.discovery import find_server
 
-    server = fakellm_factory(latency_ms=150)
+    server = fakellm_factory()
+    # Every request is held in flight until the test has seen the run live, then let
+    # through: the run is running for as long as the checks take, however busy the machine.
+    server.gate(0)
     dataset = tmp_path / "rows.csv"
-    dataset.write_text("text\n" + "".join(f"row {i}\n" for i in range(120)))  # ~9 s
+    dataset.write_text("text\n" + "".join(f"row {i}\n" for i in range(20)))
     spec = tmp_path / "from-cli.yaml"
     spec.write_text(
         "name: from-cli\ndataset: rows.csv\nvariants:\n"
@@ -525,6 +548,8 @@ def test_with_the_app_open_a_cli_run_goes_through_it_and_shows_live(
                 capture_output=True, text=True, env=env, timeout=60,
             )  # fmt: skip
             assert status.returncode == 0 and "from-cli" in status.stdout, status.stderr
+            assert server.stats()["successes"] == 0  # all held: it was live throughout
+            server.gate(None)
             out, err = cli.communicate(timeout=120)
         finally:
             if cli.poll() is None:

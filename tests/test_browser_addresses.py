@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from tests.test_browser import (  # noqa: F401 (fixtures, marks)
     PAGE_STEP_MS,
-    app_url,
+    demo_url,
     is_loopback_url,
     outside_requests,
     page,
@@ -31,17 +31,17 @@ ADDRESSES = {
 
 
 def test_every_page_opens_at_its_own_address(
-    app_url: str,  # noqa: F811
+    demo_url: str,  # noqa: F811
     page: Page,  # noqa: F811
     tmp_path: Path,
 ) -> None:
     from playwright.sync_api import expect
 
-    page.goto(app_url)  # the server's first session: st.navigation is known from now on
-    # Its first page: Prompts, or Compare once the demo run has results.
+    page.goto(demo_url)  # the server's first session: st.navigation is known from now on
+    # Its first page: Compare, the demo run having results.
     expect(page.get_by_role("link", name="Audit")).to_be_visible(timeout=PAGE_STEP_MS)
     for path, heading in ADDRESSES.items():
-        page.goto(f"{app_url}/{path}")  # a new session, straight to the page
+        page.goto(f"{demo_url}/{path}")  # a new session, straight to the page
         expect(page.get_by_role("heading", name=heading)).to_be_visible(timeout=PAGE_STEP_MS)
         assert page.url.split("?")[0].endswith(f"/{path}")
         expect(page.get_by_text("Page not found")).to_have_count(0)

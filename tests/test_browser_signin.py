@@ -5,6 +5,7 @@ what they change. Against a local mock provider (oidc-provider-mock) on 127.0.0.
 from __future__ import annotations
 
 import re
+import shutil
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -62,7 +63,7 @@ def secrets_file(tmp_path: Path, app_port: int, issuer: str) -> Path:
 
 
 def test_a_team_signs_in_and_what_they_change_is_theirs(
-    tmp_path: Path, page: Page, oidc_provider: str
+    tmp_path: Path, page: Page, oidc_provider: str, demo_db: Path
 ) -> None:
     from playwright.sync_api import expect
 
@@ -70,6 +71,7 @@ def test_a_team_signs_in_and_what_they_change_is_theirs(
     from promptlab.store.audit import AuditFilter
     from promptlab.workbench import Workbench
 
+    shutil.copyfile(demo_db, tmp_path / "app.duckdb")  # the demo's prompts to change
     port = free_port()
     secrets = secrets_file(tmp_path, port, oidc_provider)
     with started_app(tmp_path, port=port, args=["--secrets.files", str(secrets)]) as url:
@@ -89,6 +91,8 @@ def test_a_team_signs_in_and_what_they_change_is_theirs(
         # (A word joiner after the @ keeps Markdown from reading it as a shorthand.)
         signed_in = re.compile(r"Signed in as ada@\u2060?example\.com")
         expect(page.get_by_text(signed_in)).to_be_visible(timeout=PAGE_STEP_MS)
+        # Back from the provider on the first page (Compare, the demo run having results).
+        page.get_by_role("link", name="Prompts").click(timeout=PAGE_STEP_MS)
         expect(page.get_by_role("heading", name="Prompts")).to_be_visible(timeout=PAGE_STEP_MS)
         page.get_by_role("tab", name="Edit").click()
         message = page.get_by_label("Message 2 (user)")

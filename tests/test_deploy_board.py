@@ -17,6 +17,7 @@ import re
 import shutil
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -162,7 +163,11 @@ def exported(demo_db_once: Path, tmp_path_factory: pytest.TempPathFactory) -> di
                 assert answer.status_code == 200, answer.text
                 return answer.text
 
-            run_id = wb.runs.start(wb.runs.load_spec(ROOT / "data/demo/runs/triage-ab.yaml"))
+            spec = wb.runs.load_spec(ROOT / "data/demo/runs/triage-ab.yaml")
+            # Its limiter, four times faster than the file's 600 a minute, which only
+            # made this wait 7 s: the series are the same.
+            faster = {name: replace(cap, rpm=2400) for name, cap in spec.limits.items()}
+            run_id = wb.runs.start(replace(spec, limits=faster))
             live = ""
             while "promptlab_limiter_gate_closed{" not in live and wb.runs.is_active(run_id):
                 live = scrape()
