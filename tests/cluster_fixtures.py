@@ -118,7 +118,8 @@ class Workers:
 
         app = make_app(self.url)
         deadline = time.monotonic() + 60
-        while len(app.control.ping(timeout=0.5) or []) < count:
+        # `limit`: return once `count` have answered, not at the end of the timeout.
+        while len(app.control.ping(timeout=0.5, limit=count) or []) < count:
             assert time.monotonic() < deadline, "the workers did not start"
             assert all(p.poll() is None for p in self.procs), "a worker exited"
 

@@ -71,7 +71,9 @@ class Capture:
 @pytest.fixture
 def capture() -> Iterator[Capture]:
     server = Capture()
-    thread = threading.Thread(target=server.server.serve_forever, daemon=True)
+    thread = threading.Thread(
+        target=server.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
     thread.start()
     try:
         yield server

@@ -37,7 +37,9 @@ class _Capture(http.server.BaseHTTPRequestHandler):
 def capture() -> Iterator[str]:
     _Capture.seen = []
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Capture)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}/v1"

@@ -108,7 +108,9 @@ class CaptureServer(ThreadingHTTPServer):
         self.echo = echo
         self.seen: list[dict[str, str]] = []
         self.url = f"http://127.0.0.1:{self.server_address[1]}"
-        threading.Thread(target=self.serve_forever, daemon=True).start()
+        threading.Thread(
+            target=self.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        ).start()
 
     def header_values(self) -> list[str]:
         return [value for headers in self.seen for value in headers.values()]
