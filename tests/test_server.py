@@ -27,6 +27,7 @@ from promptlab.fakellm.server import RunningServer
 from promptlab.server.client import ServerClient
 from promptlab.server.discovery import ServerInfo, discovery_path, find_server
 from promptlab.store import Store
+from tests.conftest import isolate
 from tests.fakellm_fixtures import ServerFactory
 
 ROWS = 60
@@ -104,6 +105,21 @@ def served(db_path: Path) -> Iterator[Served]:
         server.stop()
 
 
+@pytest.fixture(scope="module")
+def served_once(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """One server for this module's tests that change nothing (each refusal, the token):
+    a server start is about a second of CPU. Started in a test's isolated environment."""
+    folder = tmp_path_factory.mktemp("served-once")
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        isolate(monkeypatch, folder / "promptlab.duckdb")
+        monkeypatch.setenv("XDG_CACHE_HOME", str(folder / "cache"))
+        server = Served(folder / "promptlab.duckdb")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 def _spec(tmp_path: Path, server: RunningServer, name: str = "served") -> Path:
     dataset = tmp_path / "rows.csv"
     dataset.write_text("text\n" + "".join(f"row {i}\n" for i in range(ROWS)))
@@ -137,7 +153,8 @@ def _prompt_file(tmp_path: Path) -> Path:
     return path
 
 
-def test_the_api_wants_the_token_and_describes_itself(served: Served) -> None:
+def test_the_api_wants_the_token_and_describes_itself(served_once: Served) -> None:
+    served = served_once
     assert served.call("GET", "/v1/runs", token=None) == (
         401,
         {"error": "missing or wrong token (Authorization: Bearer TOKEN)"},
@@ -263,14 +280,15 @@ def test_assign_answers_from_the_experiment_s_config(served: Served, demo_db: Pa
     ],
 )
 def test_bad_input_gets_one_line_and_a_status(
-    served: Served, method: str, path: str, body: Any, status: int, message: str
+    served_once: Served, method: str, path: str, body: Any, status: int, message: str
 ) -> None:
-    got, answer = served.call(method, path, body)
+    got, answer = served_once.call(method, path, body)
     assert got == status
     assert message in answer["error"] and "Traceback" not in answer["error"]
 
 
-def test_a_body_over_the_bound_is_refused_before_it_is_read(served: Served) -> None:
+def test_a_body_over_the_bound_is_refused_before_it_is_read(served_once: Served) -> None:
+    served = served_once
     host, port = served.info.url.removeprefix("http://").split(":")
     connection = http.client.HTTPConnection(host, int(port), timeout=10)
     connection.putrequest("POST", "/v1/runs")
