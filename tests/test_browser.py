@@ -114,6 +114,18 @@ def app_url(tmp_path: Path) -> Iterator[str]:
         yield url
 
 
+def after_a_redraw(tab: Page, pushed: list[int]) -> None:
+    """Return once the server has pushed the tab a redraw since now (the Runs page's live
+    panel: every second while a run goes, every 5 s otherwise); `pushed` grows by one per
+    message the tab's websocket received."""
+    seen = len(pushed)
+    deadline = time.monotonic() + PAGE_STEP_MS / 1000
+    # A redraw is several messages (its elements, then "script finished").
+    while len(pushed) < seen + 2:
+        assert time.monotonic() < deadline, "the live panel did not redraw"
+        tab.wait_for_timeout(50)  # lets Playwright deliver the page's events
+
+
 def is_loopback_url(url: str) -> bool:
     """Whether fetching `url` stays on this machine (data: and blob: fetch nothing)."""
     parts = urlsplit(url)

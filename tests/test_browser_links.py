@@ -12,6 +12,7 @@ import pytest
 
 from tests.test_browser import (  # noqa: F401 (fixtures, marks)
     PAGE_STEP_MS,
+    after_a_redraw,
     app_url,
     page,
     pytestmark,
@@ -50,6 +51,14 @@ def test_audit_to_runs_to_compare_lands_on_the_named_run_and_item(
     from playwright.sync_api import expect
 
     run_id, key = older_run
+    # Every message the server pushes to each new tab: the live panel's redraws among them.
+    pushed: list[int] = []
+    page.context.on(
+        "page",
+        lambda tab: tab.on(
+            "websocket", lambda ws: ws.on("framereceived", lambda _frame: pushed.append(1))
+        ),
+    )
     page.goto(f"{app_url}/audit?trace={key}")  # the server's first request
     link = page.get_by_role("link", name="Open the item in Runs")
     expect(link).to_be_visible(timeout=PAGE_STEP_MS)
@@ -61,7 +70,7 @@ def test_audit_to_runs_to_compare_lands_on_the_named_run_and_item(
     expect(run_box).to_have_value(re.compile(rf"· {run_id}$"), timeout=PAGE_STEP_MS)
     item = runs.get_by_text(re.compile(rf"^Item {key} · succeeded$"))
     expect(item).to_be_visible(timeout=PAGE_STEP_MS)
-    runs.wait_for_timeout(2_500)  # two polls of the live panel: still the same run and item
+    after_a_redraw(runs, pushed)  # the live panel polled: still the same run and item
     expect(run_box).to_have_value(re.compile(rf"· {run_id}$"))
     expect(item).to_be_visible()
     assert f"run={run_id}" in runs.url and f"item={key}" in runs.url

@@ -28,6 +28,7 @@ from tests.apptest_helpers import shown
 from tests.test_browser import (  # noqa: F401 (fixtures)
     CHROMIUM,
     PAGE_STEP_MS,
+    after_a_redraw,
     app_url,
     page,
     run_with_items,
@@ -173,7 +174,7 @@ def test_download_results_as_parquet_twice_in_a_browser(
     expect(save).to_be_visible(timeout=PAGE_STEP_MS)
     for attempt in range(SAVES):
         if attempt:
-            _after_a_redraw(page, pushed)
+            after_a_redraw(page, pushed)
         with page.expect_download(timeout=PAGE_STEP_MS) as download:
             save.click()
         saved = tmp_path / f"{attempt}.parquet"
@@ -181,17 +182,6 @@ def test_download_results_as_parquet_twice_in_a_browser(
         assert download.value.suggested_filename == f"results-run-{run}.parquet"
         assert saved.read_bytes()[:4] == b"PAR1"
     page.screenshot(path=str(tmp_path / "downloads.png"), full_page=True)
-
-
-def _after_a_redraw(tab: Page, pushed: list[int]) -> None:
-    """Return once the server has pushed the page a redraw since now (the live panel's,
-    every second): the next save is across it. Saving itself pushes nothing."""
-    seen = len(pushed)
-    deadline = time.monotonic() + PAGE_STEP_MS / 1000
-    # A redraw is several messages (its elements, then "script finished").
-    while len(pushed) < seen + 2:
-        assert time.monotonic() < deadline, "the live panel did not redraw"
-        tab.wait_for_timeout(50)  # lets Playwright deliver the page's events
 
 
 def test_the_comparison_file_stays_offered_until_the_comparison_changes(
