@@ -321,51 +321,6 @@ def run_with_items(tmp_path: Path) -> tuple[str, str]:
     return run_id, key
 
 
-def test_deep_link_to_an_item_on_a_fresh_server(
-    run_with_items: tuple[str, str], app_url: str, page: Page, tmp_path: Path
-) -> None:
-    from playwright.sync_api import expect
-
-    run_id, key = run_with_items
-    # The first request of this server process: the query survives the trip via app.py.
-    page.goto(f"{app_url}/runs?run={run_id}&item={key[:10]}")
-    expect(page.get_by_text(key, exact=True)).to_be_visible(timeout=PAGE_STEP_MS)
-    expect(page.get_by_text("Say second row")).to_be_visible(timeout=PAGE_STEP_MS)
-    expect(page.get_by_text("Attempts (1)")).to_be_visible(timeout=PAGE_STEP_MS)
-    assert f"run={run_id}" in page.url and "item=" in page.url
-    page.screenshot(path=str(tmp_path / "05-item.png"), full_page=True)
-    # One click from the result to its full trace (Markdown links open a new tab).
-    with page.context.expect_page() as opened:
-        page.get_by_role("link", name="Open its audit trace").click()
-    audit = opened.value
-    expect(audit.get_by_role("heading", name="Audit")).to_be_visible(timeout=PAGE_STEP_MS)
-    expect(audit.get_by_text("All 2 chains verified")).to_be_visible(timeout=PAGE_STEP_MS)
-    expect(audit.get_by_text(key, exact=True).first).to_be_visible(timeout=PAGE_STEP_MS)
-    timeline = audit.locator(".js-plotly-plot")
-    expect(timeline).to_have_count(1, timeout=PAGE_STEP_MS)
-    expect(timeline.locator("svg.main-svg").first).to_be_visible(timeout=PAGE_STEP_MS)
-    assert f"trace={key}" in audit.url
-    audit.screenshot(path=str(tmp_path / "05b-trace.png"), full_page=True)
-
-    # The review queue by keyboard: type the right answer and press Enter to correct
-    # the first item; the next comes up; press A to accept what it proposes.
-    page.get_by_role("link", name="Review").click()
-    expect(page.get_by_role("heading", name="Review")).to_be_visible(timeout=PAGE_STEP_MS)
-    expect(page.get_by_text("Item 1: run")).to_be_visible(timeout=PAGE_STEP_MS)
-    expect(page.get_by_text("sent by hand (tester): check the wording")).to_be_visible(
-        timeout=PAGE_STEP_MS
-    )
-    answer = page.get_by_role("textbox", name="Answer")
-    answer.fill("first row, said")
-    answer.press("Enter")
-    expect(page.get_by_text("Item 2: run")).to_be_visible(timeout=PAGE_STEP_MS)
-    page.get_by_role("heading", name="Review").click()  # focus out of the text boxes
-    page.keyboard.press("a")
-    expect(page.get_by_text("accepted 1")).to_be_visible(timeout=PAGE_STEP_MS)
-    expect(page.get_by_text("corrected 1")).to_be_visible(timeout=PAGE_STEP_MS)
-    page.screenshot(path=str(tmp_path / "05c-review.png"), full_page=True)
-
-
 def test_create_an_experiment_in_the_form_launch_it_and_follow_it(
     demo_url: str, page: Page, tmp_path: Path
 ) -> None:

@@ -1,6 +1,7 @@
-"""Issue 43: links land on what they name, in a real browser. Audit → Runs → Compare,
-following each page's own link, with the run named NOT the newest (where the pages once
-opened the newest run and rewrote the address)."""
+"""Issues 43 and 22: links land on what they name, in a real browser. Runs → Audit →
+Runs → Compare, following each page's own link, with the run named NOT the newest
+(where the pages once opened the newest run and rewrote the address), then the review
+queue of that run by keyboard."""
 
 from __future__ import annotations
 
@@ -42,12 +43,15 @@ def older_run(run_with_items: tuple[str, str], tmp_path: Path) -> tuple[str, str
     return run_with_items
 
 
-def test_audit_to_runs_to_compare_lands_on_the_named_run_and_item(
+def test_an_item_s_links_land_on_the_named_run_and_item_and_it_is_reviewed(
     older_run: tuple[str, str],
     app_url: str,  # noqa: F811
     page: Page,  # noqa: F811
     tmp_path: Path,
 ) -> None:
+    """Runs (a deep link by an item's key prefix) -> the item's audit trace -> back to the
+    item in Runs -> Compare, for a run that is not the newest; then its review queue by
+    keyboard. One journey: each step is a link of the page before it."""
     from playwright.sync_api import expect
 
     run_id, key = older_run
@@ -59,10 +63,32 @@ def test_audit_to_runs_to_compare_lands_on_the_named_run_and_item(
             "websocket", lambda ws: ws.on("framereceived", lambda _frame: pushed.append(1))
         ),
     )
-    page.goto(f"{app_url}/audit?trace={key}")  # the server's first request
-    link = page.get_by_role("link", name="Open the item in Runs")
-    expect(link).to_be_visible(timeout=PAGE_STEP_MS)
-    with page.context.expect_page() as opened:  # Markdown links open a new tab
+    # The first request of this server process: the query survives the trip via app.py.
+    page.goto(f"{app_url}/runs?run={run_id}&item={key[:10]}")
+    expect(page.get_by_text(key, exact=True)).to_be_visible(timeout=PAGE_STEP_MS)
+    expect(page.get_by_text("Say second row")).to_be_visible(timeout=PAGE_STEP_MS)
+    expect(page.get_by_text("Attempts (1)")).to_be_visible(timeout=PAGE_STEP_MS)
+    assert f"run={run_id}" in page.url and "item=" in page.url
+    page.screenshot(path=str(tmp_path / "05-item.png"), full_page=True)
+
+    # One click from the result to its full trace (Markdown links open a new tab).
+    with page.context.expect_page() as opened:
+        page.get_by_role("link", name="Open its audit trace").click()
+    audit = opened.value
+    expect(audit.get_by_role("heading", name="Audit")).to_be_visible(timeout=PAGE_STEP_MS)
+    expect(audit.get_by_text(re.compile(r"^All \d+ chains verified"))).to_be_visible(
+        timeout=PAGE_STEP_MS
+    )
+    expect(audit.get_by_text(key, exact=True).first).to_be_visible(timeout=PAGE_STEP_MS)
+    timeline = audit.locator(".js-plotly-plot")
+    expect(timeline).to_have_count(1, timeout=PAGE_STEP_MS)
+    expect(timeline.locator("svg.main-svg").first).to_be_visible(timeout=PAGE_STEP_MS)
+    assert f"trace={key}" in audit.url
+    audit.screenshot(path=str(tmp_path / "05b-trace.png"), full_page=True)
+
+    # From the trace back to the item in Runs: the named run, not the newest.
+    link = audit.get_by_role("link", name="Open the item in Runs")
+    with audit.context.expect_page() as opened:
         link.click()
     runs = opened.value
     expect(runs.get_by_role("heading", name="Runs")).to_be_visible(timeout=PAGE_STEP_MS)
@@ -84,3 +110,21 @@ def test_audit_to_runs_to_compare_lands_on_the_named_run_and_item(
     )
     assert f"run={run_id}" in compare.url
     compare.screenshot(path=str(tmp_path / "links-compare.png"), full_page=True)
+
+    # The review queue by keyboard: type the right answer and press Enter to correct
+    # the first item; the next comes up; press A to accept what it proposes.
+    page.get_by_role("link", name="Review").click()
+    expect(page.get_by_role("heading", name="Review")).to_be_visible(timeout=PAGE_STEP_MS)
+    expect(page.get_by_text("Item 1: run")).to_be_visible(timeout=PAGE_STEP_MS)
+    expect(page.get_by_text("sent by hand (tester): check the wording")).to_be_visible(
+        timeout=PAGE_STEP_MS
+    )
+    answer = page.get_by_role("textbox", name="Answer")
+    answer.fill("first row, said")
+    answer.press("Enter")
+    expect(page.get_by_text("Item 2: run")).to_be_visible(timeout=PAGE_STEP_MS)
+    page.get_by_role("heading", name="Review").click()  # focus out of the text boxes
+    page.keyboard.press("a")
+    expect(page.get_by_text("accepted 1")).to_be_visible(timeout=PAGE_STEP_MS)
+    expect(page.get_by_text("corrected 1")).to_be_visible(timeout=PAGE_STEP_MS)
+    page.screenshot(path=str(tmp_path / "05c-review.png"), full_page=True)
