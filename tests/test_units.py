@@ -22,6 +22,7 @@ from promptlab.analysis.units import (
     quantile_difference,
     rate_difference,
     rate_variance,
+    sorted_quantile,
 )
 from promptlab.records.unit_samples import COMPLETION, CTR, RatioSample
 from promptlab.workbench import Workbench
@@ -186,3 +187,16 @@ def test_cuped_uses_each_users_logs_before_since(demo_db: Path, tmp_path: Path) 
         wb.analysis.import_logs(treated)
         found = wb.analysis.compare_versions(*refs, logs=True, since="2026-11-10", cuped=True)
     assert all(r.variance_reduction is None for r in found.rows)
+
+
+@given(
+    st.lists(st.floats(0, 1e6, allow_nan=False), min_size=1, max_size=300),
+    st.floats(0, 1),
+)
+def test_a_quantile_of_the_sorted_values_is_numpys_to_the_last_bit(
+    values: list[float], p: float
+) -> None:
+    """Percentiles read each arm sorted once (analysis/units.py); what they read must be
+    exactly what `np.quantile` (its default, linear method) gives."""
+    array = np.array(values)
+    assert sorted_quantile(np.sort(array), p) == float(np.quantile(array, p))

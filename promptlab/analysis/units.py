@@ -139,7 +139,24 @@ class _ArmQuantile:
     interval: Interval | None
 
 
-def _arm_quantile(values: FloatArray, unit: IntArray, units: int, q: float) -> _ArmQuantile:
+def sorted_quantile(ordered: FloatArray, p: float) -> float:
+    """`np.quantile(values, p)` of `ordered = np.sort(values)`, to the last bit (its
+    default, linear method): a sort per arm serves every percentile and its interval,
+    where each `np.quantile` call partitioned the arm again (a third of the A/A
+    harness's time)."""
+    last = ordered.size - 1
+    index = last * p  # numpy's virtual index for its linear method
+    below = min(max(math.floor(index), 0), last)
+    above = min(below + 1, last)
+    gamma = index - below
+    a, b = float(ordered[below]), float(ordered[above])
+    step = b - a
+    return b - step * (1 - gamma) if gamma >= 0.5 else a + step * gamma
+
+
+def _arm_quantile(
+    values: FloatArray, unit: IntArray, units: int, q: float, ordered: FloatArray
+) -> _ArmQuantile:
     """The q-quantile of an arm and what its variance is made of, per unit.
 
     The share of requests at or below the quantile is a rate (a ratio of per-unit sums),
@@ -153,7 +170,7 @@ def _arm_quantile(values: FloatArray, unit: IntArray, units: int, q: float) -> _
 
     from promptlab.records.unit_samples import RatioSample
 
-    value = float(np.quantile(values, q))
+    value = sorted_quantile(ordered, q)
     below: FloatArray = np.bincount(
         unit, weights=(values <= value).astype(np.float64), minlength=units
     ).astype(np.float64)
@@ -165,7 +182,7 @@ def _arm_quantile(values: FloatArray, unit: IntArray, units: int, q: float) -> _
     z = z_of(0.95)
     # Clipped at 0 and 1 (p99 with few requests): the slope is over the span kept.
     p_low, p_high = max(0.0, q - z * spread), min(1.0, q + z * spread)
-    low, high = np.quantile(values, [p_low, p_high])
+    low, high = sorted_quantile(ordered, p_low), sorted_quantile(ordered, p_high)
     if spread == 0:
         return _ArmQuantile(value, lin, 0.0, Interval(float(low), float(high)))
     if high == low:
@@ -183,9 +200,12 @@ def quantile_difference(
 ) -> list[QuantileDifference]:
     """quantile(b) - quantile(a) for each q, independent arms, each given as
     (latencies, unit index of each, units)."""
+    import numpy as np
+
     found = []
+    ordered_a, ordered_b = np.sort(a[0]), np.sort(b[0])
     for q in qs:
-        qa, qb = _arm_quantile(*a, q), _arm_quantile(*b, q)
+        qa, qb = _arm_quantile(*a, q, ordered_a), _arm_quantile(*b, q, ordered_b)
         va = qa.slope**2 * _variance_of_mean(qa.lin)
         vb = qb.slope**2 * _variance_of_mean(qb.lin)
         variance = va + vb  # NaN (an infinite slope times no spread): no verdict
@@ -201,10 +221,13 @@ def paired_quantile_difference(
 ) -> list[QuantileDifference]:  # fmt: skip
     """quantile(b) - quantile(a) over pairs clustered by row: the same rows feed both
     arms, so the variance is that of the per-row difference of their contributions."""
+    import numpy as np
+
     found = []
+    ordered_a, ordered_b = np.sort(latency_a), np.sort(latency_b)
     for q in qs:
-        qa = _arm_quantile(latency_a, row, rows, q)
-        qb = _arm_quantile(latency_b, row, rows, q)
+        qa = _arm_quantile(latency_a, row, rows, q, ordered_a)
+        qb = _arm_quantile(latency_b, row, rows, q, ordered_b)
         combined = qb.slope * qb.lin - qa.slope * qa.lin
         variance = _variance_of_mean(combined)
         estimate = Estimate(qb.value - qa.value, variance, rows - 1.0)
