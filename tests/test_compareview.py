@@ -95,5 +95,8 @@ def test_srm_verdict_says_when_it_cannot_judge() -> None:
     assert srm_verdict(lumpy).startswith("cannot judge yet: an arm has fewer than 20 units")
     fine = srm_check({"control": 700, "staging": 300}, {"control": 0.7, "staging": 0.3})
     assert srm_verdict(fine).startswith("passed (chi-square 0.00")
+    # The units the split assigned, not those with results so far (the verdict rows'):
+    # mid-run the two differ, and each says which it counts.
+    assert "units assigned: control 700 (expected 700.0), staging 300" in srm_verdict(fine)
     broken = srm_check({"control": 800, "staging": 200}, {"control": 0.7, "staging": 0.3})
     assert srm_verdict(broken).startswith("sample ratio mismatch: chi-square")

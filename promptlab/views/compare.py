@@ -281,11 +281,13 @@ def more_units_needed(row: MetricComparison, power: float = 0.8) -> int | None:
 
 
 def srm_figures(srm: SrmCheck) -> str:
-    """The SRM check's statistic, p-value and units per variant against expected."""
+    """The SRM check's statistic, p-value and units per variant against expected. They
+    are the units the split assigned (every unit of the plan), not those with results so
+    far, which the verdict rows count: "assigned" says which, mid-run."""
     units = ", ".join(
         f"{name} {srm.observed[name]} (expected {srm.expected[name]:.1f})" for name in srm.observed
     )
-    return f"chi-square {srm.statistic:.2f}, p {srm.p_value:.3g}; units: {units}"
+    return f"chi-square {srm.statistic:.2f}, p {srm.p_value:.3g}; units assigned: {units}"
 
 
 def units_needed(comparison: Comparison, mde_pp: float) -> dict[str, Any] | None:
