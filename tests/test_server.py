@@ -106,14 +106,14 @@ def served(db_path: Path) -> Iterator[Served]:
 
 
 @pytest.fixture(scope="module")
-def served_once(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+def served_once(tmp_path_factory: pytest.TempPathFactory, cache_home: Path) -> Iterator[Served]:
     """One server for this module's tests that change nothing (each refusal, the token):
     a server start is about a second of CPU. Started in a test's isolated environment."""
-    folder = tmp_path_factory.mktemp("served-once")
+    db = tmp_path_factory.mktemp("served-once") / "promptlab.duckdb"
     with pytest.MonkeyPatch.context() as monkeypatch:
-        isolate(monkeypatch, folder / "promptlab.duckdb")
-        monkeypatch.setenv("XDG_CACHE_HOME", str(folder / "cache"))
-        server = Served(folder / "promptlab.duckdb")
+        isolate(monkeypatch, db)
+        monkeypatch.setenv("XDG_CACHE_HOME", str(cache_home))
+        server = Served(db)
     try:
         yield server
     finally:
