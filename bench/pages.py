@@ -72,6 +72,25 @@ ELEMENT_SCRIPTS = {
     "dataframe+plotly": "st.dataframe(pd.DataFrame({'a': range(10)}))\n"
     "st.plotly_chart(go.Figure(go.Bar(x=[1, 2], y=[3, 4])))",
 }
+#: The app's shell (app.py's seven pages with Material icons in the
+#: sidebar, a caption under them) around a page of one element: what any page of the
+#: app costs before its own content.
+SHELL_SCRIPT = """
+def page():
+    {body}
+
+TITLES = ("Compare", "Prompts", "Runs", "Datasets", "Experiments", "Review", "Audit")
+navigation = st.navigation(
+    [st.Page(page, title=t, icon=":material/table:", url_path=t.lower()) for t in TITLES]
+)
+with st.sidebar:
+    st.caption("Database: `app.duckdb`")
+navigation.run()
+"""
+ELEMENT_SCRIPTS |= {
+    "shell": SHELL_SCRIPT.format(body="st.write('hello')"),
+    "shell+dataframe": SHELL_SCRIPT.format(body=ELEMENT_SCRIPTS["dataframe"]),
+}
 ELEMENT_HEADER = (
     "import pandas as pd\nimport plotly.graph_objects as go\nimport streamlit as st\n\n"
     'st.title("one element")\n'
