@@ -79,10 +79,12 @@ def warm_first_view() -> None:
 
 def main() -> None:
     from promptlab.ui.jsonlogs import main as streamlit_main
+    from promptlab.ui.resources import settle_startup_heap
 
     open_before_serving()
     warm_page_imports(sys.argv)
     warm_first_view()
+    settle_startup_heap()
     streamlit_main()
 
 
