@@ -69,6 +69,9 @@ ELEMENT_SCRIPTS = {
     "plotly": "st.plotly_chart(go.Figure(go.Bar(x=[1, 2], y=[3, 4])))",
     "code": "st.code('x = 1', language=None)",
     "vega-lite": "st.bar_chart(pd.DataFrame({'a': [1, 2, 3]}))",
+    "table": "st.table(pd.DataFrame({'a': range(10), 'b': list('abcdefghij')}))",
+    "six metrics": "for i, c in enumerate(st.columns(6)):\n    c.metric(f'm{i}', i)",
+    "selectbox": "st.selectbox('Run', ['a', 'b'])",
     "dataframe+plotly": "st.dataframe(pd.DataFrame({'a': range(10)}))\n"
     "st.plotly_chart(go.Figure(go.Bar(x=[1, 2], y=[3, 4])))",
 }
@@ -215,7 +218,7 @@ def element_costs(
     with contextlib.ExitStack() as stack:
         urls = {"floor": floor}
         for name, body in ELEMENT_SCRIPTS.items():
-            script = folder / f"element_{name.replace('+', '_')}.py"
+            script = folder / f"element_{name.replace('+', '_').replace(' ', '_')}.py"
             script.write_text(ELEMENT_HEADER + body + "\n")
             log = folder / f"element_{name}.log"
             urls[name] = stack.enter_context(served(script, clean_env(None), log))
