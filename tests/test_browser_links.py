@@ -65,7 +65,10 @@ def test_an_item_s_links_land_on_the_named_run_and_item_and_it_is_reviewed(
     )
     # The first request of this server process: the query survives the trip via app.py.
     page.goto(f"{app_url}/runs?run={run_id}&item={key[:10]}")
-    expect(page.get_by_text(key, exact=True)).to_be_visible(timeout=PAGE_STEP_MS)
+    # The item's own line, not its key alone: the items table's grid also writes each
+    # cell's text into the page (for screen readers) once it has drawn that row.
+    item_line = re.compile(rf"^Item {key} · succeeded$")
+    expect(page.get_by_text(item_line)).to_be_visible(timeout=PAGE_STEP_MS)
     expect(page.get_by_text("Say second row")).to_be_visible(timeout=PAGE_STEP_MS)
     expect(page.get_by_text("Attempts (1)")).to_be_visible(timeout=PAGE_STEP_MS)
     assert f"run={run_id}" in page.url and "item=" in page.url
@@ -94,7 +97,7 @@ def test_an_item_s_links_land_on_the_named_run_and_item_and_it_is_reviewed(
     expect(runs.get_by_role("heading", name="Runs")).to_be_visible(timeout=PAGE_STEP_MS)
     run_box = runs.get_by_role("combobox", name="Run")
     expect(run_box).to_have_value(re.compile(rf"· {run_id}$"), timeout=PAGE_STEP_MS)
-    item = runs.get_by_text(re.compile(rf"^Item {key} · succeeded$"))
+    item = runs.get_by_text(item_line)
     expect(item).to_be_visible(timeout=PAGE_STEP_MS)
     after_a_redraw(runs, pushed)  # the live panel polled: still the same run and item
     expect(run_box).to_have_value(re.compile(rf"· {run_id}$"))
