@@ -1,3 +1,3 @@
-from promptlab.cli import main
+from promptlab.cli import console
 
-main()
+console()
