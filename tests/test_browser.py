@@ -207,7 +207,9 @@ def test_create_a_new_version_and_see_it_in_history(
 
     page.goto(demo_url)
     # The first page is Compare, the demo run having results: go to Prompts as a user
-    # does, by its link.
+    # does, by its link, once there (the sidebar is drawn on `/` before it switches to
+    # Compare, and a click in between can lose to that switch).
+    expect(page.get_by_role("heading", name="Compare")).to_be_visible(timeout=PAGE_STEP_MS)
     page.get_by_role("link", name="Prompts").click(timeout=PAGE_STEP_MS)
     expect(page.get_by_role("heading", name="Prompts")).to_be_visible(timeout=PAGE_STEP_MS)
     # The demo prompts are there. The description is a cell of the prompts table, drawn

@@ -92,6 +92,9 @@ def test_a_team_signs_in_and_what_they_change_is_theirs(
         signed_in = re.compile(r"Signed in as ada@\u2060?example\.com")
         expect(page.get_by_text(signed_in)).to_be_visible(timeout=PAGE_STEP_MS)
         # Back from the provider on the first page (Compare, the demo run having results).
+        # The sidebar is drawn on `/` too, before it switches to Compare: a click on a
+        # link in between lost to that switch once (the journey then waited on Compare).
+        expect(page.get_by_role("heading", name="Compare")).to_be_visible(timeout=PAGE_STEP_MS)
         page.get_by_role("link", name="Prompts").click(timeout=PAGE_STEP_MS)
         expect(page.get_by_role("heading", name="Prompts")).to_be_visible(timeout=PAGE_STEP_MS)
         page.get_by_role("tab", name="Edit").click()
