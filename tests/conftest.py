@@ -60,10 +60,31 @@ def one_component_scan() -> Iterator[None]:
         yield
 
 
+@pytest.fixture(scope="session")
+def empty_db_once(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A new database: every migration applied by the store, nothing else. Made once per
+    session (per xdist worker): a copy opens in about 30 ms where making one took 50 to
+    80 ms, and the suite's tests made over 600 (docs/explanation/suite.md)."""
+    path = tmp_path_factory.mktemp("empty-once") / "empty.duckdb"
+    Store(path).close()
+    return closed_database(path)
+
+
 @pytest.fixture(autouse=True)
-def isolated_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cache_home: Path) -> Path:
-    """No test sees the developer's database, keys, providers file or cache."""
+def isolated_env(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    cache_home: Path,
+    empty_db_once: Path,
+) -> Path:
+    """No test sees the developer's database, keys, providers file or cache. Its own
+    database starts new and empty (a copy of `empty_db_once`), or, marked `no_database`,
+    as no file at all (a test that nothing opens it, or of what a store stamps as it
+    makes one)."""
     db = tmp_path / "promptlab.duckdb"
+    if request.node.get_closest_marker("no_database") is None:
+        shutil.copyfile(empty_db_once, db)
     isolate(monkeypatch, db)
     monkeypatch.setenv("XDG_CACHE_HOME", str(cache_home))
     return db

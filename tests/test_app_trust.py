@@ -184,6 +184,7 @@ AUTH = {
 }
 
 
+@pytest.mark.no_database
 @pytest.mark.parametrize("address", ["0.0.0.0", "", "192.0.2.10", "::"])
 def test_served_off_loopback_without_sign_in_the_app_refuses(
     address: str,

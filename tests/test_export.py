@@ -280,6 +280,7 @@ def test_an_existing_file_is_kept_unless_forced_and_a_missing_folder_is_refused(
     assert not list(tmp_path.glob(".*.tmp"))
 
 
+@pytest.mark.no_database  # the folder holds what the export left, and nothing else
 def test_a_failed_copy_leaves_no_file(
     wb: Workbench,
     runs: tuple[Path, str, str],

@@ -106,6 +106,7 @@ def test_a_target_that_is_not_a_regular_file_is_refused_even_with_force(
     assert not stat.S_ISREG(os.stat(target).st_mode)
 
 
+@pytest.mark.no_database  # the folder holds what the export left, and nothing else
 @pytest.mark.parametrize("command", list(EXPORTS))
 def test_a_name_too_long_for_the_file_system_is_one_line(
     db: Path, runs: tuple[Path, str, str], tmp_path: Path, command: str
@@ -218,6 +219,7 @@ def test_a_named_temp_of_a_killed_export_is_swept_by_the_next_export_to_that_tar
     assert [p.name for p in out.iterdir()] == ["results.csv"]
 
 
+@pytest.mark.no_database  # the folder holds what the export left, and nothing else
 def test_the_temp_of_an_export_still_writing_is_not_swept(tmp_path: Path) -> None:
     from promptlab.atomicfile import staged_file
 

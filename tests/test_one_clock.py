@@ -26,6 +26,7 @@ def stamp_columns(store: Store) -> list[tuple[str, str]]:
         ).fetchall()
 
 
+@pytest.mark.no_database  # its migrations too are stamped by the manual clock
 def test_a_whole_demo_run_is_stamped_by_the_manual_clock(
     tmp_path: Path, db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

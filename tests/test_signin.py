@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from streamlit.testing.v1 import AppTest
 
 from promptlab.ui.signin import actor_from_claims
@@ -28,6 +29,7 @@ def app(user: dict[str, object] | None) -> AppTest:
     return at.run()
 
 
+@pytest.mark.no_database
 def test_with_sign_in_configured_nothing_shows_before_it(db_path: Path) -> None:
     at = app(None)
     assert not at.exception, at.exception
