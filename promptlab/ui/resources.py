@@ -150,15 +150,6 @@ def settle_heap(page: str) -> None:
     gc.freeze()
 
 
-def settle_startup_heap() -> None:
-    """`make run`, before the port opens: what the process holds by then (the pages'
-    imports, the workbench) leaves the collector's walks, so that each page's first
-    `settle_heap` collects only what that page made. The first view's `settle_heap`
-    otherwise walked the whole heap on its script thread, 0.28 s of it (py-spy). The
-    same settle as a page's, under a name no page has."""
-    settle_heap("(before serving)")
-
-
 def _under_apptest() -> bool:
     """True while AppTest runs the script (it patches `config.get_option`, which
     `st.get_option` does not go through)."""
