@@ -206,6 +206,10 @@ def test_cancel_cancels_the_provider_batches_and_a_resume_sends_only_what_they_d
         clock.advance(500)  # about half of each batch's lines answered
         wb.runs.cancel(run_id)
         assert wb.runs.wait(run_id, timeout=PATIENCE_S).status == RunStatus.CANCELLED
+        # The batches are cancelled at the provider in the background: the clock moves on
+        # once every cancel has arrived (one that came after it would wait for a finalizing
+        # time the manual clock never gives it).
+        wait_for(lambda: {b["status"] for b in batches_at(server)} == {"cancelling"})
         clock.advance(200)  # a cancelling batch takes its finalizing time to be cancelled
         wait_for(lambda: {b["status"] for b in batches_at(server)} == {"cancelled"})
         answered = server.stats()["batch_lines_answered"]
