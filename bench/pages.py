@@ -283,9 +283,13 @@ def report(first: dict[str, Load], loads: dict[str, dict[str, list[Load]]], repe
             continue
         ratios = {p: median([x.done for x in runs]) / floor_done for p, runs in pages.items()}
         inner = {p: r for p, r in ratios.items() if p != "/"}
-        line = f"{app}: worst page {max(inner, key=inner.__getitem__)} {max(inner.values()):.2f}x"
+        parts = []
+        if inner:  # `--pages /` measures the first page only
+            worst = max(inner, key=inner.__getitem__)
+            parts.append(f"worst page {worst} {inner[worst]:.2f}x")
         if "/" in ratios:
-            line += f", / {ratios['/']:.2f}x"
+            parts.append(f"/ {ratios['/']:.2f}x")
+        line = f"{app}: {', '.join(parts)}"
         margin = first[app].content - first["floor"].done
         print(f"{line}, first content floor {margin:+.2f} s")
 
