@@ -250,6 +250,8 @@ class ProviderError(PromptlabError):
         self.should_retry = should_retry
         self.headers = dict(headers or {})
         self.provider_message = message
+        #: The worker that made the call, when a Celery worker did (set by the owner).
+        self.served_by: str | None = None
         where = f"{provider} " if provider else ""
         code = f" {status}" if status is not None else ""
         super().__init__(f"{where}{kind.value}{code}: {message}")

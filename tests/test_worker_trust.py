@@ -15,6 +15,7 @@ import hashlib
 import hmac
 import json
 import os
+import socket
 import stat
 import threading
 import time
@@ -304,7 +305,10 @@ def test_an_answer_echoing_the_key_is_kept_redacted_in_redis(
         sync.close()
     assert len(stored) == 5
     assert not any(WORKER_KEY in s for s in stored)
-    assert all("[redacted]" in json.loads(s)["response"]["headers"]["x-request-id"] for s in stored)
+    assert all(
+        "[redacted]" in json.loads(s)["answer"]["response"]["headers"]["x-request-id"]
+        for s in stored
+    )
     for answer in answers:
         assert isinstance(answer, CompletionResponse), answer
         assert WORKER_KEY not in answer.text and "[redacted]" in answer.text
@@ -446,3 +450,112 @@ def test_a_keyless_endpoint_never_sends_a_key_from_the_environment(
     assert answer.text == "ok"
     assert len(capture.seen) == 1
     assert not any(WORKER_KEY in value for value in capture.header_values()), capture.seen
+
+
+# ---- answers ---------------------------------------------------------------------------
+
+
+def _attack_replies(sync: Any, held: list[str], answered: list[str]) -> int:
+    """Push onto the owner's replies list, for each held ticket, what anyone who reaches
+    Redis could: a bare forged answer, one with a made-up signature, a real answer of
+    another ticket (replayed), and a real reply cut in half. Returns how many lines."""
+    (owner_key,) = list(sync.scan_iter("promptlab:owner:*"))
+    replies = keys.replies_key(owner_key.rpartition(":")[2])
+    fields = {"input_tokens": 1, "output_tokens": 1, "finish_reason": "stop"}
+    forged = {"response": {"text": "FORGED", "model_version": "x", "latency_ms": 1.0, **fields}}
+    lines = []
+    for n, ticket in enumerate(held):
+        stored = json.loads(sync.get(keys.answer_key(answered[n % len(answered)])))
+        real = (
+            {**stored, "ticket": ticket}
+            if "mac" in stored
+            else {"ticket": ticket, "answer": stored}
+        )
+        lines += [
+            json.dumps({"ticket": ticket, "answer": forged}),
+            json.dumps({"ticket": ticket, "worker": "evil", "answer": forged, "mac": "0" * 64}),
+            json.dumps(real),
+            json.dumps(real)[: len(json.dumps(real)) // 2],
+        ]
+    sync.rpush(replies, *lines)
+    return len(lines)
+
+
+def test_forged_replayed_and_cut_answers_are_never_recorded(
+    workers: Workers, fakellm_factory: ServerFactory, tmp_path: Path, db_path: Path,
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    """While 15 of a run's 20 requests are held at the provider, every kind of answer an
+    attacker on Redis can push goes onto the owner's list for each: none is recorded,
+    each item gets the answer its own worker sealed, the audit names that worker for
+    each item, and `audit verify` passes. The drops are logged once per claimed sender."""
+    import redis
+
+    workers.start(1)
+    server = fakellm_factory()
+    server.gate(5)
+    monkeypatch.setenv("PROMPTLAB_BROKER_URL", workers.url)
+    dataset = tmp_path / "rows.csv"
+    dataset.write_text("text\n" + "".join(f"row {i}\n" for i in range(20)))
+    spec = {
+        "name": "forgeries", "dataset": str(dataset), "executor": "celery",
+        "variants": [{"name": "v", "messages": [{"role": "user", "content": "Say {{ text }}"}],
+                      "model": "fake:gpt-4o-mini", "params": {"max_tokens": 16}}],
+        "endpoints": {"fake": {"kind": "openai", "base_url": server.openai_base_url,
+                               "concurrency": 32}},
+    }  # fmt: skip
+    sync = redis.Redis.from_url(workers.url, decode_responses=True)
+    try:
+        with Workbench.open(Settings.from_env()) as wb:
+            run_id = wb.runs.start(wb.runs.spec_from_data(spec))
+            deadline = time.monotonic() + BOUND_S
+            while (
+                server.stats()["held"] < 15 or len(list(sync.scan_iter("promptlab:answer:*"))) < 5
+            ):
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+            answered = [
+                k.removeprefix("promptlab:answer:") for k in sync.scan_iter("promptlab:answer:*")
+            ]
+            claimed = [
+                k.removeprefix("idempotent:send:") for k in sync.scan_iter("idempotent:send:*")
+            ]
+            held = sorted(set(claimed) - set(answered))
+            assert len(held) == 15
+            pushed = _attack_replies(sync, held, answered)
+            (owner_key,) = list(sync.scan_iter("promptlab:owner:*"))
+            replies = keys.replies_key(owner_key.rpartition(":")[2])
+            while sync.llen(replies):  # the owner has read every line before any real answer
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+            server.gate(None)
+            done = wb.runs.wait(run_id, timeout=BOUND_S)
+        sealed = {t: json.loads(sync.get(keys.answer_key(t))) for t in answered + held}
+    finally:
+        sync.close()
+    assert pushed == 60 and str(done.status) == "completed", done
+    with duckdb.connect(str(db_path), read_only=True) as conn:
+        rows = conn.execute(
+            "SELECT idempotency_key, status, attempts, output_text FROM results WHERE run_id = ?",
+            [run_id],
+        ).fetchall()
+        events = conn.execute(
+            "SELECT json_extract_string(payload, '$.served_by') FROM audit_events "
+            "WHERE run_id = ? AND kind = 'result'", [run_id],
+        ).fetchall()  # fmt: skip
+    assert len(rows) == 20
+    for key, status, attempts, output in rows:
+        own = sealed[f"{key}:1"]
+        own_text = own.get("answer", own)["response"]["text"]
+        assert (status, attempts, output) == ("succeeded", 1, own_text)
+        assert "FORGED" not in output
+    # One worker sealed every answer, and each result event names it.
+    (worker,) = {s["worker"] for s in sealed.values()}
+    assert worker.startswith(f"{socket.gethostname()}:{workers.procs[0].pid}:")
+    assert [w for (w,) in events] == [worker] * 20
+    dropped = [r.getMessage() for r in caplog.records if "dropped an answer" in r.getMessage()]
+    senders = ("(unnamed)", "evil", worker, "(unreadable)")
+    assert len(dropped) == 4  # once per claimed sender, not once per line
+    assert all(any(f"from worker {name}: " in m for m in dropped) for name in senders), dropped
+    verified = CliRunner().invoke(main, ["--db", str(db_path), "audit", "verify"])
+    assert verified.exit_code == 0, verified.output

@@ -6,6 +6,11 @@ through its one writer; only the call itself happens on a worker. Requests to on
 endpoint are gathered into chunks (up to CHUNK_ITEMS, or what came within LINGER_S)
 and sent as one task each; every answer comes back on its own, as soon as it is known,
 on this owner's Redis list, read by one thread that wakes the waiting request.
+
+Only an answer whose MAC verifies for its ticket is taken in (trust.open_reply): a
+forged, replayed or cut-short line is dropped, logged once per claimed sender and
+counted (`Dispatch.dropped`), and the request goes on waiting for its real answer.
+Each answer names the worker that sent it; the engine keeps that in the audit.
 """
 
 from __future__ import annotations
@@ -16,12 +21,19 @@ import logging
 import threading
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from promptlab.distributed import settings as keys
 from promptlab.distributed.app import SEND_CHUNK, make_app
-from promptlab.distributed.trust import endpoint_ref, signed_task, worker_secret
+from promptlab.distributed.trust import (
+    Refused,
+    endpoint_ref,
+    open_reply,
+    sender_of,
+    signed_task,
+    worker_secret,
+)
 from promptlab.distributed.wire import (
     answer_from_dict,
     answer_to_dict,
@@ -67,7 +79,11 @@ class Dispatch:
         self.owner = uuid.uuid4().hex
         self.app = make_app(self.url)
         self._redis = redis.Redis.from_url(self.url, decode_responses=True)
-        self._waiting: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self._waiting: dict[str, asyncio.Future[tuple[dict[str, Any], str | None]]] = {}
+        #: Reply lines dropped because they did not verify, and the senders they named
+        #: (each logged once: a flood of forgeries is one line per claimed sender).
+        self.dropped = 0
+        self._dropped_from: set[str] = set()
         #: Tickets not answered yet (read by the reply thread when Redis lost them).
         self._sent: dict[str, _Sent] = {}
         self._sent_lock = threading.Lock()
@@ -84,7 +100,8 @@ class Dispatch:
         ticket = ticket_of(request)
         if ticket in self._waiting:  # the engine sends one attempt once; never two waiters
             raise RuntimeError(f"ticket {ticket} is already waiting for its answer")
-        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[tuple[dict[str, Any], str | None]] = loop.create_future()
         self._waiting[ticket] = future
         # The engine waits timeout_s (and a second) for the whole call; the worker is
         # told the seconds left when the chunk goes, never this machine's clock.
@@ -96,7 +113,7 @@ class Dispatch:
             self._sent[ticket] = sent
         try:
             self._add(sent, ticket)
-            answer = await future
+            answer, worker = await future
         finally:
             if self._waiting.get(ticket) is future:
                 del self._waiting[ticket]
@@ -106,8 +123,9 @@ class Dispatch:
             raise RuntimeError(f"the worker's adapter failed: {answer['internal']}")
         result = answer_from_dict(answer)
         if isinstance(result, ProviderError):
+            result.served_by = worker
             raise result
-        return result
+        return replace(result, served_by=worker)
 
     def close(self) -> None:
         self._stop.set()
@@ -191,11 +209,20 @@ class Dispatch:
                 self._stop.wait(READ_BLOCK_S)
                 continue
             if popped:
-                try:
-                    reply = json.loads(popped[1])
-                    self._answer(str(reply["ticket"]), dict(reply["answer"]))
-                except (ValueError, KeyError, TypeError):
-                    log.error("an answer from a worker was not readable: %.200r", popped[1])
+                self._take(str(popped[1]))
+
+    def _take(self, line: str) -> None:
+        """A reply line in: its answer to the waiting request, if it verifies."""
+        try:
+            reply = open_reply(self._secret, line)
+        except Refused as exc:
+            self.dropped += 1
+            sender = sender_of(line)
+            if sender not in self._dropped_from:
+                self._dropped_from.add(sender)
+                log.error("dropped an answer said to be from worker %s: %s", sender, exc)
+            return
+        self._answer(reply.ticket, reply.answer, reply.worker)
 
     def _check_marker(self) -> None:
         """Keep a key of this owner's in Redis; found gone, Redis lost what it held (a
@@ -209,14 +236,14 @@ class Dispatch:
             self._republish_all()
         self._marker_set = True
 
-    def _answer(self, ticket: str, answer: dict[str, Any]) -> None:
+    def _answer(self, ticket: str, answer: dict[str, Any], worker: str | None = None) -> None:
         assert self._loop is not None
-        self._loop.call_soon_threadsafe(self._resolve, ticket, answer)
+        self._loop.call_soon_threadsafe(self._resolve, ticket, answer, worker)
 
-    def _resolve(self, ticket: str, answer: dict[str, Any]) -> None:
+    def _resolve(self, ticket: str, answer: dict[str, Any], worker: str | None) -> None:
         future = self._waiting.get(ticket)
         if future is not None and not future.done():  # else: given up on (timed out)
-            future.set_result(answer)
+            future.set_result((answer, worker))
 
 
 class WorkerProvider:

@@ -13,7 +13,9 @@ A task is acted on only when its MAC verifies and its endpoint resolves from thi
 worker's own providers file (promptlab/distributed/trust.py); otherwise each of its
 tickets is answered with the reason and nothing is sent. Deadlines are this worker's
 monotonic clock plus the seconds the owner said were left, and every answer is redacted
-(keys, bearer tokens) before it is kept in Redis.
+(keys, bearer tokens) before it is kept in Redis. Every answer is sealed with the shared
+secret (its ticket, this worker's name and the answer under one MAC): the owner takes
+in nothing else, so an answer pushed by anyone who reaches Redis is never recorded.
 """
 
 from __future__ import annotations
@@ -37,7 +39,14 @@ from promptlab.audit.redact import Redactor, watch_env
 from promptlab.config import Settings
 from promptlab.distributed import settings as keys
 from promptlab.distributed.budget import SharedBudget
-from promptlab.distributed.trust import Refused, open_task, resolve_endpoint, worker_secret
+from promptlab.distributed.trust import (
+    Refused,
+    open_task,
+    reply_of,
+    resolve_endpoint,
+    sealed_answer,
+    worker_secret,
+)
 from promptlab.distributed.wire import (
     answer_to_dict,
     endpoint_to_dict,
@@ -244,9 +253,11 @@ class Sender:
             ErrorKind.AUTH, f"on worker {self.name}: {reason}; nothing was sent",
             provider=name, should_retry=False,
         )  # fmt: skip
-        answer = json.dumps(self._redact.value(answer_to_dict(None, error)))
+        answer = self._redact.value(answer_to_dict(None, error))
         try:
-            await asyncio.gather(*(self._answer(reply_to, t, answer, stored=True) for t in tickets))
+            await asyncio.gather(
+                *(self._answer(reply_to, t, self._seal(t, answer), stored=True) for t in tickets)
+            )
         except Exception:  # noqa: BLE001 - Redis away: the owner's timeout takes over
             log.warning("could not tell %s its tickets were refused", reply_to)
 
@@ -311,7 +322,7 @@ class Sender:
             if wait_s > 0:
                 await asyncio.sleep(wait_s)
             answer = self._redact.value(await self._send(provider, budget, request, deadline))
-            return await self._answer(reply_to, ticket, json.dumps(answer), stored=False)
+            return await self._answer(reply_to, ticket, self._seal(ticket, answer), stored=False)
         except BaseException:
             await self._give_back([ticket])
             raise
@@ -326,20 +337,24 @@ class Sender:
             except Exception:  # noqa: BLE001 - it expires with its TTL otherwise
                 log.warning("could not give back the claim of %s", ticket)
 
-    async def _answer(self, reply_to: str, ticket: str, answer: str, *, stored: bool) -> bool:
-        """Store the answer (unless it is the stored one), wake senders waiting on it, and
-        push it to the owner: one script call. An answer this sender got is not dropped
-        when Redis is away a moment: it is handed over once Redis is back (the owner
-        sends again only what it never got)."""
-        reply = json.dumps({"ticket": ticket, "answer": json.loads(answer)})
+    def _seal(self, ticket: str, answer: dict[str, Any]) -> str:
+        return sealed_answer(self._secret, ticket, self.name, answer)
+
+    async def _answer(self, reply_to: str, ticket: str, sealed: str, *, stored: bool) -> bool:
+        """Store the sealed answer (unless it is the stored one), wake senders waiting on
+        it, and push it to the owner: one script call. A stored answer goes to the owner
+        as it was sealed, by whoever sent it; one that was forged in Redis does not verify
+        there. An answer this sender got is not dropped when Redis is away a moment: it is
+        handed over once Redis is back (the owner sends again only what it never got)."""
+        reply = reply_of(ticket, sealed)
         if not stored:
-            self._remember(ticket, answer)
+            self._remember(ticket, sealed)
         names = [keys.answer_key(ticket), keys.ready_key(ticket), keys.replies_key(reply_to)]
         ttls = [keys.ANSWER_TTL_S, int(keys.HEARTBEAT_TTL_S * 6)]
         pause, give_up = 0.05, time.monotonic() + ANSWER_HANDOVER_S
         while True:
             try:
-                await self._finish(keys=names, args=[answer, reply, *ttls, int(stored)])
+                await self._finish(keys=names, args=[sealed, reply, *ttls, int(stored)])
                 return not stored  # True: sent by this sender
             except (OSError, RedisConnectionError, RedisTimeoutError) as exc:
                 if time.monotonic() > give_up:

@@ -8,6 +8,12 @@ secret file instead, created owner-only (0600) on first use: WORKER_SECRET_FILE_
 else `$XDG_CONFIG_HOME/promptlab/worker-secret` (`~/.config/promptlab/worker-secret`).
 A broker off loopback requires the variable on both sides.
 
+Answers travel back signed too: anyone who reaches Redis can push onto an owner's
+replies list, so each answer carries an HMAC over its ticket (the item and attempt),
+the worker that answered and the answer itself, and the owner takes in only what
+verifies (`open_reply`). A worker stores the signed envelope under the ticket: one
+delivered again later hands the owner the first sender's signature, unchanged.
+
 An endpoint travels as its name and a hash of what decides where a request goes and
 with which key (HASHED_FIELDS); each worker resolves it from its own providers file and
 refuses a name it does not know or a hash that differs. Only a keyless endpoint on
@@ -41,6 +47,10 @@ MIN_SECRET_CHARS = 16
 #: What a MAC covers besides the arguments: a MAC made for another task (or an older
 #: message layout) never verifies here.
 MAC_CONTEXT = "promptlab.send_chunk/2"
+#: The same for an answer: a task's MAC never verifies as an answer's, nor the reverse.
+ANSWER_CONTEXT = "promptlab.answer/1"
+#: Longest worker name an owner repeats in its log (a forger chooses it).
+MAX_SENDER_CHARS = 120
 #: The fields of an endpoint that decide where its requests go, how, and with which
 #: key. Limits, prices and windows are each side's own; `executor` and `queue` only
 #: route the task, and a run may set them.
@@ -172,6 +182,66 @@ def open_task(secret: bytes, args: Any, kwargs: Any) -> Task:
     ):
         raise Refused("its arguments are not a chunk's")
     return Task(reply_to, endpoint, requests)
+
+
+def answer_mac(secret: bytes, ticket: str, worker: str, answer: Any) -> str:
+    body = canonical([ANSWER_CONTEXT, ticket, worker, answer])
+    return hmac.new(secret, body, hashlib.sha256).hexdigest()
+
+
+def sealed_answer(secret: bytes, ticket: str, worker: str, answer: dict[str, Any]) -> str:
+    """What a worker stores under a ticket and hands its owner: the answer, who sent
+    it, and the MAC over both and the ticket (JSON text)."""
+    mac = answer_mac(secret, ticket, worker, answer)
+    return json.dumps({"worker": worker, "answer": answer, "mac": mac})
+
+
+def reply_of(ticket: str, sealed: str) -> str:
+    """The line pushed onto an owner's replies list for a sealed answer."""
+    return json.dumps({"ticket": ticket, **json.loads(sealed)})
+
+
+@dataclass(frozen=True)
+class Reply:
+    """An answer whose MAC verified: the ticket it answers and the worker that sent it."""
+
+    ticket: str
+    worker: str
+    answer: dict[str, Any]
+
+
+def sender_of(line: str) -> str:
+    """Who a reply line says sent it (unverified: for the log alone), bounded."""
+    try:
+        worker = json.loads(line).get("worker")
+    except (ValueError, AttributeError):
+        return "(unreadable)"
+    if not worker:
+        return "(unnamed)"
+    return str(worker)[:MAX_SENDER_CHARS].encode("unicode_escape").decode()
+
+
+def open_reply(secret: bytes, line: str) -> Reply:
+    """The reply on an owner's list, if a worker holding `secret` signed it for its
+    ticket; Refused, naming why, for anything forged, replayed or cut short."""
+    try:
+        reply = json.loads(line)
+    except ValueError as exc:
+        name = exc.__class__.__name__
+        raise Refused(f"it is not JSON ({name}): cut short, or not an answer") from None
+    if not isinstance(reply, dict):
+        raise Refused("it is not an answer's object")
+    ticket, worker, answer, mac = (reply.get(k) for k in ("ticket", "worker", "answer", "mac"))
+    if not isinstance(mac, str) or not mac.isascii():
+        raise Refused("it carries no signature (a forged answer, or an older promptlab's worker)")
+    if not (isinstance(ticket, str) and isinstance(worker, str) and isinstance(answer, dict)):
+        raise Refused("it lacks the ticket, worker or answer an answer has")
+    if not hmac.compare_digest(mac, answer_mac(secret, ticket, worker, answer)):
+        raise Refused(
+            "its signature does not verify for its ticket (forged, another ticket's answer "
+            f"replayed, or the worker's {SECRET_ENV} differs from the owner's)"
+        )
+    return Reply(ticket, worker, answer)
 
 
 # ---- endpoints -----------------------------------------------------------------------

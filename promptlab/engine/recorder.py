@@ -159,12 +159,18 @@ class ItemRecorder:
         # A failed or re-asked attempt gets its own event; the answered one is read back
         # from `attempts` by the trace view (the result event covers its results row).
         answered = response is not None and not (self.reask and item.variant_index in self.checkers)
+        # Which worker made the call (and signed its answer), when workers send.
+        served_by = (
+            response.served_by if response is not None else getattr(error, "served_by", None)
+        )
         if self.audit and answered:
             stages = self.traces.get(item.key)
             if stages is not None:  # the result event will hold the row's hash
                 stages["attempt_sha256"] = row_digest(attempt_values(row))
+                if served_by is not None:
+                    stages["served_by"] = served_by
         if self.audit and not answered:
-            payload = trace.attempt_payload(row, response)
+            payload = trace.attempt_payload(row, response, served_by)
             draft = AuditDraft(self.chain, "attempt", f"{item.key}/a{attempt}", row.ended_at,
                                payload, run_id=self.run_id, trace_id=item.key)  # fmt: skip
             self.writer.audit(draft)

@@ -124,8 +124,11 @@ def _ms(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
 
 
-def attempt_payload(row: AttemptRow, response: CompletionResponse | None) -> dict[str, Any]:
-    """One attempt: its timing, outcome, error and the wait before it (and why).
+def attempt_payload(
+    row: AttemptRow, response: CompletionResponse | None, served_by: str | None = None
+) -> dict[str, Any]:
+    """One attempt: its timing, outcome, error, the wait before it (and why), and the
+    worker that made the call when one did.
 
     Times stay datetimes: the payload's JSON encoder writes them as ISO 8601.
     """
@@ -142,6 +145,7 @@ def attempt_payload(row: AttemptRow, response: CompletionResponse | None) -> dic
         "retry_after_s": row.retry_after_s,
         "latency_ms": _ms(row.latency_ms),
         "reask": row.reask or None,
+        "served_by": served_by,
     }
     return _present(payload)
 

@@ -84,6 +84,9 @@ class CompletionResponse:
     #: through its Batch API (`executor: provider-batch`); the item's trace names both.
     batch_id: str | None = None
     batch_line: str | None = None
+    #: The Celery worker that made the call and signed its answer (`executor: celery`);
+    #: the item's audit trace names it for each attempt.
+    served_by: str | None = None
 
 
 @runtime_checkable
