@@ -230,6 +230,10 @@ class ProviderError(PromptlabError):
 
     `retry_after_s` is the server's hint (Retry-After / retry-after-ms) when it gave one;
     `should_retry` mirrors the `x-should-retry` header when present.
+
+    The message and header values are a provider's text, which may echo the key it was
+    sent: they are redacted here, once, so no path that stores, logs, shows or forwards
+    an error (a batch's refusal, a worker's answer, a status line) can carry a key.
     """
 
     def __init__(
@@ -243,12 +247,17 @@ class ProviderError(PromptlabError):
         should_retry: bool | None = None,
         headers: Mapping[str, str] | None = None,
     ) -> None:
+        # Imported here: promptlab.audit.redact imports this module.
+        from promptlab.audit.redact import Redactor
+
+        redactor = Redactor.from_environ()
+        message = redactor(message)
         self.kind = kind
         self.status = status
         self.provider = provider
         self.retry_after_s = retry_after_s
         self.should_retry = should_retry
-        self.headers = dict(headers or {})
+        self.headers = {name: redactor(str(value)) for name, value in (headers or {}).items()}
         self.provider_message = message
         #: The worker that made the call, when a Celery worker did (set by the owner).
         self.served_by: str | None = None

@@ -25,11 +25,12 @@ def tables_holding(store: Store, needle: str) -> list[str]:
     with store.read() as cur:
         columns = cur.execute(
             "SELECT table_name, column_name FROM information_schema.columns "
-            "WHERE data_type = 'VARCHAR' AND table_schema = 'main'"
+            "WHERE data_type IN ('VARCHAR', 'JSON') AND table_schema = 'main'"
         ).fetchall()
         for table, column in columns:
             (count,) = cur.execute(
-                f'SELECT count(*) FROM "{table}" WHERE contains("{column}", ?)', [needle]
+                f'SELECT count(*) FROM "{table}" WHERE contains(CAST("{column}" AS VARCHAR), ?)',
+                [needle],
             ).fetchone() or (0,)
             if count:
                 hits.append(f"{table}.{column}")
@@ -150,3 +151,45 @@ def test_an_anthropic_run_sends_temperature_and_top_p(
     assert len(bodies) == 2
     assert all(b["temperature"] == 0.3 and b["top_p"] == 0.9 for b in bodies)
     assert all(b["max_tokens"] == 64 and b["system"] == "Be brief." for b in bodies)
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+@pytest.mark.parametrize("path", ["live", "batch"])
+def test_each_provider_error_path_leaves_the_key_nowhere(
+    kind: str, path: str, tmp_path: Path, db_path: Path, monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    """A server that echoes the caller's key in every error it can (a live call's error
+    body; a batch refused with the key in `errors.data[].message` for OpenAI, a 400 at
+    create for Anthropic): no table, log line, `status` output or run view holds it."""
+    config = FakeLLMConfig(port=0, api_key=KEY, echo_auth_rate=1.0, batch_echo_auth=True)
+    with serve_in_thread(config) as server:
+        base = server.openai_base_url if kind == "openai" else server.anthropic_base_url
+        providers = write_providers(tmp_path, kind, base)
+        if path == "batch":
+            entry = yaml.safe_load(providers.read_text())
+            entry["endpoints"]["remote"]["batch"] = {"poll_s": 0.02, "linger_s": 0.02}
+            providers.write_text(yaml.safe_dump(entry))
+        monkeypatch.setenv("PROMPTLAB_PROVIDERS", str(providers))
+        monkeypatch.setenv("REMOTE_LLM_KEY", KEY)
+        (tmp_path / "rows.csv").write_text("text\nfirst\nsecond\nthird\n")
+        executor = "executor: provider-batch\n" if path == "batch" else ""
+        spec = tmp_path / "spec.yaml"
+        spec.write_text(
+            f"{executor}dataset: rows.csv\nvariants: [{{messages: [{{role: user, content: "
+            "'{{ text }}'}], model: 'remote:m'}]\n"
+        )
+        run = CliRunner().invoke(main, ["run", str(spec)])
+    run_id = run.stdout.split()[1]
+    status = CliRunner().invoke(main, ["status", run_id])
+    assert "[redacted]" in run.output + status.output  # the echo was there, masked
+    with Store(db_path) as store:
+        assert tables_holding(store, "0123456789abcdef") == []
+    from promptlab.config import Settings
+    from promptlab.workbench import Workbench
+
+    with Workbench.open(Settings.from_env()) as wb:
+        view = repr(wb.runs.view(run_id))
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    for text in (run.output, status.output, view, logged):
+        assert "0123456789abcdef" not in text

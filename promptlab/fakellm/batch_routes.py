@@ -26,7 +26,7 @@ from promptlab.fakellm.batch_input import (
 from promptlab.fakellm.batches import ANTHROPIC_STATUS, ENDED, Batch, BatchStore, Phase, limits
 from promptlab.fakellm.config import FakeLLMConfig
 from promptlab.fakellm.limits import Limiter
-from promptlab.fakellm.responses import ErrorResponses
+from promptlab.fakellm.responses import ErrorResponses, key_header
 
 #: What OpenAI's files route takes as a purpose.
 PURPOSES = frozenset({"assistants", "batch", "fine-tune", "vision", "user_data", "evals"})
@@ -223,6 +223,9 @@ class BatchRoutes:
             return self._openai_error(400, "The input file must be uploaded with purpose "
                                       "'batch'.", "invalid_value", "input_file_id")  # fmt: skip
         lines, errors = openai_file(stored.data, stored.size, *limits(self.host.config, False))
+        if self.host.config.batch_echo_auth:
+            echoed = f"refused, key {key_header(request, False)}"
+            errors = [{"code": "invalid_request", "message": echoed, "param": None, "line": 1}]
         batch = self.store.create(
             lines, anthropic=False, refused=errors, input_file_id=stored.id,
             metadata=body.get("metadata"), model=lines[0].request.model if lines else None,
@@ -295,6 +298,8 @@ class BatchRoutes:
             return self._anthropic_error(400, f"There was an error parsing the body: {exc}")
         except wire.WireError as exc:
             return self._anthropic_error(400, str(exc))
+        if self.host.config.batch_echo_auth:
+            return self._anthropic_error(400, f"refused, key {key_header(request, True)}")
         batch = self.store.create(lines, anthropic=True)
         return self._reply(anthropic_batch(batch, Phase("in_progress", 0, {}), _origin(request)),
                            True)  # fmt: skip

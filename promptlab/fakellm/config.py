@@ -56,6 +56,10 @@ class FakeLLMConfig:
     batch_expire_first: int | None = None
     #: Share of a batch's lines (chosen by `seed`) answered with the live route's 500 error.
     batch_line_fail_rate: float = 0.0
+    #: Refuse every batch with an error that quotes the caller's key header (OpenAI: the
+    #: batch fails with it in `errors.data[].message`; Anthropic: a 400 at create), for
+    #: tests that check a provider's batch errors are redacted like everything stored.
+    batch_echo_auth: bool = False
     #: Requests and bytes a batch may hold; None = each provider's own limit (OpenAI
     #: 50,000 requests and 200 MB, Anthropic 100,000 requests and 256 MB).
     batch_max_requests: int | None = None

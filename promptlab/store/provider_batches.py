@@ -7,6 +7,7 @@ import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
+from promptlab.audit.redact import Redactor
 from promptlab.providers.batches.ledger import ChunkRecord, ChunkView, StoredChunk
 from promptlab.store.connection import Store
 
@@ -58,11 +59,20 @@ class BatchLedgerStore:
     def update(
         self, chunk_id: str, state: str, succeeded: int, failed: int, message: str | None
     ) -> None:
+        """The batch's state and counts, and the provider's reason (redacted, like every
+        stored message)."""
         with self.store.transaction() as tx:
             tx.execute(
                 "UPDATE provider_batches SET state = ?, succeeded = ?, failed = ?, "
                 "message = ?, updated_at = ? WHERE chunk_id = ?",
-                [state, succeeded, failed, message, self.store.clock.now(), chunk_id],
+                [
+                    state,
+                    succeeded,
+                    failed,
+                    Redactor.from_environ().optional(message),
+                    self.store.clock.now(),
+                    chunk_id,
+                ],  # fmt: skip
             )
 
     def collected(self, chunk_id: str) -> None:

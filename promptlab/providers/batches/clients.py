@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from promptlab.audit.redact import redact
 from promptlab.errors import ConfigError, ErrorKind, ProviderError
 from promptlab.providers.base import CompletionRequest, CompletionResponse
 from promptlab.providers.config import EndpointConfig
@@ -45,8 +46,13 @@ class RemoteBatch:
     failed: int = 0
     #: Epoch seconds after which the provider stops working on it (None: not said).
     expires_at: float | None = None
-    #: Why the provider refused the batch as a whole (its first errors, with their lines).
+    #: Why the provider refused the batch as a whole (its first errors, with their lines),
+    #: redacted: a provider may quote the request's Authorization header in it.
     message: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.message is not None:
+            object.__setattr__(self, "message", redact(self.message))
 
     @property
     def ended(self) -> bool:
