@@ -13,9 +13,8 @@ A task is acted on only when its MAC verifies and its endpoint resolves from thi
 worker's own providers file (promptlab/distributed/trust.py); otherwise each of its
 tickets is answered with the reason and nothing is sent. Deadlines are this worker's
 monotonic clock plus the seconds the owner said were left, and every answer is redacted
-(keys, bearer tokens) before it is kept in Redis. Every answer is sealed with the shared
-secret (its ticket, this worker's name and the answer under one MAC): the owner takes
-in nothing else, so an answer pushed by anyone who reaches Redis is never recorded.
+(keys, bearer tokens) and sealed (an HMAC over ticket, worker and answer; the owner
+takes in nothing else: trust.open_reply) before it is kept in Redis.
 """
 
 from __future__ import annotations
@@ -341,11 +340,10 @@ class Sender:
         return sealed_answer(self._secret, ticket, self.name, answer)
 
     async def _answer(self, reply_to: str, ticket: str, sealed: str, *, stored: bool) -> bool:
-        """Store the sealed answer (unless it is the stored one), wake senders waiting on
-        it, and push it to the owner: one script call. A stored answer goes to the owner
-        as it was sealed, by whoever sent it; one that was forged in Redis does not verify
-        there. An answer this sender got is not dropped when Redis is away a moment: it is
-        handed over once Redis is back (the owner sends again only what it never got)."""
+        """Store the sealed answer (unless it is the stored one: that goes as its sender
+        sealed it), wake senders waiting on it, and push it to the owner: one script
+        call. An answer this sender got is handed over once Redis is back from a moment
+        away (the owner sends again only what it never got)."""
         reply = reply_of(ticket, sealed)
         if not stored:
             self._remember(ticket, sealed)

@@ -34,12 +34,13 @@ from promptlab.server.analysis_routes import add_analysis_routes
 from promptlab.server.data_routes import UPLOAD_PATHS, add_data_routes
 from promptlab.server.dataset_routes import add_dataset_routes
 from promptlab.server.experiment_routes import add_experiment_routes
+from promptlab.server.fairness import Fairness, TooMany
 from promptlab.server.job_routes import add_job_routes
 from promptlab.server.jobs import Jobs
 from promptlab.server.metrics import metrics_response
-from promptlab.server.principals import Guard
+from promptlab.server.principals import OWNER_TOKEN_ID, Guard
 from promptlab.server.prompt_routes import add_prompt_routes
-from promptlab.server.refusals import Refused, error_response
+from promptlab.server.refusals import Refused, error_response, too_many_response
 from promptlab.server.review_routes import add_review_routes
 from promptlab.server.roles import document_roles
 from promptlab.server.run_routes import add_run_routes, add_submit_routes
@@ -72,8 +73,13 @@ def create_app(wb: Workbench, token: str, *, local_paths: bool = True) -> FastAP
     # Who calls is settled by the guard (principals.py); routes need no dependency.
     auth: list[Any] = []
 
+    # Each principal's share of the server (fairness.py): the guard counts requests, the
+    # jobs count jobs and long polls.
+    fairness = Fairness(OWNER_TOKEN_ID)
     app.add_middleware(_BoundedBodies)
-    app.add_middleware(Guard, wb=wb, owner_token=token, routes=lambda: app.router.routes)
+    app.add_middleware(
+        Guard, wb=wb, owner_token=token, routes=lambda: app.router.routes, fairness=fairness
+    )
     _add_error_answers(app)
     _add_health_routes(app, wb, auth)
     add_submit_routes(app, wb, auth, local_paths)
@@ -86,8 +92,8 @@ def create_app(wb: Workbench, token: str, *, local_paths: bool = True) -> FastAP
     add_experiment_routes(app, wb)
     app.state.workbench = wb
     add_token_routes(app)
-    app.state.jobs = Jobs()
-    add_job_routes(app, wb, app.state.jobs)
+    app.state.jobs = Jobs(fairness)
+    add_job_routes(app, wb, app.state.jobs, fairness)
     add_review_routes(app, wb)
     add_schedule_routes(app, wb, local_paths=local_paths)
     add_prompt_routes(app, wb)
@@ -101,6 +107,10 @@ def _add_error_answers(app: FastAPI) -> None:
     @app.exception_handler(Refused)
     async def refused(_request: Request, exc: Refused) -> Response:
         return error_response(exc.status, exc.message)
+
+    @app.exception_handler(TooMany)
+    async def too_many(_request: Request, exc: TooMany) -> Response:
+        return too_many_response(exc)
 
     @app.exception_handler(UploadTooLarge)
     async def too_large(_request: Request, exc: UploadTooLarge) -> Response:

@@ -27,6 +27,10 @@ TIMEOUT_S = 60.0
 JOB_WAIT_S = 20.0
 #: Bytes read at a time from a streamed answer (an export).
 CHUNK_BYTES = 1 << 16
+#: Tries of a call the server answers 429 (this token's share used up: server/fairness.py),
+#: each after the Retry-After it said, capped at MAX_RETRY_AFTER_S.
+TOO_MANY_TRIES = 5
+MAX_RETRY_AFTER_S = 5.0
 
 
 class ServerError(PromptlabError):
@@ -156,6 +160,20 @@ class ServerClient:
         with self._open(method, path, body, headers) as resp:
             return json.loads(resp.read())
 
+    def _urlopen(self, request: urllib.request.Request, *, replayable: bool) -> Any:
+        """The answer; a 429 (this token's share of the server is used up, nothing was
+        done) is asked again after its Retry-After, TOO_MANY_TRIES times at most."""
+        for _ in range(TOO_MANY_TRIES - 1):
+            try:
+                return urllib.request.urlopen(request, timeout=self.timeout_s)  # noqa: S310
+            except urllib.error.HTTPError as exc:
+                if exc.code != 429 or not replayable:
+                    raise
+                after = exc.headers.get("Retry-After", "1")
+                exc.close()
+                time.sleep(min(float(after) if after.isdigit() else 1.0, MAX_RETRY_AFTER_S))
+        return urllib.request.urlopen(request, timeout=self.timeout_s)  # noqa: S310
+
     def _open(
         self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None,
         content: IO[bytes] | None = None,
@@ -176,7 +194,7 @@ class ServerClient:
             },
         )
         try:
-            return urllib.request.urlopen(request, timeout=self.timeout_s)  # noqa: S310
+            return self._urlopen(request, replayable=content is None)
         except urllib.error.HTTPError as exc:
             try:
                 answer = json.loads(exc.read())

@@ -12,6 +12,7 @@ from fastapi.responses import FileResponse
 from pydantic import BaseModel, Field
 
 from promptlab.server.answers import typed_response
+from promptlab.server.fairness import Fairness
 from promptlab.server.jobs import MAX_WAIT_S, Job, Jobs
 from promptlab.server.principals import principal_of
 from promptlab.workbench import Workbench
@@ -42,7 +43,7 @@ def _job(job: Job, status: int = 200) -> Response:
     return typed_response(Job, job, status)
 
 
-def add_job_routes(app: FastAPI, wb: Workbench, jobs: Jobs) -> None:
+def add_job_routes(app: FastAPI, wb: Workbench, jobs: Jobs, fairness: Fairness) -> None:
     def owner(request: Request) -> str:
         return principal_of(request.scope).token_id
 
@@ -76,13 +77,21 @@ def add_job_routes(app: FastAPI, wb: Workbench, jobs: Jobs) -> None:
         return _job(jobs.start(owner(request), "review-export", f"review{suffix}", write), 202)
 
     @app.get("/v1/jobs/{job_id}")
-    def job_state(
+    async def job_state(
         request: Request, job_id: str, wait: float = Query(0.0, ge=0, le=MAX_WAIT_S)
     ) -> Response:
         """The job's state: running, completed (with its rows, or an import's result)
         or failed (with why); with `wait`, answered once the job has ended or after that
-        many seconds (a long poll)."""
-        return _job(jobs.get(owner(request), job_id, wait))
+        many seconds (a long poll, awaited without a thread; a token may hold
+        fairness.MAX_LONG_POLLS at once, more are a 429)."""
+        who = owner(request)
+        if wait <= 0:
+            return _job(jobs.get(who, job_id))
+        release = fairness.long_poll(who)
+        try:
+            return _job(await jobs.wait(who, job_id, wait))
+        finally:
+            release()
 
     @app.get("/v1/jobs/{job_id}/file")
     def job_file(request: Request, job_id: str) -> FileResponse:

@@ -3,8 +3,9 @@
 Every request but the OpenAPI description presents a token. The owner's token (the one
 in the discovery file, held by whoever started the server) is an admin service named
 after the server's author; every other token is one `promptlab token create` made. The
-guard resolves the principal, refuses a route its role may not call, and runs the
-route acting as the principal, so what it changes is recorded for them.
+guard resolves the principal, refuses a route its role may not call, holds the caller
+to its share of the server (fairness.py: a 429 past it), and runs the route acting as
+the principal, so what it changes is recorded for them.
 """
 
 from __future__ import annotations
@@ -15,12 +16,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import anyio.to_thread
 from starlette.routing import Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from promptlab.audit.actor import acting_as
 from promptlab.facades.tokens import role_allows
-from promptlab.server.refusals import error_response
+from promptlab.server.fairness import THREADS, Fairness, TooMany
+from promptlab.server.refusals import error_response, too_many_response
 from promptlab.server.roles import PUBLIC_PATHS, ROUTE_ROLES
 from promptlab.workbench import Workbench
 
@@ -61,9 +64,12 @@ class Guard:
     """
 
     def __init__(
-        self, app: ASGIApp, wb: Workbench, owner_token: str, routes: Callable[[], list[Any]]
-    ) -> None:
+        self, app: ASGIApp, wb: Workbench, owner_token: str, routes: Callable[[], list[Any]],
+        fairness: Fairness,
+    ) -> None:  # fmt: skip
         self.app = app
+        self.fairness = fairness
+        self._pool_sized = False
         self.wb = wb
         self.owner_token = owner_token
         self.owner = Principal(wb.settings.author, "admin", True, OWNER_TOKEN_ID)
@@ -88,13 +94,29 @@ class Guard:
             )  # fmt: skip
             await refusal(scope, receive, send)
             return
+        try:
+            release = self.fairness.admit(principal.token_id)
+        except TooMany as exc:
+            await too_many_response(exc)(scope, receive, send)
+            return
+        self._size_pool()
         scope.setdefault("state", {})["principal"] = principal
         raw = headers.get(b"promptlab-author")
         # Percent-encoded by promptlab's client (a header is Latin-1): `Jos%C3%A9`.
         named = urllib.parse.unquote(_header_text(raw)) if raw else None
         # Route handlers run on the thread pool with a copy of this context.
-        with acting_as(principal.actor(named)):
-            await self.app(scope, receive, send)
+        try:
+            with acting_as(principal.actor(named)):
+                await self.app(scope, receive, send)
+        finally:
+            release()
+
+    def _size_pool(self) -> None:
+        """The route handlers' thread pool at fairness.THREADS (set on the server's loop,
+        where anyio keeps it)."""
+        if not self._pool_sized:
+            anyio.to_thread.current_default_thread_limiter().total_tokens = THREADS
+            self._pool_sized = True
 
     def _principal(self, authorization: str) -> Principal | None:
         given = authorization.removeprefix("Bearer ").strip()

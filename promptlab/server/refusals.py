@@ -6,6 +6,8 @@ import json
 
 from fastapi import Response
 
+from promptlab.server.fairness import TooMany
+
 
 class Refused(Exception):
     """A request refused with `status` and a one-line `message` (not a PromptlabError)."""
@@ -22,3 +24,10 @@ def error_response(status: int, message: str, kind: str | None = None) -> Respon
     message quoting a lone surrogate a client sent is still a valid body."""
     body = json.dumps({"error": message, **({"kind": kind} if kind else {})}, ensure_ascii=True)
     return Response(body, status_code=status, media_type="application/json")
+
+
+def too_many_response(exc: TooMany) -> Response:
+    """A principal's bound reached (server/fairness.py): 429, with when to ask again."""
+    response = error_response(429, f"{exc.message}; ask again in {exc.retry_after} s")
+    response.headers["Retry-After"] = exc.retry_after
+    return response
