@@ -9,9 +9,11 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -275,6 +277,105 @@ def test_lines_that_fail_inside_a_batch_are_retried_by_the_runs_policy(
     assert failed_first <= retried
     assert sum(a["response"]["status_code"] == 200 for a in outputs(out).values()) == LINES
     assert server.stats()["batch_lines_received"] == len(attempts)
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+def test_an_unreadable_result_line_fails_its_own_item_and_every_other_answer_is_kept(
+    tmp_path: Path, db_path: Path, fake: Fake, kind: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The first batch's first four result lines cannot be read (cut short, a JSON
+    array, `error` a bare string, an answer whose choices or content are not a list):
+    each fails its own item with an error naming the batch and line (the array names no
+    item: it is logged, and its item is missing from the results), the run's policy
+    sends those items again in a new batch, and every other answer is kept as it came."""
+    server = fake(kind, batch_bad_lines=4)
+    out = tmp_path / "out.jsonl"
+    result = CliRunner().invoke(main, batch_command(request_file(tmp_path / "in.jsonl"), out))
+    assert result.exit_code == 0, result.output
+    [(run_id, status)] = rows(db_path, "SELECT run_id, status FROM runs")
+    assert status == "completed"
+    attempts = attempt_rows(db_path, run_id)
+    failed = sorted((a for a in attempts if a[1] == 1 and a[2] is not None), key=str)
+    unreadable = [a for a in failed if "could not be read" in str(a[3])]
+    assert len(failed) == 4 and len(unreadable) == 2, failed  # cut short; choices/content
+    assert all(a[2] == "server" and " of its " in str(a[3]) for a in unreadable), failed
+    # The bare string is the line's own error; the array's item was never answered.
+    assert [a[2] for a in failed if "boom" in str(a[3])] == ["server"], failed
+    assert [a[2] for a in failed if "was answered" in str(a[3])] == ["timeout"], failed
+    assert "names no line" in caplog.text
+    # Only the four were sent again; the other 96 answers of the first batches stand.
+    assert server.stats()["batch_lines_received"] == LINES + 4 == len(attempts)
+    assert sum(a["response"]["status_code"] == 200 for a in outputs(out).values()) == LINES
+
+
+def test_a_live_answer_without_its_message_is_a_failed_attempt_not_an_empty_output(
+    tmp_path: Path,
+) -> None:
+    """`choices` not a list, or a choice without its message (OpenAI), or `content` not
+    a list (Anthropic), through each adapter: a `server` error naming what is missing."""
+    from promptlab.providers import build_provider
+    from promptlab.providers.config import EndpointConfig
+
+    bodies = {
+        "openai": [{"id": "x", "model": "m", "choices": "nope"},
+                   {"id": "x", "model": "m", "choices": [{"index": 0}]}],
+        "anthropic": [{"id": "x", "type": "message", "role": "assistant", "model": "m",
+                       "content": "nope", "usage": {"input_tokens": 1, "output_tokens": 1}}],
+    }  # fmt: skip
+    for kind, answers in bodies.items():
+        for transport in ("sdk", "http"):
+            for body in answers:
+                server = AnswerServer(body)
+                try:
+                    base = server.url + ("/v1" if kind == "openai" else "")
+                    cfg = EndpointConfig(name="w", kind=kind, base_url=base, transport=transport)
+                    error = asyncio.run(fails(build_provider(cfg), kind))
+                finally:
+                    server.shutdown()
+                    server.server_close()
+                assert error.kind is ErrorKind.SERVER, (kind, transport, body, error)
+                assert "malformed response body" in str(error), (kind, transport, error)
+
+
+async def fails(provider: Any, kind: str) -> ProviderError:
+    request = CompletionRequest(
+        model="m", messages=({"role": "user", "content": "hi"},), max_tokens=8,
+        request_id="r", timeout_s=10,
+    )  # fmt: skip
+    try:
+        answer = await provider.complete(request)
+    except ProviderError as exc:
+        return exc
+    finally:
+        await provider.aclose()
+    raise AssertionError(f"{kind}: an answer without its message was taken: {answer!r}")
+
+
+class AnswerServer(ThreadingHTTPServer):
+    """A loopback server answering every POST 200 with one JSON body."""
+
+    daemon_threads = True
+
+    def __init__(self, body: Any) -> None:
+        super().__init__(("127.0.0.1", 0), _Answer)
+        self.body = json.dumps(body).encode()
+        self.url = f"http://127.0.0.1:{self.server_address[1]}"
+        threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05},
+                         daemon=True).start()  # fmt: skip
+
+
+class _Answer(BaseHTTPRequestHandler):
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        body = self.server.body  # type: ignore[attr-defined]
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
 
 
 def test_a_batch_the_provider_refuses_fails_its_lines_with_the_reason_and_loses_nothing(

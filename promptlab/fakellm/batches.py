@@ -175,6 +175,8 @@ class BatchStats:
     batch_lines_answered: int = 0
     batch_lines_errored: int = 0
     custom_ids: Counter[str] = field(default_factory=Counter)
+    #: Whether a batch was written with `batch_bad_lines` already (the first one only).
+    bad_lines_written: bool = False
 
     def as_json(self) -> dict[str, Any]:
         repeated = sorted(cid for cid, n in self.custom_ids.items() if n > 1)
@@ -289,10 +291,15 @@ class BatchStore:
         """The results of an ended batch: Anthropic's one JSONL, OpenAI's output and error files."""
         unanswered = "expired" if phase.status == "expired" else "cancelled"
         rows = [(batch.lines[i].custom_id, batch.results.get(i), unanswered) for i in batch.order]
+        bad = self.config.batch_bad_lines if not self.stats.bad_lines_written else 0
+        self.stats.bad_lines_written = self.stats.bad_lines_written or bad > 0
         if batch.anthropic:
-            batch.output = b"".join(anthropic_result(*row) + b"\n" for row in rows)
+            lines = [anthropic_result(*row) for row in rows]
+            batch.output = b"".join(line + b"\n" for line in unreadable(lines, bad, True))
             return
         out = [openai_result(self.new_id("batch_req_"), *row) for row in rows]
+        out = list(zip([ok for ok, _ in out], unreadable([line for _, line in out], bad, False),
+                       strict=True))  # fmt: skip
         batch.output = b"".join(line + b"\n" for ok, line in out if ok)
         batch.errors = b"".join(line + b"\n" for ok, line in out if not ok)
         for kind, data in (("output", batch.output), ("error", batch.errors)):
@@ -300,6 +307,31 @@ class BatchStore:
                 name = f"batch_{batch.id.removeprefix('batch_')}_{kind}.jsonl"
                 stored = self.add_file(name, "batch_output", data, len(data))
                 batch.fields[f"{kind}_file_id"] = stored.id
+
+
+def unreadable(lines: list[bytes], count: int, anthropic: bool) -> list[bytes]:
+    """`lines` with the first `count` made unreadable, each in the next way in turn."""
+    out = list(lines)
+    for i in range(min(count, len(out))):
+        row = json.loads(out[i])
+        way = i % 4
+        if way == 0:  # cut short: not JSON, though its custom_id is still there
+            out[i] = out[i][: len(out[i]) // 2]
+        elif way == 1:  # JSON, but not an object: no line it could name
+            out[i] = dumps([row["custom_id"]])
+        elif way == 2:  # the error as a bare string
+            bare = {"type": "errored", "error": "boom"}
+            out[i] = dumps({**row, "result": bare} if anthropic else {**row, "error": "boom"})
+        elif anthropic:  # an answer whose content is not a list
+            result = row["result"]
+            message = {**(result.get("message") or {}), "content": "nope"}
+            out[i] = dumps({**row, "result": {"type": "succeeded", "message": message}})
+        else:  # an answer whose choices are not a list
+            response = row.get("response") or {}
+            body = {**(response.get("body") or {}), "choices": "nope"}
+            answered = {**response, "status_code": 200, "body": body}
+            out[i] = dumps({**row, "error": None, "response": answered})
+    return out
 
 
 def openai_result(

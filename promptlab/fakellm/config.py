@@ -56,6 +56,11 @@ class FakeLLMConfig:
     batch_expire_first: int | None = None
     #: Share of a batch's lines (chosen by `seed`) answered with the live route's 500 error.
     batch_line_fail_rate: float = 0.0
+    #: The first batch written (by creation) has its first this many result lines
+    #: unreadable, in turn: cut short, a JSON array, `error` a string, an answer whose
+    #: `choices` (Anthropic: `content`) is not a list. Later batches (its lines sent
+    #: again) are whole: for tests that a bad line fails its own item alone.
+    batch_bad_lines: int = 0
     #: Refuse every batch with an error that quotes the caller's key header (OpenAI: the
     #: batch fails with it in `errors.data[].message`; Anthropic: a 400 at create), for
     #: tests that check a provider's batch errors are redacted like everything stored.

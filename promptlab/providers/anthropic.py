@@ -16,6 +16,7 @@ from promptlab.providers.wire import (
     ANTHROPIC_SAMPLING,
     SAMPLING_API_VERSION,
     VERSION_HEADER,
+    WireFormatError,
     anthropic_body,
     anthropic_headers,
 )
@@ -66,6 +67,12 @@ class AnthropicProvider:
                 exc, raw.status_code, raw.headers, provider=self.name
             ) from exc
         latency_ms = (time.perf_counter() - started) * 1000
+        # The SDK builds its objects without checking them: content that is not a list
+        # is a malformed answer (as the wire parser says), not an empty one.
+        content = getattr(message, "content", None)
+        if not isinstance(content, list):
+            shape = WireFormatError(f"'content' is not a list: {content!r:.80}")
+            raise malformed_body_error(shape, raw.status_code, raw.headers, provider=self.name)
         text = "".join(getattr(block, "text", "") for block in message.content)
         return CompletionResponse(
             text=text,

@@ -13,6 +13,7 @@ from promptlab.providers.errors import kept_headers, map_openai_error
 from promptlab.providers.http_errors import malformed_body_error
 from promptlab.providers.wire import (
     OPENAI_FINISH_REASONS,
+    WireFormatError,
     max_tokens_param,
     openai_body,
     openai_chosen_logprob,
@@ -72,14 +73,20 @@ class OpenAIProvider:
                 exc, raw.status_code, raw.headers, provider=self.name
             ) from exc
         latency_ms = (time.perf_counter() - started) * 1000
-        choice = completion.choices[0] if completion.choices else None
+        # The SDK builds its objects without checking them: no choice, or one without
+        # its message, is a malformed answer (as the wire parser says), not an empty one.
+        choices = completion.choices
+        choice = choices[0] if isinstance(choices, list) and choices else None
+        if choice is None or not hasattr(getattr(choice, "message", None), "content"):
+            shape = WireFormatError(f"no 'choices[0].message' in the answer: {choices!r:.80}")
+            raise malformed_body_error(shape, raw.status_code, raw.headers, provider=self.name)
         usage = completion.usage
         return CompletionResponse(
-            text=(choice.message.content or "") if choice else "",
+            text=choice.message.content or "",
             input_tokens=usage.prompt_tokens if usage else 0,
             output_tokens=usage.completion_tokens if usage else 0,
             finish_reason=OPENAI_FINISH_REASONS.get(
-                (choice.finish_reason if choice else None) or "stop", FinishReason.STOP
+                choice.finish_reason or "stop", FinishReason.STOP
             ),
             model_version=completion.model,
             latency_ms=latency_ms,

@@ -133,11 +133,16 @@ def parse_openai(data: Any) -> tuple[str, int, int, FinishReason, str]:
     """(text, input tokens, output tokens, finish reason, model) of a chat completion."""
     if not isinstance(data, Mapping):
         raise WireFormatError(f"expected a JSON object, got {type(data).__name__}")
-    choices = data.get("choices") or []
-    choice = choices[0] if isinstance(choices, list) and choices else {}
-    message = _mapping(choice.get("message") if isinstance(choice, Mapping) else None)
+    # An answer without its message is the server's fault, never an empty output.
+    choices = data.get("choices")
+    if not isinstance(choices, list) or not choices:
+        raise WireFormatError(f"'choices' is not a non-empty list: {_shown(choices)}")
+    choice = choices[0]
+    message = choice.get("message") if isinstance(choice, Mapping) else None
+    if not isinstance(message, Mapping):
+        raise WireFormatError(f"'choices[0]' has no 'message' object: {_shown(choice)}")
     usage = _mapping(data.get("usage"))
-    finish = choice.get("finish_reason") if isinstance(choice, Mapping) else None
+    finish = choice.get("finish_reason")
     return (
         str(message.get("content") or ""),
         _count(usage, "prompt_tokens"),
@@ -198,9 +203,9 @@ def parse_anthropic(data: Any) -> tuple[str, int, int, FinishReason, str]:
     """(text, input tokens, output tokens, finish reason, model) of a Messages answer."""
     if not isinstance(data, Mapping):
         raise WireFormatError(f"expected a JSON object, got {type(data).__name__}")
-    blocks = data.get("content") or []
+    blocks = data.get("content")
     if not isinstance(blocks, list):
-        raise WireFormatError("'content' is not a list")
+        raise WireFormatError(f"'content' is not a list: {_shown(blocks)}")
     text = "".join(str(b.get("text") or "") for b in blocks if isinstance(b, Mapping))
     usage = _mapping(data.get("usage"))
     return (
@@ -210,6 +215,12 @@ def parse_anthropic(data: Any) -> tuple[str, int, int, FinishReason, str]:
         ANTHROPIC_FINISH_REASONS.get(data.get("stop_reason") or "end_turn", FinishReason.STOP),
         str(data.get("model") or ""),
     )
+
+
+def _shown(value: Any) -> str:
+    """A wrong value as an error shows it: its repr, cut short."""
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _mapping(value: Any) -> Mapping[str, Any]:

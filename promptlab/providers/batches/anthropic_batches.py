@@ -4,12 +4,14 @@ request's Messages body, its `processing_status` polled, its results streamed.""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
+from functools import partial
 from typing import Any
 
 import anthropic
 
 from promptlab.providers.base import CompletionResponse
 from promptlab.providers.batches.clients import Line, Outcome, RemoteBatch, unreached
+from promptlab.providers.batches.result_lines import line_outcome
 from promptlab.providers.config import EndpointConfig
 from promptlab.providers.errors import map_anthropic_error
 from promptlab.providers.http_errors import error_from_response
@@ -96,27 +98,47 @@ class AnthropicBatches:
         return matches[0] if len(matches) == 1 else None
 
     async def results(self, batch: RemoteBatch) -> AsyncIterator[tuple[str, Outcome]]:
+        """Each line of the results, read here one at a time (the SDK's own decoder
+        stops at the first line that is not JSON, losing every line after it)."""
         try:
-            async for row in await self._client.messages.batches.results(batch.batch_id):
-                yield str(row.custom_id), self._outcome(batch, row)
+            decoder = await self._client.messages.batches.results(batch.batch_id)
+            try:
+                number = 0
+                async for raw in decoder.http_response.aiter_lines():
+                    number += 1
+                    if not raw.strip():
+                        continue
+                    where = f"line {number} of its results"
+                    read = partial(self._outcome, batch)
+                    outcome = line_outcome(raw, where, batch.batch_id, self.name, read)
+                    if outcome is not None:
+                        yield outcome
+            finally:
+                await decoder.close()
         except anthropic.AnthropicError as exc:
             raise map_anthropic_error(exc, self.name) from exc
 
-    def _outcome(self, batch: RemoteBatch, row: Any) -> Outcome:
-        result = row.result
-        if result.type == "succeeded":
-            body = result.message.model_dump(mode="json")
-            text, tokens_in, tokens_out, finish, model = parse_anthropic(body)
-            return CompletionResponse(
+    def _outcome(self, batch: RemoteBatch, row: dict[str, Any]) -> tuple[str, Outcome]:
+        custom_id = str(row.get("custom_id"))
+        result = row["result"]
+        kind = result["type"]
+        if kind == "succeeded":
+            text, tokens_in, tokens_out, finish, model = parse_anthropic(result["message"])
+            return custom_id, CompletionResponse(
                 text=text, input_tokens=tokens_in, output_tokens=tokens_out,
                 finish_reason=finish, model_version=model, latency_ms=0.0, http_status=200,
             )  # fmt: skip
-        if result.type == "errored":
-            body = result.error.model_dump(mode="json")
-            kind = str((body.get("error") or {}).get("type") or "api_error")
-            return error_from_response(_ERROR_STATUS.get(kind, 500), None, body, provider=self.name)
-        state = "cancelled" if result.type == "canceled" else "expired"
-        return unreached(batch.batch_id, state, str(row.custom_id))
+        if kind == "errored":
+            body = result.get("error")
+            if not isinstance(body, dict):  # a bare string: still the line's error
+                body = {"error": {"type": "api_error", "message": str(body)}}
+            error_type = str((body.get("error") or {}).get("type") or "api_error")
+            status = _ERROR_STATUS.get(error_type, 500)
+            return custom_id, error_from_response(status, None, body, provider=self.name)
+        if kind not in ("canceled", "expired"):
+            raise ValueError(f"result type {kind!r} is none of Anthropic's")
+        state = "cancelled" if kind == "canceled" else "expired"
+        return custom_id, unreached(batch.batch_id, state, custom_id)
 
     async def aclose(self) -> None:
         await self._client.close()

@@ -5,17 +5,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Sequence
+from functools import partial
 from typing import Any, Final
 
 import openai
 
 from promptlab.providers.base import CompletionResponse
 from promptlab.providers.batches.clients import Line, Outcome, RemoteBatch, unreached
+from promptlab.providers.batches.result_lines import line_outcome
 from promptlab.providers.config import EndpointConfig
 from promptlab.providers.errors import map_openai_error
 from promptlab.providers.http_errors import error_from_response
 from promptlab.providers.openai import PLACEHOLDER_KEY
 from promptlab.providers.wire import (
+    WireFormatError,
     max_tokens_param,
     openai_body,
     openai_chosen_logprob,
@@ -104,24 +107,36 @@ class OpenAIBatches:
         missing from both were never reached (the provider tells them apart)."""
         try:
             found = await self._client.batches.retrieve(batch.batch_id)
-            for file_id in (found.output_file_id, found.error_file_id):
+            files = (("output", found.output_file_id), ("error", found.error_file_id))
+            for kind, file_id in files:
                 if not file_id:
                     continue
                 content = await self._client.files.content(file_id)
-                for raw in content.text.splitlines():
-                    if raw.strip():
-                        yield self._line(batch, json.loads(raw))
+                for number, raw in enumerate(content.text.splitlines(), 1):
+                    if not raw.strip():
+                        continue
+                    where = f"line {number} of its {kind} file"
+                    read = partial(self._line, batch)
+                    outcome = line_outcome(raw, where, batch.batch_id, self.name, read)
+                    if outcome is not None:
+                        yield outcome
         except openai.OpenAIError as exc:
             raise map_openai_error(exc, self.name) from exc
 
-    def _line(self, batch: RemoteBatch, row: Any) -> tuple[str, Outcome]:
+    def _line(self, batch: RemoteBatch, row: dict[str, Any]) -> tuple[str, Outcome]:
         custom_id = str(row.get("custom_id"))
         error = row.get("error")
+        if error is not None and not isinstance(error, dict):
+            error = {"message": str(error)}  # a bare string: still the line's error
         response = row.get("response") or {}
+        if not isinstance(response, dict):
+            raise WireFormatError(f"'response' is not an object: {response!r:.80}")
         if error and error.get("code") in ("batch_expired", "batch_cancelled"):
             return custom_id, unreached(batch.batch_id, batch.state, custom_id)
         status = response.get("status_code")
         body = response.get("body")
+        if error and status == 200:  # an answer and an error: the error is the line's
+            return custom_id, error_from_response(None, None, {"error": error}, provider=self.name)
         if error or status != 200:
             return custom_id, error_from_response(
                 status, None, body if body is not None else {"error": error}, provider=self.name
