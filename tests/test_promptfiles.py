@@ -173,3 +173,61 @@ def test_labels_may_point_at_versions_already_saved(tmp_path: Path, registry: Re
     import_prompt_file(registry, load_prompt_file(second), "me")
     assert registry.labels("p")["stable"].semver == "1.0.0"
     assert registry.resolve("p").semver == "1.1.0"
+
+
+NOTED = """name: noted
+versions:
+  - author: someone-else
+    message: first
+    messages: [{role: user, content: hi}]
+"""
+
+
+def _authors(db: Path) -> tuple[list[tuple[str, str]], list[str]]:
+    import duckdb
+
+    with duckdb.connect(str(db), read_only=True) as conn:
+        versions = conn.execute("SELECT author, message FROM prompt_versions").fetchall()
+        actors = conn.execute(
+            "SELECT actor FROM audit_events WHERE kind = 'prompt_version.created'"
+        ).fetchall()
+    return [(str(a), str(m)) for a, m in versions], [str(a) for (a,) in actors]
+
+
+def test_a_file_s_author_is_a_note_and_the_version_is_the_importer_s(
+    db_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from click.testing import CliRunner
+
+    from promptlab.cli import main
+
+    monkeypatch.setenv("PROMPTLAB_AUTHOR", "real-person")
+    file = tmp_path / "noted.yaml"
+    file.write_text(NOTED)
+    added = CliRunner().invoke(main, ["prompt", "add", str(file)])
+    assert added.exit_code == 0, added.output
+    versions, actors = _authors(db_path)
+    assert versions == [("real-person", "first (the file names someone-else as its author)")]
+    assert actors == ["real-person"]
+
+
+def test_through_the_server_the_author_is_the_token_s_principal(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fastapi.testclient import TestClient
+
+    from promptlab.config import Settings
+    from promptlab.server.api import create_app
+    from promptlab.workbench import Workbench
+
+    with Workbench.open(Settings.from_env()) as wb:
+        _record, token = wb.tokens.create("erin", "editor")
+        api = TestClient(create_app(wb, "owner-token-for-tests"))
+        answer = api.post(
+            "/v1/prompts", json={"text": NOTED, "source": "noted.yaml"},
+            headers={"Authorization": f"Bearer {token}"},
+        )  # fmt: skip
+        assert answer.status_code == 201, answer.text
+    versions, actors = _authors(db_path)
+    assert versions == [("erin", "first (the file names someone-else as its author)")]
+    assert actors == ["erin"]

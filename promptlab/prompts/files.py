@@ -149,7 +149,8 @@ def _parse_version(item: Any, where: str) -> VersionSpec:
 
 
 def import_prompt_file(registry: Registry, prompt: PromptFile, author: str) -> list[SaveResult]:
-    """Save each version in order (identical ones are skipped), then move the labels.
+    """Save each version in order (identical ones are skipped), then move the labels,
+    all as `author` (the caller).
 
     Version numbers and label targets are checked against the registry first, so a file
     that cannot be imported whole saves nothing.
@@ -158,11 +159,15 @@ def import_prompt_file(registry: Registry, prompt: PromptFile, author: str) -> l
     results: list[SaveResult] = []
     by_file_version: dict[str, str] = {}
     for spec in prompt.versions:
+        # Who adds a version is the caller, whatever a file says: its `author:` is kept
+        # as a note in the message, never recorded as the author.
+        claimed = spec.author if spec.author and spec.author != author else None
+        note = f"(the file names {claimed} as its author)" if claimed else ""
         result = registry.save_version(
             prompt.name,
             spec.template,
-            author=spec.author or author,
-            message=spec.message,
+            author=author,
+            message=" ".join(part for part in (spec.message, note) if part),
             version=spec.version,
             description=prompt.description or None,
         )
