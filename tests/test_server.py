@@ -207,12 +207,13 @@ def test_the_cli_runs_through_the_server_and_others_see_the_run(
     assert "served-prompt" in (tmp_path / "out.yaml").read_text()
     bad = CliRunner().invoke(main, ["prompt", "show", "no-such-prompt"])
     assert bad.exit_code != 0 and "no-such-prompt" in bad.stderr
-    # /metrics counts the run's transitions and its attempts per endpoint.
+    # /metrics counts the run's transitions and its attempts per endpoint: the spec's
+    # own endpoint `fake` under the one value of every spec-declared endpoint.
     status, text = served.call("GET", "/metrics")
     assert status == 200
     assert 'promptlab_run_transitions_total{state="completed"} 1.0' in text
-    assert 'promptlab_attempts_total{endpoint="fake",kind="ok"} 60.0' in text
-    assert 'promptlab_request_latency_seconds_count{endpoint="fake"} 60.0' in text
+    assert 'promptlab_attempts_total{endpoint="spec-declared",kind="ok"} 60.0' in text
+    assert 'promptlab_request_latency_seconds_count{endpoint="spec-declared"} 60.0' in text
     assert "promptlab_store_spills_total 0.0" in text
     commits = next(
         float(line.split()[-1])

@@ -5,12 +5,23 @@ state and every state transition (from the store's run events), items by state a
 flight, attempts and 429s per endpoint, request latency histograms per endpoint, each
 limiter's current rate, concurrency, waiting requests and gate, and the store writer's
 commit latency, rows, failed commits and spills.
+
+Label values are bounded: an `endpoint` label is the name of a configured endpoint
+(built in, or in the providers file) that passes LABEL_VALUE, never a name a run spec
+chose. Every spec-declared endpoint's attempts and latency count under one value,
+SPEC_DECLARED; a run's cap on a configured endpoint (its spec's `limits:`) shows under
+that endpoint's name, and a running run's own endpoints and caps as one
+`promptlab_run_cap{run}` series (their concurrency, summed), gone when the run ends.
+So a spec declaring two hundred endpoints, or names with newlines or e-mail addresses
+in them, adds no series that outlive its run.
 """
 
 from __future__ import annotations
 
+import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.core import (
@@ -21,11 +32,19 @@ from prometheus_client.core import (
     Metric,
 )
 
-from promptlab.store.monitoring import MonitoringReads
+from promptlab.providers.config import load_endpoints
+from promptlab.store.monitoring import MonitoringReads, MonitoringSnapshot
 from promptlab.workbench import Workbench
 
 #: Upper bounds (seconds) of the request latency histogram.
 LATENCY_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+#: What an `endpoint` label value may be; a configured name outside it is INVALID_NAME.
+LABEL_VALUE = re.compile(r"[A-Za-z0-9_.:@+-]{1,64}")
+#: The one `endpoint` value of every endpoint a run spec declared.
+SPEC_DECLARED = "spec-declared"
+#: How the engine names a run's cap on an endpoint (engine/limiter.py).
+RUN_CAP_SUFFIX = " (run cap)"
+INVALID_NAME = "invalid-name"
 RUN_STATES = (
     "submitted", "waiting", "scheduled", "running", "paused", "completed", "failed", "cancelled"
 )  # fmt: skip
@@ -37,10 +56,17 @@ class WorkbenchCollector:
     def __init__(self, wb: Workbench) -> None:
         self._wb = wb
         self._reads = MonitoringReads(wb.store)
+        self._configured = set(load_endpoints(wb.settings.providers_file))
+
+    def label(self, endpoint: str) -> str:
+        """The `endpoint` label value of an endpoint's name (see the module's doc)."""
+        if endpoint not in self._configured:
+            return SPEC_DECLARED
+        return endpoint if LABEL_VALUE.fullmatch(endpoint) else INVALID_NAME
 
     def collect(self) -> Iterator[Metric]:
         started = time.perf_counter()
-        snap = self._reads.snapshot(LATENCY_BUCKETS_S)
+        snap = bounded(self._reads.snapshot(LATENCY_BUCKETS_S), self.label)
         runs = GaugeMetricFamily("promptlab_runs", "Runs by state", labels=["state"])
         moves = CounterMetricFamily(
             "promptlab_run_transitions", "Run state transitions", labels=["state"]
@@ -104,17 +130,30 @@ class WorkbenchCollector:
         gate = GaugeMetricFamily(
             "promptlab_limiter_gate_closed", "1 while a 429 holds the gate", labels=["endpoint"]
         )
+        run_cap = GaugeMetricFamily(
+            "promptlab_run_cap", "Concurrency of a running run's own endpoints and caps",
+            labels=["run"],
+        )  # fmt: skip
         seen: set[str] = set()
         for progress in live:
+            own = 0
             for state in progress.limiters:
-                if state.name in seen:
+                # A run's cap on a configured endpoint is that endpoint as the run sees
+                # it; a spec-declared endpoint is the run's alone.
+                base = state.name.removesuffix(RUN_CAP_SUFFIX)
+                name = self.label(base)
+                if name == SPEC_DECLARED or base != state.name:
+                    own += state.concurrency
+                if name == SPEC_DECLARED or name in seen:
                     continue
-                seen.add(state.name)
-                rate.add_metric([state.name], state.rpm if state.rpm is not None else float("inf"))
-                concurrency.add_metric([state.name], state.concurrency)
-                waiting.add_metric([state.name], state.waiting)
-                gate.add_metric([state.name], 1.0 if state.gate_closed_until else 0.0)
-        yield from (rate, concurrency, waiting, gate)
+                seen.add(name)
+                rate.add_metric([name], state.rpm if state.rpm is not None else float("inf"))
+                concurrency.add_metric([name], state.concurrency)
+                waiting.add_metric([name], state.waiting)
+                gate.add_metric([name], 1.0 if state.gate_closed_until else 0.0)
+            if own and LABEL_VALUE.fullmatch(progress.run_id):
+                run_cap.add_metric([progress.run_id], own)
+        yield from (rate, concurrency, waiting, gate, run_cap)
         yield from self._store_writes()
 
     def _store_writes(self) -> Iterator[Metric]:
@@ -141,6 +180,40 @@ class WorkbenchCollector:
             counter = CounterMetricFamily(name, text)
             counter.add_metric([], value)
             yield counter
+
+
+def bounded(snap: MonitoringSnapshot, label: Callable[[str], str]) -> MonitoringSnapshot:
+    """`snap` with its per-endpoint figures summed under each endpoint's label value."""
+    attempts: dict[tuple[str, str], int] = {}
+    for (endpoint, kind), count in snap.attempts.items():
+        key = (label(endpoint), kind)
+        attempts[key] = attempts.get(key, 0) + count
+    return MonitoringSnapshot(
+        runs_by_status=snap.runs_by_status,
+        transitions=snap.transitions,
+        items_by_status=snap.items_by_status,
+        attempts=attempts,
+        latency_buckets=_summed_lists(snap.latency_buckets.items(), label),
+        latency_sum_s=_summed(snap.latency_sum_s.items(), label),
+        latency_count=_summed(snap.latency_count.items(), label),
+    )
+
+
+def _summed(pairs: Iterable[tuple[str, float]], label: Callable[[str], str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for endpoint, value in pairs:
+        out[label(endpoint)] = out.get(label(endpoint), 0) + value
+    return out
+
+
+def _summed_lists(
+    pairs: Iterable[tuple[str, list[int]]], label: Callable[[str], str]
+) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for endpoint, counts in pairs:
+        before = out.get(label(endpoint), [0] * len(counts))
+        out[label(endpoint)] = [a + b for a, b in zip(before, counts, strict=True)]
+    return out
 
 
 def metrics_response(wb: Workbench) -> tuple[bytes, str]:
