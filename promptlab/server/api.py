@@ -38,7 +38,7 @@ from promptlab.server.fairness import Fairness, TooMany
 from promptlab.server.job_routes import add_job_routes
 from promptlab.server.jobs import Jobs
 from promptlab.server.metrics import metrics_response
-from promptlab.server.principals import OWNER_TOKEN_ID, Guard
+from promptlab.server.principals import OWNER_TOKEN_ID, Guard, principal_of
 from promptlab.server.prompt_routes import add_prompt_routes
 from promptlab.server.refusals import Refused, error_response, too_many_response
 from promptlab.server.review_routes import add_review_routes
@@ -140,8 +140,11 @@ def _add_health_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
     """Whether the server is alive, and what it does (Prometheus metrics)."""
 
     @app.get("/v1/health", dependencies=auth)
-    async def health() -> dict[str, Any]:
-        """Alive, and which database it owns."""
+    async def health(request: Request) -> dict[str, Any]:
+        """Alive; to an admin, also which database it owns (a path on the server's
+        machine is no business of any other caller)."""
+        if principal_of(request.scope).role != "admin":
+            return {"ok": True}
         return {"ok": True, "database": str(wb.settings.db_path)}
 
     @app.get("/metrics", dependencies=auth)
