@@ -3,7 +3,8 @@
 Hostile or broken input is one error line, never a traceback or a memory blow-up: files
 are bounded in size and must be UTF-8; documents are bounded in nesting and, with their
 aliases expanded, in values; an alias inside its own anchor (a recursive structure) is
-refused.
+refused, and so is a key written twice in one mapping (YAML forbids it; PyYAML would
+keep the last silently, so a second `model:` lower down would win unseen).
 """
 
 from __future__ import annotations
@@ -101,6 +102,30 @@ class _BoundedLoader(yaml.SafeLoader):
         if parent is None and node is not None:  # the root: its anchors are still known here
             _check_expansion(node, {id(n): name for name, n in self.anchors.items()})
         return node
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        _check_unique_keys(self, node)
+        return super().construct_mapping(node, deep)
+
+
+def _check_unique_keys(loader: yaml.SafeLoader, node: yaml.MappingNode) -> None:
+    """Refuse a mapping whose own keys repeat one (a `<<` merge's keys may be overridden:
+    that is what a merge is for)."""
+    seen: dict[Any, int] = {}
+    for key_node, _value in node.value:
+        if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        key = loader.construct_object(key_node)
+        line = key_node.start_mark.line + 1
+        try:
+            first = seen.get(key)
+        except TypeError:  # not hashable: PyYAML refuses it itself
+            continue
+        if first is not None:
+            raise _Refused(
+                line, f"key {key!r} appears twice in one mapping (first on line {first})"
+            )
+        seen[key] = line
 
 
 def _check_expansion(root: yaml.Node, anchor_names: dict[int, str]) -> None:
