@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -536,8 +537,16 @@ def test_an_item_cancelled_before_it_was_sent_says_why_it_has_no_trace(
 ) -> None:
     spec = spec_for(tmp_path, fakellm, monkeypatch, rows=300)
     with Workbench.open() as wb:
-        run_id = wb.runs.start(parse_spec(spec))
-        wb.runs.cancel(run_id)
+        fakellm.gate(0)  # every request held: the run is planned and sending when cancelled
+        try:
+            run_id = wb.runs.start(parse_spec(spec))
+            deadline = time.monotonic() + 60
+            while fakellm.stats()["held"] == 0:
+                assert time.monotonic() < deadline, "nothing was sent"
+                time.sleep(0.01)
+            wb.runs.cancel(run_id)
+        finally:
+            fakellm.gate(None)
         wb.runs.wait(run_id, timeout=60)
         traced = {e.trace_id for e in wb.audit.events(AuditFilter(run_id=run_id, limit=None))}
         page = wb.runs.items(run_id, status="cancelled", limit=500)

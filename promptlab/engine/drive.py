@@ -12,7 +12,7 @@ import contextvars
 import logging
 import threading
 from collections.abc import Callable, Coroutine, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from promptlab.audit.actor import current_actor
@@ -25,6 +25,7 @@ from promptlab.engine.collector import CollectorHold
 from promptlab.engine.dependencies import WaitingRuns
 from promptlab.engine.ended import RunEnd, RunEndedHook, spec_submit
 from promptlab.engine.lanes import EndpointPool
+from promptlab.engine.planner import PlanStopped
 from promptlab.engine.prepare import PreparedRun
 from promptlab.engine.progress import Counters
 from promptlab.engine.run import RunExecution
@@ -46,6 +47,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("promptlab.engine.executor")
 
 
+#: Longest a run cancelled while planned waits for its cancel event before its end event.
+CANCEL_RECORDED_S = 30.0
+
+
 @dataclass
 class ActiveRun:
     """A run going on the loop: its execution and counters once planned, its task, and
@@ -57,6 +62,11 @@ class ActiveRun:
     done: threading.Event
     cancel_requested: bool = False
     pause_requested: bool = False
+    #: Set by `Engine.cancel` on the caller's thread, before it records the cancel (a
+    #: write that waits for the plan's open transaction): planning stops at once. Then
+    #: `cancel_recorded`, so the run's end event follows its cancel event.
+    cancel_asked: threading.Event = field(default_factory=threading.Event)
+    cancel_recorded: threading.Event = field(default_factory=threading.Event)
 
 
 class RunDriver:
@@ -153,7 +163,9 @@ class RunDriver:
         tokenizer = asyncio.ensure_future(asyncio.to_thread(tokenizer_name))
         try:
             if prepared.plan_rows is not None:
-                await asyncio.to_thread(self.items.plan_items, run_id, prepared.plan(run_id))
+                # A cancel stops planning where it is (PlanStopped, below), not at its end.
+                plan = prepared.plan(run_id, stop=active.cancel_asked.is_set)
+                await asyncio.to_thread(self.items.plan_items, run_id, plan)
             rows = await asyncio.to_thread(self.items.row_count, run_id)
             await asyncio.to_thread(self.runs.set_status, run_id, RunStatus.SCHEDULED)
             record = await asyncio.to_thread(self.runs.get_run, run_id)
@@ -177,6 +189,11 @@ class RunDriver:
             await execution.execute()
             await asyncio.gather(*alert_writes)
             await self._close_run(run_id, execution, prepared.spec)
+        except PlanStopped:
+            # Never scheduled, so a resume plans it anew; what was planned is cancelled.
+            await asyncio.to_thread(active.cancel_recorded.wait, CANCEL_RECORDED_S)
+            reason = "cancelled while it was being planned"
+            await self._end_run(run_id, RunStatus.CANCELLED, reason, "run cancelled", prepared.spec)
         except Exception as exc:
             await self._fail_run(run_id, exc, prepared.spec)
         finally:

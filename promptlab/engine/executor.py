@@ -274,7 +274,11 @@ class Engine(RunDriver):
             # A waiting run cancelled is no longer started when what it waits for ends.
             self._waiting.drop(run_id)
         if active is not None:
-            self._audit_change("run.cancelled", run_id, {"active": True})
+            active.cancel_asked.set()  # a plan being made stops now, not after this write
+            try:
+                self._audit_change("run.cancelled", run_id, {"active": True})
+            finally:
+                active.cancel_recorded.set()
             self._loop.call_soon_threadsafe(self._halt_on_loop, run_id, False)
             return
         self._settle_writer()

@@ -11,7 +11,7 @@ the network: rows come in, items go out.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -20,6 +20,15 @@ from promptlab.records import AssignmentRecord, PlannedChunk, PlannedItem
 
 #: Dataset rows per planned chunk: large enough to insert fast, small enough to stay flat.
 PLAN_CHUNK_ROWS = 20_000
+#: Rows planned between two looks at whether the run was cancelled meanwhile (a look is
+#: an attribute read; a 2-million-item plan reads about 17,000 rows a second).
+STOP_EVERY_ROWS = 1_000
+
+
+class PlanStopped(Exception):
+    """The run was cancelled while it was being planned: planning stops where it is."""
+
+
 #: Hex digits of the idempotency key (128 bits): unique in practice, compact in the index.
 KEY_HEX_DIGITS = 32
 
@@ -130,10 +139,12 @@ def plan_items(
     strategy: AssignmentStrategy,
     repeats: int,
     chunk_rows: int = PLAN_CHUNK_ROWS,
+    stop: Callable[[], bool] | None = None,
 ) -> Iterator[PlannedChunk]:
     """The run's items in plan order, `chunk_rows` dataset rows at a time.
 
     Chunks keep memory flat for any dataset size; `seq` numbers items across chunks.
+    `stop` is asked every STOP_EVERY_ROWS rows: true, PlanStopped is raised.
     """
     seq = 0
     first_row = 0
@@ -141,6 +152,8 @@ def plan_items(
     items: list[PlannedItem] = []
     recorded = strategy if isinstance(strategy, RecordsAssignments) else None
     for row_index, row in enumerate(rows):
+        if stop is not None and row_index % STOP_EVERY_ROWS == 0 and stop():
+            raise PlanStopped(f"run {run_id}: cancelled while planned, at row {row_index}")
         chunk.append(row)
         for variant_index in strategy.variants_for(row_index, row):
             name = variant_names[variant_index]
@@ -149,6 +162,8 @@ def plan_items(
                 items.append(PlannedItem(key, seq, row_index, variant_index, repeat))
                 seq += 1
         if len(chunk) >= chunk_rows:
+            if stop is not None and stop():  # not written, when cancelled while it was made
+                raise PlanStopped(f"run {run_id}: cancelled while planned, at row {row_index}")
             yield PlannedChunk(first_row, chunk, items, _drain(recorded))
             first_row += len(chunk)
             chunk, items = [], []

@@ -11,7 +11,7 @@ variant records, the dataset's rows and how to plan the run.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -104,7 +104,7 @@ class PreparedRun:
         history = self.spec.history
         return Replay(history, self.spec.shards, self.summary) if history is not None else None
 
-    def plan(self, run_id: str) -> Iterator[PlannedChunk]:
+    def plan(self, run_id: str, stop: Callable[[], bool] | None = None) -> Iterator[PlannedChunk]:
         """The run's items, chunk by chunk, from the rows counted when it was prepared.
 
         It reads the dataset (more than once with `skip_invalid_rows`): iterate it off the
@@ -112,12 +112,13 @@ class PreparedRun:
         engine/rows.py). Any other file rewritten since it was counted would plan other
         rows (none, half-written), and the run would "complete": that is refused
         (SpecError) once the last chunk is read, before the run is scheduled, so a resume
-        plans it again.
+        plans it again. `stop` (asked as rows are read) ends it with PlanStopped.
         """
         strategy = self.strategy()
         names = [v.name for v in self.variants]
         read = 0
-        for chunk in plan_items(run_id, self.rows.read(), names, strategy, self.spec.repeats):
+        chunks = plan_items(run_id, self.rows.read(), names, strategy, self.spec.repeats, stop=stop)
+        for chunk in chunks:
             read += len(chunk.rows)
             yield chunk
         self.rows.release()
