@@ -22,6 +22,7 @@ from promptlab.engine.recorder import ItemRecorder
 from promptlab.engine.refusals import RefusalWatch
 from promptlab.engine.requests import Prepared
 from promptlab.engine.retry import THROTTLE_KINDS, Action, RetryPolicy, classify
+from promptlab.engine.spill import MAX_OUTPUT_CHARS
 from promptlab.errors import ErrorKind, ProviderError
 from promptlab.providers.base import CompletionRequest, CompletionResponse
 from promptlab.records import ItemErrorKind, ItemStatus, PendingItem
@@ -232,6 +233,9 @@ class ItemAttempts:
         check = None
         if self.reask and item.variant_index in self.checkers:
             response, check = await self._reask(item, lane, prepared, flight, response)
+        if len(response.text) > MAX_OUTPUT_CHARS:  # more than a result row holds
+            self.recorder.too_large(item, flight.attempt, response)
+            return
         row = self.recorder.final(
             item, ItemStatus.SUCCEEDED, True, flight.attempt,
             response=response, endpoint=lane.endpoint, check=check,

@@ -12,6 +12,7 @@ from promptlab.checks.validation import Checker, CheckStatus, OutputCheck
 from promptlab.clock import Clock
 from promptlab.engine import trace
 from promptlab.engine.progress import Counters
+from promptlab.engine.spill import MAX_OUTPUT_CHARS, keep_too_large
 from promptlab.engine.writer import BatchWriter
 from promptlab.errors import ProviderError
 from promptlab.prompts.templates import Template
@@ -115,6 +116,19 @@ class ItemRecorder:
         stages = self.traces.get(item.key) if self.audit else None
         if stages is not None:
             stages["batch_id"], stages["batch_line"] = batch_id, line
+
+    def too_large(self, item: PendingItem, attempts: int, response: CompletionResponse) -> None:
+        """An answer longer than a result row holds: kept in a file, and the item's final
+        row a `too_large` failure naming its size and where it is."""
+        kept = keep_too_large(self.writer.spill_dirs, self.run_id, item.key, response.text)
+        where = f"kept in {kept}" if kept is not None else "not kept: no folder took it"
+        message = (
+            f"the answer is {len(response.text):,} characters, over the {MAX_OUTPUT_CHARS:,} "
+            f"a result row holds; {where}"
+        )
+        self.final(
+            item, ItemStatus.FAILED, True, attempts, error=(ItemErrorKind.TOO_LARGE, message)
+        )
 
     def is_open(self, item: PendingItem) -> bool:
         """Dispatched, and its final row not recorded yet."""

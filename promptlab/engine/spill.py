@@ -32,6 +32,10 @@ from promptlab.store.items import ItemStore, redacted_batch
 log = logging.getLogger(__name__)
 
 SPILL_SUFFIX = ".jsonl"
+#: Longest output a result row holds (characters). DuckDB's memory limit (64 MB) is
+#: shared by a whole commit: a 50 MB answer failed its batch's write. A longer answer is
+#: kept in a file beside the spills (`keep_too_large`) and its item fails `too_large`.
+MAX_OUTPUT_CHARS = 8 * 2**20
 
 
 def spill_dirs(db_path: Path) -> tuple[Path, ...]:
@@ -131,3 +135,21 @@ def read_spill(path: Path) -> WriteBatch:
         for line in handle:
             add_record(batch, json.loads(line))
     return batch
+
+
+def keep_too_large(folders: tuple[Path, ...], run_id: str, key: str, text: str) -> Path | None:
+    """Write an answer too large for a result row, redacted and readable by this user
+    alone, beside the first spill folder that takes it (`<folder>.too-large/<run>/
+    <key>.txt`: not a spill, never ingested); None when none did."""
+    for folder in folders:
+        target = folder.parent / f"{folder.name}.too-large" / run_id / f"{key}.txt"
+        try:
+            target.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            handle = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(handle, "w", encoding="utf-8") as out:
+                out.write(Redactor.from_environ()(text))
+        except OSError as exc:
+            log.warning("cannot keep a too-large answer in %s: %s", folder, exc)
+            continue
+        return target
+    return None

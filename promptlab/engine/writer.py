@@ -390,6 +390,11 @@ class BatchWriter:
         self.committed_rows += len(batch)
         return None
 
+    @property
+    def spill_dirs(self) -> tuple[Path, ...]:
+        """Where rows the store cannot take go (engine/spill.py), in order of preference."""
+        return self._spill_dirs
+
     def _spill(self) -> Path | None:
         """Write the held rows to the first spill folder that takes them."""
         batch, self._batch = self._batch, WriteBatch()
