@@ -15,6 +15,7 @@ from click.testing import CliRunner, Result
 from streamlit.testing.v1 import AppTest
 
 from promptlab.audit.checks import result_event_orphaned
+from promptlab.audit.report import ChainProblem
 from promptlab.cli import main
 from promptlab.config import Settings
 from promptlab.engine import Engine, parse_spec
@@ -398,3 +399,18 @@ def test_an_event_moved_far_ahead_is_named_without_walking_the_gap(
     sql(db, "UPDATE audit_events SET seq = 1000000000000 WHERE chain = ? AND seq = 2", [chain])
     out = failing(db)
     assert f"chain {chain}: event seq 3" in out and "deleted: seq 2 missing" in out
+
+
+def test_a_run_that_ended_twice_without_a_resume_fails_verify(
+    tmp_path: Path, db_path: Path
+) -> None:
+    """One `run.ended` per start: a second end with no `run.resumed` since the first (a
+    cancel and a resume both recorded, as a race once left them) is reported."""
+    with Store(db_path) as store:
+        run_id = sim_run(tmp_path, store, error_rate=0.0)
+        assert AuditLog(store).verify().ok
+        AuditLog(store).record_run_end(run_id, "someone", {"status": "cancelled"})
+        report = AuditLog(store).verify()
+    assert not report.ok
+    assert [p.what for p in report.problems if isinstance(p, ChainProblem)] == ["ended twice"]
+    assert f"run {run_id} ended cancelled after it had ended completed" in str(report.problems[0])

@@ -313,7 +313,8 @@ def test_cancel_while_a_resume_is_starting_leaves_the_run_cancelled(
         second.resume(run_id)
         progress = second.wait(run_id, timeout=30)
     assert progress.status == "cancelled"
-    assert progress.done == 40 and progress.succeeded < 40
+    # Every item planned is closed (a cancel taken while planning may leave none planned).
+    assert progress.done == progress.total and progress.succeeded < 40
 
 
 def test_one_broken_adapter_stops_the_run_while_another_endpoint_answers(

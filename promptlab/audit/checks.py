@@ -25,12 +25,12 @@ What is left unchecked, and counted as such: rows of runs made with the audit of
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from promptlab.audit.chain import epoch_us, genesis_hash
+from promptlab.audit.chain import RUN_ENDED, epoch_us, genesis_hash
 from promptlab.audit.report import ChainProblem, ChainStatus
 
 #: What a lean result event copies from its results row (event field -> column): named
@@ -98,6 +98,29 @@ def check_anchor(
             "rewritten from there back)",
         )  # fmt: skip
     return status if problem is None else replace(status, problem=problem)
+
+
+def check_run_ends(status: ChainStatus, changes: Iterable[Any]) -> ChainStatus:
+    """The changes chain records one `run.ended` per start of a run: a second end with
+    no `run.resumed` since the first means the run ended twice (a cancel raced a resume,
+    say, and both were recorded)."""
+    if not status.ok:
+        return status
+    ended: dict[str, str] = {}
+    for event in changes:
+        if event.kind == "run.resumed" and event.run_id:
+            ended.pop(event.run_id, None)
+        elif event.kind == RUN_ENDED and event.run_id:
+            first = ended.get(event.run_id)
+            if first is not None:
+                problem = ChainProblem(
+                    status.chain, event.seq, event.event_id, "ended twice",
+                    f"run {event.run_id} ended {event.payload.get('status')} after it had "
+                    f"ended {first}, with no resume between",
+                )  # fmt: skip
+                return replace(status, problem=problem)
+            ended[event.run_id] = str(event.payload.get("status"))
+    return status
 
 
 def missing_chain(chain: str, detail: str) -> ChainStatus:

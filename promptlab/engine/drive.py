@@ -67,6 +67,11 @@ class ActiveRun:
     #: `cancel_recorded`, so the run's end event follows its cancel event.
     cancel_asked: threading.Event = field(default_factory=threading.Event)
     cancel_recorded: threading.Event = field(default_factory=threading.Event)
+    #: Set on the loop once the run has decided how it ends. A cancel that finds it set
+    #: does not count on the run to apply it: it cancels the run at rest once it ended.
+    ending: bool = False
+    #: Ended cancelled by its own end (nothing left for a late cancel to do).
+    cancelled: bool = False
 
 
 class RunDriver:
@@ -91,6 +96,10 @@ class RunDriver:
     _writer: BatchWriter
     _waiting: WaitingRuns
     _active: dict[str, ActiveRun]
+    _claims_lock: threading.Lock
+    _cancelling: dict[str, threading.Event]
+    #: A cancel that came as a run was ending, applied once it is at rest (lifecycle.py).
+    _cancel_at_rest: Callable[[str, ActiveRun | None], None]
     _collector_holds: set[CollectorHold]
     _unrecorded_ends: dict[str, tuple[str, str]]
     _tracing: Tracing | None
@@ -120,9 +129,18 @@ class RunDriver:
         self._on_run_ended(RunEnd(self.store, run_id, spec, str(status), reason, submit))
 
     def _finish(self, run_id: str) -> None:
-        active = self._active.pop(run_id, None)
-        if active is not None:
+        with self._claims_lock:
+            active = self._active.pop(run_id, None)
+            # A cancel taken while the run was ending (it paused, say): applied now, as
+            # to a run at rest; waiters go on waiting until it is (wait() sees it).
+            late = active is not None and active.cancel_requested and not active.cancelled
+            if late:
+                self._cancelling.setdefault(run_id, threading.Event())
+        if late:
+            self._loop.run_in_executor(None, self._cancel_at_rest, run_id, active)
+        elif active is not None:
             active.done.set()
+
         if self._waiting:  # its status is recorded: what waits for it may go on
             self._loop.run_in_executor(None, self._waiting.ended, run_id)
 
@@ -188,9 +206,10 @@ class RunDriver:
             await tokenizer
             await execution.execute()
             await asyncio.gather(*alert_writes)
-            await self._close_run(run_id, execution, prepared.spec)
+            await self._close_run(run_id, active, execution, prepared.spec)
         except PlanStopped:
             # Never scheduled, so a resume plans it anew; what was planned is cancelled.
+            active.cancelled = True
             await asyncio.to_thread(active.cancel_recorded.wait, CANCEL_RECORDED_S)
             reason = "cancelled while it was being planned"
             await self._end_run(run_id, RunStatus.CANCELLED, reason, "run cancelled", prepared.spec)
@@ -256,11 +275,20 @@ class RunDriver:
         for alert in alerts:
             log.warning("run %s: alert: %s", run_id, alert.message)
 
-    async def _close_run(self, run_id: str, execution: RunExecution, spec: RunSpec) -> None:
+    async def _close_run(
+        self, run_id: str, active: ActiveRun, execution: RunExecution, spec: RunSpec
+    ) -> None:
+        # Decided in one step on the loop, with `ending` set first: a cancel taken before
+        # this (its flag set under the claims lock) ends the run cancelled; one taken
+        # after it sees `ending` and cancels the run once it is at rest.
+        active.ending = True
         if execution.stop_reason is not None:
             reason = f"stopped: {execution.stop_reason}"
             await self._end_run(run_id, RunStatus.FAILED, reason, reason, spec)
-        elif execution.cancelled:
+        elif execution.cancelled or active.cancel_requested:
+            # Its end event after its cancel event, when the cancel is being recorded.
+            active.cancelled = True
+            await asyncio.to_thread(active.cancel_recorded.wait, CANCEL_RECORDED_S)
             await self._end_run(run_id, RunStatus.CANCELLED, "cancelled", "run cancelled", spec)
         elif execution.paused:
             await self._writer.flush()  # not an end: no cancelled rows, no end event

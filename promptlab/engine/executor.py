@@ -4,11 +4,12 @@ The CLI and the app both call `submit`, `status`, `cancel`, `resume` and `wait` 
 their own threads; all provider calls happen on the engine's loop, so async clients
 are never bound to a loop that has closed.
 
-The engine keeps the lifecycle: its loop thread, the writer, the active runs and how
-they end. What a spec must pass before its run exists is one step, shared by submit,
-estimate and resume (engine/prepare.py); the providers and shared limiters live in
-engine/lanes.py, how each run goes on the loop and ends in engine/drive.py (the
-Engine is built on its RunDriver), and one run's execution in engine/run.py.
+The engine keeps its loop thread, the writer and the active runs. What a spec must
+pass before its run exists is one step, shared by submit, estimate and resume
+(engine/prepare.py); the providers and shared limiters live in engine/lanes.py; a run's
+resume, pause and cancel in engine/lifecycle.py, how each run goes on the loop and
+ends in engine/drive.py (the Engine is built on both), and one run's execution in
+engine/run.py.
 """
 
 from __future__ import annotations
@@ -30,22 +31,20 @@ from promptlab.config import Settings
 from promptlab.data.datasets import DatasetStore
 from promptlab.engine.collector import CollectorHold
 from promptlab.engine.dependencies import WaitingRuns, resolve_after
-from promptlab.engine.drive import ActiveRun, RunDriver
+from promptlab.engine.drive import ActiveRun
 from promptlab.engine.ended import RunEndedHook
 from promptlab.engine.estimate import RunEstimate, estimate_run
 from promptlab.engine.lanes import EndpointPool, ProviderFactory
+from promptlab.engine.lifecycle import RunLifecycle
 from promptlab.engine.prepare import PreparedRun, StoredRun, VersionResolver, prepare_run
 from promptlab.engine.progress import RunProgress
-from promptlab.engine.retry import STOP_KINDS
-from promptlab.engine.spec import RunSpec, parse_spec
+from promptlab.engine.spec import RunSpec
 from promptlab.engine.spill import spill_dirs, store_spills
 from promptlab.engine.writer import STORE_UNWRITABLE, BatchWriter, WriterStats
 from promptlab.errors import EngineError, SpecError, StoreError
 from promptlab.observability.tracing import tracing_from_env
 from promptlab.providers import build_provider, load_endpoints
 from promptlab.providers.config import EndpointConfig
-from promptlab.records import FINAL_RUN_STATUSES, RunStatus
-from promptlab.records.states import RESUMED_KINDS
 from promptlab.store import ItemStore, ReadModels, RunStore, Store
 from promptlab.store.alerts import AlertStore
 from promptlab.store.audit import AuditLog
@@ -57,7 +56,7 @@ T = TypeVar("T")
 CALL_TIMEOUT_S = 30.0
 
 
-class Engine(RunDriver):
+class Engine(RunLifecycle):
     """Runs batches through shared, rate-limited provider endpoints; see module docstring."""
 
     def __init__(
@@ -74,8 +73,7 @@ class Engine(RunDriver):
         on_run_ended: RunEndedHook | None = None,
     ) -> None:
         self.store = store
-        #: After-run work, called at each end of a run before it is recorded (engine/ended.py).
-        self._on_run_ended = on_run_ended
+        self._on_run_ended = on_run_ended  # after-run work at each end (engine/ended.py)
         self.runs = runs or RunStore(store)
         self.items = items or ItemStore(store)
         self.reads = ReadModels(store)
@@ -91,8 +89,10 @@ class Engine(RunDriver):
         #: Providers and shared limiters of every endpoint a run has used (engine/lanes.py).
         self._pool = EndpointPool(provider_factory, self.clock, store)
         self._active: dict[str, ActiveRun] = {}
-        #: Runs being resumed (not yet in _active); cancels that came meanwhile.
+        #: Runs being resumed (not yet in _active), cancels that came meanwhile, and runs
+        #: at rest being cancelled with the event their waiters block on (lifecycle.py).
         self._claims, self._pending_cancels = set[str](), set[str]()
+        self._cancelling: dict[str, threading.Event] = {}
         self._claims_lock = threading.Lock()
         #: Runs waiting for the runs they come after (`after:`; engine/dependencies.py).
         self._waiting = WaitingRuns(
@@ -212,97 +212,9 @@ class Engine(RunDriver):
             spec.limits,
         )
 
-    def resume(self, run_id: str) -> str:
-        """Continue a run whose process died, or that was cancelled or stopped."""
-        # Two sessions may press Resume at once: claim the run before looking at it, so
-        # only one of them starts it (two would send every open item twice).
-        with self._claims_lock:
-            if run_id in self._active or run_id in self._claims:
-                raise EngineError(f"run {run_id} is already running")
-            if run_id in self._waiting:
-                raise EngineError(f"run {run_id} is waiting for the runs it comes after")
-            self._claims.add(run_id)
-        try:
-            return self._resume_claimed(run_id)
-        finally:
-            with self._claims_lock:
-                self._claims.discard(run_id)
-                # A Cancel pressed during a resume that then failed still applies.
-                cancel_now = run_id in self._pending_cancels and run_id not in self._active
-                self._pending_cancels.discard(run_id)
-            if cancel_now:
-                self.cancel(run_id)
-
-    def _resume_claimed(self, run_id: str) -> str:
-        self._settle_writer()
-        record = self.runs.get_run(run_id)
-        if record.status == RunStatus.COMPLETED:
-            raise EngineError(f"run {run_id} is completed: nothing to resume")
-        # A run whose planning never finished (it is scheduled once every item is planned:
-        # the process died, or a chunk failed) is planned again from scratch.
-        replan = record.scheduled_at is None
-        # Stored by a submit, which checked it: its command-line endpoints hold again.
-        spec = parse_spec(record.spec, trusted=True)
-        stored = StoredRun(run_id, self.runs.variants(run_id), planned=not replan)
-        prepared = self._prepare(spec, stored)
-        self._call(self._open_lanes(prepared))
-        dependencies = self.runs.dependencies(run_id)
-        if replan and dependencies:
-            # It never started: it waits (or is skipped) again by what it comes after now.
-            self.items.clear_plan(run_id)
-            self._audit_change("run.resumed", run_id, {"chain": run_chain(run_id), "replan": True})
-            self._waiting.hold(run_id, prepared, frozenset(d.run_id for d in dependencies))
-            return run_id
-        if replan:
-            self.items.clear_plan(run_id)
-        else:
-            reopened = self.items.reopen(run_id, [*(k.value for k in STOP_KINDS), *RESUMED_KINDS])
-            log.info("run %s: %d items back to pending", run_id, reopened)
-        self._audit_change("run.resumed", run_id, {"chain": run_chain(run_id), "replan": replan})
-        self._start(run_id, prepared)
-        return run_id
-
-    def cancel(self, run_id: str) -> None:
-        """Stop dispatching now; in-flight requests finish. Inactive runs are closed at once."""
-        with self._claims_lock:
-            if run_id in self._claims and run_id not in self._active:
-                # Being resumed: closing its items now would be undone when the resume
-                # reopens them, and the run would then complete. Cancel it as it starts.
-                self._pending_cancels.add(run_id)
-                return
-            active = self._active.get(run_id)
-            # A waiting run cancelled is no longer started when what it waits for ends.
-            self._waiting.drop(run_id)
-        if active is not None:
-            active.cancel_asked.set()  # a plan being made stops now, not after this write
-            try:
-                self._audit_change("run.cancelled", run_id, {"active": True})
-            finally:
-                active.cancel_recorded.set()
-            self._loop.call_soon_threadsafe(self._halt_on_loop, run_id, False)
-            return
-        self._settle_writer()
-        record = self.runs.get_run(run_id)
-        if record.status in FINAL_RUN_STATUSES:
-            return
-        self.items.cancel_open_items(run_id, "run cancelled")
-        self._run_ended(run_id, record.spec, RunStatus.CANCELLED, "cancelled")
-        self.runs.set_status(run_id, RunStatus.CANCELLED, "cancelled")
-        self._audit_change("run.cancelled", run_id, {"active": False})
-        self._audit_end(run_id, RunStatus.CANCELLED, "cancelled")
-        self._waiting.ended(run_id)
-
     def adopt_waiting(self) -> list[str]:
         """Take over the runs left waiting by a process that is gone (see dependencies.py)."""
         return self._waiting.adopt(self.resume)
-
-    def pause(self, run_id: str) -> None:
-        """Stop dispatching now; in-flight requests finish, pending items wait for resume."""
-        if run_id not in self._active:
-            status = self.runs.get_run(run_id).status
-            raise EngineError(f"run {run_id} is {status}, not running here: nothing to pause")
-        self._audit_change("run.paused", run_id, {})
-        self._loop.call_soon_threadsafe(self._halt_on_loop, run_id, True)
 
     def status(self, run_id: str) -> RunProgress:
         """Live progress for an active run; stored counts for any other."""
@@ -340,13 +252,6 @@ class Engine(RunDriver):
     def writer_stats(self) -> WriterStats:
         """The batch writer's commits, their latency, failures and spills (a copy)."""
         return replace(self._writer.stats, bucket_counts=list(self._writer.stats.bucket_counts))
-
-    def wait(self, run_id: str, timeout: float | None = None) -> RunProgress:
-        """Block until the run is no longer active (or `timeout` passes); return its status."""
-        active = self._active.get(run_id)
-        if active is not None:
-            active.done.wait(timeout)
-        return self.status(run_id)
 
     def close(self) -> None:
         """Cancel active runs, flush the writer, close provider clients, stop the loop.
@@ -423,7 +328,11 @@ class Engine(RunDriver):
             with self._claims_lock:
                 cancelled = run_id in self._pending_cancels
                 self._pending_cancels.discard(run_id)
-                self._active[run_id] = ActiveRun(None, None, task, done, cancel_requested=cancelled)
+                active = ActiveRun(None, None, task, done, cancel_requested=cancelled)
+                if cancelled:  # taken while it was claimed: nothing more to record
+                    active.cancel_asked.set()
+                    active.cancel_recorded.set()
+                self._active[run_id] = active
                 self._claims.discard(run_id)
             self._unrecorded_ends.pop(run_id, None)
             task.add_done_callback(lambda _t: self._finish(run_id))

@@ -27,7 +27,7 @@ from promptlab.audit.chain import (
     run_chain,
     verify_chain,
 )
-from promptlab.audit.checks import check_anchor, missing_chain
+from promptlab.audit.checks import check_anchor, check_run_ends, missing_chain
 from promptlab.audit.redact import Redactor
 from promptlab.audit.report import ChainStatus, RunRows, VerifyReport
 from promptlab.records import VariantRecord
@@ -304,6 +304,8 @@ class AuditLog:
             if run_id is not None and first is None:
                 status = replace(status, anchored=False)
             status = check_checkpoints(status, hashes, points)
+            if chain == CHANGES_CHAIN:
+                status = check_run_ends(status, changes)
             statuses.append(check_anchor(status, hashes, anchor))
         # A chain whose every event was deleted leaves its anchor, and its checkpoints.
         for chain in sorted(set(anchors) - chains):
