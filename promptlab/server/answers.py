@@ -6,6 +6,7 @@ import dataclasses
 import hashlib
 import json
 import threading
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -14,6 +15,7 @@ import orjson
 from fastapi import Response
 
 from promptlab.server.refusals import Refused
+from promptlab.store.idempotency import IdempotencyKeys
 
 T = TypeVar("T")
 
@@ -57,15 +59,25 @@ def _other(value: Any) -> Any:
 
 class Submits(Generic[T]):
     """Answers by idempotency key: a submit or command retried after a timeout (or a
-    dropped connection) gets the first answer, and nothing runs twice.
+    dropped connection, or a server restart) gets the first answer, and nothing runs
+    twice.
 
     A key is its caller's and its route's (Bob's key never finds Alice's answer) and is
     bound to the body it came with: the same key with another body is refused, as
-    payment APIs do, rather than answered with what was asked before.
+    payment APIs do, rather than answered with what was asked before. Calls wait only
+    for a call with the same key (a lock per key): submits with other keys go on in
+    parallel. With `typ` and `keys`, answers are kept in the database
+    (store/idempotency.py), so a retry after a restart finds them; without, in memory
+    (a job's answer names a job a restart forgets anyway).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, typ: Any = None, keys: IdempotencyKeys | None = None) -> None:
+        self._typ = typ
+        self._keys = keys if typ is not None else None
         self._lock = threading.Lock()
+        self._locks: weakref.WeakValueDictionary[tuple[str, str, str], Any] = (
+            weakref.WeakValueDictionary()
+        )
         self._answers: dict[tuple[str, str, str], tuple[str, T]] = {}
 
     def once(
@@ -75,12 +87,11 @@ class Submits(Generic[T]):
             return start()
         scoped = (caller, route, key)
         digest = hashlib.sha256(body.encode()).hexdigest()
-        with self._lock:  # one call per key at a time; a retry waits for the first
-            held = self._answers.get(scoped)
+        with self._key_lock(scoped):  # one call per key at a time; a retry waits for it
+            held = self._held(scoped)
             if held is None:
-                if len(self._answers) >= IDEMPOTENCY_KEYS:
-                    self._answers.pop(next(iter(self._answers)))
-                held = self._answers[scoped] = (digest, start())
+                held = (digest, start())
+                self._keep(scoped, held)
             elif held[0] != digest:
                 raise Refused(
                     422,
@@ -88,6 +99,35 @@ class Submits(Generic[T]):
                     "a new request needs a new key",
                 )
             return held[1]
+
+    def _key_lock(self, scoped: tuple[str, str, str]) -> Any:
+        with self._lock:
+            lock = self._locks.get(scoped)
+            if lock is None:
+                lock = self._locks[scoped] = threading.Lock()
+            return lock
+
+    def _held(self, scoped: tuple[str, str, str]) -> tuple[str, T] | None:
+        with self._lock:
+            held = self._answers.get(scoped)
+        if held is not None or self._keys is None:
+            return held
+        kept = self._keys.find(*scoped)
+        if kept is None:
+            return None
+        from promptlab.server.typed import from_wire
+
+        return kept[0], from_wire(self._typ, json.loads(kept[1]))
+
+    def _keep(self, scoped: tuple[str, str, str], held: tuple[str, T]) -> None:
+        with self._lock:
+            if len(self._answers) >= IDEMPOTENCY_KEYS:
+                self._answers.pop(next(iter(self._answers)))
+            self._answers[scoped] = held
+        if self._keys is not None:
+            from promptlab.server.typed import to_wire
+
+            self._keys.keep(*scoped, held[0], to_wire(self._typ, held[1]).decode())
 
 
 def typed_response(typ: Any, value: Any, status: int = 200) -> Response:

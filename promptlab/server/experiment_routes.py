@@ -30,6 +30,7 @@ from promptlab.server.principals import principal_of
 from promptlab.server.refusals import Refused
 from promptlab.server.roles import ADMIN
 from promptlab.server.uploads import import_job
+from promptlab.store.idempotency import IdempotencyKeys
 from promptlab.workbench import Workbench
 
 #: A change's answer: the latest revision before it and the one after (equal: nothing).
@@ -99,8 +100,10 @@ def _reads(app: FastAPI, wb: Workbench) -> None:
 
 def _changes(app: FastAPI, wb: Workbench) -> None:
     # One cache per route: a key reused on another route is another request.
-    adds: Submits[tuple[ExperimentConfig, bool]] = Submits()
-    changes: Submits[Change] = Submits()
+    adds: Submits[tuple[ExperimentConfig, bool]] = Submits(
+        tuple[ExperimentConfig, bool], IdempotencyKeys(wb.store)
+    )
+    changes: Submits[Change] = Submits(Change, IdempotencyKeys(wb.store))
     exposure_imports: Submits[Job] = Submits()
 
     @app.post("/v1/experiments", status_code=201)

@@ -24,6 +24,7 @@ from promptlab.records.prompts import (
 )
 from promptlab.server.answers import Submits, request_once, typed_response
 from promptlab.server.principals import principal_of
+from promptlab.store.idempotency import IdempotencyKeys
 from promptlab.workbench import Workbench
 from promptlab.yamlio import parse_yaml
 
@@ -39,8 +40,8 @@ class PromptFileIn(BaseModel):
 
 
 def add_prompt_routes(app: FastAPI, wb: Workbench) -> None:
-    imports: Submits[list[SaveResult]] = Submits()
-    demos: Submits[DemoLoaded] = Submits()
+    imports: Submits[list[SaveResult]] = Submits(list[SaveResult], IdempotencyKeys(wb.store))
+    demos: Submits[DemoLoaded] = Submits(DemoLoaded, IdempotencyKeys(wb.store))
 
     @app.get("/v1/prompts")
     def list_prompts() -> Response:

@@ -24,6 +24,7 @@ from promptlab.server.answers import Submits, request_once, typed_response
 from promptlab.server.principals import principal_of
 from promptlab.server.refusals import Refused
 from promptlab.server.roles import ADMIN
+from promptlab.store.idempotency import IdempotencyKeys
 from promptlab.workbench import Workbench
 
 
@@ -47,7 +48,7 @@ class BatchIn(BaseModel):
 
 def add_submit_routes(app: FastAPI, wb: Workbench, auth: list[Any], local_paths: bool) -> None:
     """Runs: the list, and submits (a spec, or a request file as written)."""
-    submits: Submits[str] = Submits()
+    submits: Submits[str] = Submits(str, IdempotencyKeys(wb.store))
 
     @app.get("/v1/runs", dependencies=auth)
     def list_runs(limit: int = 20) -> list[dict[str, Any]]:

@@ -22,6 +22,7 @@ from promptlab.experiments.config import ExperimentConfig
 from promptlab.server.answers import Submits, typed_response
 from promptlab.server.refusals import Refused
 from promptlab.server.run_routes import once, progress
+from promptlab.store.idempotency import IdempotencyKeys
 from promptlab.workbench import Workbench
 
 #: Most units one /v1/assign call may ask for.
@@ -85,7 +86,7 @@ def add_assign_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
 
 def add_service_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
     """An experiment's run and current revision; the audit trail's verify."""
-    submits: Submits[str] = Submits()
+    submits: Submits[str] = Submits(str, IdempotencyKeys(wb.store))
 
     @app.post("/v1/experiments/{name}/runs", dependencies=auth, status_code=201)
     def run_experiment(

@@ -138,4 +138,23 @@ TEAM_MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "CREATE INDEX provider_batches_run ON provider_batches (run_id)",
         ),
     ),
+    (
+        "0023_idempotency_keys",
+        (
+            # A server's answers by idempotency key (promptlab/server/answers.py): a
+            # client that retries after the server restarted gets the first answer, and
+            # nothing runs twice. The body is kept as its SHA-256 only.
+            """
+            CREATE TABLE idempotency_keys (
+                caller      VARCHAR NOT NULL,
+                route       VARCHAR NOT NULL,
+                key         VARCHAR NOT NULL,
+                body_sha256 VARCHAR NOT NULL,
+                answer      VARCHAR NOT NULL,
+                created_at  TIMESTAMPTZ NOT NULL,
+                PRIMARY KEY (caller, route, key)
+            )
+            """,
+        ),
+    ),
 )
