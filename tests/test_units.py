@@ -200,3 +200,24 @@ def test_a_quantile_of_the_sorted_values_is_numpys_to_the_last_bit(
     exactly what `np.quantile` (its default, linear method) gives."""
     array = np.array(values)
     assert sorted_quantile(np.sort(array), p) == float(np.quantile(array, p))
+
+
+def test_a_unit_named_like_a_fallback_is_not_merged_with_a_line_without_one(
+    db_path: Path,
+) -> None:
+    """A log line without a unit is a unit of its own ('#' and its row); a unit whose
+    name is `#0` is another unit, not that line's (they were merged)."""
+    from datetime import UTC, datetime
+
+    from promptlab.store import Store
+    from promptlab.store.unit_samples import SampleReads
+
+    when = datetime(2030, 1, 1, tzinfo=UTC)
+    with Store(db_path) as store:
+        with store.transaction() as tx:
+            tx.executemany(
+                "INSERT INTO production_logs VALUES ('pv', ?, 10, true, true, ?, 't', ?)",
+                [[None, when, when], ["#0", when, when], ["#0", when, when]],
+            )
+        arm = SampleReads(store).log_arm("pv", "v", None)
+    assert arm.unit_keys is not None and arm.unit_keys.size == 2

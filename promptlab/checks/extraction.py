@@ -111,29 +111,16 @@ def _first_json(text: str) -> Any:
 
 
 def _spans(text: str) -> list[tuple[int, int, bool]]:
-    """Top-level bracketed regions: (start, end, closed); an unclosed one runs to the end.
-
-    String-aware for double quotes, so brackets inside JSON strings do not count.
-    """
+    """Top-level bracketed regions: (start, end, closed); an unclosed one runs to the end."""
     spans: list[tuple[int, int, bool]] = []
     depth = 0
     opened = 0
-    in_string = False
-    escaped_at = -1
-    for match in _SIGNIFICANT.finditer(text):
-        i, char = match.start(), match.group()
-        if in_string:
-            if char == "\\" and escaped_at != i:
-                escaped_at = i + 1
-            elif char == '"' and escaped_at != i:
-                in_string = False
-        elif char == '"':
-            in_string = depth > 0  # quotes in prose do not open strings
-        elif char in _CLOSER:
+    for i, char in _brackets(text)[0]:
+        if char in _CLOSER:
             if depth == 0:
                 opened = i
             depth += 1
-        elif char in "}]" and depth > 0:
+        elif depth > 0:
             depth -= 1
             if depth == 0:
                 spans.append((opened, i + 1, True))
@@ -160,8 +147,11 @@ _CLOSER = {"{": "}", "[": "]"}
 
 def _brackets(source: str) -> tuple[list[tuple[int, str]], bool]:
     """The brackets outside double-quoted strings, with their places, and whether the
-    text ends inside a string (string-aware, escapes included; one linear pass)."""
+    text ends inside a string: the one scan every step here reads (string-aware,
+    escapes included; one linear pass). A quote outside every bracket opens no string:
+    quotes in prose around the JSON do not hide its brackets."""
     marks: list[tuple[int, str]] = []
+    depth = 0
     in_string = False
     escaped_at = -1
     for match in _SIGNIFICANT.finditer(source):
@@ -172,8 +162,9 @@ def _brackets(source: str) -> tuple[list[tuple[int, str]], bool]:
             elif char == '"' and escaped_at != i:
                 in_string = False
         elif char == '"':
-            in_string = True
+            in_string = depth > 0
         elif char in "{}[]":
+            depth = depth + 1 if char in _CLOSER else max(0, depth - 1)
             marks.append((i, char))
     return marks, in_string
 

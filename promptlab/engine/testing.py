@@ -126,12 +126,6 @@ class ScriptedProvider:
             return True
         return False
 
-    def start_full(self) -> None:
-        """Fill the server bucket, as a server that has been idle would be."""
-        assert self.rpm is not None
-        self._level = max(1.0, self.rpm / 60.0 * SERVER_BURST_S)
-        self._stamp = time.monotonic()
-
     async def aclose(self) -> None:
         """Nothing to close."""
 

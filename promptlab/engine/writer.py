@@ -232,11 +232,6 @@ class BatchWriter:
         if len(self._batch) >= FLUSH_ROWS:
             self._full.set()
 
-    @property
-    def held_rows(self) -> int:
-        """Rows buffered and not yet committed."""
-        return len(self._batch)
-
     async def wait_writable(self) -> str | None:
         """Wait until the store takes writes (at once when it does).
 

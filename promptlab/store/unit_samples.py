@@ -3,6 +3,8 @@
 A split run's unit is the row's assignment unit; a production log's is its `unit_id`;
 results across runs take their split run's unit. A row without one is a unit of its own
 (`'#'` and its key), so the analysis falls back to requests where nothing names a unit.
+A named unit is kept as `'='` and its name (UNIT), so no name (`#123`, say) can be
+taken for a row without one.
 An all-mode run is clustered by dataset row, a replayed conversation log by session
 (its rows' SESSION_KEY). Clicks count at most once per impression of a result, as in
 promptlab/store/metrics.py.
@@ -33,7 +35,7 @@ if TYPE_CHECKING:
 #: A result's cluster in an all-mode replay: its row's value at the JSON path $cluster
 #: (its session, or its user), else its session, else its row.
 _CLUSTER = (
-    "coalesce((SELECT coalesce(json_extract_string(rr.row_values, $cluster), '#s' || "
+    "coalesce((SELECT coalesce('=' || json_extract_string(rr.row_values, $cluster), '#s' || "
     "json_extract_string(rr.row_values, '$." + SESSION_KEY + "')) FROM run_rows rr "
     "WHERE rr.run_id = $run AND rr.row_index = {t}.row_index), '#r' || {t}.row_index)"
 )
@@ -45,12 +47,14 @@ def cluster_path(column: str | None) -> str:
     return "$." + (json.dumps(column) if column else SESSION_KEY)
 
 
+#: A named unit of an assignment row `a`: its name after '=', never '#' (a fallback's).
+UNIT = "'=' || a.unit_id"
 #: Per result of `tagged` (key, unit, unitless, ok, timed, latency_ms): its unit as a
 #: 64-bit hash (numpy groups those; DuckDB need not sort or number the units).
 _REQUESTS = "SELECT hash(unit) AS u, unitless, ok, timed, latency_ms FROM tagged"
 #: Feedback of `fbk` (k, key, unit_id, imp, clk) summed per unit hash.
 _FEEDBACK = (
-    "SELECT hash(coalesce(t.unit, f.unit_id, '#' || f.k)) AS u, sum(f.imp) AS imp, "
+    "SELECT hash(coalesce(t.unit, '=' || f.unit_id, '#' || f.k)) AS u, sum(f.imp) AS imp, "
     "sum(least(f.clk, f.imp)) AS clk FROM fbk f LEFT JOIN tagged t ON t.key = f.key "
     # Feedback on a result outside the arm (finished before `since`) is not the arm's.
     "WHERE f.key IS NULL OR t.key IS NOT NULL GROUP BY 1"
@@ -84,7 +88,7 @@ class SampleReads:
         session of a `replay`, or per user: its log's `user_column`)."""
         cluster = cluster_path(user_column) if replay else None
         with self.store.read() as cur:
-            unit = "'#r' || r.row_index" if by_row else "coalesce(a.unit_id, '#' || r.key)"
+            unit = "'#r' || r.row_index" if by_row else f"coalesce({UNIT}, '#' || r.key)"
             unit = _CLUSTER.format(t="r") if cluster else unit
             unitless = "false" if by_row or cluster else "a.unit_id IS NULL"
             ctes = (
@@ -160,7 +164,7 @@ class SampleReads:
                 "asg AS (SELECT run_id, row_index, any_value(unit_id) AS unit_id "
                 "FROM assignments WHERE run_id IN (SELECT DISTINCT run_id FROM res) "
                 "GROUP BY ALL), "
-                "tagged AS (SELECT r.*, coalesce(a.unit_id, '#' || r.key) AS unit, "
+                f"tagged AS (SELECT r.*, coalesce({UNIT}, '#' || r.key) AS unit, "
                 "a.unit_id IS NULL AS unitless FROM res r LEFT JOIN asg a "
                 "USING (run_id, row_index)), "
                 "fbk AS (SELECT coalesce(idempotency_key, unit_id) AS k, "
@@ -204,7 +208,8 @@ class SampleReads:
             params["since"] = since
         with self.store.read() as cur:
             lines = cur.execute(
-                "SELECT hash(coalesce(unit_id, '#' || rowid)) AS u, unit_id IS NULL AS unitless, "
+                "SELECT hash(coalesce('=' || unit_id, '#' || rowid)) AS u, "
+                "unit_id IS NULL AS unitless, "
                 "completed IS NOT NULL AS known, coalesce(completed, false) AS done, "
                 "clicked IS NOT NULL AS shown, coalesce(clicked, false) AS clk, "
                 "latency_ms IS NOT NULL AS timed, coalesce(latency_ms, 0) AS latency_ms "
@@ -214,7 +219,7 @@ class SampleReads:
             before = None
             if pre_before is not None:
                 before = cur.execute(
-                    "SELECT hash(unit_id) AS u, count(completed) AS known, "
+                    "SELECT hash('=' || unit_id) AS u, count(completed) AS known, "
                     "count(*) FILTER (WHERE completed) AS done, count(clicked) AS shown, "
                     "count(*) FILTER (WHERE clicked) AS clk FROM production_logs "
                     "WHERE event_time < $before AND unit_id IS NOT NULL GROUP BY unit_id",
