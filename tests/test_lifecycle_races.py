@@ -161,3 +161,28 @@ def test_two_resumes_start_one_run(
         assert [k for k, _ in lifecycle(store, run_id)].count("run.resumed") == 1
         assert str(eng.status(run_id).status) == "completed"
     assert AuditLog(store).verify(rows=False).ok
+
+
+def test_the_store_moves_a_run_only_along_the_lifecycle(
+    engine: tuple[Engine, Store, ScriptedProvider], tmp_path: Path
+) -> None:
+    """Every status change is a compare-and-set along RUN_TRANSITIONS: a move the table
+    does not allow is refused, naming both states, and records nothing."""
+    from promptlab.records import RunStatus
+    from promptlab.records.states import RUN_TRANSITIONS
+    from promptlab.store import RunStore
+
+    eng, store, provider = engine
+    run_id = paused_run(eng, provider, tmp_path)
+    eng.resume(run_id)
+    assert str(eng.wait(run_id, PATIENCE_S).status) == "completed"
+    runs = RunStore(store)
+    before = runs.events(run_id)
+    for status in RunStatus:
+        assert status not in RUN_TRANSITIONS[RunStatus.COMPLETED]
+        with pytest.raises(EngineError, match=f"is completed: it cannot become {status}"):
+            runs.set_status(run_id, status)
+    assert runs.events(run_id) == before
+    assert str(runs.get_run(run_id).status) == "completed"
+    with pytest.raises(EngineError, match="already running|is completed"):
+        eng.resume(run_id)

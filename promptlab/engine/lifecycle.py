@@ -8,7 +8,9 @@ cancelled is refused, a cancel of a run being resumed is taken as the run starts
 cancel of a going run sets its flag where the run's own end reads it (engine/drive.py),
 so it is applied by the run, or, when the run was already ending, once it is at rest.
 Exactly one end is recorded for each start, and a cancel that was taken is never lost
-(tests/test_lifecycle_races.py races each pair, 50 times).
+(tests/test_lifecycle_races.py races each pair, 50 times). Underneath, the store moves
+a run only along the lifecycle's one table (records/states.py RUN_TRANSITIONS), each
+move a compare-and-set on the state it leaves.
 """
 
 from __future__ import annotations

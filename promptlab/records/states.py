@@ -33,6 +33,30 @@ class RunStatus(StrEnum):
 
 FINAL_RUN_STATUSES = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED})
 
+_S = RunStatus
+#: A run's lifecycle in one table: each state and the states it may move to. The store
+#: moves a run only along it, the state left checked in the same statement
+#: (RunStore.set_status). A run whose process died keeps the state it had (running,
+#: scheduled): a resume starts it again from there, a cancel closes it. Only a stopped
+#: run (failed, cancelled) starts again; a completed one never moves.
+RUN_TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
+    _S.SUBMITTED: frozenset({_S.WAITING, _S.SCHEDULED, _S.CANCELLED, _S.FAILED}),
+    _S.WAITING: frozenset({_S.WAITING, _S.SCHEDULED, _S.CANCELLED, _S.FAILED}),
+    _S.SCHEDULED: frozenset({_S.SCHEDULED, _S.WAITING, _S.RUNNING, _S.CANCELLED, _S.FAILED}),
+    _S.RUNNING: frozenset(
+        {_S.SCHEDULED, _S.WAITING, _S.PAUSED, _S.COMPLETED, _S.CANCELLED, _S.FAILED}
+    ),
+    _S.PAUSED: frozenset({_S.SCHEDULED, _S.WAITING, _S.CANCELLED, _S.FAILED}),
+    _S.COMPLETED: frozenset(),
+    _S.FAILED: frozenset({_S.SCHEDULED, _S.WAITING}),
+    _S.CANCELLED: frozenset({_S.SCHEDULED, _S.WAITING}),
+}
+
+
+def run_sources(status: RunStatus) -> tuple[RunStatus, ...]:
+    """The states a run may move to `status` from."""
+    return tuple(s for s, targets in RUN_TRANSITIONS.items() if status in targets)
+
 
 class ItemStatus(StrEnum):
     """An item's state; a final item has exactly one row in `results`."""

@@ -18,8 +18,9 @@ from typing import Any
 import duckdb
 
 from promptlab.audit.redact import Redactor
-from promptlab.errors import RunNotFoundError
+from promptlab.errors import EngineError, RunNotFoundError
 from promptlab.records import FINAL_RUN_STATUSES, RunRecord, RunStatus, VariantRecord
+from promptlab.records.states import run_sources
 from promptlab.store.connection import Store
 
 RUN_COLUMNS = (
@@ -138,7 +139,10 @@ class RunStore:
         return [r[0] for r in rows]
 
     def set_status(self, run_id: str, status: RunStatus, reason: str | None = None) -> None:
-        """Move the run to `status`, stamping its timestamp and recording the event."""
+        """Move the run to `status`, stamping its timestamp and recording the event: a
+        compare-and-set along RUN_TRANSITIONS (the state it leaves is checked in the same
+        statement), so a move the lifecycle does not allow, or one that lost a race to
+        another, is refused (EngineError) and changes nothing."""
         now = self.store.clock.now()
         reason = Redactor.from_environ().optional(reason)
         column = _STATUS_TIMESTAMP.get(status)
@@ -151,13 +155,20 @@ class RunStore:
         clear = ", finished_at = NULL" if status in (RunStatus.SCHEDULED, RunStatus.RUNNING) else ""
         owning = status in _OWNING
         own = ", owner = ?" if owning else ""
+        sources = run_sources(status)
         with self.store.transaction() as tx:
-            tx.execute(
+            moved = tx.execute(
                 f"UPDATE runs SET status = ?, status_reason = ?, updated_at = ?{stamp}{clear}"
-                f"{own} WHERE run_id = ?",
+                f"{own} WHERE run_id = ? AND status IN ({', '.join('?' * len(sources))}) "
+                "RETURNING run_id",
                 [status, reason, now, *([now] if column else []),
-                 *([process_owner()] if owning else []), run_id],
-            )  # fmt: skip
+                 *([process_owner()] if owning else []), run_id, *sources],
+            ).fetchall()  # fmt: skip
+            if not moved:
+                found = tx.execute("SELECT status FROM runs WHERE run_id = ?", [run_id]).fetchone()
+                if found is None:
+                    raise RunNotFoundError(f"no run {run_id!r}")
+                raise EngineError(f"run {run_id} is {found[0]}: it cannot become {status}")
             _add_event(tx, run_id, status, reason, now)
 
     def get_run(self, run_id: str) -> RunRecord:
