@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import click
 
+from promptlab.cli.common import handle_errors
+from promptlab.errors import ConfigError
+
 #: Loopback only: fakellm is a test and demo double, never a public server.
 LOOPBACK = "127.0.0.1"
 
@@ -108,6 +111,7 @@ LOOPBACK = "127.0.0.1"
     type=click.IntRange(min=1),
     help="Bytes a batch may hold (default: OpenAI 200 MB, Anthropic 256 MB).",
 )
+@handle_errors
 def fakellm_command(
     port: int,
     rpm: int | None,
@@ -166,7 +170,13 @@ def fakellm_command(
         )
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
-    run(config, announce=lambda line: click.echo(line, err=True))
+    try:
+        run(config, announce=lambda line: click.echo(line, err=True))
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot listen on {LOOPBACK}:{port}: {exc.strerror or exc} (another server has "
+            "it? choose another with --port)"
+        ) from None
 
 
 commands: list[click.Command] = [fakellm_command]

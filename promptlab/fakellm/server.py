@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import socket
 import threading
 import urllib.request
 from collections.abc import Iterator
@@ -138,14 +139,22 @@ def run(config: FakeLLMConfig, announce: Any = print) -> None:
         uvloop.install()
     except ImportError:
         pass
-    base = f"http://{config.host}:{config.port}"
+    # Bound before it is announced: a port another server holds is one line (OSError,
+    # which the command says), never a traceback after a line claiming to serve.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.bind((config.host, config.port))
+    except OSError:
+        sock.close()
+        raise
+    base = f"http://{config.host}:{sock.getsockname()[1]}"
     announce(
         f"fakellm ({SIMULATED_LABEL} model) on {base}  "
         f"OpenAI base_url={base}/v1  Anthropic base_url={base}  stats: {base}/_stats"
     )
     web.run_app(
-        create_app(config), host=config.host, port=config.port, access_log=None,
-        print=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S, handler_cancellation=True,
+        create_app(config), sock=sock, access_log=None, print=None,
+        shutdown_timeout=SHUTDOWN_TIMEOUT_S, handler_cancellation=True,
     )  # fmt: skip
 
 

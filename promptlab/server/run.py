@@ -21,6 +21,7 @@ from typing import Any
 import uvicorn
 
 from promptlab.audit.logjson import uvicorn_logging
+from promptlab.errors import ConfigError
 from promptlab.schedules.scheduler import Scheduler
 from promptlab.server.api import create_app
 from promptlab.server.discovery import ServerInfo, new_token, remove_discovery, write_discovery
@@ -68,7 +69,14 @@ class Serving:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._sock = socket.socket(family, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind((host, port))
+        try:
+            self._sock.bind((host, port))
+        except OSError as exc:
+            self._sock.close()
+            raise ConfigError(
+                f"cannot listen on {host}:{port}: {exc.strerror or exc} (another server has "
+                "it? choose another with --port)"
+            ) from None
         # Listening before the discovery file names it: a client that finds the file can
         # connect at once (its connection waits in the backlog until uvicorn accepts).
         self._sock.listen(BACKLOG)
