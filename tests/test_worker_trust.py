@@ -559,3 +559,57 @@ def test_forged_replayed_and_cut_answers_are_never_recorded(
     assert all(any(f"from worker {name}: " in m for m in dropped) for name in senders), dropped
     verified = CliRunner().invoke(main, ["--db", str(db_path), "audit", "verify"])
     assert verified.exit_code == 0, verified.output
+
+
+def test_a_ticket_its_owner_gave_up_on_is_not_sent_again_by_a_later_delivery(
+    workers: Workers, fakellm_factory: ServerFactory
+) -> None:
+    """The owner stops waiting for a ticket a worker is sending (held at the provider),
+    the worker is killed -9, and its task is delivered again to another worker (as the
+    broker does once its visibility timeout passes): the ticket is found answered
+    ("its owner stopped waiting") and the provider is not paid for it a second time."""
+    import redis
+
+    from promptlab.distributed.trust import endpoint_ref, open_reply, signed_task, worker_secret
+
+    server = fakellm_factory()
+    server.gate(0)
+    workers.start(2)
+    cfg, sent = keyless(server), request("given-up")
+
+    async def give_up() -> None:
+        dispatch = Dispatch(workers.url)
+        try:
+            waiting = asyncio.ensure_future(dispatch.complete(cfg, sent))
+            deadline = time.monotonic() + BOUND_S
+            while (await asyncio.to_thread(server.stats))["held"] < 1:
+                assert time.monotonic() < deadline, "the worker never sent it"
+            waiting.cancel()  # the owner's timeout
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+        finally:
+            await asyncio.sleep(0)
+            dispatch.close()
+
+    asyncio.run(give_up())
+    sync = redis.Redis.from_url(workers.url, decode_responses=True)
+    try:
+        deadline = time.monotonic() + BOUND_S
+        while sync.get(keys.answer_key("given-up:1")) is None:
+            assert time.monotonic() < deadline, "the owner did not mark the ticket given up"
+            time.sleep(0.02)
+        # Kill the worker sending it (its claim names it); the other gets it again.
+        holder = str(sync.get(keys.claim_key("given-up:1")))
+        (index,) = [i for i, p in enumerate(workers.procs) if f":{p.pid}:" in holder]
+        workers.kill(index)
+        secret = worker_secret(workers.url, workers.env())
+        args, kwargs = signed_task(secret, "probe", endpoint_ref(cfg), [request_to_dict(sent, 60)])
+        make_app(workers.url).send_task(SEND_CHUNK, args=args, kwargs=kwargs)
+        popped = sync.blpop([keys.replies_key("probe")], timeout=BOUND_S)
+    finally:
+        sync.close()
+        server.gate(None)
+    assert popped is not None, "the second delivery answered nothing"
+    reply = open_reply(secret, popped[1])
+    assert "stopped waiting" in reply.answer["error"]["message"]
+    assert server.stats()["attempts"] == 1  # the provider saw the ticket once

@@ -10,7 +10,9 @@ on this owner's Redis list, read by one thread that wakes the waiting request.
 Only an answer whose MAC verifies for its ticket is taken in (trust.open_reply): a
 forged, replayed or cut-short line is dropped, logged once per claimed sender and
 counted (`Dispatch.dropped`), and the request goes on waiting for its real answer.
-Each answer names the worker that sent it; the engine keeps that in the audit.
+Each answer names the worker that sent it; the engine keeps that in the audit. A
+ticket the owner stops waiting for is stored as answered (`_abandon`), so no later
+delivery of its task pays for it again.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import logging
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -30,6 +33,7 @@ from promptlab.distributed.trust import (
     Refused,
     endpoint_ref,
     open_reply,
+    sealed_answer,
     sender_of,
     signed_task,
     worker_secret,
@@ -93,6 +97,9 @@ class Dispatch:
         self._reader: threading.Thread | None = None
         self._marker_at = 0.0
         self._marker_set = False
+        #: Marks tickets given up on (a blocking Redis call: off the engine's loop, and
+        #: each one done before close() closes the connection).
+        self._abandons = ThreadPoolExecutor(max_workers=1, thread_name_prefix="abandon")
 
     async def complete(self, cfg: EndpointConfig, request: CompletionRequest) -> CompletionResponse:
         """Send `request` through a worker; its answer, or its ProviderError raised."""
@@ -119,6 +126,9 @@ class Dispatch:
                 del self._waiting[ticket]
             with self._sent_lock:
                 self._sent.pop(ticket, None)
+            # Given up on (timed out, cancelled: the wait cancels the future): never sent later.
+            if future.cancelled() or not future.done():
+                self._abandons.submit(self._abandon, ticket)
         if "internal" in answer:
             raise RuntimeError(f"the worker's adapter failed: {answer['internal']}")
         result = answer_from_dict(answer)
@@ -127,10 +137,28 @@ class Dispatch:
             raise result
         return replace(result, served_by=worker)
 
+    def _abandon(self, ticket: str) -> None:
+        """Store an answer for a ticket this owner stopped waiting for (its attempt then
+        retried as the next one, or its run ended), unless one is stored: a delivery of
+        its task later (the broker redelivering a killed worker's task minutes after)
+        finds it answered and sends nothing, where it would pay for the call again."""
+        error = ProviderError(
+            ErrorKind.TIMEOUT, "its owner stopped waiting for it: not sent again",
+            provider=None,
+        )  # fmt: skip
+        sealed = sealed_answer(
+            self._secret, ticket, f"owner:{self.owner}", answer_to_dict(None, error)
+        )
+        try:
+            self._redis.set(keys.answer_key(ticket), sealed, nx=True, ex=keys.ANSWER_TTL_S)
+        except Exception as exc:  # noqa: BLE001 - Redis away: the claim's TTL still holds
+            log.warning("could not mark ticket %s as given up: %s", ticket, exc)
+
     def close(self) -> None:
         self._stop.set()
         if self._reader is not None:
             self._reader.join(timeout=READ_BLOCK_S + 5)
+        self._abandons.shutdown(wait=True)
         self._redis.close()
 
     # ---- chunks out ----------------------------------------------------------------
