@@ -380,3 +380,25 @@ def test_a_restarted_server_resumes_what_its_killed_owner_left(
     finally:
         restarted.stop()
     assert succeeded(db_path, run_id) == (ROWS, ROWS)
+
+
+def test_cancel_through_the_server_says_where_it_left_the_run(
+    served: Served, tmp_path: Path, fakellm_factory: ServerFactory
+) -> None:
+    """A running run cancelled through the server: the line says `running -> cancelled`
+    once its requests in flight are answered (it said `running -> running`)."""
+    server = fakellm_factory()
+    server.gate(0)  # every request held: the run is running when it is cancelled
+    spec = yaml.safe_load(_spec(tmp_path, server).read_text())
+    body = {"spec": spec, "base_dir": str(tmp_path)}
+    status, started = served.call("POST", "/v1/runs", body, key="cancel-1")
+    assert status == 201, started
+    run_id = started["run_id"]
+    deadline = time.monotonic() + 60
+    while served.call("GET", f"/v1/runs/{run_id}")[1]["status"] != "running":
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    result = CliRunner().invoke(main, ["cancel", run_id], catch_exceptions=False)
+    server.gate(None)
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == f"run {run_id}: running -> cancelled"

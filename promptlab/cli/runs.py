@@ -304,6 +304,14 @@ def cancel_command(ctx: click.Context, run_id: str) -> None:
         client = ServerClient(server)
         before = client.get(f"/v1/runs/{run_id}")["status"]
         after = client.post(f"/v1/runs/{run_id}/cancel")["status"]
+        # A going run stops once its requests in flight are answered: wait for that
+        # (bounded), so the line says where the cancel left it.
+        deadline = time.monotonic() + CANCEL_WAIT_S
+        while after in _GOING and time.monotonic() < deadline:
+            time.sleep(CANCEL_POLL_S)
+            after = client.get(f"/v1/runs/{run_id}")["status"]
+        if after in _GOING:
+            after = f"{after}, cancelling (its requests in flight are answered first)"
         click.echo(f"run {run_id}: {before} -> {after}")
         return
     with open_workbench(ctx) as wb:
@@ -311,6 +319,13 @@ def cancel_command(ctx: click.Context, run_id: str) -> None:
         wb.runs.cancel(run_id)
         after = wb.runs.view(run_id).status
     click.echo(f"run {run_id}: {before} -> {after}")
+
+
+#: A run's states while it goes; a cancel through a server waits for it to leave them.
+_GOING = frozenset({"submitted", "scheduled", "running"})
+#: Seconds `cancel` waits for a going run to stop, and between two looks.
+CANCEL_WAIT_S = 60.0
+CANCEL_POLL_S = 0.1
 
 
 @click.command("pause")
