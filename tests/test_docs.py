@@ -240,3 +240,16 @@ def test_the_yaml_examples_include_whole_specs_prompts_and_experiments() -> None
 @pytest.mark.parametrize("body", blocks("python", "py"))
 def test_python_example_compiles(body: str) -> None:
     compile(body, "example", "exec")  # the API example also runs: tests/test_exported_members
+
+
+def test_every_promptlab_variable_the_code_reads_is_in_the_configuration_page() -> None:
+    """Each `PROMPTLAB_*` name in the library, the app or the Makefile has its row in
+    docs/reference/configuration.md (nine were missing, the broker and server ones)."""
+    root = Path(__file__).resolve().parent.parent
+    sources = [*root.glob("promptlab/**/*.py"), *root.glob("pages/*.py"), root / "app.py",
+               root / "Makefile"]  # fmt: skip
+    named = set()
+    for source in sources:
+        named |= set(re.findall(r"PROMPTLAB_[A-Z0-9_]+", source.read_text(errors="replace")))
+    page = (root / "docs" / "reference" / "configuration.md").read_text()
+    assert sorted(n for n in named if f"`{n}`" not in page) == []
