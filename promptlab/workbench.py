@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from pathlib import Path
 
 from promptlab.clock import SYSTEM_CLOCK, Clock
 from promptlab.config import Settings
@@ -100,6 +101,14 @@ class Workbench:
                 )  # fmt: skip
             return self._engine
 
+    def backup(self, target: Path) -> int:
+        """A consistent copy of the database at `target` (a new file) while it is in use,
+        with every answer counted so far; its size in bytes (promptlab/store/backup.py)."""
+        from promptlab.store.backup import backup_to
+
+        self.runs.flush()
+        return backup_to(self.store, target)
+
     def close(self) -> None:
         """Stop the engine (if it was started) and close the database if this opened it."""
         with self._engine_lock:
@@ -125,3 +134,11 @@ class Workbench:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def restore(source: Path, target: Path) -> Path | None:
+    """Put the backup at `source` in place at `target` (no process may hold it); where
+    the database it replaced was kept, if there was one (promptlab/store/backup.py)."""
+    from promptlab.store.backup import restore_from
+
+    return restore_from(source, target)

@@ -34,6 +34,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "tokens": ("token",),
     "worker": ("worker",),
     "cache": ("cache",),
+    "backup": ("backup", "restore"),
 }
 
 

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from promptlab.cli.common import handle_errors
 from promptlab.errors import ConfigError
+
+if TYPE_CHECKING:
+    from promptlab.fakellm.server import FakeLLMConfig
 
 #: Loopback only: fakellm is a test and demo double, never a public server.
 LOOPBACK = "127.0.0.1"
@@ -139,7 +144,7 @@ def fakellm_command(
     batch_max_bytes: int | None,
 ) -> None:
     """Serve the simulated model in OpenAI and Anthropic format on 127.0.0.1 (for tests)."""
-    from promptlab.fakellm.server import FakeLLMConfig, run
+    from promptlab.fakellm.server import FakeLLMConfig
 
     try:
         config = FakeLLMConfig(
@@ -170,12 +175,19 @@ def fakellm_command(
         )
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
+    _serve(config)
+
+
+def _serve(config: FakeLLMConfig) -> None:
+    """Serve until interrupted; a port another server holds is one line."""
+    from promptlab.fakellm.server import run
+
     try:
         run(config, announce=lambda line: click.echo(line, err=True))
     except OSError as exc:
         raise ConfigError(
-            f"cannot listen on {LOOPBACK}:{port}: {exc.strerror or exc} (another server has "
-            "it? choose another with --port)"
+            f"cannot listen on {LOOPBACK}:{config.port}: {exc.strerror or exc} (another "
+            "server has it? choose another with --port)"
         ) from None
 
 

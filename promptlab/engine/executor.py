@@ -142,6 +142,10 @@ class Engine(RunLifecycle):
         writer.start()
         return writer
 
+    def flush(self) -> None:
+        """Store every answer counted so far (a backup then holds each of them)."""
+        self._settle_writer()
+
     def _settle_writer(self) -> None:
         """Store every answer the writer holds before items are reopened or cancelled.
 

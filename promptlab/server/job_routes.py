@@ -97,3 +97,14 @@ def add_job_routes(app: FastAPI, wb: Workbench, jobs: Jobs, fairness: Fairness) 
     def job_file(request: Request, job_id: str) -> FileResponse:
         """The completed job's file."""
         return FileResponse(jobs.file(owner(request), job_id))
+
+    add_backup_route(app, wb, jobs)
+
+
+def add_backup_route(app: FastAPI, wb: Workbench, jobs: Jobs) -> None:
+    @app.post("/v1/jobs/backups", status_code=202)
+    def backup(request: Request) -> Response:
+        """A consistent copy of the whole database as it stands, as a job's file (the
+        job's `rows` is its size in bytes): what `promptlab backup` writes (admin)."""
+        who = principal_of(request.scope).token_id
+        return _job(jobs.start(who, "backup", "backup.duckdb", wb.backup), 202)

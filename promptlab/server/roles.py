@@ -98,6 +98,7 @@ ROUTE_ROLES: dict[tuple[str, str], str] = {
     ("POST", "/v1/review/add"): EDITOR,
     ("POST", "/v1/jobs/table-exports"): VIEWER,
     ("POST", "/v1/jobs/review-exports"): VIEWER,
+    ("POST", "/v1/jobs/backups"): ADMIN,
     ("GET", "/v1/jobs/{job_id}"): VIEWER,
     ("GET", "/v1/jobs/{job_id}/file"): VIEWER,
     ("GET", "/v1/tokens"): ADMIN,
