@@ -16,15 +16,36 @@ import os
 import shutil
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import duckdb
 
 from promptlab.errors import StoreError
-from promptlab.store.connection import Store
+
+if TYPE_CHECKING:
+    from promptlab.store.connection import Store
 
 
 def _quoted(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
+
+
+def copy_database(cur: duckdb.DuckDBPyConnection, target: Path) -> None:
+    """Copy the database `cur` is on into a new file at `target`, in one transaction
+    (written beside it first, then moved in whole)."""
+    alias = f"backup_{uuid.uuid4().hex[:8]}"
+    partial = target.with_name(f".{target.name}.{alias}.part")
+    try:
+        (name,) = cur.execute("SELECT current_database()").fetchone() or ("",)
+        cur.execute(f"ATTACH {_quoted(str(partial))} AS {alias}")
+        try:
+            cur.execute(f'COPY FROM DATABASE "{name}" TO {alias}')
+        finally:
+            cur.execute(f"DETACH {alias}")
+        os.replace(partial, target)
+    finally:
+        for leftover in (partial, partial.with_name(partial.name + ".wal")):
+            leftover.unlink(missing_ok=True)
 
 
 def backup_to(store: Store, target: Path) -> int:
@@ -32,20 +53,8 @@ def backup_to(store: Store, target: Path) -> int:
     exists); the copy's size in bytes. Written beside it first, then moved in whole."""
     if target.exists():
         raise StoreError(f"backup: {target} exists: name a new file")
-    alias = f"backup_{uuid.uuid4().hex[:8]}"
-    partial = target.with_name(f".{target.name}.{alias}.part")
-    try:
-        with store.read() as cur:
-            (name,) = cur.execute("SELECT current_database()").fetchone() or ("",)
-            cur.execute(f"ATTACH {_quoted(str(partial))} AS {alias}")
-            try:
-                cur.execute(f'COPY FROM DATABASE "{name}" TO {alias}')
-            finally:
-                cur.execute(f"DETACH {alias}")
-        os.replace(partial, target)
-    finally:
-        for leftover in (partial, partial.with_name(partial.name + ".wal")):
-            leftover.unlink(missing_ok=True)
+    with store.read() as cur:
+        copy_database(cur, target)
     return target.stat().st_size
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import re
 import threading
 from collections.abc import Iterator
@@ -14,7 +15,10 @@ import duckdb
 
 from promptlab.clock import SYSTEM_CLOCK, Clock
 from promptlab.errors import DatabaseLockedError, StoreError
-from promptlab.store.migrations import apply_migrations
+from promptlab.store.backup import copy_database
+from promptlab.store.migrations import apply_migrations, migration_state
+
+log = logging.getLogger(__name__)
 
 # DuckDB says e.g. 'Conflicting lock is held in /usr/bin/python3.11 (PID 4011) by user me.'
 _LOCK_HOLDER = re.compile(r"Conflicting lock is held in (?P<holder>\S+ \(PID \d+\))")
@@ -94,12 +98,31 @@ class Store:
         self._indexed_items = 0
         self._limited = str(self.path) != ":memory:"
         try:
-            apply_migrations(self._conn, now=clock.now)
+            self._upgrade()
             (count,) = self._conn.execute("SELECT count(*) FROM items").fetchone() or (0,)
             self.reserve_items(int(count))
         except duckdb.Error as exc:
             self._conn.close()
             raise _store_error(exc) from exc
+        except StoreError:
+            self._conn.close()
+            raise
+
+    def _upgrade(self) -> None:
+        """Bring the database to this promptlab's migrations. An existing one that lacks
+        some is copied beside itself first (`<file>.before-<migration>`) and the move is
+        logged (from, to, where the copy is), so an upgrade can be undone; one made by a
+        newer promptlab is refused in one line naming both."""
+        done, pending = migration_state(self._conn)
+        if done and pending and self._limited:
+            copy = self.path.with_name(f"{self.path.name}.before-{pending[0].name}")
+            if not copy.exists():
+                copy_database(self._conn.cursor(), copy)
+            log.warning(
+                "database %s: migrating from %s to %s; a copy of it as it was is %s",
+                self.path, done[-1], pending[-1].name, copy,
+            )  # fmt: skip
+        apply_migrations(self._conn, now=self.clock.now)
 
     def reserve_items(self, count: int) -> None:
         """Make room in DuckDB's memory limit for the key index of `count` more items.

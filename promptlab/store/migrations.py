@@ -14,6 +14,7 @@ from datetime import datetime
 import duckdb
 
 from promptlab.clock import SYSTEM_CLOCK
+from promptlab.errors import StoreError
 from promptlab.store.migrations_audit_review import AUDIT_REVIEW_MIGRATIONS
 from promptlab.store.migrations_team import TEAM_MIGRATIONS
 
@@ -343,6 +344,28 @@ MIGRATIONS: tuple[Migration, ...] = (
 ) + tuple(
     Migration(name, statements) for name, statements in AUDIT_REVIEW_MIGRATIONS + TEAM_MIGRATIONS
 )
+
+
+def migration_state(
+    conn: duckdb.DuckDBPyConnection, migrations: tuple[Migration, ...] = MIGRATIONS
+) -> tuple[list[str], list[Migration]]:
+    """(the migrations the database has, those it lacks), in order; a StoreError, in one
+    line naming both, when it has one this promptlab does not know (a newer one made it)."""
+    found = conn.execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_name = '_migrations'"
+    ).fetchone()
+    if not found or not found[0]:
+        return [], list(migrations)
+    done = [r[0] for r in conn.execute("SELECT name FROM _migrations ORDER BY name").fetchall()]
+    known = {m.name for m in migrations}
+    unknown = [name for name in done if name not in known]
+    if unknown:
+        raise StoreError(
+            f"the database was made by a newer promptlab (its migration {unknown[-1]} is "
+            f"unknown here; this one knows up to {migrations[-1].name}): upgrade promptlab, "
+            "or open a backup made before"
+        )
+    return done, [m for m in migrations if m.name not in set(done)]
 
 
 def apply_migrations(
