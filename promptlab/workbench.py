@@ -106,7 +106,8 @@ class Workbench:
         with every answer counted so far; its size in bytes (promptlab/store/backup.py)."""
         from promptlab.store.backup import backup_to
 
-        self.runs.flush()
+        if self._engine is not None:  # every answer it counted is in the copy
+            self._engine.flush()
         return backup_to(self.store, target)
 
     def close(self) -> None:

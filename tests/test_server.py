@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -395,10 +396,24 @@ def test_cancel_through_the_server_says_where_it_left_the_run(
     assert status == 201, started
     run_id = started["run_id"]
     deadline = time.monotonic() + 60
-    while served.call("GET", f"/v1/runs/{run_id}")[1]["status"] != "running":
+    while server.stats()["held"] == 0:  # running, with requests in flight
         assert time.monotonic() < deadline
         time.sleep(0.02)
-    result = CliRunner().invoke(main, ["cancel", run_id], catch_exceptions=False)
-    server.gate(None)
+    # The command waits for the requests in flight (held here): let them go once the
+    # server has taken the cancel.
+    done: list[Any] = []
+    cancelling = threading.Thread(
+        target=lambda: done.append(CliRunner().invoke(main, ["cancel", run_id]))
+    )
+    cancelling.start()
+    try:
+        taken = f"/v1/audit/events?kind=run.cancelled&run_id={run_id}"
+        while not served.call("GET", taken)[1]:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+    finally:
+        server.gate(None)
+        cancelling.join(60)
+    (result,) = done
     assert result.exit_code == 0, result.output
     assert result.output.strip() == f"run {run_id}: running -> cancelled"

@@ -254,12 +254,6 @@ class Runs:
     def wait(self, run_id: str, timeout: float | None = None) -> RunProgress:
         return self._context.engine().wait(run_id, timeout)
 
-    def flush(self) -> None:
-        """Store every answer the engine has counted (when it runs), before a backup."""
-        engine = self._context.started_engine()
-        if engine is not None:
-            engine.flush()
-
     def is_active(self, run_id: str) -> bool:
         engine = self._context.started_engine()
         return engine is not None and engine.is_active(run_id)
