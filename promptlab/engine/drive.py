@@ -140,7 +140,6 @@ class RunDriver:
             self._loop.run_in_executor(None, self._cancel_at_rest, run_id, active)
         elif active is not None:
             active.done.set()
-
         if self._waiting:  # its status is recorded: what waits for it may go on
             self._loop.run_in_executor(None, self._waiting.ended, run_id)
 
