@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import os
+import pwd
+import subprocess
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from promptlab.errors import ConfigError
@@ -69,7 +72,7 @@ class Settings:
     db_path: Path = DEFAULT_DB
     providers_file: Path | None = None
     load_demo: bool = True
-    author: str = "anonymous"
+    author: str = field(default_factory=lambda: person_at_keyboard(os.environ))
     max_items: int = DEFAULT_MAX_ITEMS
     #: The only folder the app reads datasets from (specs pasted into a shared app
     #: must not reach other files of the server). The CLI reads any path it is given.
@@ -99,7 +102,7 @@ class Settings:
             db_path=Path(env.get("PROMPTLAB_DB") or DEFAULT_DB),
             providers_file=Path(providers) if providers else None,
             load_demo=_flag(env.get("PROMPTLAB_DEMO"), True),
-            author=env.get("PROMPTLAB_AUTHOR") or env.get("USER") or "anonymous",
+            author=env.get("PROMPTLAB_AUTHOR") or person_at_keyboard(env),
             max_items=_positive_int(env.get("PROMPTLAB_MAX_ITEMS"), DEFAULT_MAX_ITEMS),
             data_dir=Path(env.get("PROMPTLAB_DATA_DIR") or DATA_DIR),
             audit=_flag(env.get("PROMPTLAB_AUDIT"), True),
@@ -113,3 +116,31 @@ class Settings:
     def with_db(self, db_path: str | Path | None) -> Settings:
         """A copy pointing at another database file (the CLI's --db)."""
         return self if db_path is None else replace(self, db_path=Path(db_path))
+
+
+def person_at_keyboard(env: Mapping[str, str]) -> str:
+    """Who changes are recorded for when PROMPTLAB_AUTHOR is unset: git's `user.name`
+    (the name a team already knows its people by), else the OS user; never
+    "anonymous" (a local app's every change was by "anonymous" where USER was unset)."""
+    return _git_user_name(env.get("HOME") or "") or env.get("USER") or _os_user()
+
+
+@functools.lru_cache(maxsize=8)
+def _git_user_name(home: str) -> str:
+    """`git config --global user.name` for this HOME ("" without git or a name)."""
+    environ = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home}
+    try:
+        done = subprocess.run(
+            ["git", "config", "--global", "user.name"], capture_output=True, text=True,
+            timeout=5, env=environ, check=False,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return done.stdout.strip() if done.returncode == 0 else ""
+
+
+def _os_user() -> str:
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except (KeyError, OSError):
+        return f"uid {os.getuid()}"
