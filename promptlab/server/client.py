@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from promptlab import errors
+from promptlab.config import person_at_keyboard
 from promptlab.errors import PromptlabError
 from promptlab.server.discovery import ServerInfo
 
@@ -65,7 +66,7 @@ class ServerClient:
         self.timeout_s = timeout_s
         #: Who the server records changes for (runs submitted, cancelled): this shell's
         #: author, percent-encoded as headers are Latin-1.
-        author = os.environ.get("PROMPTLAB_AUTHOR") or os.environ.get("USER") or ""
+        author = os.environ.get("PROMPTLAB_AUTHOR") or person_at_keyboard(os.environ)
         self._author = urllib.parse.quote(author, safe=" @.-_+")
 
     def get(self, path: str) -> Any:
