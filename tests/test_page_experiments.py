@@ -155,3 +155,21 @@ def test_a_dataset_without_a_unit_column_asks_for_one() -> None:
     assert not at.error, [e.value for e in at.error]
     assert any("No dataset has a unit column" in shown(w.value) for w in at.warning)
     assert any("tickets has no unit column: choose" in shown(i.value) for i in at.info)
+
+
+def test_a_name_that_exists_is_refused_and_the_experiment_is_left_as_it_was() -> None:
+    """New experiment under the demo's name: refused in one line offering the real
+    action; it made revision 2 (50/50, variants renamed) while saying "Created"."""
+    at = open_page()
+    before = get_workbench().experiments.get("triage-split")
+    at.text_input(key="new_name").input("triage-split")
+    button(at, "Create experiment").click()  # type: ignore[attr-defined]
+    at.run()
+    assert not at.exception, at.exception
+    assert not at.success
+    assert [shown(e.value) for e in at.error] == [
+        "An experiment named triage-split exists: choose it below to change its split "
+        "(saved as a new revision), or give this one another name"
+    ]
+    after = get_workbench().experiments.get("triage-split")
+    assert (after.revision, after.weights) == (before.revision, before.weights)

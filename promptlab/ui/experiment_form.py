@@ -111,9 +111,19 @@ def variant_inputs(i: int, versions: dict[str, tuple[str, ...]], default: str) -
 
 
 def create(wb: Workbench, data: dict[str, Any]) -> None:
-    """Add the experiment the form describes; it becomes the one chosen below."""
+    """Add the experiment the form describes; it becomes the one chosen below. A name
+    that exists is refused: creating never makes a new revision of another experiment
+    (`based_on=0` refuses one made meanwhile too)."""
+    name = str(data.get("name") or "").strip()
+    if name and name in {c.name for c in wb.experiments.list()}:
+        st.error(
+            f"An experiment named {escape_markdown(name)} exists: choose it below to change "
+            "its split (saved as a new revision), or give this one another name",
+            icon=":material/error:",
+        )
+        return
     try:
-        config, created = wb.experiments.add(data)
+        config, created = wb.experiments.add(data, based_on=0)
     except PromptlabError as exc:
         show_error(exc)
     else:
