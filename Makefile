@@ -6,7 +6,7 @@ PORT ?= 8501
 # The API the app serves beside its pages (promptlab serve's, in the same process).
 API ?= 127.0.0.1:8765
 
-.PHONY: run test lint install install-dev bytecode chromium redis bench clean
+.PHONY: run test lint install install-dev bytecode chromium redis bench docs clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -84,6 +84,10 @@ lint: install-dev
 WORKERS ?= 3
 test: install-dev bytecode chromium redis lint
 	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -n $(WORKERS) --durations=25
+
+# The docs site on http://127.0.0.1:8000 (mkdocs comes with the test requirements).
+docs: install-dev
+	$(VENV)/bin/mkdocs serve -a 127.0.0.1:8000
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -90,6 +90,15 @@ def test_the_docs_site_builds_strictly(tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "index.html").is_file()
+    # Nothing is asked of another host when a page opens (an offline machine's browser
+    # waited on Google Fonts): every URL a page loads is the site's own.
+    outside = re.compile(r"""(?:src|href)=["']?(?:https?:)?//(?!127\.0\.0\.1)""")
+    loading = [
+        page.relative_to(tmp_path)
+        for page in tmp_path.rglob("*.html")
+        if outside.search(re.sub(r"<a [^>]*>", "", page.read_text(errors="replace")))
+    ]
+    assert loading == []
 
 
 # ---- the command line ------------------------------------------------------------------
