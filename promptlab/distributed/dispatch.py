@@ -54,6 +54,8 @@ log = logging.getLogger(__name__)
 CHUNK_ITEMS = 20
 #: Seconds a chunk waits for more requests before it is sent anyway.
 LINGER_S = 0.005
+#: Claimed senders of dropped answers logged (each once); past it, drops are only counted.
+MAX_LOGGED_SENDERS = 100
 #: Seconds the reply reader blocks on Redis before it looks whether it should stop.
 READ_BLOCK_S = 1
 #: Seconds between two looks at this owner's marker key (gone: Redis lost its data).
@@ -246,7 +248,8 @@ class Dispatch:
         except Refused as exc:
             self.dropped += 1
             sender = sender_of(line)
-            if sender not in self._dropped_from:
+            # Names are the forger's choice: the first MAX_LOGGED_SENDERS are logged.
+            if sender not in self._dropped_from and len(self._dropped_from) < MAX_LOGGED_SENDERS:
                 self._dropped_from.add(sender)
                 log.error("dropped an answer said to be from worker %s: %s", sender, exc)
             return

@@ -60,16 +60,13 @@ class ActiveRun:
     counters: Counters | None
     task: asyncio.Task[None]
     done: threading.Event
+    #: Set by `Engine.cancel` under the claims lock, on the caller's thread, before it
+    #: records the cancel (a write that waits for a plan's open transaction): planning
+    #: stops at once, and the run's end reads it.
     cancel_requested: bool = False
     pause_requested: bool = False
-    #: Set by `Engine.cancel` on the caller's thread, before it records the cancel (a
-    #: write that waits for the plan's open transaction): planning stops at once. Then
-    #: `cancel_recorded`, so the run's end event follows its cancel event.
-    cancel_asked: threading.Event = field(default_factory=threading.Event)
+    #: Set once the cancel is recorded, so the run's end event follows its cancel event.
     cancel_recorded: threading.Event = field(default_factory=threading.Event)
-    #: Set on the loop once the run has decided how it ends. A cancel that finds it set
-    #: does not count on the run to apply it: it cancels the run at rest once it ended.
-    ending: bool = False
     #: Ended cancelled by its own end (nothing left for a late cancel to do).
     cancelled: bool = False
 
@@ -181,7 +178,7 @@ class RunDriver:
         try:
             if prepared.plan_rows is not None:
                 # A cancel stops planning where it is (PlanStopped, below), not at its end.
-                plan = prepared.plan(run_id, stop=active.cancel_asked.is_set)
+                plan = prepared.plan(run_id, stop=lambda: active.cancel_requested)
                 await asyncio.to_thread(self.items.plan_items, run_id, plan)
             rows = await asyncio.to_thread(self.items.row_count, run_id)
             await asyncio.to_thread(self.runs.set_status, run_id, RunStatus.SCHEDULED)
@@ -277,10 +274,9 @@ class RunDriver:
     async def _close_run(
         self, run_id: str, active: ActiveRun, execution: RunExecution, spec: RunSpec
     ) -> None:
-        # Decided in one step on the loop, with `ending` set first: a cancel taken before
-        # this (its flag set under the claims lock) ends the run cancelled; one taken
-        # after it sees `ending` and cancels the run once it is at rest.
-        active.ending = True
+        # Decided in one step on the loop: a cancel taken before this (its flag set under
+        # the claims lock) ends the run cancelled; one taken after it is applied once the
+        # run is at rest (`_finish`).
         if execution.stop_reason is not None:
             reason = f"stopped: {execution.stop_reason}"
             await self._end_run(run_id, RunStatus.FAILED, reason, reason, spec)

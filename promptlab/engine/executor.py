@@ -334,7 +334,6 @@ class Engine(RunLifecycle):
                 self._pending_cancels.discard(run_id)
                 active = ActiveRun(None, None, task, done, cancel_requested=cancelled)
                 if cancelled:  # taken while it was claimed: nothing more to record
-                    active.cancel_asked.set()
                     active.cancel_recorded.set()
                 self._active[run_id] = active
                 self._claims.discard(run_id)

@@ -119,8 +119,7 @@ class RunLifecycle(RunDriver):
             if active is None:
                 self._cancelling[run_id] = threading.Event()
             else:  # seen by the run's end (drive.py `_close_run`, `_finish`) in any order
-                active.cancel_requested = True
-                active.cancel_asked.set()  # a plan being made stops now, not after a write
+                active.cancel_requested = True  # a plan being made stops now, not after a write
         if active is None:
             self._cancel_at_rest(run_id, None)
             return

@@ -117,7 +117,8 @@ class Store:
         if done and pending and self._limited:
             copy = self.path.with_name(f"{self.path.name}.before-{pending[0].name}")
             if not copy.exists():
-                copy_database(self._conn.cursor(), copy)
+                with contextlib.closing(self._conn.cursor()) as cur:
+                    copy_database(cur, copy)
             log.warning(
                 "database %s: migrating from %s to %s; a copy of it as it was is %s",
                 self.path, done[-1], pending[-1].name, copy,
