@@ -102,14 +102,11 @@ class AnthropicBatches:
         stops at the first line that is not JSON, losing every line after it)."""
         try:
             decoder = await self._client.messages.batches.results(batch.batch_id)
+            read, number = partial(self._outcome, batch), 0
             try:
-                number = 0
                 async for raw in decoder.http_response.aiter_lines():
                     number += 1
-                    if not raw.strip():
-                        continue
                     where = f"line {number} of its results"
-                    read = partial(self._outcome, batch)
                     outcome = line_outcome(raw, where, batch.batch_id, self.name, read)
                     if outcome is not None:
                         yield outcome

@@ -108,15 +108,13 @@ class OpenAIBatches:
         try:
             found = await self._client.batches.retrieve(batch.batch_id)
             files = (("output", found.output_file_id), ("error", found.error_file_id))
+            read = partial(self._line, batch)
             for kind, file_id in files:
                 if not file_id:
                     continue
                 content = await self._client.files.content(file_id)
                 for number, raw in enumerate(content.text.splitlines(), 1):
-                    if not raw.strip():
-                        continue
                     where = f"line {number} of its {kind} file"
-                    read = partial(self._line, batch)
                     outcome = line_outcome(raw, where, batch.batch_id, self.name, read)
                     if outcome is not None:
                         yield outcome

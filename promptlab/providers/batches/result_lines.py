@@ -34,8 +34,10 @@ def line_outcome(
     raw: str, where: str, batch_id: str, provider: str, read: Read
 ) -> tuple[str, Outcome] | None:
     """(custom_id, outcome) of one result line through `read`; a line `read` cannot take
-    is its item's error, or None (logged) when it names no item. `where` says which
-    line of which file, for the error."""
+    is its item's error, or None (logged) when it names no item; None for a blank line.
+    `where` says which line of which file, for the error."""
+    if not raw.strip():
+        return None
     try:
         row = json.loads(raw)
         if not isinstance(row, dict):
