@@ -76,14 +76,20 @@ def build(wb: Workbench, rows: int, split: bool = False) -> int:
     if split:
         config, _ = wb.experiments.add(
             {
-                "name": "bench-split", "mode": "split", "unit_column": "unit",
+                "name": "bench-split",
+                "mode": "split",
+                "unit_column": "unit",
                 "variants": [
-                    {"name": name, "prompt": f"bench@{v.semver}", "weight": weight,
-                     "control": name == NAMES[0]}
+                    {
+                        "name": name,
+                        "prompt": f"bench@{v.semver}",
+                        "weight": weight,
+                        "control": name == NAMES[0],
+                    }
                     for name, v, weight in zip(NAMES, (first, second), SPLIT_WEIGHTS, strict=True)
                 ],
             }
-        )  # fmt: skip
+        )
         spec = {"mode": "split", "unit_column": "unit", "experiment": config.to_dict()}
 
         def assigner(unit_id: str) -> tuple[str, int, bool]:
@@ -128,7 +134,7 @@ def build(wb: Workbench, rows: int, split: bool = False) -> int:
                     output_tokens=None if failed else 12,
                     latency_ms=None if failed else float(draw * np.exp(scale[item.variant_index])),
                     cost_usd=None if failed else 0.00002,
-                )  # fmt: skip
+                )
             )
         items.write_batch(batch)
     return total

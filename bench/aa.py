@@ -49,34 +49,56 @@ def main() -> None:
     pairs = args.pairs
     traffic = Traffic()
     figures = [
-        ("A/A, per request (before)", lambda: false_positive_rate(pairs // 4, traffic,
-                                                                  per_request=True)),
+        (
+            "A/A, per request (before)",
+            lambda: false_positive_rate(pairs // 4, traffic, per_request=True),
+        ),
         ("A/A, per unit, logs", lambda: false_positive_rate(pairs, traffic)),
-        ("A/A, per unit, split run", lambda: false_positive_rate(pairs, replace(traffic,
-                                                                                shape="split"))),
-        ("A/A, 20 looks, fixed horizon", lambda: false_positive_rate(pairs // 4, traffic,
-                                                                     looks=20)),
-        ("A/A, 20 looks, always valid", lambda: false_positive_rate(pairs, traffic, looks=20,
-                                                                    sequential=True)),
-        ("A/A, CUPED", lambda: false_positive_rate(pairs, replace(traffic, pre_share=1.0),
-                                                   cuped=True)),
-        ("A/A, 100 users (the minimum), logs", lambda: false_positive_rate(
-            pairs, replace(traffic, units=MIN_UNITS_PER_ARM), seed=99)),
+        (
+            "A/A, per unit, split run",
+            lambda: false_positive_rate(pairs, replace(traffic, shape="split")),
+        ),
+        (
+            "A/A, 20 looks, fixed horizon",
+            lambda: false_positive_rate(pairs // 4, traffic, looks=20),
+        ),
+        (
+            "A/A, 20 looks, always valid",
+            lambda: false_positive_rate(pairs, traffic, looks=20, sequential=True),
+        ),
+        (
+            "A/A, CUPED",
+            lambda: false_positive_rate(pairs, replace(traffic, pre_share=1.0), cuped=True),
+        ),
+        (
+            "A/A, 100 users (the minimum), logs",
+            lambda: false_positive_rate(pairs, replace(traffic, units=MIN_UNITS_PER_ARM), seed=99),
+        ),
         ("A/A, all-mode, 20 rows x 1", lambda: paired_false_positive_rate(pairs, MIN_ROWS_PAIRED)),
-        ("A/A, all-mode, 20 rows x 3", lambda: paired_false_positive_rate(pairs, MIN_ROWS_PAIRED,
-                                                                          repeats=3)),
-        ("A/A, Bayesian, CTR chance > 95%", lambda: bayes_call_rate(
-            pairs, traffic, metric="CTR", one_sided=True)),
+        (
+            "A/A, all-mode, 20 rows x 3",
+            lambda: paired_false_positive_rate(pairs, MIN_ROWS_PAIRED, repeats=3),
+        ),
+        (
+            "A/A, Bayesian, CTR chance > 95%",
+            lambda: bayes_call_rate(pairs, traffic, metric="CTR", one_sided=True),
+        ),
         ("A/A, Bayesian, any row > 95% or < 5%", lambda: bayes_call_rate(pairs, traffic)),
-        ("A/A, Bayesian, any row, 20 looks", lambda: bayes_call_rate(pairs // 4, traffic,
-                                                                     looks=20)),
+        (
+            "A/A, Bayesian, any row, 20 looks",
+            lambda: bayes_call_rate(pairs // 4, traffic, looks=20),
+        ),
         ("power, +60% CTR, fixed horizon", lambda: power(pairs, traffic, 0.6)),
         ("power, +60% CTR, final look (4%)", lambda: power(pairs, traffic, 0.6, only=FINAL)),
-        ("power, +60% CTR, always valid alone", lambda: power(pairs, traffic, 0.6,
-                                                              only=interim(traffic.units))),
-        ("power, +60% CTR, 20 looks to horizon", lambda: power(pairs, traffic, 0.6,
-                                                               sequential=True, looks=20)),
-    ]  # fmt: skip
+        (
+            "power, +60% CTR, always valid alone",
+            lambda: power(pairs, traffic, 0.6, only=interim(traffic.units)),
+        ),
+        (
+            "power, +60% CTR, 20 looks to horizon",
+            lambda: power(pairs, traffic, 0.6, sequential=True, looks=20),
+        ),
+    ]
     print(f"{traffic.units} users per arm; {pairs} pairs per figure (a quarter where marked)")
     for label, measure in figures:
         started = time.perf_counter()

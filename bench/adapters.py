@@ -94,8 +94,10 @@ async def bench(base_url: str, total: int, concurrency: int, rounds: int) -> dic
             return orjson.loads(await resp.read())
 
     senders: dict[str, Callable[[CompletionRequest], Awaitable[object]]] = {
-        "sdk": sdk.complete, "lean": lean.complete, "bare": bare,
-    }  # fmt: skip
+        "sdk": sdk.complete,
+        "lean": lean.complete,
+        "bare": bare,
+    }
     requests = requests_for(total)
     per_round = [requests[i::rounds] for i in range(rounds)]
     elapsed = dict.fromkeys(senders, 0.0)
@@ -138,12 +140,17 @@ def main() -> None:
         f"requests={args.requests} per client, concurrency={args.concurrency}, "
         f"{args.rounds} interleaved rounds (fakellm --latency-ms 0)"
     )
-    for name, label in (("sdk", "SDK OpenAI adapter"), ("lean", "lean HTTP adapter"),
-                        ("bare", "bare aiohttp loop")):  # fmt: skip
+    for name, label in (
+        ("sdk", "SDK OpenAI adapter"),
+        ("lean", "lean HTTP adapter"),
+        ("bare", "bare aiohttp loop"),
+    ):
         print(f"  {label:<20} {rates[name]:>8,.0f} req/s")
-    print(f"  lean / bare {rates['lean'] / rates['bare']:.2f}   "
-          f"SDK / bare {rates['sdk'] / rates['bare']:.2f}   "
-          f"lean / SDK {rates['lean'] / rates['sdk']:.2f}")  # fmt: skip
+    print(
+        f"  lean / bare {rates['lean'] / rates['bare']:.2f}   "
+        f"SDK / bare {rates['sdk'] / rates['bare']:.2f}   "
+        f"lean / SDK {rates['lean'] / rates['sdk']:.2f}"
+    )
     print(f"server: attempts {stats['attempts']} successes {stats['successes']}")
 
 

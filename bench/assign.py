@@ -47,14 +47,23 @@ def config() -> ExperimentConfig:
             prompt_version_id=f"sha256:{i:064x}",
             weight=weight,
             control=name == "control",
-        )  # fmt: skip
+        )
         for i, (name, weight) in enumerate(weights.items())
     )
     return ExperimentConfig(
-        name="bench", description="", salt="bench", revision=1, mode="split",
-        unit_column="unit", ramp=100.0, killed=False, variants=variants,
-        allocation=allocate(weights), author="bench", created_at=datetime.now(UTC),
-    )  # fmt: skip
+        name="bench",
+        description="",
+        salt="bench",
+        revision=1,
+        mode="split",
+        unit_column="unit",
+        ramp=100.0,
+        killed=False,
+        variants=variants,
+        allocation=allocate(weights),
+        author="bench",
+        created_at=datetime.now(UTC),
+    )
 
 
 def timed(fn: object, *args: object) -> tuple[float, object]:
@@ -73,14 +82,18 @@ def main() -> None:
     hash_s, _ = timed(lambda: [bucket_of(cfg.salt, u) for u in units])
     assign_s, decided = timed(lambda: [assign(cfg, u) for u in units])
     ratio = assign_s / hash_s
-    print(f"assign     {args.units / assign_s:>12,.0f} units/s   "
-          f"(hash only {args.units / hash_s:,.0f}/s; assign / hash time {ratio:.2f}x)")  # fmt: skip
+    print(
+        f"assign     {args.units / assign_s:>12,.0f} units/s   "
+        f"(hash only {args.units / hash_s:,.0f}/s; assign / hash time {ratio:.2f}x)"
+    )
 
     shares = Counter(d.variant for d in decided)  # type: ignore[attr-defined]
     for name, weight in cfg.weights.items():
         got = 100 * shares[name] / args.units
-        print(f"split      {name:<10} {got:6.2f}% of units, weight {weight:.0f}%: "
-              f"{got - weight:+.2f} points")  # fmt: skip
+        print(
+            f"split      {name:<10} {got:6.2f}% of units, weight {weight:.0f}%: "
+            f"{got - weight:+.2f} points"
+        )
 
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "bench.config.yaml"
@@ -88,13 +101,19 @@ def main() -> None:
         start = time.perf_counter()
         out = subprocess.run(
             [sys.executable, "-m", "promptlab", "assign", str(path), "--units", "-"],
-            input="\n".join(units), capture_output=True, text=True, check=True, cwd=REPO_ROOT,
-        )  # fmt: skip
+            input="\n".join(units),
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=REPO_ROOT,
+        )
         cli_s = time.perf_counter() - start
     other = [json.loads(line)["variant"] for line in out.stdout.splitlines()]
     same = sum(a == b.variant for a, b in zip(other, decided, strict=True))  # type: ignore[attr-defined]
-    print(f"processes  {same:,} of {args.units:,} units got the same variant in a fresh "
-          f"`promptlab assign` process ({cli_s:.1f} s for all, start-up included)")  # fmt: skip
+    print(
+        f"processes  {same:,} of {args.units:,} units got the same variant in a fresh "
+        f"`promptlab assign` process ({cli_s:.1f} s for all, start-up included)"
+    )
 
     rows = [{"unit": u, "text": "hello"} for u in units]
 
@@ -103,13 +122,18 @@ def main() -> None:
 
     names = ["control", "treatment"]
     split = StickySplit(
-        "bench", 1, lambda u: (lambda d: (d.variant, d.bucket, d.in_experiment))(assign(cfg, u)),
-        "unit", names,
-    )  # fmt: skip
+        "bench",
+        1,
+        lambda u: (lambda d: (d.variant, d.bucket, d.in_experiment))(assign(cfg, u)),
+        "unit",
+        names,
+    )
     one_s, _ = timed(plan, AllVariants(1), ["control"])
     split_s, planned = timed(plan, split, names)
-    print(f"plan       {args.units:,} rows split in {split_s:.2f} s ({planned:,} items), one "
-          f"variant for all in {one_s:.2f} s: split / plain {split_s / one_s:.2f}x")  # fmt: skip
+    print(
+        f"plan       {args.units:,} rows split in {split_s:.2f} s ({planned:,} items), one "
+        f"variant for all in {one_s:.2f} s: split / plain {split_s / one_s:.2f}x"
+    )
 
 
 if __name__ == "__main__":

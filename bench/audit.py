@@ -54,10 +54,13 @@ def run_once(
 
     spec = parse_spec(
         spec_for(
-            write_dataset(workdir, texts), base, max_tokens=16,
-            limits={"concurrency": 256}, retry={},
+            write_dataset(workdir, texts),
+            base,
+            max_tokens=16,
+            limits={"concurrency": 256},
+            retry={},
         )
-    )  # fmt: skip
+    )
     settings = replace(Settings.from_env(), audit=audit, tune_gc=tune_gc)
     db = workdir / f"audit-{time.monotonic_ns()}.duckdb"
     with Store(db) as store, Engine(store, settings=settings, on_run_ended=run_ended) as engine:
@@ -152,8 +155,10 @@ def measure(mode: str, n: int) -> dict[str, float]:
     """`child` in a fresh interpreter: no run inherits another's heap or caches."""
     out = subprocess.run(
         [sys.executable, __file__, "--child", mode, "--items", str(n)],
-        check=True, capture_output=True, text=True,
-    ).stdout  # fmt: skip
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     return dict(json.loads(out.strip().splitlines()[-1]))
 
 
@@ -197,13 +202,17 @@ def main() -> None:
     paired = [a / b for a, b in zip(rates["on"], rates["off"], strict=True)]
     on, cpu_on = statistics.median(rates["on"]), statistics.median(cpus["on"])
     print(f"throughput on / off = {on / off:.1%} (target: at least 90%)")
-    print(f"per round on / off: {', '.join(f'{r:.0%}' for r in paired)}; "
-          f"median {statistics.median(paired):.1%}")  # fmt: skip
+    print(
+        f"per round on / off: {', '.join(f'{r:.0%}' for r in paired)}; "
+        f"median {statistics.median(paired):.1%}"
+    )
     print(f"CPU per item on / off = {cpu_on / cpu_off:.1%} (at most 110%)")
     if args.gc:
         off_gc, on_gc = statistics.median(rates["off-gc"]), statistics.median(rates["on-gc"])
-        print(f"collector untuned: on / off = {on_gc / off_gc:.1%}; tuned / untuned: "
-              f"{off / off_gc:.1%} with the audit off, {on / on_gc:.1%} with it on")  # fmt: skip
+        print(
+            f"collector untuned: on / off = {on_gc / off_gc:.1%}; tuned / untuned: "
+            f"{off / off_gc:.1%} with the audit off, {on / on_gc:.1%} with it on"
+        )
 
 
 if __name__ == "__main__":

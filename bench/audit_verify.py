@@ -92,9 +92,20 @@ def _item_rows(batch: Any, item: Any, at: datetime) -> None:
     stages |= trace.preflight_stage(12, 64, 128_000)
     for n in range(1, failures + 1):
         failed = AttemptRow(
-            item.key, RUN, n, at, at, "error", "server", 500, "HTTP 500: server error",
-            10.0 * n, "backoff", None, 3.25,
-        )  # fmt: skip
+            item.key,
+            RUN,
+            n,
+            at,
+            at,
+            "error",
+            "server",
+            500,
+            "HTTP 500: server error",
+            10.0 * n,
+            "backoff",
+            None,
+            3.25,
+        )
         batch.attempts.append(failed)
         payload = trace.attempt_payload(failed, None)
         batch.audit.append(
@@ -108,17 +119,29 @@ def _item_rows(batch: Any, item: Any, at: datetime) -> None:
         batch.attempts.append(row)
         stages["attempt_sha256"] = row_digest(attempt_values(row))
     final = FinalRow(
-        key=item.key, run_id=RUN, seq=item.seq, row_index=item.row_index, variant="only",
-        repeat=item.repeat, status="succeeded" if answered else "failed",
-        prompt_version_id="sha256:bench", endpoint="sim", model="fast", params={},
-        attempts=failures + (1 if answered else 0), finished_at=at,
+        key=item.key,
+        run_id=RUN,
+        seq=item.seq,
+        row_index=item.row_index,
+        variant="only",
+        repeat=item.repeat,
+        status="succeeded" if answered else "failed",
+        prompt_version_id="sha256:bench",
+        endpoint="sim",
+        model="fast",
+        params={},
+        attempts=failures + (1 if answered else 0),
+        finished_at=at,
         error_kind=None if answered else "server",
         error_message=None if answered else "HTTP 500: server error",
         output_text='{"category": "billing"}' if answered else None,
-        input_tokens=12 if answered else None, output_tokens=9 if answered else None,
-        finish_reason="stop" if answered else None, latency_ms=812.5 if answered else None,
-        cost_usd=0.00002 if answered else None, check_status="no_schema" if answered else None,
-    )  # fmt: skip
+        input_tokens=12 if answered else None,
+        output_tokens=9 if answered else None,
+        finish_reason="stop" if answered else None,
+        latency_ms=812.5 if answered else None,
+        cost_usd=0.00002 if answered else None,
+        check_status="no_schema" if answered else None,
+    )
     batch.finals.append(final)
     batch.audit.append(
         AuditDraft(
@@ -130,7 +153,7 @@ def _item_rows(batch: Any, item: Any, at: datetime) -> None:
             "engine",
             RUN,
             item.key,
-        )  # fmt: skip
+        )
     )
 
 
@@ -162,8 +185,10 @@ def measure(path: Path, repeats: int) -> None:
         for mode in MODES:
             out = subprocess.run(
                 [sys.executable, __file__, "--child", mode, "--keep", str(path)],
-                check=True, capture_output=True, text=True,
-            )  # fmt: skip
+                check=True,
+                capture_output=True,
+                text=True,
+            )
             found = json.loads(out.stdout.strip().splitlines()[-1])
             seen[mode].append(found)
             print(

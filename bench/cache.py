@@ -47,11 +47,18 @@ def setup(folder: Path, server: RunningServer, rows: int) -> Path:
     """The providers file (the endpoint, its price), the dataset and the spec."""
     providers = folder / "providers.yaml"
     endpoint = {
-        "kind": "openai", "base_url": server.openai_base_url, "api_key_env": "BENCH_KEY",
+        "kind": "openai",
+        "base_url": server.openai_base_url,
+        "api_key_env": "BENCH_KEY",
         "concurrency": 32,
-        "models": {"gpt-4o-mini": {"input_per_mtok": 0.15, "output_per_mtok": 0.60,
-                                   "context_window": 128_000}},
-    }  # fmt: skip
+        "models": {
+            "gpt-4o-mini": {
+                "input_per_mtok": 0.15,
+                "output_per_mtok": 0.60,
+                "context_window": 128_000,
+            }
+        },
+    }
     providers.write_text(yaml.safe_dump({"endpoints": {"bench": endpoint}}))
     os.environ.update(PROMPTLAB_PROVIDERS=str(providers), BENCH_KEY="sk-bench-not-a-key")
     dataset = folder / "tickets.csv"
@@ -83,9 +90,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=800)
     parser.add_argument(
-        "--latency-ms", type=float, default=None,
+        "--latency-ms",
+        type=float,
+        default=None,
         help="a fixed latency per request (default: the simulated model's own)",
-    )  # fmt: skip
+    )
     args = parser.parse_args()
     latency = {"latency_ms": args.latency_ms} if args.latency_ms is not None else {}
     config = FakeLLMConfig(port=0, sim_latency=args.latency_ms is None, **latency)
@@ -93,9 +102,12 @@ def main() -> None:
         folder = Path(tmp)
         spec = setup(folder, server, args.rows)
         settings = Settings.from_env(
-            {**os.environ, "PROMPTLAB_DB": str(folder / "bench.duckdb"),
-             "PROMPTLAB_AUTHOR": "bench"}
-        )  # fmt: skip
+            {
+                **os.environ,
+                "PROMPTLAB_DB": str(folder / "bench.duckdb"),
+                "PROMPTLAB_AUTHOR": "bench",
+            }
+        )
         with Workbench.open(settings) as wb:
             first = one_run(wb, spec, server)
             again = one_run(wb, spec, server)

@@ -26,11 +26,18 @@ from promptlab.workbench import Workbench
 
 def spec(dataset: Path, variants: int) -> dict[str, object]:
     return {
-        "name": "big-plan", "dataset": str(dataset),
-        "variants": [{"name": f"v{i}", "model": "sim:fast", "params": {"max_tokens": 8},
-                      "messages": [{"role": "user", "content": "Say {{ text }}"}]}
-                     for i in range(variants)],
-    }  # fmt: skip
+        "name": "big-plan",
+        "dataset": str(dataset),
+        "variants": [
+            {
+                "name": f"v{i}",
+                "model": "sim:fast",
+                "params": {"max_tokens": 8},
+                "messages": [{"role": "user", "content": "Say {{ text }}"}],
+            }
+            for i in range(variants)
+        ],
+    }
 
 
 def stored(wb: Workbench, run_id: str) -> int:
@@ -69,8 +76,10 @@ def main() -> None:
             planned = stored(wb, run_id)
     print(f"{total:,} items ({args.rows:,} rows x {args.variants} variants)")
     print(f"plan     {planned_s:7.2f} s to plan them all")
-    print(f"cancel   {cancel_s:7.2f} s from the cancel to the run's end ({ended.status}; "
-          f"{at_cancel:,} items planned at the cancel, {planned:,} at the end)")  # fmt: skip
+    print(
+        f"cancel   {cancel_s:7.2f} s from the cancel to the run's end ({ended.status}; "
+        f"{at_cancel:,} items planned at the cancel, {planned:,} at the end)"
+    )
     print(f"ratio    {cancel_s / planned_s:7.3f}")
 
 

@@ -44,11 +44,13 @@ def page_calls(wb: Workbench, run_id: str, n: int) -> float:
         ("has_results() (app.py)", wb.analysis.has_results),
         ("runs_with_results()", wb.analysis.runs_with_results),
         ("control_variant(run_id)", lambda: wb.analysis.control_variant(run_id, NAMES)),
-        ("compare(run_id) (metrics included) + summary_rows",
-         lambda: summary_rows(wb.analysis.compare(run_id))),
+        (
+            "compare(run_id) (metrics included) + summary_rows",
+            lambda: summary_rows(wb.analysis.compare(run_id)),
+        ),
         ("latencies of both variants", lambda: [wb.analysis.latencies(run_id, v) for v in NAMES]),
         ("metrics_over_time(run_id)", lambda: wb.analysis.metrics_over_time(run_id)),
-    ]  # fmt: skip
+    ]
     if paired:
         parts.append(
             ("side_by_side(run_id) (first page)", lambda: wb.analysis.side_by_side(run_id))

@@ -106,12 +106,23 @@ def replay(db: Path, log: Path, history: str) -> dict[str, Any]:
         started = time.perf_counter()
         wb.datasets.import_file(log, "log", conversation=DEFAULT_CONVERSATION)
         imported = time.perf_counter() - started
-        spec = wb.runs.spec_from_data({
-            "name": "replay", "dataset": "log", "history": history,
-            "variants": [{"model": "sim:fast", "params": {"max_tokens": 16}, "messages": [
-                {"role": "system", "content": "You are a support agent."},
-                {"role": "user", "content": "{{ content }}"}]}],
-        })  # fmt: skip
+        spec = wb.runs.spec_from_data(
+            {
+                "name": "replay",
+                "dataset": "log",
+                "history": history,
+                "variants": [
+                    {
+                        "model": "sim:fast",
+                        "params": {"max_tokens": 16},
+                        "messages": [
+                            {"role": "system", "content": "You are a support agent."},
+                            {"role": "user", "content": "{{ content }}"},
+                        ],
+                    }
+                ],
+            }
+        )
         started = time.perf_counter()
         run_id = wb.runs.start(spec)
         progress = wb.runs.wait(run_id)
@@ -120,10 +131,14 @@ def replay(db: Path, log: Path, history: str) -> dict[str, Any]:
         shards = len(wb.runs.shards(run_id))
     assert progress.status == "completed", progress.status
     return {
-        "requests": progress.succeeded, "seconds": seconds, "import_seconds": imported,
-        "messages_sent": sent[0], "shards": shards,
-        "completed_sessions": per_session[0].completed, "peak_rss_mb": peak_rss_mb(),
-    }  # fmt: skip
+        "requests": progress.succeeded,
+        "seconds": seconds,
+        "import_seconds": imported,
+        "messages_sent": sent[0],
+        "shards": shards,
+        "completed_sessions": per_session[0].completed,
+        "peak_rss_mb": peak_rss_mb(),
+    }
 
 
 def measure(case: str, size: int, history: str, folder: Path) -> dict[str, Any]:
@@ -134,18 +149,30 @@ def measure(case: str, size: int, history: str, folder: Path) -> dict[str, Any]:
         write_log(log, sessions, turns)
     providers = folder / f"providers-{case}.yaml"
     providers.write_text(PROVIDERS.format(window=CASES[case][5]), encoding="utf-8")
-    env = {"PROMPTLAB_PROVIDERS": str(providers), "PROMPTLAB_DEMO": "0",
-           "PROMPTLAB_AUDIT": "1", "PYTHONPATH": str(REPO_ROOT)}  # fmt: skip
+    env = {
+        "PROMPTLAB_PROVIDERS": str(providers),
+        "PROMPTLAB_DEMO": "0",
+        "PROMPTLAB_AUDIT": "1",
+        "PYTHONPATH": str(REPO_ROOT),
+    }
     db = folder / f"{case}-{history}-{size}.duckdb"
     out = subprocess.run(
         [sys.executable, __file__, "--one", str(db), str(log), history],
-        capture_output=True, text=True, env={**os.environ, **env},
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+    )
     if out.returncode:
         sys.exit(f"{case} at {size:,} ({history}) failed:\n{out.stderr[-3000:]}")
     figures = json.loads(out.stdout.strip().splitlines()[-1])
-    return {**figures, "case": case, "size": size, "sessions": sessions, "turns": turns,
-            "history": history}  # fmt: skip
+    return {
+        **figures,
+        "case": case,
+        "size": size,
+        "sessions": sessions,
+        "turns": turns,
+        "history": history,
+    }
 
 
 def report(f: dict[str, Any]) -> str:
@@ -189,15 +216,19 @@ def main() -> None:
                     f"{case:>8} {history:>9}, tenfold: {grown:.1f}x the messages sent, "
                     f"{b['seconds'] / a['seconds']:.1f}x the time, "
                     f"{per_b / per_a:.2f}x the time per message sent, "
-                    f"{b['peak_rss_mb'] / a['peak_rss_mb']:.2f}x the peak RSS", flush=True,
-                )  # fmt: skip
+                    f"{b['peak_rss_mb'] / a['peak_rss_mb']:.2f}x the peak RSS",
+                    flush=True,
+                )
             if len(modes) == 2:
                 for n in sizes:
                     logged, generated = figures["logged", n], figures["generated", n]
-                    print(f"{case:>8} generated / logged at {n:,}: "
-                          f"{generated['seconds'] / logged['seconds']:.2f}x the time, "
-                          f"{generated['peak_rss_mb'] / logged['peak_rss_mb']:.2f}x the peak "
-                          "RSS", flush=True)  # fmt: skip
+                    print(
+                        f"{case:>8} generated / logged at {n:,}: "
+                        f"{generated['seconds'] / logged['seconds']:.2f}x the time, "
+                        f"{generated['peak_rss_mb'] / logged['peak_rss_mb']:.2f}x the peak "
+                        "RSS",
+                        flush=True,
+                    )
 
 
 if __name__ == "__main__":

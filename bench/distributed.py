@@ -57,12 +57,16 @@ def spec_file(folder: Path, name: str, base: str, items: int, **endpoint: Any) -
         "name": name,
         "dataset": str(rows),
         "variants": [
-            {"name": "v", "messages": [{"role": "user", "content": "Say {{ text }}"}],
-             "model": "fake:gpt-4o-mini", "params": {"max_tokens": 16}}
+            {
+                "name": "v",
+                "messages": [{"role": "user", "content": "Say {{ text }}"}],
+                "model": "fake:gpt-4o-mini",
+                "params": {"max_tokens": 16},
+            }
         ],
         "endpoints": {"fake": {"kind": "openai", "base_url": f"{base}/v1", **endpoint}},
         "retry": {"timeout_s": 30},
-    }  # fmt: skip
+    }
     path = folder / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec))
     return path
@@ -71,8 +75,17 @@ def spec_file(folder: Path, name: str, base: str, items: int, **endpoint: Any) -
 def owner(
     folder: Path, spec: Path, broker: str, distributed: bool, db: str | None = None
 ) -> subprocess.Popen[str]:
-    args = [sys.executable, "-m", "promptlab", "--db", db or str(folder / f"{spec.stem}.duckdb"),
-            "run", str(spec), "--quiet", *(["--distributed"] if distributed else [])]  # fmt: skip
+    args = [
+        sys.executable,
+        "-m",
+        "promptlab",
+        "--db",
+        db or str(folder / f"{spec.stem}.duckdb"),
+        "run",
+        str(spec),
+        "--quiet",
+        *(["--distributed"] if distributed else []),
+    ]
     env = {**os.environ, "PROMPTLAB_BROKER_URL": broker}
     return subprocess.Popen(
         args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
@@ -126,10 +139,14 @@ def rpm_scenario(folder: Path, rpm: int, items: int) -> None:
             with cluster(folder / f"rpm{count}", count) as workers:
                 sub = folder / f"rpm{count}"
                 procs = [
-                    owner(sub, spec_file(sub, n, base, items, rpm=rpm, concurrency=32),
-                          workers.url, distributed=count > 0)
+                    owner(
+                        sub,
+                        spec_file(sub, n, base, items, rpm=rpm, concurrency=32),
+                        workers.url,
+                        distributed=count > 0,
+                    )
                     for n in ("a", "b")
-                ]  # fmt: skip
+                ]
                 sending = sending_time(base, procs)
                 for proc in procs:
                     finished(proc)
@@ -137,8 +154,10 @@ def rpm_scenario(folder: Path, rpm: int, items: int) -> None:
             rate = s["successes"] / sending
             where = "in process" if count == 0 else f"{count} worker{'s' * (count > 1)}"
             share = s["rate_limited"] / max(s["attempts"], 1)
-            print(f"{where:<12} {rate:>7.1f} {rate / (rpm / 60):>9.2f} "
-                  f"{s['rate_limited']:>6} {share:>9.1%}")  # fmt: skip
+            print(
+                f"{where:<12} {rate:>7.1f} {rate / (rpm / 60):>9.2f} "
+                f"{s['rate_limited']:>6} {share:>9.1%}"
+            )
 
 
 def latency_scenario(folder: Path, items: int) -> None:
@@ -163,8 +182,13 @@ def kill_scenario(folder: Path, items: int) -> None:
     with fakellm("--latency-ms", "200") as base, cluster(folder / "kill", 2) as workers:
         sub = folder / "kill"
         db = str(sub / "kill.duckdb")
-        proc = owner(sub, spec_file(sub, "kill", base, items, concurrency=64), workers.url,
-                     distributed=True, db=db)  # fmt: skip
+        proc = owner(
+            sub,
+            spec_file(sub, "kill", base, items, concurrency=64),
+            workers.url,
+            distributed=True,
+            db=db,
+        )
         while stats(base)["successes"] < 0.3 * items:
             time.sleep(0.02)
         workers.kill(0)
@@ -177,8 +201,11 @@ def kill_scenario(folder: Path, items: int) -> None:
         env = {**os.environ, "PROMPTLAB_BROKER_URL": workers.url}
         resumed = subprocess.run(
             [sys.executable, "-m", "promptlab", "--db", db, "resume", run_id, "--quiet"],
-            capture_output=True, text=True, env=env, timeout=600,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=600,
+        )
         with duckdb.connect(db, read_only=True) as conn:
             rows, keys = conn.execute(
                 "SELECT count(*), count(DISTINCT idempotency_key) FROM results "
@@ -186,10 +213,12 @@ def kill_scenario(folder: Path, items: int) -> None:
                 [run_id],
             ).fetchone() or (0, 0)
         s = stats(base)
-    print(f"resume exit {resumed.returncode}; succeeded rows {rows} for {keys} distinct items "
-          f"of {items}; fakellm answered {s['successes']} requests, "
-          f"{s['duplicate_completions']} of them a second time "
-          f"({s['completed_twice']} items)")  # fmt: skip
+    print(
+        f"resume exit {resumed.returncode}; succeeded rows {rows} for {keys} distinct items "
+        f"of {items}; fakellm answered {s['successes']} requests, "
+        f"{s['duplicate_completions']} of them a second time "
+        f"({s['completed_twice']} items)"
+    )
 
 
 def main() -> None:

@@ -226,9 +226,15 @@ class AiohttpProvider:
 
 
 def run_engine(
-    workdir: Path, base: str, texts: list[str], *, max_tokens: int, limits: dict[str, Any],
-    retry: dict[str, Any] | None = None, lean: bool = False,
-) -> dict[str, Any]:  # fmt: skip
+    workdir: Path,
+    base: str,
+    texts: list[str],
+    *,
+    max_tokens: int,
+    limits: dict[str, Any],
+    retry: dict[str, Any] | None = None,
+    lean: bool = False,
+) -> dict[str, Any]:
     """Run the texts through a fresh Engine with persistence on; return measurements."""
     from promptlab.engine import Engine, parse_spec
     from promptlab.evaluation.ended import run_ended
@@ -355,10 +361,17 @@ CLIENTS = ("engine", "baseline", "peer")
 
 
 def run_client(
-    client: str, workdir: Path, base: str, texts: list[str], *, max_tokens: int,
-    limits: dict[str, Any], concurrency: int, timeout_s: float = 600.0,
+    client: str,
+    workdir: Path,
+    base: str,
+    texts: list[str],
+    *,
+    max_tokens: int,
+    limits: dict[str, Any],
+    concurrency: int,
+    timeout_s: float = 600.0,
     engine_retry: dict[str, Any] | None = None,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """One client's run; the peer gets the endpoint's rpm and tpm, as the engine does."""
     if client == "engine":
         return run_engine(
@@ -369,31 +382,56 @@ def run_client(
             base, texts, max_tokens=max_tokens, concurrency=concurrency, timeout_s=timeout_s
         )
     peer = Peer(
-        base, model=MODEL, concurrency=concurrency, max_tokens=max_tokens, rpm=limits.get("rpm"),
-        tpm=limits.get("tpm"), timeout_s=timeout_s,
-    )  # fmt: skip
+        base,
+        model=MODEL,
+        concurrency=concurrency,
+        max_tokens=max_tokens,
+        rpm=limits.get("rpm"),
+        tpm=limits.get("tpm"),
+        timeout_s=timeout_s,
+    )
     return asyncio.run(peer.run(texts))
 
 
 def limited(
-    name: str, workdir: Path, server_args: list[str], texts: list[str], *, limit_per_s: float,
-    ideal_s: float, max_tokens: int, engine_limits: dict[str, Any],
-) -> list[Row]:  # fmt: skip
+    name: str,
+    workdir: Path,
+    server_args: list[str],
+    texts: list[str],
+    *,
+    limit_per_s: float,
+    ideal_s: float,
+    max_tokens: int,
+    engine_limits: dict[str, Any],
+) -> list[Row]:
     rows = []
     for client in CLIENTS:
         with fakellm(*server_args) as base:
             m = run_client(
-                client, workdir, base, texts, max_tokens=max_tokens, limits=engine_limits,
+                client,
+                workdir,
+                base,
+                texts,
+                max_tokens=max_tokens,
+                limits=engine_limits,
                 concurrency=BASELINE_CONCURRENCY,
-            )  # fmt: skip
+            )
             s = stats(base)
         rate = steady_rate(m["times"])
         rows.append(
             Row(
-                name, client, len(texts), m["ok"], m["failed"], m["lost"], m["wall"], ideal_s,
-                rate / limit_per_s if rate else None, s["rate_limited"] / max(1, s["attempts"]),
+                name,
+                client,
+                len(texts),
+                m["ok"],
+                m["failed"],
+                m["lost"],
+                m["wall"],
+                ideal_s,
+                rate / limit_per_s if rate else None,
+                s["rate_limited"] / max(1, s["attempts"]),
             )
-        )  # fmt: skip
+        )
     return rows
 
 
@@ -405,10 +443,15 @@ def physical_best_s(count: float, per_s: float, latency_s: float) -> float:
 def scenario_rpm(workdir: Path, scale: float) -> list[Row]:
     n = int(3000 * scale)
     return limited(
-        "rpm-bound 3000 rpm, 200 ms", workdir, ["--rpm", "3000", "--latency-ms", "200"],
-        prompts(n, varied=False), limit_per_s=50.0, ideal_s=physical_best_s(n, 50.0, 0.2),
-        max_tokens=64, engine_limits={"rpm": 3000},
-    )  # fmt: skip
+        "rpm-bound 3000 rpm, 200 ms",
+        workdir,
+        ["--rpm", "3000", "--latency-ms", "200"],
+        prompts(n, varied=False),
+        limit_per_s=50.0,
+        ideal_s=physical_best_s(n, 50.0, 0.2),
+        max_tokens=64,
+        engine_limits={"rpm": 3000},
+    )
 
 
 def scenario_tpm(workdir: Path, scale: float) -> list[Row]:
@@ -420,11 +463,15 @@ def scenario_tpm(workdir: Path, scale: float) -> list[Row]:
     cost = sum(estimate_prompt_tokens([{"role": "user", "content": t}]) + max_tokens for t in texts)
     limit_per_s = n / (cost / tpm * 60)  # requests/s the token limit allows, on average
     return limited(
-        "tpm-bound 200k tpm, varied prompts", workdir,
-        ["--tpm", str(tpm), "--latency-ms", "200"], texts, limit_per_s=limit_per_s,
-        ideal_s=physical_best_s(cost, tpm / 60, 0.2), max_tokens=max_tokens,
+        "tpm-bound 200k tpm, varied prompts",
+        workdir,
+        ["--tpm", str(tpm), "--latency-ms", "200"],
+        texts,
+        limit_per_s=limit_per_s,
+        ideal_s=physical_best_s(cost, tpm / 60, 0.2),
+        max_tokens=max_tokens,
         engine_limits={"tpm": tpm},
-    )  # fmt: skip
+    )
 
 
 def scenario_faults(workdir: Path, scale: float) -> list[Row]:
@@ -435,28 +482,48 @@ def scenario_faults(workdir: Path, scale: float) -> list[Row]:
     for client in CLIENTS:
         with fakellm(*args) as base:
             m = run_client(
-                client, workdir, base, texts, max_tokens=32, limits={"concurrency": 64},
-                concurrency=64, timeout_s=FAULT_TIMEOUT_S,
+                client,
+                workdir,
+                base,
+                texts,
+                max_tokens=32,
+                limits={"concurrency": 64},
+                concurrency=64,
+                timeout_s=FAULT_TIMEOUT_S,
                 engine_retry={"timeout_s": FAULT_TIMEOUT_S, "backoff_base_s": 0.1},
-            )  # fmt: skip
+            )
             s = stats(base)
         note = f"server 5xx {s['server_errors']}, timeouts {s['timeouts']}"
         rows.append(
-            Row("faults 5% 5xx, 1% timeouts", client, n, m["ok"], m["failed"], m["lost"],
-                m["wall"], None, None, None, note)
-        )  # fmt: skip
+            Row(
+                "faults 5% 5xx, 1% timeouts",
+                client,
+                n,
+                m["ok"],
+                m["failed"],
+                m["lost"],
+                m["wall"],
+                None,
+                None,
+                None,
+                note,
+            )
+        )
     return rows
 
 
 def scenario_rpmfaults(workdir: Path, scale: float) -> list[Row]:
     n = int(2000 * scale)
     return limited(
-        "rpm-bound 6000 rpm, 5% 5xx, 50 ms", workdir,
+        "rpm-bound 6000 rpm, 5% 5xx, 50 ms",
+        workdir,
         ["--rpm", "6000", "--fail-rate", "0.05", "--latency-ms", "50"],
-        prompts(n, varied=False), limit_per_s=100.0,
+        prompts(n, varied=False),
+        limit_per_s=100.0,
         ideal_s=physical_best_s(n * 1.05, 100.0, 0.05),  # 5% of requests are re-sent
-        max_tokens=64, engine_limits={"rpm": 6000},
-    )  # fmt: skip
+        max_tokens=64,
+        engine_limits={"rpm": 6000},
+    )
 
 
 #: Share of the key's limits another client takes in the shared-key scenarios.
@@ -464,10 +531,18 @@ SHARED_LOAD = 0.5
 
 
 def shared_key(
-    name: str, workdir: Path, server_args: list[str], texts: list[str], *, limit_per_s: float,
-    latency_s: float, max_tokens: int, engine_limits: dict[str, Any],
-    engine_retry: dict[str, Any] | None = None, timeout_s: float = 600.0,
-) -> list[Row]:  # fmt: skip
+    name: str,
+    workdir: Path,
+    server_args: list[str],
+    texts: list[str],
+    *,
+    limit_per_s: float,
+    latency_s: float,
+    max_tokens: int,
+    engine_limits: dict[str, Any],
+    engine_retry: dict[str, Any] | None = None,
+    timeout_s: float = 600.0,
+) -> list[Row]:
     """A key another client uses too (limits are per organization): the limit headers say
     more than this caller gets, so it sees `remaining: 0` on 200s and 429s whose reset
     header is the time to a *full* bucket (10 s) and whose retry-after is exact (ms).
@@ -480,9 +555,16 @@ def shared_key(
     for client in CLIENTS:
         with fakellm(*server_args, "--shared-load", str(SHARED_LOAD)) as base:
             m = run_client(
-                client, workdir, base, texts, max_tokens=max_tokens, limits=engine_limits,
-                concurrency=BASELINE_CONCURRENCY, timeout_s=timeout_s, engine_retry=engine_retry,
-            )  # fmt: skip
+                client,
+                workdir,
+                base,
+                texts,
+                max_tokens=max_tokens,
+                limits=engine_limits,
+                concurrency=BASELINE_CONCURRENCY,
+                timeout_s=timeout_s,
+                engine_retry=engine_retry,
+            )
             s = stats(base)
         admitted = s["attempts"] - s["rate_limited"]
         ideal = max(0.0, admitted - limit_per_s * SERVER_BURST_S) / net_per_s + latency_s
@@ -490,32 +572,51 @@ def shared_key(
         share = f"{ideal / m['wall']:.0%} of physical best" if not m["failed"] else "gave up"
         rows.append(
             Row(
-                name, client, len(texts), m["ok"], m["failed"], m["lost"], m["wall"], ideal,
-                rate / net_per_s if rate else None, s["rate_limited"] / max(1, s["attempts"]),
+                name,
+                client,
+                len(texts),
+                m["ok"],
+                m["failed"],
+                m["lost"],
+                m["wall"],
+                ideal,
+                rate / net_per_s if rate else None,
+                s["rate_limited"] / max(1, s["attempts"]),
                 f"{share}; server 5xx {s['server_errors']}, timeouts {s['timeouts']}",
             )
-        )  # fmt: skip
+        )
     return rows
 
 
 def scenario_shared_rpm(workdir: Path, scale: float) -> list[Row]:
     n = int(3000 * scale)
     return shared_key(
-        "shared key 6000 rpm (half ours), 200 ms", workdir,
-        ["--rpm", "6000", "--latency-ms", "200"], prompts(n, varied=False), limit_per_s=100.0,
-        latency_s=0.2, max_tokens=64, engine_limits={"rpm": 6000},
-    )  # fmt: skip
+        "shared key 6000 rpm (half ours), 200 ms",
+        workdir,
+        ["--rpm", "6000", "--latency-ms", "200"],
+        prompts(n, varied=False),
+        limit_per_s=100.0,
+        latency_s=0.2,
+        max_tokens=64,
+        engine_limits={"rpm": 6000},
+    )
 
 
 def scenario_shared_faults(workdir: Path, scale: float) -> list[Row]:
     n = int(3000 * scale)
     args = ["--rpm", "6000", "--latency-ms", "50", "--fail-rate", "0.05", "--timeout-rate", "0.01"]
     return shared_key(
-        "shared key 6000 rpm, 5% 5xx, 1% t/o", workdir, args, prompts(n, varied=False),
-        limit_per_s=100.0, latency_s=0.05, max_tokens=64, engine_limits={"rpm": 6000},
+        "shared key 6000 rpm, 5% 5xx, 1% t/o",
+        workdir,
+        args,
+        prompts(n, varied=False),
+        limit_per_s=100.0,
+        latency_s=0.05,
+        max_tokens=64,
+        engine_limits={"rpm": 6000},
         engine_retry={"timeout_s": FAULT_TIMEOUT_S, "backoff_base_s": 0.1},
         timeout_s=FAULT_TIMEOUT_S,
-    )  # fmt: skip
+    )
 
 
 def scenario_overconfigured(workdir: Path, scale: float) -> list[Row]:
@@ -535,10 +636,20 @@ def scenario_overconfigured(workdir: Path, scale: float) -> list[Row]:
     rate_after = steady_rate(after) or 0.0
     note = f"converged after {converge:.1f} s; {rate_after / 50.0:.1%} of limit after"
     return [
-        Row("client 20% over (3600 vs 3000 rpm)", "engine", n, m["ok"], m["failed"], m["lost"],
-            m["wall"], n / 50.0, rate_after / 50.0, s["rate_limited"] / max(1, s["attempts"]),
-            note)
-    ]  # fmt: skip
+        Row(
+            "client 20% over (3600 vs 3000 rpm)",
+            "engine",
+            n,
+            m["ok"],
+            m["failed"],
+            m["lost"],
+            m["wall"],
+            n / 50.0,
+            rate_after / 50.0,
+            s["rate_limited"] / max(1, s["attempts"]),
+            note,
+        )
+    ]
 
 
 def scenario_ceiling(workdir: Path, scale: float) -> list[Row]:
@@ -548,8 +659,9 @@ def scenario_ceiling(workdir: Path, scale: float) -> list[Row]:
     with fakellm() as base:
         bare = bare_aiohttp(base, n, 256)
     with fakellm() as base:
-        lean = run_engine(workdir, base, texts, max_tokens=16, limits={"concurrency": 256},
-                          lean=True)  # fmt: skip
+        lean = run_engine(
+            workdir, base, texts, max_tokens=16, limits={"concurrency": 256}, lean=True
+        )
     with fakellm() as base:
         sdk = run_baseline(base, texts, max_tokens=16, concurrency=256)
     with fakellm() as base:
@@ -558,21 +670,61 @@ def scenario_ceiling(workdir: Path, scale: float) -> list[Row]:
         full = run_engine(workdir, base, texts, max_tokens=16, limits={"concurrency": 256})
     lean_rps, sdk_rps, aio_rps, full_rps = (m["ok"] / m["wall"] for m in (lean, sdk, sdk_aio, full))
     return [
-        Row("ceiling: no limits, 0 ms, conc 256", "engine", n, lean["ok"], lean["failed"],
-            lean["lost"], lean["wall"], None, None, None,
+        Row(
+            "ceiling: no limits, 0 ms, conc 256",
+            "engine",
+            n,
+            lean["ok"],
+            lean["failed"],
+            lean["lost"],
+            lean["wall"],
+            None,
+            None,
+            None,
             f"bench's bare aiohttp provider: {lean_rps:.0f} req/s stored vs bare aiohttp loop "
-            f"{bare:.0f} req/s = {lean_rps / bare:.0%}"),
-        Row("ceiling: no limits, 0 ms, conc 256", "engine", n, full["ok"], full["failed"],
-            full["lost"], full["wall"], None, None, None,
+            f"{bare:.0f} req/s = {lean_rps / bare:.0%}",
+        ),
+        Row(
+            "ceiling: no limits, 0 ms, conc 256",
+            "engine",
+            n,
+            full["ok"],
+            full["failed"],
+            full["lost"],
+            full["wall"],
+            None,
+            None,
+            None,
             f"shipped default (lean HTTP) adapter: {full_rps:.0f} req/s stored = "
-            f"{full_rps / bare:.0%} of bare aiohttp, {full_rps / aio_rps:.0%} of the bare SDK"),
-        Row("ceiling: no limits, 0 ms, conc 256", "baseline", n, sdk_aio["ok"],
-            sdk_aio["failed"], 0, sdk_aio["wall"], None, None, None,
-            f"AsyncOpenAI (aiohttp transport) + semaphore: {aio_rps:.0f} req/s, nothing stored"),
-        Row("ceiling: no limits, 0 ms, conc 256", "baseline", n, sdk["ok"], sdk["failed"], 0,
-            sdk["wall"], None, None, None,
-            f"AsyncOpenAI (default httpx2) + semaphore: {sdk_rps:.0f} req/s, nothing stored"),
-    ]  # fmt: skip
+            f"{full_rps / bare:.0%} of bare aiohttp, {full_rps / aio_rps:.0%} of the bare SDK",
+        ),
+        Row(
+            "ceiling: no limits, 0 ms, conc 256",
+            "baseline",
+            n,
+            sdk_aio["ok"],
+            sdk_aio["failed"],
+            0,
+            sdk_aio["wall"],
+            None,
+            None,
+            None,
+            f"AsyncOpenAI (aiohttp transport) + semaphore: {aio_rps:.0f} req/s, nothing stored",
+        ),
+        Row(
+            "ceiling: no limits, 0 ms, conc 256",
+            "baseline",
+            n,
+            sdk["ok"],
+            sdk["failed"],
+            0,
+            sdk["wall"],
+            None,
+            None,
+            None,
+            f"AsyncOpenAI (default httpx2) + semaphore: {sdk_rps:.0f} req/s, nothing stored",
+        ),
+    ]
 
 
 def scenario_crash(workdir: Path, scale: float) -> list[Row]:
@@ -612,9 +764,20 @@ def scenario_crash(workdir: Path, scale: float) -> list[Row]:
         f"re-sent in flight at the kill (no stored result was re-sent)"
     )
     return [
-        Row("crash: kill -9 at ~50%, resume", "engine", n, int(row[2]), n - int(row[2]), lost,
-            wall, None, None, None, note)
-    ]  # fmt: skip
+        Row(
+            "crash: kill -9 at ~50%, resume",
+            "engine",
+            n,
+            int(row[2]),
+            n - int(row[2]),
+            lost,
+            wall,
+            None,
+            None,
+            None,
+            note,
+        )
+    ]
 
 
 def scenario_million(workdir: Path, scale: float, run_s: float = 30.0) -> list[Row]:
@@ -649,8 +812,21 @@ def scenario_million(workdir: Path, scale: float, run_s: float = 30.0) -> list[R
         f"peak RSS {peak_mb:.0f} MB; planned in {planned_s:.0f} s; {sent} sent in {run_s:.0f} s, "
         f"then cancelled"
     )
-    return [Row(f"{n:,} planned items", "engine", n, sent, 0, 0, time.monotonic() - t0,
-                None, None, None, note)]  # fmt: skip
+    return [
+        Row(
+            f"{n:,} planned items",
+            "engine",
+            n,
+            sent,
+            0,
+            0,
+            time.monotonic() - t0,
+            None,
+            None,
+            None,
+            note,
+        )
+    ]
 
 
 SCENARIOS = {

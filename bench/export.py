@@ -75,8 +75,10 @@ def main() -> None:
                 )
 
             print("export of the run's results")
-            ours = {fmt: timed(f"write_table(results, {fmt}) (COPY)", export(fmt), n)
-                    for fmt in ("parquet", "csv", "jsonl")}  # fmt: skip
+            ours = {
+                fmt: timed(f"write_table(results, {fmt}) (COPY)", export(fmt), n)
+                for fmt in ("parquet", "csv", "jsonl")
+            }
             arrow = timed(
                 "baseline: fetch Arrow table, pyarrow.parquet.write_table",
                 lambda: arrow_baseline(store, run_id, folder / "base.parquet"),

@@ -118,8 +118,10 @@ def main() -> None:
         subprocess.run([*promptlab, "init", "--demo"], check=True, capture_output=True)
         made = subprocess.run(
             [*promptlab, "token", "create", "greedy", "--role", "viewer"],
-            check=True, capture_output=True, text=True,
-        )  # fmt: skip
+            check=True,
+            capture_output=True,
+            text=True,
+        )
         viewer = next(w for w in made.stdout.split() if w.startswith("pl_"))
         server = subprocess.Popen(
             [*promptlab, "serve", "--port", "0"],
@@ -140,8 +142,10 @@ def main() -> None:
             server.terminate()
             server.wait(30)
     floor = statistics.quantiles(rest, n=10)[4]
-    print(f"admin GET /v1/runs, {args.seconds:g} s each; viewer: {args.polls} long polls, "
-          f"{args.jobs} job loops")  # fmt: skip
+    print(
+        f"admin GET /v1/runs, {args.seconds:g} s each; viewer: {args.polls} long polls, "
+        f"{args.jobs} job loops"
+    )
     print(f"{'row':<8} {'calls':>6} {'p50 ms':>7} {'p90 ms':>7} {'ratio':>6}")
     print(row("at rest", rest, floor))
     print(row("flooded", busy, floor))

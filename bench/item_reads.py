@@ -60,27 +60,44 @@ def build(store: Store, rows: int, variants: int) -> int:
 
 def _attempt(key: str, n: int, error: bool) -> AttemptRow:
     return AttemptRow(
-        key=key, run_id=RUN, attempt=n, started_at=AT + timedelta(seconds=n),
-        ended_at=AT + timedelta(seconds=n, milliseconds=200), outcome="error" if error else "ok",
+        key=key,
+        run_id=RUN,
+        attempt=n,
+        started_at=AT + timedelta(seconds=n),
+        ended_at=AT + timedelta(seconds=n, milliseconds=200),
+        outcome="error" if error else "ok",
         error_kind=("rate_limit" if n == 1 else "server") if error else None,
         http_status=(429 if n == 1 else 500) if error else None,
-        error_message="boom" if error else None, wait_ms=100.0 * (n - 1),
-        wait_reason="backoff" if n > 1 else None, retry_after_s=1.0 if error else None,
+        error_message="boom" if error else None,
+        wait_ms=100.0 * (n - 1),
+        wait_reason="backoff" if n > 1 else None,
+        retry_after_s=1.0 if error else None,
         latency_ms=200.0,
-    )  # fmt: skip
+    )
 
 
 def _final(key: str, seq: int, row: int, names: list[str], item: Any, failed: bool) -> FinalRow:
     return FinalRow(
-        key=key, run_id=RUN, seq=seq, row_index=row, variant=names[item.variant_index],
-        repeat=0, status="failed" if failed else "succeeded", prompt_version_id="sha256:0",
-        endpoint="sim", model="fast", params={"max_tokens": 64}, attempts=3 if failed else 1,
-        finished_at=AT, error_kind="server" if failed else None,
+        key=key,
+        run_id=RUN,
+        seq=seq,
+        row_index=row,
+        variant=names[item.variant_index],
+        repeat=0,
+        status="failed" if failed else "succeeded",
+        prompt_version_id="sha256:0",
+        endpoint="sim",
+        model="fast",
+        params={"max_tokens": 64},
+        attempts=3 if failed else 1,
+        finished_at=AT,
+        error_kind="server" if failed else None,
         error_message="boom" if failed else None,
         output_text=None if failed else '{"category": "billing", "priority": "normal"} ' * 4,
-        input_tokens=None if failed else 40, output_tokens=None if failed else 20,
+        input_tokens=None if failed else 40,
+        output_tokens=None if failed else 20,
         latency_ms=None if failed else 200.0 + seq % 100,
-    )  # fmt: skip
+    )
 
 
 def timed(label: str, call: Callable[[], Any], repeats: int) -> None:

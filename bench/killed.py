@@ -53,8 +53,11 @@ REQUEST_ID = "x-client-request-id"
 def requests_file(path: Path, n: int) -> Path:
     with path.open("w") as handle:
         for i in range(n):
-            body = {"model": "gpt-4o-mini", "max_tokens": 16,
-                    "messages": [{"role": "user", "content": f"Question number {i}?"}]}  # fmt: skip
+            body = {
+                "model": "gpt-4o-mini",
+                "max_tokens": 16,
+                "messages": [{"role": "user", "content": f"Question number {i}?"}],
+            }
             line = {"custom_id": f"req-{i}", "method": "POST", "url": "/v1/chat/completions"}
             handle.write(json.dumps({**line, "body": body}) + "\n")
     return path
@@ -88,11 +91,17 @@ def kill_once(workdir: Path, n: int, log_on: bool) -> dict[str, Any]:
     config = FakeLLMConfig(port=0, latency_ms=LATENCY_MS, record_requests=3 * n)
     with serve_in_thread(config) as server:
         providers = workdir / f"providers-{log_on}.yaml"
-        endpoint = {"kind": "openai", "base_url": server.openai_base_url,
-                    "concurrency": CONCURRENCY}  # fmt: skip
+        endpoint = {
+            "kind": "openai",
+            "base_url": server.openai_base_url,
+            "concurrency": CONCURRENCY,
+        }
         providers.write_text(yaml.safe_dump({"endpoints": {"fake": endpoint}}))
-        env = {**os.environ, "PROMPTLAB_PROVIDERS": str(providers),
-               "PROMPTLAB_ANSWER_LOG": "1" if log_on else "0"}  # fmt: skip
+        env = {
+            **os.environ,
+            "PROMPTLAB_PROVIDERS": str(providers),
+            "PROMPTLAB_ANSWER_LOG": "1" if log_on else "0",
+        }
         db = workdir / f"killed-{log_on}.duckdb"
         requests = requests_file(workdir / "requests.jsonl", n)
         child = promptlab(db, env, "batch", str(requests), "--endpoint", "fake", "--quiet")
@@ -164,10 +173,13 @@ def run_once(workdir: Path, base: str, texts: list[str], log_on: bool) -> dict[s
 
     spec = parse_spec(
         spec_for(
-            write_dataset(workdir, texts), base, max_tokens=16,
-            limits={"concurrency": 256}, retry={},
+            write_dataset(workdir, texts),
+            base,
+            max_tokens=16,
+            limits={"concurrency": 256},
+            retry={},
         )
-    )  # fmt: skip
+    )
     settings = replace(Settings.from_env(), answer_log=log_on)
     db = workdir / f"ceiling-{time.monotonic_ns()}.duckdb"
     with Store(db) as store, Engine(store, settings=settings, on_run_ended=run_ended) as engine:
@@ -195,8 +207,10 @@ def child(mode: str, n: int) -> None:
 def measure(mode: str, n: int) -> dict[str, float]:
     out = subprocess.run(
         [sys.executable, __file__, "--child", mode, "--items", str(n)],
-        check=True, capture_output=True, text=True,
-    ).stdout  # fmt: skip
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     return dict(json.loads(out.strip().splitlines()[-1]))
 
 
@@ -213,13 +227,28 @@ def log_cost_us(n: int = 50_000) -> float:
     now = datetime.now(UTC)
     attempt = AttemptRow("k", "run_x", 1, now, now, "ok", None, 200, None, 0.0, None, None, 12.5)
     final = FinalRow(
-        key="k", run_id="run_x", seq=1, row_index=0, variant="v", repeat=0,
-        status="succeeded", prompt_version_id="pv", endpoint="e", model="m",
-        params={"max_tokens": 16}, attempts=1, finished_at=now,
-        output_text="an answer of some length " * 8, input_tokens=10, output_tokens=40,
-        finish_reason="stop", model_version="m-1", latency_ms=12.0, cost_usd=1e-4,
+        key="k",
+        run_id="run_x",
+        seq=1,
+        row_index=0,
+        variant="v",
+        repeat=0,
+        status="succeeded",
+        prompt_version_id="pv",
+        endpoint="e",
+        model="m",
+        params={"max_tokens": 16},
+        attempts=1,
+        finished_at=now,
+        output_text="an answer of some length " * 8,
+        input_tokens=10,
+        output_tokens=40,
+        finish_reason="stop",
+        model_version="m-1",
+        latency_ms=12.0,
+        cost_usd=1e-4,
         check_status="no_schema",
-    )  # fmt: skip
+    )
     payload = {"prompt_sha256": "ab" * 32, "attempt_sha256": "cd" * 32, "status": "succeeded"}
     draft = AuditDraft("run:run_x", "result", "k/final/1", now, payload, run_id="run_x")
     with tempfile.TemporaryDirectory() as tmp:
@@ -258,8 +287,10 @@ def throughput_part(n: int, rounds: int) -> None:
     print(f"throughput log on / off = {on / off:.1%}; per round: {each}, ")
     print(f"  median of the rounds {statistics.median(paired):.1%}")
     cost = log_cost_us()
-    print(f"the log alone: {cost:.1f} CPU µs per item, {cost / cpu_off:.1%} of the "
-          f"engine's {cpu_off:.0f} CPU µs per item with the log off")  # fmt: skip
+    print(
+        f"the log alone: {cost:.1f} CPU µs per item, {cost / cpu_off:.1%} of the "
+        f"engine's {cpu_off:.0f} CPU µs per item with the log off"
+    )
 
 
 def main() -> None:

@@ -119,8 +119,10 @@ def main() -> None:
             "  baseline: 200 unit-bootstrap draws of p99, one arm, 2,000 units", unit_bootstrap, 1
         )
         scale = arm_a.units / 2000
-        print(f"  -> bootstrap (scaled to all {arm_a.units} units) / delta method: "
-              f"{slow * scale / ours:.0f}x")  # fmt: skip
+        print(
+            f"  -> bootstrap (scaled to all {arm_a.units} units) / delta method: "
+            f"{slow * scale / ours:.0f}x"
+        )
         with store.transaction() as cur:
             cur.execute("UPDATE runs SET spec = ? WHERE run_id = ?", ['{"mode": "split"}', RUN])
         timed(

@@ -154,10 +154,20 @@ def served(
     URL once its health check answers (its script has not run yet)."""
     port = free_port()
     argv = [
-        sys.executable, "-m", command, "run", str(script), "--server.port", str(port),
-        "--server.headless", "true", "--server.address", "127.0.0.1",
-        "--browser.gatherUsageStats", "false",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        command,
+        "run",
+        str(script),
+        "--server.port",
+        str(port),
+        "--server.headless",
+        "true",
+        "--server.address",
+        "127.0.0.1",
+        "--browser.gatherUsageStats",
+        "false",
+    ]
     with log.open("w") as out:
         proc = subprocess.Popen(argv, cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT)
         url = f"http://127.0.0.1:{port}"
@@ -311,19 +321,22 @@ def main() -> None:
         "--db", type=Path, help="a database to copy for each app (default: a fresh one)"
     )
     parser.add_argument(
-        "--before", type=Path,
+        "--before",
+        type=Path,
         help="another checkout of the project (e.g. `git archive HEAD`), served beside this "
         "one and measured in the same rounds: a before/after in one run",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--make-run", action="store_true",
+        "--make-run",
+        action="store_true",
         help="serve the app as `make run` does (python -m promptlab.ui.launch run app.py, "
         "the same flags): the database opened and the demo started before the port opens",
-    )  # fmt: skip
+    )
     parser.add_argument(
-        "--elements", action="store_true",
+        "--elements",
+        action="store_true",
         help="also time one-element pages (a dataframe, a Plotly chart, ...) against the floor",
-    )  # fmt: skip
+    )
     args = parser.parse_args()
     import streamlit
     from playwright.sync_api import sync_playwright

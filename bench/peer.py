@@ -61,10 +61,16 @@ class Peer:
     """aiohttp + aiolimiter + tenacity + a semaphore, as a careful engineer writes it."""
 
     def __init__(
-        self, base: str, *, model: str, concurrency: int, max_tokens: int,
+        self,
+        base: str,
+        *,
+        model: str,
+        concurrency: int,
+        max_tokens: int,
         rpm: int | None = None,
-        tpm: int | None = None, timeout_s: float = 600.0,
-    ) -> None:  # fmt: skip
+        tpm: int | None = None,
+        timeout_s: float = 600.0,
+    ) -> None:
         self.url = f"{base}/v1/chat/completions"
         self.gate = asyncio.Semaphore(concurrency)
         self.max_tokens = max_tokens

@@ -73,8 +73,13 @@ def main_bench() -> None:
     config = FakeLLMConfig(port=0, rpm=args.rpm, batch_delay_s=args.delay, record_requests=10)
     with tempfile.TemporaryDirectory() as tmp, serve_in_thread(config) as server:
         work = Path(tmp)
-        endpoint = {"kind": "openai", "base_url": server.openai_base_url, "rpm": args.rpm,
-                    "models": {"*": PRICE}, "batch": {"poll_s": 1.0}}  # fmt: skip
+        endpoint = {
+            "kind": "openai",
+            "base_url": server.openai_base_url,
+            "rpm": args.rpm,
+            "models": {"*": PRICE},
+            "batch": {"poll_s": 1.0},
+        }
         (work / "providers.yaml").write_text(yaml.safe_dump({"endpoints": {"fake": endpoint}}))
         os.environ["PROMPTLAB_PROVIDERS"] = str(work / "providers.yaml")
         requests = request_file(work / "requests.jsonl", args.requests)
@@ -83,15 +88,24 @@ def main_bench() -> None:
         batched = one_run(work, requests, batched=True)
         stats = server.stats()
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(f"# {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, load {load}; {args.requests} requests, "
-          f"fakellm rpm {args.rpm}, batch delay {args.delay:g} s")  # fmt: skip
-    print(f"{'run':<16}{'wall s':>9}{'cost $':>11}{'succeeded':>11}{'live calls':>12}"
-          f"{'batch lines':>13}{'batches':>9}")  # fmt: skip
+    print(
+        f"# {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, load {load}; {args.requests} requests, "
+        f"fakellm rpm {args.rpm}, batch delay {args.delay:g} s"
+    )
+    print(
+        f"{'run':<16}{'wall s':>9}{'cost $':>11}{'succeeded':>11}{'live calls':>12}"
+        f"{'batch lines':>13}{'batches':>9}"
+    )
     rows = (
         ("live", live, after_live["attempts"], 0, 0),
-        ("provider batch", batched, stats["attempts"] - after_live["attempts"],
-         stats["batch_lines_received"], stats["batches_created"]),
-    )  # fmt: skip
+        (
+            "provider batch",
+            batched,
+            stats["attempts"] - after_live["attempts"],
+            stats["batch_lines_received"],
+            stats["batches_created"],
+        ),
+    )
     for name, (wall, cost, ok), calls, lines, batches in rows:
         print(f"{name:<16}{wall:>9.1f}{cost:>11.4f}{ok:>11}{calls:>12}{lines:>13}{batches:>9}")
     print(f"batch / live: cost {batched[1] / live[1]:.2f}, wall time {batched[0] / live[0]:.2f}")

@@ -75,12 +75,24 @@ def main() -> None:
                 info = find_server(db)
             rows = [
                 ("health", "GET", "/v1/health", None, 0),
-                ("assign 1", "POST", "/v1/assign",
-                 {"experiment": "triage-split", "unit_id": "customer-7"}, 1),
-                ("assign 100", "POST", "/v1/assign",
-                 {"experiment": "triage-split",
-                  "unit_ids": [f"customer-{i}" for i in range(100)]}, 100),
-            ]  # fmt: skip
+                (
+                    "assign 1",
+                    "POST",
+                    "/v1/assign",
+                    {"experiment": "triage-split", "unit_id": "customer-7"},
+                    1,
+                ),
+                (
+                    "assign 100",
+                    "POST",
+                    "/v1/assign",
+                    {
+                        "experiment": "triage-split",
+                        "unit_ids": [f"customer-{i}" for i in range(100)],
+                    },
+                    100,
+                ),
+            ]
             floor = None
             print(f"{args.clients} clients, {args.seconds:g} s each, one server process")
             print(

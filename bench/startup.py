@@ -148,8 +148,9 @@ def main() -> None:
             ),
         }
         # One untimed pass: creates the database and warms the file cache.
-        subprocess.run([python, "-m", "promptlab", "init"], env=env, check=True,
-                       stdout=subprocess.DEVNULL)  # fmt: skip
+        subprocess.run(
+            [python, "-m", "promptlab", "init"], env=env, check=True, stdout=subprocess.DEVNULL
+        )
         for measure in cases.values():
             measure()
         medians = {}

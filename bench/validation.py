@@ -202,7 +202,7 @@ def bench_writer(n: int) -> None:
                             finish_reason=finish,
                             latency_ms=200.0,
                             **extra,
-                        )  # fmt: skip
+                        )
                     )
                 items.write_batch(batch)
             seconds = time.perf_counter() - t0

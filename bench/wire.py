@@ -77,10 +77,17 @@ def write_requests(path: Path, n: int) -> None:
 
     with path.open("w") as handle:
         for i, text in enumerate(prompts(n, varied=False)):
-            body = {"model": MODEL, "messages": [{"role": "user", "content": text}],
-                    "max_tokens": MAX_TOKENS}  # fmt: skip
-            line = {"custom_id": f"r{i}", "method": "POST", "url": "/v1/chat/completions",
-                    "body": body}  # fmt: skip
+            body = {
+                "model": MODEL,
+                "messages": [{"role": "user", "content": text}],
+                "max_tokens": MAX_TOKENS,
+            }
+            line = {
+                "custom_id": f"r{i}",
+                "method": "POST",
+                "url": "/v1/chat/completions",
+                "body": body,
+            }
             handle.write(json.dumps(line) + "\n")
 
 
@@ -207,10 +214,14 @@ def main() -> None:
     from executor import fakellm  # bench/executor.py: fakellm as a subprocess
 
     n = args.requests
-    print(f"{datetime.datetime.now().astimezone():%Y-%m-%d %H:%M %Z}, load average "
-          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}, {os.cpu_count()} cores")  # fmt: skip
-    print(f"no limits, 0 ms, {n} requests, concurrency {args.concurrency}, "
-          f"{args.rounds} rounds (medians)")  # fmt: skip
+    print(
+        f"{datetime.datetime.now().astimezone():%Y-%m-%d %H:%M %Z}, load average "
+        f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}, {os.cpu_count()} cores"
+    )
+    print(
+        f"no limits, 0 ms, {n} requests, concurrency {args.concurrency}, "
+        f"{args.rounds} rounds (medians)"
+    )
     with contextlib.ExitStack() as stack:
         folder = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         base = stack.enter_context(fakellm())
@@ -223,17 +234,33 @@ def main() -> None:
                 nonlocal runs
                 runs += 1
                 argv = [
-                    sys.executable, "-m", "promptlab", "--db", str(db or folder / f"{runs}.duckdb"),
-                    "batch", str(requests), "--base-url", f"{base}/v1", "--quiet",
-                    "--concurrency", str(args.concurrency),
-                ]  # fmt: skip
+                    sys.executable,
+                    "-m",
+                    "promptlab",
+                    "--db",
+                    str(db or folder / f"{runs}.duckdb"),
+                    "batch",
+                    str(requests),
+                    "--base-url",
+                    f"{base}/v1",
+                    "--quiet",
+                    "--concurrency",
+                    str(args.concurrency),
+                ]
                 return timed(argv, base, clean_env(folder / "pycache", tree))
 
             return one
 
         def peer() -> Timing:
-            argv = [sys.executable, str(Path(__file__).resolve()), "--as-peer", str(requests),
-                    base, "--concurrency", str(args.concurrency)]  # fmt: skip
+            argv = [
+                sys.executable,
+                str(Path(__file__).resolve()),
+                "--as-peer",
+                str(requests),
+                base,
+                "--concurrency",
+                str(args.concurrency),
+            ]
             return timed(argv, base, clean_env(folder / "pycache", ROOT))
 
         clients: dict[str, Callable[[], Timing]] = {"promptlab": batch(ROOT), "peer": peer}
@@ -260,14 +287,29 @@ def main() -> None:
                 continue
             (wall, busy), (peer_wall, peer_busy) = rates[name], rates["peer"]
             by_busy = f"{busy / peer_busy:.2f}" if busy and peer_busy else "-"
-            print(f"{name} / peer: {wall / peer_wall:.2f} by process wall time, "
-                  f"{by_busy} by fakellm's busy window")  # fmt: skip
+            print(
+                f"{name} / peer: {wall / peer_wall:.2f} by process wall time, "
+                f"{by_busy} by fakellm's busy window"
+            )
         if args.profile:
             argv = [
-                sys.executable, "-m", "cProfile", "-o", str(args.profile), "-m", "promptlab",
-                "--db", str(folder / "profile.duckdb"), "batch", str(requests),
-                "--base-url", f"{base}/v1", "--quiet", "--concurrency", str(args.concurrency),
-            ]  # fmt: skip
+                sys.executable,
+                "-m",
+                "cProfile",
+                "-o",
+                str(args.profile),
+                "-m",
+                "promptlab",
+                "--db",
+                str(folder / "profile.duckdb"),
+                "batch",
+                str(requests),
+                "--base-url",
+                f"{base}/v1",
+                "--quiet",
+                "--concurrency",
+                str(args.concurrency),
+            ]
             timed(argv, base, clean_env(folder / "pycache", ROOT))
             print(f"profile: {args.profile} (python -m pstats)")
 

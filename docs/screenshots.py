@@ -93,15 +93,33 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         port = free_port()
         log = Path(tmp) / "streamlit.log"
-        env = {**os.environ, "PROMPTLAB_DB": str(Path(tmp) / "app.duckdb"),
-               "PROMPTLAB_AUTHOR": "docs"}  # fmt: skip
+        env = {
+            **os.environ,
+            "PROMPTLAB_DB": str(Path(tmp) / "app.duckdb"),
+            "PROMPTLAB_AUTHOR": "docs",
+        }
         with log.open("w") as out:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"),
-                 "--server.port", str(port), "--server.headless", "true",
-                 "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"],
-                cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT,
-            )  # fmt: skip
+                [
+                    sys.executable,
+                    "-m",
+                    "streamlit",
+                    "run",
+                    str(ROOT / "app.py"),
+                    "--server.port",
+                    str(port),
+                    "--server.headless",
+                    "true",
+                    "--server.address",
+                    "127.0.0.1",
+                    "--browser.gatherUsageStats",
+                    "false",
+                ],
+                cwd=ROOT,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
             url = f"http://127.0.0.1:{port}"
             try:
                 wait_healthy(url, proc, log)

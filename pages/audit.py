@@ -114,9 +114,13 @@ def filters(wb: Workbench) -> tuple[AuditFilter, bool]:
     )
     newest = cols[3].selectbox("Order", ["newest first", "oldest first"], key="audit_order")
     limit = cols[4].number_input(
-        "Show at most", min_value=10, max_value=10_000, value=DEFAULT_LIMIT, step=100,
+        "Show at most",
+        min_value=10,
+        max_value=10_000,
+        value=DEFAULT_LIMIT,
+        step=100,
         key="audit_limit",
-    )  # fmt: skip
+    )
     trace_id = resolve_trace(wb, trace.strip()) if trace.strip() else None
     where = AuditFilter(
         run_id=_chosen(run),
@@ -231,16 +235,23 @@ def trace_view(wb: Workbench, trace_id: str) -> None:
         with cols[index % 2]:
             st.markdown(f"**{stage.name}**")
             st.dataframe(
-                pd.DataFrame(stage_rows(stage)), hide_index=True, width="stretch",
+                pd.DataFrame(stage_rows(stage)),
+                hide_index=True,
+                width="stretch",
                 key=f"audit_stage_{index}",
-            )  # fmt: skip
+            )
     left, right = st.columns(2)
     with left:
         st.markdown("**Prompt as rendered**")
         prompt = trace.prompt
         if isinstance(prompt, list) and prompt:
-            show_messages([{"role": str(m.get("role")), "content": str(m.get("content"))}
-                           for m in prompt if isinstance(m, dict)])  # fmt: skip
+            show_messages(
+                [
+                    {"role": str(m.get("role")), "content": str(m.get("content"))}
+                    for m in prompt
+                    if isinstance(m, dict)
+                ]
+            )
         else:
             st.caption("not rendered")
     with right:
@@ -272,8 +283,10 @@ def main() -> None:
         if chosen:
             trace_view(wb, chosen)
         else:
-            st.caption("Pick an item's event in the table below, or follow a trace link "
-                       "from the Runs or Compare page, to see its trace.")  # fmt: skip
+            st.caption(
+                "Pick an item's event in the table below, or follow a trace link "
+                "from the Runs or Compare page, to see its trace."
+            )
 
 
 main()

@@ -195,13 +195,30 @@ def summary(comparison: Comparison) -> None:
     else:
         st.caption("No SRM check: these versions were not split by an experiment's weights.")
     # The verdict right after the metric: the answer first, the figures behind it.
-    order = ("variant", "metric", "verdict", "control", "variant value", "delta",
-             "interval", "p", "adj p", "P(beat)", "risk", "units", "requests", "why",
-             "method")  # fmt: skip
+    order = (
+        "variant",
+        "metric",
+        "verdict",
+        "control",
+        "variant value",
+        "delta",
+        "interval",
+        "p",
+        "adj p",
+        "P(beat)",
+        "risk",
+        "units",
+        "requests",
+        "why",
+        "method",
+    )
     st.dataframe(
-        summary_rows(comparison), hide_index=True, width="stretch", column_order=order,
+        summary_rows(comparison),
+        hide_index=True,
+        width="stretch",
+        column_order=order,
         column_config=TABLE_HELP,
-    )  # fmt: skip
+    )
     comparison_download(get_workbench(), comparison, key=f"dl_cmp_{comparison.run_id}")
     sample_size(comparison)
 
@@ -209,8 +226,12 @@ def summary(comparison: Comparison) -> None:
 def sample_size(comparison: Comparison) -> None:
     mde = st.columns([1, 2])[0].number_input(
         "Smallest change in completion rate worth detecting (percentage points)",
-        min_value=0.1, max_value=50.0, value=5.0, step=0.5, key="compare_mde",
-    )  # fmt: skip
+        min_value=0.1,
+        max_value=50.0,
+        value=5.0,
+        step=0.5,
+        key="compare_mde",
+    )
     needed = units_needed(comparison, float(mde))
     if needed is None:
         st.caption("Sample size: control has finished nothing yet.")
@@ -235,29 +256,50 @@ def versions(wb: Workbench, logs: bool) -> None:
     a = left.selectbox("Version A (control)", labels, key=f"ver_a_{logs}")
     b = middle.selectbox("Version B", [v for v in labels if v != a], key=f"ver_b_{logs}_{a}")
     since = right.text_input(
-        "Since", key=f"ver_since_{logs}", placeholder="e.g. 7d",
+        "Since",
+        key=f"ver_since_{logs}",
+        placeholder="e.g. 7d",
         help="An age like 7d, 24h, 30m, 2w or a date like 2026-11-01; empty: everything.",
-    ).strip()  # fmt: skip
+    ).strip()
     left, middle, right = st.columns([2, 1, 2], vertical_alignment="bottom")
     state = left.segmented_control(
-        "Data", list(DATA_STATES), default=STILL_COLLECTING if logs else FINISHED,
-        key=f"ver_state_{logs}", help=DATA_HELP,
-    )  # fmt: skip
+        "Data",
+        list(DATA_STATES),
+        default=STILL_COLLECTING if logs else FINISHED,
+        key=f"ver_state_{logs}",
+        help=DATA_HELP,
+    )
     collecting = DATA_STATES[state or (STILL_COLLECTING if logs else FINISHED)]
     planned = middle.number_input(
-        "Planned units per arm", min_value=1, value=PLANNED_UNITS_DEFAULT, step=100,
-        key=f"ver_planned_{logs}", disabled=not collecting, help=PLANNED_HELP,
-    )  # fmt: skip
+        "Planned units per arm",
+        min_value=1,
+        value=PLANNED_UNITS_DEFAULT,
+        step=100,
+        key=f"ver_planned_{logs}",
+        disabled=not collecting,
+        help=PLANNED_HELP,
+    )
     # Only meaningful with a since date: the units' logs before it are the covariate.
-    cuped = logs and right.checkbox(
-        "CUPED: adjust by each unit's logs before Since", key="ver_cuped",
-        disabled=not since, help=CUPED_HELP,
-    ) and bool(since)  # fmt: skip
+    cuped = (
+        logs
+        and right.checkbox(
+            "CUPED: adjust by each unit's logs before Since",
+            key="ver_cuped",
+            disabled=not since,
+            help=CUPED_HELP,
+        )
+        and bool(since)
+    )
     try:
         comparison = wb.analysis.compare_versions(
-            a, b, logs=logs, since=since or None, sequential=collecting, cuped=cuped,
+            a,
+            b,
+            logs=logs,
+            since=since or None,
+            sequential=collecting,
+            cuped=cuped,
             planned_units=int(planned) if collecting else None,
-        )  # fmt: skip
+        )
     except PromptlabError as exc:
         show_error(exc)
         return
@@ -318,9 +360,12 @@ def main() -> None:
     if ADDRESS.changed() and ADDRESS.named():
         st.session_state["compare_source"] = SOURCE_RUN  # a link to a run: show its variants
     source = st.segmented_control(
-        "Compare", [SOURCE_RUN, SOURCE_VERSIONS, SOURCE_LOGS], default=SOURCE_RUN,
-        key="compare_source", label_visibility="collapsed",
-    )  # fmt: skip
+        "Compare",
+        [SOURCE_RUN, SOURCE_VERSIONS, SOURCE_LOGS],
+        default=SOURCE_RUN,
+        key="compare_source",
+        label_visibility="collapsed",
+    )
     if source == SOURCE_VERSIONS:
         versions(wb, logs=False)
         return

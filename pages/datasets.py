@@ -27,17 +27,22 @@ UPLOAD_TYPES = ["csv", "jsonl", "ndjson", "parquet"]
 
 def import_form(wb: Workbench) -> None:
     upload = st.file_uploader(
-        "File", type=UPLOAD_TYPES, key="dataset_upload",
+        "File",
+        type=UPLOAD_TYPES,
+        key="dataset_upload",
         help="CSV with a header row, JSON Lines (one object a line), or Parquet.",
-    )  # fmt: skip
+    )
     name = st.text_input(
-        "Name", key="dataset_name", placeholder=dataset_name_for(upload.name) if upload else "",
+        "Name",
+        key="dataset_name",
+        placeholder=dataset_name_for(upload.name) if upload else "",
         help="Lowercase letters, digits, - _ . (default: from the file name)",
-    )  # fmt: skip
+    )
     unit = st.text_input(
-        "Unit column (optional)", key="dataset_unit",
+        "Unit column (optional)",
+        key="dataset_unit",
         help="The column naming the unit an experiment assigns: a user, a customer.",
-    )  # fmt: skip
+    )
     replace = st.checkbox("Replace a dataset of the same name", key="dataset_replace")
     log = conversation_columns()
     if st.button("Import", type="primary", key="dataset_import", disabled=upload is None):
@@ -46,9 +51,12 @@ def import_form(wb: Workbench) -> None:
         try:
             with saved_upload(upload, upload.name, upload.size) as path:
                 info = wb.datasets.import_file(
-                    path, chosen, unit_column=unit.strip() or None, replace=replace,
+                    path,
+                    chosen,
+                    unit_column=unit.strip() or None,
+                    replace=replace,
                     conversation=log,
-                )  # fmt: skip
+                )
         except PromptlabError as exc:
             show_error(exc)
         else:
@@ -66,10 +74,12 @@ def conversation_columns() -> Conversation | None:
         return None
     cols = st.columns(4)
     given = {
-        purpose: cols[i].text_input(f"{purpose.capitalize()} column", value=default,
-                                    key=f"dataset_conv_{purpose}").strip() or default
+        purpose: cols[i]
+        .text_input(f"{purpose.capitalize()} column", value=default, key=f"dataset_conv_{purpose}")
+        .strip()
+        or default
         for i, (purpose, default) in enumerate(DEFAULT_CONVERSATION.columns().items())
-    }  # fmt: skip
+    }
     return Conversation(**given)
 
 
@@ -87,7 +97,7 @@ def conversation_view(wb: Workbench, info: DatasetInfo) -> None:
                 "last": s.last,
             }
             for s in sessions
-        ),  # fmt: skip
+        ),
         hide_index=True,
         height=min(400, 35 * (len(sessions) + 1) + 3),
     )
@@ -114,9 +124,11 @@ LOGS_HELP = (
 def feedback_form(wb: Workbench) -> None:
     """Import feedback events or a production log; the whole file or nothing."""
     kind = st.radio(
-        "What the file holds", ["Feedback events", "Production logs"], horizontal=True,
+        "What the file holds",
+        ["Feedback events", "Production logs"],
+        horizontal=True,
         key="fb_kind",
-    )  # fmt: skip
+    )
     logs = kind == "Production logs"
     st.caption(LOGS_HELP if logs else FEEDBACK_HELP)
     upload = st.file_uploader("File", type=UPLOAD_TYPES, key="fb_upload")
@@ -205,9 +217,12 @@ def unit_form(wb: Workbench, info: DatasetInfo) -> None:
     current = options.index(info.unit_column) if info.unit_column in options else 0
     left, right = st.columns([3, 1], vertical_alignment="bottom")
     chosen = left.selectbox(
-        "Unit column", options, index=current, key=f"unit_{info.name}",
+        "Unit column",
+        options,
+        index=current,
+        key=f"unit_{info.name}",
         help="The column an experiment assigns variants by (all rows of a unit get the same).",
-    )  # fmt: skip
+    )
     if right.button("Save unit column", key=f"unit_save_{info.name}"):
         try:
             wb.datasets.set_unit_column(info.name, None if chosen == NO_UNIT else chosen)

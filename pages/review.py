@@ -53,13 +53,20 @@ def queue(wb: Workbench, runs: dict[str, str]) -> tuple[int | None, str | None]:
         run_id = run_picker(runs)
     items = wb.review.list(None if status in (ALL, None) else status, run_id)
     if not items:
-        st.info("Nothing here. Cross-checked runs send the rows their models disagree "
-                "on; send rows by hand below.", icon=":material/inbox:")  # fmt: skip
+        st.info(
+            "Nothing here. Cross-checked runs send the rows their models disagree "
+            "on; send rows by hand below.",
+            icon=":material/inbox:",
+        )
         return None, run_id
     picked = st.dataframe(
-        pd.DataFrame(item_rows(items)), hide_index=True, key="review_table",
-        on_select="rerun", selection_mode="single-row", width="stretch",
-    )  # fmt: skip
+        pd.DataFrame(item_rows(items)),
+        hide_index=True,
+        key="review_table",
+        on_select="rerun",
+        selection_mode="single-row",
+        width="stretch",
+    )
     rows = picked.selection.rows if picked else []
     return (items[rows[0]].id if rows else None), run_id
 
@@ -92,14 +99,18 @@ def decide(wb: Workbench, detail: ReviewDetail) -> None:
     if item.decided_by:
         st.success(f"{item.status} by {item.decided_by}: {item.answer!r}", icon=":material/done:")
     with st.form(f"review_form_{item.id}", border=False):
-        answer = st.text_input("Answer", value=item.answer or item.proposed or "",
-                               key=f"review_answer_{item.id}",
-                               help="Type the right answer; Enter corrects.")  # fmt: skip
+        answer = st.text_input(
+            "Answer",
+            value=item.answer or item.proposed or "",
+            key=f"review_answer_{item.id}",
+            help="Type the right answer; Enter corrects.",
+        )
         note = st.text_input("Note (optional)", key=f"review_note_{item.id}")
         with st.container(horizontal=True):
             corrected = st.form_submit_button("Correct", icon=":material/edit:")
-            accepted = st.form_submit_button("Accept proposed", type="primary", shortcut="A",
-                                             disabled=item.proposed is None)  # fmt: skip
+            accepted = st.form_submit_button(
+                "Accept proposed", type="primary", shortcut="A", disabled=item.proposed is None
+            )
             rejected = st.form_submit_button("Reject", shortcut="X")
             reopened = item.status != ReviewStatus.OPEN and st.form_submit_button(
                 "Reopen", icon=":material/undo:", help="Open the item again to decide it anew"
@@ -132,10 +143,16 @@ def settled_download(wb: Workbench) -> None:
 
     counts = wb.review.counts()
     settled = counts.get(ReviewStatus.ACCEPTED, 0) + counts.get(ReviewStatus.CORRECTED, 0)
-    file_download("review_export", f"Settled answers as a dataset ({settled} rows)", make,
-                  what=settled, file_name="expected-answers.jsonl", mime="application/x-ndjson",
-                  help="Each reviewed row as it was, its settled answer in `expected`: "
-                  "import it and name `expected: expected` in the next run spec.")  # fmt: skip
+    file_download(
+        "review_export",
+        f"Settled answers as a dataset ({settled} rows)",
+        make,
+        what=settled,
+        file_name="expected-answers.jsonl",
+        mime="application/x-ndjson",
+        help="Each reviewed row as it was, its settled answer in `expected`: "
+        "import it and name `expected: expected` in the next run spec.",
+    )
 
 
 def main() -> None:
@@ -163,8 +180,10 @@ def main() -> None:
         else:
             summary = wb.review.crosscheck(detail.item.run_id)
             if summary is not None:
-                with st.expander(f"Cross-check of run {summary.run_id}: " + ", ".join(
-                        f"{n} {d}" for d, n in summary.decisions.items())):  # fmt: skip
+                with st.expander(
+                    f"Cross-check of run {summary.run_id}: "
+                    + ", ".join(f"{n} {d}" for d, n in summary.decisions.items())
+                ):
                     st.dataframe(pd.DataFrame(weight_rows(summary)), hide_index=True)
             item_view(wb, detail)
     send_rows(wb, runs, run_id)

@@ -324,13 +324,16 @@ def items(wb: Workbench, view: RunView) -> None:
     )
     kind = cols[2].selectbox("Error kind", [ALL, *view.failure_kinds], key=f"items_kind_{run_id}")
     check = cols[3].selectbox(
-        "Check", [ALL, *CheckStatus], key=f"items_check_{run_id}",
+        "Check",
+        [ALL, *CheckStatus],
+        key=f"items_check_{run_id}",
         help="What the output check found (outputs of a template with an output schema).",
-    )  # fmt: skip
+    )
     search = cols[4].text_input(
-        "Search", key=f"items_search_{run_id}", help="A key prefix, or text in the dataset "
-        "row, the output or the error (any case).",
-    )  # fmt: skip
+        "Search",
+        key=f"items_search_{run_id}",
+        help="A key prefix, or text in the dataset row, the output or the error (any case).",
+    )
     filters = (status, variant, kind, check, search.strip())
     # Keys carry the filters: a new filter starts at page 1 with nothing selected.
     scope = f"{run_id}_{zlib.crc32(repr(filters).encode()):08x}"

@@ -131,9 +131,13 @@ def _git_user_name(home: str) -> str:
     environ = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": home}
     try:
         done = subprocess.run(
-            ["git", "config", "--global", "user.name"], capture_output=True, text=True,
-            timeout=5, env=environ, check=False,
-        )  # fmt: skip
+            ["git", "config", "--global", "user.name"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            env=environ,
+            check=False,
+        )
     except (OSError, subprocess.SubprocessError):
         return ""
     return done.stdout.strip() if done.returncode == 0 else ""

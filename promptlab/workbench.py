@@ -96,9 +96,11 @@ class Workbench:
             if self._engine is None:
                 # The engine calls evaluation's after-run work at each end of a run.
                 self._engine = Engine(
-                    self.store, settings=self.settings, registry=self._registry,
+                    self.store,
+                    settings=self.settings,
+                    registry=self._registry,
                     on_run_ended=run_ended,
-                )  # fmt: skip
+                )
             return self._engine
 
     def backup(self, target: Path) -> int:

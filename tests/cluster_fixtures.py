@@ -41,10 +41,22 @@ class RedisServer:
         assert REDIS_SERVER is not None
         folder = self.folder
         self.proc = subprocess.Popen(
-            [REDIS_SERVER, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", str(folder)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+            [
+                REDIS_SERVER,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(folder),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         import redis
 
         client = redis.Redis.from_url(self.url)
@@ -108,7 +120,7 @@ class Workers:
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     env=self.env(),
-                )  # fmt: skip
+                )
             )
         self.wait_ready(len([p for p in self.procs if p.poll() is None]))
 

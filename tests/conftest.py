@@ -34,9 +34,15 @@ def isolate(monkeypatch: pytest.MonkeyPatch, db: Path) -> None:
     monkeypatch.setenv("PROMPTLAB_AUTHOR", "tester")
     monkeypatch.setenv("PROMPTLAB_SIM_PACE", TEST_SIM_PACE)
     for name in (
-        "PROMPTLAB_PROVIDERS", "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OPENAI_BASE_URL",
-        "PROMPTLAB_SERVE", "PROMPTLAB_SERVER", "PROMPTLAB_TOKEN", "PROMPTLAB_BROKER_URL",
-    ):  # fmt: skip
+        "PROMPTLAB_PROVIDERS",
+        "OPENAI_API_KEY",
+        "ANTHROPIC_API_KEY",
+        "OPENAI_BASE_URL",
+        "PROMPTLAB_SERVE",
+        "PROMPTLAB_SERVER",
+        "PROMPTLAB_TOKEN",
+        "PROMPTLAB_BROKER_URL",
+    ):
         monkeypatch.delenv(name, raising=False)
 
 

@@ -77,7 +77,9 @@ def assert_same_both_ways(
         # The copies are changed a few seconds apart: times of changes may differ.
         same = _untimed if i >= len(reads) else str
         assert (served.exit_code, same(served.stdout), same(served.stderr)) == (
-            alone.exit_code, same(alone.stdout), same(alone.stderr),
-        ), " ".join(argv)  # fmt: skip
+            alone.exit_code,
+            same(alone.stdout),
+            same(alone.stderr),
+        ), " ".join(argv)
     assert called and not [p for p in called if p.endswith("/v1/cli")], called
     return called

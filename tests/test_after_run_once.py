@@ -73,9 +73,12 @@ versions:
 """
 
 EVERY_WORK = {
-    "scores": "done", "alerts": "done", "judge graded": "done",
-    "crosscheck validation": "done", "crosscheck": "done",
-}  # fmt: skip
+    "scores": "done",
+    "alerts": "done",
+    "judge graded": "done",
+    "crosscheck validation": "done",
+    "crosscheck": "done",
+}
 
 
 def until(condition: Callable[[], bool], what: str) -> None:
@@ -100,14 +103,18 @@ def spec_data(
         "name": name,
         "dataset": str(_csv(tmp_path / f"{name}.csv", range(ROWS))),
         "expected": "label",
-        "variants": [{"messages": [{"role": "user", "content": "Label {{ text }}"}],
-                      "params": {"max_tokens": 8}}],
+        "variants": [
+            {
+                "messages": [{"role": "user", "content": "Label {{ text }}"}],
+                "params": {"max_tokens": 8},
+            }
+        ],
         "scorers": ["exact", {"kind": "judge", "name": "graded", "prompt": "grader"}],
         "endpoints": {
             "fake": {"kind": "openai", "base_url": llm.openai_base_url, "concurrency": 2},
             "judgellm": {"kind": "openai", "base_url": judge.openai_base_url, "concurrency": 4},
         },
-    }  # fmt: skip
+    }
     if crosscheck:
         valid = _csv(tmp_path / f"{name}-valid.csv", range(100, 100 + VALIDATION_ROWS))
         data["crosscheck"] = {"models": MODELS, "validation": str(valid)}
@@ -311,8 +318,12 @@ def test_kill_9_of_promptlab_run_and_resume_judge_each_result_once(
         nothing_ran(wb, run_id, "killed", judge)
     resumed = subprocess.run(
         [sys.executable, "-m", "promptlab", "resume", run_id, "--quiet"],
-        env=env, capture_output=True, text=True, timeout=PATIENCE_S, check=False,
-    )  # fmt: skip
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=PATIENCE_S,
+        check=False,
+    )
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     with Workbench.open(Settings.from_env()) as wb:
         ended_once(wb, run_id, "killed", judge)

@@ -138,8 +138,18 @@ def kill_at_the_gate(
     monkeypatch.setenv("PROMPTLAB_PROVIDERS", str(providers))  # for the resume, here
     env = {**os.environ, **env}
     requests = requests_file(tmp_path / "requests.jsonl")
-    command = [sys.executable, "-m", "promptlab", "--db", str(db_path), "batch",
-               str(requests), "--endpoint", "fake", "--quiet"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "promptlab",
+        "--db",
+        str(db_path),
+        "batch",
+        str(requests),
+        "--endpoint",
+        "fake",
+        "--quiet",
+    ]
     child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env)
     try:
         assert child.stdout is not None
@@ -207,11 +217,22 @@ def final_row(key: str, run_id: str = "run_x") -> FinalRow:
     from datetime import UTC, datetime
 
     return FinalRow(
-        key=key, run_id=run_id, seq=1, row_index=0, variant="v", repeat=0,
-        status="succeeded", prompt_version_id="pv", endpoint="e", model="m",
-        params={"max_tokens": 5}, attempts=1, finished_at=datetime.now(UTC),
-        output_text="an answer", check_errors=("a", "b"),
-    )  # fmt: skip
+        key=key,
+        run_id=run_id,
+        seq=1,
+        row_index=0,
+        variant="v",
+        repeat=0,
+        status="succeeded",
+        prompt_version_id="pv",
+        endpoint="e",
+        model="m",
+        params={"max_tokens": 5},
+        attempts=1,
+        finished_at=datetime.now(UTC),
+        output_text="an answer",
+        check_errors=("a", "b"),
+    )
 
 
 def test_a_live_writers_segment_is_not_folded_and_a_cut_last_line_is_skipped(
@@ -271,11 +292,19 @@ def test_a_run_whose_log_cannot_be_written_still_stores_every_answer(
     spill_dirs(db_path)[0].write_text("not a folder")
     dataset = tmp_path / "rows.csv"
     dataset.write_text("text\n" + "".join(f"row {i}\n" for i in range(30)))
-    spec = parse_spec({
-        "name": "no-log", "dataset": str(dataset),
-        "variants": [{"name": "v", "model": "fake-openai:gpt-4o-mini",
-                      "messages": [{"role": "user", "content": "{{ text }}"}]}],
-    })  # fmt: skip
+    spec = parse_spec(
+        {
+            "name": "no-log",
+            "dataset": str(dataset),
+            "variants": [
+                {
+                    "name": "v",
+                    "model": "fake-openai:gpt-4o-mini",
+                    "messages": [{"role": "user", "content": "{{ text }}"}],
+                }
+            ],
+        }
+    )
     endpoints = {"fake-openai": endpoint_for(fakellm, "openai")}
     with Store(db_path) as store, Engine(store, endpoints=endpoints) as engine:
         run_id = engine.submit(spec)

@@ -40,10 +40,22 @@ def test_the_launched_app_serves_the_api_before_any_page_view(tmp_path: Path) ->
     api, port = free_port(), free_port()
     env = {**os.environ, "PROMPTLAB_DB": str(db), "PROMPTLAB_SERVE": f"127.0.0.1:{api}"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "promptlab.ui.launch", "run", str(ROOT / "app.py"),
-         "--server.port", str(port), "--server.headless", "true"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=ROOT,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "promptlab.ui.launch",
+            "run",
+            str(ROOT / "app.py"),
+            "--server.port",
+            str(port),
+            "--server.headless",
+            "true",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        cwd=ROOT,
+    )
     try:
         deadline = time.monotonic() + 120  # the interpreter's imports, on a busy machine
         info = None

@@ -207,8 +207,9 @@ def test_imports_ratings_and_exports_are_change_events(
     assert by_kind["feedback.rated"].run_id == run_id
     exported = [e.payload for e in changes if e.kind == "table.exported"]
     assert [(p["table"], p["to"], p["rows"]) for p in exported] == [
-        ("results", "r.csv", 2), ("items", "download", 2)
-    ]  # fmt: skip
+        ("results", "r.csv", 2),
+        ("items", "download", 2),
+    ]
 
 
 def tamper(db: Path, sql: str) -> None:
@@ -443,11 +444,17 @@ def test_verify_walks_a_long_chain_page_by_page(tmp_path: Path) -> None:
     n = 2 * VERIFY_PAGE + 500
     with Store(db) as store:
         drafts = [
-            AuditDraft(chain="run:long", kind="result", event_id=uuid.uuid4().hex,
-                       at=datetime.now(UTC), payload={"i": i}, run_id="long",
-                       trace_id=uuid.uuid4().hex)
+            AuditDraft(
+                chain="run:long",
+                kind="result",
+                event_id=uuid.uuid4().hex,
+                at=datetime.now(UTC),
+                payload={"i": i},
+                run_id="long",
+                trace_id=uuid.uuid4().hex,
+            )
             for i in range(n)
-        ]  # fmt: skip
+        ]
         with store.transaction() as tx:
             append_events(tx, drafts)
         report = AuditLog(store).verify()
@@ -474,10 +481,14 @@ def test_the_event_hash_is_the_one_stored_databases_were_chained_with() -> None:
     from promptlab.audit.chain import AuditDraft, chain_drafts
 
     draft = AuditDraft(
-        chain="run:r1", kind="result", event_id="k/final/1",
+        chain="run:r1",
+        kind="result",
+        event_id="k/final/1",
         at=datetime(2026, 11, 30, 6, 0, 0, 123456, tzinfo=UTC),
-        payload={"status": "succeeded", "output": "caf\u00e9"}, run_id="r1", trace_id="k",
-    )  # fmt: skip
+        payload={"status": "succeeded", "output": "caf\u00e9"},
+        run_id="r1",
+        trace_id="k",
+    )
     chained = chain_drafts([draft], {"run:r1": (4, "ab" * 32)})
     assert chained.seq == [5] and chained.prev_hash == ["ab" * 32]
     assert chained.payload == ['{"status":"succeeded","output":"caf\u00e9"}']
@@ -492,20 +503,35 @@ def test_a_key_in_a_payload_is_masked_before_it_is_hashed() -> None:
 
     redactor = Redactor(["s3cr3t-value-0000"])
     drafts = [
-        AuditDraft(chain="run:r", kind="result", event_id=f"k{i}", at=datetime.now(UTC),
-                   payload={"output": text}, run_id="r", trace_id=f"k{i}")
+        AuditDraft(
+            chain="run:r",
+            kind="result",
+            event_id=f"k{i}",
+            at=datetime.now(UTC),
+            payload={"output": text},
+            run_id="r",
+            trace_id=f"k{i}",
+        )
         for i, text in enumerate(["fine", "echo s3cr3t-value-0000", "Bearer abcdefghijkl"])
-    ]  # fmt: skip
+    ]
     chained = chain_drafts(drafts, {}, redactor, redactor.suspects)
     assert chained.payload[0] == '{"output":"fine"}'
     assert "s3cr3t" not in chained.payload[1] and MASK in chained.payload[1]
     assert "abcdefghijkl" not in chained.payload[2]
     for i, draft in enumerate(drafts):
         event = AuditEvent(
-            draft.chain, chained.seq[i], draft.event_id, draft.trace_id, draft.run_id,
-            draft.kind, draft.actor, draft.at, chained.payload[i], chained.prev_hash[i],
+            draft.chain,
+            chained.seq[i],
+            draft.event_id,
+            draft.trace_id,
+            draft.run_id,
+            draft.kind,
+            draft.actor,
+            draft.at,
+            chained.payload[i],
+            chained.prev_hash[i],
             chained.hash[i],
-        )  # fmt: skip
+        )
         assert hash_of(event) == event.hash
 
 

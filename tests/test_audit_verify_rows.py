@@ -141,27 +141,54 @@ FORGED_ROW = (
 @pytest.mark.parametrize(
     ("attempts", "tamper", "expected"),
     [
-        (1, "UPDATE results SET output_text = 'forged' WHERE idempotency_key = ?",
-         ["run {run}: results row of item {key} modified", "result_sha256"]),
-        (1, "UPDATE results SET status = 'failed' WHERE idempotency_key = ?",
-         ["results row of item {key} modified: status differs"]),
-        (1, "DELETE FROM results WHERE idempotency_key = ?",
-         ["run {run}: results row of item {key} deleted"]),
+        (
+            1,
+            "UPDATE results SET output_text = 'forged' WHERE idempotency_key = ?",
+            ["run {run}: results row of item {key} modified", "result_sha256"],
+        ),
+        (
+            1,
+            "UPDATE results SET status = 'failed' WHERE idempotency_key = ?",
+            ["results row of item {key} modified: status differs"],
+        ),
+        (
+            1,
+            "DELETE FROM results WHERE idempotency_key = ?",
+            ["run {run}: results row of item {key} deleted"],
+        ),
         (1, FORGED_ROW, ["run {run}: results row of item g{tail} inserted"]),
-        (1, "DELETE FROM attempts WHERE idempotency_key = ?",
-         ["run {run}: attempts row of item {key} attempt 1 deleted"]),
-        (1, "UPDATE attempts SET latency_ms = 1.5 WHERE idempotency_key = ?",
-         ["attempts row of item {key} attempt 1 modified", "attempt_sha256"]),
-        (2, "UPDATE attempts SET http_status = 429 WHERE idempotency_key = ? AND attempt = 1",
-         ["attempts row of item {key} attempt 1 modified: http_status"]),
-        (2, "DELETE FROM attempts WHERE idempotency_key = ? AND attempt = 1",
-         ["attempts row of item {key} attempt 1 deleted"]),
+        (
+            1,
+            "DELETE FROM attempts WHERE idempotency_key = ?",
+            ["run {run}: attempts row of item {key} attempt 1 deleted"],
+        ),
+        (
+            1,
+            "UPDATE attempts SET latency_ms = 1.5 WHERE idempotency_key = ?",
+            ["attempts row of item {key} attempt 1 modified", "attempt_sha256"],
+        ),
+        (
+            2,
+            "UPDATE attempts SET http_status = 429 WHERE idempotency_key = ? AND attempt = 1",
+            ["attempts row of item {key} attempt 1 modified: http_status"],
+        ),
+        (
+            2,
+            "DELETE FROM attempts WHERE idempotency_key = ? AND attempt = 1",
+            ["attempts row of item {key} attempt 1 deleted"],
+        ),
     ],
     ids=[
-        "results-edited", "results-status", "results-deleted", "results-inserted",
-        "answer-deleted", "answer-edited", "failed-attempt-edited", "failed-attempt-deleted",
+        "results-edited",
+        "results-status",
+        "results-deleted",
+        "results-inserted",
+        "answer-deleted",
+        "answer-edited",
+        "failed-attempt-edited",
+        "failed-attempt-deleted",
     ],
-)  # fmt: skip
+)
 def test_a_tampered_row_fails_naming_the_run_item_and_what(
     run_db: tuple[Path, str], attempts: int, tamper: str, expected: list[str]
 ) -> None:

@@ -28,22 +28,35 @@ def event(kind: str, seq: int, at: datetime, payload: dict[str, object]) -> Audi
 
 def retried() -> AuditTrace:
     first = {
-        "attempt": 1, "status": "error", "error_kind": "server", "error_message": "500",
+        "attempt": 1,
+        "status": "error",
+        "error_kind": "server",
+        "error_message": "500",
         "started_at": (T0 + timedelta(milliseconds=5)).isoformat(),
-        "ended_at": (T0 + timedelta(milliseconds=30)).isoformat(), "wait_ms": 5,
+        "ended_at": (T0 + timedelta(milliseconds=30)).isoformat(),
+        "wait_ms": 5,
         "wait_reason": "limiter",
-    }  # fmt: skip
+    }
     second = {
-        "attempt": 2, "status": "ok", "wait_ms": 100, "wait_reason": "backoff",
+        "attempt": 2,
+        "status": "ok",
+        "wait_ms": 100,
+        "wait_reason": "backoff",
         "started_at": (T0 + timedelta(milliseconds=130)).isoformat(),
         "ended_at": (T0 + timedelta(milliseconds=180)).isoformat(),
-    }  # fmt: skip
+    }
     result = {
-        "status": "succeeded", "attempts": 2, "version_id": "sha256:v", "model": "m",
+        "status": "succeeded",
+        "attempts": 2,
+        "version_id": "sha256:v",
+        "model": "m",
         "render": {"ref": "p@1", "semver": "1", "prompt_hash": "ph", "variables_hash": "vh"},
-        "preflight": {"prompt_tokens": 3}, "routing": {"endpoint": "e", "model": "m"},
-        "response": {"finish_reason": "stop"}, "attempt": second, "output": "hi",
-    }  # fmt: skip
+        "preflight": {"prompt_tokens": 3},
+        "routing": {"endpoint": "e", "model": "m"},
+        "response": {"finish_reason": "stop"},
+        "attempt": second,
+        "output": "hi",
+    }
     return AuditTrace(
         "k1",
         "r1",
@@ -58,8 +71,14 @@ def retried() -> AuditTrace:
 def test_stages_come_in_the_order_they_happened_with_their_fields() -> None:
     stages = trace_stages(retried())
     assert [s.name for s in stages] == [
-        "render", "preflight", "routing", "attempt 1", "attempt 2", "response", "final",
-    ]  # fmt: skip
+        "render",
+        "preflight",
+        "routing",
+        "attempt 1",
+        "attempt 2",
+        "response",
+        "final",
+    ]
     assert stages[0].fields["template version id"] == "sha256:v"
     assert stages[2].fields["assignment bucket"] == 42
     assert stages[4].fields["wait_reason"] == "backoff"
@@ -84,20 +103,28 @@ def test_a_broken_chain_is_named_and_an_intact_log_counted() -> None:
     assert chain_summary(VerifyReport((ok,))).headline == "All 1 chain verified (3 events)"
     summary = chain_summary(VerifyReport((ok, broken)))
     assert not summary.ok and summary.headline == "1 of 2 chains broken (12 events)"
-    assert summary.problems == ("chain run:r1: event seq 4 (e4) modified: its content no "
-                                "longer matches",)  # fmt: skip
+    assert summary.problems == (
+        "chain run:r1: event seq 4 (e4) modified: its content no longer matches",
+    )
 
 
 def test_event_rows_carry_the_filtered_fields() -> None:
     (row,) = event_rows(retried().events[1:])
     assert (row["kind"], row["status"], row["model"], row["version"]) == (
-        "result", "succeeded", "m", "sha256:v",
-    )  # fmt: skip
+        "result",
+        "succeeded",
+        "m",
+        "sha256:v",
+    )
 
 
 def test_stage_rows_leave_out_empty_fields() -> None:
-    rows = stage_rows(TraceStage("validation", {"check_status": "valid", "rule_status": None,
-                                                "check_errors": ["$.a: missing"]}))  # fmt: skip
+    rows = stage_rows(
+        TraceStage(
+            "validation",
+            {"check_status": "valid", "rule_status": None, "check_errors": ["$.a: missing"]},
+        )
+    )
     assert rows == [
         {"field": "check_status", "value": "valid"},
         {"field": "check_errors", "value": '["$.a: missing"]'},

@@ -29,10 +29,18 @@ def test_backups_taken_while_a_run_writes_restore_and_verify(
     dataset = tmp_path / "rows.csv"
     dataset.write_text("text\n" + "".join(f"row {i}\n" for i in range(400)))
     spec = {
-        "name": "backed-up", "dataset": str(dataset), "limits": {"sim": {"concurrency": 4}},
-        "variants": [{"name": "v", "model": "sim:careful", "params": {"max_tokens": 16},
-                      "messages": [{"role": "user", "content": "Say {{ text }}"}]}],
-    }  # fmt: skip
+        "name": "backed-up",
+        "dataset": str(dataset),
+        "limits": {"sim": {"concurrency": 4}},
+        "variants": [
+            {
+                "name": "v",
+                "model": "sim:careful",
+                "params": {"max_tokens": 16},
+                "messages": [{"role": "user", "content": "Say {{ text }}"}],
+            }
+        ],
+    }
     status, started = served.call("POST", "/v1/runs", {"spec": spec})
     assert status == 201, started
     run_id = started["run_id"]

@@ -31,10 +31,17 @@ def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[RunningS
         providers = tmp_path / "providers.yaml"
         providers.write_text(
             yaml.safe_dump(
-                {"endpoints": {"fake": {"kind": "openai", "base_url": running.openai_base_url,
-                                        "models": {"*": {"context_window": 8192}}}}}
+                {
+                    "endpoints": {
+                        "fake": {
+                            "kind": "openai",
+                            "base_url": running.openai_base_url,
+                            "models": {"*": {"context_window": 8192}},
+                        }
+                    }
+                }
             )
-        )  # fmt: skip
+        )
         monkeypatch.setenv("PROMPTLAB_PROVIDERS", str(providers))
         yield running
 
@@ -52,8 +59,12 @@ def batch_file(path: Path, lines: int = LINES) -> Path:
             }
             if i % 3 == 0:
                 body["temperature"] = 0.5
-            line = {"custom_id": f"req-{i}", "method": "POST", "url": "/v1/chat/completions",
-                    "body": body}  # fmt: skip
+            line = {
+                "custom_id": f"req-{i}",
+                "method": "POST",
+                "url": "/v1/chat/completions",
+                "body": body,
+            }
             handle.write(json.dumps(line) + "\n")
     return path
 
@@ -76,8 +87,9 @@ def test_a_batch_file_round_trips_exactly_as_written(
     assert sorted(fingerprint(b["messages"], b["max_tokens"]) for b in received) == sorted(
         fingerprint(b["messages"], b["max_tokens"]) for b in sent
     )
-    temperatures = {r["headers"]["x-client-request-id"]: r["body"].get("temperature")
-                    for r in server.requests()}  # fmt: skip
+    temperatures = {
+        r["headers"]["x-client-request-id"]: r["body"].get("temperature") for r in server.requests()
+    }
     assert temperatures["req-0"] == 0.5 and temperatures["req-1"] is None
     outputs = [json.loads(line) for line in out.read_text().splitlines()]
     assert [o["custom_id"] for o in outputs] == [f"req-{i}" for i in range(LINES)]
@@ -93,17 +105,29 @@ def test_a_batch_file_round_trips_exactly_as_written(
     ("line", "message"),
     [
         ('{"custom_id": "a", "body": {"messages": []}}', "line 2: 'messages' must be a non-empty"),
-        ('{"custom_id": "a", "body": {"messages": [{"role": "user", "content": "x"}], '
-         '"max_tokens": -5}}', "line 2: params.max_tokens: expected a positive integer"),
-        ('{"custom_id": "req-0", "body": {"messages": [{"role": "user", "content": "x"}]}}',
-         "line 2: custom_id 'req-0' repeats"),
-        ('{"custom_id": "a", "body": {"messages": [{"role": "user", "content": "x"}], '
-         '"tools": []}}', "line 2: body fields not supported: tools"),
+        (
+            '{"custom_id": "a", "body": {"messages": [{"role": "user", "content": "x"}], '
+            '"max_tokens": -5}}',
+            "line 2: params.max_tokens: expected a positive integer",
+        ),
+        (
+            '{"custom_id": "req-0", "body": {"messages": [{"role": "user", "content": "x"}]}}',
+            "line 2: custom_id 'req-0' repeats",
+        ),
+        (
+            '{"custom_id": "a", "body": {"messages": [{"role": "user", "content": "x"}], '
+            '"tools": []}}',
+            "line 2: body fields not supported: tools",
+        ),
         ("not json", "line 2: not valid JSON"),
-        ('{"custom_id": "big", "body": {"messages": [{"role": "user", "content": "'
-         + "x" * 200_001 + '"}]}}', "line 2: messages[0]: 200001 characters, more than"),
+        (
+            '{"custom_id": "big", "body": {"messages": [{"role": "user", "content": "'
+            + "x" * 200_001
+            + '"}]}}',
+            "line 2: messages[0]: 200001 characters, more than",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_malformed_line_is_refused_before_a_run_exists(
     tmp_path: Path, server: RunningServer, db_path: Path, line: str, message: str
 ) -> None:
@@ -124,13 +148,32 @@ def test_kill_minus_nine_during_a_batch_then_resume_loses_and_repeats_nothing(
     with serve_in_thread(FakeLLMConfig(port=0, latency_ms=40)) as slow:
         providers = tmp_path / "providers.yaml"
         providers.write_text(
-            yaml.safe_dump({"endpoints": {"fake": {"kind": "openai", "concurrency": 8,
-                                                   "base_url": slow.openai_base_url}}})
-        )  # fmt: skip
+            yaml.safe_dump(
+                {
+                    "endpoints": {
+                        "fake": {
+                            "kind": "openai",
+                            "concurrency": 8,
+                            "base_url": slow.openai_base_url,
+                        }
+                    }
+                }
+            )
+        )
         monkeypatch.setenv("PROMPTLAB_PROVIDERS", str(providers))
         requests = batch_file(tmp_path / "requests.jsonl", lines=items)
-        command = [sys.executable, "-m", "promptlab", "--db", str(db_path), "batch",
-                   str(requests), "--endpoint", "fake", "--quiet"]  # fmt: skip
+        command = [
+            sys.executable,
+            "-m",
+            "promptlab",
+            "--db",
+            str(db_path),
+            "batch",
+            str(requests),
+            "--endpoint",
+            "fake",
+            "--quiet",
+        ]
         child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=os.environ.copy())
         try:
             assert child.stdout is not None

@@ -39,9 +39,14 @@ def test_bare_chat_bodies_with_their_id_run_against_a_base_url_without_a_provide
 ) -> None:
     server = fakellm_factory()
     extras = {
-        "metadata": {"team": "search"}, "user": "user-1", "store": False, "seed": 7,
-        "stop": ["END"], "response_format": {"type": "json_object"}, "n": 1,
-    }  # fmt: skip
+        "metadata": {"team": "search"},
+        "user": "user-1",
+        "store": False,
+        "seed": 7,
+        "stop": ["END"],
+        "response_format": {"type": "json_object"},
+        "n": 1,
+    }
     requests = _write(
         tmp_path / "bodies.jsonl",
         [
@@ -50,8 +55,18 @@ def test_bare_chat_bodies_with_their_id_run_against_a_base_url_without_a_provide
         ],
     )
     out = tmp_path / "out.jsonl"
-    result = _batch(str(requests), "--base-url", server.openai_base_url, "--rpm", "600",
-                    "--concurrency", "2", "-o", str(out), "--quiet")  # fmt: skip
+    result = _batch(
+        str(requests),
+        "--base-url",
+        server.openai_base_url,
+        "--rpm",
+        "600",
+        "--concurrency",
+        "2",
+        "-o",
+        str(out),
+        "--quiet",
+    )
     assert result.exit_code == 0, result.output + result.stderr
     sent = _bodies(server)
     assert len(sent) == 5
@@ -80,8 +95,16 @@ def test_a_nested_id_is_named_by_a_dotted_path_and_its_metadata_is_sent(
         ],
     )
     out = tmp_path / "out.jsonl"
-    result = _batch(str(requests), "--base-url", server.openai_base_url,
-                    "--id-field", "metadata.id", "-o", str(out), "--quiet")  # fmt: skip
+    result = _batch(
+        str(requests),
+        "--base-url",
+        server.openai_base_url,
+        "--id-field",
+        "metadata.id",
+        "-o",
+        str(out),
+        "--quiet",
+    )
     assert result.exit_code == 0, result.output + result.stderr
     assert [b["metadata"]["id"] for b in _bodies(server)] == ["n-0", "n-1", "n-2"]
     assert [json.loads(x)["custom_id"] for x in out.read_text().splitlines()] == [
@@ -94,21 +117,26 @@ def test_a_nested_id_is_named_by_a_dotted_path_and_its_metadata_is_sent(
 @pytest.mark.parametrize(
     ("line", "message"),
     [
-        ({"custom_id": "a", "messages": HI, "tools": []},
-         "line 1: body fields not supported: tools (supported: frequency_penalty,"),
-        ({"custom_id": "a", "messages": HI, "n": 3},
-         "line 1: n: only 1 answer per request is supported, got 3"),
+        (
+            {"custom_id": "a", "messages": HI, "tools": []},
+            "line 1: body fields not supported: tools (supported: frequency_penalty,",
+        ),
+        (
+            {"custom_id": "a", "messages": HI, "n": 3},
+            "line 1: n: only 1 answer per request is supported, got 3",
+        ),
         ({"messages": HI, "metadata": {"other": 1}}, "line 1: 'metadata.id' must be a non-empty"),
     ],
-)  # fmt: skip
+)
 def test_what_cannot_be_sent_is_refused_with_its_line(
     tmp_path: Path, db_path: Path, fakellm: RunningServer, line: dict[str, Any], message: str
 ) -> None:
     fakellm.reset()
     requests = _write(tmp_path / "bad.jsonl", [line])
     id_field = "metadata.id" if "metadata" in line else "custom_id"
-    result = _batch(str(requests), "--base-url", fakellm.openai_base_url, "--model", "m",
-                    "--id-field", id_field)  # fmt: skip
+    result = _batch(
+        str(requests), "--base-url", fakellm.openai_base_url, "--model", "m", "--id-field", id_field
+    )
     assert result.exit_code == 2
     assert message in result.stderr
     assert fakellm.stats()["attempts"] == 0
@@ -119,11 +147,22 @@ def test_an_anthropic_endpoint_refuses_chat_fields_it_has_no_form_for(
 ) -> None:
     requests = _write(
         tmp_path / "a.jsonl",
-        [{"custom_id": "a", "messages": HI, "stop": "X"},
-         {"custom_id": "b", "messages": HI, "response_format": {"type": "json_object"}}],
-    )  # fmt: skip
-    result = _batch(str(requests), "--endpoint", "claude", "--kind", "anthropic", "--base-url",
-                    fakellm.anthropic_base_url, "--model", "claude-haiku-4-5")  # fmt: skip
+        [
+            {"custom_id": "a", "messages": HI, "stop": "X"},
+            {"custom_id": "b", "messages": HI, "response_format": {"type": "json_object"}},
+        ],
+    )
+    result = _batch(
+        str(requests),
+        "--endpoint",
+        "claude",
+        "--kind",
+        "anthropic",
+        "--base-url",
+        fakellm.anthropic_base_url,
+        "--model",
+        "claude-haiku-4-5",
+    )
     assert result.exit_code == 2, result.output
     assert (
         "line 2: claude:claude-haiku-4-5 is an Anthropic endpoint: it cannot take "
@@ -139,9 +178,17 @@ def test_a_run_remembers_its_endpoint_so_resume_needs_only_the_key(
         tmp_path / "r.jsonl", [{"custom_id": f"r{i}", "messages": HI} for i in range(4)]
     )
     # A stale key: the server answers 401, the run stops, nothing answered.
-    first = _batch(str(requests), "--base-url", server.openai_base_url, "--model", "m",
-                   "--api-key-env", "MY_BATCH_KEY", "--quiet",
-                   env={"MY_BATCH_KEY": "sk-stale-key-0000000000000000"})  # fmt: skip
+    first = _batch(
+        str(requests),
+        "--base-url",
+        server.openai_base_url,
+        "--model",
+        "m",
+        "--api-key-env",
+        "MY_BATCH_KEY",
+        "--quiet",
+        env={"MY_BATCH_KEY": "sk-stale-key-0000000000000000"},
+    )
     assert first.exit_code != 0
     run_id = first.output.split()[1]
     assert f"promptlab resume {run_id}" in first.output

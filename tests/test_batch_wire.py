@@ -41,9 +41,21 @@ ROOT = Path(__file__).resolve().parent.parent
 #: What a batch over a --base-url endpoint needs none of: it renders no template and
 #: checks no schema, rule or pattern.
 NOT_NEEDED = {
-    "pyarrow", "pandas", "plotly", "streamlit", "openai", "anthropic", "scipy",
-    "jinja2", "jsonschema", "jsonschema_rs", "referencing", "attrs", "simpleeval", "re2",
-}  # fmt: skip
+    "pyarrow",
+    "pandas",
+    "plotly",
+    "streamlit",
+    "openai",
+    "anthropic",
+    "scipy",
+    "jinja2",
+    "jsonschema",
+    "jsonschema_rs",
+    "referencing",
+    "attrs",
+    "simpleeval",
+    "re2",
+}
 
 
 @pytest.fixture(scope="module")
@@ -55,14 +67,29 @@ def server() -> Iterator[RunningServer]:
 def test_a_batch_run_imports_nothing_it_does_not_use(server: RunningServer, tmp_path: Path) -> None:
     requests = tmp_path / "requests.jsonl"
     lines = [
-        {"custom_id": f"r{i}", "body": {"model": "gpt-4o-mini", "max_tokens": 8,
-                                        "messages": [{"role": "user", "content": f"hi {i}"}]}}
+        {
+            "custom_id": f"r{i}",
+            "body": {
+                "model": "gpt-4o-mini",
+                "max_tokens": 8,
+                "messages": [{"role": "user", "content": f"hi {i}"}],
+            },
+        }
         for i in range(3)
-    ]  # fmt: skip
+    ]
     requests.write_text("".join(json.dumps(line) + "\n" for line in lines))
     output = tmp_path / "out.jsonl"
-    args = ["--db", str(tmp_path / "b.duckdb"), "batch", str(requests), "--base-url",
-            server.openai_base_url, "--quiet", "-o", str(output)]  # fmt: skip
+    args = [
+        "--db",
+        str(tmp_path / "b.duckdb"),
+        "batch",
+        str(requests),
+        "--base-url",
+        server.openai_base_url,
+        "--quiet",
+        "-o",
+        str(output),
+    ]
     script = textwrap.dedent(
         f"""
         import json, sys
@@ -76,9 +103,13 @@ def test_a_batch_run_imports_nothing_it_does_not_use(server: RunningServer, tmp_
     )
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
     done = subprocess.run(
-        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True,
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
         env=env,
-    )  # fmt: skip
+    )
     loaded = set(json.loads(done.stdout.splitlines()[-1]))
     assert not loaded & NOT_NEEDED, f"promptlab batch imported {loaded & NOT_NEEDED}"
     # The encoding it counted tokens with is kept for the next process (bpe_cache.py).
@@ -119,17 +150,65 @@ def test_rows_keep_their_nulls_and_exact_times_whatever_the_session_zone(
     naive = datetime(2026, 3, 8, 2, 30, 0, 7)  # taken as UTC
     attempts = [
         AttemptRow("k1", "r1", 1, aware, offset, "ok", None, 200, None, 1.5, None, None, 12.25),
-        AttemptRow("k2", "r1", 2, naive, aware, "error", "rate_limit", None, "slow", 0.0,
-                   "throttle", 2.5, None, reask=True),
-    ]  # fmt: skip
+        AttemptRow(
+            "k2",
+            "r1",
+            2,
+            naive,
+            aware,
+            "error",
+            "rate_limit",
+            None,
+            "slow",
+            0.0,
+            "throttle",
+            2.5,
+            None,
+            reask=True,
+        ),
+    ]
     finals = [
-        FinalRow("k1", "r1", 0, 0, "v", 0, "succeeded", "p@1", "e", "m", {"a": 1}, 1, offset,
-                 output_text="hi", input_tokens=5, latency_ms=3.0, check_status="no_schema",
-                 logprob_tokens=7),
-        FinalRow("k2", "r1", 1, 1, "v", 0, "failed", "p@1", "e", "m", {}, 2, naive,
-                 error_kind="server", error_message="boom", rule_status="failed",
-                 rule_errors=("a", "b"), cache_hit=True),
-    ]  # fmt: skip
+        FinalRow(
+            "k1",
+            "r1",
+            0,
+            0,
+            "v",
+            0,
+            "succeeded",
+            "p@1",
+            "e",
+            "m",
+            {"a": 1},
+            1,
+            offset,
+            output_text="hi",
+            input_tokens=5,
+            latency_ms=3.0,
+            check_status="no_schema",
+            logprob_tokens=7,
+        ),
+        FinalRow(
+            "k2",
+            "r1",
+            1,
+            1,
+            "v",
+            0,
+            "failed",
+            "p@1",
+            "e",
+            "m",
+            {},
+            2,
+            naive,
+            error_kind="server",
+            error_message="boom",
+            rule_status="failed",
+            rule_errors=("a", "b"),
+            cache_hit=True,
+        ),
+    ]
     with Store(tmp_path / "rows.duckdb") as store:
         variant = VariantRecord(0, "v", "p@1", "sha256:p", "e", "m", {}, {})
         RunStore(store).create_run("r1", "rows", {}, [variant])
@@ -152,8 +231,10 @@ def test_rows_keep_their_nulls_and_exact_times_whatever_the_session_zone(
                 "FROM results ORDER BY 1"
             ).fetchall()
     epoch = datetime(1970, 1, 1, tzinfo=UTC)
-    us = {t: (t.replace(tzinfo=t.tzinfo or UTC) - epoch) // timedelta(microseconds=1)
-          for t in (aware, offset, naive)}  # fmt: skip
+    us = {
+        t: (t.replace(tzinfo=t.tzinfo or UTC) - epoch) // timedelta(microseconds=1)
+        for t in (aware, offset, naive)
+    }
     assert stored_attempts == [
         ("k1", us[aware], us[offset], 200, None, None, 12.25, False),
         ("k2", us[naive], us[aware], None, "rate_limit", 2.5, None, True),
@@ -166,8 +247,21 @@ def test_rows_keep_their_nulls_and_exact_times_whatever_the_session_zone(
 
 def test_dropped_segments_are_gone_at_once_and_closed_by_close(tmp_path: Path) -> None:
     log = AnswerLog(tmp_path)
-    row = AttemptRow("k", "r", 1, datetime.now(UTC), datetime.now(UTC), "ok", None, 200, None,
-                     0.0, None, None, 1.0)  # fmt: skip
+    row = AttemptRow(
+        "k",
+        "r",
+        1,
+        datetime.now(UTC),
+        datetime.now(UTC),
+        "ok",
+        None,
+        200,
+        None,
+        0.0,
+        None,
+        None,
+        1.0,
+    )
     log.attempt(row)
     sealed = log.seal()
     log.drop(sealed)
@@ -246,9 +340,16 @@ def _damage(path: Path, how: str) -> None:
 
 @pytest.mark.parametrize(
     "how",
-    ["truncated", "a byte changed", "empty", "made from another source",
-     "a rank that is no bytes", "writable by others", "a symlink"],
-)  # fmt: skip
+    [
+        "truncated",
+        "a byte changed",
+        "empty",
+        "made from another source",
+        "a rank that is no bytes",
+        "writable by others",
+        "a symlink",
+    ],
+)
 def test_a_damaged_or_foreign_cache_is_ignored_and_rebuilt(
     tmp_path: Path, constructor_calls: list[int], how: str
 ) -> None:

@@ -48,17 +48,32 @@ def test_no_view_without_a_standard_error(se: float | None) -> None:
 
 
 def test_the_table_and_the_answer_carry_it() -> None:
-    row = MetricComparison("completion rate", "b", "a", 0.8, 0.9, 300, 290, 0.1,
-                           Interval(0.02, 0.18), 0.001, "delta method per unit", False, 0.002,
-                           Verdict.BETTER, chance_to_beat=0.9995,
-                           expected_loss=0.00001)  # fmt: skip
+    row = MetricComparison(
+        "completion rate",
+        "b",
+        "a",
+        0.8,
+        0.9,
+        300,
+        290,
+        0.1,
+        Interval(0.02, 0.18),
+        0.001,
+        "delta method per unit",
+        False,
+        0.002,
+        Verdict.BETTER,
+        chance_to_beat=0.9995,
+        expected_loss=0.00001,
+    )
     cells = comparison_cells(row)
     assert ">99.9%" in cells and "0.00 pp" in cells
     comparison = Comparison("r", "split", "a", False, [row], None, [])
     (sentence,) = answer_sentences(comparison)
     assert "chance to beat control on completion rate >99.9% (expected loss 0.00 pp)" in sentence
-    latency = replace(row, metric="latency p50", lower_is_better=True, chance_to_beat=0.2,
-                      expected_loss=41.6)  # fmt: skip
+    latency = replace(
+        row, metric="latency p50", lower_is_better=True, chance_to_beat=0.2, expected_loss=41.6
+    )
     assert "20.0%" in comparison_cells(latency) and "42 ms" in comparison_cells(latency)
     assert fmt_chance(None) == "-" and fmt_chance(0.0004) == "<0.1%"
 

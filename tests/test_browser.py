@@ -60,16 +60,33 @@ def started_app(
     port = port or free_port()
     bind = [] if address is None else ["--server.address", address]
     env = {
-        **os.environ, "PROMPTLAB_DB": str(tmp_path / "app.duckdb"), "PROMPTLAB_AUTHOR": "e2e",
+        **os.environ,
+        "PROMPTLAB_DB": str(tmp_path / "app.duckdb"),
+        "PROMPTLAB_AUTHOR": "e2e",
         **extra_env,
-    }  # fmt: skip
+    }
     log = (tmp_path / "streamlit.log").open("w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"),
-         "--server.port", str(port), "--server.headless", "true",
-         *bind, "--browser.gatherUsageStats", "false", *args],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "streamlit",
+            "run",
+            str(ROOT / "app.py"),
+            "--server.port",
+            str(port),
+            "--server.headless",
+            "true",
+            *bind,
+            "--browser.gatherUsageStats",
+            "false",
+            *args,
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
@@ -181,11 +198,17 @@ def page(request: pytest.FixtureRequest) -> Iterator[Page]:
     with sync_playwright() as pw:
         browser = pw.chromium.launch(
             executable_path=CHROMIUM,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync", "--no-first-run",
-                  # Loopback only: no host name resolves (a page's CDN stylesheet, say).
-                  "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"],
-        )  # fmt: skip
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+                # Loopback only: no host name resolves (a page's CDN stylesheet, say).
+                "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
+            ],
+        )
         context = browser.new_context(viewport={"width": 1400, "height": 1000})
         context.set_default_timeout(PAGE_STEP_MS)  # clicks and reads wait as long as a step
         _OUTSIDE[id(context)] = outside
@@ -310,10 +333,18 @@ def run_with_items(tmp_path: Path) -> tuple[str, str]:
     dataset = tmp_path / "rows.csv"
     dataset.write_text("text\nfirst row\nsecond row\n")
     spec = parse_spec(
-        {"name": "linked", "dataset": str(dataset), "variants": [
-            {"messages": [{"role": "user", "content": "Say {{ text }}"}], "model": "sim:fast",
-             "params": {"max_tokens": 16}}]}
-    )  # fmt: skip
+        {
+            "name": "linked",
+            "dataset": str(dataset),
+            "variants": [
+                {
+                    "messages": [{"role": "user", "content": "Say {{ text }}"}],
+                    "model": "sim:fast",
+                    "params": {"max_tokens": 16},
+                }
+            ],
+        }
+    )
     settings = Settings.from_env().with_db(tmp_path / "app.duckdb")
     with Workbench.open(settings) as wb:
         run_id = wb.runs.start(spec)
@@ -429,8 +460,9 @@ def test_compare_is_the_first_page_once_the_demo_run_has_results(
     assert "/compare" in page.url and "run=run_" in page.url  # an address to share
     # 400 customers: the split is judged, and the first look has a verdict (issue 40).
     expect(page.get_by_text("SRM check passed")).to_be_visible(timeout=PAGE_STEP_MS)
-    expect(page.get_by_text(re.compile(r"staging against control: worse on latency p50"))
-           ).to_be_visible(timeout=PAGE_STEP_MS)  # fmt: skip
+    expect(
+        page.get_by_text(re.compile(r"staging against control: worse on latency p50"))
+    ).to_be_visible(timeout=PAGE_STEP_MS)
     # The answer's tab alone: no figure until Charts is opened (Plotly's code is the
     # heaviest a first view could load).
     expect(page.get_by_role("tab", name="Answer")).to_have_attribute("aria-selected", "true")
@@ -494,8 +526,11 @@ def test_with_the_app_open_a_cli_run_goes_through_it_and_shows_live(
         env = {**os.environ, "PROMPTLAB_DB": str(db)}
         cli = subprocess.Popen(
             [sys.executable, "-m", "promptlab", "run", str(spec), "--quiet"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-        )  # fmt: skip
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         try:
             info = find_server(db)
             assert info is not None
@@ -514,8 +549,11 @@ def test_with_the_app_open_a_cli_run_goes_through_it_and_shows_live(
             expect(page.get_by_role("heading", name=live)).to_be_visible(timeout=PAGE_STEP_MS)
             status = subprocess.run(
                 [sys.executable, "-m", "promptlab", "status"],
-                capture_output=True, text=True, env=env, timeout=60,
-            )  # fmt: skip
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=60,
+            )
             assert status.returncode == 0 and "from-cli" in status.stdout, status.stderr
             assert server.stats()["successes"] == 0  # all held: it was live throughout
             server.gate(None)

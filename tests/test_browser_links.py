@@ -32,10 +32,17 @@ def older_run(run_with_items: tuple[str, str], tmp_path: Path) -> tuple[str, str
     from promptlab.workbench import Workbench
 
     spec = parse_spec(
-        {"name": "newer", "dataset": str(tmp_path / "rows.csv"), "variants": [
-            {"messages": [{"role": "user", "content": "Reply to {{ text }}"}],
-             "model": "sim:fast"}]}
-    )  # fmt: skip
+        {
+            "name": "newer",
+            "dataset": str(tmp_path / "rows.csv"),
+            "variants": [
+                {
+                    "messages": [{"role": "user", "content": "Reply to {{ text }}"}],
+                    "model": "sim:fast",
+                }
+            ],
+        }
+    )
     with Workbench.open(Settings.from_env().with_db(tmp_path / "app.duckdb")) as wb:
         newer = wb.runs.start(spec)
         assert wb.runs.wait(newer, timeout=60).status == "completed"

@@ -47,10 +47,17 @@ def test_a_cancel_stops_planning_where_it_is_and_a_resume_plans_anew(
     dataset = tmp_path / "rows.csv"
     dataset.write_text("text\n" + "".join(f"row {i}\n" for i in range(ROWS)))
     spec = {
-        "name": "planned", "dataset": str(dataset),
-        "variants": [{"name": "v", "model": "sim:fast", "params": {"max_tokens": 8},
-                      "messages": [{"role": "user", "content": "Say {{ text }}"}]}],
-    }  # fmt: skip
+        "name": "planned",
+        "dataset": str(dataset),
+        "variants": [
+            {
+                "name": "v",
+                "model": "sim:fast",
+                "params": {"max_tokens": 8},
+                "messages": [{"role": "user", "content": "Say {{ text }}"}],
+            }
+        ],
+    }
     with Workbench.open(Settings.from_env()) as wb:
         run_id = wb.runs.start(wb.runs.spec_from_data(spec))
         deadline = time.monotonic() + PATIENCE_S
@@ -76,6 +83,7 @@ def test_a_cancel_stops_planning_where_it_is_and_a_resume_plans_anew(
     with duckdb.connect(str(db_path), read_only=True) as conn:
         counts = conn.execute(
             "SELECT count(*), count(DISTINCT row_index) FROM results WHERE run_id = ? "
-            "AND status = 'succeeded'", [run_id],
-        ).fetchone()  # fmt: skip
+            "AND status = 'succeeded'",
+            [run_id],
+        ).fetchone()
     assert counts == (ROWS, ROWS)

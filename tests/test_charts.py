@@ -37,13 +37,31 @@ def metrics_row(
     p99: float | None = 300.0,
 ) -> MetricsRow:
     return MetricsRow(
-        run_id="run_x", variant=variant, prompt_name="p", prompt_version="1.0.0",
-        prompt_version_id="v" * 20, model="sim:fast", runs=1, finished=finished,
-        succeeded=finished, failed=0, cancelled=0, open=0, completed=completed,
-        failed_by_kind={}, latency_mean_ms=p50, latency_p50_ms=p50, latency_p90_ms=p90,
-        latency_p95_ms=p90, latency_p99_ms=p99, input_tokens=0, output_tokens=0, cost_usd=0.0,
-        first_finished_at=None, last_finished_at=None,
-    )  # fmt: skip
+        run_id="run_x",
+        variant=variant,
+        prompt_name="p",
+        prompt_version="1.0.0",
+        prompt_version_id="v" * 20,
+        model="sim:fast",
+        runs=1,
+        finished=finished,
+        succeeded=finished,
+        failed=0,
+        cancelled=0,
+        open=0,
+        completed=completed,
+        failed_by_kind={},
+        latency_mean_ms=p50,
+        latency_p50_ms=p50,
+        latency_p90_ms=p90,
+        latency_p95_ms=p90,
+        latency_p99_ms=p99,
+        input_tokens=0,
+        output_tokens=0,
+        cost_usd=0.0,
+        first_finished_at=None,
+        last_finished_at=None,
+    )
 
 
 @dataclass(frozen=True)
@@ -99,17 +117,32 @@ def arm_row(
     metric: str, value_a: float, value_b: float, a: Interval, b: Interval, latency: bool
 ) -> MetricComparison:
     return MetricComparison(
-        metric, "b", "a", value_a, value_b, 30, 30, value_b - value_a, None, 0.5, "test",
-        lower_is_better=latency, control_interval=a, variant_interval=b,
-    )  # fmt: skip
+        metric,
+        "b",
+        "a",
+        value_a,
+        value_b,
+        30,
+        30,
+        value_b - value_a,
+        None,
+        0.5,
+        "test",
+        lower_is_better=latency,
+        control_interval=a,
+        variant_interval=b,
+    )
 
 
 def test_rate_chart_takes_values_and_intervals_from_the_comparison() -> None:
     """The comparison's interval is per unit (a Wilson interval of requests is too narrow
     when a unit sends many): the bars show the comparison's."""
     rows = [metrics_row("a", 30, 40), metrics_row("b", 9, 10)]
-    compared = [arm_row("completion rate", 0.75, 0.9, Interval(0.6, 0.85), Interval(0.7, 0.95),
-                        latency=False)]  # fmt: skip
+    compared = [
+        arm_row(
+            "completion rate", 0.75, 0.9, Interval(0.6, 0.85), Interval(0.7, 0.95), latency=False
+        )
+    ]
     figure = rate_chart(rows, arms=compared)
     a, b = figure.data
     assert a.error_y.array[0] == pytest.approx(0.10) and a.error_y.arrayminus[0] == pytest.approx(
@@ -127,8 +160,9 @@ def test_latency_percentiles_have_a_bar_per_variant_with_interval_bars() -> None
         arm_row("latency p90", 20.0, 25.0, Interval(18, 24), Interval(20, 30), latency=True),
         arm_row("latency p99", 30.0, 40.0, Interval(25, 35), Interval(30, 55), latency=True),
     ]
-    figure = latency_percentiles_chart(rows, colours={"a": "#0a0a0a", "b": "#0b0b0b"},
-                                       arms=compared)  # fmt: skip
+    figure = latency_percentiles_chart(
+        rows, colours={"a": "#0a0a0a", "b": "#0b0b0b"}, arms=compared
+    )
     a, b = figure.data
     assert (a.name, b.name) == ("a", "b")
     assert (a.marker.color, b.marker.color) == ("#0a0a0a", "#0b0b0b")
@@ -157,8 +191,9 @@ def test_ecdf_steps_to_one_and_thins_large_samples() -> None:
     xs, ys = ecdf_points(big)
     assert len(xs) == ECDF_POINTS and ys[-1] == 1.0 and xs[-1] == 99_999
     assert ecdf_points(np.array([])) == ([], [])
-    figure = latency_ecdf_chart({"a": np.array([5.0, 1.0]), "b": np.array([2.0])},
-                                colours={"a": "#0a0a0a", "b": "#0b0b0b"})  # fmt: skip
+    figure = latency_ecdf_chart(
+        {"a": np.array([5.0, 1.0]), "b": np.array([2.0])}, colours={"a": "#0a0a0a", "b": "#0b0b0b"}
+    )
     assert [t.name for t in figure.data] == ["a", "b"]
     assert [t.line.color for t in figure.data] == ["#0a0a0a", "#0b0b0b"]
     assert list(figure.data[0].x) == [1.0, 5.0] and list(figure.data[0].y) == [0.5, 1.0]
@@ -169,10 +204,15 @@ def test_ecdf_steps_to_one_and_thins_large_samples() -> None:
 def test_over_time_has_a_completion_and_a_latency_line_per_variant() -> None:
     t0 = datetime(2026, 11, 1, tzinfo=UTC)
     t1 = t0 + timedelta(minutes=1)
-    series = TimeSeries("run_x", "minute", [
-        TimeBucket("a", t0, 4, 3, 120.0), TimeBucket("b", t0, 2, 2, None),
-        TimeBucket("a", t1, 5, 5, 130.0),
-    ])  # fmt: skip
+    series = TimeSeries(
+        "run_x",
+        "minute",
+        [
+            TimeBucket("a", t0, 4, 3, 120.0),
+            TimeBucket("b", t0, 2, 2, None),
+            TimeBucket("a", t1, 5, 5, 130.0),
+        ],
+    )
     figure = over_time_chart(series, colours={"b": "#0b0b0b", "a": "#0a0a0a"})
     by_axis = {(t.name, t.yaxis): t for t in figure.data}
     assert list(by_axis[("a", "y")].y) == [0.75, 1.0]
@@ -197,13 +237,30 @@ def test_bucket_unit_grows_with_the_span() -> None:
 
 
 def comparison(
-    metric: str, effect: float, low: float, high: float, verdict: Verdict, latency: bool,
+    metric: str,
+    effect: float,
+    low: float,
+    high: float,
+    verdict: Verdict,
+    latency: bool,
     variant: str = "b",
-) -> MetricComparison:  # fmt: skip
+) -> MetricComparison:
     return MetricComparison(
-        metric, variant, "a", 1.0, 1.0, 10, 10, effect, Interval(low, high), 0.01, "test",
-        lower_is_better=latency, adjusted_p=0.02, verdict=verdict,
-    )  # fmt: skip
+        metric,
+        variant,
+        "a",
+        1.0,
+        1.0,
+        10,
+        10,
+        effect,
+        Interval(low, high),
+        0.01,
+        "test",
+        lower_is_better=latency,
+        adjusted_p=0.02,
+        verdict=verdict,
+    )
 
 
 def test_forest_plots_effects_with_intervals_in_the_variants_colour() -> None:
@@ -282,10 +339,10 @@ def test_one_colour_map_colours_a_name_alike_in_every_figure() -> None:
         over_time_chart(
             TimeSeries("", "day", [TimeBucket("a", t0, 1, 1, 1.0), TimeBucket("b", t0, 1, 1, 1.0)]),
             colours=colours,
-        ),  # fmt: skip
+        ),
         forest_chart(
             [comparison("CTR", 0.1, 0.0, 0.2, Verdict.UNDECIDED, latency=False)], colours=colours
-        ),  # fmt: skip
+        ),
     ]
     assert figure_colours(figures) == {"a": {colours["a"]}, "b": {colours["b"]}}
 

@@ -24,9 +24,16 @@ def db(tmp_path: Path) -> str:
 
 def test_import_list_show_unit_delete(db: str) -> None:
     imported = run(
-        "--db", db, "dataset", "import", str(DEMO_DIR / "tickets.csv"), "--name", "tickets",
-        "--unit-column", "customer_id",
-    )  # fmt: skip
+        "--db",
+        db,
+        "dataset",
+        "import",
+        str(DEMO_DIR / "tickets.csv"),
+        "--name",
+        "tickets",
+        "--unit-column",
+        "customer_id",
+    )
     assert imported.exit_code == 0, imported.output
     assert imported.output == (
         "imported tickets: 40 rows, 5 columns, unit column customer_id (from tickets.csv)\n"

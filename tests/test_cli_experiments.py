@@ -52,9 +52,18 @@ def test_add_list_show_set_export(db: str, tmp_path: Path) -> None:
     listed = run("--db", db, "experiment", "list").output
     assert "triage-split" in listed and "control 70%, staging 30%" in listed
     changed = run(
-        "--db", db, "experiment", "set", "triage-split", "--weight", "staging=40",
-        "--weight", "control=60", "--note", "more staging",
-    )  # fmt: skip
+        "--db",
+        db,
+        "experiment",
+        "set",
+        "triage-split",
+        "--weight",
+        "staging=40",
+        "--weight",
+        "control=60",
+        "--note",
+        "more staging",
+    )
     assert changed.exit_code == 0
     assert "revision 2: control weight 70 -> 60; staging weight 30 -> 40" in changed.output
     assert (
@@ -153,8 +162,11 @@ def test_another_process_assigns_every_unit_the_same(demo_config: Path, units: l
     config = load_experiment_config(demo_config)
     out = subprocess.run(
         [sys.executable, "-m", "promptlab", "assign", str(demo_config), "--", *units],
-        capture_output=True, text=True, cwd=ROOT, check=True,
-    ).stdout  # fmt: skip
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=True,
+    ).stdout
     assert [(d["unit"], d["variant"], d["bucket"]) for d in assigned(out)] == [
         (u, assign(config, u).variant, assign(config, u).bucket) for u in units
     ]
@@ -202,8 +214,9 @@ def test_promptlab_assign_imports_no_heavy_library() -> None:
 def test_experiment_run_estimates_then_runs_the_split(tmp_path: Path) -> None:
     db = str(tmp_path / "run.duckdb")
     assert run("--db", db, "init", "--demo").exit_code == 0  # loads and runs the demo once
-    estimate = run("--db", db, "experiment", "run", "triage-split", "--dataset", "tickets",
-                   "--estimate")  # fmt: skip
+    estimate = run(
+        "--db", db, "experiment", "run", "triage-split", "--dataset", "tickets", "--estimate"
+    )
     assert estimate.exit_code == 0, estimate.output
     assert estimate.output.startswith("estimate: 40 requests, ")
     # The demo run on 400 customers gave control 586 answers to learn lengths from.
@@ -212,8 +225,20 @@ def test_experiment_run_estimates_then_runs_the_split(tmp_path: Path) -> None:
     # 17 customers, split by their hash; too few on one side, and it says so.
     assert "units: 17 distinct customer_id (control " in estimate.output
     assert "warning: Too few units for a 70/30 split" in estimate.output
-    result = run("--db", db, "experiment", "run", "triage-split", "--dataset", "tickets",
-                 "--mode", "all", "--limit-rows", "5", "--quiet")  # fmt: skip
+    result = run(
+        "--db",
+        db,
+        "experiment",
+        "run",
+        "triage-split",
+        "--dataset",
+        "tickets",
+        "--mode",
+        "all",
+        "--limit-rows",
+        "5",
+        "--quiet",
+    )
     assert result.exit_code == 0, result.output
     assert "estimate: 10 requests" in result.output and "completed" in result.output
     bad = run("--db", db, "experiment", "run", "triage-split", "--dataset", "nope")

@@ -68,8 +68,18 @@ def test_compare_prints_the_table_and_the_srm_line(db: str, runs: tuple[Path, st
     # The answer first: 17 customers cannot decide anything yet, and it says so.
     assert lines[2].startswith("staging against control: too few units to judge completion rate")
     header = lines[3]
-    for column in ("metric", "control", "delta", "interval", "adj p", "method", "verdict",
-                   "units", "requests", "why"):  # fmt: skip
+    for column in (
+        "metric",
+        "control",
+        "delta",
+        "interval",
+        "adj p",
+        "method",
+        "verdict",
+        "units",
+        "requests",
+        "why",
+    ):
         assert column in header
     assert [line.split()[1] for line in lines[4:8]] == ["completion", "latency"] + ["latency"] * 2
     assert all("too few units (" in line for line in lines[4:8])
@@ -128,8 +138,13 @@ def test_compare_says_the_sample_size_for_a_chosen_effect(
     )
     data = json.loads(cli("--db", db, "compare", "--run", runs[1], "--mde", "5", "--json").output)
     assert data["units_needed"] == {
-        "base": 1.0, "change": -0.05, "per_arm": 152, "have": 5, "more": 147, "unit": "units",
-    }  # fmt: skip
+        "base": 1.0,
+        "change": -0.05,
+        "per_arm": 152,
+        "have": 5,
+        "more": 147,
+        "unit": "units",
+    }
     assert (
         json.loads(cli("--db", db, "compare", "--run", runs[1], "--json").output)["units_needed"]
         is None

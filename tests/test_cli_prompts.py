@@ -57,9 +57,15 @@ def test_add_show_label_history_export(tmp_path: Path) -> None:
 
 def test_render_keeps_values_literal(demo_db: Path) -> None:
     result = run(
-        "--db", str(demo_db), "prompt", "render", "ticket-triage@production",
-        "--var", "ticket={{ 7*7 }} {{ x.__class__ }}", "--json",
-    )  # fmt: skip
+        "--db",
+        str(demo_db),
+        "prompt",
+        "render",
+        "ticket-triage@production",
+        "--var",
+        "ticket={{ 7*7 }} {{ x.__class__ }}",
+        "--json",
+    )
     assert result.exit_code == 0
     messages = json.loads(result.output)
     assert messages[-1]["content"] == "Ticket:\n{{ 7*7 }} {{ x.__class__ }}\n"
@@ -68,9 +74,18 @@ def test_render_keeps_values_literal(demo_db: Path) -> None:
 def test_render_reports_every_problem(demo_db: Path) -> None:
     result = CliRunner().invoke(
         main,
-        ["--db", str(demo_db), "prompt", "render", "article-summarizer",
-         "--var", "max_words=lots", "--var", "tilte=x"],
-    )  # fmt: skip
+        [
+            "--db",
+            str(demo_db),
+            "prompt",
+            "render",
+            "article-summarizer",
+            "--var",
+            "max_words=lots",
+            "--var",
+            "tilte=x",
+        ],
+    )
     assert result.exit_code == 1
     for fragment in ("tilte: not a variable", "max_words:", "article:", "title:"):
         assert fragment in result.output

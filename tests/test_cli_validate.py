@@ -84,8 +84,12 @@ def test_json_lines_for_machines(tmp_path: Path, schema_file: Path) -> None:
     assert result.exit_code == 1
     records = [json.loads(line) for line in result.stdout.splitlines()]
     assert [r.get("status") for r in records[:-1]] == [
-        "valid", "repaired", "invalid", "truncated", "invalid",
-    ]  # fmt: skip
+        "valid",
+        "repaired",
+        "invalid",
+        "truncated",
+        "invalid",
+    ]
     assert records[1]["id"] == "a-2" and records[0]["id"] is None
     assert records[2]["errors"][-1] == "$.priority: is required but missing"
     assert records[-1] == {

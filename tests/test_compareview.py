@@ -20,24 +20,60 @@ from promptlab.views.compare import (
 
 def rows() -> list[MetricComparison]:
     return [
-        MetricComparison("completion rate", "b", "a", 0.8, 0.9, 100, 90, 0.1,
-                         Interval(0.02, 0.18), 0.00001, "two-proportion z", False, 0.00002,
-                         Verdict.BETTER),
-        MetricComparison("latency p90", "b", "a", 1000.0, 1250.4, 80, 81, 250.4,
-                         Interval(-20.0, 500.0), 0.2, "bootstrap + Mann-Whitney U", True, 0.4,
-                         Verdict.UNDECIDED),
-    ]  # fmt: skip
+        MetricComparison(
+            "completion rate",
+            "b",
+            "a",
+            0.8,
+            0.9,
+            100,
+            90,
+            0.1,
+            Interval(0.02, 0.18),
+            0.00001,
+            "two-proportion z",
+            False,
+            0.00002,
+            Verdict.BETTER,
+        ),
+        MetricComparison(
+            "latency p90",
+            "b",
+            "a",
+            1000.0,
+            1250.4,
+            80,
+            81,
+            250.4,
+            Interval(-20.0, 500.0),
+            0.2,
+            "bootstrap + Mann-Whitney U",
+            True,
+            0.4,
+            Verdict.UNDECIDED,
+        ),
+    ]
 
 
 def test_cells_are_in_their_units_with_intervals_and_p_values() -> None:
     completion, latency = (comparison_cells(r) for r in rows())
     assert dict(zip(COMPARISON_COLUMNS, completion, strict=True)) == {
-        "variant": "b", "metric": "completion rate", "control": "80.0%",
-        "variant value": "90.0%", "delta": "+10.0 pp", "interval": "+2.0 pp .. +18.0 pp",
-        "p": "<0.0001", "adj p": "<0.0001", "P(beat)": "-", "risk": "-",
-        "method": "two-proportion z", "verdict": "better", "units": "100/90",
-        "requests": "0/0", "why": "",
-    }  # fmt: skip
+        "variant": "b",
+        "metric": "completion rate",
+        "control": "80.0%",
+        "variant value": "90.0%",
+        "delta": "+10.0 pp",
+        "interval": "+2.0 pp .. +18.0 pp",
+        "p": "<0.0001",
+        "adj p": "<0.0001",
+        "P(beat)": "-",
+        "risk": "-",
+        "method": "two-proportion z",
+        "verdict": "better",
+        "units": "100/90",
+        "requests": "0/0",
+        "why": "",
+    }
     assert latency[2:6] == ("1000", "1250", "+250 ms", "-20 ms .. +500 ms")
 
 

@@ -22,8 +22,9 @@ def test_changes_are_by_the_person_at_the_keyboard_never_anonymous(tmp_path: Pat
     home.mkdir()
     subprocess.run(
         ["git", "config", "--global", "user.name", "Ada Lovelace"],
-        env={"HOME": str(home), "PATH": os.environ["PATH"]}, check=True,
-    )  # fmt: skip
+        env={"HOME": str(home), "PATH": os.environ["PATH"]},
+        check=True,
+    )
     assert Settings.from_env({"HOME": str(home), "USER": "dana"}).author == "Ada Lovelace"
     named = {"HOME": str(home), "PROMPTLAB_AUTHOR": "erin"}
     assert Settings.from_env(named).author == "erin"

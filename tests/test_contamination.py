@@ -26,11 +26,14 @@ def _logs(tmp_path: Path, arms: dict[str, Requests], shared: int) -> Path:
     """Both arms as production log lines; users below `shared` carry the same id in both."""
     lines = ["version,unit_id,latency_ms,clicked,completed,event_time"]
     for index, (ref, arm) in enumerate(arms.items()):
-        for u, ms, click, done in zip(arm.unit, arm.latency, arm.clicked, arm.completed,
-                                      strict=True):  # fmt: skip
+        for u, ms, click, done in zip(
+            arm.unit, arm.latency, arm.clicked, arm.completed, strict=True
+        ):
             user = f"user-{u:03d}" if u < shared else f"user-{index}-{u:03d}"
-            lines.append(f"{ref},{user},{float(ms)!r},{str(click).lower()},"
-                         f"{str(done).lower()},2026-11-20T10:00:00Z")  # fmt: skip
+            lines.append(
+                f"{ref},{user},{float(ms)!r},{str(click).lower()},"
+                f"{str(done).lower()},2026-11-20T10:00:00Z"
+            )
     path = tmp_path / "logs.csv"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
@@ -64,11 +67,15 @@ def test_shared_units_are_left_out_of_both_arms_and_reported(demo_db: Path, tmp_
         cut = {f: getattr(arm, f)[keep] for f in fields}
         return Requests(**cut, units=arm.units - 30)
 
-    expected = compare_arms(arm_sample(name_a, without(a)), arm_sample(name_b, without(b)),
-                            look=FINAL)  # fmt: skip
+    expected = compare_arms(
+        arm_sample(name_a, without(a)), arm_sample(name_b, without(b)), look=FINAL
+    )
     for got, want in zip(found.rows, expected, strict=True):
-        assert (got.metric, got.n_control, got.n_variant) == (want.metric, want.n_control,
-                                                              want.n_variant)  # fmt: skip
+        assert (got.metric, got.n_control, got.n_variant) == (
+            want.metric,
+            want.n_control,
+            want.n_variant,
+        )
         assert got.effect == pytest.approx(want.effect)
 
 
@@ -93,10 +100,20 @@ def test_unit_keys_cut_every_per_unit_array_alike() -> None:
     rng = np.random.default_rng(4)
     a = arm_sample("A", simulate_arm(Traffic(units=50), rng))
     b = arm_sample("B", simulate_arm(Traffic(units=40), rng))
-    a = a.__class__(**{**a.__dict__, "unit_keys": np.arange(50, dtype=np.uint64),
-                       "unit_requests": a.rates["completion rate"].den})  # fmt: skip
-    b = b.__class__(**{**b.__dict__, "unit_keys": np.arange(45, 85, dtype=np.uint64),
-                       "unit_requests": b.rates["completion rate"].den})  # fmt: skip
+    a = a.__class__(
+        **{
+            **a.__dict__,
+            "unit_keys": np.arange(50, dtype=np.uint64),
+            "unit_requests": a.rates["completion rate"].den,
+        }
+    )
+    b = b.__class__(
+        **{
+            **b.__dict__,
+            "unit_keys": np.arange(45, 85, dtype=np.uint64),
+            "unit_requests": b.rates["completion rate"].den,
+        }
+    )
     assert shared_units(a, b) == 5
     cut_a, cut_b, count = without_shared(a, b)
     assert count == 5 and cut_a.units == 45 and cut_b.units == 35

@@ -46,13 +46,17 @@ def test_a_csv_log_is_read_by_session_in_order(tmp_path: Path, db_path: Path) ->
         assert wb.datasets.get("chats").conversation == DEFAULT_CONVERSATION  # stored
         sessions = wb.datasets.sessions("chats")
         assert [(s.session, s.messages, s.user_turns, s.first, s.last) for s in sessions] == [
-            ("s1", 4, 2, "1", "10"), ("s2", 2, 1, "1", "2"),
-        ]  # fmt: skip
+            ("s1", 4, 2, "1", "10"),
+            ("s2", 2, 1, "1", "2"),
+        ]
         turns = wb.datasets.session("chats", "s1")
         # Turn 10 after turn 3: ordered as numbers, not as text; roles in any case.
         assert [(t.order, t.role) for t in turns] == [
-            ("1", "system"), ("2", "user"), ("3", "assistant"), ("10", "user"),
-        ]  # fmt: skip
+            ("1", "system"),
+            ("2", "user"),
+            ("3", "assistant"),
+            ("10", "user"),
+        ]
         (key_turn, _) = wb.datasets.session("chats", "s2")
         assert "sk-live-0123456789abcdef0123" not in key_turn.content  # masked as shown
         assert wb.datasets.session("chats", "nope") == []
@@ -82,17 +86,25 @@ def test_jsonl_and_parquet_logs_with_timestamps_and_other_column_names(
 @pytest.mark.parametrize(
     ("body", "message"),
     [
-        ("s1,1,user,a\ns1,2,bot,b\n",
-         "rows.csv, row 2, column role: unknown role 'bot' (expected system, user, assistant)"),
+        (
+            "s1,1,user,a\ns1,2,bot,b\n",
+            "rows.csv, row 2, column role: unknown role 'bot' (expected system, user, assistant)",
+        ),
         ("s1,1,user,a\n,2,user,b\n", "rows.csv, row 2, column session_id: no session id"),
-        ("s1,1,user,a\ns1,soon,user,b\n",
-         "rows.csv, row 2, column turn: 'soon' is neither a turn number nor a timestamp"),
-        ("s1,1,user,a\ns1,2026-01-01 10:00,user,b\n",
-         "rows.csv, row 2, column turn: '2026-01-01 10:00' is not the kind of order value row 1"),
-        ("s1,1,user,a\ns2,1,user,b\ns1,1.0,assistant,c\n",
-         "rows.csv, row 3, column turn: '1.0' again in the same session as row 1"),
+        (
+            "s1,1,user,a\ns1,soon,user,b\n",
+            "rows.csv, row 2, column turn: 'soon' is neither a turn number nor a timestamp",
+        ),
+        (
+            "s1,1,user,a\ns1,2026-01-01 10:00,user,b\n",
+            "rows.csv, row 2, column turn: '2026-01-01 10:00' is not the kind of order value row 1",
+        ),
+        (
+            "s1,1,user,a\ns2,1,user,b\ns1,1.0,assistant,c\n",
+            "rows.csv, row 3, column turn: '1.0' again in the same session as row 1",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_broken_log_is_refused_in_one_line_and_nothing_is_kept(
     tmp_path: Path, db_path: Path, body: str, message: str
 ) -> None:
@@ -108,8 +120,10 @@ def test_turn_numbers_beyond_two_to_the_53_keep_their_order(tmp_path: Path, db_p
     """2^53 + 1 and 2^53 are one double: they were refused as the same turn. Integer turn
     numbers up to 28 digits are ordered exactly."""
     big = 2**53
-    body = (f"s1,{big + 2},assistant,third\ns1,{big},user,first\ns1,{big + 1},assistant,"
-            f"second\ns1,{big + 3},user,fourth\n")  # fmt: skip
+    body = (
+        f"s1,{big + 2},assistant,third\ns1,{big},user,first\ns1,{big + 1},assistant,"
+        f"second\ns1,{big + 3},user,fourth\n"
+    )
     path = write(tmp_path, "session_id,turn,role,content\n" + body, "rows.csv")
     with Workbench.open() as wb:
         wb.datasets.import_file(path, "big", conversation=DEFAULT_CONVERSATION)
@@ -132,15 +146,17 @@ def test_a_missing_column_or_a_plain_dataset_is_named(tmp_path: Path, db_path: P
 def test_the_cli_imports_a_log_and_prints_a_session(tmp_path: Path, db_path: Path) -> None:
     cli = CliRunner()
     path = write(tmp_path, CHATS)
-    imported = cli.invoke(main, ["dataset", "import", str(path), "--name", "chats",
-                                 "--conversation"])  # fmt: skip
+    imported = cli.invoke(
+        main, ["dataset", "import", str(path), "--name", "chats", "--conversation"]
+    )
     assert imported.exit_code == 0, imported.output
     listed = cli.invoke(main, ["dataset", "session", "chats"])
     assert listed.output.splitlines()[1].split() == ["s1", "4", "2", "1", "10"]
     shown = cli.invoke(main, ["dataset", "session", "chats", "s1"])
     assert shown.output.splitlines()[-1] == "[10] user: The March one."
-    renamed = cli.invoke(main, ["dataset", "import", str(path), "--name", "other",
-                                "--session-column", "sid"])  # fmt: skip
+    renamed = cli.invoke(
+        main, ["dataset", "import", str(path), "--name", "other", "--session-column", "sid"]
+    )
     assert renamed.exit_code == 1 and "the session column 'sid'" in renamed.output
 
 
@@ -190,15 +206,26 @@ def test_a_replay_sends_each_user_turn_after_the_conversation_so_far(
     with Store(db_path) as store:
         from promptlab.data.datasets import DatasetStore
 
-        DatasetStore(store).import_file(write(tmp_path, REPLAYED), "chats", author="t",
-                                        conversation=DEFAULT_CONVERSATION)  # fmt: skip
+        DatasetStore(store).import_file(
+            write(tmp_path, REPLAYED), "chats", author="t", conversation=DEFAULT_CONVERSATION
+        )
         with Engine(store, endpoints=ENDPOINTS, provider_factory=lambda _cfg: provider) as eng:
-            spec = parse_spec({
-                "name": "replay", "dataset": "chats", "history": "logged",
-                "variants": [{"model": "fake:m1", "messages": [
-                    {"role": "system", "content": "Agent for {{ session_id }}."},
-                    {"role": "user", "content": "{{ content }}"}]}],
-            })  # fmt: skip
+            spec = parse_spec(
+                {
+                    "name": "replay",
+                    "dataset": "chats",
+                    "history": "logged",
+                    "variants": [
+                        {
+                            "model": "fake:m1",
+                            "messages": [
+                                {"role": "system", "content": "Agent for {{ session_id }}."},
+                                {"role": "user", "content": "{{ content }}"},
+                            ],
+                        }
+                    ],
+                }
+            )
             assert eng.estimate(spec).requests == 6  # the user turns, not the 10 messages
             run_id = eng.submit(spec)
             assert eng.wait(run_id, timeout=60).status == "completed"
@@ -233,15 +260,19 @@ def test_a_replay_sends_each_user_turn_after_the_conversation_so_far(
         ({"dataset": "rows.csv", "history": "logged"}, "is not a conversation log"),
         ({"dataset": "chats", "history": "remembered"}, "logged .* or generated .* got 'rem"),
     ],
-)  # fmt: skip
+)
 def test_a_replay_needs_a_conversation_log(
     tmp_path: Path, db_path: Path, spec: dict[str, str], message: str
 ) -> None:
     with Workbench.open() as wb:
         wb.datasets.import_file(write(tmp_path, CHATS), "plain")
         write(tmp_path, CHATS, "rows.csv")
-        data = {**spec, "variants": [{"model": "sim:fast", "messages": [
-            {"role": "user", "content": "{{ content }}"}]}]}  # fmt: skip
+        data = {
+            **spec,
+            "variants": [
+                {"model": "sim:fast", "messages": [{"role": "user", "content": "{{ content }}"}]}
+            ],
+        }
         with pytest.raises(Exception, match=message):
             wb.runs.estimate(wb.runs.spec_from_data(data, base_dir=tmp_path))
 
@@ -251,19 +282,31 @@ def test_two_versions_replayed_are_compared_per_session(tmp_path: Path, db_path:
     (a log of 3 sessions of 2 user turns is 3 units of 2 requests each, not 6)."""
     log = "session_id,turn,role,content\n" + "".join(
         f"s{s},{t},{role},{role} {s}.{t}\n"
-        for s in range(3) for t, role in enumerate(("user", "assistant", "user"))
-    )  # fmt: skip
+        for s in range(3)
+        for t, role in enumerate(("user", "assistant", "user"))
+    )
     with Workbench.open() as wb:
         wb.datasets.import_file(write(tmp_path, log), "chats", conversation=DEFAULT_CONVERSATION)
         turn = {"role": "user", "content": "{{ content }}"}
         variants = [
-            {"name": name, "model": "sim:fast", "params": {"max_tokens": 20},
-             "messages": [{"role": "system", "content": system}, turn]}
+            {
+                "name": name,
+                "model": "sim:fast",
+                "params": {"max_tokens": 20},
+                "messages": [{"role": "system", "content": system}, turn],
+            }
             for name, system in (("terse", "Be terse."), ("warm", "Be warm and helpful."))
-        ]  # fmt: skip
-        run_id = wb.runs.start(wb.runs.spec_from_data(
-            {"name": "replay two", "dataset": "chats", "history": "logged", "variants": variants}
-        ))  # fmt: skip
+        ]
+        run_id = wb.runs.start(
+            wb.runs.spec_from_data(
+                {
+                    "name": "replay two",
+                    "dataset": "chats",
+                    "history": "logged",
+                    "variants": variants,
+                }
+            )
+        )
         assert wb.runs.wait(run_id, timeout=60).status == "completed"
         comparison = wb.analysis.compare(run_id)
         assert comparison.paired and comparison.arms == {"terse": (3, 6), "warm": (3, 6)}
@@ -287,12 +330,16 @@ def test_two_versions_replayed_are_compared_per_session(tmp_path: Path, db_path:
     assert list(table["sessions"]) == [3, 3] and list(table["completed"]) == [1.0, 1.0]
     # An item of the replay opens with its whole session: each turn's message and answer.
     wb = get_workbench()
-    key = next(r.key for r in wb.runs.items(run_id, limit=10).rows
-               if r.variant == "warm" and r.row_index == 1)  # fmt: skip
+    key = next(
+        r.key
+        for r in wb.runs.items(run_id, limit=10).rows
+        if r.variant == "warm" and r.row_index == 1
+    )
     turns = wb.runs.session(run_id, key)
     assert [(t.row_index, t.user, t.status) for t in turns] == [
-        (0, "user 0.0", "succeeded"), (1, "user 0.2", "succeeded")
-    ]  # fmt: skip
+        (0, "user 0.0", "succeeded"),
+        (1, "user 0.2", "succeeded"),
+    ]
     assert all(t.output for t in turns)
     at = AppTest.from_file(str(Path(PAGE).parent / "runs.py"), default_timeout=30)
     at.query_params["run"] = run_id
@@ -323,14 +370,26 @@ def test_a_session_completes_only_when_every_turn_does(tmp_path: Path, db_path: 
 
     provider = ScriptedProvider(fault=fault)
     with Store(db_path) as store:
-        DatasetStore(store).import_file(write(tmp_path, REPLAYED), "chats", author="t",
-                                        conversation=DEFAULT_CONVERSATION)  # fmt: skip
+        DatasetStore(store).import_file(
+            write(tmp_path, REPLAYED), "chats", author="t", conversation=DEFAULT_CONVERSATION
+        )
         with Engine(store, endpoints=ENDPOINTS, provider_factory=lambda _cfg: provider) as eng:
-            run_id = eng.submit(parse_spec({
-                "name": "replay", "dataset": "chats", "history": "logged",
-                "variants": [{"name": "v", "model": "fake:m1", "messages": [
-                    {"role": "user", "content": "{{ content }}"}]}],
-            }))  # fmt: skip
+            run_id = eng.submit(
+                parse_spec(
+                    {
+                        "name": "replay",
+                        "dataset": "chats",
+                        "history": "logged",
+                        "variants": [
+                            {
+                                "name": "v",
+                                "model": "fake:m1",
+                                "messages": [{"role": "user", "content": "{{ content }}"}],
+                            }
+                        ],
+                    }
+                )
+            )
             eng.wait(run_id, timeout=60)
         (row,) = SessionReads(store).per_variant(run_id)
     assert (row.sessions, row.completed, row.turns_per_session) == (3, 2, 2.0)
@@ -342,16 +401,26 @@ def test_a_replay_with_a_user_column_is_compared_per_user(tmp_path: Path, db_pat
     versions are compared per user (6 sessions of 3 users are 3 units)."""
     log = "session_id,user_id,turn,role,content\n" + "".join(
         f"s{s},u{s // 2},{t},{role},{role} {s}.{t}\n"
-        for s in range(6) for t, role in enumerate(("user", "assistant", "user"))
-    )  # fmt: skip
+        for s in range(6)
+        for t, role in enumerate(("user", "assistant", "user"))
+    )
     turn = {"role": "user", "content": "{{ content }}"}
     variants = [
-        {"name": name, "model": "sim:fast", "params": {"max_tokens": 20},
-         "messages": [{"role": "system", "content": system}, turn]}
+        {
+            "name": name,
+            "model": "sim:fast",
+            "params": {"max_tokens": 20},
+            "messages": [{"role": "system", "content": system}, turn],
+        }
         for name, system in (("terse", "Be terse."), ("warm", "Be warm and helpful."))
-    ]  # fmt: skip
-    spec = {"name": "per user", "dataset": "chats", "history": "logged",
-            "unit_column": "user_id", "variants": variants}  # fmt: skip
+    ]
+    spec = {
+        "name": "per user",
+        "dataset": "chats",
+        "history": "logged",
+        "unit_column": "user_id",
+        "variants": variants,
+    }
     with Workbench.open() as wb:
         wb.datasets.import_file(write(tmp_path, log), "chats", conversation=DEFAULT_CONVERSATION)
         with pytest.raises(Exception, match="unit_column: dataset chats has no column 'user'"):

@@ -35,17 +35,21 @@ AGENT = [
 
 def generated_spec(**extra: Any) -> dict[str, Any]:
     return {
-        "name": "generated", "dataset": "chats", "history": "generated",
-        "variants": [{"name": "v", "model": "fake:m1", "messages": AGENT}], **extra,
-    }  # fmt: skip
+        "name": "generated",
+        "dataset": "chats",
+        "history": "generated",
+        "variants": [{"name": "v", "model": "fake:m1", "messages": AGENT}],
+        **extra,
+    }
 
 
 def replay(
     tmp_path: Path, db_path: Path, provider: ScriptedProvider, log: str = REPLAYED
 ) -> tuple[str, Any]:
     with Store(db_path) as store:
-        DatasetStore(store).import_file(write(tmp_path, log), "chats", author="t",
-                                        conversation=DEFAULT_CONVERSATION)  # fmt: skip
+        DatasetStore(store).import_file(
+            write(tmp_path, log), "chats", author="t", conversation=DEFAULT_CONVERSATION
+        )
         with Engine(store, endpoints=ENDPOINTS, provider_factory=lambda _cfg: provider) as eng:
             run_id = eng.submit(parse_spec(generated_spec()))
             return run_id, eng.wait(run_id, timeout=60)
@@ -104,9 +108,13 @@ def test_a_turn_after_a_failed_one_is_not_sent(tmp_path: Path, db_path: Path) ->
         ).fetchall()
     statuses = [(r[0], r[1], r[2]) for r in rows]
     assert statuses == [
-        (0, "succeeded", None), (1, "succeeded", None), (2, "succeeded", None),
-        (3, "succeeded", None), (4, "failed", "bad_request"), (5, "failed", "no_history"),
-    ]  # fmt: skip
+        (0, "succeeded", None),
+        (1, "succeeded", None),
+        (2, "succeeded", None),
+        (3, "succeeded", None),
+        (4, "failed", "bad_request"),
+        (5, "failed", "no_history"),
+    ]
     assert rows[5][3] == (
         "turn 2 of session s3 has no answer, so turn 3 cannot be sent with the model's own "
         "history (history: generated)"
@@ -118,8 +126,9 @@ def test_the_trace_and_item_view_show_what_a_generated_turn_was_sent(
     tmp_path: Path, db_path: Path
 ) -> None:
     with Workbench.open() as wb:
-        wb.datasets.import_file(write(tmp_path, REPLAYED), "chats",
-                                conversation=DEFAULT_CONVERSATION)  # fmt: skip
+        wb.datasets.import_file(
+            write(tmp_path, REPLAYED), "chats", conversation=DEFAULT_CONVERSATION
+        )
         spec = generated_spec(variants=[{"name": "v", "model": "sim:fast", "messages": AGENT}])
         run_id = wb.runs.start(wb.runs.spec_from_data(spec))
         assert wb.runs.wait(run_id, timeout=60).status == "completed"
@@ -132,9 +141,12 @@ def test_the_trace_and_item_view_show_what_a_generated_turn_was_sent(
         view = wb.runs.item(run_id, items[5])
         assert view.request.messages is not None
         assert [m["content"] for m in view.request.messages[1:]] == [
-            "Hello?", render["history_answers"][0], "Anyone there?",
-            render["history_answers"][1], "Never mind.",
-        ]  # fmt: skip
+            "Hello?",
+            render["history_answers"][0],
+            "Anyone there?",
+            render["history_answers"][1],
+            "Never mind.",
+        ]
         logged = wb.audit.trace(items[1])  # a logged replay's trace matches too (mended)
         assert logged.details["render"]["prompt_matches"]
 
@@ -149,8 +161,9 @@ def test_turns_waiting_for_their_session_are_held_not_sent_when_paused(
     )
     provider = ScriptedProvider(latency_s=0.2)
     with Store(db_path) as store:
-        DatasetStore(store).import_file(write(tmp_path, log), "chats", author="t",
-                                        conversation=DEFAULT_CONVERSATION)  # fmt: skip
+        DatasetStore(store).import_file(
+            write(tmp_path, log), "chats", author="t", conversation=DEFAULT_CONVERSATION
+        )
         with Engine(store, endpoints=ENDPOINTS, provider_factory=lambda _cfg: provider) as eng:
             run_id = eng.submit(parse_spec(generated_spec()))
             deadline = time.monotonic() + 30
@@ -164,9 +177,11 @@ def test_turns_waiting_for_their_session_are_held_not_sent_when_paused(
             eng.resume(run_id)
             assert eng.wait(run_id, timeout=60).status == "completed"
         with store.read() as cur:
-            outputs = dict(cur.execute(
-                "SELECT row_index, output_text FROM results WHERE run_id = ?", [run_id]
-            ).fetchall())  # fmt: skip
+            outputs = dict(
+                cur.execute(
+                    "SELECT row_index, output_text FROM results WHERE run_id = ?", [run_id]
+                ).fetchall()
+            )
     assert len(outputs) == 12 and all(n == 1 for n in provider.calls.values())
     assert len(sent_before) < 12
     for session in range(4):
@@ -187,26 +202,50 @@ def test_a_killed_replay_resumes_mid_session_without_sending_a_finished_turn(
     sessions, turns = 30, 6
     log = "session_id,turn,role,content\n" + "".join(
         f"c{s},{2 * t},user,question {t} of chat {s}\nc{s},{2 * t + 1},assistant,logged\n"
-        for s in range(sessions) for t in range(turns)
-    )  # fmt: skip
+        for s in range(sessions)
+        for t in range(turns)
+    )
     db = str(db_path)
     with serve_in_thread(FakeLLMConfig(port=0, latency_ms=40)) as server:
         spec = {
-            "name": "killed replay", "dataset": "chats", "history": "generated",
-            "variants": [{"name": "v", "model": "fake:gpt-4o-mini", "messages": AGENT,
-                          "params": {"max_tokens": 16}}],
-            "endpoints": {"fake": {"kind": "openai", "base_url": server.openai_base_url,
-                                   "concurrency": 8}},
-        }  # fmt: skip
+            "name": "killed replay",
+            "dataset": "chats",
+            "history": "generated",
+            "variants": [
+                {
+                    "name": "v",
+                    "model": "fake:gpt-4o-mini",
+                    "messages": AGENT,
+                    "params": {"max_tokens": 16},
+                }
+            ],
+            "endpoints": {
+                "fake": {"kind": "openai", "base_url": server.openai_base_url, "concurrency": 8}
+            },
+        }
         path = tmp_path / "spec.yaml"
         path.write_text(yaml.safe_dump(spec))
         cli = [sys.executable, "-m", "promptlab", "--db", db]
-        subprocess.run([*cli, "dataset", "import", str(write(tmp_path, log)), "--name",
-                        "chats", "--conversation"], check=True, capture_output=True)  # fmt: skip
+        subprocess.run(
+            [
+                *cli,
+                "dataset",
+                "import",
+                str(write(tmp_path, log)),
+                "--name",
+                "chats",
+                "--conversation",
+            ],
+            check=True,
+            capture_output=True,
+        )
         child = subprocess.Popen(
             [*cli, "run", str(path), "--quiet"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy(),
-        )  # fmt: skip
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=os.environ.copy(),
+        )
         try:
             assert child.stdout is not None
             run_id = child.stdout.readline().split()[1]
@@ -221,9 +260,12 @@ def test_a_killed_replay_resumes_mid_session_without_sending_a_finished_turn(
                 child.kill()
         with Store(db_path) as store:
             with store.read() as cur:
-                stored_before = {r[0] for r in cur.execute(
-                    "SELECT idempotency_key FROM results WHERE run_id = ?", [run_id]
-                ).fetchall()}  # fmt: skip
+                stored_before = {
+                    r[0]
+                    for r in cur.execute(
+                        "SELECT idempotency_key FROM results WHERE run_id = ?", [run_id]
+                    ).fetchall()
+                }
             assert 0 < len(stored_before) < sessions * turns
             with Engine(store) as engine:
                 engine.resume(run_id)
@@ -253,8 +295,11 @@ def test_what_the_log_holds_before_the_first_user_message_is_kept() -> None:
     from promptlab.conversations.replay import generated_history
 
     greeting = {"role": "assistant", "content": "Hi! How can I help?", "at": "1"}
-    logged = [greeting, {"role": "user", "content": "Hello", "at": "2"},
-              {"role": "assistant", "content": "logged answer", "at": "3"}]  # fmt: skip
+    logged = [
+        greeting,
+        {"role": "user", "content": "Hello", "at": "2"},
+        {"role": "assistant", "content": "logged answer", "at": "3"},
+    ]
     assert generated_history(logged, ["model answer"]) == [
         greeting,
         {"role": "user", "content": "Hello", "at": "2"},
@@ -284,8 +329,9 @@ def test_an_adapter_bug_fails_its_turn_and_a_resume_sends_the_session_on(
 
     provider.answer = answer
     with Store(db_path) as store:
-        DatasetStore(store).import_file(write(tmp_path, log), "chats", author="t",
-                                        conversation=DEFAULT_CONVERSATION)  # fmt: skip
+        DatasetStore(store).import_file(
+            write(tmp_path, log), "chats", author="t", conversation=DEFAULT_CONVERSATION
+        )
         with Engine(store, endpoints=ENDPOINTS, provider_factory=lambda _cfg: provider) as eng:
             run_id = eng.submit(parse_spec(generated_spec()))
             deadline = time.monotonic() + 30
@@ -296,9 +342,13 @@ def test_an_adapter_bug_fails_its_turn_and_a_resume_sends_the_session_on(
             provider.release_requests()
             assert eng.wait(run_id, timeout=30).status == "paused"
             with store.read() as cur:
-                kinds = sorted(r[0] for r in cur.execute(
-                    "SELECT error_kind FROM results WHERE run_id = ? AND status = 'failed'",
-                    [run_id]).fetchall())  # fmt: skip
+                kinds = sorted(
+                    r[0]
+                    for r in cur.execute(
+                        "SELECT error_kind FROM results WHERE run_id = ? AND status = 'failed'",
+                        [run_id],
+                    ).fetchall()
+                )
             assert kinds == ["internal", "no_history"]
             eng.resume(run_id)
             done = eng.wait(run_id, timeout=60)

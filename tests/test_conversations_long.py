@@ -47,9 +47,11 @@ AGENT = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "{{ 
 
 def spec(history: str) -> dict[str, Any]:
     return {
-        "name": "long", "dataset": "chats", "history": history,
+        "name": "long",
+        "dataset": "chats",
+        "history": history,
         "variants": [{"name": "v", "model": "fake:m1", "messages": AGENT}],
-    }  # fmt: skip
+    }
 
 
 def long_log(turns: int, short_sessions: int = 0, words: int = 1) -> list[list[str]]:
@@ -117,9 +119,9 @@ def recording() -> tuple[ScriptedProvider, dict[str, list[dict[str, str]]]]:
 def results(store: Store, run_id: str) -> dict[str, tuple[int, str | None, str]]:
     with store.read() as cur:
         found = cur.execute(
-            "SELECT idempotency_key, row_index, output_text, status FROM results "
-            "WHERE run_id = ?", [run_id],
-        ).fetchall()  # fmt: skip
+            "SELECT idempotency_key, row_index, output_text, status FROM results WHERE run_id = ?",
+            [run_id],
+        ).fetchall()
     return {key: (int(row), output, status) for key, row, output, status in found}
 
 
@@ -135,8 +137,9 @@ def test_a_session_past_what_the_old_plan_could_hold_replays_each_turn_exactly(
     rows = long_log(600, short_sessions=20, words=5)
     provider, sent = recording()
     with Store(db_path) as store:
-        DatasetStore(store).import_file(write(tmp_path, as_csv(rows)), "chats", author="t",
-                                        conversation=DEFAULT_CONVERSATION)  # fmt: skip
+        DatasetStore(store).import_file(
+            write(tmp_path, as_csv(rows)), "chats", author="t", conversation=DEFAULT_CONVERSATION
+        )
         with Engine(store, endpoints=ENDPOINTS, provider_factory=lambda _cfg: provider) as eng:
             run_id = eng.submit(parse_spec(spec(history)))
             progress = eng.wait(run_id, timeout=600)
@@ -145,8 +148,9 @@ def test_a_session_past_what_the_old_plan_could_hold_replays_each_turn_exactly(
         with store.read() as cur:
             stored, largest = cur.execute(
                 "SELECT sum(length(row_values)), max(length(row_values)) FROM run_rows "
-                "WHERE run_id = ?", [run_id],
-            ).fetchone() or (0, 0)  # fmt: skip
+                "WHERE run_id = ?",
+                [run_id],
+            ).fetchone() or (0, 0)
         finished = results(store, run_id)
     # What the plan stores per turn is its own part: bounded, whatever the session's length.
     assert largest < 1_000 and stored < 660 * 1_000 < WORKING_MEMORY_BYTES
@@ -176,8 +180,9 @@ def test_a_paused_long_session_resumed_by_a_new_engine_reads_its_earlier_turns_b
 
     provider.answer = hold_after_forty
     with Store(db_path) as store:
-        DatasetStore(store).import_file(write(tmp_path, as_csv(rows)), "chats", author="t",
-                                        conversation=DEFAULT_CONVERSATION)  # fmt: skip
+        DatasetStore(store).import_file(
+            write(tmp_path, as_csv(rows)), "chats", author="t", conversation=DEFAULT_CONVERSATION
+        )
         with Engine(store, endpoints=ENDPOINTS, provider_factory=lambda _cfg: provider) as eng:
             run_id = eng.submit(parse_spec(spec("logged")))
             assert enough.wait(60)
@@ -201,18 +206,21 @@ def test_a_paused_long_session_resumed_by_a_new_engine_reads_its_earlier_turns_b
 
 def turn_item(row: int, turn: int, before: list[dict[str, str]], text: str) -> PendingItem:
     values = {
-        "__session__": "s", TURN_NO_KEY: turn, BEFORE_KEY: before,
+        "__session__": "s",
+        TURN_NO_KEY: turn,
+        BEFORE_KEY: before,
         TURN_KEY: {"role": "user", "content": text, "at": str(row)},
-    }  # fmt: skip
+    }
     return PendingItem(f"k{row}", row, row, 0, 0, 0, values)
 
 
 def test_histories_read_a_session_s_earlier_turns_from_the_plan_once_and_drop_old_ones() -> None:
     plan = [
-        turn_item(r, r, [{"role": "assistant", "content": f"a{r - 1}", "at": ""}] if r else [],
-                  f"u{r}")
+        turn_item(
+            r, r, [{"role": "assistant", "content": f"a{r - 1}", "at": ""}] if r else [], f"u{r}"
+        )
         for r in range(10)
-    ]  # fmt: skip
+    ]
     loads: list[tuple[int, int]] = []
 
     async def load(first: int, last: int) -> list[dict[str, Any]]:
@@ -224,8 +232,19 @@ def test_histories_read_a_session_s_earlier_turns_from_the_plan_once_and_drop_ol
         logged = await histories.history(plan[6])  # a resumed session: turns 0-5 are read
         assert logged is not None
         assert [m["content"] for m in logged.history] == [
-            "u0", "a0", "u1", "a1", "u2", "a2", "u3", "a3", "u4", "a4", "u5", "a5"
-        ]  # fmt: skip
+            "u0",
+            "a0",
+            "u1",
+            "a1",
+            "u2",
+            "a2",
+            "u3",
+            "a3",
+            "u4",
+            "a4",
+            "u5",
+            "a5",
+        ]
         assert loads == [(0, 5)]
         later = await histories.history(plan[7])
         assert later is not None and len(later.history) == 14 and loads == [(0, 5)]
@@ -249,8 +268,7 @@ def test_a_cutter_kept_up_turn_by_turn_cuts_every_prefix_as_a_fresh_cut_does() -
         words = 3 + (t * 7) % 11
         topic = "by the way, " if t % 23 == 0 else ""
         history.append({"role": "user", "content": topic + " ".join(["ask"] * words), "at": ""})
-        history.append({"role": "assistant", "content": " ".join(["say"] * (t % 5 + 1)),
-                        "at": ""})  # fmt: skip
+        history.append({"role": "assistant", "content": " ".join(["say"] * (t % 5 + 1)), "at": ""})
     cutter = ShardCutter(60, tokens_of, later_budget=45)
     for turn in range(0, len(history), 2):
         cutter.extend(history, turn + 1)
@@ -282,8 +300,12 @@ def test_a_summary_prompt_that_does_not_render_fails_its_turns_as_no_summary_and
         )
         saved = Registry(store).save_version("recap", broken, author="t")
         Registry(store).set_label("recap", f"recap@{saved.version.semver}", "production", actor="t")
-        DatasetStore(store).import_file(write(tmp_path, sharded_log(sessions=1)), "chats",
-                                        author="t", conversation=DEFAULT_CONVERSATION)  # fmt: skip
+        DatasetStore(store).import_file(
+            write(tmp_path, sharded_log(sessions=1)),
+            "chats",
+            author="t",
+            conversation=DEFAULT_CONVERSATION,
+        )
         extra = {"shards": {"summary": "recap@production"}}
         provider.hold_requests()  # turns that fit are held in flight; the rest fail first
         with Engine(store, endpoints=WINDOWED, provider_factory=lambda _cfg: provider) as eng:
@@ -318,6 +340,7 @@ def failures(store: Store, run_id: str) -> dict[str, tuple[str, str, Any]]:
     with store.read() as cur:
         rows = cur.execute(
             "SELECT idempotency_key, error_kind, error_message, finished_at FROM results "
-            "WHERE run_id = ? AND status = 'failed'", [run_id],
-        ).fetchall()  # fmt: skip
+            "WHERE run_id = ? AND status = 'failed'",
+            [run_id],
+        ).fetchall()
     return {key: (kind, message, at) for key, kind, message, at in rows}

@@ -42,18 +42,27 @@ def long_log(sessions: int = 2, exchanges: int = 8) -> str:
     rows = "".join(
         f"s{s},{2 * t},user,{sentence('question', 18)}\n"
         f"s{s},{2 * t + 1},assistant,{sentence('answer', 18)}\n"
-        for s in range(sessions) for t in range(exchanges)
-    )  # fmt: skip
+        for s in range(sessions)
+        for t in range(exchanges)
+    )
     return "session_id,turn,role,content\n" + rows
 
 
 def spec(**extra: Any) -> dict[str, Any]:
     return {
-        "name": "sharded", "dataset": "chats", "history": "logged",
-        "variants": [{"name": "v", "model": "fake:m1", "params": {"max_tokens": MAX_TOKENS},
-                      "messages": [SYSTEM, {"role": "user", "content": "{{ content }}"}]}],
+        "name": "sharded",
+        "dataset": "chats",
+        "history": "logged",
+        "variants": [
+            {
+                "name": "v",
+                "model": "fake:m1",
+                "params": {"max_tokens": MAX_TOKENS},
+                "messages": [SYSTEM, {"role": "user", "content": "{{ content }}"}],
+            }
+        ],
         **extra,
-    }  # fmt: skip
+    }
 
 
 def run(
@@ -61,8 +70,9 @@ def run(
 ) -> tuple[str, Any]:
     with Store(db_path) as store:
         if not any(d.name == "chats" for d in DatasetStore(store).list()):
-            DatasetStore(store).import_file(write(tmp_path, log), "chats", author="t",
-                                            conversation=DEFAULT_CONVERSATION)  # fmt: skip
+            DatasetStore(store).import_file(
+                write(tmp_path, log), "chats", author="t", conversation=DEFAULT_CONVERSATION
+            )
         with Engine(store, endpoints=ENDPOINTS, provider_factory=lambda _cfg: provider) as eng:
             run_id = eng.submit(parse_spec(spec(**extra)))
             return run_id, eng.wait(run_id, timeout=60)
@@ -92,8 +102,9 @@ def test_a_long_session_is_sent_in_shards_that_fit_and_nothing_is_refused(
         with store.read() as cur:
             results = cur.execute(
                 "SELECT row_index, idempotency_key, shard_id FROM results WHERE run_id = ? "
-                "ORDER BY row_index", [run_id],
-            ).fetchall()  # fmt: skip
+                "ORDER BY row_index",
+                [run_id],
+            ).fetchall()
         shards = {s.shard_id: s for s in ShardStore(store).of_run(run_id, store.clock.now())}
     whole = [r for r in results if r[2] is None]
     cut = [r for r in results if r[2] is not None]
@@ -105,8 +116,9 @@ def test_a_long_session_is_sent_in_shards_that_fit_and_nothing_is_refused(
         assert len(sent[key]) == 1 + (2 * turn - shard.first_message) + 1
         assert shard.first_message <= 2 * turn <= shard.last_message
     for session in ("s0", "s1"):
-        mine = sorted((s for s in shards.values() if s.session_id == session),
-                      key=lambda s: s.seq_no)  # fmt: skip
+        mine = sorted(
+            (s for s in shards.values() if s.session_id == session), key=lambda s: s.seq_no
+        )
         assert [s.seq_no for s in mine] == list(range(len(mine))) and len(mine) > 1
         assert [s.is_final for s in mine] == [False] * (len(mine) - 1) + [True]
         assert mine[0].first_message == 0 and mine[-1].last_message == 14  # its last turn
@@ -143,8 +155,9 @@ def test_what_sharding_fits_is_not_refused_and_the_views_show_what_was_sent(
     shards = [t.shard for t in turns]
     assert shards[0] is None and shards[-1] is not None and shards[-1] > 0
     close_all()
-    at = AppTest.from_file(str(Path(__file__).parent.parent / "pages" / "runs.py"),
-                           default_timeout=30)  # fmt: skip
+    at = AppTest.from_file(
+        str(Path(__file__).parent.parent / "pages" / "runs.py"), default_timeout=30
+    )
     at.query_params["run"] = run_id
     at.query_params["item"] = rows[7]
     at.run()
@@ -171,12 +184,14 @@ def test_a_turn_too_large_for_any_shard_fails_naming_the_shard(
     assert progress.status == "completed" and (progress.succeeded, progress.failed) == (2, 1)
     with Store(db_path) as store, store.read() as cur:
         kind, message = cur.execute(
-            "SELECT error_kind, error_message FROM results WHERE run_id = ? AND status = "
-            "'failed'", [run_id],
-        ).fetchone()  # fmt: skip
+            "SELECT error_kind, error_message FROM results WHERE run_id = ? AND status = 'failed'",
+            [run_id],
+        ).fetchone()
     assert kind == "context_length"
-    assert message.startswith("fake context_length: session s0: shard 2 cannot hold message 3 "
-                              "of the session (the turn), ~")  # fmt: skip
+    assert message.startswith(
+        "fake context_length: session s0: shard 2 cannot hold message 3 "
+        "of the session (the turn), ~"
+    )
     assert message.endswith("-token window of fake:m1 (not sent)")
 
 
@@ -196,8 +211,9 @@ def test_a_summary_prompt_carries_the_shards_before_forward_once_per_shard(
     with Store(db_path) as store:
         version_id = summary_prompt(store)
     provider, sent = recorder()
-    run_id, progress = run(db_path, tmp_path, provider, long_log(),
-                           shards={"summary": "recap@production", "ttl": "2h"})  # fmt: skip
+    run_id, progress = run(
+        db_path, tmp_path, provider, long_log(), shards={"summary": "recap@production", "ttl": "2h"}
+    )
     assert progress.status == "completed" and progress.succeeded == 16
     summaries = {k: v for k, v in sent.items() if k.endswith("-summary")}
     assert summaries and all(n == 1 for k, n in provider.calls.items() if k in summaries)
@@ -208,8 +224,9 @@ def test_a_summary_prompt_carries_the_shards_before_forward_once_per_shard(
             stored = cur.execute("SELECT spec FROM runs WHERE run_id = ?", [run_id]).fetchone()
             results = cur.execute(
                 "SELECT idempotency_key, shard_id FROM results WHERE run_id = ? AND "
-                "shard_id IS NOT NULL", [run_id],
-            ).fetchall()  # fmt: skip
+                "shard_id IS NOT NULL",
+                [run_id],
+            ).fetchall()
     assert f'"summary": "recap@{version_id}"' in stored[0]  # pinned to the version
     carried = {s.shard_id: s for s in shards if s.seq_no > 0}
     assert len(summaries) == len(carried)  # one call per shard that carries one
@@ -223,8 +240,7 @@ def test_a_summary_prompt_carries_the_shards_before_forward_once_per_shard(
     assert sent[key][1]["content"].startswith(intro + str(carried[shard_id].summary))
     # The summary of shard 3 carries shard 2's: it was asked with it.
     third = next(s for s in carried.values() if s.seq_no == 2)
-    second = next(s for s in carried.values()
-                  if s.seq_no == 1 and s.session_id == third.session_id)  # fmt: skip
+    second = next(s for s in carried.values() if s.seq_no == 1 and s.session_id == third.session_id)
     asked = sent[f"{third.shard_id}-summary"][0]["content"]
     assert second.summary is not None and second.summary in asked
     with Workbench.open() as wb:
@@ -248,14 +264,16 @@ def test_a_summary_that_cannot_be_made_fails_its_turns_only(tmp_path: Path, db_p
         return None
 
     provider = ScriptedProvider(fault=fault)
-    run_id, progress = run(db_path, tmp_path, provider, long_log(sessions=1),
-                           shards={"summary": "recap@production"})  # fmt: skip
+    run_id, progress = run(
+        db_path, tmp_path, provider, long_log(sessions=1), shards={"summary": "recap@production"}
+    )
     assert progress.status == "completed" and progress.succeeded and progress.failed
     with Store(db_path) as store, store.read() as cur:
         failed = cur.execute(
             "SELECT DISTINCT error_kind, error_message FROM results WHERE run_id = ? AND "
-            "status = 'failed'", [run_id],
-        ).fetchall()  # fmt: skip
+            "status = 'failed'",
+            [run_id],
+        ).fetchall()
     assert [kind for kind, _ in failed] == ["no_summary"]
     assert "could not be made" in failed[0][1] and "no summaries today" in failed[0][1]
 
@@ -295,8 +313,12 @@ def test_a_resumed_replay_reads_its_summaries_back(tmp_path: Path, db_path: Path
     provider.answer = hold_after_a_summary
     with Store(db_path) as store:
         summary_prompt(store)
-        DatasetStore(store).import_file(write(tmp_path, long_log(sessions=1)), "chats",
-                                        author="t", conversation=DEFAULT_CONVERSATION)  # fmt: skip
+        DatasetStore(store).import_file(
+            write(tmp_path, long_log(sessions=1)),
+            "chats",
+            author="t",
+            conversation=DEFAULT_CONVERSATION,
+        )
         extra = {"history": "generated", "shards": {"summary": "recap@production"}}
         with Engine(store, endpoints=ENDPOINTS, provider_factory=lambda _cfg: provider) as eng:
             run_id = eng.submit(parse_spec(spec(**extra)))
@@ -314,9 +336,11 @@ def test_a_resumed_replay_reads_its_summaries_back(tmp_path: Path, db_path: Path
             eng.resume(run_id)
             assert eng.wait(run_id, timeout=60).status == "completed"
         with store.read() as cur:
-            shard_of = dict(cur.execute(
-                "SELECT idempotency_key, shard_id FROM results WHERE run_id = ?", [run_id]
-            ).fetchall())  # fmt: skip
+            shard_of = dict(
+                cur.execute(
+                    "SELECT idempotency_key, shard_id FROM results WHERE run_id = ?", [run_id]
+                ).fetchall()
+            )
     (summary,) = made
     resumed_in_it = [k for k in sent if shard_of.get(k) == summary.removesuffix("-summary")]
     assert resumed_in_it  # turns sent after the resume carried the summary made before
@@ -341,13 +365,22 @@ def test_a_summary_call_that_raises_ends_its_turn_and_the_run_ends(
         return answer(request)
 
     provider.answer = broken_summaries
-    run_id, progress = run(db_path, tmp_path, provider, long_log(sessions=1),
-                           history="generated", shards={"summary": "recap@production"})  # fmt: skip
+    run_id, progress = run(
+        db_path,
+        tmp_path,
+        provider,
+        long_log(sessions=1),
+        history="generated",
+        shards={"summary": "recap@production"},
+    )
     assert progress.status == "completed"
     with Store(db_path) as store, store.read() as cur:
-        kinds = [r[0] for r in cur.execute(
-            "SELECT error_kind FROM results WHERE run_id = ? ORDER BY row_index", [run_id]
-        ).fetchall()]  # fmt: skip
+        kinds = [
+            r[0]
+            for r in cur.execute(
+                "SELECT error_kind FROM results WHERE run_id = ? ORDER BY row_index", [run_id]
+            ).fetchall()
+        ]
     first = kinds.index("internal")
     assert kinds[:first] == [None] * first and kinds[first + 1 :] == ["no_history"] * (
         len(kinds) - first - 1
@@ -370,8 +403,7 @@ def test_summary_calls_are_throttled_at_the_gate_and_a_quota_stops_the_run(
         if not key.endswith("-summary"):
             return None
         if calls == 1:
-            return ProviderError(ErrorKind.RATE_LIMIT, "slow down", status=429,
-                                 retry_after_s=0.01)  # fmt: skip
+            return ProviderError(ErrorKind.RATE_LIMIT, "slow down", status=429, retry_after_s=0.01)
         if len(refusals) < 1 and calls == 2 and "-summary" in key:
             refusals.append(key)
             return ProviderError(ErrorKind.QUOTA, "quota exhausted", status=429)
@@ -379,8 +411,9 @@ def test_summary_calls_are_throttled_at_the_gate_and_a_quota_stops_the_run(
 
     provider, _sent = recorder()
     provider.fault = fault
-    run_id, progress = run(db_path, tmp_path, provider, long_log(sessions=1),
-                           shards={"summary": "recap@production"})  # fmt: skip
+    run_id, progress = run(
+        db_path, tmp_path, provider, long_log(sessions=1), shards={"summary": "recap@production"}
+    )
     assert progress.status == "failed" and "quota exhausted" in str(progress.reason)
     assert progress.failed == 0  # no turn failed for it: a resume sends them all
     with (
@@ -416,8 +449,9 @@ def test_a_replay_s_shards_are_listed_by_the_cli_the_facade_and_the_runs_page(
     assert printed[1].startswith("  s1  v#0  shard 1  messages 1-")
     assert printed[-1].split("  ")[3].endswith(" final")
     close_all()
-    at = AppTest.from_file(str(Path(__file__).parent.parent / "pages" / "runs.py"),
-                           default_timeout=30)  # fmt: skip
+    at = AppTest.from_file(
+        str(Path(__file__).parent.parent / "pages" / "runs.py"), default_timeout=30
+    )
     at.query_params["run"] = run_id
     at.run()
     assert not at.exception

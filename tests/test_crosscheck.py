@@ -135,12 +135,18 @@ def test_a_bad_crosscheck_is_refused_naming_the_field(crosscheck: Any, message: 
 
 
 def test_a_crosscheck_sends_its_one_variant_to_each_model() -> None:
-    spec = parse_spec({"dataset": "rows.csv", "variants": [{"prompt": "p"}],
-                       "crosscheck": {"models": MODELS}})  # fmt: skip
+    spec = parse_spec(
+        {"dataset": "rows.csv", "variants": [{"prompt": "p"}], "crosscheck": {"models": MODELS}}
+    )
     assert [(v.name, v.model) for v in spec.variants] == [(m, m) for m in MODELS]
     with pytest.raises(SpecError, match="give one variant"):
-        parse_spec({"dataset": "rows.csv", "variants": [{"prompt": "p"}, {"prompt": "q"}],
-                    "crosscheck": {"models": MODELS}})  # fmt: skip
+        parse_spec(
+            {
+                "dataset": "rows.csv",
+                "variants": [{"prompt": "p"}, {"prompt": "q"}],
+                "crosscheck": {"models": MODELS},
+            }
+        )
 
 
 # ---- end to end on three scripted models ------------------------------------------------
@@ -173,12 +179,20 @@ def _dataset(path: Path, rows: range, expected: bool = False) -> Path:
 
 def _spec(dataset: Path, **crosscheck: Any) -> Any:
     messages = [{"role": "user", "content": "Classify {{ text }}"}]
-    return parse_spec({
-        "name": "triage cross-check", "dataset": str(dataset), "expected": "label",
-        "variants": [{"messages": messages, "params": {"max_tokens": 20}}],
-        "crosscheck": {"models": MODELS, "field": "label", "confidence": "confidence",
-                       **crosscheck},
-    })  # fmt: skip
+    return parse_spec(
+        {
+            "name": "triage cross-check",
+            "dataset": str(dataset),
+            "expected": "label",
+            "variants": [{"messages": messages, "params": {"max_tokens": 20}}],
+            "crosscheck": {
+                "models": MODELS,
+                "field": "label",
+                "confidence": "confidence",
+                **crosscheck,
+            },
+        }
+    )
 
 
 @pytest.fixture
@@ -217,8 +231,10 @@ def test_exactly_the_rows_the_models_disagree_on_go_to_review(
     assert {d for r, d in decisions.items() if r not in (4, 7, 9)} == {"adopt"}
     queued = ReviewStore(store).items("open", run_id)
     assert [(i.row_index, i.source, i.proposed) for i in queued] == [
-        (4, "crosscheck", truth(4)), (7, "crosscheck", truth(7)), (9, "crosscheck", "c9")
-    ]  # fmt: skip
+        (4, "crosscheck", truth(4)),
+        (7, "crosscheck", truth(7)),
+        (9, "crosscheck", "c9"),
+    ]
     # Two of three (weights moved by the ±5% rule: a agreed most) and three ways apart.
     assert "models disagree: agreement 68%" in queued[0].reason
     assert "agreement 35%" in queued[2].reason
@@ -288,19 +304,30 @@ def test_a_crosscheck_with_an_entropy_gap_asks_for_log_probabilities_and_stores_
     dataset = tmp_path / "rows.csv"
     dataset.write_text("text\n" + "".join(f"row {i}\n" for i in range(8)), encoding="utf-8")
     with Workbench.open() as wb:
-        spec = wb.runs.spec_from_data({
-            "name": "entropy", "dataset": str(dataset),
-            "variants": [{"messages": [{"role": "user", "content": "Say {{ text }}"}],
-                          "params": {"max_tokens": 30}}],
-            "crosscheck": {"models": ["sim:careful", "sim:sloppy"], "entropy_gap": 0.4},
-        })  # fmt: skip
+        spec = wb.runs.spec_from_data(
+            {
+                "name": "entropy",
+                "dataset": str(dataset),
+                "variants": [
+                    {
+                        "messages": [{"role": "user", "content": "Say {{ text }}"}],
+                        "params": {"max_tokens": 30},
+                    }
+                ],
+                "crosscheck": {"models": ["sim:careful", "sim:sloppy"], "entropy_gap": 0.4},
+            }
+        )
         assert spec.top_logprobs == 5
         run_id = wb.runs.start(spec)
         assert wb.runs.wait(run_id, timeout=60).status == "completed"
         with wb.store.read() as cur:
-            stored = dict(cur.execute(
-                "SELECT variant || ':' || row_index, token_entropy FROM results "
-                "WHERE run_id = ?", [run_id]).fetchall())  # fmt: skip
+            stored = dict(
+                cur.execute(
+                    "SELECT variant || ':' || row_index, token_entropy FROM results "
+                    "WHERE run_id = ?",
+                    [run_id],
+                ).fetchall()
+            )
         store = wb.store
         flagged = []
         for row in range(8):

@@ -123,8 +123,19 @@ def test_the_cli_export_quotes_every_formula_cell(
 ) -> None:
     db, run_id, planted = hostile
     out = tmp_path / f"{table}.csv"
-    cli("--db", str(db), "export", "--table", table, "--format", "csv", "--run", run_id,
-        "-o", str(out))  # fmt: skip
+    cli(
+        "--db",
+        str(db),
+        "export",
+        "--table",
+        table,
+        "--format",
+        "csv",
+        "--run",
+        run_id,
+        "-o",
+        str(out),
+    )
     assert_neutralised(csv_rows(out.read_bytes()), planted)
 
 
@@ -188,9 +199,12 @@ def test_a_downloaded_comparison_quotes_formulas_and_keeps_negative_numbers(
     monkeypatch.setenv("PROMPTLAB_DB", str(db))
     with Workbench.open() as wb:
         shown = wb.analysis.compare(run_id)
-        rows = [dataclasses.replace(r, reason=HOSTILE[i % len(HOSTILE)], effect=-0.25,
-                                    control="@SUM(A1)")
-                for i, r in enumerate(shown.rows)]  # fmt: skip
+        rows = [
+            dataclasses.replace(
+                r, reason=HOSTILE[i % len(HOSTILE)], effect=-0.25, control="@SUM(A1)"
+            )
+            for i, r in enumerate(shown.rows)
+        ]
         comparison = dataclasses.replace(shown, rows=rows)
         written = csv_rows(wb.exports.comparison_bytes(comparison, "csv"))
         jsonl = wb.exports.comparison_bytes(comparison, "jsonl")
@@ -213,15 +227,28 @@ def test_the_metrics_export_quotes_a_formula_variant_name(
             "SELECT name FROM run_variants WHERE run_id = ? ORDER BY variant_index LIMIT 1",
             [run_id],
         ).fetchone() or ("",)
-        con.execute("UPDATE run_variants SET name = '=1+1' WHERE run_id = ? AND name = ?",
-                    [run_id, name])  # fmt: skip
-        con.execute("UPDATE results SET variant = '=1+1' WHERE run_id = ? AND variant = ?",
-                    [run_id, name])  # fmt: skip
+        con.execute(
+            "UPDATE run_variants SET name = '=1+1' WHERE run_id = ? AND name = ?", [run_id, name]
+        )
+        con.execute(
+            "UPDATE results SET variant = '=1+1' WHERE run_id = ? AND variant = ?", [run_id, name]
+        )
     finally:
         con.close()
     out = tmp_path / "metrics.csv"
-    cli("--db", str(db), "export", "--table", "metrics", "--format", "csv", "--run", run_id,
-        "-o", str(out))  # fmt: skip
+    cli(
+        "--db",
+        str(db),
+        "export",
+        "--table",
+        "metrics",
+        "--format",
+        "csv",
+        "--run",
+        run_id,
+        "-o",
+        str(out),
+    )
     rows = csv_rows(out.read_bytes())
     assert "'=1+1" in {r["variant"] for r in rows} and formula_cells(rows) == []
 
@@ -237,8 +264,10 @@ def settled_hostile_answers(db: Path, run_id: str) -> None:
     try:
         for row in range(len(HOSTILE)):
             values = {"=cmd|' /C calc'!A0": HOSTILE[row], "delta": -3}
-            con.execute("UPDATE run_rows SET row_values = ? WHERE run_id = ? AND row_index = ?",
-                        [json.dumps(values), run_id, row])  # fmt: skip
+            con.execute(
+                "UPDATE run_rows SET row_values = ? WHERE run_id = ? AND row_index = ?",
+                [json.dumps(values), run_id, row],
+            )
     finally:
         con.close()
     with Workbench.open() as wb:
@@ -310,5 +339,10 @@ def test_the_rule_is_the_same_in_python_and_in_duckdb() -> None:
     finally:
         con.close()
     assert [csv_cell(v) for v in (-3, -0.5, True, None, "-3", ["=x"])] == [
-        -3, -0.5, True, None, "'-3", "['=x']"
-    ]  # fmt: skip
+        -3,
+        -0.5,
+        True,
+        None,
+        "'-3",
+        "['=x']",
+    ]

@@ -47,12 +47,22 @@ def spec_data(
         "dataset": str(dataset),
         "executor": "celery",
         "variants": [
-            {"name": "v", "messages": [{"role": "user", "content": "Say {{ text }}"}],
-             "model": "fake:gpt-4o-mini", "params": {"max_tokens": 16}}
+            {
+                "name": "v",
+                "messages": [{"role": "user", "content": "Say {{ text }}"}],
+                "model": "fake:gpt-4o-mini",
+                "params": {"max_tokens": 16},
+            }
         ],
-        "endpoints": {"fake": {"kind": "openai", "base_url": server.openai_base_url,
-                               "concurrency": 16, **endpoint}},
-    }  # fmt: skip
+        "endpoints": {
+            "fake": {
+                "kind": "openai",
+                "base_url": server.openai_base_url,
+                "concurrency": 16,
+                **endpoint,
+            }
+        },
+    }
 
 
 def counts(db: Path, run_id: str) -> dict[str, int]:
@@ -83,8 +93,10 @@ def test_the_cli_runs_distributed_and_a_killed_owner_resumes_without_resending(
     env = {**os.environ, "PROMPTLAB_BROKER_URL": workers.url, "PROMPTLAB_DB": str(db_path)}
     owner = subprocess.Popen(
         [sys.executable, "-m", "promptlab", "run", str(spec), "--distributed", "--quiet"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
     deadline = time.monotonic() + 120
     while server.stats()["successes"] < 144:  # 60%
         assert time.monotonic() < deadline and owner.poll() is None, owner.communicate()
@@ -104,9 +116,12 @@ def test_the_cli_runs_distributed_and_a_killed_owner_resumes_without_resending(
 
 
 def test_a_run_on_workers_pauses_across_them_resumes_and_the_owner_records_it_once(
-    workers: Workers, fakellm_factory: ServerFactory, tmp_path: Path, db_path: Path,
+    workers: Workers,
+    fakellm_factory: ServerFactory,
+    tmp_path: Path,
+    db_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+) -> None:
     """The owner is the run's only dispatcher: paused, it gives no worker another chunk,
     what the workers hold is answered and recorded, and nothing is sent until resume."""
     workers.start(2)
@@ -134,9 +149,12 @@ def test_a_run_on_workers_pauses_across_them_resumes_and_the_owner_records_it_on
 
 
 def test_a_killed_worker_s_chunks_are_delivered_again_and_nothing_is_lost(
-    workers: Workers, fakellm_factory: ServerFactory, tmp_path: Path, db_path: Path,
+    workers: Workers,
+    fakellm_factory: ServerFactory,
+    tmp_path: Path,
+    db_path: Path,
     monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+) -> None:
     workers.start(2)
     server = fakellm_factory(latency_ms=200)
     monkeypatch.setenv("PROMPTLAB_BROKER_URL", workers.url)
@@ -194,7 +212,7 @@ def test_one_budget_holds_for_two_owners_on_several_workers(
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 env=env,
-            )  # fmt: skip
+            )
         )
     for owner in owners:
         out, err = owner.communicate(timeout=120)
@@ -251,9 +269,12 @@ def test_a_ticket_is_sent_once_unless_its_sender_died(
         return signed_task(secret, "owner", endpoint, [line])
 
     request = CompletionRequest(
-        model="gpt-4o-mini", messages=({"role": "user", "content": "hi"},),
-        max_tokens=8, request_id="item-1", attempt=1,
-    )  # fmt: skip
+        model="gpt-4o-mini",
+        messages=({"role": "user", "content": "hi"},),
+        max_tokens=8,
+        request_id="item-1",
+        attempt=1,
+    )
     first, second = Sender(redis_server.url), Sender(redis_server.url)
     sync = redis.Redis.from_url(redis_server.url, decode_responses=True)
     try:
@@ -285,13 +306,18 @@ def test_a_worker_sends_nothing_late_and_says_when_it_has_no_key(
     fakellm.reset()
     local = EndpointConfig("fake", "openai", base_url=fakellm.openai_base_url)
     keyed_cfg = EndpointConfig(
-        "keyed", "openai", base_url=fakellm.openai_base_url,
+        "keyed",
+        "openai",
+        base_url=fakellm.openai_base_url,
         api_key_env="PROMPTLAB_TEST_NO_SUCH_KEY",
-    )  # fmt: skip
+    )
     late = CompletionRequest(
-        model="gpt-4o-mini", messages=({"role": "user", "content": "hi"},), max_tokens=8,
-        request_id="late", item_key="late",
-    )  # fmt: skip
+        model="gpt-4o-mini",
+        messages=({"role": "user", "content": "hi"},),
+        max_tokens=8,
+        request_id="late",
+        item_key="late",
+    )
     secret = worker_secret(redis_server.url)
     # No key in its environment; only where its secret file is.
     environ = {"PROMPTLAB_WORKER_SECRET_FILE": os.environ["PROMPTLAB_WORKER_SECRET_FILE"]}
@@ -308,8 +334,9 @@ def test_a_worker_sends_nothing_late_and_says_when_it_has_no_key(
         sync.close()
     assert fakellm.stats()["attempts"] == 0
     assert [(r["ticket"], r["answer"]["error"]["kind"]) for r in replies] == [
-        ("late:1", "timeout"), ("k:1", "auth"),
-    ]  # fmt: skip
+        ("late:1", "timeout"),
+        ("k:1", "auth"),
+    ]
     assert "PROMPTLAB_TEST_NO_SUCH_KEY" in replies[1]["answer"]["error"]["message"]
 
 
@@ -323,20 +350,35 @@ def test_a_request_file_runs_on_workers_as_written(
     workers.start(1)
     server = fakellm_factory()
     lines = [
-        {"custom_id": f"line-{i}", "method": "POST", "url": "/v1/chat/completions",
-         "body": {"model": "m", "messages": [{"role": "user", "content": f"hi {i}"}],
-                  "max_tokens": 8}}
+        {
+            "custom_id": f"line-{i}",
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": {
+                "model": "m",
+                "messages": [{"role": "user", "content": f"hi {i}"}],
+                "max_tokens": 8,
+            },
+        }
         for i in range(30)
-    ]  # fmt: skip
+    ]
     requests = tmp_path / "requests.jsonl"
     requests.write_text("".join(json.dumps(line) + "\n" for line in lines))
     out = tmp_path / "out.jsonl"
     result = CliRunner().invoke(
         main,
-        ["batch", str(requests), "--base-url", server.openai_base_url, "--distributed",
-         "-o", str(out), "--quiet"],
+        [
+            "batch",
+            str(requests),
+            "--base-url",
+            server.openai_base_url,
+            "--distributed",
+            "-o",
+            str(out),
+            "--quiet",
+        ],
         env={"PROMPTLAB_BROKER_URL": workers.url},
-    )  # fmt: skip
+    )
     assert result.exit_code == 0, result.output + result.stderr
     answered = [json.loads(line) for line in out.read_text().splitlines()]
     assert [a["custom_id"] for a in answered] == [f"line-{i}" for i in range(30)]

@@ -85,9 +85,12 @@ def test_the_docs_site_builds_strictly(tmp_path: Path) -> None:
     """A broken link or anchor, or a page left out of the nav, fails the build."""
     done = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "-d", str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
         env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
-    )  # fmt: skip
+    )
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "index.html").is_file()
     # Nothing is asked of another host when a page opens (an offline machine's browser
@@ -255,8 +258,12 @@ def test_every_promptlab_variable_the_code_reads_is_in_the_configuration_page() 
     """Each `PROMPTLAB_*` name in the library, the app or the Makefile has its row in
     docs/reference/configuration.md (nine were missing, the broker and server ones)."""
     root = Path(__file__).resolve().parent.parent
-    sources = [*root.glob("promptlab/**/*.py"), *root.glob("pages/*.py"), root / "app.py",
-               root / "Makefile"]  # fmt: skip
+    sources = [
+        *root.glob("promptlab/**/*.py"),
+        *root.glob("pages/*.py"),
+        root / "app.py",
+        root / "Makefile",
+    ]
     named = set()
     for source in sources:
         named |= set(re.findall(r"PROMPTLAB_[A-Z0-9_]+", source.read_text(errors="replace")))

@@ -140,11 +140,16 @@ def test_a_null_usage_fails_each_item_once_and_leaks_no_permit(
     spec = parse_spec(
         {
             "dataset": str(dataset),
-            "variants": [{"messages": [{"role": "user", "content": "{{ text }}"}],
-                          "model": "loop:m1", "params": {"max_tokens": 16}}],
+            "variants": [
+                {
+                    "messages": [{"role": "user", "content": "{{ text }}"}],
+                    "model": "loop:m1",
+                    "params": {"max_tokens": 16},
+                }
+            ],
             "retry": {"backoff_base_s": 0.01, "backoff_cap_s": 0.02, "timeout_s": 5},
         }
-    )  # fmt: skip
+    )
     with Engine(store, endpoints={"loop": endpoint}) as engine:
         first = engine.submit(spec)
         ended = engine.wait(first, timeout=30)

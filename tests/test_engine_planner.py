@@ -13,8 +13,10 @@ ROWS = [{"text": f"row {i}"} for i in range(5)]
 def test_all_variants_sends_every_row_through_every_variant_repeats_times() -> None:
     chunks = list(plan_items("run_x", ROWS, ["a", "b"], AllVariants(2), repeats=3, chunk_rows=2))
     assert [(c.first_row, len(c.rows), len(c.items)) for c in chunks] == [
-        (0, 2, 12), (2, 2, 12), (4, 1, 6),
-    ]  # fmt: skip
+        (0, 2, 12),
+        (2, 2, 12),
+        (4, 1, 6),
+    ]
     items = [i for c in chunks for i in c.items]
     assert [i.seq for i in items] == list(range(30))
     assert {(i.row_index, i.variant_index, i.repeat) for i in items} == {

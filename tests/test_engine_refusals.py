@@ -22,11 +22,16 @@ def run_with(store: Store, tmp_path: Path, provider: ScriptedProvider) -> tuple[
     spec = parse_spec(
         {
             "dataset": str(dataset),
-            "variants": [{"messages": [{"role": "user", "content": "{{ text }}"}],
-                          "model": "strict:m", "params": {"temperature": 0.2, "top_p": 0.9}}],
+            "variants": [
+                {
+                    "messages": [{"role": "user", "content": "{{ text }}"}],
+                    "model": "strict:m",
+                    "params": {"temperature": 0.2, "top_p": 0.9},
+                }
+            ],
             "limits": {"strict": {"concurrency": 4}},
         }
-    )  # fmt: skip
+    )
     endpoint = EndpointConfig(name="strict", kind="fake")
     with Engine(store, endpoints={"strict": endpoint}, provider_factory=lambda _c: provider) as e:
         run_id = e.submit(spec)

@@ -104,10 +104,13 @@ def test_each_item_is_sent_and_stored_with_its_scheduled_value(
     )
     endpoints = {
         "fake": EndpointConfig(
-            "fake", "openai", base_url=server.openai_base_url, concurrency=1,
+            "fake",
+            "openai",
+            base_url=server.openai_base_url,
+            concurrency=1,
             context_windows={"*": 8192},
         )
-    }  # fmt: skip
+    }
     with Engine(store, endpoints=endpoints) as engine:
         run_id = engine.submit(spec)
         assert engine.wait(run_id, 60).status == RunStatus.COMPLETED

@@ -54,11 +54,12 @@ def test_an_echoed_key_reaches_no_table_and_no_cli_output(
     spec = parse_spec(
         {
             "dataset": str(dataset),
-            "variants": [{"messages": [{"role": "user", "content": "{{ text }}"}],
-                          "model": "echo:m"}],
+            "variants": [
+                {"messages": [{"role": "user", "content": "{{ text }}"}], "model": "echo:m"}
+            ],
             "retry": {"backoff_base_s": 0.01, "backoff_cap_s": 0.02},
         }
-    )  # fmt: skip
+    )
     with Engine(store, endpoints={"echo": endpoint}, provider_factory=lambda _c: provider) as eng:
         first = eng.submit(spec)
         assert eng.wait(first, timeout=30).status == "completed"
@@ -156,9 +157,13 @@ def test_an_anthropic_run_sends_temperature_and_top_p(
 @pytest.mark.parametrize("kind", ["openai", "anthropic"])
 @pytest.mark.parametrize("path", ["live", "batch"])
 def test_each_provider_error_path_leaves_the_key_nowhere(
-    kind: str, path: str, tmp_path: Path, db_path: Path, monkeypatch: pytest.MonkeyPatch,
+    kind: str,
+    path: str,
+    tmp_path: Path,
+    db_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
-) -> None:  # fmt: skip
+) -> None:
     """A server that echoes the caller's key in every error it can (a live call's error
     body; a batch refused with the key in `errors.data[].message` for OpenAI, a 400 at
     create for Anthropic): no table, log line, `status` output or run view holds it."""

@@ -17,10 +17,21 @@ KEY = "sk-spill-0123456789abcdef"
 
 def final(text: str) -> FinalRow:
     return FinalRow(
-        key="k" * 32, run_id="run_x", seq=0, row_index=0, variant="v", repeat=0,
-        status="succeeded", prompt_version_id="pv", endpoint="e", model="m", params={},
-        attempts=1, finished_at=datetime(2030, 1, 1, tzinfo=UTC), output_text=text,
-    )  # fmt: skip
+        key="k" * 32,
+        run_id="run_x",
+        seq=0,
+        row_index=0,
+        variant="v",
+        repeat=0,
+        status="succeeded",
+        prompt_version_id="pv",
+        endpoint="e",
+        model="m",
+        params={},
+        attempts=1,
+        finished_at=datetime(2030, 1, 1, tzinfo=UTC),
+        output_text=text,
+    )
 
 
 def test_a_spill_is_redacted_private_and_reads_back(

@@ -96,10 +96,16 @@ def make_spec(dataset: Path) -> object:
         {
             "name": "disk",
             "dataset": str(dataset),
-            "variants": [{"name": "v", "messages": [{"role": "user", "content": "{{ text }}"}],
-                          "model": "fake:m", "params": {"max_tokens": 400}}],
+            "variants": [
+                {
+                    "name": "v",
+                    "messages": [{"role": "user", "content": "{{ text }}"}],
+                    "model": "fake:m",
+                    "params": {"max_tokens": 400},
+                }
+            ],
         }
-    )  # fmt: skip
+    )
 
 
 @pytest.fixture

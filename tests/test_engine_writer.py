@@ -44,10 +44,15 @@ def test_a_row_the_store_always_refuses_does_not_stall_the_run(
             {
                 "name": "poison",
                 "dataset": str(dataset),
-                "variants": [{"name": "v", "messages": [{"role": "user", "content": "{{ text }}"}],
-                              "model": "fake:m"}],
+                "variants": [
+                    {
+                        "name": "v",
+                        "messages": [{"role": "user", "content": "{{ text }}"}],
+                        "model": "fake:m",
+                    }
+                ],
             }
-        )  # fmt: skip
+        )
         run_id = engine.submit(spec)
         progress = engine.wait(run_id, timeout=60)
     finally:

@@ -73,13 +73,18 @@ def test_openai_status_errors(cls: Any, status: int, body: dict[str, Any], kind:
 ANTHROPIC_CASES = [
     (anthropic.RateLimitError, 429, "rate_limit_error", "slow down", ErrorKind.RATE_LIMIT),
     (anthropic.OverloadedError, 529, "overloaded_error", "Overloaded", ErrorKind.OVERLOADED),
-    (anthropic.BadRequestError, 400, "invalid_request_error", "prompt is too long: 9 > 8",
-     ErrorKind.CONTEXT_LENGTH),
+    (
+        anthropic.BadRequestError,
+        400,
+        "invalid_request_error",
+        "prompt is too long: 9 > 8",
+        ErrorKind.CONTEXT_LENGTH,
+    ),
     (anthropic.BadRequestError, 400, "invalid_request_error", "bad", ErrorKind.BAD_REQUEST),
     (anthropic.PaymentRequiredError, 402, "billing_error", "no credit", ErrorKind.QUOTA),
     (anthropic.GatewayTimeoutError, 504, "api_error", "slow", ErrorKind.TIMEOUT),
     (anthropic.APIStatusError, 418, "api_error", "teapot", ErrorKind.BAD_REQUEST),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("cls", "status", "err_type", "message", "kind"), ANTHROPIC_CASES)
@@ -98,12 +103,14 @@ def test_anthropic_status_errors(
     ("exc", "kind"),
     [
         (openai.APITimeoutError(httpx2.Request("POST", "http://x")), ErrorKind.TIMEOUT),
-        (openai.APIConnectionError(request=httpx2.Request("POST", "http://x")),
-         ErrorKind.CONNECTION),
+        (
+            openai.APIConnectionError(request=httpx2.Request("POST", "http://x")),
+            ErrorKind.CONNECTION,
+        ),
         (anthropic.APITimeoutError(httpx2.Request("POST", "http://x")), ErrorKind.TIMEOUT),
         (anthropic.CredentialsError("no creds"), ErrorKind.AUTH),
     ],
-)  # fmt: skip
+)
 def test_transport_and_client_errors(exc: Exception, kind: ErrorKind) -> None:
     mapper = map_openai_error if isinstance(exc, openai.OpenAIError) else map_anthropic_error
     error = mapper(exc, "p")
@@ -135,9 +142,14 @@ def test_retry_after(headers: dict[str, str], seconds: float | None) -> None:
 
 def test_kept_headers_are_rate_limit_and_retry_only() -> None:
     kept = kept_headers(
-        {"X-RateLimit-Remaining-Requests": "5", "anthropic-ratelimit-tokens-limit": "9",
-         "Retry-After": "1", "content-type": "application/json", "x-should-retry": "true"}
-    )  # fmt: skip
+        {
+            "X-RateLimit-Remaining-Requests": "5",
+            "anthropic-ratelimit-tokens-limit": "9",
+            "Retry-After": "1",
+            "content-type": "application/json",
+            "x-should-retry": "true",
+        }
+    )
     assert kept == {
         "x-ratelimit-remaining-requests": "5",
         "anthropic-ratelimit-tokens-limit": "9",
@@ -157,17 +169,30 @@ def _raised_from(exc: BaseException, cause: BaseException) -> BaseException:
 
 CONNECTION_CASES = [
     # (aiohttp root cause, kind, message)
-    (aiohttp.ServerDisconnectedError(), ErrorKind.CONNECTION,
-     "connection reset by server: Server disconnected"),
-    (aiohttp.ClientOSError(errno.ECONNRESET, "Connection reset by peer"), ErrorKind.CONNECTION,
-     "connection reset by server: [Errno 104] Connection reset by peer"),
-    (aiohttp.ClientConnectorError(
-        aiohttp.client_reqrep.ConnectionKey("h", 1, False, True, None, None, None),
-        ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused")),
-     ErrorKind.CONNECTION, "could not connect: Cannot connect to host h:1"),
-    (aiohttp.ServerTimeoutError("Timeout on reading data from socket"), ErrorKind.TIMEOUT,
-     "Request timed out"),
-]  # fmt: skip
+    (
+        aiohttp.ServerDisconnectedError(),
+        ErrorKind.CONNECTION,
+        "connection reset by server: Server disconnected",
+    ),
+    (
+        aiohttp.ClientOSError(errno.ECONNRESET, "Connection reset by peer"),
+        ErrorKind.CONNECTION,
+        "connection reset by server: [Errno 104] Connection reset by peer",
+    ),
+    (
+        aiohttp.ClientConnectorError(
+            aiohttp.client_reqrep.ConnectionKey("h", 1, False, True, None, None, None),
+            ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused"),
+        ),
+        ErrorKind.CONNECTION,
+        "could not connect: Cannot connect to host h:1",
+    ),
+    (
+        aiohttp.ServerTimeoutError("Timeout on reading data from socket"),
+        ErrorKind.TIMEOUT,
+        "Request timed out",
+    ),
+]
 
 
 @pytest.mark.parametrize(("cause", "kind", "message"), CONNECTION_CASES)
@@ -192,8 +217,12 @@ def test_connection_errors_say_what_happened(
 
 def _same(a: Any, b: Any) -> tuple[Any, ...]:
     return (a.kind, a.status, a.retry_after_s, a.should_retry, a.headers) == (
-        b.kind, b.status, b.retry_after_s, b.should_retry, b.headers
-    ), (a.kind, b.kind)  # fmt: skip
+        b.kind,
+        b.status,
+        b.retry_after_s,
+        b.should_retry,
+        b.headers,
+    ), (a.kind, b.kind)
 
 
 # Every (status, error code) the anthropic SDK picks an exception class for.
@@ -215,8 +244,13 @@ def test_the_lean_path_maps_every_anthropic_answer_as_the_sdk_does(
     assert same, kinds
 
 
-OPENAI_BODIES = [{}, {"code": "insufficient_quota"}, {"code": "context_length_exceeded"},
-                 {"code": "content_policy_violation"}, {"type": "server_error"}]  # fmt: skip
+OPENAI_BODIES = [
+    {},
+    {"code": "insufficient_quota"},
+    {"code": "context_length_exceeded"},
+    {"code": "content_policy_violation"},
+    {"type": "server_error"},
+]
 
 
 @pytest.mark.parametrize("body", OPENAI_BODIES)

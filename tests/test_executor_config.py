@@ -54,18 +54,29 @@ def test_what_crosses_redis_comes_back_the_same() -> None:
     assert endpoint_from_dict(endpoint_to_dict(cfg)) == cfg
     assert "api_key" not in endpoint_to_dict(cfg)  # the variable's name only
     request = CompletionRequest(
-        model="m", messages=({"role": "user", "content": "x"},), temperature=0.2,
-        extra={"stop": ["\\n"]}, request_id="k", attempt=3,
-    )  # fmt: skip
+        model="m",
+        messages=({"role": "user", "content": "x"},),
+        temperature=0.2,
+        extra={"stop": ["\\n"]},
+        request_id="k",
+        attempt=3,
+    )
     assert request_from_dict(request_to_dict(request)) == request
     response = CompletionResponse("out", 3, 4, FinishReason.STOP, "m-1", 12.5, {"a": "b"}, "r")
     assert answer_from_dict(answer_to_dict(response, None)) == response
     error = ProviderError(
-        ErrorKind.RATE_LIMIT, "slow down", status=429, provider="openai",
-        retry_after_s=1.5, headers={"retry-after": "2"},
-    )  # fmt: skip
+        ErrorKind.RATE_LIMIT,
+        "slow down",
+        status=429,
+        provider="openai",
+        retry_after_s=1.5,
+        headers={"retry-after": "2"},
+    )
     back = answer_from_dict(answer_to_dict(None, error))
     assert isinstance(back, ProviderError)
     assert (back.kind, back.status, back.retry_after_s, str(back)) == (
-        error.kind, 429, 1.5, str(error),
-    )  # fmt: skip
+        error.kind,
+        429,
+        1.5,
+        str(error),
+    )

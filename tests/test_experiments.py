@@ -445,6 +445,12 @@ def _exposure_from(assignment: Any, config: ExperimentConfig) -> Any:
     from promptlab.experiments import Exposure
 
     return Exposure(
-        config.name, config.revision, assignment.unit, assignment.variant, assignment.bucket,
-        assignment.prompt_version_id, NOW, 1,
-    )  # fmt: skip
+        config.name,
+        config.revision,
+        assignment.unit,
+        assignment.variant,
+        assignment.bucket,
+        assignment.prompt_version_id,
+        NOW,
+        1,
+    )

@@ -63,14 +63,21 @@ def test_a_parquet_export_of_items_holds_exactly_the_rows_the_items_table_shows(
     assert len(got) == len(shown) == 40
     for row, item in zip(got, shown, strict=True):
         assert (row["key"], row["run_id"], row["seq"], row["row_index"]) == (
-            item.key, run_id, item.seq, item.row_index,
-        )  # fmt: skip
+            item.key,
+            run_id,
+            item.seq,
+            item.row_index,
+        )
         assert (row["variant"], row["repeat"], row["status"]) == (
-            item.variant, item.repeat, str(item.status),
-        )  # fmt: skip
+            item.variant,
+            item.repeat,
+            str(item.status),
+        )
         assert (row["error_kind"], row["attempts"], row["latency_ms"]) == (
-            item.error_kind, item.attempts, item.latency_ms,
-        )  # fmt: skip
+            item.error_kind,
+            item.attempts,
+            item.latency_ms,
+        )
         assert (row["finished_at"], row["check_status"]) == (item.finished_at, item.check_status)
         assert row["output_text"].startswith(item.output_preview or "")
 
@@ -93,10 +100,14 @@ def test_results_and_attempts_are_the_stored_rows(
             rows = got.fetchall()
         assert count == len(stored) == len(rows) >= 40
         # JSON columns come back as text, parsed they are equal.
-        plain = [tuple(json.loads(v) if isinstance(v, str) and v[:1] in "[{" else v
-                       for v in r) for r in rows]  # fmt: skip
-        expected = [tuple(json.loads(v) if isinstance(v, str) and v[:1] in "[{" else v
-                          for v in r) for r in stored]  # fmt: skip
+        plain = [
+            tuple(json.loads(v) if isinstance(v, str) and v[:1] in "[{" else v for v in r)
+            for r in rows
+        ]
+        expected = [
+            tuple(json.loads(v) if isinstance(v, str) and v[:1] in "[{" else v for v in r)
+            for r in stored
+        ]
         assert plain == expected
 
 
@@ -111,14 +122,20 @@ def test_the_metrics_export_is_the_metrics_table(
     got = read_back(out)
     for row, m in zip(got, shown, strict=True):
         assert (row["run_id"], row["variant"], row["prompt_version"]) == (
-            m.run_id, m.variant, m.prompt_version,
-        )  # fmt: skip
+            m.run_id,
+            m.variant,
+            m.prompt_version,
+        )
         assert (row["finished"], row["completed"], row["completion_rate"]) == (
-            m.finished, m.completed, m.completion_rate,
-        )  # fmt: skip
+            m.finished,
+            m.completed,
+            m.completion_rate,
+        )
         assert (row["latency_p50_ms"], row["latency_p99_ms"], row["cost_usd"]) == (
-            m.latency_p50_ms, m.latency_p99_ms, m.cost_usd,
-        )  # fmt: skip
+            m.latency_p50_ms,
+            m.latency_p99_ms,
+            m.cost_usd,
+        )
         assert json.loads(row["failed_by_kind"]) == dict(m.failed_by_kind)
         assert row["last_finished_at"] == m.last_finished_at
     across = tmp_path / "versions.csv"
@@ -139,11 +156,15 @@ def test_the_comparisons_export_has_every_row_with_n_effect_interval_p_and_verdi
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     for line, row in zip(lines, comparison.rows, strict=True):
         assert (line["variant"], line["metric"], line["verdict"]) == (
-            row.variant, row.metric, str(row.verdict),
-        )  # fmt: skip
+            row.variant,
+            row.metric,
+            str(row.verdict),
+        )
         assert (line["n_control"], line["n_variant"], line["effect"]) == (
-            row.n_control, row.n_variant, row.effect,
-        )  # fmt: skip
+            row.n_control,
+            row.n_variant,
+            row.effect,
+        )
         assert (line["p_value"], line["adjusted_p"]) == (row.p_value, row.adjusted_p)
         low = row.interval.low if row.interval else None
         assert line["interval_low"] == low
@@ -211,9 +232,13 @@ def test_filters_by_run_experiment_and_prompt(
     items = wb.exports.write_table("items", "csv", tmp_path / "i.csv", prompt="ticket-triage")
     assert items == 120  # items follow their variant's pinned version, which did not move
     none = wb.exports.write_table(
-        "results", "csv", tmp_path / "none.csv", run_id=runs[1], experiment="triage-split",
+        "results",
+        "csv",
+        tmp_path / "none.csv",
+        run_id=runs[1],
+        experiment="triage-split",
         prompt="ticket-triage",
-    )  # fmt: skip
+    )
     assert none == sum(1 for r in rows if r["run_id"] == runs[1])
 
 
@@ -317,9 +342,18 @@ def test_promptlab_export_writes_the_file_and_says_how_many_rows(
     bad = cli(*args, "--format", "xml", "-o", str(out))
     assert bad.exit_code == 1 and "unknown format 'xml'" in bad.output
     metrics = cli(
-        "--db", str(db), "export", "--table", "metrics", "--experiment", "triage-split",
-        "--format", "csv", "-o", str(tmp_path / "m.csv"),
-    )  # fmt: skip
+        "--db",
+        str(db),
+        "export",
+        "--table",
+        "metrics",
+        "--experiment",
+        "triage-split",
+        "--format",
+        "csv",
+        "-o",
+        str(tmp_path / "m.csv"),
+    )
     assert metrics.output == f"wrote 4 rows to {tmp_path / 'm.csv'}\n"
 
 

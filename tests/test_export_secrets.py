@@ -58,10 +58,17 @@ def test_a_key_that_reached_the_store_is_masked_in_every_format(
     providers = tmp_path / "providers.yaml"
     providers.write_text(
         yaml.safe_dump(
-            {"endpoints": {"remote": {"kind": "openai", "base_url": "http://127.0.0.1:9/v1",
-                                      "api_key_env": "REMOTE_LLM_PASS"}}}
+            {
+                "endpoints": {
+                    "remote": {
+                        "kind": "openai",
+                        "base_url": "http://127.0.0.1:9/v1",
+                        "api_key_env": "REMOTE_LLM_PASS",
+                    }
+                }
+            }
         )
-    )  # fmt: skip
+    )
     db = tmp_path / "leaky.duckdb"
     shutil.copy(runs[0], db)
     with Store(db) as store:

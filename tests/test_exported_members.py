@@ -71,8 +71,9 @@ def test_every_error_is_in_the_drawn_tree() -> None:
     import promptlab.errors as errors
 
     classes = [
-        n for n, v in vars(errors).items()
+        n
+        for n, v in vars(errors).items()
         if isinstance(v, type) and issubclass(v, errors.PromptlabError)
-    ]  # fmt: skip
+    ]
     for name in classes:
         assert name in (errors.__doc__ or ""), f"{name} is not drawn in errors.py's docstring"

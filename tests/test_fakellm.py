@@ -103,9 +103,12 @@ def test_openai_stream_matches_the_plain_answer(fakellm: Any) -> None:
         client = openai_client(fakellm)
         plain = await client.chat.completions.create(model="careful", messages=USER, max_tokens=80)
         stream = await client.chat.completions.create(
-            model="careful", messages=USER, max_tokens=80, stream=True,
+            model="careful",
+            messages=USER,
+            max_tokens=80,
+            stream=True,
             stream_options={"include_usage": True},
-        )  # fmt: skip
+        )
         parts, usage = [], None
         async for chunk in stream:
             if chunk.choices and chunk.choices[0].delta.content:
@@ -373,9 +376,22 @@ def test_config_rejects_rates_adding_past_one() -> None:
 def test_cli_help_lists_every_flag() -> None:
     result = CliRunner().invoke(main, ["fakellm", "--help"])
     assert result.exit_code == 0
-    for flag in ("--port", "--rpm", "--tpm", "--latency-ms", "--fail-rate", "--timeout-rate",
-                 "--malformed-rate", "--seed", "--insufficient-quota", "--overloaded-rate",
-                 "--reset-rate", "--burst-s", "--echo-auth-rate", "--shared-load"):  # fmt: skip
+    for flag in (
+        "--port",
+        "--rpm",
+        "--tpm",
+        "--latency-ms",
+        "--fail-rate",
+        "--timeout-rate",
+        "--malformed-rate",
+        "--seed",
+        "--insufficient-quota",
+        "--overloaded-rate",
+        "--reset-rate",
+        "--burst-s",
+        "--echo-auth-rate",
+        "--shared-load",
+    ):
         assert flag in result.output
 
 
@@ -447,9 +463,12 @@ OPENAI_REFUSALS = [
     ({"top_p": 1.5}, "Expected a value <= 1", "top_p"),
     ({"extra_body": {"seed": 1.5}}, "expected an integer", "seed"),
     ({"extra_body": {"top_k": 5}}, "Unrecognized request argument supplied: top_k", None),
-    ({"response_format": {"type": "json_schema", "json_schema": {"schema": SCHEMA}}},
-     "response_format.json_schema.name", "response_format.json_schema.name"),
-]  # fmt: skip
+    (
+        {"response_format": {"type": "json_schema", "json_schema": {"schema": SCHEMA}}},
+        "response_format.json_schema.name",
+        "response_format.json_schema.name",
+    ),
+]
 
 
 @pytest.mark.parametrize(("params", "words", "param"), OPENAI_REFUSALS)
@@ -471,11 +490,17 @@ ANTHROPIC_REFUSALS = [
     ({"temperature": 0.3}, {}, "temperature: Extra inputs are not permitted"),
     ({"top_p": 0.9}, {}, "top_p: Extra inputs are not permitted"),
     ({"temperature": 0.3}, {"anthropic-version": "2099-01-01"}, "invalid version"),
-    ({"temperature": 0.3, "top_p": 0.9, "model": "claude-haiku-4-5"},
-     {"anthropic-version": "2023-06-01"}, "cannot both be specified"),
-    ({"temperature": 0.3, "model": "claude-opus-4-7"}, {"anthropic-version": "2023-06-01"},
-     "`temperature` is deprecated for this model"),
-]  # fmt: skip
+    (
+        {"temperature": 0.3, "top_p": 0.9, "model": "claude-haiku-4-5"},
+        {"anthropic-version": "2023-06-01"},
+        "cannot both be specified",
+    ),
+    (
+        {"temperature": 0.3, "model": "claude-opus-4-7"},
+        {"anthropic-version": "2023-06-01"},
+        "`temperature` is deprecated for this model",
+    ),
+]
 
 
 @pytest.mark.parametrize(("params", "headers", "words"), ANTHROPIC_REFUSALS)
@@ -504,8 +529,10 @@ def test_requests_received_are_recorded_for_tests(fakellm_factory: ServerFactory
     first, second = server.requests()
     assert first["route"] == "openai"
     assert (first["body"]["temperature"], first["body"]["top_p"], first["body"]["seed"]) == (
-        0.3, 0.9, 4,
-    )  # fmt: skip
+        0.3,
+        0.9,
+        4,
+    )
     assert second["route"] == "anthropic"
     assert (second["body"]["temperature"], second["body"]["top_p"]) == (0.3, 0.9)
     assert second["headers"]["x-client-request-id"] == "i-1"

@@ -54,8 +54,12 @@ def _sync(test: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]
 
 def _body(i: int, **extra: Any) -> dict[str, Any]:
     question = f"Question {i}: how does a lighthouse keeper trim the wick before dusk?"
-    return {"model": "fast", "messages": [{"role": "user", "content": question}],
-            "max_tokens": 64, **extra}  # fmt: skip
+    return {
+        "model": "fast",
+        "messages": [{"role": "user", "content": question}],
+        "max_tokens": 64,
+        **extra,
+    }
 
 
 def _row(i: int, **body: Any) -> dict[str, Any]:
@@ -69,9 +73,11 @@ def _jsonl(rows: list[Any]) -> bytes:
 async def _openai_batch(client: openai.AsyncOpenAI, rows: list[Any], **metadata: str) -> Any:
     uploaded = await client.files.create(file=("input.jsonl", _jsonl(rows)), purpose="batch")
     return await client.batches.create(
-        input_file_id=uploaded.id, endpoint=CHAT, completion_window="24h",
+        input_file_id=uploaded.id,
+        endpoint=CHAT,
+        completion_window="24h",
         metadata=metadata or None,
-    )  # fmt: skip
+    )
 
 
 async def _lines(client: openai.AsyncOpenAI, file_id: str | None) -> list[dict[str, Any]]:
@@ -107,9 +113,14 @@ async def test_openai_batch_walks_its_states_on_the_clock(fakellm_factory: Serve
         batch = await client.batches.retrieve(created.id)
         assert batch.request_counts is not None
         seen.append((batch.status, batch.request_counts.completed, batch.output_file_id is None))
-    assert seen == [("validating", 0, True), ("in_progress", 0, True), ("in_progress", 10, True),
-                    ("finalizing", 20, True), ("finalizing", 20, True),
-                    ("completed", 20, False)]  # fmt: skip
+    assert seen == [
+        ("validating", 0, True),
+        ("in_progress", 0, True),
+        ("in_progress", 10, True),
+        ("finalizing", 20, True),
+        ("finalizing", 20, True),
+        ("completed", 20, False),
+    ]
     assert (batch.in_progress_at, batch.finalizing_at, batch.completed_at) == (
         created.created_at + 10,
         created.created_at + 90,
@@ -133,8 +144,13 @@ async def test_openai_batch_answers_equal_live_answers(fakellm_factory: ServerFa
     client = openai_client(server)
     schema = {"type": "object", "properties": {"title": {"type": "string"}}, "required": ["title"]}
     fmt = {"type": "json_schema", "json_schema": {"name": "t", "schema": schema}}
-    rows = [_row(0), _row(1, temperature=1.3), _row(2, logprobs=True, top_logprobs=2),
-            _row(3, response_format=fmt), _row(4, max_tokens=3)]  # fmt: skip
+    rows = [
+        _row(0),
+        _row(1, temperature=1.3),
+        _row(2, logprobs=True, top_logprobs=2),
+        _row(3, response_format=fmt),
+        _row(4, max_tokens=3),
+    ]
     created = await _openai_batch(client, rows)
     batch = await client.batches.retrieve(created.id)  # no delay: done at its first read
     assert batch.status == "completed"
@@ -167,9 +183,10 @@ async def test_openai_results_come_shuffled_by_the_seed(fakellm_factory: ServerF
 
 def _live_error(server: RunningServer) -> tuple[int, dict[str, Any]]:
     request = urllib.request.Request(
-        f"{server.openai_base_url}/chat/completions", data=json.dumps(_body(0)).encode(),
+        f"{server.openai_base_url}/chat/completions",
+        data=json.dumps(_body(0)).encode(),
         headers={"Content-Type": "application/json"},
-    )  # fmt: skip
+    )
     with pytest.raises(urllib.error.HTTPError) as caught:
         urllib.request.urlopen(request)  # noqa: S310 - loopback
     return caught.value.code, json.loads(caught.value.read())
@@ -180,8 +197,10 @@ async def test_interleaved_reads_answer_each_line_once() -> None:
     # Over HTTP the reads rarely interleave, so this steps the server's own store on one
     # loop: the first read yields after a turn of answers and the second runs meanwhile.
     server = FakeLLM(FakeLLMConfig(port=0), ManualClock(START))
-    lines = [Line(f"item-{i}", parse_openai(_body(i), None).completion)
-             for i in range(ANSWERS_PER_TURN * 2 + 50)]  # fmt: skip
+    lines = [
+        Line(f"item-{i}", parse_openai(_body(i), None).completion)
+        for i in range(ANSWERS_PER_TURN * 2 + 50)
+    ]
     batch = server.batches.create(lines, anthropic=False, input_file_id="file-x")
     phases = await asyncio.gather(*(server.batches.observe(batch) for _ in range(3)))
     assert {phase.status for phase in phases} == {"completed"}
@@ -287,9 +306,14 @@ async def test_openai_refuses_a_bad_input_file_naming_its_lines(
     server = fakellm_factory(clock=clock, batch_delay_s=10.0)
     client = openai_client(server)
     rows: list[Any] = [
-        _row(0), b"{not json", {**_row(2), "url": "/v1/embeddings"}, {**_row(3), "method": "GET"},
-        {**_row(4), "custom_id": "item-0"}, _row(5, temperature=3), _row(6, model="smart"),
-    ]  # fmt: skip
+        _row(0),
+        b"{not json",
+        {**_row(2), "url": "/v1/embeddings"},
+        {**_row(3), "method": "GET"},
+        {**_row(4), "custom_id": "item-0"},
+        _row(5, temperature=3),
+        _row(6, model="smart"),
+    ]
     created = await _openai_batch(client, rows)
     assert created.status == "validating" and created.errors is None
     clock.advance(1)  # validation ends at a tenth of the delay
@@ -297,9 +321,14 @@ async def test_openai_refuses_a_bad_input_file_naming_its_lines(
     assert batch.status == "failed" and batch.failed_at == created.created_at + 1
     assert batch.errors is not None and batch.errors.data is not None
     found = [(e.line, e.code) for e in batch.errors.data]
-    assert found == [(2, "invalid_json_line"), (3, "invalid_url"), (4, "invalid_method"),
-                     (5, "duplicate_custom_id"), (6, "decimal_above_max_value"),
-                     (7, "mismatched_model")]  # fmt: skip
+    assert found == [
+        (2, "invalid_json_line"),
+        (3, "invalid_url"),
+        (4, "invalid_method"),
+        (5, "duplicate_custom_id"),
+        (6, "decimal_above_max_value"),
+        (7, "mismatched_model"),
+    ]
     assert batch.output_file_id is None and batch.error_file_id is None
     assert server.stats()["batch_lines_received"] == 0
     await client.close()
@@ -402,9 +431,10 @@ async def test_anthropic_batch_ends_on_the_clock_with_live_answers(
 
 def _live_anthropic_error(server: RunningServer) -> tuple[int, dict[str, Any]]:
     request = urllib.request.Request(
-        f"{server.anthropic_base_url}/v1/messages", data=json.dumps(_message_params(0)).encode(),
+        f"{server.anthropic_base_url}/v1/messages",
+        data=json.dumps(_message_params(0)).encode(),
         headers={"Content-Type": "application/json"},
-    )  # fmt: skip
+    )
     with pytest.raises(urllib.error.HTTPError) as caught:
         urllib.request.urlopen(request)  # noqa: S310 - loopback
     return caught.value.code, json.loads(caught.value.read())
@@ -448,16 +478,23 @@ async def test_anthropic_canceled_and_expired_results(fakellm_factory: ServerFac
     clock.advance(20)  # the cancel ended at 40 s; the other batch expires at 50 s
     ended = {b.id: b for b in [b async for b in client.messages.batches.list()]}
     counts = {
-        batch_id: (b.processing_status, b.request_counts.succeeded, b.request_counts.canceled,
-                   b.request_counts.expired, b.ended_at)
+        batch_id: (
+            b.processing_status,
+            b.request_counts.succeeded,
+            b.request_counts.canceled,
+            b.request_counts.expired,
+            b.ended_at,
+        )
         for batch_id, b in ended.items()
-    }  # fmt: skip
+    }
     assert counts == {
         expiring.id: ("ended", 4, 0, 4, START.replace(second=50)),
         cancelling.id: ("ended", 2, 6, 0, START.replace(second=40)),
     }
-    for batch_id, kinds in ((expiring.id, {"succeeded": 4, "expired": 4}),
-                            (cancelling.id, {"succeeded": 2, "canceled": 6})):  # fmt: skip
+    for batch_id, kinds in (
+        (expiring.id, {"succeeded": 4, "expired": 4}),
+        (cancelling.id, {"succeeded": 2, "canceled": 6}),
+    ):
         results = await _results(client, batch_id)
         assert Counter(r.result.type for r in results) == kinds
     assert server.stats()["batch_lines_answered"] == 6
@@ -467,15 +504,21 @@ async def test_anthropic_canceled_and_expired_results(fakellm_factory: ServerFac
 @pytest.mark.parametrize(
     ("requests", "message"),
     [
-        (_requests(2) + [{"custom_id": "has space", "params": _message_params(2)}],
-         "requests.2.custom_id: String should match pattern"),
-        (_requests(2) + [{"custom_id": "item-0", "params": _message_params(2)}],
-         "requests.2.custom_id: custom_id 'item-0' is already used by requests.0"),
-        ([*_requests(1), {"custom_id": "x", "params": {"model": "fast", "messages": []}}],
-         "requests.1.params.max_tokens: Field required"),
+        (
+            _requests(2) + [{"custom_id": "has space", "params": _message_params(2)}],
+            "requests.2.custom_id: String should match pattern",
+        ),
+        (
+            _requests(2) + [{"custom_id": "item-0", "params": _message_params(2)}],
+            "requests.2.custom_id: custom_id 'item-0' is already used by requests.0",
+        ),
+        (
+            [*_requests(1), {"custom_id": "x", "params": {"model": "fast", "messages": []}}],
+            "requests.1.params.max_tokens: Field required",
+        ),
         (_requests(4), "requests: List should have at most 3 items"),
     ],
-)  # fmt: skip
+)
 @_sync
 async def test_anthropic_refuses_a_bad_request_naming_its_index(
     fakellm_factory: ServerFactory, requests: list[Any], message: str
@@ -556,11 +599,19 @@ async def test_stats_and_the_batches_route_count_every_line(fakellm_factory: Ser
     assert stats["batch_custom_ids_repeated"] == 3  # item-0..2 went in both batches
     assert stats["batch_repeated_ids"] == ["item-0", "item-1", "item-2"]
     assert server.batches() == [
-        {"id": first.id, "format": "openai", "status": "completed",
-         "counts": {"total": 3, "completed": 3, "failed": 0}},
-        {"id": second.id, "format": "anthropic", "status": "ended",
-         "counts": {"processing": 0, "succeeded": 4, "errored": 0, "canceled": 0, "expired": 0}},
-    ]  # fmt: skip
+        {
+            "id": first.id,
+            "format": "openai",
+            "status": "completed",
+            "counts": {"total": 3, "completed": 3, "failed": 0},
+        },
+        {
+            "id": second.id,
+            "format": "anthropic",
+            "status": "ended",
+            "counts": {"processing": 0, "succeeded": 4, "errored": 0, "canceled": 0, "expired": 0},
+        },
+    ]
     assert server.stats()["batch_lines_answered"] == 7
     server.reset()
     assert server.batches() == []
@@ -574,16 +625,26 @@ async def test_stats_and_the_batches_route_count_every_line(fakellm_factory: Ser
 def test_cli_help_lists_the_batch_flags() -> None:
     result = CliRunner().invoke(main, ["fakellm", "--help"])
     assert result.exit_code == 0
-    for flag in ("--batch-delay-s", "--batch-expire-s", "--batch-line-fail-rate",
-                 "--batch-max-requests", "--batch-max-bytes"):  # fmt: skip
+    for flag in (
+        "--batch-delay-s",
+        "--batch-expire-s",
+        "--batch-line-fail-rate",
+        "--batch-max-requests",
+        "--batch-max-bytes",
+    ):
         assert flag in result.output
 
 
 @pytest.mark.parametrize(
     "fields",
-    [{"batch_delay_s": -1.0}, {"batch_expire_s": 0.0}, {"batch_line_fail_rate": 1.5},
-     {"batch_max_requests": 0}, {"batch_max_bytes": 0}],
-)  # fmt: skip
+    [
+        {"batch_delay_s": -1.0},
+        {"batch_expire_s": 0.0},
+        {"batch_line_fail_rate": 1.5},
+        {"batch_max_requests": 0},
+        {"batch_max_bytes": 0},
+    ],
+)
 def test_config_refuses_bad_batch_switches(fields: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match="batch_"):
         FakeLLMConfig(**fields)

@@ -17,12 +17,22 @@ from promptlab.workbench import Workbench
 
 def row(metric: str, variant: str, p: float, verdict: Verdict | None = None) -> MetricComparison:
     found = MetricComparison(
-        metric=metric, variant=variant, control="control", control_value=0.5,
-        variant_value=0.6, n_control=500, n_variant=500, effect=0.1,
-        interval=Interval(0.01, 0.19), p_value=p, test="delta method per unit",
-        lower_is_better=False, requests_control=500, requests_variant=500,
+        metric=metric,
+        variant=variant,
+        control="control",
+        control_value=0.5,
+        variant_value=0.6,
+        n_control=500,
+        n_variant=500,
+        effect=0.1,
+        interval=Interval(0.01, 0.19),
+        p_value=p,
+        test="delta method per unit",
+        lower_is_better=False,
+        requests_control=500,
+        requests_variant=500,
         analysed_by="unit",
-    )  # fmt: skip
+    )
     return found if verdict is None else MetricComparison(**{**found.__dict__, "verdict": verdict})
 
 
@@ -73,9 +83,11 @@ def test_a_bad_declaration_is_refused_naming_the_field(
 
 
 def test_scores_of_declared_scorers_can_be_declared() -> None:
-    spec = {"expected": "answer", "scorers": ["exact", {"kind": "contains", "name": "has it"}],
-            "metrics": {"primary": "score: exact",
-                        "guardrails": ["score:has it", "completion"]}}  # fmt: skip
+    spec = {
+        "expected": "answer",
+        "scorers": ["exact", {"kind": "contains", "name": "has it"}],
+        "metrics": {"primary": "score: exact", "guardrails": ["score:has it", "completion"]},
+    }
     family = family_of(spec)
     assert family.metrics == ("score: exact", "score: has it", "completion rate")
     assert family.declared
@@ -98,8 +110,9 @@ def three_variant_run(
         for name, model in (("a", "sim:fast"), ("b", "sim:careful"), ("c", "sim:pocket"))
     ]
     with Workbench.open() as wb:
-        run_id = wb.runs.start(parse_spec({"name": "three", "dataset": str(dataset),
-                                           "variants": variants}))  # fmt: skip
+        run_id = wb.runs.start(
+            parse_spec({"name": "three", "dataset": str(dataset), "variants": variants})
+        )
         assert wb.runs.wait(run_id, 120).status == RunStatus.COMPLETED
         yield wb, run_id
 
@@ -113,11 +126,14 @@ def test_picking_one_variant_never_changes_a_p_value(
     assert {r.variant for r in picked.rows} == {"c"} and set(picked.arms) == {"a", "c"}
     tested = [r for r in whole.rows if r.variant == "c" and r.adjusted_p is not None]
     assert tested, "some row of c was tested"
-    for mine, theirs in zip(tested, [r for r in picked.rows if r.adjusted_p is not None],
-                            strict=True):  # fmt: skip
+    for mine, theirs in zip(
+        tested, [r for r in picked.rows if r.adjusted_p is not None], strict=True
+    ):
         assert (mine.metric, mine.adjusted_p, mine.verdict) == (
-            theirs.metric, theirs.adjusted_p, theirs.verdict,
-        )  # fmt: skip
+            theirs.metric,
+            theirs.adjusted_p,
+            theirs.verdict,
+        )
     # Five declared metrics for two variants: ten tests, whichever row is shown.
     decided = [r for r in picked.rows if r.adjusted_p is not None and r.p_value < 0.01]
     assert decided, [r.reason for r in picked.rows]
@@ -138,14 +154,16 @@ def test_an_experiment_declares_its_metrics_and_planned_units(tmp_path: Path) ->
         "  - {name: control, prompt: ticket-triage@production, weight: 50, control: true}\n"
         "  - {name: staging, prompt: ticket-triage@staging, weight: 50}\n"
     )
-    settings = Settings.from_env({"PROMPTLAB_DB": str(tmp_path / "db.duckdb"),
-                                  "PROMPTLAB_AUTHOR": "tester"})  # fmt: skip
+    settings = Settings.from_env(
+        {"PROMPTLAB_DB": str(tmp_path / "db.duckdb"), "PROMPTLAB_AUTHOR": "tester"}
+    )
     with Workbench.open(settings) as wb:
         wb.demo.load()
         config, _ = wb.experiments.add(load_experiment_file(source))
         assert (config.planned_units, config.metrics) == (
-            150, {"primary": "latency p50", "guardrails": ["completion"]},
-        )  # fmt: skip
+            150,
+            {"primary": "latency p50", "guardrails": ["completion"]},
+        )
         spec = wb.runs.experiment_spec("decided", "tickets", limit_rows=6)
         run_id = wb.runs.start(spec)
         assert wb.runs.wait(run_id, 60).status == RunStatus.COMPLETED

@@ -211,8 +211,14 @@ def test_rate_result_writes_an_app_row(wb: Workbench, runs: tuple[Path, str, str
     key = keys(wb, runs[1], "staging")[0]
     wb.analysis.rate_result(runs[1], key, "thumbs_down")
     (row,) = stored(wb)
-    assert row[:6] == (key, runs[1], version_id(wb, "ticket-triage@staging"), "staging", None,
-                       "thumbs_down")  # fmt: skip
+    assert row[:6] == (
+        key,
+        runs[1],
+        version_id(wb, "ticket-triage@staging"),
+        "staging",
+        None,
+        "thumbs_down",
+    )
     assert row[8] == "app:tester"  # who rated
     with pytest.raises(FeedbackError, match="rating 'meh' is not one of"):
         wb.analysis.rate_result(runs[1], key, "meh")
@@ -250,17 +256,22 @@ def test_ctr_per_variant_and_version(
     ctr = next(r for r in comparison.rows if r.metric == "CTR")
     # Impressions and clicks summed per customer: the units that saw an impression.
     with wb.store.read() as cur:
-        shown = dict(cur.execute(
-            "SELECT r.variant, count(DISTINCT a.unit_id) FROM results r JOIN assignments a "
-            "USING (run_id, row_index) WHERE r.idempotency_key IN (SELECT idempotency_key "
-            "FROM feedback WHERE kind = 'impression') GROUP BY ALL").fetchall())  # fmt: skip
+        shown = dict(
+            cur.execute(
+                "SELECT r.variant, count(DISTINCT a.unit_id) FROM results r JOIN assignments a "
+                "USING (run_id, row_index) WHERE r.idempotency_key IN (SELECT idempotency_key "
+                "FROM feedback WHERE kind = 'impression') GROUP BY ALL"
+            ).fetchall()
+        )
     assert (ctr.n_control, ctr.n_variant) == (shown["control"], shown["staging"])
     assert (ctr.requests_control, ctr.requests_variant) == (20, 10)
     assert (ctr.control_value, ctr.variant_value) == (0.2, 0.6)
     out = CliRunner().invoke(main, ["--db", str(wb.store.path), "metrics", "--run", split])
     assert "feedback (CTR: clicks over impressions):" in out.output
-    assert any(line.split()[:5] == ["staging", "sim:careful", "10", "6", "60.0%"]
-               for line in out.output.splitlines())  # fmt: skip
+    assert any(
+        line.split()[:5] == ["staging", "sim:careful", "10", "6", "60.0%"]
+        for line in out.output.splitlines()
+    )
 
 
 def test_a_version_on_two_models_gets_each_models_ctr_once(
@@ -294,8 +305,11 @@ def test_a_version_on_two_models_gets_each_models_ctr_once(
     wb.analysis.import_feedback(
         write(tmp_path / "u.csv", "version,unit_id,kind\nticket-triage@1.1.0,u1,impression\n")
     )
-    after = {r.model: r.impressions for r in wb.analysis.metrics(prompt="ticket-triage")
-             if r.prompt_version == "1.1.0"}  # fmt: skip
+    after = {
+        r.model: r.impressions
+        for r in wb.analysis.metrics(prompt="ticket-triage")
+        if r.prompt_version == "1.1.0"
+    }
     assert after == {"sim:fast": 2, "sim:careful": 2}
 
 
@@ -308,12 +322,16 @@ def log_csv(path: Path) -> Path:
     """40 requests of each version, with columns named as a service might name them."""
     lines = ["served_by,uid,ms,click,done,at"]
     for i in range(N):
-        lines.append(f"ticket-triage@production,a{i},{300 + (i * 37) % 200},"
-                     f"{'true' if i % 20 == 0 else 'false'},{0 if i % 5 == 0 else 1},"
-                     f"2026-11-2{i % 8}T10:00:00Z")  # fmt: skip
-        lines.append(f"ticket-triage@2.0.0,b{i},{280 + (i * 53) % 190},"
-                     f"{'yes' if i % 8 == 0 else 'no'},{'false' if i % 10 == 0 else 'true'},"
-                     f"2026-11-2{i % 8}T11:00:00+01:00")  # fmt: skip
+        lines.append(
+            f"ticket-triage@production,a{i},{300 + (i * 37) % 200},"
+            f"{'true' if i % 20 == 0 else 'false'},{0 if i % 5 == 0 else 1},"
+            f"2026-11-2{i % 8}T10:00:00Z"
+        )
+        lines.append(
+            f"ticket-triage@2.0.0,b{i},{280 + (i * 53) % 190},"
+            f"{'yes' if i % 8 == 0 else 'no'},{'false' if i % 10 == 0 else 'true'},"
+            f"2026-11-2{i % 8}T11:00:00+01:00"
+        )
     return write(path, "\n".join(lines) + "\n")
 
 
@@ -325,23 +343,53 @@ def test_a_log_compares_per_unit_and_too_few_users_say_so(wb: Workbench, tmp_pat
     db = str(wb.store.path)
     wb.close()
     path = log_csv(tmp_path / "requests.csv")
-    mapping = ["--version-column", "served_by", "--unit-column", "uid", "--latency-column",
-               "ms", "--clicked-column", "click", "--completed-column", "done",
-               "--time-column", "at"]  # fmt: skip
+    mapping = [
+        "--version-column",
+        "served_by",
+        "--unit-column",
+        "uid",
+        "--latency-column",
+        "ms",
+        "--clicked-column",
+        "click",
+        "--completed-column",
+        "done",
+        "--time-column",
+        "at",
+    ]
     imported = cli("--db", db, "logs", "import", str(path), *mapping)
     assert imported.output == "imported 80 requests from requests.csv\n"
-    live = json.loads(cli("--db", db, "compare", "ticket-triage@production",
-                          "ticket-triage@2.0.0", "--logs", "--json").output)  # fmt: skip
+    live = json.loads(
+        cli(
+            "--db",
+            db,
+            "compare",
+            "ticket-triage@production",
+            "ticket-triage@2.0.0",
+            "--logs",
+            "--json",
+        ).output
+    )
     # Logs keep arriving: by default the always-valid test, safe to look at again.
     assert live["method"] == "always valid (mSPRT)"
-    result = cli("--db", db, "compare", "ticket-triage@production", "ticket-triage@2.0.0",
-                 "--logs", "--final", "--json")  # fmt: skip
+    result = cli(
+        "--db",
+        db,
+        "compare",
+        "ticket-triage@production",
+        "ticket-triage@2.0.0",
+        "--logs",
+        "--final",
+        "--json",
+    )
     data = json.loads(result.output)
     assert data["mode"] == "logs" and data["control"] == "ticket-triage@1.1.0"
     assert data["method"] == "fixed horizon, final look (4% of 5%)"
     # Every line names its own user, so per unit is per request here: 40 of each.
-    assert data["arms"] == {"ticket-triage@1.1.0": {"units": 40, "requests": 40},
-                            "ticket-triage@2.0.0": {"units": 40, "requests": 40}}  # fmt: skip
+    assert data["arms"] == {
+        "ticket-triage@1.1.0": {"units": 40, "requests": 40},
+        "ticket-triage@2.0.0": {"units": 40, "requests": 40},
+    }
     # Reference values: Wilson by scipy.stats.binomtest(k, 40).proportion_ci("wilson");
     # the rows by the delta method written out below in numpy.
     a, b = data["logs"]
@@ -419,13 +467,22 @@ def test_the_demo_run_records_simulated_clicks_once(tmp_path: Path) -> None:
         rows = {r.variant: r for r in wb.analysis.metrics(run_id=run_id)}
         shown = demo_results(wb, run_id)
         # Each click is the simulator's click model's draw for that result.
-        messages = {v.id: [{"role": m.role, "content": m.content} for m in v.template.messages]
-                    for v in wb.prompts.history("ticket-triage").versions}  # fmt: skip
-        clicked = {r.key for r in shown
-                   if simulate_feedback(r.model, r.output_text, r.key, seed=DEMO_CLICK_SEED,
-                                        prompt_messages=messages[r.prompt_version_id],
-                                        fault="truncated" if r.finish_reason == "length"
-                                        else None)}  # fmt: skip
+        messages = {
+            v.id: [{"role": m.role, "content": m.content} for m in v.template.messages]
+            for v in wb.prompts.history("ticket-triage").versions
+        }
+        clicked = {
+            r.key
+            for r in shown
+            if simulate_feedback(
+                r.model,
+                r.output_text,
+                r.key,
+                seed=DEMO_CLICK_SEED,
+                prompt_messages=messages[r.prompt_version_id],
+                fault="truncated" if r.finish_reason == "length" else None,
+            )
+        }
         for variant, row in rows.items():
             assert row.impressions == row.succeeded > 0
             assert row.clicks == sum(1 for r in shown if r.variant == variant and r.key in clicked)
@@ -449,13 +506,19 @@ def test_demo_clicks_follow_the_simulators_click_model() -> None:
     """Seeded by the key, at the rate the click model gives the model, prompt and answer:
     a better-written prompt and an answer of a readable length get more clicks."""
     plain = [{"role": "user", "content": "{{ ticket }}"}]
-    written = [{"role": "system", "content": "You are a support assistant. Answer in JSON, "
-                "for example {\"category\": \"bug\"}; check the ticket step by step."},
-               {"role": "user", "content": "Ticket from a customer, please classify: "
-                "{{ ticket }}"}]  # fmt: skip
+    written = [
+        {
+            "role": "system",
+            "content": "You are a support assistant. Answer in JSON, "
+            'for example {"category": "bug"}; check the ticket step by step.',
+        },
+        {"role": "user", "content": "Ticket from a customer, please classify: {{ ticket }}"},
+    ]
     answer = "The customer cannot log in since the update; route it to the account team now."
-    results = [ShownResult(f"{i:032x}", "v", "plain" if i % 2 else "written", "careful", answer,
-                           None) for i in range(4000)]  # fmt: skip
+    results = [
+        ShownResult(f"{i:032x}", "v", "plain" if i % 2 else "written", "careful", answer, None)
+        for i in range(4000)
+    ]
     messages = {"plain": plain, "written": written}
     events = demo_feedback_events(results, messages.__getitem__)
     assert events == demo_feedback_events(results, messages.__getitem__)
@@ -490,9 +553,17 @@ def test_cli_feedback_import_and_compare_by_version_in_a_run(
         "bad.csv, row 1, column kind: 'clik' is not one of " + KINDS
     )
     by_version = json.loads(
-        cli("--db", db, "compare", "ticket-triage@production", "ticket-triage@staging",
-            "--run", split, "--json").output
-    )  # fmt: skip
+        cli(
+            "--db",
+            db,
+            "compare",
+            "ticket-triage@production",
+            "ticket-triage@staging",
+            "--run",
+            split,
+            "--json",
+        ).output
+    )
     by_variant = json.loads(cli("--db", db, "compare", "--run", split, "--json").output)
     assert by_version["rows"] == by_variant["rows"]
     usage = CliRunner().invoke(main, ["--db", db, "compare", "--logs"])

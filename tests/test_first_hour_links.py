@@ -26,12 +26,23 @@ def finished_run(tmp_path: Path, name: str) -> str:
     dataset.write_text("text\n" + "".join(f"row {i}\n" for i in range(6)))
     variant = {"model": "sim:fast", "params": {"max_tokens": 16}}
     spec = parse_spec(
-        {"name": name, "dataset": str(dataset), "variants": [
-            {"name": "terse", "messages": [{"role": "user", "content": "Say {{ text }}"}],
-             **variant},
-            {"name": "wordy", "messages": [{"role": "user", "content": "Explain {{ text }}"}],
-             **variant}]}
-    )  # fmt: skip
+        {
+            "name": name,
+            "dataset": str(dataset),
+            "variants": [
+                {
+                    "name": "terse",
+                    "messages": [{"role": "user", "content": "Say {{ text }}"}],
+                    **variant,
+                },
+                {
+                    "name": "wordy",
+                    "messages": [{"role": "user", "content": "Explain {{ text }}"}],
+                    **variant,
+                },
+            ],
+        }
+    )
     wb = get_workbench()
     run_id = wb.runs.start(spec)
     assert wb.runs.wait(run_id, timeout=TIMEOUT_S).status == "completed"

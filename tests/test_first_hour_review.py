@@ -24,11 +24,15 @@ ROOT = Path(__file__).resolve().parent.parent
 def repeated_run(wb: Workbench, rows: int = 2, repeats: int = 3) -> str:
     """The demo's triage prompt (JSON answers) sending each row `repeats` times."""
     wb.prompts.import_file(load_prompt_file(ROOT / "data" / "demo" / "ticket-triage.yaml"))
-    spec = wb.runs.spec_from_data({
-        "name": "triage repeats", "dataset": str(ROOT / "data" / "demo" / "tickets.csv"),
-        "limit_rows": rows, "repeats": repeats,
-        "variants": [{"prompt": "ticket-triage@production"}],
-    })  # fmt: skip
+    spec = wb.runs.spec_from_data(
+        {
+            "name": "triage repeats",
+            "dataset": str(ROOT / "data" / "demo" / "tickets.csv"),
+            "limit_rows": rows,
+            "repeats": repeats,
+            "variants": [{"prompt": "ticket-triage@production"}],
+        }
+    )
     run_id = wb.runs.start(spec)
     assert wb.runs.wait(run_id, timeout=TIMEOUT_S).status == "completed"
     return run_id
@@ -94,7 +98,7 @@ def test_the_run_is_picked_from_a_list_and_the_address_names_it() -> None:
         "any run",
         f"triage cross-check · {newer} · 12 results",
         f"triage repeats · {older} · 2 results",
-    ]  # fmt: skip  newest first; three models answered each of the 4 rows
+    ]  # newest first; three models answered each of the 4 rows
     assert picker.value == ""  # any run until one is picked
     at = AppTest.from_file(PAGE, default_timeout=TIMEOUT_S)
     at.query_params["run"] = older

@@ -68,10 +68,22 @@ def test_a_day_across_a_clock_change_is_no_pause() -> None:
 
 def tail_row(quantile: str = "p99") -> MetricComparison:
     return MetricComparison(
-        f"latency {quantile}", "b", "a", 1800.0, 1900.0, 120, 110, 100.0, None, 1.0,
-        "delta method (quantile)", True, None, Verdict.TOO_FEW,
+        f"latency {quantile}",
+        "b",
+        "a",
+        1800.0,
+        1900.0,
+        120,
+        110,
+        100.0,
+        None,
+        1.0,
+        "delta method (quantile)",
+        True,
+        None,
+        Verdict.TOO_FEW,
         reason=f"too few requests beyond {quantile} (2; a verdict needs 20 in each arm)",
-    )  # fmt: skip
+    )
 
 
 def test_a_thin_tail_row_says_too_few_requests_in_its_verdict_and_its_why() -> None:
@@ -112,18 +124,24 @@ def per_arm_figures(text: str) -> tuple[int, str, int, int]:
     return int(per_arm), word, int(more), int(have)
 
 
-@pytest.mark.parametrize(("which", "answer", "sample"), [
-    # The split run: 5 units in staging. Before: "95 more units in the smaller arm"
-    # beside "152 units per arm".
-    (1, (100, "units", 95, 5), (152, "units", 147, 5)),
-    # The all-mode run, its observed effect the chosen -5 pp: before, "113 more rows"
-    # beside "152 units per arm".
-    (2, (153, "rows", 113, 40), (152, "rows", 112, 40)),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("which", "answer", "sample"),
+    [
+        # The split run: 5 units in staging. Before: "95 more units in the smaller arm"
+        # beside "152 units per arm".
+        (1, (100, "units", 95, 5), (152, "units", 147, 5)),
+        # The all-mode run, its observed effect the chosen -5 pp: before, "113 more rows"
+        # beside "152 units per arm".
+        (2, (153, "rows", 113, 40), (152, "rows", 112, 40)),
+    ],
+)
 def test_the_answer_and_the_sample_size_state_units_per_arm_alike(
-    db: str, runs: tuple[Path, str, str], which: int,
-    answer: tuple[int, str, int, int], sample: tuple[int, str, int, int],
-) -> None:  # fmt: skip
+    db: str,
+    runs: tuple[Path, str, str],
+    which: int,
+    answer: tuple[int, str, int, int],
+    sample: tuple[int, str, int, int],
+) -> None:
     result = CliRunner().invoke(main, ["--db", db, "compare", "--run", runs[which], "--mde", "5"])
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
@@ -134,11 +152,25 @@ def test_the_answer_and_the_sample_size_state_units_per_arm_alike(
 
 
 def test_the_sample_size_counts_from_the_smallest_arm_of_every_variant() -> None:
-    row = MetricComparison("completion rate", "b", "a", 0.8, 0.85, 300, 120, 0.05,
-                           Interval(-0.05, 0.15), 0.3, "delta method", False, 0.3,
-                           Verdict.UNDECIDED)  # fmt: skip
-    comparison = Comparison("run_x", "split", "a", False, [row, replace(row, variant="c",
-                            n_variant=90)], None, [])  # fmt: skip
+    row = MetricComparison(
+        "completion rate",
+        "b",
+        "a",
+        0.8,
+        0.85,
+        300,
+        120,
+        0.05,
+        Interval(-0.05, 0.15),
+        0.3,
+        "delta method",
+        False,
+        0.3,
+        Verdict.UNDECIDED,
+    )
+    comparison = Comparison(
+        "run_x", "split", "a", False, [row, replace(row, variant="c", n_variant=90)], None, []
+    )
     needed = units_needed(comparison, 5.0)
     assert needed is not None and (needed["have"], needed["unit"]) == (90, "units")
     assert per_arm_figures(units_needed_text(needed)) == (

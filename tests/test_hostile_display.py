@@ -72,12 +72,16 @@ def finished_run(tmp_path: Path, name: str, variants: tuple[str, ...] = ("a",)) 
             "name": name,
             "dataset": str(dataset),
             "variants": [
-                {"name": v, "messages": [{"role": "user", "content": "Say {{ text }}"}],
-                 "model": "sim:fast", "params": {"max_tokens": 8}}
+                {
+                    "name": v,
+                    "messages": [{"role": "user", "content": "Say {{ text }}"}],
+                    "model": "sim:fast",
+                    "params": {"max_tokens": 8},
+                }
                 for v in variants
             ],
         }
-    )  # fmt: skip
+    )
     wb = get_workbench()
     run_id = wb.runs.start(spec)
     assert wb.runs.wait(run_id, timeout=TIMEOUT_S).status == "completed"
@@ -109,8 +113,9 @@ def test_a_variant_name_is_text_in_the_item_view_and_alerts(tmp_path: Path) -> N
     run_id = finished_run(tmp_path, "plain", variants=(LINK,))
     wb = get_workbench()
     key = wb.runs.items(run_id).rows[0].key
-    alert = AlertRecord(run_id, LINK, "empty_field", f"{LINK}: field 'x' empty", 1, 2,
-                        datetime.now(UTC))  # fmt: skip
+    alert = AlertRecord(
+        run_id, LINK, "empty_field", f"{LINK}: field 'x' empty", 1, 2, datetime.now(UTC)
+    )
     AlertStore(wb.store).add([alert])
     at = open_page("runs.py", run=run_id, item=key)
     (item,) = [c for c in at.caption if "dataset row" in shown(c.value)]
@@ -172,11 +177,15 @@ def test_variant_names_are_text_on_the_experiments_page(monkeypatch: pytest.Monk
     load_demo_prompts(Registry(wb.store))
     name = "x.__y__.z"  # the pattern for variant names allows emphasis
     wb.experiments.add(
-        {"name": "exp", "mode": "all", "variants": [
-            {"name": name, "prompt": "ticket-triage@production", "weight": 50, "control": True},
-            {"name": "b", "prompt": "ticket-triage@staging", "weight": 50},
-        ]}
-    )  # fmt: skip
+        {
+            "name": "exp",
+            "mode": "all",
+            "variants": [
+                {"name": name, "prompt": "ticket-triage@production", "weight": 50, "control": True},
+                {"name": "b", "prompt": "ticket-triage@staging", "weight": 50},
+            ],
+        }
+    )
     at = open_page("experiments.py")
     (weight,) = [n for n in at.number_input if n.key == f"w_exp_1_{name}"]
     assert_plain(weight.label, f"{name} weight")

@@ -44,9 +44,16 @@ def cli(*args: str) -> Result:
 EXPORTS: dict[str, Callable[[Path, str, Path], list[str]]] = {
     "export": lambda db, run, out: ["--db", str(db), "export", "--run", run, "-o", str(out)],
     "audit export": lambda db, run, out: [
-        "--db", str(db), "audit", "export", "--run", run, "-o", str(out)
+        "--db",
+        str(db),
+        "audit",
+        "export",
+        "--run",
+        run,
+        "-o",
+        str(out),
     ],
-}  # fmt: skip
+}
 
 
 def one_line_error(result: Result) -> str:

@@ -170,8 +170,9 @@ def test_a_run_sends_the_raw_row_and_every_view_of_it_is_masked(
         assert_masked(trace.output)
     for table in ("items", "results", "attempts"):
         target = tmp_path / f"{table}.jsonl"
-        exported = run_cli("export", "--run", keyed_run, "--table", table, "--format", "jsonl",
-                           "-o", str(target))  # fmt: skip
+        exported = run_cli(
+            "export", "--run", keyed_run, "--table", table, "--format", "jsonl", "-o", str(target)
+        )
         assert exported.exit_code == 0, exported.output
         text = target.read_text(encoding="utf-8")
         assert SHAPED not in text and ENV_SECRET not in text

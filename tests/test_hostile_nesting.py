@@ -138,8 +138,15 @@ def test_the_depth_limit_counts_objects_and_arrays() -> None:
 def test_a_deep_value_typed_on_the_command_line_is_a_wrong_value(tmp_path: Path) -> None:
     assert cli("prompt", "add", str(DEMO_DIR / "product-description.yaml")).exit_code == 0
     deep = "[" * DEEP + "]" * DEEP
-    result = cli("prompt", "render", "product-description", "--var", f"features={deep}",
-                 "--var", "product_name=x")  # fmt: skip
+    result = cli(
+        "prompt",
+        "render",
+        "product-description",
+        "--var",
+        f"features={deep}",
+        "--var",
+        "product_name=x",
+    )
     assert isinstance(result.exception, SystemExit), result.exception
     assert result.exit_code == 1 and "features" in result.stderr
     assert len(result.stderr.splitlines()) == 1
@@ -148,8 +155,12 @@ def test_a_deep_value_typed_on_the_command_line_is_a_wrong_value(tmp_path: Path)
 @pytest.mark.timeout(60)
 def test_a_deep_csv_cell_is_a_bad_row_when_checked(tmp_path: Path) -> None:
     assert cli("prompt", "add", str(DEMO_DIR / "product-description.yaml")).exit_code == 0
-    path = write(tmp_path / "p.csv", "product_name,features", 'x,"[""a""]"',
-                 'y,"' + "[" * DEEP + "]" * DEEP + '"')  # fmt: skip
+    path = write(
+        tmp_path / "p.csv",
+        "product_name,features",
+        'x,"[""a""]"',
+        'y,"' + "[" * DEEP + "]" * DEEP + '"',
+    )
     assert cli("dataset", "import", str(path), "--name", "p").exit_code == 0
     checked = cli("dataset", "check", "p", "product-description")
     assert isinstance(checked.exception, SystemExit), checked.exception

@@ -20,9 +20,14 @@ from promptlab.errors import SpecError
 KIB, MIB, GIB = 2**10, 2**20, 2**30
 REQUEST = {"custom_id": "a", "body": {"messages": [{"role": "user", "content": "hi"}]}}
 EXPOSURE = {
-    "experiment": "x", "revision": 1, "unit": "u", "variant": "control", "bucket": 1,
-    "prompt_version_id": "sha256:0", "time": "2026-01-01T00:00:00+00:00",
-}  # fmt: skip
+    "experiment": "x",
+    "revision": 1,
+    "unit": "u",
+    "variant": "control",
+    "bucket": 1,
+    "prompt_version_id": "sha256:0",
+    "time": "2026-01-01T00:00:00+00:00",
+}
 FEEDBACK = {"version": "ticket-triage@1.0.0", "unit_id": "u", "kind": "click"}
 
 
@@ -64,20 +69,35 @@ def demo_prompt() -> None:
 
 # Each reader given `{zero}` (a link to /dev/zero), and what it says.
 DEV_ZERO = [
-    (["prompt", "render", "ticket-triage", "--vars-file", "{zero}"], 1,
-     "{zero}, line 1: past 10,485,760 bytes, the most a vars file may have"),
-    (["validate", "--schema", "{schema}", "{zero}"], 1,
-     "outputs {zero}, line 1: longer than 4,194,304 bytes, the most a line of an outputs file "
-     "may have"),
-    (["exposures", "import", "{zero}"], 1,
-     "exposures {zero}, line 1: longer than 65,536 bytes, the most a line of an exposure log "
-     "may have"),
-    (["assign", "any", "--units", "{zero}"], 1,
-     "units {zero}, line 1: longer than 65,536 bytes, the most a line of a units file may have"),
-    (["batch", "{zero}", "--endpoint", "sim"], 2,  # the model from the first line
-     "dataset {zero}, line 1: longer than 4,194,304 bytes, the most a line of a dataset file "
-     "may have"),
-]  # fmt: skip
+    (
+        ["prompt", "render", "ticket-triage", "--vars-file", "{zero}"],
+        1,
+        "{zero}, line 1: past 10,485,760 bytes, the most a vars file may have",
+    ),
+    (
+        ["validate", "--schema", "{schema}", "{zero}"],
+        1,
+        "outputs {zero}, line 1: longer than 4,194,304 bytes, the most a line of an outputs file "
+        "may have",
+    ),
+    (
+        ["exposures", "import", "{zero}"],
+        1,
+        "exposures {zero}, line 1: longer than 65,536 bytes, the most a line of an exposure log "
+        "may have",
+    ),
+    (
+        ["assign", "any", "--units", "{zero}"],
+        1,
+        "units {zero}, line 1: longer than 65,536 bytes, the most a line of a units file may have",
+    ),
+    (
+        ["batch", "{zero}", "--endpoint", "sim"],
+        2,  # the model from the first line
+        "dataset {zero}, line 1: longer than 4,194,304 bytes, the most a line of a dataset file "
+        "may have",
+    ),
+]
 
 
 @pytest.mark.timeout(60)
@@ -124,17 +144,47 @@ def test_a_fifo_that_never_ends_is_cut_at_the_file_limit(tmp_path: Path) -> None
 
 # Each reader given `{path}` (a sparse file one byte over its limit), and how it names it.
 HUGE = [
-    ("vars.json", 10 * MIB, ["prompt", "render", "ticket-triage", "--vars-file", "{path}"],
-     1, "{path}", "a vars file"),
-    ("outputs.jsonl", GIB, ["validate", "--schema", "{schema}", "{path}"],
-     1, "outputs {path}", "an outputs file"),
-    ("exposures.jsonl", GIB, ["exposures", "import", "{path}"],
-     1, "exposures {path}", "an exposure log"),
-    ("units.txt", 64 * MIB, ["assign", "any", "--units", "{path}"],
-     1, "units {path}", "a units file"),
-    ("requests.jsonl", GIB, ["batch", "{path}", "--endpoint", "sim", "--model", "fast"],
-     2, "dataset {path}", "a dataset file"),
-]  # fmt: skip
+    (
+        "vars.json",
+        10 * MIB,
+        ["prompt", "render", "ticket-triage", "--vars-file", "{path}"],
+        1,
+        "{path}",
+        "a vars file",
+    ),
+    (
+        "outputs.jsonl",
+        GIB,
+        ["validate", "--schema", "{schema}", "{path}"],
+        1,
+        "outputs {path}",
+        "an outputs file",
+    ),
+    (
+        "exposures.jsonl",
+        GIB,
+        ["exposures", "import", "{path}"],
+        1,
+        "exposures {path}",
+        "an exposure log",
+    ),
+    (
+        "units.txt",
+        64 * MIB,
+        ["assign", "any", "--units", "{path}"],
+        1,
+        "units {path}",
+        "a units file",
+    ),
+    (
+        "requests.jsonl",
+        GIB,
+        ["batch", "{path}", "--endpoint", "sim", "--model", "fast"],
+        2,
+        "dataset {path}",
+        "a dataset file",
+    ),
+]
 
 
 @pytest.mark.timeout(60)
@@ -247,9 +297,12 @@ NOT_FINITE = [
 @pytest.mark.timeout(60)
 @pytest.mark.parametrize(
     ("value", "reason"),
-    [*NOT_FINITE, ("nan", "not valid JSON (Expecting value at column 7)"),
-     ("inf", "not valid JSON (Expecting value at column 7)")],
-)  # fmt: skip
+    [
+        *NOT_FINITE,
+        ("nan", "not valid JSON (Expecting value at column 7)"),
+        ("inf", "not valid JSON (Expecting value at column 7)"),
+    ],
+)
 def test_dataset_import_refuses_numbers_json_has_not(
     tmp_path: Path, value: str, reason: str
 ) -> None:

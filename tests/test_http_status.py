@@ -40,11 +40,19 @@ def test_an_answer_carries_its_http_status(
 def attempt_statuses(db_path: Path, tmp_path: Path, model: str, endpoints: dict) -> list:
     dataset = tmp_path / "rows.csv"
     dataset.write_text("text\n" + "".join(f"row {i}\n" for i in range(5)))
-    spec = parse_spec({
-        "name": "statuses", "dataset": str(dataset),
-        "variants": [{"name": "v", "model": model,
-                      "messages": [{"role": "user", "content": "{{ text }}"}]}],
-    })  # fmt: skip
+    spec = parse_spec(
+        {
+            "name": "statuses",
+            "dataset": str(dataset),
+            "variants": [
+                {
+                    "name": "v",
+                    "model": model,
+                    "messages": [{"role": "user", "content": "{{ text }}"}],
+                }
+            ],
+        }
+    )
     with Store(db_path) as store, Engine(store, endpoints=endpoints) as engine:
         run_id = engine.submit(spec)
         assert engine.wait(run_id, timeout=120).status == "completed"

@@ -52,10 +52,17 @@ def test_a_retry_after_the_server_restarted_gets_the_first_run(tmp_path: Path) -
     dataset = tmp_path / "rows.csv"
     dataset.write_text("text\nfirst\nsecond\n")
     spec = {
-        "name": "once", "dataset": str(dataset),
-        "variants": [{"name": "v", "model": "sim:fast", "params": {"max_tokens": 8},
-                      "messages": [{"role": "user", "content": "Say {{ text }}"}]}],
-    }  # fmt: skip
+        "name": "once",
+        "dataset": str(dataset),
+        "variants": [
+            {
+                "name": "v",
+                "model": "sim:fast",
+                "params": {"max_tokens": 8},
+                "messages": [{"role": "user", "content": "Say {{ text }}"}],
+            }
+        ],
+    }
     db = tmp_path / "served.duckdb"
     served = Served(db)
     try:

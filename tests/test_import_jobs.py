@@ -40,8 +40,9 @@ def test_an_import_is_a_job_and_other_calls_answer_while_it_runs(
 
     monkeypatch.setattr(wb.datasets, "import_file", held)
     api = TestClient(create_app(wb, OWNER), raise_server_exceptions=False)
-    answer = api.post("/v1/datasets?name=held&filename=h.csv", content=b"a\n1\n2\n",
-                      headers=HEADERS)  # fmt: skip
+    answer = api.post(
+        "/v1/datasets?name=held&filename=h.csv", content=b"a\n1\n2\n", headers=HEADERS
+    )
     assert answer.status_code == 202, answer.text
     job = answer.json()
     assert (job["kind"], job["state"]) == ("dataset-import", "running")
@@ -52,8 +53,12 @@ def test_an_import_is_a_job_and_other_calls_answer_while_it_runs(
     assert api.get("/v1/runs", headers=HEADERS).status_code == 200
     # Another principal cannot see it.
     _, other = wb.tokens.create("bob", "editor")
-    assert api.get(f"/v1/jobs/{job['job_id']}",
-                   headers={"Authorization": f"Bearer {other}"}).status_code == 404  # fmt: skip
+    assert (
+        api.get(
+            f"/v1/jobs/{job['job_id']}", headers={"Authorization": f"Bearer {other}"}
+        ).status_code
+        == 404
+    )
     gate.set()
     ended = api.get(f"/v1/jobs/{job['job_id']}?wait=30", headers=HEADERS).json()
     assert ended["state"] == "completed", ended
@@ -62,8 +67,11 @@ def test_an_import_is_a_job_and_other_calls_answer_while_it_runs(
 
 def test_a_refused_import_is_a_failed_job_naming_the_line(wb: Workbench) -> None:
     api = TestClient(create_app(wb, OWNER), raise_server_exceptions=False)
-    answer = api.post("/v1/datasets?name=bad&filename=bad.jsonl",
-                      content=b'{"a": 1}\n{"a": NaN}\n', headers=HEADERS)  # fmt: skip
+    answer = api.post(
+        "/v1/datasets?name=bad&filename=bad.jsonl",
+        content=b'{"a": 1}\n{"a": NaN}\n',
+        headers=HEADERS,
+    )
     ended = api.get(f"/v1/jobs/{answer.json()['job_id']}?wait=30", headers=HEADERS).json()
     assert ended["state"] == "failed" and "line 2" in ended["error"]
     assert ended["error_kind"] == "DatasetError"

@@ -92,8 +92,11 @@ def test_the_demo_split_run_estimate_is_within_25_percent_and_counts_its_units(
     units = estimate.units
     assert units is not None
     assert (units.column, units.units, units.outside, units.complete) == (
-        "customer_id", DEMO_UNITS, 0, True,
-    )  # fmt: skip
+        "customer_id",
+        DEMO_UNITS,
+        0,
+        True,
+    )
     by_variant = {v.name: v.units for v in estimate.variants}
     wb.close()
     assert by_variant == assigned_units(db_path, run_id)
@@ -210,11 +213,23 @@ def test_a_request_file_sent_as_written_is_estimated_from_its_lines(
     requests = tmp_path / "requests.jsonl"
     requests.write_text(
         "".join(
-            json.dumps({"custom_id": f"r-{i}", "body": {"max_tokens": 60, "messages": [
-                {"role": "user", "content": f"Summarize ticket {i}: the export button fails."}
-            ]}}) + "\n"
+            json.dumps(
+                {
+                    "custom_id": f"r-{i}",
+                    "body": {
+                        "max_tokens": 60,
+                        "messages": [
+                            {
+                                "role": "user",
+                                "content": f"Summarize ticket {i}: the export button fails.",
+                            }
+                        ],
+                    },
+                }
+            )
+            + "\n"
             for i in range(12)
         )
-    )  # fmt: skip
+    )
     _, ratios, _ = run_and_compare(wb, wb.runs.batch_spec(requests, "sim", "fast"))
     assert_within(ratios)

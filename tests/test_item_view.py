@@ -178,10 +178,21 @@ def test_output_that_is_json_is_parsed_for_display() -> None:
 
     def view(text: str | None) -> ItemView:
         result = FinalRow(
-            key="k", run_id=RUN, seq=0, row_index=0, variant="v", repeat=0,
-            status="succeeded", prompt_version_id="sha256:v", endpoint="sim", model="fast",
-            params={}, attempts=1, finished_at=None, output_text=text,  # type: ignore[arg-type]
-        )  # fmt: skip
+            key="k",
+            run_id=RUN,
+            seq=0,
+            row_index=0,
+            variant="v",
+            repeat=0,
+            status="succeeded",
+            prompt_version_id="sha256:v",
+            endpoint="sim",
+            model="fast",
+            params={},
+            attempts=1,
+            finished_at=None,
+            output_text=text,  # type: ignore[arg-type]
+        )
         detail = ItemDetail(RUN, "k", 0, 0, 0, ItemStatus.SUCCEEDED, {}, VARIANT, result, [])
         return ItemView(detail, ItemRequest(None, {}, None))
 

@@ -45,10 +45,17 @@ def paused_run(eng: Engine, provider: ScriptedProvider, tmp_path: Path) -> str:
     dataset = tmp_path / "rows.csv"
     dataset.write_text("text\n" + "".join(f"row {i}\n" for i in range(ROWS)))
     spec = {
-        "name": "raced", "dataset": str(dataset),
-        "variants": [{"name": "v", "model": "quick:m", "params": {"max_tokens": 8},
-                      "messages": [{"role": "user", "content": "Say {{ text }}"}]}],
-    }  # fmt: skip
+        "name": "raced",
+        "dataset": str(dataset),
+        "variants": [
+            {
+                "name": "v",
+                "model": "quick:m",
+                "params": {"max_tokens": 8},
+                "messages": [{"role": "user", "content": "Say {{ text }}"}],
+            }
+        ],
+    }
     provider.hold_requests()
     run_id = eng.submit(parse_spec(spec))
     deadline = time.monotonic() + PATIENCE_S

@@ -57,9 +57,10 @@ def import_log(wb: Workbench, tmp_path: Path) -> list[Line]:
 
     path.write_text(
         "version,unit_id,latency_ms,completed,event_time\n"
-        + "".join(f"{v},{u},{cell(lat)},{cell(done)},{t.isoformat()}\n"
-                  for v, u, lat, done, t in lines)
-    )  # fmt: skip
+        + "".join(
+            f"{v},{u},{cell(lat)},{cell(done)},{t.isoformat()}\n" for v, u, lat, done, t in lines
+        )
+    )
     assert wb.analysis.import_logs(path) == len(lines)
     return lines
 
@@ -89,9 +90,10 @@ def test_logs_over_time_bucket_completion_and_p90_per_version(
     for bucket in series.buckets:
         start = bucket.start.astimezone(UTC)
         inside = [
-            line for line in lines
+            line
+            for line in lines
             if line[0] == bucket.variant and start <= line[4] < start + timedelta(hours=1)
-        ]  # fmt: skip
+        ]
         known = [done for _, _, _, done, _ in inside if done is not None]
         assert bucket.finished == len(known)  # requests whose completion is known
         assert bucket.completed == sum(known)

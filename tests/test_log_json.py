@@ -52,8 +52,12 @@ TEXT_LINE_STARTS = tuple(f"{level} promptlab" for level in ("DEBUG", "INFO", "WA
 def promptlab(*args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "promptlab", *args],
-        cwd=cwd, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def json_lines(stderr: str) -> list[dict[str, object]]:
@@ -78,12 +82,20 @@ def test_a_runs_json_log_lines_carry_its_id_and_neither_its_key_nor_a_masked_ema
         providers = tmp_path / "providers.yaml"
         providers.write_text(yaml.safe_dump({"endpoints": {"remote": endpoint}}))
         (tmp_path / "rows.csv").write_text("text\n" + "".join(f"row {i}\n" for i in range(80)))
-        variant = {"name": f"for {EMAIL} with {SECRET}", "model": "remote:gpt-4o-mini",
-                   "messages": [{"role": "user", "content": "{{ text }}"}]}  # fmt: skip
+        variant = {
+            "name": f"for {EMAIL} with {SECRET}",
+            "model": "remote:gpt-4o-mini",
+            "messages": [{"role": "user", "content": "{{ text }}"}],
+        }
         spec = tmp_path / "spec.yaml"
         spec.write_text(yaml.safe_dump({"dataset": "rows.csv", "variants": [variant]}))
-        env = {**os.environ, "PROMPTLAB_LOG_FORMAT": "json", "PROMPTLAB_MASK": "email",
-               "PROMPTLAB_PROVIDERS": str(providers), "OPENAI_API_KEY": SECRET}  # fmt: skip
+        env = {
+            **os.environ,
+            "PROMPTLAB_LOG_FORMAT": "json",
+            "PROMPTLAB_MASK": "email",
+            "PROMPTLAB_PROVIDERS": str(providers),
+            "OPENAI_API_KEY": SECRET,
+        }
         result = promptlab("run", str(spec), env=env, cwd=tmp_path)
         assert server.stats()["attempts"] > 0  # the key went out, and came back
     assert result.returncode == 1, result.stderr  # the run stopped: every request refused
@@ -112,9 +124,13 @@ def test_an_adapters_traceback_is_one_line_with_the_run_and_item_and_nothing_sec
     endpoints = {"fake": EndpointConfig("fake", "openai", context_windows={"m1": 4000})}
     (tmp_path / "d.csv").write_text("text\n" + "".join(f"row {i}\n" for i in range(5)))
     spec = parse_spec(
-        {"dataset": str(tmp_path / "d.csv"), "variants": [{"model": "fake:m1",
-         "messages": [{"role": "user", "content": "{{ text }}"}]}]}
-    )  # fmt: skip
+        {
+            "dataset": str(tmp_path / "d.csv"),
+            "variants": [
+                {"model": "fake:m1", "messages": [{"role": "user", "content": "{{ text }}"}]}
+            ],
+        }
+    )
     with (
         captured_json_logs() as out,
         Engine(store, endpoints=endpoints, provider_factory=lambda _cfg: provider) as engine,
@@ -156,9 +172,14 @@ def test_the_formatter_scrubs_message_traceback_and_extras(
         raise ValueError(f"server said: {SECRET}")
     except ValueError:
         record = logging.LogRecord(
-            "promptlab.engine", logging.ERROR, __file__, 1, "failed for %s with %s",
-            (EMAIL, SECRET), sys.exc_info(),
-        )  # fmt: skip
+            "promptlab.engine",
+            logging.ERROR,
+            __file__,
+            1,
+            "failed for %s with %s",
+            (EMAIL, SECRET),
+            sys.exc_info(),
+        )
     record.endpoint = f"remote {SECRET}"
     record.counts = {"sent": 3, "to": [EMAIL]}
     record.item_key = "item-1"
@@ -245,15 +266,22 @@ def test_serve_prints_only_json_lines_uvicorns_startup_and_access_lines_too(
     tmp_path: Path,
 ) -> None:
     db = tmp_path / "served.duckdb"
-    env = {**os.environ, "PROMPTLAB_LOG_FORMAT": "json", "PROMPTLAB_MASK": "email",
-           "OPENAI_API_KEY": SECRET}  # fmt: skip
+    env = {
+        **os.environ,
+        "PROMPTLAB_LOG_FORMAT": "json",
+        "PROMPTLAB_MASK": "email",
+        "OPENAI_API_KEY": SECRET,
+    }
     for name in ("PROMPTLAB_SERVER", "PROMPTLAB_TOKEN"):
         env.pop(name, None)
     out, err = (tmp_path / "stdout").open("wb"), (tmp_path / "stderr").open("wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "promptlab", "--db", str(db), "serve", "--port", "0"],
-        stdout=out, stderr=err, env=env, cwd=tmp_path,
-    )  # fmt: skip
+        stdout=out,
+        stderr=err,
+        env=env,
+        cwd=tmp_path,
+    )
     try:
         deadline = time.monotonic() + 120  # the interpreter's imports, on a busy machine
         while (info := find_server(db, {})) is None:
@@ -330,10 +358,22 @@ def test_the_app_started_for_json_prints_only_json_lines(tmp_path: Path) -> None
     }
     out = (tmp_path / "printed").open("wb")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "promptlab.ui.jsonlogs", "run", str(ROOT / "app.py"),
-         "--server.port", str(port), "--server.headless", "true"],
-        stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "promptlab.ui.jsonlogs",
+            "run",
+            str(ROOT / "app.py"),
+            "--server.port",
+            str(port),
+            "--server.headless",
+            "true",
+        ],
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        env=env,
+        cwd=ROOT,
+    )
     try:
         deadline = time.monotonic() + 120  # the interpreter's imports, on a busy machine
         while True:

@@ -39,12 +39,19 @@ def test_two_hundred_declared_endpoints_add_no_series_that_outlive_their_run(
     dataset = tmp_path / "rows.csv"
     dataset.write_text("text\n" + "".join(f"row {i}\n" for i in range(3)))
     spec = {
-        "name": "many-endpoints", "dataset": str(dataset),
+        "name": "many-endpoints",
+        "dataset": str(dataset),
         "endpoints": {n: {"kind": "openai", "base_url": server.openai_base_url} for n in names},
-        "variants": [{"name": f"v{i}", "model": f"{n}:m", "params": {"max_tokens": 8},
-                      "messages": [{"role": "user", "content": "Say {{ text }}"}]}
-                     for i, n in enumerate(used)],
-    }  # fmt: skip
+        "variants": [
+            {
+                "name": f"v{i}",
+                "model": f"{n}:m",
+                "params": {"max_tokens": 8},
+                "messages": [{"role": "user", "content": "Say {{ text }}"}],
+            }
+            for i, n in enumerate(used)
+        ],
+    }
     with Workbench.open(Settings.from_env()) as wb:
         api = TestClient(create_app(wb, TOKEN))
 

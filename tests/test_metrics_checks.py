@@ -72,8 +72,12 @@ def test_version_rates_add_up_every_run(
             for name in ("json", "plain"):
                 m, s = metrics[name], summary[name]
                 assert (m.checked, m.valid, m.repaired, m.invalid, m.truncated) == (
-                    s.checked, s.valid, s.repaired, s.invalid, s.truncated,
-                )  # fmt: skip
+                    s.checked,
+                    s.valid,
+                    s.repaired,
+                    s.invalid,
+                    s.truncated,
+                )
                 assert m.validity_rate == s.validity_rate
                 assert m.rule_failure_rate == s.rule_failure_rate
     shown = CliRunner().invoke(main, ["metrics"], catch_exceptions=False)

@@ -15,8 +15,16 @@ from tests.one_door_helpers import assert_same_both_ways
 
 A, B = "ticket-triage@1.1.0", "ticket-triage@2.0.0"
 FILTERS = ["--status", "succeeded", "--variant", "staging"]
-LOG_COLUMNS = ["--version-column", "ver", "--unit-column", "user", "--latency-column", "ms",
-               "--clicked-column", "clicked"]  # fmt: skip
+LOG_COLUMNS = [
+    "--version-column",
+    "ver",
+    "--unit-column",
+    "user",
+    "--latency-column",
+    "ms",
+    "--clicked-column",
+    "clicked",
+]
 
 #: Commands that change nothing: each runs directly, then through a server.
 READING = [
@@ -109,9 +117,12 @@ def _files(folder: Path) -> dict[str, str]:
     no_suffix = folder / "feedback.txt"
     no_suffix.write_text("version,unit_id,kind\n")
     return {
-        "feedback": str(feedback), "bad_feedback": str(bad), "logs": str(logs),
-        "missing": str(folder / "gone.csv"), "no_suffix": str(no_suffix),
-    }  # fmt: skip
+        "feedback": str(feedback),
+        "bad_feedback": str(bad),
+        "logs": str(logs),
+        "missing": str(folder / "gone.csv"),
+        "no_suffix": str(no_suffix),
+    }
 
 
 def test_analysis_commands_print_the_same_through_a_server_and_never_send_a_command_line(
@@ -125,13 +136,20 @@ def test_analysis_commands_print_the_same_through_a_server_and_never_send_a_comm
         db, tmp_path, monkeypatch, reading=READING, changing=CHANGING, values=values
     )
     for route in (
-        "GET /v1/analysis/metrics", "GET /v1/analysis/log-metrics", "GET /v1/analysis/scores",
-        f"GET /v1/runs/{split}/sessions", f"GET /v1/runs/{split}/comparison",
-        "GET /v1/analysis/compare", f"GET /v1/runs/{split}/shards",
-        f"GET /v1/runs/{split}/items", f"GET /v1/runs/{split}/items/{key}",
-        "POST /v1/feedback", "POST /v1/logs", f"POST /v1/runs/{split}/anomalies",
+        "GET /v1/analysis/metrics",
+        "GET /v1/analysis/log-metrics",
+        "GET /v1/analysis/scores",
+        f"GET /v1/runs/{split}/sessions",
+        f"GET /v1/runs/{split}/comparison",
+        "GET /v1/analysis/compare",
+        f"GET /v1/runs/{split}/shards",
+        f"GET /v1/runs/{split}/items",
+        f"GET /v1/runs/{split}/items/{key}",
+        "POST /v1/feedback",
+        "POST /v1/logs",
+        f"POST /v1/runs/{split}/anomalies",
         f"GET /v1/runs/{split}/view",
-    ):  # fmt: skip
+    ):
         assert route in called, route
 
 

@@ -108,15 +108,24 @@ def test_prompt_commands_print_the_same_through_a_server(
     demo_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, files: dict[str, str]
 ) -> None:
     called = assert_same_both_ways(
-        demo_db, tmp_path, monkeypatch, reading=READING, changing=CHANGING,
+        demo_db,
+        tmp_path,
+        monkeypatch,
+        reading=READING,
+        changing=CHANGING,
         values={**files, "prefix": _prefix(demo_db)},
-    )  # fmt: skip
+    )
     routes = {re.sub(r"/v1/(prompts|prompt-refs|runs)/[^/]+", r"/v1/\1/X", p) for p in called}
     assert routes >= {
-        "GET /v1/health", "GET /v1/prompts", "POST /v1/prompts", "GET /v1/prompt-refs/X",
-        "GET /v1/prompts/X/history", "GET /v1/prompts/X/diff", "GET /v1/prompts/X/export",
+        "GET /v1/health",
+        "GET /v1/prompts",
+        "POST /v1/prompts",
+        "GET /v1/prompt-refs/X",
+        "GET /v1/prompts/X/history",
+        "GET /v1/prompts/X/diff",
+        "GET /v1/prompts/X/export",
         "PUT /v1/prompts/X/labels/production",
-    }, routes  # fmt: skip
+    }, routes
     # The export written here through the server is the one printed.
     exported = invoke(demo_db, ["prompt", "export", "ticket-triage"]).stdout
     assert Path(files["out"]).read_text(encoding="utf-8") == exported

@@ -45,9 +45,12 @@ def test_review_commands_print_the_same_through_a_server(
     ]
     out = tmp_path / "expected"
     routes = assert_same_both_ways(
-        db, tmp_path, monkeypatch, changing=changing,
+        db,
+        tmp_path,
+        monkeypatch,
+        changing=changing,
         values={"run": runs[1], "out": str(out)},
-    )  # fmt: skip
+    )
     assert {"POST /v1/review/add", "POST /v1/jobs/review-exports"} <= set(routes)
     assert "POST /v1/review/items/1/reopen" in routes
     # The served pass wrote the last files here; a formula is shown, not run.

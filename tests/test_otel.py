@@ -95,17 +95,25 @@ def as_the_sdk_encodes(request: ExportTraceServiceRequest) -> ExportTraceService
             for span in scope_spans.spans:
                 trace_id = int.from_bytes(span.trace_id, "big")
                 parent = int.from_bytes(span.parent_span_id or bytes(8), "big")
-                spans.append(ReadableSpan(
-                    name=span.name,
-                    context=SpanContext(trace_id, int.from_bytes(span.span_id, "big"), False,
-                                        TraceFlags(TraceFlags.SAMPLED)),
-                    parent=SpanContext(trace_id, parent, False) if parent else None,
-                    resource=resource, attributes=attributes(span.attributes),
-                    kind=SpanKind(span.kind - 1),  # OTLP counts from unspecified (0)
-                    status=Status(StatusCode(span.status.code), span.status.message or None),
-                    start_time=span.start_time_unix_nano, end_time=span.end_time_unix_nano,
-                    instrumentation_scope=scope,
-                ))  # fmt: skip
+                spans.append(
+                    ReadableSpan(
+                        name=span.name,
+                        context=SpanContext(
+                            trace_id,
+                            int.from_bytes(span.span_id, "big"),
+                            False,
+                            TraceFlags(TraceFlags.SAMPLED),
+                        ),
+                        parent=SpanContext(trace_id, parent, False) if parent else None,
+                        resource=resource,
+                        attributes=attributes(span.attributes),
+                        kind=SpanKind(span.kind - 1),  # OTLP counts from unspecified (0)
+                        status=Status(StatusCode(span.status.code), span.status.message or None),
+                        start_time=span.start_time_unix_nano,
+                        end_time=span.end_time_unix_nano,
+                        instrumentation_scope=scope,
+                    )
+                )
     return encode_spans(spans)
 
 
@@ -165,8 +173,9 @@ def test_a_run_is_one_trace_of_item_and_attempt_spans_as_stored(
     run_span = roots[0]
     assert attributes(run_span.attributes)["promptlab.run.status"] == "completed"
 
-    items = {span.span_id: span for span in receiver.spans
-             if span.parent_span_id == run_span.span_id}  # fmt: skip
+    items = {
+        span.span_id: span for span in receiver.spans if span.parent_span_id == run_span.span_id
+    }
     assert len(items) == len(finals)
     attempts_of: dict[bytes, list[Any]] = {}
     for span in receiver.spans:

@@ -68,8 +68,16 @@ def test_the_trace_view_shows_every_stage_and_the_timeline(
         assert f"**{stage}**" in shown, stage
     # Stage tables have no selection, so AppTest gives them no key: they have `field`.
     fields = {f for d in at.dataframe if "field" in d.value.columns for f in d.value["field"]}
-    for field in ("template version id", "semver", "prompt_hash", "variables_hash",
-                  "wait_ms", "wait_reason", "endpoint", "finish_reason"):  # fmt: skip
+    for field in (
+        "template version id",
+        "semver",
+        "prompt_hash",
+        "variables_hash",
+        "wait_ms",
+        "wait_reason",
+        "endpoint",
+        "finish_reason",
+    ):
         assert field in fields, field
     (chart,) = [e for e in at.get("plotly_chart")]
     figure = json.loads(chart.proto.spec)

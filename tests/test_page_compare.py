@@ -65,12 +65,23 @@ def all_mode_run(tmp_path: Path) -> str:
     dataset.write_text("text\n" + "".join(f"row {i}\n" for i in range(12)))
     variant = {"model": "sim:fast", "params": {"max_tokens": 24}}
     spec = parse_spec(
-        {"name": "all-mode", "dataset": str(dataset), "variants": [
-            {"name": "terse", "messages": [{"role": "user", "content": "Say {{ text }}"}],
-             **variant},
-            {"name": "wordy", "messages": [{"role": "user", "content": "Explain {{ text }}"}],
-             **variant}]}
-    )  # fmt: skip
+        {
+            "name": "all-mode",
+            "dataset": str(dataset),
+            "variants": [
+                {
+                    "name": "terse",
+                    "messages": [{"role": "user", "content": "Say {{ text }}"}],
+                    **variant,
+                },
+                {
+                    "name": "wordy",
+                    "messages": [{"role": "user", "content": "Explain {{ text }}"}],
+                    **variant,
+                },
+            ],
+        }
+    )
     wb = get_workbench()
     run_id = wb.runs.start(spec)
     assert wb.runs.wait(run_id, timeout=TIMEOUT_S).status == "completed"
@@ -95,8 +106,13 @@ def test_the_demo_split_run_shows_verdicts_srm_and_charts(demo_run: str) -> None
     table = at.dataframe[0].value
     # The demo's tickets carry their category: its accuracy is a row like completion.
     assert list(table["metric"]) == [
-        "completion rate", "CTR", "score: category", "latency p50", "latency p90", "latency p99"
-    ]  # fmt: skip
+        "completion rate",
+        "CTR",
+        "score: category",
+        "latency p50",
+        "latency p90",
+        "latency p99",
+    ]
     assert set(table["variant"]) == {"staging"}
     comparison = get_workbench().analysis.compare(demo_run)
     for cells, row in zip(table.to_dict("records"), comparison.rows, strict=True):
@@ -372,8 +388,9 @@ def test_production_logs_answer_always_valid_with_a_runs_figures(
     (over_time,) = [f for t, f in figures.items() if t.startswith("Over time")]
     assert {t["name"] for t in over_time["data"]} == {a, b}
     # A bucket an hour, the lines an hour each day: each line breaks between the days.
-    assert all([y is None for y in t["y"]] == [False, True, False, True, False]
-               for t in over_time["data"])  # fmt: skip
+    assert all(
+        [y is None for y in t["y"]] == [False, True, False, True, False] for t in over_time["data"]
+    )
     ecdf = figures["Latency distribution (ECDF)"]
     assert [len(t["x"]) for t in ecdf["data"]] == [min(360, ECDF_POINTS)] * 2
     open_tab(at, "Answer", LOGS_TAB)
@@ -444,10 +461,19 @@ def test_a_run_of_one_variant_still_gets_its_figures(tmp_path: Path) -> None:
     dataset = tmp_path / "rows.csv"
     dataset.write_text("text\n" + "".join(f"row {i}\n" for i in range(5)))
     spec = parse_spec(
-        {"name": "solo", "dataset": str(dataset), "variants": [
-            {"name": "only", "messages": [{"role": "user", "content": "Say {{ text }}"}],
-             "model": "sim:fast", "params": {"max_tokens": 24}}]}
-    )  # fmt: skip
+        {
+            "name": "solo",
+            "dataset": str(dataset),
+            "variants": [
+                {
+                    "name": "only",
+                    "messages": [{"role": "user", "content": "Say {{ text }}"}],
+                    "model": "sim:fast",
+                    "params": {"max_tokens": 24},
+                }
+            ],
+        }
+    )
     wb = get_workbench()
     run_id = wb.runs.start(spec)
     assert wb.runs.wait(run_id, timeout=TIMEOUT_S).status == "completed"

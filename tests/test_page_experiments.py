@@ -120,10 +120,14 @@ def test_the_kill_switch_asks_before_it_acts() -> None:
 def test_each_experiment_shows_and_saves_its_own_weights() -> None:
     wb = get_workbench()
     wb.experiments.add(
-        {"name": "other", "variants": [
-            {"name": "control", "prompt": "ticket-triage@1.0.0", "weight": 50, "control": True},
-            {"name": "staging", "prompt": "ticket-triage@staging", "weight": 50}]}
-    )  # fmt: skip
+        {
+            "name": "other",
+            "variants": [
+                {"name": "control", "prompt": "ticket-triage@1.0.0", "weight": 50, "control": True},
+                {"name": "staging", "prompt": "ticket-triage@staging", "weight": 50},
+            ],
+        }
+    )
     at = open_page()
     at.selectbox(key="experiment_choice").select("triage-split").run()
     assert at.number_input(key="w_triage-split_1_control").value == 70.0
@@ -143,10 +147,14 @@ def test_a_dataset_without_a_unit_column_asks_for_one() -> None:
     wb.datasets.set_unit_column("tickets", None)
     wb.datasets.set_unit_column("customers", None)
     wb.experiments.add(
-        {"name": "no-unit", "variants": [
-            {"name": "control", "prompt": "ticket-triage@1.0.0", "weight": 50, "control": True},
-            {"name": "staging", "prompt": "ticket-triage@staging", "weight": 50}]}
-    )  # fmt: skip
+        {
+            "name": "no-unit",
+            "variants": [
+                {"name": "control", "prompt": "ticket-triage@1.0.0", "weight": 50, "control": True},
+                {"name": "staging", "prompt": "ticket-triage@staging", "weight": 50},
+            ],
+        }
+    )
     at = open_page()
     at.selectbox(key="experiment_choice").select("no-unit").run()
     at.selectbox(key="launch_no-unit_dataset").select("tickets").run()

@@ -38,10 +38,15 @@ def add_articles(wb: Workbench, tmp_path: Path) -> None:
 
 def add_experiment(wb: Workbench, name: str, **extra: object) -> None:
     wb.experiments.add(
-        {"name": name, **extra, "variants": [
-            {"name": "control", "prompt": "ticket-triage@1.0.0", "weight": 50, "control": True},
-            {"name": "staging", "prompt": "ticket-triage@staging", "weight": 50}]}
-    )  # fmt: skip
+        {
+            "name": name,
+            **extra,
+            "variants": [
+                {"name": "control", "prompt": "ticket-triage@1.0.0", "weight": 50, "control": True},
+                {"name": "staging", "prompt": "ticket-triage@staging", "weight": 50},
+            ],
+        }
+    )
 
 
 def changes(wb: Workbench, kind: str) -> list[dict[str, object]]:

@@ -44,9 +44,13 @@ LAUNCH = (
 
 def settle_in_a_fresh_interpreter(script: str = SETTLE, **env: str) -> str:
     run = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
-        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), **env},
-    )  # fmt: skip
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+    )
     assert run.returncode == 0, run.stderr
     return run.stdout.split()
 

@@ -215,10 +215,15 @@ def test_prompt_values_stay_literal_in_preview() -> None:
 
 def test_database_locked_by_another_process_shows_one_line(db_path: Path) -> None:
     holder = subprocess.Popen(
-        [sys.executable, "-c", f"import duckdb,time; c=duckdb.connect({str(db_path)!r}); "
-         "print('ok', flush=True); time.sleep(60)"],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            f"import duckdb,time; c=duckdb.connect({str(db_path)!r}); "
+            "print('ok', flush=True); time.sleep(60)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "ok"
         at = AppTest.from_file(APP, default_timeout=TIMEOUT_S).run()

@@ -105,10 +105,13 @@ def data_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         ),
         ("dataset: /etc/passwd.csv\nvariants: [{{prompt: x}}]\n", "outside"),
         ("dataset: {data}/../outside.csv\nvariants: [{{prompt: x}}]\n", "outside"),
-        ("dataset: {data}/rows.csv\nvariants: [{{prompt: x}}]\nendpoints: {{x: {{kind: openai,"
-         " base_url: 5}}}}\n", "endpoints.x.base_url: expected a URL string, got 5"),
+        (
+            "dataset: {data}/rows.csv\nvariants: [{{prompt: x}}]\nendpoints: {{x: {{kind: openai,"
+            " base_url: 5}}}}\n",
+            "endpoints.x.base_url: expected a URL string, got 5",
+        ),
     ],
-)  # fmt: skip
+)
 def test_specs_that_reach_outside_are_refused_inline(
     tmp_path: Path, data_dir: Path, spec: str, message: str
 ) -> None:
@@ -145,8 +148,9 @@ def test_the_example_spec_runs_the_demo_ab_as_it_stands() -> None:
     # Completion counts usable outputs only: the demo's schema catches a few broken ones.
     view = get_workbench().runs.view(started[0].split()[-1])
     assert list(variants["completion"]) == [v.completion_rate for v in view.variants]
-    assert all(v.checked == 40 and v.completed == 40 - v.invalid - v.truncated
-               for v in view.variants)  # fmt: skip
+    assert all(
+        v.checked == 40 and v.completed == 40 - v.invalid - v.truncated for v in view.variants
+    )
     assert list(variants["valid"]) == [v.validity_rate for v in view.variants]
     assert all(variants["p90 ms"] > 0)
 

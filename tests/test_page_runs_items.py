@@ -59,10 +59,12 @@ def test_pick_an_item_and_see_its_messages_output_and_attempts(
     assert len(table) == 2 * ROWS and list(table["row"][:4]) == [1, 1, 2, 2]
     # A briefed item that needed retries and then succeeded.
     index = next(
-        i for i, (variant, attempts, status) in
-        enumerate(zip(table["variant"], table["attempts"], table["status"], strict=True))
+        i
+        for i, (variant, attempts, status) in enumerate(
+            zip(table["variant"], table["attempts"], table["status"], strict=True)
+        )
         if variant == "briefed" and attempts > 1 and status == "succeeded"
-    )  # fmt: skip
+    )
     key = table["key"][index]
     pick(at, index)
     assert not at.exception

@@ -224,9 +224,10 @@ def test_through_the_server_the_author_is_the_token_s_principal(
         _record, token = wb.tokens.create("erin", "editor")
         api = TestClient(create_app(wb, "owner-token-for-tests"))
         answer = api.post(
-            "/v1/prompts", json={"text": NOTED, "source": "noted.yaml"},
+            "/v1/prompts",
+            json={"text": NOTED, "source": "noted.yaml"},
             headers={"Authorization": f"Bearer {token}"},
-        )  # fmt: skip
+        )
         assert answer.status_code == 201, answer.text
     versions, actors = _authors(db_path)
     assert versions == [("erin", "first (the file names someone-else as its author)")]

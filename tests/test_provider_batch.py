@@ -61,9 +61,11 @@ def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Fake]:
         servers.append(context)
         base = server.openai_base_url if kind == "openai" else server.anthropic_base_url
         endpoint = {
-            "kind": kind, "base_url": base, "models": {"*": PRICE},
+            "kind": kind,
+            "base_url": base,
+            "models": {"*": PRICE},
             "batch": {"max_requests": PER_BATCH, "poll_s": 0.02, "linger_s": 0.05},
-        }  # fmt: skip
+        }
         providers = tmp_path / "providers.yaml"
         providers.write_text(yaml.safe_dump({"endpoints": {"fake": endpoint}}))
         monkeypatch.setenv("PROMPTLAB_PROVIDERS", str(providers))
@@ -77,10 +79,18 @@ def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Fake]:
 def request_file(path: Path, lines: int = LINES) -> Path:
     with path.open("w") as handle:
         for i in range(lines):
-            body = {"model": "m", "messages": [{"role": "user", "content": f"q {i}"}],
-                    "max_tokens": 20, "temperature": 0}  # fmt: skip
-            line = {"custom_id": f"r{i}", "method": "POST", "url": "/v1/chat/completions",
-                    "body": body}  # fmt: skip
+            body = {
+                "model": "m",
+                "messages": [{"role": "user", "content": f"q {i}"}],
+                "max_tokens": 20,
+                "temperature": 0,
+            }
+            line = {
+                "custom_id": f"r{i}",
+                "method": "POST",
+                "url": "/v1/chat/completions",
+                "body": body,
+            }
             handle.write(json.dumps(line) + "\n")
     return path
 
@@ -134,9 +144,12 @@ def test_a_batch_run_goes_through_the_batch_api_at_half_price_and_names_its_batc
     assert sorted(b[2] for b in batches) == [20, 40, 40]
     assert all(b[1] == "completed" and b[3] for b in batches)
     # Each item's trace names its batch and line.
-    payloads = [json.loads(p) for (p,) in rows(
-        db_path, "SELECT payload FROM audit_events WHERE kind = 'result' AND run_id = ?", run_id
-    )]  # fmt: skip
+    payloads = [
+        json.loads(p)
+        for (p,) in rows(
+            db_path, "SELECT payload FROM audit_events WHERE kind = 'result' AND run_id = ?", run_id
+        )
+    ]
     assert {p["batch_id"] for p in payloads} == {b[0] for b in batches}
     assert all(p["batch_line"].endswith("-a1") for p in payloads)
     status = CliRunner().invoke(main, ["status", run_id])
@@ -166,8 +179,15 @@ def test_a_killed_owner_resumes_polling_its_batches_and_sends_no_line_twice(
     clock = ManualClock()
     server = fake("openai", clock, batch_delay_s=600)
     requests, out = request_file(tmp_path / "in.jsonl"), tmp_path / "out.jsonl"
-    command = [sys.executable, "-m", "promptlab", "--db", str(db_path),
-               *batch_command(requests, out), "--quiet"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "promptlab",
+        "--db",
+        str(db_path),
+        *batch_command(requests, out),
+        "--quiet",
+    ]
     child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=os.environ.copy())
     try:
         assert child.stdout is not None
@@ -188,13 +208,17 @@ def test_a_killed_owner_resumes_polling_its_batches_and_sends_no_line_twice(
     assert (stats["batches_created"], stats["batch_lines_received"]) == (3, LINES)
     assert stats["batch_repeated_ids"] == []
     # One attempt per item: the resume waited for the lines it had sent.
-    assert rows(db_path, "SELECT count(*), count(DISTINCT idempotency_key) FROM attempts "
-                "WHERE run_id = ?", run_id) == [(LINES, LINES)]  # fmt: skip
+    assert rows(
+        db_path,
+        "SELECT count(*), count(DISTINCT idempotency_key) FROM attempts WHERE run_id = ?",
+        run_id,
+    ) == [(LINES, LINES)]
 
 
 def started(wb: Workbench, requests: Path) -> str:
-    return wb.runs.start(wb.runs.batch_spec(requests, "fake", None, "custom_id",
-                                            {"executor": "provider-batch"}))  # fmt: skip
+    return wb.runs.start(
+        wb.runs.batch_spec(requests, "fake", None, "custom_id", {"executor": "provider-batch"})
+    )
 
 
 def test_cancel_cancels_the_provider_batches_and_a_resume_sends_only_what_they_did_not_answer(
@@ -317,11 +341,21 @@ def test_a_live_answer_without_its_message_is_a_failed_attempt_not_an_empty_outp
     from promptlab.providers.config import EndpointConfig
 
     bodies = {
-        "openai": [{"id": "x", "model": "m", "choices": "nope"},
-                   {"id": "x", "model": "m", "choices": [{"index": 0}]}],
-        "anthropic": [{"id": "x", "type": "message", "role": "assistant", "model": "m",
-                       "content": "nope", "usage": {"input_tokens": 1, "output_tokens": 1}}],
-    }  # fmt: skip
+        "openai": [
+            {"id": "x", "model": "m", "choices": "nope"},
+            {"id": "x", "model": "m", "choices": [{"index": 0}]},
+        ],
+        "anthropic": [
+            {
+                "id": "x",
+                "type": "message",
+                "role": "assistant",
+                "model": "m",
+                "content": "nope",
+                "usage": {"input_tokens": 1, "output_tokens": 1},
+            }
+        ],
+    }
     for kind, answers in bodies.items():
         for transport in ("sdk", "http"):
             for body in answers:
@@ -339,9 +373,12 @@ def test_a_live_answer_without_its_message_is_a_failed_attempt_not_an_empty_outp
 
 async def fails(provider: Any, kind: str) -> ProviderError:
     request = CompletionRequest(
-        model="m", messages=({"role": "user", "content": "hi"},), max_tokens=8,
-        request_id="r", timeout_s=10,
-    )  # fmt: skip
+        model="m",
+        messages=({"role": "user", "content": "hi"},),
+        max_tokens=8,
+        request_id="r",
+        timeout_s=10,
+    )
     try:
         answer = await provider.complete(request)
     except ProviderError as exc:
@@ -360,8 +397,9 @@ class AnswerServer(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Answer)
         self.body = json.dumps(body).encode()
         self.url = f"http://127.0.0.1:{self.server_address[1]}"
-        threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05},
-                         daemon=True).start()  # fmt: skip
+        threading.Thread(
+            target=self.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        ).start()
 
 
 class _Answer(BaseHTTPRequestHandler):
@@ -388,9 +426,14 @@ def test_a_batch_the_provider_refuses_fails_its_lines_with_the_reason_and_loses_
     [(run_id, status, reason)] = rows(db_path, "SELECT run_id, status, status_reason FROM runs")
     assert status == "failed"
     assert "was refused by fake" in reason
-    messages = {m for (m,) in rows(
-        db_path, "SELECT error_message FROM results WHERE run_id = ? AND status = 'failed'", run_id
-    )}  # fmt: skip
+    messages = {
+        m
+        for (m,) in rows(
+            db_path,
+            "SELECT error_message FROM results WHERE run_id = ? AND status = 'failed'",
+            run_id,
+        )
+    }
     assert messages and all("was refused by fake" in m for m in messages)
     # Nothing answered was lost: every item has its final row, and a resume can finish it.
     assert rows(db_path, "SELECT count(*) FROM results WHERE run_id = ?", run_id) == [(LINES,)]
@@ -412,8 +455,12 @@ class RepeatingClient:
 
     async def results(self, batch: RemoteBatch) -> AsyncIterator[tuple[str, Outcome]]:
         first, second, _left_out = self.sent
-        for custom_id, text in ((first, "one"), ("stranger-a1", "?"), (second, "two"),
-                                (second, "again")):  # fmt: skip
+        for custom_id, text in (
+            (first, "one"),
+            ("stranger-a1", "?"),
+            (second, "two"),
+            (second, "again"),
+        ):
             yield custom_id, CompletionResponse(text, 1, 1, FinishReason.STOP, "m", 0.0)
 
     async def cancel(self, batch_id: str) -> None:
@@ -438,7 +485,7 @@ def test_results_with_unknown_or_repeated_ids_are_said_once_and_lose_no_line(
         requests = [
             CompletionRequest(
                 "m", ({"role": "user", "content": str(i)},), item_key=f"k{i}", run_id="run_x"
-            )  # fmt: skip
+            )
             for i in range(3)
         ]
         return await asyncio.gather(*map(provider.complete, requests), return_exceptions=True)
@@ -466,8 +513,12 @@ def spec_file(tmp_path: Path, endpoint: dict[str, Any], *models: str) -> Path:
         {"name": f"v{i}", "model": model, "messages": [{"role": "user", "content": "{{ q }}"}]}
         for i, model in enumerate(models)
     ]
-    spec = {"name": "spec through batches", "dataset": "rows.csv",
-            "endpoints": {"mine": endpoint}, "variants": variants}  # fmt: skip
+    spec = {
+        "name": "spec through batches",
+        "dataset": "rows.csv",
+        "endpoints": {"mine": endpoint},
+        "variants": variants,
+    }
     path = tmp_path / "spec.yaml"
     path.write_text(yaml.safe_dump(spec))
     return path
@@ -477,8 +528,11 @@ def test_a_run_spec_with_its_own_loopback_endpoint_runs_through_its_batch_api(
     tmp_path: Path, db_path: Path
 ) -> None:
     with serve_in_thread(FakeLLMConfig(port=0)) as server:
-        endpoint = {"kind": "anthropic", "base_url": server.anthropic_base_url,
-                    "batch": {"max_requests": 5, "poll_s": 0.02, "linger_s": 0.05}}  # fmt: skip
+        endpoint = {
+            "kind": "anthropic",
+            "base_url": server.anthropic_base_url,
+            "batch": {"max_requests": 5, "poll_s": 0.02, "linger_s": 0.05},
+        }
         spec = spec_file(tmp_path, endpoint, "mine:claude-sonnet-4-5")
         result = CliRunner().invoke(main, ["run", str(spec), "--provider-batch"])
         stats = server.stats()
@@ -490,8 +544,11 @@ def test_a_run_spec_with_its_own_loopback_endpoint_runs_through_its_batch_api(
 
 def test_each_batch_holds_one_model_as_openai_requires(tmp_path: Path, db_path: Path) -> None:
     with serve_in_thread(FakeLLMConfig(port=0)) as server:
-        endpoint = {"kind": "openai", "base_url": server.openai_base_url,
-                    "batch": {"poll_s": 0.02, "linger_s": 0.05}}  # fmt: skip
+        endpoint = {
+            "kind": "openai",
+            "base_url": server.openai_base_url,
+            "batch": {"poll_s": 0.02, "linger_s": 0.05},
+        }
         spec = spec_file(tmp_path, endpoint, "mine:gpt-4o-mini", "mine:gpt-4o")
         result = CliRunner().invoke(main, ["run", str(spec), "--provider-batch"])
         stats = server.stats()
@@ -504,12 +561,16 @@ def test_each_batch_holds_one_model_as_openai_requires(tmp_path: Path, db_path: 
 @pytest.mark.parametrize(
     ("endpoint", "said"),
     [
-        ({"kind": "openai", "base_url": "http://127.0.0.1:9/v1", "batch": {"poll_s": -1}},
-         "batch: poll_s must be a number >= 0"),
-        ({"kind": "openai", "base_url": "http://127.0.0.1:9/v1", "batch": {"every": 1}},
-         "batch: unknown field(s) every"),
+        (
+            {"kind": "openai", "base_url": "http://127.0.0.1:9/v1", "batch": {"poll_s": -1}},
+            "batch: poll_s must be a number >= 0",
+        ),
+        (
+            {"kind": "openai", "base_url": "http://127.0.0.1:9/v1", "batch": {"every": 1}},
+            "batch: unknown field(s) every",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_bad_batch_setting_is_refused_naming_its_field(
     tmp_path: Path, endpoint: dict[str, Any], said: str
 ) -> None:
@@ -562,8 +623,16 @@ def test_the_demo_spec_runs_through_a_batch_survives_a_killed_owner_and_complete
         (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
         added = CliRunner().invoke(main, ["prompt", "add", str(DEMO / "ticket-triage.yaml")])
         assert added.exit_code == 0, added.output
-        command = [sys.executable, "-m", "promptlab", "--db", str(db_path), "run",
-                   str(tmp_path / "spec.yaml"), "--quiet"]  # fmt: skip
+        command = [
+            sys.executable,
+            "-m",
+            "promptlab",
+            "--db",
+            str(db_path),
+            "run",
+            str(tmp_path / "spec.yaml"),
+            "--quiet",
+        ]
         child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=os.environ.copy())
         try:
             assert child.stdout is not None

@@ -214,11 +214,21 @@ SCHEMA = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required
 #: A request file's chat fields sent as written (promptlab.data.batchfile.BODY_EXTRAS but
 #: `response_format`, which the schema above sets).
 EXTRA: dict[str, Any] = {
-    "metadata": {"team": "search"}, "user": "user-7", "store": False, "stop": ["END"],
-    "frequency_penalty": 0.1, "presence_penalty": 0.2, "logit_bias": {"50256": -100},
-    "logprobs": True, "top_logprobs": 2, "service_tier": "auto", "reasoning_effort": "low",
-    "prompt_cache_key": "cache-1", "safety_identifier": "hash-7", "verbosity": "low",
-}  # fmt: skip
+    "metadata": {"team": "search"},
+    "user": "user-7",
+    "store": False,
+    "stop": ["END"],
+    "frequency_penalty": 0.1,
+    "presence_penalty": 0.2,
+    "logit_bias": {"50256": -100},
+    "logprobs": True,
+    "top_logprobs": 2,
+    "service_tier": "auto",
+    "reasoning_effort": "low",
+    "prompt_cache_key": "cache-1",
+    "safety_identifier": "hash-7",
+    "verbosity": "low",
+}
 #: A value for every CompletionRequest field, as a run spec can set them. A new field
 #: fails test_the_table_covers_every_request_field until it is added here (and sent).
 EVERY_FIELD: dict[str, Any] = {

@@ -130,8 +130,11 @@ def test_key_never_shows_in_repr(endpoint: str) -> None:
     provider = build_provider(cfg, environ={"OPENAI_API_KEY": secret, "ANTHROPIC_API_KEY": secret})
     assert secret not in repr(provider)
     assert secret not in repr(cfg)
-    assert all(secret not in repr(v) for v in vars(provider).values() if not callable(v)
-               and not hasattr(v, "api_key"))  # fmt: skip
+    assert all(
+        secret not in repr(v)
+        for v in vars(provider).values()
+        if not callable(v) and not hasattr(v, "api_key")
+    )
 
 
 def test_endpoints_can_key_a_dict() -> None:
@@ -170,8 +173,9 @@ def test_a_run_spec_cannot_choose_the_transport(tmp_path: Path) -> None:
     spec = {
         "dataset": str(dataset),
         "variants": [{"messages": [{"role": "user", "content": "{{q}}"}], "model": "x:m"}],
-        "endpoints": {"x": {"kind": "openai", "base_url": "http://127.0.0.1:9/v1",
-                            "transport": "sdk"}},
-    }  # fmt: skip
+        "endpoints": {
+            "x": {"kind": "openai", "base_url": "http://127.0.0.1:9/v1", "transport": "sdk"}
+        },
+    }
     with pytest.raises(SpecError, match="allowed keys are"):
         parse_spec(spec)

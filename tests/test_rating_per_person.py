@@ -53,8 +53,11 @@ def thumbs(wb: Workbench, run_id: str, variant: str) -> tuple[int, int]:
 
 def rated_events(wb: Workbench) -> list[str]:
     events = wb.audit.events(AuditFilter(limit=None))
-    return [str(e.payload["kind"]) for e in events
-            if e.chain == CHANGES_CHAIN and e.kind == "feedback.rated"]  # fmt: skip
+    return [
+        str(e.payload["kind"])
+        for e in events
+        if e.chain == CHANGES_CHAIN and e.kind == "feedback.rated"
+    ]
 
 
 def test_good_twice_by_one_person_counts_once(wb: Workbench, runs: tuple[Path, str, str]) -> None:

@@ -32,7 +32,7 @@ KEY = "sk-proj-abcdefghijklmnop1234"
         ("name the key's environment variable in api_key_env", None),
         ("skip-this word is fine", None),
     ],
-)  # fmt: skip
+)
 def test_credential_shapes_are_masked(text: str, expected: str | None) -> None:
     assert Redactor([])(text) == (text if expected is None else expected)
 

@@ -48,9 +48,13 @@ SCHEMA = {
 
 def _request(temperature: float, top_p: float = 1.0, sample: int | None = 0) -> CompletionRequest:
     return CompletionRequest(
-        model="sim:careful", messages=MESSAGES, temperature=temperature, top_p=top_p,
-        output_schema=SCHEMA, sample=sample,
-    )  # fmt: skip
+        model="sim:careful",
+        messages=MESSAGES,
+        temperature=temperature,
+        top_p=top_p,
+        output_schema=SCHEMA,
+        sample=sample,
+    )
 
 
 def _texts(temperature: float, top_p: float = 1.0, repeats: int = 16) -> list[str]:
@@ -99,8 +103,9 @@ def test_log_probabilities_are_surer_at_lower_temperature() -> None:
 
 
 def _result(row: int, repeat: int, text: str, **kw: object) -> RepeatResult:
-    values: dict[str, object] = dict(succeeded=True, completed=True, output_text=text,
-                                     latency_ms=100.0, output_tokens=10)  # fmt: skip
+    values: dict[str, object] = dict(
+        succeeded=True, completed=True, output_text=text, latency_ms=100.0, output_tokens=10
+    )
     values.update(kw)
     return RepeatResult(row_index=row, repeat=repeat, **values)  # type: ignore[arg-type]
 
@@ -143,8 +148,9 @@ def sampling_once(demo_db_once: Path, tmp_path_factory: pytest.TempPathFactory) 
     db = folder / "demo.duckdb"
     shutil.copyfile(demo_db_once, db)
     providers = folder / "providers.yaml"
-    providers.write_text(yaml.safe_dump({"endpoints": {"sim": {"kind": "sim",
-                                                                "latency_scale": 0}}}))  # fmt: skip
+    providers.write_text(
+        yaml.safe_dump({"endpoints": {"sim": {"kind": "sim", "latency_scale": 0}}})
+    )
     with pytest.MonkeyPatch.context() as monkeypatch:
         isolate(monkeypatch, db)
         monkeypatch.setenv("PROMPTLAB_PROVIDERS", str(providers))
@@ -176,8 +182,10 @@ def test_the_sampling_strategy_table_comes_out_of_the_run(sampling_run: str, dem
     assert list(found) == ["fixed", "linear-decay", "adaptive-top-p", "greedy"]
     greedy = found["greedy"]
     assert (greedy["exact_agreement"], greedy["rows_identical"], greedy["tokens_spread"]) == (
-        1.0, 1.0, 0.0,
-    )  # fmt: skip
+        1.0,
+        1.0,
+        0.0,
+    )
     assert greedy["perplexity"] == pytest.approx(1.0)
     for name in ("fixed", "linear-decay", "adaptive-top-p"):
         v = found[name]
@@ -215,10 +223,12 @@ def test_repeats_prints_the_same_with_and_without_a_server(
     sampling_run: str, demo_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     called = assert_same_both_ways(
-        demo_db, tmp_path, monkeypatch,
+        demo_db,
+        tmp_path,
+        monkeypatch,
         reading=[["repeats", "{run}"], ["repeats", "{run}", "--json"], ["repeats", "run_nope"]],
         values={"run": sampling_run},
-    )  # fmt: skip
+    )
     assert f"GET /v1/runs/{sampling_run}/repeats" in called
 
 

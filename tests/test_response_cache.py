@@ -52,9 +52,13 @@ def server(fakellm_factory: ServerFactory) -> RunningServer:
 def providers(tmp_path: Path, server: RunningServer, monkeypatch: pytest.MonkeyPatch) -> Path:
     """`remote` in a providers file, aimed at the fakellm, its key in REMOTE_LLM_KEY."""
     path = tmp_path / "providers.yaml"
-    endpoint = {"kind": "openai", "base_url": server.openai_base_url,
-                "api_key_env": "REMOTE_LLM_KEY", "concurrency": 1,
-                "models": {"*": {"context_window": 8192}}}  # fmt: skip
+    endpoint = {
+        "kind": "openai",
+        "base_url": server.openai_base_url,
+        "api_key_env": "REMOTE_LLM_KEY",
+        "concurrency": 1,
+        "models": {"*": {"context_window": 8192}},
+    }
     path.write_text(yaml.safe_dump({"endpoints": {"remote": endpoint}}))
     monkeypatch.setenv("PROMPTLAB_PROVIDERS", str(path))
     monkeypatch.setenv("REMOTE_LLM_KEY", KEY)
@@ -62,17 +66,28 @@ def providers(tmp_path: Path, server: RunningServer, monkeypatch: pytest.MonkeyP
 
 
 def write_spec(
-    tmp_path: Path, rows: list[str], *, cache: Any = "readwrite", name: str = "spec",
-    temperature: float = 0, **variant: Any,
-) -> Path:  # fmt: skip
+    tmp_path: Path,
+    rows: list[str],
+    *,
+    cache: Any = "readwrite",
+    name: str = "spec",
+    temperature: float = 0,
+    **variant: Any,
+) -> Path:
     dataset = tmp_path / f"{name}.csv"
     dataset.write_text("text\n" + "".join(f"{r}\n" for r in rows))
     spec: dict[str, Any] = {
         "dataset": dataset.name,
-        "variants": [{"name": "v", "messages": [{"role": "user", "content": "{{ text }}"}],
-                      "model": "remote:gpt-4o-mini",
-                      "params": {"temperature": temperature, "max_tokens": 40}, **variant}],
-    }  # fmt: skip
+        "variants": [
+            {
+                "name": "v",
+                "messages": [{"role": "user", "content": "{{ text }}"}],
+                "model": "remote:gpt-4o-mini",
+                "params": {"temperature": temperature, "max_tokens": 40},
+                **variant,
+            }
+        ],
+    }
     if cache is not None:
         spec["cache"] = cache
     path = tmp_path / f"{name}.yaml"
@@ -104,9 +119,12 @@ TEN = [f"ticket {i}" for i in range(10)]
 
 
 def test_a_second_run_of_a_temperature_0_spec_sends_nothing_and_says_so(
-    tmp_path: Path, db_path: Path, server: RunningServer, providers: Path,
+    tmp_path: Path,
+    db_path: Path,
+    server: RunningServer,
+    providers: Path,
     monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+) -> None:
     spec = write_spec(tmp_path, TEN)
     first, said = run(spec)
     assert sent(server) == 10 and "from the cache" not in said.output
@@ -135,8 +153,9 @@ def test_a_second_run_of_a_temperature_0_spec_sends_nothing_and_says_so(
     assert len(events) == 10 and all(e.payload.get("cache_hit") is True for e in events)
     stored = rows_of(db_path, "SELECT * FROM response_cache")
     assert len(stored) == 10
-    assert not any("0123456789abcdef" in str(v) or "9876543210" in str(v)
-                   for row in stored for v in row)  # fmt: skip
+    assert not any(
+        "0123456789abcdef" in str(v) or "9876543210" in str(v) for row in stored for v in row
+    )
 
 
 def test_the_item_and_its_trace_say_it_came_from_the_cache(
@@ -166,8 +185,13 @@ def test_above_temperature_0_nothing_is_cached_unless_the_spec_says_any_temperat
     assert sent(server) == 8
     assert rows_of(db_path, "SELECT count(*) FROM response_cache") == [(0,)]
 
-    anyway = write_spec(tmp_path, TEN[:4], temperature=0.7, name="anyway",
-                        cache={"mode": "readwrite", "any_temperature": True})  # fmt: skip
+    anyway = write_spec(
+        tmp_path,
+        TEN[:4],
+        temperature=0.7,
+        name="anyway",
+        cache={"mode": "readwrite", "any_temperature": True},
+    )
     run(anyway)
     _, said = run(anyway)
     assert sent(server) == 12 and "all 4 answers came from the cache" in said.output
@@ -179,11 +203,18 @@ def test_a_seed_makes_a_request_eligible(
     """`promptlab batch --cache readwrite` at temperature 0.7: the lines with a seed
     are answered from the cache the second time, the others are sent again."""
     lines = [
-        {"custom_id": f"r{i}", "body": {"model": "gpt-4o-mini", "temperature": 0.7,
-         "max_tokens": 30, "messages": [{"role": "user", "content": f"question {i}"}],
-         **({"seed": 7} if i < 3 else {})}}
+        {
+            "custom_id": f"r{i}",
+            "body": {
+                "model": "gpt-4o-mini",
+                "temperature": 0.7,
+                "max_tokens": 30,
+                "messages": [{"role": "user", "content": f"question {i}"}],
+                **({"seed": 7} if i < 3 else {}),
+            },
+        }
         for i in range(5)
-    ]  # fmt: skip
+    ]
     requests = tmp_path / "requests.jsonl"
     requests.write_text("".join(json.dumps(line) + "\n" for line in lines))
     args = ["batch", str(requests), "--endpoint", "remote", "--cache", "readwrite"]
@@ -211,8 +242,9 @@ def test_read_does_not_write_and_write_does_not_read(
     read, said = run(spec, "--cache", "read")
     assert sent(server) == 12 and "all 3 answers came from the cache" in said.output
     # The mode given on the command line is stored with the run: a resume uses it.
-    spec_of = rows_of(db_path, "SELECT run_id, spec FROM runs WHERE run_id IN (?, ?)",
-                      [write, read])  # fmt: skip
+    spec_of = rows_of(
+        db_path, "SELECT run_id, spec FROM runs WHERE run_id IN (?, ?)", [write, read]
+    )
     assert {json.loads(s)["cache"] for _, s in spec_of} == {"write", "read"}
     # --cache off over a spec that says readwrite.
     on = write_spec(tmp_path, TEN[:3], name="on")
@@ -221,24 +253,33 @@ def test_read_does_not_write_and_write_does_not_read(
 
 
 def test_a_cached_answer_that_fails_the_versions_checks_is_a_miss(
-    tmp_path: Path, db_path: Path, server: RunningServer, providers: Path,
+    tmp_path: Path,
+    db_path: Path,
+    server: RunningServer,
+    providers: Path,
     caplog: pytest.LogCaptureFixture,
-) -> None:  # fmt: skip
+) -> None:
     spec = write_spec(tmp_path, TEN[:4], output_schema=SCHEMA)
     run(spec)
     assert sent(server) == 4
     # An entry whose output no longer fits the schema (as if it had been stored wrong).
     with Store(db_path) as store, store.transaction() as tx:
-        tx.execute("UPDATE response_cache SET output_text = 'not json' WHERE cache_key = "
-                   "(SELECT min(cache_key) FROM response_cache)")  # fmt: skip
+        tx.execute(
+            "UPDATE response_cache SET output_text = 'not json' WHERE cache_key = "
+            "(SELECT min(cache_key) FROM response_cache)"
+        )
     with caplog.at_level(logging.WARNING, logger="promptlab.engine.cache"):
         second, said = run(spec)
     assert sent(server) == 5  # that one was sent again, the other three were hits
     assert "3 answers from the cache (not sent, $0)" in said.output
     lines = [r.getMessage() for r in caplog.records if "no longer passes" in r.getMessage()]
     assert len(lines) == 1 and "variant v" in lines[0]
-    ok = rows_of(db_path, "SELECT count(*) FROM results WHERE run_id = ? AND "
-                 "status = 'succeeded' AND check_status = 'valid'", [second])  # fmt: skip
+    ok = rows_of(
+        db_path,
+        "SELECT count(*) FROM results WHERE run_id = ? AND "
+        "status = 'succeeded' AND check_status = 'valid'",
+        [second],
+    )
     assert ok == [(4,)]  # nothing lost: the miss was answered by the endpoint
     # Its new answer replaced the entry: a third run is all hits.
     _, said = run(spec)
@@ -247,8 +288,13 @@ def test_a_cached_answer_that_fails_the_versions_checks_is_a_miss(
 
     # The same requests under a version whose rule every answer fails: rules are not
     # sent, so the key is the same, and every cached answer is a miss.
-    ruled = write_spec(tmp_path, TEN[:4], name="ruled", output_schema=SCHEMA,
-                       rules=[{"name": "never", "expr": "size(output) < 0"}])  # fmt: skip
+    ruled = write_spec(
+        tmp_path,
+        TEN[:4],
+        name="ruled",
+        output_schema=SCHEMA,
+        rules=[{"name": "never", "expr": "size(output) < 0"}],
+    )
     _, said = run(ruled)
     assert sent(server) == 9 and "from the cache" not in said.output
 
@@ -270,17 +316,30 @@ def test_cached_outputs_are_masked_like_stored_ones(
     monkeypatch.setenv("PROMPTLAB_MASK", "email")
     monkeypatch.setenv("SCRIPT_KEY", KEY)
     provider = ScriptedProvider(answer=lambda _r: f"write to jane.doe@example.com, key {KEY}")
-    endpoint = EndpointConfig("script", "openai", api_key_env="SCRIPT_KEY",
-                              context_windows={"m": 4000})  # fmt: skip
+    endpoint = EndpointConfig(
+        "script", "openai", api_key_env="SCRIPT_KEY", context_windows={"m": 4000}
+    )
     dataset = tmp_path / "d.csv"
     dataset.write_text("text\na\nb\n")
-    spec = parse_spec({
-        "dataset": str(dataset), "cache": "readwrite",
-        "variants": [{"messages": [{"role": "user", "content": "{{ text }}"}],
-                      "model": "script:m", "params": {"temperature": 0}}],
-    })  # fmt: skip
-    with Engine(store, settings=Settings.from_env(), endpoints={"script": endpoint},
-                provider_factory=lambda _c: provider) as engine:  # fmt: skip
+    spec = parse_spec(
+        {
+            "dataset": str(dataset),
+            "cache": "readwrite",
+            "variants": [
+                {
+                    "messages": [{"role": "user", "content": "{{ text }}"}],
+                    "model": "script:m",
+                    "params": {"temperature": 0},
+                }
+            ],
+        }
+    )
+    with Engine(
+        store,
+        settings=Settings.from_env(),
+        endpoints={"script": endpoint},
+        provider_factory=lambda _c: provider,
+    ) as engine:
         for _ in range(2):
             run_id = engine.submit(spec)
             assert engine.wait(run_id, timeout=30).status == "completed"
@@ -326,8 +385,22 @@ def test_cache_stats_and_clear_older_than(
     run(write_spec(tmp_path, TEN[:3]))
     with Store(db_path) as store:  # an answer kept forty days ago
         old = store.clock.now() - timedelta(days=40)
-        entry = CacheEntry("0" * 64, "remote", "gpt-4o-mini", "an old answer", 3, 4, "stop",
-                           "m", 12.0, None, None, None, "run_old", old)  # fmt: skip
+        entry = CacheEntry(
+            "0" * 64,
+            "remote",
+            "gpt-4o-mini",
+            "an old answer",
+            3,
+            4,
+            "stop",
+            "m",
+            12.0,
+            None,
+            None,
+            None,
+            "run_old",
+            old,
+        )
         assert ResponseCacheStore(store).put([entry]) == 1
     stats = cli("cache", "stats")
     assert stats.exit_code == 0, stats.output
@@ -372,8 +445,13 @@ def test_the_spec_reads_off_as_yaml_does_and_the_modes_agree() -> None:
     assert CLI_CACHE_MODES == CACHE_MODES
     data = yaml.safe_load("cache: off")
     assert data == {"cache": False}
-    spec = parse_spec({"dataset": "d.csv", "cache": False, "variants": [
-        {"messages": [{"role": "user", "content": "x"}], "model": "sim:m"}]})  # fmt: skip
+    spec = parse_spec(
+        {
+            "dataset": "d.csv",
+            "cache": False,
+            "variants": [{"messages": [{"role": "user", "content": "x"}], "model": "sim:m"}],
+        }
+    )
     assert spec.cache == CacheSpec()
 
 
@@ -381,12 +459,20 @@ def test_the_key_holds_what_decides_the_answer_and_nothing_that_changes_between_
     endpoint = EndpointConfig("e", "openai", base_url="http://127.0.0.1:1/v1", api_key_env="K")
     request = CompletionRequest("m", ({"role": "user", "content": "hi"},), temperature=0)
     key = request_key(endpoint, request)
-    same = CompletionRequest("m", ({"role": "user", "content": "hi"},), temperature=0.0,
-                             request_id="other", item_key="k2", attempt=3, timeout_s=5,
-                             deadline=1.0)  # fmt: skip
+    same = CompletionRequest(
+        "m",
+        ({"role": "user", "content": "hi"},),
+        temperature=0.0,
+        request_id="other",
+        item_key="k2",
+        attempt=3,
+        timeout_s=5,
+        deadline=1.0,
+    )
     assert request_key(endpoint, same) == key
-    other_key_env = EndpointConfig("e", "openai", base_url="http://127.0.0.1:1/v1",
-                                   api_key_env="OTHER")  # fmt: skip
+    other_key_env = EndpointConfig(
+        "e", "openai", base_url="http://127.0.0.1:1/v1", api_key_env="OTHER"
+    )
     assert request_key(other_key_env, request) == key
     for changed in (
         CompletionRequest("m", ({"role": "user", "content": "hi!"},), temperature=0),

@@ -33,11 +33,15 @@ def crosschecked_run(wb: Workbench, rows: int = 12) -> str:
     category: they pick it apart (the simulator does not read tickets), so most rows
     go to review."""
     wb.prompts.import_file(load_prompt_file(ROOT / "data" / "demo" / "ticket-triage.yaml"))
-    spec = wb.runs.spec_from_data({
-        "name": "triage cross-check", "dataset": str(ROOT / "data" / "demo" / "tickets.csv"),
-        "limit_rows": rows, "variants": [{"prompt": "ticket-triage@production"}],
-        "crosscheck": {"models": MODELS, "field": "category"},
-    })  # fmt: skip
+    spec = wb.runs.spec_from_data(
+        {
+            "name": "triage cross-check",
+            "dataset": str(ROOT / "data" / "demo" / "tickets.csv"),
+            "limit_rows": rows,
+            "variants": [{"prompt": "ticket-triage@production"}],
+            "crosscheck": {"models": MODELS, "field": "category"},
+        }
+    )
     run_id = wb.runs.start(spec)
     assert wb.runs.wait(run_id, timeout=TIMEOUT_S).status == "completed"
     return run_id
@@ -63,15 +67,19 @@ def test_a_crosscheck_fills_the_queue_and_each_decision_is_audited_with_its_acto
             rejected = wb.review.reject(third.id)
         assert (accepted.status, accepted.answer) == ("accepted", first.proposed)
         assert (corrected.status, corrected.answer, corrected.decided_by) == (
-            "corrected", "billing", "ana@example.org"
-        )  # fmt: skip
+            "corrected",
+            "billing",
+            "ana@example.org",
+        )
         assert rejected.status == "rejected" and rejected.answer is None
-        events = [e for e in wb.audit.events(AuditFilter(run_id=run_id))
-                  if e.kind.startswith("review.")]  # fmt: skip
+        events = [
+            e for e in wb.audit.events(AuditFilter(run_id=run_id)) if e.kind.startswith("review.")
+        ]
         assert [(e.kind, e.actor) for e in events] == [
-            ("review.accepted", "ana@example.org"), ("review.corrected", "ana@example.org"),
+            ("review.accepted", "ana@example.org"),
+            ("review.corrected", "ana@example.org"),
             ("review.rejected", "ana@example.org"),
-        ]  # fmt: skip
+        ]
         assert events[1].payload["answer"] == "billing" and events[1].payload["was"] == "open"
         assert len(wb.review.list("open", run_id)) == len(opened) - 3
 
@@ -81,15 +89,24 @@ def test_a_crosscheck_fills_the_queue_and_each_decision_is_audited_with_its_acto
         lines = [json.loads(line) for line in out.read_text().splitlines()]
         assert [r["expected"] for r in lines] == [first.proposed, "billing"]
         assert set(lines[0]) == {
-            "ticket_id", "customer_id", "ticket", "customer_tier", "category", "expected"
-        }  # fmt: skip
+            "ticket_id",
+            "customer_id",
+            "ticket",
+            "customer_tier",
+            "category",
+            "expected",
+        }
         info = wb.datasets.import_file(out, "triage-expected")
         assert info.row_count == 2
-        spec = wb.runs.spec_from_data({
-            "name": "scored on reviewed", "dataset": "triage-expected", "expected": "expected",
-            "scorers": [{"kind": "json_field", "path": "category"}],
-            "variants": [{"prompt": "ticket-triage@production", "model": "sim:careful"}],
-        })  # fmt: skip
+        spec = wb.runs.spec_from_data(
+            {
+                "name": "scored on reviewed",
+                "dataset": "triage-expected",
+                "expected": "expected",
+                "scorers": [{"kind": "json_field", "path": "category"}],
+                "variants": [{"prompt": "ticket-triage@production", "model": "sim:careful"}],
+            }
+        )
         scored = wb.runs.start(spec)
         assert wb.runs.wait(scored, timeout=TIMEOUT_S).status == "completed"
         (counts,) = wb.analysis.scores(scored)
@@ -103,11 +120,20 @@ def test_rows_are_sent_by_hand_by_failed_checks_and_by_alerts_once_each(
     dataset.write_text("text\n" + "".join(f"row {i}\n" for i in range(30)), encoding="utf-8")
     schema = {"type": "object", "required": ["n"], "properties": {"n": {"type": "integer"}}}
     with Workbench.open() as wb:
-        spec = wb.runs.spec_from_data({
-            "name": "sloppy", "dataset": str(dataset),
-            "variants": [{"name": "sloppy", "model": "sim:sloppy", "output_schema": schema,
-                          "messages": [{"role": "user", "content": "Count {{ text }}"}]}],
-        })  # fmt: skip
+        spec = wb.runs.spec_from_data(
+            {
+                "name": "sloppy",
+                "dataset": str(dataset),
+                "variants": [
+                    {
+                        "name": "sloppy",
+                        "model": "sim:sloppy",
+                        "output_schema": schema,
+                        "messages": [{"role": "user", "content": "Count {{ text }}"}],
+                    }
+                ],
+            }
+        )
         run_id = wb.runs.start(spec)
         assert wb.runs.wait(run_id, timeout=TIMEOUT_S).status == "completed"
         by_hand = wb.review.add(run_id, [0, 1], reason="odd wording")
@@ -119,8 +145,9 @@ def test_rows_are_sent_by_hand_by_failed_checks_and_by_alerts_once_each(
         # there that did not complete, and are not queued yet, are sent.
         with wb.store.read() as cur:
             low, high = cur.execute("SELECT min(seq), max(seq) FROM results").fetchone()
-        alert = AlertRecord(run_id, "sloppy", "failure_rate", "many fail", low,
-                            (low + high) // 2, datetime.now(UTC))  # fmt: skip
+        alert = AlertRecord(
+            run_id, "sloppy", "failure_rate", "many fail", low, (low + high) // 2, datetime.now(UTC)
+        )
         AlertStore(wb.store).add([alert])
         alerted = wb.review.add_alerted(run_id)
         for detail in map(wb.review.show, alerted):

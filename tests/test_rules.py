@@ -159,12 +159,17 @@ def test_a_run_records_each_items_rules_and_completion_counts_them(
             "name": "rules",
             "dataset": str(dataset),
             "variants": [
-                {"name": "ruled", "messages": MESSAGES, "model": "quick:balanced",
-                 "output_schema": SCHEMA, "rules": RUN_RULES},
+                {
+                    "name": "ruled",
+                    "messages": MESSAGES,
+                    "model": "quick:balanced",
+                    "output_schema": SCHEMA,
+                    "rules": RUN_RULES,
+                },
             ],
             "limits": {"quick": {"rpm": 600_000, "concurrency": 16}},
         }
-    )  # fmt: skip
+    )
     with Workbench.open() as wb:
         run_id = wb.runs.start(spec)
         assert wb.runs.wait(run_id, timeout=60).status == "completed"

@@ -318,10 +318,20 @@ def test_status_shows_the_demo_ab_variants_side_by_side(db_path: Path, tmp_path:
 
 def test_progress_before_planning_says_so_instead_of_0_of_0() -> None:
     waiting = RunProgress(
-        run_id="run_x", name="big", status="submitted", reason=None, active=True, total=0,
-        pending=0, in_flight=0, succeeded=0, failed=0, cancelled=0, throughput_per_s=None,
+        run_id="run_x",
+        name="big",
+        status="submitted",
+        reason=None,
+        active=True,
+        total=0,
+        pending=0,
+        in_flight=0,
+        succeeded=0,
+        failed=0,
+        cancelled=0,
+        throughput_per_s=None,
         eta_s=None,
-    )  # fmt: skip
+    )
     assert progress_line(waiting) == "planning big: reading the dataset"
 
 

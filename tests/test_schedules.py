@@ -34,7 +34,7 @@ def spec_data(tmp_path: Path, name: str, **extra: Any) -> dict[str, Any]:
         "dataset": str(rows),
         "variants": [
             {"messages": [{"role": "user", "content": "Say: {{ text }}"}], "model": "sim:fast"}
-        ],  # fmt: skip
+        ],
         **extra,
     }
 

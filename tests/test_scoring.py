@@ -63,7 +63,7 @@ def one(kind: Any, output: str | None, expected: Any, row: dict[str, Any] | None
             "ok",
             1.0,
             "scored",
-        ),  # fmt: skip
+        ),
         ({"kind": "expression", "expr": "parsed.score / 10"}, '{"score": 7}', "x", 0.7, "scored"),
         ({"kind": "expression", "expr": "parsed.score"}, '{"score": 70}', "x", 0.0, "malformed"),
         ("exact", None, "Paris", 0.0, "no_output"),
@@ -89,7 +89,7 @@ def test_each_scorer(kind: Any, output: str | None, expected: Any, value: Any, s
         (
             {"expected": "answer", "scorers": [{"kind": "expression", "expr": "open('x')"}]},
             "only these functions may be called",
-        ),  # fmt: skip
+        ),
         ({"expected": "answer", "scorers": [{"kind": "json_field"}]}, "json_field needs"),
         ({"expected": "answer", "scorers": ["exact", "exact"]}, "names must be unique"),
         ({"expected": "answer", "scorers": [{"kind": "numeric", "tolerance": -1}]}, "tolerance"),
@@ -114,14 +114,22 @@ def _dataset(path: Path, rows: int) -> Path:
 def _spec(dataset: Path) -> Any:
     def variant(name: str, verb: str) -> dict[str, Any]:
         messages = [{"role": "user", "content": verb + ": {{ text }}"}]
-        return {"name": name, "messages": messages, "model": "fake:m1",
-                "params": {"max_tokens": 20}}  # fmt: skip
+        return {
+            "name": name,
+            "messages": messages,
+            "model": "fake:m1",
+            "params": {"max_tokens": 20},
+        }
 
-    return parse_spec({
-        "name": "scored", "dataset": str(dataset), "expected": "answer",
-        "scorers": ["exact", {"kind": "contains", "name": "mentions the row"}],
-        "variants": [variant("summarize", "Summarize"), variant("explain", "Explain")],
-    })  # fmt: skip
+    return parse_spec(
+        {
+            "name": "scored",
+            "dataset": str(dataset),
+            "expected": "answer",
+            "scorers": ["exact", {"kind": "contains", "name": "mentions the row"}],
+            "variants": [variant("summarize", "Summarize"), variant("explain", "Explain")],
+        }
+    )
 
 
 @pytest.fixture
@@ -129,9 +137,11 @@ def scored_run(tmp_path: Path, db_path: Path) -> Iterator[tuple[Store, str]]:
     with Store(db_path) as store:
         provider = ScriptedProvider()
         with Engine(
-            store, endpoints=ENDPOINTS, provider_factory=lambda _cfg: provider,
+            store,
+            endpoints=ENDPOINTS,
+            provider_factory=lambda _cfg: provider,
             on_run_ended=run_ended,
-        ) as eng:  # fmt: skip
+        ) as eng:
             run_id = eng.submit(_spec(_dataset(tmp_path / "qa.csv", 50)))
             assert eng.wait(run_id, timeout=60).status == RunStatus.COMPLETED
         yield store, run_id

@@ -135,9 +135,10 @@ def _spec(tmp_path: Path, server: RunningServer, name: str = "served") -> Path:
                 "params": {"max_tokens": 16},
             }
         ],
-        "endpoints": {"fake": {"kind": "openai", "base_url": server.openai_base_url,
-                               "concurrency": 3}},
-    }  # fmt: skip
+        "endpoints": {
+            "fake": {"kind": "openai", "base_url": server.openai_base_url, "concurrency": 3}
+        },
+    }
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(spec))
     return path
@@ -147,10 +148,12 @@ def _prompt_file(tmp_path: Path) -> Path:
     path = tmp_path / "served-prompt.yaml"
     path.write_text(
         yaml.safe_dump(
-            {"name": "served-prompt",
-             "versions": [{"messages": [{"role": "user", "content": "Hi {{ name }}"}]}]}
+            {
+                "name": "served-prompt",
+                "versions": [{"messages": [{"role": "user", "content": "Hi {{ name }}"}]}],
+            }
         )
-    )  # fmt: skip
+    )
     return path
 
 
@@ -237,7 +240,7 @@ def test_two_cli_runs_at_once_share_the_server_s_one_budget(
             stderr=subprocess.PIPE,
             text=True,
             env=env,
-        )  # fmt: skip
+        )
         for spec in specs
     ]
     outputs = [child.communicate(timeout=120) for child in children]
@@ -265,9 +268,18 @@ def test_assign_answers_from_the_experiment_s_config(served: Served, demo_db: Pa
     assert one["assignments"][0]["variant"] == assign(config, "u1").variant
     # `experiment run` goes through the server too: its estimate, then the run.
     result = CliRunner().invoke(
-        main, ["--db", str(demo_db), "experiment", "run", "triage-split", "--dataset", "tickets",
-               "--quiet"]
-    )  # fmt: skip
+        main,
+        [
+            "--db",
+            str(demo_db),
+            "experiment",
+            "run",
+            "triage-split",
+            "--dataset",
+            "tickets",
+            "--quiet",
+        ],
+    )
     assert result.exit_code == 0, result.output + result.stderr
     assert result.output.startswith("estimate: ") and ": completed" in result.output
 
@@ -360,8 +372,10 @@ def test_a_restarted_server_resumes_what_its_killed_owner_left(
     env = {**os.environ, "PROMPTLAB_DB": str(db_path)}
     owner = subprocess.Popen(
         [sys.executable, "-m", "promptlab", "run", str(_spec(tmp_path, server)), "--quiet"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
-    )  # fmt: skip
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
     deadline = time.monotonic() + 60
     while server.stats()["successes"] < 10:
         assert time.monotonic() < deadline and owner.poll() is None

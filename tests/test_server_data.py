@@ -44,10 +44,15 @@ def send(
     conn = connect(served)
     try:
         conn.request(
-            method, path, body=body,
-            headers={"Authorization": f"Bearer {served.info.token}",
-                     "Content-Type": "application/json", **(headers or {})},
-        )  # fmt: skip
+            method,
+            path,
+            body=body,
+            headers={
+                "Authorization": f"Bearer {served.info.token}",
+                "Content-Type": "application/json",
+                **(headers or {}),
+            },
+        )
         resp = conn.getresponse()
         return resp.status, resp.read(), dict(resp.getheaders())
     finally:
@@ -179,19 +184,23 @@ def test_feedback_and_logs_upload_once_per_key(demo_served: Served) -> None:
     feedback = b"version,unit_id,kind\nticket-triage@1.1.0,u1,thumbs_up\n"
     for _ in range(2):
         status, raw, _ = send(
-            demo_served, "POST", "/v1/feedback?filename=fb.csv", feedback,
+            demo_served,
+            "POST",
+            "/v1/feedback?filename=fb.csv",
+            feedback,
             {"Idempotency-Key": "fb-1"},
-        )  # fmt: skip
+        )
         assert imported(demo_served, status, raw) == {"rows": 1}
     status, events = demo_served.call("GET", "/v1/audit/events?kind=feedback.imported")
     assert len(events) == 1  # the retry ran nothing
 
     logs = b"ver,user,ms\nticket-triage@1.1.0,u1,120\nticket-triage@2.0.0,u2,90\n"
     status, raw, _ = send(
-        demo_served, "POST",
+        demo_served,
+        "POST",
         "/v1/logs?filename=logs.csv&column=version:ver&column=unit_id:user&column=latency_ms:ms",
         logs,
-    )  # fmt: skip
+    )
     assert imported(demo_served, status, raw) == {"rows": 2}
     status, raw, _ = send(demo_served, "POST", "/v1/logs?filename=l.csv&column=version", logs)
     assert status == 422 and "FIELD:COLUMN" in json.loads(raw)["error"]
@@ -260,8 +269,10 @@ def test_hostile_input_gets_one_line_never_a_500(demo_served: Served) -> None:
     )
     assert status == 404 and error(status, raw)
     # A number past 64 bits is kept, and read back.
-    huge = {"messages": [{"role": "user", "content": "{{ text }}"}],
-            "output_schema": {"type": "integer", "maximum": 10**26}}  # fmt: skip
+    huge = {
+        "messages": [{"role": "user", "content": "{{ text }}"}],
+        "output_schema": {"type": "integer", "maximum": 10**26},
+    }
     status, raw, _ = send(demo_served, "POST", path, json.dumps(huge).encode())
     assert status == 201, raw
     status, versions = demo_served.call("GET", path)
@@ -283,9 +294,15 @@ def test_hostile_input_gets_one_line_never_a_500(demo_served: Served) -> None:
     status, raw, _ = send(demo_served, "POST", path, body, {"Promptlab-Author": "gr%00ace%0Ax"})
     assert status == 201 and json.loads(raw)["version"]["author"] == "tester on behalf of gracex"
     # An idempotency key is per route: the same key on feedback imports its file.
-    send(demo_served, "POST", "/v1/datasets?name=kk&filename=kk.csv", b"a\n1\n",
-         {"Idempotency-Key": "same"})  # fmt: skip
+    send(
+        demo_served,
+        "POST",
+        "/v1/datasets?name=kk&filename=kk.csv",
+        b"a\n1\n",
+        {"Idempotency-Key": "same"},
+    )
     feedback = b"version,unit_id,kind\nticket-triage@1.1.0,u1,click\n"
-    status, raw, _ = send(demo_served, "POST", "/v1/feedback?filename=f.csv", feedback,
-                          {"Idempotency-Key": "same"})  # fmt: skip
+    status, raw, _ = send(
+        demo_served, "POST", "/v1/feedback?filename=f.csv", feedback, {"Idempotency-Key": "same"}
+    )
     assert imported(demo_served, status, raw) == {"rows": 1}

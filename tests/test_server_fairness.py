@@ -32,9 +32,11 @@ def call(url: str, token: str, method: str = "GET", body: Any = None) -> tuple[i
     """(status, JSON answer, Retry-After) of one request, without the client's retries."""
     data = json.dumps(body).encode() if body is not None else None
     request = urllib.request.Request(
-        url, data=data, method=method,
+        url,
+        data=data,
+        method=method,
         headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
-    )  # fmt: skip
+    )
     try:
         with urllib.request.urlopen(request, timeout=PATIENCE_S) as answer:  # noqa: S310
             return answer.status, json.loads(answer.read()), ""

@@ -106,8 +106,9 @@ def test_a_token_is_shown_once_kept_as_a_hash_listed_and_revoked(
 
 
 def test_the_cli_makes_lists_and_revokes_tokens(demo_db: Path) -> None:
-    made = CliRunner().invoke(main, ["--db", str(demo_db), "token", "create", "ci-bot",
-                                     "--role", "editor", "--service"])  # fmt: skip
+    made = CliRunner().invoke(
+        main, ["--db", str(demo_db), "token", "create", "ci-bot", "--role", "editor", "--service"]
+    )
     assert made.exit_code == 0, made.output + made.stderr
     token_id, secret = made.stdout.split()[0], made.stdout.splitlines()[1]
     assert secret.startswith("pl_") and "shown once" in made.stderr

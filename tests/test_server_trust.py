@@ -60,8 +60,9 @@ def served(db_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Served]:
 
 def _requests(tmp_path: Path) -> Path:
     path = tmp_path / "r.jsonl"
-    lines = [{"custom_id": f"r{i}", "messages": [{"role": "user", "content": "hi"}]}
-             for i in range(2)]  # fmt: skip
+    lines = [
+        {"custom_id": f"r{i}", "messages": [{"role": "user", "content": "hi"}]} for i in range(2)
+    ]
     path.write_text("".join(json.dumps(line) + "\n" for line in lines))
     return path
 
@@ -80,8 +81,17 @@ def test_a_batch_through_the_server_cannot_pair_a_url_with_a_key_variable(
         assert status == 422, (settings, answer)
         assert "providers file" in answer["error"]
     # The CLI through the server is held to the same rule (it calls /v1/batches).
-    argv = ["batch", requests, "--base-url", capture, "--api-key-env", "MY_PRIVATE_VAR",
-            "--model", "m", "--quiet"]  # fmt: skip
+    argv = [
+        "batch",
+        requests,
+        "--base-url",
+        capture,
+        "--api-key-env",
+        "MY_PRIVATE_VAR",
+        "--model",
+        "m",
+        "--quiet",
+    ]
     refused = CliRunner().invoke(main, ["--db", str(served.db), *argv])
     assert refused.exit_code != 0 and "providers file" in refused.stderr, refused.output
     assert _Capture.seen == []

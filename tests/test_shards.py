@@ -73,8 +73,9 @@ def test_a_type_change_leaves_half_the_room_free() -> None:
     # Message 6 (the turn) does not fit with 0..5; the first exchange from which the
     # rest takes at most half the room (30 words) starts at message 4.
     assert [(s.seq_no, s.start, s.end, s.cut) for s in shards] == [
-        (0, 0, 6, "start"), (1, 4, 7, "type"),
-    ]  # fmt: skip
+        (0, 0, 6, "start"),
+        (1, 4, 7, "type"),
+    ]
 
 
 def test_without_a_boundary_the_shard_is_cut_at_the_window() -> None:

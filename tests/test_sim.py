@@ -26,9 +26,12 @@ from promptlab.providers.simulator import (
 
 GOOD_PROMPT = (
     {"role": "system", "content": "You are a product copywriter for a busy audience."},
-    {"role": "user", "content": "Write a concise, two-sentence description of a travel mug, "
-                                "for example mentioning that it keeps coffee hot."},
-)  # fmt: skip
+    {
+        "role": "user",
+        "content": "Write a concise, two-sentence description of a travel mug, "
+        "for example mentioning that it keeps coffee hot.",
+    },
+)
 POOR_PROMPT = ({"role": "user", "content": "mug text"},)
 SCHEMA = {
     "type": "object",
@@ -158,10 +161,14 @@ def test_click_probability_orders_models_prompts_and_faults() -> None:
 
 def test_feedback_is_deterministic_and_tracks_the_probability() -> None:
     text = " ".join(["word"] * 60)
-    clicks = [simulate_feedback("careful", text, f"user-{i}", prompt_messages=GOOD_PROMPT)
-              for i in range(4000)]  # fmt: skip
-    again = [simulate_feedback("careful", text, f"user-{i}", prompt_messages=GOOD_PROMPT)
-             for i in range(4000)]  # fmt: skip
+    clicks = [
+        simulate_feedback("careful", text, f"user-{i}", prompt_messages=GOOD_PROMPT)
+        for i in range(4000)
+    ]
+    again = [
+        simulate_feedback("careful", text, f"user-{i}", prompt_messages=GOOD_PROMPT)
+        for i in range(4000)
+    ]
     assert clicks == again
     expected = click_probability("careful", text, prompt_messages=GOOD_PROMPT)
     assert sum(clicks) / len(clicks) == pytest.approx(expected, abs=0.03)
@@ -185,17 +192,27 @@ def test_the_model_reads_a_label_off_its_cues_as_often_as_it_is_good(
     rows = list(csv.DictReader(demo.open(encoding="utf-8")))
     assert sum(read_label(r["ticket"], labels) == r["category"] for r in rows) == 37
     assert read_label("nothing to see", labels) is None
-    schema = {"type": "object", "required": ["category", "note"],
-              "properties": {"category": {"enum": labels}, "note": {"type": "string"}}}  # fmt: skip
+    schema = {
+        "type": "object",
+        "required": ["category", "note"],
+        "properties": {"category": {"enum": labels}, "note": {"type": "string"}},
+    }
 
     def answers(model: str) -> list[dict[str, str]]:
         return [
-            json.loads(simulate(CompletionRequest(
-                model=model, output_schema=schema,
-                messages=({"role": "user", "content": f"Classify as JSON: {r['ticket']}"},),
-            ), model, rates=FaultRates(0, 0, 0)).text)
+            json.loads(
+                simulate(
+                    CompletionRequest(
+                        model=model,
+                        output_schema=schema,
+                        messages=({"role": "user", "content": f"Classify as JSON: {r['ticket']}"},),
+                    ),
+                    model,
+                    rates=FaultRates(0, 0, 0),
+                ).text
+            )
             for r in rows
-        ]  # fmt: skip
+        ]
 
     right = {}
     for model in ("careful", "sloppy"):

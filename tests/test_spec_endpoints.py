@@ -16,10 +16,11 @@ def spec_with(dataset: Path, rpm: int) -> RunSpec:
         {
             "dataset": str(dataset),
             "endpoints": {"mine": {"kind": "sim", "rpm": rpm}},
-            "variants": [{"messages": [{"role": "user", "content": "{{ text }}"}],
-                          "model": "mine:fast"}],
+            "variants": [
+                {"messages": [{"role": "user", "content": "{{ text }}"}], "model": "mine:fast"}
+            ],
         }
-    )  # fmt: skip
+    )
 
 
 def limits_while_held(engine: Engine, provider: ScriptedProvider, spec: RunSpec) -> list[float]:

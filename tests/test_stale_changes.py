@@ -56,11 +56,19 @@ def reviewed_run(wb: Workbench, tmp_path: Path, rows: int = 3) -> tuple[str, lis
     """A small run on a simulated model, each of its rows sent to review by hand."""
     dataset = tmp_path / "rows.csv"
     dataset.write_text("text\n" + "".join(f"row {i}\n" for i in range(rows)), encoding="utf-8")
-    spec = wb.runs.spec_from_data({
-        "name": "to review", "dataset": str(dataset),
-        "variants": [{"name": "v", "model": "sim:fast",
-                      "messages": [{"role": "user", "content": "Say {{ text }}"}]}],
-    })  # fmt: skip
+    spec = wb.runs.spec_from_data(
+        {
+            "name": "to review",
+            "dataset": str(dataset),
+            "variants": [
+                {
+                    "name": "v",
+                    "model": "sim:fast",
+                    "messages": [{"role": "user", "content": "Say {{ text }}"}],
+                }
+            ],
+        }
+    )
     run_id = wb.runs.start(spec)
     assert wb.runs.wait(run_id, timeout=TIMEOUT_S).status == "completed"
     return run_id, wb.review.add(run_id, list(range(rows)))
@@ -106,8 +114,11 @@ def test_a_second_decider_holding_the_old_version_is_refused_and_the_first_stand
         wb.review.reject(item_id)  # without a version: the item as it is, settled
     after = wb.review.show(item_id).item
     assert (after.status, after.answer, after.decided_by, after.version) == (
-        "accepted", seen.proposed, "alice", 1
-    )  # fmt: skip
+        "accepted",
+        seen.proposed,
+        "alice",
+        1,
+    )
     assert review_events(wb, run_id) == [("review.accepted", "alice", 1)]
 
 
@@ -121,8 +132,11 @@ def test_reopen_then_decide_works_and_both_are_in_the_audit_trail(
     with acting_as("bob"):
         reopened = wb.review.reopen(item_id, "the proposed answer is wrong", version=1)
     assert (reopened.status, reopened.version, reopened.answer, reopened.decided_by) == (
-        "open", 2, None, None
-    )  # fmt: skip
+        "open",
+        2,
+        None,
+        None,
+    )
     assert (reopened.changed_by, reopened.changed_at) == ("bob", START.replace(minute=3))
     # Alice, still holding version 1, is told the item was reopened, by whom and when.
     with acting_as("alice"), pytest.raises(StaleChangeError) as refused:
@@ -134,13 +148,16 @@ def test_reopen_then_decide_works_and_both_are_in_the_audit_trail(
     with acting_as("bob"):
         corrected = wb.review.correct(item_id, "the right answer", version=2)
     assert (corrected.status, corrected.answer, corrected.version) == (
-        "corrected", "the right answer", 3
-    )  # fmt: skip
+        "corrected",
+        "the right answer",
+        3,
+    )
     events = review_events(wb, run_id)
     assert events == [
-        ("review.accepted", "alice", 1), ("review.reopened", "bob", 2),
+        ("review.accepted", "alice", 1),
+        ("review.reopened", "bob", 2),
         ("review.corrected", "bob", 3),
-    ]  # fmt: skip
+    ]
     (reopen_event,) = [
         e for e in wb.audit.events(AuditFilter(run_id=run_id)) if e.kind == "review.reopened"
     ]
@@ -267,11 +284,27 @@ def test_a_label_move_on_a_stale_expectation_is_refused_naming_who_moved_it(
     # Without an expectation (old scripts) a move goes through, as before.
     assert wb.prompts.set_label("ticket-triage", saw.semver, "production").id == saw.id
     wb.close()
-    stale = cli(db_path, "prompt", "label", "ticket-triage", other.semver, "production",
-                "--expect-version", other.semver)  # fmt: skip
+    stale = cli(
+        db_path,
+        "prompt",
+        "label",
+        "ticket-triage",
+        other.semver,
+        "production",
+        "--expect-version",
+        other.semver,
+    )
     assert stale.exit_code == 1 and "was moved to" in stale.output
-    moved = cli(db_path, "prompt", "label", "ticket-triage", other.semver, "production",
-                "--expect-version", saw.semver)  # fmt: skip
+    moved = cli(
+        db_path,
+        "prompt",
+        "label",
+        "ticket-triage",
+        other.semver,
+        "production",
+        "--expect-version",
+        saw.semver,
+    )
     assert moved.exit_code == 0, moved.output
     assert cli(db_path, "audit", "verify").exit_code == 0
 
@@ -322,11 +355,20 @@ def test_an_experiment_change_on_a_stale_revision_is_refused_naming_who_made_the
     # Without an expectation (old scripts) a change goes through, as before.
     assert wb.experiments.update(config.name, killed=True).killed
     wb.close()
-    stale = cli(db_path, "experiment", "set", "triage-split", "--ramp", "10",
-                "--expect-revision", str(saw))  # fmt: skip
+    stale = cli(
+        db_path, "experiment", "set", "triage-split", "--ramp", "10", "--expect-revision", str(saw)
+    )
     assert stale.exit_code == 1 and f"is at revision {saw + 2}, made by tester" in stale.output
-    ok = cli(db_path, "experiment", "set", "triage-split", "--ramp", "10",
-             "--expect-revision", str(saw + 2))  # fmt: skip
+    ok = cli(
+        db_path,
+        "experiment",
+        "set",
+        "triage-split",
+        "--ramp",
+        "10",
+        "--expect-revision",
+        str(saw + 2),
+    )
     assert ok.exit_code == 0 and f"revision {saw + 3}" in ok.output
     assert cli(db_path, "audit", "verify").exit_code == 0
 

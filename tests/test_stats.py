@@ -118,10 +118,19 @@ def test_sample_size_refuses_impossible_rates() -> None:
 
 def _comparison(metric: str, effect: float, low: float, high: float, p: float, lower: bool):
     return MetricComparison(
-        metric=metric, variant="b", control="a", control_value=1.0, variant_value=1.0 + effect,
-        n_control=100, n_variant=100, effect=effect, interval=Interval(low, high), p_value=p,
-        test="t", lower_is_better=lower,
-    )  # fmt: skip
+        metric=metric,
+        variant="b",
+        control="a",
+        control_value=1.0,
+        variant_value=1.0 + effect,
+        n_control=100,
+        n_variant=100,
+        effect=effect,
+        interval=Interval(low, high),
+        p_value=p,
+        test="t",
+        lower_is_better=lower,
+    )
 
 
 def test_verdicts_are_direction_aware_and_holm_adjusted() -> None:

@@ -93,8 +93,12 @@ def test_every_change_is_a_new_revision_with_author_time_and_note(wb: Workbench)
     assert [c.revision for c in (first, second, third, fourth, same)] == [1, 2, 3, 4, 4]
     history = wb.experiments.history("tone")
     assert [(c.revision, c.note) for c in history] == [
-        (5, ""), (4, "bad outputs"), (3, ""), (2, "more"), (1, "start"),
-    ]  # fmt: skip
+        (5, ""),
+        (4, "bad outputs"),
+        (3, ""),
+        (2, "more"),
+        (1, "start"),
+    ]
     assert all(c.author == "tester" and c.created_at.tzinfo is not None for c in history)
     assert wb.experiments.get("tone", 2).bucket_counts() == {"control": 5000, "concise": 5000}
     assert wb.experiments.get("tone", 4).killed and wb.experiments.get("tone").ramp == 25

@@ -25,19 +25,42 @@ def planned_run(store: Store, rows: int = 3) -> list[str]:
 
 def succeeded(key: str, seq: int) -> FinalRow:
     return FinalRow(
-        key=key, run_id=RUN, seq=seq, row_index=seq, variant="v", repeat=0,
-        status="succeeded", prompt_version_id="sha256:p", endpoint="fake", model="m",
-        params={}, attempts=1, finished_at=AT, output_text="late answer",
-        input_tokens=3, output_tokens=4, latency_ms=12.0,
-    )  # fmt: skip
+        key=key,
+        run_id=RUN,
+        seq=seq,
+        row_index=seq,
+        variant="v",
+        repeat=0,
+        status="succeeded",
+        prompt_version_id="sha256:p",
+        endpoint="fake",
+        model="m",
+        params={},
+        attempts=1,
+        finished_at=AT,
+        output_text="late answer",
+        input_tokens=3,
+        output_tokens=4,
+        latency_ms=12.0,
+    )
 
 
 def attempt(key: str) -> AttemptRow:
     return AttemptRow(
-        key=key, run_id=RUN, attempt=1, started_at=AT, ended_at=AT, outcome="ok",
-        error_kind=None, http_status=200, error_message=None, wait_ms=0.0, wait_reason=None,
-        retry_after_s=None, latency_ms=12.0,
-    )  # fmt: skip
+        key=key,
+        run_id=RUN,
+        attempt=1,
+        started_at=AT,
+        ended_at=AT,
+        outcome="ok",
+        error_kind=None,
+        http_status=200,
+        error_message=None,
+        wait_ms=0.0,
+        wait_reason=None,
+        retry_after_s=None,
+        latency_ms=12.0,
+    )
 
 
 def test_an_answer_after_cancel_is_kept_as_an_attempt_only(store: Store) -> None:
@@ -46,8 +69,9 @@ def test_an_answer_after_cancel_is_kept_as_an_attempt_only(store: Store) -> None
     assert items.cancel_open_items(RUN, "run cancelled") == 3
 
     late = keys[1]
-    items.write_batch(WriteBatch(dispatched=[late], attempts=[attempt(late)],
-                                finals=[succeeded(late, 1)]))  # fmt: skip
+    items.write_batch(
+        WriteBatch(dispatched=[late], attempts=[attempt(late)], finals=[succeeded(late, 1)])
+    )
 
     with store.read() as cur:
         item = cur.execute(

@@ -31,19 +31,39 @@ VARIANTS = [
 
 def final(key: str, seq: int, variant: VariantRecord, status: str, **extra: object) -> FinalRow:
     return FinalRow(
-        key=key, run_id=RUN, seq=seq, row_index=seq // len(VARIANTS), variant=variant.name,
-        repeat=0, status=status, prompt_version_id=variant.prompt_version_id,
-        endpoint=variant.endpoint, model=variant.model, params={}, attempts=1, finished_at=AT,
+        key=key,
+        run_id=RUN,
+        seq=seq,
+        row_index=seq // len(VARIANTS),
+        variant=variant.name,
+        repeat=0,
+        status=status,
+        prompt_version_id=variant.prompt_version_id,
+        endpoint=variant.endpoint,
+        model=variant.model,
+        params={},
+        attempts=1,
+        finished_at=AT,
         **extra,  # type: ignore[arg-type]
-    )  # fmt: skip
+    )
 
 
 def attempt(key: str, error_kind: str | None = None) -> AttemptRow:
     return AttemptRow(
-        key=key, run_id=RUN, attempt=1, started_at=AT, ended_at=AT,
-        outcome="error" if error_kind else "ok", error_kind=error_kind, http_status=None,
-        error_message=None, wait_ms=0.0, wait_reason=None, retry_after_s=None, latency_ms=None,
-    )  # fmt: skip
+        key=key,
+        run_id=RUN,
+        attempt=1,
+        started_at=AT,
+        ended_at=AT,
+        outcome="error" if error_kind else "ok",
+        error_kind=error_kind,
+        http_status=None,
+        error_message=None,
+        wait_ms=0.0,
+        wait_reason=None,
+        retry_after_s=None,
+        latency_ms=None,
+    )
 
 
 @pytest.fixture
@@ -62,18 +82,40 @@ def run(store: Store) -> ReadModels:
     keys = {(p.row_index, p.variant_index): p for p in items.pending_chunk(RUN, -1, [0, 1, 2], 99)}
     a, b, _ = VARIANTS
     finals = [
-        final(keys[row, 0].key, keys[row, 0].seq, a, "succeeded",
-              latency_ms=10.0 * (row + 1), input_tokens=row + 1,
-              output_tokens=10 * (row + 1), cost_usd=0.25)
+        final(
+            keys[row, 0].key,
+            keys[row, 0].seq,
+            a,
+            "succeeded",
+            latency_ms=10.0 * (row + 1),
+            input_tokens=row + 1,
+            output_tokens=10 * (row + 1),
+            cost_usd=0.25,
+        )
         for row in range(ROWS)
-    ]  # fmt: skip
+    ]
     finals += [
-        final(keys[0, 1].key, keys[0, 1].seq, b, "succeeded", latency_ms=100.0,
-              input_tokens=5, output_tokens=6, cost_usd=0.5),
-        final(keys[1, 1].key, keys[1, 1].seq, b, "failed", error_kind="server",
-              error_message="boom", latency_ms=999.0),
+        final(
+            keys[0, 1].key,
+            keys[0, 1].seq,
+            b,
+            "succeeded",
+            latency_ms=100.0,
+            input_tokens=5,
+            output_tokens=6,
+            cost_usd=0.5,
+        ),
+        final(
+            keys[1, 1].key,
+            keys[1, 1].seq,
+            b,
+            "failed",
+            error_kind="server",
+            error_message="boom",
+            latency_ms=999.0,
+        ),
         final(keys[2, 1].key, keys[2, 1].seq, b, "cancelled"),
-    ]  # fmt: skip
+    ]
     attempts = [attempt(f.key) for f in finals] + [attempt(keys[1, 1].key, "rate_limit")]
     items.write_batch(WriteBatch(dispatched=[keys[3, 1].key], attempts=attempts, finals=finals))
     return ReadModels(store)
@@ -84,24 +126,61 @@ def test_variant_summaries_are_exact_and_include_variants_without_results(
 ) -> None:
     a, b, c = run.variant_summaries(RUN)
     assert a == VariantSummary(
-        variant_index=0, name="a", prompt_ref="greet@1.0.0", endpoint="openai", model="gpt-a",
-        succeeded=4, failed=0, cancelled=0, open=0, completion_rate=1.0,
-        latency_p50_ms=25.0, latency_p90_ms=pytest.approx(37.0),
-        latency_p99_ms=pytest.approx(39.7), input_tokens=10, output_tokens=100, cost_usd=1.0,
+        variant_index=0,
+        name="a",
+        prompt_ref="greet@1.0.0",
+        endpoint="openai",
+        model="gpt-a",
+        succeeded=4,
+        failed=0,
+        cancelled=0,
+        open=0,
+        completion_rate=1.0,
+        latency_p50_ms=25.0,
+        latency_p90_ms=pytest.approx(37.0),
+        latency_p99_ms=pytest.approx(39.7),
+        input_tokens=10,
+        output_tokens=100,
+        cost_usd=1.0,
         completed=4,  # rows without a check count as complete (stored before checks)
-    )  # fmt: skip
+    )
     assert b == VariantSummary(
-        variant_index=1, name="b", prompt_ref="greet@2.0.0", endpoint="anthropic",
-        model="claude-b", succeeded=1, failed=1, cancelled=1, open=1,
-        completion_rate=pytest.approx(1 / 3), latency_p50_ms=100.0, latency_p90_ms=100.0,
-        latency_p99_ms=100.0, input_tokens=5, output_tokens=6, cost_usd=0.5, completed=1,
-    )  # fmt: skip
+        variant_index=1,
+        name="b",
+        prompt_ref="greet@2.0.0",
+        endpoint="anthropic",
+        model="claude-b",
+        succeeded=1,
+        failed=1,
+        cancelled=1,
+        open=1,
+        completion_rate=pytest.approx(1 / 3),
+        latency_p50_ms=100.0,
+        latency_p90_ms=100.0,
+        latency_p99_ms=100.0,
+        input_tokens=5,
+        output_tokens=6,
+        cost_usd=0.5,
+        completed=1,
+    )
     assert c == VariantSummary(
-        variant_index=2, name="c", prompt_ref="greet@3.0.0", endpoint="openai", model="gpt-c",
-        succeeded=0, failed=0, cancelled=0, open=4, completion_rate=None,
-        latency_p50_ms=None, latency_p90_ms=None, latency_p99_ms=None,
-        input_tokens=0, output_tokens=0, cost_usd=0.0,
-    )  # fmt: skip
+        variant_index=2,
+        name="c",
+        prompt_ref="greet@3.0.0",
+        endpoint="openai",
+        model="gpt-c",
+        succeeded=0,
+        failed=0,
+        cancelled=0,
+        open=4,
+        completion_rate=None,
+        latency_p50_ms=None,
+        latency_p90_ms=None,
+        latency_p99_ms=None,
+        input_tokens=0,
+        output_tokens=0,
+        cost_usd=0.0,
+    )
     assert (a.finished, b.finished, c.finished) == (4, 3, 0)
 
 
@@ -125,8 +204,12 @@ def test_failures_and_item_counts(run: ReadModels) -> None:
     [failure] = run.failure_examples(RUN)
     assert (failure.row_index, failure.variant, failure.error_kind) == (1, "b", "server")
     assert run.item_counts(RUN) == {
-        "pending": 4, "in_flight": 1, "succeeded": 5, "failed": 1, "cancelled": 1,
-    }  # fmt: skip
+        "pending": 4,
+        "in_flight": 1,
+        "succeeded": 5,
+        "failed": 1,
+        "cancelled": 1,
+    }
 
 
 def test_runs_with_counts_newest_first_in_one_list(run: ReadModels, store: Store) -> None:

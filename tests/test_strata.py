@@ -21,18 +21,25 @@ A, B = "article-summarizer@1.0.0", "article-summarizer@2.0.0"
 
 def _dataset(tmp_path: Path, rows: int) -> Path:
     path = tmp_path / f"tickets-{rows}.csv"
-    path.write_text("title,article\n" + "".join(
-        f"Day {i},The council met on day {i} and agreed to mend road {i} before winter.\n"
-        for i in range(rows)))  # fmt: skip
+    path.write_text(
+        "title,article\n"
+        + "".join(
+            f"Day {i},The council met on day {i} and agreed to mend road {i} before winter.\n"
+            for i in range(rows)
+        )
+    )
     return path
 
 
 def _run(wb: Workbench, name: str, dataset: Path, model: str, versions: dict[str, int]) -> str:
     """An all-mode run of `versions` (reference -> max_tokens) on `model`."""
-    variants = [{"name": ref.split("@")[1], "prompt": ref, "model": model,
-                 "params": {"max_tokens": tokens}} for ref, tokens in versions.items()]  # fmt: skip
-    run_id = wb.runs.start(parse_spec({"name": name, "dataset": str(dataset),
-                                       "variants": variants}))  # fmt: skip
+    variants = [
+        {"name": ref.split("@")[1], "prompt": ref, "model": model, "params": {"max_tokens": tokens}}
+        for ref, tokens in versions.items()
+    ]
+    run_id = wb.runs.start(
+        parse_spec({"name": name, "dataset": str(dataset), "variants": variants})
+    )
     assert wb.runs.wait(run_id, 120).status == RunStatus.COMPLETED
     return run_id
 
@@ -64,8 +71,9 @@ def test_simpson_pooled_says_worse_within_runs_says_better(
     # What pooling every result of each version says (the code before strata).
     id_a, id_b = wb.prompts.resolve(A).id, wb.prompts.resolve(B).id
     samples = wb.analysis._samples
-    pooled = holm_verdicts(compare_arms(samples.version_arm(id_a, A, None),
-                                        samples.version_arm(id_b, B, None)))  # fmt: skip
+    pooled = holm_verdicts(
+        compare_arms(samples.version_arm(id_a, A, None), samples.version_arm(id_b, B, None))
+    )
     p50 = next(r for r in pooled if r.metric == "latency p50")
     assert p50.verdict == Verdict.WORSE and p50.effect is not None and p50.effect > 0
     # Within each run holding both, B is faster; combined over the two, too.
@@ -99,8 +107,10 @@ def test_one_run_holding_both_is_compared_paired_inside_it(
     for mine, theirs in zip(found.rows, inside.rows, strict=True):
         # The same estimate; a run's own comparison is its final look (4% of the 5%).
         assert (mine.metric, mine.effect, mine.standard_error) == (
-            theirs.metric, theirs.effect, theirs.standard_error
-        )  # fmt: skip
+            theirs.metric,
+            theirs.effect,
+            theirs.standard_error,
+        )
     assert all(r.analysed_by == "row" for r in found.rows)  # paired by dataset row
     assert found.scope.endswith("nothing pooled across runs")
     assert found.notes[0].startswith("left out: 1 run holding one version only: ")
@@ -112,9 +122,12 @@ def test_runs_that_differ_and_share_no_run_are_refused_naming_what_differs(
     wb = workbench
     _run(wb, "A", _dataset(tmp_path, 30), "sim:fast", {A: 300})
     _run(wb, "B", _dataset(tmp_path, 30), "sim:careful", {B: 300})
-    with pytest.raises(PromptlabError, match=r"never ran in the same run, and their runs "
-                       r"differ in model \(article-summarizer@1.0.0: sim:fast; "
-                       r"article-summarizer@2.0.0: sim:careful\)"):  # fmt: skip
+    with pytest.raises(
+        PromptlabError,
+        match=r"never ran in the same run, and their runs "
+        r"differ in model \(article-summarizer@1.0.0: sim:fast; "
+        r"article-summarizer@2.0.0: sim:careful\)",
+    ):
         wb.analysis.compare_versions(A, B)
 
 

@@ -26,12 +26,21 @@ class _Answer(BaseHTTPRequestHandler):
         asked = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
         prompt = asked["messages"][-1]["content"]
         text = "x" * HUGE if "huge" in prompt else f"echo {prompt}"
-        body = json.dumps({
-            "id": "c", "object": "chat.completion", "model": "m",
-            "choices": [{"index": 0, "finish_reason": "stop",
-                         "message": {"role": "assistant", "content": text}}],
-            "usage": {"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8},
-        }).encode()  # fmt: skip
+        body = json.dumps(
+            {
+                "id": "c",
+                "object": "chat.completion",
+                "model": "m",
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": "stop",
+                        "message": {"role": "assistant", "content": text},
+                    }
+                ],
+                "usage": {"prompt_tokens": 3, "completion_tokens": 5, "total_tokens": 8},
+            }
+        ).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))

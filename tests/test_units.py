@@ -77,8 +77,10 @@ def test_quantile_standard_error_agrees_with_a_bootstrap_of_users() -> None:
 def test_interval_excludes_zero_exactly_when_p_is_below_alpha(
     effect: float, variance: float, tau: float
 ) -> None:
-    for found in (fixed_horizon(Estimate(effect, variance)),
-                  always_valid(Estimate(effect, variance), tau)):  # fmt: skip
+    for found in (
+        fixed_horizon(Estimate(effect, variance)),
+        always_valid(Estimate(effect, variance), tau),
+    ):
         if abs(found.p_value - 0.05) > 1e-9:  # exactly on the edge both are a coin toss
             assert found.interval.excludes_zero() == (found.p_value < 0.05)
         assert found.interval.low <= effect <= found.interval.high
@@ -111,14 +113,19 @@ def test_logs_read_from_duckdb_compare_as_the_simulated_arms_do(
     # 150 users per arm, many requests each: what the store sums per unit_id must be
     # exactly what the harness sums, row for row.
     rng = np.random.default_rng(3)
-    arms = {ref: simulate_arm(Traffic(units=150), rng)
-            for ref in ("ticket-triage@1.1.0", "ticket-triage@2.0.0")}  # fmt: skip
+    arms = {
+        ref: simulate_arm(Traffic(units=150), rng)
+        for ref in ("ticket-triage@1.1.0", "ticket-triage@2.0.0")
+    }
     lines = ["version,unit_id,latency_ms,clicked,completed,event_time"]
     for index, (ref, arm) in enumerate(arms.items()):
-        for u, ms, click, done in zip(arm.unit, arm.latency, arm.clicked, arm.completed,
-                                      strict=True):  # fmt: skip
-            lines.append(f"{ref},user-{index}-{u:03d},{float(ms)!r},{str(click).lower()},"
-                         f"{str(done).lower()},2026-11-20T10:00:00Z")  # fmt: skip
+        for u, ms, click, done in zip(
+            arm.unit, arm.latency, arm.clicked, arm.completed, strict=True
+        ):
+            lines.append(
+                f"{ref},user-{index}-{u:03d},{float(ms)!r},{str(click).lower()},"
+                f"{str(done).lower()},2026-11-20T10:00:00Z"
+            )
     path = tmp_path / "logs.csv"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     from promptlab.config import Settings
@@ -133,8 +140,11 @@ def test_logs_read_from_duckdb_compare_as_the_simulated_arms_do(
     assert stored.method == "fixed horizon, final look (4% of 5%)"
     assert stored.arms == {name_a: (150, a.unit.size), name_b: (150, b.unit.size)}
     for got, want in zip(stored.rows, expected, strict=True):
-        assert (got.metric, got.n_control, got.n_variant) == (want.metric, want.n_control,
-                                                              want.n_variant)  # fmt: skip
+        assert (got.metric, got.n_control, got.n_variant) == (
+            want.metric,
+            want.n_control,
+            want.n_variant,
+        )
         assert got.effect == pytest.approx(want.effect, rel=1e-9)
         assert got.p_value == pytest.approx(want.p_value, rel=1e-6)
     assert [r.metric for r in stored.rows][:2] == [COMPLETION, CTR]
@@ -147,14 +157,17 @@ def test_cuped_uses_each_users_logs_before_since(demo_db: Path, tmp_path: Path) 
     for index, ref in enumerate(refs):
         arm = simulate_arm(Traffic(units=150, pre_share=1.0), rng)
         for u, click in zip(arm.unit, arm.clicked, strict=True):
-            lines.append(f"{ref},user-{index}-{u},100,{str(click).lower()},true,"
-                         "2026-11-20T10:00:00Z")  # fmt: skip
+            lines.append(
+                f"{ref},user-{index}-{u},100,{str(click).lower()},true,2026-11-20T10:00:00Z"
+            )
         for u in range(arm.units):  # the same users before: clicks as their history says
             for n in range(int(arm.pre_shown[u])):
                 clicked = n < arm.pre_clicked[u]
                 # Served by the version before both (1.0.0): a clean pre-period.
-                lines.append(f"ticket-triage@1.0.0,user-{index}-{u},100,"
-                             f"{str(clicked).lower()},true,2026-11-01T10:00:00Z")  # fmt: skip
+                lines.append(
+                    f"ticket-triage@1.0.0,user-{index}-{u},100,"
+                    f"{str(clicked).lower()},true,2026-11-01T10:00:00Z"
+                )
     path = tmp_path / "logs.csv"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     from promptlab.config import Settings

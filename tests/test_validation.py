@@ -250,8 +250,11 @@ JSONISH = st.text(alphabet="{}[]\",:'`\n tfnrue0123456789.-/*abcTNjso", max_size
 def test_never_raises_on_json_like_text(text: str) -> None:
     check = check_output(text, SCHEMA)
     assert check.status in (
-        CheckStatus.VALID, CheckStatus.REPAIRED, CheckStatus.INVALID, CheckStatus.TRUNCATED
-    )  # fmt: skip
+        CheckStatus.VALID,
+        CheckStatus.REPAIRED,
+        CheckStatus.INVALID,
+        CheckStatus.TRUNCATED,
+    )
 
 
 @pytest.mark.parametrize(

@@ -74,17 +74,30 @@ class _Capture(BaseHTTPRequestHandler):
         usage = {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
         if self.path.endswith("/messages"):
             body: dict[str, Any] = {
-                "id": "msg_1", "type": "message", "role": "assistant", "model": "m",
-                "content": [{"type": "text", "text": text}], "stop_reason": "end_turn",
-                "stop_sequence": None, "usage": {"input_tokens": 1, "output_tokens": 1},
-            }  # fmt: skip
+                "id": "msg_1",
+                "type": "message",
+                "role": "assistant",
+                "model": "m",
+                "content": [{"type": "text", "text": text}],
+                "stop_reason": "end_turn",
+                "stop_sequence": None,
+                "usage": {"input_tokens": 1, "output_tokens": 1},
+            }
         else:
             body = {
-                "id": "c1", "object": "chat.completion", "created": 0, "model": "m",
-                "choices": [{"index": 0, "finish_reason": "stop",
-                             "message": {"role": "assistant", "content": text}}],
+                "id": "c1",
+                "object": "chat.completion",
+                "created": 0,
+                "model": "m",
+                "choices": [
+                    {
+                        "index": 0,
+                        "finish_reason": "stop",
+                        "message": {"role": "assistant", "content": text},
+                    }
+                ],
                 "usage": usage,
-            }  # fmt: skip
+            }
         data = json.dumps(body).encode()
         self.send_response(200)
         self.send_header("content-type", "application/json")
@@ -130,9 +143,13 @@ def capture() -> Iterator[CaptureServer]:
 
 def request(item: str, timeout_s: float = 60.0) -> CompletionRequest:
     return CompletionRequest(
-        model="gpt-4o-mini", messages=({"role": "user", "content": "hi"},), max_tokens=8,
-        request_id=item, item_key=item, timeout_s=timeout_s,
-    )  # fmt: skip
+        model="gpt-4o-mini",
+        messages=({"role": "user", "content": "hi"},),
+        max_tokens=8,
+        request_id=item,
+        item_key=item,
+        timeout_s=timeout_s,
+    )
 
 
 def ask(url: str, *calls: tuple[EndpointConfig, CompletionRequest]) -> list[Any]:
@@ -166,8 +183,15 @@ def providers_file(folder: Path, name: str, endpoints: dict[str, Any]) -> Path:
 
 def forged_endpoint(kind: str, base_url: str, variable: str) -> dict[str, Any]:
     """The attack's endpoint: any loopback URL, any variable of the worker's environment."""
-    return {"name": "x", "kind": kind, "base_url": base_url, "api_key_env": variable,
-            "prices": {}, "context_windows": {}, "sampling_rules": {}}  # fmt: skip
+    return {
+        "name": "x",
+        "kind": kind,
+        "base_url": base_url,
+        "api_key_env": variable,
+        "prices": {},
+        "context_windows": {},
+        "sampling_rules": {},
+    }
 
 
 def refusals(workers: Workers) -> int:
@@ -217,8 +241,14 @@ def test_a_task_without_a_valid_signature_is_not_executed(
     workers.concurrency = 1
     workers.start(1)
     app = make_app(workers.url)
-    endpoint = {"name": "fake", "kind": "openai", "base_url": server.openai_base_url,
-                "prices": {}, "context_windows": {}, "sampling_rules": {}}  # fmt: skip
+    endpoint = {
+        "name": "fake",
+        "kind": "openai",
+        "base_url": server.openai_base_url,
+        "prices": {},
+        "context_windows": {},
+        "sampling_rules": {},
+    }
     line = [request_to_dict(request("unsigned"))]
     app.send_task(SEND_CHUNK, args=["owner-x", endpoint, line])  # the old layout, unsigned
     # Signed with a secret that is not the workers' (any other MAC is as good).
@@ -264,14 +294,17 @@ def test_an_endpoint_configured_otherwise_on_the_worker_is_refused(
     same = load_endpoints(worker_file)["team"]
     first, differs, unknown_answer, alike = ask(
         workers.url,
-        (owners, request("a")), (owners, request("b")), (unknown, request("c")),
+        (owners, request("a")),
+        (owners, request("b")),
+        (unknown, request("c")),
         (same, request("d")),
-    )  # fmt: skip
+    )
     assert capture.seen == []
     for error, why in (
-        (first, "configured differently"), (differs, "configured differently"),
+        (first, "configured differently"),
+        (differs, "configured differently"),
         (unknown_answer, "not configured"),
-    ):  # fmt: skip
+    ):
         assert isinstance(error, ProviderError) and error.kind is ErrorKind.AUTH, error
         assert why in str(error) and "nothing was sent" in str(error)
     assert "'team'" in str(differs) and "'nowhere'" in str(unknown_answer)
@@ -341,9 +374,13 @@ def test_a_worker_whose_wall_clock_is_an_hour_ahead_still_sends(
 
 
 def test_a_run_goes_on_through_a_redis_restarted_empty(
-    workers: Workers, redis_server: RedisServer, fakellm_factory: ServerFactory,
-    tmp_path: Path, db_path: Path, monkeypatch: pytest.MonkeyPatch,
-) -> None:  # fmt: skip
+    workers: Workers,
+    redis_server: RedisServer,
+    fakellm_factory: ServerFactory,
+    tmp_path: Path,
+    db_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Redis stopped and started again, empty, at about 30% of a run on two workers: the
     workers reconnect, the owner sends again what Redis lost, and the run completes
     with every item once; no item waits out its timeout, and nothing but what was in
@@ -354,13 +391,22 @@ def test_a_run_goes_on_through_a_redis_restarted_empty(
     dataset = tmp_path / "rows.csv"
     dataset.write_text("text\n" + "".join(f"row {i}\n" for i in range(200)))
     spec = {
-        "name": "restart", "dataset": str(dataset), "executor": "celery",
+        "name": "restart",
+        "dataset": str(dataset),
+        "executor": "celery",
         "retry": {"timeout_s": 90},
-        "variants": [{"name": "v", "messages": [{"role": "user", "content": "Say {{ text }}"}],
-                      "model": "fake:gpt-4o-mini", "params": {"max_tokens": 16}}],
-        "endpoints": {"fake": {"kind": "openai", "base_url": server.openai_base_url,
-                               "concurrency": 16}},
-    }  # fmt: skip
+        "variants": [
+            {
+                "name": "v",
+                "messages": [{"role": "user", "content": "Say {{ text }}"}],
+                "model": "fake:gpt-4o-mini",
+                "params": {"max_tokens": 16},
+            }
+        ],
+        "endpoints": {
+            "fake": {"kind": "openai", "base_url": server.openai_base_url, "concurrency": 16}
+        },
+    }
     with Workbench.open(Settings.from_env()) as wb:
         run_id = wb.runs.start(wb.runs.spec_from_data(spec))
         deadline = time.monotonic() + BOUND_S
@@ -374,8 +420,9 @@ def test_a_run_goes_on_through_a_redis_restarted_empty(
     with duckdb.connect(str(db_path), read_only=True) as conn:
         finals = conn.execute(
             "SELECT status, count(*), count(DISTINCT idempotency_key) FROM results "
-            "WHERE run_id = ? GROUP BY status", [run_id],
-        ).fetchall()  # fmt: skip
+            "WHERE run_id = ? GROUP BY status",
+            [run_id],
+        ).fetchall()
         timeouts = conn.execute(
             "SELECT count(*) FROM attempts WHERE run_id = ? AND error_kind = 'timeout'", [run_id]
         ).fetchone()
@@ -482,9 +529,13 @@ def _attack_replies(sync: Any, held: list[str], answered: list[str]) -> int:
 
 
 def test_forged_replayed_and_cut_answers_are_never_recorded(
-    workers: Workers, fakellm_factory: ServerFactory, tmp_path: Path, db_path: Path,
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
-) -> None:  # fmt: skip
+    workers: Workers,
+    fakellm_factory: ServerFactory,
+    tmp_path: Path,
+    db_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     """While 15 of a run's 20 requests are held at the provider, every kind of answer an
     attacker on Redis can push goes onto the owner's list for each: none is recorded,
     each item gets the answer its own worker sealed, the audit names that worker for
@@ -498,12 +549,21 @@ def test_forged_replayed_and_cut_answers_are_never_recorded(
     dataset = tmp_path / "rows.csv"
     dataset.write_text("text\n" + "".join(f"row {i}\n" for i in range(20)))
     spec = {
-        "name": "forgeries", "dataset": str(dataset), "executor": "celery",
-        "variants": [{"name": "v", "messages": [{"role": "user", "content": "Say {{ text }}"}],
-                      "model": "fake:gpt-4o-mini", "params": {"max_tokens": 16}}],
-        "endpoints": {"fake": {"kind": "openai", "base_url": server.openai_base_url,
-                               "concurrency": 32}},
-    }  # fmt: skip
+        "name": "forgeries",
+        "dataset": str(dataset),
+        "executor": "celery",
+        "variants": [
+            {
+                "name": "v",
+                "messages": [{"role": "user", "content": "Say {{ text }}"}],
+                "model": "fake:gpt-4o-mini",
+                "params": {"max_tokens": 16},
+            }
+        ],
+        "endpoints": {
+            "fake": {"kind": "openai", "base_url": server.openai_base_url, "concurrency": 32}
+        },
+    }
     sync = redis.Redis.from_url(workers.url, decode_responses=True)
     try:
         with Workbench.open(Settings.from_env()) as wb:
@@ -541,8 +601,9 @@ def test_forged_replayed_and_cut_answers_are_never_recorded(
         ).fetchall()
         events = conn.execute(
             "SELECT json_extract_string(payload, '$.served_by') FROM audit_events "
-            "WHERE run_id = ? AND kind = 'result'", [run_id],
-        ).fetchall()  # fmt: skip
+            "WHERE run_id = ? AND kind = 'result'",
+            [run_id],
+        ).fetchall()
     assert len(rows) == 20
     for key, status, attempts, output in rows:
         own = sealed[f"{key}:1"]

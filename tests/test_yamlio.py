@@ -74,12 +74,16 @@ def test_reasonable_documents_still_load(text: str, expected: object) -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("name: a\nmodel: x\nrepeats: 1\nmodel: y\n",
-         "spec.yaml, line 4: key 'model' appears twice in one mapping (first on line 2)"),
-        ("variants:\n  - name: a\n    params: {temperature: 0.2, temperature: 1.5}\n",
-         "spec.yaml, line 3: key 'temperature' appears twice in one mapping (first on line 3)"),
+        (
+            "name: a\nmodel: x\nrepeats: 1\nmodel: y\n",
+            "spec.yaml, line 4: key 'model' appears twice in one mapping (first on line 2)",
+        ),
+        (
+            "variants:\n  - name: a\n    params: {temperature: 0.2, temperature: 1.5}\n",
+            "spec.yaml, line 3: key 'temperature' appears twice in one mapping (first on line 3)",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_key_written_twice_is_refused_naming_the_key_and_line(text: str, message: str) -> None:
     with pytest.raises(PromptFileError) as refused:
         parse_yaml(text, where="spec.yaml", error=PromptFileError)

@@ -50,7 +50,7 @@ FIXED_HORIZON = "fixed horizon"
 
 def compare_arms(
     a: ArmSample, b: ArmSample, *, look: Look = FIXED, cuped: bool = False
-) -> list[MetricComparison]:  # fmt: skip
+) -> list[MetricComparison]:
     """B against A, independent arms analysed per unit: completion and CTR (CTR only
     when either arm has impressions), latency p50/p90/p99. Verdicts come from
     `holm_verdicts` over the whole table."""
@@ -70,14 +70,17 @@ def compare_arms(
             (a.latency, a.latency_unit, units_a), (b.latency, b.latency_unit, units_b), qs
         )
     counts = (_distinct(a.latency_unit), _distinct(b.latency_unit), a.latency.size, b.latency.size)
-    return rows + _latency_rows(a.name, b.name, a.latency, b.latency, differences, counts, by,
-                                look)  # fmt: skip
+    return rows + _latency_rows(a.name, b.name, a.latency, b.latency, differences, counts, by, look)
 
 
 def compare_paired(
-    pairs: PairedSample, a: ArmSample, b: ArmSample, *, look: Look = FIXED,
+    pairs: PairedSample,
+    a: ArmSample,
+    b: ArmSample,
+    *,
+    look: Look = FIXED,
     by: str = "row",
-) -> list[MetricComparison]:  # fmt: skip
+) -> list[MetricComparison]:
     """B against A over the same inputs (an all-mode run), clustered by dataset row (by
     session or user for a replayed conversation log, `by="session"` or `"user"`):
     completion paired, CTR
@@ -85,12 +88,27 @@ def compare_paired(
     estimate = paired_rate_difference(pairs.completed_a, pairs.completed_b, pairs.finished)
     sample_a = RatioSample(pairs.completed_a, pairs.finished)
     sample_b = RatioSample(pairs.completed_b, pairs.finished)
-    rows = [_row_from(COMPLETION, a.name, b.name, sample_a, sample_b, estimate, by,
-                      look, (pairs.rows, pairs.rows), "paired delta method")]  # fmt: skip
+    rows = [
+        _row_from(
+            COMPLETION,
+            a.name,
+            b.name,
+            sample_a,
+            sample_b,
+            estimate,
+            by,
+            look,
+            (pairs.rows, pairs.rows),
+            "paired delta method",
+        )
+    ]
     for metric in (CTR, *scores_of(a, b)):  # not paired: clustered by row, per arm
         if a.rates[metric].den.sum() or b.rates[metric].den.sum():
-            rows.append(_rate_row(metric, a.name, b.name, a.rates[metric], b.rates[metric],
-                                  by, look, (None, None)))  # fmt: skip
+            rows.append(
+                _rate_row(
+                    metric, a.name, b.name, a.rates[metric], b.rates[metric], by, look, (None, None)
+                )
+            )
     differences = None
     if pairs.latency_a.size:
         qs = tuple(q for q, _ in COMPARED_QUANTILES)
@@ -99,8 +117,9 @@ def compare_paired(
         )
     rows_timed = _distinct(pairs.latency_row)
     counts = (rows_timed, rows_timed, pairs.latency_a.size, pairs.latency_b.size)
-    return rows + _latency_rows(a.name, b.name, pairs.latency_a, pairs.latency_b, differences,
-                                counts, by, look, paired=True)  # fmt: skip
+    return rows + _latency_rows(
+        a.name, b.name, pairs.latency_a, pairs.latency_b, differences, counts, by, look, paired=True
+    )
 
 
 def scores_of(a: ArmSample, b: ArmSample) -> list[str]:
@@ -115,9 +134,15 @@ def _distinct(index: object) -> int:
 
 
 def _rate_row(
-    metric: str, name_a: str, name_b: str, a: RatioSample, b: RatioSample, by: str,
-    look: Look, pre: tuple[RatioSample | None, RatioSample | None],
-) -> MetricComparison:  # fmt: skip
+    metric: str,
+    name_a: str,
+    name_b: str,
+    a: RatioSample,
+    b: RatioSample,
+    by: str,
+    look: Look,
+    pre: tuple[RatioSample | None, RatioSample | None],
+) -> MetricComparison:
     estimate, reduction, method = rate_difference(a, b), None, "delta method"
     if pre[0] is not None and pre[1] is not None:
         adjusted = cuped_rate_difference(a, b, pre[0], pre[1])
@@ -129,27 +154,51 @@ def _rate_row(
 
 
 def _row_from(
-    metric: str, name_a: str, name_b: str, a: RatioSample, b: RatioSample,
-    estimate: Estimate | None, by: str, look: Look, units: tuple[int, int], method: str,
-) -> MetricComparison:  # fmt: skip
+    metric: str,
+    name_a: str,
+    name_b: str,
+    a: RatioSample,
+    b: RatioSample,
+    estimate: Estimate | None,
+    by: str,
+    look: Look,
+    units: tuple[int, int],
+    method: str,
+) -> MetricComparison:
     value_a, value_b = linearized(a)[0], linearized(b)[0]
     row = MetricComparison(
-        metric=metric, variant=name_b, control=name_a,
+        metric=metric,
+        variant=name_b,
+        control=name_a,
         control_value=None if math.isnan(value_a) else value_a,
         variant_value=None if math.isnan(value_b) else value_b,
-        n_control=units[0], n_variant=units[1], effect=None, interval=None, p_value=1.0,
-        test=NO_DATA, lower_is_better=False, requests_control=int(a.den.sum()),
-        requests_variant=int(b.den.sum()), analysed_by=by,
-        control_interval=rate_interval(a), variant_interval=rate_interval(b),
-    )  # fmt: skip
+        n_control=units[0],
+        n_variant=units[1],
+        effect=None,
+        interval=None,
+        p_value=1.0,
+        test=NO_DATA,
+        lower_is_better=False,
+        requests_control=int(a.den.sum()),
+        requests_variant=int(b.den.sum()),
+        analysed_by=by,
+        control_interval=rate_interval(a),
+        variant_interval=rate_interval(b),
+    )
     return decided(row, estimate, method, look)
 
 
 def _latency_rows(
-    name_a: str, name_b: str, xa: FloatArray, xb: FloatArray,
-    differences: list[QuantileDifference] | None, counts: tuple[int, int, int, int], by: str,
-    look: Look, paired: bool = False,
-) -> list[MetricComparison]:  # fmt: skip
+    name_a: str,
+    name_b: str,
+    xa: FloatArray,
+    xb: FloatArray,
+    differences: list[QuantileDifference] | None,
+    counts: tuple[int, int, int, int],
+    by: str,
+    look: Look,
+    paired: bool = False,
+) -> list[MetricComparison]:
     """Latency p50/p90/p99 of B against A from the per-unit `differences`."""
     import numpy as np
 
@@ -157,11 +206,22 @@ def _latency_rows(
     rows = []
     for index, (q, metric) in enumerate(COMPARED_QUANTILES):
         row = MetricComparison(
-            metric=metric, variant=name_b, control=name_a, control_value=None,
-            variant_value=None, n_control=counts[0], n_variant=counts[1], effect=None,
-            interval=None, p_value=1.0, test=NO_DATA, lower_is_better=True,
-            requests_control=counts[2], requests_variant=counts[3], analysed_by=by,
-        )  # fmt: skip
+            metric=metric,
+            variant=name_b,
+            control=name_a,
+            control_value=None,
+            variant_value=None,
+            n_control=counts[0],
+            n_variant=counts[1],
+            effect=None,
+            interval=None,
+            p_value=1.0,
+            test=NO_DATA,
+            lower_is_better=True,
+            requests_control=counts[2],
+            requests_variant=counts[3],
+            analysed_by=by,
+        )
         if differences is None:
             rows.append(row)
             continue
@@ -187,7 +247,7 @@ def _latency_rows(
                     test=method,
                     verdict=Verdict.TOO_FEW,
                     reason=reason,
-                )  # fmt: skip
+                )
             )
             continue
         rows.append(decided(row, found.estimate, method, look))

@@ -156,8 +156,13 @@ def compare_run(
         arm = samples.run_arm(run.run_id, other, paired, replay, user)
         arms[other] = (arm.units, arm.requests)
         if paired:
-            rows += compare_paired(samples.paired(run.run_id, control, other, replay, user),
-                                   control_arm, arm, look=look, by=by)  # fmt: skip
+            rows += compare_paired(
+                samples.paired(run.run_id, control, other, replay, user),
+                control_arm,
+                arm,
+                look=look,
+                by=by,
+            )
             continue
         base, arm, found = apart(control_arm, arm, keep_shared, notes)
         shared = max(shared, found)
@@ -169,10 +174,22 @@ def compare_run(
     if variant_b is not None:
         decided = [r for r in decided if r.variant == variant_b]
         arms = {name: arms[name] for name in (control, variant_b)}
-    return Comparison(run.run_id, mode, control, paired, decided, srm, metrics,
-                      method=METHODS[look.kind], arms=arms,
-                      planned_units=look.planned_units, family=family,
-                      family_size=size, shared_units=shared, notes=notes)  # fmt: skip
+    return Comparison(
+        run.run_id,
+        mode,
+        control,
+        paired,
+        decided,
+        srm,
+        metrics,
+        method=METHODS[look.kind],
+        arms=arms,
+        planned_units=look.planned_units,
+        family=family,
+        family_size=size,
+        shared_units=shared,
+        notes=notes,
+    )
 
 
 def _control_and_others(
@@ -247,8 +264,9 @@ def compare_logs(
     if id_a == id_b:
         raise PromptlabError(f"compare {name_a} with another version, not itself")
     if cuped and since is None:
-        raise PromptlabError("CUPED needs production logs and --since (the pre-period is "
-                             "each unit's logs before it)")  # fmt: skip
+        raise PromptlabError(
+            "CUPED needs production logs and --since (the pre-period is each unit's logs before it)"
+        )
     look = interim(planned_units) if sequential else FINAL
     totals = {r.prompt_version_id: r for r in reads.log_metrics(None, since)}
     for version_id, name in ((id_a, name_a), (id_b, name_b)):
@@ -261,16 +279,31 @@ def compare_logs(
         first = samples.first_log_time([id_a, id_b])
         pre_before = min(since, first) if first is not None else since
     notes: list[str] = []
-    arm_a, arm_b, shared = apart(samples.log_arm(id_a, name_a, since, pre_before),
-                                  samples.log_arm(id_b, name_b, since, pre_before),
-                                  keep_shared, notes)  # fmt: skip
+    arm_a, arm_b, shared = apart(
+        samples.log_arm(id_a, name_a, since, pre_before),
+        samples.log_arm(id_b, name_b, since, pre_before),
+        keep_shared,
+        notes,
+    )
     rows = compare_arms(arm_a, arm_b, look=look, cuped=cuped)
     family = default_family(scores_of(arm_a, arm_b))
-    return Comparison("", "logs", name_a, False, holm_verdicts(rows, family=family.metrics),
-                      None, [], [totals[id_a], totals[id_b]], method=METHODS[look.kind],
-                      arms=arms_of(arm_a, arm_b), planned_units=look.planned_units,
-                      family=family, family_size=family_size(rows, family.metrics),
-                      shared_units=shared, notes=notes)  # fmt: skip
+    return Comparison(
+        "",
+        "logs",
+        name_a,
+        False,
+        holm_verdicts(rows, family=family.metrics),
+        None,
+        [],
+        [totals[id_a], totals[id_b]],
+        method=METHODS[look.kind],
+        arms=arms_of(arm_a, arm_b),
+        planned_units=look.planned_units,
+        family=family,
+        family_size=family_size(rows, family.metrics),
+        shared_units=shared,
+        notes=notes,
+    )
 
 
 def arms_of(a: ArmSample, b: ArmSample) -> dict[str, tuple[int, int]]:

@@ -76,7 +76,13 @@ def _dropped(arm: ArmSample, shared: UIntArray) -> ArmSample:
     dropped_requests = int(arm.unit_requests[~keep].sum()) if arm.unit_requests is not None else 0
     kept_units = int((requests > 0).sum()) if requests is not None else int(keep.sum())
     return replace(
-        arm, units=kept_units, requests=arm.requests - dropped_requests, rates=rates, pre=pre,
-        latency=arm.latency[timed], latency_unit=renumbered[arm.latency_unit[timed]],
-        unit_keys=arm.unit_keys[keep], unit_requests=requests,
-    )  # fmt: skip
+        arm,
+        units=kept_units,
+        requests=arm.requests - dropped_requests,
+        rates=rates,
+        pre=pre,
+        latency=arm.latency[timed],
+        latency_unit=renumbered[arm.latency_unit[timed]],
+        unit_keys=arm.unit_keys[keep],
+        unit_requests=requests,
+    )

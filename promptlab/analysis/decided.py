@@ -14,19 +14,30 @@ from promptlab.analysis.units import Estimate
 
 def decided(
     row: MetricComparison, estimate: Estimate | None, method: str, look: Look
-) -> MetricComparison:  # fmt: skip
+) -> MetricComparison:
     """The row with its effect, interval and p-value, or too few units, or no data."""
     if estimate is None:
         return row
     fewest = min(row.n_control, row.n_variant)
     if fewest < minimum_units(row.analysed_by):
-        return replace(row, effect=estimate.effect, test=method, verdict=Verdict.TOO_FEW,
-                     reason=too_few(fewest, row.analysed_by))  # fmt: skip
+        return replace(
+            row,
+            effect=estimate.effect,
+            test=method,
+            verdict=Verdict.TOO_FEW,
+            reason=too_few(fewest, row.analysed_by),
+        )
     found = infer(estimate, look, (row.n_control + row.n_variant) / 2)
     se = math.sqrt(estimate.variance) if math.isfinite(estimate.variance) else None
     name = f"{method} per {row.analysed_by}" + (" · mSPRT" if look.sequential else "")
     view = bayes_view(estimate.effect, se, row.lower_is_better)
-    return replace(row, effect=estimate.effect, interval=found.interval, p_value=found.p_value,
-                 test=name, standard_error=se,
-                 chance_to_beat=view.chance_to_beat if view else None,
-                 expected_loss=view.expected_loss if view else None)  # fmt: skip
+    return replace(
+        row,
+        effect=estimate.effect,
+        interval=found.interval,
+        p_value=found.p_value,
+        test=name,
+        standard_error=se,
+        chance_to_beat=view.chance_to_beat if view else None,
+        expected_loss=view.expected_loss if view else None,
+    )

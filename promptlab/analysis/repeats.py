@@ -103,10 +103,13 @@ def row_spread(row_index: int, results: Sequence[RepeatResult]) -> RowSpread:
     latency = [r.latency_ms for r in ok if r.latency_ms is not None]
     tokens = [float(r.output_tokens) for r in ok if r.output_tokens is not None]
     return RowSpread(
-        row_index=row_index, repeats=len(ok), latency_mean_ms=_mean(latency),
-        latency_std_ms=sample_std(latency), tokens_mean=_mean(tokens),
+        row_index=row_index,
+        repeats=len(ok),
+        latency_mean_ms=_mean(latency),
+        latency_std_ms=sample_std(latency),
+        tokens_mean=_mean(tokens),
         tokens_std=sample_std(tokens),
-    )  # fmt: skip
+    )
 
 
 def _field_means(per_row: Sequence[Mapping[str, float]]) -> dict[str, float]:
@@ -159,11 +162,17 @@ def repeats_of(results: Mapping[str, Sequence[RepeatResult]]) -> list[VariantRep
 def describe(stats: VariantRepeats) -> dict[str, Any]:
     """The statistics as plain JSON-able numbers (`promptlab repeats --json`)."""
     return {
-        "variant": stats.variant, "results": stats.results, "rows": stats.rows,
-        "temperature_mean": stats.temperature_mean, "top_p_mean": stats.top_p_mean,
-        "perplexity": stats.perplexity, "scored_tokens": stats.scored_tokens,
-        "exact_agreement": stats.exact_agreement, "rows_identical": stats.rows_identical,
+        "variant": stats.variant,
+        "results": stats.results,
+        "rows": stats.rows,
+        "temperature_mean": stats.temperature_mean,
+        "top_p_mean": stats.top_p_mean,
+        "perplexity": stats.perplexity,
+        "scored_tokens": stats.scored_tokens,
+        "exact_agreement": stats.exact_agreement,
+        "rows_identical": stats.rows_identical,
         "field_agreement": dict(stats.field_agreement),
         "completion_agreement": stats.completion_agreement,
-        "latency_spread_ms": stats.latency_spread_ms, "tokens_spread": stats.tokens_spread,
-    }  # fmt: skip
+        "latency_spread_ms": stats.latency_spread_ms,
+        "tokens_spread": stats.tokens_spread,
+    }

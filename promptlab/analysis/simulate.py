@@ -119,10 +119,16 @@ def simulate_arm(traffic: Traffic, rng: Any) -> Requests:
         pre_shown = pre_counts.astype(np.float64)
         pre_clicked = rng.binomial(pre_counts, before).astype(np.float64)
     requests = Requests(
-        unit=unit, time=rng.random(n), completed=rng.random(n) < done[unit], shown=shown,
-        clicked=clicked, latency=scale[unit] * rng.lognormal(0, traffic.latency_request_sigma, n),
-        units=k, pre_shown=pre_shown, pre_clicked=pre_clicked,
-    )  # fmt: skip
+        unit=unit,
+        time=rng.random(n),
+        completed=rng.random(n) < done[unit],
+        shown=shown,
+        clicked=clicked,
+        latency=scale[unit] * rng.lognormal(0, traffic.latency_request_sigma, n),
+        units=k,
+        pre_shown=pre_shown,
+        pre_clicked=pre_clicked,
+    )
     if traffic.accuracy_mean is None:
         return requests
     own = rng.spawn(1)[0]
@@ -161,12 +167,19 @@ def arm_sample(
     if requests.pre_shown is not None and not per_request:
         pre = {CTR: RatioSample(requests.pre_clicked[present], requests.pre_shown[present])}
     return ArmSample(
-        name=name, units=k, requests=int(keep.sum()), unitless=k if per_request else 0,
-        rates={COMPLETION: RatioSample(per_unit(requests.completed), per_unit(ones)),
-               CTR: RatioSample(per_unit(requests.clicked), per_unit(requests.shown)),
-               **scores},
-        latency=requests.latency[keep], latency_unit=index.astype(np.int64), pre=pre,
-    )  # fmt: skip
+        name=name,
+        units=k,
+        requests=int(keep.sum()),
+        unitless=k if per_request else 0,
+        rates={
+            COMPLETION: RatioSample(per_unit(requests.completed), per_unit(ones)),
+            CTR: RatioSample(per_unit(requests.clicked), per_unit(requests.shown)),
+            **scores,
+        },
+        latency=requests.latency[keep],
+        latency_unit=index.astype(np.int64),
+        pre=pre,
+    )
 
 
 def _called(rows: list[Any], metric: str | None = None) -> bool:
@@ -185,10 +198,16 @@ def looks_of(count: int, sequential: bool, planned_units: int) -> list[tuple[flo
 
 
 def false_positive_rate(
-    pairs: int, traffic: Traffic, *, looks: int = 1, sequential: bool = False,
-    per_request: bool = False, cuped: bool = False, seed: int = 2026,
+    pairs: int,
+    traffic: Traffic,
+    *,
+    looks: int = 1,
+    sequential: bool = False,
+    per_request: bool = False,
+    cuped: bool = False,
+    seed: int = 2026,
     metric: str | None = None,
-) -> float:  # fmt: skip
+) -> float:
     """The share of A/A pairs where any row of the table (after Holm; with `metric`,
     that metric's row) was called better or worse, at any of `looks` evenly spaced
     looks (`looks_of`)."""
@@ -199,9 +218,12 @@ def false_positive_rate(
     for _ in range(pairs):
         a, b = simulate_arm(traffic, rng), simulate_arm(traffic, rng)
         for until, look in looks_of(looks, sequential, traffic.units):
-            rows = compare_arms(arm_sample("A", a, until, per_request),
-                                arm_sample("B", b, until, per_request),
-                                look=look, cuped=cuped)  # fmt: skip
+            rows = compare_arms(
+                arm_sample("A", a, until, per_request),
+                arm_sample("B", b, until, per_request),
+                look=look,
+                cuped=cuped,
+            )
             if _called(holm_verdicts(rows), metric):
                 hits += 1
                 break
@@ -209,9 +231,16 @@ def false_positive_rate(
 
 
 def power(
-    pairs: int, traffic: Traffic, lift: float, *, sequential: bool = False, looks: int = 1,
-    cuped: bool = False, seed: int = 7, only: Look | None = None,
-) -> float:  # fmt: skip
+    pairs: int,
+    traffic: Traffic,
+    lift: float,
+    *,
+    sequential: bool = False,
+    looks: int = 1,
+    cuped: bool = False,
+    seed: int = 7,
+    only: Look | None = None,
+) -> float:
     """The share of pairs where CTR was found better under a per-user relative `lift`,
     at any of `looks` (`looks_of`; `only`: one look at the horizon of that kind)."""
     import numpy as np
@@ -223,8 +252,9 @@ def power(
         a = simulate_arm(traffic, rng)
         b = simulate_arm(replace(traffic, ctr_lift=lift), rng)
         for until, look in schedule:
-            rows = compare_arms(arm_sample("A", a, until), arm_sample("B", b, until),
-                                look=look, cuped=cuped)  # fmt: skip
+            rows = compare_arms(
+                arm_sample("A", a, until), arm_sample("B", b, until), look=look, cuped=cuped
+            )
             if _called(holm_verdicts(rows), CTR):
                 found += 1
                 break
@@ -232,9 +262,14 @@ def power(
 
 
 def bayes_call_rate(
-    pairs: int, traffic: Traffic, *, looks: int = 1, metric: str | None = None,
-    one_sided: bool = False, seed: int = 2026,
-) -> float:  # fmt: skip
+    pairs: int,
+    traffic: Traffic,
+    *,
+    looks: int = 1,
+    metric: str | None = None,
+    one_sided: bool = False,
+    seed: int = 2026,
+) -> float:
     """The share of A/A pairs where the Bayesian view calls a winner: a row's chance to
     beat control above CHANCE_THRESHOLD (or, unless `one_sided`, a loser: below one
     minus it), on any row (with `metric`, that row) at any of `looks` evenly spaced
@@ -249,10 +284,15 @@ def bayes_call_rate(
         a, b = simulate_arm(traffic, rng), simulate_arm(traffic, rng)
         for until, look in looks_of(looks, False, traffic.units):
             rows = compare_arms(arm_sample("A", a, until), arm_sample("B", b, until), look=look)
-            chances = [r.chance_to_beat for r in rows
-                       if r.chance_to_beat is not None and metric in (None, r.metric)]  # fmt: skip
-            if any(c > CHANCE_THRESHOLD or (not one_sided and c < 1 - CHANCE_THRESHOLD)
-                   for c in chances):  # fmt: skip
+            chances = [
+                r.chance_to_beat
+                for r in rows
+                if r.chance_to_beat is not None and metric in (None, r.metric)
+            ]
+            if any(
+                c > CHANCE_THRESHOLD or (not one_sided and c < 1 - CHANCE_THRESHOLD)
+                for c in chances
+            ):
                 hits += 1
                 break
     return hits / pairs
@@ -313,15 +353,28 @@ def _paired_samples(
 
     def arm(name: str, done: Any, latency: Any) -> ArmSample:
         nothing = RatioSample(np.zeros(units), np.zeros(units))
-        return ArmSample(name=name, units=units, requests=int(unit.size), unitless=0,
-                         rates={COMPLETION: RatioSample(completed(done), finished), CTR: nothing},
-                         latency=latency, latency_unit=unit.astype(np.int64))  # fmt: skip
+        return ArmSample(
+            name=name,
+            units=units,
+            requests=int(unit.size),
+            unitless=0,
+            rates={COMPLETION: RatioSample(completed(done), finished), CTR: nothing},
+            latency=latency,
+            latency_unit=unit.astype(np.int64),
+        )
 
     pairs = PairedSample(
-        name_a="A", name_b="B", rows=units, pairs=int(unit.size), finished=finished,
-        completed_a=completed(done_a), completed_b=completed(done_b),
-        latency_a=lat_a, latency_b=lat_b, latency_row=unit.astype(np.int64),
-    )  # fmt: skip
+        name_a="A",
+        name_b="B",
+        rows=units,
+        pairs=int(unit.size),
+        finished=finished,
+        completed_a=completed(done_a),
+        completed_b=completed(done_b),
+        latency_a=lat_a,
+        latency_b=lat_b,
+        latency_row=unit.astype(np.int64),
+    )
     return pairs, arm("A", done_a, lat_a), arm("B", done_b, lat_b)
 
 

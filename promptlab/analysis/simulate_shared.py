@@ -55,8 +55,13 @@ def contamination_effects(
         left.append(_ctr_effect(rows_left))
         found_kept += _better(rows_kept)
         found_left += _better(rows_left)
-    return SharedFigures(float(np.mean(clean)), float(np.mean(kept)), float(np.mean(left)),
-                         found_kept / pairs, found_left / pairs)  # fmt: skip
+    return SharedFigures(
+        float(np.mean(clean)),
+        float(np.mean(kept)),
+        float(np.mean(left)),
+        found_kept / pairs,
+        found_left / pairs,
+    )
 
 
 def _mixed(a: Requests, b: Requests, shared: int, rng: Any) -> tuple[Requests, Requests]:

@@ -156,9 +156,11 @@ def _fmt(p: float) -> str:
 
 
 def holm_verdicts(
-    comparisons: Sequence[MetricComparison], alpha: float = ALPHA,
-    family: Sequence[str] | None = None, variants: int = 1,
-) -> list[MetricComparison]:  # fmt: skip
+    comparisons: Sequence[MetricComparison],
+    alpha: float = ALPHA,
+    family: Sequence[str] | None = None,
+    variants: int = 1,
+) -> list[MetricComparison]:
     """The comparisons with Holm-adjusted p-values, verdicts and the reason for each.
 
     The family is every row that ran a test: a row without data or with too few units
@@ -204,16 +206,19 @@ def holm_verdicts(
 
 def _tested(comparisons: Sequence[MetricComparison], declared: set[str] | None) -> list[int]:
     return [
-        i for i, c in enumerate(comparisons)
-        if c.verdict != Verdict.TOO_FEW and c.test != NO_DATA
+        i
+        for i, c in enumerate(comparisons)
+        if c.verdict != Verdict.TOO_FEW
+        and c.test != NO_DATA
         and (declared is None or c.metric in declared)
-    ]  # fmt: skip
+    ]
 
 
 def family_size(
-    comparisons: Sequence[MetricComparison], family: Sequence[str] | None = None,
+    comparisons: Sequence[MetricComparison],
+    family: Sequence[str] | None = None,
     variants: int = 1,
-) -> int:  # fmt: skip
+) -> int:
     """How many tests Holm adjusts over: the declared metrics times the variants (or the
     rows that ran a test, when more), else the rows that ran a test."""
     tested = len(_tested(comparisons, None if family is None else set(family)))

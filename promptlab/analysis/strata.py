@@ -189,8 +189,9 @@ def compare_across_runs(
     else:
         arms = {name_a: (0, 0), name_b: (0, 0)}
         for stratum in strata.shared:
-            rows, (arm_a, arm_b), found = _within(samples, run_of(stratum.run_id), stratum,
-                                                  (a, b), look, keep_shared, notes)  # fmt: skip
+            rows, (arm_a, arm_b), found = _within(
+                samples, run_of(stratum.run_id), stratum, (a, b), look, keep_shared, notes
+            )
             per_stratum.append(rows)
             shared += found
             for arm in (arm_a, arm_b):
@@ -200,18 +201,34 @@ def compare_across_runs(
     rows = per_stratum[0] if len(per_stratum) == 1 else combine(per_stratum, look)
     metrics = [m for m in reads.version_metrics(None, since) if m.prompt_version_id in (id_a, id_b)]
     family = default_family(sorted({r.metric for r in rows if r.metric.startswith(SCORE_PREFIX)}))
-    return Comparison("", "versions", name_a, False, holm_verdicts(rows, family=family.metrics),
-                      None, metrics, method=METHODS[look.kind], arms=arms,
-                      planned_units=look.planned_units, family=family,
-                      family_size=family_size(rows, family.metrics), shared_units=shared,
-                      notes=notes, scope=strata.describe() if strata.shared else "")  # fmt: skip
+    return Comparison(
+        "",
+        "versions",
+        name_a,
+        False,
+        holm_verdicts(rows, family=family.metrics),
+        None,
+        metrics,
+        method=METHODS[look.kind],
+        arms=arms,
+        planned_units=look.planned_units,
+        family=family,
+        family_size=family_size(rows, family.metrics),
+        shared_units=shared,
+        notes=notes,
+        scope=strata.describe() if strata.shared else "",
+    )
 
 
 def _within(
-    samples: SampleReads, run: RunRecord, stratum: VersionStratum,
-    versions: tuple[tuple[str, str], tuple[str, str]], look: Look, keep_shared: bool,
+    samples: SampleReads,
+    run: RunRecord,
+    stratum: VersionStratum,
+    versions: tuple[tuple[str, str], tuple[str, str]],
+    look: Look,
+    keep_shared: bool,
     notes: list[str],
-) -> tuple[list[MetricComparison], tuple[ArmSample, ArmSample], int]:  # fmt: skip
+) -> tuple[list[MetricComparison], tuple[ArmSample, ArmSample], int]:
     """The versions compared inside one stratum: paired over the same inputs when the
     run sent every row to one variant of each, per unit otherwise."""
 
@@ -280,13 +297,22 @@ def _summed(template: MetricComparison, rows: Sequence[MetricComparison]) -> Any
         template,
         control_value=mean([(r.control_value, r.n_control) for r in rows]),
         variant_value=mean([(r.variant_value, r.n_variant) for r in rows]),
-        n_control=sum(r.n_control for r in rows), n_variant=sum(r.n_variant for r in rows),
+        n_control=sum(r.n_control for r in rows),
+        n_variant=sum(r.n_variant for r in rows),
         requests_control=sum(r.requests_control for r in rows),
         requests_variant=sum(r.requests_variant for r in rows),
-        effect=None, interval=None, p_value=1.0, test=NO_DATA, standard_error=None,
-        control_interval=None, variant_interval=None, reason="", chance_to_beat=None,
-        expected_loss=None, verdict=Verdict.UNDECIDED,
-    )  # fmt: skip
+        effect=None,
+        interval=None,
+        p_value=1.0,
+        test=NO_DATA,
+        standard_error=None,
+        control_interval=None,
+        variant_interval=None,
+        reason="",
+        chance_to_beat=None,
+        expected_loss=None,
+        verdict=Verdict.UNDECIDED,
+    )
 
 
 def _untested(summed: MetricComparison, rows: Sequence[MetricComparison]) -> MetricComparison:

@@ -216,9 +216,12 @@ def quantile_difference(
 
 
 def paired_quantile_difference(
-    latency_a: FloatArray, latency_b: FloatArray, row: IntArray, rows: int,
+    latency_a: FloatArray,
+    latency_b: FloatArray,
+    row: IntArray,
+    rows: int,
     qs: tuple[float, ...],
-) -> list[QuantileDifference]:  # fmt: skip
+) -> list[QuantileDifference]:
     """quantile(b) - quantile(a) over pairs clustered by row: the same rows feed both
     arms, so the variance is that of the per-row difference of their contributions."""
     import numpy as np

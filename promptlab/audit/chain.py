@@ -223,9 +223,17 @@ def event_hash(
 ) -> str:
     """The hash of one event chained to `prev_hash` (its payload as the stored JSON text)."""
     return _digest(
-        prev_hash, chain, seq, event_id, trace_id, run_id, kind, actor, epoch_us(at),
+        prev_hash,
+        chain,
+        seq,
+        event_id,
+        trace_id,
+        run_id,
+        kind,
+        actor,
+        epoch_us(at),
         payload_json.encode(),
-    )  # fmt: skip
+    )
 
 
 def _digest(
@@ -242,9 +250,19 @@ def _digest(
 ) -> str:
     # sha256 over the fields joined by _SEP, the payload last (as its UTF-8 bytes).
     head = _SEP.join(
-        (prev_hash, chain, str(seq), event_id, _nullable(trace_id), _nullable(run_id), kind,
-         actor, str(at_us), "")
-    )  # fmt: skip
+        (
+            prev_hash,
+            chain,
+            str(seq),
+            event_id,
+            _nullable(trace_id),
+            _nullable(run_id),
+            kind,
+            actor,
+            str(at_us),
+            "",
+        )
+    )
     return hashlib.sha256(head.encode() + payload).hexdigest()
 
 
@@ -256,9 +274,17 @@ def _nullable(value: str | None) -> str:
 def hash_of(event: AuditEvent) -> str:
     """What `event.hash` must be, recomputed from its stored fields."""
     return event_hash(
-        event.prev_hash, event.chain, event.seq, event.event_id, event.trace_id,
-        event.run_id, event.kind, event.actor, event.at, event.payload_json,
-    )  # fmt: skip
+        event.prev_hash,
+        event.chain,
+        event.seq,
+        event.event_id,
+        event.trace_id,
+        event.run_id,
+        event.kind,
+        event.actor,
+        event.at,
+        event.payload_json,
+    )
 
 
 @dataclass
@@ -321,9 +347,17 @@ def chain_drafts(
         seq += 1
         at_us = epoch_us(draft.at)
         digest = _digest(
-            prev, chain, seq, draft.event_id, draft.trace_id, draft.run_id, draft.kind,
-            draft.actor, at_us, blob,
-        )  # fmt: skip
+            prev,
+            chain,
+            seq,
+            draft.event_id,
+            draft.trace_id,
+            draft.run_id,
+            draft.kind,
+            draft.actor,
+            at_us,
+            blob,
+        )
         state[chain] = (seq, digest)
         out.chain.append(chain)
         out.seq.append(seq)
@@ -395,9 +429,12 @@ def verify_chain(
 def _problem(chain: str, event: AuditEvent, expected: int, prev: str) -> ChainProblem | None:
     if event.seq < expected:
         return ChainProblem(
-            chain, event.seq, event.event_id, "inserted",
+            chain,
+            event.seq,
+            event.event_id,
+            "inserted",
             f"a second event with seq {event.seq} (the chain was already at {expected - 1})",
-        )  # fmt: skip
+        )
     if event.seq > expected:
         missing = (
             f"seq {expected}" if event.seq == expected + 1 else f"seqs {expected}-{event.seq - 1}"
@@ -411,9 +448,12 @@ def _problem(chain: str, event: AuditEvent, expected: int, prev: str) -> ChainPr
         )
     if event.prev_hash != prev:
         return ChainProblem(
-            chain, event.seq, event.event_id, "inserted",
+            chain,
+            event.seq,
+            event.event_id,
+            "inserted",
             f"it does not follow event seq {event.seq - 1} (prev_hash differs)",
-        )  # fmt: skip
+        )
     return None
 
 
@@ -430,12 +470,19 @@ def check_checkpoints(
             continue
         if hashes.get(seq) != digest:
             problem = ChainProblem(
-                status.chain, seq, recorded_by, "deleted",
+                status.chain,
+                seq,
+                recorded_by,
+                "deleted",
                 f"the chain ends at seq {status.head_seq}, but change event {recorded_by} "
                 f"recorded its head at seq {seq}",
-            )  # fmt: skip
+            )
             return ChainStatus(
-                status.chain, status.events, status.head_seq, status.head_hash,
-                status.anchored, problem,
-            )  # fmt: skip
+                status.chain,
+                status.events,
+                status.head_seq,
+                status.head_hash,
+                status.anchored,
+                problem,
+            )
     return status

@@ -62,9 +62,16 @@ _TIMES = frozenset({"started_at", "ended_at"})
 #: Columns a results row fills only from an answer: a `cancelled` row written in bulk
 #: (no event) must leave them all empty.
 ANSWER_COLUMNS = (
-    "output_text", "input_tokens", "output_tokens", "finish_reason", "model_version",
-    "latency_ms", "cost_usd", "check_status", "rule_status",
-)  # fmt: skip
+    "output_text",
+    "input_tokens",
+    "output_tokens",
+    "finish_reason",
+    "model_version",
+    "latency_ms",
+    "cost_usd",
+    "check_status",
+    "rule_status",
+)
 #: Final states a resume deletes (and so may leave a result event without its row).
 REOPENED_STATES = frozenset({"failed", "cancelled"})
 #: Item states of an item put back by a resume and not final yet.
@@ -87,16 +94,22 @@ def check_anchor(
         )
     elif status.head_seq < anchor[0]:
         problem = ChainProblem(
-            status.chain, anchor[0], "", "tail cut",
+            status.chain,
+            anchor[0],
+            "",
+            "tail cut",
             f"the chain ends at seq {status.head_seq}, but its anchor recorded its head "
             f"at seq {anchor[0]}: events seq {status.head_seq + 1}-{anchor[0]} were deleted",
-        )  # fmt: skip
+        )
     elif hashes.get(anchor[0]) != anchor[1]:
         problem = ChainProblem(
-            status.chain, anchor[0], "", "modified",
+            status.chain,
+            anchor[0],
+            "",
+            "modified",
             f"event seq {anchor[0]} is not the head its anchor recorded (the chain was "
             "rewritten from there back)",
-        )  # fmt: skip
+        )
     return status if problem is None else replace(status, problem=problem)
 
 
@@ -114,10 +127,13 @@ def check_run_ends(status: ChainStatus, changes: Iterable[Any]) -> ChainStatus:
             first = ended.get(event.run_id)
             if first is not None:
                 problem = ChainProblem(
-                    status.chain, event.seq, event.event_id, "ended twice",
+                    status.chain,
+                    event.seq,
+                    event.event_id,
+                    "ended twice",
                     f"run {event.run_id} ended {event.payload.get('status')} after it had "
                     f"ended {first}, with no resume between",
-                )  # fmt: skip
+                )
                 return replace(status, problem=problem)
             ended[event.run_id] = str(event.payload.get("status"))
     return status

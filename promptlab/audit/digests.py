@@ -23,12 +23,30 @@ def epoch_us(at: datetime) -> int:
 #: The `results` columns a result event's `result_sha256` covers, in this order; JSON
 #: columns as their stored text, `finished_at` as UTC microseconds since 1970.
 RESULT_DIGEST_COLUMNS = (
-    "idempotency_key", "run_id", "status", "error_kind", "error_message",
-    "prompt_version_id", "endpoint", "model", "variant", "params", "output_text",
-    "input_tokens", "output_tokens", "finish_reason", "model_version", "latency_ms",
-    "cost_usd", "attempts", "finished_at", "check_status", "check_errors", "rule_status",
+    "idempotency_key",
+    "run_id",
+    "status",
+    "error_kind",
+    "error_message",
+    "prompt_version_id",
+    "endpoint",
+    "model",
+    "variant",
+    "params",
+    "output_text",
+    "input_tokens",
+    "output_tokens",
+    "finish_reason",
+    "model_version",
+    "latency_ms",
+    "cost_usd",
+    "attempts",
+    "finished_at",
+    "check_status",
+    "check_errors",
+    "rule_status",
     "rule_errors",
-)  # fmt: skip
+)
 
 
 def row_digest(values: Sequence[Any]) -> str:
@@ -45,19 +63,41 @@ def row_digest(values: Sequence[Any]) -> str:
 #: The `attempts` columns a result event's `attempt_sha256` covers (its answered
 #: attempt's row), in this order; times as UTC microseconds since 1970.
 ATTEMPT_DIGEST_COLUMNS = (
-    "idempotency_key", "run_id", "attempt", "started_at", "ended_at", "outcome",
-    "error_kind", "http_status", "error_message", "wait_ms", "wait_reason",
-    "retry_after_s", "latency_ms", "reask",
-)  # fmt: skip
+    "idempotency_key",
+    "run_id",
+    "attempt",
+    "started_at",
+    "ended_at",
+    "outcome",
+    "error_kind",
+    "http_status",
+    "error_message",
+    "wait_ms",
+    "wait_reason",
+    "retry_after_s",
+    "latency_ms",
+    "reask",
+)
 
 
 def attempt_values(row: Any) -> tuple[Any, ...]:
     """An `AttemptRow`'s ATTEMPT_DIGEST_COLUMNS values as `attempts` stores them."""
     return (
-        row.key, row.run_id, row.attempt, epoch_us(row.started_at), epoch_us(row.ended_at),
-        row.outcome, row.error_kind, row.http_status, row.error_message, as_real(row.wait_ms),
-        row.wait_reason, as_real(row.retry_after_s), as_real(row.latency_ms), bool(row.reask),
-    )  # fmt: skip
+        row.key,
+        row.run_id,
+        row.attempt,
+        epoch_us(row.started_at),
+        epoch_us(row.ended_at),
+        row.outcome,
+        row.error_kind,
+        row.http_status,
+        row.error_message,
+        as_real(row.wait_ms),
+        row.wait_reason,
+        as_real(row.retry_after_s),
+        as_real(row.latency_ms),
+        bool(row.reask),
+    )
 
 
 def stored_values(row: Mapping[str, Any], columns: Sequence[str]) -> list[Any]:

@@ -155,11 +155,19 @@ def uvicorn_logging(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
         "version": 1,
         "disable_existing_loggers": False,
         "formatters": {"json": {"()": json_formatter}},
-        "handlers": {"json": {"class": "logging.StreamHandler", "formatter": "json",
-                              "stream": "ext://sys.stderr"}},
-        "loggers": {name: {"handlers": ["json"], "level": "INFO", "propagate": False}
-                    for name in UVICORN_LOGGERS} | {"uvicorn.error": {"level": "INFO"}},
-    }  # fmt: skip
+        "handlers": {
+            "json": {
+                "class": "logging.StreamHandler",
+                "formatter": "json",
+                "stream": "ext://sys.stderr",
+            }
+        },
+        "loggers": {
+            name: {"handlers": ["json"], "level": "INFO", "propagate": False}
+            for name in UVICORN_LOGGERS
+        }
+        | {"uvicorn.error": {"level": "INFO"}},
+    }
     return {"log_config": config, "log_level": "info", "access_log": True}
 
 

@@ -61,8 +61,7 @@ def compile_pattern(pattern: str) -> Any:
         reason = exc.args[0] if exc.args else exc
         if isinstance(reason, bytes):
             reason = reason.decode("utf-8", "replace")
-        raise PatternError(f"{pattern!r} is not a regex RE2 can run: "
-                           f"{reason}") from exc  # fmt: skip
+        raise PatternError(f"{pattern!r} is not a regex RE2 can run: {reason}") from exc
 
 
 def search(pattern: str, text: str) -> bool:

@@ -25,9 +25,15 @@ from promptlab.checks.schema_messages import shorten
 from promptlab.errors import TemplateError
 
 __all__ = [
-    "FUNCTIONS", "Rule", "RuleOutcome", "RuleSet", "RuleStatus", "check_expression", "parse_rules",
+    "FUNCTIONS",
+    "Rule",
+    "RuleOutcome",
+    "RuleSet",
+    "RuleStatus",
+    "check_expression",
+    "parse_rules",
     "wrap",
-]  # fmt: skip
+]
 
 SEVERITIES = ("error", "warning")
 #: Longest expression accepted: rules are one-liners, not programs.
@@ -48,10 +54,19 @@ def _matches(text: Any, pattern: str) -> bool:
 
 #: The only functions an expression may call.
 FUNCTIONS: dict[str, Any] = {
-    "size": _size, "len": _size, "sum": sum, "min": min, "max": max, "abs": abs,
-    "round": round, "any": any, "all": all, "matches": _matches,
-    "lower": lambda s: str(s).lower(), "upper": lambda s: str(s).upper(),
-}  # fmt: skip
+    "size": _size,
+    "len": _size,
+    "sum": sum,
+    "min": min,
+    "max": max,
+    "abs": abs,
+    "round": round,
+    "any": any,
+    "all": all,
+    "matches": _matches,
+    "lower": lambda s: str(s).lower(),
+    "upper": lambda s: str(s).upper(),
+}
 
 
 class RuleStatus(StrEnum):
@@ -107,8 +122,9 @@ def _rule(item: Any, where: str) -> Rule:
     kinds = [k for k in _KINDS if k in item]
     bounds = {"minimum", "maximum"}
     if not kinds or (len(kinds) > 1 and set(kinds) != bounds & set(kinds)):
-        raise TemplateError(f"{where}: give exactly one of expr, required, pattern, enum, "
-                            "or minimum/maximum")  # fmt: skip
+        raise TemplateError(
+            f"{where}: give exactly one of expr, required, pattern, enum, or minimum/maximum"
+        )
     name = str(item.get("name") or where)
     if "name" in item:
         where = f"{where} ({name})"
@@ -325,8 +341,9 @@ class RuleSet:
             )
             result = evaluator.eval(rule.value)
             if not isinstance(result, bool):
-                return RuleOutcome(rule, False, f"rule error: `{rule.value}` gave {result!r}, "
-                                                "not true or false")  # fmt: skip
+                return RuleOutcome(
+                    rule, False, f"rule error: `{rule.value}` gave {result!r}, not true or false"
+                )
             return RuleOutcome(rule, result, "" if result else f"`{rule.value}` is false")
         if rule.kind == "required":
             missing = [p for p in rule.value if not _present(parsed, p)]
@@ -347,8 +364,9 @@ class RuleSet:
         if isinstance(value, bool) or not isinstance(value, int | float):
             return RuleOutcome(rule, False, f"{rule.field}: {value!r} is not a number")
         ok = (low is None or value >= low) and (high is None or value <= high)
-        return RuleOutcome(rule, ok, "" if ok else f"{rule.field}: {value!r} is outside "
-                                                   f"[{low}, {high}]")  # fmt: skip
+        return RuleOutcome(
+            rule, ok, "" if ok else f"{rule.field}: {value!r} is outside [{low}, {high}]"
+        )
 
 
 def _present(parsed: Any, path: str) -> bool:

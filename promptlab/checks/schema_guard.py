@@ -92,8 +92,9 @@ def _additional_properties(
             yield ValidationError(f"{joined} {verb} not match any of the regexes: {regexes}")
         else:
             verb = "was" if len(extras) == 1 else "were"
-            yield ValidationError(f"Additional properties are not allowed ({joined} {verb} "
-                                  "unexpected)")  # fmt: skip
+            yield ValidationError(
+                f"Additional properties are not allowed ({joined} {verb} unexpected)"
+            )
 
 
 @functools.cache

@@ -94,8 +94,9 @@ def stats_command(ctx: click.Context) -> None:
 
 @cache.command("clear")
 @db_option
-@click.option("--older-than", metavar="AGE",
-              help="Only entries stored longer ago: 30d, 12h, 2w, or a date.")  # fmt: skip
+@click.option(
+    "--older-than", metavar="AGE", help="Only entries stored longer ago: 30d, 12h, 2w, or a date."
+)
 @click.pass_context
 @handle_errors(usage=(ConfigError,))
 def clear_command(ctx: click.Context, older_than: str | None) -> None:
@@ -117,14 +118,25 @@ def stats_lines(stats: CacheStats) -> list[str]:
         f"oldest {_when(stats.oldest)}, newest {_when(stats.newest)}",
     ]
     rows = [("endpoint:model", "entries", "bytes", "hits", "oldest", "newest")]
-    rows += [(f"{g.endpoint}:{g.model}", f"{g.entries:,}", _size(g.bytes), f"{g.hits:,}",
-              _when(g.oldest), _when(g.newest)) for g in stats.groups]  # fmt: skip
+    rows += [
+        (
+            f"{g.endpoint}:{g.model}",
+            f"{g.entries:,}",
+            _size(g.bytes),
+            f"{g.hits:,}",
+            _when(g.oldest),
+            _when(g.newest),
+        )
+        for g in stats.groups
+    ]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines += [
-        "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                  for i, (c, w) in enumerate(zip(r, widths, strict=True))).rstrip()
+        "  ".join(
+            c.ljust(w) if i == 0 else c.rjust(w)
+            for i, (c, w) in enumerate(zip(r, widths, strict=True))
+        ).rstrip()
         for r in rows
-    ]  # fmt: skip
+    ]
     return lines
 
 

@@ -38,10 +38,11 @@ EXIT_AFTER_RUN_FAILED = 5
 def provider_batch_option(func: F) -> F:
     """`--provider-batch`: send the run's requests through the provider's Batch API."""
     return click.option(
-        "--provider-batch", is_flag=True,
+        "--provider-batch",
+        is_flag=True,
         help="Send the requests through the provider's Batch API at the batch price (half), "
         "as `executor: provider-batch` in the spec would; answers take minutes to hours.",
-    )(func)  # fmt: skip
+    )(func)
 
 
 def executor_of(distributed: bool, provider_batch: bool) -> str | None:
@@ -150,9 +151,13 @@ class Calls:
         self._client = client
 
     def __call__(
-        self, typ: type[T], method: str, path: str, direct: Callable[[Workbench], T],
+        self,
+        typ: type[T],
+        method: str,
+        path: str,
+        direct: Callable[[Workbench], T],
         body: Any = None,
-    ) -> T:  # fmt: skip
+    ) -> T:
         if self._client is not None:
             from promptlab.server.typed import from_wire
 

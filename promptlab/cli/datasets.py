@@ -58,9 +58,15 @@ def dataset() -> None:
 @click.pass_context
 @handle_errors
 def import_(
-    ctx: click.Context, file: Path, name: str, unit_column: str | None, fmt: str | None,
-    replace: bool, conversation: bool, **columns: str | None,
-) -> None:  # fmt: skip
+    ctx: click.Context,
+    file: Path,
+    name: str,
+    unit_column: str | None,
+    fmt: str | None,
+    replace: bool,
+    conversation: bool,
+    **columns: str | None,
+) -> None:
     """Import FILE (CSV with a header row, JSON Lines objects, or Parquet) as a dataset.
 
     With --conversation (or any of its column options) FILE is a conversation log, one
@@ -176,9 +182,12 @@ def session(ctx: click.Context, name: str, session: str | None) -> None:
 @click.argument("name")
 @click.argument("prompt_ref")
 @click.option(
-    "--listed", type=click.IntRange(min=0), default=100, show_default=True,
+    "--listed",
+    type=click.IntRange(min=0),
+    default=100,
+    show_default=True,
     help="How many problems to print (every bad row is counted).",
-)  # fmt: skip
+)
 @click.pass_context
 @handle_errors
 def check(ctx: click.Context, name: str, prompt_ref: str, listed: int) -> None:
@@ -216,9 +225,13 @@ def unit(ctx: click.Context, name: str, column: str) -> None:
 
     path = route("/v1/datasets/{name}/unit-column", name=name)
     info = through(
-        ctx, DatasetInfo, "PUT", path, lambda wb: wb.datasets.set_unit_column(name, column),
+        ctx,
+        DatasetInfo,
+        "PUT",
+        path,
+        lambda wb: wb.datasets.set_unit_column(name, column),
         {"column": column},
-    )  # fmt: skip
+    )
     click.echo(f"{info.name}: unit column {info.unit_column}")
 
 
@@ -239,9 +252,14 @@ def delete(ctx: click.Context, name: str) -> None:
 
 
 def _upload(
-    server: ServerInfo, file: Path, name: str, unit_column: str | None, fmt: str | None,
-    replace: bool, log: Conversation | None,
-) -> DatasetInfo:  # fmt: skip
+    server: ServerInfo,
+    file: Path,
+    name: str,
+    unit_column: str | None,
+    fmt: str | None,
+    replace: bool,
+    log: Conversation | None,
+) -> DatasetInfo:
     """`dataset import` through a server: what the file is refused for before it is read
     (the name, the format, a missing or empty file) is said here, as on its own; then
     the file is streamed as the body of `POST /v1/datasets`."""

@@ -41,9 +41,14 @@ def experiment() -> None:
 @db_option
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--note", default="", help="Why: kept with the new revision.")
-@click.option("--expect-revision", "based_on", type=click.IntRange(min=0), metavar="N",
-              help="The revision your file changes (0: a new experiment); refused, naming "
-              "who made the newer one and when, if the experiment has moved past it.")  # fmt: skip
+@click.option(
+    "--expect-revision",
+    "based_on",
+    type=click.IntRange(min=0),
+    metavar="N",
+    help="The revision your file changes (0: a new experiment); refused, naming "
+    "who made the newer one and when, if the experiment has moved past it.",
+)
 @click.pass_context
 @handle_errors
 def add(ctx: click.Context, file: Path, note: str, based_on: int | None) -> None:
@@ -55,8 +60,12 @@ def add(ctx: click.Context, file: Path, note: str, based_on: int | None) -> None
     def direct(wb: Workbench) -> tuple[ExperimentConfig, bool]:
         return wb.experiments.add(experiment_file, note=note, based_on=based_on)
 
-    body = {"experiment": experiment_file.content(), "source": experiment_file.source,
-            "note": note, "based_on": based_on}  # fmt: skip
+    body = {
+        "experiment": experiment_file.content(),
+        "source": experiment_file.source,
+        "note": note,
+        "based_on": based_on,
+    }
     config, created = through(
         ctx, tuple[ExperimentConfig, bool], "POST", "/v1/experiments", direct, body
     )
@@ -183,9 +192,14 @@ def export(ctx: click.Context, name: str, revision: int | None, output: Path | N
 @click.option("--kill", is_flag=True, help="Send every unit to control.")
 @click.option("--revive", is_flag=True, help="Undo --kill: units get their variants again.")
 @click.option("--note", default="", help="Why: kept with the new revision.")
-@click.option("--expect-revision", "based_on", type=click.IntRange(min=1), metavar="N",
-              help="The revision you saw (`experiment show`); refused, naming who made the "
-              "newer one and when, if the experiment has moved past it.")  # fmt: skip
+@click.option(
+    "--expect-revision",
+    "based_on",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="The revision you saw (`experiment show`); refused, naming who made the "
+    "newer one and when, if the experiment has moved past it.",
+)
 @click.pass_context
 @handle_errors
 def set_command(
@@ -243,8 +257,11 @@ def set_command(
 @click.option("--limit-rows", type=click.IntRange(min=1), help="Only the first N rows.")
 @click.option("--skip-invalid-rows", is_flag=True, help="Plan only rows every template accepts.")
 @click.option("--estimate", "estimate_only", is_flag=True, help="Print the estimate; send nothing.")
-@click.option("--distributed", is_flag=True,
-              help="Send the requests through Celery workers (`promptlab worker`).")  # fmt: skip
+@click.option(
+    "--distributed",
+    is_flag=True,
+    help="Send the requests through Celery workers (`promptlab worker`).",
+)
 @provider_batch_option
 @cache_option
 @click.option("--strict", is_flag=True, help="Exit 4 when the run completes with failed items.")
@@ -277,10 +294,15 @@ def run_experiment(
 
         refuse_remote_cache(ctx, "experiment run")
         options = {
-            "dataset": dataset, "mode": mode, "unit_column": unit_column, "repeats": repeats,
-            "limit_rows": limit_rows, "skip_invalid_rows": skip_invalid_rows,
-            "estimate_only": estimate_only, "executor": executor,
-        }  # fmt: skip
+            "dataset": dataset,
+            "mode": mode,
+            "unit_column": unit_column,
+            "repeats": repeats,
+            "limit_rows": limit_rows,
+            "skip_invalid_rows": skip_invalid_rows,
+            "estimate_only": estimate_only,
+            "executor": executor,
+        }
 
         def submit(client: ServerClient) -> dict[str, Any]:
             answer: dict[str, Any] = client.post(
@@ -296,10 +318,15 @@ def run_experiment(
 
     def start(wb: Workbench) -> str | None:
         spec = wb.runs.experiment_spec(
-            name, dataset, mode=mode, unit_column=unit_column, repeats=repeats,
-            limit_rows=limit_rows, skip_invalid_rows=skip_invalid_rows,
+            name,
+            dataset,
+            mode=mode,
+            unit_column=unit_column,
+            repeats=repeats,
+            limit_rows=limit_rows,
+            skip_invalid_rows=skip_invalid_rows,
             executor=executor,
-        )  # fmt: skip
+        )
         spec = spec_with_cache(ctx, wb, spec)
         from promptlab.views.estimate import estimate_lines
 

@@ -64,16 +64,28 @@ def export_command(
     if server is not None:  # a job on the server; its file is written here
         from promptlab.server.client import ServerClient
 
-        body = {"table": table, "format": fmt, "run_id": run_id, "experiment": experiment,
-                "prompt": prompt, "raw": raw}  # fmt: skip
+        body = {
+            "table": table,
+            "format": fmt,
+            "run_id": run_id,
+            "experiment": experiment,
+            "prompt": prompt,
+            "raw": raw,
+        }
         client = ServerClient(server)
         count = client.job_file("/v1/jobs/table-exports", body, path, force=force)
     else:
         with open_workbench(ctx) as wb:
             count = wb.exports.write_table(
-                table, fmt, path, run_id=run_id, experiment=experiment, prompt=prompt,
-                force=force, raw=raw,
-            )  # fmt: skip
+                table,
+                fmt,
+                path,
+                run_id=run_id,
+                experiment=experiment,
+                prompt=prompt,
+                force=force,
+                raw=raw,
+            )
     click.echo(f"wrote {count} rows to {path}")
 
 

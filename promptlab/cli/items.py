@@ -36,13 +36,31 @@ def read_items(
         filters.get(k) for k in ("status", "variant", "error kind", "check", "search")
     )
     path = with_query(
-        route("/v1/runs/{run_id}/items", run_id=run_id), status=status, variant=variant,
-        error_kind=kind, search=search, check=check, offset=offset, limit=limit,
-    )  # fmt: skip
-    return through(ctx, ItemPage, "GET", path, lambda wb: wb.runs.items(
-        run_id, status=status, variant=variant, error_kind=kind, search=search, check=check,
-        offset=offset, limit=limit,
-    ))  # fmt: skip
+        route("/v1/runs/{run_id}/items", run_id=run_id),
+        status=status,
+        variant=variant,
+        error_kind=kind,
+        search=search,
+        check=check,
+        offset=offset,
+        limit=limit,
+    )
+    return through(
+        ctx,
+        ItemPage,
+        "GET",
+        path,
+        lambda wb: wb.runs.items(
+            run_id,
+            status=status,
+            variant=variant,
+            error_kind=kind,
+            search=search,
+            check=check,
+            offset=offset,
+            limit=limit,
+        ),
+    )
 
 
 def read_item(ctx: click.Context, run_id: str, key: str) -> ItemView:
@@ -61,8 +79,18 @@ def items_lines(run_id: str, page: ItemPage, filters: Mapping[str, str | None]) 
         return [f"run {run_id}: no items{where}" + (f" after {page.offset}" if page.offset else "")]
     first = page.offset + 1
     lines = [f"run {run_id}: items {first}-{page.offset + len(page.rows)} of {page.total}{where}"]
-    header = ("key", "row", "variant", "repeat", "status", "error", "check", "tries", "ms",
-              "output")  # fmt: skip
+    header = (
+        "key",
+        "row",
+        "variant",
+        "repeat",
+        "status",
+        "error",
+        "check",
+        "tries",
+        "ms",
+        "output",
+    )
     rows: list[tuple[str, ...]] = [header]
     for r in page.rows:
         rows.append(
@@ -134,9 +162,19 @@ def _attempt_lines(view: ItemView) -> list[str]:
     if not view.attempts:
         return []
     rows: list[tuple[str, ...]] = [
-        ("#", "started", "outcome", "kind", "http", "wait ms", "waited for", "retry-after s",
-         "latency ms", "message"),
-    ]  # fmt: skip
+        (
+            "#",
+            "started",
+            "outcome",
+            "kind",
+            "http",
+            "wait ms",
+            "waited for",
+            "retry-after s",
+            "latency ms",
+            "message",
+        ),
+    ]
     for a in view.attempts:
         rows.append(
             (

@@ -37,9 +37,11 @@ if TYPE_CHECKING:
 @click.option("--prompt", help="Only this prompt's versions (a row per version and model).")
 @click.option("--since", help="Only results finished since: 7d, 24h, 30m, 2w or a date.")
 @click.option(
-    "--logs", "logs_only", is_flag=True,
+    "--logs",
+    "logs_only",
+    is_flag=True,
     help="The imported production logs instead: a row per version.",
-)  # fmt: skip
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
 @click.pass_context
 @handle_errors
@@ -83,9 +85,12 @@ def _echo_logs(log_rows: list[LogMetricsRow], since: str | None, as_json: bool) 
 
 
 def _echo_report(
-    rows: list[MetricsRow], log_rows: list[LogMetricsRow], scores: list[ScoreCounts],
-    sessions: list[SessionMetrics], after_run: list[AfterRunRecord],
-) -> None:  # fmt: skip
+    rows: list[MetricsRow],
+    log_rows: list[LogMetricsRow],
+    scores: list[ScoreCounts],
+    sessions: list[SessionMetrics],
+    after_run: list[AfterRunRecord],
+) -> None:
     """`metrics` as text: failed after-run work first, then each table that has rows."""
     if after_run:
         click.echo("after-run work that failed (scores or judges above may be missing):")
@@ -176,31 +181,39 @@ def _after_run_failures(ctx: click.Context, run_id: str | None) -> list[AfterRun
 @click.option("--since", help="Versions: only results or requests since 7d, 24h or a date.")
 @click.argument("variants", nargs=-1)
 @click.option(
-    "--mde", type=click.FloatRange(min=0, min_open=True, max=50), metavar="PP",
+    "--mde",
+    type=click.FloatRange(min=0, min_open=True, max=50),
+    metavar="PP",
     help="Also say how many units per arm detect a change of PP percentage points "
     "in control's completion rate (alpha 0.05, power 80%).",
-)  # fmt: skip
+)
 @click.option(
-    "--live/--final", "sequential", default=None,
+    "--live/--final",
+    "sequential",
+    default=None,
     help="Still collecting (--live: always-valid mSPRT at 1% of the 5%, safe to look again "
     "and again) or the final look (--final: fixed-horizon tests at the other 4%). Default: "
     "live while a run is unfinished and for production logs, final otherwise.",
-)  # fmt: skip
+)
 @click.option(
-    "--planned-units", type=click.IntRange(min=1), metavar="N",
+    "--planned-units",
+    type=click.IntRange(min=1),
+    metavar="N",
     help="Units per arm the comparison will end at: the always-valid test is tuned to "
     "be sharpest there. Default: what the run plans; 1,000 for production logs.",
-)  # fmt: skip
+)
 @click.option(
-    "--cuped", is_flag=True,
+    "--cuped",
+    is_flag=True,
     help="With --logs and --since: use each unit's logs before --since as a covariate "
     "(CUPED), for narrower intervals on completion and CTR.",
-)  # fmt: skip
+)
 @click.option(
-    "--keep-shared", is_flag=True,
+    "--keep-shared",
+    is_flag=True,
     help="Keep units seen under both arms (left out by default: a unit must see one "
     "version, and one in both samples ties the arms together).",
-)  # fmt: skip
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the comparison as JSON.")
 @click.pass_context
 @handle_errors
@@ -237,9 +250,15 @@ def compare_command(
     if cuped and not (logs and since):
         raise click.UsageError("--cuped needs --logs and --since (the pre-period is before it)")
     comparison = _comparison(
-        ctx, run_id, variants, by_version, logs, since, (sequential, planned_units),
+        ctx,
+        run_id,
+        variants,
+        by_version,
+        logs,
+        since,
+        (sequential, planned_units),
         (cuped, keep_shared),
-    )  # fmt: skip
+    )
     needed = units_needed(comparison, mde) if mde is not None else None
     if as_json:
         click.echo(json.dumps({**comparison_json(comparison), "units_needed": needed}, indent=2))
@@ -266,10 +285,15 @@ def compare_command(
 
 
 def _comparison(
-    ctx: click.Context, run_id: str | None, variants: tuple[str, ...], by_version: bool,
-    logs: bool, since: str | None, looks: tuple[bool | None, int | None],
+    ctx: click.Context,
+    run_id: str | None,
+    variants: tuple[str, ...],
+    by_version: bool,
+    logs: bool,
+    since: str | None,
+    looks: tuple[bool | None, int | None],
     flags: tuple[bool, bool],
-) -> Comparison:  # fmt: skip
+) -> Comparison:
     """The comparison asked for, from the database or the server's typed route; `looks`:
     (live or final, the planned units per arm); `flags`: (CUPED, keep shared units)."""
     from promptlab.analysis.compare import Comparison
@@ -281,18 +305,27 @@ def _comparison(
         if by_version:
             assert a is not None and b is not None
             options: dict[str, Any] = {
-                "run_id": run_id, "logs": logs, "since": since, "sequential": sequential,
-                "cuped": cuped, "planned_units": planned, "keep_shared": keep_shared,
-            }  # fmt: skip
+                "run_id": run_id,
+                "logs": logs,
+                "since": since,
+                "sequential": sequential,
+                "cuped": cuped,
+                "planned_units": planned,
+                "keep_shared": keep_shared,
+            }
             path = with_query("/v1/analysis/compare", a=a, b=b, **options)
             return call(
                 Comparison, "GET", path, lambda wb: wb.analysis.compare_versions(a, b, **options)
             )
         assert run_id is not None
         path = with_query(
-            route("/v1/runs/{run_id}/comparison", run_id=run_id), a=a, b=b, sequential=sequential,
-            planned_units=planned, keep_shared=keep_shared,
-        )  # fmt: skip
+            route("/v1/runs/{run_id}/comparison", run_id=run_id),
+            a=a,
+            b=b,
+            sequential=sequential,
+            planned_units=planned,
+            keep_shared=keep_shared,
+        )
         return call(
             Comparison,
             "GET",

@@ -31,16 +31,31 @@ def aligned(rows: list[tuple[str, ...]], left: set[int]) -> list[str]:
     """Rows as text columns: the columns in `left` left-aligned (names), the rest right."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return [
-        "  ".join(c.ljust(w) if i in left else c.rjust(w)
-                  for i, (c, w) in enumerate(zip(row, widths, strict=True))).rstrip()
+        "  ".join(
+            c.ljust(w) if i in left else c.rjust(w)
+            for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
         for row in rows
-    ]  # fmt: skip
+    ]
 
 
 def metrics_table(rows: list[MetricsRow]) -> list[str]:
-    header = ("variant" if rows[0].variant is not None else "version", "model", "items", "ok",
-              "failed", "complete", "95% interval", "mean ms", "p50 ms", "p90 ms", "p95 ms",
-              "p99 ms", "tokens", "cost $")  # fmt: skip
+    header = (
+        "variant" if rows[0].variant is not None else "version",
+        "model",
+        "items",
+        "ok",
+        "failed",
+        "complete",
+        "95% interval",
+        "mean ms",
+        "p50 ms",
+        "p90 ms",
+        "p95 ms",
+        "p99 ms",
+        "tokens",
+        "cost $",
+    )
     table: list[tuple[str, ...]] = [header]
     for r in rows:
         ci = completion_interval(r)
@@ -60,7 +75,7 @@ def metrics_table(rows: list[MetricsRow]) -> list[str]:
                 fmt_ms(r.latency_p99_ms),
                 str(r.input_tokens + r.output_tokens),
                 f"{r.cost_usd:.4f}",
-            )  # fmt: skip
+            )
         )
     note = cache_note(rows)
     return aligned(table, {0, 1}) + ([note] if note else [])
@@ -68,42 +83,97 @@ def metrics_table(rows: list[MetricsRow]) -> list[str]:
 
 def feedback_table(rows: list[MetricsRow]) -> list[str]:
     """Impressions, clicks, CTR with its Wilson interval, thumbs up and down."""
-    header = ("variant" if rows[0].variant is not None else "version", "model", "impressions",
-              "clicks", "CTR", "95% interval", "thumbs up", "thumbs down")  # fmt: skip
+    header = (
+        "variant" if rows[0].variant is not None else "version",
+        "model",
+        "impressions",
+        "clicks",
+        "CTR",
+        "95% interval",
+        "thumbs up",
+        "thumbs down",
+    )
     table: list[tuple[str, ...]] = [header]
     for r in rows:
         ci = ctr_interval(r)
-        table.append((r.label, r.model, str(r.impressions), str(r.clicks), fmt_pct(r.ctr),
-                      f"{ci.low:.1%}-{ci.high:.1%}" if r.impressions else "-",
-                      str(r.thumbs_up), str(r.thumbs_down)))  # fmt: skip
+        table.append(
+            (
+                r.label,
+                r.model,
+                str(r.impressions),
+                str(r.clicks),
+                fmt_pct(r.ctr),
+                f"{ci.low:.1%}-{ci.high:.1%}" if r.impressions else "-",
+                str(r.thumbs_up),
+                str(r.thumbs_down),
+            )
+        )
     return aligned(table, {0, 1})
 
 
 def logs_table(rows: list[LogMetricsRow]) -> list[str]:
     """Per version in the production logs: requests, completion, CTR, latency percentiles."""
-    header = ("version", "requests", "complete", "95% interval", "CTR", "95% interval",
-              "mean ms", "p50 ms", "p90 ms", "p95 ms", "p99 ms")  # fmt: skip
+    header = (
+        "version",
+        "requests",
+        "complete",
+        "95% interval",
+        "CTR",
+        "95% interval",
+        "mean ms",
+        "p50 ms",
+        "p90 ms",
+        "p95 ms",
+        "p99 ms",
+    )
     table: list[tuple[str, ...]] = [header]
     for r in rows:
         done, ctr = completion_interval(r), ctr_interval(r)
-        table.append((r.label, str(r.requests), fmt_pct(r.completion_rate),
-                      f"{done.low:.1%}-{done.high:.1%}" if r.completion_known else "-",
-                      fmt_pct(r.ctr), f"{ctr.low:.1%}-{ctr.high:.1%}" if r.click_known else "-",
-                      fmt_ms(r.latency_mean_ms), fmt_ms(r.latency_p50_ms), fmt_ms(r.latency_p90_ms),
-                      fmt_ms(r.latency_p95_ms), fmt_ms(r.latency_p99_ms)))  # fmt: skip
+        table.append(
+            (
+                r.label,
+                str(r.requests),
+                fmt_pct(r.completion_rate),
+                f"{done.low:.1%}-{done.high:.1%}" if r.completion_known else "-",
+                fmt_pct(r.ctr),
+                f"{ctr.low:.1%}-{ctr.high:.1%}" if r.click_known else "-",
+                fmt_ms(r.latency_mean_ms),
+                fmt_ms(r.latency_p50_ms),
+                fmt_ms(r.latency_p90_ms),
+                fmt_ms(r.latency_p95_ms),
+                fmt_ms(r.latency_p99_ms),
+            )
+        )
     return aligned(table, {0})
 
 
 def checks_table(rows: list[MetricsRow]) -> list[str]:
     """Validity, repair, invalid, truncation and rule-failure rates of rows with checks."""
-    header = ("variant" if rows[0].variant is not None else "version", "model", "checked",
-              "valid", "repaired", "invalid", "truncated", "rule failed")  # fmt: skip
+    header = (
+        "variant" if rows[0].variant is not None else "version",
+        "model",
+        "checked",
+        "valid",
+        "repaired",
+        "invalid",
+        "truncated",
+        "rule failed",
+    )
     table: list[tuple[str, ...]] = [header]
     for r in rows:
         if r.checked:
-            table.append((r.label, r.model, str(r.checked), fmt_pct(r.validity_rate),
-                          fmt_pct(r.repair_rate), fmt_pct(r.invalid_rate),
-                          fmt_pct(r.truncation_rate), fmt_pct(r.rule_failure_rate)))  # fmt: skip
+            table.append(
+                (
+                    r.label,
+                    r.model,
+                    str(r.checked),
+                    fmt_pct(r.validity_rate),
+                    fmt_pct(r.repair_rate),
+                    fmt_pct(r.invalid_rate),
+                    fmt_pct(r.truncation_rate),
+                    fmt_pct(r.rule_failure_rate),
+                )
+            )
     return aligned(table, {0, 1})
 
 
@@ -140,15 +210,19 @@ def sessions_table(sessions: list[SessionMetrics]) -> list[str]:
     """A replayed conversation log per session: none for any other run."""
     if not sessions:
         return []
-    lines = ["per session (a session completes when every turn does; latency: its turns'"
-             " summed; scores: mean of session means):"]  # fmt: skip
+    lines = [
+        "per session (a session completes when every turn does; latency: its turns'"
+        " summed; scores: mean of session means):"
+    ]
     for s in sessions:
         interval = session_interval(s)
         ci = f"[{interval.low:.1%}, {interval.high:.1%}]" if interval else ""
         p50 = "-" if s.latency_p50_ms is None else f"{s.latency_p50_ms:.0f}"
         p90 = "-" if s.latency_p90_ms is None else f"{s.latency_p90_ms:.0f}"
         scored = "".join(f"  {name} {mean:.1%}" for name, mean in s.scores.items())
-        lines.append(f"  {s.variant:<24} sessions {s.sessions}  completed {s.completed} "
-                     f"({s.completion:.1%} {ci})  turns {s.turns_per_session:.1f}  "
-                     f"latency p50 {p50} p90 {p90} ms{scored}")  # fmt: skip
+        lines.append(
+            f"  {s.variant:<24} sessions {s.sessions}  completed {s.completed} "
+            f"({s.completion:.1%} {ci})  turns {s.turns_per_session:.1f}  "
+            f"latency p50 {p50} p90 {p90} ms{scored}"
+        )
     return lines

@@ -113,9 +113,13 @@ def add(ctx: click.Context, file: Path, author: str | None) -> None:
     # Through a server, the text goes (the server checks it again): read once more here.
     body = {"text": _text_of(file), "source": str(file), "author": author} if served(ctx) else None
     results = through(
-        ctx, list[SaveResult], "POST", "/v1/prompts",
-        lambda wb: wb.prompts.import_file(prompt_file, author), body,
-    )  # fmt: skip
+        ctx,
+        list[SaveResult],
+        "POST",
+        "/v1/prompts",
+        lambda wb: wb.prompts.import_file(prompt_file, author),
+        body,
+    )
     for result in results:
         click.echo(result.describe())
 
@@ -221,10 +225,12 @@ def diff(ctx: click.Context, name: str, ref_a: str, ref_b: str) -> None:
 @click.argument("ref")
 @click.argument("label")
 @click.option(
-    "--expect-version", "expected", metavar="VERSION",
+    "--expect-version",
+    "expected",
+    metavar="VERSION",
     help="The version you saw LABEL point at (a semver or hash; `none`: no such label). "
     "The move is refused, naming who moved the label and when, if it points elsewhere now.",
-)  # fmt: skip
+)
 @click.pass_context
 @handle_errors
 def label(ctx: click.Context, name: str, ref: str, label: str, expected: str | None) -> None:
@@ -233,10 +239,13 @@ def label(ctx: click.Context, name: str, ref: str, label: str, expected: str | N
 
     path = route("/v1/prompts/{name}/labels/{label}", name=name, label=label)
     version = through(
-        ctx, PromptVersion, "PUT", path,
+        ctx,
+        PromptVersion,
+        "PUT",
+        path,
         lambda wb: wb.prompts.set_label(name, ref, label, expected=expected),
         {"ref": ref, "expected": expected},
-    )  # fmt: skip
+    )
     click.echo(f"{name}@{label} -> {version.semver} ({version.short_id})")
 
 

@@ -60,9 +60,11 @@ def list_items(ctx: click.Context, status: str, run_id: str | None, limit: int) 
         click.echo(f"no {'' if status == 'all' else status + ' '}review items")
     for row in item_rows(items):
         answer = f"  -> {row['answer']!r}" if row["answer"] is not None else ""
-        click.echo(f"{row['id']}  {row['run']} row {row['row']}  {row['source']}  "
-                   f"{row['status']} v{row['version']}  "
-                   f"proposed {row['proposed']!r}{answer}")  # fmt: skip
+        click.echo(
+            f"{row['id']}  {row['run']} row {row['row']}  {row['source']}  "
+            f"{row['status']} v{row['version']}  "
+            f"proposed {row['proposed']!r}{answer}"
+        )
         click.echo(f"    {row['reason']}")
     click.echo("  ".join(f"{s} {counts.get(s, 0)}" for s in STATUSES[:-1]), err=True)
 
@@ -84,10 +86,13 @@ def show(ctx: click.Context, item_id: int) -> None:
 
 def expect_version_option(func: Callable[..., None]) -> Callable[..., None]:
     return click.option(
-        "--expect-version", "version", type=click.IntRange(min=0), metavar="N",
+        "--expect-version",
+        "version",
+        type=click.IntRange(min=0),
+        metavar="N",
         help="The item's version you saw (`review show` prints it): refused if anyone "
         "changed the item since. Default: the item as it is now.",
-    )(func)  # fmt: skip
+    )(func)
 
 
 @review.command("accept")
@@ -99,8 +104,13 @@ def expect_version_option(func: Callable[..., None]) -> Callable[..., None]:
 @handle_errors
 def accept(ctx: click.Context, item_id: int, note: str | None, version: int | None) -> None:
     """Settle an open item on the proposed answer (a settled one: reopen it first)."""
-    item = _decide(ctx, item_id, "accept", {"note": note, "version": version},
-                   lambda wb: wb.review.accept(item_id, note, version=version))  # fmt: skip
+    item = _decide(
+        ctx,
+        item_id,
+        "accept",
+        {"note": note, "version": version},
+        lambda wb: wb.review.accept(item_id, note, version=version),
+    )
     click.echo(f"review {item.id}: accepted {item.answer!r} (version {item.version})")
 
 
@@ -134,8 +144,13 @@ def correct(
 @handle_errors
 def reject(ctx: click.Context, item_id: int, note: str | None, version: int | None) -> None:
     """Keep an open item's row out of the expected answers."""
-    item = _decide(ctx, item_id, "reject", {"note": note, "version": version},
-                   lambda wb: wb.review.reject(item_id, note, version=version))  # fmt: skip
+    item = _decide(
+        ctx,
+        item_id,
+        "reject",
+        {"note": note, "version": version},
+        lambda wb: wb.review.reject(item_id, note, version=version),
+    )
     click.echo(f"review {item.id}: rejected (version {item.version})")
 
 
@@ -149,8 +164,13 @@ def reject(ctx: click.Context, item_id: int, note: str | None, version: int | No
 def reopen(ctx: click.Context, item_id: int, note: str | None, version: int | None) -> None:
     """Open a settled item again so it can be decided anew (the audit trail keeps the
     decision it clears)."""
-    item = _decide(ctx, item_id, "reopen", {"note": note, "version": version},
-                   lambda wb: wb.review.reopen(item_id, note, version=version))  # fmt: skip
+    item = _decide(
+        ctx,
+        item_id,
+        "reopen",
+        {"note": note, "version": version},
+        lambda wb: wb.review.reopen(item_id, note, version=version),
+    )
     click.echo(f"review {item.id}: open again (version {item.version})")
 
 
@@ -164,9 +184,13 @@ def reopen(ctx: click.Context, item_id: int, note: str | None, version: int | No
 @click.pass_context
 @handle_errors
 def add(
-    ctx: click.Context, run_id: str, rows: tuple[int, ...], failed_checks: bool, alerts: bool,
+    ctx: click.Context,
+    run_id: str,
+    rows: tuple[int, ...],
+    failed_checks: bool,
+    alerts: bool,
     reason: str,
-) -> None:  # fmt: skip
+) -> None:
     """Send rows of a run to review: ROWS by number, or with --failed-checks / --alerts."""
     if not rows and not failed_checks and not alerts:
         raise click.UsageError("give row numbers, --failed-checks or --alerts")
@@ -179,19 +203,34 @@ def add(
             ids += wb.review.add_alerted(run_id)
         return ids
 
-    body = {"run_id": run_id, "rows": list(rows), "failed_checks": failed_checks,
-            "alerts": alerts, "reason": reason}  # fmt: skip
+    body = {
+        "run_id": run_id,
+        "rows": list(rows),
+        "failed_checks": failed_checks,
+        "alerts": alerts,
+        "reason": reason,
+    }
     ids = through(ctx, list[int], "POST", "/v1/review/add", direct, body)
-    click.echo(f"sent {len(ids)} row(s) to review" + (f": {ids[0]}..{ids[-1]}" if ids else
-               " (none new: rows already in the queue stay as they are)"))  # fmt: skip
+    click.echo(
+        f"sent {len(ids)} row(s) to review"
+        + (
+            f": {ids[0]}..{ids[-1]}"
+            if ids
+            else " (none new: rows already in the queue stay as they are)"
+        )
+    )
 
 
 @review.command("export", epilog=NEUTRALISED_HELP + " See --raw.")
 @db_option
 @click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--run", "run_id", help="Only this run's items.")
-@click.option("--column", default="expected", show_default=True,
-              help="The column holding each settled answer.")  # fmt: skip
+@click.option(
+    "--column",
+    default="expected",
+    show_default=True,
+    help="The column holding each settled answer.",
+)
 @click.option("--force", is_flag=True, help="Replace FILE if it exists.")
 @click.option("--raw", is_flag=True, help=RAW_HELP)
 @click.pass_context
@@ -215,9 +254,12 @@ def export(
 
 
 def _decide(
-    ctx: click.Context, item_id: int, decision: str, body: dict[str, Any],
+    ctx: click.Context,
+    item_id: int,
+    decision: str,
+    body: dict[str, Any],
     direct: Callable[[Workbench], ReviewItem],
-) -> ReviewItem:  # fmt: skip
+) -> ReviewItem:
     from promptlab.records.review import ReviewItem
 
     path = f"/v1/review/items/{item_id}/{decision}"

@@ -60,9 +60,24 @@ def print_view(view: RunView) -> None:
 
 def variant_table(view: RunView) -> list[str]:
     """The per-variant summary as aligned text lines, a header first."""
-    header = ("variant", "model", "ok", "failed", "cancel", "open", "complete", "valid",
-              "repaired", "truncated", "rules failed", "p50 ms", "p90 ms", "p99 ms", "tokens",
-              "cost $")  # fmt: skip
+    header = (
+        "variant",
+        "model",
+        "ok",
+        "failed",
+        "cancel",
+        "open",
+        "complete",
+        "valid",
+        "repaired",
+        "truncated",
+        "rules failed",
+        "p50 ms",
+        "p90 ms",
+        "p99 ms",
+        "tokens",
+        "cost $",
+    )
     rows: list[tuple[str, ...]] = [header]
     for v in view.variants:
         rows.append(
@@ -89,14 +104,16 @@ def variant_table(view: RunView) -> list[str]:
                 ),
                 str(v.input_tokens + v.output_tokens),
                 f"{v.cost_usd:.4f}",
-            )  # fmt: skip
+            )
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     return [
-        "  ".join(cell.ljust(w) if i < 2 else cell.rjust(w) for i, (cell, w) in
-                  enumerate(zip(row, widths, strict=True))).rstrip()
+        "  ".join(
+            cell.ljust(w) if i < 2 else cell.rjust(w)
+            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
         for row in rows
-    ]  # fmt: skip
+    ]
 
 
 def field_lines(view: RunView) -> list[str]:
@@ -106,10 +123,11 @@ def field_lines(view: RunView) -> list[str]:
         rows.append((f.variant, f.path, str(f.outputs), f.example))
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     return [
-        "  ".join([row[0].ljust(widths[0]), row[1].ljust(widths[1]), row[2].rjust(widths[2]),
-                   row[3]]).rstrip()
+        "  ".join(
+            [row[0].ljust(widths[0]), row[1].ljust(widths[1]), row[2].rjust(widths[2]), row[3]]
+        ).rstrip()
         for row in rows
-    ]  # fmt: skip
+    ]
 
 
 def _percent(value: float | None) -> str:

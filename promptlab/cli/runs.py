@@ -51,17 +51,24 @@ SPEC_PROBLEMS = (ConfigError, RegistryError, TemplateError)
 @click.argument("spec_file", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--strict", is_flag=True, help="Exit 4 when the run completes with failed items.")
 @click.option("--quiet", is_flag=True, help="No progress bar; only the run id and summary.")
-@click.option("--distributed", is_flag=True,
-              help="Send the requests through Celery workers (`promptlab worker`), as "
-              "`executor: celery` in the spec would.")  # fmt: skip
+@click.option(
+    "--distributed",
+    is_flag=True,
+    help="Send the requests through Celery workers (`promptlab worker`), as "
+    "`executor: celery` in the spec would.",
+)
 @provider_batch_option
 @cache_option
 @click.pass_context
 @handle_errors(usage=SPEC_PROBLEMS)
 def run_command(
-    ctx: click.Context, spec_file: Path, strict: bool, quiet: bool, distributed: bool,
+    ctx: click.Context,
+    spec_file: Path,
+    strict: bool,
+    quiet: bool,
+    distributed: bool,
     provider_batch: bool,
-) -> None:  # fmt: skip
+) -> None:
     """Run a YAML run spec; print the run id, a progress bar and a summary."""
     from promptlab.errors import SpecError
     from promptlab.yamlio import read_yaml
@@ -92,9 +99,11 @@ def run_command(
 @click.option("--strict", is_flag=True, help="Exit 4 when the run completes with failed items.")
 @click.option("--quiet", is_flag=True, help="No progress bar; only the summary.")
 @click.option(
-    "-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
     help="For a `promptlab batch` run: write its results in the OpenAI Batch output format.",
-)  # fmt: skip
+)
 @click.pass_context
 @handle_errors(usage=(ConfigError,))
 def resume_command(
@@ -117,27 +126,36 @@ def resume_command(
 )
 @click.option("--model", help="Model at the endpoint (default: the first line's body model).")
 @click.option(
-    "-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
     help="Write the results here in the OpenAI Batch output format.",
-)  # fmt: skip
+)
 @click.option(
-    "--id-field", default="custom_id", show_default=True,
+    "--id-field",
+    default="custom_id",
+    show_default=True,
     help="Each line's id: a field, or a dotted path into the line (metadata.id).",
-)  # fmt: skip
+)
 @click.option("--base-url", help="Send to this server (no providers file needed).")
 @click.option(
-    "--kind", type=click.Choice(["openai", "anthropic"]),
+    "--kind",
+    type=click.Choice(["openai", "anthropic"]),
     help="The API the --base-url server speaks (default: openai, or the endpoint's own).",
-)  # fmt: skip
+)
 @click.option(
-    "--api-key-env", metavar="NAME",
+    "--api-key-env",
+    metavar="NAME",
     help="The environment variable holding the key (its name is stored, never the key).",
-)  # fmt: skip
+)
 @click.option("--rpm", type=click.IntRange(min=1), help="Requests per minute for the endpoint.")
 @click.option("--tpm", type=click.IntRange(min=1), help="Tokens per minute for the endpoint.")
 @click.option("--concurrency", type=click.IntRange(min=1), help="Requests in flight at most.")
-@click.option("--distributed", is_flag=True,
-              help="Send the requests through Celery workers (`promptlab worker`).")  # fmt: skip
+@click.option(
+    "--distributed",
+    is_flag=True,
+    help="Send the requests through Celery workers (`promptlab worker`).",
+)
 @provider_batch_option
 @cache_option
 @click.option("--strict", is_flag=True, help="Exit 4 when the run completes with failed items.")
@@ -145,11 +163,23 @@ def resume_command(
 @click.pass_context
 @handle_errors(usage=SPEC_PROBLEMS)
 def batch_command(
-    ctx: click.Context, requests_file: Path, endpoint: str | None, model: str | None,
-    output: Path | None, id_field: str, base_url: str | None, kind: str | None,
-    api_key_env: str | None, rpm: int | None, tpm: int | None, concurrency: int | None,
-    distributed: bool, provider_batch: bool, strict: bool, quiet: bool,
-) -> None:  # fmt: skip
+    ctx: click.Context,
+    requests_file: Path,
+    endpoint: str | None,
+    model: str | None,
+    output: Path | None,
+    id_field: str,
+    base_url: str | None,
+    kind: str | None,
+    api_key_env: str | None,
+    rpm: int | None,
+    tpm: int | None,
+    concurrency: int | None,
+    distributed: bool,
+    provider_batch: bool,
+    strict: bool,
+    quiet: bool,
+) -> None:
     """Run a file of requests as written (OpenAI Batch input lines or chat bodies).
 
     Every line is checked first; each is sent with its own messages and params, its id
@@ -159,17 +189,25 @@ def batch_command(
     output file again for any finished run.
     """
     settings = {
-        "base_url": base_url, "kind": kind, "api_key_env": api_key_env, "rpm": rpm, "tpm": tpm,
-        "concurrency": concurrency, "executor": executor_of(distributed, provider_batch),
-    }  # fmt: skip
+        "base_url": base_url,
+        "kind": kind,
+        "api_key_env": api_key_env,
+        "rpm": rpm,
+        "tpm": tpm,
+        "concurrency": concurrency,
+        "executor": executor_of(distributed, provider_batch),
+    }
 
     server = served(ctx)
     if server is not None:
         refuse_remote_cache(ctx, "batch")
         body = {
-            "requests": str(requests_file.resolve()), "endpoint": endpoint, "model": model,
-            "id_field": id_field, "settings": settings,
-        }  # fmt: skip
+            "requests": str(requests_file.resolve()),
+            "endpoint": endpoint,
+            "model": model,
+            "id_field": id_field,
+            "settings": settings,
+        }
         drive_remote(
             server, lambda c: c.post("/v1/batches", body, idempotent=True), strict, quiet, output
         )
@@ -185,9 +223,12 @@ def batch_command(
 @db_option
 @click.argument("run_id")
 @click.option(
-    "-o", "--output", type=click.Path(dir_okay=False, path_type=Path), required=True,
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
     help="Write the run's results here in the OpenAI Batch output format.",
-)  # fmt: skip
+)
 @click.pass_context
 @handle_errors(usage=(SpecError,))
 def batch_output_command(ctx: click.Context, run_id: str, output: Path) -> None:
@@ -213,30 +254,58 @@ CHECK_STATUSES = ("valid", "repaired", "invalid", "truncated", "no_schema")
 @click.command("status")
 @db_option
 @click.argument("run_id", required=False)
-@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True,
-              help="Runs listed, or items per page with --items.")  # fmt: skip
+@click.option(
+    "--limit",
+    type=click.IntRange(min=1),
+    default=20,
+    show_default=True,
+    help="Runs listed, or items per page with --items.",
+)
 @click.option("--items", "list_items", is_flag=True, help="List the run's items (plan order).")
-@click.option("--status", "item_status", type=click.Choice(ITEM_STATUSES),
-              help="With --items: only items in this state.")  # fmt: skip
+@click.option(
+    "--status",
+    "item_status",
+    type=click.Choice(ITEM_STATUSES),
+    help="With --items: only items in this state.",
+)
 @click.option("--variant", help="With --items: only this variant's items.")
 @click.option("--error-kind", help="With --items: only items that failed with this kind.")
 @click.option("--search", help="With --items: a key prefix, or text in the row, output or error.")
-@click.option("--check", type=click.Choice(CHECK_STATUSES),
-              help="With --items: only items whose output check has this status.")  # fmt: skip
+@click.option(
+    "--check",
+    type=click.Choice(CHECK_STATUSES),
+    help="With --items: only items whose output check has this status.",
+)
 @click.option("--offset", type=click.IntRange(min=0), default=0, help="With --items: skip N.")
-@click.option("--item", "item_key", metavar="KEY",
-              help="Show one item (its key or 8+ hex digits of it): inputs, messages, "
-              "params, output, error and every attempt.")  # fmt: skip
-@click.option("--detect", is_flag=True,
-              help="Run the anomaly detectors over the stored results again first "
-              "(replaces the run's alerts).")  # fmt: skip
+@click.option(
+    "--item",
+    "item_key",
+    metavar="KEY",
+    help="Show one item (its key or 8+ hex digits of it): inputs, messages, "
+    "params, output, error and every attempt.",
+)
+@click.option(
+    "--detect",
+    is_flag=True,
+    help="Run the anomaly detectors over the stored results again first "
+    "(replaces the run's alerts).",
+)
 @click.pass_context
 @handle_errors
 def status_command(
-    ctx: click.Context, run_id: str | None, limit: int, list_items: bool,
-    item_status: str | None, variant: str | None, error_kind: str | None,
-    search: str | None, check: str | None, offset: int, item_key: str | None, detect: bool,
-) -> None:  # fmt: skip
+    ctx: click.Context,
+    run_id: str | None,
+    limit: int,
+    list_items: bool,
+    item_status: str | None,
+    variant: str | None,
+    error_kind: str | None,
+    search: str | None,
+    check: str | None,
+    offset: int,
+    item_key: str | None,
+    detect: bool,
+) -> None:
     """Show one run (counts, variants side by side, failures) or list recent runs.
 
     With --items, list the run's items; with --item KEY, show how one item came to be.
@@ -250,8 +319,13 @@ def status_command(
             click.echo(line)
         return
     if list_items:
-        filters = {"status": item_status, "variant": variant, "error kind": error_kind,
-                   "check": check, "search": search}  # fmt: skip
+        filters = {
+            "status": item_status,
+            "variant": variant,
+            "error kind": error_kind,
+            "check": check,
+            "search": search,
+        }
         page = read_items(ctx, run_id or "", filters, offset, limit)
         for line in items_lines(run_id or "", page, filters):
             click.echo(line)

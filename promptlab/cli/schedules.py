@@ -34,8 +34,9 @@ def schedule() -> None:
 @schedule.command("add")
 @db_option
 @click.argument("spec_file", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--distributed", is_flag=True,
-              help="Its runs send through Celery workers (`executor: celery`).")  # fmt: skip
+@click.option(
+    "--distributed", is_flag=True, help="Its runs send through Celery workers (`executor: celery`)."
+)
 @click.pass_context
 @handle_errors(usage=(ConfigError,))
 def add(ctx: click.Context, spec_file: Path, distributed: bool) -> None:

@@ -17,12 +17,24 @@ if TYPE_CHECKING:
 
 @click.command("serve")
 @db_option
-@click.option("--host", default="127.0.0.1", show_default=True,
-              help="Address to listen on; anything but loopback is warned about.")  # fmt: skip
-@click.option("--port", type=click.IntRange(0, 65535), default=8765, show_default=True,
-              help="Port (0: any free one).")  # fmt: skip
-@click.option("--resume-interrupted", is_flag=True,
-              help="On start, resume every run whose owning process is gone (killed).")  # fmt: skip
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to listen on; anything but loopback is warned about.",
+)
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=8765,
+    show_default=True,
+    help="Port (0: any free one).",
+)
+@click.option(
+    "--resume-interrupted",
+    is_flag=True,
+    help="On start, resume every run whose owning process is gone (killed).",
+)
 @click.pass_context
 @handle_errors
 def serve_command(ctx: click.Context, host: str, port: int, resume_interrupted: bool) -> None:

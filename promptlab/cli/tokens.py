@@ -31,11 +31,15 @@ def token() -> None:
 @token.command("create")
 @db_option
 @click.argument("name")
-@click.option("--role", type=click.Choice(ROLE_CHOICES), required=True,
-              help="What the token may do.")  # fmt: skip
-@click.option("--service", is_flag=True,
-              help="A service (a job, a bot): it may act on behalf of the person a request "
-                   "names, recorded as `NAME on behalf of PERSON`.")  # fmt: skip
+@click.option(
+    "--role", type=click.Choice(ROLE_CHOICES), required=True, help="What the token may do."
+)
+@click.option(
+    "--service",
+    is_flag=True,
+    help="A service (a job, a bot): it may act on behalf of the person a request "
+    "names, recorded as `NAME on behalf of PERSON`.",
+)
 @click.pass_context
 @handle_errors(usage=(ConfigError,))
 def create(ctx: click.Context, name: str, role: str, service: bool) -> None:

@@ -36,17 +36,26 @@ if TYPE_CHECKING:
     metavar="REF",
     help="Use this prompt version's output schema instead (name, name@1.2.0, name@label).",
 )
-@click.option("--rules", "rules_file", type=click.Path(dir_okay=False, path_type=Path),
-              help="Rules (YAML) to check valid and repaired outputs against; with --prompt "
-              "the version's own rules are used too.")  # fmt: skip
-@click.option("--json", "as_json", is_flag=True,
-              help="One JSON line per output, then a summary line.")  # fmt: skip
+@click.option(
+    "--rules",
+    "rules_file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Rules (YAML) to check valid and repaired outputs against; with --prompt "
+    "the version's own rules are used too.",
+)
+@click.option(
+    "--json", "as_json", is_flag=True, help="One JSON line per output, then a summary line."
+)
 @click.pass_context
 @handle_errors
 def validate_command(
-    ctx: click.Context, outputs: Path, schema_file: Path | None, prompt_ref: str | None,
-    rules_file: Path | None, as_json: bool,
-) -> None:  # fmt: skip
+    ctx: click.Context,
+    outputs: Path,
+    schema_file: Path | None,
+    prompt_ref: str | None,
+    rules_file: Path | None,
+    as_json: bool,
+) -> None:
     """Check every output in OUTPUTS (JSON Lines) against an output schema.
 
     Each line is a JSON string (the output), an object with `output` or `text` and

@@ -12,13 +12,26 @@ from promptlab.distributed.settings import DEFAULT_QUEUE
 
 
 @click.command("worker")
-@click.option("--concurrency", type=click.IntRange(1, 512), default=64, show_default=True,
-              help="Chunks in flight at once (threads, which only wait: the requests of "
-              "every chunk go out together on one event loop).")  # fmt: skip
-@click.option("--queues", default=DEFAULT_QUEUE, show_default=True,
-              help="Comma-separated queues to take chunks from.")  # fmt: skip
-@click.option("--loglevel", default="warning", show_default=True,
-              type=click.Choice(["debug", "info", "warning", "error"]))  # fmt: skip
+@click.option(
+    "--concurrency",
+    type=click.IntRange(1, 512),
+    default=64,
+    show_default=True,
+    help="Chunks in flight at once (threads, which only wait: the requests of "
+    "every chunk go out together on one event loop).",
+)
+@click.option(
+    "--queues",
+    default=DEFAULT_QUEUE,
+    show_default=True,
+    help="Comma-separated queues to take chunks from.",
+)
+@click.option(
+    "--loglevel",
+    default="warning",
+    show_default=True,
+    type=click.Choice(["debug", "info", "warning", "error"]),
+)
 @handle_errors
 def worker_command(concurrency: int, queues: str, loglevel: str) -> None:
     """Send the requests of runs whose endpoints execute on workers (`executor: celery`).
@@ -46,9 +59,14 @@ def worker_command(concurrency: int, queues: str, loglevel: str) -> None:
     logging.getLogger("promptlab").propagate = False
     app = make_app()
     argv = [
-        "worker", f"--concurrency={concurrency}", "--pool=threads", f"--queues={queues}",
-        f"--loglevel={loglevel.upper()}", "--without-gossip", "--without-mingle",
-    ]  # fmt: skip
+        "worker",
+        f"--concurrency={concurrency}",
+        "--pool=threads",
+        f"--queues={queues}",
+        f"--loglevel={loglevel.upper()}",
+        "--without-gossip",
+        "--without-mingle",
+    ]
     if json_logs_asked():  # every line JSON: no banner; Celery's logging and its
         from celery import signals  # signal handlers' lines go through ours (logjson.py)
         from celery.apps import worker as celery_worker

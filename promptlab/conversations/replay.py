@@ -98,8 +98,13 @@ def _replay_rows(
         # `at` (the order value) is not sent: context shards cut at gaps in time by it.
         message = {"role": role, "content": content, "at": at}
         if role == "user":
-            values = {**json.loads(row), SESSION_KEY: session, TURN_NO_KEY: turn,
-                      TURN_KEY: message, BEFORE_KEY: before}  # fmt: skip
+            values = {
+                **json.loads(row),
+                SESSION_KEY: session,
+                TURN_NO_KEY: turn,
+                TURN_KEY: message,
+                BEFORE_KEY: before,
+            }
             if with_history:
                 values[CONVERSATION_KEY] = History(history, len(history))
             yield values

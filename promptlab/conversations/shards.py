@@ -50,10 +50,20 @@ BOUNDARIES = ("intent", "gap", "type")
 WINDOW = "window"
 GAP = timedelta(minutes=5)
 INTENT_CUES = (
-    "another question", "also,", "by the way", "one more thing", "unrelated",
-    "different question", "different topic", "new issue", "separate issue",
-    "something else", "on another note", "changing topic", "switching topic",
-)  # fmt: skip
+    "another question",
+    "also,",
+    "by the way",
+    "one more thing",
+    "unrelated",
+    "different question",
+    "different topic",
+    "new issue",
+    "separate issue",
+    "something else",
+    "on another note",
+    "changing topic",
+    "switching topic",
+)
 #: How far into a user message a cue counts (a cue later on is not an opening).
 CUE_CHARS = 80
 MIN_TOPIC_WORDS = 6

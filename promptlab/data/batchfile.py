@@ -30,11 +30,23 @@ BODY_PARAMS = frozenset({"max_tokens", "max_completion_tokens", "temperature", "
 #: ANTHROPIC_EXTRAS, translated).
 BODY_EXTRAS = frozenset(
     {
-        "metadata", "user", "store", "response_format", "stop", "frequency_penalty",
-        "presence_penalty", "logit_bias", "logprobs", "top_logprobs", "service_tier",
-        "reasoning_effort", "prompt_cache_key", "safety_identifier", "verbosity",
+        "metadata",
+        "user",
+        "store",
+        "response_format",
+        "stop",
+        "frequency_penalty",
+        "presence_penalty",
+        "logit_bias",
+        "logprobs",
+        "top_logprobs",
+        "service_tier",
+        "reasoning_effort",
+        "prompt_cache_key",
+        "safety_identifier",
+        "verbosity",
     }
-)  # fmt: skip
+)
 #: Body fields accepted and not sent: the run names the model, the transport streams or
 #: not, and `n` may only be 1 (one answer per request).
 BODY_IGNORED = frozenset({"model", "n", "stream", "stream_options"})

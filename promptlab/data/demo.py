@@ -80,9 +80,13 @@ def demo_feedback_events(
         events.append((shown.key, "impression"))
         fault = FAULT_TRUNCATED if shown.finish_reason == "length" else None
         clicked = simulate_feedback(
-            shown.model, shown.output_text, shown.key, seed=DEMO_CLICK_SEED,
-            prompt_messages=messages_of(shown.prompt_version_id), fault=fault,
-        )  # fmt: skip
+            shown.model,
+            shown.output_text,
+            shown.key,
+            seed=DEMO_CLICK_SEED,
+            prompt_messages=messages_of(shown.prompt_version_id),
+            fault=fault,
+        )
         if clicked:
             events.append((shown.key, "click"))
     return events

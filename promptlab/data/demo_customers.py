@@ -21,10 +21,38 @@ from promptlab.config import DEMO_DIR
 CUSTOMERS = 400
 TICKETS_PER_CUSTOMER = 2
 COLUMNS = ("ticket_id", "customer_id", "ticket", "customer_tier", "category")
-_NAMES = ("Dana", "Omar", "Lena", "Ravi", "Mia", "Tom", "Ada", "Kofi", "Sara", "Ivan",
-          "Noor", "Paul", "Yuki", "Ben", "Ines", "Leo", "Zara", "Hugo", "Amy", "Raj")  # fmt: skip
-_OPENERS = ("Hi,", "Hello,", "Hi team,", "Good morning,", "Hey there,", "Dear support,",
-            "Hello again,", "Hi folks,")  # fmt: skip
+_NAMES = (
+    "Dana",
+    "Omar",
+    "Lena",
+    "Ravi",
+    "Mia",
+    "Tom",
+    "Ada",
+    "Kofi",
+    "Sara",
+    "Ivan",
+    "Noor",
+    "Paul",
+    "Yuki",
+    "Ben",
+    "Ines",
+    "Leo",
+    "Zara",
+    "Hugo",
+    "Amy",
+    "Raj",
+)
+_OPENERS = (
+    "Hi,",
+    "Hello,",
+    "Hi team,",
+    "Good morning,",
+    "Hey there,",
+    "Dear support,",
+    "Hello again,",
+    "Hi folks,",
+)
 _CLOSERS = ("Thanks, {n}", "Best, {n}", "Cheers, {n}", "Regards, {n}", "Thank you! {n}", "{n}")
 
 
@@ -39,13 +67,15 @@ def customer_rows(tickets: Path = DEMO_DIR / "tickets.csv") -> list[dict[str, st
             ticket = labelled[(c * 7 + j * 13) % len(labelled)]
             opener = _OPENERS[(c + j) % len(_OPENERS)]
             closer = _CLOSERS[(c * 3 + j) % len(_CLOSERS)].format(n=name)
-            rows.append({
-                "ticket_id": f"T-{2001 + len(rows)}",
-                "customer_id": f"C-{1001 + c}",
-                "ticket": f"{opener} {ticket['ticket']} {closer} (customer {1001 + c})",
-                "customer_tier": ticket["customer_tier"],
-                "category": ticket["category"],
-            })  # fmt: skip
+            rows.append(
+                {
+                    "ticket_id": f"T-{2001 + len(rows)}",
+                    "customer_id": f"C-{1001 + c}",
+                    "ticket": f"{opener} {ticket['ticket']} {closer} (customer {1001 + c})",
+                    "customer_tier": ticket["customer_tier"],
+                    "category": ticket["category"],
+                }
+            )
     return rows
 
 

@@ -184,9 +184,11 @@ class FeedbackImporter:
                 writes.stage_fields(columns)
                 bad = writes.first_bad_feedback(KINDS) if feedback else writes.first_bad_log()
                 if bad is not None:
-                    place = f"line {line_of_row(path, bad.row_number)}" if fmt == "jsonl" else (
-                        f"row {bad.row_number}"
-                    )  # fmt: skip
+                    place = (
+                        f"line {line_of_row(path, bad.row_number)}"
+                        if fmt == "jsonl"
+                        else (f"row {bad.row_number}")
+                    )
                     raise FeedbackError(describe_bad_row(f"{where}, {place}", bad, columns))
                 now = self.tables.store.clock.now()
                 if feedback:

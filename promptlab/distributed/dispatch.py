@@ -115,9 +115,11 @@ class Dispatch:
         # The engine waits timeout_s (and a second) for the whole call; the worker is
         # told the seconds left when the chunk goes, never this machine's clock.
         sent = _Sent(
-            cfg.queue or keys.DEFAULT_QUEUE, endpoint_ref(cfg), request,
+            cfg.queue or keys.DEFAULT_QUEUE,
+            endpoint_ref(cfg),
+            request,
             time.monotonic() + request.timeout_s,
-        )  # fmt: skip
+        )
         with self._sent_lock:
             self._sent[ticket] = sent
         try:
@@ -145,9 +147,10 @@ class Dispatch:
         its task later (the broker redelivering a killed worker's task minutes after)
         finds it answered and sends nothing, where it would pay for the call again."""
         error = ProviderError(
-            ErrorKind.TIMEOUT, "its owner stopped waiting for it: not sent again",
+            ErrorKind.TIMEOUT,
+            "its owner stopped waiting for it: not sent again",
             provider=None,
-        )  # fmt: skip
+        )
         sealed = sealed_answer(
             self._secret, ticket, f"owner:{self.owner}", answer_to_dict(None, error)
         )
@@ -199,9 +202,11 @@ class Dispatch:
             for ticket, _ in sent:
                 message = f"the broker at {self.url} did not take the chunk: {exc}"
                 error = ProviderError(
-                    ErrorKind.CONNECTION, message, provider=first.endpoint["name"],
+                    ErrorKind.CONNECTION,
+                    message,
+                    provider=first.endpoint["name"],
                     should_retry=True,
-                )  # fmt: skip
+                )
                 self._answer(ticket, answer_to_dict(None, error))
 
     def _republish_all(self) -> None:

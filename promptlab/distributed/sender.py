@@ -249,9 +249,11 @@ class Sender:
 
     async def _refuse(self, reply_to: str, name: str, tickets: list[str], reason: str) -> None:
         error = ProviderError(
-            ErrorKind.AUTH, f"on worker {self.name}: {reason}; nothing was sent",
-            provider=name, should_retry=False,
-        )  # fmt: skip
+            ErrorKind.AUTH,
+            f"on worker {self.name}: {reason}; nothing was sent",
+            provider=name,
+            should_retry=False,
+        )
         answer = self._redact.value(answer_to_dict(None, error))
         try:
             await asyncio.gather(
@@ -311,9 +313,15 @@ class Sender:
         return {"sent": sent, "reused": len(sends) - sent}
 
     async def _send_and_answer(
-        self, reply_to: str, ticket: str, provider: Provider, budget: SharedBudget,
-        request: CompletionRequest, wait_s: float, deadline: float,
-    ) -> bool:  # fmt: skip
+        self,
+        reply_to: str,
+        ticket: str,
+        provider: Provider,
+        budget: SharedBudget,
+        request: CompletionRequest,
+        wait_s: float,
+        deadline: float,
+    ) -> bool:
         """Send a ticket this sender claimed; a failure on the way gives the claim back
         (the chunk is tried again, and the ticket with it). The answer is kept redacted,
         as the owner's store keeps outputs: Redis is no place for a key a server echoed."""
@@ -368,9 +376,13 @@ class Sender:
             self._sent_answers.popitem(last=False)
 
     async def _after_holder(
-        self, reply_to: str, cfg: EndpointConfig, request: CompletionRequest, holder: str,
+        self,
+        reply_to: str,
+        cfg: EndpointConfig,
+        request: CompletionRequest,
+        holder: str,
         deadline: float,
-    ) -> bool:  # fmt: skip
+    ) -> bool:
         """A ticket another sender claimed: its answer once stored, or, when that sender is
         gone (killed mid-send), the claim taken over and the ticket sent again. Waits no
         longer than its owner does."""
@@ -408,9 +420,12 @@ class Sender:
                 await self._wake(keys=[ready], args=[int(keys.HEARTBEAT_TTL_S * 6)])
 
     async def _send(
-        self, provider: Provider, budget: SharedBudget, request: CompletionRequest,
+        self,
+        provider: Provider,
+        budget: SharedBudget,
+        request: CompletionRequest,
         deadline: float,
-    ) -> dict[str, Any]:  # fmt: skip
+    ) -> dict[str, Any]:
         """One call to the provider: its answer, or its error, as data. Nothing is sent
         once the owner has stopped waiting for it (`deadline`, on time.monotonic)."""
         left = deadline - time.monotonic()
@@ -429,9 +444,10 @@ class Sender:
             return answer_to_dict(None, exc)
         except TimeoutError:
             error = ProviderError(
-                ErrorKind.TIMEOUT, f"no answer within {request.timeout_s:g} s",
+                ErrorKind.TIMEOUT,
+                f"no answer within {request.timeout_s:g} s",
                 provider=provider.name,
-            )  # fmt: skip
+            )
             return answer_to_dict(None, error)
         except Exception as exc:  # noqa: BLE001 - an adapter bug: the owner records it
             log.error("a ticket to %s: the adapter failed", provider.name, exc_info=True)

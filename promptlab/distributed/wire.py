@@ -65,12 +65,15 @@ def answer_to_dict(
     assert error is not None
     return {
         "error": {
-            "kind": error.kind.value, "message": error.provider_message,
-            "status": error.status, "provider": error.provider,
-            "retry_after_s": error.retry_after_s, "should_retry": error.should_retry,
+            "kind": error.kind.value,
+            "message": error.provider_message,
+            "status": error.status,
+            "provider": error.provider,
+            "retry_after_s": error.retry_after_s,
+            "should_retry": error.should_retry,
             "headers": dict(error.headers),
         }
-    }  # fmt: skip
+    }
 
 
 def answer_from_dict(data: dict[str, Any]) -> CompletionResponse | ProviderError:
@@ -81,6 +84,11 @@ def answer_from_dict(data: dict[str, Any]) -> CompletionResponse | ProviderError
         )
     e = data["error"]
     return ProviderError(
-        ErrorKind(e["kind"]), e["message"], status=e["status"], provider=e["provider"],
-        retry_after_s=e["retry_after_s"], should_retry=e["should_retry"], headers=e["headers"],
-    )  # fmt: skip
+        ErrorKind(e["kind"]),
+        e["message"],
+        status=e["status"],
+        provider=e["provider"],
+        retry_after_s=e["retry_after_s"],
+        should_retry=e["should_retry"],
+        headers=e["headers"],
+    )

@@ -79,9 +79,15 @@ def _masked(row: Any, redactor: Redactor) -> Any:
     if isinstance(row, FinalRow):
         return redacted_batch(WriteBatch(finals=[row]), redactor).finals[0]
     return AuditDraft(
-        row.chain, row.kind, row.event_id, row.at, redactor.value(dict(row.payload)),
-        row.actor, row.run_id, row.trace_id,
-    )  # fmt: skip
+        row.chain,
+        row.kind,
+        row.event_id,
+        row.at,
+        redactor.value(dict(row.payload)),
+        row.actor,
+        row.run_id,
+        row.trace_id,
+    )
 
 
 class Segment:

@@ -237,9 +237,14 @@ class ItemAttempts:
             self.recorder.too_large(item, flight.attempt, response)
             return
         row = self.recorder.final(
-            item, ItemStatus.SUCCEEDED, True, flight.attempt,
-            response=response, endpoint=lane.endpoint, check=check,
-        )  # fmt: skip
+            item,
+            ItemStatus.SUCCEEDED,
+            True,
+            flight.attempt,
+            response=response,
+            endpoint=lane.endpoint,
+            check=check,
+        )
         if self.run.cache is not None:  # the response cache keeps it (engine/cache.py)
             self.run.cache.answered(lane.endpoint, prepared.request, row)
         # Only an item taken in whole ends a streak of internal errors.

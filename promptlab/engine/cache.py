@@ -131,8 +131,9 @@ class RunCache:
         leaves the run without: every request is sent)."""
         if not self.spec.reads:
             return
-        pairs = {(lane.endpoint.name, variants[i].model) for lane in lanes
-                 for i in lane.variant_indexes}  # fmt: skip
+        pairs = {
+            (lane.endpoint.name, variants[i].model) for lane in lanes for i in lane.variant_indexes
+        }
         try:
             entries = await asyncio.to_thread(
                 self.store.load, pairs, MAX_INDEX_ENTRIES, MAX_INDEX_BYTES
@@ -193,8 +194,10 @@ class RunCache:
             log.warning(
                 "run %s: a cached answer no longer passes the output checks of variant %s "
                 "(%s): it is a miss, and the request is sent (so for any other like it)",
-                self.run_id, variant.name, check.status,
-            )  # fmt: skip
+                self.run_id,
+                variant.name,
+                check.status,
+            )
         return False, check
 
     def answered(self, endpoint: EndpointConfig, request: CompletionRequest, row: FinalRow) -> None:
@@ -209,14 +212,21 @@ class RunCache:
         if row.rule_status == "failed":
             return
         entry = CacheEntry(
-            cache_key=request_key(endpoint, request), endpoint=endpoint.name, model=row.model,
-            output_text=row.output_text, input_tokens=row.input_tokens,
-            output_tokens=row.output_tokens, finish_reason=row.finish_reason,
-            model_version=row.model_version, latency_ms=row.latency_ms,
-            token_entropy=row.token_entropy, logprob_mean=row.logprob_mean,
-            logprob_tokens=row.logprob_tokens, source_run_id=self.run_id,
+            cache_key=request_key(endpoint, request),
+            endpoint=endpoint.name,
+            model=row.model,
+            output_text=row.output_text,
+            input_tokens=row.input_tokens,
+            output_tokens=row.output_tokens,
+            finish_reason=row.finish_reason,
+            model_version=row.model_version,
+            latency_ms=row.latency_ms,
+            token_entropy=row.token_entropy,
+            logprob_mean=row.logprob_mean,
+            logprob_tokens=row.logprob_tokens,
+            source_run_id=self.run_id,
             created_at=self.clock.now(),
-        )  # fmt: skip
+        )
         self.writer.cache(entry)
         if self.spec.reads:
             self._add(entry, newer=True)

@@ -244,12 +244,24 @@ class RunDriver:
         spec = prepared.spec
         lanes = self._pool.lanes(prepared.variants, prepared.endpoints, spec.limits)
         return RunExecution(
-            run_id, prepared.variants, lanes, spec.retry, self.items, self._writer, counters,
-            self.clock, repeats=spec.repeats, rows=rows, alert_sink=alert_sink,
-            reask=spec.reask, audit=self.settings.audit, top_logprobs=spec.top_logprobs,
-            replay=prepared.replay, cache=spec.cache,
+            run_id,
+            prepared.variants,
+            lanes,
+            spec.retry,
+            self.items,
+            self._writer,
+            counters,
+            self.clock,
+            repeats=spec.repeats,
+            rows=rows,
+            alert_sink=alert_sink,
+            reask=spec.reask,
+            audit=self.settings.audit,
+            top_logprobs=spec.top_logprobs,
+            replay=prepared.replay,
+            cache=spec.cache,
             masker=Masker(self.settings.mask) if self.settings.mask else None,
-        )  # fmt: skip
+        )
 
     async def _fail_run(self, run_id: str, exc: Exception, spec: RunSpec) -> None:
         if is_storage_failure(exc):

@@ -240,9 +240,18 @@ def _variant(
     units = plan.units.get(variant.name, set()) if plan.unit_column is not None else None
     share = plan.shares.get(variant.name, 0.0) if plan.unit_column is not None else None
     return VariantEstimate(
-        variant.name, variant.endpoint, variant.model, requests, input_tokens, output_tokens,
-        basis, per.latency_ms, cost, None if units is None else len(units), share,
-    )  # fmt: skip
+        variant.name,
+        variant.endpoint,
+        variant.model,
+        requests,
+        input_tokens,
+        output_tokens,
+        basis,
+        per.latency_ms,
+        cost,
+        None if units is None else len(units),
+        share,
+    )
 
 
 def _requests(variant: VariantRecord, rows: Sequence[Mapping[str, Any]]) -> list[CompletionRequest]:
@@ -364,10 +373,12 @@ def _endpoint_seconds(
     concurrency = _tighter(cfg.concurrency, run.concurrency) or DEFAULT_CONCURRENCY
     burst_s = run.burst_s  # the run's, or the limiter's default
     bounds = [
-        (requests * latency_s / concurrency,
-         f"{cfg.name}: concurrency {concurrency}{_whose(cfg.concurrency, run.concurrency)} "
-         f"x {latency_s:.2g} s latency"),
-    ]  # fmt: skip
+        (
+            requests * latency_s / concurrency,
+            f"{cfg.name}: concurrency {concurrency}{_whose(cfg.concurrency, run.concurrency)} "
+            f"x {latency_s:.2g} s latency",
+        ),
+    ]
     if rpm := _tighter(cfg.rpm, run.rpm):
         # The limiter lets a burst of rpm x burst_s / 60 go at once, then spaces the rest.
         rate_s = max(0.0, requests - rpm * burst_s / 60) / rpm * 60

@@ -96,9 +96,12 @@ class Engine(RunLifecycle):
         self._claims_lock = threading.Lock()
         #: Runs waiting for the runs they come after (`after:`; engine/dependencies.py).
         self._waiting = WaitingRuns(
-            self.runs, self._claims_lock, (self._claims, self._pending_cancels),
-            start=self._start, skip=self._skip,
-        )  # fmt: skip
+            self.runs,
+            self._claims_lock,
+            (self._claims, self._pending_cancels),
+            start=self._start,
+            skip=self._skip,
+        )
         #: Runs' holds on the GC tuning (engine/collector.py), released however close goes.
         self._collector_holds: set[CollectorHold] = set()
         #: OpenTelemetry traces of runs when OTEL_* names a collector (observability/).
@@ -136,9 +139,12 @@ class Engine(RunLifecycle):
 
     async def _start_writer(self) -> BatchWriter:
         writer = BatchWriter(
-            self.items, spill_dirs=self._spill_dirs, on_stall=self._on_stall, clock=self.clock,
+            self.items,
+            spill_dirs=self._spill_dirs,
+            on_stall=self._on_stall,
+            clock=self.clock,
             answer_log=self.settings.answer_log,
-        )  # fmt: skip
+        )
         writer.start()
         return writer
 
@@ -226,26 +232,43 @@ class Engine(RunLifecycle):
         active = self._active.get(run_id)
         status, reason = self._unrecorded_ends.get(run_id, (record.status, record.status_reason))
         common: dict[str, Any] = {
-            "run_id": run_id, "name": record.name, "status": status, "reason": reason,
-            "submitted_at": record.submitted_at, "started_at": record.started_at,
+            "run_id": run_id,
+            "name": record.name,
+            "status": status,
+            "reason": reason,
+            "submitted_at": record.submitted_at,
+            "started_at": record.started_at,
             "finished_at": record.finished_at,
-        }  # fmt: skip
+        }
         if active is None or active.counters is None:
             counts = self.reads.item_counts(run_id)
             return RunProgress(
-                **common, active=active is not None, total=record.total_items,
-                pending=counts["pending"], in_flight=counts["in_flight"],
-                succeeded=counts["succeeded"], failed=counts["failed"],
-                cancelled=counts["cancelled"], throughput_per_s=None, eta_s=None,
-            )  # fmt: skip
+                **common,
+                active=active is not None,
+                total=record.total_items,
+                pending=counts["pending"],
+                in_flight=counts["in_flight"],
+                succeeded=counts["succeeded"],
+                failed=counts["failed"],
+                cancelled=counts["cancelled"],
+                throughput_per_s=None,
+                eta_s=None,
+            )
         c = active.counters
         lanes = active.execution.lanes if active.execution else ()
         return RunProgress(
-            **common, active=True, total=c.total, pending=c.pending, in_flight=c.in_flight,
-            succeeded=c.succeeded, failed=c.failed, cancelled=c.cancelled,
-            throughput_per_s=c.throughput(), eta_s=c.eta_s(),
+            **common,
+            active=True,
+            total=c.total,
+            pending=c.pending,
+            in_flight=c.in_flight,
+            succeeded=c.succeeded,
+            failed=c.failed,
+            cancelled=c.cancelled,
+            throughput_per_s=c.throughput(),
+            eta_s=c.eta_s(),
             limiters=tuple(lane.limiter.state() for lane in lanes),
-        )  # fmt: skip
+        )
 
     def list_runs(self, limit: int = 50) -> list[RunProgress]:
         return [self.status(r.run_id) for r in self.runs.list_runs(limit)]

@@ -150,23 +150,23 @@ class ItemRecorder:
         """One call's row: answered, failed with `error`, or (neither) an internal error."""
         elapsed_ms = (self.clock.monotonic() - t0) * 1000
         row = AttemptRow(
-                key=item.key,
-                run_id=self.run_id,
-                attempt=attempt,
-                started_at=started_at,
-                ended_at=self.clock.now(),
-                outcome="ok" if response is not None else "error",
-                error_kind=(error.kind.value if error else ItemErrorKind.INTERNAL)
-                if response is None
-                else None,
-                http_status=error.status if error else _status(response),
-                error_message=str(error)[:MAX_MESSAGE_CHARS] if error else None,
-                wait_ms=wait_s * 1000,
-                wait_reason=wait_reason,
-                retry_after_s=error.retry_after_s if error else None,
-                latency_ms=response.latency_ms if response is not None else elapsed_ms,
-                reask=reask,
-        )  # fmt: skip
+            key=item.key,
+            run_id=self.run_id,
+            attempt=attempt,
+            started_at=started_at,
+            ended_at=self.clock.now(),
+            outcome="ok" if response is not None else "error",
+            error_kind=(error.kind.value if error else ItemErrorKind.INTERNAL)
+            if response is None
+            else None,
+            http_status=error.status if error else _status(response),
+            error_message=str(error)[:MAX_MESSAGE_CHARS] if error else None,
+            wait_ms=wait_s * 1000,
+            wait_reason=wait_reason,
+            retry_after_s=error.retry_after_s if error else None,
+            latency_ms=response.latency_ms if response is not None else elapsed_ms,
+            reask=reask,
+        )
         self.writer.attempt(row)
         if self.observer is not None:
             self.observer.attempt(row)
@@ -185,8 +185,15 @@ class ItemRecorder:
                     stages["served_by"] = served_by
         if self.audit and not answered:
             payload = trace.attempt_payload(row, response, served_by)
-            draft = AuditDraft(self.chain, "attempt", f"{item.key}/a{attempt}", row.ended_at,
-                               payload, run_id=self.run_id, trace_id=item.key)  # fmt: skip
+            draft = AuditDraft(
+                self.chain,
+                "attempt",
+                f"{item.key}/a{attempt}",
+                row.ended_at,
+                payload,
+                run_id=self.run_id,
+                trace_id=item.key,
+            )
             self.writer.audit(draft)
 
     def final(
@@ -227,7 +234,7 @@ class ItemRecorder:
                 trace.result_payload(row, stages, self._masking(masked)),
                 run_id=self.run_id,
                 trace_id=item.key,
-            )  # fmt: skip
+            )
         # On disk (the answer log) before the item counts as received below.
         self.writer.final(row, draft)
         self.traces.pop(item.key, None)
@@ -311,9 +318,14 @@ class ItemRecorder:
 
     def _detect(self, row: FinalRow, parsed: Any) -> None:
         obs = observation_of(
-            row.seq, row.variant, row.status, row.error_kind, row.check_status,
-            row.output_text, parsed,
-        )  # fmt: skip
+            row.seq,
+            row.variant,
+            row.status,
+            row.error_kind,
+            row.check_status,
+            row.output_text,
+            parsed,
+        )
         alerts = self.detector.observe(obs)
         if alerts and self.alert_sink is not None:
             self.alert_sink(alerts)

@@ -213,8 +213,15 @@ class RequestBuilder:
         if self.sharding is None or not conversation:
             return None
         try:
-            return self.sharding.plan(lane, variant.model, rendered, conversation, max_tokens,
-                                      item.values.get(TURN_KEY), cutters)  # fmt: skip
+            return self.sharding.plan(
+                lane,
+                variant.model,
+                rendered,
+                conversation,
+                max_tokens,
+                item.values.get(TURN_KEY),
+                cutters,
+            )
         except ShardTooLarge as exc:
             raise ProviderError(
                 ErrorKind.CONTEXT_LENGTH,
@@ -233,8 +240,13 @@ class RequestBuilder:
         own = turn.own
         shard_id = self.sharding.note(item, variant, turn)
         self.recorder.row_shards[item.key] = shard_id
-        stage = {"id": shard_id, "seq_no": own.seq_no, "first_message": own.start,
-                 "last_message": own.end - 1, "cut": own.cut}  # fmt: skip
+        stage = {
+            "id": shard_id,
+            "seq_no": own.seq_no,
+            "first_message": own.start,
+            "last_message": own.end - 1,
+            "cut": own.cut,
+        }
         return stage | ({"summary": summary} if summary is not None else {})
 
     def prepare_as_written(

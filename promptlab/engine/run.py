@@ -51,10 +51,17 @@ from promptlab.store.shards import ShardStore
 
 #: Importable from here, as before one item's attempts had a module of their own.
 __all__ = [
-    "CANCELLED_IN_FLIGHT", "CHUNK_SIZE", "INTERNAL_STOP_AFTER", "MAX_WAITING_TURNS",
-    "REASK_ERRORS_LISTED", "TIMEOUT_GRACE_S", "WAIT_BACKOFF", "Flight", "RunExecution",
+    "CANCELLED_IN_FLIGHT",
+    "CHUNK_SIZE",
+    "INTERNAL_STOP_AFTER",
+    "MAX_WAITING_TURNS",
+    "REASK_ERRORS_LISTED",
+    "TIMEOUT_GRACE_S",
+    "WAIT_BACKOFF",
+    "Flight",
+    "RunExecution",
     "reask_message",
-]  # fmt: skip
+]
 
 log = logging.getLogger(__name__)
 
@@ -114,19 +121,34 @@ class RunExecution:
         self._waiting: set[asyncio.Task[None]] = set()
         self._waiting_room = asyncio.Semaphore(MAX_WAITING_TURNS)
         self.recorder = ItemRecorder(
-            run_id, self.variants, self.templates, self.checkers, writer, counters, clock,
-            alert_sink=alert_sink, reask=reask, audit=audit, masker=masker,
+            run_id,
+            self.variants,
+            self.templates,
+            self.checkers,
+            writer,
+            counters,
+            clock,
+            alert_sink=alert_sink,
+            reask=reask,
+            audit=audit,
+            masker=masker,
             on_final=self._finished if self.chains is not None else None,
-        )  # fmt: skip
+        )
         self.cache = self._run_cache(cache)
         #: Each dispatched item's sends, retries and re-asks (engine/attempts.py).
         self.attempts = ItemAttempts(self, self.recorder, self.checkers, policy, clock, reask=reask)
         self.sharding, self.histories = self._replay_parts(replay, audit, masker)
         self.requests = RequestBuilder(
-            self.variants, self.templates, self.recorder, policy.timeout_s,
-            self.sharding, self.histories, repeats=repeats, top_logprobs=top_logprobs,
+            self.variants,
+            self.templates,
+            self.recorder,
+            policy.timeout_s,
+            self.sharding,
+            self.histories,
+            repeats=repeats,
+            top_logprobs=top_logprobs,
             positions=(rows if rows is not None else counters.total) * repeats,
-        )  # fmt: skip
+        )
 
     def _run_cache(self, cache: CacheSpec | None) -> RunCache | None:
         """The response cache, when the spec uses it (engine/cache.py)."""
@@ -144,10 +166,17 @@ class RunExecution:
         if replay is None:
             return None, None
         sharding = Sharding(
-            self.run_id, replay.shards, replay.summary, ShardStore(self.items.store),
-            self.writer, self.policy, self.clock, audit=audit, masker=masker,
+            self.run_id,
+            replay.shards,
+            replay.summary,
+            ShardStore(self.items.store),
+            self.writer,
+            self.policy,
+            self.clock,
+            audit=audit,
+            masker=masker,
             redact=self._redact,
-        )  # fmt: skip
+        )
         return sharding, SessionHistories(self._turn_rows)
 
     # ---- control -------------------------------------------------------------------
@@ -255,9 +284,15 @@ class RunExecution:
             return False
         response, check = hit
         self.recorder.final(
-            item, ItemStatus.SUCCEEDED, False, item.attempts,
-            response=response, endpoint=lane.endpoint, check=check, cache_hit=True,
-        )  # fmt: skip
+            item,
+            ItemStatus.SUCCEEDED,
+            False,
+            item.attempts,
+            response=response,
+            endpoint=lane.endpoint,
+            check=check,
+            cache_hit=True,
+        )
         return True
 
     def _dispatch(self, item: PendingItem, lane: Lane, prepared: Prepared, permit: Permit) -> None:

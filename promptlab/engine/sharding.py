@@ -313,24 +313,45 @@ class Sharding:
             text = self.masker.mask(text, {})
         response = replace(response, text=text)
         cost = cost_usd(lane.endpoint, variant.model, response.input_tokens, response.output_tokens)
-        record = self._record(item, variant, turn.shard(k), shard_id, response.text,
-                              response.input_tokens + response.output_tokens, cost)  # fmt: skip
+        record = self._record(
+            item,
+            variant,
+            turn.shard(k),
+            shard_id,
+            response.text,
+            response.input_tokens + response.output_tokens,
+            cost,
+        )
         self._store(record)
         if self.audit:
             payload = {
-                "shard_id": shard_id, "session": item.values.get(SESSION_KEY),
-                "variant": variant.name, "repeat": item.repeat, "seq_no": k,
+                "shard_id": shard_id,
+                "session": item.values.get(SESSION_KEY),
+                "variant": variant.name,
+                "repeat": item.repeat,
+                "seq_no": k,
                 "summarizes": list(range(k)),
                 "summary_version_id": self.summary.version_id,
-                "prompt_hash": trace.prompt_hash(messages), "model": variant.model,
-                "model_version": response.model_version, "input_tokens": response.input_tokens,
-                "output_tokens": response.output_tokens, "latency_ms": response.latency_ms,
-                "cost_usd": cost, "summary": response.text,
-            }  # fmt: skip
-            self.writer.audit(AuditDraft(
-                run_chain(self.run_id), SUMMARY_KIND, f"{shard_id}/summary",
-                self.clock.now(), payload, run_id=self.run_id, trace_id=shard_id,
-            ))  # fmt: skip
+                "prompt_hash": trace.prompt_hash(messages),
+                "model": variant.model,
+                "model_version": response.model_version,
+                "input_tokens": response.input_tokens,
+                "output_tokens": response.output_tokens,
+                "latency_ms": response.latency_ms,
+                "cost_usd": cost,
+                "summary": response.text,
+            }
+            self.writer.audit(
+                AuditDraft(
+                    run_chain(self.run_id),
+                    SUMMARY_KIND,
+                    f"{shard_id}/summary",
+                    self.clock.now(),
+                    payload,
+                    run_id=self.run_id,
+                    trace_id=shard_id,
+                )
+            )
         return response.text
 
     async def _send(
@@ -341,9 +362,12 @@ class Sharding:
         refusal stops the run (SummaryFailed.stops_run)."""
         assert self.summary is not None
         request = CompletionRequest(
-            model=model, messages=tuple(messages), max_tokens=self.summary.max_tokens,
-            request_id=f"{shard_id}-summary", timeout_s=self.policy.timeout_s,
-        )  # fmt: skip
+            model=model,
+            messages=tuple(messages),
+            max_tokens=self.summary.max_tokens,
+            request_id=f"{shard_id}-summary",
+            timeout_s=self.policy.timeout_s,
+        )
         tokens = estimate_prompt_tokens(messages) + request.max_tokens
         last: ProviderError | None = None
         attempt = throttled = 0
@@ -395,12 +419,24 @@ class Sharding:
     ) -> ShardRecord:
         now = self.clock.now()
         return ShardRecord(
-            shard_id, self.run_id, str(item.values.get(SESSION_KEY)), variant.name,
-            item.repeat, shard.seq_no, False, shard.start, shard.end - 1, shard.tokens,
-            shard.cut, summary, self.summary.version_id if summary and self.summary else None,
-            summary_tokens, summary_cost, now,
+            shard_id,
+            self.run_id,
+            str(item.values.get(SESSION_KEY)),
+            variant.name,
+            item.repeat,
+            shard.seq_no,
+            False,
+            shard.start,
+            shard.end - 1,
+            shard.tokens,
+            shard.cut,
+            summary,
+            self.summary.version_id if summary and self.summary else None,
+            summary_tokens,
+            summary_cost,
+            now,
             now + timedelta(seconds=self.spec.ttl_s),
-        )  # fmt: skip
+        )
 
     def _store(self, record: ShardRecord) -> None:
         end = record.last_message + 1
@@ -426,6 +462,9 @@ def _merged(earlier: ShardRecord, later: ShardRecord) -> ShardRecord:
     grown = later if later.last_message >= earlier.last_message else earlier
     summed = later if later.summary is not None else earlier
     return replace(
-        grown, summary=summed.summary, summary_version_id=summed.summary_version_id,
-        summary_tokens=summed.summary_tokens, summary_cost_usd=summed.summary_cost_usd,
-    )  # fmt: skip
+        grown,
+        summary=summed.summary,
+        summary_version_id=summed.summary_version_id,
+        summary_tokens=summed.summary_tokens,
+        summary_cost_usd=summed.summary_cost_usd,
+    )

@@ -55,21 +55,58 @@ from promptlab.yamlio import parse_yaml, read_yaml
 #: The module's face: the spec's types and parsers, and the constants other modules
 #: (and tests) import from here, wherever they are defined.
 __all__ = [
-    "AS_WRITTEN", "DATASET_NAME", "DATASET_SUFFIXES", "JUDGING", "LOCAL_ENDPOINTS",
-    "MAX_AFTER", "MAX_REASKS", "MAX_REPEATS", "MAX_RUN_NAME_CHARS", "MODES",
-    "PARAM_COLUMNS_KEY", "SPEC_FIELDS", "VALIDATING", "VARIANT_FIELDS", "VARIANT_PARAMS",
-    "RunSpec", "SpecError", "VariantSpec", "experiment_variants", "load_spec", "parse_spec",
+    "AS_WRITTEN",
+    "DATASET_NAME",
+    "DATASET_SUFFIXES",
+    "JUDGING",
+    "LOCAL_ENDPOINTS",
+    "MAX_AFTER",
+    "MAX_REASKS",
+    "MAX_REPEATS",
+    "MAX_RUN_NAME_CHARS",
+    "MODES",
+    "PARAM_COLUMNS_KEY",
+    "SPEC_FIELDS",
+    "VALIDATING",
+    "VARIANT_FIELDS",
+    "VARIANT_PARAMS",
+    "RunSpec",
+    "SpecError",
+    "VariantSpec",
+    "experiment_variants",
+    "load_spec",
+    "parse_spec",
     "parse_spec_text",
-]  # fmt: skip
+]
 
 SPEC_FIELDS = frozenset(
     {
-        "name", "dataset", "variants", "repeats", "limits", "retry", "endpoints", "limit_rows",
-        "experiment", "mode", "unit_column", "skip_invalid_rows", "reask", "executor",
-        "schedule", "after", "expected", "scorers", "crosscheck", "history", "shards",
-        "metrics", "planned_units", "cache",
+        "name",
+        "dataset",
+        "variants",
+        "repeats",
+        "limits",
+        "retry",
+        "endpoints",
+        "limit_rows",
+        "experiment",
+        "mode",
+        "unit_column",
+        "skip_invalid_rows",
+        "reask",
+        "executor",
+        "schedule",
+        "after",
+        "expected",
+        "scorers",
+        "crosscheck",
+        "history",
+        "shards",
+        "metrics",
+        "planned_units",
+        "cache",
     }
-)  # fmt: skip
+)
 #: Most times a spec may send each (row, variant): sampling the same prompt a thousand
 #: times is already a study of its own; more is a typo that would plan billions of items.
 MAX_REPEATS = 1_000

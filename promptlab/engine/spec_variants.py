@@ -15,10 +15,19 @@ from promptlab.providers.config import parse_model_ref
 
 VARIANT_FIELDS = frozenset(
     {
-        "name", "prompt", "messages", "model", "params", "params_from", "output_schema",
-        "rules", "requests", "id_field", "sampling",
+        "name",
+        "prompt",
+        "messages",
+        "model",
+        "params",
+        "params_from",
+        "output_schema",
+        "rules",
+        "requests",
+        "id_field",
+        "sampling",
     }
-)  # fmt: skip
+)
 #: `requests: as_written`: each dataset line is a request (see promptlab/data/batchfile.py).
 AS_WRITTEN = "as_written"
 #: Where a variant's record keeps `params_from` (param -> dataset column) among its params.

@@ -301,10 +301,13 @@ def _verified(
     if expected and record.attempts:
         answered = max(record.attempts, key=lambda a: int(a.get("attempt") or 0))
         values = stored_values(
-            {"idempotency_key": row.get("idempotency_key"), "run_id": row.get("run_id"),
-             **answered},
+            {
+                "idempotency_key": row.get("idempotency_key"),
+                "run_id": row.get("run_id"),
+                **answered,
+            },
             ATTEMPT_DIGEST_COLUMNS,
-        )  # fmt: skip
+        )
         ok = ok and row_digest(values) == expected
     return ok
 

@@ -108,8 +108,10 @@ def parse_crosscheck(data: Any) -> CrossCheck:
     for key in ("field", "confidence"):
         value = data.get(key)
         if value is not None and (not isinstance(value, str) or not _PATH.match(value)):
-            raise SpecError(f"crosscheck.{key}: expected a JSON path like 'label' or "
-                            f"'answer.label', got {value!r}")  # fmt: skip
+            raise SpecError(
+                f"crosscheck.{key}: expected a JSON path like 'label' or "
+                f"'answer.label', got {value!r}"
+            )
         paths[key] = value
     validation = data.get("validation")  # a file or name; stored runs: {name: NAME} too
     if validation is not None and not (
@@ -121,8 +123,9 @@ def parse_crosscheck(data: Any) -> CrossCheck:
     if gap is not None and (
         isinstance(gap, bool) or not isinstance(gap, int | float) or not 0 < gap <= 10
     ):
-        raise SpecError(f"crosscheck.entropy_gap: expected nats from 0 to 10 (the seed's "
-                        f"1.2), got {gap!r}")  # fmt: skip
+        raise SpecError(
+            f"crosscheck.entropy_gap: expected nats from 0 to 10 (the seed's 1.2), got {gap!r}"
+        )
     return CrossCheck(
         models=tuple(map(str, models)),
         validation=validation,
@@ -151,8 +154,10 @@ def with_crosscheck(
         or "model" in variants[0]
         or data.get("repeats", 1) != 1
     ):
-        raise SpecError("crosscheck: the variant names no model (crosscheck.models does) "
-                        "and the spec no repeats")  # fmt: skip
+        raise SpecError(
+            "crosscheck: the variant names no model (crosscheck.models does) "
+            "and the spec no repeats"
+        )
     if check.validation is not None and not data.get("expected"):
         raise SpecError("crosscheck.validation: needs `expected:`, the column holding the answer")
     if check.validation is not None:
@@ -346,8 +351,13 @@ def decide(
     for model, answer in answers.items():
         raw = raw_confidence(answer, check)
         normal = None if raw is None else scale.normalized(model, raw)
-        inputs[model] = {"answer": answer.value, "confidence": raw, "normalized": normal,
-                         "weight": round(weights[model], 6), "entropy": answer.entropy}  # fmt: skip
+        inputs[model] = {
+            "answer": answer.value,
+            "confidence": raw,
+            "normalized": normal,
+            "weight": round(weights[model], 6),
+            "entropy": answer.entropy,
+        }
         if best is not None and answer.value == best and normal is not None:
             backing += weights[model]
             fused += weights[model] * normal

@@ -59,8 +59,12 @@ def crosscheck_ended(
     raw = dict(spec.raw)
     check = {k: v for k, v in raw["crosscheck"].items() if k != "validation"}
     data = {k: v for k, v in raw.items() if k not in ("name", "schedule", "after", "limit_rows")}
-    data |= {"name": f"validate crosscheck: {spec.name}"[:200], "crosscheck": check,
-             "dataset": raw["crosscheck"]["validation"], "validating": run_id}  # fmt: skip
+    data |= {
+        "name": f"validate crosscheck: {spec.name}"[:200],
+        "crosscheck": check,
+        "dataset": raw["crosscheck"]["validation"],
+        "validating": run_id,
+    }
     scorers = [s for s in raw.get("scorers") or [] if _plain(s)]  # judges judge the run
     data.pop("scorers", None)
     if scorers:
@@ -116,10 +120,15 @@ def decide_run(
                     agreed[model] += 1
     weights = adjust_weights(base, {m: agreed[m] / rows for m in models}) if rows else base
     crosschecks.clear(run_id)
-    crosschecks.put_weights(run_id, [
-        WeightRecord(m, validation_run_id, None if f1 is None else f1.get(m, 0.0), base[m],
-                     weights[m]) for m in models
-    ])  # fmt: skip
+    crosschecks.put_weights(
+        run_id,
+        [
+            WeightRecord(
+                m, validation_run_id, None if f1 is None else f1.get(m, 0.0), base[m], weights[m]
+            )
+            for m in models
+        ],
+    )
     return _decide_rows(store, run_id, check, weights, Scale(per_model, pooled))
 
 
@@ -136,11 +145,29 @@ def _decide_rows(
             answers = _answers(outputs, check)
             d = decide(answers, weights, scale, check)
             counts[d.decision] += 1
-            decided.append((row, str(d.decision), d.answer, d.agreement, d.confidence,
-                            json.dumps(d.inputs), d.entropy_gap, d.ambiguous))  # fmt: skip
+            decided.append(
+                (
+                    row,
+                    str(d.decision),
+                    d.answer,
+                    d.agreement,
+                    d.confidence,
+                    json.dumps(d.inputs),
+                    d.entropy_gap,
+                    d.ambiguous,
+                )
+            )
             if d.decision == Decision.REVIEW:
-                queued.append((run_id, row, None, str(ReviewSource.CROSSCHECK),
-                               review_reason(d, check), d.answer))  # fmt: skip
+                queued.append(
+                    (
+                        run_id,
+                        row,
+                        None,
+                        str(ReviewSource.CROSSCHECK),
+                        review_reason(d, check),
+                        d.answer,
+                    )
+                )
         crosschecks.add_decisions(run_id, decided, now)
         reviews.add(queued, ACTOR, now)
     name = RunStore(store).get_run(run_id).name
@@ -162,8 +189,10 @@ def _answers(
 def review_reason(d: RowDecision, check: CrossCheck) -> str:
     """Why a row went to review, with its figures and the line it missed."""
     if d.ambiguous:
-        return (f"ambiguous: the models' token entropies differ by {d.entropy_gap:.2f} nats "
-                f"(over {check.entropy_gap})")  # fmt: skip
+        return (
+            f"ambiguous: the models' token entropies differ by {d.entropy_gap:.2f} nats "
+            f"(over {check.entropy_gap})"
+        )
     if d.answer is None:
         return "no model gave an answer"
     confidence = "no confidence" if d.confidence is None else f"confidence {d.confidence:.2f}"

@@ -109,9 +109,13 @@ def _start_child(ended: RunEnd, work: str, start: Callable[[], str | None]) -> N
 
 
 def _record(
-    records: AfterRunStore, run_id: str, work: str, state: str, detail: str | None = None,
+    records: AfterRunStore,
+    run_id: str,
+    work: str,
+    state: str,
+    detail: str | None = None,
     child: str | None = None,
-) -> None:  # fmt: skip
+) -> None:
     try:
         records.record(run_id, work, state, detail, child)
     except Exception:  # noqa: BLE001 - a store that cannot take it is logged
@@ -151,8 +155,9 @@ def _verdicts(ended: RunEnd) -> None:
 def _validation_ended(ended: RunEnd) -> None:
     target = str(ended.spec.validating)
     if ended.status == RunStatus.COMPLETED:
-        done = _work(ended, "crosscheck", lambda: validation_ended(ended.store, ended.run_id,
-                                                                  ended.spec))  # fmt: skip
+        done = _work(
+            ended, "crosscheck", lambda: validation_ended(ended.store, ended.run_id, ended.spec)
+        )
         if not done:
             failed = _records(ended).get(ended.run_id, "crosscheck")
             why = failed.detail if failed else None

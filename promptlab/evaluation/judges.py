@@ -50,14 +50,31 @@ def write_judge_dataset(store: Store, run_id: str, spec: RunSpec) -> Path:
                     failed.append(r)
                     continue
                 expected = r.row.get(spec.expected)
-                line = {"key": r.key, "input": _input(r.row, spec.expected),
-                        "output": r.output or "", "expected": "" if expected is None
-                        else str(expected)}  # fmt: skip
+                line = {
+                    "key": r.key,
+                    "input": _input(r.row, spec.expected),
+                    "output": r.output or "",
+                    "expected": "" if expected is None else str(expected),
+                }
                 out.write(json.dumps(line, ensure_ascii=False) + "\n")
     for judge in judges_of(spec):
         scores.clear(run_id, judge.name)
-        scores.add([(r.key, run_id, r.variant, r.prompt_version_id, r.row_index, judge.name,
-                     0.0, str(ScoreStatus.NO_OUTPUT), "no output") for r in failed])  # fmt: skip
+        scores.add(
+            [
+                (
+                    r.key,
+                    run_id,
+                    r.variant,
+                    r.prompt_version_id,
+                    r.row_index,
+                    judge.name,
+                    0.0,
+                    str(ScoreStatus.NO_OUTPUT),
+                    "no output",
+                )
+                for r in failed
+            ]
+        )
     return dataset
 
 

@@ -46,9 +46,19 @@ def _score(store: Store, run_id: str, expected: str, scorers: Sequence[Scorer]) 
             output = result.output if result.succeeded else None
             for scorer in scorers:
                 score = scorer.score(output, want, result.row)
-                rows.append((result.key, run_id, result.variant, result.prompt_version_id,
-                             result.row_index, scorer.name, score.value, str(score.status),
-                             score.detail or None))  # fmt: skip
+                rows.append(
+                    (
+                        result.key,
+                        run_id,
+                        result.variant,
+                        result.prompt_version_id,
+                        result.row_index,
+                        scorer.name,
+                        score.value,
+                        str(score.status),
+                        score.detail or None,
+                    )
+                )
         scores.add(rows)
         stored += len(rows)
     return stored

@@ -36,8 +36,15 @@ from promptlab.errors import PromptlabError, SpecError, TemplateError
 from promptlab.providers.config import parse_model_ref
 
 KINDS = (
-    "exact", "contains", "regex", "json_field", "numeric", "set_overlap", "expression", "judge",
-)  # fmt: skip
+    "exact",
+    "contains",
+    "regex",
+    "json_field",
+    "numeric",
+    "set_overlap",
+    "expression",
+    "judge",
+)
 NORMALIZATIONS = ("case", "whitespace", "punctuation")
 #: Most scorers a spec may name: each runs on every result.
 MAX_SCORERS = 20
@@ -282,7 +289,7 @@ def _expression(s: Scorer, output: str, expected: Any, row: Mapping[str, Any]) -
             "expected": wrap(expected),
             "parsed": wrap(parsed),
             "row": wrap(dict(row)),
-        },  # fmt: skip
+        },
     )
     result = evaluator.eval(s.options["expr"])
     if isinstance(result, bool):
@@ -293,10 +300,15 @@ def _expression(s: Scorer, output: str, expected: Any, row: Mapping[str, Any]) -
 
 
 _SCORE: dict[str, Callable[[Scorer, str, Any, Mapping[str, Any]], Score]] = {
-    "exact": _exact, "contains": _contains, "regex": _regex, "json_field": _json_field,
-    "numeric": _numeric, "set_overlap": _set_overlap, "expression": _expression,
+    "exact": _exact,
+    "contains": _contains,
+    "regex": _regex,
+    "json_field": _json_field,
+    "numeric": _numeric,
+    "set_overlap": _set_overlap,
+    "expression": _expression,
     "judge": _judge,
-}  # fmt: skip
+}
 
 
 def _binary(right: bool, detail: str = "") -> Score:
@@ -339,8 +351,9 @@ def _number(value: Any, expected_value: bool = False) -> float:
     else:
         found = _NUMBER.search(str(value)[:1_000])
         if found is None:
-            raise _Malformed(f"{'the expected value' if expected_value else 'the output'} "
-                             f"holds no number")  # fmt: skip
+            raise _Malformed(
+                f"{'the expected value' if expected_value else 'the output'} holds no number"
+            )
         number = float(found.group())
     if not math.isfinite(number):
         raise _Malformed("not a finite number")

@@ -154,10 +154,17 @@ class ExperimentConfig:
 
     def as_file(self) -> ExperimentFile:
         return ExperimentFile(
-            self.name, self.description, self.salt, self.mode, self.unit_column,
-            self.ramp, self.killed, self.variants, metrics=self.metrics,
+            self.name,
+            self.description,
+            self.salt,
+            self.mode,
+            self.unit_column,
+            self.ramp,
+            self.killed,
+            self.variants,
+            metrics=self.metrics,
             planned_units=self.planned_units,
-        )  # fmt: skip
+        )
 
     def content(self) -> dict[str, Any]:
         return self.as_file().content()

@@ -103,9 +103,15 @@ def _exposure(data: Mapping[str, Any], where: str, number: int) -> Exposure:
     if time.tzinfo is None:
         raise ExperimentError(f"{where}: time: {raw_time!r} has no timezone (add Z or +00:00)")
     return Exposure(
-        texts["experiment"], revision, unit, texts["variant"], bucket,
-        texts["prompt_version_id"], time.astimezone(UTC), number,
-    )  # fmt: skip
+        texts["experiment"],
+        revision,
+        unit,
+        texts["variant"],
+        bucket,
+        texts["prompt_version_id"],
+        time.astimezone(UTC),
+        number,
+    )
 
 
 def check_exposure(exposure: Exposure, config: ExperimentConfig) -> None:

@@ -22,9 +22,19 @@ from promptlab.experiments.config import (
 from promptlab.yamlio import read_yaml
 
 _FILE_KEYS = frozenset(
-    {"name", "description", "salt", "mode", "unit_column", "ramp", "killed", "variants",
-     "metrics", "planned_units"}
-)  # fmt: skip
+    {
+        "name",
+        "description",
+        "salt",
+        "mode",
+        "unit_column",
+        "ramp",
+        "killed",
+        "variants",
+        "metrics",
+        "planned_units",
+    }
+)
 #: Fields of a stored revision: an exported config has them; adding one back ignores them.
 _REVISION_KEYS = frozenset({"revision", "allocation", "author", "created_at", "note"})
 _VARIANT_KEYS = frozenset(
@@ -132,8 +142,10 @@ def planned_units(value: Any, where: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 10**9:
-        raise ExperimentError(f"{where}: expected a whole number of units per arm from 1 to "
-                              f"1,000,000,000, got {value!r}")  # fmt: skip
+        raise ExperimentError(
+            f"{where}: expected a whole number of units per arm from 1 to "
+            f"1,000,000,000, got {value!r}"
+        )
     return value
 
 

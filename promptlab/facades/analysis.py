@@ -114,9 +114,16 @@ class Analysis:
         run = self._reads.run(run_id)
         metrics = self._metrics.run_metrics(run_id)
         return compare_run(
-            self._metrics, self._samples, run, metrics, variant_a, variant_b, sequential,
-            planned_units, keep_shared,
-        )  # fmt: skip
+            self._metrics,
+            self._samples,
+            run,
+            metrics,
+            variant_a,
+            variant_b,
+            sequential,
+            planned_units,
+            keep_shared,
+        )
 
     def log_metrics(
         self, prompt: str | None = None, since: datetime | str | None = None
@@ -153,19 +160,33 @@ class Analysis:
         when = _since(since, self._context.store.clock.now())
         if logs:
             return compare_logs(
-                self._metrics, self._samples, a, b, since=when,
-                sequential=True if sequential is None else sequential, cuped=cuped,
-                planned_units=planned_units, keep_shared=keep_shared,
-            )  # fmt: skip
+                self._metrics,
+                self._samples,
+                a,
+                b,
+                since=when,
+                sequential=True if sequential is None else sequential,
+                cuped=cuped,
+                planned_units=planned_units,
+                keep_shared=keep_shared,
+            )
         if cuped:
-            raise PromptlabError("CUPED needs production logs and --since (the pre-period is "
-                                 "each unit's logs before it)")  # fmt: skip
+            raise PromptlabError(
+                "CUPED needs production logs and --since (the pre-period is "
+                "each unit's logs before it)"
+            )
         if run_id is None:
             return compare_across_runs(
-                self._metrics, self._samples, a, b, self._reads.run, since=when,
-                sequential=bool(sequential), planned_units=planned_units,
+                self._metrics,
+                self._samples,
+                a,
+                b,
+                self._reads.run,
+                since=when,
+                sequential=bool(sequential),
+                planned_units=planned_units,
                 keep_shared=keep_shared,
-            )  # fmt: skip
+            )
         # One run's variants are compared on everything they finished, as `compare --run`.
         metrics = self._metrics.run_metrics(run_id)
         names = []
@@ -180,9 +201,16 @@ class Analysis:
             names.append(found[0])
         run = self._reads.run(run_id)
         return compare_run(
-            self._metrics, self._samples, run, metrics, names[0], names[1], sequential,
-            planned_units, keep_shared,
-        )  # fmt: skip
+            self._metrics,
+            self._samples,
+            run,
+            metrics,
+            names[0],
+            names[1],
+            sequential,
+            planned_units,
+            keep_shared,
+        )
 
     def _version_label(self, ref: str) -> tuple[str, str]:
         """(version id, `name@semver`) of a reference; a stored id stands for itself."""

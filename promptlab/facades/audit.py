@@ -116,10 +116,9 @@ class Audit:
         self._context.audit_change(
             "table.exported",
             self._context.author(),
-            {"table": "audit_events", "run_id": where.run_id, "path": file_name,
-             "rows": rows},
+            {"table": "audit_events", "run_id": where.run_id, "path": file_name, "rows": rows},
             run_id=where.run_id,
-        )  # fmt: skip
+        )
 
     def _lines(self, events: Iterable[AuditEvent]) -> Iterator[bytes]:
         """Events as JSON Lines with every secret value masked (the stored payloads are
@@ -164,8 +163,12 @@ class Audit:
         self._context.audit_change(
             "table.exported",
             self._context.author(),
-            {"table": "audit_events", "run_id": where.run_id, "path": "download",
-             "rows": len(lines)},
+            {
+                "table": "audit_events",
+                "run_id": where.run_id,
+                "path": "download",
+                "rows": len(lines),
+            },
             run_id=where.run_id,
-        )  # fmt: skip
+        )
         return b"".join(lines)

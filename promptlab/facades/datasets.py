@@ -46,9 +46,14 @@ class Datasets:
         `source`: the file the audit trail names (a client's, for a server's upload)."""
         author = self._context.author()
         info = self._datasets.import_file(
-            path, name, fmt=fmt, unit_column=unit_column, replace=replace, author=author,
+            path,
+            name,
+            fmt=fmt,
+            unit_column=unit_column,
+            replace=replace,
+            author=author,
             conversation=conversation,
-        )  # fmt: skip
+        )
         self._context.audit_change(
             "dataset.imported",
             author,
@@ -57,7 +62,7 @@ class Datasets:
                 "source": source or str(path),
                 "rows": info.row_count,
                 "replace": replace,
-            },  # fmt: skip
+            },
         )
         return info
 

@@ -124,8 +124,14 @@ class Exports:
     def _audit_exported(
         self, table: str, fmt: str, filters: ExportFilters, rows: int, target: str, *, raw: bool
     ) -> None:
-        payload = {"table": table, "format": fmt, "rows": rows, "to": target,
-                   "experiment": filters.experiment, "prompt": filters.prompt}  # fmt: skip
+        payload = {
+            "table": table,
+            "format": fmt,
+            "rows": rows,
+            "to": target,
+            "experiment": filters.experiment,
+            "prompt": filters.prompt,
+        }
         if raw and fmt == "csv":
             payload["raw"] = True  # cells a spreadsheet would run were written as they are
         self._context.audit_change(

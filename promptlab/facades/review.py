@@ -108,16 +108,20 @@ class Review:
     def add_failed_checks(self, run_id: str) -> builtins.list[int]:
         """Send every result of the run that failed its checks (schema, rules)."""
         RunStore(self._context.store).get_run(run_id)
-        items = [(run_id, row, key, str(ReviewSource.CHECK), "failed its checks", output)
-                 for row, key, output in self._store.failed_checks(run_id, MAX_ADDED)]  # fmt: skip
+        items = [
+            (run_id, row, key, str(ReviewSource.CHECK), "failed its checks", output)
+            for row, key, output in self._store.failed_checks(run_id, MAX_ADDED)
+        ]
         return self._open(items, run_id)
 
     def add_alerted(self, run_id: str) -> builtins.list[int]:
         """Send the results an anomaly alert of the run was about (those inside its span
         that did not complete)."""
         RunStore(self._context.store).get_run(run_id)
-        items = [(run_id, row, key, str(ReviewSource.ANOMALY), alert[:500], output)
-                 for row, key, output, alert in self._store.alerted(run_id, MAX_ADDED)]  # fmt: skip
+        items = [
+            (run_id, row, key, str(ReviewSource.ANOMALY), alert[:500], output)
+            for row, key, output, alert in self._store.alerted(run_id, MAX_ADDED)
+        ]
         return self._open(items, run_id)
 
     def _open(self, items: Sequence[NewItem], run_id: str) -> builtins.list[int]:
@@ -125,9 +129,12 @@ class Review:
         ids = self._store.add(items, author, self._context.store.clock.now())
         if ids:
             sources = sorted({i[3] for i in items})
-            self._context.audit_change("review.added", author,
-                                       {"items": ids[:100], "count": len(ids), "source": sources},
-                                       run_id=run_id)  # fmt: skip
+            self._context.audit_change(
+                "review.added",
+                author,
+                {"items": ids[:100], "count": len(ids), "source": sources},
+                run_id=run_id,
+            )
         return ids
 
     # ---- deciding --------------------------------------------------------------------
@@ -177,35 +184,59 @@ class Review:
         ):
             raise _stale(self._item(item_id), seen, deciding=False)
         decided_at = item.decided_at.isoformat() if item.decided_at else None
-        payload = {"item": item.id, "row": item.row_index, "version": seen + 1,
-                   "was": item.status, "answer": item.answer, "decided_by": item.decided_by,
-                   "decided_at": decided_at, "note": note}  # fmt: skip
+        payload = {
+            "item": item.id,
+            "row": item.row_index,
+            "version": seen + 1,
+            "was": item.status,
+            "answer": item.answer,
+            "decided_by": item.decided_by,
+            "decided_at": decided_at,
+            "note": note,
+        }
         self._context.audit_change("review.reopened", author, payload, run_id=item.run_id)
         return self._item(item.id)
 
     def _decide(
-        self, item: ReviewItem, version: int | None, status: ReviewStatus, answer: str | None,
+        self,
+        item: ReviewItem,
+        version: int | None,
+        status: ReviewStatus,
+        answer: str | None,
         note: str | None,
-    ) -> ReviewItem:  # fmt: skip
+    ) -> ReviewItem:
         seen = item.version if version is None else version
         author, note = self._context.author(), _bounded(note, "note")
         if item.status != ReviewStatus.OPEN or item.version != seen:
             raise _stale(item, seen, deciding=True)
-        if not self._store.decide(item.id, seen, str(status), answer, note, author,
-                                  self._context.store.clock.now()):  # fmt: skip
+        if not self._store.decide(
+            item.id, seen, str(status), answer, note, author, self._context.store.clock.now()
+        ):
             raise _stale(self._item(item.id), seen, deciding=True)  # settled in between
-        payload = {"item": item.id, "row": item.row_index, "version": seen + 1,
-                   "was": item.status, "proposed": item.proposed, "answer": answer,
-                   "note": note}  # fmt: skip
+        payload = {
+            "item": item.id,
+            "row": item.row_index,
+            "version": seen + 1,
+            "was": item.status,
+            "proposed": item.proposed,
+            "answer": answer,
+            "note": note,
+        }
         self._context.audit_change(f"review.{status}", author, payload, run_id=item.run_id)
         return self._item(item.id)
 
     # ---- export ------------------------------------------------------------------------
 
     def export(
-        self, path: str | Path, *, run_id: str | None = None, column: str = "expected",
-        force: bool = False, raw: bool = False, recorded_as: str | None = None,
-    ) -> int:  # fmt: skip
+        self,
+        path: str | Path,
+        *,
+        run_id: str | None = None,
+        column: str = "expected",
+        force: bool = False,
+        raw: bool = False,
+        recorded_as: str | None = None,
+    ) -> int:
         """Write accepted and corrected answers as a dataset: each row as it was, with
         the settled answer in `column` (JSON Lines, or CSV by the file's suffix); the
         rows written. Masked like every export; in CSV, text a spreadsheet would run as

@@ -200,8 +200,12 @@ class Runs:
         model = model or first_model(requests)
         if not model:
             raise SpecError(f"{requests}: no line names a model: give --model")
-        variant = {"name": "requests", "requests": "as_written", "id_field": id_field,
-                   "model": f"{endpoint}:{model}"}  # fmt: skip
+        variant = {
+            "name": "requests",
+            "requests": "as_written",
+            "id_field": id_field,
+            "model": f"{endpoint}:{model}",
+        }
         data: dict[str, Any] = {
             "name": f"batch {requests.name}",
             "dataset": str(requests.resolve()),
@@ -357,19 +361,26 @@ class Runs:
         content = conversation.content if conversation else None
         redactor = self._context.redactor()
         return [
-            replace(t, user=redactor.optional(t.user), output=redactor.optional(t.output),
-                    error=redactor.optional(t.error))
+            replace(
+                t,
+                user=redactor.optional(t.user),
+                output=redactor.optional(t.output),
+                error=redactor.optional(t.error),
+            )
             for t in reads.turns(run_id, *found, content)
-        ]  # fmt: skip
+        ]
 
     def _batch_id_field(self, run_id: str) -> str | None:
         """The id field of a run over a request file (`promptlab batch`), else None."""
         spec = self._reads.run(run_id).spec
         return next(
-            (v.get("id_field", "custom_id") for v in spec.get("variants", [])
-             if v.get("requests") == "as_written"),
+            (
+                v.get("id_field", "custom_id")
+                for v in spec.get("variants", [])
+                if v.get("requests") == "as_written"
+            ),
             None,
-        )  # fmt: skip
+        )
 
     def is_batch(self, run_id: str) -> bool:
         """Whether the run sends a request file as written."""

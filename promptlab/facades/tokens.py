@@ -52,9 +52,10 @@ class Tokens:
         actor = self._context.author()
         record = self._rows.add(token_id, name, role, service, secret, actor)
         self._context.audit_change(
-            "token.created", actor, {"token_id": token_id, "name": name, "role": role,
-                                     "service": service},
-        )  # fmt: skip
+            "token.created",
+            actor,
+            {"token_id": token_id, "name": name, "role": role, "service": service},
+        )
         self._forget()
         return record, secret
 

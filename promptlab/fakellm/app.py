@@ -131,9 +131,12 @@ class FakeLLM:
             maxlen=self.config.record_requests
         )
         self.limiter = Limiter(
-            self.config.rpm, self.config.tpm, self.config.burst_s, self.config.shared_load,
+            self.config.rpm,
+            self.config.tpm,
+            self.config.burst_s,
+            self.config.shared_load,
             self.clock,
-        )  # fmt: skip
+        )
         # One draw per attempt from a seeded stream: a retry can succeed where the
         # first attempt failed, and a run with the same seed and order sees the same faults.
         self._faults = random.Random(self.config.seed)
@@ -143,10 +146,14 @@ class FakeLLM:
         c = self.config
         draw = self._faults.random()
         for name, rate in (
-            ("quota", c.quota_rate), ("reset", c.reset_rate), ("timeout", c.timeout_rate),
-            ("overloaded", c.overloaded_rate), ("fail", c.fail_rate),
-            ("echo_auth", c.echo_auth_rate), ("garbled", c.garbled_rate),
-        ):  # fmt: skip
+            ("quota", c.quota_rate),
+            ("reset", c.reset_rate),
+            ("timeout", c.timeout_rate),
+            ("overloaded", c.overloaded_rate),
+            ("fail", c.fail_rate),
+            ("echo_auth", c.echo_auth_rate),
+            ("garbled", c.garbled_rate),
+        ):
             if draw < rate:
                 return name
             draw -= rate
@@ -222,9 +229,13 @@ class FakeLLM:
             return errors.bad_request(str(exc), exc.param, exc.code)
 
     def _admit(
-        self, request: web.Request, anthropic: bool, errors: ErrorResponses,
-        req: CompletionRequest, fault: str | None,
-    ) -> int | web.Response:  # fmt: skip
+        self,
+        request: web.Request,
+        anthropic: bool,
+        errors: ErrorResponses,
+        req: CompletionRequest,
+        fault: str | None,
+    ) -> int | web.Response:
         """The prompt's tokens once the request is within its context and rate limits,
         or the refusal (a key echoed in a 400, quota, context length, rate limit)."""
         stats = self.stats
@@ -265,9 +276,15 @@ class FakeLLM:
         return None
 
     async def _answer(
-        self, request: web.Request, anthropic: bool, errors: ErrorResponses,
-        parsed: wire.ParsedRequest, fault: str | None, prompt_tokens: int, rid: str,
-    ) -> web.StreamResponse:  # fmt: skip
+        self,
+        request: web.Request,
+        anthropic: bool,
+        errors: ErrorResponses,
+        parsed: wire.ParsedRequest,
+        fault: str | None,
+        prompt_tokens: int,
+        rid: str,
+    ) -> web.StreamResponse:
         """The simulated model's answer, streamed or whole (cut off half-way when garbled)."""
         stats = self.stats
         req = parsed.completion
@@ -290,9 +307,17 @@ class FakeLLM:
         response: web.StreamResponse
         if parsed.stream:
             response = await self._stream(
-                request, headers, delay_ms, anthropic, resp_id, model, out.text,
-                out.finish_reason, usage, parsed.include_usage,
-            )  # fmt: skip
+                request,
+                headers,
+                delay_ms,
+                anthropic,
+                resp_id,
+                model,
+                out.text,
+                out.finish_reason,
+                usage,
+                parsed.include_usage,
+            )
         else:
             if delay_ms > 0:
                 await asyncio.sleep(delay_ms / 1000)
@@ -339,14 +364,23 @@ class FakeLLM:
         out = simulate(
             req, req.model, seed=self.config.seed, rates=self.rates, prompt_tokens=prompt_tokens
         )
-        return 200, self._body(req, out, anthropic, ("msg_" if anthropic else "chatcmpl-")
-                               + rid.removeprefix("req_"))  # fmt: skip
+        return 200, self._body(
+            req, out, anthropic, ("msg_" if anthropic else "chatcmpl-") + rid.removeprefix("req_")
+        )
 
     async def _stream(
-        self, request: web.Request, headers: dict[str, str], delay_ms: float, anthropic: bool,
-        resp_id: str, model: str, text: str, finish: Any, usage: tuple[int, int],
+        self,
+        request: web.Request,
+        headers: dict[str, str],
+        delay_ms: float,
+        anthropic: bool,
+        resp_id: str,
+        model: str,
+        text: str,
+        finish: Any,
+        usage: tuple[int, int],
         include_usage: bool,
-    ) -> web.StreamResponse:  # fmt: skip
+    ) -> web.StreamResponse:
         response = web.StreamResponse(headers=headers)
         response.content_type = "text/event-stream"
         response.headers["Cache-Control"] = "no-cache"

@@ -51,19 +51,30 @@ def openai_create_refusal(body: Any) -> tuple[str, str, str] | None:
         if not isinstance(body.get(name), str):
             return f"Missing required parameter: '{name}'.", "missing_required_parameter", name
     if body["endpoint"] != OPENAI_ENDPOINT:
-        return (f"Invalid value: '{body['endpoint']}'. fakellm batches only "
-                f"'{OPENAI_ENDPOINT}'.", "invalid_value", "endpoint")  # fmt: skip
+        return (
+            f"Invalid value: '{body['endpoint']}'. fakellm batches only '{OPENAI_ENDPOINT}'.",
+            "invalid_value",
+            "endpoint",
+        )
     if body["completion_window"] != "24h":
-        return (f"Invalid value: '{body['completion_window']}'. Supported values are: '24h'.",
-                "invalid_value", "completion_window")  # fmt: skip
+        return (
+            f"Invalid value: '{body['completion_window']}'. Supported values are: '24h'.",
+            "invalid_value",
+            "completion_window",
+        )
     metadata = body.get("metadata")
     if metadata is not None and not (
-        isinstance(metadata, dict) and len(metadata) <= 16
+        isinstance(metadata, dict)
+        and len(metadata) <= 16
         and all(isinstance(k, str) and len(k) <= 64 for k in metadata)
         and all(isinstance(v, str) and len(v) <= 512 for v in metadata.values())
-    ):  # fmt: skip
-        return ("Invalid 'metadata': at most 16 pairs, keys of at most 64 characters and "
-                "string values of at most 512.", "invalid_value", "metadata")  # fmt: skip
+    ):
+        return (
+            "Invalid 'metadata': at most 16 pairs, keys of at most 64 characters and "
+            "string values of at most 512.",
+            "invalid_value",
+            "metadata",
+        )
     return None
 
 
@@ -117,18 +128,30 @@ def _openai_line(raw: bytes, number: int, seen: set[str], models: set[str]) -> L
         raise refuse("invalid_json_line", "This line is not parseable as valid JSON.")
     custom_id, body = row.get("custom_id"), row.get("body")
     if not isinstance(custom_id, str) or not custom_id:
-        raise refuse("missing_required_parameter", "Missing required parameter: 'custom_id'.",
-                     "custom_id")  # fmt: skip
+        raise refuse(
+            "missing_required_parameter", "Missing required parameter: 'custom_id'.", "custom_id"
+        )
     if row.get("method") != "POST":
-        raise refuse("invalid_method", "The method for this request is not supported; only "
-                     "POST is supported.", "method")  # fmt: skip
+        raise refuse(
+            "invalid_method",
+            "The method for this request is not supported; only POST is supported.",
+            "method",
+        )
     if row.get("url") != OPENAI_ENDPOINT:
-        raise refuse("invalid_url", "The URL provided for this request does not match the "
-                     f"batch endpoint {OPENAI_ENDPOINT}.", "url")  # fmt: skip
+        raise refuse(
+            "invalid_url",
+            "The URL provided for this request does not match the "
+            f"batch endpoint {OPENAI_ENDPOINT}.",
+            "url",
+        )
     if custom_id in seen:
-        raise refuse("duplicate_custom_id", "The custom_id for this request is a duplicate of "
-                     "another request. The custom_id parameter must be unique for each request "
-                     "in a batch.", "custom_id")  # fmt: skip
+        raise refuse(
+            "duplicate_custom_id",
+            "The custom_id for this request is a duplicate of "
+            "another request. The custom_id parameter must be unique for each request "
+            "in a batch.",
+            "custom_id",
+        )
     seen.add(custom_id)
     if not isinstance(body, Mapping):
         raise refuse("missing_required_parameter", "Missing required parameter: 'body'.", "body")
@@ -141,9 +164,12 @@ def _openai_line(raw: bytes, number: int, seen: set[str], models: set[str]) -> L
         raise refuse(exc.code or "invalid_request", str(exc), param) from None
     model = parsed.completion.model
     if models and model not in models:
-        raise refuse("mismatched_model", "The provided model does not match the model of other "
-                     "requests in the batch; a batch file holds requests to one model.",
-                     "body.model")  # fmt: skip
+        raise refuse(
+            "mismatched_model",
+            "The provided model does not match the model of other "
+            "requests in the batch; a batch file holds requests to one model.",
+            "body.model",
+        )
     models.add(model)
     return Line(custom_id, parsed.completion)
 
@@ -168,8 +194,9 @@ def anthropic_requests(body: Any, version: str | None, max_requests: int) -> lis
         raise wire.WireError("requests: Input should be a valid list")
     if not 1 <= len(requests) <= max_requests:
         bound = "at least 1 item" if not requests else f"at most {max_requests} items"
-        raise wire.WireError(f"requests: List should have {bound} after validation, "
-                             f"not {len(requests)}")  # fmt: skip
+        raise wire.WireError(
+            f"requests: List should have {bound} after validation, not {len(requests)}"
+        )
     lines: list[Line] = []
     seen: dict[str, int] = {}
     for index, item in enumerate(requests):

@@ -59,23 +59,40 @@ def openai_batch(batch: Batch, phase: Phase) -> dict[str, Any]:
     ok, failed = batch.counts(phase)
     fields = batch.fields
     data: dict[str, Any] = {
-        "id": batch.id, "object": "batch", "endpoint": OPENAI_ENDPOINT, "errors": None,
-        "input_file_id": fields["input_file_id"], "completion_window": "24h",
-        "status": phase.status, "output_file_id": fields.get("output_file_id"),
+        "id": batch.id,
+        "object": "batch",
+        "endpoint": OPENAI_ENDPOINT,
+        "errors": None,
+        "input_file_id": fields["input_file_id"],
+        "completion_window": "24h",
+        "status": phase.status,
+        "output_file_id": fields.get("output_file_id"),
         "error_file_id": fields.get("error_file_id"),
         "created_at": _unix(batch.created_wall),
         "expires_at": _unix(batch.stamp(batch.expire_s)),
-        **dict.fromkeys(("in_progress_at", "finalizing_at", "completed_at", "failed_at",
-                         "expired_at", "cancelling_at", "cancelled_at")),
+        **dict.fromkeys(
+            (
+                "in_progress_at",
+                "finalizing_at",
+                "completed_at",
+                "failed_at",
+                "expired_at",
+                "cancelling_at",
+                "cancelled_at",
+            )
+        ),
         **{f"{event}_at": _unix(batch.stamp(offset)) for event, offset in phase.at.items()},
         "request_counts": {"total": len(batch.lines), "completed": ok, "failed": failed},
-        "metadata": fields.get("metadata"), "model": fields.get("model"),
+        "metadata": fields.get("metadata"),
+        "model": fields.get("model"),
         "usage": {
-            "input_tokens": batch.tokens[0], "input_tokens_details": {"cached_tokens": 0},
-            "output_tokens": batch.tokens[1], "output_tokens_details": {"reasoning_tokens": 0},
+            "input_tokens": batch.tokens[0],
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": batch.tokens[1],
+            "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": sum(batch.tokens),
         },
-    }  # fmt: skip
+    }
     if phase.status == "failed":
         data["errors"] = {"object": "list", "data": batch.refused}
     return data
@@ -95,15 +112,19 @@ def anthropic_batch(batch: Batch, phase: Phase, origin: str) -> dict[str, Any]:
         counts[rest] = total - ok - bad
     cancelled = batch.cancel_at
     return {
-        "id": batch.id, "type": "message_batch", "processing_status": status,
-        "request_counts": counts, "created_at": _rfc3339(batch.created_wall),
+        "id": batch.id,
+        "type": "message_batch",
+        "processing_status": status,
+        "request_counts": counts,
+        "created_at": _rfc3339(batch.created_wall),
         "expires_at": _rfc3339(batch.stamp(batch.expire_s)),
         "ended_at": None if end is None else _rfc3339(batch.stamp(end)),
         "cancel_initiated_at": None if cancelled is None else _rfc3339(batch.stamp(cancelled)),
         "archived_at": None,
         "results_url": f"{origin}/v1/messages/batches/{batch.id}/results"
-        if status == "ended" else None,
-    }  # fmt: skip
+        if status == "ended"
+        else None,
+    }
 
 
 class BatchRoutes:
@@ -132,9 +153,11 @@ class BatchRoutes:
     def _reply(self, data: Any, anthropic: bool, status: int = 200) -> web.Response:
         header = "request-id" if anthropic else "x-request-id"
         return web.Response(
-            status=status, body=wire.dumps(data), content_type="application/json",
+            status=status,
+            body=wire.dumps(data),
+            content_type="application/json",
             headers={header: self.store.new_id("req_")},
-        )  # fmt: skip
+        )
 
     def _openai_error(
         self, status: int, message: str, code: str | None = None, param: str | None = None
@@ -147,8 +170,12 @@ class BatchRoutes:
         body = json.loads(wire.anthropic_error(status, message, rid))
         if status == 413:
             body["error"]["type"] = "request_too_large"
-        return web.Response(status=status, body=wire.dumps(body), content_type="application/json",
-                            headers={"request-id": rid})  # fmt: skip
+        return web.Response(
+            status=status,
+            body=wire.dumps(body),
+            content_type="application/json",
+            headers={"request-id": rid},
+        )
 
     def _batch(self, request: web.Request, anthropic: bool) -> Batch | None:
         batch = self.store.batches.get(request.match_info["batch_id"])
@@ -175,8 +202,9 @@ class BatchRoutes:
                 400, "Missing required parameter: 'file'.", "missing_required_parameter", "file"
             )
         if purpose not in PURPOSES:
-            return self._openai_error(400, f"Invalid value for 'purpose': {purpose!r}.",
-                                      "invalid_value", "purpose")  # fmt: skip
+            return self._openai_error(
+                400, f"Invalid value for 'purpose': {purpose!r}.", "invalid_value", "purpose"
+            )
         return self._reply(self.store.add_file(upload[0], purpose, *upload[1:]).as_json(), False)
 
     async def file_get(self, request: web.Request) -> web.StreamResponse:
@@ -190,9 +218,12 @@ class BatchRoutes:
         if stored is None:
             return self._no_file(request.match_info["file_id"])
         if not stored.whole:
-            return self._openai_error(400, "fakellm kept only the first "
-                                      f"{len(stored.data)} bytes of this file (past the batch "
-                                      "limit), so it cannot send it back.")  # fmt: skip
+            return self._openai_error(
+                400,
+                "fakellm kept only the first "
+                f"{len(stored.data)} bytes of this file (past the batch "
+                "limit), so it cannot send it back.",
+            )
         return web.Response(body=stored.data, content_type="application/octet-stream")
 
     async def file_delete(self, request: web.Request) -> web.StreamResponse:
@@ -220,16 +251,24 @@ class BatchRoutes:
         if stored is None:
             return self._no_file(body["input_file_id"])
         if stored.purpose != "batch":
-            return self._openai_error(400, "The input file must be uploaded with purpose "
-                                      "'batch'.", "invalid_value", "input_file_id")  # fmt: skip
+            return self._openai_error(
+                400,
+                "The input file must be uploaded with purpose 'batch'.",
+                "invalid_value",
+                "input_file_id",
+            )
         lines, errors = openai_file(stored.data, stored.size, *limits(self.host.config, False))
         if self.host.config.batch_echo_auth:
             echoed = f"refused, key {key_header(request, False)}"
             errors = [{"code": "invalid_request", "message": echoed, "param": None, "line": 1}]
         batch = self.store.create(
-            lines, anthropic=False, refused=errors, input_file_id=stored.id,
-            metadata=body.get("metadata"), model=lines[0].request.model if lines else None,
-        )  # fmt: skip
+            lines,
+            anthropic=False,
+            refused=errors,
+            input_file_id=stored.id,
+            metadata=body.get("metadata"),
+            model=lines[0].request.model if lines else None,
+        )
         return self._reply(openai_batch(batch, Phase("validating", 0, {})), False)
 
     async def batch_get(self, request: web.Request) -> web.StreamResponse:
@@ -254,9 +293,16 @@ class BatchRoutes:
             return self._openai_error(400, page, "invalid_value")
         items, more = page
         data = [openai_batch(b, await self.store.observe(b)) for b in items]
-        return self._reply({"object": "list", "data": data, "has_more": more,
-                            "first_id": data[0]["id"] if data else None,
-                            "last_id": data[-1]["id"] if data else None}, False)  # fmt: skip
+        return self._reply(
+            {
+                "object": "list",
+                "data": data,
+                "has_more": more,
+                "first_id": data[0]["id"] if data else None,
+                "last_id": data[-1]["id"] if data else None,
+            },
+            False,
+        )
 
     def _no_batch(self, request: web.Request) -> web.Response:
         return self._openai_error(
@@ -289,8 +335,9 @@ class BatchRoutes:
         max_requests, max_bytes = limits(self.host.config, anthropic=True)
         raw = await _read_body(request, max_bytes)
         if raw is None:
-            return self._anthropic_error(413, f"Request exceeds the maximum size of {max_bytes} "
-                                         "bytes for a Message Batch.")  # fmt: skip
+            return self._anthropic_error(
+                413, f"Request exceeds the maximum size of {max_bytes} bytes for a Message Batch."
+            )
         try:
             body = json.loads(raw)
             lines = anthropic_requests(body, request.headers.get("anthropic-version"), max_requests)
@@ -301,8 +348,9 @@ class BatchRoutes:
         if self.host.config.batch_echo_auth:
             return self._anthropic_error(400, f"refused, key {key_header(request, True)}")
         batch = self.store.create(lines, anthropic=True)
-        return self._reply(anthropic_batch(batch, Phase("in_progress", 0, {}), _origin(request)),
-                           True)  # fmt: skip
+        return self._reply(
+            anthropic_batch(batch, Phase("in_progress", 0, {}), _origin(request)), True
+        )
 
     async def message_batch_get(self, request: web.Request) -> web.StreamResponse:
         batch = self._batch(request, anthropic=True)
@@ -317,8 +365,9 @@ class BatchRoutes:
             return self._no_message_batch(request)
         phase = await self.store.cancel(batch)
         if phase is None:
-            return self._anthropic_error(400, f"Message Batch {batch.id} has already ended and "
-                                         "cannot be canceled.")  # fmt: skip
+            return self._anthropic_error(
+                400, f"Message Batch {batch.id} has already ended and cannot be canceled."
+            )
         return self._reply(anthropic_batch(batch, phase, _origin(request)), True)
 
     async def message_batch_results(self, request: web.Request) -> web.StreamResponse:
@@ -326,8 +375,11 @@ class BatchRoutes:
         if batch is None:
             return self._no_message_batch(request)
         if (await self.store.observe(batch)).status not in ENDED or batch.output is None:
-            return self._anthropic_error(400, f"Message Batch {batch.id} is still processing: "
-                                         "its results are ready once it has ended.")  # fmt: skip
+            return self._anthropic_error(
+                400,
+                f"Message Batch {batch.id} is still processing: "
+                "its results are ready once it has ended.",
+            )
         return web.Response(body=batch.output, content_type="application/x-jsonl")
 
     async def message_batch_delete(self, request: web.Request) -> web.StreamResponse:
@@ -335,8 +387,10 @@ class BatchRoutes:
         if batch is None:
             return self._no_message_batch(request)
         if (await self.store.observe(batch)).status not in ENDED:
-            return self._anthropic_error(400, f"Message Batch {batch.id} cannot be deleted "
-                                         "while processing; cancel it first.")  # fmt: skip
+            return self._anthropic_error(
+                400,
+                f"Message Batch {batch.id} cannot be deleted while processing; cancel it first.",
+            )
         del self.store.batches[batch.id]
         return self._reply({"id": batch.id, "type": "message_batch_deleted"}, True)
 
@@ -347,13 +401,20 @@ class BatchRoutes:
         items, more = page
         origin = _origin(request)
         data = [anthropic_batch(b, await self.store.observe(b), origin) for b in items]
-        return self._reply({"data": data, "has_more": more,
-                            "first_id": data[0]["id"] if data else None,
-                            "last_id": data[-1]["id"] if data else None}, True)  # fmt: skip
+        return self._reply(
+            {
+                "data": data,
+                "has_more": more,
+                "first_id": data[0]["id"] if data else None,
+                "last_id": data[-1]["id"] if data else None,
+            },
+            True,
+        )
 
     def _no_message_batch(self, request: web.Request) -> web.Response:
-        return self._anthropic_error(404, f"Message Batch {request.match_info['batch_id']} "
-                                     "not found.")  # fmt: skip
+        return self._anthropic_error(
+            404, f"Message Batch {request.match_info['batch_id']} not found."
+        )
 
     # --- control --------------------------------------------------------------------------
 
@@ -368,8 +429,14 @@ class BatchRoutes:
             else:
                 shown = openai_batch(batch, phase)
                 status, counts = shown["status"], shown["request_counts"]
-            rows.append({"id": batch.id, "format": "anthropic" if batch.anthropic else "openai",
-                         "status": status, "counts": counts})  # fmt: skip
+            rows.append(
+                {
+                    "id": batch.id,
+                    "format": "anthropic" if batch.anthropic else "openai",
+                    "status": status,
+                    "counts": counts,
+                }
+            )
         return web.json_response(rows)
 
 

@@ -84,10 +84,16 @@ class StoredFile:
 
     def as_json(self) -> dict[str, Any]:
         return {
-            "id": self.id, "object": "file", "bytes": self.size, "created_at": self.created_at,
-            "expires_at": self.created_at + FILE_KEPT_S, "filename": self.filename,
-            "purpose": self.purpose, "status": "processed", "status_details": None,
-        }  # fmt: skip
+            "id": self.id,
+            "object": "file",
+            "bytes": self.size,
+            "created_at": self.created_at,
+            "expires_at": self.created_at + FILE_KEPT_S,
+            "filename": self.filename,
+            "purpose": self.purpose,
+            "status": "processed",
+            "status_details": None,
+        }
 
 
 @dataclass(frozen=True)
@@ -217,9 +223,13 @@ class BatchStore:
         return stored
 
     def create(
-        self, lines: list[Line], *, anthropic: bool, refused: list[dict[str, Any]] | None = None,
+        self,
+        lines: list[Line],
+        *,
+        anthropic: bool,
+        refused: list[dict[str, Any]] | None = None,
         **fields: Any,
-    ) -> Batch:  # fmt: skip
+    ) -> Batch:
         """A new batch of these checked lines (or of none, refused at validation)."""
         batch_id = self.new_id("msgbatch_" if anthropic else "batch_")
         # Seeded by the server's seed and the batch: the same run of batches, the same order.
@@ -228,11 +238,18 @@ class BatchStore:
         rng.shuffle(order)
         failing = round(self.config.batch_line_fail_rate * len(lines))
         batch = Batch(
-            batch_id, anthropic, lines, order, frozenset(rng.sample(range(len(lines)), failing)),
-            self.clock.monotonic(), self.clock.now(), self.config.batch_delay_s,
+            batch_id,
+            anthropic,
+            lines,
+            order,
+            frozenset(rng.sample(range(len(lines)), failing)),
+            self.clock.monotonic(),
+            self.clock.now(),
+            self.config.batch_delay_s,
             self._expire_s(),
-            refused or [], fields,
-        )  # fmt: skip
+            refused or [],
+            fields,
+        )
         self.batches[batch_id] = batch
         self.stats.batches_created += 1
         self.stats.batch_lines_received += len(lines)
@@ -298,8 +315,13 @@ class BatchStore:
             batch.output = b"".join(line + b"\n" for line in unreadable(lines, bad, True))
             return
         out = [openai_result(self.new_id("batch_req_"), *row) for row in rows]
-        out = list(zip([ok for ok, _ in out], unreadable([line for _, line in out], bad, False),
-                       strict=True))  # fmt: skip
+        out = list(
+            zip(
+                [ok for ok, _ in out],
+                unreadable([line for _, line in out], bad, False),
+                strict=True,
+            )
+        )
         batch.output = b"".join(line + b"\n" for ok, line in out if ok)
         batch.errors = b"".join(line + b"\n" for ok, line in out if not ok)
         for kind, data in (("output", batch.output), ("error", batch.errors)):

@@ -42,9 +42,13 @@ def dumps(data: Any) -> bytes:
 
 
 def openai_completion(
-    response_id: str, model: str, text: str, finish: FinishReason, usage: tuple[int, int],
+    response_id: str,
+    model: str,
+    text: str,
+    finish: FinishReason,
+    usage: tuple[int, int],
     logprobs: list[list[float]] | None = None,
-) -> bytes:  # fmt: skip
+) -> bytes:
     """A `chat.completion` object; with `logprobs` (the top log-probabilities of each
     output token), its `choices[0].logprobs.content`."""
     prompt, completion = usage
@@ -78,8 +82,9 @@ def openai_completion(
 
 
 def _token_logprobs(position: int, top: list[float]) -> dict[str, Any]:
-    alternatives = [{"token": f"t{position}.{j}", "logprob": lp, "bytes": None}
-                    for j, lp in enumerate(top)]  # fmt: skip
+    alternatives = [
+        {"token": f"t{position}.{j}", "logprob": lp, "bytes": None} for j, lp in enumerate(top)
+    ]
     return {**alternatives[0], "top_logprobs": alternatives}
 
 
@@ -111,9 +116,13 @@ def chunks_of(text: str) -> list[str]:
 
 
 def openai_stream(
-    response_id: str, model: str, text: str, finish: FinishReason, usage: tuple[int, int],
+    response_id: str,
+    model: str,
+    text: str,
+    finish: FinishReason,
+    usage: tuple[int, int],
     include_usage: bool,
-) -> Iterator[bytes]:  # fmt: skip
+) -> Iterator[bytes]:
     """The SSE events of a streamed chat completion, `data: [DONE]` last."""
     created = int(time.time())
 

@@ -72,9 +72,14 @@ class FakeLLMConfig:
 
     def __post_init__(self) -> None:
         rates = (
-            self.fail_rate, self.timeout_rate, self.quota_rate, self.overloaded_rate,
-            self.reset_rate, self.echo_auth_rate, self.garbled_rate,
-        )  # fmt: skip
+            self.fail_rate,
+            self.timeout_rate,
+            self.quota_rate,
+            self.overloaded_rate,
+            self.reset_rate,
+            self.echo_auth_rate,
+            self.garbled_rate,
+        )
         if any(r < 0 or r > 1 for r in rates) or sum(rates) > 1 + 1e-9:
             raise ValueError("fault rates must be in [0, 1] and add up to at most 1")
         if self.burst_s <= 0:

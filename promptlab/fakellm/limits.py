@@ -50,9 +50,13 @@ class Limiter:
     """RPM and TPM buckets, checked together so a rejected request takes nothing."""
 
     def __init__(
-        self, rpm: int | None, tpm: int | None, burst_s: float, shared_load: float = 0.0,
+        self,
+        rpm: int | None,
+        tpm: int | None,
+        burst_s: float,
+        shared_load: float = 0.0,
         clock: Clock = SYSTEM_CLOCK,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.clock = clock
         now = clock.monotonic()
         self.requests = TokenBucket(rpm, burst_s, now, shared_load) if rpm else None

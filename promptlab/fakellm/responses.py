@@ -22,10 +22,15 @@ class ErrorResponses:
         return {"x-request-id": self.rid, **self.limiter.openai_headers()}
 
     def _respond(
-        self, status: int, message: str, err_type: str, code: str | None,
-        extra: dict[str, str] | None = None, should_retry: bool | None = None,
+        self,
+        status: int,
+        message: str,
+        err_type: str,
+        code: str | None,
+        extra: dict[str, str] | None = None,
+        should_retry: bool | None = None,
         param: str | None = None,
-    ) -> web.Response:  # fmt: skip
+    ) -> web.Response:
         headers = self.limit_headers()
         headers.update(extra or {})
         if should_retry is not None:
@@ -72,9 +77,12 @@ class ErrorResponses:
         if self.anthropic:
             # Anthropic's answer when credit runs out: 402 billing_error (PaymentRequiredError).
             return self._respond(
-                402, "Your credit balance is too low to access the Anthropic API.",
-                "billing_error", None, should_retry=False,
-            )  # fmt: skip
+                402,
+                "Your credit balance is too low to access the Anthropic API.",
+                "billing_error",
+                None,
+                should_retry=False,
+            )
         message = (
             "You exceeded your current quota, please check your plan and billing details. "
             "For more information on this error, read the docs: "
@@ -104,9 +112,13 @@ class ErrorResponses:
                 "https://platform.openai.com/account/rate-limits to learn more."
             )
         return self._respond(
-            429, message, which, "rate_limit_exceeded",
-            extra=wire.retry_headers(wait_s), should_retry=True,
-        )  # fmt: skip
+            429,
+            message,
+            which,
+            "rate_limit_exceeded",
+            extra=wire.retry_headers(wait_s),
+            should_retry=True,
+        )
 
     def overloaded(self) -> web.Response:
         if self.anthropic:

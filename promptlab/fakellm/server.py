@@ -97,9 +97,11 @@ def serve_in_thread(
 
     async def start() -> None:
         runner = web.AppRunner(
-            create_app(config, clock), access_log=None, shutdown_timeout=SHUTDOWN_TIMEOUT_S,
+            create_app(config, clock),
+            access_log=None,
+            shutdown_timeout=SHUTDOWN_TIMEOUT_S,
             handler_cancellation=True,
-        )  # fmt: skip
+        )
         await runner.setup()
         site = web.TCPSite(runner, config.host, config.port)
         await site.start()
@@ -153,9 +155,13 @@ def run(config: FakeLLMConfig, announce: Any = print) -> None:
         f"OpenAI base_url={base}/v1  Anthropic base_url={base}  stats: {base}/_stats"
     )
     web.run_app(
-        create_app(config), sock=sock, access_log=None, print=None,
-        shutdown_timeout=SHUTDOWN_TIMEOUT_S, handler_cancellation=True,
-    )  # fmt: skip
+        create_app(config),
+        sock=sock,
+        access_log=None,
+        print=None,
+        shutdown_timeout=SHUTDOWN_TIMEOUT_S,
+        handler_cancellation=True,
+    )
 
 
 __all__ = [

@@ -44,25 +44,69 @@ class WireError(Exception):
 #: Chat Completions request fields the real API knows; anything else is a 400.
 OPENAI_FIELDS = frozenset(
     {
-        "messages", "model", "audio", "frequency_penalty", "function_call", "functions",
-        "logit_bias", "logprobs", "max_completion_tokens", "max_tokens", "metadata",
-        "modalities", "moderation", "n", "parallel_tool_calls", "prediction",
-        "presence_penalty", "prompt_cache_key", "prompt_cache_options",
-        "prompt_cache_retention", "reasoning_effort", "response_format", "safety_identifier",
-        "seed", "service_tier", "stop", "store", "stream", "stream_options", "temperature",
-        "tool_choice", "tools", "top_logprobs", "top_p", "user", "verbosity",
+        "messages",
+        "model",
+        "audio",
+        "frequency_penalty",
+        "function_call",
+        "functions",
+        "logit_bias",
+        "logprobs",
+        "max_completion_tokens",
+        "max_tokens",
+        "metadata",
+        "modalities",
+        "moderation",
+        "n",
+        "parallel_tool_calls",
+        "prediction",
+        "presence_penalty",
+        "prompt_cache_key",
+        "prompt_cache_options",
+        "prompt_cache_retention",
+        "reasoning_effort",
+        "response_format",
+        "safety_identifier",
+        "seed",
+        "service_tier",
+        "stop",
+        "store",
+        "stream",
+        "stream_options",
+        "temperature",
+        "tool_choice",
+        "tools",
+        "top_logprobs",
+        "top_p",
+        "user",
+        "verbosity",
         "web_search_options",
     }
-)  # fmt: skip
+)
 #: Messages API request fields; the sampling ones only exist before API version 2026-10-21.
 ANTHROPIC_FIELDS = frozenset(
     {
-        "model", "messages", "max_tokens", "cache_control", "container", "diagnostics",
-        "inference_geo", "metadata", "output_config", "service_tier", "speed",
-        "stop_sequences", "stream", "system", "thinking", "tool_choice", "tools",
-        "user_profile_id", "workspace_id",
+        "model",
+        "messages",
+        "max_tokens",
+        "cache_control",
+        "container",
+        "diagnostics",
+        "inference_geo",
+        "metadata",
+        "output_config",
+        "service_tier",
+        "speed",
+        "stop_sequences",
+        "stream",
+        "system",
+        "thinking",
+        "tool_choice",
+        "tools",
+        "user_profile_id",
+        "workspace_id",
     }
-)  # fmt: skip
+)
 ANTHROPIC_SAMPLING = ("temperature", "top_p", "top_k")
 #: The last Anthropic API version that accepts sampling parameters, and the first that
 #: answers 400 to them (the version anthropic>=2 sends by default).
@@ -119,13 +163,17 @@ def _openai_range(body: Mapping[str, Any], key: str, top: float) -> float | None
     if value is not None and value > top:
         raise WireError(
             f"Invalid '{key}': decimal above maximum value. Expected a value <= {top:g}, "
-            f"but got {value:g} instead.", key, "decimal_above_max_value",
-        )  # fmt: skip
+            f"but got {value:g} instead.",
+            key,
+            "decimal_above_max_value",
+        )
     if value is not None and value < 0:
         raise WireError(
             f"Invalid '{key}': decimal below minimum value. Expected a value >= 0, "
-            f"but got {value:g} instead.", key, "decimal_below_min_value",
-        )  # fmt: skip
+            f"but got {value:g} instead.",
+            key,
+            "decimal_below_min_value",
+        )
     return value
 
 
@@ -162,8 +210,9 @@ def parse_openai(body: Any, request_id: str | None) -> ParsedRequest:
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise WireError(
             "Invalid type for 'seed': expected an integer, but got a decimal number instead.",
-            "seed", "invalid_type",
-        )  # fmt: skip
+            "seed",
+            "invalid_type",
+        )
     stream_options = body.get("stream_options") or {}
     return ParsedRequest(
         completion=CompletionRequest(
@@ -189,9 +238,12 @@ def _top_logprobs(body: Mapping[str, Any]) -> int | None:
     if top is not None and (
         isinstance(top, bool) or not isinstance(top, int) or not 0 <= top <= 20
     ):
-        raise WireError(f"Invalid 'top_logprobs': integer below minimum value or above maximum "
-                        f"value. Expected a value between 0 and 20, got {top!r}.",
-                        "top_logprobs", "integer_out_of_range")  # fmt: skip
+        raise WireError(
+            f"Invalid 'top_logprobs': integer below minimum value or above maximum "
+            f"value. Expected a value between 0 and 20, got {top!r}.",
+            "top_logprobs",
+            "integer_out_of_range",
+        )
     if not body.get("logprobs"):
         if top is not None:
             raise WireError("top_logprobs requires logprobs to be true", "top_logprobs")
@@ -210,14 +262,17 @@ def _openai_schema(fmt: Any) -> Mapping[str, Any] | None:
     if kind != "json_schema":
         raise WireError(
             f"Invalid value: {kind!r}. Supported values are: 'text', 'json_object', and "
-            "'json_schema'.", "response_format.type", "invalid_value",
-        )  # fmt: skip
+            "'json_schema'.",
+            "response_format.type",
+            "invalid_value",
+        )
     spec = fmt.get("json_schema")
     if not isinstance(spec, Mapping) or not isinstance(spec.get("name"), str):
         raise WireError(
             "Missing required parameter: 'response_format.json_schema.name'.",
-            "response_format.json_schema.name", "missing_required_parameter",
-        )  # fmt: skip
+            "response_format.json_schema.name",
+            "missing_required_parameter",
+        )
     schema = spec.get("schema") or {"type": "object"}
     return schema if isinstance(schema, Mapping) else {"type": "object"}
 

@@ -57,9 +57,15 @@ class ItemSpans(ReadableSpan):
     endpoint's GenAI provider; `shown` is the output as it may be exported (None: not)."""
 
     def __init__(
-        self, run: SpanContext, resource: Resource, provider: str, variant: str,
-        row: FinalRow, attempts: Sequence[AttemptRow], shown: str | None,
-    ) -> None:  # fmt: skip
+        self,
+        run: SpanContext,
+        resource: Resource,
+        provider: str,
+        variant: str,
+        row: FinalRow,
+        attempts: Sequence[AttemptRow],
+        shown: str | None,
+    ) -> None:
         super().__init__("item", context=run, resource=resource)
         self.rows = (provider, variant, row, attempts, shown)
 
@@ -70,9 +76,15 @@ class ItemSpans(ReadableSpan):
         assert context is not None
         params = row.params or {}
         return (
-            context.trace_id, context.span_id, provider, variant, _FINAL(row),
-            tuple(params.get(name) for name in PARAMS), shown, [_ATTEMPT(a) for a in attempts],
-        )  # fmt: skip
+            context.trace_id,
+            context.span_id,
+            provider,
+            variant,
+            _FINAL(row),
+            tuple(params.get(name) for name in PARAMS),
+            shown,
+            [_ATTEMPT(a) for a in attempts],
+        )
 
 
 def flat(span: ReadableSpan) -> Flat:
@@ -80,10 +92,17 @@ def flat(span: ReadableSpan) -> Flat:
     context, parent = span.context, span.parent
     assert context is not None
     return (
-        span.name, context.trace_id, context.span_id, parent.span_id if parent else 0,
-        KINDS[span.kind], span.start_time or 0, span.end_time or 0,
-        span.status.status_code.value, span.status.description, dict(span.attributes or {}),
-    )  # fmt: skip
+        span.name,
+        context.trace_id,
+        context.span_id,
+        parent.span_id if parent else 0,
+        KINDS[span.kind],
+        span.start_time or 0,
+        span.end_time or 0,
+        span.status.status_code.value,
+        span.status.description,
+        dict(span.attributes or {}),
+    )
 
 
 class ChildExporter(SpanExporter):

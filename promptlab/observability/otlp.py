@@ -34,14 +34,30 @@ from promptlab.observability.tracing import span_id_bytes
 
 #: A final row's fields as they cross the pipe, in this order (offload.py reads them).
 FINAL_FIELDS = (
-    "key", "run_id", "status", "prompt_version_id", "model", "attempts", "finished_at",
-    "error_kind", "input_tokens", "output_tokens", "model_version", "finish_reason",
-)  # fmt: skip
+    "key",
+    "run_id",
+    "status",
+    "prompt_version_id",
+    "model",
+    "attempts",
+    "finished_at",
+    "error_kind",
+    "input_tokens",
+    "output_tokens",
+    "model_version",
+    "finish_reason",
+)
 #: An attempt row's fields as they cross the pipe, in this order.
 ATTEMPT_FIELDS = (
-    "attempt", "started_at", "ended_at", "outcome", "error_kind", "http_status", "wait_ms",
+    "attempt",
+    "started_at",
+    "ended_at",
+    "outcome",
+    "error_kind",
+    "http_status",
+    "wait_ms",
     "wait_reason",
-)  # fmt: skip
+)
 #: The sampling parameters an item's span names (`gen_ai.request.*`), when numbers.
 PARAMS = ("temperature", "top_p", "max_tokens")
 
@@ -90,8 +106,9 @@ def any_value(value: Any) -> AnyValue:
 
 def template(resource: Resource, scope: InstrumentationScope) -> ExportTraceServiceRequest:
     """A request holding no span: the resource and the scope, as the SDK encodes them."""
-    probe = ReadableSpan("probe", SpanContext(1, 1, False), resource=resource,
-                         instrumentation_scope=scope)  # fmt: skip
+    probe = ReadableSpan(
+        "probe", SpanContext(1, 1, False), resource=resource, instrumentation_scope=scope
+    )
     request = encode_spans([probe])
     del request.resource_spans[0].scope_spans[0].spans[:]
     return request
@@ -190,14 +207,17 @@ class Encoder:
         name, trace_id, span_id, parent, kind, start, end, code, text, attributes = flat
         # An empty id or message is an unset one (proto3): what the SDK writes for None.
         return Span(
-            trace_id=trace_id.to_bytes(16, "big"), span_id=span_id.to_bytes(8, "big"),
-            parent_span_id=parent.to_bytes(8, "big") if parent else b"", name=name,
-            kind=cast("Span.SpanKind.ValueType", kind), start_time_unix_nano=start,
+            trace_id=trace_id.to_bytes(16, "big"),
+            span_id=span_id.to_bytes(8, "big"),
+            parent_span_id=parent.to_bytes(8, "big") if parent else b"",
+            name=name,
+            kind=cast("Span.SpanKind.ValueType", kind),
+            start_time_unix_nano=start,
             end_time_unix_nano=end,
             attributes=[KeyValue(key=k, value=any_value(v)) for k, v in attributes.items()],
             status=Status(code=cast("Status.StatusCode.ValueType", code), message=text or ""),
             flags=FLAGS,
-        )  # fmt: skip
+        )
 
     def _item_spans(self, item: Item) -> list[bytes]:
         """The item's span (a child of its run's) and each attempt's (children of it)."""
@@ -211,22 +231,52 @@ class Encoder:
         failed = (kind or "failed") if status == "failed" else None
         if failed is not None:
             attributes.append(self.kv("error.type", failed))
-        span = b"".join([
-            TRACE, trace, SPAN, own, PARENT, run_span.to_bytes(8, "big"),
-            self._part("name", f"chat {final[4]}"), CLIENT_KIND, START, _TIME(start), END,
-            _TIME(end), *attributes, self._part("status", failed), FLAGS_FIELD,
-        ])  # fmt: skip
+        span = b"".join(
+            [
+                TRACE,
+                trace,
+                SPAN,
+                own,
+                PARENT,
+                run_span.to_bytes(8, "big"),
+                self._part("name", f"chat {final[4]}"),
+                CLIENT_KIND,
+                START,
+                _TIME(start),
+                END,
+                _TIME(end),
+                *attributes,
+                self._part("status", failed),
+                FLAGS_FIELD,
+            ]
+        )
         spans = [_field(IN_SCOPE, span)]
         spans.extend(_field(IN_SCOPE, self._attempt_span(trace, own, a)) for a in attempts)
         return spans
 
     def _item_attributes(
-        self, provider: str, variant: str, final: tuple[Any, ...], params: tuple[Any, ...],
+        self,
+        provider: str,
+        variant: str,
+        final: tuple[Any, ...],
+        params: tuple[Any, ...],
         shown: str | None,
-    ) -> list[bytes]:  # fmt: skip
+    ) -> list[bytes]:
         """The GenAI conventions' attributes and promptlab's own, of an item's span."""
-        (key, run_id, status, version, model, attempts, _, error_kind, input_tokens,
-         output_tokens, model_version, finish_reason) = final  # fmt: skip
+        (
+            key,
+            run_id,
+            status,
+            version,
+            model,
+            attempts,
+            _,
+            error_kind,
+            input_tokens,
+            output_tokens,
+            model_version,
+            finish_reason,
+        ) = final
         kv = self.kv
         attributes = [
             kv("gen_ai.operation.name", "chat"),
@@ -264,19 +314,35 @@ class Encoder:
         failed = None
         if outcome != "ok":
             failed = error_kind or "error"
-            attributes += [self.kv("error.type", failed), self.kv("promptlab.error.kind", failed),
-                           self.kv("promptlab.retry.wait_ms", wait_ms)]  # fmt: skip
+            attributes += [
+                self.kv("error.type", failed),
+                self.kv("promptlab.error.kind", failed),
+                self.kv("promptlab.retry.wait_ms", wait_ms),
+            ]
             if http_status is not None:
                 attributes.append(self.kv("http.response.status_code", http_status))
             if reason:
                 attributes.append(self.kv("promptlab.retry.reason", reason))
         start = _ns(started)
-        return b"".join([
-            TRACE, trace, SPAN, _span_id(), PARENT, item,
-            self._part("name", f"attempt {number}"), CLIENT_KIND, START, _TIME(start), END,
-            _TIME(max(start, _ns(ended))), *attributes, self._part("status", failed),
-            FLAGS_FIELD,
-        ])  # fmt: skip
+        return b"".join(
+            [
+                TRACE,
+                trace,
+                SPAN,
+                _span_id(),
+                PARENT,
+                item,
+                self._part("name", f"attempt {number}"),
+                CLIENT_KIND,
+                START,
+                _TIME(start),
+                END,
+                _TIME(max(start, _ns(ended))),
+                *attributes,
+                self._part("status", failed),
+                FLAGS_FIELD,
+            ]
+        )
 
 
 def _unique(key: str, text: str) -> bytes:

@@ -46,8 +46,15 @@ from promptlab.prompts.templates import Template
 from promptlab.yamlio import parse_yaml, read_yaml
 
 _VERSION_KEYS = {
-    "version", "message", "author", "params", "variables", "output_schema", "rules", "messages",
-}  # fmt: skip
+    "version",
+    "message",
+    "author",
+    "params",
+    "variables",
+    "output_schema",
+    "rules",
+    "messages",
+}
 _TOP_KEYS = {"name", "description", "labels", "versions"} | _VERSION_KEYS
 
 

@@ -33,10 +33,18 @@ from promptlab.prompts.sizes import (
 )
 
 __all__ = [
-    "BOUNDED_FILTERS", "BUDGET_VARIABLE", "COUNT_LOOP_FILTER", "MAX_LOOP_ITERATIONS",
-    "MAX_MESSAGE_CHARS", "MAX_NESTED_LOOPS", "MAX_RENDERED_CHARS", "MAX_TEMPLATE_CHARS",
-    "MAX_TEMPLATE_DEPTH", "RenderBudget", "count_loop_items",
-]  # fmt: skip
+    "BOUNDED_FILTERS",
+    "BUDGET_VARIABLE",
+    "COUNT_LOOP_FILTER",
+    "MAX_LOOP_ITERATIONS",
+    "MAX_MESSAGE_CHARS",
+    "MAX_NESTED_LOOPS",
+    "MAX_RENDERED_CHARS",
+    "MAX_TEMPLATE_CHARS",
+    "MAX_TEMPLATE_DEPTH",
+    "RenderBudget",
+    "count_loop_items",
+]
 
 #: The render variable holding the budget. Templates cannot name it: names starting
 #: with '_' are refused at save time.
@@ -119,9 +127,14 @@ def _indent(context: Context, s: Any, width: int | str = 4, *args: Any, **kwargs
 
 @jinja2.pass_context
 def _wordwrap(
-    context: Context, s: Any, width: int = 79, break_long_words: bool = True,
-    wrapstring: str | None = None, *args: Any, **kwargs: Any,
-) -> str:  # fmt: skip
+    context: Context,
+    s: Any,
+    width: int = 79,
+    break_long_words: bool = True,
+    wrapstring: str | None = None,
+    *args: Any,
+    **kwargs: Any,
+) -> str:
     text = str(s)
     wrap = context.environment.newline_sequence if wrapstring is None else str(wrapstring)
     # A line holds at least half its width, except the last line of each paragraph.

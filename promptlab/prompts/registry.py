@@ -98,9 +98,15 @@ class Registry:
             number = next_version(latest.semver if latest else None, bump, version)
             semver = ".".join(map(str, number))
             saved = PromptVersion(
-                name, version_id, semver, template, author, message, now,
+                name,
+                version_id,
+                semver,
+                template,
+                author,
+                message,
+                now,
                 latest.id if latest else None,
-            )  # fmt: skip
+            )
             writes.add_version(saved, number)
         return SaveResult(saved, created=True, bump=bump)
 
@@ -225,8 +231,11 @@ def _check_label(where: str, seen: PromptVersion | None, now: LabelEvent | None)
         return
     saw = f"you saw it at {seen.semver}" if seen else "you saw no such label"
     if now is None:
-        raise StaleChangeError(f"{where} does not exist, but {saw}; look again before moving it",
-                               changed_by=None, changed_at=None)  # fmt: skip
+        raise StaleChangeError(
+            f"{where} does not exist, but {saw}; look again before moving it",
+            changed_by=None,
+            changed_at=None,
+        )
     raise StaleChangeError(
         f"{where} was moved to {now.semver} by {now.actor} at {moment(now.moved_at)}, but "
         f"{saw}; look again before moving it",

@@ -29,12 +29,35 @@ from promptlab.prompts.limits import (
 #: Filters that only transform data; none can reach code or the file system.
 SAFE_FILTERS = frozenset(
     {
-        "abs", "capitalize", "center", "count", "d", "default", "first", "float",
-        "indent", "int", "join", "last", "length", "list", "lower", "replace",
-        "round", "sort", "string", "title", "tojson", "trim", "truncate", "unique",
-        "upper", "wordcount", "wordwrap",
+        "abs",
+        "capitalize",
+        "center",
+        "count",
+        "d",
+        "default",
+        "first",
+        "float",
+        "indent",
+        "int",
+        "join",
+        "last",
+        "length",
+        "list",
+        "lower",
+        "replace",
+        "round",
+        "sort",
+        "string",
+        "title",
+        "tojson",
+        "trim",
+        "truncate",
+        "unique",
+        "upper",
+        "wordcount",
+        "wordwrap",
     }
-)  # fmt: skip
+)
 #: Positional arguments allowed where a later one would be an attribute name to look up
 #: (join(sep, attribute), sort(reverse, case_sensitive, attribute), unique(cs, attribute)).
 _MAX_POSITIONAL = {"join": 1, "sort": 2, "unique": 1}

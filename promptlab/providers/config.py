@@ -130,8 +130,12 @@ _SIM_PRICES = {
     "pocket": ModelPrice(0.05, 0.20),
 }
 _SIM_WINDOWS = {
-    "careful": 128_000, "balanced": 32_000, "fast": 16_000, "sloppy": 8_000, "pocket": 512,
-}  # fmt: skip
+    "careful": 128_000,
+    "balanced": 32_000,
+    "fast": 16_000,
+    "sloppy": 8_000,
+    "pocket": 512,
+}
 #: Ollama's default context length; raise it here when the server runs with more.
 _LOCAL_DEFAULT_WINDOW = 8_192
 

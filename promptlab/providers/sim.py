@@ -82,7 +82,7 @@ class SimProvider:
                 )
                 if request.top_logprobs
                 else None
-            ),  # fmt: skip
+            ),
             logprob_mean=logprob_mean,
             logprob_tokens=logprob_tokens,
         )

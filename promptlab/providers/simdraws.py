@@ -65,17 +65,25 @@ DEVIATION_POSITIONS = 64
 
 @functools.lru_cache(maxsize=4096)
 def _deviation(
-    name: str, quality: float, messages: Messages, temperature: float | None,
+    name: str,
+    quality: float,
+    messages: Messages,
+    temperature: float | None,
     top_p: float | None,
-) -> float:  # fmt: skip
+) -> float:
     positions = model_positions(name, quality, messages, DEVIATION_POSITIONS, CANDIDATES)
     return deviation_rate(positions, temperature, top_p)
 
 
 def repeat_draws(
-    name: str, quality: float, messages: Messages, temperature: float | None,
-    top_p: float | None, sample: int | None, *key: object,
-) -> random.Random:  # fmt: skip
+    name: str,
+    quality: float,
+    messages: Messages,
+    temperature: float | None,
+    top_p: float | None,
+    sample: int | None,
+    *key: object,
+) -> random.Random:
     """The generator of repeat `sample`'s draws keyed by `key`: the mode's (the answer
     at temperature 0), each draw re-drawn from the repeat's own generator with the
     request's `deviation_rate`."""

@@ -22,9 +22,12 @@ def instance_for_schema(
 
 
 def _instance(
-    schema: Mapping[str, Any], rng: random.Random, topics: list[str], root: Mapping[str, Any],
+    schema: Mapping[str, Any],
+    rng: random.Random,
+    topics: list[str],
+    root: Mapping[str, Any],
     depth: int,
-) -> Any:  # fmt: skip
+) -> Any:
     if "$ref" in schema and depth < MAX_SCHEMA_DEPTH:
         return _instance(_resolve_ref(root, schema["$ref"]), rng, topics, root, depth + 1)
     if "const" in schema:
@@ -69,9 +72,12 @@ def _resolve_ref(root: Mapping[str, Any], ref: str) -> Mapping[str, Any]:
 
 
 def _object(
-    schema: Mapping[str, Any], rng: random.Random, topics: list[str], root: Mapping[str, Any],
+    schema: Mapping[str, Any],
+    rng: random.Random,
+    topics: list[str],
+    root: Mapping[str, Any],
     depth: int,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     props: Mapping[str, Any] = schema.get("properties", {})
     required = set(schema.get("required", ()))
     out: dict[str, Any] = {}
@@ -84,9 +90,12 @@ def _object(
 
 
 def _array(
-    schema: Mapping[str, Any], rng: random.Random, topics: list[str], root: Mapping[str, Any],
+    schema: Mapping[str, Any],
+    rng: random.Random,
+    topics: list[str],
+    root: Mapping[str, Any],
     depth: int,
-) -> list[Any]:  # fmt: skip
+) -> list[Any]:
     low = int(schema.get("minItems", 1))
     high = int(schema.get("maxItems", max(low, 3)))
     items = schema.get("items", {"type": "string"})

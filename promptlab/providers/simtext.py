@@ -19,18 +19,44 @@ _STOPWORD_TEXT = (
 _STOPWORDS = frozenset(_STOPWORD_TEXT.split())
 _WORD = re.compile(r"[A-Za-z][A-Za-z\-]{3,}")
 _OPENERS = (
-    "In short,", "Put simply,", "The key point is that", "First,", "Then,", "Note that",
-    "In practice,", "Overall,", "As a rule,", "Importantly,", "For most readers,",
-)  # fmt: skip
+    "In short,",
+    "Put simply,",
+    "The key point is that",
+    "First,",
+    "Then,",
+    "Note that",
+    "In practice,",
+    "Overall,",
+    "As a rule,",
+    "Importantly,",
+    "For most readers,",
+)
 _VERBS = (
-    "improves", "depends on", "shapes", "clarifies", "supports", "simplifies", "affects",
-    "strengthens", "reveals", "balances",
-)  # fmt: skip
+    "improves",
+    "depends on",
+    "shapes",
+    "clarifies",
+    "supports",
+    "simplifies",
+    "affects",
+    "strengthens",
+    "reveals",
+    "balances",
+)
 _NOUNS = (
-    "the overall result", "the main goal", "user trust", "the next step", "clarity",
-    "the final outcome", "day-to-day use", "long-term value", "the key trade-off",
-    "the expected cost", "response quality", "the first impression",
-)  # fmt: skip
+    "the overall result",
+    "the main goal",
+    "user trust",
+    "the next step",
+    "clarity",
+    "the final outcome",
+    "day-to-day use",
+    "long-term value",
+    "the key trade-off",
+    "the expected cost",
+    "response quality",
+    "the first impression",
+)
 _FALLBACK_TOPICS = ("the request", "the product", "the answer", "the topic")
 
 

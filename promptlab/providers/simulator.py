@@ -59,18 +59,43 @@ class SimModel:
 SIM_MODELS: dict[str, SimModel] = {
     m.name: m
     for m in (
-        SimModel("careful", "high quality, slower, longer", 0.9, 900, 0.35, 12, 160, 0.3,
-                 0.01, 0.01, 0.01, 0.22),
-        SimModel("balanced", "middle of the road", 0.7, 450, 0.4, 8, 90, 0.35,
-                 0.04, 0.02, 0.03, 0.16),
-        SimModel("fast", "quick and terse", 0.55, 180, 0.3, 4, 35, 0.3,
-                 0.05, 0.02, 0.05, 0.12),
-        SimModel("sloppy", "cheap, often breaks JSON", 0.35, 300, 0.6, 6, 70, 0.6,
-                 0.20, 0.08, 0.12, 0.08),
-        SimModel("pocket", "tiny 512-token window (shows context shards)", 0.5, 200, 0.3, 4,
-                 40, 0.3, 0.05, 0.02, 0.05, 0.10),
+        SimModel(
+            "careful",
+            "high quality, slower, longer",
+            0.9,
+            900,
+            0.35,
+            12,
+            160,
+            0.3,
+            0.01,
+            0.01,
+            0.01,
+            0.22,
+        ),
+        SimModel(
+            "balanced", "middle of the road", 0.7, 450, 0.4, 8, 90, 0.35, 0.04, 0.02, 0.03, 0.16
+        ),
+        SimModel("fast", "quick and terse", 0.55, 180, 0.3, 4, 35, 0.3, 0.05, 0.02, 0.05, 0.12),
+        SimModel(
+            "sloppy", "cheap, often breaks JSON", 0.35, 300, 0.6, 6, 70, 0.6, 0.20, 0.08, 0.12, 0.08
+        ),
+        SimModel(
+            "pocket",
+            "tiny 512-token window (shows context shards)",
+            0.5,
+            200,
+            0.3,
+            4,
+            40,
+            0.3,
+            0.05,
+            0.02,
+            0.05,
+            0.10,
+        ),
     )
-}  # fmt: skip
+}
 #: Used for names the simulator does not know (e.g. `gpt-4o-mini` sent to fakellm).
 DEFAULT_SIM_MODEL = "balanced"
 
@@ -217,16 +242,27 @@ def _generator(
     the same answer at temperature 0 and re-drawn choices above it."""
     schema = json.dumps(request.output_schema, sort_keys=True)
     if request.sample is None:
-        return _rng(seed, sim.name, request.seed, request.temperature, request.top_p,
-                    request.max_tokens, messages, schema)  # fmt: skip
-    return _draws(request, sim, seed, sim.name, request.seed, request.max_tokens, messages,
-                  schema)  # fmt: skip
+        return _rng(
+            seed,
+            sim.name,
+            request.seed,
+            request.temperature,
+            request.top_p,
+            request.max_tokens,
+            messages,
+            schema,
+        )
+    return _draws(request, sim, seed, sim.name, request.seed, request.max_tokens, messages, schema)
 
 
 def _latency(
-    request: CompletionRequest, sim: SimModel, rng: random.Random,
-    messages: tuple[tuple[str, ...], ...], input_tokens: int, output_tokens: int,
-) -> float:  # fmt: skip
+    request: CompletionRequest,
+    sim: SimModel,
+    rng: random.Random,
+    messages: tuple[tuple[str, ...], ...],
+    input_tokens: int,
+    output_tokens: int,
+) -> float:
     """Milliseconds: the model's lognormal base, generation and prefill per token."""
     latency = (
         sim.median_latency_ms * math.exp(sim.latency_sigma * rng.gauss(0, 1))
@@ -244,13 +280,20 @@ LOGPROB_TOKENS = 64
 
 def _draws(request: CompletionRequest, sim: SimModel, *key: object) -> random.Random:
     """A repeat's generator for the draws keyed by `key` (providers/simdraws.py)."""
-    return repeat_draws(sim.name, sim.quality, _messages_key(request.messages),
-                        request.temperature, request.top_p, request.sample, *key)  # fmt: skip
+    return repeat_draws(
+        sim.name,
+        sim.quality,
+        _messages_key(request.messages),
+        request.temperature,
+        request.top_p,
+        request.sample,
+        *key,
+    )
 
 
-def chosen_logprob(request: CompletionRequest, model: str | SimModel, output_tokens: int) -> (
-    tuple[float, int]
-):  # fmt: skip
+def chosen_logprob(
+    request: CompletionRequest, model: str | SimModel, output_tokens: int
+) -> tuple[float, int]:
     """(mean log-probability, tokens) of the answer's chosen tokens (the first
     LOGPROB_TOKENS), as sampled at the request's temperature and top_p."""
     sim = model if isinstance(model, SimModel) else resolve_model(model)
@@ -280,18 +323,66 @@ def simulated_logprobs(
 #: message: the label with the most cues found (whole words; the first in enum order on
 #: a tie) is what the model answers, when it reads at all (`_reads`).
 LABEL_CUES: dict[str, tuple[str, ...]] = {
-    "billing": ("charged", "charge", "invoice", "refund", "payment", "payments", "billed",
-                "card", "discount", "receipts", "receipt", "vat", "downgrade", "renewal",
-                "price", "subscription"),
-    "bug": ("error", "crash", "crashes", "broken", "bug", "does nothing", "fail", "fails",
-            "stopped working", "blank", "slow", "twice for every", "loses", "late",
-            "don't include", "loops"),
-    "account": ("account", "email", "password", "log in", "login", "sign-in",
-                "two-factor", "locked out", "workspace", "invite"),
-    "feature_request": ("would be great", "would be nice", "could you add", "please add",
-                        "please support", "can we get", "feature", "option"),
+    "billing": (
+        "charged",
+        "charge",
+        "invoice",
+        "refund",
+        "payment",
+        "payments",
+        "billed",
+        "card",
+        "discount",
+        "receipts",
+        "receipt",
+        "vat",
+        "downgrade",
+        "renewal",
+        "price",
+        "subscription",
+    ),
+    "bug": (
+        "error",
+        "crash",
+        "crashes",
+        "broken",
+        "bug",
+        "does nothing",
+        "fail",
+        "fails",
+        "stopped working",
+        "blank",
+        "slow",
+        "twice for every",
+        "loses",
+        "late",
+        "don't include",
+        "loops",
+    ),
+    "account": (
+        "account",
+        "email",
+        "password",
+        "log in",
+        "login",
+        "sign-in",
+        "two-factor",
+        "locked out",
+        "workspace",
+        "invite",
+    ),
+    "feature_request": (
+        "would be great",
+        "would be nice",
+        "could you add",
+        "please add",
+        "please support",
+        "can we get",
+        "feature",
+        "option",
+    ),
     "other": ("legal", "soc 2", "typo", "agreement"),
-}  # fmt: skip
+}
 #: Words as cue phrases are matched: letters and digits, with inner hyphens and apostrophes.
 _WORD_OR_DIGITS = re.compile(r"[a-z0-9][a-z0-9'\-]*")
 
@@ -299,8 +390,9 @@ _WORD_OR_DIGITS = re.compile(r"[a-z0-9][a-z0-9'\-]*")
 def read_label(text: str, labels: Sequence[str]) -> str | None:
     """The label of `labels` whose cues appear most often in `text` (None: no cue)."""
     low = f" {' '.join(_WORD_OR_DIGITS.findall(text.lower()))} "
-    counts = {label: sum(low.count(f" {cue} ") for cue in LABEL_CUES.get(label, ()))
-              for label in labels}  # fmt: skip
+    counts = {
+        label: sum(low.count(f" {cue} ") for cue in LABEL_CUES.get(label, ())) for label in labels
+    }
     best = max(labels, key=lambda label: counts[label], default=None)
     return best if best is not None and counts[best] > 0 else None
 
@@ -330,9 +422,13 @@ def _read_labels(value: Any, request: CompletionRequest, sim: SimModel) -> Any:
 
 
 def _json_output(
-    request: CompletionRequest, sim: SimModel, rng: random.Random, words: list[str],
-    rates: FaultRates | None, fault_scale: float,
-) -> tuple[str, str | None]:  # fmt: skip
+    request: CompletionRequest,
+    sim: SimModel,
+    rng: random.Random,
+    words: list[str],
+    rates: FaultRates | None,
+    fault_scale: float,
+) -> tuple[str, str | None]:
     schema = request.output_schema or {}
     value = _read_labels(instance_for_schema(schema, rng, words, schema), request, sim)
     rates = rates or FaultRates()

@@ -164,8 +164,11 @@ def openai_token_entropy(data: Any) -> float | None:
     positions = []
     for token in content[:MAX_ENTROPY_TOKENS]:
         top = _mapping(token).get("top_logprobs")
-        values = [t.get("logprob") for t in top if isinstance(t, Mapping)] if isinstance(
-            top, list) else []  # fmt: skip
+        values = (
+            [t.get("logprob") for t in top if isinstance(t, Mapping)]
+            if isinstance(top, list)
+            else []
+        )
         numbers = [float(v) for v in values if isinstance(v, int | float) and v <= 0]
         if numbers:
             positions.append(numbers)

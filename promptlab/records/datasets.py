@@ -20,8 +20,12 @@ class Conversation:
     content: str
 
     def columns(self) -> dict[str, str]:
-        return {"session": self.session, "order": self.order, "role": self.role,
-                "content": self.content}  # fmt: skip
+        return {
+            "session": self.session,
+            "order": self.order,
+            "role": self.role,
+            "content": self.content,
+        }
 
 
 #: The columns a conversation log is read by unless others are named.

@@ -77,17 +77,28 @@ def _add_run_read_routes(app: FastAPI, wb: Workbench) -> None:
 
     @app.get("/v1/runs/{run_id}/items")
     def items(
-        run_id: str, status: str | None = None, variant: str | None = None,
-        error_kind: str | None = None, search: str | None = None, check: str | None = None,
-        offset: int = 0, limit: int = 50,
-    ) -> Response:  # fmt: skip
+        run_id: str,
+        status: str | None = None,
+        variant: str | None = None,
+        error_kind: str | None = None,
+        search: str | None = None,
+        check: str | None = None,
+        offset: int = 0,
+        limit: int = 50,
+    ) -> Response:
         """A page of the run's items in plan order (at most 1,000), filtered, and how many
         match (an ItemPage): `search` is a key prefix, or text in the row, output or error;
         `check` an output check's status."""
         page = wb.runs.items(
-            run_id, status=status, variant=variant, error_kind=error_kind, search=search,
-            check=check, offset=offset, limit=limit,
-        )  # fmt: skip
+            run_id,
+            status=status,
+            variant=variant,
+            error_kind=error_kind,
+            search=search,
+            check=check,
+            offset=offset,
+            limit=limit,
+        )
         return typed_response(ItemPage, page)
 
     @app.get("/v1/runs/{run_id}/items/{key}")

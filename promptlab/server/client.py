@@ -176,9 +176,13 @@ class ServerClient:
         return urllib.request.urlopen(request, timeout=self.timeout_s)  # noqa: S310
 
     def _open(
-        self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None,
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        headers: dict[str, str] | None = None,
         content: IO[bytes] | None = None,
-    ) -> Any:  # fmt: skip
+    ) -> Any:
         """`content`, when given, is sent as the body as it is (a file), instead of `body`."""
         data: Any = content if content is not None else None
         if data is None and body is not None:

@@ -152,13 +152,19 @@ def _dataset_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
 
         def imported(path: Path) -> Any:
             info = wb.datasets.import_file(
-                path, name, fmt=format, unit_column=unit_column, replace=replace,
-                conversation=log, source=filename,
-            )  # fmt: skip
+                path,
+                name,
+                fmt=format,
+                unit_column=unit_column,
+                replace=replace,
+                conversation=log,
+                source=filename,
+            )
             return wire_data(DatasetInfo, info)
 
-        job = await import_job(request, filename, dataset_imports, idempotency_key,
-                               "dataset-import", imported)  # fmt: skip
+        job = await import_job(
+            request, filename, dataset_imports, idempotency_key, "dataset-import", imported
+        )
         return typed_response(Job, job, 202)
 
 
@@ -175,9 +181,13 @@ def _feedback_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
         """The body is a feedback file (CSV, JSON Lines, Parquet), imported as a job
         whose result is `{"rows": N}`."""
         job = await import_job(
-            request, filename, feedback_imports, idempotency_key, "feedback-import",
+            request,
+            filename,
+            feedback_imports,
+            idempotency_key,
+            "feedback-import",
             lambda path: {"rows": wb.analysis.import_feedback(path)},
-        )  # fmt: skip
+        )
         return typed_response(Job, job, 202)
 
     @app.post("/v1/logs", dependencies=auth)
@@ -191,9 +201,13 @@ def _feedback_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
         (version, unit_id, latency_ms, clicked, completed, event_time) to the file's."""
         columns = dict(_pair(c) for c in column or ())
         job = await import_job(
-            request, filename, log_imports, idempotency_key, "log-import",
+            request,
+            filename,
+            log_imports,
+            idempotency_key,
+            "log-import",
             lambda path: {"rows": wb.analysis.import_logs(path, columns)},
-        )  # fmt: skip
+        )
         return typed_response(Job, job, 202)
 
 
@@ -210,9 +224,13 @@ def _comparison_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
 
     @app.get("/v1/runs/{run_id}/comparison", dependencies=auth)
     def comparison(
-        run_id: str, a: str | None = None, b: str | None = None, sequential: bool | None = None,
-        planned_units: Annotated[int | None, Query(ge=1)] = None, keep_shared: bool = False,
-    ) -> Response:  # fmt: skip
+        run_id: str,
+        a: str | None = None,
+        b: str | None = None,
+        sequential: bool | None = None,
+        planned_units: Annotated[int | None, Query(ge=1)] = None,
+        keep_shared: bool = False,
+    ) -> Response:
         """Each variant against control (or `b` against `a`), per unit, with significance
         (a Comparison, server/typed.py); `keep_shared` keeps units seen in both arms."""
         compared = wb.analysis.compare(run_id, a, b, sequential, planned_units, keep_shared)
@@ -220,17 +238,30 @@ def _comparison_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
 
     @app.get("/v1/analysis/compare", dependencies=auth)
     def compare_versions(
-        a: str, b: str, run_id: str | None = None, logs: bool = False, since: str | None = None,
-        sequential: bool | None = None, cuped: bool = False,
-        planned_units: Annotated[int | None, Query(ge=1)] = None, keep_shared: bool = False,
-    ) -> Response:  # fmt: skip
+        a: str,
+        b: str,
+        run_id: str | None = None,
+        logs: bool = False,
+        since: str | None = None,
+        sequential: bool | None = None,
+        cuped: bool = False,
+        planned_units: Annotated[int | None, Query(ge=1)] = None,
+        keep_shared: bool = False,
+    ) -> Response:
         """Version `b` against `a` in one run, in production logs, or within the runs
         holding both (a Comparison); `cuped` with `logs` and `since`: the logs before
         `since` as covariate; `keep_shared` keeps units seen under both versions."""
         compared = wb.analysis.compare_versions(
-            a, b, run_id=run_id, logs=logs, since=since, sequential=sequential, cuped=cuped,
-            planned_units=planned_units, keep_shared=keep_shared,
-        )  # fmt: skip
+            a,
+            b,
+            run_id=run_id,
+            logs=logs,
+            since=since,
+            sequential=sequential,
+            cuped=cuped,
+            planned_units=planned_units,
+            keep_shared=keep_shared,
+        )
         return typed_response(Comparison, compared)
 
 
@@ -263,9 +294,14 @@ def _export_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
         path = folder / f"{table}.{format}"
         try:
             rows = wb.exports.write_table(
-                table, format, path, run_id=run_id, experiment=experiment, prompt=prompt,
+                table,
+                format,
+                path,
+                run_id=run_id,
+                experiment=experiment,
+                prompt=prompt,
                 raw=raw,
-            )  # fmt: skip
+            )
         except BaseException:
             _remove(folder)
             raise
@@ -290,9 +326,13 @@ def _audit_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
     ) -> Response:
         """Events matching every filter given, oldest first."""
         where = AuditFilter(
-            run_id=run_id, experiment=experiment, kind=kind, trace_id=trace_id, chain=chain,
+            run_id=run_id,
+            experiment=experiment,
+            kind=kind,
+            trace_id=trace_id,
+            chain=chain,
             limit=min(max(limit, 1), MAX_EVENTS),
-        )  # fmt: skip
+        )
         return json_response([_event(e) for e in wb.audit.events(where)])
 
     @app.get("/v1/audit/traces/{trace}", dependencies=auth)
@@ -330,8 +370,9 @@ def _event(event: AuditEvent) -> dict[str, Any]:
     return data
 
 
-def _conversation(session: str | None, order: str | None, role: str | None,
-                  content: str | None) -> Conversation | None:  # fmt: skip
+def _conversation(
+    session: str | None, order: str | None, role: str | None, content: str | None
+) -> Conversation | None:
     """A conversation log's columns when any is named (the others their defaults)."""
     given = {"session": session, "order": order, "role": role, "content": content}
     named = {k: v for k, v in given.items() if v}

@@ -127,29 +127,37 @@ def _changes(app: FastAPI, wb: Workbench) -> None:
         request: Request, name: str, body: WeightsIn, idempotency_key: str | None = Header(None)
     ) -> Response:
         """New weights: `[before, after]` (the same revision twice: nothing changed)."""
-        return typed_response(Change, _once(changes, request, idempotency_key, body,
-                                    lambda: _update(wb, name, body)))  # fmt: skip
+        return typed_response(
+            Change, _once(changes, request, idempotency_key, body, lambda: _update(wb, name, body))
+        )
 
     @app.post("/v1/experiments/{name}/traffic")
     def set_traffic(
         request: Request, name: str, body: TrafficIn, idempotency_key: str | None = Header(None)
     ) -> Response:
         """The ramp, the kill switch (and weights): `[before, after]`."""
-        return typed_response(Change, _once(changes, request, idempotency_key, body,
-                                    lambda: _update(wb, name, body)))  # fmt: skip
+        return typed_response(
+            Change, _once(changes, request, idempotency_key, body, lambda: _update(wb, name, body))
+        )
 
     @app.post("/v1/exposures")
     async def import_exposures(
-        request: Request, filename: str, source: str | None = None,
+        request: Request,
+        filename: str,
+        source: str | None = None,
         idempotency_key: str | None = Header(None),
-    ) -> Response:  # fmt: skip
+    ) -> Response:
         """The body is an exposure log (JSON Lines): how many exposures were new. A bad
         line refuses the whole file; `source` names the file in refusals and the audit
         trail (the sender's path; nothing reads it)."""
         job = await import_job(
-            request, filename, exposure_imports, idempotency_key, "exposure-import",
+            request,
+            filename,
+            exposure_imports,
+            idempotency_key,
+            "exposure-import",
             lambda path: wb.experiments.import_exposures(path, source=source),
-        )  # fmt: skip
+        )
         return typed_response(Job, job, 202)
 
 
@@ -158,9 +166,13 @@ def _update(wb: Workbench, name: str, body: WeightsIn) -> Change:
     ramp = body.ramp if isinstance(body, TrafficIn) else None
     killed = body.killed if isinstance(body, TrafficIn) else None
     after = wb.experiments.update(
-        name, weights=body.weights, ramp=ramp, killed=killed, note=body.note,
+        name,
+        weights=body.weights,
+        ramp=ramp,
+        killed=killed,
+        note=body.note,
         based_on=body.based_on,
-    )  # fmt: skip
+    )
     return before, after
 
 
@@ -176,13 +188,15 @@ def _admin_for_traffic(request: Request, wb: Workbench, experiment: ExperimentFi
         return
     if latest.ramp != experiment.ramp or latest.killed != experiment.killed:
         raise Refused(
-            403, f"{principal.name} is a {principal.role}; changing the ramp or the kill "
+            403,
+            f"{principal.name} is a {principal.role}; changing the ramp or the kill "
             f"switch of {experiment.name} needs admin",
-        )  # fmt: skip
+        )
 
 
-def _once(submits: Submits[Any], request: Request, key: str | None, body: BaseModel,
-          start: Any) -> Any:  # fmt: skip
+def _once(
+    submits: Submits[Any], request: Request, key: str | None, body: BaseModel, start: Any
+) -> Any:
     return request_once(submits, request, key, body.model_dump_json(), start)
 
 

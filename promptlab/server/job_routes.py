@@ -56,9 +56,14 @@ def add_job_routes(app: FastAPI, wb: Workbench, jobs: Jobs, fairness: Fairness) 
 
         def write(path: Path) -> int:
             return wb.exports.write_table(
-                table, fmt, path, run_id=body.run_id, experiment=body.experiment,
-                prompt=body.prompt, raw=body.raw,
-            )  # fmt: skip
+                table,
+                fmt,
+                path,
+                run_id=body.run_id,
+                experiment=body.experiment,
+                prompt=body.prompt,
+                raw=body.raw,
+            )
 
         return _job(jobs.start(owner(request), "table-export", f"{table}.{fmt}", write), 202)
 
@@ -70,9 +75,12 @@ def add_job_routes(app: FastAPI, wb: Workbench, jobs: Jobs, fairness: Fairness) 
 
         def write(path: Path) -> int:
             return wb.review.export(
-                path, run_id=body.run_id, column=body.column, raw=body.raw,
+                path,
+                run_id=body.run_id,
+                column=body.column,
+                raw=body.raw,
                 recorded_as=body.file_name,
-            )  # fmt: skip
+            )
 
         return _job(jobs.start(owner(request), "review-export", f"review{suffix}", write), 202)
 

@@ -110,9 +110,14 @@ class Jobs:
         return self._started(owner, kind, folder, None, task, release)
 
     def _started(
-        self, owner: str, kind: str, folder: Path, file: Path | None,
-        work: Callable[[Job], Job], release: Callable[[], None] | None,
-    ) -> Job:  # fmt: skip
+        self,
+        owner: str,
+        kind: str,
+        folder: Path,
+        file: Path | None,
+        work: Callable[[Job], Job],
+        release: Callable[[], None] | None,
+    ) -> Job:
         job = Job(uuid.uuid4().hex[:16], kind, RUNNING)
         held = _Held(job, owner, folder, file)
         if release is not None:

@@ -46,8 +46,15 @@ SPEC_DECLARED = "spec-declared"
 RUN_CAP_SUFFIX = " (run cap)"
 INVALID_NAME = "invalid-name"
 RUN_STATES = (
-    "submitted", "waiting", "scheduled", "running", "paused", "completed", "failed", "cancelled"
-)  # fmt: skip
+    "submitted",
+    "waiting",
+    "scheduled",
+    "running",
+    "paused",
+    "completed",
+    "failed",
+    "cancelled",
+)
 
 
 class WorkbenchCollector:
@@ -131,9 +138,10 @@ class WorkbenchCollector:
             "promptlab_limiter_gate_closed", "1 while a 429 holds the gate", labels=["endpoint"]
         )
         run_cap = GaugeMetricFamily(
-            "promptlab_run_cap", "Concurrency of a running run's own endpoints and caps",
+            "promptlab_run_cap",
+            "Concurrency of a running run's own endpoints and caps",
             labels=["run"],
-        )  # fmt: skip
+        )
         seen: set[str] = set()
         for progress in live:
             own = 0

@@ -64,9 +64,13 @@ class Guard:
     """
 
     def __init__(
-        self, app: ASGIApp, wb: Workbench, owner_token: str, routes: Callable[[], list[Any]],
+        self,
+        app: ASGIApp,
+        wb: Workbench,
+        owner_token: str,
+        routes: Callable[[], list[Any]],
         fairness: Fairness,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.app = app
         self.fairness = fairness
         self._pool_sized = False
@@ -89,9 +93,10 @@ class Guard:
         needed = self._needed_role(scope)
         if needed is not None and not role_allows(principal.role, needed):
             refusal = error_response(
-                403, f"{principal.name} is a {principal.role}; {scope['method']} "
+                403,
+                f"{principal.name} is a {principal.role}; {scope['method']} "
                 f"{scope['path']} needs {needed}",
-            )  # fmt: skip
+            )
             await refusal(scope, receive, send)
             return
         try:

@@ -115,9 +115,11 @@ def document_roles(app: FastAPI) -> None:
     def described() -> dict[str, Any]:
         if app.openapi_schema is None:
             schema = get_openapi(
-                title=app.title, version=app.version, description=app.description,
+                title=app.title,
+                version=app.version,
+                description=app.description,
                 routes=app.routes,
-            )  # fmt: skip
+            )
             for path, operations in schema.get("paths", {}).items():
                 for method, operation in operations.items():
                     role = ROUTE_ROLES.get((method.upper(), path))

@@ -97,9 +97,13 @@ def add_submit_routes(app: FastAPI, wb: Workbench, auth: list[Any], local_paths:
 
         def start() -> str:
             spec = wb.runs.batch_spec(
-                requests, body.endpoint, body.model, body.id_field, body.settings,
+                requests,
+                body.endpoint,
+                body.model,
+                body.id_field,
+                body.settings,
                 confined=True,
-            )  # fmt: skip
+            )
             return wb.runs.start(spec)
 
         return progress(wb, once(submits, request, idempotency_key, body, start))
@@ -155,9 +159,12 @@ def add_run_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
 
 
 def once(
-    submits: Submits[str], request: Request, key: str | None, body: BaseModel,
+    submits: Submits[str],
+    request: Request,
+    key: str | None,
+    body: BaseModel,
     start: Callable[[], str],
-) -> str:  # fmt: skip
+) -> str:
     """`start()` once per caller, route and key (Submits), bound to the body."""
     return request_once(submits, request, key, body.model_dump_json(), start)
 

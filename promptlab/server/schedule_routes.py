@@ -42,10 +42,11 @@ def add_schedule_routes(app: FastAPI, wb: Workbench, *, local_paths: bool) -> No
 
         own_files = local_paths and principal_of(request.scope).role == ADMIN
         spec = wb.runs.spec_from_data(
-            body.spec, default_name=body.default_name,
+            body.spec,
+            default_name=body.default_name,
             base_dir=Path(body.base_dir) if body.base_dir and own_files else None,
             dataset_root=None if own_files else wb.settings.data_dir,
-        )  # fmt: skip
+        )
         return _record(wb.schedules.add(spec))
 
     @app.post("/v1/schedules/{name}/pause")

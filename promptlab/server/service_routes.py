@@ -90,18 +90,25 @@ def add_service_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
 
     @app.post("/v1/experiments/{name}/runs", dependencies=auth, status_code=201)
     def run_experiment(
-        request: Request, name: str, body: ExperimentRunIn,
+        request: Request,
+        name: str,
+        body: ExperimentRunIn,
         idempotency_key: str | None = Header(None),
-    ) -> dict[str, Any]:  # fmt: skip
+    ) -> dict[str, Any]:
         """The experiment's latest revision on an imported dataset: its estimate (lines,
         as the CLI prints them) and, unless `estimate_only`, the started run."""
         from promptlab.views.estimate import estimate_lines
 
         spec = wb.runs.experiment_spec(
-            name, body.dataset, mode=body.mode, unit_column=body.unit_column,
-            repeats=body.repeats, limit_rows=body.limit_rows,
-            skip_invalid_rows=body.skip_invalid_rows, executor=body.executor,
-        )  # fmt: skip
+            name,
+            body.dataset,
+            mode=body.mode,
+            unit_column=body.unit_column,
+            repeats=body.repeats,
+            limit_rows=body.limit_rows,
+            skip_invalid_rows=body.skip_invalid_rows,
+            executor=body.executor,
+        )
         estimate = list(estimate_lines(wb.runs.estimate(spec)))
         if body.estimate_only:
             return {"estimate": estimate, "run": None}

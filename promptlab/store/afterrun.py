@@ -15,9 +15,13 @@ class AfterRunStore:
         self.store = store
 
     def record(
-        self, run_id: str, work: str, state: str, detail: str | None = None,
+        self,
+        run_id: str,
+        work: str,
+        state: str,
+        detail: str | None = None,
         child_run_id: str | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """The work's state now (its started run kept when `child_run_id` is None)."""
         with self.store.transaction() as tx:
             tx.execute(
@@ -55,9 +59,15 @@ class AfterRunStore:
             tx.execute(
                 "UPDATE after_run SET child_run_id = ?, updated_at = ?, state = CASE WHEN "
                 "state = ? THEN ? ELSE state END WHERE run_id = ? AND work = ?",
-                [child_run_id, self.store.clock.now(), AfterRunState.STARTING.value,
-                 AfterRunState.RUNNING.value, run_id, work],
-            )  # fmt: skip
+                [
+                    child_run_id,
+                    self.store.clock.now(),
+                    AfterRunState.STARTING.value,
+                    AfterRunState.RUNNING.value,
+                    run_id,
+                    work,
+                ],
+            )
 
     def get(self, run_id: str, work: str) -> AfterRunRecord | None:
         with self.store.read() as cur:

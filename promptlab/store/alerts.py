@@ -22,8 +22,10 @@ class AlertStore:
         if not alerts:
             return
         with self.store.transaction() as tx:
-            tx.executemany(f"INSERT INTO alerts ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                           [_values(a) for a in alerts])  # fmt: skip
+            tx.executemany(
+                f"INSERT INTO alerts ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [_values(a) for a in alerts],
+            )
 
     def replace(self, run_id: str, alerts: Sequence[AlertRecord]) -> None:
         """The run's alerts become exactly `alerts` (an after-run pass run again)."""

@@ -45,9 +45,18 @@ def event_from_row(row: tuple[Any, ...]) -> AuditEvent:
     """A stored audit_events row (its EVENT_COLUMNS, in order) as an event."""
     chain, seq, event_id, trace_id, run_id, kind, actor, at, payload, prev, digest = row
     return AuditEvent(
-        chain, int(seq), event_id, trace_id, run_id, kind, actor, at,
-        payload if isinstance(payload, str) else json.dumps(payload), prev, digest,
-    )  # fmt: skip
+        chain,
+        int(seq),
+        event_id,
+        trace_id,
+        run_id,
+        kind,
+        actor,
+        at,
+        payload if isinstance(payload, str) else json.dumps(payload),
+        prev,
+        digest,
+    )
 
 
 def filter_clauses(f: AuditFilter) -> tuple[list[str], list[Any]]:

@@ -207,17 +207,23 @@ def _uncovered_result(row: dict[str, Any], run: StoredRun, tally: RunRows) -> No
     if row["status"] == "cancelled":
         if holds_answer(row):
             tally.add(
-                "results", key, None, "inserted",
+                "results",
+                key,
+                None,
+                "inserted",
                 "a cancelled row without an event (as a cancel writes them) holds an answer",
-            )  # fmt: skip
+            )
         else:
             tally.closed += 1
     elif run.submitted:
         tally.add(
-            "results", key, None, "inserted",
+            "results",
+            key,
+            None,
+            "inserted",
             f"no result event records it ({row['status']}; its finished_at or the event "
             "may have changed, or it was written with the audit off)",
-        )  # fmt: skip
+        )
     else:
         tally.unaudited += 1
 

@@ -121,8 +121,11 @@ class Store:
                     copy_database(cur, copy)
             log.warning(
                 "database %s: migrating from %s to %s; a copy of it as it was is %s",
-                self.path, done[-1], pending[-1].name, copy,
-            )  # fmt: skip
+                self.path,
+                done[-1],
+                pending[-1].name,
+                copy,
+            )
         apply_migrations(self._conn, now=self.clock.now)
 
     def reserve_items(self, count: int) -> None:

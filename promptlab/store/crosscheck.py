@@ -54,9 +54,11 @@ class CrosscheckStore:
         with self.store.transaction() as tx:
             tx.executemany(
                 "INSERT INTO crosscheck_weights VALUES (?, ?, ?, ?, ?, ?)",
-                [[run_id, w.variant, w.validation_run_id, w.f1, w.base_weight, w.weight]
-                 for w in weights],
-            )  # fmt: skip
+                [
+                    [run_id, w.variant, w.validation_run_id, w.f1, w.base_weight, w.weight]
+                    for w in weights
+                ],
+            )
 
     def add_decisions(self, run_id: str, rows: Sequence[DecisionRow], at: datetime) -> None:
         if rows:
@@ -76,8 +78,17 @@ class CrosscheckStore:
             ).fetchone()
         if row is None:
             return None
-        return CrosscheckRecord(run_id, row_index, row[0], row[1], row[2], row[3],
-                                json.loads(row[4]), row[5], bool(row[6]))  # fmt: skip
+        return CrosscheckRecord(
+            run_id,
+            row_index,
+            row[0],
+            row[1],
+            row[2],
+            row[3],
+            json.loads(row[4]),
+            row[5],
+            bool(row[6]),
+        )
 
     def summary(self, run_id: str) -> CrosscheckSummary | None:
         """The run's weights and decision counts; None when it was not cross-checked."""

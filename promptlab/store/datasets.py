@@ -110,8 +110,7 @@ class DatasetTables:
                 "LIMIT ?",
                 [conv.session, conv.order, conv.role, *[conv.order] * 3, name, limit],
             ).fetchall()
-        return [SessionSummary(str(r[0]), int(r[1]), int(r[2]), str(r[3]), str(r[4]))
-                for r in rows]  # fmt: skip
+        return [SessionSummary(str(r[0]), int(r[1]), int(r[2]), str(r[3]), str(r[4])) for r in rows]
 
     def session_turns(self, name: str, conv: Conversation, session: str, limit: int) -> list[Turn]:
         """One session's messages in order."""
@@ -121,11 +120,20 @@ class DatasetTables:
                 f"{_CELL} AS session, {_CELL} AS ord, lower(trim({_CELL})) AS role, "
                 f"{_CELL} AS content, {_ORDER_KEY} AS key FROM dataset_rows "
                 "WHERE dataset = ?) WHERE session = ? ORDER BY key LIMIT ?",
-                [conv.session, conv.order, conv.role, conv.content, *[conv.order] * 3,
-                 name, session, limit],
-            ).fetchall()  # fmt: skip
-        return [Turn(str(r[0]), str(r[1]), "" if r[2] is None else str(r[2]), int(r[3]))
-                for r in rows]  # fmt: skip
+                [
+                    conv.session,
+                    conv.order,
+                    conv.role,
+                    conv.content,
+                    *[conv.order] * 3,
+                    name,
+                    session,
+                    limit,
+                ],
+            ).fetchall()
+        return [
+            Turn(str(r[0]), str(r[1]), "" if r[2] is None else str(r[2]), int(r[3])) for r in rows
+        ]
 
     def user_turns(self, name: str, conv: Conversation) -> int:
         """How many user messages the log holds: the turns a replay sends."""
@@ -161,9 +169,17 @@ class DatasetTables:
                     f"SELECT row_number, {_CELL}, lower(trim({_CELL})), {_CELL}, {_CELL}, "
                     "row_values FROM dataset_rows WHERE dataset = ? AND row_number "
                     "BETWEEN ? AND ? AND list_contains(?, row_number)",
-                    [conv.session, conv.role, conv.content, conv.order, name,
-                     min(numbers), max(numbers), numbers],
-                ).fetchall()  # fmt: skip
+                    [
+                        conv.session,
+                        conv.role,
+                        conv.content,
+                        conv.order,
+                        name,
+                        min(numbers),
+                        max(numbers),
+                        numbers,
+                    ],
+                ).fetchall()
                 rows = {int(r[0]): r[1:] for r in found}
                 for number in numbers:
                     s, r, c, a, v = rows[number]
@@ -286,22 +302,39 @@ class DatasetWrites:
             rows + "SELECT row_number, kind FROM conv ORDER BY row_number LIMIT 1", params
         ).fetchone()
         checks: tuple[tuple[str, str, list[Any]], ...] = (
-            ("role", "SELECT row_number, role, NULL FROM conv WHERE role IS NULL OR role "
-                     "NOT IN ('system', 'user', 'assistant') ORDER BY 1 LIMIT 1", []),
-            ("session", "SELECT row_number, session, NULL FROM conv "
-                        "WHERE coalesce(trim(session), '') = '' ORDER BY 1 LIMIT 1", []),
-            ("order", "SELECT row_number, ord, NULL FROM conv WHERE kind IS NULL "
-                      "ORDER BY 1 LIMIT 1", []),
-            ("mixed", "SELECT row_number, ord, ? FROM conv WHERE kind <> ? ORDER BY 1 LIMIT 1",
-             [first[0], first[1]] if first else [None, None]),
+            (
+                "role",
+                "SELECT row_number, role, NULL FROM conv WHERE role IS NULL OR role "
+                "NOT IN ('system', 'user', 'assistant') ORDER BY 1 LIMIT 1",
+                [],
+            ),
+            (
+                "session",
+                "SELECT row_number, session, NULL FROM conv "
+                "WHERE coalesce(trim(session), '') = '' ORDER BY 1 LIMIT 1",
+                [],
+            ),
+            (
+                "order",
+                "SELECT row_number, ord, NULL FROM conv WHERE kind IS NULL ORDER BY 1 LIMIT 1",
+                [],
+            ),
+            (
+                "mixed",
+                "SELECT row_number, ord, ? FROM conv WHERE kind <> ? ORDER BY 1 LIMIT 1",
+                [first[0], first[1]] if first else [None, None],
+            ),
             # Grouped by a hash of (session, order) first: grouping a million exact keys
             # outgrew the working memory; only rows whose hash repeats are compared exactly.
-            ("twice", "SELECT max(row_number), arg_max(ord, row_number), min(row_number) "
-                      f"FROM conv WHERE hash(session, {_KEY_OF_ORD}) IN (SELECT hash(session, "
-                      f"{_KEY_OF_ORD}) FROM conv GROUP BY 1 HAVING count(*) > 1) "
-                      f"GROUP BY session, {_KEY_OF_ORD} HAVING count(*) > 1 ORDER BY 3 LIMIT 1",
-             []),
-        )  # fmt: skip
+            (
+                "twice",
+                "SELECT max(row_number), arg_max(ord, row_number), min(row_number) "
+                f"FROM conv WHERE hash(session, {_KEY_OF_ORD}) IN (SELECT hash(session, "
+                f"{_KEY_OF_ORD}) FROM conv GROUP BY 1 HAVING count(*) > 1) "
+                f"GROUP BY session, {_KEY_OF_ORD} HAVING count(*) > 1 ORDER BY 3 LIMIT 1",
+                [],
+            ),
+        )
         for what, sql, more in checks:
             row = self.tx.execute(rows + sql, [*params, *more]).fetchone()
             if row is not None:

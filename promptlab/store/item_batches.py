@@ -20,14 +20,30 @@ def result_values(row: FinalRow, params: str) -> tuple[Any, ...]:
     """A final row's RESULT_DIGEST_COLUMNS values as `results` stores them (`params` is
     its params' stored JSON text)."""
     return (
-        row.key, row.run_id, row.status, row.error_kind, row.error_message,
-        row.prompt_version_id, row.endpoint, row.model, row.variant, params,
-        row.output_text, row.input_tokens, row.output_tokens, row.finish_reason,
-        row.model_version, as_real(row.latency_ms), as_real(row.cost_usd), row.attempts,
-        epoch_us(row.finished_at), row.check_status,
+        row.key,
+        row.run_id,
+        row.status,
+        row.error_kind,
+        row.error_message,
+        row.prompt_version_id,
+        row.endpoint,
+        row.model,
+        row.variant,
+        params,
+        row.output_text,
+        row.input_tokens,
+        row.output_tokens,
+        row.finish_reason,
+        row.model_version,
+        as_real(row.latency_ms),
+        as_real(row.cost_usd),
+        row.attempts,
+        epoch_us(row.finished_at),
+        row.check_status,
         list_text(row.check_errors) if row.check_status else None,
-        row.rule_status, list_text(row.rule_errors) if row.rule_status else None,
-    )  # fmt: skip
+        row.rule_status,
+        list_text(row.rule_errors) if row.rule_status else None,
+    )
 
 
 def list_text(items: Sequence[str]) -> str:
@@ -178,14 +194,39 @@ def attempts_table(rows: Sequence[AttemptRow]) -> Columns:
 FINAL_COLUMNS = ", ".join(
     f"timezone('UTC', f.{name})" if name == "finished_at" else f"f.{name}"
     for name in (
-        "idempotency_key", "run_id", "seq", "row_index", "variant", "repeat", "status",
-        "error_kind", "error_message", "prompt_version_id", "endpoint", "model", "params",
-        "output_text", "input_tokens", "output_tokens", "finish_reason", "model_version",
-        "latency_ms", "cost_usd", "attempts", "finished_at", "check_status", "check_errors",
-        "rule_status", "rule_errors", "token_entropy", "shard_id", "logprob_mean",
-        "logprob_tokens", "cache_hit",
+        "idempotency_key",
+        "run_id",
+        "seq",
+        "row_index",
+        "variant",
+        "repeat",
+        "status",
+        "error_kind",
+        "error_message",
+        "prompt_version_id",
+        "endpoint",
+        "model",
+        "params",
+        "output_text",
+        "input_tokens",
+        "output_tokens",
+        "finish_reason",
+        "model_version",
+        "latency_ms",
+        "cost_usd",
+        "attempts",
+        "finished_at",
+        "check_status",
+        "check_errors",
+        "rule_status",
+        "rule_errors",
+        "token_entropy",
+        "shard_id",
+        "logprob_mean",
+        "logprob_tokens",
+        "cache_hit",
     )
-)  # fmt: skip
+)
 
 
 def finals_table(rows: Sequence[FinalRow], params: Sequence[str]) -> Columns:

@@ -102,16 +102,36 @@ def fetch_item_detail(cur: duckdb.DuckDBPyConnection, run_id: str, key: str) -> 
 
 def _final_row(r: tuple[Any, ...]) -> FinalRow:
     return FinalRow(
-        key=r[0], run_id=r[1], seq=int(r[2]), row_index=int(r[3]), variant=r[4],
-        repeat=int(r[5]), status=r[6], error_kind=r[7], error_message=r[8],
-        prompt_version_id=r[9], endpoint=r[10], model=r[11],
-        params=json.loads(r[12]) if r[12] else {}, output_text=r[13], input_tokens=r[14],
-        output_tokens=r[15], finish_reason=r[16], model_version=r[17], latency_ms=r[18],
-        cost_usd=r[19], attempts=int(r[20]), finished_at=r[21], check_status=r[22],
-        check_errors=tuple(json.loads(r[23])) if r[23] else (), rule_status=r[24],
-        rule_errors=tuple(json.loads(r[25])) if r[25] else (), token_entropy=r[26],
-        shard_id=r[27], cache_hit=bool(r[28]),
-    )  # fmt: skip
+        key=r[0],
+        run_id=r[1],
+        seq=int(r[2]),
+        row_index=int(r[3]),
+        variant=r[4],
+        repeat=int(r[5]),
+        status=r[6],
+        error_kind=r[7],
+        error_message=r[8],
+        prompt_version_id=r[9],
+        endpoint=r[10],
+        model=r[11],
+        params=json.loads(r[12]) if r[12] else {},
+        output_text=r[13],
+        input_tokens=r[14],
+        output_tokens=r[15],
+        finish_reason=r[16],
+        model_version=r[17],
+        latency_ms=r[18],
+        cost_usd=r[19],
+        attempts=int(r[20]),
+        finished_at=r[21],
+        check_status=r[22],
+        check_errors=tuple(json.loads(r[23])) if r[23] else (),
+        rule_status=r[24],
+        rule_errors=tuple(json.loads(r[25])) if r[25] else (),
+        token_entropy=r[26],
+        shard_id=r[27],
+        cache_hit=bool(r[28]),
+    )
 
 
 def item_filter(

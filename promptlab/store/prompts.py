@@ -44,9 +44,15 @@ class PromptStore:
             yield PromptWrites(tx)
 
     def move_label(
-        self, name: str, label: str, version_id: str, *, actor: str, at: datetime,
+        self,
+        name: str,
+        label: str,
+        version_id: str,
+        *,
+        actor: str,
+        at: datetime,
         check: Callable[[LabelEvent | None], None] | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """Append a move of `label` to `version_id` to the label's history.
 
         `check` is given the label's latest move (None: never moved) inside the same

@@ -42,10 +42,16 @@ class BatchLedgerStore:
                 "lines, line_count, created_at, updated_at) "
                 "VALUES (?, ?, ?, ?, 'submitting', ?, ?, ?, ?)",
                 [
-                    chunk.chunk_id, chunk.run_id, chunk.endpoint, chunk.kind,
-                    json.dumps(chunk.lines), len(chunk.lines), _ts(chunk.created_at), now,
+                    chunk.chunk_id,
+                    chunk.run_id,
+                    chunk.endpoint,
+                    chunk.kind,
+                    json.dumps(chunk.lines),
+                    len(chunk.lines),
+                    _ts(chunk.created_at),
+                    now,
                 ],
-            )  # fmt: skip
+            )
 
     def submitted(self, chunk_id: str, batch_id: str, state: str, expires_at: float | None) -> None:
         now = self.store.clock.now()
@@ -72,7 +78,7 @@ class BatchLedgerStore:
                     Redactor.from_environ().optional(message),
                     self.store.clock.now(),
                     chunk_id,
-                ],  # fmt: skip
+                ],
             )
 
     def collected(self, chunk_id: str) -> None:
@@ -118,6 +124,6 @@ class BatchLedgerStore:
                 r[8].timestamp(),
                 _epoch(r[9]),
                 r[10],
-            )  # fmt: skip
+            )
             for r in rows
         ]

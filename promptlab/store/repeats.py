@@ -49,6 +49,6 @@ class RepeatReads:
                     logprob_tokens=r[9],
                     temperature=r[10],
                     top_p=r[11],
-                )  # fmt: skip
+                )
             )
         return found

@@ -94,8 +94,9 @@ class ResponseCacheStore:
                 "FROM e FULL JOIN h USING (endpoint, model) "
                 "ORDER BY coalesce(e.bytes, 0) DESC, endpoint, model"
             ).fetchall()
-        rows = tuple(CacheGroup(r[0], r[1], int(r[2]), int(r[3]), int(r[4]), r[5], r[6])
-                     for r in groups)  # fmt: skip
+        rows = tuple(
+            CacheGroup(r[0], r[1], int(r[2]), int(r[3]), int(r[4]), r[5], r[6]) for r in groups
+        )
         oldest = [g.oldest for g in rows if g.oldest is not None]
         newest = [g.newest for g in rows if g.newest is not None]
         return CacheStats(

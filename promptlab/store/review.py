@@ -80,9 +80,15 @@ class ReviewStore:
         return ReviewItem(*row) if row is not None else None
 
     def decide(
-        self, item_id: int, version: int, status: str, answer: str | None, note: str | None,
-        by: str, at: datetime,
-    ) -> bool:  # fmt: skip
+        self,
+        item_id: int,
+        version: int,
+        status: str,
+        answer: str | None,
+        note: str | None,
+        by: str,
+        at: datetime,
+    ) -> bool:
         """Settle the item if it is open and still at `version` (one statement: two
         deciders cannot both pass); whether it was settled."""
         with self.store.transaction() as tx:

@@ -161,9 +161,16 @@ class RunStore:
                 f"UPDATE runs SET status = ?, status_reason = ?, updated_at = ?{stamp}{clear}"
                 f"{own} WHERE run_id = ? AND status IN ({', '.join('?' * len(sources))}) "
                 "RETURNING run_id",
-                [status, reason, now, *([now] if column else []),
-                 *([process_owner()] if owning else []), run_id, *sources],
-            ).fetchall()  # fmt: skip
+                [
+                    status,
+                    reason,
+                    now,
+                    *([now] if column else []),
+                    *([process_owner()] if owning else []),
+                    run_id,
+                    *sources,
+                ],
+            ).fetchall()
             if not moved:
                 found = tx.execute("SELECT status FROM runs WHERE run_id = ?", [run_id]).fetchone()
                 if found is None:

@@ -123,7 +123,18 @@ class ScoreStore:
                 args,
             ).fetchall()
         return [
-            ScoreCounts(r[0], r[1], int(r[2]), float(r[3]), float(r[4]), int(r[5]), int(r[6]),
-                        int(r[7]), int(r[8]), int(r[9]), bool(r[10]))
+            ScoreCounts(
+                r[0],
+                r[1],
+                int(r[2]),
+                float(r[3]),
+                float(r[4]),
+                int(r[5]),
+                int(r[6]),
+                int(r[7]),
+                int(r[8]),
+                int(r[9]),
+                bool(r[10]),
+            )
             for r in rows
-        ]  # fmt: skip
+        ]

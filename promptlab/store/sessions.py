@@ -93,8 +93,11 @@ class SessionReads:
         for key, row_index, status, attempts, values, output, error, seq, shard in rows:
             user = json.loads(values).get(content) if content else None
             text = None if user is None else str(user)
-            turns.append(SessionTurn(key, int(row_index), status, int(attempts), text, output,
-                                     error, seq, shard))  # fmt: skip
+            turns.append(
+                SessionTurn(
+                    key, int(row_index), status, int(attempts), text, output, error, seq, shard
+                )
+            )
         return turns
 
     def per_variant(self, run_id: str) -> list[SessionMetrics]:
@@ -124,7 +127,8 @@ class SessionReads:
         for variant, scorer, mean in scores:
             by_variant.setdefault(variant, {})[scorer] = float(mean)
         return [
-            SessionMetrics(r[0], int(r[1]), int(r[2]), float(r[3]), r[4], r[5],
-                           by_variant.get(r[0], {}))
+            SessionMetrics(
+                r[0], int(r[1]), int(r[2]), float(r[3]), r[4], r[5], by_variant.get(r[0], {})
+            )
             for r in rows
-        ]  # fmt: skip
+        ]

@@ -48,13 +48,24 @@ class ShardStore:
                     "summary_cost_usd = coalesce(excluded.summary_cost_usd, "
                     "shards.summary_cost_usd)",
                     [
-                        record.shard_id, record.run_id, record.session_id, record.variant,
-                        record.repeat, record.seq_no, record.first_message,
-                        record.last_message, record.tokens, record.cut, record.summary,
-                        record.summary_version_id, record.summary_tokens,
-                        record.summary_cost_usd, record.created_at, record.expires_at,
+                        record.shard_id,
+                        record.run_id,
+                        record.session_id,
+                        record.variant,
+                        record.repeat,
+                        record.seq_no,
+                        record.first_message,
+                        record.last_message,
+                        record.tokens,
+                        record.cut,
+                        record.summary,
+                        record.summary_version_id,
+                        record.summary_tokens,
+                        record.summary_cost_usd,
+                        record.created_at,
+                        record.expires_at,
                     ],
-                )  # fmt: skip
+                )
             chains = {(r.run_id, r.session_id, r.variant, r.repeat) for r in records}
             for chain in sorted(chains):
                 tx.execute(

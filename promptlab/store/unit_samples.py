@@ -133,12 +133,15 @@ class SampleReads:
             first[key] = min(first.get(key, started), started)
         empty: tuple[tuple[str, ...], int] = ((), 0)
         return [
-            VersionStratum(*key, variants_a=sides.get(False, empty)[0],
-                           variants_b=sides.get(True, empty)[0],
-                           results_a=sides.get(False, empty)[1],
-                           results_b=sides.get(True, empty)[1])
+            VersionStratum(
+                *key,
+                variants_a=sides.get(False, empty)[0],
+                variants_b=sides.get(True, empty)[0],
+                results_a=sides.get(False, empty)[1],
+                results_b=sides.get(True, empty)[1],
+            )
             for key, sides in sorted(groups.items(), key=lambda kv: (first[kv[0]], kv[0]))
-        ]  # fmt: skip
+        ]
 
     def version_arm(
         self,
@@ -177,8 +180,7 @@ class SampleReads:
             if since is not None:
                 params["since"] = since
             if within is not None:
-                params |= {"run": within.run_id, "endpoint": within.endpoint,
-                           "model": within.model}  # fmt: skip
+                params |= {"run": within.run_id, "endpoint": within.endpoint, "model": within.model}
             return _arm(cur, label, ctes, params)
 
     def first_log_time(self, version_ids: list[str]) -> datetime | None:
@@ -240,11 +242,17 @@ class SampleReads:
         timed = np.asarray(lines["timed"], dtype=bool)
         unitless = _sum(index, lines["unitless"], k) > 0
         return ArmSample(
-            name=label, units=k, requests=int(index.size), unitless=int(unitless.sum()),
-            rates=rates, latency=_f(lines["latency_ms"])[timed],
-            latency_unit=index[timed].astype(np.int64), pre=pre_rates, unit_keys=ids,
+            name=label,
+            units=k,
+            requests=int(index.size),
+            unitless=int(unitless.sum()),
+            rates=rates,
+            latency=_f(lines["latency_ms"])[timed],
+            latency_unit=index[timed].astype(np.int64),
+            pre=pre_rates,
+            unit_keys=ids,
             unit_requests=_sum(index, np.ones(index.size), k),
-        )  # fmt: skip
+        )
 
     def paired(
         self, run_id: str, a: str, b: str, replay: bool = False, user_column: str | None = None
@@ -274,13 +282,17 @@ class SampleReads:
         rows = int(index.max()) + 1 if index.size else 0
         timed = np.asarray(pairs["timed"], dtype=bool)
         return PairedSample(
-            name_a=a, name_b=b, rows=rows, pairs=int(index.size),
+            name_a=a,
+            name_b=b,
+            rows=rows,
+            pairs=int(index.size),
             finished=_sum(index, np.ones(index.size), rows),
             completed_a=_sum(index, pairs["ok_a"], rows),
             completed_b=_sum(index, pairs["ok_b"], rows),
-            latency_a=_f(pairs["lat_a"])[timed], latency_b=_f(pairs["lat_b"])[timed],
+            latency_a=_f(pairs["lat_a"])[timed],
+            latency_b=_f(pairs["lat_b"])[timed],
             latency_row=index[timed].astype(np.int64),
-        )  # fmt: skip
+        )
 
 
 def _f(column: Any) -> Any:
@@ -332,15 +344,23 @@ def _arm(cur: duckdb.DuckDBPyConnection, name: str, ctes: str, params: dict[str,
     timed = np.asarray(requests["timed"], dtype=bool)
     scorer = np.asarray(scores["scorer"], dtype=object)
     scored = {
-        SCORE_PREFIX + str(each): _aligned(ids, {c: scores[c][scorer == each]
-                                                 for c in ("u", "num", "den")}, "num", "den")
+        SCORE_PREFIX + str(each): _aligned(
+            ids, {c: scores[c][scorer == each] for c in ("u", "num", "den")}, "num", "den"
+        )
         for each in sorted(set(scorer))
-    }  # fmt: skip
+    }
     return ArmSample(
-        name=name, units=int((finished > 0).sum()), requests=int(index.size),
+        name=name,
+        units=int((finished > 0).sum()),
+        requests=int(index.size),
         unitless=int(((unitless > 0) & (finished > 0)).sum()),
-        rates={COMPLETION: RatioSample(_sum(index, requests["ok"], k), finished), CTR: shown,
-               **scored},
-        latency=_f(requests["latency_ms"])[timed], latency_unit=index[timed].astype(np.int64),
-        unit_keys=ids, unit_requests=finished,
-    )  # fmt: skip
+        rates={
+            COMPLETION: RatioSample(_sum(index, requests["ok"], k), finished),
+            CTR: shown,
+            **scored,
+        },
+        latency=_f(requests["latency_ms"])[timed],
+        latency_unit=index[timed].astype(np.int64),
+        unit_keys=ids,
+        unit_requests=finished,
+    )

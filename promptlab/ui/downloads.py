@@ -131,9 +131,11 @@ def file_download(
     if isinstance(made, MadeFile) and (made.key, made.what) != (key, what):
         made = None
     if made is None and slot.button(
-        label, key=f"{key}::make", icon=":material/download:",
+        label,
+        key=f"{key}::make",
+        icon=":material/download:",
         help=f"{help} The file is made first, then a button saves it.",
-    ):  # fmt: skip
+    ):
         made = _make(key, what, make, file_name)
     if made is not None:
         slot.download_button(
@@ -167,9 +169,11 @@ def _make(key: str, what: Hashable, make: Callable[[], bytes], file_name: str) -
         log.warning("download %s: %s could not be made", key, file_name, exc_info=True)
         reason = str(exc) if isinstance(exc, PromptlabError) else f"{type(exc).__name__}: {exc}"
         st.session_state[FAILED] = FailedFile(
-            key, what, f"Could not make {file_name}: {reason}. Nothing was downloaded; "
-            "press the button again to retry."
-        )  # fmt: skip
+            key,
+            what,
+            f"Could not make {file_name}: {reason}. Nothing was downloaded; "
+            "press the button again to retry.",
+        )
         return None
     made = MadeFile(key, what, data, file_name, datetime.now().astimezone())
     st.session_state[MADE] = made

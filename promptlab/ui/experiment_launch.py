@@ -104,9 +104,16 @@ def launch_choice(
     if mode == "split" and not split_unit(wb, config, info, unit, key):
         return None
     return LaunchChoice(
-        config.name, config.revision, dataset, str(info.imported_at), mode,
-        unit if mode == "split" else None, int(repeats), int(limit) or None, skip,
-    )  # fmt: skip
+        config.name,
+        config.revision,
+        dataset,
+        str(info.imported_at),
+        mode,
+        unit if mode == "split" else None,
+        int(repeats),
+        int(limit) or None,
+        skip,
+    )
 
 
 def no_fit(config: ExperimentConfig) -> str:

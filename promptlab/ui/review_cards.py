@@ -60,8 +60,11 @@ def _answer(answer: dict[str, Any]) -> None:
     st.markdown(f"**{answer['variant']}** · {answer['model']} · {answer['status']}")
     text, language = shown_output(answer["output"])
     st.code(text, language=language, wrap_lines=True)
-    facts = [f"{k} **{escape_markdown(_figure(v))}**" for k, v in answer.items()
-             if k not in _SHOWN and v is not None]  # fmt: skip
+    facts = [
+        f"{k} **{escape_markdown(_figure(v))}**"
+        for k, v in answer.items()
+        if k not in _SHOWN and v is not None
+    ]
     st.markdown(" · ".join(facts))
 
 

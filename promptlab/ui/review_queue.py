@@ -26,8 +26,10 @@ _ADDRESS = Address("review", "run")
 def run_labels(wb: Workbench, also: str | None = None) -> dict[str, str]:
     """Run id -> "name · run id · N results", newest first; `also` (a linked run not
     among the newest) listed by its id."""
-    labels = {r.run.run_id: f"{r.run.name} · {r.run.run_id} · {r.items.finished:,} results"
-              for r in wb.runs.list(RUNS_LISTED)}  # fmt: skip
+    labels = {
+        r.run.run_id: f"{r.run.name} · {r.run.run_id} · {r.items.finished:,} results"
+        for r in wb.runs.list(RUNS_LISTED)
+    }
     if also and also not in labels:
         labels[also] = also
     return labels
@@ -39,8 +41,9 @@ def run_picker(labels: dict[str, str]) -> str | None:
     _ADDRESS.open_choice("run", RUN, labels)
     if st.session_state.get(RUN, "") not in ("", *labels):
         st.session_state.pop(RUN)
-    picked = st.selectbox("Run", ["", *labels], key=RUN,
-                          format_func=lambda r: labels.get(r, "any run"))  # fmt: skip
+    picked = st.selectbox(
+        "Run", ["", *labels], key=RUN, format_func=lambda r: labels.get(r, "any run")
+    )
     _ADDRESS.put("run", picked or None)  # `item=` stays: the reviewer's place in the queue
     return picked or None
 
@@ -61,8 +64,12 @@ def send_rows(wb: Workbench, labels: dict[str, str], current: str | None) -> Non
             return
         runs = list(labels)
         with st.form("review_send"):
-            run_id = st.selectbox("From run", runs, format_func=labels.__getitem__,
-                                  index=runs.index(current) if current in runs else 0)  # fmt: skip
+            run_id = st.selectbox(
+                "From run",
+                runs,
+                format_func=labels.__getitem__,
+                index=runs.index(current) if current in runs else 0,
+            )
             rows = st.text_input("Rows", placeholder=f"{EXAMPLE} (at most {MAX_ADDED:,})")
             reason = st.text_input("Reason", value="sent by hand")
             cols = st.columns(3)

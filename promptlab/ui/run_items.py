@@ -26,9 +26,10 @@ RATINGS = (
 def items_table(page: ItemPage, key: str) -> str | None:
     """The page as a table to pick from; the key of a row picked now, else None."""
     st.caption(
-        f"{page.total} items" if page.total <= len(page.rows) else
-        f"items {page.offset + 1}-{page.offset + len(page.rows)} of {page.total}"
-    )  # fmt: skip
+        f"{page.total} items"
+        if page.total <= len(page.rows)
+        else f"items {page.offset + 1}-{page.offset + len(page.rows)} of {page.total}"
+    )
     if not page.rows:
         return None
     event = st.dataframe(
@@ -121,8 +122,10 @@ def session_turns(wb: Workbench, run_id: str, key: str) -> None:
                     if turn.key == key
                     else f" · [open](?run={run_id}&item={turn.key})"
                 )
-                st.caption(f"row {turn.row_index + 1} · {turn.status} · {turn.attempts} "
-                           f"attempt(s){shard_label(turn)}{here} · `{turn.key[:12]}`")  # fmt: skip
+                st.caption(
+                    f"row {turn.row_index + 1} · {turn.status} · {turn.attempts} "
+                    f"attempt(s){shard_label(turn)}{here} · `{turn.key[:12]}`"
+                )
                 st.markdown(escape_markdown(turn.output or turn.error or "(no output)"))
 
 
@@ -178,9 +181,10 @@ def item_outcome(item: ItemView) -> None:
         cols[3].metric("Latency", ms(r.latency_ms))
         # Both as the provider said them: text, not Markdown.
         cols[4].metric(
-            "Finish", escape_markdown(r.finish_reason or "–"),
+            "Finish",
+            escape_markdown(r.finish_reason or "–"),
             help=escape_markdown(f"model {r.model_version}"),
-        )  # fmt: skip
+        )
     st.markdown(f"Attempts ({len(item.attempts)})")
     if item.attempts:
         st.dataframe(

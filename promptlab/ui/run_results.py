@@ -133,9 +133,12 @@ def variants(wb: Workbench, view: RunView) -> None:
         key=f"variants_{view.run_id}",
     )
     download_buttons(
-        wb, "metrics", key=f"download_metrics_{view.run_id}", label="Download metrics",
+        wb,
+        "metrics",
+        key=f"download_metrics_{view.run_id}",
+        label="Download metrics",
         run_id=view.run_id,
-    )  # fmt: skip
+    )
 
 
 def variant_columns() -> dict[str, Any]:
@@ -187,7 +190,7 @@ def per_session(wb: Workbench, run_id: str) -> None:
                 **{f"score: {name}": mean for name, mean in s.scores.items()},
             }
             for s in rows
-        ),  # fmt: skip
+        ),
         column_config={"completed": st.column_config.NumberColumn(format="percent")},
         hide_index=True,
         width="stretch",
@@ -204,8 +207,10 @@ def context_shards(wb: Workbench, run_id: str) -> None:
     summaries = [s for s in shards if s.summary is not None]
     label = f"Context shards ({len(shards)}, {len(summaries)} carrying a summary)"
     with st.expander(label):
-        st.caption("A session whose history outgrew the model's window, cut to fit: each "
-                   "turn was sent with its shard (messages counted from 1).")  # fmt: skip
+        st.caption(
+            "A session whose history outgrew the model's window, cut to fit: each "
+            "turn was sent with its shard (messages counted from 1)."
+        )
         st.dataframe(
             pd.DataFrame(
                 {
@@ -221,7 +226,7 @@ def context_shards(wb: Workbench, run_id: str) -> None:
                     "expires": s.expires_at,
                 }
                 for s in shards
-            ),  # fmt: skip
+            ),
             hide_index=True,
             width="stretch",
             key=f"shards_{run_id}",

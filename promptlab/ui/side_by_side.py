@@ -48,9 +48,12 @@ def side_by_side(wb: Workbench, run_id: str, control: str, paired: bool) -> None
         return
     pages = max(1, -(-page.total // SIDE_BY_SIDE_PAGE))
     st.columns([1, 2])[0].number_input(
-        f"Page (of {pages}; {page.total} inputs)", min_value=1, max_value=pages, step=1,
+        f"Page (of {pages}; {page.total} inputs)",
+        min_value=1,
+        max_value=pages,
+        step=1,
         key=page_key,
-    )  # fmt: skip
+    )
     for row in page.rows:
         side_by_side_row(row, control)
 

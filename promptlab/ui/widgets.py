@@ -68,9 +68,11 @@ def variable_input(
         )
     if kind == "number":
         return st.number_input(
-            label, value=float(spec.get("default", spec.get("minimum", 0.0))), key=widget_key,
+            label,
+            value=float(spec.get("default", spec.get("minimum", 0.0))),
+            key=widget_key,
             help=help_text,
-        )  # fmt: skip
+        )
     if kind == "boolean":
         return st.checkbox(
             label, value=bool(spec.get("default", False)), key=widget_key, help=help_text

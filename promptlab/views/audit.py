@@ -211,7 +211,7 @@ def timeline_bars(trace: AuditTrace) -> list[TimelineBar]:
                     start,
                     None,
                     f"waited {wait_ms:.0f} ms before attempt {number} ({reason})",
-                )  # fmt: skip
+                )
             )
         status = str(a.get("status") or "")
         error = f" {a['error_kind']}: {a.get('error_message')}" if a.get("error_kind") else ""
@@ -223,7 +223,7 @@ def timeline_bars(trace: AuditTrace) -> list[TimelineBar]:
                 end,
                 status,
                 f"attempt {number}: {status}{error}",
-            )  # fmt: skip
+            )
         )
     result = trace.result
     if result is not None:
@@ -238,6 +238,6 @@ def timeline_bars(trace: AuditTrace) -> list[TimelineBar]:
                 result.at,
                 status,
                 f"result: {status} after {trace.stages.get('attempts')} attempt(s)",
-            )  # fmt: skip
+            )
         )
     return bars

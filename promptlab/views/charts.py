@@ -42,10 +42,14 @@ RowField = str | Callable[[Any], Any]
 #: The label is also the comparison's metric name, whose per-arm interval wins when given.
 RateMetric = tuple[str, str, RowField, RowField]
 RATE_METRICS: tuple[RateMetric, ...] = (
-    ("completion rate", "completion_rate",
-     lambda row: completion_interval(row).low, lambda row: completion_interval(row).high),
+    (
+        "completion rate",
+        "completion_rate",
+        lambda row: completion_interval(row).low,
+        lambda row: completion_interval(row).high,
+    ),
     ("CTR", "ctr", lambda row: ctr_interval(row).low, lambda row: ctr_interval(row).high),
-)  # fmt: skip
+)
 #: The latency percentiles drawn per variant: (label, MetricsRow attribute, the
 #: comparison's metric name).
 LATENCY_PERCENTILES = (
@@ -56,8 +60,18 @@ LATENCY_PERCENTILES = (
 #: One colour per variant or version, in the order `colour_map` meets them (Tableau 10:
 #: distinct, and control's blue and the first variant's orange are told apart by
 #: colour-blind readers too).
-PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2",
-           "#edc948", "#ff9da7", "#9c755f", "#bab0ac", "#e15759")  # fmt: skip
+PALETTE = (
+    "#4e79a7",
+    "#f28e2b",
+    "#59a14f",
+    "#b07aa1",
+    "#76b7b2",
+    "#edc948",
+    "#ff9da7",
+    "#9c755f",
+    "#bab0ac",
+    "#e15759",
+)
 #: The verdict's colour: the forest chart writes each verdict beside its point in it.
 VERDICT_COLOURS = {
     Verdict.BETTER: "#1a7f37",
@@ -198,13 +212,15 @@ def rate_chart(
                 error_y=_error(values),
                 # The name by reference: in the template, `%{...}` in it would be read.
                 hovertemplate="%{x}: %{y:.1%}<extra>%{fullData.name}</extra>",
-            )  # fmt: skip
+            )
         )
     kind = "per unit" if estimates else "Wilson"
     figure.update_layout(
-        title=f"Rates (95% interval, {kind})", barmode="group",
-        yaxis={"tickformat": ".0%", "rangemode": "tozero", "title": RATE_AXIS}, **_LAYOUT,
-    )  # fmt: skip
+        title=f"Rates (95% interval, {kind})",
+        barmode="group",
+        yaxis={"tickformat": ".0%", "rangemode": "tozero", "title": RATE_AXIS},
+        **_LAYOUT,
+    )
     return figure
 
 
@@ -237,12 +253,14 @@ def latency_percentiles_chart(
                 marker={"color": _colour(colours, name, index)},
                 error_y=_error(values),
                 hovertemplate="%{x}: %{y:.0f} ms<extra>%{fullData.name}</extra>",
-            )  # fmt: skip
+            )
         )
     figure.update_layout(
         title="Latency percentiles" + (" (95% interval per unit)" if estimates else ""),
-        barmode="group", yaxis={"title": LATENCY_AXIS, "rangemode": "tozero"}, **_LAYOUT,
-    )  # fmt: skip
+        barmode="group",
+        yaxis={"title": LATENCY_AXIS, "rangemode": "tozero"},
+        **_LAYOUT,
+    )
     return figure
 
 
@@ -280,20 +298,25 @@ def latency_ecdf_chart(
                 mode="lines",
                 line={"shape": "hv", "color": _colour(colours, name, index)},
                 hovertemplate="%{x:.0f} ms: %{y:.0%}<extra>%{fullData.name}</extra>",
-            )  # fmt: skip
+            )
         )
     figure.update_layout(
-        title="Latency distribution (ECDF)", xaxis={"title": LATENCY_AXIS},
+        title="Latency distribution (ECDF)",
+        xaxis={"title": LATENCY_AXIS},
         yaxis={"tickformat": ".0%", "range": [0, 1.02], "title": "share answered within"},
         **_LAYOUT,
-    )  # fmt: skip
+    )
     return figure
 
 
 #: How long each `TimeSeries.unit` bucket is: buckets with one or more empty between
 #: them are a pause.
-BUCKET_LENGTHS = {"second": timedelta(seconds=1), "minute": timedelta(minutes=1),
-                  "hour": timedelta(hours=1), "day": timedelta(days=1)}  # fmt: skip
+BUCKET_LENGTHS = {
+    "second": timedelta(seconds=1),
+    "minute": timedelta(minutes=1),
+    "hour": timedelta(hours=1),
+    "day": timedelta(days=1),
+}
 
 
 def with_gaps(buckets: Sequence[TimeBucket], unit: str) -> list[tuple[datetime, TimeBucket | None]]:
@@ -327,24 +350,40 @@ def over_time_chart(series: TimeSeries, colours: Colours | None = None) -> go.Fi
         colour = _colour(colours, variant, index)
         name = chart_text(variant)
         figure.add_trace(
-            go.Scatter(name=name, legendgroup=name, x=x,
-                       y=[b.completion_rate if b else None for b in buckets],
-                       mode="lines+markers", line={"color": colour}, connectgaps=False,
-                       customdata=[b.finished if b else None for b in buckets],
-                       hovertemplate="%{y:.1%} of %{customdata}<extra>%{fullData.name}</extra>"),
-            row=1, col=1,
-        )  # fmt: skip
+            go.Scatter(
+                name=name,
+                legendgroup=name,
+                x=x,
+                y=[b.completion_rate if b else None for b in buckets],
+                mode="lines+markers",
+                line={"color": colour},
+                connectgaps=False,
+                customdata=[b.finished if b else None for b in buckets],
+                hovertemplate="%{y:.1%} of %{customdata}<extra>%{fullData.name}</extra>",
+            ),
+            row=1,
+            col=1,
+        )
         figure.add_trace(
-            go.Scatter(name=name, legendgroup=name, showlegend=False, x=x,
-                       y=[b.latency_p90_ms if b else None for b in buckets],
-                       mode="lines+markers", line={"color": colour}, connectgaps=False,
-                       hovertemplate="%{y:.0f} ms<extra>%{fullData.name}</extra>"),
-            row=2, col=1,
-        )  # fmt: skip
+            go.Scatter(
+                name=name,
+                legendgroup=name,
+                showlegend=False,
+                x=x,
+                y=[b.latency_p90_ms if b else None for b in buckets],
+                mode="lines+markers",
+                line={"color": colour},
+                connectgaps=False,
+                hovertemplate="%{y:.0f} ms<extra>%{fullData.name}</extra>",
+            ),
+            row=2,
+            col=1,
+        )
     # Two lines each: a panel is half the figure high, a long rotated title would run
     # past it into the other's.
-    figure.update_yaxes(tickformat=".0%", range=[0, 1.05], row=1, col=1,
-                        title="completion, %<br>(higher is better)")  # fmt: skip
+    figure.update_yaxes(
+        tickformat=".0%", range=[0, 1.05], row=1, col=1, title="completion, %<br>(higher is better)"
+    )
     figure.update_yaxes(title="p90 latency, ms<br>(lower is better)", row=2, col=1)
     figure.update_layout(title=f"Over time (per {series.unit})", **{**_LAYOUT, "height": 480})
     return figure
@@ -365,9 +404,11 @@ def forest_chart(rows: Sequence[MetricComparison], colours: Colours | None = Non
     heights = [FOREST_ROW_PX * max(1, len(picked)) + FOREST_PANEL_PX for _, picked in panels]
     plot_px = sum(heights) + FOREST_GAP_PX * (len(panels) - 1)
     figure = make_subplots(
-        rows=len(panels), cols=1, row_heights=heights,
+        rows=len(panels),
+        cols=1,
+        row_heights=heights,
         vertical_spacing=FOREST_GAP_PX / plot_px if len(panels) > 1 else 0.0,
-    )  # fmt: skip
+    )
     order = list(dict.fromkeys([*(colours or {}), *(r.variant for r in rows)]))
     in_legend: set[str] = set()
     for number, (latency, picked) in enumerate(panels, start=1):
@@ -385,9 +426,11 @@ def forest_chart(rows: Sequence[MetricComparison], colours: Colours | None = Non
         figure.add_vline(x=0, line={"color": "#57606a", "dash": "dot"}, row=number, col=1)
     margin = {**_MARGIN, "b": 60}
     figure.update_layout(
-        title="Effect against control (with its interval)", margin=margin, legend=_LEGEND,
+        title="Effect against control (with its interval)",
+        margin=margin,
+        legend=_LEGEND,
         height=plot_px + margin["t"] + margin["b"] + 40,
-    )  # fmt: skip
+    )
     return figure
 
 
@@ -407,15 +450,27 @@ def _forest_trace(
     name = chart_text(rows[0].variant)
     decided = (Verdict.BETTER, Verdict.WORSE)
     return go.Scatter(
-        name=name, legendgroup=name, showlegend=showlegend, x=effects,
+        name=name,
+        legendgroup=name,
+        showlegend=showlegend,
+        x=effects,
         y=[chart_text(f"{r.variant} · {r.metric}") for r in rows],
-        mode="markers+text", text=[verdict_text(r) for r in rows], textposition="top center",
+        mode="markers+text",
+        text=[verdict_text(r) for r in rows],
+        textposition="top center",
         textfont={"color": [VERDICT_COLOURS[r.verdict] for r in rows], "size": 11},
-        marker={"color": colour, "size": 10,
-                "symbol": ["circle" if r.verdict in decided else "circle-open" for r in rows]},
+        marker={
+            "color": colour,
+            "size": 10,
+            "symbol": ["circle" if r.verdict in decided else "circle-open" for r in rows],
+        },
         # Plotly draws a missing end as a zero-width bar: none at all without intervals.
-        error_x={**_error(ends), "color": colour,
-                 "visible": any(r.interval is not None for r in rows)},
-        hovertemplate="%{y}: %{x:+.1f} " + ("ms" if latency else "pp")
+        error_x={
+            **_error(ends),
+            "color": colour,
+            "visible": any(r.interval is not None for r in rows),
+        },
+        hovertemplate="%{y}: %{x:+.1f} "
+        + ("ms" if latency else "pp")
         + " (%{text})<extra>%{fullData.name}</extra>",
-    )  # fmt: skip
+    )

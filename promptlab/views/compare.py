@@ -22,9 +22,23 @@ if TYPE_CHECKING:
     from promptlab.analysis.stats import MetricComparison, SrmCheck
 
 #: The summary table's columns, in order (the CLI prints the same ones).
-COMPARISON_COLUMNS = ("variant", "metric", "control", "variant value", "delta", "interval",
-                      "p", "adj p", "P(beat)", "risk", "method", "verdict", "units",
-                      "requests", "why")  # fmt: skip
+COMPARISON_COLUMNS = (
+    "variant",
+    "metric",
+    "control",
+    "variant value",
+    "delta",
+    "interval",
+    "p",
+    "adj p",
+    "P(beat)",
+    "risk",
+    "method",
+    "verdict",
+    "units",
+    "requests",
+    "why",
+)
 
 
 def interval_level(method: str) -> str:
@@ -36,8 +50,13 @@ def interval_level(method: str) -> str:
 
 
 #: A mark per verdict, for the page (the CLI prints the words alone).
-VERDICT_ICONS = {Verdict.BETTER: "🟢", Verdict.WORSE: "🔴", Verdict.UNDECIDED: "⚪",
-                 Verdict.UNADJUSTED: "🔶", Verdict.TOO_FEW: "⚫"}  # fmt: skip
+VERDICT_ICONS = {
+    Verdict.BETTER: "🟢",
+    Verdict.WORSE: "🔴",
+    Verdict.UNDECIDED: "⚪",
+    Verdict.UNADJUSTED: "🔶",
+    Verdict.TOO_FEW: "⚫",
+}
 
 
 def cache_note(rows: Sequence[Any]) -> str | None:
@@ -310,9 +329,13 @@ def units_needed(comparison: Comparison, mde_pp: float) -> dict[str, Any] | None
         per_arm, min(min(r.n_control, r.n_variant) for r in same), unit_word(base_row.analysed_by)
     )
     return {
-        "base": base, "change": change, "per_arm": per_arm, "have": plan.have,
-        "more": plan.more, "unit": plan.word,
-    }  # fmt: skip
+        "base": base,
+        "change": change,
+        "per_arm": per_arm,
+        "have": plan.have,
+        "more": plan.more,
+        "unit": plan.word,
+    }
 
 
 def units_needed_text(needed: dict[str, Any]) -> str:

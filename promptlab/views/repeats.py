@@ -44,9 +44,9 @@ def repeat_rows(report: RepeatsReport) -> list[dict[str, Any]]:
     ]
 
 
-def _band(spreads: tuple[RowSpread, ...], mean_attr: str, std_attr: str) -> tuple[
-    list[int], list[float], list[float], list[float]
-]:  # fmt: skip
+def _band(
+    spreads: tuple[RowSpread, ...], mean_attr: str, std_attr: str
+) -> tuple[list[int], list[float], list[float], list[float]]:
     """(rows, means, lows, highs) of the rows with a mean; a row's band is mean ± its
     standard deviation across repeats (no band: the mean itself)."""
     xs, means, lows, highs = [], [], [], []
@@ -87,7 +87,7 @@ def spread_figure(report: RepeatsReport, metric: str = "latency") -> go.Figure:
                 showlegend=False,
                 name=f"{name} ± sd",
                 legendgroup=name,
-            )  # fmt: skip
+            )
         )
         fig.add_trace(
             go.Scatter(
@@ -98,7 +98,7 @@ def spread_figure(report: RepeatsReport, metric: str = "latency") -> go.Figure:
                 legendgroup=name,
                 line={"color": colour},
                 marker={"color": colour, "size": 4},
-            )  # fmt: skip
+            )
         )
     fig.update_layout(
         title=f"{unit} per row: mean over {report.repeats} repeats, band ± sd across them",

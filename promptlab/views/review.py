@@ -14,12 +14,19 @@ def item_rows(items: list[ReviewItem]) -> list[dict[str, Any]]:
     """The queue as a table."""
     return [
         {
-            "id": i.id, "run": i.run_id, "row": i.row_index, "source": i.source,
-            "status": i.status, "proposed": _short(i.proposed), "answer": _short(i.answer),
-            "reason": i.reason, "decided by": i.decided_by, "version": i.version,
+            "id": i.id,
+            "run": i.run_id,
+            "row": i.row_index,
+            "source": i.source,
+            "status": i.status,
+            "proposed": _short(i.proposed),
+            "answer": _short(i.answer),
+            "reason": i.reason,
+            "decided by": i.decided_by,
+            "version": i.version,
         }
         for i in items
-    ]  # fmt: skip
+    ]
 
 
 def answer_rows(detail: ReviewDetail) -> list[dict[str, Any]]:
@@ -28,12 +35,21 @@ def answer_rows(detail: ReviewDetail) -> list[dict[str, Any]]:
     inputs = detail.crosscheck.inputs if detail.crosscheck is not None else {}
     rows = []
     for a in detail.answers:
-        row: dict[str, Any] = {"variant": a.variant, "model": a.model, "status": a.status,
-                               "check": a.check_status, "output": a.output or a.error}  # fmt: skip
+        row: dict[str, Any] = {
+            "variant": a.variant,
+            "model": a.model,
+            "status": a.status,
+            "check": a.check_status,
+            "output": a.output or a.error,
+        }
         fused = inputs.get(a.variant)
         if fused is not None:
-            row |= {"answer": fused.get("answer"), "confidence": fused.get("normalized"),
-                    "weight": fused.get("weight"), "entropy": fused.get("entropy")}  # fmt: skip
+            row |= {
+                "answer": fused.get("answer"),
+                "confidence": fused.get("normalized"),
+                "weight": fused.get("weight"),
+                "entropy": fused.get("entropy"),
+            }
         row |= {f"score: {name}": value for name, value in a.scores.items()}
         rows.append(row)
     return rows
@@ -62,8 +78,10 @@ def detail_lines(detail: ReviewDetail) -> list[str]:
         f"  proposed: {item.proposed!r}",
     ]
     if item.decided_by:
-        lines.append(f"  {item.status} by {item.decided_by}: {item.answer!r}"
-                     + (f" ({item.note})" if item.note else ""))  # fmt: skip
+        lines.append(
+            f"  {item.status} by {item.decided_by}: {item.answer!r}"
+            + (f" ({item.note})" if item.note else "")
+        )
     elif item.changed_by:
         lines.append(f"  reopened by {item.changed_by}")
     cross = crosscheck_line(detail)
@@ -73,17 +91,24 @@ def detail_lines(detail: ReviewDetail) -> list[str]:
     lines += [f"    {k}: {_short(str(v), 200)}" for k, v in detail.row.items()]
     for row in answer_rows(detail):
         lines.append(f"  {row['variant']} ({row['model']}, {row['status']}):")
-        lines += [f"    {k}: {v}" for k, v in row.items()
-                  if k not in ("variant", "model", "status") and v is not None]  # fmt: skip
+        lines += [
+            f"    {k}: {v}"
+            for k, v in row.items()
+            if k not in ("variant", "model", "status") and v is not None
+        ]
     return lines
 
 
 def weight_rows(summary: CrosscheckSummary) -> list[dict[str, Any]]:
     return [
-        {"model": w.variant, "validation F1": w.f1, "weight from F1": round(w.base_weight, 4),
-         "weight (±5% rule)": round(w.weight, 4)}
+        {
+            "model": w.variant,
+            "validation F1": w.f1,
+            "weight from F1": round(w.base_weight, 4),
+            "weight (±5% rule)": round(w.weight, 4),
+        }
         for w in summary.weights
-    ]  # fmt: skip
+    ]
 
 
 def _short(text: str | None, limit: int = SHORT) -> str | None:

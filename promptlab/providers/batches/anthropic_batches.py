@@ -88,9 +88,12 @@ class AnthropicBatches:
                     break
                 counts = batch.request_counts
                 total = (
-                    counts.processing + counts.succeeded + counts.errored
-                    + counts.canceled + counts.expired
-                )  # fmt: skip
+                    counts.processing
+                    + counts.succeeded
+                    + counts.errored
+                    + counts.canceled
+                    + counts.expired
+                )
                 if total == lines:
                     matches.append(str(batch.id))
         except anthropic.AnthropicError as exc:
@@ -122,9 +125,14 @@ class AnthropicBatches:
         if kind == "succeeded":
             text, tokens_in, tokens_out, finish, model = parse_anthropic(result["message"])
             return custom_id, CompletionResponse(
-                text=text, input_tokens=tokens_in, output_tokens=tokens_out,
-                finish_reason=finish, model_version=model, latency_ms=0.0, http_status=200,
-            )  # fmt: skip
+                text=text,
+                input_tokens=tokens_in,
+                output_tokens=tokens_out,
+                finish_reason=finish,
+                model_version=model,
+                latency_ms=0.0,
+                http_status=200,
+            )
         if kind == "errored":
             body = result.get("error")
             if not isinstance(body, dict):  # a bare string: still the line's error

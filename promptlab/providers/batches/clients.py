@@ -20,9 +20,17 @@ from promptlab.providers.config import EndpointConfig
 
 #: A batch's states, in the order a batch goes through them (the last five end it).
 STATES = (
-    "submitting", "validating", "in_progress", "finalizing", "cancelling",
-    "completed", "failed", "expired", "cancelled", "refused",
-)  # fmt: skip
+    "submitting",
+    "validating",
+    "in_progress",
+    "finalizing",
+    "cancelling",
+    "completed",
+    "failed",
+    "expired",
+    "cancelled",
+    "refused",
+)
 #: States after which nothing changes: the results, if any, can be read.
 ENDED = frozenset({"completed", "failed", "expired", "cancelled", "refused"})
 

@@ -146,11 +146,17 @@ class OpenAIBatches:
         text, tokens_in, tokens_out, finish, model = parse_openai(body)
         logprob_mean, logprob_tokens = openai_chosen_logprob(body)
         return CompletionResponse(
-            text=text, input_tokens=tokens_in, output_tokens=tokens_out,
-            finish_reason=finish, model_version=model, latency_ms=0.0, http_status=200,
+            text=text,
+            input_tokens=tokens_in,
+            output_tokens=tokens_out,
+            finish_reason=finish,
+            model_version=model,
+            latency_ms=0.0,
+            http_status=200,
             token_entropy=openai_token_entropy(body),
-            logprob_mean=logprob_mean, logprob_tokens=logprob_tokens,
-        )  # fmt: skip
+            logprob_mean=logprob_mean,
+            logprob_tokens=logprob_tokens,
+        )
 
     def _remote(self, batch: Any) -> RemoteBatch:
         counts = batch.request_counts

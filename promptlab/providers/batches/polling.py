@@ -58,8 +58,11 @@ class Poller:
         )
         log.info(
             "%s: batch %s sent: %d lines (chunk %s)",
-            self.owner.name, remote.batch_id, len(lines), chunk.chunk_id,
-        )  # fmt: skip
+            self.owner.name,
+            remote.batch_id,
+            len(lines),
+            chunk.chunk_id,
+        )
         return remote
 
     async def follow(self, chunk: Chunk) -> None:
@@ -77,8 +80,12 @@ class Poller:
                 if exc.kind in (ErrorKind.NOT_FOUND, ErrorKind.AUTH):
                     self.owner._finish(chunk, dict.fromkeys(chunk.lines, exc))
                     return
-                log.warning("%s: batch %s could not be read (%s); polling on",
-                            self.owner.name, chunk.remote.batch_id, exc)  # fmt: skip
+                log.warning(
+                    "%s: batch %s could not be read (%s); polling on",
+                    self.owner.name,
+                    chunk.remote.batch_id,
+                    exc,
+                )
                 continue
             if (remote.state, remote.succeeded, remote.failed) != (
                 chunk.remote.state,
@@ -86,9 +93,13 @@ class Poller:
                 chunk.remote.failed,
             ):
                 await asyncio.to_thread(
-                    self.ledger.update, chunk.chunk_id, remote.state,
-                    remote.succeeded, remote.failed, remote.message,
-                )  # fmt: skip
+                    self.ledger.update,
+                    chunk.chunk_id,
+                    remote.state,
+                    remote.succeeded,
+                    remote.failed,
+                    remote.message,
+                )
             chunk.remote = remote
             if self.owner.wall() - said_at >= SAY_EVERY_S:
                 said_at = self.owner.wall()
@@ -121,9 +132,13 @@ class Poller:
             log.warning(
                 "%s: batch %s's results name %d line(s) it was not sent (%s) and repeat %d "
                 "(%s); those were left out, the first answer of each line kept",
-                self.owner.name, remote.batch_id, len(unknown), ", ".join(unknown[:3]),
-                len(repeated), ", ".join(repeated[:3]),
-            )  # fmt: skip
+                self.owner.name,
+                remote.batch_id,
+                len(unknown),
+                ", ".join(unknown[:3]),
+                len(repeated),
+                ", ".join(repeated[:3]),
+            )
         for custom_id in chunk.lines:
             if custom_id not in outcomes:
                 outcomes[custom_id] = unreached(remote.batch_id, remote.state, custom_id)
@@ -134,13 +149,21 @@ class Poller:
         try:
             await self.client.cancel(chunk.remote.batch_id)
         except ProviderError as exc:
-            log.warning("%s: batch %s could not be cancelled: %s",
-                        self.owner.name, chunk.remote.batch_id, exc)  # fmt: skip
+            log.warning(
+                "%s: batch %s could not be cancelled: %s",
+                self.owner.name,
+                chunk.remote.batch_id,
+                exc,
+            )
             return
         await asyncio.to_thread(
-            self.ledger.update, chunk.chunk_id, "cancelling",
-            chunk.remote.succeeded, chunk.remote.failed, None,
-        )  # fmt: skip
+            self.ledger.update,
+            chunk.chunk_id,
+            "cancelling",
+            chunk.remote.succeeded,
+            chunk.remote.failed,
+            None,
+        )
 
     async def recover(self) -> list[Chunk]:
         """The chunks an earlier process wrote down and did not hand over: each with its
@@ -157,9 +180,13 @@ class Poller:
                 )
                 if batch_id is None:
                     await asyncio.to_thread(
-                        self.ledger.update, stored.chunk_id, "refused", 0, 0,
+                        self.ledger.update,
+                        stored.chunk_id,
+                        "refused",
+                        0,
+                        0,
                         "its submit never answered and the provider holds no such batch",
-                    )  # fmt: skip
+                    )
                     continue
             remote = await self.client.retrieve(batch_id)
             if stored.batch_id is None:

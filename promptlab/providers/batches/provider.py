@@ -116,9 +116,12 @@ class BatchProvider:
                 del self._waiters[where]
         if isinstance(outcome, ProviderError):
             raise ProviderError(
-                outcome.kind, outcome.provider_message, status=outcome.status,
-                provider=self.name, retry_after_s=outcome.retry_after_s,
-            )  # fmt: skip
+                outcome.kind,
+                outcome.provider_message,
+                status=outcome.status,
+                provider=self.name,
+                retry_after_s=outcome.retry_after_s,
+            )
         return outcome
 
     # ---- filling chunks ------------------------------------------------------------
@@ -172,10 +175,13 @@ class BatchProvider:
         """Write the chunk down, send it, write its batch id down, then follow it."""
         lines = [line for line in chunk.lines.values() if line is not None]
         record = ChunkRecord(
-            chunk.chunk_id, chunk.run_id, self.name, self.kind,
+            chunk.chunk_id,
+            chunk.run_id,
+            self.name,
+            self.kind,
             tuple((line.custom_id, _key(line), line.request.attempt) for line in lines),
             chunk.first_at,
-        )  # fmt: skip
+        )
         try:
             await asyncio.to_thread(self._ledger.begin, record)
             remote = await self._poller.create(chunk, lines)
@@ -253,9 +259,11 @@ class BatchProvider:
         if isinstance(outcome, CompletionResponse) and chunk.remote is not None:
             started = chunk.submitted_at or chunk.first_at
             outcome = replace(
-                outcome, latency_ms=max(0.0, self.wall() - started) * 1000,
-                batch_id=chunk.remote.batch_id, batch_line=custom_id,
-            )  # fmt: skip
+                outcome,
+                latency_ms=max(0.0, self.wall() - started) * 1000,
+                batch_id=chunk.remote.batch_id,
+                batch_line=custom_id,
+            )
         future.set_result(outcome)
         self._drop_if_done(chunk)
 
