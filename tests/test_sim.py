@@ -184,8 +184,8 @@ def test_the_model_reads_a_label_off_its_cues_as_often_as_it_is_good(
     import csv
     from pathlib import Path
 
-    from promptlab.providers import simulator
-    from promptlab.providers.simulator import read_label
+    from promptlab.providers import simlabels
+    from promptlab.providers.simlabels import read_label
 
     labels = ["billing", "bug", "account", "feature_request", "other"]
     demo = Path(__file__).resolve().parent.parent / "data" / "demo" / "tickets.csv"
@@ -221,7 +221,7 @@ def test_the_model_reads_a_label_off_its_cues_as_often_as_it_is_good(
             sum(a["category"] == r["category"] for a, r in zip(read, rows, strict=True)) / 40
         )
         with monkeypatch.context() as patched:
-            patched.setattr(simulator, "LABEL_CUES", {})  # a model that reads nothing
+            patched.setattr(simlabels, "LABEL_CUES", {})  # a model that reads nothing
             unread = answers(model)
         assert [a["note"] for a in unread] == [a["note"] for a in read]
         assert sum(a["category"] == r["category"] for a, r in zip(unread, rows, strict=True)) < 16

@@ -10,8 +10,7 @@ from __future__ import annotations
 import json
 import math
 import random
-import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +22,7 @@ from promptlab.providers.simdraws import (
     repeat_draws,
 )
 from promptlab.providers.simdraws import keyed_rng as _rng
+from promptlab.providers.simlabels import read_label
 from promptlab.providers.simschema import MAX_SCHEMA_DEPTH as MAX_SCHEMA_DEPTH
 from promptlab.providers.simschema import break_schema, instance_for_schema, malform
 from promptlab.providers.simtext import TOKENS_PER_WORD as TOKENS_PER_WORD
@@ -316,85 +316,7 @@ def simulated_logprobs(
     return model_positions(sim.name, sim.quality, _messages_key(request.messages), count, top)
 
 
-# --- reading labels: how the simulated model gets a label right ---------------------
-
-#: Cue words and phrases for labels support tools use (the demo's ticket categories).
-#: A top-level string field whose enum holds such labels is "read" off the last user
-#: message: the label with the most cues found (whole words; the first in enum order on
-#: a tie) is what the model answers, when it reads at all (`_reads`).
-LABEL_CUES: dict[str, tuple[str, ...]] = {
-    "billing": (
-        "charged",
-        "charge",
-        "invoice",
-        "refund",
-        "payment",
-        "payments",
-        "billed",
-        "card",
-        "discount",
-        "receipts",
-        "receipt",
-        "vat",
-        "downgrade",
-        "renewal",
-        "price",
-        "subscription",
-    ),
-    "bug": (
-        "error",
-        "crash",
-        "crashes",
-        "broken",
-        "bug",
-        "does nothing",
-        "fail",
-        "fails",
-        "stopped working",
-        "blank",
-        "slow",
-        "twice for every",
-        "loses",
-        "late",
-        "don't include",
-        "loops",
-    ),
-    "account": (
-        "account",
-        "email",
-        "password",
-        "log in",
-        "login",
-        "sign-in",
-        "two-factor",
-        "locked out",
-        "workspace",
-        "invite",
-    ),
-    "feature_request": (
-        "would be great",
-        "would be nice",
-        "could you add",
-        "please add",
-        "please support",
-        "can we get",
-        "feature",
-        "option",
-    ),
-    "other": ("legal", "soc 2", "typo", "agreement"),
-}
-#: Words as cue phrases are matched: letters and digits, with inner hyphens and apostrophes.
-_WORD_OR_DIGITS = re.compile(r"[a-z0-9][a-z0-9'\-]*")
-
-
-def read_label(text: str, labels: Sequence[str]) -> str | None:
-    """The label of `labels` whose cues appear most often in `text` (None: no cue)."""
-    low = f" {' '.join(_WORD_OR_DIGITS.findall(text.lower()))} "
-    counts = {
-        label: sum(low.count(f" {cue} ") for cue in LABEL_CUES.get(label, ())) for label in labels
-    }
-    best = max(labels, key=lambda label: counts[label], default=None)
-    return best if best is not None and counts[best] > 0 else None
+# --- reading labels: when the model gets a label right (the cues: simlabels.py) ---------
 
 
 def _reads(request: CompletionRequest, sim: SimModel, field: str) -> bool:
