@@ -22,13 +22,13 @@ sys.path.insert(0, str(ROOT))
 
 from bench._fill import NAMES, RUN, bench_workbench, build_timed, timed  # noqa: E402
 from promptlab.views.charts import (  # noqa: E402
-    forest_chart,
     latency_ecdf_chart,
     latency_percentiles_chart,
     over_time_chart,
     rate_chart,
 )
 from promptlab.views.compare import summary_rows  # noqa: E402
+from promptlab.views.forest import forest_chart  # noqa: E402
 from promptlab.workbench import Workbench  # noqa: E402
 
 

@@ -16,16 +16,15 @@ from promptlab.store.timeseries import TimeBucket, TimeSeries, bucket_unit
 from promptlab.views.charts import (
     ECDF_POINTS,
     PALETTE,
-    VERDICT_COLOURS,
     colour_map,
     ecdf_points,
-    forest_chart,
     latency_ecdf_chart,
     latency_percentiles_chart,
     over_time_chart,
     rate_chart,
     trace_colour,
 )
+from promptlab.views.forest import VERDICT_COLOURS, forest_chart
 
 
 def metrics_row(

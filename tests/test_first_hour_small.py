@@ -17,7 +17,7 @@ from promptlab.analysis.compare import Comparison
 from promptlab.analysis.stats import Interval, MetricComparison, Verdict
 from promptlab.cli import main
 from promptlab.store.timeseries import TimeBucket, TimeSeries
-from promptlab.views.charts import forest_chart, over_time_chart, with_gaps
+from promptlab.views.charts import over_time_chart, with_gaps
 from promptlab.views.compare import (
     answer_sentences,
     comparison_cells,
@@ -26,6 +26,7 @@ from promptlab.views.compare import (
     units_needed_text,
     verdict_text,
 )
+from promptlab.views.forest import forest_chart
 
 T0 = datetime(2026, 11, 1, tzinfo=UTC)
 #: "N units per arm ... (M more than the smaller arm's K)", as both sentences put it.

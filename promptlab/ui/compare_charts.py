@@ -1,8 +1,9 @@
 """The Compare page's Charts tab: the forest of a comparison, then the rates, the latency
 percentiles (with the comparison's per-unit intervals), the latency ECDF and the series
-over time, one colour per variant or version in all of them (promptlab/views/charts.py
-draws them). The page runs this only while the tab is open: its reads (latencies, the
-series over time) and its Plotly figures cost a first view nothing."""
+over time, one colour per variant or version in all of them (promptlab/views/forest.py
+and promptlab/views/charts.py draw them). The page runs this only while the tab is open:
+its reads (latencies, the series over time) and its Plotly figures cost a first view
+nothing."""
 
 from __future__ import annotations
 
@@ -15,13 +16,13 @@ from promptlab.facades.analysis import Comparison, TimeSeries
 from promptlab.records import LogMetricsRow, MetricsRow
 from promptlab.views.charts import (
     colour_map,
-    forest_chart,
     latency_ecdf_chart,
     latency_percentiles_chart,
     over_time_chart,
     rate_chart,
 )
 from promptlab.views.compare import cache_note
+from promptlab.views.forest import forest_chart
 from promptlab.workbench import Workbench
 
 

@@ -7,7 +7,8 @@ so that a variant or version has one colour in every figure. Rates and latency
 percentiles carry 95% intervals as asymmetric error bars: the comparison's own (per
 unit) when its rows are given as `arms`, else Wilson's for rates. Axis titles give the
 unit and which way is better. Names (variants, versions) pass through `chart_text`:
-Plotly reads `<a href>`, `<b>` and `<br>` in its labels.
+Plotly reads `<a href>`, `<b>` and `<br>` in its labels. The forest of effects is in
+views/forest.py, drawn with the colours, labels and layout defined here.
 """
 
 from __future__ import annotations
@@ -19,9 +20,7 @@ from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 from promptlab.analysis.intervals import completion_interval, ctr_interval
-from promptlab.analysis.stats import Verdict
 from promptlab.records.unit_samples import SCORE_PREFIX
-from promptlab.views.compare import verdict_text
 
 if TYPE_CHECKING:
     import numpy as np
@@ -72,28 +71,16 @@ PALETTE = (
     "#bab0ac",
     "#e15759",
 )
-#: The verdict's colour: the forest chart writes each verdict beside its point in it.
-VERDICT_COLOURS = {
-    Verdict.BETTER: "#1a7f37",
-    Verdict.WORSE: "#cf222e",
-    Verdict.UNDECIDED: "#57606a",
-    Verdict.UNADJUSTED: "#9a6700",
-    Verdict.TOO_FEW: "#57606a",
-}
 #: At most this many points per ECDF line: quantiles of a larger sample draw the same.
 ECDF_POINTS = 500
-#: The forest chart's height per label row, and per panel for its axis (pixels).
-FOREST_ROW_PX = 36
-FOREST_PANEL_PX = 40
-#: Between stacked forest panels: the upper panel's tick labels and axis title.
-FOREST_GAP_PX = 70
 #: Axis titles: the unit, and which way is better.
 RATE_AXIS = "rate, % (higher is better)"
 LATENCY_AXIS = "latency, ms (lower is better)"
-_MARGIN = {"l": 10, "r": 10, "t": 50, "b": 10}
+#: The figures' margins (pixels): room for a title on top.
+MARGIN = {"l": 10, "r": 10, "t": 50, "b": 10}
 #: Legends under the figure (container-anchored: never over an axis title).
-_LEGEND = {"orientation": "h", "yref": "container", "y": 0.0, "yanchor": "bottom", "x": 0}
-_LAYOUT: dict[str, Any] = {"margin": {**_MARGIN, "b": 60}, "height": 380, "legend": _LEGEND}
+LEGEND = {"orientation": "h", "yref": "container", "y": 0.0, "yanchor": "bottom", "x": 0}
+_LAYOUT: dict[str, Any] = {"margin": {**MARGIN, "b": 60}, "height": 380, "legend": LEGEND}
 
 Colours = Mapping[str, str]
 
@@ -124,7 +111,8 @@ def trace_colour(trace: Any) -> str | None:
     return colour if isinstance(colour, str) else None
 
 
-def _colour(colours: Colours | None, name: str, index: int) -> str:
+def colour_for(colours: Colours | None, name: str, index: int) -> str:
+    """The name's colour in `colours`, else the palette's at the name's index."""
     if colours is not None and name in colours:
         return colours[name]
     return PALETTE[index % len(PALETTE)]
@@ -150,7 +138,7 @@ def arm_estimates(
     return found
 
 
-def _error(points: Sequence[tuple[Any, Any, Any]]) -> dict[str, Any]:
+def error_bars(points: Sequence[tuple[Any, Any, Any]]) -> dict[str, Any]:
     """Asymmetric error bars from (value, low, high); a missing end leaves no bar."""
     plus = [None if v is None or h is None else h - v for v, _, h in points]
     minus = [None if v is None or lo is None else v - lo for v, lo, _ in points]
@@ -208,8 +196,8 @@ def rate_chart(
                 legendgroup=text,
                 x=shown,
                 y=[v for v, _, _ in values],
-                marker={"color": _colour(colours, name, index)},
-                error_y=_error(values),
+                marker={"color": colour_for(colours, name, index)},
+                error_y=error_bars(values),
                 # The name by reference: in the template, `%{...}` in it would be read.
                 hovertemplate="%{x}: %{y:.1%}<extra>%{fullData.name}</extra>",
             )
@@ -250,8 +238,8 @@ def latency_percentiles_chart(
                 legendgroup=text,
                 x=[p for p, _, _ in LATENCY_PERCENTILES],
                 y=[v for v, _, _ in values],
-                marker={"color": _colour(colours, name, index)},
-                error_y=_error(values),
+                marker={"color": colour_for(colours, name, index)},
+                error_y=error_bars(values),
                 hovertemplate="%{x}: %{y:.0f} ms<extra>%{fullData.name}</extra>",
             )
         )
@@ -296,7 +284,7 @@ def latency_ecdf_chart(
                 x=xs,
                 y=ys,
                 mode="lines",
-                line={"shape": "hv", "color": _colour(colours, name, index)},
+                line={"shape": "hv", "color": colour_for(colours, name, index)},
                 hovertemplate="%{x:.0f} ms: %{y:.0%}<extra>%{fullData.name}</extra>",
             )
         )
@@ -347,7 +335,7 @@ def over_time_chart(series: TimeSeries, colours: Colours | None = None) -> go.Fi
         points = with_gaps([b for b in series.buckets if b.variant == variant], series.unit)
         x = [when for when, _ in points]
         buckets = [bucket for _, bucket in points]
-        colour = _colour(colours, variant, index)
+        colour = colour_for(colours, variant, index)
         name = chart_text(variant)
         figure.add_trace(
             go.Scatter(
@@ -387,90 +375,3 @@ def over_time_chart(series: TimeSeries, colours: Colours | None = None) -> go.Fi
     figure.update_yaxes(title="p90 latency, ms<br>(lower is better)", row=2, col=1)
     figure.update_layout(title=f"Over time (per {series.unit})", **{**_LAYOUT, "height": 480})
     return figure
-
-
-def forest_chart(rows: Sequence[MetricComparison], colours: Colours | None = None) -> go.Figure:
-    """Each comparison's effect (variant - control) with its 95% interval, in the
-    variant's colour, its verdict written beside it: rates in percentage points (top
-    panel), latency in ms (bottom panel). The panels are stacked in one column so their
-    labels share the left margin, which grows to fit them; each is as tall as its rows."""
-    from plotly.subplots import make_subplots
-
-    panels = [
-        (latency, [r for r in rows if r.lower_is_better == latency and r.effect is not None])
-        for latency in (False, True)
-    ]
-    panels = [(latency, picked) for latency, picked in panels if picked] or [(False, [])]
-    heights = [FOREST_ROW_PX * max(1, len(picked)) + FOREST_PANEL_PX for _, picked in panels]
-    plot_px = sum(heights) + FOREST_GAP_PX * (len(panels) - 1)
-    figure = make_subplots(
-        rows=len(panels),
-        cols=1,
-        row_heights=heights,
-        vertical_spacing=FOREST_GAP_PX / plot_px if len(panels) > 1 else 0.0,
-    )
-    order = list(dict.fromkeys([*(colours or {}), *(r.variant for r in rows)]))
-    in_legend: set[str] = set()
-    for number, (latency, picked) in enumerate(panels, start=1):
-        for variant in dict.fromkeys(r.variant for r in picked):
-            mine = [r for r in picked if r.variant == variant]
-            colour = _colour(colours, variant, order.index(variant))
-            trace = _forest_trace(mine, latency, colour, showlegend=variant not in in_legend)
-            figure.add_trace(trace, row=number, col=1)
-            in_legend.add(variant)
-        unit = "ms (lower is better)" if latency else "pp (higher is better)"
-        figure.update_xaxes(title=f"variant - control, {unit}", zeroline=False, row=number, col=1)
-        # First row on top, with room above it for its verdict's text.
-        rows_shown = len({(r.variant, r.metric) for r in picked})
-        figure.update_yaxes(automargin=True, range=[rows_shown - 0.5, -0.9], row=number, col=1)
-        figure.add_vline(x=0, line={"color": "#57606a", "dash": "dot"}, row=number, col=1)
-    margin = {**_MARGIN, "b": 60}
-    figure.update_layout(
-        title="Effect against control (with its interval)",
-        margin=margin,
-        legend=_LEGEND,
-        height=plot_px + margin["t"] + margin["b"] + 40,
-    )
-    return figure
-
-
-def _forest_trace(
-    rows: Sequence[MetricComparison], latency: bool, colour: str, showlegend: bool
-) -> go.Scatter:
-    """One variant's points in one panel, each with its interval and its verdict."""
-    import plotly.graph_objects as go
-
-    scale = 1.0 if latency else 100.0
-    effects = [(r.effect or 0.0) * scale for r in rows]
-    # A row without an interval (too few units) gets no bar, not one of zero width.
-    ends = [
-        (e, r.interval.low * scale, r.interval.high * scale) if r.interval else (e, None, None)
-        for r, e in zip(rows, effects, strict=True)
-    ]
-    name = chart_text(rows[0].variant)
-    decided = (Verdict.BETTER, Verdict.WORSE)
-    return go.Scatter(
-        name=name,
-        legendgroup=name,
-        showlegend=showlegend,
-        x=effects,
-        y=[chart_text(f"{r.variant} · {r.metric}") for r in rows],
-        mode="markers+text",
-        text=[verdict_text(r) for r in rows],
-        textposition="top center",
-        textfont={"color": [VERDICT_COLOURS[r.verdict] for r in rows], "size": 11},
-        marker={
-            "color": colour,
-            "size": 10,
-            "symbol": ["circle" if r.verdict in decided else "circle-open" for r in rows],
-        },
-        # Plotly draws a missing end as a zero-width bar: none at all without intervals.
-        error_x={
-            **_error(ends),
-            "color": colour,
-            "visible": any(r.interval is not None for r in rows),
-        },
-        hovertemplate="%{y}: %{x:+.1f} "
-        + ("ms" if latency else "pp")
-        + " (%{text})<extra>%{fullData.name}</extra>",
-    )
