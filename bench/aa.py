@@ -3,19 +3,20 @@ and how often it finds one that is, on seeded traffic shaped like real logs.
 
     PYTHONPATH=. .venv/bin/python bench/aa.py [--pairs 400]
 
-Traffic (promptlab/analysis/simulate.py): 600 users per arm, a heavy-tailed number of
-requests per user, users differing in click propensity, completion and latency. Prints,
-side by side in one run: the family-wise false-positive rate of the whole table (any
-metric called better or worse after Holm) for the request-level analysis this project
-used before, the per-unit analysis (logs and split-run shapes), 20 looks with the
-fixed-horizon test and with 19 always-valid looks tuned to the horizon then the final
-fixed one (promptlab/analysis/sequential.py), CUPED on, at the minimum of units per arm,
-all-mode runs at their minimum of rows; the power to find a +60% per-user CTR lift at
-one fixed look, at the final look alone (4%), at one always-valid look at the horizon
-alone, and over the 20 looks; how often the Bayesian view's "chance to beat control >
-95%" fires with no difference (one row, the table, 20 looks); units seen in both arms
-left out (contamination); and CUPED's variance reduction on data with a pre/post
-correlation near 0.6. Not a test: tests/test_aa.py asserts a smaller configuration.
+Traffic (promptlab/analysis/simulate_traffic.py): 600 users per arm, a heavy-tailed
+number of requests per user, users differing in click propensity, completion and
+latency. Prints, side by side in one run: the family-wise false-positive rate of the
+whole table (any metric called better or worse after Holm) for the request-level
+analysis this project used before, the per-unit analysis (logs and split-run shapes), 20
+looks with the fixed-horizon test and with 19 always-valid looks tuned to the horizon
+then the final fixed one (promptlab/analysis/sequential.py), CUPED on, at the minimum of
+units per arm, all-mode runs at their minimum of rows; the power to find a +60% per-user
+CTR lift at one fixed look, at the final look alone (4%), at one always-valid look at
+the horizon alone, and over the 20 looks; how often the Bayesian view's "chance to beat
+control > 95%" fires with no difference (one row, the table, 20 looks); units seen in
+both arms left out (contamination); and CUPED's variance reduction on data with a
+pre/post correlation near 0.6. Not a test: tests/test_aa.py asserts a smaller
+configuration.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ sys.path.insert(0, str(ROOT))
 
 from promptlab.analysis.sequential import FINAL, interim  # noqa: E402
 from promptlab.analysis.simulate import (  # noqa: E402
-    Traffic,
     bayes_call_rate,
     cuped_effects,
     false_positive_rate,
@@ -39,6 +39,7 @@ from promptlab.analysis.simulate import (  # noqa: E402
     power,
 )
 from promptlab.analysis.simulate_shared import contamination_effects  # noqa: E402
+from promptlab.analysis.simulate_traffic import Traffic  # noqa: E402
 from promptlab.analysis.stats import MIN_ROWS_PAIRED, MIN_UNITS_PER_ARM  # noqa: E402
 
 

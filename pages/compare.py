@@ -261,6 +261,32 @@ def versions(wb: Workbench, logs: bool) -> None:
         placeholder="e.g. 7d",
         help="An age like 7d, 24h, 30m, 2w or a date like 2026-11-01; empty: everything.",
     ).strip()
+    collecting, planned_units, cuped = data_controls(logs, since)
+    try:
+        comparison = wb.analysis.compare_versions(
+            a,
+            b,
+            logs=logs,
+            since=since or None,
+            sequential=collecting,
+            cuped=cuped,
+            planned_units=planned_units,
+        )
+    except PromptlabError as exc:
+        show_error(exc)
+        return
+    tab, container = open_tab(VERSION_TABS, key=LOGS_TAB if logs else VERSIONS_TAB, keeps=KEEPS)
+    with container:
+        if tab == CHARTS:
+            version_charts(wb, comparison, (a, b), logs, since or None)
+        else:
+            answer(comparison)
+            summary(comparison)
+
+
+def data_controls(logs: bool, since: str) -> tuple[bool, int | None, bool]:
+    """Whether the data is still collecting, the planned units per arm (only then), and
+    whether to adjust by CUPED (logs with a Since only)."""
     left, middle, right = st.columns([2, 1, 2], vertical_alignment="bottom")
     state = left.segmented_control(
         "Data",
@@ -290,26 +316,7 @@ def versions(wb: Workbench, logs: bool) -> None:
         )
         and bool(since)
     )
-    try:
-        comparison = wb.analysis.compare_versions(
-            a,
-            b,
-            logs=logs,
-            since=since or None,
-            sequential=collecting,
-            cuped=cuped,
-            planned_units=int(planned) if collecting else None,
-        )
-    except PromptlabError as exc:
-        show_error(exc)
-        return
-    tab, container = open_tab(VERSION_TABS, key=LOGS_TAB if logs else VERSIONS_TAB, keeps=KEEPS)
-    with container:
-        if tab == CHARTS:
-            version_charts(wb, comparison, (a, b), logs, since or None)
-        else:
-            answer(comparison)
-            summary(comparison)
+    return collecting, int(planned) if collecting else None, cuped
 
 
 def run_variants(wb: Workbench, runs: list[RunWithResults]) -> None:

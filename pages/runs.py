@@ -35,6 +35,7 @@ from promptlab.ui.run_results import (
     scores,
     variants,
 )
+from promptlab.ui.run_status import run_status
 from promptlab.ui.shell import require_shell
 from promptlab.ui.widgets import escape_markdown, show_error
 from promptlab.workbench import Workbench
@@ -247,31 +248,7 @@ def run_detail(wb: Workbench, run_id: str) -> None:
     st.subheader(f"{escape_markdown(view.run.name)} · {view.run.state}")  # a spec names it
     # The run goes along in the link: Compare opens this run, not the newest.
     st.markdown(f":material/compare_arrows: [Compare its variants](compare?run={view.run_id})")
-    if view.run.process_gone:
-        st.warning(
-            "The process that ran this run is gone (stopped or killed) before it finished. "
-            f"Its stored results are kept; go on with **Resume** below or "
-            f"`{view.run.resume_command}`.",
-            icon=":material/warning:",
-        )
-    if view.reason:
-        st.text(view.reason)
-    alerts(view)
-    after_run(view)
-    c = view.counts
-    st.progress(
-        view.fraction_closed,
-        text=f"{c.finished} of {view.total} items closed: {c.succeeded} succeeded, "
-        f"{c.failed} failed, {c.cancelled} cancelled",
-    )
-    cols = st.columns(7)
-    cols[0].metric("Queued", c.pending)
-    cols[1].metric("In flight", c.in_flight)
-    cols[2].metric("Succeeded", c.succeeded)
-    cols[3].metric("Failed", c.failed)
-    cols[4].metric("Cancelled", c.cancelled)
-    cols[5].metric("Throughput", _rate(view))
-    cols[6].metric("ETA", f"{view.eta_s:.0f} s" if view.eta_s is not None else "–")
+    run_status(view)
     limiters(view)
     batches(view)
     outcome(view)
@@ -282,19 +259,6 @@ def run_detail(wb: Workbench, run_id: str) -> None:
     failures(view)
     actions(wb, view)
     items(wb, view)
-
-
-def alerts(view: RunView) -> None:
-    """Anomalies seen in the results (a burst of failures, a field gone empty, ...)."""
-    for alert in view.alerts:
-        # The message names the variant and the output field (a spec's and a schema's).
-        st.warning(escape_markdown(f"{alert.kind}: {alert.message}"), icon=":material/warning:")
-
-
-def after_run(view: RunView) -> None:
-    """After-run work that failed (scores, a judge, a cross-check), each with its why."""
-    for line in view.after_run_failures:
-        st.error(escape_markdown(f"After-run work failed: {line}"), icon=":material/error:")
 
 
 def actions(wb: Workbench, view: RunView) -> None:
@@ -387,10 +351,6 @@ def open_linked(labels: dict[str, str]) -> None:
             st.session_state[ITEM_CHOICE] = (run_id, item)
         elif (st.session_state.get(ITEM_CHOICE) or ("",))[0] == run_id:
             del st.session_state[ITEM_CHOICE]  # the address names the run, no item of it
-
-
-def _rate(view: RunView) -> str:
-    return f"{view.throughput_per_s:.1f}/s" if view.throughput_per_s is not None else "–"
 
 
 require_shell("pages/runs.py")

@@ -205,23 +205,7 @@ def _latency_rows(
     method = "paired delta method (quantile)" if paired else "delta method (quantile)"
     rows = []
     for index, (q, metric) in enumerate(COMPARED_QUANTILES):
-        row = MetricComparison(
-            metric=metric,
-            variant=name_b,
-            control=name_a,
-            control_value=None,
-            variant_value=None,
-            n_control=counts[0],
-            n_variant=counts[1],
-            effect=None,
-            interval=None,
-            p_value=1.0,
-            test=NO_DATA,
-            lower_is_better=True,
-            requests_control=counts[2],
-            requests_variant=counts[3],
-            analysed_by=by,
-        )
+        row = _untested_latency_row(metric, name_a, name_b, counts, by)
         if differences is None:
             rows.append(row)
             continue
@@ -235,20 +219,42 @@ def _latency_rows(
         )
         beyond = math.floor(min(counts[2], counts[3]) * (1 - q) + 1e-9)
         if beyond < MIN_TAIL_REQUESTS and min(row.n_control, row.n_variant) >= minimum_units(by):
-            # p99 of 200 requests rests on two of them: no verdict on so thin a tail.
-            reason = (
-                f"too few requests beyond {metric.split()[-1]} ({beyond}; a verdict needs "
-                f"{MIN_TAIL_REQUESTS} in each arm)"
-            )
-            rows.append(
-                replace(
-                    row,
-                    effect=found.estimate.effect,
-                    test=method,
-                    verdict=Verdict.TOO_FEW,
-                    reason=reason,
-                )
-            )
+            rows.append(_thin_tail_row(row, found.estimate, method, beyond))
             continue
         rows.append(decided(row, found.estimate, method, look))
     return rows
+
+
+def _untested_latency_row(
+    metric: str, name_a: str, name_b: str, counts: tuple[int, int, int, int], by: str
+) -> MetricComparison:
+    """A latency percentile's row before any data: units and requests per arm only."""
+    return MetricComparison(
+        metric=metric,
+        variant=name_b,
+        control=name_a,
+        control_value=None,
+        variant_value=None,
+        n_control=counts[0],
+        n_variant=counts[1],
+        effect=None,
+        interval=None,
+        p_value=1.0,
+        test=NO_DATA,
+        lower_is_better=True,
+        requests_control=counts[2],
+        requests_variant=counts[3],
+        analysed_by=by,
+    )
+
+
+def _thin_tail_row(
+    row: MetricComparison, estimate: Estimate, method: str, beyond: int
+) -> MetricComparison:
+    """The percentile's effect without a verdict: too few requests lie beyond it."""
+    # p99 of 200 requests rests on two of them: no verdict on so thin a tail.
+    reason = (
+        f"too few requests beyond {row.metric.split()[-1]} ({beyond}; a verdict needs "
+        f"{MIN_TAIL_REQUESTS} in each arm)"
+    )
+    return replace(row, effect=estimate.effect, test=method, verdict=Verdict.TOO_FEW, reason=reason)

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 from promptlab.analysis.arm_rows import COMPARED_QUANTILES as COMPARED_QUANTILES
 from promptlab.analysis.arm_rows import compare_arms, compare_paired, scores_of
 from promptlab.analysis.contamination import shared_note, shared_units, without_shared
-from promptlab.analysis.sequential import FINAL, FINAL_ALPHA, interim
+from promptlab.analysis.sequential import FINAL, FINAL_ALPHA, Look, interim
 from promptlab.analysis.stats import (
     MetricComparison,
     SrmCheck,
@@ -141,32 +141,10 @@ def compare_run(
     assigned = reads.assigned_units(run.run_id) if mode == "split" else {}
     look = interim(planned_units or _planned_units(run, mode, assigned)) if sequential else FINAL
     paired = mode == "all"
-    # A replayed conversation log's turns are clustered by session (or by the log's
-    # user column, `unit_column`: a user's sessions are not independent either).
-    replay = paired and run.spec.get("history") is not None
-    user = run.spec.get("unit_column") if replay else None
-    by = ("user" if user else "session") if replay else "row"
-    rows: list[MetricComparison] = []
-    arms: dict[str, tuple[int, int]] = {}
     notes: list[str] = []
-    shared = 0
-    control_arm = samples.run_arm(run.run_id, control, paired, replay, user)
-    arms[control] = (control_arm.units, control_arm.requests)
-    for other in others:
-        arm = samples.run_arm(run.run_id, other, paired, replay, user)
-        arms[other] = (arm.units, arm.requests)
-        if paired:
-            rows += compare_paired(
-                samples.paired(run.run_id, control, other, replay, user),
-                control_arm,
-                arm,
-                look=look,
-                by=by,
-            )
-            continue
-        base, arm, found = apart(control_arm, arm, keep_shared, notes)
-        shared = max(shared, found)
-        rows += compare_arms(base, arm, look=look)
+    rows, arms, shared = _against_control(
+        samples, run, (control, others), paired, look, keep_shared, notes
+    )
     srm = _srm(run, assigned) if mode == "split" else None
     family = family_of(run.spec)
     decided = holm_verdicts(rows, family=family.metrics, variants=len(others))
@@ -192,6 +170,47 @@ def compare_run(
     )
 
 
+def clustering(run: RunRecord) -> tuple[bool, str | None, str]:
+    """How an all-mode run's pairs are clustered: whether it replays a conversation log,
+    the log's user column (`unit_column`), and the cluster (`row`, `session`, `user`)."""
+    # A replayed conversation log's turns are clustered by session (or by the log's
+    # user column: a user's sessions are not independent either).
+    replay = run.spec.get("history") is not None
+    user = run.spec.get("unit_column") if replay else None
+    return replay, user, ("user" if user else "session") if replay else "row"
+
+
+def _against_control(
+    samples: SampleReads,
+    run: RunRecord,
+    variants: tuple[str, list[str]],
+    paired: bool,
+    look: Look,
+    keep_shared: bool,
+    notes: list[str],
+) -> tuple[list[MetricComparison], dict[str, tuple[int, int]], int]:
+    """Each other variant's rows against control (paired over the same inputs, or per
+    unit with the units both arms hold left out unless `keep_shared`), the units and
+    requests per arm, and the most units any pair of arms shared."""
+    control, others = variants
+    replay, user, by = clustering(run) if paired else (False, None, "row")
+    rows: list[MetricComparison] = []
+    shared = 0
+    control_arm = samples.run_arm(run.run_id, control, paired, replay, user)
+    arms = {control: (control_arm.units, control_arm.requests)}
+    for other in others:
+        arm = samples.run_arm(run.run_id, other, paired, replay, user)
+        arms[other] = (arm.units, arm.requests)
+        if paired:
+            pairs = samples.paired(run.run_id, control, other, replay, user)
+            rows += compare_paired(pairs, control_arm, arm, look=look, by=by)
+            continue
+        base, arm, found = apart(control_arm, arm, keep_shared, notes)
+        shared = max(shared, found)
+        rows += compare_arms(base, arm, look=look)
+    return rows, arms, shared
+
+
 def _control_and_others(
     run: RunRecord, metrics: list[MetricsRow], variant_a: str | None, variant_b: str | None
 ) -> tuple[str, list[str]]:
@@ -210,6 +229,24 @@ def _control_and_others(
         raise PromptlabError(f"compare {control!r} with another variant, not itself")
     # Every variant is tested, whichever is shown: the family does not move with the view.
     return control, [n for n in names if n != control]
+
+
+def variants_of_versions(
+    run_id: str, metrics: list[MetricsRow], versions: tuple[tuple[str, str], tuple[str, str]]
+) -> tuple[str, str]:
+    """The run's variant of each version (version id, label); PromptlabError unless each
+    version is exactly one variant of the run."""
+    names = []
+    for version_id, label in versions:
+        found = [m.variant or "" for m in metrics if m.prompt_version_id == version_id]
+        if len(found) != 1:
+            what = "no variant" if not found else f"variants {', '.join(found)}"
+            raise PromptlabError(
+                f"run {run_id} has {what} of {label}: compare its variants by name "
+                f"(promptlab compare --run {run_id} A B)"
+            )
+        names.append(found[0])
+    return names[0], names[1]
 
 
 def apart(
@@ -268,16 +305,8 @@ def compare_logs(
             "CUPED needs production logs and --since (the pre-period is each unit's logs before it)"
         )
     look = interim(planned_units) if sequential else FINAL
-    totals = {r.prompt_version_id: r for r in reads.log_metrics(None, since)}
-    for version_id, name in ((id_a, name_a), (id_b, name_b)):
-        if version_id not in totals:
-            raise PromptlabError(f"no production logs for {name}" + since_text(since))
-    pre_before = None
-    if cuped and since is not None:
-        # The pre-period ends before either version served anyone: a unit's history
-        # must not already hold the treatment (that would pull the effect to 0).
-        first = samples.first_log_time([id_a, id_b])
-        pre_before = min(since, first) if first is not None else since
+    totals = _log_totals(reads, (a, b), since)
+    pre_before = _pre_period_end(samples, [id_a, id_b], since) if cuped else None
     notes: list[str] = []
     arm_a, arm_b, shared = apart(
         samples.log_arm(id_a, name_a, since, pre_before),
@@ -304,6 +333,30 @@ def compare_logs(
         shared_units=shared,
         notes=notes,
     )
+
+
+def _log_totals(
+    reads: MetricsReads, versions: tuple[tuple[str, str], ...], since: datetime | None
+) -> dict[str, LogMetricsRow]:
+    """Production log totals by version id; PromptlabError names a version without any."""
+    totals = {r.prompt_version_id: r for r in reads.log_metrics(None, since)}
+    for version_id, name in versions:
+        if version_id not in totals:
+            raise PromptlabError(f"no production logs for {name}" + since_text(since))
+    return totals
+
+
+def _pre_period_end(
+    samples: SampleReads, version_ids: list[str], since: datetime | None
+) -> datetime | None:
+    """Where CUPED's pre-period ends: at `since`, or earlier when either version served
+    anyone before it (None without `since`)."""
+    if since is None:
+        return None
+    # The pre-period ends before either version served anyone: a unit's history
+    # must not already hold the treatment (that would pull the effect to 0).
+    first = samples.first_log_time(version_ids)
+    return min(since, first) if first is not None else since
 
 
 def arms_of(a: ArmSample, b: ArmSample) -> dict[str, tuple[int, int]]:

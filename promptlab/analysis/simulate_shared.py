@@ -1,10 +1,10 @@
 """The A/A harness's contamination case: units seen under both versions, kept or left out.
 
-On `simulate.py`'s traffic with a real CTR lift, a share of B's users are also A's: half
-of each such user's requests are logged under the other version (two rollouts mixed in
-the logs, a re-weighted split). Kept, those users carry both treatments in both arms
-and pull the effect towards zero; left out (promptlab/analysis/contamination.py), the
-effect is estimated on users who saw one version.
+On `simulate_traffic.py`'s traffic with a real CTR lift, a share of B's users are also
+A's: half of each such user's requests are logged under the other version (two rollouts
+mixed in the logs, a re-weighted split). Kept, those users carry both treatments in both
+arms and pull the effect towards zero; left out (promptlab/analysis/contamination.py),
+the effect is estimated on users who saw one version.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 from promptlab.analysis.compare import compare_arms
 from promptlab.analysis.contamination import without_shared
-from promptlab.analysis.simulate import Requests, Traffic, arm_sample, simulate_arm
+from promptlab.analysis.simulate_traffic import Requests, Traffic, arm_sample, simulate_arm
 from promptlab.analysis.stats import Verdict, holm_verdicts
 from promptlab.records.unit_samples import CTR, ArmSample
 

@@ -30,6 +30,7 @@ from promptlab.analysis.compare import (
     Comparison,
     apart,
     arms_of,
+    clustering,
     compare_arms,
     compare_paired,
     run_mode,
@@ -177,28 +178,11 @@ def compare_across_runs(
         if not results:
             raise PromptlabError(f"no results of {arm_name}" + since_text(since))
     notes: list[str] = []
-    shared = 0
-    per_stratum: list[list[MetricComparison]] = []
-    if not strata.shared:
-        notes.append(check_poolable(strata.left_out, run_of, names))
-        arm_a = samples.version_arm(id_a, name_a, since)
-        arm_b = samples.version_arm(id_b, name_b, since)
-        arm_a, arm_b, shared = apart(arm_a, arm_b, keep_shared, notes)
-        per_stratum.append(compare_arms(arm_a, arm_b, look=look))
-        arms = arms_of(arm_a, arm_b)
+    if strata.shared:
+        rows, arms, shared = _stratified(samples, strata, run_of, (a, b), look, keep_shared, notes)
     else:
-        arms = {name_a: (0, 0), name_b: (0, 0)}
-        for stratum in strata.shared:
-            rows, (arm_a, arm_b), found = _within(
-                samples, run_of(stratum.run_id), stratum, (a, b), look, keep_shared, notes
-            )
-            per_stratum.append(rows)
-            shared += found
-            for arm in (arm_a, arm_b):
-                units, requests = arms[arm.name]
-                arms[arm.name] = (units + arm.units, requests + arm.requests)
-        notes += strata.left_out_notes(names)
-    rows = per_stratum[0] if len(per_stratum) == 1 else combine(per_stratum, look)
+        notes.append(check_poolable(strata.left_out, run_of, names))
+        rows, arms, shared = _pooled(samples, (a, b), since, look, keep_shared, notes)
     metrics = [m for m in reads.version_metrics(None, since) if m.prompt_version_id in (id_a, id_b)]
     family = default_family(sorted({r.metric for r in rows if r.metric.startswith(SCORE_PREFIX)}))
     return Comparison(
@@ -220,6 +204,53 @@ def compare_across_runs(
     )
 
 
+def _pooled(
+    samples: SampleReads,
+    versions: tuple[tuple[str, str], tuple[str, str]],
+    since: datetime | None,
+    look: Look,
+    keep_shared: bool,
+    notes: list[str],
+) -> tuple[list[MetricComparison], dict[str, tuple[int, int]], int]:
+    """Every result of each version in one arm, per unit (when no run holds both and
+    their runs may be pooled): the rows, units and requests per arm, and shared units."""
+    (id_a, name_a), (id_b, name_b) = versions
+    arm_a = samples.version_arm(id_a, name_a, since)
+    arm_b = samples.version_arm(id_b, name_b, since)
+    arm_a, arm_b, shared = apart(arm_a, arm_b, keep_shared, notes)
+    return compare_arms(arm_a, arm_b, look=look), arms_of(arm_a, arm_b), shared
+
+
+def _stratified(
+    samples: SampleReads,
+    strata: Strata,
+    run_of: Callable[[str], RunRecord],
+    versions: tuple[tuple[str, str], tuple[str, str]],
+    look: Look,
+    keep_shared: bool,
+    notes: list[str],
+) -> tuple[list[MetricComparison], dict[str, tuple[int, int]], int]:
+    """The versions compared within each stratum holding both and combined over them:
+    the rows, units and requests per arm summed over the strata, and shared units; the
+    runs left out are noted."""
+    names = (versions[0][1], versions[1][1])
+    arms = {name: (0, 0) for name in names}
+    shared = 0
+    per_stratum: list[list[MetricComparison]] = []
+    for stratum in strata.shared:
+        rows, (arm_a, arm_b), found = _within(
+            samples, run_of(stratum.run_id), stratum, versions, look, keep_shared, notes
+        )
+        per_stratum.append(rows)
+        shared += found
+        for arm in (arm_a, arm_b):
+            units, requests = arms[arm.name]
+            arms[arm.name] = (units + arm.units, requests + arm.requests)
+    notes += strata.left_out_notes(names)
+    rows = per_stratum[0] if len(per_stratum) == 1 else combine(per_stratum, look)
+    return rows, arms, shared
+
+
 def _within(
     samples: SampleReads,
     run: RunRecord,
@@ -236,9 +267,7 @@ def _within(
     one_each = len(stratum.variants_a) == 1 and len(stratum.variants_b) == 1
     if run_mode(run) == "all" and one_each:
         va, vb = stratum.variants_a[0], stratum.variants_b[0]
-        replay = run.spec.get("history") is not None
-        user = run.spec.get("unit_column") if replay else None
-        by = ("user" if user else "session") if replay else "row"
+        replay, user, by = clustering(run)
         arm_a = replace(samples.run_arm(run.run_id, va, True, replay, user), name=name_a)
         arm_b = replace(samples.run_arm(run.run_id, vb, True, replay, user), name=name_b)
         pairs = samples.paired(run.run_id, va, vb, replay, user)

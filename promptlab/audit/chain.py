@@ -1,11 +1,11 @@
-"""The audit trail's pure part: events, canonical JSON, hash chaining, and verification.
+"""The audit trail's pure part: events, canonical JSON and hash chaining.
 
 Events live in chains. Each event stores `hash = sha256(prev_hash, its fields)`: chain,
 seq, event id, trace id, run id, kind, actor, time (UTC microseconds) and the payload's
 JSON text exactly as stored (DuckDB keeps JSON text verbatim), joined by a separator.
 Editing any field of a stored row breaks its own hash; deleting or inserting a row
 breaks the seq numbering or the next row's `prev_hash`. Verification names the first
-such event.
+such event (the walk is promptlab/audit/walk.py).
 
 How chains are anchored:
 
@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property
@@ -56,7 +56,6 @@ from promptlab.audit.digests import row_digest as row_digest
 from promptlab.audit.digests import stored_values as stored_values
 from promptlab.audit.masking import MASK_PATTERNS as MASK_PATTERNS
 from promptlab.audit.masking import Masker as Masker
-from promptlab.audit.report import ChainProblem, ChainStatus
 
 #: The chain of change events (everything that is not a run's item trace).
 CHANGES_CHAIN = "changes"
@@ -326,18 +325,7 @@ def chain_drafts(
     One pass per event, straight into columns: this runs for every item of every run.
     """
     drafts = list(drafts)
-    blobs = [_payload_bytes(d.payload) for d in drafts]
-    texts = [b.decode() for b in blobs]
-    if clean is not None:
-        # One pass over the whole batch: nothing to mask is the common case.
-        if suspect is not None:
-            dirty = suspect(b"\x1e".join(blobs))
-        else:
-            joined = "\x1e".join(texts)
-            dirty = clean(joined) != joined
-        if dirty:
-            texts = [_cleaned(t, d.payload, clean) for t, d in zip(texts, drafts, strict=True)]
-            blobs = [t.encode() for t in texts]
+    texts, blobs = _payload_texts(drafts, clean, suspect)
     state = dict(heads)
     out = ChainedColumns()
     for draft, payload_json, blob in zip(drafts, texts, blobs, strict=True):
@@ -373,6 +361,27 @@ def chain_drafts(
     return out
 
 
+def _payload_texts(
+    drafts: list[AuditDraft],
+    clean: Callable[[str], str] | None,
+    suspect: Callable[[bytes], bool] | None,
+) -> tuple[list[str], list[bytes]]:
+    """Each draft's payload as the JSON text stored and the bytes hashed, secrets masked."""
+    blobs = [_payload_bytes(d.payload) for d in drafts]
+    texts = [b.decode() for b in blobs]
+    if clean is not None:
+        # One pass over the whole batch: nothing to mask is the common case.
+        if suspect is not None:
+            dirty = suspect(b"\x1e".join(blobs))
+        else:
+            joined = "\x1e".join(texts)
+            dirty = clean(joined) != joined
+        if dirty:
+            texts = [_cleaned(t, d.payload, clean) for t, d in zip(texts, drafts, strict=True)]
+            blobs = [t.encode() for t in texts]
+    return texts, blobs
+
+
 def _cleaned(payload_json: str, payload: Any, clean: Callable[[str], str]) -> str:
     """The JSON text with secrets masked: on the whole text (one pass, the common case
     of nothing to mask costs one scan), or string by string if masking broke the JSON."""
@@ -394,95 +403,3 @@ def _clean_strings(value: Any, clean: Callable[[str], str]) -> Any:
     if isinstance(value, list | tuple):
         return [_clean_strings(v, clean) for v in value]
     return value
-
-
-# ---- verification ------------------------------------------------------------------
-
-
-def verify_chain(
-    chain: str, events: Iterable[AuditEvent], first_prev: str, watch: Collection[int] = ()
-) -> tuple[ChainStatus, dict[int, str]]:
-    """Walk one chain (events in seq order, ties in stored order) and report the first
-    event modified, missing, or inserted out of place; every event is still counted.
-
-    Streams: only the hashes of the seqs in `watch` (the checkpoints' heads) are kept,
-    returned beside the status for `check_checkpoints`.
-    """
-    expected, prev = 1, first_prev
-    head_seq, head_hash = 0, first_prev
-    seen: dict[int, str] = {}
-    count = 0
-    problem: ChainProblem | None = None
-    for event in events:
-        count += 1
-        if event.seq in watch:
-            seen.setdefault(event.seq, event.hash)
-        if problem is not None:
-            continue
-        problem = _problem(chain, event, expected, prev)
-        if problem is None:
-            expected, prev = event.seq + 1, event.hash
-            head_seq, head_hash = event.seq, event.hash
-    return ChainStatus(chain, count, head_seq, head_hash, True, problem), seen
-
-
-def _problem(chain: str, event: AuditEvent, expected: int, prev: str) -> ChainProblem | None:
-    if event.seq < expected:
-        return ChainProblem(
-            chain,
-            event.seq,
-            event.event_id,
-            "inserted",
-            f"a second event with seq {event.seq} (the chain was already at {expected - 1})",
-        )
-    if event.seq > expected:
-        missing = (
-            f"seq {expected}" if event.seq == expected + 1 else f"seqs {expected}-{event.seq - 1}"
-        )
-        return ChainProblem(
-            chain, event.seq, event.event_id, "deleted", f"{missing} missing before it"
-        )
-    if hash_of(event) != event.hash:
-        return ChainProblem(
-            chain, event.seq, event.event_id, "modified", "its content no longer matches its hash"
-        )
-    if event.prev_hash != prev:
-        return ChainProblem(
-            chain,
-            event.seq,
-            event.event_id,
-            "inserted",
-            f"it does not follow event seq {event.seq - 1} (prev_hash differs)",
-        )
-    return None
-
-
-def check_checkpoints(
-    status: ChainStatus, hashes: Mapping[int, str], checkpoints: Iterable[tuple[int, str, str]]
-) -> ChainStatus:
-    """A whole chain must still hold each head a ``run.ended`` event recorded
-    (seq, hash, that event's id): otherwise its last events were deleted. `hashes` maps
-    those seqs to the hashes the chain holds at them."""
-    if not status.ok:
-        return status
-    for seq, digest, recorded_by in checkpoints:
-        if seq == 0:
-            continue
-        if hashes.get(seq) != digest:
-            problem = ChainProblem(
-                status.chain,
-                seq,
-                recorded_by,
-                "deleted",
-                f"the chain ends at seq {status.head_seq}, but change event {recorded_by} "
-                f"recorded its head at seq {seq}",
-            )
-            return ChainStatus(
-                status.chain,
-                status.events,
-                status.head_seq,
-                status.head_hash,
-                status.anchored,
-                problem,
-            )
-    return status

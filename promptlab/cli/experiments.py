@@ -29,6 +29,7 @@ from promptlab.errors import ExperimentError, NotFoundError, SpecError
 if TYPE_CHECKING:
     from promptlab.experiments import ExperimentConfig
     from promptlab.server.client import ServerClient
+    from promptlab.server.discovery import ServerInfo
     from promptlab.workbench import Workbench
 
 
@@ -290,8 +291,6 @@ def run_experiment(
 
     server = served(ctx)
     if server is not None:
-        from promptlab.cli.remote import drive_remote
-
         refuse_remote_cache(ctx, "experiment run")
         options = {
             "dataset": dataset,
@@ -303,18 +302,7 @@ def run_experiment(
             "estimate_only": estimate_only,
             "executor": executor,
         }
-
-        def submit(client: ServerClient) -> dict[str, Any]:
-            answer: dict[str, Any] = client.post(
-                f"/v1/experiments/{name}/runs", options, idempotent=True
-            )
-            for line in answer["estimate"]:
-                click.echo(line)
-            if answer["run"] is None:
-                raise SystemExit(0)
-            return dict(answer["run"])
-
-        drive_remote(server, submit, strict, quiet)
+        _run_on_server(server, name, options, strict, quiet)
 
     def start(wb: Workbench) -> str | None:
         spec = wb.runs.experiment_spec(
@@ -335,6 +323,26 @@ def run_experiment(
         return None if estimate_only else wb.runs.start(spec)
 
     drive_run(ctx, start, strict, quiet)
+
+
+def _run_on_server(
+    server: ServerInfo, name: str, options: dict[str, Any], strict: bool, quiet: bool
+) -> None:
+    """`experiment run` through the server: print its estimate, then watch the run it
+    starts and exit as `drive_run` does (with `estimate_only`, exit 0 after the estimate)."""
+    from promptlab.cli.remote import drive_remote
+
+    def submit(client: ServerClient) -> dict[str, Any]:
+        answer: dict[str, Any] = client.post(
+            f"/v1/experiments/{name}/runs", options, idempotent=True
+        )
+        for line in answer["estimate"]:
+            click.echo(line)
+        if answer["run"] is None:
+            raise SystemExit(0)
+        return dict(answer["run"])
+
+    drive_remote(server, submit, strict, quiet)
 
 
 def _shown(

@@ -1,4 +1,7 @@
-"""`promptlab run / resume / status / cancel`: batch runs through the shared engine.
+"""`promptlab run / batch / resume / status`: batch runs through the shared engine.
+
+Its `commands` also carry `promptlab pause` and `promptlab cancel`, which live in
+cli/run_control.py.
 
 Exit codes of `run` and `resume` (documented in the README):
 0 the run completed (every item has its final row; failed items are counted in the
@@ -9,8 +12,6 @@ quota or auth, or an internal error), 2 bad spec or usage, 3 the run was cancell
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,6 +31,7 @@ from promptlab.cli.common import (
 )
 from promptlab.cli.items import item_lines, items_lines, read_item, read_items
 from promptlab.cli.remote import download_batch_output, drive_remote
+from promptlab.cli.run_control import cancel_command, pause_command
 from promptlab.cli.run_text import print_view
 from promptlab.cli.run_watch import drive_run
 from promptlab.errors import ConfigError, RegistryError, SpecError, TemplateError
@@ -359,88 +361,6 @@ def read_view(ctx: click.Context, run_id: str, detect: bool) -> RunView:
             call(list[AlertRecord], "POST", path, lambda wb: wb.analysis.detect_anomalies(run_id))
         path = route("/v1/runs/{run_id}/view", run_id=run_id)
         return call(RunView, "GET", path, lambda wb: wb.runs.view(run_id))
-
-
-@click.command("cancel")
-@db_option
-@click.argument("run_id")
-@click.pass_context
-@handle_errors
-def cancel_command(ctx: click.Context, run_id: str) -> None:
-    """Cancel an interrupted run: its open items get final `cancelled` rows.
-
-    A run in progress is cancelled with Ctrl-C in its terminal (or in the app): the
-    database is held by that process. Served (`promptlab serve`), any run can be
-    cancelled from here.
-    """
-    server = served(ctx)
-    if server is not None:
-        client = ServerClient(server)
-        before = client.get(f"/v1/runs/{run_id}")["status"]
-        after = client.post(f"/v1/runs/{run_id}/cancel")["status"]
-        # A going run stops once its requests in flight are answered: wait for that
-        # (bounded), so the line says where the cancel left it.
-        deadline = time.monotonic() + CANCEL_WAIT_S
-        while after in _GOING and time.monotonic() < deadline:
-            time.sleep(CANCEL_POLL_S)
-            after = client.get(f"/v1/runs/{run_id}")["status"]
-        if after in _GOING:
-            after = f"{after}, cancelling (its requests in flight are answered first)"
-        click.echo(f"run {run_id}: {before} -> {after}")
-        return
-    with open_workbench(ctx) as wb:
-        before = wb.runs.view(run_id).status
-        wb.runs.cancel(run_id)
-        after = wb.runs.view(run_id).status
-    click.echo(f"run {run_id}: {before} -> {after}")
-
-
-#: A run's states while it goes; a cancel through a server waits for it to leave them.
-_GOING = frozenset({"submitted", "scheduled", "running"})
-#: Seconds `cancel` waits for a going run to stop, and between two looks.
-CANCEL_WAIT_S = 60.0
-CANCEL_POLL_S = 0.1
-
-
-@click.command("pause")
-@db_option
-@click.argument("run_id")
-@click.pass_context
-@handle_errors
-def pause_command(ctx: click.Context, run_id: str) -> None:
-    """Pause a running run: nothing more is sent, requests in flight finish and are
-    recorded, pending items wait; `promptlab resume RUN_ID` continues it.
-
-    The run must be driven by a server (`promptlab serve`, or the app serving the API),
-    which this command then reaches, on this machine or across a cluster of workers.
-    """
-    server = served(ctx)
-    if server is not None:
-        client = ServerClient(server)
-        before = client.get(f"/v1/runs/{run_id}")["status"]
-        client.post(f"/v1/runs/{run_id}/pause")
-        after = _settled(lambda: client.get(f"/v1/runs/{run_id}"))
-        click.echo(f"run {run_id}: {before} -> {after}; `promptlab resume {run_id}` goes on")
-        return
-    with open_workbench(ctx) as wb:
-        before = wb.runs.view(run_id).status
-        wb.runs.pause(run_id)
-        after = wb.runs.wait(run_id).status
-    click.echo(f"run {run_id}: {before} -> {after}; `promptlab resume {run_id}` goes on")
-
-
-#: Seconds `pause` waits for the requests in flight to finish before it answers.
-PAUSE_WAIT_S = 120.0
-
-
-def _settled(progress: Callable[[], dict[str, object]]) -> str:
-    """The run's status once it is no longer active (or after PAUSE_WAIT_S)."""
-    deadline = time.monotonic() + PAUSE_WAIT_S
-    while True:
-        now = progress()
-        if not now["active"] or time.monotonic() > deadline:
-            return str(now["status"])
-        time.sleep(0.2)
 
 
 commands: list[click.Command] = [

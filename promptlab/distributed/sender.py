@@ -38,6 +38,7 @@ from promptlab.audit.redact import Redactor, watch_env
 from promptlab.config import Settings
 from promptlab.distributed import settings as keys
 from promptlab.distributed.budget import SharedBudget
+from promptlab.distributed.claims import ANSWERED, CLAIMED, HELD, ClaimScripts
 from promptlab.distributed.trust import (
     Refused,
     open_task,
@@ -77,70 +78,6 @@ REMEMBERED_ANSWERS = 4096
 #: how long it is tried before the chunk fails (and is tried again by Celery).
 ANSWER_RETRY_MAX_S = 1.0
 ANSWER_HANDOVER_S = 120.0
-
-# KEYS: claim, this sender's heartbeat. ARGV: the holder seen, the new holder, TTL, the
-# heartbeat's TTL (ms). Take a dead holder's claim
-# (or a claim that expired meanwhile), once.
-_TAKE_OVER = """
-local holder = redis.call('GET', KEYS[1])
-if holder == ARGV[1] or not holder then
-  redis.call('SET', KEYS[1], ARGV[2], 'EX', tonumber(ARGV[3]))
-  redis.call('SET', KEYS[2], '1', 'PX', tonumber(ARGV[4]))
-  return 1
-end
-return 0
-"""
-
-# KEYS: claim. ARGV: this sender. Give a claim back (a send that failed on its way).
-_RELEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
-end
-return 0
-"""
-
-# KEYS: ready. Wake the next sender waiting on the same answer.
-_WAKE = """
-redis.call('RPUSH', KEYS[1], '1')
-redis.call('EXPIRE', KEYS[1], tonumber(ARGV[1]))
-return 1
-"""
-
-
-# KEYS: answer and claim of each ticket, in pairs, then this sender's heartbeat. ARGV:
-# this sender, the claim's TTL, the heartbeat's (ms). Per ticket: {ANSWERED, answer},
-# {CLAIMED} (now this sender's) or {HELD, holder}. The heartbeat is set with the claims:
-# after Redis restarted empty, a claim must never be seen without its holder's beat
-# (another sender would take it over and send it a second time).
-_CLAIM = """
-redis.call('SET', KEYS[#KEYS], '1', 'PX', tonumber(ARGV[3]))
-local out = {}
-for i = 1, #KEYS - 1, 2 do
-  local answer = redis.call('GET', KEYS[i])
-  if answer then
-    out[#out + 1] = {1, answer}
-  elseif redis.call('SET', KEYS[i + 1], ARGV[1], 'NX', 'EX', tonumber(ARGV[2])) then
-    out[#out + 1] = {0}
-  else
-    out[#out + 1] = {2, redis.call('GET', KEYS[i + 1]) or ''}
-  end
-end
-return out
-"""
-CLAIMED, ANSWERED, HELD = 0, 1, 2
-
-# KEYS: answer, ready, the owner's replies. ARGV: answer, reply, answer TTL, ready TTL,
-# 1 when the answer is the stored one (then only the reply is pushed).
-_FINISH = """
-if ARGV[5] == '0' then
-  redis.call('SET', KEYS[1], ARGV[1], 'EX', tonumber(ARGV[3]))
-  redis.call('RPUSH', KEYS[2], '1')
-  redis.call('EXPIRE', KEYS[2], tonumber(ARGV[4]))
-end
-redis.call('RPUSH', KEYS[3], ARGV[2])
-redis.call('EXPIRE', KEYS[3], tonumber(ARGV[3]))
-return 1
-"""
 
 
 def _tokens(request: CompletionRequest) -> int:
@@ -187,11 +124,8 @@ class Sender:
         self._sending: set[str] = set()
         #: The last answers this sender sent, by ticket (Redis may lose its copy).
         self._sent_answers: OrderedDict[str, str] = OrderedDict()
-        self._take_over = self.redis.register_script(_TAKE_OVER)
-        self._release = self.redis.register_script(_RELEASE)
-        self._wake = self.redis.register_script(_WAKE)
-        self._claim = self.redis.register_script(_CLAIM)
-        self._finish = self.redis.register_script(_FINISH)
+        #: Claims, answers and wake-ups, each one atomic call (distributed/claims.py).
+        self._scripts = ClaimScripts.register(self.redis)
         self._lanes: dict[str, tuple[Provider, SharedBudget]] = {}
         self._beat = asyncio.run_coroutine_threadsafe(self._heartbeat(), self.loop)
 
@@ -277,7 +211,7 @@ class Sender:
             log.error("worker %s refused a chunk: %s", self.name, exc)
             await self._refuse(reply_to, str(ref.get("name")), tickets, str(exc))
             return {"sent": 0, "reused": 0, "refused": len(tickets)}
-        states = await self._claim(
+        states = await self._scripts.claim(
             keys=[
                 *(k for t in tickets for k in (keys.answer_key(t), keys.claim_key(t))),
                 keys.heartbeat_key(self.name),
@@ -340,7 +274,7 @@ class Sender:
         for ticket in tickets:
             self._sending.discard(ticket)
             try:
-                await self._release(keys=[keys.claim_key(ticket)], args=[self.name])
+                await self._scripts.release(keys=[keys.claim_key(ticket)], args=[self.name])
             except Exception:  # noqa: BLE001 - it expires with its TTL otherwise
                 log.warning("could not give back the claim of %s", ticket)
 
@@ -360,7 +294,7 @@ class Sender:
         pause, give_up = 0.05, time.monotonic() + ANSWER_HANDOVER_S
         while True:
             try:
-                await self._finish(keys=names, args=[sealed, reply, *ttls, int(stored)])
+                await self._scripts.finish(keys=names, args=[sealed, reply, *ttls, int(stored)])
                 return not stored  # True: sent by this sender
             except (OSError, RedisConnectionError, RedisTimeoutError) as exc:
                 if time.monotonic() > give_up:
@@ -398,7 +332,7 @@ class Sender:
                 if holder == self.name
                 else bool(holder and await self.redis.exists(keys.heartbeat_key(holder)))
             )
-            if not alive and await self._take_over(
+            if not alive and await self._scripts.take_over(
                 keys=[claim, keys.heartbeat_key(self.name)],
                 args=[holder, self.name, keys.ANSWER_TTL_S, int(keys.HEARTBEAT_TTL_S * 1000)],
             ):
@@ -417,7 +351,7 @@ class Sender:
             # Woken by the holder's answer (a short block: the client's socket timeout
             # is 5 s); the next waiter is woken too.
             if await self.redis.blpop([ready], timeout=WAIT_SLICE_S):
-                await self._wake(keys=[ready], args=[int(keys.HEARTBEAT_TTL_S * 6)])
+                await self._scripts.wake(keys=[ready], args=[int(keys.HEARTBEAT_TTL_S * 6)])
 
     async def _send(
         self,

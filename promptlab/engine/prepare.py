@@ -27,7 +27,7 @@ from promptlab.engine.planner import (
     plan_items,
 )
 from promptlab.engine.rows import LineRefuser, RunRows
-from promptlab.engine.sharding import SUMMARY_VARIABLES, Replay, SummaryPrompt
+from promptlab.engine.sharding import Replay
 from promptlab.engine.spec import (
     AS_WRITTEN,
     PARAM_COLUMNS_KEY,
@@ -35,6 +35,7 @@ from promptlab.engine.spec import (
     RunSpec,
     VariantSpec,
 )
+from promptlab.engine.summaries import SUMMARY_VARIABLES, SummaryPrompt
 from promptlab.errors import ConfigError, PromptlabError, SpecError, StoreError
 from promptlab.experiments import assign, config_from_mapping, expected_shares
 from promptlab.experiments.sampling import FIXED, SAMPLING_KEY, sampling_from_params

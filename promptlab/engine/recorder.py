@@ -170,6 +170,18 @@ class ItemRecorder:
         self.writer.attempt(row)
         if self.observer is not None:
             self.observer.attempt(row)
+        if self.audit:
+            self._trace_attempt(item, row, response, error)
+
+    def _trace_attempt(
+        self,
+        item: PendingItem,
+        row: AttemptRow,
+        response: CompletionResponse | None,
+        error: ProviderError | None,
+    ) -> None:
+        """An attempt in the item's trace: its own event when it failed or was re-asked,
+        else its row's hash in the result event to come."""
         # A failed or re-asked attempt gets its own event; the answered one is read back
         # from `attempts` by the trace view (the result event covers its results row).
         answered = response is not None and not (self.reask and item.variant_index in self.checkers)
@@ -177,18 +189,18 @@ class ItemRecorder:
         served_by = (
             response.served_by if response is not None else getattr(error, "served_by", None)
         )
-        if self.audit and answered:
+        if answered:
             stages = self.traces.get(item.key)
             if stages is not None:  # the result event will hold the row's hash
                 stages["attempt_sha256"] = row_digest(attempt_values(row))
                 if served_by is not None:
                     stages["served_by"] = served_by
-        if self.audit and not answered:
+        else:
             payload = trace.attempt_payload(row, response, served_by)
             draft = AuditDraft(
                 self.chain,
                 "attempt",
-                f"{item.key}/a{attempt}",
+                f"{item.key}/a{row.attempt}",
                 row.ended_at,
                 payload,
                 run_id=self.run_id,

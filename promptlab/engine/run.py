@@ -37,9 +37,10 @@ from promptlab.engine.progress import Counters
 from promptlab.engine.recorder import ItemRecorder
 from promptlab.engine.requests import Prepared, RequestBuilder
 from promptlab.engine.retry import RetryPolicy
-from promptlab.engine.sharding import Replay, Sharding, SummaryFailed
+from promptlab.engine.sharding import Replay, Sharding
 from promptlab.engine.spec import AS_WRITTEN
 from promptlab.engine.spec_fields import CacheSpec
+from promptlab.engine.summaries import SummaryFailed
 from promptlab.engine.writer import BatchWriter
 from promptlab.prompts.templates import Template
 from promptlab.providers.batches.provider import BatchProvider
@@ -120,34 +121,54 @@ class RunExecution:
         #: (cancelled on a halt: they were never sent, so they stay pending).
         self._waiting: set[asyncio.Task[None]] = set()
         self._waiting_room = asyncio.Semaphore(MAX_WAITING_TURNS)
-        self.recorder = ItemRecorder(
-            run_id,
+        self.recorder = self._item_recorder(counters, alert_sink, reask, audit, masker)
+        self.cache = self._run_cache(cache)
+        #: Each dispatched item's sends, retries and re-asks (engine/attempts.py).
+        self.attempts = ItemAttempts(self, self.recorder, self.checkers, policy, clock, reask=reask)
+        self.sharding, self.histories = self._replay_parts(replay, audit, masker)
+        positions = (rows if rows is not None else counters.total) * repeats
+        self.requests = self._request_builder(repeats, top_logprobs, positions)
+
+    def _item_recorder(
+        self,
+        counters: Counters,
+        alert_sink: Callable[[list[AlertRecord]], None] | None,
+        reask: int,
+        audit: bool,
+        masker: Masker | None,
+    ) -> ItemRecorder:
+        """What the run's items leave behind (engine/recorder.py); with generated history
+        each final row lets its session's next turn go."""
+        return ItemRecorder(
+            self.run_id,
             self.variants,
             self.templates,
             self.checkers,
-            writer,
+            self.writer,
             counters,
-            clock,
+            self.clock,
             alert_sink=alert_sink,
             reask=reask,
             audit=audit,
             masker=masker,
             on_final=self._finished if self.chains is not None else None,
         )
-        self.cache = self._run_cache(cache)
-        #: Each dispatched item's sends, retries and re-asks (engine/attempts.py).
-        self.attempts = ItemAttempts(self, self.recorder, self.checkers, policy, clock, reask=reask)
-        self.sharding, self.histories = self._replay_parts(replay, audit, masker)
-        self.requests = RequestBuilder(
+
+    def _request_builder(
+        self, repeats: int, top_logprobs: int | None, positions: int
+    ) -> RequestBuilder:
+        """How an item becomes the request it sends (engine/requests.py), a replayed
+        turn's with its history and context shard."""
+        return RequestBuilder(
             self.variants,
             self.templates,
             self.recorder,
-            policy.timeout_s,
+            self.policy.timeout_s,
             self.sharding,
             self.histories,
             repeats=repeats,
             top_logprobs=top_logprobs,
-            positions=(rows if rows is not None else counters.total) * repeats,
+            positions=positions,
         )
 
     def _run_cache(self, cache: CacheSpec | None) -> RunCache | None:

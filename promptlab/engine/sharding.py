@@ -1,21 +1,15 @@
 """Context shards in a run: a replayed turn whose history would not fit the model's window
 is sent with its own shard of that history (promptlab/conversations/shards.py), and, when the
-spec names a summary prompt, with a summary of the shards before it.
+spec names a summary prompt, with a summary of the shards before it (engine/summaries.py).
 
 The budget is the model's context window (the providers file's `context_windows`) less
 `max_tokens` and the version's own messages with the turn. A turn whose history fits
 whole is sent as it is and has no shard. A message too large for any shard fails its
 turn, not sent, naming the shard (`ShardTooLarge`).
 
-Summaries roll forward: the summary carried into shard k is the summary prompt rendered
-with `{{ summary }}` (the one carried into shard k-1, empty for the first) and
-`{{ conversation }}` (the messages from shard k-1's start to shard k's, as `role: text`
-lines: what shard k's context leaves out), sent through the turn's
-own lane and limiter, to the turn's model, once per shard however many turns need it.
-Each call is an audit event (`shard.summary`, its trace id the shard's id); its text,
-tokens and cost are stored with the shard. A shard is stored once (store/shards.py) and
-lives for the spec's TTL; a resumed run reads a live shard's summary back instead of
-asking again.
+A summary is made once per shard however many turns need it; its text, tokens and cost
+are stored with the shard. A shard is stored once (store/shards.py) and lives for the
+spec's TTL; a resumed run reads a live shard's summary back instead of asking again.
 """
 
 from __future__ import annotations
@@ -27,18 +21,21 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import timedelta
 
-from promptlab.audit.chain import AuditDraft, Masker, run_chain
+from promptlab.audit.chain import Masker
 from promptlab.audit.redact import Redactor
 from promptlab.clock import Clock
 from promptlab.conversations.replay import CONVERSATION_KEY, History, with_conversation
 from promptlab.conversations.shards import SUMMARY_INTRO, Shard, ShardCutter, ShardSpec
-from promptlab.engine import trace
 from promptlab.engine.lanes import Lane
-from promptlab.engine.retry import THROTTLE_KINDS, Action, RetryPolicy, classify
+from promptlab.engine.retry import RetryPolicy
+from promptlab.engine.summaries import (
+    MadeSummary,
+    SummaryPrompt,
+    send_summary,
+    summary_event,
+    summary_messages,
+)
 from promptlab.engine.writer import BatchWriter
-from promptlab.errors import ErrorKind, PromptlabError, ProviderError
-from promptlab.prompts.templates import Template
-from promptlab.providers.base import CompletionRequest, CompletionResponse
 from promptlab.providers.config import cost_usd
 from promptlab.providers.tokens import (
     REPLY_PRIMING_TOKENS,
@@ -53,12 +50,6 @@ from promptlab.store.shards import ShardStore
 
 log = logging.getLogger(__name__)
 
-#: The summary prompt's output when its template sets no max_tokens.
-SUMMARY_MAX_TOKENS = 256
-SUMMARY_KIND = "shard.summary"
-#: What a summary prompt is rendered with.
-SUMMARY_VARIABLES = frozenset({"summary", "conversation"})
-
 
 @dataclass(frozen=True)
 class Replay:
@@ -68,29 +59,6 @@ class Replay:
     history: str
     shards: ShardSpec
     summary: SummaryPrompt | None
-
-
-@dataclass(frozen=True)
-class SummaryPrompt:
-    """The versioned prompt that summarizes earlier shards, resolved when the run is
-    submitted (and pinned to its version id in the spec stored with the run)."""
-
-    version_id: str
-    ref: str
-    template: Template
-
-    @property
-    def max_tokens(self) -> int:
-        return int(self.template.params.get("max_tokens") or SUMMARY_MAX_TOKENS)
-
-
-class SummaryFailed(Exception):
-    """The summary a turn's shard carries could not be made; `stops_run` when no call
-    could (a quota or auth refusal): the run stops, and its turns stay pending."""
-
-    def __init__(self, message: str, stops_run: bool = False) -> None:
-        super().__init__(message)
-        self.stops_run = stops_run
 
 
 @dataclass(frozen=True)
@@ -123,11 +91,6 @@ def message_tokens(message: Mapping[str, str]) -> int:
     """One message's share of a prompt's tokens (the text sent: role and content)."""
     sent = {"role": message["role"], "content": message["content"]}
     return estimate_prompt_tokens([sent]) - REPLY_PRIMING_TOKENS
-
-
-def transcript(messages: Sequence[Mapping[str, str]]) -> str:
-    """A shard's messages as `role: text` lines, for the summary prompt."""
-    return "\n".join(f"{m['role']}: {m['content']}" for m in messages)
 
 
 class Sharding:
@@ -301,13 +264,10 @@ class Sharding:
         previous = await self._summary(item, lane, variant, turn, k - 1) if k > 1 else ""
         # What shard k's context leaves out since shard k-1's start: the part to carry.
         left = turn.conversation[turn.shard(k - 1).start : turn.shard(k).start]
-        values = {"summary": previous, "conversation": transcript(left)}
-        try:
-            messages = self.summary.template.render(values)
-        except PromptlabError as exc:  # the turns fail for want of it, as `no_summary`
-            said = f"the summary prompt {self.summary.ref} did not render: {exc}"
-            raise SummaryFailed(said) from exc
-        response = await self._send(lane, variant.model, messages, shard_id)
+        messages = summary_messages(self.summary, previous, left)
+        response = await send_summary(
+            lane, self.policy, variant.model, messages, self.summary.max_tokens, shard_id
+        )
         text = self.redact(response.text)
         if self.masker is not None:
             text = self.masker.mask(text, {})
@@ -324,86 +284,10 @@ class Sharding:
         )
         self._store(record)
         if self.audit:
-            payload = {
-                "shard_id": shard_id,
-                "session": item.values.get(SESSION_KEY),
-                "variant": variant.name,
-                "repeat": item.repeat,
-                "seq_no": k,
-                "summarizes": list(range(k)),
-                "summary_version_id": self.summary.version_id,
-                "prompt_hash": trace.prompt_hash(messages),
-                "model": variant.model,
-                "model_version": response.model_version,
-                "input_tokens": response.input_tokens,
-                "output_tokens": response.output_tokens,
-                "latency_ms": response.latency_ms,
-                "cost_usd": cost,
-                "summary": response.text,
-            }
-            self.writer.audit(
-                AuditDraft(
-                    run_chain(self.run_id),
-                    SUMMARY_KIND,
-                    f"{shard_id}/summary",
-                    self.clock.now(),
-                    payload,
-                    run_id=self.run_id,
-                    trace_id=shard_id,
-                )
-            )
+            made = MadeSummary(shard_id, k, messages, response, cost)
+            event = summary_event(self.run_id, self.summary, item, variant, made, self.clock.now())
+            self.writer.audit(event)
         return response.text
-
-    async def _send(
-        self, lane: Lane, model: str, messages: list[dict[str, str]], shard_id: str
-    ) -> CompletionResponse:
-        """One summary call through the lane's limiter, retried like an item's: throttles
-        wait at the shared gate, other retryable errors back off; a quota or auth
-        refusal stops the run (SummaryFailed.stops_run)."""
-        assert self.summary is not None
-        request = CompletionRequest(
-            model=model,
-            messages=tuple(messages),
-            max_tokens=self.summary.max_tokens,
-            request_id=f"{shard_id}-summary",
-            timeout_s=self.policy.timeout_s,
-        )
-        tokens = estimate_prompt_tokens(messages) + request.max_tokens
-        last: ProviderError | None = None
-        attempt = throttled = 0
-        while attempt - throttled < self.policy.max_attempts:
-            attempt += 1
-            permit = await lane.limiter.acquire(tokens)
-            used: int | None = None
-            try:
-                response = await asyncio.wait_for(
-                    lane.provider.complete(replace(request, attempt=attempt)),
-                    self.policy.timeout_s + 1,
-                )
-                used = response.input_tokens + response.output_tokens
-                return response
-            except ProviderError as exc:
-                last = exc
-            except TimeoutError:
-                last = ProviderError(
-                    ErrorKind.TIMEOUT, f"no answer within {self.policy.timeout_s:g} s"
-                )
-            finally:
-                lane.limiter.release(permit, used)
-            lane.limiter.observe_headers(last.headers)
-            action = classify(last)
-            if action is Action.STOP_RUN:
-                raise SummaryFailed(f"{last.kind.value}: {last.provider_message}", stops_run=True)
-            if action is Action.FAIL:
-                break
-            if last.kind in THROTTLE_KINDS:
-                throttled += 1
-                lane.limiter.on_throttle(last.retry_after_s, permit.epoch)
-                if throttled >= self.policy.max_throttled_attempts:
-                    break
-                continue
-            await asyncio.sleep(self.policy.delay_s(last, attempt - throttled))
-        raise SummaryFailed(str(last) if last is not None else "no answer in time")
 
     # ---- storing -------------------------------------------------------------------
 

@@ -8,7 +8,6 @@ starts on first use; reading a run (its view, its items, one item) needs none.
 from __future__ import annotations
 
 import builtins  # `list` below names a method: annotations say builtins.list
-import json
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -16,7 +15,8 @@ from typing import Any
 
 from promptlab.config import PROJECT_ROOT
 from promptlab.conversations.replay import turn_of
-from promptlab.data.batchfile import StoredResult, batch_output_lines, field_at, first_model
+from promptlab.data import batch_output
+from promptlab.data.batchfile import first_model
 from promptlab.engine import RunProgress, RunSpec, parse_spec
 from promptlab.engine.estimate import RunEstimate
 from promptlab.engine.judge_checks import check_judges
@@ -24,7 +24,7 @@ from promptlab.engine.planner import KEY_HEX_DIGITS
 from promptlab.engine.spec import LOCAL_ENDPOINTS
 from promptlab.engine.spec_endpoints import confine_endpoint
 from promptlab.engine.trace import SHARD
-from promptlab.errors import ExperimentError, NotFoundError, PromptlabError, SpecError
+from promptlab.errors import ExperimentError, NotFoundError, SpecError
 from promptlab.experiments import config_from_mapping
 from promptlab.facades.context import Context
 from promptlab.facades.datasets import Datasets
@@ -372,15 +372,7 @@ class Runs:
 
     def _batch_id_field(self, run_id: str) -> str | None:
         """The id field of a run over a request file (`promptlab batch`), else None."""
-        spec = self._reads.run(run_id).spec
-        return next(
-            (
-                v.get("id_field", "custom_id")
-                for v in spec.get("variants", [])
-                if v.get("requests") == "as_written"
-            ),
-            None,
-        )
+        return batch_output.id_field(self._reads.run(run_id).spec)
 
     def is_batch(self, run_id: str) -> bool:
         """Whether the run sends a request file as written."""
@@ -391,19 +383,7 @@ class Runs:
         id_field = self._batch_id_field(run_id)
         if id_field is None:
             raise SpecError(f"run {run_id} does not run a request file")
-        results = (
-            StoredResult(r[0], str(field_at(json.loads(r[1]), id_field)), *r[2:10])
-            for r in self._reads.results_with_rows(run_id)
-        )
-        count = 0
-        try:
-            with path.open("w", encoding="utf-8") as handle:
-                for line in batch_output_lines(results):
-                    handle.write(line + "\n")
-                    count += 1
-        except OSError as exc:
-            raise PromptlabError(f"cannot write {path}: {exc.strerror or exc}") from exc
-        return count
+        return batch_output.write(path, self._reads.results_with_rows(run_id), id_field)
 
     def list(self, limit: int = 50, include: str | None = None) -> builtins.list[RunWithCounts]:
         """The newest runs with their items per state, in one query; `include` names a run

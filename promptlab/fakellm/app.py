@@ -5,6 +5,7 @@ values get the same 400s. Each attempt draws at most one fault from a seeded str
 (quota, reset, timeout, overloaded, server error, a key echoed in a 400, a garbled
 body), then the simulated model (promptlab/providers/simulator.py) answers. The Batch
 APIs' routes (batch_routes.py) answer each line with `batch_answer`: the same simulation.
+What the control routes (`/_stats`, `/_gate`) count and hold is in control.py.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import itertools
 import json
 import random
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from typing import Any
 
 from aiohttp import web
@@ -25,6 +26,7 @@ from promptlab.fakellm import wire
 from promptlab.fakellm.batch_routes import add_batch_routes
 from promptlab.fakellm.batches import BatchStore
 from promptlab.fakellm.config import FakeLLMConfig
+from promptlab.fakellm.control import AnswerGate, Stats
 from promptlab.fakellm.limits import Limiter
 from promptlab.fakellm.responses import ErrorResponses, key_header
 from promptlab.providers.base import CompletionRequest
@@ -41,71 +43,6 @@ from promptlab.providers.tokens import estimate_prompt_tokens
 REQUEST_ID_HEADER = "x-client-request-id"
 #: Request headers recorded with each body; never the key headers.
 RECORDED_HEADERS = ("anthropic-version", REQUEST_ID_HEADER, "content-type")
-
-
-@dataclass
-class Stats:
-    """What the server has seen since start (or the last reset)."""
-
-    attempts: int = 0
-    successes: int = 0
-    rate_limited: int = 0
-    quota: int = 0
-    server_errors: int = 0
-    timeouts: int = 0
-    resets: int = 0
-    bad_requests: int = 0
-    in_flight: int = 0
-    max_in_flight: int = 0
-    tokens_admitted: int = 0
-    #: When the first request arrived and the last one was answered (epoch seconds, the
-    #: system's wall clock, so a bench can set them against a process it started).
-    first_request_at: float | None = None
-    last_answered_at: float | None = None
-    completed_ids: dict[str, int] = field(default_factory=dict)
-
-    def as_json(self) -> dict[str, Any]:
-        data = asdict(self)
-        counts = data.pop("completed_ids")
-        twice = {rid: n for rid, n in counts.items() if n > 1}
-        data["completed_twice"] = len(twice)
-        data["duplicate_completions"] = sum(n - 1 for n in twice.values())
-        data["duplicate_ids"] = sorted(twice)[:100]
-        return data
-
-
-class AnswerGate:
-    """Holds requests past a number: those that arrived before it are answered, later
-    ones wait (in flight) until it moves. Open (no number) unless a test sets one with
-    `POST /_gate`: it then knows exactly how many answers went out, however fast the
-    machine, and can keep requests in flight for as long as it needs."""
-
-    def __init__(self) -> None:
-        self.answer_below: int | None = None
-        self.arrived = 0
-        self.held = 0
-        self._moved = asyncio.Condition()
-
-    def _passes(self, number: int) -> bool:
-        return self.answer_below is None or number < self.answer_below
-
-    async def through(self) -> None:
-        """Wait until this request, numbered by arrival, may be answered."""
-        number = self.arrived
-        self.arrived += 1
-        if self._passes(number):
-            return
-        self.held += 1
-        try:
-            async with self._moved:
-                await self._moved.wait_for(lambda: self._passes(number))
-        finally:
-            self.held -= 1
-
-    async def move(self, answer_below: int | None) -> None:
-        self.answer_below = answer_below
-        async with self._moved:
-            self._moved.notify_all()
 
 
 # Not a PromptlabError: an internal signal of the fake server, caught in this module.

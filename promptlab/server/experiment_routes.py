@@ -66,6 +66,7 @@ class TrafficIn(WeightsIn):
 def add_experiment_routes(app: FastAPI, wb: Workbench) -> None:
     _reads(app, wb)
     _changes(app, wb)
+    _exposure_imports(app, wb)
 
 
 def _reads(app: FastAPI, wb: Workbench) -> None:
@@ -104,7 +105,6 @@ def _changes(app: FastAPI, wb: Workbench) -> None:
         tuple[ExperimentConfig, bool], IdempotencyKeys(wb.store)
     )
     changes: Submits[Change] = Submits(Change, IdempotencyKeys(wb.store))
-    exposure_imports: Submits[Job] = Submits()
 
     @app.post("/v1/experiments", status_code=201)
     def add(
@@ -139,6 +139,10 @@ def _changes(app: FastAPI, wb: Workbench) -> None:
         return typed_response(
             Change, _once(changes, request, idempotency_key, body, lambda: _update(wb, name, body))
         )
+
+
+def _exposure_imports(app: FastAPI, wb: Workbench) -> None:
+    exposure_imports: Submits[Job] = Submits()
 
     @app.post("/v1/exposures")
     async def import_exposures(

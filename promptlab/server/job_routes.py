@@ -43,9 +43,18 @@ def _job(job: Job, status: int = 200) -> Response:
     return typed_response(Job, job, status)
 
 
+def _owner(request: Request) -> str:
+    return principal_of(request.scope).token_id
+
+
 def add_job_routes(app: FastAPI, wb: Workbench, jobs: Jobs, fairness: Fairness) -> None:
-    def owner(request: Request) -> str:
-        return principal_of(request.scope).token_id
+    add_export_job_routes(app, wb, jobs)
+    add_job_state_routes(app, jobs, fairness)
+    add_backup_route(app, wb, jobs)
+
+
+def add_export_job_routes(app: FastAPI, wb: Workbench, jobs: Jobs) -> None:
+    """Start an export of a table or of the settled review answers."""
 
     @app.post("/v1/jobs/table-exports", status_code=202)
     def export_table(request: Request, body: TableExportIn) -> Response:
@@ -65,7 +74,7 @@ def add_job_routes(app: FastAPI, wb: Workbench, jobs: Jobs, fairness: Fairness) 
                 raw=body.raw,
             )
 
-        return _job(jobs.start(owner(request), "table-export", f"{table}.{fmt}", write), 202)
+        return _job(jobs.start(_owner(request), "table-export", f"{table}.{fmt}", write), 202)
 
     @app.post("/v1/jobs/review-exports", status_code=202)
     def export_review(request: Request, body: ReviewExportIn) -> Response:
@@ -82,7 +91,11 @@ def add_job_routes(app: FastAPI, wb: Workbench, jobs: Jobs, fairness: Fairness) 
                 recorded_as=body.file_name,
             )
 
-        return _job(jobs.start(owner(request), "review-export", f"review{suffix}", write), 202)
+        return _job(jobs.start(_owner(request), "review-export", f"review{suffix}", write), 202)
+
+
+def add_job_state_routes(app: FastAPI, jobs: Jobs, fairness: Fairness) -> None:
+    """Any job's state, and its file once completed."""
 
     @app.get("/v1/jobs/{job_id}")
     async def job_state(
@@ -92,7 +105,7 @@ def add_job_routes(app: FastAPI, wb: Workbench, jobs: Jobs, fairness: Fairness) 
         or failed (with why); with `wait`, answered once the job has ended or after that
         many seconds (a long poll, awaited without a thread; a token may hold
         fairness.MAX_LONG_POLLS at once, more are a 429)."""
-        who = owner(request)
+        who = _owner(request)
         if wait <= 0:
             return _job(jobs.get(who, job_id))
         release = fairness.long_poll(who)
@@ -104,9 +117,7 @@ def add_job_routes(app: FastAPI, wb: Workbench, jobs: Jobs, fairness: Fairness) 
     @app.get("/v1/jobs/{job_id}/file")
     def job_file(request: Request, job_id: str) -> FileResponse:
         """The completed job's file."""
-        return FileResponse(jobs.file(owner(request), job_id))
-
-    add_backup_route(app, wb, jobs)
+        return FileResponse(jobs.file(_owner(request), job_id))
 
 
 def add_backup_route(app: FastAPI, wb: Workbench, jobs: Jobs) -> None:

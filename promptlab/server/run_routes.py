@@ -48,21 +48,8 @@ class BatchIn(BaseModel):
 
 def add_submit_routes(app: FastAPI, wb: Workbench, auth: list[Any], local_paths: bool) -> None:
     """Runs: the list, and submits (a spec, or a request file as written)."""
+    add_run_list_routes(app, wb, auth)
     submits: Submits[str] = Submits(str, IdempotencyKeys(wb.store))
-
-    @app.get("/v1/runs", dependencies=auth)
-    def list_runs(limit: int = 20) -> list[dict[str, Any]]:
-        """The newest runs with their items per state."""
-        return [
-            {**_record(r.run), "items": dataclasses.asdict(r.items)}
-            for r in wb.runs.list(min(max(limit, 1), 1000))
-        ]
-
-    @app.get("/v1/run-summaries", dependencies=auth)
-    def run_summaries(limit: int = 20) -> Response:
-        """The newest runs with their items per state, as records (`promptlab status`)."""
-        listed = wb.runs.list(min(max(limit, 1), 1000))
-        return typed_response(list[RunWithCounts], listed)
 
     @app.post("/v1/runs", dependencies=auth, status_code=201)
     def submit_run(
@@ -107,6 +94,24 @@ def add_submit_routes(app: FastAPI, wb: Workbench, auth: list[Any], local_paths:
             return wb.runs.start(spec)
 
         return progress(wb, once(submits, request, idempotency_key, body, start))
+
+
+def add_run_list_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
+    """The newest runs, as plain dicts or as records."""
+
+    @app.get("/v1/runs", dependencies=auth)
+    def list_runs(limit: int = 20) -> list[dict[str, Any]]:
+        """The newest runs with their items per state."""
+        return [
+            {**_record(r.run), "items": dataclasses.asdict(r.items)}
+            for r in wb.runs.list(min(max(limit, 1), 1000))
+        ]
+
+    @app.get("/v1/run-summaries", dependencies=auth)
+    def run_summaries(limit: int = 20) -> Response:
+        """The newest runs with their items per state, as records (`promptlab status`)."""
+        listed = wb.runs.list(min(max(limit, 1), 1000))
+        return typed_response(list[RunWithCounts], listed)
 
 
 def add_run_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:

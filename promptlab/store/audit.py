@@ -22,14 +22,13 @@ from promptlab.audit.chain import (
     RUN_SUBMITTED,
     AuditDraft,
     AuditEvent,
-    check_checkpoints,
     genesis_hash,
     run_chain,
-    verify_chain,
 )
 from promptlab.audit.checks import check_anchor, check_run_ends, missing_chain
 from promptlab.audit.redact import Redactor
 from promptlab.audit.report import ChainStatus, RunRows, VerifyReport
+from promptlab.audit.walk import check_checkpoints, verify_chain
 from promptlab.records import VariantRecord
 from promptlab.store.audit_append import append_events
 from promptlab.store.audit_filter import DEFAULT_LIMIT, AuditFilter
@@ -273,7 +272,7 @@ class AuditLog:
         """Walk every chain, one at a time and streamed (the changes chain first: it
         holds the run chains' anchors and checkpoints), check each against its anchor,
         then (`rows`) each audited run's stored rows against its events; see
-        `promptlab.audit.chain.verify_chain` and promptlab/audit/checks.py for what is reported.
+        `promptlab.audit.walk.verify_chain` and promptlab/audit/checks.py for what is reported.
         """
         with self.store.read() as cur:
             # One statement: a chain started meanwhile is seen with its anchor or not at all.

@@ -301,41 +301,7 @@ class DatasetWrites:
         first = self.tx.execute(
             rows + "SELECT row_number, kind FROM conv ORDER BY row_number LIMIT 1", params
         ).fetchone()
-        checks: tuple[tuple[str, str, list[Any]], ...] = (
-            (
-                "role",
-                "SELECT row_number, role, NULL FROM conv WHERE role IS NULL OR role "
-                "NOT IN ('system', 'user', 'assistant') ORDER BY 1 LIMIT 1",
-                [],
-            ),
-            (
-                "session",
-                "SELECT row_number, session, NULL FROM conv "
-                "WHERE coalesce(trim(session), '') = '' ORDER BY 1 LIMIT 1",
-                [],
-            ),
-            (
-                "order",
-                "SELECT row_number, ord, NULL FROM conv WHERE kind IS NULL ORDER BY 1 LIMIT 1",
-                [],
-            ),
-            (
-                "mixed",
-                "SELECT row_number, ord, ? FROM conv WHERE kind <> ? ORDER BY 1 LIMIT 1",
-                [first[0], first[1]] if first else [None, None],
-            ),
-            # Grouped by a hash of (session, order) first: grouping a million exact keys
-            # outgrew the working memory; only rows whose hash repeats are compared exactly.
-            (
-                "twice",
-                "SELECT max(row_number), arg_max(ord, row_number), min(row_number) "
-                f"FROM conv WHERE hash(session, {_KEY_OF_ORD}) IN (SELECT hash(session, "
-                f"{_KEY_OF_ORD}) FROM conv GROUP BY 1 HAVING count(*) > 1) "
-                f"GROUP BY session, {_KEY_OF_ORD} HAVING count(*) > 1 ORDER BY 3 LIMIT 1",
-                [],
-            ),
-        )
-        for what, sql, more in checks:
+        for what, sql, more in _conversation_checks(first):
             row = self.tx.execute(rows + sql, [*params, *more]).fetchone()
             if row is not None:
                 other = None if row[2] is None else int(row[2])
@@ -372,4 +338,44 @@ def _info(row: tuple[Any, ...]) -> DatasetInfo:
         imported_at=row[6],
         author=row[7],
         conversation=Conversation(**json.loads(row[8])) if row[8] else None,
+    )
+
+
+def _conversation_checks(first: tuple[Any, ...] | None) -> tuple[tuple[str, str, list[Any]], ...]:
+    """What `conversation_problem` looks for, in order: (what, a query over `conv`
+    answering (row, value, other row), its parameters after the rows'). `first` is the
+    first row's (row_number, kind), for `mixed`."""
+    return (
+        (
+            "role",
+            "SELECT row_number, role, NULL FROM conv WHERE role IS NULL OR role "
+            "NOT IN ('system', 'user', 'assistant') ORDER BY 1 LIMIT 1",
+            [],
+        ),
+        (
+            "session",
+            "SELECT row_number, session, NULL FROM conv "
+            "WHERE coalesce(trim(session), '') = '' ORDER BY 1 LIMIT 1",
+            [],
+        ),
+        (
+            "order",
+            "SELECT row_number, ord, NULL FROM conv WHERE kind IS NULL ORDER BY 1 LIMIT 1",
+            [],
+        ),
+        (
+            "mixed",
+            "SELECT row_number, ord, ? FROM conv WHERE kind <> ? ORDER BY 1 LIMIT 1",
+            [first[0], first[1]] if first else [None, None],
+        ),
+        # Grouped by a hash of (session, order) first: grouping a million exact keys
+        # outgrew the working memory; only rows whose hash repeats are compared exactly.
+        (
+            "twice",
+            "SELECT max(row_number), arg_max(ord, row_number), min(row_number) "
+            f"FROM conv WHERE hash(session, {_KEY_OF_ORD}) IN (SELECT hash(session, "
+            f"{_KEY_OF_ORD}) FROM conv GROUP BY 1 HAVING count(*) > 1) "
+            f"GROUP BY session, {_KEY_OF_ORD} HAVING count(*) > 1 ORDER BY 3 LIMIT 1",
+            [],
+        ),
     )
