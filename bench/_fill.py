@@ -147,7 +147,8 @@ def add_feedback(store: Store, impressions_per_6: int = 6) -> int:
     shown = "FROM results WHERE run_id = ? AND hash(idempotency_key || 'shown') % 6 < ?"
     with store.transaction() as tx:
         tx.execute(
-            "INSERT INTO feedback "
+            "INSERT INTO feedback (idempotency_key, run_id, prompt_version_id, variant, "
+            "unit_id, kind, value, event_time, source, imported_at) "
             "SELECT idempotency_key, run_id, prompt_version_id, variant, NULL, 'impression', 1, "
             f"finished_at, 'bench', now() {shown} "
             "UNION ALL "

@@ -21,6 +21,8 @@ DEMO_DIR = DATA_DIR / "demo"
 #: otherwise: ten times the largest run we measured (1M items), and far below what
 #: would exhaust memory or disk with a typo like `repeats: 100000000000`.
 DEFAULT_MAX_ITEMS = 10_000_000
+#: Seconds between the gateway journal's folds (promptlab/gateway/journal.py).
+GATEWAY_FOLD_S = 0.25
 #: How log lines are written (PROMPTLAB_LOG_FORMAT): text for people, json for a
 #: collector (one object a line; see promptlab.audit.logjson).
 LOG_FORMATS = ("text", "json")
@@ -42,6 +44,18 @@ def _positive_int(value: str | None, default: int) -> int:
     if number < 1:
         raise ConfigError(f"PROMPTLAB_MAX_ITEMS: expected a positive integer, got {value!r}")
     return number
+
+
+def _positive_seconds(name: str, value: str | None, default: float) -> float:
+    if value is None or value.strip() == "":
+        return default
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = 0.0
+    if not (0 < seconds < float("inf")):
+        raise ConfigError(f"{name}: expected a positive number of seconds, got {value!r}")
+    return seconds
 
 
 def parse_mask_names(value: str | None) -> tuple[str, ...]:
@@ -93,6 +107,9 @@ class Settings:
     serve: str | None = None
     #: `text` or `json` (PROMPTLAB_LOG_FORMAT): how promptlab's log lines are written.
     log_format: str = "text"
+    #: Seconds between folds of the gateway's call journal into the store
+    #: (PROMPTLAB_GATEWAY_FOLD_S): how soon a live call shows in metrics and on Compare.
+    gateway_fold_s: float = GATEWAY_FOLD_S
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -111,6 +128,9 @@ class Settings:
             answer_log=_flag(env.get("PROMPTLAB_ANSWER_LOG"), True),
             serve=env.get("PROMPTLAB_SERVE") or None,
             log_format=parse_log_format(env.get("PROMPTLAB_LOG_FORMAT")),
+            gateway_fold_s=_positive_seconds(
+                "PROMPTLAB_GATEWAY_FOLD_S", env.get("PROMPTLAB_GATEWAY_FOLD_S"), GATEWAY_FOLD_S
+            ),
         )
 
     def with_db(self, db_path: str | Path | None) -> Settings:

@@ -57,7 +57,7 @@ MODULE_NAMES = {
     "run_view": ["FAILURES_SHOWN", "RunView", "read_run_view"],
     "runs": ["RunEstimate", "RunProgress", "RunSpec", "RunView", "Runs"],
     "schedules": ["Fired", "MAX_SCHEDULES", "Schedules", "firing_order"],
-    "tokens": ["ROLES", "TokenRecord", "Tokens", "role_allows"],
+    "tokens": ["GATEWAY", "ROLES", "TOKEN_ROLES", "TokenRecord", "Tokens", "role_allows"],
 }
 
 #: Each facade as the workbench holds it (`wb.<attribute>`), with its public names.
@@ -81,6 +81,7 @@ FACADES: dict[str, tuple[type, list[str]]] = {
             "metrics",
             "metrics_over_time",
             "rate_result",
+            "record_feedback_events",
             "repeats",
             "result_feedback",
             "runs_with_results",

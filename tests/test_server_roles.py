@@ -19,7 +19,7 @@ from starlette.testclient import TestClient
 from promptlab.audit.actor import acting_as
 from promptlab.cli import main
 from promptlab.config import Settings
-from promptlab.facades.tokens import ROLES
+from promptlab.facades.tokens import TOKEN_ROLES, role_allows
 from promptlab.server.api import create_app
 from promptlab.server.roles import ROUTE_ROLES
 from promptlab.workbench import Workbench
@@ -43,7 +43,7 @@ def _bearer(token: str | None) -> dict[str, str]:
 
 
 def _tokens(wb: Workbench) -> dict[str, str]:
-    return {role: wb.tokens.create(f"{role}-person", role)[1] for role in ROLES}
+    return {role: wb.tokens.create(f"{role}-person", role)[1] for role in TOKEN_ROLES}
 
 
 def _concrete(path: str) -> str:
@@ -67,9 +67,9 @@ def test_every_route_declares_a_role_and_every_role_is_enforced(
         # No token, a wrong token: 401 before anything is read.
         assert api.request(method, url).status_code == 401, (method, path)
         assert api.request(method, url, headers=_bearer("pl_wrong")).status_code == 401
-        for role in ROLES:
+        for role in TOKEN_ROLES:
             status = api.request(method, url, headers=_bearer(tokens[role]), json={}).status_code
-            allowed = ROLES.index(role) >= ROLES.index(needed)
+            allowed = role_allows(role, needed)
             if allowed:
                 assert status not in (401, 403), (method, path, role, status)
             else:
@@ -78,6 +78,14 @@ def test_every_route_declares_a_role_and_every_role_is_enforced(
     described = api.get("/openapi.json").json()["paths"]
     assert described["/v1/tokens"]["post"]["x-required-role"] == "admin"
     assert described["/v1/runs"]["get"]["x-required-role"] == "viewer"
+    assert described["/v1/chat/completions"]["post"]["x-required-role"] == "gateway"
+    # A gateway token (an application's) calls the gateway and feedback routes only.
+    gateway_may = sorted(k for k in ROUTE_ROLES if role_allows("gateway", ROUTE_ROLES[k]))
+    assert gateway_may == [
+        ("POST", "/v1/chat/completions"),
+        ("POST", "/v1/feedback/events"),
+        ("POST", "/v1/messages"),
+    ]
 
 
 def test_a_token_is_shown_once_kept_as_a_hash_listed_and_revoked(

@@ -229,7 +229,9 @@ def test_a_unit_named_like_a_fallback_is_not_merged_with_a_line_without_one(
     with Store(db_path) as store:
         with store.transaction() as tx:
             tx.executemany(
-                "INSERT INTO production_logs VALUES ('pv', ?, 10, true, true, ?, 't', ?)",
+                "INSERT INTO production_logs (prompt_version_id, unit_id, latency_ms, clicked, "
+                "completed, event_time, source, imported_at) "
+                "VALUES ('pv', ?, 10, true, true, ?, 't', ?)",
                 [[None, when, when], ["#0", when, when], ["#0", when, when]],
             )
         arm = SampleReads(store).log_arm("pv", "v", None)

@@ -37,10 +37,12 @@ if TYPE_CHECKING:
 @click.option("--prompt", help="Only this prompt's versions (a row per version and model).")
 @click.option("--since", help="Only results finished since: 7d, 24h, 30m, 2w or a date.")
 @click.option(
+    "--live",
     "--logs",
     "logs_only",
     is_flag=True,
-    help="The imported production logs instead: a row per version.",
+    help="Production requests instead (live gateway calls and imported logs, with their "
+    "feedback events): a row per version. --logs is the same.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
 @click.pass_context
@@ -59,7 +61,7 @@ def metrics_command(
     from results (with their feedback) and from the production logs.
     """
     if logs_only and run_id is not None:
-        raise click.UsageError("--logs reads the production logs, not a run: drop --run")
+        raise click.UsageError("--live reads production requests, not a run: drop --run")
     rows, log_rows, scores, sessions = _read(ctx, run_id, prompt, since, logs_only)
     after_run = [] if logs_only else _after_run_failures(ctx, run_id)
     scores = [s for s in scores if run_id or prompt is None or s.label.startswith(f"{prompt}@")]
@@ -74,7 +76,7 @@ def metrics_command(
 
 
 def _echo_logs(log_rows: list[LogMetricsRow], since: str | None, as_json: bool) -> None:
-    """`metrics --logs`: the production logs alone."""
+    """`metrics --live`: production requests alone."""
     if as_json:
         click.echo(json.dumps([log_metrics_json(r) for r in log_rows], indent=2))
     elif not log_rows:
@@ -263,6 +265,12 @@ def compare_command(
     if as_json:
         click.echo(json.dumps({**comparison_json(comparison), "units_needed": needed}, indent=2))
         return
+    _print_comparison(comparison, needed)
+
+
+def _print_comparison(comparison: Comparison, needed: dict[str, Any] | None) -> None:
+    """The comparison as text: where it comes from and how it was analysed, its notes,
+    the answer in sentences, the table, the SRM check and the units `--mde` needs."""
     kind = "paired tests" if comparison.paired else "independent samples"
     where = f"run {comparison.run_id}" if comparison.run_id else "versions"
     source = {"logs": "production logs", "versions": "results across runs"}.get(

@@ -144,7 +144,16 @@ def logs_table(rows: list[LogMetricsRow]) -> list[str]:
                 fmt_ms(r.latency_p99_ms),
             )
         )
-    return aligned(table, {0})
+    lines = aligned(table, {0})
+    scored = [(r.label, score) for r in rows for score in r.scores]
+    if scored:
+        lines.append("scores sent as feedback events (mean per event):")
+        head = ("version", "score", "mean", "events", "units")
+        score_rows = [
+            (label, s.name, f"{s.mean:.3f}", str(s.scores), str(s.units)) for label, s in scored
+        ]
+        lines += aligned([head, *score_rows], {0, 1})
+    return lines
 
 
 def checks_table(rows: list[MetricsRow]) -> list[str]:

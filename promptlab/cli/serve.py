@@ -46,6 +46,11 @@ def serve_command(ctx: click.Context, host: str, port: int, resume_interrupted: 
     one engine and its rate budget. Others call it with a token of their own
     (`promptlab token create NAME --role viewer|editor|admin`); its OpenAPI
     description is at /openapi.json and Prometheus metrics at /metrics.
+
+    Applications call its live gateway with the OpenAI or Anthropic SDK they use
+    (`/v1/chat/completions`, `/v1/messages`, `model: experiment:NAME` or
+    `prompt:NAME@label`) and a token of role gateway: each call is served its unit's
+    variant and recorded once (docs/how-to/gateway.md).
     """
     from promptlab.server.discovery import discovery_path
     from promptlab.server.run import Serving, is_loopback

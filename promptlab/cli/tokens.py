@@ -15,7 +15,8 @@ import click
 from promptlab.cli.common import db_option, handle_errors, open_workbench, served
 from promptlab.errors import ConfigError
 
-ROLE_CHOICES = ("viewer", "editor", "admin")
+#: The facade's TOKEN_ROLES, written out: the CLI does not import the facades at start.
+ROLE_CHOICES = ("viewer", "editor", "admin", "gateway")
 
 
 @click.group("token")
@@ -23,8 +24,10 @@ def token() -> None:
     """API tokens for `promptlab serve` (or the app's API): one per person or service.
 
     A viewer reads; an editor also runs, edits prompts and datasets and reviews; an
-    admin also manages tokens and an experiment's ramp and kill switch. A token is shown
-    once, when it is created; only its hash is kept.
+    admin also manages tokens and an experiment's ramp and kill switch. A gateway token
+    is an application's: it may call the live gateway (/v1/chat/completions,
+    /v1/messages) and send feedback events, nothing else. A token is shown once, when it
+    is created; only its hash is kept.
     """
 
 

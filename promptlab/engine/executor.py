@@ -34,16 +34,18 @@ from promptlab.engine.dependencies import WaitingRuns, resolve_after
 from promptlab.engine.drive import ActiveRun
 from promptlab.engine.ended import RunEndedHook
 from promptlab.engine.estimate import RunEstimate, estimate_run
-from promptlab.engine.lanes import EndpointPool, ProviderFactory
+from promptlab.engine.lanes import EndpointPool, LiveLane, ProviderFactory
 from promptlab.engine.lifecycle import RunLifecycle
+from promptlab.engine.limiter import EndpointLimiter
 from promptlab.engine.prepare import PreparedRun, StoredRun, VersionResolver, prepare_run
 from promptlab.engine.progress import RunProgress
 from promptlab.engine.spec import RunSpec
 from promptlab.engine.spill import spill_dirs, store_spills
 from promptlab.engine.writer import STORE_UNWRITABLE, BatchWriter, WriterStats
-from promptlab.errors import EngineError, SpecError, StoreError
+from promptlab.errors import ConfigError, EngineError, SpecError, StoreError
 from promptlab.observability.tracing import tracing_from_env
 from promptlab.providers import build_provider, load_endpoints
+from promptlab.providers.base import Provider
 from promptlab.providers.config import EndpointConfig
 from promptlab.store import ItemStore, ReadModels, RunStore, Store
 from promptlab.store.alerts import AlertStore
@@ -111,6 +113,14 @@ class Engine(RunLifecycle):
         self._spill_dirs = spill_dirs(store.path)
         # Rows an earlier process spilled are stored before any run can be resumed.
         store_spills(self.items, self._spill_dirs)
+        self._start_loop()
+        self._writer: BatchWriter = self._call(self._start_writer())
+        self._closed = False
+
+    # ---- the loop thread -----------------------------------------------------------
+
+    def _start_loop(self) -> None:
+        """The engine's event loop, running on a thread of its own from now on."""
         self._loop = asyncio.new_event_loop()
         # The loop's store calls run here, so that `close` can wait for those still running:
         # a store closed after the engine must not find its connection busy with one.
@@ -120,10 +130,6 @@ class Engine(RunLifecycle):
         self._loop.set_default_executor(self._store_calls)
         self._thread = threading.Thread(target=self._run_loop, name="promptlab-engine", daemon=True)
         self._thread.start()
-        self._writer: BatchWriter = self._call(self._start_writer())
-        self._closed = False
-
-    # ---- the loop thread -----------------------------------------------------------
 
     def _run_loop(self) -> None:
         asyncio.set_event_loop(self._loop)
@@ -275,6 +281,20 @@ class Engine(RunLifecycle):
 
     def is_active(self, run_id: str) -> bool:
         return run_id in self._active
+
+    def live_lane(self, endpoint: str) -> LiveLane:
+        """The provider and shared limiter of `endpoint` for the live gateway's calls, on
+        this engine's loop: live calls and runs on an endpoint draw on one budget."""
+        cfg = self._endpoints.get(endpoint)
+        if cfg is None:
+            known = ", ".join(sorted(self._endpoints))
+            raise ConfigError(f"no endpoint named {endpoint!r} (known: {known})")
+
+        async def opened() -> tuple[Provider, EndpointLimiter]:
+            return self._pool.live(cfg)
+
+        provider, limiter = self._call(opened())
+        return LiveLane(cfg, provider, limiter, self._loop)
 
     def writer_stats(self) -> WriterStats:
         """The batch writer's commits, their latency, failures and spills (a copy)."""

@@ -7,6 +7,7 @@ life of the process, so every run on an endpoint draws on one budget; a run's ow
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import os
@@ -42,6 +43,17 @@ class Lane:
     variant_indexes: tuple[int, ...]
 
 
+@dataclass(frozen=True)
+class LiveLane:
+    """An endpoint's provider and shared limiter for the live gateway's calls, and the
+    engine loop they belong to (the gateway sends on it: promptlab/gateway/sending.py)."""
+
+    endpoint: EndpointConfig
+    provider: Provider
+    limiter: Limiter
+    loop: asyncio.AbstractEventLoop
+
+
 class EndpointPool:
     """Providers and shared limiters by endpoint + key; used on the engine loop only."""
 
@@ -72,6 +84,17 @@ class EndpointPool:
                 self._limiters[key] = EndpointLimiter(
                     name, lane_limits(cfg), clock=self._clock.monotonic
                 )
+
+    def live(self, cfg: EndpointConfig) -> tuple[Provider, EndpointLimiter]:
+        """The provider and shared limiter of one endpoint, for the live gateway."""
+        key = budget_key(cfg)
+        if key not in self._providers:
+            self._providers[key] = self._provider(cfg)
+        if key not in self._limiters:
+            self._limiters[key] = EndpointLimiter(
+                cfg.name, lane_limits(cfg), clock=self._clock.monotonic
+            )
+        return self._providers[key], self._limiters[key]
 
     def lanes(
         self,

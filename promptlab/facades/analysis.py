@@ -21,11 +21,13 @@ from promptlab.analysis.compare import (
     compare_run,
     control_of,
     parse_since,
+    variants_of_versions,
 )
 from promptlab.analysis.repeats import repeats_of
 from promptlab.analysis.strata import compare_across_runs
 from promptlab.checks.anomalies import detect, observation_of, schema_fields
-from promptlab.data.feedback import LOG_FIELDS, FeedbackImporter
+from promptlab.data.feedback import LOG_FIELDS, FeedbackImporter, resolve_refs
+from promptlab.data.feedback_events import LIVE_SOURCE, event_rows, events_of
 from promptlab.errors import PromptlabError
 from promptlab.facades.context import Context
 from promptlab.records import AlertRecord, LogMetricsRow, MetricsRow, ScoreCounts
@@ -35,6 +37,7 @@ from promptlab.records.sessions import SessionMetrics
 from promptlab.store import RunStore
 from promptlab.store.afterrun import AfterRunStore
 from promptlab.store.alerts import AlertStore
+from promptlab.store.feedback_events import FeedbackEventTables
 from promptlab.store.metrics import MetricsReads
 from promptlab.store.repeats import RepeatReads
 from promptlab.store.result_runs import ResultRuns, RunWithResults
@@ -187,26 +190,29 @@ class Analysis:
                 planned_units=planned_units,
                 keep_shared=keep_shared,
             )
+        return self._compare_in_run(run_id, (a, b), sequential, planned_units, keep_shared)
+
+    def _compare_in_run(
+        self,
+        run_id: str,
+        versions: tuple[tuple[str, str], tuple[str, str]],
+        sequential: bool | None,
+        planned_units: int | None,
+        keep_shared: bool,
+    ) -> Comparison:
+        """The run's variant of version B against its variant of version A (each
+        (version id, label)); PromptlabError unless each version is one variant."""
         # One run's variants are compared on everything they finished, as `compare --run`.
         metrics = self._metrics.run_metrics(run_id)
-        names = []
-        for version_id, label in (a, b):
-            found = [m.variant or "" for m in metrics if m.prompt_version_id == version_id]
-            if len(found) != 1:
-                what = "no variant" if not found else f"variants {', '.join(found)}"
-                raise PromptlabError(
-                    f"run {run_id} has {what} of {label}: compare its variants by name "
-                    f"(promptlab compare --run {run_id} A B)"
-                )
-            names.append(found[0])
+        variant_a, variant_b = variants_of_versions(run_id, metrics, versions)
         run = self._reads.run(run_id)
         return compare_run(
             self._metrics,
             self._samples,
             run,
             metrics,
-            names[0],
-            names[1],
+            variant_a,
+            variant_b,
             sequential,
             planned_units,
             keep_shared,
@@ -264,7 +270,8 @@ class Analysis:
     # ---- feedback and production logs ----------------------------------------------
 
     def import_feedback(self, path: str | Path) -> int:
-        """Import feedback events (CSV, JSON Lines, Parquet); returns how many rows."""
+        """Import feedback events (CSV, JSON Lines, Parquet); returns how many rows.
+        (Events sent live, one or a batch at a time: `record_feedback_events`.)"""
         count = self._feedback.import_feedback(path)
         self._context.audit_change(
             "feedback.imported",
@@ -283,6 +290,30 @@ class Analysis:
             {"file": Path(path).name, "rows": count, "columns": dict(columns or {})},
         )
         return count
+
+    def record_feedback_events(self, body: Any) -> tuple[int, int]:
+        """Store feedback events sent live (`POST /v1/feedback/events`): `body` is one
+        event or `{"events": [...]}` (at most 1,000), each about a gateway call (`trace`)
+        or a version and a unit (promptlab/data/feedback_events.py). Every event is
+        stored or none (FeedbackError names `events[i].field`); an event id stored before
+        is skipped. Returns (accepted, duplicates)."""
+        events = events_of(body)
+        tables = FeedbackEventTables(self._context.store)
+        refs = {e.version for e in events if e.version is not None}
+        versions = resolve_refs(
+            refs, tables.known_version_ids(refs), lambda ref: self._context.registry.resolve(ref).id
+        )
+        calls = tables.calls(e.trace for e in events if e.trace is not None)
+        now = self._context.store.clock.now()
+        rows = event_rows(events, versions, calls, now)
+        accepted = tables.insert(rows, now)
+        if accepted:
+            self._context.audit_change(
+                "feedback.received",
+                self._context.author(),
+                {"source": LIVE_SOURCE, "events": accepted, "duplicates": len(rows) - accepted},
+            )
+        return accepted, len(rows) - accepted
 
     def rate_result(self, run_id: str, key: str, kind: str) -> None:
         """Record a rating given in the app (thumbs_up, thumbs_down, click) on a result,

@@ -16,16 +16,23 @@ from promptlab.errors import ConfigError, NotFoundError
 from promptlab.facades.context import Context
 from promptlab.store.tokens import TokenRecord, TokenStore, token_hash
 
-__all__ = ["ROLES", "TokenRecord", "Tokens", "role_allows"]
+__all__ = ["GATEWAY", "ROLES", "TOKEN_ROLES", "TokenRecord", "Tokens", "role_allows"]
 
 #: Roles, least to most: each may do what the ones before it may.
 ROLES = ("viewer", "editor", "admin")
+#: An application's token for the live gateway (promptlab/gateway/): it may call the
+#: gateway and feedback routes and nothing else; an editor or admin may call them too.
+GATEWAY = "gateway"
+#: What `promptlab token create --role` takes.
+TOKEN_ROLES = (*ROLES, GATEWAY)
 #: Longest token name: it is recorded as the actor of what the token changes.
 MAX_NAME_CHARS = 100
 
 
 def role_allows(role: str, needed: str) -> bool:
     """Whether `role` may do what `needed` may (nothing, when either is not a role)."""
+    if needed == GATEWAY:
+        return role == GATEWAY or role_allows(role, "editor")
     return role in ROLES and needed in ROLES and ROLES.index(role) >= ROLES.index(needed)
 
 
@@ -45,8 +52,8 @@ class Tokens:
         name = name.strip()
         if not name or len(name) > MAX_NAME_CHARS or not name.isprintable():
             raise ConfigError(f"token name: 1 to {MAX_NAME_CHARS} printable characters")
-        if role not in ROLES:
-            raise ConfigError(f"--role: one of {', '.join(ROLES)}, got {role!r}")
+        if role not in TOKEN_ROLES:
+            raise ConfigError(f"--role: one of {', '.join(TOKEN_ROLES)}, got {role!r}")
         secret = f"pl_{secrets.token_urlsafe(32)}"
         token_id = f"tok_{secrets.token_hex(6)}"
         actor = self._context.author()

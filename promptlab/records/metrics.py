@@ -84,12 +84,25 @@ class MetricsRow(CheckRates):
 
 
 @dataclass(frozen=True)
-class LogMetricsRow:
-    """What one prompt version's production requests (imported logs) added up to.
+class LogScore:
+    """A named score sent as feedback events (`kind: score`) on one version's production
+    requests: how many, from how many units, and their mean."""
 
-    Rates are over the requests that say: completion over those with `completed` set,
-    CTR (clicks over requests) over those with `clicked` set; latencies over those
-    with a latency.
+    name: str
+    scores: int
+    units: int
+    mean: float
+
+
+@dataclass(frozen=True)
+class LogMetricsRow:
+    """What one prompt version's production requests (imported logs, live calls) added
+    up to, with the feedback events about them (promptlab/store/log_outcomes.py).
+
+    Rates are over the requests that say: completion over those whose log says whether
+    they completed, live calls, and the requests of units a `completed` event names;
+    CTR over impressions (requests with `clicked` set, and impression events), a click
+    counted at most once per impression of its unit; latencies over those with a latency.
     """
 
     prompt_name: str | None
@@ -101,14 +114,17 @@ class LogMetricsRow:
     latency_p90_ms: float | None
     latency_p95_ms: float | None
     latency_p99_ms: float | None
-    #: Requests whose log says whether they completed, and how many did.
+    #: Requests whose completion is known (see above), and how many completed.
     completion_known: int
     completed: int
-    #: Requests whose log says whether they were clicked, and how many were.
+    #: Impressions (requests whose log says whether they were clicked, and impression
+    #: events), and the clicks on them.
     click_known: int
     clicks: int
     first_event_at: datetime | None
     last_event_at: datetime | None
+    #: Each named score's events on the version, by name.
+    scores: tuple[LogScore, ...] = ()
 
     @property
     def completion_rate(self) -> float | None:

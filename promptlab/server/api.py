@@ -35,6 +35,8 @@ from promptlab.server.data_routes import UPLOAD_PATHS, add_data_routes
 from promptlab.server.dataset_routes import add_dataset_routes
 from promptlab.server.experiment_routes import add_experiment_routes
 from promptlab.server.fairness import Fairness, TooMany
+from promptlab.server.feedback_routes import add_feedback_event_routes
+from promptlab.server.gateway_routes import Gateways, add_gateway_routes
 from promptlab.server.job_routes import add_job_routes
 from promptlab.server.jobs import Jobs
 from promptlab.server.metrics import metrics_response
@@ -45,7 +47,11 @@ from promptlab.server.review_routes import add_review_routes
 from promptlab.server.roles import document_roles
 from promptlab.server.run_routes import add_run_routes, add_submit_routes
 from promptlab.server.schedule_routes import add_schedule_routes
-from promptlab.server.service_routes import add_assign_routes, add_service_routes
+from promptlab.server.service_routes import (
+    ExperimentConfigs,
+    add_assign_routes,
+    add_service_routes,
+)
 from promptlab.server.token_routes import add_token_routes
 from promptlab.server.uploads import MAX_UPLOAD_BYTES, UploadTooLarge
 from promptlab.workbench import Workbench
@@ -84,9 +90,14 @@ def create_app(wb: Workbench, token: str, *, local_paths: bool = True) -> FastAP
     _add_health_routes(app, wb, auth)
     add_submit_routes(app, wb, auth, local_paths)
     add_run_routes(app, wb, auth)
-    add_assign_routes(app, wb, auth)
+    configs = ExperimentConfigs(wb)
+    add_assign_routes(app, wb, auth, configs)
+    # The live gateway (promptlab/gateway/): what applications call in production.
+    app.state.gateways = Gateways(wb, configs.current)
+    add_gateway_routes(app, app.state.gateways, auth)
     add_service_routes(app, wb, auth)
     add_data_routes(app, wb, auth)
+    add_feedback_event_routes(app, wb, auth, app.state.gateways.settle)
     add_analysis_routes(app, wb)
     add_dataset_routes(app, wb)
     add_experiment_routes(app, wb)

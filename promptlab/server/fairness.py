@@ -9,7 +9,10 @@ of these the request is answered 429 with Retry-After, naming the bound, and not
 is done; promptlab's client waits that long and asks again (a few times).
 
 The owner's token (the server's operator, whose CLI may fan out) gets OWNER_IN_FLIGHT
-and no rate bound; every other token, whatever its role, gets the same bounds.
+and no rate bound. An application's gateway token (role gateway) calls only the live
+gateway, whose routes wait on the event loop holding no thread, and whose pace the
+endpoint's shared limiter sets: it gets LIVE_IN_FLIGHT and no rate bound. Every other
+token, whatever its role, gets the same bounds.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ THREADS = 64
 #: Requests one principal may have open at once (owner: OWNER_IN_FLIGHT).
 IN_FLIGHT = 12
 OWNER_IN_FLIGHT = 24
+#: Calls an application's gateway token may have open at once (production traffic).
+LIVE_IN_FLIGHT = 2_048
 #: Requests a second one principal may send on average, and the bucket's size.
 RATE_PER_S = 50.0
 BURST = 200
@@ -76,14 +81,15 @@ class Fairness:
     def _now(self) -> float:
         return float(self._clock.monotonic())  # type: ignore[attr-defined]
 
-    def admit(self, who: str) -> Callable[[], None]:
+    def admit(self, who: str, live: bool = False) -> Callable[[], None]:
         """Count one open request of `who`'s (the token's id); the call that releases
-        it. TooMany past its rate or its open requests."""
+        it. TooMany past its rate or its open requests. `live`: a gateway token."""
         owner = who == self.owner_id
-        limit = OWNER_IN_FLIGHT if owner else IN_FLIGHT
+        unpaced = owner or live
+        limit = LIVE_IN_FLIGHT if live else OWNER_IN_FLIGHT if owner else IN_FLIGHT
         with self._lock:
             share = self._share(who)
-            if not owner:
+            if not unpaced:
                 now = self._now()
                 share.tokens = min(BURST, share.tokens + (now - share.at) * RATE_PER_S)
                 share.at = now
@@ -92,7 +98,7 @@ class Fairness:
                     raise TooMany(f"this token sent over {RATE_PER_S:g} requests a second", wait)
             if share.open >= limit:
                 raise TooMany(f"this token already has {limit} requests open at once", 1.0)
-            if not owner:
+            if not unpaced:
                 share.tokens -= 1
             share.open += 1
         return lambda: self._release(share, "open")

@@ -24,7 +24,7 @@ from promptlab.audit.actor import acting_as
 from promptlab.facades.tokens import role_allows
 from promptlab.server.fairness import THREADS, Fairness, TooMany
 from promptlab.server.refusals import error_response, too_many_response
-from promptlab.server.roles import PUBLIC_PATHS, ROUTE_ROLES
+from promptlab.server.roles import GATEWAY, PUBLIC_PATHS, ROUTE_ROLES
 from promptlab.workbench import Workbench
 
 #: The token id of the owner's token (it is not in the database: it lives in the file).
@@ -100,7 +100,7 @@ class Guard:
             await refusal(scope, receive, send)
             return
         try:
-            release = self.fairness.admit(principal.token_id)
+            release = self.fairness.admit(principal.token_id, live=principal.role == GATEWAY)
         except TooMany as exc:
             await too_many_response(exc)(scope, receive, send)
             return

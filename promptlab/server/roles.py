@@ -1,5 +1,6 @@
 """The role each route needs: viewer reads; editor runs, edits prompts and datasets,
-sends feedback and reviews; admin manages tokens and an experiment's ramp and kill switch.
+sends feedback and reviews; admin manages tokens and an experiment's ramp and kill switch;
+gateway (an application's token) calls the live gateway and sends feedback events only.
 
 One table, so a reader sees the whole policy at once; a route missing from it is
 refused to everyone (promptlab/server/principals.py), and tests/test_server_roles.py
@@ -16,6 +17,9 @@ from fastapi import FastAPI
 PUBLIC_PATHS = frozenset({"/openapi.json"})
 
 VIEWER, EDITOR, ADMIN = "viewer", "editor", "admin"
+#: An application's token (facades/tokens.py GATEWAY): these routes and nothing else;
+#: editors and admins may call them too.
+GATEWAY = "gateway"
 
 ROUTE_ROLES: dict[tuple[str, str], str] = {
     ("GET", "/v1/health"): VIEWER,
@@ -101,6 +105,10 @@ ROUTE_ROLES: dict[tuple[str, str], str] = {
     ("POST", "/v1/jobs/backups"): ADMIN,
     ("GET", "/v1/jobs/{job_id}"): VIEWER,
     ("GET", "/v1/jobs/{job_id}/file"): VIEWER,
+    # The live gateway (promptlab/gateway/): what applications call in production.
+    ("POST", "/v1/chat/completions"): GATEWAY,
+    ("POST", "/v1/messages"): GATEWAY,
+    ("POST", "/v1/feedback/events"): GATEWAY,
     ("GET", "/v1/tokens"): ADMIN,
     ("POST", "/v1/tokens"): ADMIN,
     ("POST", "/v1/tokens/{token_id}/revoke"): ADMIN,

@@ -101,6 +101,7 @@ class Serving:
         finally:
             scheduler.stop()
             self._app.state.jobs.close()  # before the workbench closes under them
+            self._app.state.gateways.close()  # the live calls' journal, folded
             remove_discovery(self.wb.settings.db_path, self.info)
 
     def start(self) -> Serving:

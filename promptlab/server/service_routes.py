@@ -54,9 +54,10 @@ class AssignIn(BaseModel):
     unit_ids: list[str] | None = None
 
 
-def add_assign_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
+def add_assign_routes(
+    app: FastAPI, wb: Workbench, auth: list[Any], configs: ExperimentConfigs
+) -> None:
     """POST /v1/assign: variants for units, from configs held in memory."""
-    configs = _ConfigCache(wb)
 
     @app.post(
         "/v1/assign",
@@ -146,7 +147,7 @@ def _assign_body(raw: bytes) -> tuple[str, list[str]]:
     return experiment, units
 
 
-class _ConfigCache:
+class ExperimentConfigs:
     """Experiment configs by name, read from the store at most every CONFIG_TTL_S."""
 
     def __init__(self, wb: Workbench) -> None:
@@ -176,3 +177,8 @@ class _ConfigCache:
             config = config_from_mapping(self._wb.experiments.get(name).to_dict())
             self._configs[name] = (time.monotonic(), config)
             return config
+
+    def current(self, name: str) -> ExperimentConfig:
+        """The config held, or read now (the gateway's calls: a read at most every
+        CONFIG_TTL_S per experiment)."""
+        return self.fresh(name) or self.load(name)

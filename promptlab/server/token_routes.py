@@ -9,7 +9,7 @@ from typing import Any
 from fastapi import FastAPI
 from pydantic import BaseModel, Field
 
-from promptlab.facades.tokens import ROLES
+from promptlab.facades.tokens import TOKEN_ROLES
 from promptlab.workbench import Workbench
 
 
@@ -17,7 +17,7 @@ class TokenIn(BaseModel):
     """A new token: whom it is for and what it may do."""
 
     name: str = Field(max_length=100, description="The person or service; recorded as actor.")
-    role: str = Field(description=f"One of {', '.join(ROLES)}.")
+    role: str = Field(description=f"One of {', '.join(TOKEN_ROLES)}.")
     service: bool = Field(False, description="May act on behalf of a person it names.")
 
 

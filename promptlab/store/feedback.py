@@ -104,7 +104,10 @@ def _bad_number(column: str) -> str:
 
 #: A feedback row written here (ratings, a run's events): key, run, version, variant,
 #: kind, event time, source, import time; no unit, value 1.
-_ROW_INSERT = "INSERT INTO feedback VALUES (?, ?, ?, ?, NULL, ?, 1, ?, ?, ?)"
+_ROW_INSERT = (
+    "INSERT INTO feedback (idempotency_key, run_id, prompt_version_id, variant, unit_id, "
+    "kind, value, event_time, source, imported_at) VALUES (?, ?, ?, ?, NULL, ?, 1, ?, ?, ?)"
+)
 
 
 class ShownResult(NamedTuple):
@@ -359,7 +362,8 @@ class FeedbackWrites:
     def insert_feedback(self, source: str, imported_at: datetime) -> int:
         time = time_sql("f.event_time")
         self.tx.execute(
-            "INSERT INTO feedback SELECT f.result_id, r.run_id, "
+            "INSERT INTO feedback (idempotency_key, run_id, prompt_version_id, variant, unit_id, "
+            "kind, value, event_time, source, imported_at) SELECT f.result_id, r.run_id, "
             "coalesce(r.prompt_version_id, v.version_id), r.variant, f.unit_id, f.kind, "
             f"coalesce(try_cast(f.value AS DOUBLE), 1), coalesce({time}, ?), ?, ? "
             "FROM _fields f LEFT JOIN _result_keys r ON r.idempotency_key = f.result_id "
@@ -370,7 +374,8 @@ class FeedbackWrites:
 
     def insert_logs(self, source: str, imported_at: datetime) -> int:
         self.tx.execute(
-            "INSERT INTO production_logs SELECT v.version_id, f.unit_id, "
+            "INSERT INTO production_logs (prompt_version_id, unit_id, latency_ms, clicked, "
+            "completed, event_time, source, imported_at) SELECT v.version_id, f.unit_id, "
             f"try_cast(f.latency_ms AS DOUBLE), {bool_sql('f.clicked')}, "
             f"{bool_sql('f.completed')}, coalesce({time_sql('f.event_time')}, ?), ?, ? "
             "FROM _fields f JOIN _refs v ON v.ref = f.version ORDER BY f.row_number",

@@ -16,7 +16,9 @@ import duckdb
 
 from promptlab.errors import NotFoundError
 from promptlab.records import LogMetricsRow, MetricsRow
+from promptlab.records.metrics import LogScore
 from promptlab.store.connection import Store
+from promptlab.store.log_outcomes import version_totals
 from promptlab.store.runs import fetch_run
 
 if TYPE_CHECKING:
@@ -197,14 +199,18 @@ class MetricsReads:
         self, prompt: str | None = None, since: datetime | None = None
     ) -> list[LogMetricsRow]:
         """One row per prompt version in the production logs (`prompt`: its versions only),
-        oldest version first; `since` keeps requests from then on (their event time)."""
-        window, args = _since(since, "event_time")
+        oldest version first; `since` keeps requests and feedback events from then on
+        (their event time). Completion, CTR and scores count the feedback events about
+        the requests (promptlab/store/log_outcomes.py)."""
+        window = "true AND event_time >= $since" if since is not None else "true"
+        window_params: dict[str, Any] = {"since": since} if since is not None else {}
+        params = dict(window_params)
         with self.store.read() as cur:
-            name_filter, name_args = "", []
+            name_filter = ""
             if prompt is not None:
                 if not cur.execute("SELECT 1 FROM prompts WHERE name = ?", [prompt]).fetchone():
                     raise NotFoundError(f"no prompt named {prompt!r}")
-                name_filter, name_args = " WHERE prompt_name = ?", [prompt]
+                name_filter, params = " WHERE prompt_name = $prompt", params | {"prompt": prompt}
             join = "JOIN" if prompt is not None else "LEFT JOIN"
             quantiles = ", ".join(str(q) for q in METRIC_QUANTILES)
             rows = cur.execute(
@@ -215,17 +221,16 @@ class MetricsReads:
                 "agg AS (SELECT prompt_version_id, count(*) AS requests, "
                 "avg(latency_ms) AS latency_mean, "
                 f"quantile_cont(latency_ms, [{quantiles}]) AS latency, "
-                "count(completed) AS completion_known, count(*) FILTER (WHERE completed) AS done, "
-                "count(clicked) AS click_known, count(*) FILTER (WHERE clicked) AS clicks, "
                 "min(event_time) AS first_at, max(event_time) AS last_at "
-                f"FROM production_logs WHERE true{window} GROUP BY prompt_version_id) "
+                f"FROM production_logs WHERE {window} GROUP BY prompt_version_id) "
                 "SELECT n.prompt_name, n.semver, a.* "
                 f"FROM agg a {join} names n ON n.id = a.prompt_version_id "
                 "ORDER BY n.prompt_name NULLS LAST, n.major, n.minor, n.patch, "
                 "a.prompt_version_id",
-                [*name_args, *args],
+                params,
             ).fetchall()
-        return [_log_row(r) for r in rows]
+            totals, scores = version_totals(cur, window, window_params)
+        return [_log_row(r, totals, scores) for r in rows]
 
     def log_latencies(
         self, version_id: str, since: datetime | None = None
@@ -285,7 +290,8 @@ def _version_feedback(fb_window: str, version_filter: str) -> str:
     Feedback on a result counts for that result's model; feedback that names only a
     version and a unit counts when the version ran on one model (else no row can claim
     it). Only versions run on several models need each result's model joined in: a join
-    on every key passed the store's memory at a million.
+    on every key passed the store's memory at a million. Events sent live (an event id)
+    are about production requests, and count there (log_outcomes.py), not here.
     """
     return (
         "multi AS (SELECT DISTINCT prompt_version_id FROM agg WHERE NOT only_model), "
@@ -293,7 +299,7 @@ def _version_feedback(fb_window: str, version_filter: str) -> str:
         "f.kind FROM feedback f LEFT JOIN (SELECT idempotency_key, "
         "endpoint || ':' || model AS model FROM results "
         "WHERE prompt_version_id IN (SELECT prompt_version_id FROM multi)) r "
-        f"USING (idempotency_key) WHERE true{fb_window}{version_filter}), "
+        f"USING (idempotency_key) WHERE f.event_id IS NULL{fb_window}{version_filter}), "
         + _FEEDBACK_PER_KEY.format(group="prompt_version_id, model", source="fsrc", where="true")
     )
 
@@ -349,8 +355,13 @@ def _row(r: tuple[Any, ...]) -> MetricsRow:
     )
 
 
-def _log_row(r: tuple[Any, ...]) -> LogMetricsRow:
+def _log_row(
+    r: tuple[Any, ...],
+    totals: dict[str, tuple[Any, ...]],
+    scores: dict[str, list[tuple[str, int, int, float]]],
+) -> LogMetricsRow:
     latency = r[5]
+    known, done, shown, clicks = totals.get(r[2], (0, 0, 0, 0))
     return LogMetricsRow(
         prompt_name=r[0],
         prompt_version=r[1],
@@ -361,10 +372,11 @@ def _log_row(r: tuple[Any, ...]) -> LogMetricsRow:
         latency_p90_ms=latency[1] if latency else None,
         latency_p95_ms=latency[2] if latency else None,
         latency_p99_ms=latency[3] if latency else None,
-        completion_known=int(r[6]),
-        completed=int(r[7]),
-        click_known=int(r[8]),
-        clicks=int(r[9]),
-        first_event_at=r[10],
-        last_event_at=r[11],
+        completion_known=known,
+        completed=done,
+        click_known=shown,
+        clicks=clicks,
+        first_event_at=r[6],
+        last_event_at=r[7],
+        scores=tuple(LogScore(*score) for score in scores.get(r[2], ())),
     )

@@ -157,4 +157,32 @@ TEAM_MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
             """,
         ),
     ),
+    (
+        "0024_live_gateway",
+        (
+            # A live call through the gateway (promptlab/gateway/) is a production log
+            # row like an imported one, with what the gateway saw: its trace (unique, so
+            # folding the call journal again after a crash adds nothing twice), the
+            # experiment and variant that chose the version, and the answer's figures.
+            "ALTER TABLE production_logs ADD COLUMN trace VARCHAR",
+            "ALTER TABLE production_logs ADD COLUMN experiment VARCHAR",
+            "ALTER TABLE production_logs ADD COLUMN variant VARCHAR",
+            "ALTER TABLE production_logs ADD COLUMN model VARCHAR",
+            "ALTER TABLE production_logs ADD COLUMN ttft_ms DOUBLE",
+            "ALTER TABLE production_logs ADD COLUMN input_tokens BIGINT",
+            "ALTER TABLE production_logs ADD COLUMN output_tokens BIGINT",
+            "ALTER TABLE production_logs ADD COLUMN cost_usd DOUBLE",
+            "ALTER TABLE production_logs ADD COLUMN finish_reason VARCHAR",
+            "ALTER TABLE production_logs ADD COLUMN check_status VARCHAR",
+            "ALTER TABLE production_logs ADD COLUMN http_status INTEGER",
+            "CREATE UNIQUE INDEX production_logs_trace ON production_logs (trace)",
+            # A feedback event sent live (POST /v1/feedback/events) carries its own id
+            # (unique: a retried send adds nothing), the trace of the call it is about,
+            # and for a named score its name.
+            "ALTER TABLE feedback ADD COLUMN event_id VARCHAR",
+            "ALTER TABLE feedback ADD COLUMN trace VARCHAR",
+            "ALTER TABLE feedback ADD COLUMN score_name VARCHAR",
+            "CREATE UNIQUE INDEX feedback_event_id ON feedback (event_id)",
+        ),
+    ),
 )

@@ -10,8 +10,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from promptlab.store.connection import Store
+from promptlab.store.log_outcomes import outcome_ctes
 from promptlab.store.metrics import MetricsReads, completed_predicate
 from promptlab.store.runs import fetch_run
 
@@ -104,20 +106,26 @@ class TimeseriesReads:
     def log_series(
         self, versions: Sequence[tuple[str, str]], since: datetime | None = None
     ) -> TimeSeries:
-        """Production log lines of `versions` ((version id, label) each) per version and
-        time bucket of their event time, from `since` on: the lines that say whether they
-        completed, how many did, and the p90 of the latencies logged."""
+        """Production requests of `versions` ((version id, label) each) per version and
+        time bucket of their event time, from `since` on: the requests whose completion
+        is known, how many completed (their feedback events counted as
+        promptlab/store/log_outcomes.py counts them), and the p90 of their latencies."""
         ids = [version_id for version_id, _ in versions]
-        window, args = (" AND event_time >= ?", [since]) if since is not None else ("", [])
-        lines = f"FROM production_logs WHERE list_contains(?, prompt_version_id){window}"
+        window = " AND event_time >= $since" if since is not None else ""
+        where = f"list_contains($ids, prompt_version_id){window}"
+        params: dict[str, Any] = {"ids": ids} | ({"since": since} if since is not None else {})
         with self.store.read() as cur:
-            span = cur.execute(f"SELECT min(event_time), max(event_time) {lines}", [ids, *args])
+            span = cur.execute(
+                f"SELECT min(event_time), max(event_time) FROM production_logs WHERE {where}",
+                params,
+            )
             unit = bucket_unit(*(span.fetchone() or (None, None)))
             rows = cur.execute(
-                f"SELECT prompt_version_id, date_trunc('{unit}', event_time) AS start, "
-                "count(completed), count(*) FILTER (WHERE completed), "
-                f"quantile_cont(latency_ms, 0.9) {lines} GROUP BY prompt_version_id, start",
-                [ids, *args],
+                outcome_ctes(where, where)
+                + f"SELECT version, date_trunc('{unit}', event_time) AS start, "
+                "count(*) FILTER (WHERE known), count(*) FILTER (WHERE done), "
+                "quantile_cont(latency_ms, 0.9) FROM lines GROUP BY version, start",
+                params,
             ).fetchall()
         rank = {version_id: i for i, version_id in enumerate(ids)}
         label = dict(versions)

@@ -27,6 +27,7 @@ from promptlab.records.unit_samples import (
     VersionStratum,
 )
 from promptlab.store.connection import Store
+from promptlab.store.log_outcomes import outcome_ctes
 from promptlab.store.metrics import MetricsReads, completed_predicate
 
 if TYPE_CHECKING:
@@ -63,6 +64,20 @@ _FEEDBACK = (
 _SCORES = (
     "SELECT s.scorer, hash(t.unit) AS u, sum(s.value) AS num, count(s.value) AS den "
     "FROM scores s JOIN tagged t ON t.key = s.idempotency_key GROUP BY ALL"
+)
+
+
+#: Per unit of `outcome_ctes` (one version): its requests and the sums of its rates.
+_UNIT_OUTCOMES = (
+    "SELECT hash(unit) AS u, lines, unitless::INTEGER AS unitless, known, done, shown, clk "
+    "FROM outcomes"
+)
+#: Per unit and score name of `outcome_ctes`: the values' total and count.
+_UNIT_SCORES = "SELECT name, hash(unit) AS u, total AS num, n AS den FROM scored"
+#: Per unit of `outcome_ctes` over every version (CUPED's pre-period).
+_PRE_OUTCOMES = (
+    "SELECT hash(unit) AS u, sum(known) AS known, sum(done) AS done, sum(shown) AS shown, "
+    "sum(clk) AS clk FROM outcomes GROUP BY unit"
 )
 
 
@@ -174,7 +189,9 @@ class SampleReads:
                 "idempotency_key AS key, any_value(unit_id) AS unit_id, "
                 "count(*) FILTER (WHERE kind = 'impression') AS imp, "
                 "count(*) FILTER (WHERE kind = 'click') AS clk FROM feedback "
-                f"WHERE prompt_version_id = $version{fb_window} GROUP BY k, key) "
+                # Events sent live are about production requests (log_arm), not results.
+                f"WHERE prompt_version_id = $version AND event_id IS NULL{fb_window} "
+                "GROUP BY k, key) "
             )
             params: dict[str, Any] = {"version": version_id}
             if since is not None:
@@ -200,58 +217,57 @@ class SampleReads:
         since: datetime | None,
         pre_before: datetime | None = None,
     ) -> ArmSample:
-        """A version's production log lines per `unit_id` (a line without one is its own
-        unit); with `pre_before`, each unit's lines of any version before then too."""
+        """A version's production requests per `unit_id` (one without is its own unit),
+        with the feedback events about them (promptlab/store/log_outcomes.py): completion,
+        CTR and each named score; with `pre_before`, each unit's requests of any version
+        before then too."""
         import numpy as np
 
         window = " AND event_time >= $since" if since is not None else ""
+        where = f"prompt_version_id = $version{window}"
         params: dict[str, Any] = {"version": version_id}
         if since is not None:
             params["since"] = since
         with self.store.read() as cur:
-            lines = cur.execute(
-                "SELECT hash(coalesce('=' || unit_id, '#' || rowid)) AS u, "
-                "unit_id IS NULL AS unitless, "
-                "completed IS NOT NULL AS known, coalesce(completed, false) AS done, "
-                "clicked IS NOT NULL AS shown, coalesce(clicked, false) AS clk, "
-                "latency_ms IS NOT NULL AS timed, coalesce(latency_ms, 0) AS latency_ms "
-                f"FROM production_logs WHERE prompt_version_id = $version{window}",
+            ctes = outcome_ctes(where, where)
+            units = cur.execute(ctes + _UNIT_OUTCOMES, params).fetchnumpy()
+            scores = cur.execute(ctes + _UNIT_SCORES, params).fetchnumpy()
+            timed = cur.execute(
+                "SELECT hash(coalesce('=' || unit_id, '#' || rowid)) AS u, latency_ms "
+                f"FROM production_logs WHERE {where} AND latency_ms IS NOT NULL",
                 params,
             ).fetchnumpy()
             before = None
             if pre_before is not None:
+                pre = "event_time < $before"
                 before = cur.execute(
-                    "SELECT hash('=' || unit_id) AS u, count(completed) AS known, "
-                    "count(*) FILTER (WHERE completed) AS done, count(clicked) AS shown, "
-                    "count(*) FILTER (WHERE clicked) AS clk FROM production_logs "
-                    "WHERE event_time < $before AND unit_id IS NOT NULL GROUP BY unit_id",
+                    outcome_ctes(f"{pre} AND unit_id IS NOT NULL", pre) + _PRE_OUTCOMES,
                     {"before": pre_before},
                 ).fetchnumpy()
-        ids, index = np.unique(_u(lines["u"]), return_inverse=True)
-        k = ids.size
-        rates = {
-            COMPLETION: RatioSample(_sum(index, lines["done"], k), _sum(index, lines["known"], k)),
-            CTR: RatioSample(_sum(index, lines["clk"], k), _sum(index, lines["shown"], k)),
-        }
+        ids = np.unique(np.concatenate([_u(units["u"]), _u(scores["u"])]))
+        lines, unitless = _columns(ids, units, "lines", "unitless")
         pre_rates = {}
         if before is not None:
             pre_rates = {
                 COMPLETION: _aligned(ids, before, "done", "known"),
                 CTR: _aligned(ids, before, "clk", "shown"),
             }
-        timed = np.asarray(lines["timed"], dtype=bool)
-        unitless = _sum(index, lines["unitless"], k) > 0
+        latency_unit = np.searchsorted(ids, _u(timed["u"]))
         return ArmSample(
             name=label,
-            units=k,
-            requests=int(index.size),
-            unitless=int(unitless.sum()),
-            rates=rates,
-            latency=_f(lines["latency_ms"])[timed],
-            latency_unit=index[timed].astype(np.int64),
+            units=int((lines > 0).sum()),
+            requests=int(lines.sum()),
+            unitless=int(((unitless > 0) & (lines > 0)).sum()),
+            rates={
+                COMPLETION: _aligned(ids, units, "done", "known"),
+                CTR: _aligned(ids, units, "clk", "shown"),
+                **_score_rates(ids, scores),
+            },
+            latency=_f(timed["latency_ms"]),
+            latency_unit=latency_unit.astype(np.int64),
             pre=pre_rates,
             unit_keys=ids,
-            unit_requests=_sum(index, np.ones(index.size), k),
+            unit_requests=lines,
         )
 
     def paired(
@@ -316,15 +332,36 @@ def _sum(index: Any, values: Any, k: int) -> Any:
 
 def _aligned(ids: Any, per_unit: dict[str, Any], num: str, den: str) -> RatioSample:
     """Per-unit sums of another query, put in the order of `ids` (0 for units absent)."""
+    return RatioSample(*_columns(ids, per_unit, num, den))
+
+
+def _columns(ids: Any, per_unit: dict[str, Any], *names: str) -> list[Any]:
+    """Columns of per-unit rows (`u` their unit), in the order of `ids` (0 where absent)."""
     import numpy as np
 
     found = _u(per_unit["u"])
     at = np.searchsorted(ids, found)
     hit = (at < ids.size) & (ids[np.minimum(at, ids.size - 1)] == found)
-    nums, dens = np.zeros(ids.size), np.zeros(ids.size)
-    nums[at[hit]] = _f(per_unit[num])[hit]
-    dens[at[hit]] = _f(per_unit[den])[hit]
-    return RatioSample(nums, dens)
+    columns = []
+    for name in names:
+        values = np.zeros(ids.size)
+        values[at[hit]] = _f(per_unit[name])[hit]
+        columns.append(values)
+    return columns
+
+
+def _score_rates(ids: Any, scores: dict[str, Any], column: str = "name") -> dict[str, RatioSample]:
+    """Each score's per-unit sums (`scores`: its name in `column`, u, num, den), by
+    its metric name, aligned to `ids`."""
+    import numpy as np
+
+    names = np.asarray(scores[column], dtype=object)
+    return {
+        SCORE_PREFIX + str(each): _aligned(
+            ids, {c: scores[c][names == each] for c in ("u", "num", "den")}, "num", "den"
+        )
+        for each in sorted(set(names))
+    }
 
 
 def _arm(cur: duckdb.DuckDBPyConnection, name: str, ctes: str, params: dict[str, Any]) -> ArmSample:
@@ -342,13 +379,7 @@ def _arm(cur: duckdb.DuckDBPyConnection, name: str, ctes: str, params: dict[str,
     finished = _sum(index, np.ones(index.size), k)
     unitless = _sum(index, requests["unitless"], k)
     timed = np.asarray(requests["timed"], dtype=bool)
-    scorer = np.asarray(scores["scorer"], dtype=object)
-    scored = {
-        SCORE_PREFIX + str(each): _aligned(
-            ids, {c: scores[c][scorer == each] for c in ("u", "num", "den")}, "num", "den"
-        )
-        for each in sorted(set(scorer))
-    }
+    scored = _score_rates(ids, scores, "scorer")
     return ArmSample(
         name=name,
         units=int((finished > 0).sum()),

@@ -1,0 +1,1 @@
+"""The live gateway: prompt versions served to production, every call recorded once."""
