@@ -14,7 +14,8 @@ generator in this process sends the same chat completion
   call (journal, then the database every 0.25 s);
 
 at a fixed arrival rate (open loop: 50 and 200 calls/s, for --seconds each), streamed
-and not. Prints p50 and p99 of the whole call and of the first body byte, and the
+and not. Prints p50 and p99 of the whole call and of its text's first byte (a stream's
+first content, not the empty role chunk a provider sends at once), and the
 gateway's p50/p99 minus the direct one's: the latency the gateway adds. Then each
 path's most calls/s with 64 clients back to back (closed loop). Last, where the
 gateway's own time goes: its parse, prepare and record steps timed in this process.
@@ -27,6 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import re
 import socket
 import statistics
 import subprocess
@@ -97,6 +99,8 @@ def set_up(db: Path, fake_url: str) -> tuple[Path, str]:
 
 def bodies(stream: bool) -> dict[str, dict[str, Any]]:
     common: dict[str, Any] = {"max_tokens": 64, "stream": stream, "user": "unit-1"}
+    if stream:  # the gateway asks its provider for usage: so does the direct call
+        common["stream_options"] = {"include_usage": True}
     return {
         "direct": {**common, "model": "gpt-bench", "messages": MESSAGES},
         "gateway": {
@@ -108,14 +112,22 @@ def bodies(stream: bool) -> dict[str, dict[str, Any]]:
     }
 
 
+#: The first text of an answer, whole or streamed: an OpenAI stream opens with an empty
+#: role chunk, which a provider sends before it has generated anything.
+FIRST_TEXT = re.compile(rb'"content":\s*"[^"]')
+
+
 async def one(session: aiohttp.ClientSession, url: str, body: bytes) -> Timed:
+    """The call's time to its whole answer and to the first byte of its text."""
     started = time.perf_counter()
+    seen, first_at = b"", None
     async with session.post(url, data=body) as resp:
-        first = await resp.content.readany()
-        first_at = time.perf_counter()
-        while await resp.content.readany():
-            pass
-        if resp.status != 200 or not first:
+        while chunk := await resp.content.readany():
+            if first_at is None:
+                seen += chunk
+                if FIRST_TEXT.search(seen):
+                    first_at = time.perf_counter()
+        if resp.status != 200 or first_at is None:
             raise RuntimeError(f"{url}: HTTP {resp.status}")
     return Timed(time.perf_counter() - started, first_at - started)
 

@@ -23,6 +23,8 @@ DEMO_DIR = DATA_DIR / "demo"
 DEFAULT_MAX_ITEMS = 10_000_000
 #: Seconds between the gateway journal's folds (promptlab/gateway/journal.py).
 GATEWAY_FOLD_S = 0.25
+#: Seconds between a server's checks of its guarded rollouts (server/rollout_watch.py).
+ROLLOUT_CHECK_S = 5.0
 #: How log lines are written (PROMPTLAB_LOG_FORMAT): text for people, json for a
 #: collector (one object a line; see promptlab.audit.logjson).
 LOG_FORMATS = ("text", "json")
@@ -110,6 +112,8 @@ class Settings:
     #: Seconds between folds of the gateway's call journal into the store
     #: (PROMPTLAB_GATEWAY_FOLD_S): how soon a live call shows in metrics and on Compare.
     gateway_fold_s: float = GATEWAY_FOLD_S
+    #: Seconds between a server's checks of its guarded rollouts (PROMPTLAB_ROLLOUT_CHECK_S).
+    rollout_check_s: float = ROLLOUT_CHECK_S
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -130,6 +134,9 @@ class Settings:
             log_format=parse_log_format(env.get("PROMPTLAB_LOG_FORMAT")),
             gateway_fold_s=_positive_seconds(
                 "PROMPTLAB_GATEWAY_FOLD_S", env.get("PROMPTLAB_GATEWAY_FOLD_S"), GATEWAY_FOLD_S
+            ),
+            rollout_check_s=_positive_seconds(
+                "PROMPTLAB_ROLLOUT_CHECK_S", env.get("PROMPTLAB_ROLLOUT_CHECK_S"), ROLLOUT_CHECK_S
             ),
         )
 

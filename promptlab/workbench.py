@@ -3,10 +3,10 @@
 One Workbench per database. It opens the store, owns the shared engine (started when
 first needed, with evaluation's after-run work as its run-ended hook) and the settings,
 and composes one facade per domain (promptlab/facades/):
-`wb.prompts`, `wb.runs`, `wb.schedules`, `wb.experiments`, `wb.datasets`, `wb.analysis`,
-`wb.exports`, `wb.audit`, `wb.review`, `wb.tokens`, `wb.cache` and `wb.demo`. Pages and
-commands call the facades; the rows and figures pages show come from `promptlab.views`,
-record types from `promptlab.records`.
+`wb.prompts`, `wb.runs`, `wb.schedules`, `wb.experiments`, `wb.rollouts`, `wb.datasets`,
+`wb.analysis`, `wb.exports`, `wb.audit`, `wb.review`, `wb.tokens`, `wb.cache` and
+`wb.demo`. Pages and commands call the facades; the rows and figures pages show come
+from `promptlab.views`, record types from `promptlab.records`.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from promptlab.facades.experiments import Experiments
 from promptlab.facades.exports import Exports
 from promptlab.facades.prompts import Prompts
 from promptlab.facades.review import Review
+from promptlab.facades.rollouts import Rollouts
 from promptlab.facades.runs import Runs
 from promptlab.facades.schedules import Schedules
 from promptlab.facades.tokens import Tokens
@@ -70,6 +71,7 @@ class Workbench:
         )
         self.prompts = Prompts(context)
         self.experiments = Experiments(context)
+        self.rollouts = Rollouts(context, self.experiments, self.prompts)
         self.datasets = Datasets(context)
         self.runs = Runs(context, self.experiments, self.datasets)
         self.schedules = Schedules(context, self.runs)

@@ -21,6 +21,7 @@ from promptlab.facades.experiments import Experiments
 from promptlab.facades.exports import Exports
 from promptlab.facades.prompts import Prompts
 from promptlab.facades.review import Review
+from promptlab.facades.rollouts import Rollouts
 from promptlab.facades.runs import Runs
 from promptlab.facades.schedules import Schedules
 from promptlab.facades.tokens import Tokens
@@ -56,6 +57,7 @@ MODULE_NAMES = {
     "review": ["EXPORT_FORMATS", "MAX_ADDED", "MAX_ANSWER_CHARS", "Review"],
     "run_view": ["FAILURES_SHOWN", "RunView", "read_run_view"],
     "runs": ["RunEstimate", "RunProgress", "RunSpec", "RunView", "Runs"],
+    "rollouts": ["GuardrailRow", "RolloutStatus", "Rollouts"],
     "schedules": ["Fired", "MAX_SCHEDULES", "Schedules", "firing_order"],
     "tokens": ["GATEWAY", "ROLES", "TOKEN_ROLES", "TokenRecord", "Tokens", "role_allows"],
 }
@@ -209,6 +211,10 @@ FACADES: dict[str, tuple[type, list[str]]] = {
         ["add", "fire_due", "get", "list", "next_due", "on_change", "pause", "remove", "resume"],
     ),
     "tokens": (Tokens, ["create", "find", "list", "revoke"]),
+    "rollouts": (
+        Rollouts,
+        ["abort", "check", "check_all", "list", "pause", "resume", "status"],
+    ),
 }
 
 #: Where facades are called from: the pages, the app, the commands, the Streamlit helpers,

@@ -21,6 +21,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "runs": ("run", "batch", "batch-output", "resume", "pause", "status", "cancel"),
     "datasets": ("dataset",),
     "experiments": ("experiment", "assign", "exposures"),
+    "rollouts": ("rollout",),
     "validate": ("validate",),
     "metrics": ("metrics", "compare"),
     "repeats": ("repeats",),

@@ -45,8 +45,10 @@ class Lane:
 
 @dataclass(frozen=True)
 class LiveLane:
-    """An endpoint's provider and shared limiter for the live gateway's calls, and the
-    engine loop they belong to (the gateway sends on it: promptlab/gateway/sending.py)."""
+    """What the live gateway sends an endpoint's calls with: a provider of its own (its
+    connections live on the gateway's loop, where the call is read and answered), and
+    the endpoint's shared limiter with the engine loop it belongs to, so live calls and
+    runs draw on one budget (promptlab/gateway/sending.py)."""
 
     endpoint: EndpointConfig
     provider: Provider
@@ -86,15 +88,20 @@ class EndpointPool:
                 )
 
     def live(self, cfg: EndpointConfig) -> tuple[Provider, EndpointLimiter]:
-        """The provider and shared limiter of one endpoint, for the live gateway."""
+        """A provider of its own and the shared limiter of one endpoint, for the live
+        gateway. A live call is answered while the caller waits: an endpoint whose calls
+        go through workers or a Batch API cannot serve one."""
+        if cfg.executor in ("celery", "provider-batch"):
+            raise ConfigError(
+                f"its calls go through {cfg.executor}; the live gateway calls an endpoint "
+                "directly (give it an endpoint without `executor:`)"
+            )
         key = budget_key(cfg)
-        if key not in self._providers:
-            self._providers[key] = self._provider(cfg)
         if key not in self._limiters:
             self._limiters[key] = EndpointLimiter(
                 cfg.name, lane_limits(cfg), clock=self._clock.monotonic
             )
-        return self._providers[key], self._limiters[key]
+        return self._provider_factory(cfg), self._limiters[key]
 
     def lanes(
         self,

@@ -85,6 +85,8 @@ class ExperimentFile:
     #: family.py) and the units per arm it is planned to end at; None: the defaults.
     metrics: Mapping[str, Any] | None = None
     planned_units: int | None = None
+    #: A guarded rollout of one variant (promptlab/experiments/rollout.py), as data.
+    rollout: Mapping[str, Any] | None = None
 
     @property
     def weights(self) -> dict[str, float]:
@@ -110,6 +112,8 @@ class ExperimentFile:
             out["metrics"] = dict(self.metrics)
         if self.planned_units is not None:
             out["planned_units"] = self.planned_units
+        if self.rollout is not None:
+            out["rollout"] = dict(self.rollout)
         return out
 
 
@@ -132,6 +136,7 @@ class ExperimentConfig:
     note: str = ""
     metrics: Mapping[str, Any] | None = None
     planned_units: int | None = None
+    rollout: Mapping[str, Any] | None = None
 
     @property
     def control(self) -> ExperimentVariant:
@@ -164,6 +169,7 @@ class ExperimentConfig:
             self.variants,
             metrics=self.metrics,
             planned_units=self.planned_units,
+            rollout=self.rollout,
         )
 
     def content(self) -> dict[str, Any]:

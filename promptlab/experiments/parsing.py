@@ -19,6 +19,7 @@ from promptlab.experiments.config import (
     ExperimentFile,
     ExperimentVariant,
 )
+from promptlab.experiments.rollout import parse_rollout
 from promptlab.yamlio import read_yaml
 
 _FILE_KEYS = frozenset(
@@ -33,6 +34,7 @@ _FILE_KEYS = frozenset(
         "variants",
         "metrics",
         "planned_units",
+        "rollout",
     }
 )
 #: Fields of a stored revision: an exported config has them; adding one back ignores them.
@@ -79,6 +81,9 @@ def parse_experiment_file(data: Any, source: str = "<experiment>") -> Experiment
     if not isinstance(killed, bool):
         raise ExperimentError(f"{source}: killed: expected true or false, got {killed!r}")
     variants = _variants(data.get("variants"), source)
+    plan = parse_rollout(
+        data.get("rollout"), [(v.name, v.control) for v in variants], ramp, f"{source}: rollout"
+    )
     return ExperimentFile(
         name=name,
         description=_text(data, "description", source) or "",
@@ -91,6 +96,7 @@ def parse_experiment_file(data: Any, source: str = "<experiment>") -> Experiment
         source=source,
         metrics=_metrics(data.get("metrics"), source),
         planned_units=planned_units(data.get("planned_units"), f"{source}: planned_units"),
+        rollout=plan.to_dict() if plan is not None else None,
     )
 
 
@@ -294,6 +300,7 @@ def config_from_mapping(data: Any, source: str = "<config>") -> ExperimentConfig
         note=_text(data, "note", source) or "",
         metrics=experiment.metrics,
         planned_units=experiment.planned_units,
+        rollout=experiment.rollout,
     )
 
 

@@ -310,6 +310,7 @@ def _next_revision(
         note=note,
         metrics=experiment.metrics,
         planned_units=experiment.planned_units,
+        rollout=experiment.rollout,
     )
 
 

@@ -1,22 +1,26 @@
-"""A live call sent through the engine's endpoint: its shared limiter, its retries.
+"""A live call sent through the engine's endpoint budget: its shared limiter, its retries.
 
-The engine keeps one provider and one limiter per endpoint for the process
-(engine/lanes.py), so live calls and batch runs on an endpoint draw on one budget. A
-call runs on the engine's loop, where its provider's connections live, and hands each
-text piece to the caller's loop as it arrives. It is retried on what the engine would
-retry (engine/retry.py's classes), and only before its first piece: after that the
-caller has passed text on. Throttles wait at the limiter's shared gate.
+The engine keeps one limiter per endpoint for the process (engine/lanes.py), so live
+calls and batch runs on an endpoint draw on one budget. A call runs on the gateway's
+own loop, where the caller's request is read and its answer written, with a provider
+of the gateway's: a stream's pieces go from the provider's connection to the caller's
+without crossing threads. Only the limiter is the engine loop's: a permit is asked for
+there and given back there (EngineLimiter), two hops per attempt. A call is retried on
+what the engine would retry (engine/retry.py's classes), and only before its first
+piece: after that the caller has passed text on. Throttles wait at the shared gate.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+import concurrent.futures
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
 from promptlab.engine.lanes import LiveLane
 from promptlab.engine.retry import THROTTLE_KINDS, Action, RetryPolicy, classify
+from promptlab.engine.tokenbucket import Permit
 from promptlab.errors import ErrorKind, ProviderError
 from promptlab.providers.base import CompletionRequest, CompletionResponse, Provider
 from promptlab.providers.streaming import stream_completion
@@ -29,6 +33,45 @@ class LiveLanes(Protocol):
     """Where live calls get their lanes: the engine (engine/executor.py)."""
 
     def live_lane(self, endpoint: str) -> LiveLane: ...
+
+
+class EngineLimiter:
+    """An endpoint's shared limiter, used from the gateway's loop: a permit is awaited on
+    the engine's loop, where the limiter lives; what it is told after is posted there."""
+
+    def __init__(self, lane: LiveLane) -> None:
+        self._limiter = lane.limiter
+        self._loop = lane.loop
+
+    async def acquire(self, tokens: int) -> Permit:
+        asked = asyncio.run_coroutine_threadsafe(self._limiter.acquire(tokens), self._loop)
+        try:
+            return await asyncio.wrap_future(asked)
+        except asyncio.CancelledError:
+            # The caller went away: a permit granted meanwhile goes back, not lost.
+            asked.add_done_callback(self._give_back)
+            raise
+
+    def release(self, permit: Permit, used_tokens: int | None) -> None:
+        self._loop.call_soon_threadsafe(self._limiter.release, permit, used_tokens)
+
+    def observe_headers(self, headers: Mapping[str, str]) -> None:
+        if headers:
+            self._loop.call_soon_threadsafe(self._limiter.observe_headers, headers)
+
+    def on_throttle(self, retry_after_s: float | None, epoch: int | None) -> None:
+        self._loop.call_soon_threadsafe(self._limiter.on_throttle, retry_after_s, epoch)
+
+    def _give_back(self, asked: concurrent.futures.Future[Permit]) -> None:
+        if not asked.cancelled() and asked.exception() is None:
+            self.release(asked.result(), None)
+
+
+@dataclass
+class Tally:
+    """A call's attempts so far: what its record says of it, answered or not."""
+
+    attempts: int = 0
 
 
 @dataclass
@@ -46,15 +89,19 @@ async def send_live(
     deliver: Callable[[str], None] | None,
     clock: Callable[[], float],
     policy: RetryPolicy = LIVE_POLICY,
+    tally: Tally | None = None,
 ) -> Sent:
-    """Send `request` on `lane` (on its loop); `deliver` gets each piece (None: the call
-    is not streamed, so neither is the request); ProviderError when it cannot be
-    answered."""
+    """Send `request` with `lane`'s provider, on the caller's loop; `deliver` gets each
+    piece (None: the call is not streamed, so neither is the request); ProviderError
+    when it cannot be answered."""
     tokens = request.max_tokens + sum(len(m.get("content", "")) for m in request.messages) // 4
+    limiter = EngineLimiter(lane)
     attempt = throttled = 0
+    tally = tally if tally is not None else Tally()
     while True:
         attempt += 1
-        permit = await lane.limiter.acquire(tokens)
+        tally.attempts = attempt
+        permit = await limiter.acquire(tokens)
         first_piece_at: float | None = None
         try:
             async with asyncio.timeout(policy.timeout_s):
@@ -68,11 +115,11 @@ async def send_live(
                             deliver(piece)
         except (ProviderError, TimeoutError) as raised:
             error = _as_provider_error(raised, lane, policy)
-            lane.limiter.release(permit, None)
-            lane.limiter.observe_headers(error.headers)
+            limiter.release(permit, None)
+            limiter.observe_headers(error.headers)
             if error.kind in THROTTLE_KINDS:
                 throttled += 1
-                lane.limiter.on_throttle(error.retry_after_s, permit.epoch)
+                limiter.on_throttle(error.retry_after_s, permit.epoch)
             counted = attempt - throttled
             if (
                 first_piece_at is not None
@@ -84,8 +131,8 @@ async def send_live(
             if error.kind not in THROTTLE_KINDS:
                 await asyncio.sleep(policy.delay_s(error, attempt))
             continue
-        lane.limiter.release(permit, answer.input_tokens + answer.output_tokens)
-        lane.limiter.observe_headers(answer.headers)
+        limiter.release(permit, answer.input_tokens + answer.output_tokens)
+        limiter.observe_headers(answer.headers)
         return Sent(answer, first_piece_at, attempt)
 
 

@@ -10,12 +10,12 @@ the database takes it later, off the call's path.
 
 from __future__ import annotations
 
-import asyncio
+import itertools
 import secrets
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from promptlab.checks.validation import check_output
@@ -23,7 +23,7 @@ from promptlab.engine.lanes import LiveLane
 from promptlab.errors import ConfigError, ProviderError, TemplateError, VariableError
 from promptlab.gateway.calls import CallIn, CallRefused
 from promptlab.gateway.journal import CallJournal
-from promptlab.gateway.sending import LiveLanes, Sent, send_live
+from promptlab.gateway.sending import LiveLanes, Sent, Tally, send_live
 from promptlab.gateway.targets import Served, Targets
 from promptlab.providers import modelrules
 from promptlab.providers.base import CompletionRequest
@@ -43,6 +43,8 @@ class Prepared:
     request: CompletionRequest
     #: perf_counter seconds when the call came in.
     started: float
+    #: Its attempts, counted as they are made (a failed call's too).
+    tally: Tally = field(default_factory=Tally)
 
 
 class Gateway:
@@ -110,19 +112,19 @@ class Gateway:
                     self._held[endpoint] = held
         return held
 
+    async def aclose(self) -> None:
+        """Close the connections of the providers the gateway's calls used (on the loop
+        they were made on: the server's, as it shuts down)."""
+        for lane in list(self._held.values()):
+            await lane.provider.aclose()
+
     async def send(self, prepared: Prepared, deliver: Callable[[str], None] | None) -> Sent:
-        """Send on the engine's loop; `deliver` is called on the caller's loop per piece
-        (None: a call not streamed)."""
+        """Send on the caller's loop; `deliver` gets each text piece as it arrives (None:
+        a call not streamed)."""
         lane = self.lane(prepared.served.endpoint)
-        here = asyncio.get_running_loop()
-
-        def hand_over(piece: str) -> None:
-            assert deliver is not None
-            here.call_soon_threadsafe(deliver, piece)
-
-        streamed = hand_over if deliver is not None else None
-        work = send_live(lane, prepared.request, streamed, time.perf_counter)
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(work, lane.loop))
+        return await send_live(
+            lane, prepared.request, deliver, time.perf_counter, tally=prepared.tally
+        )
 
     def record(
         self,
@@ -163,6 +165,8 @@ class Gateway:
             record.update(_answered(sent, prepared, self.lane(served.endpoint)))
         if error is not None:
             record.update(http_status=error.status, error=f"{error.kind.value}: {error}")
+        made = prepared.tally.attempts
+        record.update(attempts=made, failed_attempts=made - (sent is not None))
         return record
 
 
@@ -193,7 +197,6 @@ def _answered(sent: Sent, prepared: Prepared, lane: LiveLane) -> Mapping[str, An
         ),
         "finish_reason": answer.finish_reason.value,
         "http_status": answer.http_status or 200,
-        "attempts": sent.attempts,
         "output": answer.text,
     }
 
@@ -202,5 +205,12 @@ def _first(*values: float | None) -> float | None:
     return next((v for v in values if v is not None), None)
 
 
+#: Traces are this process's random prefix and a count: unique across processes and
+#: restarts, without a system call for randomness on every call (a trace names a call;
+#: it grants nothing, so it need not be unguessable).
+_TRACE_PREFIX = f"tr_{secrets.token_hex(8)}"
+_traces = itertools.count(1)
+
+
 def _trace() -> str:
-    return f"tr_{secrets.token_hex(12)}"
+    return f"{_TRACE_PREFIX}{next(_traces):08x}"

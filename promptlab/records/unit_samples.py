@@ -22,6 +22,9 @@ if TYPE_CHECKING:
 #: The rate metrics every comparison has, by the names its rows carry.
 COMPLETION = "completion rate"
 CTR = "CTR"
+#: A guarded rollout's guardrail (promptlab/analysis/rollout.py): failed attempts over
+#: attempts, retried or not, of the gateway's calls (promptlab/store/unit_samples.py).
+ERROR_RATE = "error rate"
 #: A scorer's mean score (an accuracy) is the rate `score: NAME` (promptlab/evaluation/).
 SCORE_PREFIX = "score: "
 

@@ -36,7 +36,7 @@ from promptlab.server.dataset_routes import add_dataset_routes
 from promptlab.server.experiment_routes import add_experiment_routes
 from promptlab.server.fairness import Fairness, TooMany
 from promptlab.server.feedback_routes import add_feedback_event_routes
-from promptlab.server.gateway_routes import Gateways, add_gateway_routes
+from promptlab.server.gateway_routes import GatewayDoor, Gateways, add_gateway_routes
 from promptlab.server.job_routes import add_job_routes
 from promptlab.server.jobs import Jobs
 from promptlab.server.metrics import metrics_response
@@ -45,6 +45,7 @@ from promptlab.server.prompt_routes import add_prompt_routes
 from promptlab.server.refusals import Refused, error_response, too_many_response
 from promptlab.server.review_routes import add_review_routes
 from promptlab.server.roles import document_roles
+from promptlab.server.rollout_routes import add_rollout_routes
 from promptlab.server.run_routes import add_run_routes, add_submit_routes
 from promptlab.server.schedule_routes import add_schedule_routes
 from promptlab.server.service_routes import (
@@ -82,6 +83,11 @@ def create_app(wb: Workbench, token: str, *, local_paths: bool = True) -> FastAP
     # Each principal's share of the server (fairness.py): the guard counts requests, the
     # jobs count jobs and long polls.
     fairness = Fairness(OWNER_TOKEN_ID)
+    configs = ExperimentConfigs(wb)
+    # The live gateway (promptlab/gateway/): what applications call in production. Its
+    # door answers inside the guard and the body bound, ahead of the router.
+    app.state.gateways = Gateways(wb, configs.current)
+    app.add_middleware(GatewayDoor, gateways=app.state.gateways)
     app.add_middleware(_BoundedBodies)
     app.add_middleware(
         Guard, wb=wb, owner_token=token, routes=lambda: app.router.routes, fairness=fairness
@@ -90,14 +96,12 @@ def create_app(wb: Workbench, token: str, *, local_paths: bool = True) -> FastAP
     _add_health_routes(app, wb, auth)
     add_submit_routes(app, wb, auth, local_paths)
     add_run_routes(app, wb, auth)
-    configs = ExperimentConfigs(wb)
     add_assign_routes(app, wb, auth, configs)
-    # The live gateway (promptlab/gateway/): what applications call in production.
-    app.state.gateways = Gateways(wb, configs.current)
     add_gateway_routes(app, app.state.gateways, auth)
     add_service_routes(app, wb, auth)
     add_data_routes(app, wb, auth)
     add_feedback_event_routes(app, wb, auth, app.state.gateways.settle)
+    add_rollout_routes(app, wb, auth)
     add_analysis_routes(app, wb)
     add_dataset_routes(app, wb)
     add_experiment_routes(app, wb)

@@ -182,7 +182,8 @@ def _update(wb: Workbench, name: str, body: WeightsIn) -> Change:
 
 def _admin_for_traffic(request: Request, wb: Workbench, experiment: ExperimentFile) -> None:
     """Refuse (403) a non-admin's file that moves an existing experiment's ramp or kill
-    switch: those are an admin's (a new experiment's are not yet anyone's traffic)."""
+    switch, or its rollout (which moves them by itself): those are an admin's (a new
+    experiment's are not yet anyone's traffic)."""
     principal = principal_of(request.scope)
     if role_allows(principal.role, ADMIN):
         return
@@ -190,11 +191,12 @@ def _admin_for_traffic(request: Request, wb: Workbench, experiment: ExperimentFi
         latest = wb.experiments.get(experiment.name)
     except ExperimentError:
         return
-    if latest.ramp != experiment.ramp or latest.killed != experiment.killed:
+    moved = latest.ramp != experiment.ramp or latest.killed != experiment.killed
+    if moved or latest.rollout != experiment.rollout:
         raise Refused(
             403,
-            f"{principal.name} is a {principal.role}; changing the ramp or the kill "
-            f"switch of {experiment.name} needs admin",
+            f"{principal.name} is a {principal.role}; changing the ramp, the kill "
+            f"switch or the rollout of {experiment.name} needs admin",
         )
 
 

@@ -57,6 +57,10 @@ RUN_STATES = (
 )
 
 
+#: A rollout decision's `action` label: the rule's and a person's (a fixed set).
+ROLLOUT_ACTIONS = ("advance", "hold", "kill", "complete", "pause", "resume", "abort")
+
+
 class WorkbenchCollector:
     """Collects from the store and the engine on each scrape."""
 
@@ -111,9 +115,22 @@ class WorkbenchCollector:
             latency.add_metric([endpoint], buckets, snap.latency_sum_s[endpoint])
         yield latency
         yield from self._live()
+        yield self._rollouts()
         scrape = GaugeMetricFamily("promptlab_scrape_seconds", "Time this scrape took")
         scrape.add_metric([], time.perf_counter() - started)
         yield scrape
+
+    def _rollouts(self) -> Metric:
+        """Guarded rollouts' decisions by action: every action a series, 0 until taken."""
+        decisions = CounterMetricFamily(
+            "promptlab_rollout_decisions",
+            "Guarded rollouts' decisions (advance, hold, kill, complete; pause, resume, abort)",
+            labels=["action"],
+        )
+        taken = self._reads.rollout_decisions()
+        for action in ROLLOUT_ACTIONS:
+            decisions.add_metric([action], taken.get(action, 0))
+        return decisions
 
     def _live(self) -> Iterator[Metric]:
         """The engine's figures: items in flight and queued, each limiter's state."""

@@ -60,6 +60,10 @@ ROUTE_ROLES: dict[tuple[str, str], str] = {
     ("POST", "/v1/experiments/{name}/weights"): EDITOR,
     # The kill switch and the ramp (weights may change with them).
     ("POST", "/v1/experiments/{name}/traffic"): ADMIN,
+    # Guarded rollouts: read by viewers; moved by hand as the ramp is, by an admin.
+    ("GET", "/v1/rollouts"): VIEWER,
+    ("GET", "/v1/rollouts/{name}"): VIEWER,
+    ("POST", "/v1/rollouts/{name}/{action}"): ADMIN,
     ("POST", "/v1/exposures"): EDITOR,
     ("GET", "/v1/audit/verify"): VIEWER,
     ("GET", "/v1/audit/events"): VIEWER,

@@ -25,6 +25,7 @@ from promptlab.errors import ConfigError
 from promptlab.schedules.scheduler import Scheduler
 from promptlab.server.api import create_app
 from promptlab.server.discovery import ServerInfo, new_token, remove_discovery, write_discovery
+from promptlab.server.rollout_watch import RolloutWatch
 from promptlab.workbench import Workbench
 
 LOOPBACK_NAMES = ("localhost",)
@@ -59,6 +60,13 @@ class _Server(uvicorn.Server):
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().shutdown(sockets)
+        # The live gateway's provider connections live on this loop: closed before it ends.
+        gateways = getattr(getattr(self.config.app, "state", None), "gateways", None)
+        if gateways is not None:
+            await gateways.aclose_connections()
+
 
 class Serving:
     """A bound, announced server of one workbench: `run()` here, or `start()` a thread."""
@@ -89,6 +97,14 @@ class Serving:
         config |= uvicorn_logging()  # PROMPTLAB_LOG_FORMAT=json: uvicorn's lines are JSON too
         self._app = create_app(wb, self.info.token, local_paths=self.local)
         self._server = _Server(uvicorn.Config(self._app, **config))
+        gateways = self._app.state.gateways
+
+        def check_rollouts() -> object:
+            gateways.settle()  # the calls answered so far count
+            return wb.rollouts.check_all()
+
+        #: Guarded rollouts checked every PROMPTLAB_ROLLOUT_CHECK_S while this serves.
+        self.rollouts = RolloutWatch(check_rollouts, wb.settings.rollout_check_s)
         write_discovery(wb.settings.db_path, self.info)
 
     def run(self) -> None:
@@ -97,9 +113,11 @@ class Serving:
         try:
             self.wb.engine.adopt_waiting()
             scheduler.start()
+            self.rollouts.start()
             self._server.run(sockets=[self._sock])
         finally:
             scheduler.stop()
+            self.rollouts.stop()
             self._app.state.jobs.close()  # before the workbench closes under them
             self._app.state.gateways.close()  # the live calls' journal, folded
             remove_discovery(self.wb.settings.db_path, self.info)

@@ -185,4 +185,26 @@ TEAM_MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "CREATE UNIQUE INDEX feedback_event_id ON feedback (event_id)",
         ),
     ),
+    (
+        "0025_rollouts",
+        (
+            # A guarded rollout's state (promptlab/facades/rollouts.py): one row per
+            # experiment whose revision carries `rollout:`, moved by its decisions.
+            """
+            CREATE TABLE rollouts (
+                experiment       VARCHAR PRIMARY KEY,
+                state            VARCHAR NOT NULL,
+                started_at       TIMESTAMPTZ NOT NULL,
+                stage_started_at TIMESTAMPTZ NOT NULL,
+                decided_at       TIMESTAMPTZ,
+                last_action      VARCHAR,
+                reason           VARCHAR
+            )
+            """,
+            # A live call's attempts and the failed ones among them (retried or not):
+            # a rollout's error-rate guardrail counts attempts, not calls.
+            "ALTER TABLE production_logs ADD COLUMN attempts INTEGER",
+            "ALTER TABLE production_logs ADD COLUMN failed_attempts INTEGER",
+        ),
+    ),
 )

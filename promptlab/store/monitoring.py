@@ -37,6 +37,15 @@ class MonitoringReads:
     def __init__(self, store: Store) -> None:
         self.store = store
 
+    def rollout_decisions(self) -> dict[str, int]:
+        """Guarded rollouts' decisions so far, by action (their audit events)."""
+        with self.store.read() as cur:
+            rows = cur.execute(
+                "SELECT json_extract_string(payload, '$.action'), count(*) FROM audit_events "
+                "WHERE kind = 'rollout.decision' GROUP BY ALL"
+            ).fetchall()
+        return {str(action): int(n) for action, n in rows}
+
     def snapshot(self, buckets_s: Sequence[float]) -> MonitoringSnapshot:
         """Every figure from one snapshot of the store; `buckets_s` are upper bounds."""
         bucket_sums = ", ".join(

@@ -20,6 +20,7 @@ from promptlab.records.sessions import SESSION_KEY
 from promptlab.records.unit_samples import (
     COMPLETION,
     CTR,
+    ERROR_RATE,
     SCORE_PREFIX,
     ArmSample,
     PairedSample,
@@ -221,54 +222,13 @@ class SampleReads:
         with the feedback events about them (promptlab/store/log_outcomes.py): completion,
         CTR and each named score; with `pre_before`, each unit's requests of any version
         before then too."""
-        import numpy as np
-
         window = " AND event_time >= $since" if since is not None else ""
         where = f"prompt_version_id = $version{window}"
         params: dict[str, Any] = {"version": version_id}
         if since is not None:
             params["since"] = since
         with self.store.read() as cur:
-            ctes = outcome_ctes(where, where)
-            units = cur.execute(ctes + _UNIT_OUTCOMES, params).fetchnumpy()
-            scores = cur.execute(ctes + _UNIT_SCORES, params).fetchnumpy()
-            timed = cur.execute(
-                "SELECT hash(coalesce('=' || unit_id, '#' || rowid)) AS u, latency_ms "
-                f"FROM production_logs WHERE {where} AND latency_ms IS NOT NULL",
-                params,
-            ).fetchnumpy()
-            before = None
-            if pre_before is not None:
-                pre = "event_time < $before"
-                before = cur.execute(
-                    outcome_ctes(f"{pre} AND unit_id IS NOT NULL", pre) + _PRE_OUTCOMES,
-                    {"before": pre_before},
-                ).fetchnumpy()
-        ids = np.unique(np.concatenate([_u(units["u"]), _u(scores["u"])]))
-        lines, unitless = _columns(ids, units, "lines", "unitless")
-        pre_rates = {}
-        if before is not None:
-            pre_rates = {
-                COMPLETION: _aligned(ids, before, "done", "known"),
-                CTR: _aligned(ids, before, "clk", "shown"),
-            }
-        latency_unit = np.searchsorted(ids, _u(timed["u"]))
-        return ArmSample(
-            name=label,
-            units=int((lines > 0).sum()),
-            requests=int(lines.sum()),
-            unitless=int(((unitless > 0) & (lines > 0)).sum()),
-            rates={
-                COMPLETION: _aligned(ids, units, "done", "known"),
-                CTR: _aligned(ids, units, "clk", "shown"),
-                **_score_rates(ids, scores),
-            },
-            latency=_f(timed["latency_ms"]),
-            latency_unit=latency_unit.astype(np.int64),
-            pre=pre_rates,
-            unit_keys=ids,
-            unit_requests=lines,
-        )
+            return arm_from_logs(cur, label, where, where, params, pre_before=pre_before)
 
     def paired(
         self, run_id: str, a: str, b: str, replay: bool = False, user_column: str | None = None
@@ -395,3 +355,83 @@ def _arm(cur: duckdb.DuckDBPyConnection, name: str, ctes: str, params: dict[str,
         unit_keys=ids,
         unit_requests=finished,
     )
+
+
+#: Per unit of `production_logs` rows: attempts and failed attempts.
+_UNIT_ERRORS = (
+    "SELECT hash(coalesce('=' || unit_id, '#' || rowid)) AS u, "
+    "sum(coalesce(attempts, 1)) AS attempts, "
+    "sum(coalesce(failed_attempts, (coalesce(http_status, 200) <> 200)::INTEGER)) AS failed "
+    "FROM production_logs WHERE {where} GROUP BY u"
+)
+
+
+def arm_from_logs(
+    cur: duckdb.DuckDBPyConnection,
+    label: str,
+    lines_where: str,
+    events_where: str,
+    params: dict[str, Any],
+    pre_before: datetime | None = None,
+    errors: bool = False,
+) -> ArmSample:
+    """The production requests `lines_where` keeps, per unit, with the feedback events
+    `events_where` keeps (see SampleReads.log_arm); `errors` adds ERROR_RATE."""
+    import numpy as np
+
+    ctes = outcome_ctes(lines_where, events_where)
+    units = _read(cur, ctes + _UNIT_OUTCOMES, params)
+    scores = _read(cur, ctes + _UNIT_SCORES, params)
+    timed = _read(
+        cur,
+        "SELECT hash(coalesce('=' || unit_id, '#' || rowid)) AS u, latency_ms "
+        f"FROM production_logs WHERE {lines_where} AND latency_ms IS NOT NULL",
+        params,
+    )
+    failed = _read(cur, _UNIT_ERRORS.format(where=lines_where), params) if errors else None
+    before = None
+    if pre_before is not None:
+        before = _pre_outcomes(cur, pre_before)
+    ids = np.unique(np.concatenate([_u(units["u"]), _u(scores["u"])]))
+    lines, unitless = _columns(ids, units, "lines", "unitless")
+    pre_rates = {}
+    if before is not None:
+        pre_rates = {
+            COMPLETION: _aligned(ids, before, "done", "known"),
+            CTR: _aligned(ids, before, "clk", "shown"),
+        }
+    latency_unit = np.searchsorted(ids, _u(timed["u"]))
+    return ArmSample(
+        name=label,
+        units=int((lines > 0).sum()),
+        requests=int(lines.sum()),
+        unitless=int(((unitless > 0) & (lines > 0)).sum()),
+        rates={
+            COMPLETION: _aligned(ids, units, "done", "known"),
+            CTR: _aligned(ids, units, "clk", "shown"),
+            **_score_rates(ids, scores),
+            **({ERROR_RATE: _aligned(ids, failed, "failed", "attempts")} if failed else {}),
+        },
+        latency=_f(timed["latency_ms"]),
+        latency_unit=latency_unit.astype(np.int64),
+        pre=pre_rates,
+        unit_keys=ids,
+        unit_requests=lines,
+    )
+
+
+def _pre_outcomes(cur: duckdb.DuckDBPyConnection, before: datetime) -> dict[str, Any]:
+    """Each named unit's requests of any version before `before` (CUPED's covariate)."""
+    pre = "event_time < $before"
+    return dict(
+        cur.execute(
+            outcome_ctes(f"{pre} AND unit_id IS NOT NULL", pre) + _PRE_OUTCOMES,
+            {"before": before},
+        ).fetchnumpy()
+    )
+
+
+def _read(cur: duckdb.DuckDBPyConnection, sql: str, params: dict[str, Any]) -> dict[str, Any]:
+    """The columns `sql` reads, given the parameters it names (DuckDB refuses others)."""
+    used = {k: v for k, v in params.items() if f"${k}" in sql}
+    return dict(cur.execute(sql, used).fetchnumpy())

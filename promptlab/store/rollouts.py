@@ -1,0 +1,98 @@
+"""Guarded rollouts in DuckDB: each rollout's state, and its arms' live calls per unit.
+
+`rollouts` holds one row per experiment with a rollout (migration 0025_rollouts): its
+state (running, paused, held, killed, complete, aborted), when it and its current stage
+started, and the last decision. The arms are the gateway's calls of the experiment's
+variant and of its control since the rollout started (`production_logs` rows with
+that experiment and variant, promptlab/store/live_calls.py), per unit, with the
+feedback events about them and each unit's failed calls (`error rate`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from promptlab.records.unit_samples import ArmSample
+from promptlab.store.connection import Store
+from promptlab.store.unit_samples import arm_from_logs
+
+__all__ = ["RolloutRows", "RolloutState", "live_arm", "units_since"]
+
+
+@dataclass(frozen=True)
+class RolloutState:
+    experiment: str
+    state: str
+    started_at: datetime
+    stage_started_at: datetime
+    decided_at: datetime | None
+    last_action: str | None
+    reason: str | None
+
+
+_COLUMNS = "experiment, state, started_at, stage_started_at, decided_at, last_action, reason"
+
+
+class RolloutRows:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def get(self, experiment: str) -> RolloutState | None:
+        with self.store.read() as cur:
+            row = cur.execute(
+                f"SELECT {_COLUMNS} FROM rollouts WHERE experiment = ?", [experiment]
+            ).fetchone()
+        return RolloutState(*row) if row else None
+
+    def start(self, experiment: str, at: datetime) -> RolloutState:
+        """The rollout's row, made running from `at` unless it exists already."""
+        with self.store.transaction() as tx:
+            tx.execute(
+                "INSERT INTO rollouts (experiment, state, started_at, stage_started_at) "
+                "VALUES (?, 'running', ?, ?) ON CONFLICT DO NOTHING",
+                [experiment, at, at],
+            )
+        found = self.get(experiment)
+        assert found is not None
+        return found
+
+    def set(
+        self,
+        experiment: str,
+        state: str,
+        action: str,
+        reason: str,
+        at: datetime,
+        stage_started_at: datetime | None = None,
+    ) -> None:
+        """Record a decision (and, when a stage starts, when it did)."""
+        with self.store.transaction() as tx:
+            tx.execute(
+                "UPDATE rollouts SET state = ?, last_action = ?, reason = ?, decided_at = ?, "
+                "stage_started_at = coalesce(?, stage_started_at) WHERE experiment = ?",
+                [state, action, reason[:2000], at, stage_started_at, experiment],
+            )
+
+
+def live_arm(
+    store: Store, experiment: str, variant: str, version_id: str, since: datetime
+) -> ArmSample:
+    """The variant's live calls in the experiment since `since`, per unit: completion,
+    CTR, error rate and latency, with the feedback events about its version."""
+    lines = "experiment = $experiment AND variant = $variant AND event_time >= $since"
+    events = "prompt_version_id = $version AND event_time >= $since"
+    params = {"experiment": experiment, "variant": variant, "version": version_id, "since": since}
+    with store.read() as cur:
+        return arm_from_logs(cur, variant, lines, events, params, errors=True)
+
+
+def units_since(store: Store, experiment: str, variant: str, since: datetime) -> int:
+    """Distinct units the variant served in the experiment since `since`."""
+    with store.read() as cur:
+        row = cur.execute(
+            "SELECT count(DISTINCT unit_id) FROM production_logs "
+            "WHERE experiment = ? AND variant = ? AND event_time >= ?",
+            [experiment, variant, since],
+        ).fetchone()
+    return int(row[0]) if row else 0

@@ -1,0 +1,245 @@
+"""Guarded rollouts end to end (issue 57): units served through the live gateway with the
+real `openai` SDK over fakellm on loopback, a real `promptlab serve` in process and a
+real DuckDB file. A variant whose endpoint fails 30% of attempts is killed by its
+error-rate guardrail, and every later unit of it gets control; a healthy one advances
+through its stages and, at the last, its version gets the label `production`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+import yaml
+
+from promptlab.config import Settings
+from promptlab.errors import ExperimentError
+from promptlab.experiments.parsing import parse_experiment_file
+from promptlab.fakellm.server import FakeLLMConfig, RunningServer, serve_in_thread
+from promptlab.prompts.templates import Template
+from promptlab.server.run import Serving
+from promptlab.workbench import Workbench
+
+KEY = "sk-rollout-test-0123456789abcdefghijkl"
+NAME = "greet-rollout"
+
+
+def experiment(**rollout: Any) -> dict[str, Any]:
+    return {
+        "name": NAME,
+        "ramp": 50,
+        "variants": [
+            {"name": "control", "prompt": "greet", "control": True, "weight": 1},
+            {"name": "concise", "prompt": "greet-brief", "model": "other:gpt-test", "weight": 1},
+        ],
+        "rollout": {
+            "variant": "concise",
+            "stages": [50, 100],
+            "min_units_per_stage": 100,
+            "guardrails": [{"metric": "error_rate", "worse_by": 0.02}],
+            **rollout,
+        },
+    }
+
+
+@pytest.fixture
+def fakes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, db_path: Path, request: pytest.FixtureRequest
+) -> Iterator[tuple[RunningServer, RunningServer]]:
+    """Control's endpoint, and the variant's (failing 30% of attempts when asked)."""
+    fail_rate = getattr(request, "param", 0.0)
+    with (
+        serve_in_thread(FakeLLMConfig(port=0)) as good,
+        serve_in_thread(FakeLLMConfig(port=0, fail_rate=fail_rate)) as other,
+    ):
+        models = {"*": {"context_window": 8192}}
+        endpoints = {
+            name: {
+                "kind": "openai",
+                "base_url": server.openai_base_url,
+                "api_key_env": "ROLLOUT_TEST_KEY",
+                "models": models,
+            }
+            for name, server in (("good", good), ("other", other))
+        }
+        path = tmp_path / "providers.yaml"
+        path.write_text(yaml.safe_dump({"endpoints": endpoints}))
+        monkeypatch.setenv("PROMPTLAB_PROVIDERS", str(path))
+        monkeypatch.setenv("ROLLOUT_TEST_KEY", KEY)
+        # The test checks by hand: no background check races it.
+        monkeypatch.setenv("PROMPTLAB_ROLLOUT_CHECK_S", "3600")
+        yield good, other
+
+
+def set_up(wb: Workbench, **rollout: Any) -> str:
+    for name, text in (("greet", "Be kind."), ("greet-brief", "Be brief.")):
+        template = Template.build(
+            [{"role": "system", "content": text}, {"role": "user", "content": "Hi {{ name }}."}],
+            params={"model": "good:gpt-test", "max_tokens": 50},
+            variables={"name": {"type": "string"}},
+        )
+        wb.prompts.create(name, template)
+    wb.experiments.add(experiment(**rollout))
+    return wb.tokens.create("shop-app", "gateway")[1]
+
+
+async def serve_units(server: Serving, token: str, units: range) -> dict[str, str]:
+    """Each unit's call through the gateway: the variant it was served."""
+    client = openai.AsyncOpenAI(api_key=token, base_url=f"{server.info.url}/v1", max_retries=0)
+    room = asyncio.Semaphore(40)
+    served: dict[str, str] = {}
+
+    async def call(unit: str) -> None:
+        async with room:
+            try:
+                raw = await client.chat.completions.with_raw_response.create(
+                    model=f"experiment:{NAME}",
+                    messages=[],
+                    user=unit,
+                    extra_body={"variables": {"name": unit}},
+                )
+                served[unit] = raw.headers["promptlab-variant"]
+            except openai.APIStatusError as exc:  # every attempt failed: still served
+                served[unit] = exc.response.headers["promptlab-variant"]
+
+    await asyncio.gather(*(call(f"u-{i}") for i in units))
+    await client.close()
+    return served
+
+
+@pytest.fixture
+def serving(fakes: tuple[RunningServer, RunningServer]) -> Iterator[tuple[Serving, str]]:
+    with Workbench.open(Settings.from_env()) as wb:
+        token = set_up(wb)
+        server = Serving(wb, port=0).start()
+        try:
+            yield server, token
+        finally:
+            server.stop()
+
+
+@pytest.mark.parametrize("fakes", [0.3], indirect=True)
+def test_a_variant_failing_30_percent_of_attempts_is_killed_and_its_units_get_control(
+    serving: tuple[Serving, str],
+) -> None:
+    server, token = serving
+    wb = server.wb
+    first = asyncio.run(serve_units(server, token, range(600)))
+    assert sum(v == "concise" for v in first.values()) >= 100
+    server._app.state.gateways.settle()
+    decision = wb.rollouts.check(NAME)
+    assert decision is not None and decision.action == "kill", decision
+    assert "error_rate" in decision.reason and "regressed" in decision.reason
+    assert wb.experiments.get(NAME).killed
+    status = wb.rollouts.status(NAME)
+    assert (status.state, status.last_action) == ("killed", "kill")
+    # Every later call of a unit that had the variant gets control, at once.
+    again = asyncio.run(serve_units(server, token, range(600)))
+    assert set(again.values()) == {"control"}
+    # Control's calls never failed for it.
+    with wb.store.read() as cur:
+        failed = cur.execute(
+            "SELECT count(*) FROM production_logs WHERE variant = 'control' "
+            "AND (http_status <> 200 OR failed_attempts > 0)"
+        ).fetchone()
+        events = cur.execute(
+            "SELECT count(*) FROM audit_events WHERE kind = 'rollout.decision'"
+        ).fetchone()
+    assert failed == (0,)
+    assert events == (1,)
+    assert wb.audit.verify().ok
+    # The CLI reads it through the server.
+    shown = subprocess.run(
+        [sys.executable, "-m", "promptlab", "--db", str(wb.settings.db_path)]
+        + ["rollout", "status", NAME],
+        capture_output=True,
+        text=True,
+    )
+    assert shown.returncode == 0, shown.stderr
+    printed = shown.stdout
+    assert f"{NAME} (revision 2): concise killed" in printed
+    assert "error_rate" in printed and "regressed" in printed
+
+
+def test_a_healthy_variant_advances_stage_by_stage_and_is_promoted(
+    serving: tuple[Serving, str],
+) -> None:
+    server, token = serving
+    wb = server.wb
+    asyncio.run(serve_units(server, token, range(500)))
+    server._app.state.gateways.settle()
+    decision = wb.rollouts.check(NAME)
+    assert decision is not None and decision.action == "advance", decision
+    assert wb.experiments.get(NAME).ramp == 100
+    # The next stage waits for its own units.
+    assert wb.rollouts.check(NAME).action == "wait"  # type: ignore[union-attr]
+    asyncio.run(serve_units(server, token, range(500, 900)))
+    server._app.state.gateways.settle()
+    decision = wb.rollouts.check(NAME)
+    assert decision is not None and decision.action == "complete", decision
+    variant = wb.experiments.get(NAME).variant("concise")
+    assert wb.prompts.resolve("greet-brief@production").id == variant.prompt_version_id
+    assert wb.rollouts.status(NAME).state == "complete"
+    assert wb.rollouts.check(NAME) is None  # an ended rollout is not checked
+
+
+def test_a_paused_rollout_is_not_moved_until_resumed(serving: tuple[Serving, str]) -> None:
+    server, token = serving
+    wb = server.wb
+    assert wb.rollouts.pause(NAME, "looking into it").state == "paused"
+    asyncio.run(serve_units(server, token, range(500)))
+    server._app.state.gateways.settle()
+    assert wb.rollouts.check(NAME) is None
+    assert wb.experiments.get(NAME).ramp == 50
+    with pytest.raises(ExperimentError, match="is paused: it cannot pause"):
+        wb.rollouts.pause(NAME)
+    assert wb.rollouts.resume(NAME).state == "running"
+    assert wb.rollouts.abort(NAME).state == "aborted"
+    assert wb.experiments.get(NAME).killed
+
+
+def test_the_owner_checks_rollouts_by_itself(
+    fakes: tuple[RunningServer, RunningServer], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PROMPTLAB_ROLLOUT_CHECK_S", "0.05")
+    with Workbench.open(Settings.from_env()) as wb:
+        set_up(wb)
+        server = Serving(wb, port=0).start()
+        try:
+            deadline = 600  # checks, not seconds: a busy machine only takes longer
+            while server.rollouts.checks < 2 and deadline:
+                deadline -= 1
+                server._thread.join(0.05)  # type: ignore[union-attr]
+            assert server.rollouts.checks >= 2
+            assert wb.rollouts.status(NAME).state == "running"
+        finally:
+            server.stop()
+
+
+@pytest.mark.parametrize(
+    ("rollout", "error"),
+    [
+        ({"variant": "control"}, "rollout.variant: expected one of the experiment's variants"),
+        ({"stages": [50, 25]}, "rollout.stages[1]: stages only rise"),
+        ({"stages": [10, 100]}, "rollout.stages: the ramp (50) must be one of the stages"),
+        (
+            {"guardrails": [{"metric": "errors", "worse_by": 0.02}]},
+            "rollout.guardrails[0].metric: expected one of error_rate, latency_p90_ms, ctr",
+        ),
+        (
+            {"guardrails": [{"metric": "ctr", "worse_by": 2}]},
+            "rollout.guardrails[0].worse_by: a rate's margin is a share under 1",
+        ),
+        ({"on_regression": "panic"}, "rollout.on_regression: expected one of kill, hold"),
+    ],
+)
+def test_a_bad_rollout_is_refused_naming_its_field(rollout: dict[str, Any], error: str) -> None:
+    with pytest.raises(ExperimentError, match=re.escape(error)):
+        parse_experiment_file(experiment(**rollout), source="exp.yaml")
