@@ -13,6 +13,7 @@ from promptlab.ui.experiment_form import create_form
 from promptlab.ui.experiment_launch import launch
 from promptlab.ui.experiment_revisions import revisions_table
 from promptlab.ui.resources import get_workbench
+from promptlab.ui.rollout_tiles import rollout_tiles
 from promptlab.ui.seen import seen_before
 from promptlab.ui.shell import require_shell
 from promptlab.ui.widgets import escape_markdown, show_error
@@ -171,6 +172,7 @@ if configs:
     chosen = st.selectbox("Experiment", names, key="experiment_choice")
     current = next(c for c in configs if c.name == chosen)
     change_form(workbench, current)
+    rollout_tiles(workbench, current)
     # Full width: each revision names every variant's version and share.
     st.markdown("**Revisions**")
     revisions_table(workbench, chosen)

@@ -1,0 +1,79 @@
+"""The Experiments page's rollout tiles (issue 57), driven by AppTest on a real database:
+the state, stage and units of a guarded rollout, a tile per guardrail, and pause and
+resume from the page."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from streamlit.testing.v1 import AppTest
+
+from promptlab.ui.resources import get_workbench
+
+PAGE = str(Path(__file__).resolve().parent.parent / "pages" / "experiments.py")
+TIMEOUT_S = 30
+NAME = "triage-rollout"
+
+
+def add_rollout() -> None:
+    get_workbench().experiments.add(
+        {
+            "name": NAME,
+            "ramp": 5,
+            "variants": [
+                {
+                    "name": "control",
+                    "prompt": "ticket-triage@production",
+                    "control": True,
+                    "weight": 1,
+                },
+                {"name": "staging", "prompt": "ticket-triage@staging", "weight": 1},
+            ],
+            "rollout": {
+                "variant": "staging",
+                "stages": [5, 25, 100],
+                "min_units_per_stage": 200,
+                "guardrails": [
+                    {"metric": "error_rate", "worse_by": 0.02},
+                    {"metric": "latency_p90_ms", "worse_by": 300},
+                ],
+            },
+        }
+    )
+
+
+def opened_on_the_rollout() -> AppTest:
+    at = AppTest.from_file(PAGE, default_timeout=TIMEOUT_S).run()
+    assert not at.exception, at.exception
+    at.selectbox(key="experiment_choice").select(NAME).run()
+    assert not at.exception, at.exception
+    return at
+
+
+def test_a_rollout_shows_its_stage_units_and_a_tile_per_guardrail() -> None:
+    AppTest.from_file(PAGE, default_timeout=TIMEOUT_S).run()  # the demo, loaded
+    add_rollout()
+    at = opened_on_the_rollout()
+    text = " ".join(m.value for m in at.markdown)
+    assert "Rollout of staging" in text and "running" in text
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Stage"] == "1 of 3"
+    assert metrics["Ramp"] == "5%"
+    assert metrics["This stage"] == "0 of 200"
+    # No live calls yet: each guardrail says so rather than showing a number.
+    assert metrics["error_rate"] == metrics["latency_p90_ms"] == "not judged yet"
+
+
+def test_pause_and_resume_from_the_page() -> None:
+    AppTest.from_file(PAGE, default_timeout=TIMEOUT_S).run()
+    add_rollout()
+    at = opened_on_the_rollout()
+    next(b for b in at.button if b.label == "Pause").click().run()
+    assert not at.exception, at.exception
+    assert get_workbench().rollouts.status(NAME).state == "paused"
+    assert [b.label for b in at.button if b.key and b.key.startswith("rollout_")] == [
+        "Resume",
+        "Abort",
+    ]
+    next(b for b in at.button if b.label == "Resume").click().run()
+    assert get_workbench().rollouts.status(NAME).state == "running"
