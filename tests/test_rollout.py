@@ -186,7 +186,11 @@ def test_a_healthy_variant_advances_stage_by_stage_and_is_promoted(
     assert decision is not None and decision.action == "complete", decision
     variant = wb.experiments.get(NAME).variant("concise")
     assert wb.prompts.resolve("greet-brief@production").id == variant.prompt_version_id
-    assert wb.rollouts.status(NAME).state == "complete"
+    status = wb.rollouts.status(NAME)
+    assert status.state == "complete"
+    # Each check's difference is kept: the tiles draw them as a line.
+    (error_rate,) = status.guardrails
+    assert len(error_rate.effects) == 3 and error_rate.effects[-1] == error_rate.effect
     assert wb.rollouts.check(NAME) is None  # an ended rollout is not checked
 
 
@@ -243,3 +247,22 @@ def test_the_owner_checks_rollouts_by_itself(
 def test_a_bad_rollout_is_refused_naming_its_field(rollout: dict[str, Any], error: str) -> None:
     with pytest.raises(ExperimentError, match=re.escape(error)):
         parse_experiment_file(experiment(**rollout), source="exp.yaml")
+
+
+def test_a_rollout_keeps_only_its_last_checks(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from promptlab.store import Store, rollouts
+
+    monkeypatch.setattr(rollouts, "MAX_LOOKS", 20)  # the rule, on fewer checks
+    with Store(db_path) as store:
+        rows = rollouts.RolloutRows(store)
+        start = datetime(2030, 1, 1, tzinfo=UTC)
+        for i in range(30):
+            rows.add_looks(
+                NAME, start + timedelta(seconds=i), [("ctr", float(i), i - 1.0, i + 1.0)]
+            )
+        kept = rows.effects(NAME)["ctr"]
+    assert kept == tuple(float(i) for i in range(10, 30))

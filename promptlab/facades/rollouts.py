@@ -55,6 +55,8 @@ class GuardrailRow:
     high: float | None
     regressed: bool
     line: str
+    #: The difference at the last checks (at most 500), oldest first: its line over time.
+    effects: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -126,6 +128,12 @@ class Rollouts:
             plan.min_units_per_stage,
             plan.on_regression,
         )
+        judged = [
+            (f.metric, f.effect, f.interval.low, f.interval.high)
+            for f in looks
+            if f.effect is not None and f.interval is not None
+        ]
+        self._rows.add_looks(name, self._context.store.clock.now(), judged)
         if decision.action != "wait":
             self._apply(config, plan, status, decision)
         return decision
@@ -176,6 +184,7 @@ class Rollouts:
             for v in (control, variant)
         )
         current = "killed" if config.killed and state.state in CHECKED else state.state
+        effects = self._rows.effects(config.name)
         status = RolloutStatus(
             experiment=config.name,
             revision=config.revision,
@@ -193,7 +202,7 @@ class Rollouts:
             stage_started_at=state.stage_started_at,
             last_action=state.last_action,
             reason=state.reason,
-            guardrails=tuple(_row(found) for found in looks),
+            guardrails=tuple(_row(found, effects.get(found.metric, ())) for found in looks),
         )
         return status, plan, looks
 
@@ -258,7 +267,7 @@ class Rollouts:
         return self.status(name)
 
 
-def _row(found: GuardrailLook) -> GuardrailRow:
+def _row(found: GuardrailLook, effects: tuple[float, ...]) -> GuardrailRow:
     interval = found.interval
     return GuardrailRow(
         metric=found.metric,
@@ -270,4 +279,5 @@ def _row(found: GuardrailLook) -> GuardrailRow:
         high=interval.high if interval is not None else None,
         regressed=found.regressed,
         line=found.line,
+        effects=effects,
     )

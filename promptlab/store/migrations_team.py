@@ -201,6 +201,18 @@ TEAM_MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
                 reason           VARCHAR
             )
             """,
+            # Each check's guardrails, kept for the tiles' lines over time (the last
+            # MAX_LOOKS checks of a rollout).
+            """
+            CREATE TABLE rollout_looks (
+                experiment VARCHAR NOT NULL,
+                looked_at  TIMESTAMPTZ NOT NULL,
+                metric     VARCHAR NOT NULL,
+                effect     DOUBLE NOT NULL,
+                low        DOUBLE NOT NULL,
+                high       DOUBLE NOT NULL
+            )
+            """,
             # A live call's attempts and the failed ones among them (retried or not):
             # a rollout's error-rate guardrail counts attempts, not calls.
             "ALTER TABLE production_logs ADD COLUMN attempts INTEGER",

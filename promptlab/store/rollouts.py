@@ -10,6 +10,7 @@ feedback events about them and each unit's failed calls (`error rate`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -30,6 +31,9 @@ class RolloutState:
     last_action: str | None
     reason: str | None
 
+
+#: Checks whose guardrails a rollout keeps (at 5 s a check: the last 40 minutes).
+MAX_LOOKS = 500
 
 _COLUMNS = "experiment, state, started_at, stage_started_at, decided_at, last_action, reason"
 
@@ -73,6 +77,35 @@ class RolloutRows:
                 "stage_started_at = coalesce(?, stage_started_at) WHERE experiment = ?",
                 [state, action, reason[:2000], at, stage_started_at, experiment],
             )
+
+    def add_looks(
+        self, experiment: str, at: datetime, looks: Sequence[tuple[str, float, float, float]]
+    ) -> None:
+        """One check's judged guardrails (metric, effect, low, high); only the last
+        MAX_LOOKS checks of a rollout are kept."""
+        if not looks:
+            return
+        with self.store.transaction() as tx:
+            tx.executemany(
+                "INSERT INTO rollout_looks VALUES (?, ?, ?, ?, ?, ?)",
+                [[experiment, at, *look] for look in looks],
+            )
+            tx.execute(
+                "DELETE FROM rollout_looks WHERE experiment = $e AND looked_at < (SELECT "
+                "min(looked_at) FROM (SELECT DISTINCT looked_at FROM rollout_looks "
+                "WHERE experiment = $e ORDER BY looked_at DESC LIMIT $keep))",
+                {"e": experiment, "keep": MAX_LOOKS},
+            )
+
+    def effects(self, experiment: str) -> dict[str, tuple[float, ...]]:
+        """Each guardrail's effect at the kept checks, oldest first."""
+        with self.store.read() as cur:
+            rows = cur.execute(
+                "SELECT metric, list(effect ORDER BY looked_at) FROM rollout_looks "
+                "WHERE experiment = ? GROUP BY metric",
+                [experiment],
+            ).fetchall()
+        return {str(metric): tuple(float(e) for e in effects) for metric, effects in rows}
 
 
 def live_arm(

@@ -65,6 +65,8 @@ def _tile(row: GuardrailRow) -> None:
         delta="regressed" if row.regressed else "within its margin",
         delta_color="red" if row.regressed else "gray",
         delta_arrow="off",
+        # The difference at each check so far: where it is heading, as a line.
+        chart_data=[e * scale for e in row.effects] if len(row.effects) > 1 else None,
     )
     st.caption(
         f"CS {row.low * scale:+.1f} to {row.high * scale:+.1f}{unit}; "
