@@ -114,6 +114,9 @@ class Settings:
     gateway_fold_s: float = GATEWAY_FOLD_S
     #: Seconds between a server's checks of its guarded rollouts (PROMPTLAB_ROLLOUT_CHECK_S).
     rollout_check_s: float = ROLLOUT_CHECK_S
+    #: Hosts a rollout's `on_decision_url` may post to (PROMPTLAB_WEBHOOK_HOSTS): an
+    #: experiment file is a user's text; where the server posts is the operator's call.
+    webhook_hosts: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -134,6 +137,11 @@ class Settings:
             log_format=parse_log_format(env.get("PROMPTLAB_LOG_FORMAT")),
             gateway_fold_s=_positive_seconds(
                 "PROMPTLAB_GATEWAY_FOLD_S", env.get("PROMPTLAB_GATEWAY_FOLD_S"), GATEWAY_FOLD_S
+            ),
+            webhook_hosts=tuple(
+                h.strip().lower()
+                for h in env.get("PROMPTLAB_WEBHOOK_HOSTS", "").split(",")
+                if h.strip()
             ),
             rollout_check_s=_positive_seconds(
                 "PROMPTLAB_ROLLOUT_CHECK_S", env.get("PROMPTLAB_ROLLOUT_CHECK_S"), ROLLOUT_CHECK_S

@@ -8,9 +8,12 @@ through its stages and, at the last, its version gets the label `production`.
 from __future__ import annotations
 
 import asyncio
+import http.server
+import json
 import re
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -266,3 +269,59 @@ def test_a_rollout_keeps_only_its_last_checks(
             )
         kept = rows.effects(NAME)["ctr"]
     assert kept == tuple(float(i) for i in range(10, 30))
+
+
+class Hooks(http.server.BaseHTTPRequestHandler):
+    """A team's webhook receiver on loopback: the bodies it was posted."""
+
+    received: list[dict[str, Any]] = []
+    arrived = threading.Event()
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's name
+        length = int(self.headers["Content-Length"])
+        Hooks.received.append(json.loads(self.rfile.read(length)))
+        self.send_response(204)
+        self.end_headers()
+        Hooks.arrived.set()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_a_decision_is_posted_to_an_allowed_host_and_never_to_another(
+    fakes: tuple[RunningServer, RunningServer],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    receiver = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hooks)
+    threading.Thread(target=receiver.serve_forever, daemon=True).start()
+    hook = f"http://127.0.0.1:{receiver.server_address[1]}/rollouts?token=team-secret"
+    monkeypatch.setenv("PROMPTLAB_WEBHOOK_HOSTS", "127.0.0.1")
+    try:
+        with Workbench.open(Settings.from_env()) as wb:
+            set_up(wb, on_decision_url=hook)
+            wb.rollouts.pause(NAME, "a look")
+            assert Hooks.arrived.wait(60), "no post arrived"
+            assert Hooks.received == [{"experiment": NAME, "action": "pause", "reason": "a look"}]
+        # The same address on a server that allows no host: nothing is sent.
+        monkeypatch.setenv("PROMPTLAB_WEBHOOK_HOSTS", "")
+        Hooks.arrived.clear()
+        with Workbench.open(Settings.from_env()) as wb, caplog.at_level("WARNING"):
+            wb.rollouts.resume(NAME)
+        assert "host '127.0.0.1' is not in PROMPTLAB_WEBHOOK_HOSTS" in caplog.text
+        assert "team-secret" not in caplog.text  # the address's query is never logged
+        assert len(Hooks.received) == 1
+    finally:
+        receiver.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("url", "error"),
+    [
+        ("ftp://example.com/x", "expected an http:// or https:// address with a host"),
+        ("https://user:pw@example.com/x", "an address with a user or password in it is refused"),
+    ],
+)
+def test_a_bad_webhook_address_is_refused_in_the_file(url: str, error: str) -> None:
+    with pytest.raises(ExperimentError, match=re.escape(f"rollout.on_decision_url: {error}")):
+        parse_experiment_file(experiment(on_decision_url=url), source="exp.yaml")

@@ -12,6 +12,7 @@ rollout:
     - {metric: ctr, worse_by: 0.01}
   on_regression: kill                # kill (every unit to control) | hold
   on_complete: promote               # move the label `production` to the variant's version
+  on_decision_url: https://hooks.example.com/rollouts   # optional: each decision posted
 ```
 
 A stage is the experiment's ramp: a unit in stays in as it rises (buckets.py), and
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from promptlab.errors import ExperimentError
+from promptlab.observability.webhooks import url_problem
 
 #: What a guardrail may watch, and in which direction it gets worse.
 GUARDRAIL_WORSE_WHEN_HIGHER = {"error_rate": True, "latency_p90_ms": True, "ctr": False}
@@ -36,7 +38,15 @@ ON_COMPLETE = ("promote", "none")
 MAX_STAGES = 20
 MAX_GUARDRAILS = 10
 _KEYS = frozenset(
-    {"variant", "stages", "min_units_per_stage", "guardrails", "on_regression", "on_complete"}
+    {
+        "variant",
+        "stages",
+        "min_units_per_stage",
+        "guardrails",
+        "on_regression",
+        "on_complete",
+        "on_decision_url",
+    }
 )
 
 
@@ -57,9 +67,13 @@ class RolloutPlan:
     guardrails: tuple[GuardrailSpec, ...]
     on_regression: str
     on_complete: str
+    #: Where each decision is posted (promptlab/observability/webhooks.py: only to a
+    #: host the server's PROMPTLAB_WEBHOOK_HOSTS allows).
+    on_decision_url: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        hook = {"on_decision_url": self.on_decision_url} if self.on_decision_url else {}
+        return hook | {
             "variant": self.variant,
             "stages": [_number(s) for s in self.stages],
             "min_units_per_stage": self.min_units_per_stage,
@@ -100,6 +114,7 @@ def parse_rollout(
         guardrails=_guardrails(value.get("guardrails"), f"{where}.guardrails"),
         on_regression=_choice(value, "on_regression", ON_REGRESSION, where),
         on_complete=_choice(value, "on_complete", ON_COMPLETE, where),
+        on_decision_url=_hook(value.get("on_decision_url"), f"{where}.on_decision_url"),
     )
 
 
@@ -116,7 +131,17 @@ def rollout_plan(value: Mapping[str, Any] | None) -> RolloutPlan | None:
         ),
         on_regression=str(value["on_regression"]),
         on_complete=str(value["on_complete"]),
+        on_decision_url=value.get("on_decision_url"),
     )
+
+
+def _hook(value: Any, where: str) -> str | None:
+    if value is None:
+        return None
+    problem = url_problem(value) if isinstance(value, str) else "expected an address"
+    if problem is not None:
+        raise ExperimentError(f"{where}: {problem}")
+    return str(value)
 
 
 def _variant(value: Any, variants: Sequence[tuple[str, bool]], where: str) -> str:

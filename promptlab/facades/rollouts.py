@@ -16,6 +16,7 @@ import builtins  # `list` below names a method: annotations say builtins.list
 import logging
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from promptlab.analysis.rollout import Decision, Guardrail, GuardrailLook, decide, look
 from promptlab.audit.actor import acting_as
@@ -25,6 +26,7 @@ from promptlab.experiments.rollout import RolloutPlan, rollout_plan
 from promptlab.facades.context import Context
 from promptlab.facades.experiments import Experiments
 from promptlab.facades.prompts import Prompts
+from promptlab.observability.webhooks import post_json
 from promptlab.store.rollouts import RolloutRows, RolloutState, live_arm, units_since
 
 __all__ = ["GuardrailRow", "RolloutStatus", "Rollouts"]
@@ -228,9 +230,8 @@ class Rollouts:
                     self._promote(config, plan)
                 state = "complete"
             self._rows.set(name, state, decision.action, decision.reason, now, stage_started)
-            self._context.audit_change(
-                "rollout.decision",
-                self._context.author(),
+            self._decided(
+                plan,
                 {
                     "experiment": name,
                     "action": decision.action,
@@ -241,6 +242,12 @@ class Rollouts:
                     "guardrails": [row.line for row in status.guardrails],
                 },
             )
+
+    def _decided(self, plan: RolloutPlan, payload: dict[str, Any]) -> None:
+        """A decision in the audit trail, and posted where the plan says (if allowed)."""
+        self._context.audit_change("rollout.decision", self._context.author(), payload)
+        if plan.on_decision_url:
+            post_json(plan.on_decision_url, payload, self._context.settings.webhook_hosts)
 
     def _promote(self, config: ExperimentConfig, plan: RolloutPlan) -> None:
         variant = config.variant(plan.variant)
@@ -259,11 +266,9 @@ class Rollouts:
         now = self._context.store.clock.now()
         reason = note or f"{action} by {self._context.author()}"
         self._rows.set(name, state, action, reason, now, now if action == "resume" else None)
-        self._context.audit_change(
-            "rollout.decision",
-            self._context.author(),
-            {"experiment": name, "action": action, "reason": reason},
-        )
+        plan = rollout_plan(config.rollout)
+        assert plan is not None
+        self._decided(plan, {"experiment": name, "action": action, "reason": reason})
         return self.status(name)
 
 
