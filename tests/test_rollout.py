@@ -56,11 +56,12 @@ def experiment(**rollout: Any) -> dict[str, Any]:
 def fakes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, db_path: Path, request: pytest.FixtureRequest
 ) -> Iterator[tuple[RunningServer, RunningServer]]:
-    """Control's endpoint, and the variant's (failing 30% of attempts when asked)."""
-    fail_rate = getattr(request, "param", 0.0)
+    """Control's endpoint, and the variant's: its FakeLLMConfig fields as the test's
+    parameter asks (failing 30% of attempts, 600 ms slower)."""
+    faults = getattr(request, "param", {})
     with (
         serve_in_thread(FakeLLMConfig(port=0)) as good,
-        serve_in_thread(FakeLLMConfig(port=0, fail_rate=fail_rate)) as other,
+        serve_in_thread(FakeLLMConfig(port=0, **faults)) as other,
     ):
         models = {"*": {"context_window": 8192}}
         endpoints = {
@@ -128,7 +129,7 @@ def serving(fakes: tuple[RunningServer, RunningServer]) -> Iterator[tuple[Servin
             server.stop()
 
 
-@pytest.mark.parametrize("fakes", [0.3], indirect=True)
+@pytest.mark.parametrize("fakes", [{"fail_rate": 0.3}], indirect=True)
 def test_a_variant_failing_30_percent_of_attempts_is_killed_and_its_units_get_control(
     serving: tuple[Serving, str],
 ) -> None:
@@ -169,6 +170,24 @@ def test_a_variant_failing_30_percent_of_attempts_is_killed_and_its_units_get_co
     printed = shown.stdout
     assert f"{NAME} (revision 2): concise killed" in printed
     assert "error_rate" in printed and "regressed" in printed
+
+
+@pytest.mark.parametrize("fakes", [{"latency_ms": 600.0}], indirect=True)
+def test_a_variant_600_ms_slower_is_killed_by_its_latency_guardrail(
+    fakes: tuple[RunningServer, RunningServer],
+) -> None:
+    with Workbench.open(Settings.from_env()) as wb:
+        token = set_up(wb, guardrails=[{"metric": "latency_p90_ms", "worse_by": 300}])
+        server = Serving(wb, port=0).start()
+        try:
+            asyncio.run(serve_units(server, token, range(600)))
+            server._app.state.gateways.settle()
+            decision = wb.rollouts.check(NAME)
+            assert decision is not None and decision.action == "kill", decision
+            assert "latency_p90_ms" in decision.reason and "regressed" in decision.reason
+            assert wb.experiments.get(NAME).killed
+        finally:
+            server.stop()
 
 
 def test_a_healthy_variant_advances_stage_by_stage_and_is_promoted(
