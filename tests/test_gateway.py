@@ -397,3 +397,34 @@ def test_feedback_about_a_call_answered_a_moment_ago_finds_it(
             assert (sent.status_code, sent.json()) == (200, {"accepted": 1, "duplicates": 0})
         finally:
             server.stop()
+
+
+def test_an_endpoint_that_sends_through_batches_cannot_serve_a_live_call(
+    fake: RunningServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "batchy.yaml"
+    endpoint = {
+        "kind": "openai",
+        "base_url": fake.openai_base_url,
+        "api_key_env": "GATEWAY_TEST_KEY",
+        "executor": "provider-batch",
+        "models": {"*": {"context_window": 8192}},
+    }
+    path.write_text(yaml.safe_dump({"endpoints": {"batchy": endpoint}}))
+    monkeypatch.setenv("PROMPTLAB_PROVIDERS", str(path))
+    with Workbench.open(Settings.from_env()) as wb:
+        template = Template.build(
+            [{"role": "user", "content": "Hi."}], params={"model": "batchy:gpt-test"}
+        )
+        wb.prompts.create("nightly", template)
+        token = wb.tokens.create("shop-app", "gateway")[1]
+        server = Serving(wb, port=0).start()
+        try:
+            app = openai.OpenAI(api_key=token, base_url=f"{server.info.url}/v1", max_retries=0)
+            with pytest.raises(openai.APIStatusError) as refused:
+                app.chat.completions.create(model="prompt:nightly@latest", messages=[], user="u")
+            assert refused.value.status_code == 503
+            assert "endpoint batchy: its calls go through provider-batch" in str(refused.value)
+            assert fake.requests() == []  # nothing was sent
+        finally:
+            server.stop()
