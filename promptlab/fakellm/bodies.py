@@ -15,22 +15,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from promptlab.providers.base import FinishReason
+from promptlab.providers.wire import ANTHROPIC_STOP, OPENAI_FINISH
 
 #: Words per streamed chunk: real servers send a token or a few at a time.
 WORDS_PER_CHUNK = 4
-
-_OPENAI_FINISH = {
-    FinishReason.STOP: "stop",
-    FinishReason.LENGTH: "length",
-    FinishReason.CONTENT_FILTER: "content_filter",
-    FinishReason.TOOL_CALLS: "tool_calls",
-}
-_ANTHROPIC_STOP = {
-    FinishReason.STOP: "end_turn",
-    FinishReason.LENGTH: "max_tokens",
-    FinishReason.CONTENT_FILTER: "refusal",
-    FinishReason.TOOL_CALLS: "tool_use",
-}
 
 
 def dumps(data: Any) -> bytes:
@@ -68,7 +56,7 @@ def openai_completion(
                         "content": [_token_logprobs(i, top) for i, top in enumerate(logprobs)],
                         "refusal": None,
                     },
-                    "finish_reason": _OPENAI_FINISH[finish],
+                    "finish_reason": OPENAI_FINISH[finish],
                 }
             ],
             "usage": {
@@ -99,7 +87,7 @@ def anthropic_message(
             "role": "assistant",
             "model": model,
             "content": [{"type": "text", "text": text}],
-            "stop_reason": _ANTHROPIC_STOP[finish],
+            "stop_reason": ANTHROPIC_STOP[finish],
             "stop_sequence": None,
             "usage": {"input_tokens": usage[0], "output_tokens": usage[1]},
         }
@@ -142,7 +130,7 @@ def openai_stream(
     yield event({"role": "assistant", "content": "", "refusal": None}, None)
     for piece in chunks_of(text):
         yield event({"content": piece}, None)
-    yield event({}, _OPENAI_FINISH[finish])
+    yield event({}, OPENAI_FINISH[finish])
     if include_usage:
         final = {
             "id": response_id,
@@ -197,7 +185,7 @@ def anthropic_stream(
         "message_delta",
         {
             "type": "message_delta",
-            "delta": {"stop_reason": _ANTHROPIC_STOP[finish], "stop_sequence": None},
+            "delta": {"stop_reason": ANTHROPIC_STOP[finish], "stop_sequence": None},
             "usage": {"output_tokens": usage[1]},
         },
     )

@@ -10,25 +10,15 @@ application's client cannot tell the gateway from the provider.
 from __future__ import annotations
 
 import time
+from abc import ABC, abstractmethod
 from typing import Any
 
 import orjson
 
 from promptlab.gateway.calls import ANTHROPIC
-from promptlab.providers.base import CompletionResponse, FinishReason
+from promptlab.providers.base import CompletionResponse
+from promptlab.providers.wire import ANTHROPIC_STOP, OPENAI_FINISH
 
-_OPENAI_FINISH = {
-    FinishReason.STOP: "stop",
-    FinishReason.LENGTH: "length",
-    FinishReason.CONTENT_FILTER: "content_filter",
-    FinishReason.TOOL_CALLS: "tool_calls",
-}
-_ANTHROPIC_STOP = {
-    FinishReason.STOP: "end_turn",
-    FinishReason.LENGTH: "max_tokens",
-    FinishReason.CONTENT_FILTER: "refusal",
-    FinishReason.TOOL_CALLS: "tool_use",
-}
 _ANTHROPIC_ERRORS = {
     400: "invalid_request_error",
     401: "authentication_error",
@@ -42,7 +32,7 @@ _ANTHROPIC_ERRORS = {
 _EMPTY_TEXT = {"type": "text", "text": ""}
 
 
-class Reply:
+class Reply(ABC):
     """One call's answer in one wire format; `call_id` names it to the caller."""
 
     media_type = "application/json"
@@ -52,24 +42,24 @@ class Reply:
         self.model = model
         self.created = int(time.time())
 
-    def whole(self, answer: CompletionResponse) -> bytes:
-        raise NotImplementedError
+    @abstractmethod
+    def whole(self, answer: CompletionResponse) -> bytes: ...
 
-    def head(self) -> bytes:
-        raise NotImplementedError
+    @abstractmethod
+    def head(self) -> bytes: ...
 
-    def piece(self, text: str) -> bytes:
-        raise NotImplementedError
+    @abstractmethod
+    def piece(self, text: str) -> bytes: ...
 
-    def tail(self, answer: CompletionResponse, include_usage: bool) -> bytes:
-        raise NotImplementedError
+    @abstractmethod
+    def tail(self, answer: CompletionResponse, include_usage: bool) -> bytes: ...
 
     @staticmethod
-    def error(status: int, message: str, param: str | None = None) -> bytes:
-        raise NotImplementedError
+    @abstractmethod
+    def error(status: int, message: str, param: str | None = None) -> bytes: ...
 
-    def stream_error(self, status: int, message: str) -> bytes:
-        raise NotImplementedError
+    @abstractmethod
+    def stream_error(self, status: int, message: str) -> bytes: ...
 
 
 class OpenAIReply(Reply):
@@ -85,7 +75,7 @@ class OpenAIReply(Reply):
                         "index": 0,
                         "message": {"role": "assistant", "content": answer.text, "refusal": None},
                         "logprobs": None,
-                        "finish_reason": _OPENAI_FINISH[answer.finish_reason],
+                        "finish_reason": OPENAI_FINISH[answer.finish_reason],
                     }
                 ],
                 "usage": _openai_usage(answer),
@@ -109,7 +99,7 @@ class OpenAIReply(Reply):
         return self._chunk({"content": text}, None)
 
     def tail(self, answer: CompletionResponse, include_usage: bool) -> bytes:
-        out = self._chunk({}, _OPENAI_FINISH[answer.finish_reason])
+        out = self._chunk({}, OPENAI_FINISH[answer.finish_reason])
         if include_usage:
             usage = {
                 "id": self.call_id,
@@ -140,7 +130,7 @@ class AnthropicReply(Reply):
                 "role": "assistant",
                 "model": self.model,
                 "content": [{"type": "text", "text": answer.text}],
-                "stop_reason": _ANTHROPIC_STOP[answer.finish_reason],
+                "stop_reason": ANTHROPIC_STOP[answer.finish_reason],
                 "stop_sequence": None,
                 "usage": {
                     "input_tokens": answer.input_tokens,
@@ -175,7 +165,7 @@ class AnthropicReply(Reply):
         )
 
     def tail(self, answer: CompletionResponse, include_usage: bool) -> bytes:
-        delta = {"stop_reason": _ANTHROPIC_STOP[answer.finish_reason], "stop_sequence": None}
+        delta = {"stop_reason": ANTHROPIC_STOP[answer.finish_reason], "stop_sequence": None}
         usage = {"input_tokens": answer.input_tokens, "output_tokens": answer.output_tokens}
         return (
             _event("content_block_stop", {"type": "content_block_stop", "index": 0})

@@ -42,6 +42,20 @@ ANTHROPIC_FINISH_REASONS = {
     "refusal": FinishReason.CONTENT_FILTER,
 }
 
+#: How each format writes a finish reason (what a server answers: fakellm, the gateway).
+OPENAI_FINISH = {
+    FinishReason.STOP: "stop",
+    FinishReason.LENGTH: "length",
+    FinishReason.CONTENT_FILTER: "content_filter",
+    FinishReason.TOOL_CALLS: "tool_calls",
+}
+ANTHROPIC_STOP = {
+    FinishReason.STOP: "end_turn",
+    FinishReason.LENGTH: "max_tokens",
+    FinishReason.CONTENT_FILTER: "refusal",
+    FinishReason.TOOL_CALLS: "tool_use",
+}
+
 
 def openai_body(request: CompletionRequest, max_tokens_param: str) -> dict[str, Any]:
     """The chat-completions body; `max_tokens_param` is max_tokens or max_completion_tokens.
