@@ -61,7 +61,8 @@ class CallJournal:
             os.write(self._fd, line)
 
     def flush(self) -> None:
-        """Fold everything written so far, now (tests, and closing)."""
+        """Fold everything written so far, now (before a feedback event or a rollout's
+        check reads the calls, and at closing)."""
         self._fold_pending()
 
     def close(self) -> None:
@@ -81,6 +82,10 @@ class CallJournal:
 
     def _fold_pending(self) -> None:
         with self._folding:
+            # Nothing appended since the last fold (a write is whole once os.write
+            # returns): no file opened, as on most feedback posts and idle ticks.
+            if os.fstat(self._fd).st_size == self._offset:
+                return
             with open(self.path, "rb") as journal:
                 journal.seek(self._offset)
                 data = journal.read()
