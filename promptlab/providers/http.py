@@ -22,15 +22,15 @@ from typing import Any, ClassVar
 import aiohttp
 import orjson
 
-from promptlab.errors import ErrorKind, ProviderError
+from promptlab.errors import ProviderError
 from promptlab.providers.base import CompletionRequest, CompletionResponse, FinishReason
 from promptlab.providers.config import EndpointConfig
 from promptlab.providers.http_errors import (
     anthropic_kind,
-    connection_message,
     error_from_response,
     kept_headers,
     malformed_body_error,
+    transport_error,
 )
 from promptlab.providers.wire import (
     DEFAULT_API_VERSION,
@@ -150,18 +150,8 @@ class HttpProvider:
             ) as resp:
                 raw = await resp.read()
                 status, resp_headers = resp.status, resp.headers
-        except TimeoutError as exc:
-            message = f"Request timed out: no answer within {request.timeout_s:g} s"
-            raise ProviderError(ErrorKind.TIMEOUT, message, provider=self.name) from exc
-        except aiohttp.InvalidURL as exc:
-            message = f"invalid URL {self.url!r}: {exc}"
-            raise ProviderError(ErrorKind.BAD_REQUEST, message, provider=self.name) from exc
-        except aiohttp.ClientConnectionError as exc:
-            message = connection_message(exc)
-            raise ProviderError(ErrorKind.CONNECTION, message, provider=self.name) from exc
-        except aiohttp.ClientError as exc:  # e.g. a body cut off mid-way
-            message = f"connection failed: {exc or type(exc).__name__}"
-            raise ProviderError(ErrorKind.CONNECTION, message, provider=self.name) from exc
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise transport_error(exc, self.name, self.url, request.timeout_s) from exc
         latency_ms = (time.perf_counter() - started) * 1000
         if not 200 <= status < 300:
             answer = StatusAnswer(status, raw)

@@ -201,3 +201,20 @@ def connection_message(cause: aiohttp.ClientConnectionError) -> str:
     if dropped:
         return f"connection reset by server: {text}"
     return f"connection failed: {text}"
+
+
+def transport_error(
+    exc: TimeoutError | aiohttp.ClientError, provider: str, url: str, timeout_s: float
+) -> ProviderError:
+    """The ProviderError for a request that got no HTTP answer (or lost it mid-way): a
+    timeout, a bad URL, a refused or dropped connection, a body cut off."""
+    if isinstance(exc, TimeoutError):
+        message = f"Request timed out: no answer within {timeout_s:g} s"
+        return ProviderError(ErrorKind.TIMEOUT, message, provider=provider)
+    if isinstance(exc, aiohttp.InvalidURL):
+        message = f"invalid URL {url!r}: {exc}"
+        return ProviderError(ErrorKind.BAD_REQUEST, message, provider=provider)
+    if isinstance(exc, aiohttp.ClientConnectionError):
+        return ProviderError(ErrorKind.CONNECTION, connection_message(exc), provider=provider)
+    message = f"connection failed: {exc or type(exc).__name__}"
+    return ProviderError(ErrorKind.CONNECTION, message, provider=provider)

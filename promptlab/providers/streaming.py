@@ -20,7 +20,7 @@ import orjson
 from promptlab.errors import ErrorKind, ProviderError
 from promptlab.providers.base import CompletionRequest, CompletionResponse, FinishReason, Provider
 from promptlab.providers.http import HttpProvider, StatusAnswer
-from promptlab.providers.http_errors import connection_message, kept_headers
+from promptlab.providers.http_errors import kept_headers, transport_error
 from promptlab.providers.wire import ANTHROPIC_FINISH_REASONS, OPENAI_FINISH_REASONS
 
 #: Longest server-sent event line read: a bigger one is a broken stream, not a piece.
@@ -76,15 +76,8 @@ async def _http_stream(provider: HttpProvider, request: CompletionRequest) -> As
                 if piece:
                     yield piece
             status, resp_headers = resp.status, resp.headers
-    except TimeoutError as exc:
-        message = f"Request timed out: no answer within {request.timeout_s:g} s"
-        raise ProviderError(ErrorKind.TIMEOUT, message, provider=provider.name) from exc
-    except aiohttp.ClientConnectionError as exc:
-        message = connection_message(exc)
-        raise ProviderError(ErrorKind.CONNECTION, message, provider=provider.name) from exc
-    except aiohttp.ClientError as exc:
-        message = f"connection failed: {exc or type(exc).__name__}"
-        raise ProviderError(ErrorKind.CONNECTION, message, provider=provider.name) from exc
+    except (TimeoutError, aiohttp.ClientError) as exc:
+        raise transport_error(exc, provider.name, provider.url, request.timeout_s) from exc
     if not reader.finished:
         raise _broken(provider, "the stream ended before its last event")
     yield CompletionResponse(
