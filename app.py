@@ -8,13 +8,14 @@ from promptlab.audit.actor import acting_as
 from promptlab.errors import DatabaseLockedError, StoreError
 from promptlab.ui.jsonlogs import streamlit_logs_as_json
 from promptlab.ui.resources import get_settings, get_workbench, settle_heap, start_demo_run
-from promptlab.ui.shell import follow_deep_link, home_page, mark_shell_run
+from promptlab.ui.shell import FAVICON_SVG, follow_deep_link, home_page, mark_shell_run
 from promptlab.ui.signin import refuse_open_serving, show_signed_in, signed_in_actor
 from promptlab.ui.widgets import show_error
 
-# The favicon is an emoji, drawn in the page (a data: URL): a `:material/...:` one is
-# fetched from fonts.gstatic.com by every visitor's browser.
-st.set_page_config(page_title="promptlab", page_icon="🧪", layout="wide")
+# The favicon is an SVG flask, sent in the page as a data: URL: an emoji showed as an
+# empty box on machines without an emoji font, and a `:material/...:` one is fetched
+# from fonts.gstatic.com by every visitor's browser.
+st.set_page_config(page_title="promptlab", page_icon=FAVICON_SVG, layout="wide")
 streamlit_logs_as_json()  # PROMPTLAB_LOG_FORMAT=json: Streamlit's own lines too (once)
 # Served off loopback (not `make run`'s 127.0.0.1), the app wants sign-in or
 # PROMPTLAB_ALLOW_OPEN=1; otherwise each visitor sees one line and nothing is opened.

@@ -9,7 +9,9 @@ latency. Prints, side by side in one run: the family-wise false-positive rate of
 whole table (any metric called better or worse after Holm) for the request-level
 analysis this project used before, the per-unit analysis (logs and split-run shapes), 20
 looks with the fixed-horizon test and with 19 always-valid looks tuned to the horizon
-then the final fixed one (promptlab/analysis/sequential.py), CUPED on, at the minimum of
+then the final fixed one (promptlab/analysis/sequential.py), 30 interim looks while the
+data grows to 3x the planned units (within the interim 1%: the width frozen at the
+horizon), CUPED on, at the minimum of
 units per arm, all-mode runs at their minimum of rows; the power to find a +60% per-user
 CTR lift at one fixed look, at the final look alone (4%), at one always-valid look at
 the horizon alone, and over the 20 looks; how often the Bayesian view's "chance to beat
@@ -36,6 +38,7 @@ from promptlab.analysis.simulate import (  # noqa: E402
     cuped_effects,
     false_positive_rate,
     paired_false_positive_rate,
+    past_horizon_false_positive_rate,
     power,
 )
 from promptlab.analysis.simulate_shared import contamination_effects  # noqa: E402
@@ -66,6 +69,10 @@ def main() -> None:
         (
             "A/A, 20 looks, always valid",
             lambda: false_positive_rate(pairs, traffic, looks=20, sequential=True),
+        ),
+        (
+            "A/A, 30 interim looks to 3x horizon",
+            lambda: past_horizon_false_positive_rate(pairs, traffic, looks=30),
         ),
         (
             "A/A, CUPED",

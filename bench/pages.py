@@ -3,6 +3,7 @@
     PYTHONPATH=. .venv/bin/python bench/pages.py --repeats 5
     git archive HEAD | tar -x -C /tmp/before     # then, a before/after in one run:
     PYTHONPATH=. .venv/bin/python bench/pages.py --before /tmp/before
+    PYTHONPATH=. .venv/bin/python bench/pages.py --make-run --same-elements   # vs bare twins
 
 Serves Streamlit apps the same way (`streamlit run`, the same flags, each from its project
 folder so each reads the same .streamlit/config.toml, each on a free loopback port): the
@@ -32,6 +33,15 @@ The ratios are of `done`. `/` is the address a visitor opens first: it goes on t
 Compare (or Prompts, before any run has results), two script runs. Each context is
 closed after its load, so no session of an earlier load keeps polling. Not a test: it
 asserts nothing.
+
+With `--same-elements`, each page also has a bare twin (bench/page_twins.py): after
+the warm-up, each page of the app is loaded once more and what its server sent is
+recorded; a Streamlit server with no promptlab code (bench/page_twin_app.py, served like
+the floor) draws the same elements with the same data at the same addresses. The twin
+is measured in the same rounds, page by page beside the app's, and the report gives
+each page's app/twin ratio: promptlab's own overhead. The browser resolves no host
+name but loopback (`--host-resolver-rules`), and a recorded load fails if the page
+asked for anything else.
 """
 
 from __future__ import annotations
@@ -59,6 +69,12 @@ if TYPE_CHECKING:
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
+#: No host name resolves but loopback's: a page that asks for another host fails to.
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE localhost, EXCLUDE 127.0.0.1",
+]
 #: The app's addresses: `/` (goes on to Compare or Prompts), then every page.
 PAGES = ("/", "/compare", "/prompts", "/runs", "/datasets", "/experiments", "/review", "/audit")
 FLOOR_SCRIPT = 'import streamlit as st\n\nst.write("hello")\n'
@@ -312,7 +328,7 @@ def launcher(root: Path, args: argparse.Namespace) -> str:
     return "streamlit"
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=5, help="fresh loads per page")
     parser.add_argument("--pages", nargs="*", default=list(PAGES), help="app addresses")
@@ -337,7 +353,39 @@ def main() -> None:
         action="store_true",
         help="also time one-element pages (a dataframe, a Plotly chart, ...) against the floor",
     )
-    args = parser.parse_args()
+    parser.add_argument(
+        "--same-elements",
+        action="store_true",
+        help="serve beside each page a bare Streamlit page with the same elements and data "
+        "and no promptlab code (bench/page_twins.py), measured in the same rounds: "
+        "promptlab's own overhead per page",
+    )
+    return parser.parse_args()
+
+
+def serve_twin(
+    stack: contextlib.ExitStack, browser: Browser, folder: Path, app: str, pages: list[str]
+) -> tuple[str, Load]:
+    """`--same-elements`: record each page of `app` (warm), serve their bare twin like the
+    floor, load it once (its first load, returned) and each of its pages once (its
+    warm-up), and say whether each twin page sent what the app's page did."""
+    from page_twins import build_twin, capture, fidelity
+
+    captures = {p: capture(browser, f"{app}{p}", MEASURE_JS, LOAD_TIMEOUT_MS) for p in pages}
+    script, skipped = build_twin(folder / "twin", {p: c.messages for p, c in captures.items()})
+    twin = stack.enter_context(served(script, clean_env(None), folder / "twin" / "twin.log"))
+    first = load(browser, f"{twin}/")
+    print("twin pages (what each sent, against the app's page):")
+    for path in pages:
+        again = capture(browser, f"{twin}{path}", MEASURE_JS, LOAD_TIMEOUT_MS)
+        print(f"  {path:<13} {fidelity(captures[path], again)}")
+    if skipped:
+        print(f"  not replayed: {dict(skipped)} (transient elements: spinners)")
+    return twin, first
+
+
+def main() -> None:
+    args = parse_args()
     import streamlit
     from playwright.sync_api import sync_playwright
 
@@ -364,9 +412,7 @@ def main() -> None:
             apps[name] = stack.enter_context(
                 served(root / "app.py", clean_env(db, root), log, root, launcher(root, args))
             )
-        browser = pw.chromium.launch(
-            executable_path=args.chromium, args=["--no-sandbox", "--disable-gpu"]
-        )
+        browser = pw.chromium.launch(executable_path=args.chromium, args=CHROMIUM_ARGS)
         print(f"chromium {browser.version}")
         first = {"floor": load(browser, f"{floor}/")}
         for name, url in apps.items():  # one at a time: no demo run going beside it
@@ -374,10 +420,18 @@ def main() -> None:
             wait_for_demo_run(browser, url)
             for path in args.pages:  # warm-up: each page's first run in its process
                 load(browser, f"{url}{path}")
+        if args.same_elements:
+            apps["twin"], first["twin"] = serve_twin(
+                stack, browser, folder, apps["app"], args.pages
+            )
         loads = measure(browser, floor, apps, args.pages, args.repeats)
         elements = element_costs(browser, folder, floor, args.repeats) if args.elements else {}
         browser.close()
     report(first, loads, args.repeats)
+    if args.same_elements:
+        from page_twins import report_twins
+
+        report_twins(loads, args.repeats)
     if elements:
         report_elements(elements, args.repeats)
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")

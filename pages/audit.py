@@ -207,6 +207,7 @@ def events_table(wb: Workbench, where: AuditFilter, newest_first: bool) -> None:
         mime="application/jsonl",
         help="Every event the filters select (not only those shown), each with its seq and "
         "hashes, as `promptlab audit export` writes them; recorded as a change event.",
+        caption=f"{total} events: {where.describe() or 'every event'}",
     )
 
 

@@ -1,7 +1,9 @@
 """Compare: is variant B better than control, and how sure are we? The app's first page
 once any run has results. `?run=RUN_ID` opens that run. Besides a run's variants, two
 prompt versions can be compared across every run's results, or in imported production
-logs.
+logs. The whole view is in the address (`?mode=versions&a=...&b=...&tab=Charts`,
+promptlab/ui/compare_address.py): a reload or a shared link shows the same; the
+pickers are in promptlab/ui/compare_pickers.py.
 
 It answers first: a sentence per variant (`answer_sentences`) and the method used
 (fixed horizon for finished data, always valid while it is still collecting). Below the
@@ -19,8 +21,17 @@ import streamlit as st
 
 from promptlab.errors import PromptlabError
 from promptlab.facades.analysis import Comparison, RunWithResults
-from promptlab.ui.address import Address
+from promptlab.ui.compare_address import ADDRESS, CompareState, between
 from promptlab.ui.compare_charts import run_charts, version_charts
+from promptlab.ui.compare_pickers import (
+    SOURCE_LOGS,
+    SOURCE_RUN,
+    pick_run,
+    pick_source,
+    pick_variants,
+    pick_versions,
+)
+from promptlab.ui.decision import decided_or_live
 from promptlab.ui.downloads import comparison_download, download_buttons
 from promptlab.ui.lazy_tabs import open_tab
 from promptlab.ui.repeats import repeats_section
@@ -29,19 +40,18 @@ from promptlab.ui.shell import require_shell
 from promptlab.ui.side_by_side import side_by_side
 from promptlab.ui.widgets import escape_markdown, show_error
 from promptlab.views.compare import (
-    PLANNED_UNITS_DEFAULT,
     answer_sentences,
     interval_level,
     srm_verdict,
+    strata_note,
+    stratum_rows,
     summary_rows,
     units_needed,
     units_needed_text,
 )
+from promptlab.views.repeats import SPREAD_METRICS
 from promptlab.workbench import Workbench
 
-RUN_CHOICE = "compare_run"
-#: The page's address: the run compared, and the tab open when it is not the first.
-ADDRESS = Address("compare", "run", "tab")
 ANSWER, CHARTS, OUTPUTS = "Answer", "Charts", "Outputs"
 RUN_TABS = (ANSWER, CHARTS, OUTPUTS)
 VERSION_TABS = (ANSWER, CHARTS)
@@ -49,8 +59,8 @@ VERSION_TABS = (ANSWER, CHARTS)
 RUN_TAB, VERSIONS_TAB, LOGS_TAB = "compare_tab", "compare_tab_versions", "compare_tab_logs"
 #: Widget values kept while their tab is closed (key prefixes, by tab).
 KEEPS = {ANSWER: ("compare_mde",), OUTPUTS: ("sbs_diff_", "sbs_page_", "repeats-metric-")}
-SOURCE_RUN, SOURCE_VERSIONS, SOURCE_LOGS = "A run's variants", "Two versions", "Production logs"
-ALL_VARIANTS = "(every variant)"
+#: The change in completion to detect (percentage points): its key and first value.
+MDE_KEY, MDE_DEFAULT = "compare_mde", 5.0
 #: The method's help, by `Comparison.sequential`.
 METHOD_HELP = {
     False: "Fixed horizon, the final look: each interval and p-value holds for one look at "
@@ -67,22 +77,6 @@ FAMILY_HELP = (
     "metrics for every variant against control, whichever variant is shown, so picking one "
     "never changes a p-value. A run spec declares them under `metrics: {primary: ..., "
     "guardrails: [...]}`; a metric shown but not declared is exploratory (no verdict)."
-)
-STILL_COLLECTING, FINISHED = "Still collecting", "Finished"
-#: The data state picked for versions and logs -> `sequential` (always valid).
-DATA_STATES = {STILL_COLLECTING: True, FINISHED: False}
-PLANNED_HELP = (
-    "Units per arm the comparison will end at: while data is still collecting, the "
-    "always-valid test is tuned to be sharpest there (and holds its 1% at any look)."
-)
-DATA_HELP = (
-    "Still collecting: logs keep arriving (or runs are still going) and you will look "
-    "again: always-valid (mSPRT) intervals and p-values. Finished: the data is complete, "
-    "this is the final look: fixed-horizon tests, narrower."
-)
-CUPED_HELP = (
-    "Uses each unit's rates in the logs before Since as a covariate (CUPED): the same "
-    "answer with less noise when units behave alike before and after. Needs a Since date."
 )
 #: Column help of the summary table.
 TABLE_HELP = {
@@ -105,41 +99,6 @@ TABLE_HELP = {
 }
 
 
-def pick_run(runs: list[RunWithResults]) -> str:
-    """The run to compare: the one `?run=` names when the address changes (a link
-    followed), else the one picked before, else the newest with two or more variants."""
-    labels = {
-        r.run_id: f"{r.name} · {r.submitted_at:%Y-%m-%d %H:%M:%S} · {r.run_id} · "
-        f"{len(r.variants)} variants · {r.results} results"
-        for r in runs
-    }
-    ADDRESS.open_choice("run", RUN_CHOICE, labels)
-    if st.session_state.get(RUN_CHOICE) not in labels:
-        comparable = [r.run_id for r in runs if len(r.variants) > 1]
-        st.session_state[RUN_CHOICE] = (comparable or [runs[0].run_id])[0]
-    notice = st.container()  # above the picker, filled once a pick has had its say
-    run_id = st.selectbox("Run", list(labels), format_func=labels.__getitem__, key=RUN_CHOICE)
-    missing = ADDRESS.keep_choice("run", run_id, labels)
-    if missing:  # whatever the link said
-        notice.warning(
-            f"Run {escape_markdown(missing)} has no results to compare yet.",
-            icon=":material/info:",
-        )
-    return str(run_id)
-
-
-def pick_comparison(wb: Workbench, run_id: str, variants: list[str]) -> Comparison:
-    """Control and variant pickers (control first: the experiment's, or the first)."""
-    default = wb.analysis.control_variant(run_id, variants)
-    left, right = st.columns(2)
-    control = left.selectbox(
-        "Control", variants, index=variants.index(default), key=f"control_{run_id}"
-    )
-    others = [ALL_VARIANTS, *(v for v in variants if v != control)]
-    other = right.selectbox("Variant", others, key=f"variant_{run_id}_{control}")
-    return wb.analysis.compare(run_id, control, None if other == ALL_VARIANTS else other)
-
-
 def answer(comparison: Comparison) -> None:
     """The answer first: a sentence per variant, and the method behind it."""
     if comparison.scope:
@@ -153,7 +112,8 @@ def answer(comparison: Comparison) -> None:
         tuned = comparison.planned_units if comparison.sequential else None
         st.caption(
             f"Method: **{comparison.method}**"
-            + (f", tuned to {tuned:,} units per arm" if tuned else ""),
+            + (f", tuned to {tuned:,} units per arm" if tuned else "")
+            + f" · {interval_level(comparison.method)} intervals in every table and chart",
             help=METHOD_HELP[comparison.sequential],
         )
         decides = comparison.family.describe()
@@ -220,17 +180,21 @@ def summary(comparison: Comparison) -> None:
         column_config=TABLE_HELP,
     )
     comparison_download(get_workbench(), comparison, key=f"dl_cmp_{comparison.run_id}")
+    note = strata_note(comparison)
+    if note:  # the combined rows above, each run's own below: one line says which is which
+        st.caption(escape_markdown(note))
+        st.dataframe(stratum_rows(comparison), hide_index=True, width="stretch")
     sample_size(comparison)
 
 
 def sample_size(comparison: Comparison) -> None:
+    # Its first value is put in the session (`settled`): the address may name another.
     mde = st.columns([1, 2])[0].number_input(
         "Smallest change in completion rate worth detecting (percentage points)",
         min_value=0.1,
         max_value=50.0,
-        value=5.0,
         step=0.5,
-        key="compare_mde",
+        key=MDE_KEY,
     )
     needed = units_needed(comparison, float(mde))
     if needed is None:
@@ -239,7 +203,7 @@ def sample_size(comparison: Comparison) -> None:
         st.caption(f"Sample size: {units_needed_text(needed)}.")
 
 
-def versions(wb: Workbench, logs: bool) -> None:
+def versions(wb: Workbench, logs: bool, state: CompareState) -> None:
     """Version B against version A: from every run's results, or from production logs."""
     rows = wb.analysis.log_metrics() if logs else wb.analysis.metrics()
     labels = list(dict.fromkeys(r.label for r in rows if "@" in r.label))
@@ -252,89 +216,66 @@ def versions(wb: Workbench, logs: bool) -> None:
             icon=":material/info:",
         )
         return
-    left, middle, right = st.columns([2, 2, 1])
-    a = left.selectbox("Version A (control)", labels, key=f"ver_a_{logs}")
-    b = middle.selectbox("Version B", [v for v in labels if v != a], key=f"ver_b_{logs}_{a}")
-    since = right.text_input(
-        "Since",
-        key=f"ver_since_{logs}",
-        placeholder="e.g. 7d",
-        help="An age like 7d, 24h, 30m, 2w or a date like 2026-11-01; empty: everything.",
-    ).strip()
-    collecting, planned_units, cuped = data_controls(logs, since)
+    picked = pick_versions(labels, logs, state)
+    key = LOGS_TAB if logs else VERSIONS_TAB
+    settled(state, VERSION_TABS, key)
     try:
         comparison = wb.analysis.compare_versions(
-            a,
-            b,
+            picked.a,
+            picked.b,
             logs=logs,
-            since=since or None,
-            sequential=collecting,
-            cuped=cuped,
-            planned_units=planned_units,
+            since=picked.since or None,
+            sequential=picked.collecting,
+            cuped=picked.cuped,
+            planned_units=picked.planned_units,
         )
     except PromptlabError as exc:
         show_error(exc)
         return
-    tab, container = open_tab(VERSION_TABS, key=LOGS_TAB if logs else VERSIONS_TAB, keeps=KEEPS)
+    if logs:  # once decided, the stored final look stands in for the live one
+        refs, since = (picked.a, picked.b), picked.since or None
+        comparison = decided_or_live(wb, refs, comparison, picked.planned_units, since)
+    tab, container = open_tab(VERSION_TABS, key=key, keeps=KEEPS)
     with container:
         if tab == CHARTS:
-            version_charts(wb, comparison, (a, b), logs, since or None)
+            names = (picked.a, picked.b)
+            version_charts(wb, comparison, names, logs, picked.since or None)
         else:
             answer(comparison)
             summary(comparison)
 
 
-def data_controls(logs: bool, since: str) -> tuple[bool, int | None, bool]:
-    """Whether the data is still collecting, the planned units per arm (only then), and
-    whether to adjust by CUPED (logs with a Since only)."""
-    left, middle, right = st.columns([2, 1, 2], vertical_alignment="bottom")
-    state = left.segmented_control(
-        "Data",
-        list(DATA_STATES),
-        default=STILL_COLLECTING if logs else FINISHED,
-        key=f"ver_state_{logs}",
-        help=DATA_HELP,
-    )
-    collecting = DATA_STATES[state or (STILL_COLLECTING if logs else FINISHED)]
-    planned = middle.number_input(
-        "Planned units per arm",
-        min_value=1,
-        value=PLANNED_UNITS_DEFAULT,
-        step=100,
-        key=f"ver_planned_{logs}",
-        disabled=not collecting,
-        help=PLANNED_HELP,
-    )
-    # Only meaningful with a since date: the units' logs before it are the covariate.
-    cuped = (
-        logs
-        and right.checkbox(
-            "CUPED: adjust by each unit's logs before Since",
-            key="ver_cuped",
-            disabled=not since,
-            help=CUPED_HELP,
-        )
-        and bool(since)
-    )
-    return collecting, int(planned) if collecting else None, cuped
+def settled(
+    state: CompareState, tabs: tuple[str, ...], key: str, run_id: str | None = None
+) -> None:
+    """Once the pickers are drawn, before the comparison's reads: the open tab (keyed
+    `key`) and the choices made inside a tab (the change to detect; a run's Repeats
+    spread), started from the address and kept in it whichever tab is open; the
+    address written now, so it is right however long the rest takes (or if it fails)."""
+    state.start(key, "tab", ANSWER, options=tabs)
+    state.show("tab", st.session_state[key], ANSWER)
+    state.start(MDE_KEY, "mde", MDE_DEFAULT, parse=between(0.1, 50.0))
+    state.show("mde", st.session_state[MDE_KEY], MDE_DEFAULT)
+    if run_id is not None:
+        metric, metrics = f"repeats-metric-{run_id}", list(SPREAD_METRICS)
+        state.start(metric, "metric", metrics[0], options=metrics)
+        state.show("metric", st.session_state[metric], metrics[0])
+    state.write()
 
 
-def run_variants(wb: Workbench, runs: list[RunWithResults]) -> None:
-    # Read before the run picker takes the address's change: a link names the tab too.
-    linked = ADDRESS.named().get("tab", ANSWER) if ADDRESS.changed() else None
-    run_id = pick_run(runs)
+def run_variants(wb: Workbench, runs: list[RunWithResults], state: CompareState) -> None:
+    run_id = pick_run(runs, state)
     variants = next(r.variants for r in runs if r.run_id == run_id)
+    picked = pick_variants(wb, run_id, variants, state) if len(variants) > 1 else None
+    settled(state, RUN_TABS, RUN_TAB, run_id)
     comparison = None
-    if len(variants) > 1:
+    if picked is not None:
         try:
-            comparison = pick_comparison(wb, run_id, variants)
+            comparison = wb.analysis.compare(run_id, *picked)
         except PromptlabError as exc:
             show_error(exc)
             return
-    if linked is not None:
-        st.session_state[RUN_TAB] = linked if linked in RUN_TABS else ANSWER
     tab, container = open_tab(RUN_TABS, key=RUN_TAB, keeps=KEEPS)
-    ADDRESS.put("tab", None if tab == ANSWER else tab)
     with container:
         run_tab(wb, tab, run_id, variants, comparison)
 
@@ -364,26 +305,18 @@ def main() -> None:
     require_shell("pages/compare.py")
     st.title("Compare")
     wb = get_workbench()
-    if ADDRESS.changed() and ADDRESS.named():
-        st.session_state["compare_source"] = SOURCE_RUN  # a link to a run: show its variants
-    source = st.segmented_control(
-        "Compare",
-        [SOURCE_RUN, SOURCE_VERSIONS, SOURCE_LOGS],
-        default=SOURCE_RUN,
-        key="compare_source",
-        label_visibility="collapsed",
-    )
-    if source == SOURCE_VERSIONS:
-        versions(wb, logs=False)
-        return
-    if source == SOURCE_LOGS:
-        versions(wb, logs=True)
-        return
-    runs = wb.analysis.runs_with_results(include=ADDRESS.named().get("run"))
-    if not runs:
-        st.info("No results yet: start a run on the Runs page.", icon=":material/info:")
-        return
-    run_variants(wb, runs)
+    # The whole view is in the address: what it names opens, what is picked goes back.
+    state = CompareState()
+    source = pick_source(state)
+    if source == SOURCE_RUN:
+        runs = wb.analysis.runs_with_results(include=ADDRESS.named().get("run"))
+        if runs:
+            run_variants(wb, runs, state)
+        else:
+            st.info("No results yet: start a run on the Runs page.", icon=":material/info:")
+    else:
+        versions(wb, source == SOURCE_LOGS, state)
+    state.write()
 
 
 main()

@@ -13,6 +13,7 @@ from promptlab.errors import PromptlabError, StoreError
 from promptlab.facades.analysis import LOG_FIELDS
 from promptlab.records import Conversation, DatasetInfo, RowCheck
 from promptlab.records.datasets import DEFAULT_CONVERSATION
+from promptlab.ui.confirm import ask, confirmed, pending
 from promptlab.ui.resources import get_workbench
 from promptlab.ui.shell import require_shell
 from promptlab.ui.uploads import dataset_name_for, saved_upload
@@ -45,9 +46,23 @@ def import_form(wb: Workbench) -> None:
     )
     replace = st.checkbox("Replace a dataset of the same name", key="dataset_replace")
     log = conversation_columns()
-    if st.button("Import", type="primary", key="dataset_import", disabled=upload is None):
-        assert upload is not None
-        chosen = name.strip() or dataset_name_for(upload.name)
+    clicked = st.button("Import", type="primary", key="dataset_import", disabled=upload is None)
+    chosen = (name.strip() or dataset_name_for(upload.name)) if upload is not None else ""
+    existing = {d.name: d for d in wb.datasets.list()} if replace and clicked else {}
+    if clicked and chosen in existing:
+        ask("dataset_replace", chosen)  # the rows it replaces are named before they go
+        clicked = False
+    waiting = pending("dataset_replace")
+    if waiting and confirmed(
+        "dataset_replace",
+        f"Replace dataset {waiting} ({_size(wb, waiting)}) with the rows of "
+        f"{upload.name if upload else 'the file'}? Runs keep their own copy of the rows "
+        "they used.",
+        "Yes, replace it",
+        "Keep it",
+    ):
+        clicked, chosen = True, waiting
+    if clicked and upload is not None:
         try:
             with saved_upload(upload, upload.name, upload.size) as path:
                 info = wb.datasets.import_file(
@@ -66,6 +81,14 @@ def import_form(wb: Workbench) -> None:
                 f"{len(info.columns)} columns",
                 icon=":material/check_circle:",
             )
+
+
+def _size(wb: Workbench, name: str) -> str:
+    try:
+        info = wb.datasets.get(name)
+    except PromptlabError:
+        return "gone meanwhile"
+    return f"{info.row_count:,} rows, {len(info.columns)} columns"
 
 
 def conversation_columns() -> Conversation | None:
@@ -202,7 +225,14 @@ def detail(wb: Workbench, info: DatasetInfo) -> None:
     check_form(wb, info)
     with st.expander("Delete this dataset", icon=":material/delete:"):
         st.caption("Runs keep their own copy of the rows they used.")
+        key = f"dataset_delete::{info.name}"
         if st.button("Delete", key=f"dataset_delete_{info.name}"):
+            ask(key)
+        question = (
+            f"Delete dataset {info.name} ({info.row_count:,} rows, {len(info.columns)} "
+            "columns)? Its rows go; runs keep their own copy of the rows they used."
+        )
+        if confirmed(key, question, "Yes, delete it", "Keep it"):
             try:
                 wb.datasets.delete(info.name)
             except PromptlabError as exc:

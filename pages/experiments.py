@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import pandas as pd
 import streamlit as st
 
 from promptlab.errors import PromptlabError
 from promptlab.experiments import ExperimentConfig
+from promptlab.ui.confirm import ask, confirmed, pending
 from promptlab.ui.experiment_form import create_form
 from promptlab.ui.experiment_launch import launch
-from promptlab.ui.experiment_revisions import revisions_table
+from promptlab.ui.experiment_revisions import revisions_table, traffic_changes, weights_text
 from promptlab.ui.resources import get_workbench
 from promptlab.ui.rollout_tiles import rollout_tiles
 from promptlab.ui.seen import seen_before
@@ -74,16 +76,37 @@ def change_form(wb: Workbench, config: ExperimentConfig) -> None:
             "Raising it only adds units.",
         )
         note = st.text_input("Note", key=f"note_{rev}", placeholder="why this change")
-        if st.form_submit_button("Save as new revision"):
-            try:
-                wb.experiments.update(
-                    config.name, weights=weights, ramp=ramp, note=note, based_on=based_on
-                )
-            except PromptlabError as exc:
-                show_error(exc)
-            else:
-                st.rerun()
+        saved = st.form_submit_button("Save as new revision")
+    key = f"traffic::{config.name}"
+    if saved and based_on != config.revision:
+        # Made on a revision someone has since replaced: refused, naming who and when.
+        _update(wb, config.name, (weights, ramp, note, based_on))
+    elif saved:
+        changes = traffic_changes(config, weights, ramp)
+        if changes:
+            ask(key, (weights, ramp, note, based_on, changes))
+        else:
+            st.info("Nothing changed: no revision saved.", icon=":material/info:")
+    change = pending(key)
+    question = (
+        f"Save revision {config.revision + 1} of {config.name}: {'; '.join(change[4])}? "
+        "The gateway and exported configs assign units by it from then on."
+        if change
+        else ""
+    )
+    if confirmed(key, question, "Yes, save this revision", "Keep it as it is"):
+        _update(wb, config.name, change[:4])
     kill_switch(wb, config, based_on)
+
+
+def _update(wb: Workbench, name: str, change: tuple[Any, ...]) -> None:
+    weights, ramp, note, basis = change
+    try:
+        wb.experiments.update(name, weights=weights, ramp=ramp, note=note, based_on=basis)
+    except PromptlabError as exc:
+        show_error(exc)
+    else:
+        st.rerun()
 
 
 def kill_switch(wb: Workbench, config: ExperimentConfig, based_on: int) -> None:
@@ -91,6 +114,12 @@ def kill_switch(wb: Workbench, config: ExperimentConfig, based_on: int) -> None:
     if config.killed:
         st.warning("Killed: every unit goes to control.", icon=":material/block:")
         if st.button("Revive experiment", key=f"revive_{config.name}"):
+            ask(f"revive::{config.name}")
+        question = (
+            f"Revive {config.name}? Its units are assigned by its weights again "
+            f"({weights_text(config)}, ramp {config.ramp:g}%), as a new revision."
+        )
+        if confirmed(f"revive::{config.name}", question, "Yes, revive it", "Keep it killed"):
             _change(wb, config.name, killed=False, note="revived", based_on=based_on)
         return
     if not st.session_state.get(pending):

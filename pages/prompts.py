@@ -125,7 +125,9 @@ def edit_messages(drafts: list[dict[str, str]]) -> None:
             if draft.get("when")
             else None,
         )
-        if remove_col.button("✕", key=f"remove::{draft['uid']}", help="Remove this message"):
+        if remove_col.button(
+            ":material/close:", key=f"remove::{draft['uid']}", help="Remove this message"
+        ):
             drafts.pop(index)
             st.rerun()
     if st.button("Add message", icon=":material/add:"):

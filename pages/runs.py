@@ -19,12 +19,12 @@ import streamlit as st
 from promptlab.checks.validation import CheckStatus
 from promptlab.errors import PromptlabError
 from promptlab.facades.runs import RunView
-from promptlab.records import ItemStatus, RunStatus, RunWithCounts
+from promptlab.records import ItemFilter, ItemStatus, RunStatus, RunWithCounts
 from promptlab.ui.address import Address
-from promptlab.ui.downloads import download_buttons
+from promptlab.ui.confirm import ask, confirmed
 from promptlab.ui.estimate import show_estimate
 from promptlab.ui.resources import get_workbench
-from promptlab.ui.run_items import item_detail, items_table
+from promptlab.ui.run_items import item_detail, item_downloads, items_table
 from promptlab.ui.run_results import (
     batches,
     failures,
@@ -155,6 +155,9 @@ def schedules(wb: Workbench) -> None:
         elif row.button("Pause", key="schedule_pause", icon=":material/pause:"):
             _act(wb.schedules.pause, name)
         if row.button("Remove", key="schedule_remove", icon=":material/delete:"):
+            ask(f"schedule_remove::{name}")
+        question = f"Remove schedule {name}? It fires no more runs; runs it started stay."
+        if confirmed(f"schedule_remove::{name}", question, "Yes, remove it", "Keep it"):
             _act(wb.schedules.remove, name)
 
 
@@ -264,8 +267,7 @@ def run_detail(wb: Workbench, run_id: str) -> None:
 def actions(wb: Workbench, view: RunView) -> None:
     left, middle, right, _ = st.columns([1, 1, 1, 3])
     if left.button("Cancel", disabled=not view.can_cancel, key=f"cancel_{view.run_id}"):
-        wb.runs.cancel(view.run_id)
-        st.rerun()
+        ask(f"cancel::{view.run_id}")
     if middle.button(
         "Pause",
         disabled=not view.can_pause,
@@ -275,6 +277,13 @@ def actions(wb: Workbench, view: RunView) -> None:
         _act(wb.runs.pause, view.run_id)
     if right.button("Resume", disabled=not view.can_resume, key=f"resume_{view.run_id}"):
         _act(wb.runs.resume, view.run_id)
+    c = view.counts
+    question = (
+        f"Cancel run {view.run_id}? Its {view.total - c.finished:,} items not yet closed "
+        f"are not sent; the {c.finished:,} closed keep their results."
+    )
+    if confirmed(f"cancel::{view.run_id}", question, "Yes, cancel the run", "Keep it going"):
+        _act(wb.runs.cancel, view.run_id)
 
 
 def items(wb: Workbench, view: RunView) -> None:
@@ -298,18 +307,20 @@ def items(wb: Workbench, view: RunView) -> None:
         key=f"items_search_{run_id}",
         help="A key prefix, or text in the dataset row, the output or the error (any case).",
     )
-    filters = (status, variant, kind, check, search.strip())
+    shown = ItemFilter(
+        _picked(status), _picked(variant), _picked(kind), _picked(check), search.strip() or None
+    )
     # Keys carry the filters: a new filter starts at page 1 with nothing selected.
-    scope = f"{run_id}_{zlib.crc32(repr(filters).encode()):08x}"
+    scope = f"{run_id}_{zlib.crc32(repr(shown).encode()):08x}"
     page_no = st.session_state.get(f"items_page_{scope}", 1)
     try:
         page = wb.runs.items(
             run_id,
-            status=None if status == ALL else status,
-            variant=None if variant == ALL else variant,
-            error_kind=None if kind == ALL else kind,
-            check=None if check == ALL else check,
-            search=filters[4] or None,
+            status=shown.status,
+            variant=shown.variant,
+            error_kind=shown.error_kind,
+            check=shown.check,
+            search=shown.search,
             offset=(page_no - 1) * ITEMS_PAGE,
             limit=ITEMS_PAGE,
         )
@@ -320,18 +331,18 @@ def items(wb: Workbench, view: RunView) -> None:
     if page.total > ITEMS_PAGE:
         pages = -(-page.total // ITEMS_PAGE)
         st.pagination(pages, key=f"items_page_{scope}")
-    # Every item of the run (the filters above page the view, not the file).
-    files = st.columns(2)
-    with files[0]:
-        download_buttons(wb, "items", key=f"download_items_{run_id}", run_id=run_id)
-    with files[1]:
-        download_buttons(wb, "results", key=f"download_results_{run_id}", run_id=run_id)
+    # The files hold what the list shows, every page of it; the whole run is a choice.
+    item_downloads(wb, run_id, shown, page.total, view.counts.open + view.counts.finished)
     if picked is not None:
         st.session_state[ITEM_CHOICE] = (run_id, picked)
     choice = st.session_state.get(ITEM_CHOICE)
     if choice and choice[0] == run_id:
         ADDRESS.show(run=run_id, item=choice[1])
         item_detail(wb, run_id, choice[1])
+
+
+def _picked(choice: str) -> str | None:
+    return None if choice == ALL else choice
 
 
 def linked_run() -> str | None:

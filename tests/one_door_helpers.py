@@ -1,6 +1,7 @@
 """The one-door check (issue 37): a command prints the same whether it opens the
-database itself or goes through a server's typed routes, and never sends a command
-line (`POST /v1/cli`). Used by tests/test_one_door*.py, one file per command group."""
+database itself or goes through a server's typed routes, plus one line on stderr naming
+the server (issue 61), and never sends a command line (`POST /v1/cli`). Used by
+tests/test_one_door*.py, one file per command group."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from click.testing import CliRunner, Result
 
 from promptlab.cli import main
 from promptlab.server.client import ServerClient
+from promptlab.server.discovery import discovery_path
 from tests.test_server import Served
 
 #: A time as the CLI prints one (`2026-12-03 10:02 UTC`, ISO with seconds and more).
@@ -42,6 +44,30 @@ def invoke(db: Path, argv: Sequence[str], stdin: str | None = None) -> Result:
     return CliRunner().invoke(main, ["--db", str(db), *argv], input=stdin)
 
 
+def through_line(server: Served) -> str:
+    """The line a command through `server` says first on stderr: which server answered."""
+    info = server.info
+    return (
+        f"through the promptlab server at {info.url} "
+        f"(pid {info.pid}, {discovery_path(server.db)})\n"
+    )
+
+
+def unserved(result: Result, server: Served, asked: bool = True) -> str:
+    """A served command's stderr without its first line, which must name `server` once
+    when the command `asked` it anything. One that asked nothing may have found it and
+    said so before refusing here (`dataset import x.txt`), or never looked for it
+    (`validate --schema`)."""
+    line = through_line(server)
+    if asked or result.stderr.startswith(line):
+        assert result.stderr.startswith(line), (result.stdout, result.stderr, line)
+        rest = result.stderr[len(line) :]
+    else:
+        rest = result.stderr
+    assert "through the promptlab server" not in rest, result.stderr
+    return rest
+
+
 def assert_same_both_ways(
     db: Path,
     tmp_path: Path,
@@ -53,8 +79,9 @@ def assert_same_both_ways(
 ) -> list[str]:
     """Run `reading` (commands that change nothing) directly and then through a server
     on `db`, and `changing` in order on two copies of it (one direct, one served); each
-    command's exit code, stdout and stderr must be equal. `{name}` in an argument is
-    filled from `values`. Returns the routes called; none is `/v1/cli`."""
+    command's exit code, stdout and stderr must be equal, but for the one line first on a
+    served command's stderr naming the server. `{name}` in an argument is filled from
+    `values`. Returns the routes called; none is `/v1/cli`."""
     called = record_routes(monkeypatch)
     fill = dict(values or {})
     reads = [[arg.format(**fill) for arg in argv] for argv in reading]
@@ -64,19 +91,23 @@ def assert_same_both_ways(
     shutil.copyfile(db, served_db)
     direct = [invoke(db, argv) for argv in reads]
     direct += [invoke(alone_db, argv) for argv in changes]
-    through: list[Result] = []
+    through: list[tuple[Result, str]] = []
     for target, argvs in ((db, reads), (served_db, changes)):
         if not argvs:
             continue
         server = Served(target)
         try:
-            through += [invoke(target, argv) for argv in argvs]
+            for argv in argvs:
+                before = len(called)
+                result = invoke(target, argv)
+                through.append((result, unserved(result, server, len(called) > before)))
         finally:
             server.stop()
-    for i, (argv, alone, served) in enumerate(zip(reads + changes, direct, through, strict=True)):
+    pairs = zip(reads + changes, direct, through, strict=True)
+    for i, (argv, alone, (served, said)) in enumerate(pairs):
         # The copies are changed a few seconds apart: times of changes may differ.
         same = _untimed if i >= len(reads) else str
-        assert (served.exit_code, same(served.stdout), same(served.stderr)) == (
+        assert (served.exit_code, same(served.stdout), same(said)) == (
             alone.exit_code,
             same(alone.stdout),
             same(alone.stderr),

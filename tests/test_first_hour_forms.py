@@ -64,6 +64,7 @@ def test_the_revisions_table_names_each_variants_version_and_weight() -> None:
     at.number_input(key="w_triage-split_1_control").set_value(50.0)
     at.number_input(key="w_triage-split_1_staging").set_value(50.0)
     by_label(at.button, "Save as new revision").click().run()
+    by_label(at.button, "Yes, save this revision").click().run()
     assert not at.exception, at.exception
     wb = get_workbench()
     control = wb.experiments.get("triage-split").variant("control").prompt_version_id

@@ -120,9 +120,9 @@ def test_compare_opens_the_run_named_and_keeps_it(two_runs: tuple[str, str, str]
     assert address(at) == {"run": older}
     at.number_input(key="compare_mde").set_value(2.0).run()  # a rerun by a widget
     assert at.selectbox(key="compare_run").value == older
-    assert address(at) == {"run": older}
+    assert address(at) == {"run": older, "mde": "2"}  # the whole view is in the address
     at.selectbox(key="compare_run").set_value(newer).run()
-    assert address(at) == {"run": newer}
+    assert address(at) == {"run": newer, "mde": "2"}
 
 
 def test_compare_says_in_one_line_that_a_linked_run_has_no_results(

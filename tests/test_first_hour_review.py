@@ -64,7 +64,7 @@ def test_the_counts_follow_a_send_and_a_decision_in_the_same_redraw() -> None:
     at = AppTest.from_file(PAGE, default_timeout=TIMEOUT_S).run()
     before = len(wb.review.list("open", run_id))
     assert counts_line(at).startswith(f"open **{before}**")
-    send(at, run_id, "0, 1, 2, 3")
+    send(at, run_id, "1, 2, 3, 4")
     assert not at.exception and not at.error
     sent = 4 - before
     assert [t.value for t in at.toast] == [f"Sent {sent} row(s) to review"]
@@ -77,12 +77,13 @@ def test_the_counts_follow_a_send_and_a_decision_in_the_same_redraw() -> None:
 def test_rows_go_in_as_ranges_and_a_bad_part_is_named() -> None:
     wb = get_workbench()
     run_id = repeated_run(wb, rows=6, repeats=1)
-    at = send(AppTest.from_file(PAGE, default_timeout=TIMEOUT_S).run(), run_id, "0-2, 4")
+    at = send(AppTest.from_file(PAGE, default_timeout=TIMEOUT_S).run(), run_id, "1-3, 5")
     assert not at.exception and not at.error
+    # Rows are numbered from 1, as on Runs: rows 1-3 and 5 are row_index 0-2 and 4.
     assert sorted(i.row_index for i in wb.review.list("open", run_id)) == [0, 1, 2, 4]
     send(at, run_id, "5-3")
     assert [plain(e.value) for e in at.error] == ["rows: '5-3' is not a range (5 > 3)"]
-    send(at, run_id, "0-5000")
+    send(at, run_id, "1-5000")
     assert any("at most 1,000 rows" in e.value for e in at.error)
     assert len(wb.review.list("open", run_id)) == 4
 
@@ -132,7 +133,7 @@ def test_a_rows_repeats_are_one_card_with_a_tab_each_and_json_on_lines() -> None
         ("1,3,7-9", [1, 3, 7, 8, 9]),
         ("3, 7, 12", [3, 7, 12]),
         ("3 7 12", [3, 7, 12]),
-        ("0 - 2, 2", [0, 1, 2]),
+        ("1 - 3, 3", [1, 2, 3]),
         ("4\u20136", [4, 5, 6]),
         ("9, 1-2, 1", [9, 1, 2]),
         ("5-5", [5]),
@@ -151,8 +152,10 @@ def test_row_numbers_read_numbers_and_ranges(text: str, rows: list[int]) -> None
         ("1-2-3", "rows: '1-2-3' is not a row number"),
         ("1.5", "rows: '1.5' is not a row number"),
         (" , ", "rows: give row numbers, e.g. 1-5 or 1,3,7-9"),
-        ("0-99999999999", "rows: at most 10,000 rows at a time; '0-99999999999' goes past it"),
-        ("0-9999, 0", "rows: at most 10,000 rows at a time; '0' goes past it"),
+        ("1-99999999999", "rows: at most 10,000 rows at a time; '1-99999999999' goes past it"),
+        ("1-10000, 1", "rows: at most 10,000 rows at a time; '1' goes past it"),
+        ("0", "rows: '0' names row 0; rows are numbered from 1"),
+        ("0-5", "rows: '0-5' names row 0; rows are numbered from 1"),
         ("1" * 13, f"rows: '{'1' * 13}' is not a row number"),
         ("1," * 6_000, "rows: at most 10,000 characters, got 12,000"),
     ],
@@ -164,7 +167,14 @@ def test_row_numbers_name_the_bad_part(text: str, error: str) -> None:
 
 
 def test_row_numbers_are_bounded_by_the_limit_given() -> None:
-    assert len(parse_rows(f"0-{MAX_ROWS - 1}")) == MAX_ROWS
-    assert parse_rows("0-2", limit=3) == [0, 1, 2]
-    with pytest.raises(ReviewError, match="at most 3 rows at a time; '3' goes past it"):
-        parse_rows("0-2, 3", limit=3)
+    assert len(parse_rows(f"1-{MAX_ROWS}")) == MAX_ROWS
+    assert parse_rows("1-3", limit=3) == [1, 2, 3]
+    with pytest.raises(ReviewError, match="at most 3 rows at a time; '4' goes past it"):
+        parse_rows("1-3, 4", limit=3)
+
+
+def test_row_numbers_from_1_are_row_indexes_from_0() -> None:
+    from promptlab.data.row_numbers import row_indexes
+
+    assert row_indexes("1-5") == [0, 1, 2, 3, 4]
+    assert row_indexes("7, 2") == [6, 1]

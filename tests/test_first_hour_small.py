@@ -92,7 +92,7 @@ def test_a_thin_tail_row_says_too_few_requests_in_its_verdict_and_its_why() -> N
     comparison = Comparison("run_x", "split", "a", False, [row], None, [])
     cells = comparison_cells(row)
     assert cells[11] == "too few requests beyond p99" and cells[-1].startswith(cells[11])
-    assert summary_rows(comparison)[0]["verdict"] == "⚫ too few requests beyond p99"
+    assert summary_rows(comparison)[0]["verdict"] == "too few requests beyond p99"
     assert list(forest_chart([row]).data[0].text) == ["too few requests beyond p99"]
     (sentence,) = answer_sentences(comparison)
     assert "too few requests beyond p99 to judge latency p99" in sentence

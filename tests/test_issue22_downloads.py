@@ -156,7 +156,10 @@ def test_download_results_as_parquet_twice_in_a_browser(
     page.goto(f"{app_url}/runs?run={run}")
     make = page.get_by_role("button", name="Download results")
     expect(make).to_be_visible(timeout=PAGE_STEP_MS)
-    row = page.locator("[data-testid='stHorizontalBlock']").filter(has=make).last
+    # The row of the format picker and the button (the caption beside the button is
+    # in a row of its own, inside it).
+    picker = page.locator("[data-testid='stSelectbox']")
+    row = page.locator("[data-testid='stHorizontalBlock']").filter(has=make).filter(has=picker).last
     combobox = row.get_by_role("combobox")
     deadline = time.monotonic() + PAGE_STEP_MS / 1000
     # The live panel redraws every second and may close the list: open it until the

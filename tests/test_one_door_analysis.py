@@ -82,6 +82,13 @@ CHANGING = [
     ["metrics"],
     ["compare", A, B, "--logs"],
     ["compare", A, B, "--logs", "--since", "2026-01-01", "--cuped", "--json"],
+    # The final look on the logs, taken once (30 units per arm of their own).
+    ["logs", "import", "{own_units}", *LOG_COLUMNS],
+    ["decide", A, B, "--show"],
+    ["decide", A, B],  # refused: the planned 1,000 units per arm are not in
+    ["decide", A, B, "--planned-units", "10"],
+    ["decide", A, B, "--show"],
+    ["decide", A, B, "--planned-units", "10"],  # refused: taken once
     ["status", "{split}", "--detect"],
     ["status", "run_nope", "--detect"],
 ]
@@ -114,6 +121,13 @@ def _files(folder: Path) -> dict[str, str]:
         f"{A if i % 2 else B},u{i % 25},{100 + i},{'true' if i % 3 else 'false'}" for i in range(60)
     ]
     logs.write_text("ver,user,ms,clicked\n" + "\n".join(lines) + "\n")
+    own_units = folder / "own-units.csv"
+    lines = [
+        f"{v},{v[-5:]}-{i},{100 + i},{'true' if i % 3 else 'false'}"
+        for v in (A, B)
+        for i in range(30)
+    ]
+    own_units.write_text("ver,user,ms,clicked\n" + "\n".join(lines) + "\n")
     no_suffix = folder / "feedback.txt"
     no_suffix.write_text("version,unit_id,kind\n")
     return {
@@ -122,6 +136,7 @@ def _files(folder: Path) -> dict[str, str]:
         "logs": str(logs),
         "missing": str(folder / "gone.csv"),
         "no_suffix": str(no_suffix),
+        "own_units": str(own_units),
     }
 
 
@@ -147,6 +162,8 @@ def test_analysis_commands_print_the_same_through_a_server_and_never_send_a_comm
         f"GET /v1/runs/{split}/items/{key}",
         "POST /v1/feedback",
         "POST /v1/logs",
+        "GET /v1/analysis/decisions",
+        "POST /v1/analysis/decisions",
         f"POST /v1/runs/{split}/anomalies",
         f"GET /v1/runs/{split}/view",
     ):

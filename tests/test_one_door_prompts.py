@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import Result
 
-from tests.one_door_helpers import assert_same_both_ways, invoke, record_routes
+from tests.one_door_helpers import assert_same_both_ways, invoke, record_routes, unserved
 from tests.test_server import Served
 
 HELLO = "name: hello\nmessages:\n  - role: user\n    content: Hi {{ who }}\n"
@@ -184,11 +184,12 @@ def test_init_demo_prints_the_same_through_the_server(
     finally:
         server.stop()
 
-    def neutral(result: Result, name: str) -> tuple[int, str, str]:
+    def neutral(result: Result, name: str, stderr: str) -> tuple[int, str, str]:
         out = re.sub(r"run_[0-9a-f]+", "RUN", result.stdout.replace(name, "DB"))
-        return result.exit_code, out, result.stderr
+        return result.exit_code, out, stderr
 
-    assert neutral(through, "served.duckdb") == neutral(alone, "alone.duckdb")
+    said = unserved(through, server)
+    assert neutral(through, "served.duckdb", said) == neutral(alone, "alone.duckdb", alone.stderr)
     assert alone.exit_code == 0, alone.stderr
     ran = "completed, 800 items" in through.stdout
     assert ran == fresh and "ticket-triage" in shown.stdout, through.stdout

@@ -24,9 +24,10 @@ def test_review_commands_print_the_same_through_a_server(
 ) -> None:
     changing = [
         ["review", "list"],
-        ["review", "add", "{run}", "0", "1", "2", "--reason", "=1+1 sent by hand"],
-        ["review", "add", "{run}", "0"],  # already queued: nothing new
-        ["review", "add", "run_nope", "0"],
+        ["review", "add", "{run}", "1", "2", "3", "--reason", "=1+1 sent by hand"],
+        ["review", "add", "{run}", "1"],  # already queued: nothing new
+        ["review", "add", "{run}", "0"],  # rows are numbered from 1: refused
+        ["review", "add", "run_nope", "1"],
         ["review", "list", "--status", "all", "--run", "{run}"],
         ["review", "show", "1"],
         ["review", "show", "999"],

@@ -401,6 +401,33 @@ def test_production_logs_answer_always_valid_with_a_runs_figures(
     assert list(at.dataframe[0].value["p"]) == [fmt_p(r.p_value) for r in final.rows]
 
 
+def test_decide_now_takes_the_final_look_once_and_shows_it_instead(
+    demo_run: str, tmp_path: Path
+) -> None:
+    """Before the planned units are in, the page says when it may decide; then Decide
+    now asks, takes the final look once, and the stored decision stands in for the
+    live view (who and when said above it)."""
+    at, a, b = open_logs(demo_run, tmp_path)  # 120 units per arm
+    assert any(
+        "Decide now opens once each arm has the planned 1,000 units" in c.value for c in at.caption
+    )
+    assert not [x for x in at.button if x.label == "Decide now"]
+    at.number_input(key="ver_planned_True").set_value(100).run()
+    at.button(key=f"decide::{a}::{b}::ask").click().run()
+    assert get_workbench().analysis.decisions.get(a, b) is None  # it asks first
+    assert any("Take the final look" in shown(w.value) for w in at.warning)
+    at.button(key=f"decide::{a}::{b}::yes").click().run()
+    assert not at.exception, at.exception
+    decided = get_workbench().analysis.decisions.get(a, b)
+    assert decided is not None and decided.record.planned_units == 100
+    assert any(f"Decided: {b} against {a}" in shown(i.value) for i in at.info)
+    final = get_workbench().analysis.compare_versions(
+        a, b, logs=True, sequential=False, planned_units=100
+    )
+    assert list(at.dataframe[0].value["p"]) == [fmt_p(r.p_value) for r in final.rows]
+    assert not [x for x in at.button if x.label == "Decide now"]
+
+
 def test_cuped_needs_a_since_date(demo_run: str, tmp_path: Path) -> None:
     at, a, b = open_logs(demo_run, tmp_path)
     # The same users' history under the version before both: CUPED's pre-period.

@@ -117,6 +117,16 @@ def test_delete_removes_the_dataset(tmp_path: Path) -> None:
     at = open_page()
     at.button(key="dataset_delete_tickets").click().run()
     assert not at.exception
+    # It asks first, naming what goes; "Keep it" keeps it.
+    assert [shown(w.value) for w in at.warning] == [
+        "Delete dataset tickets (40 rows, 5 columns)? Its rows go; runs keep their own "
+        "copy of the rows they used."
+    ]
+    at.button(key="confirm::dataset_delete::tickets::no").click().run()
+    assert [d.name for d in get_workbench().datasets.list()] == ["tickets"]
+    at.button(key="dataset_delete_tickets").click().run()
+    at.button(key="confirm::dataset_delete::tickets::yes").click().run()
+    assert not at.exception
     assert get_workbench().datasets.list() == []
     assert any("No datasets yet" in i.value for i in at.info)
 

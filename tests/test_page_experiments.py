@@ -93,6 +93,21 @@ def test_weights_and_ramp_save_a_new_revision() -> None:
     button(at, "Save as new revision").click()  # type: ignore[attr-defined]
     at.run()
     assert not at.exception, at.exception
+    # Nothing changes before a confirmation that names every change.
+    assert get_workbench().experiments.get("triage-split").revision == 1
+    assert [shown(w.value) for w in at.warning] == [
+        "Save revision 2 of triage-split: weight control 70 → 50; weight staging 30 → 50; "
+        "ramp 100% → 20%? The gateway and exported configs assign units by it from then on."
+    ]
+    button(at, "Keep it as it is").click()  # type: ignore[attr-defined]
+    at.run()
+    assert get_workbench().experiments.get("triage-split").revision == 1
+    assert not at.warning
+    button(at, "Save as new revision").click()  # type: ignore[attr-defined]
+    at.run()
+    button(at, "Yes, save this revision").click()  # type: ignore[attr-defined]
+    at.run()
+    assert not at.exception, at.exception
     config = get_workbench().experiments.get("triage-split")
     assert (config.revision, config.ramp, config.note) == (2, 20.0, "even split, slow ramp")
     assert config.weights == {"control": 50.0, "staging": 50.0}
@@ -114,6 +129,10 @@ def test_the_kill_switch_asks_before_it_acts() -> None:
     assert config.killed and config.revision == 2 and config.note == "kill switch"
     assert any("Killed" in w.value for w in at.warning)
     at.button(key="revive_triage-split").click().run()
+    assert get_workbench().experiments.get("triage-split").killed is True  # it asks first
+    assert any("Revive triage-split?" in shown(w.value) for w in at.warning)
+    button(at, "Yes, revive it").click()  # type: ignore[attr-defined]
+    at.run()
     assert get_workbench().experiments.get("triage-split").killed is False
 
 
@@ -136,6 +155,8 @@ def test_each_experiment_shows_and_saves_its_own_weights() -> None:
     assert at.number_input(key="w_other_1_control").value == 50.0
     at.slider(key="ramp_other_1").set_value(40.0)
     button(at, "Save as new revision").click()  # type: ignore[attr-defined]
+    at.run()
+    button(at, "Yes, save this revision").click()  # type: ignore[attr-defined]
     at.run()
     saved = wb.experiments.get("other")
     assert (saved.revision, saved.ramp, saved.weights) == (2, 40.0, {"control": 50, "staging": 50})

@@ -9,6 +9,7 @@ from pathlib import Path
 from streamlit.testing.v1 import AppTest
 
 from promptlab.ui.resources import get_workbench
+from tests.apptest_helpers import shown
 
 PAGE = str(Path(__file__).resolve().parent.parent / "pages" / "experiments.py")
 TIMEOUT_S = 30
@@ -70,10 +71,14 @@ def test_pause_and_resume_from_the_page() -> None:
     at = opened_on_the_rollout()
     next(b for b in at.button if b.label == "Pause").click().run()
     assert not at.exception, at.exception
+    assert get_workbench().rollouts.status(NAME).state == "running"  # it asks first
+    assert any(f"Pause the rollout of {NAME}?" in shown(w.value) for w in at.warning)
+    next(b for b in at.button if b.label == "Yes, pause").click().run()
     assert get_workbench().rollouts.status(NAME).state == "paused"
     assert [b.label for b in at.button if b.key and b.key.startswith("rollout_")] == [
         "Resume",
         "Abort",
     ]
     next(b for b in at.button if b.label == "Resume").click().run()
+    next(b for b in at.button if b.label == "Yes, resume").click().run()
     assert get_workbench().rollouts.status(NAME).state == "running"

@@ -45,7 +45,7 @@ def test_a_reviewer_corrects_accepts_and_rejects_in_turn() -> None:
     assert any(c.value.startswith("cross-check: review") for c in at.caption)
     assert any(e.label.startswith(f"Cross-check of run {run_id}") for e in at.expander)
 
-    answer_box(at).set_value("account")  # type: ignore[attr-defined]  # Enter submits
+    answer_box(at).set_value("account")  # type: ignore[attr-defined]
     button(at, "Correct").click()  # type: ignore[attr-defined]
     at.run()
     assert not at.exception
@@ -73,7 +73,7 @@ def test_rows_are_sent_by_hand_from_the_page() -> None:
     at = AppTest.from_file(PAGE, default_timeout=TIMEOUT_S).run()
     next(s for s in at.selectbox if s.label == "From run").set_value(run_id)
     boxes = {t.label: t for t in at.text_input}
-    boxes["Rows"].set_value("0, 1, 2, 3")
+    boxes["Rows"].set_value("1, 2, 3, 4")  # numbered from 1: row_index 0 to 3
     button(at, "Send these rows").click().run()  # type: ignore[attr-defined]
     assert not at.exception and not at.error
     queued = {i.row_index: i for i in wb.review.list("open", run_id)}

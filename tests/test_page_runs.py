@@ -73,6 +73,9 @@ def test_start_follows_the_new_run_and_cancel_and_resume_buttons_work(
     assert "from-the-page" in choice.format_func(run_id)  # names and times, not ids only
 
     at.button(key=f"cancel_{run_id}").click().run()
+    assert engine.is_active(run_id)  # asked first, naming what a cancel stops
+    assert any(f"Cancel run {run_id}?" in shown(w.value) for w in at.warning)
+    at.button(key=f"confirm::cancel::{run_id}::yes").click().run()
     cancelled = engine.wait(run_id, timeout=TIMEOUT_S)
     assert cancelled.status == "cancelled" and cancelled.cancelled > 0
     at.run()
@@ -212,6 +215,9 @@ def test_a_spec_with_a_schedule_is_added_and_paused_resumed_and_removed_on_the_p
     at.button(key="schedule_resume").click().run()
     assert list(at.dataframe[0].value["state"]) == ["active"]
     at.button(key="schedule_remove").click().run()
+    assert [s.name for s in get_workbench().schedules.list()] == ["from-the-page"]
+    assert any("Remove schedule from-the-page?" in shown(w.value) for w in at.warning)
+    at.button(key="confirm::schedule_remove::from-the-page::yes").click().run()
     assert not at.exception and get_workbench().schedules.list() == []
     assert any("No runs yet" in i.value for i in at.info)
 

@@ -44,7 +44,7 @@ def test_the_download_makes_the_export_s_file_or_says_why_not(tmp_path: Path) ->
     run_id = wb.engine.submit(parse_spec_text(spec_text(write_rows(tmp_path))))
     assert wb.runs.wait(run_id, timeout=TIMEOUT_S).status == "completed"
     csv = wb.exports.table_bytes("items", "csv", run_id=run_id)
-    assert csv.decode().splitlines()[0].startswith("key,run_id,seq,row_index,variant")
+    assert csv.decode().splitlines()[0].startswith("key,run_id,seq,row_index,row_number,variant")
     assert len(csv.decode().splitlines()) == 1 + 3
     # A refused export raises: the page shows why (tests/test_issue22_downloads.py).
     with pytest.raises(ExportError, match="give --run or --experiment"):

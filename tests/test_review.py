@@ -163,7 +163,7 @@ def test_rows_are_sent_by_hand_by_failed_checks_and_by_alerts_once_each(
             assert answer.check_status in ("invalid", "truncated")
         for bad, message in [
             (lambda: wb.review.add("run_nope", [0]), "no run with id"),
-            (lambda: wb.review.add(run_id, [999]), "has no results for row 999"),
+            (lambda: wb.review.add(run_id, [999]), r"no results for row 1000 \(row_index 999\)"),
             (lambda: wb.review.accept(99_999), "no item 99999"),
             (lambda: wb.review.correct(by_hand[0], "  "), "the corrected answer is empty"),
             (lambda: wb.review.correct(by_hand[0], "x" * 10_001), "over 10,000 characters"),
@@ -188,7 +188,8 @@ def test_the_review_commands(tmp_path: Path, db_path: Path) -> None:
         return result
 
     listed = run("list", "--run", run_id)
-    assert listed.exit_code == 0 and f"{first.id}  {run_id} row {first.row_index}" in listed.output
+    shown_row = first.row_index + 1  # rows numbered from 1, as the app numbers them
+    assert listed.exit_code == 0 and f"{first.id}  {run_id} row {shown_row}" in listed.output
     shown = run("show", str(first.id))
     assert shown.exit_code == 0
     assert "cross-check: review" in shown.output and all(m in shown.output for m in MODELS)
@@ -204,8 +205,11 @@ def test_the_review_commands(tmp_path: Path, db_path: Path) -> None:
     missing = run("accept", "424242")
     assert missing.exit_code == 1 and "no item 424242" in missing.output + (missing.stderr or "")
     assert run("add", run_id).exit_code == 2  # nothing to send named
-    sent = run("add", run_id, "0", "1", "2", "3", "4", "5", "6", "7")
+    assert run("add", run_id, "0").exit_code == 2  # rows are numbered from 1
+    sent = run("add", run_id, "1", "2", "3", "4", "5", "6", "7", "8")
     assert sent.exit_code == 0 and "sent" in sent.output
+    with Workbench.open() as wb:
+        assert sorted(i.row_index for i in wb.review.list(None, run_id)) == list(range(8))
 
 
 def test_the_commands_status_choices_are_the_records_statuses() -> None:

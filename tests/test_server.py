@@ -179,8 +179,10 @@ def test_the_cli_runs_through_the_server_and_others_see_the_run(
     monkeypatch.setenv("PROMPTLAB_AUTHOR", "José Ñúñez")  # not Latin-1 safe in a header
     result = CliRunner().invoke(main, ["run", str(_spec(tmp_path, server)), "--quiet"])
     assert result.exit_code == 0, result.output + result.stderr
-    run_id = result.output.split()[1]
-    assert "completed" in result.output
+    run_id = result.stdout.split()[1]
+    assert "completed" in result.stdout
+    # stdout as without a server; one line on stderr says which server answered.
+    assert result.stderr.startswith(f"through the promptlab server at {served.info.url} (pid ")
     # The owner's token is the server's service ("tester"): it acts for this shell's author.
     status, submitted = served.call("GET", f"/v1/audit/events?kind=run.submitted&run_id={run_id}")
     assert [e["actor"] for e in submitted] == ["tester on behalf of José Ñúñez"]
@@ -281,7 +283,7 @@ def test_assign_answers_from_the_experiment_s_config(served: Served, demo_db: Pa
         ],
     )
     assert result.exit_code == 0, result.output + result.stderr
-    assert result.output.startswith("estimate: ") and ": completed" in result.output
+    assert result.stdout.startswith("estimate: ") and ": completed" in result.stdout
 
 
 @pytest.mark.parametrize(
@@ -430,4 +432,4 @@ def test_cancel_through_the_server_says_where_it_left_the_run(
         cancelling.join(60)
     (result,) = done
     assert result.exit_code == 0, result.output
-    assert result.output.strip() == f"run {run_id}: running -> cancelled"
+    assert result.stdout.strip() == f"run {run_id}: running -> cancelled"

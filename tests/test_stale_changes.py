@@ -102,7 +102,7 @@ def test_a_second_decider_holding_the_old_version_is_refused_and_the_first_stand
     with acting_as("bob"), pytest.raises(StaleChangeError) as refused:
         wb.review.correct(item_id, "something else", version=seen.version)
     message = str(refused.value)
-    assert f"review {item_id} (row {seen.row_index} of run {run_id})" in message
+    assert f"review {item_id} (row {seen.row_index + 1} of run {run_id})" in message
     assert "was settled `accepted` by alice at 2030-12-03 10:02 UTC" in message
     assert message.endswith("after you saw version 0; reopen it first (version 1 now)")
     assert "\n" not in message

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from promptlab.analysis.compare import compare_arms
+from promptlab.analysis.compare import FINAL_LOOK, compare_arms
 from promptlab.analysis.stats import Verdict, holm_verdicts
 from promptlab.config import Settings
 from promptlab.engine.spec import parse_spec
@@ -86,6 +86,22 @@ def test_simpson_pooled_says_worse_within_runs_says_better(
     assert row.verdict == Verdict.BETTER and row.effect is not None and row.effect < 0
     assert row.test.startswith("stratified over 2 runs")
     assert found.arms == {A: (120, 120), B: (120, 120)}  # 60 rows in each of two runs
+    # Each version's value is weighted as the combined delta is: variant - control is the
+    # delta, where units-weighted (pooled) values could point the other way (issue 61).
+    tested = [r for r in found.rows if r.effect is not None]
+    assert tested and all(
+        r.variant_value is not None
+        and r.control_value is not None
+        and r.variant_value - r.control_value == pytest.approx(r.effect, abs=1e-9)
+        for r in tested
+    )
+    # Each run's own rows are kept beside the combined ones, for the page to show.
+    assert list(found.strata) == [f"{fast} on sim:fast", f"{slow} on sim:careful"]
+    for label, run_id in zip(found.strata, (fast, slow), strict=True):
+        inside = wb.analysis.compare_versions(A, B, run_id=run_id)
+        assert [(r.metric, r.effect) for r in found.strata[label]] == [
+            (r.metric, r.effect) for r in inside.rows
+        ]
     assert found.scope.startswith(
         f"compared within 2 runs holding both versions ({fast} on sim:fast, {slow} on "
         "sim:careful); combined by a stratified estimate"
@@ -104,15 +120,19 @@ def test_one_run_holding_both_is_compared_paired_inside_it(
     _run(wb, "A elsewhere", _dataset(tmp_path, 30), "sim:careful", {A: 300})
     found = wb.analysis.compare_versions(A, B)
     inside = wb.analysis.compare_versions(A, B, run_id=run_id)
+    # One data set, one answer: the same estimate, and finished results are the final
+    # look (4% of the 5%) in both, so the same interval (issue 61: 95% here, 96% there).
+    assert found.method == inside.method == FINAL_LOOK
     for mine, theirs in zip(found.rows, inside.rows, strict=True):
-        # The same estimate; a run's own comparison is its final look (4% of the 5%).
-        assert (mine.metric, mine.effect, mine.standard_error) == (
+        assert (mine.metric, mine.effect, mine.standard_error, mine.interval) == (
             theirs.metric,
             theirs.effect,
             theirs.standard_error,
+            theirs.interval,
         )
     assert all(r.analysed_by == "row" for r in found.rows)  # paired by dataset row
     assert found.scope.endswith("nothing pooled across runs")
+    assert found.strata == {}  # one run: its rows are the comparison's own
     assert found.notes[0].startswith("left out: 1 run holding one version only: ")
 
 

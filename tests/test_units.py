@@ -92,6 +92,33 @@ def test_always_valid_is_wider_than_fixed_horizon() -> None:
     assert live.interval.low < fixed.interval.low and live.p_value > fixed.p_value
 
 
+def test_each_arms_interval_is_at_the_looks_level_and_the_test_does_not_move() -> None:
+    """One interval level per view (issue 61): each arm's interval, the charts' bars, is
+    at the look's level as the effect's is (96% at the final look, 99% while collecting),
+    where it was 95% beside a 96% effect; the effect's standard error does not move."""
+    from statistics import NormalDist
+
+    from promptlab.analysis.sequential import FIXED, interim
+
+    rng = np.random.default_rng(11)
+    a = arm_sample("A", simulate_arm(Traffic(units=400), rng))
+    b = arm_sample("B", simulate_arm(Traffic(units=400), rng))
+    fixed = compare_arms(a, b, look=FIXED)
+    z95 = NormalDist().inv_cdf(0.975)
+    for look, level in ((FINAL, 0.96), (interim(1000), 0.99)):
+        rows = compare_arms(a, b, look=look)
+        z = NormalDist().inv_cdf(1 - (1 - level) / 2)
+        for mine, base in zip(rows, fixed, strict=True):
+            assert mine.standard_error == base.standard_error
+            assert mine.control_interval is not None and base.control_interval is not None
+            width = mine.control_interval.high - mine.control_interval.low
+            was = base.control_interval.high - base.control_interval.low
+            if mine.lower_is_better:  # a percentile's interval: wider, around its value
+                assert width > was and mine.control_interval.low <= mine.control_value
+            else:  # a rate's Wald interval: its half-width scales with z
+                assert width == pytest.approx(was * z / z95, rel=1e-9)
+
+
 def test_cuped_is_plain_delta_method_without_history_and_narrower_with_it() -> None:
     rng = np.random.default_rng(9)
     traffic = Traffic(pre_share=1.0)

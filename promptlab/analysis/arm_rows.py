@@ -67,7 +67,10 @@ def compare_arms(
     if a.latency.size and b.latency.size:
         qs = tuple(q for q, _ in COMPARED_QUANTILES)
         differences = quantile_difference(
-            (a.latency, a.latency_unit, units_a), (b.latency, b.latency_unit, units_b), qs
+            (a.latency, a.latency_unit, units_a),
+            (b.latency, b.latency_unit, units_b),
+            qs,
+            1 - look.alpha,
         )
     counts = (_distinct(a.latency_unit), _distinct(b.latency_unit), a.latency.size, b.latency.size)
     return rows + _latency_rows(a.name, b.name, a.latency, b.latency, differences, counts, by, look)
@@ -113,7 +116,7 @@ def compare_paired(
     if pairs.latency_a.size:
         qs = tuple(q for q, _ in COMPARED_QUANTILES)
         differences = paired_quantile_difference(
-            pairs.latency_a, pairs.latency_b, pairs.latency_row, pairs.rows, qs
+            pairs.latency_a, pairs.latency_b, pairs.latency_row, pairs.rows, qs, 1 - look.alpha
         )
     rows_timed = _distinct(pairs.latency_row)
     counts = (rows_timed, rows_timed, pairs.latency_a.size, pairs.latency_b.size)
@@ -182,8 +185,9 @@ def _row_from(
         requests_control=int(a.den.sum()),
         requests_variant=int(b.den.sum()),
         analysed_by=by,
-        control_interval=rate_interval(a),
-        variant_interval=rate_interval(b),
+        # Each arm's interval at the look's level: one level in all a comparison shows.
+        control_interval=rate_interval(a, 1 - look.alpha),
+        variant_interval=rate_interval(b, 1 - look.alpha),
     )
     return decided(row, estimate, method, look)
 

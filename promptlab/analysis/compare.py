@@ -95,6 +95,9 @@ class Comparison:
     notes: list[str] = field(default_factory=list)
     #: What two versions across runs were compared within (the runs holding both).
     scope: str = ""
+    #: Two versions combined over several runs: each stratum's own rows, by "RUN on
+    #: MODEL" (promptlab/analysis/strata.py); empty for any other comparison.
+    strata: dict[str, list[MetricComparison]] = field(default_factory=dict)
 
     @property
     def sequential(self) -> bool:

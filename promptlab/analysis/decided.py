@@ -1,5 +1,6 @@
-"""A comparison row decided: its effect, interval and p-value at the look, or "too few
-units"; with the Bayesian view of the same estimate."""
+"""A comparison row decided: its effect, interval and p-value at the look (the test's
+own p, with the look's share of the 5% beside it), or "too few units"; with the Bayesian
+view of the same estimate."""
 
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ def decided(
         effect=estimate.effect,
         interval=found.interval,
         p_value=found.p_value,
+        look_alpha=look.alpha,
         test=name,
         standard_error=se,
         chance_to_beat=view.chance_to_beat if view else None,

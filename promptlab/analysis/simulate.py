@@ -73,6 +73,29 @@ def false_positive_rate(
     return hits / pairs
 
 
+def past_horizon_false_positive_rate(
+    pairs: int, traffic: Traffic, *, looks: int = 30, horizons: int = 3, seed: int = 2027
+) -> float:
+    """The share of A/A pairs any interim look called, looking `looks` times while the
+    data grows to `horizons` times the planned units (a plan nobody closed: production
+    logs read again and again). Every look is interim, tuned to `traffic.units /
+    horizons` per arm, so the whole stays within the interim share (1%)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    tuned = interim(max(1, traffic.units // horizons))
+    hits = 0
+    for _ in range(pairs):
+        a, b = simulate_arm(traffic, rng), simulate_arm(traffic, rng)
+        for step in range(1, looks + 1):
+            until = step / looks
+            rows = compare_arms(arm_sample("A", a, until), arm_sample("B", b, until), look=tuned)
+            if _called(holm_verdicts(rows)):
+                hits += 1
+                break
+    return hits / pairs
+
+
 def power(
     pairs: int,
     traffic: Traffic,

@@ -84,11 +84,14 @@ class MetricComparison:
     #: variant - control, in the metric's unit (a rate, or milliseconds).
     effect: float | None
     interval: Interval | None
+    #: The test's own p-value (the textbook one at a fixed look; the always-valid one
+    #: at an interim look).
     p_value: float
     #: The method the interval and the p-value both came from.
     test: str
     lower_is_better: bool
-    #: Holm-adjusted across every comparison of one table; set by `holm_verdicts`.
+    #: The p on the family's scale (x 5% / look_alpha), Holm-adjusted across every
+    #: comparison of one table; set by `holm_verdicts`.
     adjusted_p: float | None = None
     verdict: Verdict = Verdict.UNDECIDED
     #: ... and the requests behind them.
@@ -111,6 +114,9 @@ class MetricComparison:
     #: unit; None where the row has no verdict to give (no data, too few units).
     chance_to_beat: float | None = None
     expected_loss: float | None = None
+    #: The look's share of the family's 5% (5% a fixed look, 4% the final one, 1% every
+    #: interim look together: promptlab/analysis/sequential.py); the interval's level.
+    look_alpha: float = ALPHA
 
 
 # ---- rates ---------------------------------------------------------------------------
@@ -155,6 +161,12 @@ def _fmt(p: float) -> str:
     return "<0.0001" if p < 0.0001 else f"{p:.3g}"
 
 
+def on_family_scale(c: MetricComparison) -> float:
+    """A row's p on the family's scale: below 5% exactly when its own p is below its
+    look's share, so Holm's correction treats every look alike."""
+    return min(1.0, c.p_value * ALPHA / c.look_alpha)
+
+
 def holm_verdicts(
     comparisons: Sequence[MetricComparison],
     alpha: float = ALPHA,
@@ -167,15 +179,16 @@ def holm_verdicts(
     ran none (its adjusted p stays None). With a declared `family` of metrics (compared
     for `variants` variants), the family is fixed at len(family) x variants whatever
     rows are given or could be tested (promptlab/records/family.py); a row of another
-    metric is exploratory: no verdict. A row is better or worse when its adjusted p
+    metric is exploratory: no verdict. Each row's p is put on the family's scale first
+    (its look's share: `on_family_scale`). A row is better or worse when its adjusted p
     is below alpha; its interval then excludes 0 on that side (interval and p come from
-    one method). A row whose own p is below alpha but not its adjusted one is
-    "significant before adjustment only".
+    one method). A row whose own p is below its look's share but not its adjusted one
+    is "significant before adjustment only".
     """
     declared = None if family is None else set(family)
     tested = _tested(comparisons, declared)
     size = family_size(comparisons, family, variants)
-    p_values = [comparisons[i].p_value for i in tested]
+    p_values = [on_family_scale(comparisons[i]) for i in tested]
     adjusted = dict(zip(tested, holm(p_values, size), strict=True))
     rows = []
     for index, c in enumerate(comparisons):
@@ -189,19 +202,34 @@ def holm_verdicts(
             rows.append(replace(c, adjusted_p=None, reason=reason))
             continue
         p = adjusted[index]
-        over = f"Holm over {size} test{'s' if size != 1 else ''}"
+        over = f"Holm over {size} test{'s' if size != 1 else ''}{_share(c, alpha)}"
         if p < alpha and c.interval is not None and c.interval.excludes_zero():
             up = c.interval.low > 0
             found = Verdict.WORSE if up == c.lower_is_better else Verdict.BETTER
             reason = f"adjusted p {_fmt(p)} < {alpha:g} ({over}); the interval excludes 0"
-        elif c.p_value < alpha:
+        elif on_family_scale(c) < alpha:
             found = Verdict.UNADJUSTED
-            reason = f"p {_fmt(c.p_value)} < {alpha:g} alone, adjusted p {_fmt(p)} ({over})"
+            reason = (
+                f"p {_fmt(c.p_value)} < {_look_level(c, alpha):g} alone, "
+                f"adjusted p {_fmt(p)} ({over})"
+            )
         else:
             found = Verdict.UNDECIDED
             reason = f"the interval includes 0 (p {_fmt(c.p_value)})"
         rows.append(replace(c, adjusted_p=p, verdict=found, reason=reason))
     return rows
+
+
+def _look_level(c: MetricComparison, alpha: float) -> float:
+    """The level a row's own p is held to: its look's share of `alpha`."""
+    return c.look_alpha * alpha / ALPHA
+
+
+def _share(c: MetricComparison, alpha: float) -> str:
+    """The look's share in the reason's words, when it is not the whole of alpha."""
+    if c.look_alpha >= ALPHA:
+        return ""
+    return f", this look's {_look_level(c, alpha):.0%} of {alpha:.0%}"
 
 
 def _tested(comparisons: Sequence[MetricComparison], declared: set[str] | None) -> list[int]:

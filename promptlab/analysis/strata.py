@@ -10,7 +10,11 @@ pooled, because B ran more often on the slow model). So:
   every row to both, per unit otherwise);
 - **several strata** are combined by a stratified estimate: each stratum's effect
   weighted by its inverse variance (a fixed-effect meta-analysis), so no stratum's mix
-  of versions leaks into the difference;
+  of versions leaks into the difference. Each version's value is its strata's values
+  weighted the same way, so variant - control is the combined delta (pooled values can
+  point the other way); each stratum's own rows are kept (`Comparison.strata`);
+- finished results are the **final look** (4% of the 5%), as a finished run's own
+  comparison is: the same data shows the same interval level in every view;
 - runs that hold only one of the versions are left out, and the comparison says which;
 - with **no stratum**, the versions are pooled only when all their runs used one model,
   dataset and history mode (the comparison says so); otherwise it is refused with one
@@ -37,7 +41,7 @@ from promptlab.analysis.compare import (
     since_text,
 )
 from promptlab.analysis.decided import decided
-from promptlab.analysis.sequential import FIXED, Look, interim
+from promptlab.analysis.sequential import FINAL, Look, interim
 from promptlab.analysis.stats import (
     NO_DATA,
     MetricComparison,
@@ -172,14 +176,17 @@ def compare_across_runs(
         raise PromptlabError(f"compare {name_a} with another version, not itself")
     names = (name_a, name_b)
     run_of = functools.cache(run_of)  # a run on several models is several strata: read once
-    look = interim(planned_units) if sequential else FIXED
+    look = interim(planned_units) if sequential else FINAL
     strata = split_strata(samples.version_strata(id_a, id_b, since))
     for arm_name, results in ((name_a, strata.results_a), (name_b, strata.results_b)):
         if not results:
             raise PromptlabError(f"no results of {arm_name}" + since_text(since))
     notes: list[str] = []
+    within: dict[str, list[MetricComparison]] = {}
     if strata.shared:
-        rows, arms, shared = _stratified(samples, strata, run_of, (a, b), look, keep_shared, notes)
+        rows, arms, shared = _stratified(
+            samples, strata, run_of, (a, b), look, keep_shared, (notes, within)
+        )
     else:
         notes.append(check_poolable(strata.left_out, run_of, names))
         rows, arms, shared = _pooled(samples, (a, b), since, look, keep_shared, notes)
@@ -201,6 +208,7 @@ def compare_across_runs(
         shared_units=shared,
         notes=notes,
         scope=strata.describe() if strata.shared else "",
+        strata=within if len(within) > 1 else {},
     )
 
 
@@ -228,11 +236,13 @@ def _stratified(
     versions: tuple[tuple[str, str], tuple[str, str]],
     look: Look,
     keep_shared: bool,
-    notes: list[str],
+    found_out: tuple[list[str], dict[str, list[MetricComparison]]],
 ) -> tuple[list[MetricComparison], dict[str, tuple[int, int]], int]:
     """The versions compared within each stratum holding both and combined over them:
     the rows, units and requests per arm summed over the strata, and shared units; the
-    runs left out are noted."""
+    runs left out are noted, and each stratum's rows kept by "RUN on MODEL" (`found_out`:
+    the notes and the strata's rows, filled here)."""
+    notes, within = found_out
     names = (versions[0][1], versions[1][1])
     arms = {name: (0, 0) for name in names}
     shared = 0
@@ -242,6 +252,7 @@ def _stratified(
             samples, run_of(stratum.run_id), stratum, versions, look, keep_shared, notes
         )
         per_stratum.append(rows)
+        within[f"{stratum.run_id} on {stratum.model_name}"] = rows
         shared += found
         for arm in (arm_a, arm_b):
             units, requests = arms[arm.name]
@@ -297,8 +308,24 @@ def combine(per_stratum: Sequence[list[MetricComparison]], look: Look) -> list[M
         total = sum(weights)
         effect = sum(w * (r.effect or 0.0) for w, r in zip(weights, usable, strict=True)) / total
         method = f"stratified over {len(usable)} run{'s' if len(usable) != 1 else ''}"
+        summed = _weighted_values(summed, usable, weights)
         combined.append(decided(summed, Estimate(effect, 1 / total), method, look))
     return combined
+
+
+def _weighted_values(
+    summed: MetricComparison, usable: Sequence[MetricComparison], weights: Sequence[float]
+) -> MetricComparison:
+    """Each version's value over the strata weighted as the effect is, so variant -
+    control is the combined delta (units-weighted values are a pooled view, and can
+    point the other way); the summed row as it is when a stratum lacks a value."""
+    pairs = [(r.control_value, r.variant_value) for r in usable]
+    if any(c is None or v is None for c, v in pairs):
+        return summed
+    total = sum(weights)
+    control = sum(w * (c or 0.0) for w, (c, _) in zip(weights, pairs, strict=True)) / total
+    variant = sum(w * (v or 0.0) for w, (_, v) in zip(weights, pairs, strict=True)) / total
+    return replace(summed, control_value=control, variant_value=variant)
 
 
 def _usable(row: MetricComparison) -> bool:

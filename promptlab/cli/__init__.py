@@ -24,6 +24,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "rollouts": ("rollout",),
     "validate": ("validate",),
     "metrics": ("metrics", "compare"),
+    "decide": ("decide",),
     "repeats": ("repeats",),
     "feedback": ("feedback", "logs"),
     "export": ("export",),

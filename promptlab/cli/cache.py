@@ -1,9 +1,9 @@
 """`promptlab cache stats / clear`, and the `--cache` option of the run commands.
 
-The cache's commands work on the database file: with a server owning it they are
-refused in one line (stop the server, or run them where it runs). `--cache` overrides
-a spec's `cache:`; through a server it works for `run` (the spec goes there whole) and
-is refused for `batch` and `experiment run`, whose servers' routes take no cache mode.
+The cache's commands print the same on the database file as through the server that
+owns it (`/v1/cache`, server/cache_routes.py). `--cache` overrides a spec's `cache:`;
+through a server it works for `run` (the spec goes there whole) and is refused for
+`batch` and `experiment run`, whose servers' routes take no cache mode.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from promptlab.cli.common import db_option, handle_errors, open_workbench
+from promptlab.cli.common import db_option, handle_errors, through
 from promptlab.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -86,8 +86,9 @@ def cache() -> None:
 def stats_command(ctx: click.Context) -> None:
     """Entries, bytes, answers given from the cache, oldest and newest, per endpoint
     and model."""
-    with open_workbench(ctx) as wb:
-        stats = wb.cache.stats()
+    from promptlab.records.cache import CacheStats
+
+    stats = through(ctx, CacheStats, "GET", "/v1/cache", lambda wb: wb.cache.stats())
     for line in stats_lines(stats):
         click.echo(line)
 
@@ -101,8 +102,10 @@ def stats_command(ctx: click.Context) -> None:
 @handle_errors(usage=(ConfigError,))
 def clear_command(ctx: click.Context, older_than: str | None) -> None:
     """Remove the cache's entries (all, or those older than AGE); results stay."""
-    with open_workbench(ctx) as wb:
-        removed = wb.cache.clear(older_than)
+    body = {"older_than": older_than}
+    removed = through(
+        ctx, int, "POST", "/v1/cache/clear", lambda wb: wb.cache.clear(older_than), body
+    )
     which = f" stored more than {older_than} ago" if older_than else ""
     entries = "entry" if removed == 1 else "entries"
     click.echo(f"removed {removed:,} cache {entries}{which}")

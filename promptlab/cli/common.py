@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import urllib.parse
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -14,7 +15,7 @@ import click
 from promptlab.audit.redact import redact
 from promptlab.config import Settings
 from promptlab.errors import ConfigError, PromptlabError
-from promptlab.server.discovery import ServerInfo, find_server
+from promptlab.server.discovery import SERVER_ENV, ServerInfo, discovery_path, find_server
 
 if TYPE_CHECKING:
     from promptlab.server.client import ServerClient
@@ -107,8 +108,26 @@ def settings_from(ctx: click.Context) -> Settings:
 
 def served(ctx: click.Context) -> ServerInfo | None:
     """The server that owns the command's database (promptlab serve, or the app serving
-    the API), if one does: the command then calls its typed routes."""
-    return find_server(settings_from(ctx).db_path)
+    the API), if one does: the command then calls its typed routes, and says once, on
+    stderr, which server it went through (stdout stays as it is without one)."""
+    db_path = settings_from(ctx).db_path
+    server = find_server(db_path)
+    meta = ctx.find_root().meta
+    if server is not None and not meta.get(_SAID_SERVER):
+        meta[_SAID_SERVER] = True
+        click.echo(server_line(server, db_path), err=True)
+    return server
+
+
+_SAID_SERVER = "promptlab.said_server"
+
+
+def server_line(server: ServerInfo, db_path: Path) -> str:
+    """The one line naming the server a command goes through, and how it was found."""
+    if os.environ.get(SERVER_ENV):  # named by the environment (another machine's, say)
+        return f"through the promptlab server at {server.url} ({SERVER_ENV})"
+    pid = f"pid {server.pid}, " if server.pid is not None else ""
+    return f"through the promptlab server at {server.url} ({pid}{discovery_path(db_path)})"
 
 
 def through(

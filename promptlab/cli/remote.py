@@ -1,14 +1,14 @@
 """The run commands through a server (`promptlab serve` owns the database).
 
-Same output and exit codes as in process: the run id first, a progress line, a summary
-and the run id again at the end; Ctrl-C cancels the run on the server.
+Same output and exit codes as in process: the run id first, the live progress (the
+same LiveProgress, from the run's status: the line with its limiters, a provider-batch
+run's batches), a summary and the run id again at the end; Ctrl-C cancels the run on the
+server. Before all that, `served` said on stderr which server it is.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import signal
-import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -25,8 +25,6 @@ from promptlab.server.discovery import ServerInfo
 POLL_S = 0.5
 #: The first short wait near a run's end (see PollPace).
 END_POLL_S = 0.05
-#: Seconds between progress lines when stderr is not a terminal.
-PIPED_LINE_S = 5.0
 
 
 def drive_remote(
@@ -65,31 +63,30 @@ def download_batch_output(client: ServerClient, run_id: str, path: Path) -> int:
 
 
 def _watch(client: ServerClient, run_id: str, quiet: bool) -> None:
-    from promptlab.cli.run_text import progress_line
+    """Follow the run on the server to its end: the same progress lines as here
+    (run_text.LiveProgress), from its status (limiters and provider batches included)."""
+    from promptlab.cli.run_text import LiveProgress
     from promptlab.facades.runs import RunProgress
+    from promptlab.providers.batches.ledger import ChunkView
+    from promptlab.server.typed import from_wire
 
     def on_sigint(_signum: int, _frame: FrameType | None) -> None:
         click.echo("\ncancelling on the server: in-flight requests finish", err=True)
         client.post(f"/v1/runs/{run_id}/cancel")
 
     previous = signal.signal(signal.SIGINT, on_sigint)
-    tty = sys.stderr.isatty()
-    last = 0.0
+    live = LiveProgress(quiet)
     pace = PollPace()
     try:
         while True:
             progress = client.get(f"/v1/runs/{run_id}")
             if not progress["active"]:
                 break
-            now = time.monotonic()
-            if not quiet and (tty or now - last >= PIPED_LINE_S):
-                last = now
-                fields = {f.name for f in dataclasses.fields(RunProgress)} - {"limiters"}
-                line = progress_line(RunProgress(**{k: progress[k] for k in fields}))
-                click.echo(f"\r{line}\x1b[K" if tty else line, err=True, nl=not tty)
+            if live.due():
+                batches = from_wire(tuple[ChunkView, ...], progress.get("batches") or ())
+                live.show(from_wire(RunProgress, progress), batches)
             time.sleep(pace.wait(progress))
-        if not quiet and tty:
-            click.echo("", err=True)
+        live.end()
     finally:
         signal.signal(signal.SIGINT, previous)
 

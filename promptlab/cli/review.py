@@ -177,7 +177,7 @@ def reopen(ctx: click.Context, item_id: int, note: str | None, version: int | No
 @review.command("add")
 @db_option
 @click.argument("run_id")
-@click.argument("rows", nargs=-1, type=click.IntRange(min=0))
+@click.argument("rows", nargs=-1, type=click.IntRange(min=1))
 @click.option("--failed-checks", is_flag=True, help="Every result that failed its checks.")
 @click.option("--alerts", is_flag=True, help="The results the run's anomaly alerts were about.")
 @click.option("--reason", default="sent by hand", show_default=True)
@@ -191,12 +191,14 @@ def add(
     alerts: bool,
     reason: str,
 ) -> None:
-    """Send rows of a run to review: ROWS by number, or with --failed-checks / --alerts."""
+    """Send rows of a run to review: ROWS by number, from 1 as `promptlab items` and the
+    app number them, or with --failed-checks / --alerts."""
     if not rows and not failed_checks and not alerts:
         raise click.UsageError("give row numbers, --failed-checks or --alerts")
+    indexes = [row - 1 for row in rows]  # the API and wb.review.add take row_index, from 0
 
     def direct(wb: Workbench) -> list[int]:
-        ids = wb.review.add(run_id, rows, reason) if rows else []
+        ids = wb.review.add(run_id, indexes, reason) if indexes else []
         if failed_checks:
             ids += wb.review.add_failed_checks(run_id)
         if alerts:
@@ -205,7 +207,7 @@ def add(
 
     body = {
         "run_id": run_id,
-        "rows": list(rows),
+        "rows": indexes,
         "failed_checks": failed_checks,
         "alerts": alerts,
         "reason": reason,

@@ -1,17 +1,24 @@
-"""A run as the terminal shows it: `status RUN_ID`'s view, the live progress line and the
-summary a run command ends with; the same here as through a server (promptlab/cli/remote.py)."""
+"""A run as the terminal shows it: `status RUN_ID`'s view, the live progress (the line,
+a provider-batch run's batches) and the summary a run command ends with; the same here
+(promptlab/cli/run_watch.py) as through a server (promptlab/cli/remote.py)."""
 
 from __future__ import annotations
 
+import sys
 import time
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import click
 
 if TYPE_CHECKING:
     from promptlab.facades.runs import RunProgress, RunView
+    from promptlab.providers.batches.ledger import ChunkView
 
 BAR_WIDTH = 28
+#: Seconds between progress redraws on a terminal, and between lines when piped.
+REDRAW_TTY_S = 0.5
+REDRAW_PIPE_S = 5.0
 
 
 def print_view(view: RunView) -> None:
@@ -154,6 +161,43 @@ def progress_line(p: RunProgress) -> str:
         gate = f" gate until {lim.gate_closed_until:%H:%M:%S}" if lim.gate_closed_until else ""
         parts.append(f"{lim.name}: {rpm} conc {lim.concurrency}{gate}")
     return " | ".join(parts)
+
+
+class LiveProgress:
+    """What a run command prints on stderr while it follows a run, from the same records
+    here and through a server: a provider-batch run's batches whenever a state or count
+    changes, then the progress line; redrawn in place on a terminal every REDRAW_TTY_S,
+    a line every REDRAW_PIPE_S when piped; nothing with `quiet`."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+        self.tty = sys.stderr.isatty()
+        self._last: float | None = None
+        self._said: list[str] = []
+
+    def due(self) -> bool:
+        """Whether `show` would print now (the caller then reads what it shows)."""
+        every = REDRAW_TTY_S if self.tty else REDRAW_PIPE_S
+        return not self.quiet and (self._last is None or time.monotonic() - self._last >= every)
+
+    def show(self, progress: RunProgress, batches: Sequence[ChunkView]) -> None:
+        """Print the run's progress (and its batches, if they changed since last shown)."""
+        from promptlab.views.batches import batch_lines
+
+        self._last = time.monotonic()
+        # Only states and counts: the "for N min" part changes at every look.
+        shown = [f"{c.batch_id} {c.state} {c.succeeded} {c.failed}" for c in batches]
+        if batches and shown != self._said:
+            lines = batch_lines(batches, time.time())
+            click.echo(("\r\x1b[K" if self.tty else "") + "\n".join(lines), err=True)
+        self._said = shown
+        line = progress_line(progress)
+        click.echo(f"\r{line}\x1b[K" if self.tty else line, err=True, nl=not self.tty)
+
+    def end(self) -> None:
+        """The run ended: a redrawn line is left on its own line."""
+        if not self.quiet and self.tty and self._last is not None:
+            click.echo("", err=True)
 
 
 def print_summary(view: RunView) -> None:

@@ -8,7 +8,6 @@ import os
 import signal
 import sys
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
@@ -17,15 +16,10 @@ from typing import TYPE_CHECKING
 import click
 
 from promptlab.cli.common import EXIT_CANCELLED, next_line, open_workbench, run_exit_code
-from promptlab.cli.run_text import print_summary, progress_line
-from promptlab.views.batches import batch_lines
+from promptlab.cli.run_text import REDRAW_TTY_S, LiveProgress, print_summary
 
 if TYPE_CHECKING:
     from promptlab.workbench import Workbench
-
-#: Seconds between progress redraws on a terminal, and between lines when piped.
-REDRAW_TTY_S = 0.5
-REDRAW_PIPE_S = 5.0
 
 
 def drive_run(
@@ -92,32 +86,13 @@ def _watch(wb: Workbench, run_id: str, quiet: bool) -> None:
     # Called from a thread other than the main one (a test, an embedding): no signals.
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGINT, on_sigint) if main_thread else None
-    tty = sys.stderr.isatty()
-    redraw = REDRAW_TTY_S if tty else REDRAW_PIPE_S
-    last = 0.0
-    batches: list[str] = []
+    live = LiveProgress(quiet)
     try:
         while wb.runs.is_active(run_id):
             wb.runs.wait(run_id, timeout=REDRAW_TTY_S)
-            now = time.monotonic()
-            if not quiet and now - last >= redraw and wb.runs.is_active(run_id):
-                last = now
-                batches = _batch_states(wb, run_id, batches, tty)
-                line = progress_line(wb.runs.progress(run_id))
-                click.echo(f"\r{line}\x1b[K" if tty else line, err=True, nl=not tty)
-        if not quiet and tty:
-            click.echo("", err=True)
+            if live.due() and wb.runs.is_active(run_id):
+                live.show(wb.runs.progress(run_id), wb.runs.batches(run_id))
+        live.end()
     finally:
         if main_thread:
             signal.signal(signal.SIGINT, previous)
-
-
-def _batch_states(wb: Workbench, run_id: str, said: list[str], tty: bool) -> list[str]:
-    """A provider-batch run's batches, said again whenever a state or count changes."""
-    chunks = wb.runs.batches(run_id)
-    # Only states and counts: the "for N min" part changes at every look.
-    shown = [f"{c.batch_id} {c.state} {c.succeeded} {c.failed}" for c in chunks]
-    if chunks and shown != said:
-        lines = batch_lines(chunks, time.time())
-        click.echo(("\r\x1b[K" if tty else "") + "\n".join(lines), err=True)
-    return shown

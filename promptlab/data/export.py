@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from promptlab.analysis.intervals import completion_interval
 from promptlab.errors import ExportError
+from promptlab.records.items import ItemFilter
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -41,6 +42,8 @@ if TYPE_CHECKING:
 TABLES = ("items", "results", "attempts", "metrics", "comparisons", "feedback")
 #: Tables whose rows DuckDB reads from the store as they are (the others are computed).
 STORED_TABLES = ("items", "results", "attempts", "feedback")
+#: Tables with a row per item, or per item's result or attempt: the item filters apply.
+ITEM_TABLES = ("items", "results", "attempts")
 #: Export formats, with their file extension, MIME type and DuckDB COPY format.
 FORMATS = {
     "csv": (".csv", "text/csv", "csv"),
@@ -61,6 +64,9 @@ class ExportFilters:
     experiment: str | None = None
     #: Rows of this prompt's versions (results whose prompt_version_id is one of them).
     prompt: str | None = None
+    #: Within the run (`run_id` required): the items a filtered Runs page shows, and
+    #: their results and attempts.
+    items: ItemFilter = ItemFilter()
 
     def describe(self) -> str:
         parts = [
@@ -72,7 +78,7 @@ class ExportFilters:
             )
             if value
         ]
-        return ", ".join(parts) or "no filter"
+        return ", ".join([*parts, *filter(None, [self.items.describe()])]) or "no filter"
 
 
 def check_table(table: str) -> str:
@@ -80,6 +86,18 @@ def check_table(table: str) -> str:
     if name not in TABLES:
         raise ExportError(f"export: unknown table {table!r}: one of {', '.join(TABLES)}")
     return name
+
+
+def check_items(table: str, filters: ExportFilters) -> None:
+    """Item filters keep one run's items, and their results and attempts: nothing else."""
+    if not filters.items.named():
+        return
+    if filters.run_id is None:
+        raise ExportError(f"export: {filters.items.describe()} filters one run's items; give --run")
+    if table not in ITEM_TABLES:
+        raise ExportError(
+            f"export: table {table} has no items; {filters.items.describe()} does not apply"
+        )
 
 
 def check_format(fmt: str) -> str:
@@ -109,6 +127,7 @@ def file_name(table: str, fmt: str, filters: ExportFilters) -> str:
         ("run", filters.run_id),
         ("experiment", filters.experiment),
         ("prompt", filters.prompt),
+        *((name.replace(" ", "_"), value[:40]) for name, value in filters.items.named()),
     ):
         if value:
             parts.append(f"{name}-{_UNSAFE.sub('_', value).strip('_') or 'x'}")
@@ -174,6 +193,7 @@ COMPARISON_COLUMNS: tuple[tuple[str, str], ...] = (
     ("interval_low", "float64"),
     ("interval_high", "float64"),
     ("p_value", "float64"),
+    ("look_alpha", "float64"),
     ("adjusted_p", "float64"),
     ("chance_to_beat", "float64"),
     ("expected_loss", "float64"),
@@ -253,6 +273,7 @@ def comparison_records(comparison: Comparison) -> list[dict[str, Any]]:
             "interval_low": r.interval.low if r.interval else None,
             "interval_high": r.interval.high if r.interval else None,
             "p_value": r.p_value,
+            "look_alpha": r.look_alpha,
             "adjusted_p": r.adjusted_p,
             "chance_to_beat": r.chance_to_beat,
             "expected_loss": r.expected_loss,

@@ -30,6 +30,7 @@ from promptlab.data.feedback import LOG_FIELDS, FeedbackImporter, resolve_refs
 from promptlab.data.feedback_events import LIVE_SOURCE, event_rows, events_of
 from promptlab.errors import PromptlabError
 from promptlab.facades.context import Context
+from promptlab.facades.decisions import Decisions
 from promptlab.records import AlertRecord, LogMetricsRow, MetricsRow, ScoreCounts
 from promptlab.records.afterrun import AfterRunRecord
 from promptlab.records.repeats import RepeatsReport
@@ -75,6 +76,8 @@ class Analysis:
         #: The same input (row, repeat) as each variant answered it, a page at a time:
         #: `side_by_side(run_id, offset=0, limit=10, only_different=False)`.
         self.side_by_side = SideBySideReads(context.store).page
+        #: The final look at two versions in the logs, taken once: `decide`, `get`.
+        self.decisions = Decisions(context, self.compare_versions, self._version_label)
 
     @functools.cached_property
     def _feedback(self) -> FeedbackImporter:

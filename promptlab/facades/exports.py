@@ -20,6 +20,7 @@ from promptlab.data.export import (
     ExportFilters,
     arrow_table,
     check_format,
+    check_items,
     check_table,
     comparison_records,
     file_name,
@@ -28,7 +29,7 @@ from promptlab.data.export import (
 from promptlab.errors import ExportError
 from promptlab.facades.analysis import Analysis
 from promptlab.facades.context import Context
-from promptlab.records import MetricsRow
+from promptlab.records import ItemFilter, MetricsRow
 from promptlab.store.export import ExportStore
 
 __all__ = ["Exports"]
@@ -50,6 +51,7 @@ class Exports:
         run_id: str | None = None,
         experiment: str | None = None,
         prompt: str | None = None,
+        items: ItemFilter | None = None,
         force: bool = False,
         raw: bool = False,
     ) -> int:
@@ -62,9 +64,11 @@ class Exports:
         In a CSV file, text cells beginning with `=`, `+`, `-`, `@`, a tab or a carriage
         return get a leading `'` so a spreadsheet shows them instead of running them;
         `raw` writes them exactly (for a program reading the file, not a spreadsheet).
+        `items` keeps, within the run, the items a filtered items list shows (and their
+        results and attempts).
         """
         table, fmt = check_table(table), check_format(fmt)
-        filters = ExportFilters(run_id, experiment, prompt)
+        filters = ExportFilters(run_id, experiment, prompt, items or ItemFilter())
         target = check_target(path, force=force)
         with staged_file(target, force=force) as staged:
             count = self._export_to(table, fmt, staged, filters, raw=raw)
@@ -79,12 +83,13 @@ class Exports:
         run_id: str | None = None,
         experiment: str | None = None,
         prompt: str | None = None,
+        items: ItemFilter | None = None,
     ) -> bytes:
         """The file `write_table` would write, as bytes (the app's download buttons). A
         download is for a person: its CSV is always neutralised (JSON Lines and Parquet
         hold every value exactly)."""
         table, fmt = check_table(table), check_format(fmt)
-        filters = ExportFilters(run_id, experiment, prompt)
+        filters = ExportFilters(run_id, experiment, prompt, items or ItemFilter())
         with tempfile.TemporaryDirectory(prefix="promptlab-export-") as folder:
             temp = Path(folder) / file_name(table, fmt, filters)
             count = self._export_to(table, fmt, temp, filters, raw=False)
@@ -117,9 +122,12 @@ class Exports:
         run_id: str | None = None,
         experiment: str | None = None,
         prompt: str | None = None,
+        items: ItemFilter | None = None,
     ) -> str:
-        """A file name saying what an export holds, e.g. `results-run-3f2a.parquet`."""
-        return file_name(table, fmt, ExportFilters(run_id, experiment, prompt))
+        """A file name saying what an export holds, e.g. `results-run-3f2a.parquet`, or
+        `items-run-3f2a-variant-v20.csv` for a filtered items list's."""
+        filters = ExportFilters(run_id, experiment, prompt, items or ItemFilter())
+        return file_name(table, fmt, filters)
 
     def _audit_exported(
         self, table: str, fmt: str, filters: ExportFilters, rows: int, target: str, *, raw: bool
@@ -132,6 +140,8 @@ class Exports:
             "experiment": filters.experiment,
             "prompt": filters.prompt,
         }
+        if filters.items.named():
+            payload["items"] = dict(filters.items.named())  # the filtered list's items only
         if raw and fmt == "csv":
             payload["raw"] = True  # cells a spreadsheet would run were written as they are
         self._context.audit_change(
@@ -141,6 +151,7 @@ class Exports:
     def _export_to(
         self, table: str, fmt: str, target: Path, filters: ExportFilters, *, raw: bool
     ) -> int:
+        check_items(table, filters)  # before a computed table is computed
         rows = ExportStore(self._context.store)
         secrets = self._context.secrets()
         if table in STORED_TABLES:

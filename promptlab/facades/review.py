@@ -62,9 +62,9 @@ class Review:
             raise ReviewError(f"review: status is one of {', '.join(ReviewStatus)}, got {status!r}")
         return [self._masked(i) for i in self._store.items(status, run_id, limit)]
 
-    def counts(self) -> dict[str, int]:
-        """Items per status."""
-        return self._store.counts()
+    def counts(self, run_id: str | None = None) -> dict[str, int]:
+        """Items per status (of one run's rows, given `run_id`)."""
+        return self._store.counts(run_id)
 
     def show(self, item_id: int) -> ReviewDetail:
         """The item, its dataset row, each variant's answer with its scores, and the
@@ -88,8 +88,9 @@ class Review:
     def add(
         self, run_id: str, rows: Sequence[int], reason: str = "sent by hand"
     ) -> builtins.list[int]:
-        """Send rows of a run to review by hand; the ids of the items opened (a row
-        already in the queue keeps its item)."""
+        """Send rows of a run to review by hand, each named by its `row_index` (from 0;
+        a person's row N, as the pages number rows, is row_index N-1); the ids of the
+        items opened (a row already in the queue keeps its item)."""
         RunStore(self._context.store).get_run(run_id)  # a clear error for an unknown run
         if len(rows) > MAX_ADDED:
             raise ReviewError(
@@ -100,7 +101,9 @@ class Review:
         for row in rows:
             answers = self._store.answers(run_id, row)
             if not answers:
-                raise ReviewError(f"review add: run {run_id} has no results for row {row}")
+                raise ReviewError(
+                    f"review add: run {run_id} has no results for row {row + 1} (row_index {row})"
+                )
             proposed = answers[0].output if len(answers) == 1 else None
             items.append((run_id, row, None, str(ReviewSource.HAND), reason, proposed))
         return self._open(items, run_id)
@@ -276,7 +279,7 @@ class Review:
 
 def _stale(item: ReviewItem, seen: int, *, deciding: bool) -> StaleChangeError:
     """The refusal of a change to `item` made on version `seen`: who changed it last, when."""
-    where = f"review {item.id} (row {item.row_index} of run {item.run_id})"
+    where = f"review {item.id} (row {item.row_index + 1} of run {item.run_id})"
     by = item.changed_by or item.decided_by or "someone"
     at = item.changed_at or item.decided_at
     since = f" after you saw version {seen}" if seen != item.version else ""

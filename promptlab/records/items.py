@@ -166,6 +166,39 @@ class ItemRow:
 
 
 @dataclass(frozen=True)
+class ItemFilter:
+    """Which of a run's items a view keeps (None: any), as the Runs page's filters set
+    them: the items list (`ReadModels.items`) and its downloads (`wb.exports`) read the
+    same items with it."""
+
+    status: str | None = None
+    variant: str | None = None
+    error_kind: str | None = None
+    #: The output check's status (promptlab.checks.validation.CheckStatus).
+    check: str | None = None
+    #: A key prefix, or text (any case) in the dataset row, the output or the error.
+    search: str | None = None
+
+    def named(self) -> list[tuple[str, str]]:
+        """The filters set, as (name a person reads, value), in the page's order."""
+        pairs = (
+            ("status", self.status),
+            ("variant", self.variant),
+            ("error kind", self.error_kind),
+            ("check", self.check),
+            ("search", self.search),
+        )
+        return [(name, str(value)) for name, value in pairs if value]
+
+    def describe(self) -> str:
+        """`variant v20, status failed`; '' when nothing is filtered."""
+        return ", ".join(
+            f'{name} "{value}"' if name == "search" else f"{name} {value}"
+            for name, value in self.named()
+        )
+
+
+@dataclass(frozen=True)
 class ItemPage:
     """A page of a run's items in plan order, and how many items match the filters."""
 

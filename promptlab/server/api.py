@@ -31,8 +31,10 @@ from promptlab.errors import (
     TemplateError,
 )
 from promptlab.server.analysis_routes import add_analysis_routes
+from promptlab.server.cache_routes import add_cache_routes
 from promptlab.server.data_routes import UPLOAD_PATHS, add_data_routes
 from promptlab.server.dataset_routes import add_dataset_routes
+from promptlab.server.decision_routes import add_decision_routes
 from promptlab.server.experiment_routes import add_experiment_routes
 from promptlab.server.fairness import Fairness, TooMany
 from promptlab.server.feedback_routes import add_feedback_event_routes
@@ -102,6 +104,7 @@ def create_app(wb: Workbench, token: str, *, local_paths: bool = True) -> FastAP
     add_data_routes(app, wb, auth)
     add_feedback_event_routes(app, wb, auth, app.state.gateways.settle)
     add_rollout_routes(app, wb, auth)
+    add_decision_routes(app, wb, auth)
     add_analysis_routes(app, wb)
     add_dataset_routes(app, wb)
     add_experiment_routes(app, wb)
@@ -112,6 +115,7 @@ def create_app(wb: Workbench, token: str, *, local_paths: bool = True) -> FastAP
     add_review_routes(app, wb)
     add_schedule_routes(app, wb, local_paths=local_paths)
     add_prompt_routes(app, wb)
+    add_cache_routes(app, wb)
     document_roles(app)
     return app
 

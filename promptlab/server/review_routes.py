@@ -25,7 +25,12 @@ class AddIn(BaseModel):
     or that its anomaly alerts were about."""
 
     run_id: str
-    rows: list[int] = Field(default_factory=list, max_length=10_000)
+    rows: list[int] = Field(
+        default_factory=list,
+        max_length=10_000,
+        description="Rows by row_index, from 0: a person's row N (pages, CLI, an "
+        "export's row_number) is row_index N-1.",
+    )
     failed_checks: bool = False
     alerts: bool = False
     reason: str = "sent by hand"

@@ -64,6 +64,10 @@ ROUTE_ROLES: dict[tuple[str, str], str] = {
     ("GET", "/v1/rollouts"): VIEWER,
     ("GET", "/v1/rollouts/{name}"): VIEWER,
     ("POST", "/v1/rollouts/{name}/{action}"): ADMIN,
+    # The final look at two versions in the logs, taken once: read by viewers, taken by
+    # an editor (as a comparison's run would be).
+    ("GET", "/v1/analysis/decisions"): VIEWER,
+    ("POST", "/v1/analysis/decisions"): EDITOR,
     ("POST", "/v1/exposures"): EDITOR,
     ("GET", "/v1/audit/verify"): VIEWER,
     ("GET", "/v1/audit/events"): VIEWER,
@@ -113,6 +117,10 @@ ROUTE_ROLES: dict[tuple[str, str], str] = {
     ("POST", "/v1/chat/completions"): GATEWAY,
     ("POST", "/v1/messages"): GATEWAY,
     ("POST", "/v1/feedback/events"): GATEWAY,
+    # The response cache: its figures read; cleared (answers kept for reuse, never
+    # results) as an editor's change, audited.
+    ("GET", "/v1/cache"): VIEWER,
+    ("POST", "/v1/cache/clear"): EDITOR,
     ("GET", "/v1/tokens"): ADMIN,
     ("POST", "/v1/tokens"): ADMIN,
     ("POST", "/v1/tokens/{token_id}/revoke"): ADMIN,

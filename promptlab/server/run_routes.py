@@ -119,8 +119,11 @@ def add_run_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
 
     @app.get("/v1/runs/{run_id}", dependencies=auth)
     def run_status(run_id: str, summary: bool = False) -> dict[str, Any]:
-        """Live progress; with `summary`, attempts, 429s, tokens, cost and wall time too."""
+        """Live progress, with each limiter's state and a provider-batch run's batches
+        (what a run command's progress shows); with `summary`, attempts, 429s, tokens,
+        cost and wall time too."""
         out = progress(wb, run_id)
+        out["batches"] = [dataclasses.asdict(chunk) for chunk in wb.runs.batches(run_id)]
         if summary:
             view = wb.runs.view(run_id)
             out["summary"] = dataclasses.asdict(view.summary)

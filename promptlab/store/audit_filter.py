@@ -40,6 +40,24 @@ class AuditFilter:
     until: datetime | None = None
     limit: int | None = DEFAULT_LIMIT
 
+    def describe(self) -> str:
+        """The filters set, as a person reads them (`run run_3f2a, status failed`; the
+        limit aside); '' when none is."""
+        named = (
+            ("run", self.run_id),
+            ("experiment", self.experiment),
+            ("version", self.version_id),
+            ("model", self.model),
+            ("status", self.status),
+            ("error kind", self.error_kind),
+            ("kind", self.kind),
+            ("trace", self.trace_id),
+            ("chain", self.chain),
+            ("from", f"{self.since:%Y-%m-%d}" if self.since else None),
+            ("to", f"{self.until:%Y-%m-%d}" if self.until else None),
+        )
+        return ", ".join(f"{name} {value}" for name, value in named if value)
+
 
 def event_from_row(row: tuple[Any, ...]) -> AuditEvent:
     """A stored audit_events row (its EVENT_COLUMNS, in order) as an event."""

@@ -18,17 +18,20 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 
 from promptlab.audit.redact import MASK
-from promptlab.data.export import ExportFilters, copy_format, sql_neutralised
+from promptlab.data.export import ExportFilters, check_items, copy_format, sql_neutralised
 from promptlab.errors import ExportError, NotFoundError
 from promptlab.store.connection import Store
+from promptlab.store.item_pages import item_filter
 from promptlab.store.runs import fetch_run
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-#: A run's items as the Runs page lists them (ItemRow), with the full output text.
+#: A run's items as the Runs page lists them (ItemRow), with the full output text;
+#: `row_number` is the row as the pages number it (from 1), beside `row_index` (from 0).
 _ITEMS = (
-    "SELECT i.idempotency_key AS key, i.run_id, i.seq, i.row_index, v.name AS variant, "
+    "SELECT i.idempotency_key AS key, i.run_id, i.seq, i.row_index, "
+    "i.row_index + 1 AS row_number, v.name AS variant, "
     "i.repeat, i.status, i.error_kind, i.attempts, r.latency_ms, r.output_text, "
     "r.finished_at, {check} AS check_status "
     "FROM items i JOIN run_variants v ON v.run_id = i.run_id AND v.variant_index = i.variant_index "
@@ -148,11 +151,46 @@ class ExportStore:
                 _needs(table, columns, "prompt_version_id", "--prompt")
                 where.append(f"prompt_version_id IN ({_PROMPT_VERSIONS})")
             args.append(filters.prompt)
+        if filters.items.named():
+            kept, kept_args = _items_kept(table, filters)
+            where.append(kept)
+            args += kept_args
         condition = f" WHERE {' AND '.join(where)}" if where else ""
         if table == "items":
             check = "r.check_status" if "check_status" in _columns(cur, "results") else "NULL"
             return _ITEMS.format(check=check) + condition, args
-        return f"SELECT * FROM {table}{condition}", args
+        return f"SELECT {_numbered(cur, table)} FROM {table}{condition}", args
+
+
+def _items_kept(table: str, filters: ExportFilters) -> tuple[str, list[Any]]:
+    """The condition keeping the rows of the items a filtered items list shows (the
+    same `item_filter` as `ReadModels.items`), for items, results or attempts."""
+    check_items(table, filters)
+    kept, run_id = filters.items, str(filters.run_id)
+    condition, args = item_filter(
+        run_id, kept.status, kept.variant, kept.error_kind, kept.search, kept.check
+    )
+    if table == "items":
+        return f"({condition})", args
+    column = "seq" if table == "results" else "idempotency_key"
+    return f"{column} IN (SELECT i.{column} FROM items i WHERE {condition})", args
+
+
+def _numbered(cur: duckdb.DuckDBPyConnection, table: str) -> str:
+    """A stored table's columns in order and, beside a `row_index` (the dataset row from
+    0, for programs), its `row_number`: the row as the pages number it, from 1."""
+    columns = cur.execute(
+        "SELECT column_name FROM information_schema.columns "
+        "WHERE table_schema = 'main' AND table_name = ? ORDER BY ordinal_position",
+        [table],
+    ).fetchall()
+    if ("row_index",) not in columns:
+        return "*"
+    quoted = ['"' + str(c).replace('"', '""') + '"' for (c,) in columns]
+    return ", ".join(
+        f"{q}, row_index + 1 AS row_number" if c == "row_index" else q
+        for q, (c,) in zip(quoted, columns, strict=True)
+    )
 
 
 def _columns(cur: duckdb.DuckDBPyConnection, table: str) -> set[str]:

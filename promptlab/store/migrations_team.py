@@ -219,4 +219,29 @@ TEAM_MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "ALTER TABLE production_logs ADD COLUMN failed_attempts INTEGER",
         ),
     ),
+    (
+        "0026_log_decisions",
+        (
+            # The final look at two versions in production logs, taken once
+            # (promptlab/store/decisions.py): the pair is the key.
+            """
+            CREATE TABLE log_decisions (
+                version_a     VARCHAR NOT NULL,
+                version_b     VARCHAR NOT NULL,
+                label_a       VARCHAR NOT NULL,
+                label_b       VARCHAR NOT NULL,
+                decided_at    TIMESTAMPTZ NOT NULL,
+                decided_by    VARCHAR NOT NULL,
+                planned_units INTEGER NOT NULL,
+                since         TIMESTAMPTZ,
+                method        VARCHAR NOT NULL,
+                units_a       BIGINT NOT NULL,
+                units_b       BIGINT NOT NULL,
+                family_size   INTEGER NOT NULL,
+                rows          VARCHAR NOT NULL,
+                PRIMARY KEY (version_a, version_b)
+            )
+            """,
+        ),
+    ),
 )

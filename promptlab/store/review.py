@@ -67,9 +67,13 @@ class ReviewStore:
             ).fetchall()
         return [ReviewItem(*r) for r in rows]
 
-    def counts(self) -> dict[str, int]:
+    def counts(self, run_id: str | None = None) -> dict[str, int]:
         with self.store.read() as cur:
-            rows = cur.execute("SELECT status, count(*) FROM review_items GROUP BY 1").fetchall()
+            rows = cur.execute(
+                "SELECT status, count(*) FROM review_items WHERE ? IS NULL OR run_id = ? "
+                "GROUP BY 1",
+                [run_id, run_id],
+            ).fetchall()
         return {status: int(n) for status, n in rows}
 
     def get(self, item_id: int) -> ReviewItem | None:

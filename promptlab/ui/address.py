@@ -34,8 +34,15 @@ class Address:
         """What the address names when it changed since the page last read or wrote it,
         else {}. Once per change, not once per session: a session that showed another
         run still opens the one a later address names."""
+        return self.follow() or {}
+
+    def follow(self) -> dict[str, str] | None:
+        """As `followed`, but None when the address did not change, and what it names
+        ({} for none of the page's parameters) when it did: a page that keeps its whole
+        state in the address starts every widget from it then (the first load, a
+        reload, a link followed, Back), named or not."""
         if not self.changed():
-            return {}
+            return None
         named = st.session_state[self._seen] = self.named()
         return named
 
@@ -69,12 +76,19 @@ class Address:
         rerun keeps it. An address naming what is not among `options` stays until the
         value changes (the page fell back, nobody picked): that name is returned, for the
         page to say in one line that it is not found; else None."""
+        missing = self.missing(param, value, options)
+        if missing is None and st.query_params.get(param) != value:
+            self.show(**{param: value})
+        return missing
+
+    def missing(self, param: str, value: str, options: Collection[str]) -> str | None:
+        """What the address names for `param` when it is not among `options` and the
+        widget's `value` has not changed since (the page fell back, nobody picked), for
+        the page to keep in the address and say in one line; else None."""
         last_key = f"{self._seen}_{param}_value"
         last = st.session_state.get(last_key)
         st.session_state[last_key] = value
         named = st.query_params.get(param)
         if named and named not in options and last in (None, value):
             return str(named)
-        if named != value:
-            self.show(**{param: value})
         return None

@@ -1,9 +1,10 @@
 """The Compare page's Charts tab: the forest of a comparison, then the rates, the latency
 percentiles (with the comparison's per-unit intervals), the latency ECDF and the series
 over time, one colour per variant or version in all of them (promptlab/views/forest.py
-and promptlab/views/charts.py draw them). The page runs this only while the tab is open:
-its reads (latencies, the series over time) and its Plotly figures cost a first view
-nothing."""
+and promptlab/views/charts.py draw them). Every interval is at the comparison's one
+level (its look's: `interval_level`), said in each figure's title as in the Answer
+tab's header. The page runs this only while the tab is open: its reads (latencies, the
+series over time) and its Plotly figures cost a first view nothing."""
 
 from __future__ import annotations
 
@@ -21,13 +22,13 @@ from promptlab.views.charts import (
     over_time_chart,
     rate_chart,
 )
-from promptlab.views.compare import cache_note
+from promptlab.views.compare import cache_note, interval_level
 from promptlab.views.forest import forest_chart
 from promptlab.workbench import Workbench
 
 
 def forest(comparison: Comparison, colours: dict[str, str]) -> None:
-    figure = forest_chart(comparison.rows, colours)
+    figure = forest_chart(comparison.rows, colours, interval_level(comparison.method))
     st.plotly_chart(figure, width="stretch", key="chart_forest")
 
 
@@ -41,10 +42,11 @@ def charts(
     the latency ECDF and the series over time when given: `over_time` = (latencies per
     name, time series)."""
     arms = comparison.rows if comparison is not None else []
+    level = interval_level(comparison.method) if comparison is not None else "95%"
     left, right = st.columns(2)
-    figure = rate_chart(rows, colours=colours, arms=arms)
+    figure = rate_chart(rows, colours=colours, arms=arms, level=level)
     left.plotly_chart(figure, width="stretch", key="chart_rates")
-    figure = latency_percentiles_chart(rows, colours=colours, arms=arms)
+    figure = latency_percentiles_chart(rows, colours=colours, arms=arms, level=level)
     right.plotly_chart(figure, width="stretch", key="chart_latency")
     if note := cache_note(rows):
         right.caption(note)

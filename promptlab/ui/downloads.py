@@ -2,7 +2,9 @@
 
     download_buttons(wb, "results", key="run_results", run_id=run_id)
 
-renders a format picker and a button beside it. Pressing it makes the file (by the same
+renders a format picker and a button beside it, and beside the button a caption saying
+what the file holds (`caption=`: "240 items: variant v20" for a filtered items list,
+whose filters `items=` passes down to the export). Pressing it makes the file (by the same
 DuckDB COPY as `promptlab export`, so it holds the rows the CLI would write) while the
 page runs, and puts a "Save FILE" button in its place; a file that cannot be made says
 why on the page, until the next try. Why not Streamlit's deferred download (a `data`
@@ -28,8 +30,9 @@ import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
 from promptlab.analysis.compare import Comparison
-from promptlab.data.export import FORMATS, NEUTRALISED_HELP, mime_type
+from promptlab.data.export import FORMATS, NEUTRALISED_HELP, ExportFilters, mime_type
 from promptlab.errors import PromptlabError
+from promptlab.records import ItemFilter
 from promptlab.ui.widgets import escape_markdown, show_error
 from promptlab.workbench import Workbench
 
@@ -70,25 +73,33 @@ def download_buttons(
     run_id: str | None = None,
     experiment: str | None = None,
     prompt: str | None = None,
+    items: ItemFilter | None = None,
+    caption: str | None = None,
 ) -> None:
     """A format picker and a download button for `table` (items, results, attempts,
-    metrics, comparisons, feedback) filtered like `promptlab export`.
+    metrics, comparisons, feedback) filtered like `promptlab export`; `items` keeps the
+    run's items a filtered list shows (and their results and attempts).
 
     `key` must be unique on the page (widget keys are derived from it); `label`
-    defaults to "Download TABLE".
+    defaults to "Download TABLE"; `caption`, beside the button, says what the file holds.
     """
     fmt, column = _format_picker(key)
     filters = {"run_id": run_id, "experiment": experiment, "prompt": prompt}
+    kept = items or ItemFilter()
+    if caption is None:
+        scope = ExportFilters(run_id, experiment, prompt, kept).describe()
+        caption = f"{table}: {'every row' if scope == 'no filter' else scope}"
     file_download(
         key,
         label or f"Download {table}",
-        lambda: workbench.exports.table_bytes(table, fmt, **filters),
-        what=(table, fmt, tuple(filters.items())),
-        file_name=workbench.exports.file_name(table, fmt, **filters),
+        lambda: workbench.exports.table_bytes(table, fmt, **filters, items=kept),
+        what=(table, fmt, tuple(filters.items()), kept),
+        file_name=workbench.exports.file_name(table, fmt, **filters, items=kept),
         mime=mime_type(fmt),
         help=f"The {table} table as {FORMAT_LABELS[fmt]}, written by DuckDB's COPY "
         f"(the same file as `promptlab export`).{_csv_note(fmt)}",
         column=column,
+        caption=caption,
     )
 
 
@@ -108,6 +119,7 @@ def comparison_download(workbench: Workbench, comparison: Comparison, *, key: st
         help=f"Every row of the table above as {FORMAT_LABELS[fmt]}, written by DuckDB's "
         f"COPY.{_csv_note(fmt)}",
         column=column,
+        caption=f"{len(comparison.rows)} rows: the table above, against {comparison.control}",
     )
 
 
@@ -121,12 +133,19 @@ def file_download(
     mime: str,
     help: str,
     column: DeltaGenerator | None = None,
+    caption: str | None = None,
 ) -> None:
     """A button that makes the file (`make`, while the page runs) and then a button that
     saves it; a file that cannot be made shows why. `what` names what the file holds:
-    when it changes (another format, other filters), the file is made again."""
+    when it changes (another format, other filters), the file is made again; `caption`
+    says it beside the button ("240 items: variant v20")."""
+    where = column if column is not None else st
+    if caption:
+        where = where.container(horizontal=True, vertical_alignment="center", gap="small")
     # One slot: the make button, replaced by the save button once the file is made.
-    slot = (column if column is not None else st).empty()
+    slot = where.empty()
+    if caption:
+        where.caption(escape_markdown(caption))
     made = st.session_state.get(MADE)
     if isinstance(made, MadeFile) and (made.key, made.what) != (key, what):
         made = None

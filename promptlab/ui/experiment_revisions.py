@@ -65,3 +65,23 @@ def variant_versions(config: ExperimentConfig, semvers: Mapping[str, str]) -> st
         model = f" on {v.model}" if v.model else ""
         parts.append(f"{v.name}: {ref}{model} ({100 * v.weight / total:.3g}%)")
     return ", ".join(parts)
+
+
+def weights_text(config: ExperimentConfig) -> str:
+    """The split as people read it: `control 70, concise 30`."""
+    return ", ".join(f"{v.name} {v.weight:g}" for v in config.variants)
+
+
+def traffic_changes(
+    config: ExperimentConfig, weights: Mapping[str, float], ramp: float
+) -> list[str]:
+    """What a change of weights and ramp would change, each in words (`weight concise 50
+    → 30`, `ramp 10% → 25%`); empty when it changes nothing."""
+    changes = [
+        f"weight {v.name} {v.weight:g} → {weights[v.name]:g}"
+        for v in config.variants
+        if v.name in weights and weights[v.name] != v.weight
+    ]
+    if ramp != config.ramp:
+        changes.append(f"ramp {config.ramp:g}% → {ramp:g}%")
+    return changes

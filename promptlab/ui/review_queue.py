@@ -1,12 +1,13 @@
 """The Review page's run picker and its form sending rows to review: runs picked from a
-list (newest first, `?run=` preselecting one), rows typed as numbers and ranges, and
-what was sent said after the page has redrawn with the new counts."""
+list (newest first, `?run=` preselecting one), rows typed as numbers and ranges (from
+1, as the Runs page numbers them), and what was sent said after the page has redrawn
+with the new counts. Enter in a field of the form sends nothing: its buttons do."""
 
 from __future__ import annotations
 
 import streamlit as st
 
-from promptlab.data.row_numbers import EXAMPLE, parse_rows
+from promptlab.data.row_numbers import EXAMPLE, row_indexes
 from promptlab.errors import PromptlabError
 from promptlab.facades.review import MAX_ADDED
 from promptlab.ui.address import Address
@@ -63,14 +64,18 @@ def send_rows(wb: Workbench, labels: dict[str, str], current: str | None) -> Non
             st.caption("No runs yet: rows are sent from a run's results.")
             return
         runs = list(labels)
-        with st.form("review_send"):
+        with st.form("review_send", enter_to_submit=False):
             run_id = st.selectbox(
                 "From run",
                 runs,
                 format_func=labels.__getitem__,
                 index=runs.index(current) if current in runs else 0,
             )
-            rows = st.text_input("Rows", placeholder=f"{EXAMPLE} (at most {MAX_ADDED:,})")
+            rows = st.text_input(
+                "Rows",
+                placeholder=f"{EXAMPLE} (at most {MAX_ADDED:,})",
+                help="Numbered from 1, as the Runs page and the exports' `row_number` number them.",
+            )
             reason = st.text_input("Reason", value="sent by hand")
             cols = st.columns(3)
             by_hand = cols[0].form_submit_button("Send these rows")
@@ -80,7 +85,7 @@ def send_rows(wb: Workbench, labels: dict[str, str], current: str | None) -> Non
         return
     try:
         if by_hand:
-            ids = wb.review.add(run_id, parse_rows(rows, MAX_ADDED), reason)
+            ids = wb.review.add(run_id, row_indexes(rows, MAX_ADDED), reason)
         elif checks:
             ids = wb.review.add_failed_checks(run_id)
         else:

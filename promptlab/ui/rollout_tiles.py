@@ -11,6 +11,7 @@ import streamlit as st
 from promptlab.errors import PromptlabError
 from promptlab.experiments import ExperimentConfig
 from promptlab.facades.rollouts import GuardrailRow, RolloutStatus
+from promptlab.ui.confirm import ask, confirmed, pending
 from promptlab.workbench import Workbench
 
 #: How each state reads, and its colour (Streamlit's badge colours).
@@ -84,11 +85,28 @@ def _controls(wb: Workbench, status: RolloutStatus) -> None:
     if not actions:
         return
     columns = st.columns([1] * len(actions) + [8 - len(actions)])
+    key = f"rollout::{status.experiment}"
     for column, action in zip(columns, actions, strict=False):
         if column.button(action.capitalize(), key=f"rollout_{action}_{status.experiment}"):
-            try:
-                getattr(wb.rollouts, action)(status.experiment, "from the Experiments page")
-            except PromptlabError as exc:
-                st.error(str(exc), icon=":material/error:")
-            else:
-                st.rerun()
+            ask(key, action)
+    action = pending(key)
+    if action and confirmed(key, _question(status, action), f"Yes, {action}", "Not now"):
+        try:
+            getattr(wb.rollouts, action)(status.experiment, "from the Experiments page")
+        except PromptlabError as exc:
+            st.error(str(exc), icon=":material/error:")
+        else:
+            st.rerun()
+
+
+def _question(status: RolloutStatus, action: str) -> str:
+    """What a pause, resume or abort changes, in words."""
+    name = status.experiment
+    return {
+        "pause": f"Pause the rollout of {name}? It stays at {status.ramp:g}% and is not "
+        "checked until resumed.",
+        "resume": f"Resume the rollout of {name}? Its guardrails are checked again and "
+        "its stages advance.",
+        "abort": f"Abort the rollout of {name}? Every unit goes to control (the kill "
+        "switch), for good.",
+    }[action]

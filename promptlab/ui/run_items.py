@@ -8,8 +8,9 @@ import streamlit as st
 
 from promptlab.checks.validation import CheckStatus
 from promptlab.errors import PromptlabError
-from promptlab.records import ItemPage, ItemStatus
+from promptlab.records import ItemFilter, ItemPage, ItemStatus
 from promptlab.records.sessions import SessionTurn
+from promptlab.ui.downloads import download_buttons
 from promptlab.ui.run_results import ms
 from promptlab.ui.widgets import escape_markdown, show_error, show_messages
 from promptlab.views.item import ItemView
@@ -64,6 +65,31 @@ def items_table(page: ItemPage, key: str) -> str | None:
     if rows and seen != (key, rows) and rows[0] < len(page.rows):
         return page.rows[rows[0]].key
     return None
+
+
+def item_downloads(wb: Workbench, run_id: str, shown: ItemFilter, total: int, every: int) -> None:
+    """The items and results files of what the list shows (every page of it, not only
+    the page on screen), each saying so beside its button ("240 items: variant v20");
+    under filters, the run's every item is another choice, named as such."""
+    choices = [("", shown, f"{total} items: whole run")]
+    if shown.named():
+        choices = [
+            ("", shown, f"{total} items: {shown.describe()}"),
+            ("all_", ItemFilter(), f"{every} items: whole run"),
+        ]
+    for prefix, kept, caption in choices:
+        files = st.columns(2)
+        for column, table in zip(files, ("items", "results"), strict=True):
+            with column:
+                download_buttons(
+                    wb,
+                    table,
+                    key=f"download_{prefix}{table}_{run_id}",
+                    label=f"Download {'all ' if prefix else ''}{table}",
+                    run_id=run_id,
+                    items=kept,
+                    caption=caption if table == "items" else f"results of {caption}",
+                )
 
 
 def item_detail(wb: Workbench, run_id: str, key: str) -> None:

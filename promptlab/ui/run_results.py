@@ -138,6 +138,7 @@ def variants(wb: Workbench, view: RunView) -> None:
         key=f"download_metrics_{view.run_id}",
         label="Download metrics",
         run_id=view.run_id,
+        caption=f"{len(view.variants)} variants: the table above",
     )
 
 

@@ -15,6 +15,15 @@ from typing import Any
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
+#: The app's favicon: a flask drawn in SVG (Streamlit sends an SVG string as a data:
+#: URL, so no browser fetches anything for it, and it needs no emoji font).
+FAVICON_SVG = (
+    '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 32 32">'
+    '<path d="M12 3h8v2h-1v8l8 13a3 3 0 0 1-2.6 4.5H7.6A3 3 0 0 1 5 26l8-13V5h-1z" '
+    'fill="#5b21b6"/><path d="M9.5 21h13l2.6 4.3a1 1 0 0 1-.9 1.5H7.8a1 1 0 0 1-.9-1.5z" '
+    'fill="#c4b5fd"/></svg>'
+)
+
 _SHELL_FLAG = "_promptlab_shell_run"
 _DEEP_LINK = "_promptlab_deep_link"
 

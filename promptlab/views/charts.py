@@ -4,8 +4,9 @@ Each builder takes plain records (MetricsRow, TimeSeries, MetricComparison, late
 arrays) and returns a `plotly.graph_objects.Figure`, so a test can read the traces.
 Every builder takes `colours` (name -> colour, from `colour_map`): a page builds it once
 so that a variant or version has one colour in every figure. Rates and latency
-percentiles carry 95% intervals as asymmetric error bars: the comparison's own (per
-unit) when its rows are given as `arms`, else Wilson's for rates. Axis titles give the
+percentiles carry intervals as asymmetric error bars: the comparison's own (per unit,
+at its look's level, given as `level` for the title) when its rows are given as `arms`,
+else Wilson's 95% for rates. Axis titles give the
 unit and which way is better. Names (variants, versions) pass through `chart_text`:
 Plotly reads `<a href>`, `<b>` and `<br>` in its labels. The forest of effects is in
 views/forest.py, drawn with the colours, labels and layout defined here.
@@ -129,7 +130,7 @@ def _get(row: object, field: RowField) -> Any:
 def arm_estimates(
     arms: Sequence[MetricComparison],
 ) -> dict[tuple[str, str], tuple[float | None, Interval | None]]:
-    """(name, metric) -> (value, 95% interval) of each arm, from a comparison's rows:
+    """(name, metric) -> (value, interval) of each arm, from a comparison's rows:
     control's from every row, each variant's from its own."""
     found: dict[tuple[str, str], tuple[float | None, Interval | None]] = {}
     for row in arms:
@@ -158,9 +159,11 @@ def rate_chart(
     metrics: Sequence[RateMetric] = RATE_METRICS,
     colours: Colours | None = None,
     arms: Sequence[MetricComparison] = (),
+    level: str = "95%",
 ) -> go.Figure:
-    """A bar per variant (or version) in its colour, grouped by rate, with its 95%
-    interval: the comparison's (`arms`) where it has the rate, else Wilson's. The
+    """A bar per variant (or version) in its colour, grouped by rate, with its interval:
+    the comparison's (`arms`, at `level`) where it has the rate, else Wilson's 95%; with
+    `arms`, a rate the comparison lacks gets no bar (one level per figure). The
     comparison's scores against expected answers (`score: NAME`) follow the rates.
 
     A metric no row has a value for is left out; a row without one is a gap.
@@ -174,14 +177,10 @@ def rate_chart(
     points: dict[str, list[tuple[Any, Any, Any]]] = {name: [] for name in named}
     shown = []
     for label, rate, low, high in metrics:
-        per = {}
-        for name, row in named.items():
-            if (name, label) in estimates:
-                value, interval = estimates[(name, label)]
-                ends = (interval.low, interval.high) if interval is not None else (None, None)
-                per[name] = (value, *ends)
-            else:
-                per[name] = (_get(row, rate), _get(row, low), _get(row, high))
+        per = {
+            name: _rate_point(estimates, (name, label), row, (rate, low, high))
+            for name, row in named.items()
+        }
         if all(p[0] is None for p in per.values()):
             continue
         shown.append(label)
@@ -202,9 +201,9 @@ def rate_chart(
                 hovertemplate="%{x}: %{y:.1%}<extra>%{fullData.name}</extra>",
             )
         )
-    kind = "per unit" if estimates else "Wilson"
+    kind = f"{level} interval, per unit" if estimates else "95% interval, Wilson"
     figure.update_layout(
-        title=f"Rates (95% interval, {kind})",
+        title=f"Rates ({kind})",
         barmode="group",
         yaxis={"tickformat": ".0%", "rangemode": "tozero", "title": RATE_AXIS},
         **_LAYOUT,
@@ -212,13 +211,32 @@ def rate_chart(
     return figure
 
 
+def _rate_point(
+    estimates: Mapping[tuple[str, str], tuple[float | None, Interval | None]],
+    name_label: tuple[str, str],
+    row: Any,
+    fields: tuple[RowField, RowField, RowField],
+) -> tuple[Any, Any, Any]:
+    """(value, low, high) of one name's rate: the comparison's where it has the rate;
+    in a comparison without it, the row's value and no interval (one level per figure);
+    else the row's value and Wilson's interval."""
+    if name_label in estimates:
+        value, interval = estimates[name_label]
+        return (value, *((interval.low, interval.high) if interval is not None else (None, None)))
+    rate, low, high = fields
+    if estimates:
+        return (_get(row, rate), None, None)
+    return (_get(row, rate), _get(row, low), _get(row, high))
+
+
 def latency_percentiles_chart(
     rows: Sequence[Totals],
     colours: Colours | None = None,
     arms: Sequence[MetricComparison] = (),
+    level: str = "95%",
 ) -> go.Figure:
     """p50, p90 and p99 latency, a bar per variant in its colour, with the comparison's
-    95% interval of each (`arms`; no bar without one)."""
+    interval of each (`arms`, at `level`; no bar without one)."""
     import plotly.graph_objects as go
 
     estimates = arm_estimates(arms)
@@ -244,7 +262,7 @@ def latency_percentiles_chart(
             )
         )
     figure.update_layout(
-        title="Latency percentiles" + (" (95% interval per unit)" if estimates else ""),
+        title="Latency percentiles" + (f" ({level} interval per unit)" if estimates else ""),
         barmode="group",
         yaxis={"title": LATENCY_AXIS, "rangemode": "tozero"},
         **_LAYOUT,

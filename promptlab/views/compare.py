@@ -49,16 +49,6 @@ def interval_level(method: str) -> str:
     return {ALWAYS_VALID: "99%", FINAL_LOOK: "96%"}.get(method, "95%")
 
 
-#: A mark per verdict, for the page (the CLI prints the words alone).
-VERDICT_ICONS = {
-    Verdict.BETTER: "🟢",
-    Verdict.WORSE: "🔴",
-    Verdict.UNDECIDED: "⚪",
-    Verdict.UNADJUSTED: "🔶",
-    Verdict.TOO_FEW: "⚫",
-}
-
-
 def cache_note(rows: Sequence[Any]) -> str | None:
     """What the latencies leave out: results answered from the response cache (they
     were not sent, so they have no latency of their own); None when there are none."""
@@ -144,14 +134,57 @@ def comparison_cells(row: MetricComparison) -> tuple[str, ...]:
 
 
 def summary_rows(comparison: Comparison) -> list[dict[str, Any]]:
-    """The comparison as plain rows for a table: the CLI's cells, the verdict with its
-    mark (better / worse / not yet distinguishable)."""
+    """The comparison as plain rows for a table: the CLI's cells, the verdict in words
+    (no emoji mark: a machine without an emoji font showed empty boxes)."""
     rows = []
     for row in comparison.rows:
         cells = dict(zip(COMPARISON_COLUMNS, comparison_cells(row), strict=True))
-        cells["verdict"] = f"{VERDICT_ICONS[row.verdict]} {verdict_text(row)}"
+        cells["verdict"] = verdict_text(row)
         rows.append(cells)
     return rows
+
+
+#: The columns of a stratified comparison's rows within each run.
+STRATUM_COLUMNS = (
+    "run",
+    "metric",
+    "control",
+    "variant value",
+    "delta",
+    "interval",
+    "units",
+    "requests",
+    "method",
+)
+
+
+def strata_note(comparison: Comparison) -> str | None:
+    """The one line a stratified comparison shows between its combined rows and each
+    run's own (None when the comparison is not combined over runs)."""
+    if not comparison.strata:
+        return None
+    return (
+        f"Stratified over {len(comparison.strata)} runs: each row above is the combined "
+        "estimate, every run's delta weighted by its precision and each version's value "
+        "weighted the same way, so variant - control is the delta (the versions' pooled "
+        "values can differ, even in sign). Each run's own values and delta:"
+    )
+
+
+def stratum_rows(comparison: Comparison) -> list[dict[str, str]]:
+    """Each run's own rows of a stratified comparison, metric by metric in the combined
+    table's order, in the CLI's cells (no p: the combined row is the test)."""
+    order = {row.metric: index for index, row in enumerate(comparison.rows)}
+    found = [
+        (order.get(row.metric, len(order)), index, label, row)
+        for index, (label, rows) in enumerate(comparison.strata.items())
+        for row in rows
+    ]
+    table = []
+    for _, _, label, row in sorted(found, key=lambda f: (f[0], f[1])):
+        cells = dict(zip(COMPARISON_COLUMNS, comparison_cells(row), strict=True))
+        table.append({"run": label, **{c: cells[c] for c in STRATUM_COLUMNS[1:]}})
+    return table
 
 
 def srm_verdict(srm: SrmCheck) -> str:

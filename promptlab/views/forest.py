@@ -1,8 +1,9 @@
 """The Compare page's forest figure: each comparison's effect (variant - control) with
-its 95% interval, its verdict written beside it in the verdict's colour. It draws a
-comparison's rows, where views/charts.py draws each arm's totals, in panels stacked by
-unit (rates in points, latency in ms) and sized to their rows; it shares that module's
-colours, labels and layout, so a variant looks the same in every figure."""
+its interval (at the look's level, said in the title), its verdict written beside it in
+the verdict's colour. It draws a comparison's rows, where views/charts.py draws each
+arm's totals, in panels stacked by unit (rates in points, latency in ms) and sized to
+their rows; it shares that module's colours, labels and layout, so a variant looks the
+same in every figure."""
 
 from __future__ import annotations
 
@@ -33,11 +34,14 @@ FOREST_PANEL_PX = 40
 FOREST_GAP_PX = 70
 
 
-def forest_chart(rows: Sequence[MetricComparison], colours: Colours | None = None) -> go.Figure:
-    """Each comparison's effect (variant - control) with its 95% interval, in the
-    variant's colour, its verdict written beside it: rates in percentage points (top
-    panel), latency in ms (bottom panel). The panels are stacked in one column so their
-    labels share the left margin, which grows to fit them; each is as tall as its rows."""
+def forest_chart(
+    rows: Sequence[MetricComparison], colours: Colours | None = None, level: str | None = None
+) -> go.Figure:
+    """Each comparison's effect (variant - control) with its interval (`level`, as
+    "96%", in the title), in the variant's colour, its verdict written beside it: rates
+    in percentage points (top panel), latency in ms (bottom panel). The panels are
+    stacked in one column so their labels share the left margin, which grows to fit
+    them; each is as tall as its rows."""
     from plotly.subplots import make_subplots
 
     panels = [
@@ -70,7 +74,7 @@ def forest_chart(rows: Sequence[MetricComparison], colours: Colours | None = Non
         figure.add_vline(x=0, line={"color": "#57606a", "dash": "dot"}, row=number, col=1)
     margin = {**MARGIN, "b": 60}
     figure.update_layout(
-        title="Effect against control (with its interval)",
+        title=f"Effect against control ({level or 'with its'} interval)",
         margin=margin,
         legend=LEGEND,
         height=plot_px + margin["t"] + margin["b"] + 40,

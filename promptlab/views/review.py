@@ -1,4 +1,6 @@
-"""Rows and lines for the review queue (the Review page and `promptlab review`)."""
+"""Rows and lines for the review queue (the Review page and `promptlab review`). A row
+is shown by its number from 1, as every page numbers dataset rows (its `row_index`,
+from 0, is for programs)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ def item_rows(items: list[ReviewItem]) -> list[dict[str, Any]]:
         {
             "id": i.id,
             "run": i.run_id,
-            "row": i.row_index,
+            "row": i.row_index + 1,
             "source": i.source,
             "status": i.status,
             "proposed": _short(i.proposed),
@@ -72,7 +74,7 @@ def detail_lines(detail: ReviewDetail) -> list[str]:
     """The item for a terminal: what it is, the row, then each answer in turn."""
     item = detail.item
     lines = [
-        f"review {item.id}: run {item.run_id} row {item.row_index}, {item.status} "
+        f"review {item.id}: run {item.run_id} row {item.row_index + 1}, {item.status} "
         f"(version {item.version})",
         f"  sent by {item.source} ({item.created_by}): {item.reason}",
         f"  proposed: {item.proposed!r}",
