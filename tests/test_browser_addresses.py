@@ -154,3 +154,74 @@ def reload_compare_in_every_mode(window: Page, url: str, log: Path) -> None:
     expect(run).to_have_value(picked)
     assert window.url == shown
     assert_no_error(window, log)
+
+
+#: Emoji and the symbols browsers draw from emoji fonts (tests/test_no_emoji.py).
+EMOJI = re.compile("[\U0001f000-\U0001faff\u2600-\u27bf\u2b00-\u2bff\ufe0f]")
+
+
+def test_what_users_see_is_what_is_true(
+    logged_demo_url: str,
+    page: Page,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """Issue 61 in one journey: a change waits for a confirmation naming it; Runs'
+    download says what its file holds under a filter; Review numbers rows from 1; on
+    production logs Decide now takes the final look once and it stands after a reload;
+    nothing the pages draw needs an emoji font."""
+    from playwright.sync_api import expect
+
+    log = tmp_path / "streamlit.log"
+    url = logged_demo_url
+    page.goto(f"{url}/experiments")
+    weight = page.get_by_label("control weight")
+    expect(weight).to_be_visible(timeout=PAGE_STEP_MS)
+    weight.fill("50")
+    weight.press("Tab")
+    page.get_by_role("button", name="Save as new revision").click()
+    question = page.get_by_text("Save revision 2 of triage-split: weight control 70 → 50?")
+    expect(question).to_be_visible(timeout=PAGE_STEP_MS)
+    page.get_by_role("button", name="Keep it as it is").click()
+    expect(question).to_have_count(0, timeout=PAGE_STEP_MS)
+    expect(page.get_by_text("Save revision 2")).to_have_count(0)
+
+    page.goto(f"{url}/runs")
+    variant = page.get_by_role("combobox", name="Variant")
+    expect(variant).to_be_visible(timeout=PAGE_STEP_MS)
+    # The live panel redraws every few seconds and may close the list: pick again until
+    # the choice is taken.
+    for _ in range(5):
+        variant.click()
+        variant.fill("staging")
+        variant.press("Enter")
+        if variant.input_value() == "staging":
+            break
+    expect(variant).to_have_value("staging")
+    expect(page.get_by_text(re.compile(r"^\d+ items: variant staging$"))).to_be_visible(
+        timeout=PAGE_STEP_MS
+    )
+    expect(page.get_by_text(re.compile(r"^\d+ items: whole run$"))).to_be_visible()
+
+    page.goto(f"{url}/review")
+    page.get_by_text("Send rows to review").click()
+    rows = page.get_by_role("textbox", name="Rows")
+    expect(rows).to_be_visible(timeout=PAGE_STEP_MS)
+    rows.fill("1-2")
+    rows.press("Enter")  # Enter sends nothing: only the button does
+    card = page.get_by_role("heading", name=re.compile(r"^Item \d+: run run_\w+, row 1$"))
+    expect(card).to_have_count(0)
+    page.get_by_role("button", name="Send these rows").click()
+    expect(card).to_be_visible(timeout=PAGE_STEP_MS)  # the first row sent: row 1
+
+    page.goto(f"{url}/compare?mode=logs&planned=100")
+    decide = page.get_by_role("button", name="Decide now")
+    expect(decide).to_be_visible(timeout=PAGE_STEP_MS)
+    decide.click()
+    page.get_by_role("button", name="Yes, decide now").click()
+    decided = page.get_by_text(re.compile("^Decided: .+ at 120 and 120 units"))
+    expect(decided).to_be_visible(timeout=PAGE_STEP_MS)
+    page.reload()
+    expect(decided).to_be_visible(timeout=PAGE_STEP_MS)
+    expect(page.get_by_role("button", name="Decide now")).to_have_count(0)
+    assert not EMOJI.findall(page.inner_text("body"))
+    assert_no_error(page, log)
