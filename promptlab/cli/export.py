@@ -5,6 +5,7 @@ The facade is imported inside the command (it brings DuckDB): `--help` stays lig
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 
 import click
@@ -17,9 +18,11 @@ from promptlab.data.export import (
     TABLES,
     ExportFilters,
     check_format,
+    check_items,
     check_table,
     file_name,
 )
+from promptlab.records.items import ItemFilter
 
 
 @click.command("export", epilog=NEUTRALISED_HELP + " See --raw.")
@@ -39,6 +42,11 @@ from promptlab.data.export import (
 @click.option("--run", "run_id", help="Only this run's rows.")
 @click.option("--experiment", help="Only the rows of runs of this experiment.")
 @click.option("--prompt", help="Only the rows of this prompt's versions.")
+@click.option("--status", help="With --run: only items of this status (and their rows).")
+@click.option("--variant", help="With --run: only this variant's items.")
+@click.option("--error-kind", help="With --run: only items that failed with this kind.")
+@click.option("--check", help="With --run: only items whose output check has this status.")
+@click.option("--search", help="With --run: a key prefix, or text in the row, output or error.")
 @click.option("--force", is_flag=True, help="Overwrite the file if it exists.")
 @click.option("--raw", is_flag=True, help=RAW_HELP)
 @click.pass_context
@@ -51,15 +59,25 @@ def export_command(
     run_id: str | None,
     experiment: str | None,
     prompt: str | None,
+    status: str | None,
+    variant: str | None,
+    error_kind: str | None,
+    check: str | None,
+    search: str | None,
     force: bool,
     raw: bool,
 ) -> None:
     """Write a table (items, results, attempts, metrics, comparisons, feedback) to a file.
 
-    `promptlab export --run RUN_ID --table results --format parquet -o results.parquet`
+    `promptlab export --run RUN_ID --table results --format parquet -o results.parquet`;
+    `--status`, `--variant`, `--error-kind`, `--check` and `--search` keep the items the
+    Runs page's filters keep (and their results and attempts), as its downloads do.
     """
     table, fmt = check_table(table), check_format(fmt)
-    path = output or Path(file_name(table, fmt, ExportFilters(run_id, experiment, prompt)))
+    items = ItemFilter(status, variant, error_kind, check, search)
+    filters = ExportFilters(run_id, experiment, prompt, items)
+    check_items(table, filters)  # refused before anything is asked or written
+    path = output or Path(file_name(table, fmt, filters))
     server = served(ctx)
     if server is not None:  # a job on the server; its file is written here
         from promptlab.server.client import ServerClient
@@ -70,6 +88,7 @@ def export_command(
             "run_id": run_id,
             "experiment": experiment,
             "prompt": prompt,
+            "items": asdict(items),
             "raw": raw,
         }
         client = ServerClient(server)
@@ -83,6 +102,7 @@ def export_command(
                 run_id=run_id,
                 experiment=experiment,
                 prompt=prompt,
+                items=items,
                 force=force,
                 raw=raw,
             )

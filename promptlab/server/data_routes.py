@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import FastAPI, Header, Query, Request, Response
+from fastapi import Depends, FastAPI, Header, Query, Request, Response
 from fastapi.responses import FileResponse, StreamingResponse
 from pydantic import BaseModel, Field
 from starlette.background import BackgroundTask
@@ -24,6 +24,7 @@ from promptlab.audit.chain import AuditEvent, AuditTrace
 from promptlab.prompts.templates import Template
 from promptlab.records import DatasetInfo
 from promptlab.records.datasets import DEFAULT_CONVERSATION, Conversation
+from promptlab.records.items import ItemFilter
 from promptlab.records.metrics import MetricsRow
 from promptlab.records.prompts import PromptVersion
 from promptlab.server.answers import (
@@ -265,12 +266,24 @@ def _comparison_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
         return typed_response(Comparison, compared)
 
 
+def _item_filter(
+    status: Annotated[str | None, Query(max_length=40)] = None,
+    variant: Annotated[str | None, Query(max_length=200)] = None,
+    error_kind: Annotated[str | None, Query(max_length=80)] = None,
+    check: Annotated[str | None, Query(max_length=40)] = None,
+    search: Annotated[str | None, Query(max_length=500)] = None,
+) -> ItemFilter:
+    """The Runs page's item filters as an export's query parameters."""
+    return ItemFilter(status, variant, error_kind, check, search)
+
+
 def _export_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
     """A table as a file, written on disk and streamed from there."""
 
     @app.get("/v1/exports/{table}", dependencies=auth)
     def export(
         table: str,
+        items: Annotated[ItemFilter, Depends(_item_filter)],
         format: str = "csv",  # noqa: A002 (the query parameter's name)
         run_id: str | None = None,
         experiment: str | None = None,
@@ -287,7 +300,9 @@ def _export_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
         written on disk and streamed from there (secrets masked, as every export).
         In CSV, text cells beginning with =, +, -, @, a tab or a carriage return get a
         leading ' so a spreadsheet shows them instead of running them; `raw=true`
-        writes them exactly, for a program rather than a spreadsheet."""
+        writes them exactly, for a program rather than a spreadsheet. With `run_id`,
+        `status`, `variant`, `error_kind`, `check` and `search` keep the items the Runs
+        page's filters keep (and their results and attempts)."""
         if format not in EXPORT_MEDIA:
             raise Refused(422, f"format: one of {', '.join(EXPORT_MEDIA)}, not {format!r}")
         folder = Path(tempfile.mkdtemp(prefix="promptlab-export-"))
@@ -300,6 +315,7 @@ def _export_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
                 run_id=run_id,
                 experiment=experiment,
                 prompt=prompt,
+                items=items,
                 raw=raw,
             )
         except BaseException:

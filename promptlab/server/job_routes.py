@@ -18,6 +18,16 @@ from promptlab.server.principals import principal_of
 from promptlab.workbench import Workbench
 
 
+class ItemFilterIn(BaseModel):
+    """The Runs page's item filters (records/items.py ItemFilter)."""
+
+    status: str | None = Field(default=None, max_length=40)
+    variant: str | None = Field(default=None, max_length=200)
+    error_kind: str | None = Field(default=None, max_length=80)
+    check: str | None = Field(default=None, max_length=40)
+    search: str | None = Field(default=None, max_length=500)
+
+
 class TableExportIn(BaseModel):
     """`promptlab export` as data: a table, a format, its filters."""
 
@@ -26,6 +36,10 @@ class TableExportIn(BaseModel):
     run_id: str | None = None
     experiment: str | None = None
     prompt: str | None = None
+    items: ItemFilterIn = Field(
+        default_factory=ItemFilterIn,
+        description="With run_id: the items the Runs page's filters keep (and their rows).",
+    )
     raw: bool = Field(False, description="CSV cells exactly as stored (for a program).")
 
 
@@ -59,9 +73,12 @@ def add_export_job_routes(app: FastAPI, wb: Workbench, jobs: Jobs) -> None:
     @app.post("/v1/jobs/table-exports", status_code=202)
     def export_table(request: Request, body: TableExportIn) -> Response:
         """Write a table to a file, as a job (`GET /v1/jobs/{id}`, then `/file`)."""
-        from promptlab.data.export import check_format, check_table
+        from promptlab.data.export import ExportFilters, check_format, check_items, check_table
+        from promptlab.records.items import ItemFilter
 
         table, fmt = check_table(body.table), check_format(body.format)  # refused now
+        items = ItemFilter(**body.items.model_dump())
+        check_items(table, ExportFilters(body.run_id, body.experiment, body.prompt, items))
 
         def write(path: Path) -> int:
             return wb.exports.write_table(
@@ -71,6 +88,7 @@ def add_export_job_routes(app: FastAPI, wb: Workbench, jobs: Jobs) -> None:
                 run_id=body.run_id,
                 experiment=body.experiment,
                 prompt=body.prompt,
+                items=items,
                 raw=body.raw,
             )
 
