@@ -416,7 +416,7 @@ def test_decide_now_takes_the_final_look_once_and_shows_it_instead(
     at.button(key=f"decide::{a}::{b}::ask").click().run()
     assert get_workbench().analysis.decisions.get(a, b) is None  # it asks first
     assert any("Take the final look" in shown(w.value) for w in at.warning)
-    at.button(key=f"decide::{a}::{b}::yes").click().run()
+    at.button(key=f"confirm::decide::{a}::{b}::yes").click().run()
     assert not at.exception, at.exception
     decided = get_workbench().analysis.decisions.get(a, b)
     assert decided is not None and decided.record.planned_units == 100

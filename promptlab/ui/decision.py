@@ -15,6 +15,7 @@ import streamlit as st
 from promptlab.analysis.compare import Comparison
 from promptlab.analysis.sequential import DEFAULT_PLANNED_UNITS
 from promptlab.errors import PromptlabError
+from promptlab.ui.confirm import ask, confirmed
 from promptlab.ui.widgets import escape_markdown, show_error
 from promptlab.workbench import Workbench
 
@@ -40,33 +41,17 @@ def decided_or_live(
         )
         return live
     if st.button("Decide now", key=f"{pending_key}::ask", icon=":material/gavel:"):
-        st.session_state[pending_key] = True
-    if st.session_state.get(pending_key):
-        _confirm(wb, refs, planned, since, pending_key)
-    return live
-
-
-def _confirm(
-    wb: Workbench, refs: tuple[str, str], planned: int, since: Any, pending_key: str
-) -> None:
-    ref_a, ref_b = refs
-    st.warning(
-        escape_markdown(
-            f"Take the final look at {ref_b} against {ref_a} now? It is a fixed-horizon "
-            "test at the 4% left after the live looks, taken once: it is stored with its "
-            "figures, your name and the time, and Compare shows it from then on."
-        ),
-        icon=":material/warning:",
+        ask(pending_key)
+    question = (
+        f"Take the final look at {ref_b} against {ref_a} now? It is a fixed-horizon test "
+        "at the 4% left after the live looks, taken once: it is stored with its figures, "
+        "your name and the time, and Compare shows it from then on."
     )
-    yes, no, _ = st.columns([2, 2, 3])
-    if yes.button("Yes, decide now", type="primary", key=f"{pending_key}::yes"):
-        st.session_state.pop(pending_key, None)
+    if confirmed(pending_key, question, "Yes, decide now", "Not yet"):
         try:
             wb.analysis.decisions.decide(ref_a, ref_b, planned_units=planned, since=since)
         except PromptlabError as exc:
             show_error(exc)
-            return
+            return live
         st.rerun()  # the stored decision's line says what was decided
-    if no.button("Not yet", key=f"{pending_key}::no"):
-        st.session_state.pop(pending_key, None)
-        st.rerun()
+    return live
