@@ -90,6 +90,8 @@ class Workers:
         self.procs: list[subprocess.Popen[bytes]] = []
         #: Variables the workers started next get besides this process's own.
         self.extra_env: dict[str, str] = {}
+        #: Options the workers started next get (`--metrics-port`, ...).
+        self.extra_args: list[str] = []
 
     def env(self) -> dict[str, str]:
         return {
@@ -116,6 +118,7 @@ class Workers:
                         str(self.concurrency),
                         "--loglevel",
                         "info",
+                        *self.extra_args,
                     ],
                     stdout=log,
                     stderr=subprocess.STDOUT,

@@ -16,6 +16,7 @@ import pytest
 from tests.test_browser import PAGE_STEP_MS, free_port, started_app
 from tests.test_browser import page as page  # the fixture
 from tests.test_browser import pytestmark as pytestmark
+from tests.test_browser_addresses import settled_address
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
@@ -81,6 +82,9 @@ def test_a_team_signs_in_and_what_they_change_is_theirs(
         expect(sign_in).to_be_visible(timeout=PAGE_STEP_MS)
         expect(page.get_by_role("heading", name="Prompts")).to_have_count(0)
         expect(page.get_by_text("Summarize an article")).to_have_count(0)
+        # Once the script run is over: no "Page not found" box over the button (issue 59).
+        settled_address(page)
+        expect(page.get_by_text("Page not found")).to_have_count(0)
         page.screenshot(path=str(tmp_path / "signin-01-screen.png"), full_page=True)
 
         sign_in.click()

@@ -7,8 +7,15 @@ and in the rules is read by a small extractor: the `promptlab_*` series it names
 labels its matchers name on each, the labels its `by`/`without` clauses group the series
 inside their aggregation by, and the labels of its `on`/`ignoring` matching. Each is
 checked against a real scrape of the API's `/metrics` taken while a simulated run is
-running (the limiter series exist only then) and again after it. promtool is not
-needed (nor installed): the structure of both files is checked here."""
+running (the limiter series exist only then) and again after it. The owner's view of
+the workers (`promptlab_worker_broker_up`, `promptlab_workers_alive`...), exported only
+where calls go through workers, is checked against a scrape of an owner with an
+`executor: celery` endpoint and a real Redis (skipped where redis-server is not
+installed); the series Prometheus scrapes from the workers themselves (job
+"promptlab-workers") against a worker's own exposition (WorkerMetrics).
+
+promtool checks the rules' syntax and behaviour (tests/test_alert_rules.py); this test
+checks the names and labels both files use against real scrapes, and their structure."""
 
 from __future__ import annotations
 
@@ -16,19 +23,23 @@ import json
 import re
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
 from promptlab.config import Settings
+from promptlab.distributed.worker_metrics import WorkerMetrics
 from promptlab.server.api import create_app
 from promptlab.workbench import Workbench
+from tests.cluster_fixtures import RedisServer
+from tests.cluster_fixtures import redis_server as redis_server  # fixtures
 from tests.conftest import isolate
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,6 +57,10 @@ SERIES = re.compile(rf"\b(promptlab_[a-z_]+)\b(\{{(?:[^}}\"]|{STRING})*\}})?")
 MATCHER = re.compile(rf"([A-Za-z_]\w*)\s*(?:=~|!~|!=|=)\s*{STRING}")
 GROUPING = re.compile(r"\b(by|without|on|ignoring|group_left|group_right)\s*\(([^()]*)\)")
 LABEL_VALUES = re.compile(r"label_values\(\s*(\w+)\s*,\s*(\w+)\s*\)")
+#: The workers' series. The owner's among them are exported only by an owner whose calls
+#: go through workers (`fleet_exported`): a check naming one the other scrapes lack
+#: scrapes such an owner, with a Redis of its own.
+FLEET = re.compile(r"promptlab_workers?_")
 
 
 # ---- the extractor -----------------------------------------------------------------------
@@ -115,9 +130,16 @@ def problems(expr: str, exported: dict[str, set[str]]) -> list[str]:
     return found
 
 
+def panels() -> Iterator[dict[str, Any]]:
+    """Every panel of the dashboard, rows' own included (a collapsed row holds its)."""
+    for panel in DASHBOARD["panels"]:
+        yield panel
+        yield from panel.get("panels", [])
+
+
 def expressions() -> Iterator[tuple[str, str]]:
     """(where, PromQL) of every expression in the dashboard and the rules."""
-    for panel in DASHBOARD["panels"]:
+    for panel in panels():
         for target in panel.get("targets", []):
             yield f"panel {panel['title']!r} {target['refId']}", target["expr"]
     for variable in DASHBOARD["templating"]["list"]:
@@ -147,8 +169,41 @@ def labels_by_sample(text: str) -> dict[str, set[str]]:
     return exported
 
 
+def merged(*expositions: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The sample names of all of them, each with the labels it has in any."""
+    together: dict[str, set[str]] = {}
+    for exposition in expositions:
+        for name, labels in exposition.items():
+            together.setdefault(name, set()).update(labels)
+    return together
+
+
+def worker_exported() -> dict[str, set[str]]:
+    """What a worker's port serves (Prometheus's job "promptlab-workers") once each of
+    its labelled series has been counted: a ticket sent, a send in flight and timed,
+    a heartbeat (its tasks are counted from the start)."""
+    metrics = WorkerMetrics({"x"})
+    metrics.ticket("x", "sent")
+    metrics.in_flight.labels("x").inc()
+    metrics.send_seconds.labels("x").observe(0.1)
+    metrics.heartbeat.set_to_current_time()
+    return labels_by_sample(generate_latest(metrics.registry).decode())
+
+
+def scraper(wb: Workbench) -> Callable[[], str]:
+    """`GET /metrics` of `wb`'s API, as Prometheus makes it, at each call."""
+    api = TestClient(create_app(wb, TOKEN))
+
+    def scrape() -> str:
+        answer = api.get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"})
+        assert answer.status_code == 200, answer.text
+        return answer.text
+
+    return scrape
+
+
 @pytest.fixture(scope="module")
-def exported(demo_db_once: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, set[str]]:
+def served(demo_db_once: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, set[str]]:
     """What `/metrics` exports of the demo database while the demo run runs once more
     on the simulated model, and after."""
     db = tmp_path_factory.mktemp("board") / "demo.duckdb"
@@ -156,13 +211,7 @@ def exported(demo_db_once: Path, tmp_path_factory: pytest.TempPathFactory) -> di
     with pytest.MonkeyPatch.context() as monkeypatch:
         isolate(monkeypatch, db)
         with Workbench.open(Settings.from_env().with_db(db)) as wb:
-            api = TestClient(create_app(wb, TOKEN))
-
-            def scrape() -> str:
-                answer = api.get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"})
-                assert answer.status_code == 200, answer.text
-                return answer.text
-
+            scrape = scraper(wb)
             spec = wb.runs.load_spec(ROOT / "data/demo/runs/triage-ab.yaml")
             # Its limiter, four times faster than the file's 600 a minute, which only
             # made this wait 7 s: the series are the same.
@@ -175,16 +224,71 @@ def exported(demo_db_once: Path, tmp_path_factory: pytest.TempPathFactory) -> di
             assert "promptlab_limiter_gate_closed{" in live, "no scrape saw the run running"
             wb.runs.wait(run_id, 120)
             after = scrape()
-    exported = labels_by_sample(live)
-    for name, labels in labels_by_sample(after).items():
-        exported.setdefault(name, set()).update(labels)
-    return exported
+    return merged(labels_by_sample(live), labels_by_sample(after))
+
+
+@pytest.fixture(scope="module")
+def exported(served: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The owner's scrapes and a worker's: each name is in one or the other."""
+    return merged(served, worker_exported())
+
+
+@pytest.fixture
+def fleet_exported(
+    redis_server: RedisServer,
+    empty_db_once: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> dict[str, set[str]]:
+    """What `/metrics` exports of an owner whose providers file sends one endpoint's
+    calls through workers (on their own queue) with its broker up: its view of them
+    (nothing is sent, so the endpoint's server need not exist)."""
+    db = tmp_path / "fleet.duckdb"
+    shutil.copyfile(empty_db_once, db)
+    isolate(monkeypatch, db)
+    providers = tmp_path / "providers.yaml"
+    providers.write_text(
+        yaml.safe_dump(
+            {
+                "endpoints": {
+                    "fleet": {
+                        "kind": "openai",
+                        "base_url": "http://127.0.0.1:9/v1",
+                        "executor": "celery",
+                        "queue": "fleet",
+                    }
+                }
+            }
+        )
+    )
+    monkeypatch.setenv("PROMPTLAB_PROVIDERS", str(providers))
+    monkeypatch.setenv("PROMPTLAB_BROKER_URL", redis_server.url)
+    with Workbench.open(Settings.from_env()) as wb:
+        text = scraper(wb)()
+    # The queues' depths are exported only while the broker answers.
+    assert "promptlab_worker_broker_up 1.0" in text, text
+    return labels_by_sample(text)
 
 
 @pytest.mark.parametrize("expr", EXPRESSIONS)
-def test_every_series_and_label_named_is_exported(expr: str, exported: dict[str, set[str]]) -> None:
+def test_every_series_and_label_named_is_exported(
+    expr: str, exported: dict[str, set[str]], request: pytest.FixtureRequest
+) -> None:
     assert named(expr), f"names no promptlab series: {expr!r}"
+    if any(FLEET.match(s) and s not in exported for s, _ in named(expr)):
+        # The owner's view of the workers: a scrape of its own, with a Redis.
+        exported = merged(exported, request.getfixturevalue("fleet_exported"))
     assert problems(expr, exported) == []
+
+
+def test_a_worker_exports_what_its_owner_does_not(fleet_exported: dict[str, set[str]]) -> None:
+    """The worker's series and the owner's share no name, so a panel or a rule that
+    names one needs no `job` matcher to read only it."""
+    worker = worker_exported()
+    assert not worker.keys() & fleet_exported.keys()
+    assert {"promptlab_workers_alive", "promptlab_worker_queue_depth"} <= fleet_exported.keys()
+    assert fleet_exported["promptlab_worker_queue_oldest_seconds"] == {"queue"}
+    assert worker["promptlab_worker_send_seconds_bucket"] == {"endpoint", "le"}
 
 
 def test_the_check_catches_a_wrong_name_or_label(exported: dict[str, set[str]]) -> None:
@@ -226,12 +330,26 @@ def test_the_board_and_the_rules_read_what_the_issue_asks_for() -> None:
         "promptlab_throttled_attempts_total",  # 429s
         "promptlab_runs",
         "promptlab_store_write_seconds_bucket",  # writer commit latency
+        # The Workers row: the owner's view...
+        "promptlab_workers_alive",
+        "promptlab_workers_lost",
+        "promptlab_worker_broker_up",
+        "promptlab_worker_queue_depth",
+        "promptlab_worker_queue_oldest_seconds",
+        # ...and the workers' own ports.
+        "promptlab_worker_tasks_total",
+        "promptlab_worker_tickets_total",
+        "promptlab_worker_in_flight",
+        "promptlab_worker_send_seconds_bucket",
+        "promptlab_worker_heartbeat_timestamp_seconds",
     }
     assert names("rule") >= {
         "promptlab_attempts_total",
         "promptlab_runs",
         "promptlab_items",
         "promptlab_limiter_gate_closed",
+        "promptlab_workers_lost",
+        "promptlab_worker_queue_oldest_seconds",
     }
 
 
@@ -245,17 +363,29 @@ def test_the_dashboard_is_a_grafana_dashboard() -> None:
     variables = {v["name"]: v for v in DASHBOARD["templating"]["list"]}
     assert variables["datasource"]["type"] == "datasource"
     assert variables["datasource"]["query"] == "prometheus"
-    panels = DASHBOARD["panels"]
-    assert panels and len({p["id"] for p in panels}) == len(panels)
-    for panel in panels:
-        assert panel["type"] in ("timeseries", "stat"), panel["title"]
-        assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+    every = list(panels())
+    assert every and len({p["id"] for p in every}) == len(every)
+    for panel in every:
         grid = panel["gridPos"]
         assert grid["x"] + grid["w"] <= 24 and grid["h"] > 0, panel["title"]
+        if panel["type"] == "row":
+            assert (grid["x"], grid["w"], grid["h"]) == (0, 24, 1), panel["title"]
+            assert "targets" not in panel and panel["title"], panel["title"]
+            continue
+        assert panel["type"] in ("timeseries", "stat"), panel["title"]
+        assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
         targets = panel["targets"]
         assert targets, f"panel {panel['title']!r} has no target"
         assert len({t["refId"] for t in targets}) == len(targets), panel["title"]
         assert all(t["expr"].strip() for t in targets), panel["title"]
+    # No two panels of the open board cover one cell.
+    cells = [
+        (x, y)
+        for p in DASHBOARD["panels"]
+        for x in range(p["gridPos"]["x"], p["gridPos"]["x"] + p["gridPos"]["w"])
+        for y in range(p["gridPos"]["y"], p["gridPos"]["y"] + p["gridPos"]["h"])
+    ]
+    assert len(set(cells)) == len(cells)
 
 
 def test_the_rules_are_prometheus_alerting_rules() -> None:

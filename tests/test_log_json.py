@@ -7,6 +7,7 @@ import contextlib
 import io
 import json
 import logging
+import logging.config
 import os
 import signal
 import socket
@@ -308,8 +309,12 @@ def test_serve_prints_only_json_lines_uvicorns_startup_and_access_lines_too(
         text.startswith(f"serving {db} at {info.url}") for text in by_logger["promptlab.cli"]
     )
     assert any(text.startswith("Started server process") for text in by_logger["uvicorn.error"])
-    (access,) = by_logger["uvicorn.access"]
-    assert '"GET /v1/prompts/[masked:email]?api_key=' in access and access.endswith(" 401")
+    # The API's own access line (uvicorn's logger is shared with Streamlit's server,
+    # which empties it): no query string, the path masked, nobody known before the guard.
+    (access,) = [line for line in lines if line["logger"] == "promptlab.server.access"]
+    assert access["message"] == "GET /v1/prompts/[masked:email] 401"
+    assert (access["status"], access["principal"]) == (401, "-")
+    assert "uvicorn.access" not in by_logger
     assert SECRET not in printed and EMAIL not in printed
     assert not any("color_message" in line for line in lines)
 
@@ -346,22 +351,22 @@ def test_streamlits_own_loggers_write_json_once_asked(monkeypatch: pytest.Monkey
 
 
 def test_the_app_started_for_json_prints_only_json_lines(tmp_path: Path) -> None:
-    # Streamlit logs and prints before the app's script runs (it runs for a first
-    # visitor): the server started, where to open it, and "Stopping..." at the end.
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    # Started as `make run` starts it: the workbench opened and the API served before
+    # Streamlit serves (opening it logged through Streamlit's loggers, as text), then
+    # Streamlit logs and prints: the server started, where to open it, "Stopping...".
+    port, api = _free_port(), _free_port()
     env = {
         **os.environ,
         "PROMPTLAB_LOG_FORMAT": "json",
         "PROMPTLAB_DB": str(tmp_path / "app.duckdb"),
+        "PROMPTLAB_SERVE": f"127.0.0.1:{api}",
     }
     out = (tmp_path / "printed").open("wb")
     proc = subprocess.Popen(
         [
             sys.executable,
             "-m",
-            "promptlab.ui.jsonlogs",
+            "promptlab.ui.launch",
             "run",
             str(ROOT / "app.py"),
             "--server.port",
@@ -384,13 +389,51 @@ def test_the_app_started_for_json_prints_only_json_lines(tmp_path: Path) -> None
             except OSError:
                 assert proc.poll() is None and time.monotonic() < deadline, "no app"
                 time.sleep(0.05)
+        # The API beside the app writes an access line for every request, not only
+        # until Streamlit's own server starts.
+        for _ in range(3):
+            with pytest.raises(urllib.error.HTTPError):
+                urllib.request.urlopen(f"http://127.0.0.1:{api}/v1/health", timeout=30)  # noqa: S310
     finally:
         proc.terminate()
         proc.wait(60)
         out.close()
-    lines = [json.loads(line) for line in (tmp_path / "printed").read_text().splitlines()]
+    printed = (tmp_path / "printed").read_text().splitlines()
+    lines = [json.loads(line) for line in printed]  # a text line fails here
     assert all(all(isinstance(line.get(f), str) for f in REQUIRED) for line in lines), lines
     said = [(line["logger"], line["message"]) for line in lines]
+    assert said.count(("promptlab.server.access", "GET /v1/health 401")) == 3
     assert ("streamlit", f"URL: http://127.0.0.1:{port}") in said
     assert ("streamlit", "Stopping...") in said
     assert any(str(logger).startswith("streamlit.web") for logger, _ in said)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_uvicorns_defaults_are_json_once_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Streamlit's own uvicorn server applies uvicorn's default logging config when it
+    starts, which put text handlers on every uvicorn logger in the process (the API's)."""
+    import uvicorn
+    import uvicorn.config
+
+    from promptlab.audit.logjson import uvicorn_json_defaults
+
+    saved = dict(uvicorn.config.LOGGING_CONFIG)
+    try:
+        uvicorn_json_defaults()
+        config = uvicorn.Config(app=lambda *a: None, use_colors=False, access_log=False)
+        config.configure_logging()  # what Streamlit's server does on start
+        record = logging.LogRecord("uvicorn.error", logging.ERROR, "", 0, "boom", None, None)
+        (handler,) = (
+            logging.getLogger("uvicorn.error").handlers or logging.getLogger("uvicorn").handlers
+        )
+        assert handler.formatter is not None
+        assert json.loads(handler.formatter.format(record))["message"] == "boom"
+    finally:
+        uvicorn.config.LOGGING_CONFIG.clear()
+        uvicorn.config.LOGGING_CONFIG.update(saved)
+        logging.config.dictConfig(saved)

@@ -214,6 +214,11 @@ def test_a_run_is_one_trace_of_item_and_attempt_spans_as_stored(
         errors = [attributes(s.attributes) for s in spans if s.status.code == 2]
         assert [e["error.type"] for e in errors] == failed_kinds.get(key, [])
         assert all(e["promptlab.error.kind"] == "server" for e in errors)
+        # Retried because the server failed, not for what the attempt waited for before
+        # it went; the attempt after a failure waited for the retry's back-off.
+        assert all(e["promptlab.retry.reason"] == "server" for e in errors)
+        after = [attributes(s.attributes) for s in spans[1 : len(errors) + 1]]
+        assert all(a["promptlab.wait.reason"] == "backoff" for a in after)
         assert all(s.start_time_unix_nano >= span.start_time_unix_nano for s in spans)
         retried += bool(errors)
     assert retried > 0  # 40% of attempts fail at this server: some items were retried

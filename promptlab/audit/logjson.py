@@ -146,9 +146,9 @@ UVICORN_LOGGERS = ("uvicorn", "uvicorn.access")
 
 def uvicorn_logging(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """uvicorn.Config's logging arguments: none in text (the caller's stand); in JSON,
-    its startup, error and access lines through one JSON handler on stderr, at INFO and
-    with access lines on (a collector filters; a line per request is what it expects
-    of a server)."""
+    its startup and error lines through one JSON handler on stderr, at INFO. Access
+    lines are the API's own (server/access.py): uvicorn's logger for them is shared by
+    every uvicorn server in the process, and Streamlit's empties it."""
     if not json_logs_asked(environ):
         return {}
     config = {
@@ -168,7 +168,27 @@ def uvicorn_logging(environ: Mapping[str, str] | None = None) -> dict[str, Any]:
         }
         | {"uvicorn.error": {"level": "INFO"}},
     }
-    return {"log_config": config, "log_level": "info", "access_log": True}
+    return {"log_config": config, "log_level": "info", "access_log": False}
+
+
+def _uvicorn_formatter(**_: Any) -> logging.Formatter:
+    # uvicorn sets `use_colors` on its "default" and "access" formatters' entries before
+    # it applies a config, and dictConfig hands such keys to the factory.
+    return json_formatter()
+
+
+def uvicorn_json_defaults() -> None:
+    """uvicorn's default logging config made the JSON one, in place: a uvicorn server
+    started without a config of its own (Streamlit's, beside the app) applies it, and
+    it applies to every uvicorn logger in the process, the API's included. Left as it
+    was, Streamlit's start put text handlers back on them."""
+    import uvicorn.config
+
+    config = uvicorn_logging({"PROMPTLAB_LOG_FORMAT": "json"})["log_config"]
+    factory = {"()": _uvicorn_formatter}
+    config["formatters"] = {"json": factory, "default": factory, "access": factory}
+    uvicorn.config.LOGGING_CONFIG.clear()
+    uvicorn.config.LOGGING_CONFIG.update(config)
 
 
 def celery_logging(loglevel: int | str = logging.WARNING, **_: Any) -> None:

@@ -78,7 +78,24 @@ def _process_sender(url: str) -> Any:
     global _sender
     with _sender_lock:
         if _sender is None:
+            from promptlab.distributed import worker_metrics
             from promptlab.distributed.sender import Sender
 
-            _sender = Sender(url)
+            _sender = Sender(url, metrics=worker_metrics.PROCESS)
         return _sender
+
+
+def open_process_sender(url: str) -> None:
+    """Make the process's Sender now (a worker at start): its heartbeat puts the worker on
+    the roster while it waits for its first task (distributed/fleet.py)."""
+    _process_sender(url)
+
+
+def close_process_sender() -> None:
+    """Stop the process's Sender: its heartbeat ends and it leaves the roster (a worker
+    stopped on purpose is not counted as lost)."""
+    global _sender
+    with _sender_lock:
+        sender, _sender = _sender, None
+    if sender is not None:
+        sender.close()

@@ -18,6 +18,7 @@ delivery of its task pays for it again.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 import threading
@@ -27,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
+from promptlab.audit.logjson import current_log_context
 from promptlab.distributed import settings as keys
 from promptlab.distributed.app import SEND_CHUNK, make_app
 from promptlab.distributed.trust import (
@@ -71,6 +73,7 @@ class _Sent:
     endpoint: dict[str, Any]
     request: CompletionRequest
     expires: float  # time.monotonic()
+    run_id: str | None = None  # the run it is for, as the engine's log context names it
 
 
 class Dispatch:
@@ -94,6 +97,11 @@ class Dispatch:
         self._sent: dict[str, _Sent] = {}
         self._sent_lock = threading.Lock()
         self._chunks: dict[str, list[str]] = {}
+        #: Chunks published that no worker has answered a ticket of yet, by id: their
+        #: queue, when they went (time.monotonic) and their tickets still waited for.
+        self._queued: dict[int, tuple[str, float, set[str]]] = {}
+        self._chunk_of: dict[str, int] = {}
+        self._chunk_ids = itertools.count()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop = threading.Event()
         self._reader: threading.Thread | None = None
@@ -119,6 +127,7 @@ class Dispatch:
             endpoint_ref(cfg),
             request,
             time.monotonic() + request.timeout_s,
+            current_log_context().get("run_id"),
         )
         with self._sent_lock:
             self._sent[ticket] = sent
@@ -130,6 +139,7 @@ class Dispatch:
                 del self._waiting[ticket]
             with self._sent_lock:
                 self._sent.pop(ticket, None)
+                self._unqueue(ticket, whole_chunk=False)
             # Given up on (timed out, cancelled: the wait cancels the future): never sent later.
             if future.cancelled() or not future.done():
                 self._abandons.submit(self._abandon, ticket)
@@ -193,10 +203,13 @@ class Dispatch:
             return  # given up on meanwhile
         now = time.monotonic()
         first = sent[0][1]
-        requests = [request_to_dict(s.request, max(0.0, s.expires - now)) for _, s in sent]
+        requests = [
+            request_to_dict(s.request, max(0.0, s.expires - now), s.run_id) for _, s in sent
+        ]
         try:
             args, kwargs = signed_task(self._secret, self.owner, first.endpoint, requests)
             self.app.send_task(SEND_CHUNK, args=args, kwargs=kwargs, queue=first.queue)
+            self._queue(first.queue, [ticket for ticket, _ in sent])
         except Exception as exc:  # noqa: BLE001 - the broker is gone: each request fails
             log.error("could not send a chunk to the workers: %s", exc)
             for ticket, _ in sent:
@@ -208,6 +221,36 @@ class Dispatch:
                     should_retry=True,
                 )
                 self._answer(ticket, answer_to_dict(None, error))
+
+    def _queue(self, queue: str, tickets: list[str]) -> None:
+        with self._sent_lock:
+            chunk = next(self._chunk_ids)
+            self._queued[chunk] = (queue, time.monotonic(), set(tickets))
+            for ticket in tickets:
+                self._unqueue(ticket, whole_chunk=False)  # sent again: its old chunk's no more
+                self._chunk_of[ticket] = chunk
+
+    def _unqueue(self, ticket: str, *, whole_chunk: bool) -> None:
+        """A ticket answered (a worker holds its chunk: the whole chunk is taken), or
+        given up on (its chunk waits on for the others). Called under _sent_lock."""
+        chunk = self._chunk_of.pop(ticket, None)
+        if chunk is None or chunk not in self._queued:
+            return
+        tickets = self._queued[chunk][2]
+        tickets.discard(ticket)
+        if whole_chunk or not tickets:
+            for other in tickets:
+                self._chunk_of.pop(other, None)
+            del self._queued[chunk]
+
+    def oldest_waiting(self) -> dict[str, float]:
+        """Per queue, seconds since this owner's oldest chunk went that no worker has
+        answered a ticket of yet (fleet.py; the stalled-queue alert)."""
+        now, oldest = time.monotonic(), dict[str, float]()
+        with self._sent_lock:
+            for queue, sent_at, _tickets in self._queued.values():
+                oldest[queue] = max(oldest.get(queue, 0.0), now - sent_at)
+        return oldest
 
     def _republish_all(self) -> None:
         """Redis lost its data (restarted empty): the chunks queued, the claims and the
@@ -258,6 +301,8 @@ class Dispatch:
                 self._dropped_from.add(sender)
                 log.error("dropped an answer said to be from worker %s: %s", sender, exc)
             return
+        with self._sent_lock:
+            self._unqueue(reply.ticket, whole_chunk=True)
         self._answer(reply.ticket, reply.answer, reply.worker)
 
     def _check_marker(self) -> None:

@@ -28,7 +28,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from typing import Any
 
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -39,6 +39,7 @@ from promptlab.config import Settings
 from promptlab.distributed import settings as keys
 from promptlab.distributed.budget import SharedBudget
 from promptlab.distributed.claims import ANSWERED, CLAIMED, HELD, ClaimScripts
+from promptlab.distributed.fleet import BEAT, ROSTER_KEY
 from promptlab.distributed.trust import (
     Refused,
     open_task,
@@ -52,8 +53,10 @@ from promptlab.distributed.wire import (
     endpoint_to_dict,
     remaining_of,
     request_from_dict,
+    run_id_of,
     ticket_of,
 )
+from promptlab.distributed.worker_metrics import WorkerMetrics, as_ticket, said_chunk
 from promptlab.engine.retry import THROTTLE_KINDS
 from promptlab.errors import ErrorKind, PromptlabError, ProviderError
 from promptlab.providers import build_provider, load_endpoints
@@ -94,6 +97,7 @@ class Sender:
         environ: Mapping[str, str] | None = None,
         *,
         endpoints: Mapping[str, EndpointConfig] | None = None,
+        metrics: WorkerMetrics | None = None,
     ) -> None:
         import redis.asyncio
 
@@ -106,6 +110,8 @@ class Sender:
             else load_endpoints(Settings.from_env(self.environ).providers_file, self.environ)
         )
         watch_env(cfg.api_key_env for cfg in self.endpoints.values())
+        #: What its `/metrics` port serves (promptlab/distributed/worker_metrics.py).
+        self.metrics = metrics if metrics is not None else WorkerMetrics(set(self.endpoints))
         self._redact = Redactor.from_environ(self.environ)
         self.name = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.loop = asyncio.new_event_loop()
@@ -137,8 +143,10 @@ class Sender:
             task = open_task(self._secret, args, kwargs)
         except Refused as exc:
             log.error("worker %s refused a task: %s; nothing was sent", self.name, exc)
+            self.metrics.tasks.labels("refused").inc()
             asyncio.run_coroutine_threadsafe(self._refuse_unsigned(args, str(exc)), self.loop)
             return {"sent": 0, "reused": 0, "refused": 1}
+        self.metrics.tasks.labels("accepted").inc()
         future = asyncio.run_coroutine_threadsafe(
             self._chunk(task.reply_to, task.endpoint, task.requests, received), self.loop
         )
@@ -152,6 +160,7 @@ class Sender:
 
     async def _aclose(self) -> None:
         await self._beat_redis.delete(keys.heartbeat_key(self.name))
+        await self._beat_redis.zrem(ROSTER_KEY, self.name)  # it left: not lost
         for provider, _budget in self._lanes.values():
             await provider.aclose()
         await self.redis.aclose()
@@ -163,6 +172,8 @@ class Sender:
                 await self._beat_redis.set(
                     keys.heartbeat_key(self.name), "1", px=int(keys.HEARTBEAT_TTL_S * 1000)
                 )
+                await self._beat_redis.eval(BEAT, 1, ROSTER_KEY, self.name)
+                self.metrics.heartbeat.set_to_current_time()
             except Exception as exc:  # noqa: BLE001 - Redis away a moment: beat again soon
                 log.warning("heartbeat: %s", exc)
             await asyncio.sleep(keys.HEARTBEAT_TTL_S / 3)
@@ -188,6 +199,7 @@ class Sender:
             provider=name,
             should_retry=False,
         )
+        self.metrics.ticket(name, "refused", len(tickets))
         answer = self._redact.value(answer_to_dict(None, error))
         try:
             await asyncio.gather(
@@ -229,21 +241,24 @@ class Sender:
         except BaseException:
             await self._give_back([tickets[i] for i in mine])
             raise
-        work = [
-            self._send_and_answer(
+        work: dict[int, Awaitable[bool]] = {
+            i: self._send_and_answer(
                 reply_to, tickets[i], provider, budget, sends[i], wait, deadlines[i]
             )
             for i, wait in zip(mine, waits, strict=True)
-        ]
+        }
         for i, state in enumerate(states):
             if state[0] == ANSWERED:
                 stored = len(state) < 3  # a remembered answer is stored again
-                work.append(self._answer(reply_to, tickets[i], str(state[1]), stored=stored))
+                self.metrics.ticket(cfg.name, "reused")
+                work[i] = self._answer(reply_to, tickets[i], str(state[1]), stored=stored)
             elif state[0] == HELD:
-                work.append(
-                    self._after_holder(reply_to, cfg, sends[i], str(state[1]), deadlines[i])
-                )
-        sent = sum(await asyncio.gather(*work))
+                work[i] = self._after_holder(reply_to, cfg, sends[i], str(state[1]), deadlines[i])
+        runs = [run_id_of(r) for r in requests]
+        sent = sum(
+            await asyncio.gather(*(as_ticket(w, runs[i], sends[i]) for i, w in work.items()))
+        )
+        said_chunk(runs, len(sends), sent, cfg.name)
         return {"sent": sent, "reused": len(sends) - sent}
 
     async def _send_and_answer(
@@ -325,6 +340,7 @@ class Sender:
         while True:
             stored = await self.redis.get(keys.answer_key(ticket))
             if stored is not None:
+                self.metrics.ticket(cfg.name, "reused")
                 return await self._answer(reply_to, ticket, str(stored), stored=True)
             holder = str(await self.redis.get(claim) or "")
             alive = (
@@ -360,17 +376,40 @@ class Sender:
         request: CompletionRequest,
         deadline: float,
     ) -> dict[str, Any]:
-        """One call to the provider: its answer, or its error, as data. Nothing is sent
-        once the owner has stopped waiting for it (`deadline`, on time.monotonic)."""
+        """One call to the provider: its answer, or its error, as data, counted on this
+        worker's metrics. Nothing is sent once the owner has stopped waiting for it
+        (`deadline`, on time.monotonic)."""
         left = deadline - time.monotonic()
         if left <= 0:
+            self.metrics.ticket(provider.name, "late")
             late = "not sent: its owner stopped waiting before a worker got to it"
             return answer_to_dict(
                 None, ProviderError(ErrorKind.TIMEOUT, late, provider=provider.name)
             )
+        endpoint = self.metrics.label(provider.name)
+        in_flight = self.metrics.in_flight.labels(endpoint)
+        in_flight.inc()
+        started = time.monotonic()
+        try:
+            answer = await self._call(provider, budget, request, min(request.timeout_s, left))
+        finally:
+            in_flight.dec()
+            self.metrics.send_seconds.labels(endpoint).observe(time.monotonic() - started)
+        if "response" in answer:
+            self.metrics.ticket(provider.name, "sent")
+        else:  # its line names the run and item (as_ticket); the owner decides the retry
+            self.metrics.ticket(provider.name, "failed")
+            error = answer.get("error") or {"kind": "internal"}
+            log.info("%s answered %s: %s", provider.name, error["kind"], error.get("message"))
+        return answer
+
+    async def _call(
+        self, provider: Provider, budget: SharedBudget, request: CompletionRequest, wait_s: float
+    ) -> dict[str, Any]:
+        """The provider's answer or error as data, waiting at most `wait_s` (and a grace)."""
         try:
             response: CompletionResponse = await asyncio.wait_for(
-                provider.complete(request), min(request.timeout_s, left) + TIMEOUT_GRACE_S
+                provider.complete(request), wait_s + TIMEOUT_GRACE_S
             )
         except ProviderError as exc:
             if exc.kind in THROTTLE_KINDS:

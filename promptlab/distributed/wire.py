@@ -36,18 +36,32 @@ def ticket_of(request: CompletionRequest) -> str:
 REMAINING = "remaining_s"
 
 
-def request_to_dict(request: CompletionRequest, remaining_s: float | None = None) -> dict[str, Any]:
+#: The key of the run a request is for (its worker's log lines name it).
+RUN_ID = "run_id"
+
+
+def request_to_dict(
+    request: CompletionRequest, remaining_s: float | None = None, run_id: str | None = None
+) -> dict[str, Any]:
     data = dataclasses.asdict(request)
     data["messages"] = [dict(m) for m in request.messages]
     data["deadline"] = None  # another machine's clock would be compared with it
     if remaining_s is not None:
         data[REMAINING] = remaining_s
+    if run_id is not None:
+        data[RUN_ID] = run_id
     return data
 
 
 def request_from_dict(data: dict[str, Any]) -> CompletionRequest:
-    fields = {k: v for k, v in data.items() if k != REMAINING}
+    fields = {k: v for k, v in data.items() if k not in (REMAINING, RUN_ID)}
     return CompletionRequest(**{**fields, "messages": tuple(data["messages"]), "deadline": None})
+
+
+def run_id_of(data: dict[str, Any]) -> str | None:
+    """The run a request on the wire is for, when its owner said (a short text)."""
+    value = data.get(RUN_ID)
+    return value if isinstance(value, str) and 0 < len(value) <= 64 else None
 
 
 def remaining_of(data: dict[str, Any]) -> float:

@@ -291,11 +291,15 @@ class RunDriver:
         # run is at rest (`_finish`).
         if execution.stop_reason is not None:
             reason = f"stopped: {execution.stop_reason}"
+            say_run_end(run_id, RunStatus.FAILED, reason)
             await self._end_run(run_id, RunStatus.FAILED, reason, reason, spec)
         elif execution.cancelled or active.cancel_requested:
             # Its end event after its cancel event, when the cancel is being recorded.
             active.cancelled = True
             await asyncio.to_thread(active.cancel_recorded.wait, CANCEL_RECORDED_S)
+            say_run_end(
+                run_id, RunStatus.CANCELLED, "on request; its items not yet answered are cancelled"
+            )
             await self._end_run(run_id, RunStatus.CANCELLED, "cancelled", "run cancelled", spec)
         elif execution.paused:
             await self._writer.flush()  # not an end: no cancelled rows, no end event
@@ -305,6 +309,7 @@ class RunDriver:
             left = counts["pending"] + counts["in_flight"]
             if left:  # should not happen: say so rather than call the run complete
                 reason = f"{left} items were left unfinished"
+                say_run_end(run_id, RunStatus.FAILED, reason)
                 await self._end_run(run_id, RunStatus.FAILED, reason, None, spec)
             else:
                 await self._end_run(run_id, RunStatus.COMPLETED, None, None, spec)
@@ -336,3 +341,16 @@ class RunDriver:
             )
             self._unrecorded_ends[run_id] = (status, redact(note))
             log.error("run %s: %s", run_id, note)
+
+
+def say_run_end(run_id: str, status: RunStatus, reason: str) -> None:
+    """One line on the process that owned a run that stopped short (a quota or auth
+    refusal, a cancel, items left): a collector sees why without reading the store.
+    A failure says it in `_fail_run`; a completed run says nothing."""
+    log.warning(
+        "run %s %s: %s",
+        run_id,
+        status.value,
+        reason,
+        extra={"run_id": run_id, "run_status": status.value, "reason": reason},
+    )

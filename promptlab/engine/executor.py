@@ -300,6 +300,11 @@ class Engine(RunLifecycle):
         """The batch writer's commits, their latency, failures and spills (a copy)."""
         return replace(self._writer.stats, bucket_counts=list(self._writer.stats.bucket_counts))
 
+    def chunks_waiting(self) -> dict[str, float] | None:
+        """Per worker queue, the age (s) of this engine's oldest chunk no worker has
+        answered yet; None when it has sent nothing through workers."""
+        return self._pool.chunks_waiting()
+
     def close(self) -> None:
         """Cancel active runs, flush the writer, close provider clients, stop the loop.
 

@@ -148,6 +148,10 @@ class EndpointPool:
             raise ConfigError(f"endpoint {cfg.name!r}: provider batches need the store")
         return BatchProvider(cfg, batch_client_for(cfg), BatchLedgerStore(self._store))
 
+    def chunks_waiting(self) -> dict[str, float] | None:
+        """The link to the workers' oldest unanswered chunk per queue (None: no link)."""
+        return None if self._dispatch is None else self._dispatch.oldest_waiting()
+
     async def aclose(self) -> None:
         """Close every provider's client (best effort), and the link to the workers."""
         for provider in self._providers.values():

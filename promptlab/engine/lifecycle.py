@@ -21,7 +21,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from promptlab.audit.chain import run_chain
-from promptlab.engine.drive import ActiveRun, RunDriver
+from promptlab.engine.drive import ActiveRun, RunDriver, say_run_end
 from promptlab.engine.prepare import PreparedRun, StoredRun
 from promptlab.engine.progress import RunProgress
 from promptlab.engine.retry import STOP_KINDS
@@ -140,6 +140,7 @@ class RunLifecycle(RunDriver):
             self.items.cancel_open_items(run_id, "run cancelled")
             self._run_ended(run_id, record.spec, RunStatus.CANCELLED, "cancelled")
             self.runs.set_status(run_id, RunStatus.CANCELLED, "cancelled")
+            say_run_end(run_id, RunStatus.CANCELLED, "on request, at rest")
             if ended is None:  # a cancel of a going run recorded its event already
                 self._audit_change("run.cancelled", run_id, {"active": False})
             self._audit_end(run_id, RunStatus.CANCELLED, "cancelled")

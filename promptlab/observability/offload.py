@@ -151,6 +151,7 @@ def serve(service: str, pipe: BinaryIO) -> None:
 
     from promptlab.observability.otlp import Encoder
 
+    _child_logging()
     encoder = Encoder(Resource.create({"service.name": service}), InstrumentationScope("promptlab"))
     exporter = OTLPSpanExporter()
     # The exporter's own client: what its export() does after encoding (the endpoint,
@@ -168,9 +169,29 @@ def serve(service: str, pipe: BinaryIO) -> None:
             except Exception:  # a batch that cannot be encoded is lost, not the rest
                 log.exception("a batch of spans not encoded")
                 continue
-            send(body)
+            try:
+                send(body)  # retries as OTEL_* say, logging each transient failure
+            except Exception as exc:  # noqa: BLE001 - a collector away: this batch is lost
+                log.warning("a batch of spans not sent to the collector: %s", exc)
     finally:
         exporter.shutdown()
+
+
+def _child_logging() -> None:
+    """The child's lines (the exporter's retry warnings, a batch it could not send) on
+    stderr as its parent writes its own: one JSON object a line when
+    PROMPTLAB_LOG_FORMAT=json (inherited), else text that names the child. Unset, Python
+    printed the bare message of each, a text line among a collector's JSON."""
+    from promptlab.audit.logjson import json_handler, json_logs_asked
+
+    if json_logs_asked():
+        handler = json_handler()
+    else:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("promptlab traces: %(levelname)s %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(handler)
+    root.setLevel(logging.WARNING)
 
 
 if __name__ == "__main__":

@@ -307,22 +307,26 @@ class Encoder:
         return attributes
 
     def _attempt_span(self, trace: bytes, item: bytes, attempt: tuple[Any, ...]) -> bytes:
-        # An answered attempt says little its item does not; a failed one says why and
-        # how long the engine waited before the next (each attribute costs its encoding).
+        # An answered attempt says little its item does not, but what it waited for before
+        # it went (the limiter's rate or gate, a retry's back-off); a failed one says why it
+        # failed, the class the engine retries on (each attribute costs its encoding).
         number, started, ended, outcome, error_kind, http_status, wait_ms, reason = attempt
         attributes = [self.kv("promptlab.attempt", number)]
+        if reason:
+            attributes += [
+                self.kv("promptlab.wait.ms", wait_ms),
+                self.kv("promptlab.wait.reason", reason),
+            ]
         failed = None
         if outcome != "ok":
             failed = error_kind or "error"
             attributes += [
                 self.kv("error.type", failed),
                 self.kv("promptlab.error.kind", failed),
-                self.kv("promptlab.retry.wait_ms", wait_ms),
+                self.kv("promptlab.retry.reason", failed),
             ]
             if http_status is not None:
                 attributes.append(self.kv("http.response.status_code", http_status))
-            if reason:
-                attributes.append(self.kv("promptlab.retry.reason", reason))
         start = _ns(started)
         return b"".join(
             [

@@ -30,6 +30,7 @@ from promptlab.errors import (
     StaleChangeError,
     TemplateError,
 )
+from promptlab.server.access import AccessLog, access_lines_on
 from promptlab.server.analysis_routes import add_analysis_routes
 from promptlab.server.cache_routes import add_cache_routes
 from promptlab.server.data_routes import UPLOAD_PATHS, add_data_routes
@@ -94,6 +95,8 @@ def create_app(wb: Workbench, token: str, *, local_paths: bool = True) -> FastAP
     app.add_middleware(
         Guard, wb=wb, owner_token=token, routes=lambda: app.router.routes, fairness=fairness
     )
+    access_lines_on()
+    app.add_middleware(AccessLog)  # outermost: a line for every answer, refusals too
     _add_error_answers(app)
     _add_health_routes(app, wb, auth)
     add_submit_routes(app, wb, auth, local_paths)

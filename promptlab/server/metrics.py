@@ -32,6 +32,7 @@ from prometheus_client.core import (
     Metric,
 )
 
+from promptlab.distributed.settings import DEFAULT_QUEUE
 from promptlab.providers.config import load_endpoints
 from promptlab.store.monitoring import MonitoringReads, MonitoringSnapshot
 from promptlab.workbench import Workbench
@@ -45,6 +46,14 @@ SPEC_DECLARED = "spec-declared"
 #: How the engine names a run's cap on an endpoint (engine/limiter.py).
 RUN_CAP_SUFFIX = " (run cap)"
 INVALID_NAME = "invalid-name"
+#: The owner's view of the workers (distributed/fleet.py): name and help of each gauge.
+FLEET_GAUGES = (
+    ("promptlab_worker_broker_up", "1 while the workers' broker answers"),
+    ("promptlab_workers_alive", "Workers whose heartbeat is live"),
+    ("promptlab_workers_lost", "Workers whose heartbeat stopped without a goodbye (last hour)"),
+)
+#: The one `queue` value of a worker queue no configured endpoint names.
+OTHER_QUEUE = "other"
 RUN_STATES = (
     "submitted",
     "waiting",
@@ -67,7 +76,12 @@ class WorkbenchCollector:
     def __init__(self, wb: Workbench) -> None:
         self._wb = wb
         self._reads = MonitoringReads(wb.store)
-        self._configured = set(load_endpoints(wb.settings.providers_file))
+        endpoints = load_endpoints(wb.settings.providers_file)
+        self._configured = set(endpoints)
+        #: The worker queues of configured endpoints whose calls go through workers.
+        self._queues = {
+            cfg.queue or DEFAULT_QUEUE for cfg in endpoints.values() if cfg.executor == "celery"
+        }
 
     def label(self, endpoint: str) -> str:
         """The `endpoint` label value of an endpoint's name (see the module's doc)."""
@@ -116,6 +130,7 @@ class WorkbenchCollector:
         yield latency
         yield from self._live()
         yield self._rollouts()
+        yield from self._workers()
         scrape = GaugeMetricFamily("promptlab_scrape_seconds", "Time this scrape took")
         scrape.add_metric([], time.perf_counter() - started)
         yield scrape
@@ -131,6 +146,41 @@ class WorkbenchCollector:
         for action in ROLLOUT_ACTIONS:
             decisions.add_metric([action], taken.get(action, 0))
         return decisions
+
+    def _workers(self) -> Iterator[Metric]:
+        """The workers as this owner sees them (distributed/fleet.py): only where calls go
+        through workers (a configured endpoint's, or a run's): no broker asked otherwise."""
+        waiting = self._wb.engine.chunks_waiting()
+        if not self._queues and waiting is None:
+            return
+        from promptlab.distributed.fleet import fleet_snapshot
+        from promptlab.distributed.settings import broker_url
+
+        queues = self._queues | {DEFAULT_QUEUE}
+        fleet = fleet_snapshot(broker_url(), queues)
+        values = (fleet.broker_up, fleet.alive, fleet.lost)
+        for (name, text), value in zip(FLEET_GAUGES, values, strict=True):
+            gauge = GaugeMetricFamily(name, text)
+            gauge.add_metric([], float(value))
+            yield gauge
+        depth = GaugeMetricFamily(
+            "promptlab_worker_queue_depth", "Chunks waiting in a worker queue", labels=["queue"]
+        )
+        oldest = GaugeMetricFamily(
+            "promptlab_worker_queue_oldest_seconds",
+            "Age of this owner's oldest chunk no worker has answered yet",
+            labels=["queue"],
+        )
+        ages: dict[str, float] = {}
+        for queue, age in (waiting or {}).items():
+            name = queue if queue in queues else OTHER_QUEUE
+            ages[name] = max(ages.get(name, 0.0), age)
+        for queue in sorted(queues | set(ages)):
+            if queue in fleet.depths:
+                depth.add_metric([queue], fleet.depths[queue])
+            oldest.add_metric([queue], ages.get(queue, 0.0))
+        yield depth
+        yield oldest
 
     def _live(self) -> Iterator[Metric]:
         """The engine's figures: items in flight and queued, each limiter's state."""

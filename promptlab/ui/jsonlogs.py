@@ -26,7 +26,12 @@ from typing import Any
 import streamlit.cli_util as streamlit_cli
 import streamlit.logger as streamlit_logger
 
-from promptlab.audit.logjson import json_formatter, json_line, json_logs_asked
+from promptlab.audit.logjson import (
+    json_formatter,
+    json_line,
+    json_logs_asked,
+    uvicorn_json_defaults,
+)
 
 _lock = threading.Lock()
 
@@ -42,6 +47,7 @@ def streamlit_logs_as_json(environ: Mapping[str, str] | None = None) -> bool:
             return True
         streamlit_logger.setup_formatter = _as_json(made)  # type: ignore[assignment]
         streamlit_logger.update_formatter()  # the loggers Streamlit made so far
+        uvicorn_json_defaults()  # Streamlit's own uvicorn server applies uvicorn's defaults
     return True
 
 

@@ -79,8 +79,12 @@ def warm_first_view() -> None:
 
 def main() -> None:
     from promptlab.ui.jsonlogs import main as streamlit_main
+    from promptlab.ui.jsonlogs import streamlit_logs_as_json
     from promptlab.ui.resources import settle_heap
 
+    # Before the workbench opens: opening it logs through Streamlit's loggers (its
+    # caches, a script context missing), which wrote text lines ahead of the JSON.
+    streamlit_logs_as_json()
     open_before_serving()
     warm_page_imports(sys.argv)
     warm_first_view()
