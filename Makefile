@@ -6,7 +6,7 @@ PORT ?= 8501
 # The API the app serves beside its pages (promptlab serve's, in the same process).
 API ?= 127.0.0.1:8765
 
-.PHONY: run test lint install install-dev bytecode chromium redis prometheus bench docs clean
+.PHONY: run test lint install install-dev bytecode chromium redis prometheus nginx bench docs clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -48,9 +48,12 @@ bytecode: install
 # `make run HOST=0.0.0.0` serves it to the network, which wants sign-in (an [auth]
 # section in .streamlit/secrets.toml): without it the app refuses to serve, unless
 # `PROMPTLAB_ALLOW_OPEN=1 make run HOST=...` says the network in front of it is trusted.
+# `make run ARGS="--secrets.files /etc/promptlab/secrets.toml"` passes Streamlit options on
+# (sign-in's secrets kept outside the checkout, say).
 HOST ?= 127.0.0.1
+ARGS ?=
 run: install bytecode
-	PROMPTLAB_SERVE=$(API) $(PY) -m promptlab.ui.launch run app.py --server.address $(HOST) --server.port $(PORT)
+	PROMPTLAB_SERVE=$(API) $(PY) -m promptlab.ui.launch run app.py --server.address $(HOST) --server.port $(PORT) $(ARGS)
 
 # The browser smoke test drives Debian's Chromium; install it when missing and we are root.
 chromium:
@@ -67,24 +70,32 @@ redis:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; \
 	else echo "redis-server not found and not root: the distributed tests will be skipped"; fi
 
-# tests/test_alert_rules.py runs deploy/prometheus/alerts.yml's unit tests with Debian's
-# promtool. The package is downloaded and unpacked under the venv, never installed: its
-# postinst would start a Prometheus daemon listening on 0.0.0.0:9090. apt-get download
-# needs no root (only the retry's apt-get update does); it warns, harmlessly, that its
-# _apt user may not write to the private temp folder, so its output is shown on failure only.
-PROMETHEUS_BIN := $(VENV)/prometheus/usr/bin
-prometheus:
-	@if [ -x $(PROMETHEUS_BIN)/promtool ] && [ -x $(PROMETHEUS_BIN)/prometheus ]; then :; \
+# Debian programs the tests run: promtool and prometheus (tests/test_alert_rules.py,
+# tests/test_prometheus_live.py) and nginx (tests/test_deploy_proxy.py). Each package is
+# downloaded and unpacked under the venv, never installed: the packages' scripts would
+# start daemons (Prometheus on 0.0.0.0:9090, nginx on port 80). apt-get download needs
+# no root (only the retry's apt-get update does); it warns, harmlessly, that its _apt
+# user may not write to the private temp folder, so its output is shown on failure only.
+# $(call unpack_deb,PACKAGE,FILE IT HOLDS)
+define unpack_deb
+	@if [ -x $(VENV)/debs/$(1)$(2) ]; then :; \
 	elif command -v apt-get >/dev/null 2>&1 && command -v dpkg-deb >/dev/null 2>&1; then \
 		tmp=$$(mktemp -d) && \
-		{ (cd "$$tmp" && apt-get download -qq prometheus) >"$$tmp/apt.log" 2>&1 || \
-		  { apt-get update -qq && (cd "$$tmp" && apt-get download -qq prometheus) >"$$tmp/apt.log" 2>&1; } || \
+		{ (cd "$$tmp" && apt-get download -qq $(1)) >"$$tmp/apt.log" 2>&1 || \
+		  { apt-get update -qq && (cd "$$tmp" && apt-get download -qq $(1)) >"$$tmp/apt.log" 2>&1; } || \
 		  { [ "$$(id -u)" = 0 ] && cat "$$tmp/apt.log"; rm -rf "$$tmp"; [ "$$(id -u)" != 0 ] && \
-		    { echo "prometheus not downloadable and not root: its tests will be skipped"; exit 0; }; \
+		    { echo "$(1) not downloadable and not root: its tests will be skipped"; exit 0; }; \
 		    exit 1; }; } && \
-		{ mkdir -p $(VENV)/prometheus && dpkg-deb -x "$$tmp"/prometheus_*.deb $(VENV)/prometheus; \
+		{ mkdir -p $(VENV)/debs/$(1) && dpkg-deb -x "$$tmp"/$(1)_*.deb $(VENV)/debs/$(1); \
 		  rc=$$?; rm -rf "$$tmp"; exit $$rc; }; \
-	else echo "promtool not found: the alert rule tests will be skipped"; fi
+	else echo "$(1) not found (no apt-get): its tests will be skipped"; fi
+endef
+
+prometheus:
+	$(call unpack_deb,prometheus,/usr/bin/promtool)
+
+nginx:
+	$(call unpack_deb,nginx,/usr/sbin/nginx)
 
 lint: install-dev
 	$(VENV)/bin/ruff check promptlab pages app.py tests bench docs
@@ -101,7 +112,7 @@ lint: install-dev
 # examples. The 25 slowest tests are printed at the end, so each run's log says where the
 # time went.
 WORKERS ?= 3
-test: install-dev bytecode chromium redis prometheus lint
+test: install-dev bytecode chromium redis prometheus nginx lint
 	PYTHONDONTWRITEBYTECODE= $(PY) -m pytest -q -n $(WORKERS) --durations=25
 
 # The docs site on http://127.0.0.1:8000 (mkdocs comes with the test requirements).

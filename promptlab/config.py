@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import os
 import pwd
+import re
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -25,6 +26,10 @@ DEFAULT_MAX_ITEMS = 10_000_000
 GATEWAY_FOLD_S = 0.25
 #: Seconds between a server's checks of its guarded rollouts (server/rollout_watch.py).
 ROLLOUT_CHECK_S = 5.0
+#: Rotating backups kept by the owner unless PROMPTLAB_BACKUP_KEEP says otherwise.
+DEFAULT_BACKUP_KEEP = 48
+_PERIOD = re.compile(r"(\d+)([smhd])")
+_PERIOD_S = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 #: How log lines are written (PROMPTLAB_LOG_FORMAT): text for people, json for a
 #: collector (one object a line; see promptlab.audit.logjson).
 LOG_FORMATS = ("text", "json")
@@ -36,7 +41,7 @@ def _flag(value: str | None, default: bool) -> bool:
     return value.strip().lower() not in {"0", "false", "no", "off"}
 
 
-def _positive_int(value: str | None, default: int) -> int:
+def _positive_int(value: str | None, default: int, name: str = "PROMPTLAB_MAX_ITEMS") -> int:
     if value is None or value.strip() == "":
         return default
     try:
@@ -44,8 +49,17 @@ def _positive_int(value: str | None, default: int) -> int:
     except ValueError:
         number = 0
     if number < 1:
-        raise ConfigError(f"PROMPTLAB_MAX_ITEMS: expected a positive integer, got {value!r}")
+        raise ConfigError(f"{name}: expected a positive integer, got {value!r}")
     return number
+
+
+def parse_period(name: str, value: str) -> float:
+    """`90s`, `30m`, `1h`, `1d` as seconds (one at least); ConfigError naming `name`."""
+    match = _PERIOD.fullmatch(value.strip())
+    seconds = int(match.group(1)) * _PERIOD_S[match.group(2)] if match else 0
+    if seconds < 1:
+        raise ConfigError(f"{name}: expected a period like 90s, 30m, 1h or 1d, got {value!r}")
+    return float(seconds)
 
 
 def _positive_seconds(name: str, value: str | None, default: float) -> float:
@@ -117,6 +131,12 @@ class Settings:
     #: Hosts a rollout's `on_decision_url` may post to (PROMPTLAB_WEBHOOK_HOSTS): an
     #: experiment file is a user's text; where the server posts is the operator's call.
     webhook_hosts: tuple[str, ...] = ()
+    #: Seconds between the owner's rotating backups (PROMPTLAB_BACKUP_EVERY, `1h`;
+    #: None: none), how many it keeps (PROMPTLAB_BACKUP_KEEP) and where
+    #: (PROMPTLAB_BACKUP_DIR; None: `backups/` beside the database).
+    backup_every_s: float | None = None
+    backup_keep: int = DEFAULT_BACKUP_KEEP
+    backup_dir: Path | None = None
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -146,7 +166,22 @@ class Settings:
             rollout_check_s=_positive_seconds(
                 "PROMPTLAB_ROLLOUT_CHECK_S", env.get("PROMPTLAB_ROLLOUT_CHECK_S"), ROLLOUT_CHECK_S
             ),
+            backup_every_s=(
+                parse_period("PROMPTLAB_BACKUP_EVERY", every)
+                if (every := env.get("PROMPTLAB_BACKUP_EVERY", "").strip())
+                else None
+            ),
+            backup_keep=_positive_int(
+                env.get("PROMPTLAB_BACKUP_KEEP"), DEFAULT_BACKUP_KEEP, "PROMPTLAB_BACKUP_KEEP"
+            ),
+            backup_dir=Path(backup_dir)
+            if (backup_dir := env.get("PROMPTLAB_BACKUP_DIR"))
+            else None,
         )
+
+    def backup_folder(self) -> Path:
+        """Where the owner's rotating backups go."""
+        return self.backup_dir or self.db_path.parent / "backups"
 
     def with_db(self, db_path: str | Path | None) -> Settings:
         """A copy pointing at another database file (the CLI's --db)."""

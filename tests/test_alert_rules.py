@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.prometheus_tools import promtool
+from tests.deb_tools import promtool
 
 PROMTOOL = promtool()
 if PROMTOOL is None:

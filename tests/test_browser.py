@@ -209,7 +209,11 @@ def page(request: pytest.FixtureRequest) -> Iterator[Page]:
                 "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",
             ],
         )
-        context = browser.new_context(viewport={"width": 1400, "height": 1000})
+        # A proxy's test serves TLS with a certificate it made: the browser takes it.
+        self_signed = request.node.get_closest_marker("self_signed") is not None
+        context = browser.new_context(
+            viewport={"width": 1400, "height": 1000}, ignore_https_errors=self_signed
+        )
         context.set_default_timeout(PAGE_STEP_MS)  # clicks and reads wait as long as a step
         _OUTSIDE[id(context)] = outside
         # Every tab of the context (links open new ones): its requests and websockets.

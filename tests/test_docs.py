@@ -146,11 +146,17 @@ def shell_commands(body: str) -> Iterator[list[str]]:
             continue
 
 
+#: Options whose value is a user or group name (the deployment guide's `promptlab` user).
+ACCOUNT_OPTIONS = frozenset({"-u", "-g", "-o", "--user", "--group", "--owner"})
+
+
 def promptlab_invocations(tokens: list[str]) -> Iterator[list[str]]:
     """The arguments of every `promptlab ...` in a command line (after env assignments,
     `time`, `python -m promptlab`), each up to the next shell operator."""
     for start, token in enumerate(tokens):
         after = None
+        if start and tokens[start - 1] in ACCOUNT_OPTIONS:
+            continue  # `sudo -u promptlab`, `install -g promptlab`: the service's account
         if token in LAUNCHERS:
             after = start + 1
         elif token == "-m" and tokens[start + 1 : start + 2] == ["promptlab"]:

@@ -27,8 +27,8 @@ from promptlab.workbench import Workbench
 from tests.cluster_fixtures import Workers, free_port, needs_redis
 from tests.cluster_fixtures import redis_server as redis_server  # fixtures
 from tests.cluster_fixtures import workers as workers
+from tests.deb_tools import prometheus
 from tests.fakellm_fixtures import ServerFactory
-from tests.prometheus_tools import prometheus
 from tests.test_distributed import spec_data
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -158,16 +158,18 @@ def test_failures_and_a_killed_worker_fire_the_shipped_alerts(
             owner_token.write_text(serving.info.token + "\n")
             owner = serving.info.url.removeprefix("http://")
             base = start_prometheus(config(tmp_path, owner, owner_token, worker_port))
-            spec = spec_data(server, 400, tmp_path, concurrency=4)
+            spec = spec_data(server, 120, tmp_path, concurrency=8)
             run_id = wb.runs.start(wb.runs.spec_from_data(spec))
             until(lambda: "PromptlabHighFailureRate" in firing(base), "failure-rate alert")
             assert "PromptlabWorkerLost" not in firing(base)
+            # Killed once the run is over: nothing of it waits on the dead worker (a
+            # cancel waits for what is in flight, up to each request's timeout).
+            wb.runs.wait(run_id, timeout=120)
             workers.kill(0)
             until(lambda: "PromptlabWorkerLost" in firing(base), "worker-lost alert")
             # Both views of it: the worker's port stopped answering, and the owner saw its
             # heartbeat stop without a goodbye.
             until(lambda: value(base, 'up{job="promptlab-workers"}') == 0, "up 0")
             until(lambda: value(base, "promptlab_workers_lost") == 1, "lost by the owner")
-            wb.runs.cancel(run_id)
         finally:
             serving.stop()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -12,6 +13,7 @@ from promptlab.cli.common import db_option, handle_errors, settings_from
 from promptlab.errors import PromptlabError
 
 if TYPE_CHECKING:
+    from promptlab.config import Settings
     from promptlab.workbench import Workbench
 
 
@@ -35,9 +37,35 @@ if TYPE_CHECKING:
     is_flag=True,
     help="On start, resume every run whose owning process is gone (killed).",
 )
+@click.option(
+    "--backup-every",
+    default=None,
+    help="Take a consistent backup this often while serving (90s, 30m, 1h, 1d; "
+    "PROMPTLAB_BACKUP_EVERY).",
+)
+@click.option(
+    "--backup-keep",
+    type=click.IntRange(1),
+    default=None,
+    help="Backups kept, the oldest deleted first (PROMPTLAB_BACKUP_KEEP; default 48).",
+)
+@click.option(
+    "--backup-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Folder of the backups (PROMPTLAB_BACKUP_DIR; default: backups/ beside the database).",
+)
 @click.pass_context
 @handle_errors
-def serve_command(ctx: click.Context, host: str, port: int, resume_interrupted: bool) -> None:
+def serve_command(
+    ctx: click.Context,
+    host: str,
+    port: int,
+    resume_interrupted: bool,
+    backup_every: str | None,
+    backup_keep: int | None,
+    backup_dir: Path | None,
+) -> None:
     """Own the database and the one engine, and serve the HTTP API to every client.
 
     While it runs, every `promptlab` command on the same database goes through its
@@ -56,7 +84,7 @@ def serve_command(ctx: click.Context, host: str, port: int, resume_interrupted: 
     from promptlab.server.run import Serving, is_loopback
     from promptlab.workbench import Workbench
 
-    settings = settings_from(ctx)
+    settings = with_backups(settings_from(ctx), backup_every, backup_keep, backup_dir)
     if not is_loopback(host):
         say(
             f"warning: listening on {host}, not loopback: anyone who can reach it and has "
@@ -73,6 +101,23 @@ def serve_command(ctx: click.Context, host: str, port: int, resume_interrupted: 
             f"{discovery_path(settings.db_path)}); Ctrl-C stops"
         )
         serving.run()
+
+
+def with_backups(
+    settings: Settings, every: str | None, keep: int | None, folder: Path | None
+) -> Settings:
+    """The settings with serve's backup options over the environment's."""
+    from dataclasses import replace
+
+    from promptlab.config import parse_period
+
+    if every is not None:
+        settings = replace(settings, backup_every_s=parse_period("--backup-every", every))
+    if keep is not None:
+        settings = replace(settings, backup_keep=keep)
+    if folder is not None:
+        settings = replace(settings, backup_dir=folder)
+    return settings
 
 
 def resume_orphans(wb: Workbench) -> None:

@@ -24,6 +24,7 @@ from promptlab.audit.logjson import uvicorn_logging
 from promptlab.errors import ConfigError
 from promptlab.schedules.scheduler import Scheduler
 from promptlab.server.api import create_app
+from promptlab.server.backup_watch import BackupWatch
 from promptlab.server.discovery import ServerInfo, new_token, remove_discovery, write_discovery
 from promptlab.server.rollout_watch import RolloutWatch
 from promptlab.workbench import Workbench
@@ -68,6 +69,15 @@ class _Server(uvicorn.Server):
             await gateways.aclose_connections()
 
 
+def backups_of(wb: Workbench) -> BackupWatch | None:
+    settings = wb.settings
+    if settings.backup_every_s is None:
+        return None
+    return BackupWatch(
+        wb.backup, settings.backup_folder(), settings.backup_every_s, settings.backup_keep
+    )
+
+
 class Serving:
     """A bound, announced server of one workbench: `run()` here, or `start()` a thread."""
 
@@ -105,6 +115,8 @@ class Serving:
 
         #: Guarded rollouts checked every PROMPTLAB_ROLLOUT_CHECK_S while this serves.
         self.rollouts = RolloutWatch(check_rollouts, wb.settings.rollout_check_s)
+        #: Rotating backups, when PROMPTLAB_BACKUP_EVERY (or serve's --backup-every) asks.
+        self.backups = backups_of(wb)
         write_discovery(wb.settings.db_path, self.info)
 
     def run(self) -> None:
@@ -114,10 +126,14 @@ class Serving:
             self.wb.engine.adopt_waiting()
             scheduler.start()
             self.rollouts.start()
+            if self.backups is not None:
+                self.backups.start()
             self._server.run(sockets=[self._sock])
         finally:
             scheduler.stop()
             self.rollouts.stop()
+            if self.backups is not None:
+                self.backups.stop()
             self._app.state.jobs.close()  # before the workbench closes under them
             self._app.state.gateways.close()  # the live calls' journal, folded
             remove_discovery(self.wb.settings.db_path, self.info)
