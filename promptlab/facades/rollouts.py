@@ -27,7 +27,7 @@ from promptlab.facades.context import Context
 from promptlab.facades.experiments import Experiments
 from promptlab.facades.prompts import Prompts
 from promptlab.observability.webhooks import post_json
-from promptlab.store.rollouts import RolloutRows, RolloutState, live_arm, units_since
+from promptlab.store.rollouts import Look, RolloutRows, RolloutState, live_arm, units_since
 
 __all__ = ["GuardrailRow", "RolloutStatus", "Rollouts"]
 
@@ -59,6 +59,8 @@ class GuardrailRow:
     line: str
     #: The difference at the last checks (at most 500), oldest first: its line over time.
     effects: tuple[float, ...] = ()
+    #: Those checks whole: when, the difference, its confidence sequence (low, high).
+    history: tuple[Look, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -186,7 +188,7 @@ class Rollouts:
             for v in (control, variant)
         )
         current = "killed" if config.killed and state.state in CHECKED else state.state
-        effects = self._rows.effects(config.name)
+        history = self._rows.history(config.name)
         status = RolloutStatus(
             experiment=config.name,
             revision=config.revision,
@@ -204,7 +206,7 @@ class Rollouts:
             stage_started_at=state.stage_started_at,
             last_action=state.last_action,
             reason=state.reason,
-            guardrails=tuple(_row(found, effects.get(found.metric, ())) for found in looks),
+            guardrails=tuple(_row(found, history.get(found.metric, ())) for found in looks),
         )
         return status, plan, looks
 
@@ -272,7 +274,7 @@ class Rollouts:
         return self.status(name)
 
 
-def _row(found: GuardrailLook, effects: tuple[float, ...]) -> GuardrailRow:
+def _row(found: GuardrailLook, history: tuple[Look, ...]) -> GuardrailRow:
     interval = found.interval
     return GuardrailRow(
         metric=found.metric,
@@ -284,5 +286,6 @@ def _row(found: GuardrailLook, effects: tuple[float, ...]) -> GuardrailRow:
         high=interval.high if interval is not None else None,
         regressed=found.regressed,
         line=found.line,
-        effects=effects,
+        effects=tuple(look[1] for look in history),
+        history=history,
     )

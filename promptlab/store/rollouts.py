@@ -18,7 +18,10 @@ from promptlab.records.unit_samples import ArmSample
 from promptlab.store.connection import Store
 from promptlab.store.unit_samples import arm_from_logs
 
-__all__ = ["RolloutRows", "RolloutState", "live_arm", "units_since"]
+__all__ = ["Look", "RolloutRows", "RolloutState", "live_arm", "units_since"]
+
+#: One check of a guardrail: when, the difference, and its confidence sequence.
+Look = tuple[datetime, float, float, float]
 
 
 @dataclass(frozen=True)
@@ -99,13 +102,23 @@ class RolloutRows:
 
     def effects(self, experiment: str) -> dict[str, tuple[float, ...]]:
         """Each guardrail's effect at the kept checks, oldest first."""
+        return {
+            metric: tuple(look[1] for look in looks)
+            for metric, looks in self.history(experiment).items()
+        }
+
+    def history(self, experiment: str) -> dict[str, tuple[Look, ...]]:
+        """Each guardrail's kept checks, oldest first: when, the effect, its sequence."""
         with self.store.read() as cur:
             rows = cur.execute(
-                "SELECT metric, list(effect ORDER BY looked_at) FROM rollout_looks "
-                "WHERE experiment = ? GROUP BY metric",
+                "SELECT metric, looked_at, effect, low, high FROM rollout_looks "
+                "WHERE experiment = ? ORDER BY metric, looked_at",
                 [experiment],
             ).fetchall()
-        return {str(metric): tuple(float(e) for e in effects) for metric, effects in rows}
+        history: dict[str, list[Look]] = {}
+        for metric, at, effect, low, high in rows:
+            history.setdefault(str(metric), []).append((at, float(effect), float(low), float(high)))
+        return {metric: tuple(looks) for metric, looks in history.items()}
 
 
 def live_arm(

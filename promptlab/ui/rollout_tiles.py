@@ -1,6 +1,7 @@
 """The Experiments page's rollout: where a guarded rollout is (state, stage, units per
 arm) and a tile per guardrail with the variant's difference and its confidence sequence,
-as the server last judged it; pause, resume and abort beside them. What the numbers
+as the server last judged it, and each one over the checks so far (a band over time,
+views/rollout_charts.py); pause, resume and abort beside them. What the numbers
 mean is docs/how-to/rollouts.md; they come from `wb.rollouts.status`.
 """
 
@@ -50,7 +51,25 @@ def rollout_tiles(wb: Workbench, config: ExperimentConfig) -> None:
             _tile(row)
     if status.last_action:
         st.caption(f"Last decision: {status.last_action}: {status.reason}")
+    _over_time(status)
     _controls(wb, status)
+
+
+def _over_time(status: RolloutStatus) -> None:
+    """Each guardrail's difference and confidence sequence at every kept check, with
+    the margin it is killed beyond: how it got to where the tile says it is."""
+    judged = [row for row in status.guardrails if row.history]
+    if not judged:
+        return
+    from promptlab.views.rollout_charts import guardrail_figure
+
+    with st.expander(f"Guardrails over time ({len(judged[0].history)} checks)"):
+        for row in judged:
+            st.plotly_chart(
+                guardrail_figure(row.metric, row.worse_by, row.history),
+                width="stretch",
+                key=f"rollout_history_{status.experiment}_{row.metric}",
+            )
 
 
 def _tile(row: GuardrailRow) -> None:
