@@ -144,8 +144,10 @@ def test_pause_against_cancel_has_one_outcome(
     eng, store, provider = engine
     for _ in range(TRIALS):
         run_id = paused_run(eng, provider, tmp_path)
+        # Held before the resume: the resumed run stays running while raced (held after
+        # it, the run could complete first, once in a few hundred trials).
+        provider.hold_requests()
         eng.resume(run_id)
-        provider.hold_requests()  # the resumed run stays running while raced
         outcomes = race(partial(eng.pause, run_id), partial(eng.cancel, run_id))
         provider.release_requests()
         settle(eng, run_id)
@@ -193,3 +195,39 @@ def test_the_store_moves_a_run_only_along_the_lifecycle(
     assert str(runs.get_run(run_id).status) == "completed"
     with pytest.raises(EngineError, match="already running|is completed"):
         eng.resume(run_id)
+
+
+def test_a_cancel_after_the_run_s_end_is_decided_records_nothing(
+    db_path: Path, tmp_path: Path
+) -> None:
+    """The run's own end races a cancel too: held in its after-run work (its end decided:
+    completed), a cancel finds it ended and records nothing. It was taken (`run.cancelled`
+    recorded) and then lost: the run completed and the late cancel found it final."""
+    in_hook, proceed = threading.Event(), threading.Event()
+
+    def after_run(_end: Any) -> None:
+        in_hook.set()
+        proceed.wait(PATIENCE_S)
+
+    provider = ScriptedProvider()
+    endpoint = EndpointConfig(name="quick", kind="openai", concurrency=1)
+    with (
+        Store(db_path) as store,
+        Engine(
+            store,
+            endpoints={"quick": endpoint},
+            provider_factory=lambda _c: provider,
+            on_run_ended=after_run,
+        ) as eng,
+    ):
+        run_id = paused_run(eng, provider, tmp_path)
+        eng.resume(run_id)
+        assert in_hook.wait(PATIENCE_S), "the run did not end"
+        eng.cancel(run_id)  # as its end is being recorded
+        with pytest.raises(EngineError, match="nothing to pause"):
+            eng.pause(run_id)
+        proceed.set()
+        settle(eng, run_id)
+        agree(store, eng, run_id)
+        assert str(eng.status(run_id).status) == "completed"
+        assert "run.cancelled" not in [kind for kind, _ in lifecycle(store, run_id)]

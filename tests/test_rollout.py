@@ -1,8 +1,10 @@
 """Guarded rollouts end to end (issue 57): units served through the live gateway with the
-real `openai` SDK over fakellm on loopback, a real `promptlab serve` in process and a
-real DuckDB file. A variant whose endpoint fails 30% of attempts is killed by its
-error-rate guardrail, and every later unit of it gets control; a healthy one advances
-through its stages and, at the last, its version gets the label `production`.
+real `openai` SDK (and, streamed, the real `anthropic` SDK) over fakellm on loopback, a
+real `promptlab serve` in process and a real DuckDB file. 2,000 units against a variant
+whose endpoint fails 30% of attempts and answers 600 ms slower, checked by the owner by
+itself: the variant is killed, and every call started a check after the kill gets
+control; a healthy one advances through its stages and, at the last, its version gets
+the label `production`.
 """
 
 from __future__ import annotations
@@ -14,10 +16,12 @@ import re
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import openai
 import pytest
 import yaml
@@ -129,37 +133,77 @@ def serving(fakes: tuple[RunningServer, RunningServer]) -> Iterator[tuple[Servin
             server.stop()
 
 
-@pytest.mark.parametrize("fakes", [{"fail_rate": 0.3}], indirect=True)
-def test_a_variant_failing_30_percent_of_attempts_is_killed_and_its_units_get_control(
-    serving: tuple[Serving, str],
+#: Seconds between the owner's own checks in the live test (the server's RolloutWatch).
+CHECK_S = 0.5
+
+
+async def timed_units(server: Serving, token: str, units: range) -> list[tuple[float, str]]:
+    """Each unit's call through the gateway, in order of start: when it started (on
+    time.time, the clock audit events are stamped by) and the variant it was served."""
+    client = openai.AsyncOpenAI(api_key=token, base_url=f"{server.info.url}/v1", max_retries=0)
+    room = asyncio.Semaphore(40)
+    calls: list[tuple[float, str]] = []
+
+    async def call(unit: str) -> None:
+        async with room:
+            started = time.time()
+            try:
+                raw = await client.chat.completions.with_raw_response.create(
+                    model=f"experiment:{NAME}",
+                    messages=[],
+                    user=unit,
+                    extra_body={"variables": {"name": unit}},
+                )
+                calls.append((started, raw.headers["promptlab-variant"]))
+            except openai.APIStatusError as exc:  # every attempt failed: still served
+                calls.append((started, exc.response.headers["promptlab-variant"]))
+
+    await asyncio.gather(*(call(f"u-{i}") for i in units))
+    await client.close()
+    return sorted(calls)
+
+
+@pytest.mark.parametrize("fakes", [{"fail_rate": 0.3, "latency_ms": 600.0}], indirect=True)
+def test_a_failing_slow_variant_is_killed_live_and_its_units_get_control_by_the_next_check(
+    fakes: tuple[RunningServer, RunningServer], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    server, token = serving
-    wb = server.wb
-    first = asyncio.run(serve_units(server, token, range(600)))
-    assert sum(v == "concise" for v in first.values()) >= 100
-    server._app.state.gateways.settle()
-    decision = wb.rollouts.check(NAME)
-    assert decision is not None and decision.action == "kill", decision
-    assert "error_rate" in decision.reason and "regressed" in decision.reason
-    assert wb.experiments.get(NAME).killed
-    status = wb.rollouts.status(NAME)
-    assert (status.state, status.last_action) == ("killed", "kill")
-    # Every later call of a unit that had the variant gets control, at once.
-    again = asyncio.run(serve_units(server, token, range(600)))
-    assert set(again.values()) == {"control"}
-    # Control's calls never failed for it.
-    with wb.store.read() as cur:
-        failed = cur.execute(
-            "SELECT count(*) FROM production_logs WHERE variant = 'control' "
-            "AND (http_status <> 200 OR failed_attempts > 0)"
-        ).fetchone()
-        events = cur.execute(
-            "SELECT count(*) FROM audit_events WHERE kind = 'rollout.decision'"
-        ).fetchone()
-    assert failed == (0,)
-    assert events == (1,)
-    assert wb.audit.verify().ok
-    # The CLI reads it through the server.
+    """2,000 units through the gateway with the real openai SDK; the variant's endpoint
+    fails 30% of attempts and answers 600 ms slower; the owner checks by itself every
+    CHECK_S. The rollout kills it; a call started a check after the kill gets control;
+    control's calls never failed."""
+    monkeypatch.setenv("PROMPTLAB_ROLLOUT_CHECK_S", str(CHECK_S))
+    guardrails = [
+        {"metric": "error_rate", "worse_by": 0.02},
+        {"metric": "latency_p90_ms", "worse_by": 300},
+    ]
+    with Workbench.open(Settings.from_env()) as wb:
+        token = set_up(wb, guardrails=guardrails)
+        server = Serving(wb, port=0).start()
+        try:
+            calls = asyncio.run(timed_units(server, token, range(2000)))
+        finally:
+            server.stop()
+        assert wb.experiments.get(NAME).killed
+        status = wb.rollouts.status(NAME)
+        assert (status.state, status.last_action) == ("killed", "kill")
+        assert "regressed" in str(status.reason)
+        with wb.store.read() as cur:
+            (killed_at,) = cur.execute(
+                "SELECT epoch(min(\"at\")) FROM audit_events WHERE kind = 'rollout.decision'"
+            ).fetchone() or (None,)
+            failed = cur.execute(
+                "SELECT count(*) FROM production_logs WHERE variant = 'control' "
+                "AND (http_status <> 200 OR failed_attempts > 0)"
+            ).fetchone()
+        assert killed_at is not None
+        # The variant had its units before the kill; none started a check after it.
+        before = [v for at, v in calls if at < killed_at]
+        later = [v for at, v in calls if at > killed_at + CHECK_S]
+        assert before.count("concise") >= 100
+        assert later and set(later) == {"control"}, len(later)
+        assert failed == (0,)
+        assert wb.audit.verify().ok
+    # The CLI reads it from the database the server left.
     shown = subprocess.run(
         [sys.executable, "-m", "promptlab", "--db", str(wb.settings.db_path)]
         + ["rollout", "status", NAME],
@@ -167,27 +211,57 @@ def test_a_variant_failing_30_percent_of_attempts_is_killed_and_its_units_get_co
         text=True,
     )
     assert shown.returncode == 0, shown.stderr
-    printed = shown.stdout
-    assert f"{NAME} (revision 2): concise killed" in printed
-    assert "error_rate" in printed and "regressed" in printed
+    assert f"{NAME} (revision 2): concise killed" in shown.stdout
 
 
-@pytest.mark.parametrize("fakes", [{"latency_ms": 600.0}], indirect=True)
-def test_a_variant_600_ms_slower_is_killed_by_its_latency_guardrail(
-    fakes: tuple[RunningServer, RunningServer],
+async def streamed_units(server: Serving, token: str, units: range) -> dict[str, str]:
+    """Each unit's call streamed through the gateway with the real `anthropic` SDK
+    (`metadata.user_id` names the unit): the variant served, each stream read whole."""
+    client = anthropic.AsyncAnthropic(api_key=token, base_url=server.info.url, max_retries=0)
+    room = asyncio.Semaphore(40)
+    served: dict[str, str] = {}
+
+    async def call(unit: str) -> None:
+        async with room:
+            try:
+                async with client.messages.stream(
+                    model=f"experiment:{NAME}",
+                    max_tokens=32,
+                    messages=[{"role": "user", "content": "hello"}],
+                    metadata={"user_id": unit},
+                    extra_body={"variables": {"name": unit}},
+                ) as stream:
+                    final = await stream.get_final_message()
+                assert final.content[0].text  # type: ignore[union-attr]
+                served[unit] = stream.response.headers["promptlab-variant"]
+            except anthropic.APIStatusError as exc:  # every attempt failed: still served
+                served[unit] = exc.response.headers["promptlab-variant"]
+
+    await asyncio.gather(*(call(f"s-{i}") for i in units))
+    await client.close()
+    return served
+
+
+@pytest.mark.parametrize("fakes", [{"fail_rate": 0.3}], indirect=True)
+def test_streamed_anthropic_calls_feed_the_rollout_and_get_control_once_killed(
+    serving: tuple[Serving, str],
 ) -> None:
-    with Workbench.open(Settings.from_env()) as wb:
-        token = set_up(wb, guardrails=[{"metric": "latency_p90_ms", "worse_by": 300}])
-        server = Serving(wb, port=0).start()
-        try:
-            asyncio.run(serve_units(server, token, range(600)))
-            server._app.state.gateways.settle()
-            decision = wb.rollouts.check(NAME)
-            assert decision is not None and decision.action == "kill", decision
-            assert "latency_p90_ms" in decision.reason and "regressed" in decision.reason
-            assert wb.experiments.get(NAME).killed
-        finally:
-            server.stop()
+    server, token = serving
+    wb = server.wb
+    first = asyncio.run(streamed_units(server, token, range(600)))
+    assert sum(v == "concise" for v in first.values()) >= 100
+    server._app.state.gateways.settle()
+    decision = wb.rollouts.check(NAME)
+    assert decision is not None and decision.action == "kill", decision
+    assert "error_rate" in decision.reason
+    again = asyncio.run(streamed_units(server, token, range(300)))
+    assert set(again.values()) == {"control"}
+    with wb.store.read() as cur:
+        failed = cur.execute(
+            "SELECT count(*) FROM production_logs WHERE variant = 'control' "
+            "AND (http_status <> 200 OR failed_attempts > 0)"
+        ).fetchone()
+    assert failed == (0,)
 
 
 def test_a_healthy_variant_advances_stage_by_stage_and_is_promoted(

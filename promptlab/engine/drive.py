@@ -69,6 +69,9 @@ class ActiveRun:
     cancel_recorded: threading.Event = field(default_factory=threading.Event)
     #: Ended cancelled by its own end (nothing left for a late cancel to do).
     cancelled: bool = False
+    #: Its end is decided and is not a cancel or a pause (completed, failed, stopped): a
+    #: cancel or pause from now on finds it ended (set under the claims lock).
+    ending: bool = False
 
 
 class RunDriver:
@@ -286,14 +289,18 @@ class RunDriver:
     async def _close_run(
         self, run_id: str, active: ActiveRun, execution: RunExecution, spec: RunSpec
     ) -> None:
-        # Decided in one step on the loop: a cancel taken before this (its flag set under
-        # the claims lock) ends the run cancelled; one taken after it is applied once the
-        # run is at rest (`_finish`).
-        if execution.stop_reason is not None:
+        # Decided in one step, under the claims lock a cancel takes: a cancel taken before
+        # this ends the run cancelled (before a stop: it was asked and recorded); after
+        # it, a run that paused is cancelled once at rest (`_finish`), and one that ends
+        # otherwise has ended: the cancel finds nothing to do and records nothing.
+        with self._claims_lock:
+            cancel = execution.cancelled or active.cancel_requested
+            active.ending = not cancel and not execution.paused
+        if execution.stop_reason is not None and not cancel:
             reason = f"stopped: {execution.stop_reason}"
             say_run_end(run_id, RunStatus.FAILED, reason)
             await self._end_run(run_id, RunStatus.FAILED, reason, reason, spec)
-        elif execution.cancelled or active.cancel_requested:
+        elif cancel:
             # Its end event after its cancel event, when the cancel is being recorded.
             active.cancelled = True
             await asyncio.to_thread(active.cancel_recorded.wait, CANCEL_RECORDED_S)

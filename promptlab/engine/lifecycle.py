@@ -114,6 +114,8 @@ class RunLifecycle(RunDriver):
                 self._pending_cancels.add(run_id)
                 return
             active = self._active.get(run_id)
+            if active is not None and active.ending:
+                return  # its end is decided (completed, failed): as for a run at rest
             # A waiting run cancelled is no longer started when what it waits for ends.
             self._waiting.drop(run_id)
             if active is None:
@@ -153,7 +155,10 @@ class RunLifecycle(RunDriver):
 
     def pause(self, run_id: str) -> None:
         """Stop dispatching now; in-flight requests finish, pending items wait for resume."""
-        if run_id not in self._active:
+        with self._claims_lock:
+            active = self._active.get(run_id)
+            ended = active is None or active.ending
+        if ended:
             status = self.runs.get_run(run_id).status
             raise EngineError(f"run {run_id} is {status}, not running here: nothing to pause")
         self._audit_change("run.paused", run_id, {})
