@@ -387,3 +387,42 @@ def test_a_request_file_runs_on_workers_as_written(
     assert sorted(r["headers"]["x-client-request-id"] for r in server.requests()) == sorted(
         f"line-{i}" for i in range(30)
     )
+
+
+def test_closing_the_owner_gives_up_on_what_it_waits_for_so_nothing_is_sent_later(
+    redis_server: RedisServer,
+) -> None:
+    """A ticket still waited for when the owner closes (no worker took its chunk) is
+    stored as answered, so the chunk delivered later sends nothing; its wait ends quietly
+    (it raised RuntimeError: the give-up went to an executor already shut down)."""
+    import redis
+
+    from promptlab.distributed.dispatch import Dispatch
+
+    dispatch = Dispatch(redis_server.url)
+    cfg = EndpointConfig(
+        name="fake", kind="openai", base_url="http://127.0.0.1:9/v1", executor="celery"
+    )
+    request = CompletionRequest(
+        model="gpt-4o-mini",
+        messages=({"role": "user", "content": "hi"},),
+        max_tokens=8,
+        request_id="item-closed",
+        attempt=1,
+    )
+
+    async def scenario() -> None:
+        waiting = asyncio.create_task(dispatch.complete(cfg, request))
+        while "item-closed:1" not in dispatch._waiting:
+            await asyncio.sleep(0)
+        await asyncio.to_thread(dispatch.close)  # the engine closes with it waiting
+        waiting.cancel()  # then its loop stops: the wait ends
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+
+    asyncio.run(scenario())
+    sync = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    try:
+        assert sync.get(keys.answer_key("item-closed:1")) is not None
+    finally:
+        sync.close()

@@ -141,7 +141,7 @@ class Dispatch:
                 self._sent.pop(ticket, None)
                 self._unqueue(ticket, whole_chunk=False)
             # Given up on (timed out, cancelled: the wait cancels the future): never sent later.
-            if future.cancelled() or not future.done():
+            if (future.cancelled() or not future.done()) and not self._stop.is_set():
                 self._abandons.submit(self._abandon, ticket)
         if "internal" in answer:
             raise RuntimeError(f"the worker's adapter failed: {answer['internal']}")
@@ -170,9 +170,14 @@ class Dispatch:
             log.warning("could not mark ticket %s as given up: %s", ticket, exc)
 
     def close(self) -> None:
+        """Stop reading answers; every ticket still waited for is given up on here (its
+        waits end as the engine's loop stops, after this), so no later delivery of its
+        task pays for it; then the link closes."""
         self._stop.set()
         if self._reader is not None:
             self._reader.join(timeout=READ_BLOCK_S + 5)
+        for ticket in list(self._waiting):
+            self._abandons.submit(self._abandon, ticket)
         self._abandons.shutdown(wait=True)
         self._redis.close()
 
