@@ -24,7 +24,7 @@ DEMO_DIR = DATA_DIR / "demo"
 DEFAULT_MAX_ITEMS = 10_000_000
 #: Seconds between the gateway journal's folds (promptlab/gateway/journal.py).
 GATEWAY_FOLD_S = 0.25
-#: Seconds between a server's checks of its guarded rollouts (server/rollout_watch.py).
+#: Seconds between a server's checks of its guarded rollouts (server/periodic.py).
 ROLLOUT_CHECK_S = 5.0
 #: Rotating backups kept by the owner unless PROMPTLAB_BACKUP_KEEP says otherwise.
 DEFAULT_BACKUP_KEEP = 48

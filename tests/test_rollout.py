@@ -133,7 +133,7 @@ def serving(fakes: tuple[RunningServer, RunningServer]) -> Iterator[tuple[Servin
             server.stop()
 
 
-#: Seconds between the owner's own checks in the live test (the server's RolloutWatch).
+#: Seconds between the owner's own checks in the live test (the server's Periodic).
 CHECK_S = 0.5
 
 
@@ -314,10 +314,10 @@ def test_the_owner_checks_rollouts_by_itself(
         server = Serving(wb, port=0).start()
         try:
             deadline = 600  # checks, not seconds: a busy machine only takes longer
-            while server.rollouts.checks < 2 and deadline:
+            while server.rollouts.runs < 2 and deadline:
                 deadline -= 1
                 server._thread.join(0.05)  # type: ignore[union-attr]
-            assert server.rollouts.checks >= 2
+            assert server.rollouts.runs >= 2
             assert wb.rollouts.status(NAME).state == "running"
         finally:
             server.stop()

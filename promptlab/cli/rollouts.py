@@ -1,6 +1,6 @@
 """`promptlab rollout status|pause|resume|abort`: guarded rollouts (an experiment's
 `rollout:`), read and moved by hand. The server that owns the database checks them and
-moves them along their stages by itself (server/rollout_watch.py); through it these
+moves them along their stages by itself (server/periodic.py); through it these
 call `/v1/rollouts/...`, without one they read and change the database directly."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """`wb.rollouts`: guarded rollouts, checked and moved along their stages.
 
 An experiment whose latest revision carries `rollout:` (promptlab/experiments/
-rollout.py) is checked by its server every few seconds (server/rollout_watch.py): the
+rollout.py) is checked by its server every few seconds (server/periodic.py): the
 variant's and control's live calls since the rollout started, per unit, against each
 guardrail (the rule: promptlab/analysis/rollout.py). A decision moves the experiment
 by a new revision, as a person would: the ramp to the next stage, the kill switch on a

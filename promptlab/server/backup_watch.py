@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import logging
 import re
-import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+
+from promptlab.server.periodic import Periodic
 
 log = logging.getLogger(__name__)
 
@@ -43,22 +44,19 @@ class BackupWatch:
     ) -> None:
         self._backup = backup
         self.folder = folder
-        self._every_s = every_s
         self._keep = keep
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._periodic = Periodic(
+            "promptlab-backups", every_s, self.take, f"the scheduled backup to {folder}"
+        )
         #: Copies completed so far (a test waits on it instead of sleeping).
         self.taken = 0
 
     def start(self) -> BackupWatch:
-        self._thread = threading.Thread(target=self._run, name="promptlab-backups", daemon=True)
-        self._thread.start()
+        self._periodic.start()
         return self
 
     def stop(self, timeout_s: float = 60.0) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
+        self._periodic.stop(timeout_s)
 
     def backups(self) -> list[Path]:
         """The copies in the folder, oldest first."""
@@ -76,10 +74,3 @@ class BackupWatch:
             old.unlink(missing_ok=True)
         log.info("backup %s (%d bytes)", target, size)
         return target
-
-    def _run(self) -> None:
-        while not self._stop.wait(self._every_s):
-            try:
-                self.take()
-            except Exception as exc:  # noqa: BLE001 - logged; the next one tries again
-                log.error("the scheduled backup to %s failed: %s", self.folder, exc)

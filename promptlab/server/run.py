@@ -26,7 +26,7 @@ from promptlab.schedules.scheduler import Scheduler
 from promptlab.server.api import create_app
 from promptlab.server.backup_watch import BackupWatch
 from promptlab.server.discovery import ServerInfo, new_token, remove_discovery, write_discovery
-from promptlab.server.rollout_watch import RolloutWatch
+from promptlab.server.periodic import Periodic
 from promptlab.workbench import Workbench
 
 LOOPBACK_NAMES = ("localhost",)
@@ -114,7 +114,9 @@ class Serving:
             return wb.rollouts.check_all()
 
         #: Guarded rollouts checked every PROMPTLAB_ROLLOUT_CHECK_S while this serves.
-        self.rollouts = RolloutWatch(check_rollouts, wb.settings.rollout_check_s)
+        self.rollouts = Periodic(
+            "promptlab-rollouts", wb.settings.rollout_check_s, check_rollouts, "checking rollouts"
+        )
         #: Rotating backups, when PROMPTLAB_BACKUP_EVERY (or serve's --backup-every) asks.
         self.backups = backups_of(wb)
         write_discovery(wb.settings.db_path, self.info)
