@@ -41,7 +41,7 @@ def _flag(value: str | None, default: bool) -> bool:
     return value.strip().lower() not in {"0", "false", "no", "off"}
 
 
-def _positive_int(value: str | None, default: int, name: str = "PROMPTLAB_MAX_ITEMS") -> int:
+def _positive_int(name: str, value: str | None, default: int) -> int:
     if value is None or value.strip() == "":
         return default
     try:
@@ -147,7 +147,9 @@ class Settings:
             providers_file=Path(providers) if providers else None,
             load_demo=_flag(env.get("PROMPTLAB_DEMO"), True),
             author=env.get("PROMPTLAB_AUTHOR") or person_at_keyboard(env),
-            max_items=_positive_int(env.get("PROMPTLAB_MAX_ITEMS"), DEFAULT_MAX_ITEMS),
+            max_items=_positive_int(
+                "PROMPTLAB_MAX_ITEMS", env.get("PROMPTLAB_MAX_ITEMS"), DEFAULT_MAX_ITEMS
+            ),
             data_dir=Path(env.get("PROMPTLAB_DATA_DIR") or DATA_DIR),
             audit=_flag(env.get("PROMPTLAB_AUDIT"), True),
             mask=parse_mask_names(env.get("PROMPTLAB_MASK")),
@@ -172,7 +174,7 @@ class Settings:
                 else None
             ),
             backup_keep=_positive_int(
-                env.get("PROMPTLAB_BACKUP_KEEP"), DEFAULT_BACKUP_KEEP, "PROMPTLAB_BACKUP_KEEP"
+                "PROMPTLAB_BACKUP_KEEP", env.get("PROMPTLAB_BACKUP_KEEP"), DEFAULT_BACKUP_KEEP
             ),
             backup_dir=Path(backup_dir)
             if (backup_dir := env.get("PROMPTLAB_BACKUP_DIR"))

@@ -19,7 +19,7 @@ from tests.test_browser import pytestmark as pytestmark
 from tests.test_browser_addresses import settled_address
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Page
+    from playwright.sync_api import Locator, Page
 
 SIGNED_IN = "ada@example.com"
 
@@ -49,18 +49,28 @@ def not_the_app(oidc_provider: str) -> list[str]:
     return [oidc_provider]
 
 
-def secrets_file(tmp_path: Path, app_port: int, issuer: str) -> Path:
-    """The app's `[auth]` secrets for `issuer` (what a team puts in secrets.toml)."""
+def secrets_file(tmp_path: Path, app_url: str, issuer: str) -> Path:
+    """The app's `[auth]` secrets for `issuer` (what a team puts in secrets.toml): the
+    provider sends a person back to `app_url`, where people reach the app (a proxy's
+    address when one stands in front)."""
     path = tmp_path / "secrets.toml"
     path.write_text(
         "[auth]\n"
-        f'redirect_uri = "http://127.0.0.1:{app_port}/oauth2callback"\n'
+        f'redirect_uri = "{app_url}/oauth2callback"\n'
         'cookie_secret = "a-cookie-secret-used-by-this-test-only-0123456789"\n'
         'client_id = "promptlab"\n'
         'client_secret = "promptlab-test-secret"\n'
         f'server_metadata_url = "{issuer}/.well-known/openid-configuration"\n'
     )
     return path
+
+
+def sign_in_at(page: Page, sign_in: Locator, issuer: str) -> None:
+    """Click Sign in and sign in as SIGNED_IN at the mock provider's form."""
+    sign_in.click()
+    page.wait_for_url(f"{issuer}/oauth2/authorize**", timeout=PAGE_STEP_MS)
+    page.fill("input[name=sub]", SIGNED_IN)
+    page.get_by_role("button", name="Authorize").click()
 
 
 def test_a_team_signs_in_and_what_they_change_is_theirs(
@@ -74,7 +84,7 @@ def test_a_team_signs_in_and_what_they_change_is_theirs(
 
     shutil.copyfile(demo_db, tmp_path / "app.duckdb")  # the demo's prompts to change
     port = free_port()
-    secrets = secrets_file(tmp_path, port, oidc_provider)
+    secrets = secrets_file(tmp_path, f"http://127.0.0.1:{port}", oidc_provider)
     with started_app(tmp_path, port=port, args=["--secrets.files", str(secrets)]) as url:
         # A deep link shows the sign-in screen, and nothing of the page it asked for.
         page.goto(f"{url}/prompts")
@@ -87,10 +97,7 @@ def test_a_team_signs_in_and_what_they_change_is_theirs(
         expect(page.get_by_text("Page not found")).to_have_count(0)
         page.screenshot(path=str(tmp_path / "signin-01-screen.png"), full_page=True)
 
-        sign_in.click()
-        page.wait_for_url(f"{oidc_provider}/oauth2/authorize**", timeout=PAGE_STEP_MS)
-        page.fill("input[name=sub]", SIGNED_IN)
-        page.get_by_role("button", name="Authorize").click()
+        sign_in_at(page, sign_in, oidc_provider)
 
         # (A word joiner after the @ keeps Markdown from reading it as a shorthand.)
         signed_in = re.compile(r"Signed in as ada@\u2060?example\.com")

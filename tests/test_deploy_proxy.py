@@ -28,9 +28,9 @@ from tests.test_browser import PAGE_STEP_MS, free_port
 from tests.test_browser import page as page  # the fixture
 from tests.test_browser import pytestmark as browser_marks
 from tests.test_browser_addresses import settled_address
-from tests.test_browser_signin import SIGNED_IN, secrets_file
 from tests.test_browser_signin import not_the_app as not_the_app  # fixtures
 from tests.test_browser_signin import oidc_provider as oidc_provider
+from tests.test_browser_signin import secrets_file, sign_in_at
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
@@ -99,13 +99,8 @@ def behind_nginx(tmp_path: Path, oidc_provider: str) -> Iterator[tuple[str, str,
     database."""
     ports = {name: free_port() for name in ("http", "https", "api", "app")}
     url = f"https://127.0.0.1:{ports['https']}"
-    secrets = secrets_file(tmp_path, ports["app"], oidc_provider)
     # Behind the proxy, the provider sends the person back to the proxy's address.
-    secrets.write_text(
-        secrets.read_text().replace(
-            f"http://127.0.0.1:{ports['app']}/oauth2callback", f"{url}/oauth2callback"
-        )
-    )
+    secrets = secrets_file(tmp_path, url, oidc_provider)
     db = tmp_path / "app.duckdb"
     env = {
         **os.environ,
@@ -190,10 +185,7 @@ def test_a_person_signs_in_through_the_proxy_and_the_api_answers_behind_it(
     expect(sign_in).to_be_visible(timeout=PAGE_STEP_MS)
     settled_address(page)
     expect(page.get_by_text("Page not found")).to_have_count(0)
-    sign_in.click()
-    page.wait_for_url(f"{oidc_provider}/oauth2/authorize**", timeout=PAGE_STEP_MS)
-    page.fill("input[name=sub]", SIGNED_IN)
-    page.get_by_role("button", name="Authorize").click()
+    sign_in_at(page, sign_in, oidc_provider)
     # Back through the proxy (its /oauth2callback), signed in, over the WebSocket.
     signed_in = re.compile(r"Signed in as ada@\u2060?example\.com")
     expect(page.get_by_text(signed_in)).to_be_visible(timeout=PAGE_STEP_MS)

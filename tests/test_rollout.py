@@ -98,14 +98,16 @@ def set_up(wb: Workbench, **rollout: Any) -> str:
     return wb.tokens.create("shop-app", "gateway")[1]
 
 
-async def serve_units(server: Serving, token: str, units: range) -> dict[str, str]:
-    """Each unit's call through the gateway: the variant it was served."""
+async def timed_units(server: Serving, token: str, units: range) -> list[tuple[float, str, str]]:
+    """Each unit's call through the gateway, in order of start: when it started (on
+    time.time, the clock audit events are stamped by), the unit and the variant served."""
     client = openai.AsyncOpenAI(api_key=token, base_url=f"{server.info.url}/v1", max_retries=0)
     room = asyncio.Semaphore(40)
-    served: dict[str, str] = {}
+    calls: list[tuple[float, str, str]] = []
 
     async def call(unit: str) -> None:
         async with room:
+            started = time.time()
             try:
                 raw = await client.chat.completions.with_raw_response.create(
                     model=f"experiment:{NAME}",
@@ -113,13 +115,18 @@ async def serve_units(server: Serving, token: str, units: range) -> dict[str, st
                     user=unit,
                     extra_body={"variables": {"name": unit}},
                 )
-                served[unit] = raw.headers["promptlab-variant"]
+                calls.append((started, unit, raw.headers["promptlab-variant"]))
             except openai.APIStatusError as exc:  # every attempt failed: still served
-                served[unit] = exc.response.headers["promptlab-variant"]
+                calls.append((started, unit, exc.response.headers["promptlab-variant"]))
 
     await asyncio.gather(*(call(f"u-{i}") for i in units))
     await client.close()
-    return served
+    return sorted(calls)
+
+
+async def serve_units(server: Serving, token: str, units: range) -> dict[str, str]:
+    """Each unit's call through the gateway: the variant it was served."""
+    return {unit: variant for _, unit, variant in await timed_units(server, token, units)}
 
 
 @pytest.fixture
@@ -135,32 +142,6 @@ def serving(fakes: tuple[RunningServer, RunningServer]) -> Iterator[tuple[Servin
 
 #: Seconds between the owner's own checks in the live test (the server's Periodic).
 CHECK_S = 0.5
-
-
-async def timed_units(server: Serving, token: str, units: range) -> list[tuple[float, str]]:
-    """Each unit's call through the gateway, in order of start: when it started (on
-    time.time, the clock audit events are stamped by) and the variant it was served."""
-    client = openai.AsyncOpenAI(api_key=token, base_url=f"{server.info.url}/v1", max_retries=0)
-    room = asyncio.Semaphore(40)
-    calls: list[tuple[float, str]] = []
-
-    async def call(unit: str) -> None:
-        async with room:
-            started = time.time()
-            try:
-                raw = await client.chat.completions.with_raw_response.create(
-                    model=f"experiment:{NAME}",
-                    messages=[],
-                    user=unit,
-                    extra_body={"variables": {"name": unit}},
-                )
-                calls.append((started, raw.headers["promptlab-variant"]))
-            except openai.APIStatusError as exc:  # every attempt failed: still served
-                calls.append((started, exc.response.headers["promptlab-variant"]))
-
-    await asyncio.gather(*(call(f"u-{i}") for i in units))
-    await client.close()
-    return sorted(calls)
 
 
 @pytest.mark.parametrize("fakes", [{"fail_rate": 0.3, "latency_ms": 600.0}], indirect=True)
@@ -197,8 +178,8 @@ def test_a_failing_slow_variant_is_killed_live_and_its_units_get_control_by_the_
             ).fetchone()
         assert killed_at is not None
         # The variant had its units before the kill; none started a check after it.
-        before = [v for at, v in calls if at < killed_at]
-        later = [v for at, v in calls if at > killed_at + CHECK_S]
+        before = [v for at, _, v in calls if at < killed_at]
+        later = [v for at, _, v in calls if at > killed_at + CHECK_S]
         assert before.count("concise") >= 100
         assert later and set(later) == {"control"}, len(later)
         assert failed == (0,)
