@@ -461,7 +461,10 @@ def test_compare_is_the_first_page_once_the_demo_run_has_results(
                 break
         assert time.monotonic() < deadline, "the first page never became the finished run's Compare"
     expect(page.get_by_role("heading", name="Compare")).to_be_visible(timeout=PAGE_STEP_MS)
-    assert "/compare" in page.url and "run=run_" in page.url  # an address to share
+    # An address to share: Compare writes the run into it during its script run, so it
+    # is waited for, not read once mid-run (a busy machine read it before the write).
+    page.wait_for_url(re.compile(r"/compare\?(.*&)?run=run_"), timeout=PAGE_STEP_MS)
+    assert "/compare" in page.url and "run=run_" in page.url
     # 400 customers: the split is judged, and the first look has a verdict (issue 40).
     expect(page.get_by_text("SRM check passed")).to_be_visible(timeout=PAGE_STEP_MS)
     expect(
