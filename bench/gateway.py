@@ -17,8 +17,14 @@ at a fixed arrival rate (open loop: 50 and 200 calls/s, for --seconds each), str
 and not. Prints p50 and p99 of the whole call and of its text's first byte (a stream's
 first content, not the empty role chunk a provider sends at once), and the
 gateway's p50/p99 minus the direct one's: the latency the gateway adds. Then each
-path's most calls/s with 64 clients back to back (closed loop). Last, where the
-gateway's own time goes: its parse, prepare and record steps timed in this process.
+path's most calls/s with 64 clients back to back (closed loop). With `redis-server` on
+this machine, the owner is then started again with `--gateway-relay` beside two
+`promptlab gateway` processes (no database; promptlab/gateway/standalone.py) on a Redis
+of the bench's own, and the same 64 clients, half on each gateway, give their calls/s
+beside the owner's and the direct path's; then an experiment is killed through the
+owner (`promptlab experiment set bench-ab --kill`) and the time until both gateways
+serve every unit its control is printed. Last, where the gateway's own time goes: its
+parse, prepare and record steps timed in this process.
 Every process shares this machine's two cores: the load generator and fakellm take
 their part of them in both columns. Not a test: it asserts nothing.
 """
@@ -29,12 +35,15 @@ import argparse
 import asyncio
 import os
 import re
+import shutil
 import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,6 +102,12 @@ def set_up(db: Path, fake_url: str) -> tuple[Path, str]:
     )
     with Workbench.open(Settings.from_env().with_db(db)) as wb:
         wb.prompts.create("bench", template)
+        # Two variants of the one version: the fleet's kill is timed on it.
+        variants = [
+            {"name": "a", "prompt": "bench", "control": True, "weight": 1},
+            {"name": "b", "prompt": "bench", "weight": 1},
+        ]
+        wb.experiments.add({"name": "bench-ab", "variants": variants})
         token = wb.tokens.create("bench-app", "gateway")[1]
     return providers, token
 
@@ -165,6 +180,77 @@ async def closed_loop(url: str, token: str, body: bytes, clients: int, seconds: 
 
         await asyncio.gather(*(client() for _ in range(clients)))
     return done / seconds
+
+
+async def split_loop(
+    urls: list[str], token: str, body: bytes, clients: int, seconds: float
+) -> float:
+    """Calls per second with `clients` connections spread evenly over `urls`."""
+    share = clients // len(urls)
+    rates = await asyncio.gather(*(closed_loop(u, token, body, share, seconds) for u in urls))
+    return sum(rates)
+
+
+def fleet_most(db: Path, env: dict[str, str], token: str, tmp: Path, seconds: float) -> float:
+    """Most calls/s through two `promptlab gateway` processes beside a relaying owner."""
+    redis_port, ports = free_port(), [free_port(), free_port()]
+    env = {
+        **env,
+        "PROMPTLAB_BROKER_URL": f"redis://127.0.0.1:{redis_port}/0",
+        "PROMPTLAB_WORKER_SECRET_FILE": str(tmp / "worker-secret"),
+    }
+    redis = [shutil.which("redis-server") or "redis-server", "--port", str(redis_port)]
+    procs = [start(redis + ["--bind", "127.0.0.1", "--save", "", "--dir", str(tmp)], env)]
+    try:
+        serve = [sys.executable, "-m", "promptlab", "--db", str(db), "serve", "--port", "0"]
+        procs.append(start(serve + ["--gateway-relay"], env))
+        from promptlab.server.discovery import find_server
+
+        wait_for(lambda: find_server(db) is not None, "promptlab serve --gateway-relay")
+        for port in ports:
+            gateway = [sys.executable, "-m", "promptlab", "gateway", "--port", str(port)]
+            procs.append(start(gateway + ["--state-dir", str(tmp / f"gw-{port}")], env))
+        urls = [f"http://127.0.0.1:{port}" for port in ports]
+        wait_for(lambda: all(healthy(u) for u in urls), "promptlab gateway")
+        body = orjson.dumps(bodies(False)["gateway"])
+        calls = [f"{u}/v1/chat/completions" for u in urls]
+        most = asyncio.run(split_loop(calls, token, body, 64, seconds))
+        kill = [sys.executable, "-m", "promptlab", "--db", str(db), "experiment", "set"]
+        subprocess.run(kill + ["bench-ab", "--kill"], env=env, check=True, capture_output=True)
+        killed_at = time.perf_counter()
+        reached = asyncio.run(all_control(calls, token))
+        print(f"a kill through the owner reached both gateways in {reached - killed_at:.2f} s")
+        return most
+    finally:
+        for proc in reversed(procs):
+            proc.terminate()
+            proc.wait(30)
+
+
+async def all_control(urls: list[str], token: str) -> float:
+    """perf_counter once every gateway serves 40 units of bench-ab its control (the
+    figure is late by up to one answer's time, --latency-ms)."""
+    units = [f"unit-{n}" for n in range(40)]
+    async with session_for(token, 40) as session:
+
+        async def variant(url: str, unit: str) -> str:
+            body = {**bodies(False)["gateway"], "model": "experiment:bench-ab", "user": unit}
+            async with session.post(url, data=orjson.dumps(body)) as resp:
+                await resp.read()
+                return resp.headers.get("Promptlab-Variant", "?")
+
+        for url in urls:  # all units at once: a pass takes one answer's time
+            while set(await asyncio.gather(*(variant(url, u) for u in units))) != {"a"}:
+                pass
+    return time.perf_counter()
+
+
+def healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/healthz", timeout=2) as answer:  # noqa: S310
+            return bool(answer.status == 200)
+    except (OSError, urllib.error.URLError):
+        return False
 
 
 def q(values: list[float], p: int) -> float:
@@ -305,9 +391,20 @@ def main() -> None:
                 f"{most['direct']:.0f}, gateway {most['gateway']:.0f} "
                 f"(ratio {most['gateway'] / most['direct']:.2f})"
             )
+            server.terminate()
+            server.wait(30)
+            if shutil.which("redis-server"):
+                two = fleet_most(db, env, token, Path(tmp), args.seconds)
+                print(
+                    f"through two gateway processes beside one owner: {two:.0f} calls/s "
+                    f"(ratio {two / most['direct']:.2f} to direct, "
+                    f"{two / most['gateway']:.2f} to the owner alone)"
+                )
+            else:
+                print("two gateway processes: not measured (no redis-server here)")
         finally:
             for proc in (server, fake):
-                if proc is not None:
+                if proc is not None and proc.poll() is None:
                     proc.terminate()
                     proc.wait(30)
         steps = own_steps(db)

@@ -137,6 +137,9 @@ class Settings:
     backup_every_s: float | None = None
     backup_keep: int = DEFAULT_BACKUP_KEEP
     backup_dir: Path | None = None
+    #: Serve `promptlab gateway` processes through the broker (PROMPTLAB_GATEWAY_RELAY=1,
+    #: or serve's --gateway-relay): publish what they serve, store what they record.
+    gateway_relay: bool = False
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -179,6 +182,7 @@ class Settings:
             backup_dir=Path(backup_dir)
             if (backup_dir := env.get("PROMPTLAB_BACKUP_DIR"))
             else None,
+            gateway_relay=_flag(env.get("PROMPTLAB_GATEWAY_RELAY"), False),
         )
 
     def backup_folder(self) -> Path:

@@ -31,10 +31,11 @@ def exec_start(unit: Path) -> list[str]:
     return shlex.split(line.removeprefix("ExecStart=").replace("%i", "1"))
 
 
-def test_the_guide_ships_the_three_units() -> None:
+def test_the_guide_ships_the_four_units() -> None:
     names = [u.name for u in units()]
     assert names == [
         "promptlab-app.service",
+        "promptlab-gateway@.service",
         "promptlab-serve.service",
         "promptlab-worker@.service",
     ]

@@ -212,7 +212,7 @@ FACADES: dict[str, tuple[type, list[str]]] = {
         Schedules,
         ["add", "fire_due", "get", "list", "next_due", "on_change", "pause", "remove", "resume"],
     ),
-    "tokens": (Tokens, ["create", "find", "list", "revoke"]),
+    "tokens": (Tokens, ["active_by_hash", "create", "find", "list", "revoke"]),
     "rollouts": (
         Rollouts,
         ["abort", "check", "check_all", "list", "pause", "resume", "status"],

@@ -35,6 +35,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "shards": ("shards",),
     "tokens": ("token",),
     "worker": ("worker",),
+    "gateway": ("gateway",),
     "cache": ("cache",),
     "backup": ("backup", "restore"),
 }

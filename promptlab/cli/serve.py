@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -55,6 +56,13 @@ if TYPE_CHECKING:
     default=None,
     help="Folder of the backups (PROMPTLAB_BACKUP_DIR; default: backups/ beside the database).",
 )
+@click.option(
+    "--gateway-relay",
+    is_flag=True,
+    help="Serve `promptlab gateway` processes through the broker (PROMPTLAB_BROKER_URL): "
+    "publish experiments, versions and gateway tokens, store the calls they record "
+    "(PROMPTLAB_GATEWAY_RELAY=1).",
+)
 @click.pass_context
 @handle_errors
 def serve_command(
@@ -65,6 +73,7 @@ def serve_command(
     backup_every: str | None,
     backup_keep: int | None,
     backup_dir: Path | None,
+    gateway_relay: bool,
 ) -> None:
     """Own the database and the one engine, and serve the HTTP API to every client.
 
@@ -78,13 +87,16 @@ def serve_command(
     Applications call its live gateway with the OpenAI or Anthropic SDK they use
     (`/v1/chat/completions`, `/v1/messages`, `model: experiment:NAME` or
     `prompt:NAME@label`) and a token of role gateway: each call is served its unit's
-    variant and recorded once (docs/how-to/gateway.md).
+    variant and recorded once (docs/how-to/gateway.md). With --gateway-relay, stateless
+    `promptlab gateway` processes serve them too, and keep serving while this restarts.
     """
     from promptlab.server.discovery import discovery_path
     from promptlab.server.run import Serving, is_loopback
     from promptlab.workbench import Workbench
 
     settings = with_backups(settings_from(ctx), backup_every, backup_keep, backup_dir)
+    if gateway_relay:
+        settings = replace(settings, gateway_relay=True)
     if not is_loopback(host):
         say(
             f"warning: listening on {host}, not loopback: anyone who can reach it and has "
@@ -107,8 +119,6 @@ def with_backups(
     settings: Settings, every: str | None, keep: int | None, folder: Path | None
 ) -> Settings:
     """The settings with serve's backup options over the environment's."""
-    from dataclasses import replace
-
     from promptlab.config import parse_period
 
     if every is not None:

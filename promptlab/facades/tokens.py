@@ -88,6 +88,13 @@ class Tokens:
                 self._active = self._rows.active_by_hash()
             return self._active.get(token_hash(secret))
 
+    def active_by_hash(self) -> dict[str, TokenRecord]:
+        """Every active token by its SHA-256 (what the gateways' snapshot carries)."""
+        with self._lock:
+            if self._active is None:
+                self._active = self._rows.active_by_hash()
+            return dict(self._active)
+
     def _forget(self) -> None:
         with self._lock:
             self._active = None

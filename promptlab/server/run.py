@@ -26,6 +26,7 @@ from promptlab.schedules.scheduler import Scheduler
 from promptlab.server.api import create_app
 from promptlab.server.backup_watch import BackupWatch
 from promptlab.server.discovery import ServerInfo, new_token, remove_discovery, write_discovery
+from promptlab.server.gateway_relay import GatewayRelay
 from promptlab.server.periodic import Periodic
 from promptlab.workbench import Workbench
 
@@ -43,7 +44,7 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-class _Server(uvicorn.Server):
+class StoppingServer(uvicorn.Server):
     """uvicorn's server, except that SIGINT and SIGTERM stop it and return: uvicorn raises
     the signal again after its shutdown, which would kill the process before the engine
     finishes its in-flight requests and the discovery file is removed."""
@@ -63,7 +64,8 @@ class _Server(uvicorn.Server):
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         await super().shutdown(sockets)
-        # The live gateway's provider connections live on this loop: closed before it ends.
+        # The live gateway's provider connections live on this loop: closed before it ends
+        # (the API's app, and a `promptlab gateway` process's, keep them on `state`).
         gateways = getattr(getattr(self.config.app, "state", None), "gateways", None)
         if gateways is not None:
             await gateways.aclose_connections()
@@ -76,6 +78,19 @@ def backups_of(wb: Workbench) -> BackupWatch | None:
     return BackupWatch(
         wb.backup, settings.backup_folder(), settings.backup_every_s, settings.backup_keep
     )
+
+
+def relay_of(wb: Workbench) -> GatewayRelay | None:
+    if not wb.settings.gateway_relay:
+        return None
+    import redis
+
+    from promptlab.distributed.settings import broker_url
+    from promptlab.distributed.trust import worker_secret
+
+    url = broker_url()
+    client = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+    return GatewayRelay(wb, client, worker_secret(url))
 
 
 class Serving:
@@ -106,7 +121,7 @@ class Serving:
         config: dict[str, Any] = {"log_level": "warning", "access_log": False, "lifespan": "off"}
         config |= uvicorn_logging()  # PROMPTLAB_LOG_FORMAT=json: uvicorn's lines are JSON too
         self._app = create_app(wb, self.info.token, local_paths=self.local)
-        self._server = _Server(uvicorn.Config(self._app, **config))
+        self._server = StoppingServer(uvicorn.Config(self._app, **config))
         gateways = self._app.state.gateways
 
         def check_rollouts() -> object:
@@ -119,6 +134,8 @@ class Serving:
         )
         #: Rotating backups, when PROMPTLAB_BACKUP_EVERY (or serve's --backup-every) asks.
         self.backups = backups_of(wb)
+        #: `promptlab gateway` processes served through the broker, when asked.
+        self.relay = relay_of(wb)
         write_discovery(wb.settings.db_path, self.info)
 
     def run(self) -> None:
@@ -130,12 +147,16 @@ class Serving:
             self.rollouts.start()
             if self.backups is not None:
                 self.backups.start()
+            if self.relay is not None:
+                self.relay.start()
             self._server.run(sockets=[self._sock])
         finally:
             scheduler.stop()
             self.rollouts.stop()
             if self.backups is not None:
                 self.backups.stop()
+            if self.relay is not None:
+                self.relay.stop()
             self._app.state.jobs.close()  # before the workbench closes under them
             self._app.state.gateways.close()  # the live calls' journal, folded
             remove_discovery(self.wb.settings.db_path, self.info)
