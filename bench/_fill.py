@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from promptlab.config import Settings
-from promptlab.engine.planner import AllVariants, AssignmentStrategy, StickySplit, plan_items
+from promptlab.engine.plan.planner import AllVariants, AssignmentStrategy, StickySplit, plan_items
 from promptlab.experiments import assign
 from promptlab.prompts.templates import Template
 from promptlab.records import FinalRow, VariantRecord, WriteBatch

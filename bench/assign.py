@@ -25,7 +25,7 @@ from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 
-from promptlab.engine.planner import AllVariants, StickySplit, plan_items
+from promptlab.engine.plan.planner import AllVariants, StickySplit, plan_items
 from promptlab.experiments import (
     ExperimentConfig,
     ExperimentVariant,

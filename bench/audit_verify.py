@@ -51,7 +51,7 @@ MODES = ("chains", "rows")
 def build(path: Path, results: int) -> None:
     """Store one audited run of `results` items at `path` (see the module docstring)."""
     from promptlab.audit.chain import RUN_SUBMITTED, run_chain
-    from promptlab.engine.planner import AllVariants, plan_items
+    from promptlab.engine.plan.planner import AllVariants, plan_items
     from promptlab.records import VariantRecord, WriteBatch
     from promptlab.store import ItemStore, RunStore, Store
     from promptlab.store.audit import AuditLog
@@ -83,7 +83,7 @@ def build(path: Path, results: int) -> None:
 def _item_rows(batch: Any, item: Any, at: datetime) -> None:
     """One item's attempts, final row and trace events, as the engine makes them."""
     from promptlab.audit.chain import AuditDraft, attempt_values, row_digest, run_chain
-    from promptlab.engine import trace
+    from promptlab.engine.record import trace
     from promptlab.records import AttemptRow, FinalRow
 
     failures = 2 if item.seq % FAIL_EVERY == 0 else 1 if item.seq % RETRY_EVERY == 0 else 0

@@ -22,7 +22,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from promptlab.engine.planner import AllVariants, plan_items  # noqa: E402
+from promptlab.engine.plan.planner import AllVariants, plan_items  # noqa: E402
 from promptlab.records import AttemptRow, FinalRow, VariantRecord, WriteBatch  # noqa: E402
 from promptlab.store import ItemStore, ReadModels, RunStore, Store  # noqa: E402
 

@@ -221,7 +221,7 @@ def log_cost_us(n: int = 50_000) -> float:
     from datetime import UTC, datetime
 
     from promptlab.audit.chain import AuditDraft
-    from promptlab.engine.answerlog import AnswerLog
+    from promptlab.engine.record.answerlog import AnswerLog
     from promptlab.records import AttemptRow, FinalRow
 
     now = datetime.now(UTC)

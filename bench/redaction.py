@@ -19,7 +19,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from promptlab.audit.redact import Redactor
-from promptlab.engine.planner import AllVariants, plan_items
+from promptlab.engine.plan.planner import AllVariants, plan_items
 from promptlab.records import FinalRow, VariantRecord, WriteBatch
 from promptlab.store import ItemStore, RunStore, Store
 from promptlab.store.items import redacted_batch

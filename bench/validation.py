@@ -32,7 +32,7 @@ from typing import Any
 
 import jsonschema
 
-from promptlab.engine.planner import AllVariants, plan_items
+from promptlab.engine.plan.planner import AllVariants, plan_items
 from promptlab.records import FinalRow, VariantRecord, WriteBatch
 from promptlab.store import ItemStore, RunStore, Store
 

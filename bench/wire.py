@@ -57,7 +57,7 @@ ROOT = BENCH.parent
 MODEL = "gpt-4o-mini"
 #: What each request asks for: short answers, so the client's cost shows.
 MAX_TOKENS = 16
-#: promptlab's own default in flight per endpoint (engine/limiter.py DEFAULT_CONCURRENCY);
+#: promptlab's own default in flight per endpoint (engine/send/limiter.py DEFAULT_CONCURRENCY);
 #: both clients get the same.
 CONCURRENCY = 64
 

@@ -116,7 +116,7 @@ class Settings:
     #: off; see promptlab.engine.collector). Process-wide while a run is going.
     tune_gc: bool = True
     #: Append every answer to the answer log before counting it (PROMPTLAB_ANSWER_LOG=0
-    #: turns it off; see promptlab.engine.answerlog): a killed process loses no answer.
+    #: turns it off; see promptlab.engine.record.answerlog): a killed process loses no answer.
     answer_log: bool = True
     #: `HOST:PORT` the app also serves the API on (PROMPTLAB_SERVE; `make run` sets
     #: 127.0.0.1:8765), so the CLI and services share its database and engine.

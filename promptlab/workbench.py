@@ -18,7 +18,7 @@ from pathlib import Path
 from promptlab.clock import SYSTEM_CLOCK, Clock
 from promptlab.config import Settings
 from promptlab.engine import Engine
-from promptlab.engine.spill import spill_dirs, store_spills
+from promptlab.engine.record.spill import spill_dirs, store_spills
 from promptlab.errors import StoreError
 from promptlab.evaluation.ended import run_ended
 from promptlab.facades.analysis import Analysis

@@ -30,7 +30,7 @@ from promptlab.cli import main
 from promptlab.cli.common import EXIT_AFTER_RUN_FAILED
 from promptlab.config import Settings
 from promptlab.engine.ended import RunEnd, spec_submit
-from promptlab.engine.spec import parse_spec
+from promptlab.engine.spec.runspec import parse_spec
 from promptlab.errors import SpecError
 from promptlab.evaluation.ended import run_ended
 from promptlab.evaluation.judges import StaleJudge, store_verdicts

@@ -28,8 +28,8 @@ from click.testing import CliRunner
 
 from promptlab.cli import main
 from promptlab.engine import Engine, parse_spec
-from promptlab.engine.answerlog import LOG_SUFFIX, AnswerLog, fold_answer_logs
-from promptlab.engine.spill import spill_dirs
+from promptlab.engine.record.answerlog import LOG_SUFFIX, AnswerLog, fold_answer_logs
+from promptlab.engine.record.spill import spill_dirs
 from promptlab.fakellm.app import REQUEST_ID_HEADER, create_app
 from promptlab.fakellm.config import FakeLLMConfig
 from promptlab.fakellm.server import RunningServer
@@ -249,7 +249,7 @@ def test_a_live_writers_segment_is_not_folded_and_a_cut_last_line_is_skipped(
     # Killed half-way through a line: the row it held was never counted as received.
     with segment.open("ab") as handle:
         handle.write(b'{"row":"final","key":"k2","run_')
-    from promptlab.engine.answerlog import read_answer_log
+    from promptlab.engine.record.answerlog import read_answer_log
 
     batch = read_answer_log(segment)
     assert [f.key for f in batch.finals] == ["k1"]

@@ -29,7 +29,7 @@ import pytest
 from click.testing import CliRunner
 
 from promptlab.cli import main
-from promptlab.engine.answerlog import LOG_SUFFIX, AnswerLog
+from promptlab.engine.record.answerlog import LOG_SUFFIX, AnswerLog
 from promptlab.errors import SpecError
 from promptlab.fakellm.server import FakeLLMConfig, RunningServer, serve_in_thread
 from promptlab.providers.tokens import OFFLINE_ENCODING

@@ -14,8 +14,8 @@ import duckdb
 import pytest
 
 from promptlab.config import Settings
-from promptlab.engine import planner, prepare
-from promptlab.engine.prepare import PreparedRun
+from promptlab.engine.plan import planner, prepare
+from promptlab.engine.plan.prepare import PreparedRun
 from promptlab.workbench import Workbench
 
 PATIENCE_S = 60.0

@@ -29,7 +29,7 @@ from promptlab.conversations.replay import (
 from promptlab.conversations.shards import ShardCutter, shard_history
 from promptlab.data.datasets import DatasetStore
 from promptlab.engine import Engine, parse_spec
-from promptlab.engine.histories import SessionHistories
+from promptlab.engine.send.histories import SessionHistories
 from promptlab.engine.testing import ScriptedProvider
 from promptlab.providers.base import CompletionRequest
 from promptlab.providers.config import EndpointConfig

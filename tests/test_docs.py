@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from promptlab.cli import main
-from promptlab.engine.spec import parse_spec
+from promptlab.engine.spec.runspec import parse_spec
 from promptlab.experiments.parsing import parse_experiment_file
 from promptlab.prompts.files import parse_prompt_data
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from promptlab.engine.planner import AllVariants, idempotency_key, plan_items
+from promptlab.engine.plan.planner import AllVariants, idempotency_key, plan_items
 
 ROWS = [{"text": f"row {i}"} for i in range(5)]
 

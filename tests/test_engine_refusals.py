@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from promptlab.engine import Engine, parse_spec
-from promptlab.engine.refusals import SYSTEMATIC_REFUSALS, RefusalWatch
+from promptlab.engine.send.refusals import SYSTEMATIC_REFUSALS, RefusalWatch
 from promptlab.engine.testing import ScriptedProvider
 from promptlab.errors import ErrorKind, ProviderError
 from promptlab.providers.config import EndpointConfig

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from promptlab.engine.spill import read_spill, spill_batch, spill_dirs, spilled_files
+from promptlab.engine.record.spill import read_spill, spill_batch, spill_dirs, spilled_files
 from promptlab.records import FinalRow, WriteBatch
 
 KEY = "sk-spill-0123456789abcdef"

@@ -18,7 +18,7 @@ import duckdb
 import pytest
 
 from promptlab.engine import Engine, parse_spec
-from promptlab.engine.spill import spill_dirs, spilled_files
+from promptlab.engine.record.spill import spill_dirs, spilled_files
 from promptlab.engine.testing import ScriptedProvider
 from promptlab.providers.base import CompletionRequest
 from promptlab.providers.config import EndpointConfig
@@ -110,8 +110,8 @@ def make_spec(dataset: Path) -> object:
 
 @pytest.fixture
 def quick_stall(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr("promptlab.engine.writer.STALL_STOP_S", 1.0)
-    monkeypatch.setattr("promptlab.engine.writer.RETRY_FLUSH_S", 0.05)
+    monkeypatch.setattr("promptlab.engine.record.writer.STALL_STOP_S", 1.0)
+    monkeypatch.setattr("promptlab.engine.record.writer.RETRY_FLUSH_S", 0.05)
     # Spills that miss the database's folder go to this test's temp folder.
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
 

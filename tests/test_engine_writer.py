@@ -38,7 +38,7 @@ def test_a_row_the_store_always_refuses_does_not_stall_the_run(
         provider_factory=lambda _cfg: provider,
         items=RefusingItemStore(store),
     )
-    monkeypatch.setattr("promptlab.engine.writer.RETRY_FLUSH_S", 0.01)
+    monkeypatch.setattr("promptlab.engine.record.writer.RETRY_FLUSH_S", 0.01)
     try:
         spec = parse_spec(
             {

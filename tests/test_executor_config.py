@@ -15,7 +15,7 @@ from promptlab.distributed.wire import (
     request_from_dict,
     request_to_dict,
 )
-from promptlab.engine.spec import parse_spec
+from promptlab.engine.spec.runspec import parse_spec
 from promptlab.errors import ConfigError, ErrorKind, ProviderError, SpecError
 from promptlab.providers.base import CompletionRequest, CompletionResponse, FinishReason
 from promptlab.providers.config import load_endpoints

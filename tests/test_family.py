@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from promptlab.analysis.stats import Interval, MetricComparison, Verdict, holm_verdicts
-from promptlab.engine.spec import SpecError, parse_spec
+from promptlab.engine.spec.runspec import SpecError, parse_spec
 from promptlab.records import RunStatus
 from promptlab.records.family import default_family, family_of, parse_family
 from promptlab.workbench import Workbench

@@ -16,7 +16,7 @@ from streamlit.testing.v1 import AppTest
 
 from promptlab.cli import main
 from promptlab.config import DEMO_DIR
-from promptlab.engine.spill import read_spill, spill_dirs, spilled_files
+from promptlab.engine.record.spill import read_spill, spill_dirs, spilled_files
 from promptlab.errors import ExperimentError
 from promptlab.experiments import MAX_VARIANTS, MAX_WEIGHT, parse_experiment_file
 from promptlab.store import Store

@@ -103,7 +103,7 @@ def test_a_deep_vars_file_is_refused(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(60)
 def test_a_run_spec_dataset_refuses_a_deep_line(tmp_path: Path) -> None:
-    from promptlab.engine.rows import check_dataset
+    from promptlab.engine.plan.rows import check_dataset
 
     path = write(tmp_path / "rows.jsonl", '{"a": 1}', nested(DEEP))
     with pytest.raises(SpecError, match=rf"^dataset {path}, line 2: {TOO_DEEP}$"):

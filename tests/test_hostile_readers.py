@@ -222,7 +222,7 @@ TOO_LONG = ", line 3: longer than 4,194,304 bytes, the most a line of a dataset 
 def test_a_run_spec_dataset_file_is_bounded(
     tmp_path: Path, name: str, lines: tuple[str, ...] | None, said: str
 ) -> None:
-    from promptlab.engine.rows import check_dataset
+    from promptlab.engine.plan.rows import check_dataset
 
     path = sparse(tmp_path / name, GIB + 1) if lines is None else write(tmp_path / name, *lines)
     with pytest.raises(SpecError) as raised:

@@ -14,8 +14,8 @@ from streamlit.testing.v1 import AppTest
 
 from promptlab.analysis.stats import MIN_UNITS_PER_ARM
 from promptlab.config import DEMO_DIR
-from promptlab.engine.estimate import RunEstimate
-from promptlab.engine.spec import RunSpec
+from promptlab.engine.plan.estimate import RunEstimate
+from promptlab.engine.spec.runspec import RunSpec
 from promptlab.records import RunStatus
 from promptlab.store import Store
 from promptlab.workbench import Workbench

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from promptlab.engine.planner import AllVariants, plan_items
+from promptlab.engine.plan.planner import AllVariants, plan_items
 from promptlab.errors import ItemKeyError, NotFoundError, PromptlabError, StoreError
 from promptlab.fakellm.server import RunningServer
 from promptlab.prompts.templates import Template

@@ -156,7 +156,7 @@ def test_evaluation_never_imports_the_engine_at_run_time(path: Path) -> None:
 )
 def test_conversations_never_import_the_engine(path: Path) -> None:
     """Sessions, histories and shards are one idea in conversations/ (issue 39); the engine
-    sends replayed turns with them (engine/histories.py, engine/sharding.py), never the
+    sends replayed turns with them (engine/send/histories.py, engine/send/sharding.py), never the
     reverse."""
     for name in runtime_imports(path):
         assert not (name == "promptlab.engine" or name.startswith("promptlab.engine.")), (

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from promptlab.engine.limiter import (
+from promptlab.engine.send.limiter import (
     CLEAN_WINDOW_S,
     DECREASE_FACTOR,
     EndpointLimiter,

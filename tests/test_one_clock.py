@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from promptlab.config import Settings
+from promptlab.engine.record.writer import BatchWriter
 from promptlab.engine.testing import ManualClock
-from promptlab.engine.writer import BatchWriter
 from promptlab.store import ItemStore, Store
 from promptlab.workbench import Workbench
 

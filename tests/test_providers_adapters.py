@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from promptlab.data.batchfile import BODY_EXTRAS
-from promptlab.engine.retry import THROTTLE_KINDS, Action, classify
+from promptlab.engine.send.retry import THROTTLE_KINDS, Action, classify
 from promptlab.engine.testing import ManualClock
 from promptlab.errors import ErrorKind, ProviderError
 from promptlab.providers import (

@@ -22,8 +22,8 @@ from promptlab.cli import main
 from promptlab.cli.cache import CACHE_MODES as CLI_CACHE_MODES
 from promptlab.config import Settings
 from promptlab.engine import Engine, parse_spec
-from promptlab.engine.cache import request_key
-from promptlab.engine.spec_fields import CACHE_MODES, CacheSpec
+from promptlab.engine.send.cache import request_key
+from promptlab.engine.spec.fields import CACHE_MODES, CacheSpec
 from promptlab.engine.testing import ScriptedProvider
 from promptlab.errors import SpecError
 from promptlab.fakellm.server import RunningServer
@@ -268,7 +268,7 @@ def test_a_cached_answer_that_fails_the_versions_checks_is_a_miss(
             "UPDATE response_cache SET output_text = 'not json' WHERE cache_key = "
             "(SELECT min(cache_key) FROM response_cache)"
         )
-    with caplog.at_level(logging.WARNING, logger="promptlab.engine.cache"):
+    with caplog.at_level(logging.WARNING, logger="promptlab.engine.send.cache"):
         second, said = run(spec)
     assert sent(server) == 5  # that one was sent again, the other three were hits
     assert "3 answers from the cache (not sent, $0)" in said.output

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from promptlab.engine.retry import Action, RetryPolicy, classify
+from promptlab.engine.send.retry import Action, RetryPolicy, classify
 from promptlab.errors import ConfigError, ErrorKind, ProviderError
 
 

@@ -95,7 +95,7 @@ def test_planning_a_run_imports_neither_pyarrow_nor_pandas(tmp_path: Path) -> No
     # first request, so it writes NumPy columns and only the writer uses Arrow.
     loaded = modules_after(
         f"""
-        from promptlab.engine.planner import AllVariants, plan_items
+        from promptlab.engine.plan.planner import AllVariants, plan_items
         from promptlab.records import VariantRecord
         from promptlab.store import ItemStore, RunStore, Store
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from promptlab.engine.planner import AllVariants, plan_items
+from promptlab.engine.plan.planner import AllVariants, plan_items
 from promptlab.records import AttemptRow, FinalRow, VariantRecord, WriteBatch
 from promptlab.store import ItemStore, RunStore, Store
 

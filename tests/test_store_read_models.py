@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from promptlab.engine.planner import AllVariants, plan_items
+from promptlab.engine.plan.planner import AllVariants, plan_items
 from promptlab.records import (
     AttemptRow,
     FinalRow,

@@ -11,7 +11,7 @@ import pytest
 from promptlab.analysis.compare import FINAL_LOOK, compare_arms
 from promptlab.analysis.stats import Verdict, holm_verdicts
 from promptlab.config import Settings
-from promptlab.engine.spec import parse_spec
+from promptlab.engine.spec.runspec import parse_spec
 from promptlab.errors import PromptlabError
 from promptlab.records import RunStatus
 from promptlab.workbench import Workbench

@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from promptlab.cli import main
-from promptlab.engine.spill import MAX_OUTPUT_CHARS
+from promptlab.engine.record.spill import MAX_OUTPUT_CHARS
 
 HUGE = MAX_OUTPUT_CHARS + 1000
 

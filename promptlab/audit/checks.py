@@ -56,7 +56,7 @@ ATTEMPT_COPIES = {
     "latency_ms": "latency_ms",
     "reask": "reask",
 }
-#: Attempt fields an event keeps to the microsecond (engine/trace.py rounds them).
+#: Attempt fields an event keeps to the microsecond (engine/record/trace.py rounds them).
 _ROUNDED = frozenset({"wait_ms", "latency_ms"})
 _TIMES = frozenset({"started_at", "ended_at"})
 #: Columns a results row fills only from an answer: a `cancelled` row written in bulk

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from promptlab.records.cache import CacheStats
     from promptlab.workbench import Workbench
 
-#: The spec's cache modes (promptlab/engine/spec_fields.py CACHE_MODES, which a test
+#: The spec's cache modes (promptlab/engine/spec/fields.py CACHE_MODES, which a test
 #: keeps equal): written out so `--help` needs no engine.
 CACHE_MODES = ("off", "read", "write", "readwrite")
 _META = "promptlab.cache_mode"

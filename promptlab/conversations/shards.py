@@ -33,7 +33,7 @@ start.
 
 Pure: no store, no engine. A message too large for any shard raises ShardTooLarge.
 A spec's `shards:` (`ShardSpec`) says how long stored shards live and which versioned
-prompt summarizes the shards before a turn's own (engine/sharding.py sends it).
+prompt summarizes the shards before a turn's own (engine/send/sharding.py sends it).
 """
 
 from __future__ import annotations
@@ -250,7 +250,7 @@ class ShardCutter:
         #: The message no shard can hold, once one was met (every longer prefix fails).
         self.failed: ShardTooLarge | None = None
         #: Whether a turn of this session's history did not fit whole: a longer history
-        #: does not either (engine/sharding.py skips the check from then on).
+        #: does not either (engine/send/sharding.py skips the check from then on).
         self.overflowed_at: int | None = None
 
     @property

@@ -57,7 +57,7 @@ from promptlab.distributed.wire import (
     ticket_of,
 )
 from promptlab.distributed.worker_metrics import WorkerMetrics, as_ticket, said_chunk
-from promptlab.engine.retry import THROTTLE_KINDS
+from promptlab.engine.send.retry import THROTTLE_KINDS
 from promptlab.errors import ErrorKind, PromptlabError, ProviderError
 from promptlab.providers import build_provider, load_endpoints
 from promptlab.providers.base import CompletionRequest, CompletionResponse, Provider

@@ -36,7 +36,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from promptlab.distributed.wire import endpoint_from_dict, endpoint_to_dict
-from promptlab.engine.spec_endpoints import is_loopback
+from promptlab.engine.spec.endpoints import is_loopback
 from promptlab.errors import ConfigError
 from promptlab.providers.config import EndpointConfig
 

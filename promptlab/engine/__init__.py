@@ -1,10 +1,10 @@
 """The shared async executor: rate limits, retries, durable runs that resume after a crash."""
 
 from promptlab.engine.executor import Engine, EngineError, new_run_id
-from promptlab.engine.limiter import EndpointLimiter, LimiterState, Limits, TokenBucket
-from promptlab.engine.progress import RunProgress
-from promptlab.engine.retry import Action, RetryPolicy, classify
-from promptlab.engine.spec import (
+from promptlab.engine.record.progress import RunProgress
+from promptlab.engine.send.limiter import EndpointLimiter, LimiterState, Limits, TokenBucket
+from promptlab.engine.send.retry import Action, RetryPolicy, classify
+from promptlab.engine.spec.runspec import (
     RunSpec,
     SpecError,
     VariantSpec,

@@ -22,15 +22,15 @@ from promptlab.audit.redact import redact
 from promptlab.clock import Clock
 from promptlab.config import Settings
 from promptlab.engine.collector import CollectorHold
-from promptlab.engine.dependencies import WaitingRuns
 from promptlab.engine.ended import RunEnd, RunEndedHook, spec_submit
-from promptlab.engine.lanes import EndpointPool
-from promptlab.engine.planner import PlanStopped
-from promptlab.engine.prepare import PreparedRun
-from promptlab.engine.progress import Counters
+from promptlab.engine.plan.dependencies import WaitingRuns
+from promptlab.engine.plan.planner import PlanStopped
+from promptlab.engine.plan.prepare import PreparedRun
+from promptlab.engine.record.progress import Counters
+from promptlab.engine.record.writer import STORE_UNWRITABLE, BatchWriter
 from promptlab.engine.run import RunExecution
-from promptlab.engine.spec import RunSpec, parse_spec
-from promptlab.engine.writer import STORE_UNWRITABLE, BatchWriter
+from promptlab.engine.send.lanes import EndpointPool
+from promptlab.engine.spec.runspec import RunSpec, parse_spec
 from promptlab.errors import PromptlabError, StoreError
 from promptlab.observability.tracing import trace_id_of
 from promptlab.providers.tokens import tokenizer_name

@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from promptlab.engine.spec import RunSpec, parse_spec
+from promptlab.engine.spec.runspec import RunSpec, parse_spec
 from promptlab.store.connection import Store
 
 #: What `RunEnd.submit` takes: a parsed spec, or a spec mapping the engine parses.

@@ -6,7 +6,7 @@ are never bound to a loop that has closed.
 
 The engine keeps its loop thread, the writer and the active runs. What a spec must
 pass before its run exists is one step, shared by submit, estimate and resume
-(engine/prepare.py); the providers and shared limiters live in engine/lanes.py; a run's
+(engine/plan/prepare.py); the providers and shared limiters live in engine/send/lanes.py; a run's
 resume, pause and cancel in engine/lifecycle.py, how each run goes on the loop and
 ends in engine/drive.py (the Engine is built on both), and one run's execution in
 engine/run.py.
@@ -30,18 +30,18 @@ from promptlab.clock import Clock
 from promptlab.config import Settings
 from promptlab.data.datasets import DatasetStore
 from promptlab.engine.collector import CollectorHold
-from promptlab.engine.dependencies import WaitingRuns, resolve_after
 from promptlab.engine.drive import ActiveRun
 from promptlab.engine.ended import RunEndedHook
-from promptlab.engine.estimate import RunEstimate, estimate_run
-from promptlab.engine.lanes import EndpointPool, LiveLane, ProviderFactory
 from promptlab.engine.lifecycle import RunLifecycle
-from promptlab.engine.limiter import EndpointLimiter
-from promptlab.engine.prepare import PreparedRun, StoredRun, VersionResolver, prepare_run
-from promptlab.engine.progress import RunProgress
-from promptlab.engine.spec import RunSpec
-from promptlab.engine.spill import spill_dirs, store_spills
-from promptlab.engine.writer import STORE_UNWRITABLE, BatchWriter, WriterStats
+from promptlab.engine.plan.dependencies import WaitingRuns, resolve_after
+from promptlab.engine.plan.estimate import RunEstimate, estimate_run
+from promptlab.engine.plan.prepare import PreparedRun, StoredRun, VersionResolver, prepare_run
+from promptlab.engine.record.progress import RunProgress
+from promptlab.engine.record.spill import spill_dirs, store_spills
+from promptlab.engine.record.writer import STORE_UNWRITABLE, BatchWriter, WriterStats
+from promptlab.engine.send.lanes import EndpointPool, LiveLane, ProviderFactory
+from promptlab.engine.send.limiter import EndpointLimiter
+from promptlab.engine.spec.runspec import RunSpec
 from promptlab.errors import ConfigError, EngineError, SpecError, StoreError
 from promptlab.observability.tracing import tracing_from_env
 from promptlab.providers import build_provider, load_endpoints
@@ -88,7 +88,7 @@ class Engine(RunLifecycle):
         self._registry = registry
         #: The store's clock unless a test gives another: one clock stamps everything.
         self.clock = clock or store.clock
-        #: Providers and shared limiters of every endpoint a run has used (engine/lanes.py).
+        #: Providers and shared limiters of every endpoint a run has used (engine/send/lanes.py).
         self._pool = EndpointPool(provider_factory, self.clock, store)
         self._active: dict[str, ActiveRun] = {}
         #: Runs being resumed (not yet in _active), cancels that came meanwhile, and runs
@@ -96,7 +96,7 @@ class Engine(RunLifecycle):
         self._claims, self._pending_cancels = set[str](), set[str]()
         self._cancelling: dict[str, threading.Event] = {}
         self._claims_lock = threading.Lock()
-        #: Runs waiting for the runs they come after (`after:`; engine/dependencies.py).
+        #: Runs waiting for the runs they come after (`after:`; engine/plan/dependencies.py).
         self._waiting = WaitingRuns(
             self.runs,
             self._claims_lock,
@@ -212,7 +212,7 @@ class Engine(RunLifecycle):
         return run_id
 
     def estimate(self, spec: RunSpec) -> RunEstimate:
-        """Requests, tokens, cost and time the spec would take (see engine/estimate.py).
+        """Requests, tokens, cost and time the spec would take (see engine/plan/estimate.py).
 
         Checks what `submit` checks first (the unit column, the plan's size). The first
         ESTIMATE_ROWS rows are assigned as the run will assign them (a split: by the
@@ -342,7 +342,7 @@ class Engine(RunLifecycle):
     def _prepare(
         self, spec: RunSpec, stored: StoredRun | None = None, *, sending: bool = True
     ) -> PreparedRun:
-        """The one prepare-run step (engine/prepare.py) with this engine's endpoints, its
+        """The one prepare-run step (engine/plan/prepare.py) with this engine's endpoints, its
         registry (a new run's variants only) and the store's datasets."""
         prepared = prepare_run(
             spec,

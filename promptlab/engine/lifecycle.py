@@ -22,10 +22,10 @@ from typing import Any
 
 from promptlab.audit.chain import run_chain
 from promptlab.engine.drive import ActiveRun, RunDriver, say_run_end
-from promptlab.engine.prepare import PreparedRun, StoredRun
-from promptlab.engine.progress import RunProgress
-from promptlab.engine.retry import STOP_KINDS
-from promptlab.engine.spec import parse_spec
+from promptlab.engine.plan.prepare import PreparedRun, StoredRun
+from promptlab.engine.record.progress import RunProgress
+from promptlab.engine.send.retry import STOP_KINDS
+from promptlab.engine.spec.runspec import parse_spec
 from promptlab.errors import EngineError
 from promptlab.records import FINAL_RUN_STATUSES, RunStatus
 from promptlab.records.states import RESUMED_KINDS

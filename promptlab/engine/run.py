@@ -1,9 +1,9 @@
 """One run's execution on the engine loop: stream items, dispatch, hold replayed turns.
 
 Each dispatched item runs as one guarded unit (`ItemAttempts.run_item`,
-engine/attempts.py): whatever is raised on its way, its permit goes back to the shared
+engine/send/attempts.py): whatever is raised on its way, its permit goes back to the shared
 limiter and it gets exactly one final row. What items leave behind is recorded by
-engine/recorder.py.
+engine/record/recorder.py.
 """
 
 from __future__ import annotations
@@ -18,7 +18,10 @@ from promptlab.audit.redact import Redactor
 from promptlab.checks.validation import Checker, checker_for
 from promptlab.clock import SYSTEM_CLOCK, Clock
 from promptlab.conversations.replay import turn_of
-from promptlab.engine.attempts import (
+from promptlab.engine.record.progress import Counters
+from promptlab.engine.record.recorder import ItemRecorder
+from promptlab.engine.record.writer import BatchWriter
+from promptlab.engine.send.attempts import (
     CANCELLED_IN_FLIGHT,
     INTERNAL_STOP_AFTER,
     REASK_ERRORS_LISTED,
@@ -28,20 +31,17 @@ from promptlab.engine.attempts import (
     ItemAttempts,
     reask_message,
 )
-from promptlab.engine.cache import RunCache
-from promptlab.engine.chains import Blocked, SessionChains, Stopped
-from promptlab.engine.histories import SessionHistories
-from promptlab.engine.lanes import Lane, is_batched
-from promptlab.engine.limiter import Permit
-from promptlab.engine.progress import Counters
-from promptlab.engine.recorder import ItemRecorder
-from promptlab.engine.requests import Prepared, RequestBuilder
-from promptlab.engine.retry import RetryPolicy
-from promptlab.engine.sharding import Replay, Sharding
-from promptlab.engine.spec import AS_WRITTEN
-from promptlab.engine.spec_fields import CacheSpec
-from promptlab.engine.summaries import SummaryFailed
-from promptlab.engine.writer import BatchWriter
+from promptlab.engine.send.cache import RunCache
+from promptlab.engine.send.chains import Blocked, SessionChains, Stopped
+from promptlab.engine.send.histories import SessionHistories
+from promptlab.engine.send.lanes import Lane, is_batched
+from promptlab.engine.send.limiter import Permit
+from promptlab.engine.send.requests import Prepared, RequestBuilder
+from promptlab.engine.send.retry import RetryPolicy
+from promptlab.engine.send.sharding import Replay, Sharding
+from promptlab.engine.send.summaries import SummaryFailed
+from promptlab.engine.spec.fields import CacheSpec
+from promptlab.engine.spec.runspec import AS_WRITTEN
 from promptlab.prompts.templates import Template
 from promptlab.providers.batches.provider import BatchProvider
 from promptlab.records import AlertRecord, ItemErrorKind, ItemStatus, PendingItem, VariantRecord
@@ -123,7 +123,7 @@ class RunExecution:
         self._waiting_room = asyncio.Semaphore(MAX_WAITING_TURNS)
         self.recorder = self._item_recorder(counters, alert_sink, reask, audit, masker)
         self.cache = self._run_cache(cache)
-        #: Each dispatched item's sends, retries and re-asks (engine/attempts.py).
+        #: Each dispatched item's sends, retries and re-asks (engine/send/attempts.py).
         self.attempts = ItemAttempts(self, self.recorder, self.checkers, policy, clock, reask=reask)
         self.sharding, self.histories = self._replay_parts(replay, audit, masker)
         positions = (rows if rows is not None else counters.total) * repeats
@@ -137,7 +137,7 @@ class RunExecution:
         audit: bool,
         masker: Masker | None,
     ) -> ItemRecorder:
-        """What the run's items leave behind (engine/recorder.py); with generated history
+        """What the run's items leave behind (engine/record/recorder.py); with generated history
         each final row lets its session's next turn go."""
         return ItemRecorder(
             self.run_id,
@@ -157,7 +157,7 @@ class RunExecution:
     def _request_builder(
         self, repeats: int, top_logprobs: int | None, positions: int
     ) -> RequestBuilder:
-        """How an item becomes the request it sends (engine/requests.py), a replayed
+        """How an item becomes the request it sends (engine/send/requests.py), a replayed
         turn's with its history and context shard."""
         return RequestBuilder(
             self.variants,
@@ -172,7 +172,7 @@ class RunExecution:
         )
 
     def _run_cache(self, cache: CacheSpec | None) -> RunCache | None:
-        """The response cache, when the spec uses it (engine/cache.py)."""
+        """The response cache, when the spec uses it (engine/send/cache.py)."""
         if cache is None or cache.mode == "off":
             return None
         store = ResponseCacheStore(self.items.store)
@@ -183,7 +183,7 @@ class RunExecution:
         self, replay: Replay | None, audit: bool, masker: Masker | None
     ) -> tuple[Sharding | None, SessionHistories | None]:
         """A replay's context shards (its turns' histories cut to fit the window) and its
-        logged histories, built as its turns are sent (engine/histories.py)."""
+        logged histories, built as its turns are sent (engine/send/histories.py)."""
         if replay is None:
             return None, None
         sharding = Sharding(
@@ -298,7 +298,7 @@ class RunExecution:
     def _from_cache(self, item: PendingItem, lane: Lane, prepared: Prepared) -> bool:
         """Answer the item from the response cache when it holds this very request's
         answer and that answer passes the variant's checks now: it takes no permit, is
-        not sent and costs 0 (engine/cache.py)."""
+        not sent and costs 0 (engine/send/cache.py)."""
         variant = self.variants[item.variant_index]
         hit = self.cache.hit(variant, lane.endpoint, prepared.request) if self.cache else None
         if hit is None:

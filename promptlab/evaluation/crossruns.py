@@ -41,7 +41,7 @@ from promptlab.store.runs import RunStore
 from promptlab.store.scores import ScoreStore
 
 if TYPE_CHECKING:
-    from promptlab.engine.spec import RunSpec
+    from promptlab.engine.spec.runspec import RunSpec
 
 #: Who queued what a cross-check sent to review (the audit's actor).
 ACTOR = "crosscheck"

@@ -27,7 +27,7 @@ from promptlab.store.runs import RunStore
 from promptlab.store.scores import ScoreStore
 
 if TYPE_CHECKING:
-    from promptlab.engine.spec import RunSpec
+    from promptlab.engine.spec.runspec import RunSpec
 
 
 def judge_folder(db_path: Path) -> Path:

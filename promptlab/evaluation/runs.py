@@ -16,7 +16,7 @@ from promptlab.store.connection import Store
 from promptlab.store.scores import ScoreRow, ScoreStore
 
 if TYPE_CHECKING:
-    from promptlab.engine.spec import RunSpec
+    from promptlab.engine.spec.runspec import RunSpec
 
 
 def plain_scorers(spec: RunSpec) -> list[Scorer]:

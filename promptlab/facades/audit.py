@@ -14,7 +14,7 @@ from pathlib import Path
 from promptlab.atomicfile import check_target, write_chunks
 from promptlab.audit.chain import AuditEvent, AuditTrace, event_record
 from promptlab.audit.report import VerifyReport
-from promptlab.engine.trace import is_lean, trace_details
+from promptlab.engine.record.trace import is_lean, trace_details
 from promptlab.errors import ExportError, NotFoundError
 from promptlab.facades.context import Context
 from promptlab.store.audit import AuditFilter

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from promptlab.analysis.compare import parse_since
 from promptlab.engine import RunSpec
-from promptlab.engine.cache import with_cache_mode
+from promptlab.engine.send.cache import with_cache_mode
 from promptlab.errors import ConfigError, PromptlabError
 from promptlab.facades.context import Context
 from promptlab.records.cache import CacheGroup, CacheStats

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from promptlab.engine import Engine
-from promptlab.engine.limiter import LimiterState
+from promptlab.engine.send.limiter import LimiterState
 from promptlab.providers.batches.ledger import ChunkView
 from promptlab.records import (
     FINAL_RUN_STATUSES,

@@ -18,12 +18,12 @@ from promptlab.conversations.replay import turn_of
 from promptlab.data import batch_output
 from promptlab.data.batchfile import first_model
 from promptlab.engine import RunProgress, RunSpec, parse_spec
-from promptlab.engine.estimate import RunEstimate
-from promptlab.engine.judge_checks import check_judges
-from promptlab.engine.planner import KEY_HEX_DIGITS
-from promptlab.engine.spec import LOCAL_ENDPOINTS
-from promptlab.engine.spec_endpoints import confine_endpoint
-from promptlab.engine.trace import SHARD
+from promptlab.engine.plan.estimate import RunEstimate
+from promptlab.engine.plan.judge_checks import check_judges
+from promptlab.engine.plan.planner import KEY_HEX_DIGITS
+from promptlab.engine.record.trace import SHARD
+from promptlab.engine.spec.endpoints import confine_endpoint
+from promptlab.engine.spec.runspec import LOCAL_ENDPOINTS
 from promptlab.errors import ExperimentError, NotFoundError, SpecError
 from promptlab.experiments import config_from_mapping
 from promptlab.facades.context import Context

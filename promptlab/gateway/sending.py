@@ -1,12 +1,12 @@
 """A live call sent through the engine's endpoint budget: its shared limiter, its retries.
 
-The engine keeps one limiter per endpoint for the process (engine/lanes.py), so live
+The engine keeps one limiter per endpoint for the process (engine/send/lanes.py), so live
 calls and batch runs on an endpoint draw on one budget. A call runs on the gateway's
 own loop, where the caller's request is read and its answer written, with a provider
 of the gateway's: a stream's pieces go from the provider's connection to the caller's
 without crossing threads. Only the limiter is the engine loop's: a permit is asked for
 there and given back there (EngineLimiter), two hops per attempt. A call is retried on
-what the engine would retry (engine/retry.py's classes), and only before its first
+what the engine would retry (engine/send/retry.py's classes), and only before its first
 piece: after that the caller has passed text on. Throttles wait at the shared gate.
 """
 
@@ -18,9 +18,9 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from promptlab.engine.lanes import LiveLane
-from promptlab.engine.retry import THROTTLE_KINDS, Action, RetryPolicy, classify
-from promptlab.engine.tokenbucket import Permit
+from promptlab.engine.send.lanes import LiveLane
+from promptlab.engine.send.retry import THROTTLE_KINDS, Action, RetryPolicy, classify
+from promptlab.engine.send.tokenbucket import Permit
 from promptlab.errors import ErrorKind, ProviderError
 from promptlab.providers.base import CompletionRequest, CompletionResponse, Provider
 from promptlab.providers.streaming import stream_completion

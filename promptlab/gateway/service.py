@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from promptlab.checks.validation import check_output
-from promptlab.engine.lanes import LiveLane
+from promptlab.engine.send.lanes import LiveLane
 from promptlab.errors import ConfigError, ProviderError, TemplateError, VariableError
 from promptlab.gateway.calls import CallIn, CallRefused
 from promptlab.gateway.journal import CallJournal
@@ -80,7 +80,7 @@ class Gateway:
             raise CallRefused(422, f"variables: {exc}", "variables") from None
         params = served.params
         lane = self.lane(served.endpoint)
-        # As a run sends it (engine/requests.py): what the model's rule does not take is
+        # As a run sends it (engine/send/requests.py): what the model's rule does not take is
         # not sent, and only a provider that takes a schema is sent the version's.
         temperature, top_p = modelrules.sent(
             sampling_rule(lane.endpoint, served.model),

@@ -34,7 +34,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from promptlab.clock import SYSTEM_CLOCK
-from promptlab.engine.lanes import EndpointPool, LiveLane
+from promptlab.engine.send.lanes import EndpointPool, LiveLane
 from promptlab.errors import ConfigError
 from promptlab.gateway.answer import DOORS, serve_call
 from promptlab.gateway.calls import CallRefused

@@ -48,7 +48,7 @@ from promptlab.providers.wire import (
 )
 
 #: Connections kept when the endpoint names no concurrency: the engine's default cap
-#: (engine/limiter.py DEFAULT_CONCURRENCY), so no request waits for a connection.
+#: (engine/send/limiter.py DEFAULT_CONCURRENCY), so no request waits for a connection.
 DEFAULT_POOL_SIZE = 64
 #: How much of a non-JSON error body goes into the message.
 BODY_EXCERPT_CHARS = 300

@@ -125,7 +125,7 @@ class FinalRow:
     #: over, when the endpoint gave them: the run's perplexity (analysis/repeats.py).
     logprob_mean: float | None = None
     logprob_tokens: int | None = None
-    #: Answered from the response cache (promptlab/engine/cache.py): not sent, cost 0,
+    #: Answered from the response cache (promptlab/engine/send/cache.py): not sent, cost 0,
     #: no latency of its own (so latency statistics leave it out).
     cache_hit: bool = False
 

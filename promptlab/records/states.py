@@ -85,7 +85,7 @@ class ItemErrorKind(StrEnum):
     INTERNAL = "internal"
     #: The store refused its result row every time (the writer set it aside).
     STORE_ERROR = "store_error"
-    #: An answer longer than a result row holds (engine/spill.py MAX_OUTPUT_CHARS): kept
+    #: An answer longer than a result row holds (engine/record/spill.py MAX_OUTPUT_CHARS): kept
     #: in a file, its path in the error.
     TOO_LARGE = "too_large"
     #: A replayed turn sent with the model's own history (`history: generated`) whose

@@ -17,7 +17,7 @@ from typing import Any
 from fastapi import FastAPI, Request, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from promptlab.engine.lanes import LiveLane
+from promptlab.engine.send.lanes import LiveLane
 from promptlab.gateway.answer import DOORS, serve_call
 from promptlab.gateway.calls import anthropic_call, openai_call
 from promptlab.gateway.journal import CallJournal, journal_path

@@ -43,7 +43,7 @@ LATENCY_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 LABEL_VALUE = re.compile(r"[A-Za-z0-9_.:@+-]{1,64}")
 #: The one `endpoint` value of every endpoint a run spec declared.
 SPEC_DECLARED = "spec-declared"
-#: How the engine names a run's cap on an endpoint (engine/limiter.py).
+#: How the engine names a run's cap on an endpoint (engine/send/limiter.py).
 RUN_CAP_SUFFIX = " (run cap)"
 INVALID_NAME = "invalid-name"
 #: The owner's view of the workers (distributed/fleet.py): name and help of each gauge.
@@ -233,7 +233,7 @@ class WorkbenchCollector:
 
     def _store_writes(self) -> Iterator[Metric]:
         """The engine's batch writer: commit latency, rows, failures and spills."""
-        from promptlab.engine.writer import WRITE_BUCKETS_S
+        from promptlab.engine.record.writer import WRITE_BUCKETS_S
 
         stats = self._wb.engine.writer_stats()
         latency = HistogramMetricFamily(

@@ -62,7 +62,7 @@ class ItemStore:
     def plan_items(self, run_id: str, chunks: Iterable[PlannedChunk]) -> int:
         """Store a run's planned chunks (their dataset rows and items); return the item count.
 
-        The planner (promptlab/engine/planner.py) decides which items exist; this only
+        The planner (promptlab/engine/plan/planner.py) decides which items exist; this only
         writes them. Each chunk commits on its own; `scheduled` is set once all are in.
         """
         total = 0

@@ -66,7 +66,7 @@ AUDIT_REVIEW_MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "0012_schedules",
         (
             # A run's `after:` names, each resolved at submit to the newest run of that
-            # name: the run waits until they complete (promptlab/engine/dependencies.py).
+            # name: the run waits until they complete (promptlab/engine/plan/dependencies.py).
             """
             CREATE TABLE run_dependencies (
                 run_id     VARCHAR NOT NULL,
@@ -185,7 +185,7 @@ AUDIT_REVIEW_MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             # A replayed session's history cut to fit a model's window (conversations/shards.py),
             # per run, variant and repeat; `summary` is what the shards before carry into
-            # this one. Rows past `expires_at` are deleted (engine/sharding.py).
+            # this one. Rows past `expires_at` are deleted (engine/send/sharding.py).
             """
             CREATE TABLE shards (
                 shard_id        VARCHAR PRIMARY KEY,

@@ -79,7 +79,7 @@ TEAM_MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "0021_response_cache",
         (
             # Answers kept under the sha256 of the request they answered (endpoint,
-            # model, messages, sampling: promptlab/engine/cache.py), never the request
+            # model, messages, sampling: promptlab/engine/send/cache.py), never the request
             # itself and never a key; the output masked like a stored result's. A run
             # with `cache:` answers an identical request from here (store/response_cache.py).
             # One row per key, kept by the writer (a put deletes the key's row first), not

@@ -1,7 +1,7 @@
 """The response cache in DuckDB: answers by the hash of their request, loaded for a run,
 put by the writer, summed for `promptlab cache stats`, cleared by age.
 
-Only the hash of a request is kept (promptlab/engine/cache.py makes it), never the
+Only the hash of a request is kept (promptlab/engine/send/cache.py makes it), never the
 request, and never a key. Outputs are redacted here as every stored output is (a server
 may echo the key it was sent); the engine has masked them (PROMPTLAB_MASK) already.
 """

@@ -6,7 +6,7 @@ import pandas as pd
 import streamlit as st
 
 from promptlab.analysis.stats import MIN_UNITS_PER_ARM
-from promptlab.engine.estimate import RunEstimate
+from promptlab.engine.plan.estimate import RunEstimate
 from promptlab.ui.widgets import escape_markdown
 
 

@@ -24,7 +24,7 @@ from typing import Any
 import streamlit as st
 from streamlit.errors import StreamlitSecretNotFoundError
 
-from promptlab.engine.spec_endpoints import is_loopback
+from promptlab.engine.spec.endpoints import is_loopback
 from promptlab.ui.widgets import escape_markdown
 
 #: The identity claims tried in turn for the actor's name (OIDC standard claims).

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from promptlab.engine.estimate import RunEstimate
+from promptlab.engine.plan.estimate import RunEstimate
 
 
 def estimate_lines(estimate: RunEstimate) -> Iterator[str]:

@@ -23,10 +23,10 @@ from promptlab.audit.redact import Redactor
 from promptlab.checks.validation import CheckStatus
 from promptlab.conversations.replay import BEFORE_KEY, CONVERSATION_KEY, TURN_KEY, TURN_NO_KEY
 from promptlab.data.batchfile import request_from_row
-from promptlab.engine.planner import KEY_HEX_DIGITS
-from promptlab.engine.requests import row_params
-from promptlab.engine.spec import AS_WRITTEN, PARAM_COLUMNS_KEY
-from promptlab.engine.trace import rendered_messages
+from promptlab.engine.plan.planner import KEY_HEX_DIGITS
+from promptlab.engine.record.trace import rendered_messages
+from promptlab.engine.send.requests import row_params
+from promptlab.engine.spec.runspec import AS_WRITTEN, PARAM_COLUMNS_KEY
 from promptlab.errors import ItemKeyError, PromptlabError
 from promptlab.records import AttemptRow, FinalRow, ItemDetail, ItemStatus, VariantRecord
 from promptlab.records.sessions import SESSION_KEY

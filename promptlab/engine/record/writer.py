@@ -4,14 +4,14 @@ When the store cannot write at all (a full disk, a read-only or vanished file sy
 nothing answered is dropped: the rows stay in memory, `writable` turns false so runs
 stop dispatching (backpressure), and if the store stays unwritable for STALL_STOP_S the
 runs are stopped with the store's own message. Rows still held when the engine closes
-are spilled to a side file (see `promptlab.engine.spill`), which the next engine on the
+are spilled to a side file (see `promptlab.engine.record.spill`), which the next engine on the
 same database ingests before anything else.
 
-Every row is also appended to the answer log (promptlab.engine.answerlog) as it comes,
+Every row is also appended to the answer log (promptlab.engine.record.answerlog) as it comes,
 a final row written out before `final` returns: a process killed between two commits
 loses no answer, and the next engine folds the log into the store before any resume.
 
-Answers for the response cache (promptlab/engine/cache.py) are batched here too, but
+Answers for the response cache (promptlab/engine/send/cache.py) are batched here too, but
 best effort, outside the answer log and the spill files: each is a copy of a final row
 those already keep, so one the store does not take is only sent again by a later run.
 They are put after a commit every few seconds, and at every flush a caller asks for (a
@@ -29,8 +29,8 @@ from pathlib import Path
 
 from promptlab.audit.chain import AuditDraft
 from promptlab.clock import SYSTEM_CLOCK, Clock
-from promptlab.engine.answerlog import AnswerLog, Segment
-from promptlab.engine.spill import spill_batch
+from promptlab.engine.record.answerlog import AnswerLog, Segment
+from promptlab.engine.record.spill import spill_batch
 from promptlab.records import AttemptRow, FinalRow, ItemErrorKind, WriteBatch
 from promptlab.records.cache import CacheEntry
 from promptlab.store.connection import is_storage_failure
@@ -387,7 +387,7 @@ class BatchWriter:
 
     @property
     def spill_dirs(self) -> tuple[Path, ...]:
-        """Where rows the store cannot take go (engine/spill.py), in order of preference."""
+        """Where rows the store cannot take go (engine/record/spill.py), in order of preference."""
         return self._spill_dirs
 
     def _spill(self) -> Path | None:

@@ -4,7 +4,7 @@ One `EndpointLimiter` exists per provider endpoint and key, shared by every run 
 engine, so concurrent runs draw on one budget. Requests are admitted first come first
 served: the head of the queue waits until *its* cost fits, so a large request is never
 starved by a stream of small ones. The buckets and the plain data the limiter works
-with (Limits, Permit, LimiterState) are in engine/tokenbucket.py.
+with (Limits, Permit, LimiterState) are in engine/send/tokenbucket.py.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-# Re-exported: engine/spec_endpoints.py reads the default burst from here.
-from promptlab.engine.tokenbucket import DEFAULT_BURST_S as DEFAULT_BURST_S
-from promptlab.engine.tokenbucket import LimiterState, Limits, Permit, TokenBucket
+# Re-exported: engine/spec/endpoints.py reads the default burst from here.
+from promptlab.engine.send.tokenbucket import DEFAULT_BURST_S as DEFAULT_BURST_S
+from promptlab.engine.send.tokenbucket import LimiterState, Limits, Permit, TokenBucket
 
 #: Concurrency when neither the endpoint nor the run names one.
 DEFAULT_CONCURRENCY = 64

@@ -1,6 +1,6 @@
 """A run spec's top-level fields checked one by one: the dataset, the experiment, the row
 flags, `after:`, the schedule and scoring, the replay's history and shards, the executor
-and a trusted caller's endpoints (the variants are in engine/spec_variants.py)."""
+and a trusted caller's endpoints (the variants are in engine/spec/variants.py)."""
 
 from __future__ import annotations
 
@@ -206,7 +206,7 @@ def experiment_field(data: Mapping[str, Any]) -> tuple[Mapping[str, Any] | None,
     return checked.to_dict(), mode, unit_column
 
 
-#: How a run uses the response cache (promptlab/engine/cache.py): `read` answers an
+#: How a run uses the response cache (promptlab/engine/send/cache.py): `read` answers an
 #: identical request from it, `write` keeps every eligible answer, `readwrite` both.
 CACHE_MODES = ("off", "read", "write", "readwrite")
 

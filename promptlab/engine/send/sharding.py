@@ -1,6 +1,6 @@
 """Context shards in a run: a replayed turn whose history would not fit the model's window
 is sent with its own shard of that history (promptlab/conversations/shards.py), and, when the
-spec names a summary prompt, with a summary of the shards before it (engine/summaries.py).
+spec names a summary prompt, with a summary of the shards before it (engine/send/summaries.py).
 
 The budget is the model's context window (the providers file's `context_windows`) less
 `max_tokens` and the version's own messages with the turn. A turn whose history fits
@@ -26,16 +26,16 @@ from promptlab.audit.redact import Redactor
 from promptlab.clock import Clock
 from promptlab.conversations.replay import CONVERSATION_KEY, History, with_conversation
 from promptlab.conversations.shards import SUMMARY_INTRO, Shard, ShardCutter, ShardSpec
-from promptlab.engine.lanes import Lane
-from promptlab.engine.retry import RetryPolicy
-from promptlab.engine.summaries import (
+from promptlab.engine.record.writer import BatchWriter
+from promptlab.engine.send.lanes import Lane
+from promptlab.engine.send.retry import RetryPolicy
+from promptlab.engine.send.summaries import (
     MadeSummary,
     SummaryPrompt,
     send_summary,
     summary_event,
     summary_messages,
 )
-from promptlab.engine.writer import BatchWriter
 from promptlab.providers.config import cost_usd
 from promptlab.providers.tokens import (
     REPLY_PRIMING_TOKENS,
@@ -83,7 +83,7 @@ class ShardedTurn:
         return self.cutter.shard(k, self.end)
 
 
-#: A session's cutters by (budget, later budget): kept with its history (engine/histories.py).
+#: A session's cutters by (budget, later budget): kept with its history (engine/send/histories.py).
 Cutters = dict[tuple[int, int | None], ShardCutter]
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from promptlab.clock import Clock
-from promptlab.engine.limiter import EndpointLimiter, Limiter, Limits, RunCappedLimiter
+from promptlab.engine.send.limiter import EndpointLimiter, Limiter, Limits, RunCappedLimiter
 from promptlab.errors import ConfigError
 from promptlab.providers.base import Provider
 from promptlab.providers.config import EndpointConfig

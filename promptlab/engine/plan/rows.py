@@ -20,8 +20,8 @@ from promptlab.data.batchfile import BatchRequest, check_request_file
 from promptlab.data.datasets import DATASET_LINES, DatasetStore
 from promptlab.data.jsonl import numbered_jsonl
 from promptlab.data.lines import open_lines
-from promptlab.engine.planner import unit_id_of
-from promptlab.engine.spec import RunSpec
+from promptlab.engine.plan.planner import unit_id_of
+from promptlab.engine.spec.runspec import RunSpec
 from promptlab.errors import SpecError
 from promptlab.records import Conversation
 

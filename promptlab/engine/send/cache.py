@@ -15,7 +15,7 @@ that does not is a miss, said once per variant, and the request is sent again.
 What a run can hit is read once at its start, off the loop and bounded (the newest
 entries of its endpoints and models); its own answers join that index as they come,
 so an identical request later in the run hits too. Answers are put through the one
-writer (engine/writer.py), best effort: an answer not cached is only sent again.
+writer (engine/record/writer.py), best effort: an answer not cached is only sent again.
 """
 
 from __future__ import annotations
@@ -32,10 +32,10 @@ import orjson
 from promptlab.checks.rules import RuleStatus
 from promptlab.checks.validation import Checker, CheckStatus, OutputCheck
 from promptlab.clock import Clock
-from promptlab.engine.lanes import Lane
-from promptlab.engine.spec import RunSpec
-from promptlab.engine.spec_fields import CACHE_MODES, CacheSpec
-from promptlab.engine.writer import BatchWriter
+from promptlab.engine.record.writer import BatchWriter
+from promptlab.engine.send.lanes import Lane
+from promptlab.engine.spec.fields import CACHE_MODES, CacheSpec
+from promptlab.engine.spec.runspec import RunSpec
 from promptlab.errors import SpecError
 from promptlab.prompts.templates import Template
 from promptlab.providers.base import CompletionRequest, CompletionResponse, FinishReason

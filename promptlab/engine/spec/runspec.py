@@ -1,8 +1,10 @@
 """Declarative run specs (YAML): dataset, variants, limits, retry policy, inline endpoints.
 
 Parsing checks each field as written; what the fields name (endpoints, prompt versions,
-the dataset's rows) is checked when a run is prepared (engine/prepare.py). The fields'
-checks are in engine/spec_fields.py, the variants' in engine/spec_variants.py.
+the dataset's rows) is checked when a run is prepared (engine/plan/prepare.py). This
+package is the spec as written: RunSpec and parse_spec here, the top-level fields'
+checks in fields.py, the variants' in variants.py, `endpoints:` and `limits:` in
+endpoints.py.
 """
 
 from __future__ import annotations
@@ -14,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from promptlab.conversations.shards import ShardSpec
-from promptlab.engine.limiter import Limits
-from promptlab.engine.retry import RetryPolicy
-from promptlab.engine.spec_endpoints import parse_endpoints, parse_limits, positive_int
-from promptlab.engine.spec_fields import (
+from promptlab.engine.send.retry import RetryPolicy
+from promptlab.engine.send.tokenbucket import Limits
+from promptlab.engine.spec.endpoints import parse_endpoints, parse_limits, positive_int
+from promptlab.engine.spec.fields import (
     DATASET_NAME,
     DATASET_SUFFIXES,
     JUDGING,
@@ -38,7 +40,7 @@ from promptlab.engine.spec_fields import (
     schedule_and_scoring,
     shards_field,
 )
-from promptlab.engine.spec_variants import (
+from promptlab.engine.spec.variants import (
     AS_WRITTEN,
     PARAM_COLUMNS_KEY,
     VARIANT_FIELDS,
@@ -150,7 +152,7 @@ class RunSpec:
     #: (promptlab/schedules/), not a run to start now.
     schedule: str | None = None
     #: Names of runs this one comes after: it waits until the newest run of each name
-    #: has completed, and is skipped when one fails (promptlab/engine/dependencies.py).
+    #: has completed, and is skipped when one fails (promptlab/engine/plan/dependencies.py).
     after: tuple[str, ...] = ()
     #: The dataset column holding each row's expected answer, and how outputs are scored
     #: against it (promptlab/evaluation/): every finished result is scored when the run ends.
@@ -161,13 +163,13 @@ class RunSpec:
     #: Each row through several models, their answers fused (promptlab/evaluation/).
     crosscheck: CrossCheck | None = None
     #: Replay a conversation log a user turn an item (conversations/replay.py), with the
-    #: conversation `logged` or `generated` by the model itself (engine/chains.py).
+    #: conversation `logged` or `generated` by the model itself (engine/send/chains.py).
     history: str | None = None
     #: A replay's context shards: summary prompt and TTL (conversations/shards.py).
     shards: ShardSpec = field(default_factory=ShardSpec)
     #: A cross-check's validation run: the run whose models its answers weigh.
     validating: str | None = None
-    #: How the run uses the response cache (`cache:`; promptlab/engine/cache.py).
+    #: How the run uses the response cache (`cache:`; promptlab/engine/send/cache.py).
     cache: CacheSpec = field(default_factory=CacheSpec)
 
     @property

@@ -17,25 +17,25 @@ from typing import Any, Protocol
 
 from promptlab.data.batchfile import ANTHROPIC_EXTRAS, BatchRequest
 from promptlab.data.datasets import DatasetStore, check_rows
-from promptlab.engine.estimate import ESTIMATE_ROWS, PlanSample, sample_plan
-from promptlab.engine.limiter import Limits
-from promptlab.engine.planner import (
+from promptlab.engine.plan.estimate import ESTIMATE_ROWS, PlanSample, sample_plan
+from promptlab.engine.plan.planner import (
     AllVariants,
     AssignmentStrategy,
     SkipRows,
     StickySplit,
     plan_items,
 )
-from promptlab.engine.rows import LineRefuser, RunRows
-from promptlab.engine.sharding import Replay
-from promptlab.engine.spec import (
+from promptlab.engine.plan.rows import LineRefuser, RunRows
+from promptlab.engine.send.limiter import Limits
+from promptlab.engine.send.sharding import Replay
+from promptlab.engine.send.summaries import SUMMARY_VARIABLES, SummaryPrompt
+from promptlab.engine.spec.runspec import (
     AS_WRITTEN,
     PARAM_COLUMNS_KEY,
     VARIANT_PARAMS,
     RunSpec,
     VariantSpec,
 )
-from promptlab.engine.summaries import SUMMARY_VARIABLES, SummaryPrompt
 from promptlab.errors import ConfigError, PromptlabError, SpecError, StoreError
 from promptlab.experiments import assign, config_from_mapping, expected_shares
 from promptlab.experiments.sampling import FIXED, SAMPLING_KEY, sampling_from_params
@@ -96,7 +96,7 @@ class PreparedRun:
     rows: RunRows
     #: The dataset rows to plan the run from (counted now); None when it is planned already.
     plan_rows: int | None
-    #: A replay's summary prompt for its context shards, resolved (engine/sharding.py).
+    #: A replay's summary prompt for its context shards, resolved (engine/send/sharding.py).
     summary: SummaryPrompt | None = None
 
     @property
@@ -110,7 +110,7 @@ class PreparedRun:
 
         It reads the dataset (more than once with `skip_invalid_rows`): iterate it off the
         engine loop. A small JSON Lines file plans the rows it was counted with (kept:
-        engine/rows.py). Any other file rewritten since it was counted would plan other
+        engine/plan/rows.py). Any other file rewritten since it was counted would plan other
         rows (none, half-written), and the run would "complete": that is refused
         (SpecError) once the last chunk is read, before the run is scheduled, so a resume
         plans it again. `stop` (asked as rows are read) ends it with PlanStopped.
@@ -291,7 +291,7 @@ def merge_endpoints(
                 "(e.g. http://127.0.0.1:8011/v1)"
             )
         fields = {k: v for k, v in values.items() if k != "kind"}
-        if "batch" in fields:  # checked by the spec's parse (engine/spec_endpoints.py)
+        if "batch" in fields:  # checked by the spec's parse (engine/spec/endpoints.py)
             fields["batch"] = batch_settings(fields["batch"], f"endpoints.{name}")
         out[name] = replace(EndpointConfig(name=name, kind=kind), **fields)
     return out

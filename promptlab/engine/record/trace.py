@@ -37,7 +37,7 @@ from promptlab.conversations.replay import (
 )
 from promptlab.conversations.shards import sharded
 from promptlab.data.batchfile import request_from_row
-from promptlab.engine.spec import AS_WRITTEN
+from promptlab.engine.spec.runspec import AS_WRITTEN
 from promptlab.errors import PromptlabError
 from promptlab.prompts.templates import Template, coerce_text_values
 from promptlab.providers.base import CompletionResponse
@@ -167,7 +167,7 @@ def result_payload(
         "error_kind": row.error_kind,
         "version_id": row.prompt_version_id,
         "model": row.model,
-        # Answered from the response cache: nothing was sent (engine/cache.py).
+        # Answered from the response cache: nothing was sent (engine/send/cache.py).
         "cache_hit": row.cache_hit or None,
         **(stages or {}),
     }

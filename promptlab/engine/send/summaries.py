@@ -1,4 +1,4 @@
-"""The summary a replayed turn's context shard carries (engine/sharding.py asks for it).
+"""The summary a replayed turn's context shard carries (engine/send/sharding.py asks for it).
 
 Summaries roll forward: the summary carried into shard k is the summary prompt rendered
 with `{{ summary }}` (the one carried into shard k-1, empty for the first) and
@@ -16,9 +16,9 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from promptlab.audit.chain import AuditDraft, run_chain
-from promptlab.engine import trace
-from promptlab.engine.lanes import Lane
-from promptlab.engine.retry import THROTTLE_KINDS, Action, RetryPolicy, classify
+from promptlab.engine.record import trace
+from promptlab.engine.send.lanes import Lane
+from promptlab.engine.send.retry import THROTTLE_KINDS, Action, RetryPolicy, classify
 from promptlab.errors import ErrorKind, PromptlabError, ProviderError
 from promptlab.prompts.templates import Template
 from promptlab.providers.base import CompletionRequest, CompletionResponse

@@ -7,13 +7,13 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from promptlab.engine.prepare import (
+from promptlab.engine.plan.prepare import (
     VersionResolver,
     check_limits,
     merge_endpoints,
     resolve_variants,
 )
-from promptlab.engine.spec import RunSpec, parse_spec
+from promptlab.engine.spec.runspec import RunSpec, parse_spec
 from promptlab.errors import PromptlabError, SpecError
 from promptlab.evaluation.ended import one_line
 from promptlab.evaluation.judges import judge_spec, judges_of

@@ -13,7 +13,7 @@ as a group commit: at most every GROUP_COMMIT_S, covering every line written sin
 the engine loop.
 
 Segments: the log is a series of files (`*.answers`, one JSON record a line, in the spill
-file format: promptlab.engine.spill) in the database's spill folder. Each flush of the
+file format: promptlab.engine.record.spill) in the database's spill folder. Each flush of the
 writer seals the open segment with the batch it commits; once that commit is stored, its
 segments are deleted. A segment is locked (`flock`) while its writer lives, so only
 segments whose process is gone are folded into the store (`fold_answer_logs`, run with
@@ -40,7 +40,7 @@ import orjson
 
 from promptlab.audit.chain import AuditDraft
 from promptlab.audit.redact import Redactor
-from promptlab.engine.batchlines import add_record
+from promptlab.engine.record.batchlines import add_record
 from promptlab.errors import StoreError
 from promptlab.records import AttemptRow, FinalRow, WriteBatch
 from promptlab.store.items import ItemStore, redacted_batch

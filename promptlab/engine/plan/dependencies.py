@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from promptlab.engine.prepare import PreparedRun
+from promptlab.engine.plan.prepare import PreparedRun
 from promptlab.errors import PromptlabError, SpecError
 from promptlab.records import RunStatus
 from promptlab.store.runs import Dependency, RunStore

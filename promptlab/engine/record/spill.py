@@ -5,7 +5,7 @@ memory; if the process must end before the store recovers, they go to a JSON Lin
 here instead of being lost. The next workbench on the same database (any command, the
 app) commits them as it opens (`store_spills`), and so does every Engine before any
 resume reopens items, so no answered request is sent again. The answer log's segments
-(promptlab.engine.answerlog) use this file format and are folded at the same moment.
+(promptlab.engine.record.answerlog) use this file format and are folded at the same moment.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from pathlib import Path
 
 from promptlab.audit.chain import payload_text
 from promptlab.audit.redact import Redactor
-from promptlab.engine.answerlog import fold_answer_logs
-from promptlab.engine.batchlines import add_record
+from promptlab.engine.record.answerlog import fold_answer_logs
+from promptlab.engine.record.batchlines import add_record
 from promptlab.errors import StoreError
 from promptlab.records import WriteBatch
 from promptlab.store.items import ItemStore, redacted_batch
@@ -103,7 +103,7 @@ def store_spills(items: ItemStore, folders: tuple[Path, ...]) -> int:
     stored; return how many files. StoreError when the database cannot take them yet.
 
     The answer logs of engines that are gone (a process killed) are folded first
-    (promptlab.engine.answerlog): their answers then count, and are not sent again.
+    (promptlab.engine.record.answerlog): their answers then count, and are not sent again.
     """
     for folder in folders:
         fold_answer_logs(items, folder)

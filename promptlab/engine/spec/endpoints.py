@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from promptlab.engine.limiter import DEFAULT_BURST_S, Limits
+from promptlab.engine.send.tokenbucket import DEFAULT_BURST_S, Limits
 from promptlab.errors import ConfigError, SpecError
 from promptlab.providers.batchconfig import batch_settings
 from promptlab.providers.config import KINDS, EndpointConfig

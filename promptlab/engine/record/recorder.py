@@ -10,10 +10,10 @@ from promptlab.audit.chain import AuditDraft, Masker, attempt_values, row_digest
 from promptlab.checks.anomalies import RunDetector, observation_of, schema_fields
 from promptlab.checks.validation import Checker, CheckStatus, OutputCheck
 from promptlab.clock import Clock
-from promptlab.engine import trace
-from promptlab.engine.progress import Counters
-from promptlab.engine.spill import MAX_OUTPUT_CHARS, keep_too_large
-from promptlab.engine.writer import BatchWriter
+from promptlab.engine.record import trace
+from promptlab.engine.record.progress import Counters
+from promptlab.engine.record.spill import MAX_OUTPUT_CHARS, keep_too_large
+from promptlab.engine.record.writer import BatchWriter
 from promptlab.errors import ProviderError
 from promptlab.prompts.templates import Template
 from promptlab.providers.base import CompletionResponse
@@ -69,7 +69,7 @@ class ItemRecorder:
     ) -> None:
         self.run_id = run_id
         #: Told each final row's item, status and stored output (a generated-history
-        #: replay's next turn waits for it: engine/chains.py).
+        #: replay's next turn waits for it: engine/send/chains.py).
         self.on_final = on_final
         self.variants = variants
         self.templates = templates

@@ -1,7 +1,7 @@
 """One dispatched item's attempts, as one guarded unit: send, retry what may be retried,
 re-ask an output that fails its check, stop the run on what no item can get past (quota,
 auth, an adapter bug that repeats). Whatever is raised on its way, its permit goes back
-to the shared limiter and it gets exactly one final row (engine/recorder.py)."""
+to the shared limiter and it gets exactly one final row (engine/record/recorder.py)."""
 
 from __future__ import annotations
 
@@ -15,14 +15,14 @@ from typing import Protocol
 from promptlab.audit.logjson import bind_log_context
 from promptlab.checks.validation import Checker, CheckStatus, OutputCheck
 from promptlab.clock import Clock
-from promptlab.engine.cache import RunCache
-from promptlab.engine.lanes import Lane, is_batched
-from promptlab.engine.limiter import Limiter, Permit
-from promptlab.engine.recorder import ItemRecorder
-from promptlab.engine.refusals import RefusalWatch
-from promptlab.engine.requests import Prepared
-from promptlab.engine.retry import THROTTLE_KINDS, Action, RetryPolicy, classify
-from promptlab.engine.spill import MAX_OUTPUT_CHARS
+from promptlab.engine.record.recorder import ItemRecorder
+from promptlab.engine.record.spill import MAX_OUTPUT_CHARS
+from promptlab.engine.send.cache import RunCache
+from promptlab.engine.send.lanes import Lane, is_batched
+from promptlab.engine.send.limiter import Limiter, Permit
+from promptlab.engine.send.refusals import RefusalWatch
+from promptlab.engine.send.requests import Prepared
+from promptlab.engine.send.retry import THROTTLE_KINDS, Action, RetryPolicy, classify
 from promptlab.errors import ErrorKind, ProviderError
 from promptlab.providers.base import CompletionRequest, CompletionResponse
 from promptlab.records import ItemErrorKind, ItemStatus, PendingItem
@@ -245,7 +245,7 @@ class ItemAttempts:
             endpoint=lane.endpoint,
             check=check,
         )
-        if self.run.cache is not None:  # the response cache keeps it (engine/cache.py)
+        if self.run.cache is not None:  # the response cache keeps it (engine/send/cache.py)
             self.run.cache.answered(lane.endpoint, prepared.request, row)
         # Only an item taken in whole ends a streak of internal errors.
         self._internal_streak[lane.endpoint.name] = 0

@@ -22,12 +22,12 @@ from promptlab.conversations.replay import (
 )
 from promptlab.conversations.shards import ShardTooLarge, sharded
 from promptlab.data.batchfile import request_from_row
-from promptlab.engine import trace
-from promptlab.engine.histories import SessionHistories
-from promptlab.engine.lanes import Lane
-from promptlab.engine.recorder import ItemRecorder
-from promptlab.engine.sharding import Cutters, ShardedTurn, Sharding
-from promptlab.engine.spec import AS_WRITTEN, PARAM_COLUMNS_KEY
+from promptlab.engine.record import trace
+from promptlab.engine.record.recorder import ItemRecorder
+from promptlab.engine.send.histories import SessionHistories
+from promptlab.engine.send.lanes import Lane
+from promptlab.engine.send.sharding import Cutters, ShardedTurn, Sharding
+from promptlab.engine.spec.runspec import AS_WRITTEN, PARAM_COLUMNS_KEY
 from promptlab.errors import ErrorKind, PromptlabError, ProviderError, TemplateError
 from promptlab.experiments.sampling import SAMPLING_KEY, Sampling, sampling_from_params
 from promptlab.prompts.templates import Template, coerce_text_values, normalize_params
@@ -71,7 +71,7 @@ class RequestBuilder:
         }
         self.recorder = recorder
         self.timeout_s = timeout_s
-        #: A replay's context shards (engine/sharding.py); None for any other run.
+        #: A replay's context shards (engine/send/sharding.py); None for any other run.
         self.sharding = sharding
         #: A replay's logged histories, put together as its turns are sent.
         self.histories = histories
@@ -109,7 +109,7 @@ class RequestBuilder:
         replayed turn with generated history is sent with the model's `answers` to the
         turns before it in place of the logged ones; one whose history does not fit the
         window, with its own shard of it, after the summary the shard carries (made
-        first if need be: engine/sharding.py; SummaryFailed when it cannot be)."""
+        first if need be: engine/send/sharding.py; SummaryFailed when it cannot be)."""
         variant = self.variants[item.variant_index]
         if variant.template.get(AS_WRITTEN):
             return self.prepare_as_written(item, lane, variant)
@@ -168,7 +168,7 @@ class RequestBuilder:
     ) -> tuple[Sequence[dict[str, str]], Cutters | None]:
         """The conversation before a replayed turn (empty for any other row), and, for a
         logged one, its session's context-shard cutters. Built now, from the session's
-        rows (engine/histories.py), or read from a row that holds it (a replay planned
+        rows (engine/send/histories.py), or read from a row that holds it (a replay planned
         before rows held only their part)."""
         logged = await self.histories.history(item) if self.histories is not None else None
         if logged is None:

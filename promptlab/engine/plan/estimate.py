@@ -27,10 +27,10 @@ from typing import Any
 from promptlab.analysis.stats import MIN_UNITS_PER_ARM
 from promptlab.conversations.replay import with_conversation
 from promptlab.data.batchfile import request_from_row
-from promptlab.engine.limiter import Limits
-from promptlab.engine.planner import AllVariants, AssignmentStrategy, RecordsAssignments
-from promptlab.engine.requests import row_params
-from promptlab.engine.spec import AS_WRITTEN
+from promptlab.engine.plan.planner import AllVariants, AssignmentStrategy, RecordsAssignments
+from promptlab.engine.send.limiter import Limits
+from promptlab.engine.send.requests import row_params
+from promptlab.engine.spec.runspec import AS_WRITTEN
 from promptlab.errors import PromptlabError
 from promptlab.prompts.templates import Template, coerce_text_values
 from promptlab.providers.base import CompletionRequest

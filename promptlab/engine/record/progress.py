@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from promptlab.clock import SYSTEM_CLOCK, Clock
-from promptlab.engine.limiter import LimiterState
+from promptlab.engine.send.tokenbucket import LimiterState
 
 #: Throughput is measured over this trailing window.
 THROUGHPUT_WINDOW_S = 10.0

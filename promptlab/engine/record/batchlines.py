@@ -1,5 +1,5 @@
 """A write batch's rows as JSON lines and back: the one format of the spill files
-(promptlab/engine/spill.py) and the answer log (promptlab/engine/answerlog.py).
+(promptlab/engine/record/spill.py) and the answer log (promptlab/engine/record/answerlog.py).
 
 Each line is one row with its kind in `row` (`dispatched`, `attempt`, `final`, `audit`);
 times are ISO 8601 strings.

@@ -8,7 +8,7 @@ session that grows as its turns come (in plan order), each turn a view of its fi
 messages (`History`), never a copy. A turn whose session's earlier turns this process
 has not seen (a resumed run, a session dropped to make room) reads their rows from the
 run's plan once. A session's list also keeps its context-shard cutters
-(engine/sharding.py), so cutting a long session costs its length, not its square.
+(engine/send/sharding.py), so cutting a long session costs its length, not its square.
 
 Sessions no turn has asked for lately are dropped when the lists hold more than
 MAX_HELD_MESSAGES messages in all (the one in use is kept, however long).
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from promptlab.conversations.replay import BEFORE_KEY, TURN_KEY, History, is_turn_row, turn_of
-from promptlab.engine.sharding import Cutters
+from promptlab.engine.send.sharding import Cutters
 from promptlab.records import PendingItem
 
 #: Messages the sessions' lists hold in all before the least recently used are dropped.

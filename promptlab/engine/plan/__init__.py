@@ -1,0 +1,1 @@
+"""Planning a run: a checked spec prepared once into endpoints, variants, rows and keyed items."""

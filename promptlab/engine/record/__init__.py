@@ -1,0 +1,1 @@
+"""Recording what a run's items leave behind, durably, through the engine's one writer."""

@@ -1,0 +1,1 @@
+"""Sending a run's items within each endpoint's limits: requests, attempts, retries."""
