@@ -171,7 +171,7 @@ class Traffic:
             n += 1
             try:
                 self.traces.append(call(self.client, f"unit-{n}", stream=n % 3 == 0)[0])
-            except openai.APIError as exc:
+            except Exception as exc:  # noqa: BLE001 - a cut stream raises httpx's errors
                 self.errors.append(exc)
 
     def until(self, count: int) -> None:
@@ -255,7 +255,7 @@ def test_forged_snapshots_and_records_are_refused_and_the_gateway_serves_on(
     second, _ = call(gateway, "unit-2")  # served from the last snapshot that verified
     cluster.start_owner()
     assert cluster.stored(client) == sorted([first, second])
-    assert "dropped an entry whose MAC does not verify" in cluster.log("owner")
+    assert "dropped an entry whose MAC does not verify" in cluster.whole_log("owner")
 
 
 def test_an_owner_killed_9_under_traffic_loses_no_call_and_its_gateway_answers_throughout(

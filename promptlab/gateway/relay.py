@@ -3,13 +3,17 @@ workers use): the owner's snapshot one way (snapshot.py), the gateways' records 
 
 - SNAPSHOT_KEY holds the owner's sealed snapshot; a gateway reads it every REFRESH_S
   (a kill or a label move reaches every gateway within one second) and keeps serving
-  from the last one that verified while Redis or the owner is away.
+  from the last one that verified while Redis or the owner is away. Each snapshot has a
+  serial that only grows: an older one set again is refused, and the owner sets its
+  own again when Redis holds anything else.
 - RECORDS_STREAM takes each answered call, and each feedback event, as one stream entry
   sealed with an HMAC under the shared secret: anyone who reaches Redis can add
   entries, so the owner stores only what verifies. The owner reads the stream in a
   consumer group and acknowledges an entry only once the store holds it, so an entry
   read by an owner killed before it stored it is read again when it restarts; a call
-  stored twice is skipped by its trace, a feedback event by its id.
+  stored twice is skipped by its trace, a feedback event by its id. Redis holds the
+  stream in memory: a Redis that restarts without persistence (appendonly) loses what
+  the owner had not taken yet.
 """
 
 from __future__ import annotations
@@ -24,7 +28,8 @@ from typing import Any
 import orjson
 import redis
 
-from promptlab.gateway.snapshot import Snapshot, Unsealed, opened
+from promptlab.distributed.trust import canonical
+from promptlab.gateway.snapshot import Snapshot, opened
 
 log = logging.getLogger(__name__)
 
@@ -35,16 +40,21 @@ OWNER_GROUP, OWNER_CONSUMER = "owner", "owner"
 #: Seconds between a gateway's reads of the snapshot.
 REFRESH_S = 0.25
 #: What a record's MAC covers besides the record: a snapshot's never verifies as one.
-RECORD_CONTEXT = b"promptlab.gateway-record/1\n"
+RECORD_CONTEXT = "promptlab.gateway-record/2"
 #: Entries the stream keeps at most (the oldest dropped first): a bound on what gateways
-#: can pile up while the owner is away, about an hour of 100 calls a second.
+#: can pile up while the owner is away, about an hour and a half of 100 calls a second.
 MAX_STREAM_ENTRIES = 500_000
 CALL, FEEDBACK = "call", "feedback"
 
 
 def record_mac(secret: bytes, gateway: str, kind: str, body: bytes) -> str:
-    head = RECORD_CONTEXT + f"{gateway}\n{kind}\n".encode()
-    return hmac.new(secret, head + body, hashlib.sha256).hexdigest()
+    # One JSON list: no choice of gateway name can shift bytes between the fields.
+    signed = canonical([RECORD_CONTEXT, gateway, kind, body.decode("utf-8", "replace")])
+    return hmac.new(secret, signed, hashlib.sha256).hexdigest()
+
+
+def record_verifies(secret: bytes, gateway: str, kind: str, body: bytes, mac: str) -> bool:
+    return hmac.compare_digest(mac, record_mac(secret, gateway, kind, body))
 
 
 class RecordSender:
@@ -86,6 +96,8 @@ class SnapshotFollower:
         self._every_s = every_s
         self._raw: bytes | None = None
         self.snapshot: Snapshot | None = None
+        #: The one before: a call that read an experiment from it finds its version.
+        self.previous: Snapshot | None = None
         #: Reads made so far, and the last one's error (None: it read and verified).
         self.reads = 0
         self.problem: str | None = "no snapshot read yet"
@@ -117,10 +129,17 @@ class SnapshotFollower:
             self.problem = None
             return
         try:
-            self.snapshot = opened(raw, self._secret)
-        except (Unsealed, ValueError, KeyError, TypeError) as exc:
+            read = opened(raw, self._secret)
+        except Exception as exc:  # noqa: BLE001 - whatever a document does, serving goes on
             self._say(f"the snapshot in Redis is refused: {exc}")
             return
+        held = self.snapshot
+        if held is not None and read.serial < held.serial:
+            # A sealed document can be set again by anyone who reaches Redis: an older
+            # one would bring back a revoked token or an experiment before its kill.
+            self._say("the snapshot in Redis is older than the one held (set again?)")
+            return
+        self.previous, self.snapshot = held, read
         self._raw = raw
         self.problem = None
 
@@ -132,4 +151,7 @@ class SnapshotFollower:
 
     def _run(self) -> None:
         while not self._stop.wait(self._every_s):
-            self.refresh()
+            try:
+                self.refresh()
+            except Exception as exc:  # noqa: BLE001 - the thread must outlive any read
+                self._say(f"reading the snapshot failed: {exc!r}")

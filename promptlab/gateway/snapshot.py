@@ -58,6 +58,8 @@ class Snapshot:
     callers: dict[str, Caller] = field(default_factory=dict)
     #: When the owner built it (ISO 8601, its clock).
     built_at: str = ""
+    #: Grows with every snapshot the owner publishes (a replayed older one is refused).
+    serial: int = 0
 
     def experiment(self, name: str) -> ExperimentConfig:
         config = self.experiments.get(name)
@@ -132,7 +134,8 @@ def opened(raw: bytes, secret: bytes) -> Snapshot:
         versions={v["id"]: _version(v) for v in document["versions"]},
         refs=dict(document["refs"]),
         callers={k: Caller(**v) for k, v in document["callers"].items()},
-        built_at=str(document["built_at"]),
+        built_at=str(document.get("built_at", "")),
+        serial=int(document.get("serial", 0)),
     )
 
 

@@ -34,8 +34,9 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from promptlab.clock import SYSTEM_CLOCK
+from promptlab.data.feedback_events import events_of
 from promptlab.engine.send.lanes import EndpointPool, LiveLane
-from promptlab.errors import ConfigError
+from promptlab.errors import ConfigError, FeedbackError, NotFoundError
 from promptlab.gateway.answer import DOORS, serve_call
 from promptlab.gateway.calls import CallRefused
 from promptlab.gateway.journal import CallJournal
@@ -55,8 +56,6 @@ except ImportError:  # pragma: no cover - not on the platforms the suite runs on
 FEEDBACK_PATH, HEALTH_PATH = "/v1/feedback/events", "/healthz"
 #: Largest body a call or a feedback post may have (the owner's bound).
 MAX_BODY_BYTES = 8 * 1024 * 1024
-#: Feedback events in one post (the owner's bound).
-MAX_FEEDBACK_EVENTS = 1_000
 
 
 class StandaloneLanes:
@@ -154,20 +153,29 @@ class StandaloneGateway:
         return snapshot
 
     def _resolve(self, ref: str) -> Any:
-        return self._snapshot().resolve(ref)
+        try:
+            return self._snapshot().resolve(ref)
+        except NotFoundError:
+            # A call that read its experiment from the snapshot just replaced.
+            previous = self.follower.previous
+            if previous is None:
+                raise
+            return previous.resolve(ref)
 
-    def queue_feedback(self, body: Any) -> int:
-        """Queue the events for the owner after every call answered so far (the owner
-        stores the stream in order, so a call's event finds the call)."""
-        events = body.get("events") if isinstance(body, dict) else None
-        count = len(events) if isinstance(events, list) else 1
-        if not isinstance(body, dict) or count > MAX_FEEDBACK_EVENTS:
-            raise CallRefused(
-                422, f"body: one event or {{'events': [...]}} of at most {MAX_FEEDBACK_EVENTS}"
-            )
+    def queue_feedback(self, body: Any, caller: str) -> int:
+        """Check the events as the owner's route does, then queue them for the owner
+        after every call answered so far (the owner stores the stream in order). An
+        event without a `time` gets this gateway's: when it arrived, not when stored."""
+        try:
+            checked_events = events_of(body)
+        except FeedbackError as exc:
+            raise CallRefused(422, str(exc)) from None
+        events = body.get("events", [body])
+        now = SYSTEM_CLOCK.now().isoformat()
+        events = [event if event.get("time") else {**event, "time": now} for event in events]
         self.journal.flush()
-        self.sender.feedback(body)
-        return count
+        self.sender.feedback({"caller": caller, "events": events})
+        return len(checked_events)
 
 
 class GatewayApp:
@@ -210,7 +218,7 @@ class GatewayApp:
             return _error(413, f"request body over {MAX_BODY_BYTES:,} bytes")
         request = Request(scope, receive)
         if path == FEEDBACK_PATH:
-            return await self._feedback(request)
+            return await self._feedback(request, caller)
         parse, wire = DOORS[path]
         return await serve_call(self.parts.gateway, request, parse, wire, caller)
 
@@ -222,13 +230,13 @@ class GatewayApp:
         found = snapshot.caller(hashlib.sha256(given.encode()).hexdigest())
         return found.name if found is not None else None
 
-    async def _feedback(self, request: Request) -> Response:
+    async def _feedback(self, request: Request, caller: str) -> Response:
         try:
             body = orjson.loads(await request.body())
         except orjson.JSONDecodeError:
             return _error(422, "body: not JSON")
         try:
-            queued = await run_in_threadpool(self.parts.queue_feedback, body)
+            queued = await run_in_threadpool(self.parts.queue_feedback, body, caller)
         except CallRefused as refused:
             return _error(refused.status, refused.message)
         except redis.RedisError as exc:
