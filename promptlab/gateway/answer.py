@@ -79,17 +79,23 @@ async def serve_call(
 async def _stream(
     reply: Reply, first: Any, answers: asyncio.Queue[Any], task: asyncio.Future[Sent], usage: bool
 ) -> AsyncIterator[bytes]:
-    yield reply.head() + (reply.piece(first) if first is not _DONE else b"")
-    piece = first
-    while piece is not _DONE:
-        piece = await answers.get()
-        if piece is not _DONE:
-            yield reply.piece(piece)
+    """The head with the first piece at once; then each write takes every piece that came
+    meanwhile, and the last one the stream's end: under load a stream is a few writes,
+    not one per piece, and its last byte leaves with its last piece."""
+    pieces = [first]
+    out = reply.head()
+    while pieces[-1] is not _DONE:
+        out += b"".join(reply.piece(p) for p in pieces)
+        yield out
+        pieces, out = [await answers.get()], b""
+        while not answers.empty():
+            pieces.append(answers.get_nowait())
+    out += b"".join(reply.piece(p) for p in pieces[:-1])
     error = task.exception()
     if error is not None:  # after the first piece: the stream ends with the error
-        yield reply.stream_error(502, str(error))
+        yield out + reply.stream_error(502, str(error))
         return
-    yield reply.tail(task.result().answer, usage)
+    yield out + reply.tail(task.result().answer, usage)
 
 
 def _headers(prepared: Prepared) -> dict[str, str]:
