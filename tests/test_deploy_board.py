@@ -61,6 +61,8 @@ LABEL_VALUES = re.compile(r"label_values\(\s*(\w+)\s*,\s*(\w+)\s*\)")
 #: go through workers (`fleet_exported`): a check naming one the other scrapes lack
 #: scrapes such an owner, with a Redis of its own.
 FLEET = re.compile(r"promptlab_workers?_")
+#: Series of `serve --gateway-relay`'s relay: exported only by an owner relaying.
+RELAY = re.compile(r"promptlab_gateway_")
 
 
 # ---- the extractor -----------------------------------------------------------------------
@@ -270,6 +272,29 @@ def fleet_exported(
     return labels_by_sample(text)
 
 
+@pytest.fixture
+def relay_exported(
+    redis_server: RedisServer,
+    empty_db_once: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> dict[str, set[str]]:
+    """What `/metrics` exports of an owner relaying for gateway processes (its broker up)."""
+    import redis
+
+    from promptlab.server.gateway_relay import GatewayRelay
+
+    db = tmp_path / "relay.duckdb"
+    shutil.copyfile(empty_db_once, db)
+    isolate(monkeypatch, db)
+    with Workbench.open(Settings.from_env()) as wb:
+        app = create_app(wb, TOKEN)
+        app.state.relay = GatewayRelay(wb, redis.Redis.from_url(redis_server.url), b"x" * 32)
+        answer = TestClient(app).get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert "promptlab_gateway_relay_up 1.0" in answer.text, answer.text
+    return labels_by_sample(answer.text)
+
+
 @pytest.mark.parametrize("expr", EXPRESSIONS)
 def test_every_series_and_label_named_is_exported(
     expr: str, exported: dict[str, set[str]], request: pytest.FixtureRequest
@@ -278,6 +303,8 @@ def test_every_series_and_label_named_is_exported(
     if any(FLEET.match(s) and s not in exported for s, _ in named(expr)):
         # The owner's view of the workers: a scrape of its own, with a Redis.
         exported = merged(exported, request.getfixturevalue("fleet_exported"))
+    if any(RELAY.match(s) and s not in exported for s, _ in named(expr)):
+        exported = merged(exported, request.getfixturevalue("relay_exported"))
     assert problems(expr, exported) == []
 
 

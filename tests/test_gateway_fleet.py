@@ -219,6 +219,18 @@ def test_a_gateway_serves_the_owner_s_experiment_and_the_owner_stores_each_call_
     # A viewer's token, or none, is not a gateway's: refused before anything is sent.
     with pytest.raises(openai.AuthenticationError):
         call(chat(url, "pl_not-a-token"), "unit-1")
+    cluster.drained(client)
+    # The owner's /metrics says what its relay took (and Prometheus alerts on it).
+    info = find_server(cluster.db, {})
+    assert info is not None
+    scrape = urllib.request.Request(
+        f"{info.url}/metrics", headers={"Authorization": f"Bearer {info.token}"}
+    )
+    with urllib.request.urlopen(scrape, timeout=30) as answer:  # noqa: S310 - loopback
+        text = answer.read().decode()
+    assert 'promptlab_gateway_records_total{outcome="stored"} 40.0' in text
+    assert "promptlab_gateway_records_waiting 0.0" in text
+    assert "promptlab_gateway_relay_up 1.0" in text
     assert cluster.stored(client) == sorted(trace for trace, _ in answered)
     # The gateway's log is JSON a collector takes whole: an access line per answer,
     # naming who called, the refused caller too.

@@ -112,6 +112,8 @@ def create_app(wb: Workbench, token: str, *, local_paths: bool = True) -> FastAP
     add_dataset_routes(app, wb)
     add_experiment_routes(app, wb)
     app.state.workbench = wb
+    #: `serve --gateway-relay`'s relay (server/run.py sets it), read by /metrics.
+    app.state.relay = None
     add_token_routes(app)
     app.state.jobs = Jobs(fairness)
     add_job_routes(app, wb, app.state.jobs, fairness)
@@ -170,9 +172,9 @@ def _add_health_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
         return {"ok": True, "database": str(wb.settings.db_path)}
 
     @app.get("/metrics", dependencies=auth)
-    def metrics() -> Response:
+    def metrics(request: Request) -> Response:
         """Prometheus text format: runs, items, attempts, limiters, latency (metrics.py)."""
-        body, content_type = metrics_response(wb)
+        body, content_type = metrics_response(wb, request.app.state.relay)
         return Response(body, media_type=content_type)
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 import redis
 
-from promptlab.gateway.relay import SNAPSHOT_KEY
+from promptlab.gateway.relay import RECORDS_STREAM, SNAPSHOT_KEY
 from promptlab.gateway.snapshot import GATEWAY_ROLE, sealed, version_dict
 from promptlab.records.prompts import PromptVersion
 from promptlab.server.gateway_records import RecordTaker
@@ -74,6 +74,13 @@ class GatewayRelay:
         self._client.set(SNAPSHOT_KEY, self._sealed)
         self._said = said
         return True
+
+    def waiting(self) -> int | None:
+        """Records in the stream not stored yet; None when the broker does not answer."""
+        try:
+            return int(self._client.xlen(RECORDS_STREAM))
+        except redis.RedisError:
+            return None
 
     def _now(self) -> str:
         return self._wb.store.clock.now().isoformat()

@@ -4,7 +4,8 @@ Read at scrape time, so every figure is current and nothing is counted twice: ru
 state and every state transition (from the store's run events), items by state and in
 flight, attempts and 429s per endpoint, request latency histograms per endpoint, each
 limiter's current rate, concurrency, waiting requests and gate, and the store writer's
-commit latency, rows, failed commits and spills.
+commit latency, rows, failed commits and spills. With `serve --gateway-relay`, the
+gateway processes' records stored, refused and trimmed, and those waiting in Redis.
 
 Label values are bounded: an `endpoint` label is the name of a configured endpoint
 (built in, or in the providers file) that passes LABEL_VALUE, never a name a run spec
@@ -21,7 +22,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.core import (
@@ -36,6 +37,9 @@ from promptlab.distributed.settings import DEFAULT_QUEUE
 from promptlab.providers.config import load_endpoints
 from promptlab.store.monitoring import MonitoringReads, MonitoringSnapshot
 from promptlab.workbench import Workbench
+
+if TYPE_CHECKING:
+    from promptlab.server.gateway_relay import GatewayRelay
 
 #: Upper bounds (seconds) of the request latency histogram.
 LATENCY_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -73,8 +77,9 @@ ROLLOUT_ACTIONS = ("advance", "hold", "kill", "complete", "pause", "resume", "ab
 class WorkbenchCollector:
     """Collects from the store and the engine on each scrape."""
 
-    def __init__(self, wb: Workbench) -> None:
+    def __init__(self, wb: Workbench, relay: GatewayRelay | None = None) -> None:
         self._wb = wb
+        self._relay = relay
         self._reads = MonitoringReads(wb.store)
         endpoints = load_endpoints(wb.settings.providers_file)
         self._configured = set(endpoints)
@@ -131,6 +136,8 @@ class WorkbenchCollector:
         yield from self._live()
         yield self._rollouts()
         yield from self._workers()
+        if self._relay is not None:
+            yield from relay_metrics(self._relay)
         scrape = GaugeMetricFamily("promptlab_scrape_seconds", "Time this scrape took")
         scrape.add_metric([], time.perf_counter() - started)
         yield scrape
@@ -291,8 +298,36 @@ def _summed_lists(
     return out
 
 
-def metrics_response(wb: Workbench) -> tuple[bytes, str]:
+def relay_metrics(relay: GatewayRelay) -> Iterator[Metric]:
+    """`serve --gateway-relay`: the gateways' records as this owner takes them."""
+    taker = relay.taker
+    records = CounterMetricFamily(
+        "promptlab_gateway_records",
+        "Gateway processes' records taken: stored, refused (not verified, or refused by "
+        "the store) or trimmed (gone from Redis before they were read)",
+        labels=["outcome"],
+    )
+    for outcome, count in (
+        ("stored", taker.stored),
+        ("refused", taker.refused),
+        ("trimmed", taker.trimmed),
+    ):
+        records.add_metric([outcome], count)
+    yield records
+    waiting = relay.waiting()
+    up = GaugeMetricFamily("promptlab_gateway_relay_up", "1 while the relay's broker answers")
+    up.add_metric([], 0 if waiting is None else 1)
+    yield up
+    if waiting is not None:
+        left = GaugeMetricFamily(
+            "promptlab_gateway_records_waiting", "Gateway records in Redis not stored yet"
+        )
+        left.add_metric([], waiting)
+        yield left
+
+
+def metrics_response(wb: Workbench, relay: GatewayRelay | None = None) -> tuple[bytes, str]:
     """The exposition text and its content type."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(WorkbenchCollector(wb))
+    registry.register(WorkbenchCollector(wb, relay))
     return generate_latest(registry), CONTENT_TYPE_LATEST

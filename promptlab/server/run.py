@@ -136,6 +136,7 @@ class Serving:
         self.backups = backups_of(wb)
         #: `promptlab gateway` processes served through the broker, when asked.
         self.relay = relay_of(wb)
+        self._app.state.relay = self.relay
         write_discovery(wb.settings.db_path, self.info)
 
     def run(self) -> None:
