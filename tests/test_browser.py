@@ -293,6 +293,15 @@ def test_deep_link_to_runs_on_a_fresh_server_then_run_the_demo_ab(
     expect(page.get_by_role("heading", name="Runs")).to_be_visible(timeout=PAGE_STEP_MS)
     # Inside the app shell: titled navigation, not a bare pages/ listing.
     expect(page.get_by_role("link", name="Prompts")).to_be_visible(timeout=PAGE_STEP_MS)
+    # The fresh app's demo run redraws this page until it ends, and a click that lands
+    # in a redraw can be lost (it was once on a busy machine): ours starts after it.
+    demo_run = page.get_by_role("heading", name=re.compile(r"^demo: .* · "))
+    expect(demo_run).to_contain_text("· completed", timeout=120_000)
+    page.wait_for_function(
+        "document.querySelector('[data-testid=\"stApp\"]')"
+        "?.getAttribute('data-test-script-state') === 'notRunning'",
+        timeout=PAGE_STEP_MS,
+    )
     page.get_by_text("Start a run from a YAML spec").click()
     start = page.get_by_role("button", name="Start run")
     expect(start).to_be_visible(timeout=PAGE_STEP_MS)
