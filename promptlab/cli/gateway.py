@@ -13,7 +13,6 @@ import click
 
 from promptlab.audit.logjson import say
 from promptlab.cli.common import handle_errors
-from promptlab.errors import ConfigError
 
 #: Where a gateway keeps its journal unless --state-dir says (one folder per port).
 STATE_HOME = Path("~/.local/state/promptlab")
@@ -55,13 +54,13 @@ def gateway_command(host: str, port: int, state_dir: Path | None, name: str | No
     from promptlab.distributed.trust import worker_secret
     from promptlab.gateway.standalone import StandaloneGateway, StateFolder
     from promptlab.providers import load_endpoints
-    from promptlab.server.run import StoppingServer
+    from promptlab.server.run import StoppingServer, listening
 
     settings = Settings.from_env()
     broker = broker_url()
     secret = worker_secret(broker)
     endpoints = load_endpoints(settings.providers_file)
-    sock = _bound(host, port)
+    sock = listening(host, port)
     bound_port = sock.getsockname()[1]
     folder = (state_dir or STATE_HOME / f"gateway-{port}").expanduser()
     state = StateFolder(folder)
@@ -84,21 +83,6 @@ def gateway_command(host: str, port: int, state_dir: Path | None, name: str | No
         server.run(sockets=[sock])
     finally:
         parts.close()
-
-
-def _bound(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise ConfigError(
-            f"cannot listen on {host}:{port}: {exc.strerror or exc} (choose another with --port)"
-        ) from None
-    sock.listen(2048)
-    return sock
 
 
 commands: list[click.Command] = [gateway_command]

@@ -98,8 +98,7 @@ class SnapshotFollower:
         self.snapshot: Snapshot | None = None
         #: The one before: a call that read an experiment from it finds its version.
         self.previous: Snapshot | None = None
-        #: Reads made so far, and the last one's error (None: it read and verified).
-        self.reads = 0
+        #: The last read's problem (None: it read and verified).
         self.problem: str | None = "no snapshot read yet"
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="promptlab-snapshot", daemon=True)
@@ -120,8 +119,6 @@ class SnapshotFollower:
         except redis.RedisError as exc:
             self._say(f"the broker is unreachable ({exc})")
             return
-        finally:
-            self.reads += 1
         if raw is None:
             self._say("the owner has published no snapshot yet (serve --gateway-relay)")
             return

@@ -47,6 +47,7 @@ from promptlab.gateway.targets import Targets
 from promptlab.providers import build_provider
 from promptlab.providers.config import EndpointConfig
 from promptlab.server.access import AccessLog, access_lines_on
+from promptlab.server.refusals import error_response
 
 try:  # POSIX: one gateway per state folder
     import fcntl
@@ -206,16 +207,16 @@ class GatewayApp:
         headers = dict(scope["headers"])
         caller = self._caller(headers.get(b"authorization", b""))
         if caller is None:
-            return _error(401, "missing or wrong token (Authorization: Bearer TOKEN)")
+            return error_response(401, "missing or wrong token (Authorization: Bearer TOKEN)")
         # Who asked, for the access line (server/access.py reads a principal's name, role).
         scope.setdefault("state", {})["principal"] = SimpleNamespace(name=caller, role="gateway")
         if method != "POST" or (path not in DOORS and path != FEEDBACK_PATH):
-            return _error(404, f"a gateway answers {', '.join(DOORS)} and {FEEDBACK_PATH}")
+            return error_response(404, f"a gateway answers {', '.join(DOORS)} and {FEEDBACK_PATH}")
         length = headers.get(b"content-length")
         if length is None:
-            return _error(411, "send a Content-Length (bodies are bounded)")
+            return error_response(411, "send a Content-Length (bodies are bounded)")
         if not length.isdigit() or int(length) > MAX_BODY_BYTES:
-            return _error(413, f"request body over {MAX_BODY_BYTES:,} bytes")
+            return error_response(413, f"request body over {MAX_BODY_BYTES:,} bytes")
         request = Request(scope, receive)
         if path == FEEDBACK_PATH:
             return await self._feedback(request, caller)
@@ -234,13 +235,14 @@ class GatewayApp:
         try:
             body = orjson.loads(await request.body())
         except orjson.JSONDecodeError:
-            return _error(422, "body: not JSON")
+            return error_response(422, "body: not JSON")
         try:
             queued = await run_in_threadpool(self.parts.queue_feedback, body, caller)
         except CallRefused as refused:
-            return _error(refused.status, refused.message)
+            return error_response(refused.status, refused.message)
         except redis.RedisError as exc:
-            return _error(503, f"the broker is unreachable ({exc}); send again (ids dedupe)")
+            message = f"the broker is unreachable ({exc}); send again (ids dedupe)"
+            return error_response(503, message)
         return Response(orjson.dumps({"queued": queued}), 202, media_type="application/json")
 
     def _health(self) -> Response:
@@ -252,7 +254,3 @@ class GatewayApp:
             "problem": follower.problem,
         }
         return Response(orjson.dumps(body), 200 if held else 503, media_type="application/json")
-
-
-def _error(status: int, message: str) -> Response:
-    return Response(orjson.dumps({"error": message}), status, media_type="application/json")

@@ -80,6 +80,23 @@ def backups_of(wb: Workbench) -> BackupWatch | None:
     )
 
 
+def listening(host: str, port: int) -> socket.socket:
+    """A socket bound to `host:port` and listening; a taken port is one line."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc} (another server has "
+            "it? choose another with --port)"
+        ) from None
+    sock.listen(BACKLOG)
+    return sock
+
+
 def relay_of(wb: Workbench) -> GatewayRelay | None:
     if not wb.settings.gateway_relay:
         return None
@@ -99,21 +116,10 @@ class Serving:
     def __init__(self, wb: Workbench, host: str = "127.0.0.1", port: int = 8765) -> None:
         self.wb = wb
         self.local = is_loopback(host)
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self._sock = socket.socket(family, socket.SOCK_STREAM)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            self._sock.bind((host, port))
-        except OSError as exc:
-            self._sock.close()
-            raise ConfigError(
-                f"cannot listen on {host}:{port}: {exc.strerror or exc} (another server has "
-                "it? choose another with --port)"
-            ) from None
         # Listening before the discovery file names it: a client that finds the file can
         # connect at once (its connection waits in the backlog until uvicorn accepts).
-        self._sock.listen(BACKLOG)
-        shown = f"[{host}]" if family == socket.AF_INET6 else host
+        self._sock = listening(host, port)
+        shown = f"[{host}]" if self._sock.family == socket.AF_INET6 else host
         self.info = ServerInfo(
             f"http://{shown}:{self._sock.getsockname()[1]}", new_token(), os.getpid()
         )
