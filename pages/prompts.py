@@ -225,6 +225,13 @@ def edit_tab(wb: Workbench, base: PromptVersion) -> None:
         st.rerun()
 
 
+#: The history table's git column, explained where it is shown.
+GIT_HELP = (
+    "The git commit the version was added from with `promptlab prompt add` (+: the file "
+    "had uncommitted changes); NAME@git:COMMIT names it"
+)
+
+
 def history_tab(wb: Workbench, name: str, versions: list[PromptVersion]) -> None:
     labels: dict[str, list[str]] = {}
     for label, version in wb.prompts.labels(name, versions).items():
@@ -234,6 +241,7 @@ def history_tab(wb: Workbench, name: str, versions: list[PromptVersion]) -> None
             {
                 "version": v.semver,
                 "id": v.short_id,
+                "git": v.git.short if v.git else "",
                 "labels": ", ".join(labels.get(v.id, [])),
                 "created": v.created_at,
                 "author": v.author,
@@ -244,6 +252,7 @@ def history_tab(wb: Workbench, name: str, versions: list[PromptVersion]) -> None
         ),
         hide_index=True,
         width="stretch",
+        column_config={"git": st.column_config.TextColumn(help=GIT_HELP)},
     )
     moves = wb.prompts.label_history(name)
     if moves:

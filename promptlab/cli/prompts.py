@@ -7,6 +7,7 @@ prints its own: files are read and written here, the server gets and gives text.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 import urllib.parse
@@ -105,23 +106,31 @@ def prompt() -> None:
 @click.pass_context
 @handle_errors
 def add(ctx: click.Context, file: Path, author: str | None) -> None:
-    """Import a YAML prompt file; each changed version becomes a new version."""
+    """Import a YAML prompt file; each changed version becomes a new version. A file in
+    a git work tree records the commit checked out, and whether the file differed from it."""
     from promptlab.prompts.files import load_prompt_file  # heavy (templates): see the top
+    from promptlab.prompts.gitsource import git_source
     from promptlab.records.prompts import SaveResult
 
     prompt_file = load_prompt_file(file)  # fully checked before anything is saved
-    # Through a server, the text goes (the server checks it again): read once more here.
-    body = {"text": _text_of(file), "source": str(file), "author": author} if served(ctx) else None
+    git = git_source(file)
+    body = None
+    if served(ctx):  # the text goes (the server checks it again): read once more here
+        sent_git = dataclasses.asdict(git) if git else None
+        body = {"text": _text_of(file), "source": str(file), "author": author, "git": sent_git}
     results = through(
         ctx,
         list[SaveResult],
         "POST",
         "/v1/prompts",
-        lambda wb: wb.prompts.import_file(prompt_file, author),
+        lambda wb: wb.prompts.import_file(prompt_file, author, git),
         body,
     )
     for result in results:
         click.echo(result.describe())
+    if git is not None and any(r.created for r in results):
+        changed = " (the file had uncommitted changes)" if git.dirty else ""
+        click.echo(f"from git commit {git.commit[:12]}{changed}")
 
 
 @prompt.command("list")
@@ -157,13 +166,17 @@ def list_prompts(ctx: click.Context) -> None:
 @click.pass_context
 @handle_errors
 def show(ctx: click.Context, ref: str) -> None:
-    """Show one version: REF is NAME, NAME@1.2.0, NAME@LABEL or NAME@sha256:PREFIX."""
+    """Show one version: REF is NAME, NAME@1.2.0, NAME@LABEL, NAME@sha256:PREFIX or
+    NAME@git:COMMIT (the version added from that commit)."""
     shown = _labelled(ctx, ref)
     version, labels = shown.version, shown.labels
     click.echo(f"{version.ref}  {version.id}")
     click.echo(f"author: {version.author}  created: {version.created_at:%Y-%m-%d %H:%M:%S %Z}")
     click.echo(f"message: {version.message or '-'}")
     click.echo(f"labels: {', '.join(labels) or '-'}")
+    if version.git is not None:
+        changed = " (with uncommitted changes)" if version.git.dirty else ""
+        click.echo(f"git: {version.git.commit} {version.git.path}{changed}")
     click.echo(f"params: {json.dumps(dict(version.template.params))}")
     click.echo(f"variables: {json.dumps(version.template.variables['properties'])}")
     if version.template.output_schema:
@@ -185,9 +198,16 @@ def history(ctx: click.Context, name: str) -> None:
     found = through(ctx, PromptHistory, "GET", path, lambda wb: wb.prompts.history(name))
     versions, moves = found.versions, found.moves
     _print_table(
-        ("VERSION", "ID", "CREATED", "AUTHOR", "MESSAGE"),
+        ("VERSION", "ID", "GIT", "CREATED", "AUTHOR", "MESSAGE"),
         [
-            (v.semver, v.short_id, f"{v.created_at:%Y-%m-%d %H:%M}", v.author, v.message)
+            (
+                v.semver,
+                v.short_id,
+                v.git.short if v.git else "-",
+                f"{v.created_at:%Y-%m-%d %H:%M}",
+                v.author,
+                v.message,
+            )
             for v in versions
         ],
     )

@@ -13,7 +13,7 @@ from promptlab.prompts.files import PromptFile, export_prompt, import_prompt_fil
 from promptlab.prompts.registry import NO_VERSION, SaveResult
 from promptlab.prompts.templates import Template
 from promptlab.records import PromptVersion
-from promptlab.records.prompts import LabelledVersion, PromptHistory
+from promptlab.records.prompts import GitSource, LabelledVersion, PromptHistory
 
 __all__ = ["NO_VERSION", "Prompts"]
 
@@ -97,9 +97,12 @@ class Prompts:
         )
         return version
 
-    def import_file(self, prompt: PromptFile, author: str | None = None) -> list[SaveResult]:
-        """Save a checked prompt file's versions and labels (see `load_prompt_file`)."""
-        results = import_prompt_file(self._registry, prompt, author or self._context.author())
+    def import_file(
+        self, prompt: PromptFile, author: str | None = None, git: GitSource | None = None
+    ) -> list[SaveResult]:
+        """Save a checked prompt file's versions and labels (see `load_prompt_file`), with
+        the commit the file was read at when it lay in a git work tree (`git_source`)."""
+        results = import_prompt_file(self._registry, prompt, author or self._context.author(), git)
         for result in results:
             self._context.audit_saved(result, author)
         return results

@@ -43,6 +43,7 @@ from promptlab.prompts.registry import (
     next_version,
 )
 from promptlab.prompts.templates import Template
+from promptlab.records.prompts import GitSource
 from promptlab.yamlio import parse_yaml, read_yaml
 
 _VERSION_KEYS = {
@@ -155,9 +156,12 @@ def _parse_version(item: Any, where: str) -> VersionSpec:
     )
 
 
-def import_prompt_file(registry: Registry, prompt: PromptFile, author: str) -> list[SaveResult]:
+def import_prompt_file(
+    registry: Registry, prompt: PromptFile, author: str, git: GitSource | None = None
+) -> list[SaveResult]:
     """Save each version in order (identical ones are skipped), then move the labels,
-    all as `author` (the caller).
+    all as `author` (the caller); each new version records the commit the file was
+    read at (`git`), when it lay in a git work tree.
 
     Version numbers and label targets are checked against the registry first, so a file
     that cannot be imported whole saves nothing.
@@ -177,6 +181,7 @@ def import_prompt_file(registry: Registry, prompt: PromptFile, author: str) -> l
             message=" ".join(part for part in (spec.message, note) if part),
             version=spec.version,
             description=prompt.description or None,
+            git=git,
         )
         results.append(result)
         if spec.version:

@@ -1,8 +1,9 @@
 """The prompt registry: immutable versions, semantic versions, movable labels, diffs.
 
 A version's id is the hash of its canonical content, so the same content always has
-the same id. References resolve as `name` (latest), `name@1.2.0`, `name@production`
-or `name@sha256:<prefix>`.
+the same id. References resolve as `name` (latest), `name@1.2.0`, `name@production`,
+`name@sha256:<prefix>` or `name@git:<commit prefix>` (the version added from that
+commit, promptlab/prompts/gitsource.py).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import difflib
 import functools
 import json
 import re
+from dataclasses import replace
 from typing import Any, Literal
 
 from promptlab.errors import (
@@ -25,6 +27,7 @@ from promptlab.records import LabelEvent, PromptVersion
 from promptlab.records.prompts import (
     Bump,
     FieldChange,
+    GitSource,
     MessageDiff,
     PromptSummary,
     SaveResult,
@@ -56,6 +59,7 @@ LABEL_PATTERN = re.compile(r"^[a-z][a-z0-9_-]{0,39}$")
 SEMVER_PATTERN = re.compile(r"^(\d+)\.(\d+)\.(\d+)$")
 #: Shortest hash prefix accepted in a reference, so typos rarely match by chance.
 MIN_HASH_PREFIX = 4
+COMMIT_PREFIX_PATTERN = re.compile(rf"^[0-9a-f]{{{MIN_HASH_PREFIX},64}}$")
 RESERVED_LABELS = frozenset({"latest"})
 #: What a label mover saw when the label did not exist yet (`set_label(expected=)`).
 NO_VERSION = "none"
@@ -79,10 +83,14 @@ class Registry:
         message: str = "",
         version: str | None = None,
         description: str | None = None,
+        git: GitSource | None = None,
     ) -> SaveResult:
-        """Save `template` as the next version of `name` (creating the prompt if new).
+        """Save `template` as the next version of `name` (creating the prompt if new),
+        with the commit it was added from (`git`), when it came from a git work tree.
 
-        Identical content saves nothing and returns the existing version.
+        Identical content saves nothing and returns the existing version. It keeps the
+        commit it was first added from, unless that add had uncommitted changes and this
+        one has none: then this commit holds the content, and is recorded instead.
         """
         _check_name(name)
         version_id = template.content_hash()
@@ -92,6 +100,9 @@ class Registry:
             writes.ensure_prompt(name, description, now)
             existing = writes.version(name, version_id)
             if existing is not None:
+                if git is not None and _better_source(existing.git, git):
+                    writes.set_source(name, version_id, git, now)
+                    existing = replace(existing, git=git)
                 return SaveResult(existing, created=False, bump=None)
             latest = writes.latest(name)
             bump: Bump = classify_change(latest.template, template) if latest else "major"
@@ -106,8 +117,11 @@ class Registry:
                 message,
                 now,
                 latest.id if latest else None,
+                git,
             )
             writes.add_version(saved, number)
+            if git is not None:
+                writes.set_source(name, version_id, git, now)
         return SaveResult(saved, created=True, bump=bump)
 
     def set_label(
@@ -194,6 +208,8 @@ class Registry:
         versions = self.versions(name)
         if not selector or selector == "latest":
             return versions[0]
+        if selector.startswith("git:"):
+            return _by_commit(ref, selector.removeprefix("git:"), versions)
         if selector.startswith("sha256:"):
             if len(selector) < len("sha256:") + MIN_HASH_PREFIX:
                 raise RegistryError(
@@ -223,6 +239,30 @@ class Registry:
         return diff_versions(
             self.resolve(_qualify(name, ref_a)), self.resolve(_qualify(name, ref_b))
         )
+
+
+def _better_source(known: GitSource | None, new: GitSource) -> bool:
+    """Whether `new` should replace the commit recorded for a version (`known`)."""
+    return known is None or (known.dirty and not new.dirty)
+
+
+def _by_commit(ref: str, prefix: str, versions: list[PromptVersion]) -> PromptVersion:
+    """The newest version added from the commit `prefix` starts (a prompt file holds
+    several): of those whose file was as committed, else of those added with
+    uncommitted changes on top of it."""
+    if not COMMIT_PREFIX_PATTERN.match(prefix):
+        raise RegistryError(
+            f"{ref}: give at least {MIN_HASH_PREFIX} hex digits of a commit after 'git:'"
+        )
+    matches = [v for v in versions if v.git is not None and v.git.commit.startswith(prefix)]
+    commits = sorted({v.git.commit[:12] for v in matches if v.git is not None})
+    if len(commits) > 1:
+        raise RegistryError(f"{ref}: the prefix matches several commits ({', '.join(commits)})")
+    if not matches:
+        name = ref.partition("@")[0]
+        raise NotFoundError(f"{ref}: no version of {name!r} was added from that commit")
+    clean = [v for v in matches if v.git is not None and not v.git.dirty]
+    return (clean or matches)[0]  # versions come newest first
 
 
 def _check_label(where: str, seen: PromptVersion | None, now: LabelEvent | None) -> None:

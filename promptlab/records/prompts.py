@@ -12,6 +12,23 @@ from promptlab.prompts.templates import Template
 
 
 @dataclass(frozen=True)
+class GitSource:
+    """The git commit a version was added from (promptlab/prompts/gitsource.py)."""
+
+    #: The full commit id checked out (HEAD) when the file was added.
+    commit: str
+    #: True when the file differed from that commit (edited, staged or untracked).
+    dirty: bool
+    #: The file's path inside its repository.
+    path: str
+
+    @property
+    def short(self) -> str:
+        """The commit's first 7 hex digits, `+` when the file had uncommitted changes."""
+        return self.commit[:7] + ("+" if self.dirty else "")
+
+
+@dataclass(frozen=True)
 class PromptVersion:
     prompt_name: str
     id: str
@@ -21,6 +38,8 @@ class PromptVersion:
     message: str
     created_at: datetime
     parent_id: str | None
+    #: The commit the version was first added from; None when it came from no git work tree.
+    git: GitSource | None = None
 
     @property
     def short_id(self) -> str:

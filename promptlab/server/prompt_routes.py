@@ -1,8 +1,9 @@
 """The prompt registry's routes for `promptlab init` and `promptlab prompt ...`.
 
 Answers are the facade's own records (server/typed.py), so the CLI prints them as it
-does on its own. A prompt file is read by the client and sent as its text; an export is
-answered as text and written by the client: this server reads and writes no path a
+does on its own. A prompt file is read by the client and sent as its text, with the
+git commit the client read it at (the server runs no git on a client's path); an export
+is answered as text and written by the client: this server reads and writes no path a
 client names. `POST /v1/demo` loads the demo this server ships (its own data/demo) and
 starts the demo run, whose id the client then follows.
 """
@@ -16,6 +17,7 @@ from promptlab.errors import PromptFileError
 from promptlab.prompts.files import parse_prompt_data
 from promptlab.records.prompts import (
     DemoLoaded,
+    GitSource,
     LabelledVersion,
     PromptHistory,
     PromptSummary,
@@ -29,6 +31,14 @@ from promptlab.workbench import Workbench
 from promptlab.yamlio import parse_yaml
 
 
+class GitSourceIn(BaseModel):
+    """The commit a prompt file was read at, as the client's git named it."""
+
+    commit: str = Field(pattern=r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
+    dirty: bool = Field(description="True when the file differed from that commit.")
+    path: str = Field(max_length=4096, description="The file's path in its repository.")
+
+
 class PromptFileIn(BaseModel):
     """A YAML prompt file's text, as the client read it."""
 
@@ -36,6 +46,9 @@ class PromptFileIn(BaseModel):
     source: str = Field("<prompt>", description="The file's name, as errors name it.")
     author: str | None = Field(
         None, description="Whom new versions are for: a service's token acts on their behalf."
+    )
+    git: GitSourceIn | None = Field(
+        None, description="The git commit the file was read at; None outside a work tree."
     )
 
 
@@ -60,7 +73,8 @@ def add_prompt_routes(app: FastAPI, wb: Workbench) -> None:
             data = parse_yaml(body.text, where=body.source, error=PromptFileError)
             prompt_file = parse_prompt_data(data, source=body.source)
             author = principal.actor(body.author) if body.author else None
-            return wb.prompts.import_file(prompt_file, author)
+            git = GitSource(**body.git.model_dump()) if body.git else None
+            return wb.prompts.import_file(prompt_file, author, git)
 
         results = request_once(imports, request, idempotency_key, body.model_dump_json(), start)
         return typed_response(list[SaveResult], results, 201)

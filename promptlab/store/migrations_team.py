@@ -244,4 +244,23 @@ TEAM_MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
             """,
         ),
     ),
+    (
+        "0027_version_sources",
+        (
+            # The git commit a version was first added from (promptlab/prompts/
+            # gitsource.py), as the client that added it read it; `dirty` when the file
+            # differed from that commit. A version added from no work tree has no row.
+            """
+            CREATE TABLE version_sources (
+                prompt_name VARCHAR NOT NULL,
+                version_id  VARCHAR NOT NULL,
+                git_commit  VARCHAR NOT NULL,
+                git_dirty   BOOLEAN NOT NULL,
+                git_path    VARCHAR NOT NULL,
+                recorded_at TIMESTAMPTZ NOT NULL,
+                PRIMARY KEY (prompt_name, version_id)
+            )
+            """,
+        ),
+    ),
 )

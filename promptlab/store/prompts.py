@@ -16,9 +16,18 @@ import duckdb
 
 from promptlab.prompts.templates import Template
 from promptlab.records import LabelEvent, PromptVersion
+from promptlab.records.prompts import GitSource
 from promptlab.store.connection import Store
 
-_VERSION_COLUMNS = "prompt_name, id, semver, content, author, message, created_at, parent_id"
+_VERSION_COLUMNS = (
+    "v.prompt_name, v.id, v.semver, v.content, v.author, v.message, v.created_at, "
+    "v.parent_id, s.git_commit, s.git_dirty, s.git_path"
+)
+#: Versions with the commit each was added from, when known.
+_VERSIONS = (
+    "prompt_versions v LEFT JOIN version_sources s "
+    "ON s.prompt_name = v.prompt_name AND s.version_id = v.id"
+)
 #: Label moves as `LabelEvent`s, with the semantic version each one moved to.
 _LABEL_EVENTS = (
     "SELECT e.prompt_name, e.label, e.version_id, v.semver, e.moved_at, e.actor "
@@ -26,7 +35,7 @@ _LABEL_EVENTS = (
     "ON v.prompt_name = e.prompt_name AND v.id = e.version_id"
 )
 #: Newest version first: by number, not by time (a version may be raised by hand).
-_NEWEST_FIRST = "ORDER BY major DESC, minor DESC, patch DESC"
+_NEWEST_FIRST = "ORDER BY v.major DESC, v.minor DESC, v.patch DESC"
 
 
 class PromptStore:
@@ -108,7 +117,7 @@ class PromptStore:
         """Every version of `name`, newest first (empty when there is no such prompt)."""
         with self.store.read() as cur:
             rows = cur.execute(
-                f"SELECT {_VERSION_COLUMNS} FROM prompt_versions WHERE prompt_name = ? "
+                f"SELECT {_VERSION_COLUMNS} FROM {_VERSIONS} WHERE v.prompt_name = ? "
                 + _NEWEST_FIRST,
                 [name],
             ).fetchall()
@@ -155,14 +164,14 @@ class PromptWrites:
 
     def version(self, name: str, version_id: str) -> PromptVersion | None:
         row = self._tx.execute(
-            f"SELECT {_VERSION_COLUMNS} FROM prompt_versions WHERE prompt_name = ? AND id = ?",
+            f"SELECT {_VERSION_COLUMNS} FROM {_VERSIONS} WHERE v.prompt_name = ? AND v.id = ?",
             [name, version_id],
         ).fetchone()
         return None if row is None else _version_from_row(row)
 
     def latest(self, name: str) -> PromptVersion | None:
         row = self._tx.execute(
-            f"SELECT {_VERSION_COLUMNS} FROM prompt_versions WHERE prompt_name = ? "
+            f"SELECT {_VERSION_COLUMNS} FROM {_VERSIONS} WHERE v.prompt_name = ? "
             + _NEWEST_FIRST
             + " LIMIT 1",
             [name],
@@ -186,9 +195,17 @@ class PromptWrites:
             ],
         )
 
+    def set_source(self, name: str, version_id: str, git: GitSource, at: datetime) -> None:
+        """Record `git` as the commit `version_id` came from (in place of any before)."""
+        self._tx.execute(
+            "INSERT OR REPLACE INTO version_sources VALUES (?, ?, ?, ?, ?, ?)",
+            [name, version_id, git.commit, git.dirty, git.path, at],
+        )
+
 
 def _version_from_row(row: tuple[Any, ...]) -> PromptVersion:
-    name, version_id, semver, content, author, message, created_at, parent_id = row
+    name, version_id, semver, content, author, message, created_at, parent_id = row[:8]
+    commit, dirty, path = row[8:]
     return PromptVersion(
         prompt_name=name,
         id=version_id,
@@ -198,4 +215,5 @@ def _version_from_row(row: tuple[Any, ...]) -> PromptVersion:
         message=message,
         created_at=created_at,
         parent_id=parent_id,
+        git=None if commit is None else GitSource(commit, bool(dirty), path),
     )
