@@ -11,6 +11,11 @@ database. Prints one table per scenario; asserts nothing.
   once, each pacing itself at the limit (as two teams' runs, or a server and a CLI, on
   one key would), first in process (two budgets), then on 1, 2 and 4 workers (one
   budget in Redis). The total should stay at the limit with at most 2% 429s.
+- burst: fakellm limited to 3,000 requests a minute with a ten-second bucket (500 at
+  once, then 50 a second), limits the run does not configure (learned from the
+  headers): one owner of 2,000 items in process, then on 2 workers. The physical best
+  is the full bucket at once, then the refill: (2,000 - 500) / 50 = 30 s of sending.
+  Prints each one's rate beside that best and beside the in-process run, and its 429s.
 - latency: no limits, 200 ms per answer, one owner with a wide concurrency: in process,
   then on 1, 2 and 4 workers; where it stops growing, and why.
 - kill: 2 workers, 200 ms; kill -9 one worker at 30%, then the owner at 60% and
@@ -160,6 +165,31 @@ def rpm_scenario(folder: Path, rpm: int, items: int) -> None:
             )
 
 
+def burst_scenario(folder: Path, rpm: int, burst_s: float, items: int) -> None:
+    held = rpm / 60 * burst_s
+    best = max(items - held, 0) / (rpm / 60)
+    print(f"\nburst: one owner x {items} items, fakellm --rpm {rpm} --burst-s {burst_s:g}")
+    print(f"(the best: {held:.0f} at once, then {rpm / 60:.0f}/s: {best:.1f} s of sending)")
+    print(f"{'where':<12} {'sending s':>9} {'of best':>8} {'vs in-process':>14} {'429s':>6}")
+    with fakellm("--rpm", str(rpm), "--burst-s", f"{burst_s:g}") as base:
+        baseline = None
+        for count in (0, 2):
+            reset(base)  # a full bucket again, as a provider's after a quiet spell
+            sub = folder / f"burst{count}"
+            with cluster(sub, count) as workers:
+                spec = spec_file(sub, "burst", base, items, concurrency=64)
+                procs = [owner(sub, spec, workers.url, distributed=count > 0)]
+                sending = sending_time(base, procs)
+                finished(procs[0])
+            s = stats(base)
+            baseline = baseline or sending
+            where = "in process" if count == 0 else f"{count} workers"
+            print(
+                f"{where:<12} {sending:>9.1f} {best / sending:>8.2f} "
+                f"{baseline / sending:>14.2f} {s['rate_limited']:>6}"
+            )
+
+
 def latency_scenario(folder: Path, items: int) -> None:
     print(f"\nlatency: one owner x {items} items, 200 ms answers, no limits, concurrency 400")
     print(f"{'where':<12} {'wall s':>7} {'items/s':>8} {'vs in-process':>14}")
@@ -223,19 +253,23 @@ def kill_scenario(folder: Path, items: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--only", default="rpm,latency,kill")
+    parser.add_argument("--only", default="rpm,burst,latency,kill")
     parser.add_argument("--items", type=int, default=300, help="per owner in `rpm`")
     parser.add_argument("--rpm", type=int, default=1200)
+    parser.add_argument("--burst-items", type=int, default=2000)
     parser.add_argument("--latency-items", type=int, default=3000)
     parser.add_argument("--kill-items", type=int, default=1000)
     args = parser.parse_args()
     only = set(args.only.split(","))
     with tempfile.TemporaryDirectory(prefix="promptlab-bench-") as tmp:
         folder = Path(tmp)
-        for sub in ("rpm0", "rpm1", "rpm2", "rpm4", "lat0", "lat1", "lat2", "lat4", "kill"):
+        subs = ("rpm0", "rpm1", "rpm2", "rpm4", "burst0", "burst2", "lat0", "lat1", "lat2", "lat4")
+        for sub in (*subs, "kill"):
             (folder / sub).mkdir()
         if "rpm" in only:
             rpm_scenario(folder, args.rpm, args.items)
+        if "burst" in only:
+            burst_scenario(folder, 3000, 10.0, args.burst_items)
         if "latency" in only:
             latency_scenario(folder, args.latency_items)
         if "kill" in only:

@@ -254,6 +254,50 @@ def test_the_budget_spaces_reservations_and_shares_back_off(redis_server: RedisS
     assert elsewhere < 0.05
 
 
+def test_the_budget_holds_the_burst_the_provider_s_headers_show(
+    redis_server: RedisServer,
+) -> None:
+    """A provider whose bucket holds ten seconds of requests (its `remaining` said 100 at
+    600 rpm) gets them at once, as the in-process limiter spends them; what a response
+    says remains caps what goes (sends made before the limit was known); the tokens'
+    clock follows its own header."""
+    import redis.asyncio
+
+    limit = {"X-RateLimit-Limit-Requests": "600"}
+
+    async def scenario() -> dict[str, Any]:
+        client = redis.asyncio.from_url(redis_server.url)
+        cfg = EndpointConfig(name="e", kind="openai", base_url="http://127.0.0.1:9/v1")
+        full = SharedBudget(client, cfg, "full")
+        await full.learn({**limit, "X-RateLimit-Remaining-Requests": "100"})
+        drained = SharedBudget(client, cfg, "drained")
+        await drained.learn({**limit, "X-RateLimit-Remaining-Requests": "100"})
+        await drained.learn({**limit, "X-RateLimit-Remaining-Requests": "4"})
+        tokens = SharedBudget(client, cfg, "tokens")
+        await tokens.learn(
+            {"x-ratelimit-limit-tokens": "60000", "x-ratelimit-remaining-tokens": "0"}
+        )
+        seen = {
+            "full": await full.reserve_many([0] * 102),
+            "drained": await drained.reserve_many([0] * 6),
+            "held": await client.hget(drained.keys[3], "requests_held"),
+            "tokens": await tokens.reserve_many([500, 500]),
+        }
+        await client.aclose()
+        return seen
+
+    seen = asyncio.run(scenario())
+    # Ten seconds of requests at once, then 0.1 s apart.
+    assert all(w < 0.05 for w in seen["full"][:100])
+    assert seen["full"][100:] == [pytest.approx(0.1, abs=0.06), pytest.approx(0.2, abs=0.06)]
+    # Four left, though the bucket's size stays the most seen.
+    assert all(w < 0.05 for w in seen["drained"][:4])
+    assert seen["drained"][4:] == [pytest.approx(0.1, abs=0.06), pytest.approx(0.2, abs=0.06)]
+    assert seen["held"] == b"100"
+    # No token left: 500 tokens at 1,000 a second wait half a second, the next a second.
+    assert seen["tokens"] == [pytest.approx(0.5, abs=0.06), pytest.approx(1.0, abs=0.06)]
+
+
 def test_a_ticket_is_sent_once_unless_its_sender_died(
     redis_server: RedisServer, fakellm: RunningServer
 ) -> None:
