@@ -4,9 +4,9 @@ One Workbench per database. It opens the store, owns the shared engine (started 
 first needed, with evaluation's after-run work as its run-ended hook) and the settings,
 and composes one facade per domain (promptlab/facades/):
 `wb.prompts`, `wb.runs`, `wb.schedules`, `wb.experiments`, `wb.rollouts`, `wb.datasets`,
-`wb.analysis`, `wb.exports`, `wb.audit`, `wb.review`, `wb.tokens`, `wb.cache` and
-`wb.demo`. Pages and commands call the facades; the rows and figures pages show come
-from `promptlab.views`, record types from `promptlab.records`.
+`wb.analysis`, `wb.exports`, `wb.audit`, `wb.review`, `wb.tokens`, `wb.cache`, `wb.drift`
+and `wb.demo`. Pages and commands call the facades; pages' rows and figures come from
+`promptlab.views`, record types from `promptlab.records`.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from promptlab.facades.cache import Cache
 from promptlab.facades.context import Context
 from promptlab.facades.datasets import Datasets
 from promptlab.facades.demo import Demo
+from promptlab.facades.drift import Drift
 from promptlab.facades.experiments import Experiments
 from promptlab.facades.exports import Exports
 from promptlab.facades.prompts import Prompts
@@ -81,6 +82,7 @@ class Workbench:
         self.review = Review(context)
         self.tokens = Tokens(context)
         self.cache = Cache(context)
+        self.drift = Drift(context)
         self.demo = Demo(context, self.experiments, self.datasets, self.runs)
         self._store_spills()
 
@@ -120,8 +122,7 @@ class Workbench:
             engine, self._engine = self._engine, None
         if engine is not None:
             engine.close()
-        # The demo run's clicks may be being written: the store stays open until they are.
-        self.demo.join()
+        self.demo.join()  # the demo run's clicks may be being written: the store stays open
         if self._owns_store:
             self.store.close()
 

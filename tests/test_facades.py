@@ -17,6 +17,7 @@ from promptlab.facades.audit import Audit
 from promptlab.facades.cache import Cache
 from promptlab.facades.datasets import Datasets
 from promptlab.facades.demo import Demo
+from promptlab.facades.drift import Drift
 from promptlab.facades.experiments import Experiments
 from promptlab.facades.exports import Exports
 from promptlab.facades.prompts import Prompts
@@ -52,6 +53,7 @@ MODULE_NAMES = {
     "datasets": ["Datasets", "MAX_TURNS_SHOWN"],
     "decisions": ["Decided", "Decisions"],
     "demo": ["DEMO_FEEDBACK_JOIN_S", "Demo"],
+    "drift": ["Drift"],
     "experiments": ["AssignmentCount", "EXPOSURE_BATCH", "Experiments"],
     "exports": ["Exports"],
     "prompts": ["NO_VERSION", "Prompts"],
@@ -95,6 +97,7 @@ FACADES: dict[str, tuple[type, list[str]]] = {
         ],
     ),
     "cache": (Cache, ["clear", "stats", "with_mode"]),
+    "drift": (Drift, ["check", "found"]),
     "audit": (
         Audit,
         [

@@ -37,6 +37,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "worker": ("worker",),
     "gateway": ("gateway",),
     "cache": ("cache",),
+    "drift": ("drift",),
     "backup": ("backup", "restore"),
 }
 

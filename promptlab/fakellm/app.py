@@ -27,6 +27,7 @@ from promptlab.fakellm.batch_routes import add_batch_routes
 from promptlab.fakellm.batches import BatchStore
 from promptlab.fakellm.config import FakeLLMConfig
 from promptlab.fakellm.control import AnswerGate, Stats
+from promptlab.fakellm.embedding_routes import add_embedding_routes
 from promptlab.fakellm.limits import Limiter
 from promptlab.fakellm.responses import ErrorResponses, key_header
 from promptlab.providers.base import CompletionRequest
@@ -407,5 +408,6 @@ def create_app(config: FakeLLMConfig, clock: Clock = SYSTEM_CLOCK) -> web.Applic
     app.router.add_post("/_reset", server.reset_handler)
     app.router.add_post("/_gate", server.gate_handler)
     add_batch_routes(app, server)
+    add_embedding_routes(app)
     app.router.add_route("*", "/{tail:.*}", server.not_found)
     return app

@@ -263,4 +263,25 @@ TEAM_MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
             """,
         ),
     ),
+    (
+        "0028_item_drift",
+        (
+            # Semantic drift per rendering (a run's variant and dataset row), from the
+            # run's last drift check (promptlab/evaluation/drift.py): the cosine distance
+            # of the rendered prompt's embedding from its version's anchor.
+            """
+            CREATE TABLE item_drift (
+                run_id        VARCHAR NOT NULL,
+                variant_index INTEGER NOT NULL,
+                row_index     BIGINT NOT NULL,
+                distance      DOUBLE NOT NULL,
+                drifted       BOOLEAN NOT NULL,
+                threshold     DOUBLE NOT NULL,
+                embedder      VARCHAR NOT NULL,
+                checked_at    TIMESTAMPTZ NOT NULL,
+                PRIMARY KEY (run_id, variant_index, row_index)
+            )
+            """,
+        ),
+    ),
 )

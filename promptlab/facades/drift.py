@@ -1,0 +1,64 @@
+"""`wb.drift`: semantic drift of a run's filled prompts from their versions' typical
+prompt (promptlab/evaluation/drift.py), checked and kept per rendering."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from promptlab.errors import NotFoundError
+from promptlab.facades.context import Context
+from promptlab.store.drift import DriftStore
+from promptlab.store.runs import RunStore
+
+if TYPE_CHECKING:
+    from promptlab.evaluation.drift import VersionDrift
+
+__all__ = ["Drift"]
+
+
+class Drift:
+    """Check a run's drift with an embeddings endpoint; read what the last check found."""
+
+    def __init__(self, context: Context) -> None:
+        self._context = context
+        self._rows = DriftStore(context.store)
+        self._runs = RunStore(context.store)
+
+    def check(self, run_id: str, model: str, threshold: float | None = None) -> list[VersionDrift]:
+        """Embed each of the run's renderings with `model` (ENDPOINT:MODEL of the
+        providers file), keep each one's distance and whether it drifted past
+        `threshold` (evaluation/drift.py's DEFAULT_THRESHOLD when None), replacing an
+        earlier check, and return each variant's drift rate. Recorded in the audit."""
+        # Imported here: the embeddings bring the SDK's errors, which a batch never needs.
+        from promptlab.evaluation.drift import DEFAULT_THRESHOLD, check_drift, drift_by_version
+        from promptlab.providers.config import load_endpoints
+        from promptlab.providers.embeddings import Embedder
+
+        threshold = DEFAULT_THRESHOLD if threshold is None else threshold
+        variants = self._runs.variants(run_id)
+        if not variants:
+            raise NotFoundError(f"no run {run_id!r} with variants")
+        endpoints = load_endpoints(self._context.settings.providers_file)
+        embedder = Embedder.of(model, endpoints, os.environ)
+        rows = check_drift(variants, self._rows.renderings(run_id), embedder, threshold)
+        now = self._context.store.clock.now()
+        self._rows.save(run_id, rows, threshold=threshold, embedder=embedder.source, at=now)
+        found = drift_by_version(variants, rows)
+        self._context.audit_change(
+            "drift.checked",
+            self._context.author(),
+            {
+                "embedder": embedder.source,
+                "threshold": threshold,
+                "drifted": {v.variant: [v.drifted, v.renderings] for v in found},
+            },
+            run_id=run_id,
+        )
+        return found
+
+    def found(self, run_id: str) -> list[VersionDrift]:
+        """Each variant's drift rate from the run's last check (no renderings: none made)."""
+        from promptlab.evaluation.drift import drift_by_version
+
+        return drift_by_version(self._runs.variants(run_id), self._rows.found(run_id))
