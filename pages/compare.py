@@ -33,6 +33,7 @@ from promptlab.ui.compare_pickers import (
 )
 from promptlab.ui.decision import decided_or_live
 from promptlab.ui.downloads import comparison_download, download_buttons
+from promptlab.ui.drift import drift_section
 from promptlab.ui.lazy_tabs import open_tab
 from promptlab.ui.repeats import repeats_section
 from promptlab.ui.resources import get_workbench
@@ -296,9 +297,11 @@ def run_tab(
             "This run has one variant: nothing to compare it with (its figures: Charts).",
             icon=":material/info:",
         )
+        drift_section(wb, run_id)
     else:
         answer(comparison)
         summary(comparison)
+        drift_section(wb, run_id)
 
 
 def main() -> None:

@@ -164,3 +164,43 @@ def test_the_drift_rate_s_interval_covers_the_true_rate_in_an_a_a_simulation() -
             interval = wilson_interval(drifted, rows)
             covered += interval.low <= chance <= interval.high
         assert 0.91 <= covered / 2000 <= 0.985, (chance, rows, covered)
+
+
+def test_compare_and_the_item_view_show_the_last_check(db_path: Path, run_id: str) -> None:
+    """The run's drift rate under Compare's answer, and an item's own distance in the
+    Runs page's item view; nothing of drift before a check."""
+    from streamlit.testing.v1 import AppTest
+
+    from promptlab.ui.resources import get_workbench
+    from tests.test_page_compare import PAGE as COMPARE
+    from tests.test_page_compare import TIMEOUT_S
+
+    runs = str(Path(COMPARE).with_name("runs.py"))
+    at = AppTest.from_file(COMPARE, default_timeout=TIMEOUT_S)
+    at.query_params["run"] = run_id
+    at.run()
+    assert not at.exception and "**Semantic drift**" not in [m.value for m in at.markdown]
+    invoke(db_path, "drift", run_id)
+    at.run()
+    assert not at.exception, at.exception
+    table = next(d.value for d in at.dataframe if "drifted" in d.value.columns)
+    assert table.to_dict("records") == [
+        {
+            "variant": "v1",
+            "prompts": ROWS,
+            "drifted": len(DRIFTED_ROWS),
+            "rate": "17.5%",
+            "95% interval": "8.7% to 31.9%",
+        }
+    ]
+    items = get_workbench().runs.items(run_id, offset=0, limit=100).rows
+    for row in (3, 4):  # an instruction, then a product
+        key = next(i.key for i in items if i.row_index == row)
+        view = AppTest.from_file(runs, default_timeout=TIMEOUT_S)
+        view.query_params["run"] = run_id
+        view.query_params["item"] = key
+        view.run()
+        assert not view.exception, view.exception
+        said = [m.value for m in view.markdown if "Semantic drift" in m.value]
+        assert len(said) == 1
+        assert ("drifted the threshold 0.4" in said[0]) == (row in DRIFTED_ROWS), said

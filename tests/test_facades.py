@@ -53,7 +53,7 @@ MODULE_NAMES = {
     "datasets": ["Datasets", "MAX_TURNS_SHOWN"],
     "decisions": ["Decided", "Decisions"],
     "demo": ["DEMO_FEEDBACK_JOIN_S", "Demo"],
-    "drift": ["Drift"],
+    "drift": ["Drift", "RenderingDrift"],
     "experiments": ["AssignmentCount", "EXPOSURE_BATCH", "Experiments"],
     "exports": ["Exports"],
     "prompts": ["NO_VERSION", "Prompts"],
@@ -97,7 +97,7 @@ FACADES: dict[str, tuple[type, list[str]]] = {
         ],
     ),
     "cache": (Cache, ["clear", "stats", "with_mode"]),
-    "drift": (Drift, ["check", "found"]),
+    "drift": (Drift, ["check", "found", "rendering"]),
     "audit": (
         Audit,
         [

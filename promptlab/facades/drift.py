@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING
 
 from promptlab.errors import NotFoundError
 from promptlab.facades.context import Context
-from promptlab.store.drift import DriftStore
+from promptlab.store.drift import DriftStore, RenderingDrift
 from promptlab.store.runs import RunStore
 
 if TYPE_CHECKING:
     from promptlab.evaluation.drift import VersionDrift
 
-__all__ = ["Drift"]
+__all__ = ["Drift", "RenderingDrift"]
 
 
 class Drift:
@@ -62,3 +62,7 @@ class Drift:
         from promptlab.evaluation.drift import drift_by_version
 
         return drift_by_version(self._runs.variants(run_id), self._rows.found(run_id))
+
+    def rendering(self, run_id: str, variant_index: int, row_index: int) -> RenderingDrift | None:
+        """One rendering's (an item's variant and row) drift from the run's last check."""
+        return self._rows.rendering(run_id, variant_index, row_index)

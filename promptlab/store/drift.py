@@ -37,6 +37,16 @@ class DriftRow:
     drifted: bool
 
 
+@dataclass(frozen=True)
+class RenderingDrift:
+    """A rendering's drift as the last check found it, with how it was measured."""
+
+    distance: float
+    drifted: bool
+    threshold: float
+    embedder: str
+
+
 class DriftStore:
     """Reads and writes of the `item_drift` table."""
 
@@ -92,3 +102,17 @@ class DriftStore:
                 [run_id],
             ).fetchall()
         return [DriftRow(int(v), int(r), float(d), bool(x)) for v, r, d, x in rows]
+
+    def rendering(self, run_id: str, variant_index: int, row_index: int) -> RenderingDrift | None:
+        """One rendering's drift from the run's last check; None when none covered it."""
+        with self.store.read() as cur:
+            row = cur.execute(
+                "SELECT distance, drifted, threshold, embedder FROM item_drift "
+                "WHERE run_id = ? AND variant_index = ? AND row_index = ?",
+                [run_id, variant_index, row_index],
+            ).fetchone()
+        return (
+            None
+            if row is None
+            else RenderingDrift(float(row[0]), bool(row[1]), float(row[2]), str(row[3]))
+        )

@@ -11,6 +11,7 @@ from promptlab.errors import PromptlabError
 from promptlab.records import ItemFilter, ItemPage, ItemStatus
 from promptlab.records.sessions import SessionTurn
 from promptlab.ui.downloads import download_buttons
+from promptlab.ui.drift import item_drift
 from promptlab.ui.run_results import ms
 from promptlab.ui.widgets import escape_markdown, show_error, show_messages
 from promptlab.views.item import ItemView
@@ -108,6 +109,7 @@ def item_detail(wb: Workbench, run_id: str, key: str) -> None:
             f"{v.prompt_version_id[:19]}) · {v.endpoint}:{v.model} · repeat {item.detail.repeat}"
         )
     )
+    item_drift(wb, item)
     left, right = st.columns(2)
     with left:
         st.markdown("Inputs")
