@@ -203,4 +203,4 @@ def test_compare_and_the_item_view_show_the_last_check(db_path: Path, run_id: st
         assert not view.exception, view.exception
         said = [m.value for m in view.markdown if "Semantic drift" in m.value]
         assert len(said) == 1
-        assert ("drifted the threshold 0.4" in said[0]) == (row in DRIFTED_ROWS), said
+        assert ("past the threshold 0.4 · by sim" in said[0]) == (row in DRIFTED_ROWS), said

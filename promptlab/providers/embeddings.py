@@ -28,7 +28,7 @@ BATCH = 128
 #: Seconds an embeddings request may take.
 TIMEOUT_S = 60.0
 #: How an offline embedding is named wherever a result says where it came from.
-OFFLINE = "offline word hashing (not a language model)"
+OFFLINE = "offline word hashing, not a language model"
 
 _WORDS = re.compile(r"\w+")
 

@@ -50,9 +50,9 @@ def item_drift(wb: Workbench, item: ItemView) -> None:
     drift = wb.drift.rendering(item.run_id, item.variant.index, item.detail.row_index)
     if drift is None:
         return
-    said = "drifted" if drift.drifted else "within"
+    said = "past the threshold" if drift.drifted else "within the threshold"
     icon = ":material/warning:" if drift.drifted else ":material/check:"
     st.markdown(
-        f"{icon} Semantic drift: {drift.distance:.2f} from the version's typical prompt "
-        f"({said} the threshold {drift.threshold:g}; {escape_markdown(drift.embedder)})"
+        f"{icon} Semantic drift: {drift.distance:.2f} from the version's typical prompt, "
+        f"{said} {drift.threshold:g} · by {escape_markdown(drift.embedder)}"
     )
