@@ -204,3 +204,38 @@ def test_compare_and_the_item_view_show_the_last_check(db_path: Path, run_id: st
         said = [m.value for m in view.markdown if "Semantic drift" in m.value]
         assert len(said) == 1
         assert ("past the threshold 0.4 · by sim" in said[0]) == (row in DRIFTED_ROWS), said
+
+
+def test_drift_in_a_spec_is_checked_when_the_run_ends(db_path: Path, tmp_path: Path) -> None:
+    """`drift: {threshold: 0.4}`: the run's end checks it (an after-run piece recorded
+    as done), the same rows as the command; a spec naming an embedder that is not
+    there is refused at submit, naming the field."""
+    prompt = tmp_path / "describe.yaml"
+    prompt.write_text(PROMPT, encoding="utf-8")
+    invoke(db_path, "prompt", "add", str(prompt))
+    values = [INSTRUCTIONS[0] if i in DRIFTED_ROWS else ORDINARY[i % 6] for i in range(ROWS)]
+    dataset = tmp_path / "products.csv"
+    dataset.write_text("product\n" + "".join(f'"{v}"\n' for v in values), encoding="utf-8")
+    spec = {
+        "name": "describe",
+        "dataset": str(dataset),
+        "variants": [{"name": "v1", "prompt": "describe@1.0.0"}],
+        "drift": {"threshold": 0.4},
+    }
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec), encoding="utf-8")
+    out = invoke(db_path, "run", str(path), "--quiet")
+    run = re.search(r"run (run_[0-9a-f]+)", out).group(1)  # type: ignore[union-attr]
+    assert drifted_rows(db_path, run) == DRIFTED_ROWS
+    with Store(db_path) as store, store.read() as cur:
+        state = cur.execute(
+            "SELECT state FROM after_run WHERE run_id = ? AND work = 'drift'", [run]
+        ).fetchone()
+    assert state == ("done",)
+    path.write_text(yaml.safe_dump({**spec, "drift": {"model": "nowhere:x"}}), encoding="utf-8")
+    refused = CliRunner().invoke(main, ["--db", str(db_path), "run", str(path), "--quiet"])
+    assert refused.exit_code != 0
+    assert "drift.model: nowhere:x: no endpoint 'nowhere' in the providers file" in refused.stderr
+    path.write_text(yaml.safe_dump({**spec, "drift": {"threshold": 5}}), encoding="utf-8")
+    refused = CliRunner().invoke(main, ["--db", str(db_path), "run", str(path), "--quiet"])
+    assert "drift.threshold: a cosine distance above 0 and at most 2, got 5" in refused.stderr

@@ -33,6 +33,7 @@ from promptlab.engine.send.lanes import EndpointPool
 from promptlab.engine.spec.runspec import RunSpec, parse_spec
 from promptlab.errors import PromptlabError, StoreError
 from promptlab.observability.tracing import trace_id_of
+from promptlab.providers.config import EndpointConfig
 from promptlab.providers.tokens import tokenizer_name
 from promptlab.records import AlertRecord, RunStatus
 from promptlab.store import ItemStore, ReadModels, RunStore, Store
@@ -103,6 +104,7 @@ class RunDriver:
     _collector_holds: set[CollectorHold]
     _unrecorded_ends: dict[str, tuple[str, str]]
     _tracing: Tracing | None
+    _endpoints: dict[str, EndpointConfig]
 
     def _audit_change(self, kind: str, run_id: str, payload: dict[str, Any]) -> None:
         """A run's change event (submitted, resumed, cancelled), when the audit is on."""
@@ -126,7 +128,8 @@ class RunDriver:
         if not isinstance(spec, RunSpec):
             spec = parse_spec(spec, trusted=True)
         submit = spec_submit(self.submit)
-        self._on_run_ended(RunEnd(self.store, run_id, spec, str(status), reason, submit))
+        ended = RunEnd(self.store, run_id, spec, str(status), reason, submit, self._endpoints)
+        self._on_run_ended(ended)
 
     def _finish(self, run_id: str) -> None:
         with self._claims_lock:

@@ -4,10 +4,11 @@ that whoever composes the engine gives it (the Workbench gives evaluation's)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from promptlab.engine.spec.runspec import RunSpec, parse_spec
+from promptlab.providers.config import EndpointConfig
 from promptlab.store.connection import Store
 
 #: What `RunEnd.submit` takes: a parsed spec, or a spec mapping the engine parses.
@@ -26,6 +27,9 @@ class RunEnd:
     reason: str | None
     #: Starts a run of its own (a judge's, a validation's); its id.
     submit: SpecSubmit
+    #: The engine's endpoints (the providers file's and the built-in ones): where
+    #: after-run work that calls a model (a drift check's embeddings) finds it.
+    endpoints: Mapping[str, EndpointConfig] = field(default_factory=dict)
 
 
 #: Called by the engine at each end of a run; never expected to raise.

@@ -19,11 +19,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from promptlab.analysis.stats import Interval, wilson_interval
-from promptlab.errors import PromptlabError, TemplateError
+from promptlab.errors import NotFoundError, PromptlabError, TemplateError
 from promptlab.prompts.templates import Template
 from promptlab.providers.embeddings import Embedder, cosine_distance
 from promptlab.records import VariantRecord
-from promptlab.store.drift import DriftRow, Rendering
+from promptlab.store.connection import Store
+from promptlab.store.drift import DriftRow, DriftStore, Rendering
+from promptlab.store.runs import RunStore
 
 #: Cosine distance past which a rendering is drifted. With the offline embedding, a short
 #: prompt filled with ordinary values of another kind than its examples' (another
@@ -121,3 +123,18 @@ def drift_by_version(
             )
         )
     return out
+
+
+def check_run(
+    store: Store, run_id: str, embedder: Embedder, threshold: float = DEFAULT_THRESHOLD
+) -> list[VersionDrift]:
+    """Check every rendering of the run, keep what was found (replacing an earlier
+    check) and return each variant's drift rate."""
+    rows = DriftStore(store)
+    variants = RunStore(store).variants(run_id)
+    if not variants:
+        raise NotFoundError(f"no run {run_id!r} with variants")
+    found = check_drift(variants, rows.renderings(run_id), embedder, threshold)
+    now = store.clock.now()
+    rows.save(run_id, found, threshold=threshold, embedder=embedder.source, at=now)
+    return drift_by_version(variants, found)

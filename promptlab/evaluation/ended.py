@@ -13,6 +13,7 @@ resume ends it again). A pause is not an end: nothing runs. Which work runs on w
 | `crosscheck` (row decisions and the review queue) | yes | no |
 | `crosscheck validation` (a validation's run) | yes | no |
 | `verdicts` (a judge's own run: its answers as scores) | yes | yes (`judge NAME` fails) |
+| `drift` (`drift:` in the spec: each rendering against its version's typical prompt) | yes | yes |
 
 Scores, alerts, decisions and the review queue are recomputed whole at each end, so an
 end that comes again (a cancelled run resumed and completed) leaves one set. A judge's
@@ -26,15 +27,18 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from promptlab.checks.anomalies import detect, observation_of, schema_fields
 from promptlab.errors import PromptlabError
 from promptlab.evaluation.crossruns import crosscheck_ended, decide_run, validation_ended
+from promptlab.evaluation.drift import DEFAULT_THRESHOLD, check_run
 from promptlab.evaluation.judges import judge_spec, judges_of, store_verdicts, write_judge_dataset
 from promptlab.evaluation.runs import plain_scorers, score_results
 from promptlab.evaluation.scorers import Scorer
+from promptlab.providers.embeddings import Embedder
 from promptlab.records import RunStatus
 from promptlab.records.afterrun import AfterRunState
 from promptlab.store.afterrun import AfterRunStore
@@ -48,7 +52,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 #: Work done at any final state; everything else waits for `completed`.
-ANY_END = frozenset({"scores", "alerts", "verdicts"})
+ANY_END = frozenset({"scores", "alerts", "verdicts", "drift"})
 VALIDATION = "crosscheck validation"
 
 
@@ -63,6 +67,8 @@ def run_ended(ended: RunEnd) -> None:
     elif plain_scorers(spec):
         _work(ended, "scores", lambda: score_results(store, run_id, spec))
     _work(ended, "alerts", lambda: _alerts(store, run_id))
+    if spec.drift is not None:
+        _work(ended, "drift", lambda: _drift(ended))
     if spec.validating is not None:
         _validation_ended(ended)
     if not completed:
@@ -137,6 +143,15 @@ def _alerts(store: Store, run_id: str) -> None:
     }
     stream = (observation_of(*row) for row in alerts.finished_stream(run_id))
     alerts.replace(run_id, list(detect(run_id, stream, expected, now=store.clock.now)))
+
+
+def _drift(ended: RunEnd) -> None:
+    """The spec's `drift:` check over the run's renderings, kept like `promptlab drift`'s."""
+    drift = ended.spec.drift
+    assert drift is not None
+    embedder = Embedder.of(drift.model, ended.endpoints, os.environ)
+    threshold = DEFAULT_THRESHOLD if drift.threshold is None else drift.threshold
+    check_run(ended.store, ended.run_id, embedder, threshold)
 
 
 def _submit_judge(ended: RunEnd, judge: Scorer) -> str:

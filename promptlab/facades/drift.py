@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from promptlab.errors import NotFoundError
 from promptlab.facades.context import Context
 from promptlab.store.drift import DriftStore, RenderingDrift
 from promptlab.store.runs import RunStore
@@ -30,21 +29,15 @@ class Drift:
         providers file), keep each one's distance and whether it drifted past
         `threshold` (evaluation/drift.py's DEFAULT_THRESHOLD when None), replacing an
         earlier check, and return each variant's drift rate. Recorded in the audit."""
-        # Imported here: the embeddings bring the SDK's errors, which a batch never needs.
-        from promptlab.evaluation.drift import DEFAULT_THRESHOLD, check_drift, drift_by_version
+        # Imported here: the check brings templates and embeddings, which a batch never needs.
+        from promptlab.evaluation.drift import DEFAULT_THRESHOLD, check_run
         from promptlab.providers.config import load_endpoints
         from promptlab.providers.embeddings import Embedder
 
         threshold = DEFAULT_THRESHOLD if threshold is None else threshold
-        variants = self._runs.variants(run_id)
-        if not variants:
-            raise NotFoundError(f"no run {run_id!r} with variants")
         endpoints = load_endpoints(self._context.settings.providers_file)
         embedder = Embedder.of(model, endpoints, os.environ)
-        rows = check_drift(variants, self._rows.renderings(run_id), embedder, threshold)
-        now = self._context.store.clock.now()
-        self._rows.save(run_id, rows, threshold=threshold, embedder=embedder.source, at=now)
-        found = drift_by_version(variants, rows)
+        found = check_run(self._context.store, run_id, embedder, threshold)
         self._context.audit_change(
             "drift.checked",
             self._context.author(),

@@ -8,6 +8,7 @@ starts on first use; reading a run (its view, its items, one item) needs none.
 from __future__ import annotations
 
 import builtins  # `list` below names a method: annotations say builtins.list
+import os
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -24,7 +25,7 @@ from promptlab.engine.plan.planner import KEY_HEX_DIGITS
 from promptlab.engine.record.trace import SHARD
 from promptlab.engine.spec.endpoints import confine_endpoint
 from promptlab.engine.spec.runspec import LOCAL_ENDPOINTS
-from promptlab.errors import ExperimentError, NotFoundError, SpecError
+from promptlab.errors import ExperimentError, NotFoundError, PromptlabError, SpecError
 from promptlab.experiments import config_from_mapping
 from promptlab.facades.context import Context
 from promptlab.facades.datasets import Datasets
@@ -234,7 +235,7 @@ class Runs:
 
     def _check_judges(self, spec: RunSpec) -> None:
         """A judge's rubric must exist now, and its run be one a submit takes (endpoint,
-        limits): it starts only when this one ends."""
+        limits): it starts only when this one ends. So must a drift check's embedder."""
         judges = [(i, scorer) for i, scorer in enumerate(spec.scorers) if scorer.kind == "judge"]
         for i, scorer in judges:
             try:
@@ -244,6 +245,14 @@ class Runs:
         if judges:
             endpoints = load_endpoints(self._context.settings.providers_file)
             check_judges(spec, endpoints, self._context.registry)
+        if spec.drift is not None:  # its embedder must be there when the run ends
+            from promptlab.providers.embeddings import Embedder
+
+            endpoints = load_endpoints(self._context.settings.providers_file)
+            try:
+                Embedder.of(spec.drift.model, endpoints, os.environ)
+            except PromptlabError as exc:
+                raise SpecError(f"drift.model: {exc}") from exc
 
     def resume(self, run_id: str) -> str:
         return self._context.engine().resume(run_id)

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 
 from promptlab.errors import ConfigError
 from promptlab.providers.config import EndpointConfig, parse_model_ref
-from promptlab.providers.errors import map_openai_error
 
 #: Slots of an offline embedding: room for a prompt's words with few collisions.
 DIMENSIONS = 256
@@ -91,7 +90,9 @@ class Embedder:
         """One embedding per text, in order."""
         if self.endpoint.kind == "sim":
             return [hashed_embedding(text) for text in texts]
-        import openai
+        import openai  # the SDKs load only for an endpoint that needs them
+
+        from promptlab.providers.errors import map_openai_error
 
         client = openai.OpenAI(
             api_key=self.api_key or "unused",

@@ -248,3 +248,44 @@ def cache_field(value: Any) -> CacheSpec:
     if not isinstance(value, str) or value not in CACHE_MODES:
         raise SpecError(said)
     return CacheSpec(value)
+
+
+#: The embedder a spec's `drift:` uses when it names none: offline, needing no key.
+DEFAULT_DRIFT_MODEL = "sim:embed"
+
+
+@dataclass(frozen=True)
+class DriftSpec:
+    """`drift:`: check the run's filled prompts for semantic drift when it ends
+    (promptlab/evaluation/drift.py), with `model`'s embeddings; `threshold` None is the
+    check's default."""
+
+    model: str = DEFAULT_DRIFT_MODEL
+    threshold: float | None = None
+
+
+def drift_field(value: Any) -> DriftSpec | None:
+    """`drift: true` or `drift: {model: ENDPOINT:MODEL, threshold: 0.4}`; absent or false:
+    no check."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        return DriftSpec()
+    if not isinstance(value, Mapping):
+        raise SpecError(f"drift: true, or {{model: ENDPOINT:MODEL, threshold: N}}, got {value!r}")
+    unknown = sorted(set(value) - {"model", "threshold"})
+    if unknown:
+        raise SpecError(f"drift: unknown field(s) {', '.join(map(str, unknown))}")
+    model = value.get("model", DEFAULT_DRIFT_MODEL)
+    if not isinstance(model, str) or not re.fullmatch(r"[^:\s]+:\S+", model):
+        raise SpecError(f"drift.model: expected ENDPOINT:MODEL, got {model!r}")
+    threshold = value.get("threshold")
+    if threshold is not None and (
+        isinstance(threshold, bool)
+        or not isinstance(threshold, int | float)
+        or not 0 < threshold <= 2
+    ):
+        raise SpecError(
+            f"drift.threshold: a cosine distance above 0 and at most 2, got {threshold!r}"
+        )
+    return DriftSpec(model, None if threshold is None else float(threshold))

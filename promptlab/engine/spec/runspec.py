@@ -30,8 +30,10 @@ from promptlab.engine.spec.fields import (
     MODES,
     VALIDATING,
     CacheSpec,
+    DriftSpec,
     cache_field,
     dataset_field,
+    drift_field,
     executor_field,
     experiment_field,
     history_field,
@@ -107,6 +109,7 @@ SPEC_FIELDS = frozenset(
         "metrics",
         "planned_units",
         "cache",
+        "drift",
     }
 )
 #: Most times a spec may send each (row, variant): sampling the same prompt a thousand
@@ -171,6 +174,8 @@ class RunSpec:
     validating: str | None = None
     #: How the run uses the response cache (`cache:`; promptlab/engine/send/cache.py).
     cache: CacheSpec = field(default_factory=CacheSpec)
+    #: `drift:`: a semantic drift check when the run ends (None: none).
+    drift: DriftSpec | None = None
 
     @property
     def split(self) -> bool:
@@ -263,6 +268,7 @@ def parse_spec(
         history=history_field(data.get("history")),
         shards=shards_field(data),
         cache=cache_field(data.get("cache")),
+        drift=drift_field(data.get("drift")),
         **schedule_and_scoring(data),
     )
 
