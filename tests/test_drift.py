@@ -239,3 +239,24 @@ def test_drift_in_a_spec_is_checked_when_the_run_ends(db_path: Path, tmp_path: P
     path.write_text(yaml.safe_dump({**spec, "drift": {"threshold": 5}}), encoding="utf-8")
     refused = CliRunner().invoke(main, ["--db", str(db_path), "run", str(path), "--quiet"])
     assert "drift.threshold: a cosine distance above 0 and at most 2, got 5" in refused.stderr
+
+
+def test_through_a_server_the_command_prints_the_same(db_path: Path, run_id: str) -> None:
+    """`promptlab drift` on the file, then through a server owning it: the same lines,
+    by its routes (`POST` to check, `GET` for `--last`), the server's providers file
+    naming the embedder; a body naming no ENDPOINT:MODEL is refused."""
+    from tests.one_door_helpers import unserved
+    from tests.test_server import Served
+
+    alone = invoke(db_path, "drift", run_id)
+    server = Served(db_path)
+    try:
+        checked = CliRunner().invoke(main, ["--db", str(db_path), "drift", run_id])
+        last = CliRunner().invoke(main, ["--db", str(db_path), "drift", run_id, "--last"])
+        status, answer = server.call("POST", f"/v1/runs/{run_id}/drift", {"model": "x"})
+    finally:
+        server.stop()
+    assert checked.exit_code == 0 and unserved(checked, server) == ""
+    assert checked.stdout == alone
+    assert last.stdout.splitlines()[2:] == alone.splitlines()[2:]
+    assert status == 422 and "model" in str(answer)

@@ -1,13 +1,18 @@
 """`promptlab drift RUN_ID`: semantic drift of a run's filled prompts from their versions'
 typical prompt (promptlab/evaluation/drift.py), kept per rendering and printed per
-variant with its 95% interval. On the database file: a server that owns it is named,
-and the command refused in one line (it has no route yet)."""
+variant with its 95% interval; the same through a server that owns the database
+(`/v1/runs/{run_id}/drift`, server/drift_routes.py)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
-from promptlab.cli.common import db_option, handle_errors, open_workbench
+from promptlab.cli.common import db_option, handle_errors, route, through
+
+if TYPE_CHECKING:
+    from promptlab.evaluation.drift import VersionDrift
 
 #: promptlab/evaluation/drift.py DEFAULT_THRESHOLD, written out so `--help` needs no
 #: evaluation package (a test keeps them equal).
@@ -38,8 +43,7 @@ def drift(ctx: click.Context, run_id: str, model: str, threshold: float, last: b
     """Embed each filled prompt of RUN_ID and compare it with its version rendered with
     the values it declares as typical (each variable's `examples:`, else `default:`);
     keep which drifted, and print each variant's drift rate."""
-    with open_workbench(ctx) as wb:
-        found = wb.drift.found(run_id) if last else wb.drift.check(run_id, model, threshold)
+    found = _found(ctx, run_id, model, threshold, last)
     if last and not any(v.renderings for v in found):
         click.echo(f"run {run_id}: no drift check yet (`promptlab drift {run_id}`)")
         return
@@ -49,6 +53,26 @@ def drift(ctx: click.Context, run_id: str, model: str, threshold: float, last: b
     for v in found:
         interval = f"[{v.interval.low:.1%}, {v.interval.high:.1%}]"
         click.echo(f"{v.variant:<16} {v.renderings:>8} {v.drifted:>8} {v.rate:>7.1%}  {interval}")
+
+
+def _found(
+    ctx: click.Context, run_id: str, model: str, threshold: float, last: bool
+) -> list[VersionDrift]:
+    """The run's last check (`last`), or a new one: here, or through the owning server."""
+    from promptlab.evaluation.drift import VersionDrift
+
+    path = route("/v1/runs/{run_id}/drift", run_id=run_id)
+    if last:
+        return through(ctx, list[VersionDrift], "GET", path, lambda wb: wb.drift.found(run_id))
+    body = {"model": model, "threshold": threshold}
+    return through(
+        ctx,
+        list[VersionDrift],
+        "POST",
+        path,
+        lambda wb: wb.drift.check(run_id, model, threshold),
+        body,
+    )
 
 
 commands = [drift]

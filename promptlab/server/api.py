@@ -36,6 +36,7 @@ from promptlab.server.cache_routes import add_cache_routes
 from promptlab.server.data_routes import UPLOAD_PATHS, add_data_routes
 from promptlab.server.dataset_routes import add_dataset_routes
 from promptlab.server.decision_routes import add_decision_routes
+from promptlab.server.drift_routes import add_drift_routes
 from promptlab.server.experiment_routes import add_experiment_routes
 from promptlab.server.fairness import Fairness, TooMany
 from promptlab.server.feedback_routes import add_feedback_event_routes
@@ -121,6 +122,7 @@ def create_app(wb: Workbench, token: str, *, local_paths: bool = True) -> FastAP
     add_schedule_routes(app, wb, local_paths=local_paths)
     add_prompt_routes(app, wb)
     add_cache_routes(app, wb)
+    add_drift_routes(app, wb)
     document_roles(app)
     return app
 

@@ -121,6 +121,10 @@ ROUTE_ROLES: dict[tuple[str, str], str] = {
     # results) as an editor's change, audited.
     ("GET", "/v1/cache"): VIEWER,
     ("POST", "/v1/cache/clear"): EDITOR,
+    # A run's semantic drift: read; checked (it calls the embeddings endpoint, and
+    # replaces the run's last check).
+    ("GET", "/v1/runs/{run_id}/drift"): VIEWER,
+    ("POST", "/v1/runs/{run_id}/drift"): EDITOR,
     ("GET", "/v1/tokens"): ADMIN,
     ("POST", "/v1/tokens"): ADMIN,
     ("POST", "/v1/tokens/{token_id}/revoke"): ADMIN,

@@ -148,17 +148,30 @@ def _assign_body(raw: bytes) -> tuple[str, list[str]]:
 
 
 class ExperimentConfigs:
-    """Experiment configs by name, read from the store at most every CONFIG_TTL_S."""
+    """Experiment configs by name, read from the store at most every CONFIG_TTL_S.
+
+    A config is never replaced by an older revision: a read under way when a change
+    lands (a kill) gives way to the change, which stays held."""
 
     def __init__(self, wb: Workbench) -> None:
         self._wb = wb
         self._configs: dict[str, tuple[float, ExperimentConfig]] = {}
         self._loading = threading.Lock()
+        self._holding = threading.Lock()
         wb.experiments.on_change(self._changed)
 
     def _changed(self, config: ExperimentConfig) -> None:
         # The new revision, parsed from its exported form, as `load` would read it.
-        self._configs[config.name] = (time.monotonic(), config_from_mapping(config.to_dict()))
+        self._hold(config_from_mapping(config.to_dict()))
+
+    def _hold(self, config: ExperimentConfig) -> ExperimentConfig:
+        """Hold `config` from now, unless a newer revision is held: that one stays."""
+        with self._holding:
+            held = self._configs.get(config.name)
+            if held is not None and held[1].revision > config.revision:
+                config = held[1]
+            self._configs[config.name] = (time.monotonic(), config)
+            return config
 
     def fresh(self, name: str) -> ExperimentConfig | None:
         held = self._configs.get(name)
@@ -174,9 +187,7 @@ class ExperimentConfigs:
             if held is not None:
                 return held
             # Parsed from its exported form: what a service holding the file assigns by.
-            config = config_from_mapping(self._wb.experiments.get(name).to_dict())
-            self._configs[name] = (time.monotonic(), config)
-            return config
+            return self._hold(config_from_mapping(self._wb.experiments.get(name).to_dict()))
 
     def current(self, name: str) -> ExperimentConfig:
         """The config held, or read now (the gateway's calls: a read at most every
