@@ -298,6 +298,36 @@ def test_the_budget_holds_the_burst_the_provider_s_headers_show(
     assert seen["tokens"] == [pytest.approx(0.5, abs=0.06), pytest.approx(1.0, abs=0.06)]
 
 
+def test_an_idle_budget_sends_at_once_and_a_429_empties_its_bucket(
+    redis_server: RedisServer,
+) -> None:
+    """A send that costs more than a second of the limit goes at once on an idle clock
+    (the bucket holds one); a 429 empties a bucket of 100: at the back-off's end it holds
+    what refilled meanwhile (10), and the rest go 0.1 s apart, not 100 at once."""
+    import redis.asyncio
+
+    async def scenario() -> tuple[list[float], list[float], list[float]]:
+        client = redis.asyncio.from_url(redis_server.url)
+        slow = EndpointConfig(name="e", kind="openai", base_url="http://127.0.0.1:9/v1", rpm=6)
+        first = await SharedBudget(client, slow, "slow").reserve_many([0, 0])
+        big = EndpointConfig(name="e", kind="openai", base_url="http://127.0.0.1:9/v1", tpm=60000)
+        tokens = await SharedBudget(client, big, "big").reserve_many([8000, 8000])
+        cfg = EndpointConfig(name="e", kind="openai", base_url="http://127.0.0.1:9/v1")
+        budget = SharedBudget(client, cfg, "thrown")
+        limit = {"X-RateLimit-Limit-Requests": "600", "X-RateLimit-Remaining-Requests": "100"}
+        await budget.learn(limit)
+        await budget.back_off(1.0)
+        after = await budget.reserve_many([0] * 20)
+        await client.aclose()
+        return first, tokens, after
+
+    first, tokens, after = asyncio.run(scenario())
+    assert first[0] < 0.05 and first[1] == pytest.approx(10.0, abs=0.1)
+    assert tokens[0] < 0.05 and tokens[1] == pytest.approx(8.0, abs=0.1)
+    assert all(w == pytest.approx(1.0, abs=0.06) for w in after[:10])
+    assert after[-1] == pytest.approx(1.0 + 10 * 0.1, abs=0.08)
+
+
 def test_a_ticket_is_sent_once_unless_its_sender_died(
     redis_server: RedisServer, fakellm: RunningServer
 ) -> None:

@@ -16,11 +16,13 @@ from click.testing import CliRunner
 from promptlab.analysis.stats import wilson_interval
 from promptlab.cli import main
 from promptlab.cli.drift import DEFAULT_THRESHOLD as CLI_THRESHOLD
-from promptlab.evaluation.drift import DEFAULT_THRESHOLD
+from promptlab.evaluation.drift import DEFAULT_THRESHOLD, drift_by_version
 from promptlab.fakellm.server import RunningServer
 from promptlab.providers.config import EndpointConfig
 from promptlab.providers.embeddings import Embedder, cosine_distance, hashed_embedding
+from promptlab.records import VariantRecord
 from promptlab.store import Store
+from promptlab.store.drift import DriftRow
 
 PROMPT = """\
 name: describe
@@ -152,17 +154,19 @@ def test_the_offline_embedding_is_deterministic_and_of_length_one() -> None:
 
 
 def test_the_drift_rate_s_interval_covers_the_true_rate_in_an_a_a_simulation() -> None:
-    """Rows drift independently with a known chance: the 95% interval of a version's
-    rate over its rows holds the chance in about 95% of runs (2,000 simulated). Wilson's
-    coverage wobbles with the count's steps (92.3% at 40 rows and a chance of 0.2, a
-    known dip of the interval), never far below."""
+    """Rows drift independently with a known chance: the 95% interval a version's rate
+    gets (drift_by_version, over its rows) holds the chance in about 95% of runs (2,000
+    simulated). Wilson's coverage wobbles with the count's steps (92.3% at 40 rows and a
+    chance of 0.2, a known dip of the interval), never far below."""
+    variant = VariantRecord(0, "v1", "describe@1.0.0", "sha256:x", "sim", "fast", {}, {})
     rng = random.Random(63)
     for chance, rows in ((0.05, 60), (0.2, 40), (0.5, 200)):
         covered = 0
         for _ in range(2000):
-            drifted = sum(rng.random() < chance for _ in range(rows))
-            interval = wilson_interval(drifted, rows)
-            covered += interval.low <= chance <= interval.high
+            found = [DriftRow(0, row, 0.0, rng.random() < chance) for row in range(rows)]
+            (drift,) = drift_by_version([variant], found)
+            assert drift.renderings == rows
+            covered += drift.interval.low <= chance <= drift.interval.high
         assert 0.91 <= covered / 2000 <= 0.985, (chance, rows, covered)
 
 
@@ -239,6 +243,9 @@ def test_drift_in_a_spec_is_checked_when_the_run_ends(db_path: Path, tmp_path: P
     path.write_text(yaml.safe_dump({**spec, "drift": {"threshold": 5}}), encoding="utf-8")
     refused = CliRunner().invoke(main, ["--db", str(db_path), "run", str(path), "--quiet"])
     assert "drift.threshold: a cosine distance above 0 and at most 2, got 5" in refused.stderr
+    path.write_text(yaml.safe_dump({**spec, "drift": {"reference": "nowhere"}}), encoding="utf-8")
+    refused = CliRunner().invoke(main, ["--db", str(db_path), "run", str(path), "--quiet"])
+    assert "drift.reference: no dataset named 'nowhere'" in refused.stderr
 
 
 def test_through_a_server_the_command_prints_the_same(db_path: Path, run_id: str) -> None:
@@ -260,3 +267,32 @@ def test_through_a_server_the_command_prints_the_same(db_path: Path, run_id: str
     assert checked.stdout == alone
     assert last.stdout.splitlines()[2:] == alone.splitlines()[2:]
     assert status == 422 and "model" in str(answer)
+
+
+def test_a_reference_dataset_s_centroid_is_the_anchor(
+    db_path: Path, run_id: str, tmp_path: Path
+) -> None:
+    """A version with no typical values measures from the centroid of its renderings of
+    a reference dataset (`--reference`, or `drift: {reference: NAME}`): the same rows."""
+    reference = tmp_path / "catalogue.csv"
+    catalogue = ["a grey denim jacket", "a yellow rain coat", "a black leather belt"]
+    reference.write_text("product\n" + "".join(f'"{v}"\n' for v in catalogue))
+    invoke(db_path, "dataset", "import", str(reference), "--name", "catalogue")
+    with Store(db_path) as store, store.transaction() as tx:  # no examples to go by
+        tx.execute(
+            "UPDATE run_variants SET template = replace(template, '\"examples\"', '\"title\"')"
+        )
+    out = invoke(db_path, "drift", run_id, "--reference", "catalogue")
+    assert drifted_rows(db_path, run_id) == DRIFTED_ROWS
+    assert "v1" in out
+    shown = invoke(db_path, "drift", run_id, "--last")
+    assert "as last checked" in shown
+    with Store(db_path) as store, store.read() as cur:
+        (embedder,) = cur.execute(
+            "SELECT DISTINCT embedder FROM item_drift WHERE run_id = ?", [run_id]
+        ).fetchone()
+    assert embedder.endswith(", from dataset catalogue")
+    bad = CliRunner().invoke(
+        main, ["--db", str(db_path), "drift", run_id, "--reference", "nowhere"]
+    )
+    assert bad.exit_code == 1 and "no dataset named 'nowhere'" in bad.stderr

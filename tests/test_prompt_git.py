@@ -93,6 +93,23 @@ def test_reading_a_repository_runs_nothing_it_configures(repo: Path, tmp_path: P
     assert not ran.exists()
 
 
+def test_a_partial_clone_fetches_nothing_and_runs_no_upload_pack(
+    repo: Path, tmp_path: Path
+) -> None:
+    """A clone without its trees (`--filter=tree:0`) would fetch one to read the file's
+    blob, through the upload-pack command its own config names: nothing is fetched."""
+    ran = tmp_path / "ran"
+    git(repo, "config", "uploadpack.allowFilter", "true")
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", "--filter=tree:0", "--no-checkout", f"file://{repo}", str(clone))
+    git(clone, "config", "remote.origin.uploadpack", f"touch {ran}; git-upload-pack")
+    (clone / "prompts").mkdir()
+    (clone / "prompts" / "greet.yaml").write_text(VERSION_1, encoding="utf-8")
+    found = git_source(clone / "prompts" / "greet.yaml")
+    assert found is not None and found.commit == git(repo, "rev-parse", "HEAD")
+    assert not ran.exists()
+
+
 def test_prompt_add_records_the_commit_and_git_refs_resolve(db_path: Path, repo: Path) -> None:
     file = repo / "prompts" / "greet.yaml"
     first = git(repo, "rev-parse", "HEAD")

@@ -169,8 +169,11 @@ def test_a_failing_slow_variant_is_killed_live_and_its_units_get_control_by_the_
         assert (status.state, status.last_action) == ("killed", "kill")
         assert "regressed" in str(status.reason)
         with wb.store.read() as cur:
+            # The kill's own decision: a loaded machine's first checks may advance a stage
+            # (more units to the variant) before its regression is clear.
             (killed_at,) = cur.execute(
-                "SELECT epoch(min(\"at\")) FROM audit_events WHERE kind = 'rollout.decision'"
+                "SELECT epoch(min(\"at\")) FROM audit_events WHERE kind = 'rollout.decision' "
+                "AND json_extract_string(payload, '$.action') = 'kill'"
             ).fetchone() or (None,)
             failed = cur.execute(
                 "SELECT count(*) FROM production_logs WHERE variant = 'control' "

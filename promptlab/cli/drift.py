@@ -31,19 +31,32 @@ DEFAULT_THRESHOLD = 0.4
 )
 @click.option(
     "--threshold",
-    type=click.FloatRange(0.0, 2.0),
+    type=click.FloatRange(0.0, 2.0, min_open=True),
     default=DEFAULT_THRESHOLD,
     show_default=True,
     help="Cosine distance from the version's typical prompt past which a filled prompt is drifted.",
 )
+@click.option(
+    "--reference",
+    metavar="DATASET",
+    help="Measure from the centroid of the version's renderings of this dataset's rows "
+    "(its first 500), not from its `examples:` values.",
+)
 @click.option("--last", is_flag=True, help="Print the run's last check; embed nothing.")
 @click.pass_context
 @handle_errors
-def drift(ctx: click.Context, run_id: str, model: str, threshold: float, last: bool) -> None:
+def drift(
+    ctx: click.Context,
+    run_id: str,
+    model: str,
+    threshold: float,
+    reference: str | None,
+    last: bool,
+) -> None:
     """Embed each filled prompt of RUN_ID and compare it with its version rendered with
     the values it declares as typical (each variable's `examples:`, else `default:`);
     keep which drifted, and print each variant's drift rate."""
-    found = _found(ctx, run_id, model, threshold, last)
+    found = _found(ctx, run_id, model, threshold, reference, last)
     if last and not any(v.renderings for v in found):
         click.echo(f"run {run_id}: no drift check yet (`promptlab drift {run_id}`)")
         return
@@ -56,7 +69,12 @@ def drift(ctx: click.Context, run_id: str, model: str, threshold: float, last: b
 
 
 def _found(
-    ctx: click.Context, run_id: str, model: str, threshold: float, last: bool
+    ctx: click.Context,
+    run_id: str,
+    model: str,
+    threshold: float,
+    reference: str | None,
+    last: bool,
 ) -> list[VersionDrift]:
     """The run's last check (`last`), or a new one: here, or through the owning server."""
     from promptlab.evaluation.drift import VersionDrift
@@ -64,13 +82,13 @@ def _found(
     path = route("/v1/runs/{run_id}/drift", run_id=run_id)
     if last:
         return through(ctx, list[VersionDrift], "GET", path, lambda wb: wb.drift.found(run_id))
-    body = {"model": model, "threshold": threshold}
+    body = {"model": model, "threshold": threshold, "reference": reference}
     return through(
         ctx,
         list[VersionDrift],
         "POST",
         path,
-        lambda wb: wb.drift.check(run_id, model, threshold),
+        lambda wb: wb.drift.check(run_id, model, threshold, reference),
         body,
     )
 

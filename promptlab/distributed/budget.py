@@ -9,12 +9,15 @@ A 429 pushes a shared back-off time that every later reservation starts after (t
 Retry-After the server gave, else one interval). Limits are the endpoint's configured
 ones, else what a response's headers said (`x-ratelimit-limit-*`), kept in Redis too.
 
-Each clock holds the provider's bucket as the in-process limiter does
+Each clock holds the provider's bucket much as the in-process limiter does
 (promptlab/engine/send/limiter.py `_follow_remaining`): its burst is the most a
-response's `x-ratelimit-remaining-*` header ever said (at least BURST_S of sends), so a
-provider that keeps ten seconds of requests gets them spent at once by every worker
-together, not one second's worth; and what a response says remains caps what the clock
-lets go (sends made before the limit was known, or by another client, are so counted).
+response's `x-ratelimit-remaining-*` header ever said (at least BURST_S of sends, and
+one send), so a provider that keeps ten seconds of requests gets them spent at once by
+every worker together, not one second's worth; what a response says remains caps what
+the clock lets go (sends made before the limit was known, or by another client, are so
+counted), and a 429 empties it. Unlike the in-process limiter it does not take off the
+sends still on their way, which no worker knows of the others: the cap is the looser
+one, and a 429's back-off catches what it lets through.
 """
 
 from __future__ import annotations
@@ -56,6 +59,9 @@ if base < now then base = now end
 local function reserve(key, interval, burst)
   local tat = tonumber(redis.call('GET', key) or '0')
   if tat < base then tat = base end
+  -- A bucket holds at least one send (as the in-process limiter's does): an idle
+  -- clock's first send goes at once, however much it costs.
+  if burst < interval then burst = interval end
   -- A send goes once the bucket holds all it costs: a 500-token request waits for
   -- 500 tokens, not only for the bucket to be no longer empty.
   local go = tat + interval - burst
@@ -168,8 +174,11 @@ class SharedBudget:
         return (await self.reserve_many([tokens]))[0]
 
     async def back_off(self, seconds: float) -> None:
-        """Nobody sends on this budget for `seconds` (a 429's Retry-After)."""
+        """Nobody sends on this budget for `seconds` (a 429's Retry-After), and then the
+        provider's bucket is taken as empty: sends go at its rate, not as a burst."""
         await self._back_off(keys=[self.keys[2]], args=[max(1, int(seconds * 1000))])
+        follow = [self._rpm, self._tpm, int(BURST_S * 1000), 0, 0]
+        await self._follow(keys=[self.keys[0], self.keys[1], self.keys[3]], args=follow)
 
     async def learn(self, headers: Mapping[str, str]) -> None:
         """Keep the limits a response's headers state (for endpoints configured without);

@@ -14,18 +14,26 @@ coverage in an A/A simulation).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from promptlab.analysis.stats import Interval, wilson_interval
-from promptlab.errors import NotFoundError, PromptlabError, TemplateError
-from promptlab.prompts.templates import Template
+from promptlab.data.datasets import DatasetStore
+from promptlab.errors import NotFoundError, PromptlabError, SpecError, TemplateError
+from promptlab.prompts.templates import Template, coerce_text_values
+from promptlab.providers.config import EndpointConfig
 from promptlab.providers.embeddings import Embedder, cosine_distance
 from promptlab.records import VariantRecord
 from promptlab.store.connection import Store
 from promptlab.store.drift import DriftRow, DriftStore, Rendering
 from promptlab.store.runs import RunStore
+
+#: Rows of a reference dataset whose renderings make a version's anchor (their centroid).
+MAX_REFERENCE_ROWS = 500
+#: Renderings embedded at a time: a run of any size holds this many texts and vectors.
+CHUNK = 512
 
 #: Cosine distance past which a rendering is drifted. With the offline embedding, a short
 #: prompt filled with ordinary values of another kind than its examples' (another
@@ -78,31 +86,69 @@ def check_drift(
     renderings: Sequence[Rendering],
     embedder: Embedder,
     threshold: float = DEFAULT_THRESHOLD,
+    reference: Sequence[Mapping[str, Any]] | None = None,
 ) -> list[DriftRow]:
     """Each rendering's distance from its version's anchor, and whether it drifted. A
-    row its template refuses (it was never sent) is left out."""
+    row its template refuses (it was never sent) is left out. The anchor is the version
+    rendered with its typical values, or, given `reference` rows, the centroid of its
+    renderings of them."""
     templates = {v.index: Template.from_canonical(v.template) for v in variants}
-    anchors = [
-        prompt_text(t.render(anchor_values(t, f"variant {v.name} ({v.prompt_ref})")))
-        for v, t in ((v, templates[v.index]) for v in variants)
-    ]
-    kept: list[Rendering] = []
-    texts: list[str] = []
-    for rendering in renderings:
-        try:
-            texts.append(prompt_text(templates[rendering.variant_index].render(rendering.values)))
-        except PromptlabError:
-            continue
-        kept.append(rendering)
-    vectors = embedder.embed(anchors + texts)
-    anchor_of = {v.index: vectors[i] for i, v in enumerate(variants)}
-    rows = []
-    for rendering, vector in zip(kept, vectors[len(anchors) :], strict=True):
-        distance = cosine_distance(vector, anchor_of[rendering.variant_index])
-        rows.append(
-            DriftRow(rendering.variant_index, rendering.row_index, distance, distance > threshold)
-        )
+    anchor_of = _anchors(variants, templates, embedder, reference)
+    rows: list[DriftRow] = []
+    # A chunk at a time: only its texts and vectors are held, each rendering's distance kept.
+    for start in range(0, len(renderings), CHUNK):
+        kept: list[Rendering] = []
+        texts: list[str] = []
+        for rendering in renderings[start : start + CHUNK]:
+            text = _rendered(templates[rendering.variant_index], rendering.values)
+            if text is not None:
+                kept.append(rendering)
+                texts.append(text)
+        for rendering, vector in zip(kept, embedder.embed(texts), strict=True):
+            distance = cosine_distance(vector, anchor_of[rendering.variant_index])
+            drifted = distance > threshold
+            rows.append(DriftRow(rendering.variant_index, rendering.row_index, distance, drifted))
     return rows
+
+
+def _rendered(template: Template, values: Mapping[str, Any]) -> str | None:
+    """The prompt as the engine sends it (a CSV cell's text taken as its declared type,
+    promptlab/prompts/templates.py coerce_text_values); None when the template refuses
+    the row (it was never sent)."""
+    try:
+        return prompt_text(template.render(coerce_text_values(template, dict(values))))
+    except PromptlabError:
+        return None
+
+
+def _anchors(
+    variants: Sequence[VariantRecord],
+    templates: Mapping[int, Template],
+    embedder: Embedder,
+    reference: Sequence[Mapping[str, Any]] | None,
+) -> dict[int, list[float]]:
+    """Each variant's anchor: its typical prompt's embedding, or the centroid of its
+    renderings of the reference rows (those its template refuses left out)."""
+    if reference is None:
+        texts = [
+            prompt_text(t.render(anchor_values(t, f"variant {v.name} ({v.prompt_ref})")))
+            for v, t in ((v, templates[v.index]) for v in variants)
+        ]
+        return {v.index: vector for v, vector in zip(variants, embedder.embed(texts), strict=True)}
+    anchors = {}
+    for variant in variants:
+        rendered = (_rendered(templates[variant.index], row) for row in reference)
+        texts = [text for text in rendered if text is not None][:MAX_REFERENCE_ROWS]
+        if not texts:
+            raise TemplateError(
+                f"variant {variant.name} ({variant.prompt_ref}): its template refuses every "
+                "row of the reference dataset, so it has no typical prompt to measure from"
+            )
+        vectors = embedder.embed(texts)
+        anchors[variant.index] = [
+            sum(column) / len(vectors) for column in zip(*vectors, strict=True)
+        ]
+    return anchors
 
 
 def drift_by_version(
@@ -125,16 +171,41 @@ def drift_by_version(
     return out
 
 
+def check_setup(
+    model: str, reference: str | None, endpoints: Mapping[str, EndpointConfig], store: Store
+) -> None:
+    """A spec's `drift:` as a submit checks it: its embedder is an endpoint that has
+    embeddings (its key set), its reference dataset exists; SpecError names the field."""
+    try:
+        Embedder.of(model, endpoints, os.environ)
+    except PromptlabError as exc:
+        raise SpecError(f"drift.model: {exc}") from exc
+    if reference is not None:
+        try:
+            DatasetStore(store).get(reference)
+        except NotFoundError as exc:
+            raise SpecError(f"drift.reference: {exc}") from exc
+
+
 def check_run(
-    store: Store, run_id: str, embedder: Embedder, threshold: float = DEFAULT_THRESHOLD
+    store: Store,
+    run_id: str,
+    embedder: Embedder,
+    threshold: float = DEFAULT_THRESHOLD,
+    reference: str | None = None,
 ) -> list[VersionDrift]:
-    """Check every rendering of the run, keep what was found (replacing an earlier
-    check) and return each variant's drift rate."""
+    """Check every rendering of the run (against the centroid of the `reference`
+    dataset's first MAX_REFERENCE_ROWS rows, when named), keep what was found (replacing
+    an earlier check) and return each variant's drift rate."""
     rows = DriftStore(store)
     variants = RunStore(store).variants(run_id)
     if not variants:
         raise NotFoundError(f"no run {run_id!r} with variants")
-    found = check_drift(variants, rows.renderings(run_id), embedder, threshold)
+    typical = None
+    if reference is not None:
+        typical = list(DatasetStore(store).iter_rows(reference, MAX_REFERENCE_ROWS))
+    found = check_drift(variants, rows.renderings(run_id), embedder, threshold, typical)
     now = store.clock.now()
-    rows.save(run_id, found, threshold=threshold, embedder=embedder.source, at=now)
+    source = embedder.source + (f", from dataset {reference}" if reference else "")
+    rows.save(run_id, found, threshold=threshold, embedder=source, at=now)
     return drift_by_version(variants, found)

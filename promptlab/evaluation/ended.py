@@ -151,7 +151,7 @@ def _drift(ended: RunEnd) -> None:
     assert drift is not None
     embedder = Embedder.of(drift.model, ended.endpoints, os.environ)
     threshold = DEFAULT_THRESHOLD if drift.threshold is None else drift.threshold
-    check_run(ended.store, ended.run_id, embedder, threshold)
+    check_run(ended.store, ended.run_id, embedder, threshold, drift.reference)
 
 
 def _submit_judge(ended: RunEnd, judge: Scorer) -> str:

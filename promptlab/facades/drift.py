@@ -24,11 +24,18 @@ class Drift:
         self._rows = DriftStore(context.store)
         self._runs = RunStore(context.store)
 
-    def check(self, run_id: str, model: str, threshold: float | None = None) -> list[VersionDrift]:
+    def check(
+        self,
+        run_id: str,
+        model: str,
+        threshold: float | None = None,
+        reference: str | None = None,
+    ) -> list[VersionDrift]:
         """Embed each of the run's renderings with `model` (ENDPOINT:MODEL of the
         providers file), keep each one's distance and whether it drifted past
-        `threshold` (evaluation/drift.py's DEFAULT_THRESHOLD when None), replacing an
-        earlier check, and return each variant's drift rate. Recorded in the audit."""
+        `threshold` (evaluation/drift.py's DEFAULT_THRESHOLD when None) from its
+        version's typical prompt (or the centroid of the `reference` dataset's), replacing
+        an earlier check, and return each variant's drift rate. Recorded in the audit."""
         # Imported here: the check brings templates and embeddings, which a batch never needs.
         from promptlab.evaluation.drift import DEFAULT_THRESHOLD, check_run
         from promptlab.providers.config import load_endpoints
@@ -37,13 +44,14 @@ class Drift:
         threshold = DEFAULT_THRESHOLD if threshold is None else threshold
         endpoints = load_endpoints(self._context.settings.providers_file)
         embedder = Embedder.of(model, endpoints, os.environ)
-        found = check_run(self._context.store, run_id, embedder, threshold)
+        found = check_run(self._context.store, run_id, embedder, threshold, reference)
         self._context.audit_change(
             "drift.checked",
             self._context.author(),
             {
                 "embedder": embedder.source,
                 "threshold": threshold,
+                "reference": reference,
                 "drifted": {v.variant: [v.drifted, v.renderings] for v in found},
             },
             run_id=run_id,

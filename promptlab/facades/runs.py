@@ -8,7 +8,6 @@ starts on first use; reading a run (its view, its items, one item) needs none.
 from __future__ import annotations
 
 import builtins  # `list` below names a method: annotations say builtins.list
-import os
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -25,7 +24,7 @@ from promptlab.engine.plan.planner import KEY_HEX_DIGITS
 from promptlab.engine.record.trace import SHARD
 from promptlab.engine.spec.endpoints import confine_endpoint
 from promptlab.engine.spec.runspec import LOCAL_ENDPOINTS
-from promptlab.errors import ExperimentError, NotFoundError, PromptlabError, SpecError
+from promptlab.errors import ExperimentError, NotFoundError, SpecError
 from promptlab.experiments import config_from_mapping
 from promptlab.facades.context import Context
 from promptlab.facades.datasets import Datasets
@@ -245,14 +244,11 @@ class Runs:
         if judges:
             endpoints = load_endpoints(self._context.settings.providers_file)
             check_judges(spec, endpoints, self._context.registry)
-        if spec.drift is not None:  # its embedder must be there when the run ends
-            from promptlab.providers.embeddings import Embedder
+        if spec.drift is not None:  # its embedder and reference, there when the run ends
+            from promptlab.evaluation.drift import check_setup
 
             endpoints = load_endpoints(self._context.settings.providers_file)
-            try:
-                Embedder.of(spec.drift.model, endpoints, os.environ)
-            except PromptlabError as exc:
-                raise SpecError(f"drift.model: {exc}") from exc
+            check_setup(spec.drift.model, spec.drift.reference, endpoints, self._context.store)
 
     def resume(self, run_id: str) -> str:
         return self._context.engine().resume(run_id)

@@ -16,8 +16,8 @@ from promptlab.providers.embeddings import hashed_embedding
 MAX_INPUTS = 2048
 #: Characters of one input: OpenAI's 8,192-token cap, at about four characters a token.
 MAX_INPUT_CHARS = 32_768
-#: Bytes of a request body.
-MAX_BODY = 8 << 20
+#: Bytes of a request body: aiohttp's own bound for every route (its client_max_size).
+MAX_BODY = 1 << 20
 
 
 def add_embedding_routes(app: web.Application) -> None:

@@ -9,7 +9,9 @@ Only commands that run nothing a repository configures are used: `git rev-parse`
 refs and trees, and `git hash-object --no-filters` hashes the file as it is. `git
 status` could run a hook named in the repository's own config (core.fsmonitor) or a
 clean filter from its .gitattributes, so a prompt file from a cloned repository could
-run code; it is not used. A file whose blob differs from HEAD's only through such a
+run code; it is not used. In a partial clone a tree read could fetch what is missing,
+through the upload-pack command the repository's config names: lazy fetches and every
+transport are switched off. A file whose blob differs from HEAD's only through such a
 filter is reported as changed: the safe side.
 """
 
@@ -35,7 +37,8 @@ def git_source(file: Path) -> GitSource | None:
     git = shutil.which("git")
     if git is None:
         return None
-    folder = file.resolve().parent
+    file = file.resolve()  # a link's target: the file git tracks
+    folder = file.parent
     head = _git(git, folder, "rev-parse", "--verify", "--quiet", "HEAD^{commit}")
     commit = (head or "").strip()
     if not COMMIT_PATTERN.match(commit):
@@ -50,8 +53,16 @@ def git_source(file: Path) -> GitSource | None:
 
 def _git(git: str, folder: Path, *args: str) -> str | None:
     """`git ARGS` run in `folder`: its output, or None when it fails."""
-    # Not the user's terminal or pager; no lock taken on the index of their checkout.
-    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_OPTIONAL_LOCKS": "0"}
+    # Not the user's terminal or pager; no lock taken on the index of their checkout;
+    # no fetch of what a partial clone lacks, and no transport at all (a fetch would run
+    # the upload-pack command a cloned repository's config names).
+    env = {
+        **os.environ,
+        "GIT_TERMINAL_PROMPT": "0",
+        "GIT_OPTIONAL_LOCKS": "0",
+        "GIT_NO_LAZY_FETCH": "1",
+        "GIT_ALLOW_PROTOCOL": "none",
+    }
     try:
         done = subprocess.run(  # noqa: S603 - git from PATH, fixed arguments
             [git, *args],

@@ -22,8 +22,13 @@ from promptlab.providers.config import EndpointConfig, parse_model_ref
 
 #: Slots of an offline embedding: room for a prompt's words with few collisions.
 DIMENSIONS = 256
-#: Texts per request to an endpoint (OpenAI takes up to 2,048).
+#: Texts per request to an endpoint (OpenAI takes up to 2,048), and their characters at
+#: most (OpenAI caps a request's tokens: about 300,000, some four characters each).
 BATCH = 128
+BATCH_CHARS = 400_000
+#: Characters of one text sent: OpenAI's 8,192-token cap for one input, at about four
+#: characters a token; a longer prompt is measured by its beginning.
+MAX_TEXT_CHARS = 30_000
 #: Seconds an embeddings request may take.
 TIMEOUT_S = 60.0
 #: How an offline embedding is named wherever a result says where it came from.
@@ -102,8 +107,7 @@ class Embedder:
         )
         out: list[list[float]] = []
         with client:
-            for start in range(0, len(texts), BATCH):
-                batch = list(texts[start : start + BATCH])
+            for batch in _batches(texts):
                 try:
                     answer = client.embeddings.create(model=self.model, input=batch)
                 except openai.OpenAIError as exc:
@@ -115,3 +119,17 @@ class Embedder:
                     )
                 out.extend(list(e.embedding) for e in ordered)
         return out
+
+
+def _batches(texts: Sequence[str]) -> list[list[str]]:
+    """`texts` (each cut at MAX_TEXT_CHARS) in requests of at most BATCH texts and
+    BATCH_CHARS characters."""
+    batches: list[list[str]] = []
+    size = 0
+    for text in (t[:MAX_TEXT_CHARS] for t in texts):
+        if not batches or len(batches[-1]) >= BATCH or size + len(text) > BATCH_CHARS:
+            batches.append([])
+            size = 0
+        batches[-1].append(text)
+        size += len(text)
+    return batches

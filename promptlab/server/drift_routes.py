@@ -26,6 +26,9 @@ class DriftIn(BaseModel):
     threshold: float | None = Field(
         None, gt=0, le=2, description="A cosine distance; none: the check's default."
     )
+    reference: str | None = Field(
+        None, max_length=200, description="A dataset whose rows' centroid is the anchor."
+    )
 
 
 def add_drift_routes(app: FastAPI, wb: Workbench) -> None:
@@ -46,7 +49,7 @@ def add_drift_routes(app: FastAPI, wb: Workbench) -> None:
         `drift.checked` change event."""
 
         def check() -> list[VersionDrift]:
-            return wb.drift.check(run_id, body.model, body.threshold)
+            return wb.drift.check(run_id, body.model, body.threshold, body.reference)
 
         said = f"{run_id} {body.model_dump_json()}"
         found = request_once(checks, request, idempotency_key, said, check)

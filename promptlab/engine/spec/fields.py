@@ -262,6 +262,8 @@ class DriftSpec:
 
     model: str = DEFAULT_DRIFT_MODEL
     threshold: float | None = None
+    #: A dataset whose rows' centroid is each version's anchor (None: its examples).
+    reference: str | None = None
 
 
 def drift_field(value: Any) -> DriftSpec | None:
@@ -273,7 +275,7 @@ def drift_field(value: Any) -> DriftSpec | None:
         return DriftSpec()
     if not isinstance(value, Mapping):
         raise SpecError(f"drift: true, or {{model: ENDPOINT:MODEL, threshold: N}}, got {value!r}")
-    unknown = sorted(set(value) - {"model", "threshold"})
+    unknown = sorted(set(value) - {"model", "threshold", "reference"})
     if unknown:
         raise SpecError(f"drift: unknown field(s) {', '.join(map(str, unknown))}")
     model = value.get("model", DEFAULT_DRIFT_MODEL)
@@ -288,4 +290,7 @@ def drift_field(value: Any) -> DriftSpec | None:
         raise SpecError(
             f"drift.threshold: a cosine distance above 0 and at most 2, got {threshold!r}"
         )
-    return DriftSpec(model, None if threshold is None else float(threshold))
+    reference = value.get("reference")
+    if reference is not None and not (isinstance(reference, str) and reference.strip()):
+        raise SpecError(f"drift.reference: a dataset's name, got {reference!r}")
+    return DriftSpec(model, None if threshold is None else float(threshold), reference)
