@@ -296,3 +296,38 @@ def test_a_reference_dataset_s_centroid_is_the_anchor(
         main, ["--db", str(db_path), "drift", run_id, "--reference", "nowhere"]
     )
     assert bad.exit_code == 1 and "no dataset named 'nowhere'" in bad.stderr
+
+
+def test_typed_variables_are_rendered_as_the_engine_sends_them(
+    db_path: Path, tmp_path: Path
+) -> None:
+    """A CSV cell is text; an integer variable takes it as a number when the run sends
+    it, and so does the drift check: every row measured, none left out as refused."""
+    prompt = tmp_path / "count.yaml"
+    prompt.write_text(
+        PROMPT.replace("name: describe", "name: count")
+        .replace(
+            'product: {type: string, maxLength: 400, examples: ["a blue cotton t-shirt"]}',
+            'product: {type: string, examples: ["a blue cotton t-shirt"]}\n'
+            "      qty: {type: integer, minimum: 1, examples: [2]}",
+        )
+        .replace("{{ product }}", "{{ qty }} x {{ product }}"),
+        encoding="utf-8",
+    )
+    invoke(db_path, "prompt", "add", str(prompt))
+    dataset = tmp_path / "orders.csv"
+    dataset.write_text(
+        "product,qty\n" + "".join(f'"{ORDINARY[i % 6]}",{i + 1}\n' for i in range(8))
+    )
+    spec = {
+        "name": "count",
+        "dataset": str(dataset),
+        "variants": [{"name": "v1", "prompt": "count@1.0.0"}],
+    }
+    path = tmp_path / "count-run.yaml"
+    path.write_text(yaml.safe_dump(spec), encoding="utf-8")
+    run = re.search(r"run (run_[0-9a-f]+)", invoke(db_path, "run", str(path), "--quiet"))
+    assert run is not None
+    out = invoke(db_path, "drift", run.group(1))
+    line = next(s for s in out.splitlines() if s.startswith("v1 "))
+    assert line.split()[1:3] == ["8", "0"]
