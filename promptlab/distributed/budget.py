@@ -177,8 +177,12 @@ class SharedBudget:
         """Nobody sends on this budget for `seconds` (a 429's Retry-After), and then the
         provider's bucket is taken as empty: sends go at its rate, not as a burst."""
         await self._back_off(keys=[self.keys[2]], args=[max(1, int(seconds * 1000))])
-        follow = [self._rpm, self._tpm, int(BURST_S * 1000), 0, 0]
-        await self._follow(keys=[self.keys[0], self.keys[1], self.keys[3]], args=follow)
+        await self._remaining(0, 0)
+
+    async def _remaining(self, requests: int, tokens: int) -> None:
+        """What the provider says remains of each bucket (-1: not said), in the clocks."""
+        args = [self._rpm, self._tpm, int(BURST_S * 1000), requests, tokens]
+        await self._follow(keys=[self.keys[0], self.keys[1], self.keys[3]], args=args)
 
     async def learn(self, headers: Mapping[str, str]) -> None:
         """Keep the limits a response's headers state (for endpoints configured without);
@@ -197,9 +201,7 @@ class SharedBudget:
         if learned:
             await self._redis.hset(self.keys[3], mapping=learned)
         if learned or remaining != [-1, -1]:
-            burst_ms = int(BURST_S * 1000)
-            args = [self._rpm, self._tpm, burst_ms, *remaining]
-            await self._follow(keys=[self.keys[0], self.keys[1], self.keys[3]], args=args)
+            await self._remaining(*remaining)
             await self._redis.expire(self.keys[3], KEY_TTL_S)
 
 

@@ -165,7 +165,7 @@ def drift_by_version(
                 variant.prompt_version_id,
                 len(mine),
                 drifted,
-                wilson_interval(drifted, len(mine)) if mine else Interval(0.0, 1.0),
+                wilson_interval(drifted, len(mine)),  # (0, 1) for none
             )
         )
     return out
@@ -191,12 +191,14 @@ def check_run(
     store: Store,
     run_id: str,
     embedder: Embedder,
-    threshold: float = DEFAULT_THRESHOLD,
+    threshold: float | None = None,
     reference: str | None = None,
 ) -> list[VersionDrift]:
-    """Check every rendering of the run (against the centroid of the `reference`
-    dataset's first MAX_REFERENCE_ROWS rows, when named), keep what was found (replacing
-    an earlier check) and return each variant's drift rate."""
+    """Check every rendering of the run past `threshold` (DEFAULT_THRESHOLD when None),
+    against the centroid of the `reference` dataset's first MAX_REFERENCE_ROWS rows when
+    named, keep what was found (replacing an earlier check) and return each variant's
+    drift rate."""
+    threshold = DEFAULT_THRESHOLD if threshold is None else threshold
     rows = DriftStore(store)
     variants = RunStore(store).variants(run_id)
     if not variants:

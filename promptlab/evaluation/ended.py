@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from promptlab.checks.anomalies import detect, observation_of, schema_fields
 from promptlab.errors import PromptlabError
 from promptlab.evaluation.crossruns import crosscheck_ended, decide_run, validation_ended
-from promptlab.evaluation.drift import DEFAULT_THRESHOLD, check_run
+from promptlab.evaluation.drift import check_run
 from promptlab.evaluation.judges import judge_spec, judges_of, store_verdicts, write_judge_dataset
 from promptlab.evaluation.runs import plain_scorers, score_results
 from promptlab.evaluation.scorers import Scorer
@@ -150,8 +150,7 @@ def _drift(ended: RunEnd) -> None:
     drift = ended.spec.drift
     assert drift is not None
     embedder = Embedder.of(drift.model, ended.endpoints, os.environ)
-    threshold = DEFAULT_THRESHOLD if drift.threshold is None else drift.threshold
-    check_run(ended.store, ended.run_id, embedder, threshold, drift.reference)
+    check_run(ended.store, ended.run_id, embedder, drift.threshold, drift.reference)
 
 
 def _submit_judge(ended: RunEnd, judge: Scorer) -> str:

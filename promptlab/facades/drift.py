@@ -41,7 +41,7 @@ class Drift:
         from promptlab.providers.config import load_endpoints
         from promptlab.providers.embeddings import Embedder
 
-        threshold = DEFAULT_THRESHOLD if threshold is None else threshold
+        threshold = DEFAULT_THRESHOLD if threshold is None else threshold  # as audited
         endpoints = load_endpoints(self._context.settings.providers_file)
         embedder = Embedder.of(model, endpoints, os.environ)
         found = check_run(self._context.store, run_id, embedder, threshold, reference)

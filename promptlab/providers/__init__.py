@@ -39,7 +39,7 @@ def build_provider(
         from promptlab.providers.sim import SimProvider
 
         return SimProvider(endpoint, latency_scale=latency_scale, pace=sim_pace(environ))
-    api_key = _read_key(endpoint, environ)
+    api_key = read_key(endpoint, environ)
     if endpoint.kind in ("openai", "anthropic") and endpoint.transport == "http":
         from promptlab.providers.http import AnthropicHttpProvider, OpenAIHttpProvider
 
@@ -57,7 +57,9 @@ def build_provider(
     raise ConfigError(f"endpoint {endpoint.name!r}: unknown kind {endpoint.kind!r}")
 
 
-def _read_key(endpoint: EndpointConfig, environ: Mapping[str, str]) -> str | None:
+def read_key(endpoint: EndpointConfig, environ: Mapping[str, str]) -> str | None:
+    """The endpoint's key from the env var its config names; None when it names none,
+    ConfigError when that variable is not set."""
     if endpoint.api_key_env is None:
         return None
     key = environ.get(endpoint.api_key_env)

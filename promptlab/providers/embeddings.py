@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from promptlab.errors import ConfigError
+from promptlab.providers import read_key
 from promptlab.providers.config import EndpointConfig, parse_model_ref
 
 #: Slots of an offline embedding: room for a prompt's words with few collisions.
@@ -79,10 +80,10 @@ class Embedder:
                 f"{ref}: endpoint {name!r} is {endpoint.kind}, which has no embeddings; name "
                 "an OpenAI-format endpoint or the simulated one"
             )
-        key = environ.get(endpoint.api_key_env) if endpoint.api_key_env else None
-        if endpoint.api_key_env and not key:
-            raise ConfigError(f"{ref}: {endpoint.api_key_env} is not set")
-        return cls(endpoint, model, key)
+        try:
+            return cls(endpoint, model, read_key(endpoint, environ))
+        except ConfigError as exc:
+            raise ConfigError(f"{ref}: {exc}") from None
 
     @property
     def source(self) -> str:
