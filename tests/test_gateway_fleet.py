@@ -306,7 +306,11 @@ def test_a_gateway_killed_9_under_traffic_hands_on_every_answered_call_when_it_r
     journal = cluster.folder / f"gateway-{port}" / "calls.jsonl"
     assert journal.stat().st_size > 0
     cluster.start_gateway(port)  # on the same folder: it folds what the kill left
-    assert cluster.stored(client) == sorted(traffic.traces)
+    # Every answered call, once, and at most the one in flight at the kill: it is in the
+    # journal before its last byte, which the kill may then have cut from its caller.
+    stored = cluster.stored(client)
+    assert len(set(stored)) == len(stored) and set(traffic.traces) <= set(stored)
+    assert len(stored) - len(traffic.traces) <= 1
 
 
 def test_a_kill_on_the_owner_reaches_every_gateway(
