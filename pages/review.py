@@ -36,7 +36,7 @@ from promptlab.ui.review_queue import announce, run_labels, run_picker, send_row
 from promptlab.ui.seen import seen_before
 from promptlab.ui.shell import require_shell
 from promptlab.ui.widgets import show_error
-from promptlab.views.review import crosscheck_line, item_rows, weight_rows
+from promptlab.views.review import crosscheck_line, item_rows, summary_title, weight_rows
 from promptlab.workbench import Workbench
 
 #: The item on show: from `?item=`, a row picked in the table, or the next open one
@@ -206,10 +206,7 @@ def main() -> None:
     if detail is not None:
         summary = wb.review.crosscheck(detail.item.run_id)
         if summary is not None:
-            with st.expander(
-                f"Cross-check of run {summary.run_id}: "
-                + ", ".join(f"{n} {d}" for d, n in summary.decisions.items())
-            ):
+            with st.expander(summary_title(summary)):
                 st.dataframe(pd.DataFrame(weight_rows(summary)), hide_index=True)
         item_view(wb, detail, run_id)
     send_rows(wb, runs, run_id)

@@ -83,3 +83,20 @@ def test_rows_are_sent_by_hand_from_the_page() -> None:
     boxes["Rows"].set_value("three")
     button(at, "Send these rows").click().run()  # type: ignore[attr-defined]
     assert any("three" in e.value and "is not a row number" in e.value for e in at.error)
+
+
+def test_a_tiebreak_says_which_rows_it_reinferred() -> None:
+    wb = get_workbench()
+    run_id = crosschecked_run(
+        wb, rows=6, models=MODELS[:2], tiebreak={"model": "sim:fast", "weight": 0.5}
+    )
+    summary = wb.review.crosscheck(run_id)
+    assert summary is not None and summary.reinferred > 0
+    reinferred = [i for i in wb.review.list("open", run_id) if "re-inferred it" in i.reason]
+    assert reinferred, "a split the third model did not settle goes to review, saying so"
+    at = AppTest.from_file(PAGE, default_timeout=TIMEOUT_S)
+    at.query_params["run"] = run_id
+    at.run()
+    assert not at.exception
+    label = f"{summary.reinferred} re-inferred by the tiebreak model"
+    assert any(label in e.label for e in at.expander)

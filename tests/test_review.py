@@ -28,7 +28,9 @@ MODELS = ["sim:careful", "sim:balanced", "sim:fast"]
 TIMEOUT_S = 60
 
 
-def crosschecked_run(wb: Workbench, rows: int = 12) -> str:
+def crosschecked_run(
+    wb: Workbench, rows: int = 12, models: list[str] = MODELS, tiebreak: Any = None
+) -> str:
     """The demo's triage prompt through three simulated models, cross-checked on the
     category: they pick it apart (the simulator does not read tickets), so most rows
     go to review."""
@@ -39,7 +41,11 @@ def crosschecked_run(wb: Workbench, rows: int = 12) -> str:
             "dataset": str(ROOT / "data" / "demo" / "tickets.csv"),
             "limit_rows": rows,
             "variants": [{"prompt": "ticket-triage@production"}],
-            "crosscheck": {"models": MODELS, "field": "category"},
+            "crosscheck": {
+                "models": models,
+                "field": "category",
+                **({"tiebreak": tiebreak} if tiebreak else {}),
+            },
         }
     )
     run_id = wb.runs.start(spec)

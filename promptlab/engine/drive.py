@@ -28,6 +28,7 @@ from promptlab.engine.plan.planner import PlanStopped
 from promptlab.engine.plan.prepare import PreparedRun
 from promptlab.engine.record.progress import Counters
 from promptlab.engine.record.writer import STORE_UNWRITABLE, BatchWriter
+from promptlab.engine.rounds import plan_tiebreaks
 from promptlab.engine.run import RunExecution
 from promptlab.engine.send.lanes import EndpointPool
 from promptlab.engine.spec.runspec import RunSpec, parse_spec
@@ -207,6 +208,8 @@ class RunDriver:
             await asyncio.to_thread(self.runs.set_status, run_id, RunStatus.RUNNING)
             await tokenizer
             await execution.execute()
+            if await self._tiebreaks(run_id, prepared, execution, counters):
+                await execution.execute()  # the rows its cross-check's models doubt
             await asyncio.gather(*alert_writes)
             await self._close_run(run_id, active, execution, prepared.spec)
         except PlanStopped:
@@ -221,6 +224,19 @@ class RunDriver:
             tokenizer.cancel()  # a run that ended before it was needed does not wait for it
             if spans is not None:
                 await self._end_spans(run_id, spans)
+
+    async def _tiebreaks(
+        self, run_id: str, prepared: PreparedRun, execution: RunExecution, counters: Counters
+    ) -> int:
+        """A cross-check's tiebreak items, planned once its models answered every row and
+        the run was not halted (engine/rounds.py); the items added."""
+        if execution.stopping.is_set() or prepared.spec.crosscheck is None:
+            return 0
+        store, endpoints = self.store, self._endpoints  # an embedder is configured, as drift's
+        added = await asyncio.to_thread(plan_tiebreaks, store, run_id, prepared, endpoints)
+        counters.total += added
+        counters.pending += added
+        return added
 
     def _run_spans(self, run_id: str, name: str, prepared: PreparedRun) -> RunSpans | None:
         """The run's OpenTelemetry spans, when the process exports traces."""

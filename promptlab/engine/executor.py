@@ -220,13 +220,21 @@ class Engine(RunLifecycle):
         `skip_invalid_rows`, minus the rows a template refuses) and scale the dataset.
         """
         prepared = self._prepare(spec, sending=False)
-        return estimate_run(
+        estimate = estimate_run(
             prepared.variants,
             prepared.plan_sample(),
             prepared.endpoints,
             self.reads.output_history(),
             spec.limits,
         )
+        tiebreak = spec.crosscheck.tiebreak if spec.crosscheck is not None else None
+        if tiebreak is None:
+            return estimate
+        said = (
+            f"crosscheck.tiebreak: {tiebreak.model} is counted for every row, an upper "
+            "bound: it answers only the rows the other models doubt"
+        )
+        return replace(estimate, warnings=(*estimate.warnings, said))
 
     def adopt_waiting(self) -> list[str]:
         """Take over the runs left waiting by a process that is gone (see dependencies.py)."""

@@ -26,6 +26,9 @@ variant, once per model) and decides each row from their answers:
   model give them; Anthropic's API has none). Each answer's mean token entropy is
   stored with its result; a row whose models' entropies differ by more than the gap is
   flagged ambiguous and goes to review, whatever its agreement.
+- **Tiebreak**: with `tiebreak:`, the rows the models doubt (low agreement, reasoning
+  far apart) are answered by a third model in the same run before they are decided
+  (promptlab/evaluation/tiebreak.py); its answer joins the vote with its own weight.
 """
 
 from __future__ import annotations
@@ -42,9 +45,12 @@ from typing import Any
 from promptlab.checks.validation import extract_json
 from promptlab.errors import ConfigError, SpecError
 from promptlab.evaluation.scorers import value_at
+from promptlab.evaluation.tiebreak import TieBreak, parse_tiebreak
 from promptlab.providers.config import parse_model_ref
 
-FIELDS = frozenset({"models", "field", "confidence", "validation", "adopt", "vote", "entropy_gap"})
+FIELDS = frozenset(
+    {"models", "field", "confidence", "validation", "adopt", "vote", "entropy_gap", "tiebreak"}
+)
 #: Log-probabilities asked per token when a cross-check measures its entropy gap.
 TOP_LOGPROBS = 5
 #: Fewest and most models a cross-check sends each row to.
@@ -82,6 +88,13 @@ class CrossCheck:
     vote: Threshold = Threshold(0.70, 0.72)
     #: Flag a row ambiguous when its models' mean token entropies differ by more (nats).
     entropy_gap: float | None = None
+    #: A third model for the rows the others doubt (promptlab/evaluation/tiebreak.py).
+    tiebreak: TieBreak | None = None
+
+    @property
+    def voters(self) -> tuple[str, ...]:
+        """Every model whose answer may count: the cross-checked ones, then the tiebreak."""
+        return self.models + ((self.tiebreak.model,) if self.tiebreak is not None else ())
 
 
 def parse_crosscheck(data: Any) -> CrossCheck:
@@ -126,8 +139,10 @@ def parse_crosscheck(data: Any) -> CrossCheck:
         raise SpecError(
             f"crosscheck.entropy_gap: expected nats from 0 to 10 (the seed's 1.2), got {gap!r}"
         )
+    tiebreak = data.get("tiebreak")
     return CrossCheck(
         models=tuple(map(str, models)),
+        tiebreak=None if tiebreak is None else parse_tiebreak(tiebreak, list(map(str, models))),
         validation=validation,
         entropy_gap=None if gap is None else float(gap),
         adopt=_threshold(data.get("adopt"), "adopt", CrossCheck.adopt),
@@ -141,7 +156,8 @@ def with_crosscheck(
     variants: list[Any],
     resolve_dataset: Callable[[Any], tuple[Path | None, str | None]],
 ) -> tuple[CrossCheck | None, list[Any], Mapping[str, Any]]:
-    """A spec's `crosscheck:` checked, its one variant sent once per model, and the
+    """A spec's `crosscheck:` checked, its one variant sent once per model (the tiebreak
+    model's last: it answers only the rows the others doubt), and the
     spec's data with the validation dataset as stored (a resume reads the same file);
     a spec without one as it is."""
     if "crosscheck" not in data:
@@ -164,7 +180,7 @@ def with_crosscheck(
         path, name = resolve_dataset(check.validation)
         stored: Any = str(path) if path is not None else {"name": name}
         data = {**data, "crosscheck": {**data["crosscheck"], "validation": stored}}
-    expanded = [{**variants[0], "name": model, "model": model} for model in check.models]
+    expanded = [{**variants[0], "name": model, "model": model} for model in check.voters]
     return check, expanded, data
 
 

@@ -7,13 +7,18 @@ decides the cross-checked run; without one, the models weigh alike and the run i
 decided at once. Each row's decision, with every model's answer, confidence and weight,
 is stored (`crosscheck_decisions`); rows decided `review` go to the review queue. A
 resumed run is decided again whole (its open review items with it; decided ones stay).
+
+With `crosscheck.tiebreak`, the run measures its rows before it ends (`measure_rows`,
+called by engine/rounds.py) and sends the doubted ones to the tiebreak model; a row it
+answered is decided with that answer too, at the tiebreak's own weight.
 """
 
 from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from promptlab.evaluation.crosscheck import (
@@ -32,6 +37,7 @@ from promptlab.evaluation.crosscheck import (
     weights_from_f1,
     winner,
 )
+from promptlab.evaluation.tiebreak import chain_divergence, chain_text
 from promptlab.records.review import ReviewSource, WeightRecord
 from promptlab.store.audit import AuditLog
 from promptlab.store.connection import Store
@@ -92,6 +98,54 @@ def validation_ended(store: Store, validation_run_id: str, spec: RunSpec) -> int
     return decide_run(store, spec.validating, spec.crosscheck, f1, validation_run_id)
 
 
+@dataclass(frozen=True)
+class RoundRow:
+    """A row measured before it is decided: its agreement (the models weighing alike),
+    its chain divergence (None with fewer than two chains) and whether it is re-inferred."""
+
+    row_index: int
+    agreement: float
+    divergence: float | None
+    reinfer: bool
+
+
+#: Rows whose chains are embedded at a time: a run of any size holds this many rows'
+#: texts and vectors (5 models x 1,536 floats each, with OpenAI's small model).
+ROUND_ROWS = 256
+
+
+def measure_rows(
+    store: Store, run_id: str, check: CrossCheck, embed: Callable[[list[str]], list[list[float]]]
+) -> Iterator[list[RoundRow]]:
+    """The rows of a cross-checked run not yet measured, ROUND_ROWS at a time, each
+    measured for its tiebreak (promptlab/evaluation/tiebreak.py); `embed` embeds texts."""
+    tiebreak = check.tiebreak
+    assert tiebreak is not None
+    crosschecks = CrosscheckStore(store)
+    measured = crosschecks.measured_rows(run_id)
+    equal = {m: 1 / len(check.models) for m in check.models}
+    for batch in crosschecks.row_outputs(run_id):
+        todo = [(row, outputs) for row, outputs in batch if row not in measured]
+        for start in range(0, len(todo), ROUND_ROWS):
+            rows = todo[start : start + ROUND_ROWS]
+            chains = [
+                [chain_text(outputs.get(m, (None, None))[0], tiebreak.chain) for m in check.models]
+                for _row, outputs in rows
+            ]
+            texts = [text for chain in chains for text in chain if text is not None]
+            vectors = iter(embed(texts) if texts else [])
+            out = []
+            for (row, outputs), chain in zip(rows, chains, strict=True):
+                answers = _answers(outputs, check, check.models)
+                best = winner(answers, equal)
+                agreement = sum(equal[m] for m, a in answers.items() if best and a.value == best)
+                divergence = chain_divergence([next(vectors) for t in chain if t is not None])
+                out.append(
+                    RoundRow(row, agreement, divergence, tiebreak.doubts(agreement, divergence))
+                )
+            yield out
+
+
 def decide_run(
     store: Store,
     run_id: str,
@@ -107,9 +161,11 @@ def decide_run(
     # winning answer (the ±5% rule's input).
     per_model = {m: Moments() for m in models}
     pooled, agreed, rows = Moments(), Counter[str](), 0
+    if check.tiebreak is not None:  # its confidences on their own scale; it is not weighed
+        per_model[check.tiebreak.model] = Moments()
     for batch in crosschecks.row_outputs(run_id):
         for _row, outputs in batch:
-            answers = _answers(outputs, check)
+            answers = _answers(outputs, check, check.models)
             best, rows = winner(answers, base), rows + 1
             for model, answer in answers.items():
                 raw = raw_confidence(answer, check)
@@ -118,6 +174,10 @@ def decide_run(
                     pooled.add(raw)
                 if best is not None and answer.value == best:
                     agreed[model] += 1
+            for model, answer in _answers(outputs, check, _third(outputs, check)).items():
+                raw = raw_confidence(answer, check)
+                if raw is not None:
+                    per_model[model].add(raw)
     weights = adjust_weights(base, {m: agreed[m] / rows for m in models}) if rows else base
     crosschecks.clear(run_id)
     crosschecks.put_weights(
@@ -127,9 +187,14 @@ def decide_run(
                 m, validation_run_id, None if f1 is None else f1.get(m, 0.0), base[m], weights[m]
             )
             for m in models
-        ],
+        ]
+        + [WeightRecord(t.model, None, None, t.weight, t.weight) for t in [check.tiebreak] if t],
     )
-    return _decide_rows(store, run_id, check, weights, Scale(per_model, pooled))
+    voting = {
+        **weights,
+        **({check.tiebreak.model: check.tiebreak.weight} if check.tiebreak else {}),
+    }
+    return _decide_rows(store, run_id, check, voting, Scale(per_model, pooled))
 
 
 def _decide_rows(
@@ -139,12 +204,15 @@ def _decide_rows(
     reviews.clear_open(run_id, ReviewSource.CROSSCHECK)
     now = store.clock.now()
     counts: Counter[str] = Counter()
+    reinferred = 0  # rows the tiebreak model answered
     for batch in crosschecks.row_outputs(run_id):
         decided, queued = [], []
         for row, outputs in batch:
-            answers = _answers(outputs, check)
+            third = _third(outputs, check)
+            answers = _answers(outputs, check, (*check.models, *third))
             d = decide(answers, weights, scale, check)
             counts[d.decision] += 1
+            reinferred += bool(third)
             decided.append(
                 (
                     row,
@@ -171,16 +239,27 @@ def _decide_rows(
         crosschecks.add_decisions(run_id, decided, now)
         reviews.add(queued, ACTOR, now)
     name = RunStore(store).get_run(run_id).name
-    payload = {"run": name, "decisions": dict(counts), "weights": dict(weights)}
+    payload: dict[str, Any] = {"run": name, "decisions": dict(counts), "weights": dict(weights)}
+    if check.tiebreak is not None:
+        payload["reinferred"] = reinferred
     AuditLog(store).record_change("crosscheck.decided", ACTOR, payload, run_id=run_id)
     return sum(counts.values())
 
 
+def _third(outputs: Mapping[str, Any], check: CrossCheck) -> tuple[str, ...]:
+    """The tiebreak model, when it answered the row (it was re-inferred)."""
+    tiebreak = check.tiebreak
+    return (tiebreak.model,) if tiebreak is not None and tiebreak.model in outputs else ()
+
+
 def _answers(
-    outputs: Mapping[str, tuple[str | None, float | None]], check: CrossCheck
+    outputs: Mapping[str, tuple[str | None, float | None]],
+    check: CrossCheck,
+    models: Iterable[str],
 ) -> dict[str, Answer]:
+    """Each of `models`' answers to a row (a model with no output abstains)."""
     answers = {}
-    for model in check.models:
+    for model in models:
         output, entropy = outputs.get(model, (None, None))
         answers[model] = read_answer(output, check, entropy)
     return answers
@@ -197,6 +276,9 @@ def review_reason(d: RowDecision, check: CrossCheck) -> str:
         return "no model gave an answer"
     confidence = "no confidence" if d.confidence is None else f"confidence {d.confidence:.2f}"
     why = "models disagree" if d.agreement < check.vote.agreement - 1e-9 else "low confidence"
+    tiebreak = check.tiebreak
+    if tiebreak is not None and tiebreak.model in d.inputs:
+        why += f" after {tiebreak.model} re-inferred it"
     return (
         f"{why}: agreement {d.agreement:.0%}, {confidence} (a weighted vote needs "
         f"{check.vote.agreement:.0%} and {check.vote.confidence:.2f})"

@@ -234,7 +234,7 @@ class Runs:
 
     def _check_judges(self, spec: RunSpec) -> None:
         """A judge's rubric must exist now, and its run be one a submit takes (endpoint,
-        limits): it starts only when this one ends. So must a drift check's embedder."""
+        limits): it starts only when this one ends. So must drift's and a tiebreak's embedder."""
         judges = [(i, scorer) for i, scorer in enumerate(spec.scorers) if scorer.kind == "judge"]
         for i, scorer in judges:
             try:
@@ -244,11 +244,15 @@ class Runs:
         if judges:
             endpoints = load_endpoints(self._context.settings.providers_file)
             check_judges(spec, endpoints, self._context.registry)
-        if spec.drift is not None:  # its embedder and reference, there when the run ends
+        tiebreak = spec.crosscheck.tiebreak if spec.crosscheck is not None else None
+        if spec.drift is not None or tiebreak is not None:  # embedders there when needed
             from promptlab.evaluation.drift import check_setup
 
             endpoints = load_endpoints(self._context.settings.providers_file)
-            check_setup(spec.drift.model, spec.drift.reference, endpoints, self._context.store)
+            if spec.drift is not None:
+                check_setup(spec.drift.model, spec.drift.reference, endpoints, self._context.store)
+            if tiebreak is not None:
+                tiebreak.check_embedder(endpoints)
 
     def resume(self, run_id: str) -> str:
         return self._context.engine().resume(run_id)

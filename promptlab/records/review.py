@@ -81,6 +81,9 @@ class CrosscheckRecord:
     #: The spread of the models' token entropies, and whether it flagged the row.
     entropy_gap: float | None = None
     ambiguous: bool = False
+    #: With a tiebreak: the row's chain divergence, and whether its model re-inferred it.
+    divergence: float | None = None
+    reinferred: bool = False
 
 
 @dataclass(frozen=True)
@@ -110,6 +113,8 @@ class CrosscheckSummary:
     run_id: str
     weights: tuple[WeightRecord, ...]
     decisions: Mapping[str, int]
+    #: Rows its tiebreak model answered again (0 without a tiebreak).
+    reinferred: int = 0
 
 
 #: The review list as the CLI prints it (and the server answers it): the items, and how

@@ -15,6 +15,8 @@ BATCH = 2_000
 #: (row_index, decision, answer, agreement, confidence, inputs as JSON, entropy gap,
 #: ambiguous)
 DecisionRow = tuple[int, str, str | None, float, float | None, str, float | None, bool]
+#: A row measured for a tiebreak: (row_index, agreement, chain divergence, re-inferred).
+RoundRecord = tuple[int, float, float | None, bool]
 #: A row's output (None: the request failed) and mean token entropy, per variant.
 RowOutputs = dict[str, tuple[str | None, float | None]]
 
@@ -71,9 +73,10 @@ class CrosscheckStore:
     def decision(self, run_id: str, row_index: int) -> CrosscheckRecord | None:
         with self.store.read() as cur:
             row = cur.execute(
-                "SELECT decision, answer, agreement, confidence, inputs, entropy_gap, ambiguous "
-                "FROM "
-                "crosscheck_decisions WHERE run_id = ? AND row_index = ?",
+                "SELECT decision, answer, d.agreement, confidence, inputs, entropy_gap, "
+                "ambiguous, r.divergence, coalesce(r.reinferred, false) "
+                "FROM crosscheck_decisions d LEFT JOIN crosscheck_rounds r "
+                "USING (run_id, row_index) WHERE run_id = ? AND row_index = ?",
                 [run_id, row_index],
             ).fetchone()
         if row is None:
@@ -88,6 +91,8 @@ class CrosscheckStore:
             json.loads(row[4]),
             row[5],
             bool(row[6]),
+            row[7],
+            bool(row[8]),
         )
 
     def summary(self, run_id: str) -> CrosscheckSummary | None:
@@ -103,8 +108,58 @@ class CrosscheckStore:
                 "GROUP BY 1 ORDER BY 1",
                 [run_id],
             ).fetchall()
+            reinferred = cur.execute(
+                "SELECT count(*) FROM crosscheck_rounds WHERE run_id = ? AND reinferred",
+                [run_id],
+            ).fetchall()[0][0]
         if not weights:
             return None
         return CrosscheckSummary(
-            run_id, tuple(WeightRecord(*w) for w in weights), {d: int(n) for d, n in counts}
+            run_id,
+            tuple(WeightRecord(*w) for w in weights),
+            {d: int(n) for d, n in counts},
+            int(reinferred),
         )
+
+    def measured_rows(self, run_id: str) -> set[int]:
+        """The rows of a run with a tiebreak already measured (a resume skips them)."""
+        with self.store.read() as cur:
+            rows = cur.execute(
+                "SELECT row_index FROM crosscheck_rounds WHERE run_id = ?", [run_id]
+            ).fetchall()
+        return {int(r[0]) for r in rows}
+
+    def add_round(
+        self,
+        run_id: str,
+        rows: Sequence[RoundRecord],
+        items: Sequence[tuple[str, int, int]],
+        embedder: str,
+        at: datetime,
+    ) -> None:
+        """Measured rows and the items (key, row, variant) that re-infer the doubted ones,
+        in one transaction: a resume finds both or neither. The items go last in the
+        plan, and the run's total grows by them."""
+        self.store.reserve_items(len(items))
+        with self.store.transaction() as tx:
+            tx.executemany(
+                "INSERT INTO crosscheck_rounds VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [[run_id, *row, embedder, at] for row in rows],
+            )
+            if not items:
+                return
+            last = tx.execute(
+                "SELECT coalesce(max(seq), -1) FROM items WHERE run_id = ?", [run_id]
+            ).fetchall()[0][0]
+            tx.executemany(
+                "INSERT INTO items (idempotency_key, run_id, seq, row_index, variant_index, "
+                "repeat, status, attempts) VALUES (?, ?, ?, ?, ?, 0, 'pending', 0)",
+                [
+                    [key, run_id, last + 1 + i, row, variant]
+                    for i, (key, row, variant) in enumerate(items)
+                ],
+            )
+            tx.execute(
+                "UPDATE runs SET total_items = total_items + ?, updated_at = ? WHERE run_id = ?",
+                [len(items), at, run_id],
+            )

@@ -44,7 +44,15 @@ __all__ = [
 #: One DuckDB row group, so each slice's results are written as whole row groups.
 CANCEL_SLICE = 122_880
 #: Tables holding a run's planned items and everything recorded about them.
-_PLAN_TABLES = ("items", "run_rows", "results", "attempts", "assignments", "item_drift")
+_PLAN_TABLES = (
+    "items",
+    "run_rows",
+    "results",
+    "attempts",
+    "assignments",
+    "item_drift",
+    "crosscheck_rounds",
+)
 
 
 class ItemStore:

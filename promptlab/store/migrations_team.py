@@ -284,4 +284,25 @@ TEAM_MIGRATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
             """,
         ),
     ),
+    (
+        "0029_crosscheck_rounds",
+        (
+            # A cross-checked row measured for its tiebreak before the run ended
+            # (promptlab/evaluation/tiebreak.py): its models' agreement weighing alike,
+            # the largest cosine distance between their reasoning's embeddings, and
+            # whether the tiebreak model was sent it.
+            """
+            CREATE TABLE crosscheck_rounds (
+                run_id      VARCHAR NOT NULL,
+                row_index   BIGINT NOT NULL,
+                agreement   DOUBLE NOT NULL,
+                divergence  DOUBLE,
+                reinferred  BOOLEAN NOT NULL,
+                embedder    VARCHAR NOT NULL,
+                measured_at TIMESTAMPTZ NOT NULL,
+                PRIMARY KEY (run_id, row_index)
+            )
+            """,
+        ),
+    ),
 )

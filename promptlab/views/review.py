@@ -64,6 +64,10 @@ def crosscheck_line(detail: ReviewDetail) -> str | None:
         return None
     confidence = "-" if d.confidence is None else f"{d.confidence:.2f}"
     flag = f", ambiguous (token entropies {d.entropy_gap:.2f} apart)" if d.ambiguous else ""
+    if d.divergence is not None:
+        flag += f", reasoning {d.divergence:.2f} apart"
+    if d.reinferred:
+        flag += ", re-inferred by the tiebreak model"
     return (
         f"cross-check: {d.decision}, agreement {d.agreement:.0%}, fused confidence "
         f"{confidence}, leading answer {d.answer!r}{flag}"
@@ -99,6 +103,15 @@ def detail_lines(detail: ReviewDetail) -> list[str]:
             if k not in ("variant", "model", "status") and v is not None
         ]
     return lines
+
+
+def summary_title(summary: CrosscheckSummary) -> str:
+    """A cross-checked run in one line: its decisions, and the rows re-inferred."""
+    decided = ", ".join(f"{n} {d}" for d, n in summary.decisions.items())
+    third = (
+        f"; {summary.reinferred} re-inferred by the tiebreak model" if summary.reinferred else ""
+    )
+    return f"Cross-check of run {summary.run_id}: {decided}{third}"
 
 
 def weight_rows(summary: CrosscheckSummary) -> list[dict[str, Any]]:

@@ -131,13 +131,15 @@ class PreparedRun:
                 "to plan it); nothing was sent: resume the run to plan it again"
             )
 
-    def strategy(self, rows: int | None = None) -> AssignmentStrategy:
+    def strategy(self, rows: int | None = None, tiebreak: bool = False) -> AssignmentStrategy:
         """The run's assignment; with `skip_invalid_rows`, minus rows a template refuses.
 
         The check reads the dataset once more (up to `rows` rows) and renders each row
-        with every variant's template, the way the run would.
+        with every variant's template, the way the run would. A cross-check's tiebreak
+        model (its last variant) gets rows once the others answered (engine/rounds.py);
+        `tiebreak` plans it every row, an estimate's upper bound.
         """
-        strategy = _assignment(self.spec, [v.name for v in self.variants])
+        strategy = _assignment(self.spec, [v.name for v in self.variants], tiebreak)
         if not self.spec.skip_invalid_rows:
             return strategy
         skipped: set[int] = set()
@@ -162,7 +164,7 @@ class PreparedRun:
             unit_column=str(spec.unit_column) if split else None,
             shares=expected_shares(config_from_mapping(spec.experiment)) if split else {},
         )
-        strategy = self.strategy(min(used, ESTIMATE_ROWS))
+        strategy = self.strategy(min(used, ESTIMATE_ROWS), tiebreak=True)
         rows = self.rows.read(with_history=True)  # a replay's turns as they are sent
         return sample_plan(rows, [v.name for v in self.variants], strategy, sample)
 
@@ -240,10 +242,12 @@ def summary_prompt(
     return spec, SummaryPrompt(version.id, pinned, version.template)
 
 
-def _assignment(spec: RunSpec, names: list[str]) -> AssignmentStrategy:
-    """Every row through every variant, or (a split) each unit's one variant."""
+def _assignment(spec: RunSpec, names: list[str], tiebreak: bool) -> AssignmentStrategy:
+    """Every row through every variant (a cross-check's tiebreak model only with
+    `tiebreak`), or (a split) each unit's one variant."""
     if not spec.split or spec.experiment is None:
-        return AllVariants(len(names))
+        doubted = spec.crosscheck is not None and spec.crosscheck.tiebreak is not None
+        return AllVariants(len(names) - (doubted and not tiebreak))
     config = config_from_mapping(spec.experiment)
 
     def assigner(unit_id: str) -> tuple[str, int, bool]:
