@@ -211,6 +211,9 @@ def edit_tab(wb: Workbench, base: PromptVersion) -> None:
                 params=params,
                 variables=parse_yaml_mapping(variables_text, "variable schema"),
                 output_schema=parse_yaml_mapping(output_text, "output JSON Schema"),
+                # Rules and the drift threshold are kept too; the YAML file sets them.
+                rules=base.template.rules,
+                drift_threshold=base.template.drift_threshold,
             )
             result = wb.prompts.save_version(
                 base.prompt_name,

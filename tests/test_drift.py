@@ -62,8 +62,14 @@ def invoke(db: Path, *argv: str) -> str:
 
 @pytest.fixture
 def run_id(db_path: Path, tmp_path: Path) -> str:
+    return planned_run(db_path, tmp_path, PROMPT)
+
+
+def planned_run(db_path: Path, tmp_path: Path, prompt_text: str) -> str:
+    """A run of the prompt file's describe@1.0.0 over the products (instructions on
+    DRIFTED_ROWS)."""
     prompt = tmp_path / "describe.yaml"
-    prompt.write_text(PROMPT, encoding="utf-8")
+    prompt.write_text(prompt_text, encoding="utf-8")
     invoke(db_path, "prompt", "add", str(prompt))
     values = [
         INSTRUCTIONS[i % 2] if i in DRIFTED_ROWS else ORDINARY[i % len(ORDINARY)]
@@ -102,6 +108,29 @@ def test_drift_finds_the_rows_whose_values_are_instructions(db_path: Path, run_i
     # Read back without embedding: the same figures.
     again = invoke(db_path, "drift", run_id, "--last")
     assert "as last checked" in again and line in again.splitlines()
+
+
+def test_a_version_s_own_threshold_applies_unless_the_check_gives_one(
+    db_path: Path, tmp_path: Path
+) -> None:
+    # Ordinary products of other kinds lie 0.15 to 0.3 from the anchor: a version that
+    # allows only 0.15 finds them drifted too; a check's own threshold overrides it.
+    strict = PROMPT.replace("    variables:", "    drift_threshold: 0.15\n    variables:")
+    run = planned_run(db_path, tmp_path, strict)
+    out = invoke(db_path, "drift", run)
+    assert drifted_rows(db_path, run) > DRIFTED_ROWS
+    assert next(s for s in out.splitlines() if s.startswith("v1 ")).split()[4] == "0.15"
+    out = invoke(db_path, "drift", run, "--threshold", "0.4")
+    assert drifted_rows(db_path, run) == DRIFTED_ROWS
+    assert next(s for s in out.splitlines() if s.startswith("v1 ")).split()[4] == "0.4"
+    # The field is the version's: it is kept, exported and refused when out of range.
+    exported = invoke(db_path, "prompt", "export", "describe")
+    assert "drift_threshold: 0.15" in exported
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(strict.replace("0.15", "3").replace("describe", "worse"), encoding="utf-8")
+    result = CliRunner().invoke(main, ["--db", str(db_path), "prompt", "add", str(bad)])
+    assert result.exit_code != 0
+    assert "drift_threshold: a cosine distance above 0 and at most 2, got 3" in result.output
 
 
 def test_embeddings_over_http_are_the_offline_ones(
@@ -163,7 +192,7 @@ def test_the_drift_rate_s_interval_covers_the_true_rate_in_an_a_a_simulation() -
     for chance, rows in ((0.05, 60), (0.2, 40), (0.5, 200)):
         covered = 0
         for _ in range(2000):
-            found = [DriftRow(0, row, 0.0, rng.random() < chance) for row in range(rows)]
+            found = [DriftRow(0, row, 0.0, rng.random() < chance, 0.4) for row in range(rows)]
             (drift,) = drift_by_version([variant], found)
             assert drift.renderings == rows
             covered += drift.interval.low <= chance <= drift.interval.high
@@ -194,6 +223,7 @@ def test_compare_and_the_item_view_show_the_last_check(db_path: Path, run_id: st
             "prompts": ROWS,
             "drifted": len(DRIFTED_ROWS),
             "rate": "17.5%",
+            "past": 0.4,
             "95% interval": "8.7% to 31.9%",
         }
     ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import subprocess
 import sys
@@ -82,6 +83,26 @@ def test_edit_saves_a_new_version_and_unchanged_edit_says_so(db_path: Path) -> N
     by_label(at.button, "Save new version").click().run()
     assert any("No changes" in i.value for i in at.info)
     assert len(registry_of(db_path).versions("article-summarizer")) == 3
+
+
+def test_an_edit_keeps_the_version_s_rules_and_drift_threshold(db_path: Path) -> None:
+    open_page()  # the demo's prompts
+    prompts = registry_of(db_path)
+    base = prompts.resolve("article-summarizer").template
+    rule = {"expr": "category != 'other' or priority != 'urgent'", "severity": "warning"}
+    extras = dataclasses.replace(base, rules=(rule,), drift_threshold=0.3)
+    prompts.save_version("article-summarizer", extras, message="rules and a drift threshold")
+    at = open_page()
+    by_label(at.text_area, "Message 2 (user)").input(
+        'Summarize "{{ title }}" in {{ max_words }} words, briefly.\n\n{{ article }}'
+    )
+    by_label(at.text_input, "Commit message").input("Shorter")
+    by_label(at.button, "Save new version").click().run()
+    assert not at.exception
+    assert [e.value for e in at.error] == []
+    latest = prompts.resolve("article-summarizer")
+    assert latest.message == "Shorter"
+    assert (latest.template.rules, latest.template.drift_threshold) == ((rule,), 0.3)
 
 
 def test_bad_edit_shows_the_error_and_saves_nothing(db_path: Path) -> None:

@@ -32,9 +32,8 @@ DEFAULT_THRESHOLD = 0.4
 @click.option(
     "--threshold",
     type=click.FloatRange(0.0, 2.0, min_open=True),
-    default=DEFAULT_THRESHOLD,
-    show_default=True,
-    help="Cosine distance from the version's typical prompt past which a filled prompt is drifted.",
+    help="Cosine distance from the version's typical prompt past which a filled prompt is "
+    f"drifted. Default: each version's own `drift_threshold:`, else {DEFAULT_THRESHOLD}.",
 )
 @click.option(
     "--reference",
@@ -49,7 +48,7 @@ def drift(
     ctx: click.Context,
     run_id: str,
     model: str,
-    threshold: float,
+    threshold: float | None,
     reference: str | None,
     last: bool,
 ) -> None:
@@ -62,17 +61,21 @@ def drift(
         return
     by = "as last checked" if last else f"by {model}"
     click.echo(f"run {run_id}: drift from each version's typical prompt, {by}")
-    click.echo(f"{'VARIANT':<16} {'PROMPTS':>8} {'DRIFTED':>8} {'RATE':>7}  95% INTERVAL")
+    head = f"{'VARIANT':<16} {'PROMPTS':>8} {'DRIFTED':>8} {'RATE':>7} {'PAST':>5}  95% INTERVAL"
+    click.echo(head)
     for v in found:
         interval = f"[{v.interval.low:.1%}, {v.interval.high:.1%}]"
-        click.echo(f"{v.variant:<16} {v.renderings:>8} {v.drifted:>8} {v.rate:>7.1%}  {interval}")
+        past = "-" if v.threshold is None else f"{v.threshold:g}"
+        click.echo(
+            f"{v.variant:<16} {v.renderings:>8} {v.drifted:>8} {v.rate:>7.1%} {past:>5}  {interval}"
+        )
 
 
 def _found(
     ctx: click.Context,
     run_id: str,
     model: str,
-    threshold: float,
+    threshold: float | None,
     reference: str | None,
     last: bool,
 ) -> list[VersionDrift]:

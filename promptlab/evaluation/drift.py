@@ -52,6 +52,8 @@ class VersionDrift:
     renderings: int
     drifted: int
     interval: Interval
+    #: The distance past which its renderings drifted (None: it had none).
+    threshold: float | None = None
 
     @property
     def rate(self) -> float:
@@ -85,14 +87,19 @@ def check_drift(
     variants: Sequence[VariantRecord],
     renderings: Sequence[Rendering],
     embedder: Embedder,
-    threshold: float = DEFAULT_THRESHOLD,
+    threshold: float | None = None,
     reference: Sequence[Mapping[str, Any]] | None = None,
 ) -> list[DriftRow]:
-    """Each rendering's distance from its version's anchor, and whether it drifted. A
+    """Each rendering's distance from its version's anchor, and whether it drifted past
+    `threshold` (None: the version's own `drift_threshold`, else DEFAULT_THRESHOLD). A
     row its template refuses (it was never sent) is left out. The anchor is the version
     rendered with its typical values, or, given `reference` rows, the centroid of its
     renderings of them."""
     templates = {v.index: Template.from_canonical(v.template) for v in variants}
+    limit = {
+        index: threshold or template.drift_threshold or DEFAULT_THRESHOLD
+        for index, template in templates.items()
+    }
     anchor_of = _anchors(variants, templates, embedder, reference)
     rows: list[DriftRow] = []
     # A chunk at a time: only its texts and vectors are held, each rendering's distance kept.
@@ -105,9 +112,10 @@ def check_drift(
                 kept.append(rendering)
                 texts.append(text)
         for rendering, vector in zip(kept, embedder.embed(texts), strict=True):
-            distance = cosine_distance(vector, anchor_of[rendering.variant_index])
-            drifted = distance > threshold
-            rows.append(DriftRow(rendering.variant_index, rendering.row_index, distance, drifted))
+            index = rendering.variant_index
+            distance = cosine_distance(vector, anchor_of[index])
+            drifted = distance > limit[index]
+            rows.append(DriftRow(index, rendering.row_index, distance, drifted, limit[index]))
     return rows
 
 
@@ -166,6 +174,7 @@ def drift_by_version(
                 len(mine),
                 drifted,
                 wilson_interval(drifted, len(mine)),  # (0, 1) for none
+                mine[0].threshold if mine else None,
             )
         )
     return out
@@ -194,11 +203,10 @@ def check_run(
     threshold: float | None = None,
     reference: str | None = None,
 ) -> list[VersionDrift]:
-    """Check every rendering of the run past `threshold` (DEFAULT_THRESHOLD when None),
-    against the centroid of the `reference` dataset's first MAX_REFERENCE_ROWS rows when
-    named, keep what was found (replacing an earlier check) and return each variant's
-    drift rate."""
-    threshold = DEFAULT_THRESHOLD if threshold is None else threshold
+    """Check every rendering of the run past `threshold` (None: each version's own, else
+    DEFAULT_THRESHOLD), against the centroid of the `reference` dataset's first
+    MAX_REFERENCE_ROWS rows when named, keep what was found (replacing an earlier check)
+    and return each variant's drift rate."""
     rows = DriftStore(store)
     variants = RunStore(store).variants(run_id)
     if not variants:
@@ -209,5 +217,5 @@ def check_run(
     found = check_drift(variants, rows.renderings(run_id), embedder, threshold, typical)
     now = store.clock.now()
     source = embedder.source + (f", from dataset {reference}" if reference else "")
-    rows.save(run_id, found, threshold=threshold, embedder=source, at=now)
+    rows.save(run_id, found, embedder=source, at=now)
     return drift_by_version(variants, found)

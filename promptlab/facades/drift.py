@@ -33,15 +33,15 @@ class Drift:
     ) -> list[VersionDrift]:
         """Embed each of the run's renderings with `model` (ENDPOINT:MODEL of the
         providers file), keep each one's distance and whether it drifted past
-        `threshold` (evaluation/drift.py's DEFAULT_THRESHOLD when None) from its
+        `threshold` (None: each version's own `drift_threshold`, else evaluation/drift.py's
+        DEFAULT_THRESHOLD) from its
         version's typical prompt (or the centroid of the `reference` dataset's), replacing
         an earlier check, and return each variant's drift rate. Recorded in the audit."""
         # Imported here: the check brings templates and embeddings, which a batch never needs.
-        from promptlab.evaluation.drift import DEFAULT_THRESHOLD, check_run
+        from promptlab.evaluation.drift import check_run
         from promptlab.providers.config import load_endpoints
         from promptlab.providers.embeddings import Embedder
 
-        threshold = DEFAULT_THRESHOLD if threshold is None else threshold  # as audited
         endpoints = load_endpoints(self._context.settings.providers_file)
         embedder = Embedder.of(model, endpoints, os.environ)
         found = check_run(self._context.store, run_id, embedder, threshold, reference)
@@ -50,7 +50,8 @@ class Drift:
             self._context.author(),
             {
                 "embedder": embedder.source,
-                "threshold": threshold,
+                "threshold": threshold,  # None: each version's own (`thresholds`)
+                "thresholds": {v.variant: v.threshold for v in found},
                 "reference": reference,
                 "drifted": {v.variant: [v.drifted, v.renderings] for v in found},
             },

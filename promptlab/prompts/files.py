@@ -54,6 +54,7 @@ _VERSION_KEYS = {
     "variables",
     "output_schema",
     "rules",
+    "drift_threshold",
     "messages",
 }
 _TOP_KEYS = {"name", "description", "labels", "versions"} | _VERSION_KEYS
@@ -145,6 +146,7 @@ def _parse_version(item: Any, where: str) -> VersionSpec:
             variables=item.get("variables"),
             output_schema=item.get("output_schema"),
             rules=item.get("rules"),
+            drift_threshold=item.get("drift_threshold"),
         )
     except PromptlabError as exc:
         raise PromptFileError(f"{where}: {exc}") from exc
@@ -258,6 +260,8 @@ def _version_doc(semver: str, message: str, author: str, template: Template) -> 
         doc["output_schema"] = template.output_schema
     if template.rules:
         doc["rules"] = [dict(r) for r in template.rules]
+    if template.drift_threshold is not None:
+        doc["drift_threshold"] = template.drift_threshold
     doc["messages"] = [{"role": m.role, "content": m.content} for m in template.messages]
     return doc
 

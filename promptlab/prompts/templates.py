@@ -71,6 +71,9 @@ class Template:
     output_schema: Mapping[str, Any] | None = None
     #: Business rules over the parsed output, in the author's form (promptlab.checks.rules).
     rules: tuple[Mapping[str, Any], ...] = ()
+    #: The cosine distance from its typical prompt past which a filled prompt drifted
+    #: (promptlab/evaluation/drift.py); None: the check's own.
+    drift_threshold: float | None = None
 
     @classmethod
     def build(
@@ -80,6 +83,7 @@ class Template:
         variables: Mapping[str, Any] | None = None,
         output_schema: Mapping[str, Any] | None = None,
         rules: Sequence[Mapping[str, Any]] | None = None,
+        drift_threshold: float | None = None,
     ) -> Template:
         """Check messages, params and schemas; return a template ready to save."""
         from promptlab.prompts.sandbox import check_safe, find_variables
@@ -104,6 +108,7 @@ class Template:
             variables=variable_schema(names, shapes, refinements),
             output_schema=_check_output_schema(output_schema),
             rules=_checked_rules(rules),
+            drift_threshold=_checked_drift_threshold(drift_threshold),
         )
         size = len(json.dumps(template.canonical(), ensure_ascii=False))
         if size > MAX_TEMPLATE_CHARS:
@@ -141,6 +146,7 @@ class Template:
             "output_schema": self.output_schema,
             # Only when set, so templates without rules keep their content hash.
             **({"rules": [dict(r) for r in self.rules]} if self.rules else {}),
+            **({"drift_threshold": self.drift_threshold} if self.drift_threshold else {}),
         }
 
     def content_hash(self) -> str:
@@ -156,6 +162,7 @@ class Template:
             variables=dict(content["variables"]),
             output_schema=content.get("output_schema"),
             rules=tuple(content.get("rules") or ()),
+            drift_threshold=content.get("drift_threshold"),
         )
 
     @functools.cached_property
@@ -378,3 +385,14 @@ def _check_output_schema(schema: Mapping[str, Any] | None) -> dict[str, Any] | N
 
     # Refused with the path inside the schema: `output_schema.properties.price.minimum`.
     return check_schema(schema)
+
+
+def _checked_drift_threshold(value: Any) -> float | None:
+    """A version's drift threshold: a cosine distance above 0 and at most 2."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 2:
+        raise TemplateError(
+            f"drift_threshold: a cosine distance above 0 and at most 2, got {value!r}"
+        )
+    return float(value)

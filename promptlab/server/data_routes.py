@@ -59,6 +59,7 @@ class VersionIn(BaseModel):
     variables: dict[str, Any] = Field(default_factory=dict)
     output_schema: dict[str, Any] | None = None
     rules: list[dict[str, Any]] = Field(default_factory=list)
+    drift_threshold: float | None = Field(None, description="See the prompt file's field.")
     message: str = ""
     version: str | None = Field(None, description="An explicit semver; else the bump says.")
 
@@ -99,7 +100,12 @@ def _prompt_routes(app: FastAPI, wb: Workbench, auth: list[Any]) -> None:
         """A new version of an existing prompt (or nothing, when the template is the
         latest's): `{"created", "bump", "version"}`."""
         template = Template.build(
-            body.messages, body.params, body.variables, body.output_schema, body.rules
+            body.messages,
+            body.params,
+            body.variables,
+            body.output_schema,
+            body.rules,
+            body.drift_threshold,
         )
         result = wb.prompts.save_version(name, template, message=body.message, version=body.version)
         answer = {

@@ -35,6 +35,8 @@ class DriftRow:
     row_index: int
     distance: float
     drifted: bool
+    #: The distance past which it drifted: the check's, or its version's own.
+    threshold: float
 
 
 @dataclass(frozen=True)
@@ -70,7 +72,6 @@ class DriftStore:
         run_id: str,
         rows: Sequence[DriftRow],
         *,
-        threshold: float,
         embedder: str,
         at: datetime,
     ) -> None:
@@ -84,24 +85,25 @@ class DriftStore:
                     "row_index": np.array([r.row_index for r in rows], np.int64),
                     "distance": np.array([r.distance for r in rows], np.float64),
                     "drifted": np.array([r.drifted for r in rows], np.bool_),
+                    "threshold": np.array([r.threshold for r in rows], np.float64),
                 },
             )
             tx.execute(
                 "INSERT INTO item_drift (run_id, variant_index, row_index, distance, drifted, "
                 "threshold, embedder, checked_at) SELECT ?, variant_index, row_index, distance, "
-                "drifted, ?, ?, ? FROM d_rows",
-                [run_id, threshold, embedder, at],
+                "drifted, threshold, ?, ? FROM d_rows",
+                [run_id, embedder, at],
             )
 
     def found(self, run_id: str) -> list[DriftRow]:
         """The run's last drift check, by row and variant (empty when none was made)."""
         with self.store.read() as cur:
             rows = cur.execute(
-                "SELECT variant_index, row_index, distance, drifted FROM item_drift "
+                "SELECT variant_index, row_index, distance, drifted, threshold FROM item_drift "
                 "WHERE run_id = ? ORDER BY row_index, variant_index",
                 [run_id],
             ).fetchall()
-        return [DriftRow(int(v), int(r), float(d), bool(x)) for v, r, d, x in rows]
+        return [DriftRow(int(v), int(r), float(d), bool(x), float(t)) for v, r, d, x, t in rows]
 
     def rendering(self, run_id: str, variant_index: int, row_index: int) -> RenderingDrift | None:
         """One rendering's drift from the run's last check; None when none covered it."""

@@ -17,7 +17,8 @@ if TYPE_CHECKING:
 #: Said under the drift table: what the rate is and how to measure it again.
 DRIFT_HELP = (
     "Filled prompts far from their version's typical prompt (its `examples:` values), by "
-    "embedding distance; rates over rows with 95% intervals. `promptlab drift RUN_ID` "
+    "embedding distance past `past` (the check's threshold, or the version's own "
+    "`drift_threshold:`); rates over rows with 95% intervals. `promptlab drift RUN_ID` "
     "checks again."
 )
 
@@ -35,6 +36,7 @@ def drift_section(wb: Workbench, run_id: str) -> None:
                 "prompts": v.renderings,
                 "drifted": v.drifted,
                 "rate": f"{v.rate:.1%}",
+                "past": v.threshold,
                 "95% interval": f"{v.interval.low:.1%} to {v.interval.high:.1%}",
             }
             for v in found

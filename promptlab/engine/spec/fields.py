@@ -257,8 +257,8 @@ DEFAULT_DRIFT_MODEL = "sim:embed"
 @dataclass(frozen=True)
 class DriftSpec:
     """`drift:`: check the run's filled prompts for semantic drift when it ends
-    (promptlab/evaluation/drift.py), with `model`'s embeddings; `threshold` None is the
-    check's default."""
+    (promptlab/evaluation/drift.py), with `model`'s embeddings; `threshold` None is each
+    version's own `drift_threshold`, else the check's default."""
 
     model: str = DEFAULT_DRIFT_MODEL
     threshold: float | None = None
