@@ -27,8 +27,10 @@ $(VENV)/.runtime: $(VENV)/bin/uv requirements.txt pyproject.toml
 	$(INSTALL) -r requirements.txt -e .
 	touch $@
 
-$(VENV)/.dev: $(VENV)/.runtime requirements-dev.txt
-	$(INSTALL) -r requirements-dev.txt
+# The sample plugin (examples/promptlab-plugin-sample) is installed for the tests: they
+# run specs through its scorer and command (tests/test_plugins.py).
+$(VENV)/.dev: $(VENV)/.runtime requirements-dev.txt examples/promptlab-plugin-sample/pyproject.toml
+	$(INSTALL) -r requirements-dev.txt -e examples/promptlab-plugin-sample
 	touch $@
 
 install: $(VENV)/.runtime

@@ -39,6 +39,7 @@ COMMAND_MODULES: dict[str, tuple[str, ...]] = {
     "cache": ("cache",),
     "drift": ("drift",),
     "backup": ("backup", "restore"),
+    "plugins": ("plugins",),
 }
 
 
@@ -50,14 +51,29 @@ class LazyCommands(MutableMapping[str, click.Command]):
     click's documented lazy group keeps such commands out of `Group.commands`; this is
     `Group.commands` itself (click takes any mutable mapping there), so what reads it
     (click's own lookups and listings, the docs' and tests' walks) sees every command.
-    Names are known without importing: iterating or `in` imports nothing.
+    Names are known without importing: `in` a built-in name imports nothing. Plugins'
+    commands (promptlab/plugins/) load at the first name that is not promptlab's, or
+    when the commands are listed.
     """
 
     def __init__(self, modules: dict[str, tuple[str, ...]]) -> None:
         self._module_of = {name: module for module, names in modules.items() for name in names}
         self._loaded: dict[str, click.Command] = {}
+        self._plugged = False
+
+    def _plug(self) -> None:
+        """Add the plugins' commands (once); a name of promptlab's refuses its plugin."""
+        if not self._plugged:
+            self._plugged = True
+            from promptlab.plugins.manager import plugins
+
+            added = plugins().commands(taken=set(self._module_of) | set(self._loaded))
+            for name, command in added.items():
+                self._loaded.setdefault(name, command)
 
     def __getitem__(self, name: str) -> click.Command:
+        if name not in self._loaded and name not in self._module_of:
+            self._plug()
         if name not in self._loaded and name in self._module_of:
             module = importlib.import_module(f"promptlab.cli.{self._module_of[name]}")
             for command in module.commands:
@@ -75,6 +91,7 @@ class LazyCommands(MutableMapping[str, click.Command]):
         self._module_of.pop(name, None)
 
     def __iter__(self) -> Iterator[str]:
+        self._plug()
         yield from self._module_of
         yield from (name for name in self._loaded if name not in self._module_of)
 
@@ -82,6 +99,8 @@ class LazyCommands(MutableMapping[str, click.Command]):
         return len(self._module_of.keys() | self._loaded.keys())
 
     def __contains__(self, name: object) -> bool:
+        if name not in self._module_of and name not in self._loaded:
+            self._plug()
         return name in self._module_of or name in self._loaded
 
 

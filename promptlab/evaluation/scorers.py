@@ -16,11 +16,13 @@ the output's JSON equals the expected value), `numeric` (within `tolerance:`, ab
 or `relative:`), `set_overlap` (lists as JSON arrays or split on `separator:`; the value
 is F1, precision and recall in the detail) and `expression` (`expr:` in the rule
 engine's safe expressions over `output`, `expected`, `parsed` and `row`: true, false or
-a number from 0 to 1).
+a number from 0 to 1). These are registered through the hook a plugin's kinds go through
+(`ScorerKind`, promptlab/plugins/): a spec names either alike.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import string
@@ -35,31 +37,11 @@ from promptlab.checks.validation import extract_json
 from promptlab.errors import PromptlabError, SpecError, TemplateError
 from promptlab.providers.config import parse_model_ref
 
-KINDS = (
-    "exact",
-    "contains",
-    "regex",
-    "json_field",
-    "numeric",
-    "set_overlap",
-    "expression",
-    "judge",
-)
 NORMALIZATIONS = ("case", "whitespace", "punctuation")
 #: Most scorers a spec may name: each runs on every result.
 MAX_SCORERS = 20
 #: Longest output or expected text a scorer reads (a score is about answers, not books).
 MAX_SCORED_CHARS = 100_000
-_OPTIONS: dict[str, frozenset[str]] = {
-    "exact": frozenset({"normalize"}),
-    "contains": frozenset({"normalize"}),
-    "regex": frozenset({"pattern"}),
-    "json_field": frozenset({"path", "normalize"}),
-    "numeric": frozenset({"path", "tolerance", "relative"}),
-    "set_overlap": frozenset({"path", "separator", "normalize"}),
-    "expression": frozenset({"expr"}),
-    "judge": frozenset({"prompt", "model", "field"}),
-}
 _NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
 
 
@@ -93,7 +75,9 @@ class Scorer:
         if output is None:
             return Score(0.0, ScoreStatus.NO_OUTPUT, "no output")
         try:
-            return _SCORE[self.kind](self, output[:MAX_SCORED_CHARS], expected, row)
+            return as_score(
+                kind_of(self.kind).score(self, output[:MAX_SCORED_CHARS], expected, row)
+            )
         except _Malformed as exc:
             return Score(0.0, ScoreStatus.MALFORMED, str(exc)[:300])
         except Exception as exc:  # noqa: BLE001 - a scorer's error is the item's, not the run's
@@ -102,6 +86,48 @@ class Scorer:
 
 class _Malformed(Exception):
     """The output is not what the scorer reads (internal)."""
+
+
+#: What a scorer kind's function gives: a Score, or true/false, or a number from 0 to 1.
+Scored = Score | bool | float
+
+
+@dataclass(frozen=True)
+class ScorerKind:
+    """A kind of scorer a spec names by `kind:`: built in, or a plugin's
+    (promptlab/plugins/hookspecs.py `register_scorers`)."""
+
+    name: str
+    #: `score(scorer, output, expected, row)`: the scorer holds the spec's options. It is
+    #: called only with an output and an expected value; an exception scores 0, malformed.
+    score: Callable[[Scorer, str, Any, Mapping[str, Any]], Scored]
+    #: The options a spec may give it (beside `kind` and `name`).
+    options: frozenset[str] = frozenset()
+    #: `check(options, where)`: refuse bad options at parse time (SpecError naming `where`).
+    check: Callable[[dict[str, Any], str], None] | None = None
+    #: Who registered it (set by the plugin manager).
+    plugin: str = "promptlab"
+
+
+def as_score(scored: Scored) -> Score:
+    """A kind's answer as a Score: true/false as 1/0, a number from 0 to 1 as itself."""
+    if isinstance(scored, Score):
+        return scored
+    if isinstance(scored, bool):
+        return _binary(scored)
+    if isinstance(scored, int | float) and 0 <= scored <= 1:
+        return Score(float(scored), ScoreStatus.SCORED)
+    raise _Malformed(f"the scorer gave {scored!r}, not true, false, 0 to 1 or a Score")
+
+
+def kind_of(name: str) -> ScorerKind:
+    """The registered scorer kind `name` (plugins load when it is not built in)."""
+    from promptlab.plugins.manager import plugins  # the registry; it imports this module
+
+    kinds = plugins().scorer_kinds(name)
+    if name not in kinds:
+        raise SpecError(f"kind: one of {', '.join(kinds)}, got {name!r}")
+    return kinds[name]
 
 
 def parse_scorers(data: Any, where: str = "scorers") -> tuple[Scorer, ...]:
@@ -122,14 +148,19 @@ def parse_scorers(data: Any, where: str = "scorers") -> tuple[Scorer, ...]:
 def _scorer(item: Any, where: str) -> Scorer:
     if isinstance(item, str):
         item = {"kind": item}
-    if not isinstance(item, Mapping) or item.get("kind") not in KINDS:
-        raise SpecError(f"{where}.kind: one of {', '.join(KINDS)}")
-    kind = str(item["kind"])
-    unknown = sorted(set(item) - {"kind", "name"} - _OPTIONS[kind])
+    if not isinstance(item, Mapping) or not isinstance(item.get("kind"), str):
+        raise SpecError(f"{where}.kind: expected a scorer kind like exact")
+    try:
+        scorer_kind = kind_of(str(item["kind"]))
+    except SpecError as exc:
+        raise SpecError(f"{where}.{exc}") from None
+    kind = scorer_kind.name
+    unknown = sorted(set(item) - {"kind", "name"} - scorer_kind.options)
     if unknown:
         raise SpecError(f"{where}: {kind} takes no {', '.join(unknown)}")
     options = {k: v for k, v in item.items() if k not in ("kind", "name")}
-    _check_options(kind, options, where)
+    if scorer_kind.check is not None:
+        scorer_kind.check(options, where)
     name = item.get("name", kind)
     if not isinstance(name, str) or not name.strip() or len(name) > 80:
         raise SpecError(f"{where}.name: expected a short name, got {name!r}")
@@ -137,6 +168,7 @@ def _scorer(item: Any, where: str) -> Scorer:
 
 
 def _check_options(kind: str, options: dict[str, Any], where: str) -> None:
+    """A built-in kind's options checked (each plugin kind brings its own check)."""
     normalize = options.get("normalize", [])
     if not isinstance(normalize, list) or set(normalize) - set(NORMALIZATIONS):
         raise SpecError(f"{where}.normalize: a list of {', '.join(NORMALIZATIONS)}")
@@ -299,16 +331,24 @@ def _expression(s: Scorer, output: str, expected: Any, row: Mapping[str, Any]) -
     raise _Malformed(f"`{s.options['expr']}` gave {result!r}, not true, false or 0 to 1")
 
 
-_SCORE: dict[str, Callable[[Scorer, str, Any, Mapping[str, Any]], Score]] = {
-    "exact": _exact,
-    "contains": _contains,
-    "regex": _regex,
-    "json_field": _json_field,
-    "numeric": _numeric,
-    "set_overlap": _set_overlap,
-    "expression": _expression,
-    "judge": _judge,
+_BUILT_IN: dict[str, tuple[Callable[[Scorer, str, Any, Mapping[str, Any]], Score], set[str]]] = {
+    "exact": (_exact, {"normalize"}),
+    "contains": (_contains, {"normalize"}),
+    "regex": (_regex, {"pattern"}),
+    "json_field": (_json_field, {"path", "normalize"}),
+    "numeric": (_numeric, {"path", "tolerance", "relative"}),
+    "set_overlap": (_set_overlap, {"path", "separator", "normalize"}),
+    "expression": (_expression, {"expr"}),
+    "judge": (_judge, {"prompt", "model", "field"}),
 }
+
+
+def built_in_kinds() -> list[ScorerKind]:
+    """The scorer kinds promptlab brings (registered by promptlab/plugins/builtins.py)."""
+    return [
+        ScorerKind(name, score, frozenset(options), functools.partial(_check_options, name))
+        for name, (score, options) in _BUILT_IN.items()
+    ]
 
 
 def _binary(right: bool, detail: str = "") -> Score:

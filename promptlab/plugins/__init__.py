@@ -1,0 +1,1 @@
+"""Plugins: scorers and commands a team adds through the `promptlab` entry-point group."""

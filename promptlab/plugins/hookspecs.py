@@ -1,0 +1,44 @@
+"""What a plugin may add, as pluggy hook specifications (the way llm and pytest do).
+
+A plugin is a module (or object) with functions marked `@hookimpl` named like the
+specifications below, registered through the `promptlab` entry-point group of its
+package:
+
+    [project.entry-points.promptlab]
+    sample = "promptlab_plugin_sample"
+
+The built-in scorers come through the same hook (promptlab/plugins/builtins.py).
+Where each hook is called: `register_scorers` when a spec's `scorers:` are checked
+(promptlab/evaluation/scorers.py), `register_commands` when the `promptlab` command
+looks up a name it does not hold (promptlab/cli/__init__.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import pluggy
+
+if TYPE_CHECKING:
+    import click
+
+    from promptlab.evaluation.scorers import ScorerKind
+
+#: The project name hooks are marked with.
+PROJECT = "promptlab"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+class Specs:
+    """The hooks; each is called once per plugin, with a function to register with."""
+
+    @hookspec
+    def register_scorers(self, register: Callable[[ScorerKind], None]) -> None:
+        """Register scorer kinds (`register(ScorerKind(...))`): a spec names one by its
+        `kind:`, with its options."""
+
+    @hookspec
+    def register_commands(self, cli: click.Group) -> None:
+        """Add click commands to `cli` (`@cli.command()`): each becomes `promptlab NAME`."""

@@ -1,0 +1,232 @@
+"""Plugins (promptlab/plugins/): the sample package in examples/promptlab-plugin-sample,
+installed by `make test`, adds a scorer and a command through the `promptlab`
+entry-point group; a spec uses its scorer through the CLI, the API and the app.
+PROMPTLAB_PLUGINS picks which load, and a plugin that cannot load or takes a name
+already taken is refused in one line while the others load."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from click.testing import CliRunner
+from promptlab_plugin_sample import overlap
+from streamlit.testing.v1 import AppTest
+
+from promptlab.cli import main
+from promptlab.errors import SpecError
+from promptlab.evaluation.scorers import parse_scorers
+from promptlab.plugins.manager import reset_plugins
+from promptlab.store import Store
+from tests.test_server import Served
+
+ROOT = Path(__file__).resolve().parent.parent
+ROWS = 6
+
+
+@pytest.fixture(autouse=True)
+def fresh_plugins() -> Any:
+    """Each test sees the plugins its environment picks, loaded anew."""
+    reset_plugins()
+    yield
+    reset_plugins()
+
+
+def spec(tmp_path: Path) -> dict[str, Any]:
+    dataset = tmp_path / "answers.csv"
+    lines = [f"Say the word number {i},the word number {i}" for i in range(ROWS)]
+    dataset.write_text("text,expected\n" + "\n".join(lines) + "\n", encoding="utf-8")
+    messages = [{"role": "user", "content": "{{ text }}"}]
+    return {
+        "name": "overlap",
+        "dataset": str(dataset),
+        "expected": "expected",
+        "scorers": [
+            {"kind": "word_overlap"},
+            {"kind": "word_overlap", "name": "passes", "min_share": 0.5},
+        ],
+        "variants": [
+            {"name": "control", "model": "sim:fast", "messages": messages},
+            {"name": "careful", "model": "sim:careful", "messages": messages},
+        ],
+    }
+
+
+def scored(db: Path, run_id: str) -> list[tuple[str, str, float, float]]:
+    """(scorer, output, expected share, stored value) of every result of the run."""
+    with Store(db) as store, store.read() as cur:
+        rows = cur.execute(
+            "SELECT s.scorer, r.output_text, s.value FROM scores s JOIN results r "
+            "USING (idempotency_key) WHERE s.run_id = ? ORDER BY 1, 2",
+            [run_id],
+        ).fetchall()
+    expected = {f"the word number {i}" for i in range(ROWS)}
+    return [
+        (scorer, output, max(overlap(output, e) for e in expected), value)
+        for scorer, output, value in rows
+    ]
+
+
+def check_scores(db: Path, run_id: str) -> None:
+    found = scored(db, run_id)
+    assert {s for s, *_ in found} == {"word_overlap", "passes"}
+    assert len(found) == 2 * 2 * ROWS
+    for scorer, output, _best, value in found:
+        assert value is not None and 0 <= value <= 1, (scorer, output)
+        if scorer == "passes":
+            assert value in (0.0, 1.0)
+
+
+def test_the_sample_plugin_is_listed_with_its_version_and_hooks() -> None:
+    out = CliRunner().invoke(main, ["plugins"])
+    assert out.exit_code == 0, out.output
+    lines = {line.split()[0]: line.split(maxsplit=2)[1:] for line in out.output.splitlines()[1:]}
+    assert lines["promptlab"] == ["0.1.0", "register_scorers"]
+    assert lines["sample"] == ["0.1.0", "register_commands, register_scorers"]
+    said = CliRunner().invoke(main, ["overlap", "the cat sat", "a cat sat down"])
+    assert (said.exit_code, said.output) == (0, "0.50\n")
+
+
+def test_a_spec_scores_with_the_plugin_s_scorer_through_the_cli(
+    tmp_path: Path, db_path: Path
+) -> None:
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec(tmp_path)), encoding="utf-8")
+    out = CliRunner().invoke(main, ["--db", str(db_path), "run", str(path), "--quiet"])
+    assert out.exit_code == 0, out.output
+    run_id = out.output.split("run run_")[1].split()[0]
+    check_scores(db_path, f"run_{run_id}")
+
+
+def test_a_spec_scores_with_the_plugin_s_scorer_through_the_api(
+    tmp_path: Path, db_path: Path
+) -> None:
+    served = Served(db_path)
+    try:
+        status, started = served.call("POST", "/v1/runs", {"spec": spec(tmp_path)})
+        assert status == 201, started
+        run_id = started["run_id"]
+        deadline = time.monotonic() + 120
+        while served.call("GET", f"/v1/runs/{run_id}")[1]["status"] != "completed":
+            assert time.monotonic() < deadline, "the run did not complete"
+            time.sleep(0.05)
+    finally:
+        served.stop()
+    check_scores(db_path, run_id)
+
+
+def test_the_compare_page_shows_the_plugin_s_score_like_any_other(tmp_path: Path) -> None:
+    from promptlab.ui.resources import get_workbench
+
+    wb = get_workbench()
+    run_id = wb.runs.start(wb.runs.spec_from_data(spec(tmp_path)))
+    assert wb.runs.wait(run_id, timeout=60).status == "completed"
+    at = AppTest.from_file(str(ROOT / "pages" / "compare.py"), default_timeout=30)
+    at.query_params["run"] = run_id
+    at.run()
+    assert not at.exception, at.exception
+    metrics = list(at.dataframe[0].value["metric"])
+    assert {"score: word_overlap", "score: passes"} <= set(metrics)
+
+
+def test_a_bad_option_of_a_plugin_scorer_names_its_place() -> None:
+    with pytest.raises(SpecError, match=r"scorers\[0\]\.min_share: a share above 0"):
+        parse_scorers([{"kind": "word_overlap", "min_share": 2}])
+    with pytest.raises(SpecError, match=r"scorers\[0\]: word_overlap takes no pattern"):
+        parse_scorers([{"kind": "word_overlap", "pattern": "x"}])
+
+
+def test_promptlab_plugins_empty_loads_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PROMPTLAB_PLUGINS", "")
+    reset_plugins()
+    with pytest.raises(
+        SpecError, match=r"scorers\[0\]\.kind: one of exact, .*judge, got 'word_overlap'"
+    ):
+        parse_scorers([{"kind": "word_overlap"}])
+    # A fresh process: this one's `promptlab` group holds the commands it has seen.
+    env = {**os.environ, "PROMPTLAB_PLUGINS": ""}
+    command = [sys.executable, "-m", "promptlab", "overlap", "a", "b"]
+    missing = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert missing.returncode == 2 and "No such command 'overlap'" in missing.stderr
+    listed = _plugins_listing(env)
+    assert "sample" not in listed and "promptlab " in listed
+
+
+def _installed(tmp_path: Path, name: str, module: str, source: str) -> dict[str, str]:
+    """A package `name` installed on a path of its own (its dist-info's entry point,
+    its module): the environment a process with it installed runs in."""
+    (tmp_path / f"{module}.py").write_text(source, encoding="utf-8")
+    info = tmp_path / f"{name}-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(f"[promptlab]\n{name} = {module}\n")
+    return {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
+
+
+def _plugins_listing(env: dict[str, str]) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "promptlab", "plugins"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    return done.stdout
+
+
+def test_a_plugin_that_fails_to_import_is_refused_in_one_line_and_the_rest_load(
+    tmp_path: Path,
+) -> None:
+    env = _installed(tmp_path, "broken", "broken_plugin", "raise ImportError('no such SDK')\n")
+    listing = _plugins_listing(env)
+    assert "refused: broken: could not be loaded: ImportError: no such SDK" in listing
+    assert "\nsample " in listing
+
+
+@pytest.mark.parametrize(
+    ("source", "said"),
+    [
+        (
+            "from promptlab.plugins.hookspecs import hookimpl\n"
+            "from promptlab.evaluation.scorers import ScorerKind\n"
+            "@hookimpl\n"
+            "def register_scorers(register):\n"
+            "    register(ScorerKind('exact', lambda *a: 1.0))\n",
+            "refused: thief: registers scorer kind 'exact', which promptlab registered",
+        ),
+        (
+            "import click\n"
+            "from promptlab.plugins.hookspecs import hookimpl\n"
+            "@hookimpl\n"
+            "def register_commands(cli):\n"
+            "    @cli.command('run')\n"
+            "    def run():\n"
+            "        pass\n",
+            "refused: thief: adds command 'run', which is taken",
+        ),
+    ],
+)
+def test_a_plugin_taking_a_name_already_taken_is_refused(
+    tmp_path: Path, source: str, said: str
+) -> None:
+    env = _installed(tmp_path, "thief", "thief_plugin", source)
+    listing = _plugins_listing(env) if "scorer" in said else ""
+    if not listing:  # a command's clash shows once the commands are looked at
+        done = subprocess.run(
+            [sys.executable, "-m", "promptlab", "--help"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
+        assert "plugin thief refused: adds command 'run', which is taken" in done.stderr
+        return
+    assert said in listing and "\nsample " in listing
