@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from promptlab.cli import main
 from promptlab.config import Settings
-from promptlab.data.export import FORMATS
+from promptlab.data.export import exporters
 from promptlab.store import Store
 from promptlab.workbench import Workbench
 from tests.test_engine_secrets import KEY, run_with_echoed_key
@@ -24,7 +24,10 @@ READERS = {"parquet": "read_parquet", "csv": "read_csv", "jsonl": "read_json"}
 
 def text_of(path: Path, fmt: str) -> str:
     """Everything in the file as text: its bytes, and its rows as DuckDB reads them
-    (Parquet compresses, so its bytes alone could hide a key)."""
+    (Parquet compresses, so its bytes alone could hide a key); a plugin's format (the
+    sample's Markdown) by its bytes."""
+    if fmt not in READERS:
+        return path.read_bytes().decode("utf-8", "replace")
     with duckdb.connect() as con:
         rows = con.execute(f"SELECT * FROM {READERS[fmt]}(?)", [str(path)]).fetchall()
     return path.read_bytes().decode("utf-8", "replace") + repr(rows)
@@ -36,7 +39,7 @@ def test_an_echoed_key_reaches_no_exported_file(
     run_id = run_with_echoed_key(tmp_path, monkeypatch).stdout.split()[1]
     written = 0
     for table in ("items", "results", "attempts", "metrics"):
-        for fmt in FORMATS:
+        for fmt in exporters():
             out = tmp_path / f"{table}.{fmt}"
             result = CliRunner().invoke(
                 main, ["export", "--run", run_id, "--table", table, "--format", fmt, "-o", str(out)]
@@ -44,7 +47,7 @@ def test_an_echoed_key_reaches_no_exported_file(
             assert result.exit_code == 0, result.output
             assert NEEDLE not in text_of(out, fmt)
             written += 1
-    assert written == 12
+    assert written == 4 * len(exporters())
     assert "[redacted]" in text_of(tmp_path / "results.jsonl", "jsonl")  # the message is there
 
 
@@ -80,7 +83,7 @@ def test_a_key_that_reached_the_store_is_masked_in_every_format(
             )
         config = {"PROMPTLAB_DB": str(db), "PROMPTLAB_PROVIDERS": str(providers)}
         with Workbench(store, Settings.from_env(config)) as wb:
-            for fmt in FORMATS:
+            for fmt in exporters():
                 out = tmp_path / f"results.{fmt}"
                 assert wb.exports.write_table("results", fmt, out, run_id=runs[1]) == 40
                 text = text_of(out, fmt)

@@ -87,8 +87,8 @@ def test_the_sample_plugin_is_listed_with_its_version_and_hooks() -> None:
     out = CliRunner().invoke(main, ["plugins"])
     assert out.exit_code == 0, out.output
     lines = {line.split()[0]: line.split(maxsplit=2)[1:] for line in out.output.splitlines()[1:]}
-    assert lines["promptlab"] == ["0.1.0", "register_scorers"]
-    assert lines["sample"] == ["0.1.0", "register_commands, register_scorers"]
+    assert lines["promptlab"] == ["0.1.0", "register_exporters, register_scorers"]
+    assert lines["sample"] == ["0.1.0", "register_commands, register_exporters, register_scorers"]
     said = CliRunner().invoke(main, ["overlap", "the cat sat", "a cat sat down"])
     assert (said.exit_code, said.output) == (0, "0.50\n")
 
@@ -133,6 +133,27 @@ def test_the_compare_page_shows_the_plugin_s_score_like_any_other(tmp_path: Path
     assert not at.exception, at.exception
     metrics = list(at.dataframe[0].value["metric"])
     assert {"score: word_overlap", "score: passes"} <= set(metrics)
+    # The plugin's export format is offered beside the built-in ones, saying whose.
+    picker = next(s for s in at.selectbox if s.label == "Format")
+    assert {"CSV", "Parquet", "JSON Lines", "Markdown (sample)"} <= set(picker.options)
+
+
+def test_a_result_table_exports_in_the_plugin_s_format(tmp_path: Path, db_path: Path) -> None:
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec(tmp_path)), encoding="utf-8")
+    out = CliRunner().invoke(main, ["--db", str(db_path), "run", str(path), "--quiet"])
+    run_id = "run_" + out.output.split("run run_")[1].split()[0]
+    target = tmp_path / "results.md"
+    argv = ["--db", str(db_path), "export", "--run", run_id, "--format", "markdown"]
+    done = CliRunner().invoke(main, [*argv, "-o", str(target)])
+    assert done.exit_code == 0, done.output
+    lines = target.read_text(encoding="utf-8").splitlines()
+    assert lines[0].startswith("| ") and "output_text" in lines[0] and lines[1].startswith("|---")
+    assert len(lines) == 2 + 2 * ROWS  # the header, its rule, a line per result
+    # Unknown formats are refused naming every one, the plugin's included.
+    bad = CliRunner().invoke(main, [*argv, "--format", "xlsx", "-o", str(tmp_path / "x")])
+    assert bad.exit_code != 0
+    assert "unknown format 'xlsx': one of csv, parquet, jsonl, markdown" in bad.output
 
 
 def test_a_bad_option_of_a_plugin_scorer_names_its_place() -> None:

@@ -12,7 +12,6 @@ import click
 
 from promptlab.cli.common import db_option, handle_errors, open_workbench, served
 from promptlab.data.export import (
-    FORMATS,
     NEUTRALISED_HELP,
     RAW_HELP,
     TABLES,
@@ -31,7 +30,11 @@ from promptlab.records.items import ItemFilter
     "--table", "table", default="results", show_default=True, help=f"One of {', '.join(TABLES)}."
 )
 @click.option(
-    "--format", "fmt", default="parquet", show_default=True, help=f"One of {', '.join(FORMATS)}."
+    "--format",
+    "fmt",
+    default="parquet",
+    show_default=True,
+    help="csv, parquet, jsonl, or a plugin's format (`promptlab plugins`).",
 )
 @click.option(
     "-o",

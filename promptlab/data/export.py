@@ -1,4 +1,5 @@
-"""Exporting a result table to CSV, Parquet or JSON Lines: names, checks and files.
+"""Exporting a result table to CSV, Parquet, JSON Lines or a plugin's format: names,
+checks and files.
 
 The tables (`TABLES`) are the ones the app and the CLI show: a run's `items` (as the
 items list shows them, with the full output), `results` and `attempts` as stored, the
@@ -24,8 +25,9 @@ program, which would otherwise get a quote that was not in the data.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from promptlab.analysis.intervals import completion_interval
@@ -44,15 +46,57 @@ TABLES = ("items", "results", "attempts", "metrics", "comparisons", "feedback")
 STORED_TABLES = ("items", "results", "attempts", "feedback")
 #: Tables with a row per item, or per item's result or attempt: the item filters apply.
 ITEM_TABLES = ("items", "results", "attempts")
-#: Export formats, with their file extension, MIME type and DuckDB COPY format.
-FORMATS = {
-    "csv": (".csv", "text/csv", "csv"),
-    "parquet": (".parquet", "application/vnd.apache.parquet", "parquet"),
-    # DuckDB's JSON COPY writes one object per line (newline-delimited) by default.
-    "jsonl": (".jsonl", "application/x-ndjson", "json"),
-}
 #: Other names people type for a format.
 FORMAT_ALIASES = {"json": "jsonl", "ndjson": "jsonl", "pq": "parquet"}
+
+
+@dataclass(frozen=True)
+class Exporter:
+    """A file format result tables are exported to: built in (DuckDB's COPY writes it)
+    or a plugin's (promptlab/plugins/hookspecs.py `register_exporters`)."""
+
+    name: str
+    #: The file extension, with its dot, and the MIME type a download is served as.
+    suffix: str
+    mime: str
+    #: What the app's format picker shows.
+    label: str
+    #: DuckDB COPY's FORMAT, for the formats COPY writes; None: `write` makes the file.
+    copy: str | None = None
+    #: `write(rows, target)`: the file at `target` from `rows`, a Parquet file of the
+    #: exported rows (secrets masked, as every export's) that promptlab removes after.
+    write: Callable[[Path, Path], None] | None = None
+    #: Who registered it (set by the plugin manager).
+    plugin: str = "promptlab"
+
+
+def built_in_exporters() -> list[Exporter]:
+    """The formats promptlab writes (registered by promptlab/plugins/builtins.py)."""
+    return [
+        Exporter("csv", ".csv", "text/csv", "CSV", copy="csv"),
+        Exporter("parquet", ".parquet", "application/vnd.apache.parquet", "Parquet", "parquet"),
+        # DuckDB's JSON COPY writes one object per line (newline-delimited) by default.
+        Exporter("jsonl", ".jsonl", "application/x-ndjson", "JSON Lines", copy="json"),
+    ]
+
+
+def exporters() -> dict[str, Exporter]:
+    """Every export format by name, the plugins' included."""
+    from promptlab.plugins.manager import plugins
+
+    return plugins().exporters()
+
+
+def exporter_of(fmt: str) -> Exporter:
+    """The export format `fmt` names (an alias, any case); ExportError when none does."""
+    name = fmt.strip().lower().lstrip(".")
+    name = FORMAT_ALIASES.get(name, name)
+    from promptlab.plugins.manager import plugins
+
+    known = plugins().exporters(name)
+    if name not in known:
+        raise ExportError(f"export: unknown format {fmt!r}: one of {', '.join(known)}")
+    return known[name]
 
 
 @dataclass(frozen=True)
@@ -101,20 +145,11 @@ def check_items(table: str, filters: ExportFilters) -> None:
 
 
 def check_format(fmt: str) -> str:
-    name = fmt.strip().lower().lstrip(".")
-    name = FORMAT_ALIASES.get(name, name)
-    if name not in FORMATS:
-        raise ExportError(f"export: unknown format {fmt!r}: one of {', '.join(FORMATS)}")
-    return name
-
-
-def copy_format(fmt: str) -> str:
-    """The FORMAT option of DuckDB's COPY for an export format."""
-    return FORMATS[check_format(fmt)][2]
+    return exporter_of(fmt).name
 
 
 def mime_type(fmt: str) -> str:
-    return FORMATS[check_format(fmt)][1]
+    return exporter_of(fmt).mime
 
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -131,7 +166,7 @@ def file_name(table: str, fmt: str, filters: ExportFilters) -> str:
     ):
         if value:
             parts.append(f"{name}-{_UNSAFE.sub('_', value).strip('_') or 'x'}")
-    return "-".join(parts) + FORMATS[check_format(fmt)][0]
+    return "-".join(parts) + exporter_of(fmt).suffix
 
 
 # ---- computed tables ----------------------------------------------------------------

@@ -7,10 +7,11 @@ package:
     [project.entry-points.promptlab]
     sample = "promptlab_plugin_sample"
 
-The built-in scorers come through the same hook (promptlab/plugins/builtins.py).
-Where each hook is called: `register_scorers` when a spec's `scorers:` are checked
-(promptlab/evaluation/scorers.py), `register_commands` when the `promptlab` command
-looks up a name it does not hold (promptlab/cli/__init__.py).
+The built-in scorers and export formats come through the same hooks
+(promptlab/plugins/builtins.py). Where each hook is called: `register_scorers` when a
+spec's `scorers:` are checked (promptlab/evaluation/scorers.py), `register_exporters`
+when an export's format is checked (promptlab/data/export.py), `register_commands` when
+the `promptlab` command looks up a name it does not hold (promptlab/cli/__init__.py).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import pluggy
 if TYPE_CHECKING:
     import click
 
+    from promptlab.data.export import Exporter
     from promptlab.evaluation.scorers import ScorerKind
 
 #: The project name hooks are marked with.
@@ -38,6 +40,11 @@ class Specs:
     def register_scorers(self, register: Callable[[ScorerKind], None]) -> None:
         """Register scorer kinds (`register(ScorerKind(...))`): a spec names one by its
         `kind:`, with its options."""
+
+    @hookspec
+    def register_exporters(self, register: Callable[[Exporter], None]) -> None:
+        """Register export formats (`register(Exporter(...))`): `promptlab export
+        --format NAME`, the API's exports and the app's downloads write them."""
 
     @hookspec
     def register_commands(self, cli: click.Group) -> None:

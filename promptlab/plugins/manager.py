@@ -25,6 +25,7 @@ from promptlab.plugins.hookspecs import PROJECT, Specs
 if TYPE_CHECKING:
     import click
 
+    from promptlab.data.export import Exporter
     from promptlab.evaluation.scorers import ScorerKind
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,8 @@ class Plugins:
         self._versions: dict[str, str | None] = {}
         self._lock = threading.RLock()
         self._external = False
-        self._scorers: dict[str, ScorerKind] | None = None
+        #: What each registering hook gave, by name (collected again as plugins load).
+        self._kept: dict[str, dict[str, Any]] = {}
         self.refused: list[Refusal] = []
 
     # ---- loading --------------------------------------------------------------------
@@ -84,7 +86,7 @@ class Plugins:
                 self._register(point.name, point.load, point.dist.version if point.dist else None)
             for name in sorted((wanted or set()) - found):
                 self.refuse(name, f"{ENV} names it, but no installed package gives it")
-            self._scorers = None  # collected again, with theirs
+            self._kept.clear()  # collected again, with theirs
 
     def _wanted(self) -> set[str] | None:
         named = self._environ.get(ENV)
@@ -111,34 +113,44 @@ class Plugins:
             if plugin is not None:
                 self._pm.unregister(plugin, name)
             self.refused.append(Refusal(name, reason))
-            self._scorers = None
+            self._kept.clear()
         log.warning("plugin %s refused: %s", name, reason)
 
     # ---- what they register -----------------------------------------------------------
 
     def scorer_kinds(self, needed: str | None = None) -> dict[str, ScorerKind]:
         """Every scorer kind by name; the plugins load first unless `needed` is built in."""
-        with self._lock:
-            if self._scorers is None:  # what is loaded so far: promptlab's own, at first
-                self._scorers = self._collect_scorers()
-            if (needed is None or needed not in self._scorers) and not self._external:
-                self.load()
-                self._scorers = self._collect_scorers()
-            return self._scorers
+        return self._registered("register_scorers", "scorer kind", needed)
 
-    def _collect_scorers(self) -> dict[str, ScorerKind]:
-        kinds: dict[str, ScorerKind] = {}
-        for name, impl in list(self._impls("register_scorers")):
-            mine: list[ScorerKind] = []
+    def exporters(self, needed: str | None = None) -> dict[str, Exporter]:
+        """Every export format by name; the plugins load first unless `needed` is built in."""
+        return self._registered("register_exporters", "export format", needed)
+
+    def _registered(self, hook: str, what: str, needed: str | None) -> dict[str, Any]:
+        """What the plugins register with `hook`, by name: those loaded so far (promptlab's
+        own, at first), and all once one is needed that is not among them."""
+        with self._lock:
+            if hook not in self._kept:
+                self._kept[hook] = self._collect(hook, what)
+            if (needed is None or needed not in self._kept[hook]) and not self._external:
+                self.load()
+                self._kept[hook] = self._collect(hook, what)
+            return self._kept[hook]
+
+    def _collect(self, hook: str, what: str) -> dict[str, Any]:
+        """Each plugin's registrations in turn; one taking a name taken is refused."""
+        found: dict[str, Any] = {}
+        for name, impl in list(self._impls(hook)):
+            mine: list[Any] = []
             if not self._called(name, impl, register=mine.append):
-                return self._collect_scorers()
-            taken = [k.name for k in mine if k.name in kinds]
+                return self._collect(hook, what)
+            taken = [item.name for item in mine if item.name in found]
             if taken:
-                owner = kinds[taken[0]].plugin
-                self.refuse(name, f"registers scorer kind {taken[0]!r}, which {owner} registered")
-                return self._collect_scorers()
-            kinds |= {k.name: replace(k, plugin=name) for k in mine}
-        return kinds
+                owner = found[taken[0]].plugin
+                self.refuse(name, f"registers {what} {taken[0]!r}, which {owner} registered")
+                return self._collect(hook, what)
+            found |= {item.name: replace(item, plugin=name) for item in mine}
+        return found
 
     def commands(self, taken: set[str]) -> dict[str, click.Command]:
         """The plugins' commands by name (loading them); one whose name is in `taken` (a

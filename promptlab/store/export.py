@@ -5,12 +5,14 @@ the file without them passing through Python. Text and JSON columns go through
 `replace()` for each secret value given, so a key that reached the store some other
 way still reaches no file (messages and outputs were already redacted on write). In a
 CSV file they are also neutralised for spreadsheets (promptlab/data/export.py)
-unless the export is `raw`.
+unless the export is `raw`. A plugin's format is written by the plugin, from the rows
+COPY wrote to a Parquet file in a temporary folder (removed after).
 """
 
 from __future__ import annotations
 
 import itertools
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 
 from promptlab.audit.redact import MASK
-from promptlab.data.export import ExportFilters, check_items, copy_format, sql_neutralised
+from promptlab.data.export import ExportFilters, check_items, exporter_of, sql_neutralised
 from promptlab.errors import ExportError, NotFoundError
 from promptlab.store.connection import Store
 from promptlab.store.item_pages import item_filter
@@ -219,10 +221,13 @@ def _copy(
     *,
     raw: bool,
 ) -> int:
+    exporter = exporter_of(fmt)
+    if exporter.copy is None:
+        return _plugin_copy(cur, query, args, fmt, target, secrets)
     described = cur.execute(f"DESCRIBE {query}", args).fetchall()
-    csv = copy_format(fmt) == "csv"
+    csv = exporter.copy == "csv"
     select, mask_args = _shown(described, secrets, neutralise=csv and not raw)
-    options = f"FORMAT {copy_format(fmt)}" + (", HEADER" if csv else "")
+    options = f"FORMAT {exporter.copy}" + (", HEADER" if csv else "")
     # The target is already a staged file (promptlab/atomicfile.py): DuckDB's own temp
     # file beside it (`tmp_NAME`) would be left behind by a killed export.
     options += ", USE_TMP_FILE false"
@@ -236,6 +241,32 @@ def _copy(
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ExportError(f"export: cannot write {target}: {first}") from exc
     return int(row[0]) if row else 0
+
+
+def _plugin_copy(
+    cur: duckdb.DuckDBPyConnection,
+    query: str,
+    args: list[Any],
+    fmt: str,
+    target: Path,
+    secrets: Sequence[str],
+) -> int:
+    """A plugin's format: the rows (secrets masked) as Parquet beside the target, then
+    the plugin's `write` makes the target from them; a failure of its is one line."""
+    exporter = exporter_of(fmt)
+    assert exporter.write is not None
+    # Not beside the target: a staged target may be an unnamed file (/proc/self/fd/N).
+    with tempfile.TemporaryDirectory(prefix="promptlab-export-") as folder:
+        rows = Path(folder) / "rows.parquet"
+        count = _copy(cur, query, args, "parquet", rows, secrets, raw=True)
+        try:
+            exporter.write(rows, target)
+        except Exception as exc:  # noqa: BLE001 - the plugin's failure, said as the export's
+            raise ExportError(
+                f"export: the {exporter.name} format ({exporter.plugin}) failed: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        return count
 
 
 def _shown(

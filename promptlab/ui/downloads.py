@@ -30,7 +30,7 @@ import streamlit as st
 from streamlit.delta_generator import DeltaGenerator
 
 from promptlab.analysis.compare import Comparison
-from promptlab.data.export import FORMATS, NEUTRALISED_HELP, ExportFilters, mime_type
+from promptlab.data.export import NEUTRALISED_HELP, ExportFilters, exporters, mime_type
 from promptlab.errors import PromptlabError
 from promptlab.records import ItemFilter
 from promptlab.ui.widgets import escape_markdown, show_error
@@ -39,7 +39,6 @@ from promptlab.workbench import Workbench
 log = logging.getLogger(__name__)
 
 #: Format labels in the picker.
-FORMAT_LABELS = {"csv": "CSV", "parquet": "Parquet", "jsonl": "JSON Lines"}
 #: Session-state slots: the file made last, and the last file that could not be made.
 MADE = "_download_made"
 FAILED = "_download_failed"
@@ -96,8 +95,8 @@ def download_buttons(
         what=(table, fmt, tuple(filters.items()), kept),
         file_name=workbench.exports.file_name(table, fmt, **filters, items=kept),
         mime=mime_type(fmt),
-        help=f"The {table} table as {FORMAT_LABELS[fmt]}, written by DuckDB's COPY "
-        f"(the same file as `promptlab export`).{_csv_note(fmt)}",
+        help=f"The {table} table as {_label(fmt)}, written as `promptlab export` writes it"
+        f".{_csv_note(fmt)}",
         column=column,
         caption=caption,
     )
@@ -116,8 +115,8 @@ def comparison_download(workbench: Workbench, comparison: Comparison, *, key: st
         what=(file_name, hashlib.sha256(repr(comparison).encode()).hexdigest()),
         file_name=file_name,
         mime=mime_type(fmt),
-        help=f"Every row of the table above as {FORMAT_LABELS[fmt]}, written by DuckDB's "
-        f"COPY.{_csv_note(fmt)}",
+        help=f"Every row of the table above as {_label(fmt)}, written as `promptlab export` "
+        f"writes it.{_csv_note(fmt)}",
         column=column,
         caption=f"{len(comparison.rows)} rows: the table above, against {comparison.control}",
     )
@@ -219,9 +218,19 @@ def _format_picker(key: str) -> tuple[str, DeltaGenerator]:
     left, right = st.columns([1, 3], vertical_alignment="bottom")
     fmt = left.selectbox(
         "Format",
-        list(FORMATS),
-        format_func=FORMAT_LABELS.__getitem__,
+        list(exporters()),
+        format_func=_label,
         key=f"{key}::format",
         label_visibility="collapsed",
     )
     return str(fmt), right
+
+
+def _label(fmt: str) -> str:
+    """A format as the picker shows it: its label, and whose it is when a plugin's."""
+    exporter = exporters()[fmt]
+    return (
+        exporter.label
+        if exporter.plugin == "promptlab"
+        else f"{exporter.label} ({exporter.plugin})"
+    )

@@ -1,18 +1,23 @@
-"""A sample promptlab plugin: the `word_overlap` scorer and `promptlab overlap`.
+"""A sample promptlab plugin: the `word_overlap` scorer, the `markdown` export format and
+`promptlab overlap`.
 
 `word_overlap` scores an output by the share of the expected answer's words it holds
 (case ignored); with `min_share: 0.8` it is 1 from that share up and 0 below (a pass/fail
-score). `promptlab overlap OUTPUT EXPECTED` prints the score a spec would get.
+score). `markdown` writes a result table as a Markdown table (`promptlab export --format
+markdown`, and the app's downloads). `promptlab overlap OUTPUT EXPECTED` prints the
+score a spec would get.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import click
 
+from promptlab.data.export import Exporter
 from promptlab.errors import SpecError
 from promptlab.evaluation.scorers import Scored, Scorer, ScorerKind
 from promptlab.plugins.hookspecs import hookimpl
@@ -45,6 +50,31 @@ def _check(options: dict[str, Any], where: str) -> None:
 @hookimpl
 def register_scorers(register: Callable[[ScorerKind], None]) -> None:
     register(ScorerKind("word_overlap", _score, frozenset({"min_share"}), _check))
+
+
+def _cell(value: Any) -> str:
+    """A value as a Markdown table cell: its pipes escaped, on one line."""
+    text = "" if value is None else str(value)
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+
+
+def write_markdown(rows: Path, target: Path) -> None:
+    """The rows (a Parquet file promptlab wrote) as one Markdown table at `target`."""
+    import pyarrow.parquet as pq  # when a table is exported, not when the plugin loads
+
+    table = pq.read_table(rows)
+    names = table.column_names
+    with target.open("w", encoding="utf-8") as out:
+        out.write("| " + " | ".join(map(_cell, names)) + " |\n")
+        out.write("|" + "---|" * len(names) + "\n")
+        for batch in table.to_batches(max_chunksize=1_000):
+            for row in batch.to_pylist():
+                out.write("| " + " | ".join(_cell(row[n]) for n in names) + " |\n")
+
+
+@hookimpl
+def register_exporters(register: Callable[[Exporter], None]) -> None:
+    register(Exporter("markdown", ".md", "text/markdown", "Markdown", write=write_markdown))
 
 
 @hookimpl
