@@ -88,7 +88,10 @@ def test_the_sample_plugin_is_listed_with_its_version_and_hooks() -> None:
     assert out.exit_code == 0, out.output
     lines = {line.split()[0]: line.split(maxsplit=2)[1:] for line in out.output.splitlines()[1:]}
     assert lines["promptlab"] == ["0.1.0", "register_exporters, register_scorers"]
-    assert lines["sample"] == ["0.1.0", "register_commands, register_exporters, register_scorers"]
+    assert lines["sample"] == [
+        "0.1.0",
+        "register_commands, register_exporters, register_routes, register_scorers",
+    ]
     said = CliRunner().invoke(main, ["overlap", "the cat sat", "a cat sat down"])
     assert (said.exit_code, said.output) == (0, "0.50\n")
 
@@ -154,6 +157,29 @@ def test_a_result_table_exports_in_the_plugin_s_format(tmp_path: Path, db_path: 
     bad = CliRunner().invoke(main, [*argv, "--format", "xlsx", "-o", str(tmp_path / "x")])
     assert bad.exit_code != 0
     assert "unknown format 'xlsx': one of csv, parquet, jsonl, markdown" in bad.output
+
+
+def test_a_plugin_route_is_served_with_the_role_it_declares(db_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from promptlab.config import Settings
+    from promptlab.server.api import create_app
+    from promptlab.workbench import Workbench
+    from tests.test_server_roles import _bearer, _tokens
+
+    with (
+        Workbench.open(Settings.from_env().with_db(db_path)) as wb,
+        TestClient(create_app(wb, "owner-token")) as api,
+    ):
+        tokens = _tokens(wb)
+        url = "/v1/plugins/sample/overlap?output=the cat sat&expected=a cat sat down"
+        assert api.get(url).status_code == 401
+        answered = api.get(url, headers=_bearer(tokens["viewer"]))
+        assert (answered.status_code, answered.json()) == (200, {"share": 0.5})
+        refused = api.get(url, headers=_bearer(tokens["gateway"]))
+        assert refused.status_code == 403 and "needs viewer" in refused.text
+        described = api.get("/openapi.json").json()["paths"]
+        assert described["/v1/plugins/sample/overlap"]["get"]["x-required-role"] == "viewer"
 
 
 def test_a_bad_option_of_a_plugin_scorer_names_its_place() -> None:
@@ -232,13 +258,22 @@ def test_a_plugin_that_fails_to_import_is_refused_in_one_line_and_the_rest_load(
             "        pass\n",
             "refused: thief: adds command 'run', which is taken",
         ),
+        (
+            "from promptlab.plugins.hookspecs import hookimpl\n"
+            "from promptlab.server.plugin_routes import PluginRoute\n"
+            "@hookimpl\n"
+            "def register_routes(register):\n"
+            "    register(PluginRoute('GET', '/x', 'root', lambda: {}))\n",
+            "refused: thief: its register_routes failed: ValueError: route /x: role 'root' "
+            "is not one of ('viewer', 'editor', 'admin')",
+        ),
     ],
 )
 def test_a_plugin_taking_a_name_already_taken_is_refused(
     tmp_path: Path, source: str, said: str
 ) -> None:
     env = _installed(tmp_path, "thief", "thief_plugin", source)
-    listing = _plugins_listing(env) if "scorer" in said else ""
+    listing = _plugins_listing(env) if "command" not in said else ""
     if not listing:  # a command's clash shows once the commands are looked at
         done = subprocess.run(
             [sys.executable, "-m", "promptlab", "--help"],

@@ -22,6 +22,8 @@ def plugins_command(ctx: click.Context) -> None:
     assert isinstance(root.command, click.Group)
     root.command.list_commands(root)
     found.scorer_kinds()
+    found.exporters()
+    found.routes()
     click.echo(f"{'PLUGIN':<24} {'VERSION':<10} HOOKS")
     for info in found.loaded():
         hooks = ", ".join(info.hooks) or "-"

@@ -10,8 +10,9 @@ package:
 The built-in scorers and export formats come through the same hooks
 (promptlab/plugins/builtins.py). Where each hook is called: `register_scorers` when a
 spec's `scorers:` are checked (promptlab/evaluation/scorers.py), `register_exporters`
-when an export's format is checked (promptlab/data/export.py), `register_commands` when
-the `promptlab` command looks up a name it does not hold (promptlab/cli/__init__.py).
+when an export's format is checked (promptlab/data/export.py), `register_routes` when
+the API is made (promptlab/server/plugin_routes.py), `register_commands` when the
+`promptlab` command looks up a name it does not hold (promptlab/cli/__init__.py).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
 
     from promptlab.data.export import Exporter
     from promptlab.evaluation.scorers import ScorerKind
+    from promptlab.server.plugin_routes import PluginRoute
 
 #: The project name hooks are marked with.
 PROJECT = "promptlab"
@@ -45,6 +47,12 @@ class Specs:
     def register_exporters(self, register: Callable[[Exporter], None]) -> None:
         """Register export formats (`register(Exporter(...))`): `promptlab export
         --format NAME`, the API's exports and the app's downloads write them."""
+
+    @hookspec
+    def register_routes(self, register: Callable[[PluginRoute], None]) -> None:
+        """Register API routes (`register(PluginRoute(...))`), each with the role its
+        caller needs; `promptlab serve` (and the app's API) serves them under
+        `/v1/plugins/NAME`."""
 
     @hookspec
     def register_commands(self, cli: click.Group) -> None:

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
     from promptlab.data.export import Exporter
     from promptlab.evaluation.scorers import ScorerKind
+    from promptlab.server.plugin_routes import PluginRoute
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +127,10 @@ class Plugins:
         """Every export format by name; the plugins load first unless `needed` is built in."""
         return self._registered("register_exporters", "export format", needed)
 
+    def routes(self) -> dict[str, PluginRoute]:
+        """Every plugin's API routes (promptlab has none of its own here)."""
+        return self._registered("register_routes", "route", None)
+
     def _registered(self, hook: str, what: str, needed: str | None) -> dict[str, Any]:
         """What the plugins register with `hook`, by name: those loaded so far (promptlab's
         own, at first), and all once one is needed that is not among them."""
@@ -144,12 +149,13 @@ class Plugins:
             mine: list[Any] = []
             if not self._called(name, impl, register=mine.append):
                 return self._collect(hook, what)
+            mine = [replace(item, plugin=name) for item in mine]
             taken = [item.name for item in mine if item.name in found]
             if taken:
                 owner = found[taken[0]].plugin
                 self.refuse(name, f"registers {what} {taken[0]!r}, which {owner} registered")
                 return self._collect(hook, what)
-            found |= {item.name: replace(item, plugin=name) for item in mine}
+            found |= {item.name: item for item in mine}
         return found
 
     def commands(self, taken: set[str]) -> dict[str, click.Command]:

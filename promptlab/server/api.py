@@ -44,11 +44,12 @@ from promptlab.server.gateway_routes import GatewayDoor, Gateways, add_gateway_r
 from promptlab.server.job_routes import add_job_routes
 from promptlab.server.jobs import Jobs
 from promptlab.server.metrics import metrics_response
+from promptlab.server.plugin_routes import add_plugin_routes
 from promptlab.server.principals import OWNER_TOKEN_ID, Guard, principal_of
 from promptlab.server.prompt_routes import add_prompt_routes
 from promptlab.server.refusals import Refused, error_response, too_many_response
 from promptlab.server.review_routes import add_review_routes
-from promptlab.server.roles import document_roles
+from promptlab.server.roles import ROUTE_ROLES, document_roles
 from promptlab.server.rollout_routes import add_rollout_routes
 from promptlab.server.run_routes import add_run_routes, add_submit_routes
 from promptlab.server.schedule_routes import add_schedule_routes
@@ -93,9 +94,7 @@ def create_app(wb: Workbench, token: str, *, local_paths: bool = True) -> FastAP
     app.state.gateways = Gateways(wb, configs.current)
     app.add_middleware(GatewayDoor, gateways=app.state.gateways)
     app.add_middleware(_BoundedBodies)
-    app.add_middleware(
-        Guard, wb=wb, owner_token=token, routes=lambda: app.router.routes, fairness=fairness
-    )
+    roles = _guarded(app, wb, token, fairness)
     access_lines_on()
     app.add_middleware(AccessLog)  # outermost: a line for every answer, refusals too
     _add_error_answers(app)
@@ -123,8 +122,20 @@ def create_app(wb: Workbench, token: str, *, local_paths: bool = True) -> FastAP
     add_prompt_routes(app, wb)
     add_cache_routes(app, wb)
     add_drift_routes(app, wb)
-    document_roles(app)
+    add_plugin_routes(app, roles)
+    document_roles(app, roles)
     return app
+
+
+def _guarded(app: FastAPI, wb: Workbench, token: str, fairness: Fairness) -> dict[Any, str]:
+    """The guard in front of the routes (principals.py), and the role table it enforces:
+    ROUTE_ROLES, and each plugin route's as it declares it (added with the routes)."""
+    roles = dict(ROUTE_ROLES)
+    routes = lambda: app.router.routes  # noqa: E731 - read at each request: routes come later
+    app.add_middleware(
+        Guard, wb=wb, owner_token=token, routes=routes, fairness=fairness, roles=roles
+    )
+    return roles
 
 
 def _add_error_answers(app: FastAPI) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import secrets
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -70,6 +70,7 @@ class Guard:
         owner_token: str,
         routes: Callable[[], list[Any]],
         fairness: Fairness,
+        roles: Mapping[tuple[str, str], str] = ROUTE_ROLES,
     ) -> None:
         self.app = app
         self.fairness = fairness
@@ -78,6 +79,8 @@ class Guard:
         self.owner_token = owner_token
         self.owner = Principal(wb.settings.author, "admin", True, OWNER_TOKEN_ID)
         self.routes = routes
+        #: The role each route needs: ROUTE_ROLES, and plugin routes' (plugin_routes.py).
+        self.roles = roles
         self._static: dict[tuple[str, str], str] | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -145,7 +148,7 @@ class Guard:
         if self._static is None:
             self._static = {
                 (method, path): role
-                for (method, path), role in ROUTE_ROLES.items()
+                for (method, path), role in self.roles.items()
                 if "{" not in path
             }
         return self._static
@@ -157,7 +160,7 @@ class Guard:
             match, _ = route.matches(scope)
             if match == Match.FULL:
                 path = str(getattr(route, "path", scope["path"]))
-                return ROUTE_ROLES.get((str(scope["method"]), path), UNDECLARED)
+                return self.roles.get((str(scope["method"]), path), UNDECLARED)
         return None
 
 

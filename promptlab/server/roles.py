@@ -9,6 +9,7 @@ walks every route the app serves with every role.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI
@@ -131,9 +132,10 @@ ROUTE_ROLES: dict[tuple[str, str], str] = {
 }
 
 
-def document_roles(app: FastAPI) -> None:
+def document_roles(app: FastAPI, roles: Mapping[tuple[str, str], str] = ROUTE_ROLES) -> None:
     """Each operation in the served OpenAPI description says the role it needs
-    (`x-required-role`), so a client's author can read the policy where the routes are."""
+    (`x-required-role`, from `roles`: the table's and plugin routes'), so a client's
+    author can read the policy where the routes are."""
     from fastapi.openapi.utils import get_openapi
 
     def described() -> dict[str, Any]:
@@ -146,7 +148,7 @@ def document_roles(app: FastAPI) -> None:
             )
             for path, operations in schema.get("paths", {}).items():
                 for method, operation in operations.items():
-                    role = ROUTE_ROLES.get((method.upper(), path))
+                    role = roles.get((method.upper(), path))
                     if role is not None:
                         operation["x-required-role"] = role
             app.openapi_schema = schema

@@ -1,11 +1,12 @@
 """A sample promptlab plugin: the `word_overlap` scorer, the `markdown` export format and
-`promptlab overlap`.
+`promptlab overlap`, and its API route.
 
 `word_overlap` scores an output by the share of the expected answer's words it holds
 (case ignored); with `min_share: 0.8` it is 1 from that share up and 0 below (a pass/fail
 score). `markdown` writes a result table as a Markdown table (`promptlab export --format
 markdown`, and the app's downloads). `promptlab overlap OUTPUT EXPECTED` prints the
-score a spec would get.
+score a spec would get, as `GET /v1/plugins/sample/overlap?output=...&expected=...`
+answers it to any viewer of a `promptlab serve`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from promptlab.data.export import Exporter
 from promptlab.errors import SpecError
 from promptlab.evaluation.scorers import Scored, Scorer, ScorerKind
 from promptlab.plugins.hookspecs import hookimpl
+from promptlab.server.plugin_routes import PluginRoute
 
 _WORDS = re.compile(r"\w+")
 
@@ -85,3 +87,13 @@ def register_commands(cli: click.Group) -> None:
     def overlap_command(output: str, expected: str) -> None:
         """Print the word_overlap score of OUTPUT against EXPECTED (the sample plugin's)."""
         click.echo(f"{overlap(output, expected):.2f}")
+
+
+def overlap_route(output: str, expected: str) -> dict[str, float]:
+    """The word_overlap share of `output` against `expected`."""
+    return {"share": overlap(output, expected)}
+
+
+@hookimpl
+def register_routes(register: Callable[[PluginRoute], None]) -> None:
+    register(PluginRoute("GET", "/overlap", "viewer", overlap_route))
