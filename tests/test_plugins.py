@@ -87,10 +87,14 @@ def test_the_sample_plugin_is_listed_with_its_version_and_hooks() -> None:
     out = CliRunner().invoke(main, ["plugins"])
     assert out.exit_code == 0, out.output
     lines = {line.split()[0]: line.split(maxsplit=2)[1:] for line in out.output.splitlines()[1:]}
-    assert lines["promptlab"] == ["0.1.0", "register_exporters, register_scorers"]
+    assert lines["promptlab"] == [
+        "0.1.0",
+        "register_exporters, register_providers, register_scorers",
+    ]
     assert lines["sample"] == [
         "0.1.0",
-        "register_commands, register_exporters, register_routes, register_scorers",
+        "register_commands, register_exporters, register_providers, register_routes, "
+        "register_scorers",
     ]
     said = CliRunner().invoke(main, ["overlap", "the cat sat", "a cat sat down"])
     assert (said.exit_code, said.output) == (0, "0.50\n")
@@ -286,3 +290,104 @@ def test_a_plugin_taking_a_name_already_taken_is_refused(
         assert "plugin thief refused: adds command 'run', which is taken" in done.stderr
         return
     assert said in listing and "\nsample " in listing
+
+
+# ---- a provider of a wire format of its own ------------------------------------------------
+
+SAMPLE_KEY = "sk-sample-0123456789abcdef0123"
+
+
+def provider_spec(tmp_path: Path, model: str = "tiny-lab:tiny") -> dict[str, Any]:
+    dataset = tmp_path / "asks.csv"
+    asks = [f"hello {i}" for i in range(ROWS - 1)] + ["slow down please"]
+    dataset.write_text("text\n" + "\n".join(asks) + "\n", encoding="utf-8")
+    return {
+        "name": "sample provider",
+        "dataset": str(dataset),
+        "retry": {"backoff_base_s": 0.01, "backoff_cap_s": 0.02},
+        "variants": [
+            {"name": "v", "model": model, "messages": [{"role": "user", "content": "{{ text }}"}]}
+        ],
+    }
+
+
+def providers_file(tmp_path: Path, url: str) -> Path:
+    path = tmp_path / "providers.yaml"
+    endpoint = {"kind": "sample", "base_url": url, "api_key_env": "SAMPLE_KEY"}
+    path.write_text(yaml.safe_dump({"endpoints": {"tiny-lab": endpoint}}), encoding="utf-8")
+    return path
+
+
+def outputs(db: Path, run_id: str) -> dict[str, tuple[str, int]]:
+    """Each result's output, by the text it was asked, with its attempts."""
+    with Store(db) as store, store.read() as cur:
+        rows = cur.execute(
+            "SELECT r.output_text, r.attempts, rr.row_values FROM results r "
+            "JOIN run_rows rr USING (run_id, row_index) WHERE r.run_id = ?",
+            [run_id],
+        ).fetchall()
+    return {yaml.safe_load(values)["text"]: (output, attempts) for output, attempts, values in rows}
+
+
+def test_a_plugin_provider_answers_a_run_with_the_key_the_providers_file_names(
+    tmp_path: Path, db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from promptlab_plugin_sample.fake_server import FakeSampleServer
+
+    from tests.test_engine_secrets import tables_holding
+
+    with FakeSampleServer(key=SAMPLE_KEY) as server:
+        monkeypatch.setenv("PROMPTLAB_PROVIDERS", str(providers_file(tmp_path, server.url)))
+        monkeypatch.setenv("SAMPLE_KEY", SAMPLE_KEY)
+        path = tmp_path / "spec.yaml"
+        path.write_text(yaml.safe_dump(provider_spec(tmp_path)), encoding="utf-8")
+        out = CliRunner().invoke(main, ["--db", str(db_path), "run", str(path), "--quiet"])
+        assert out.exit_code == 0, out.output
+        run_id = "run_" + out.output.split("run run_")[1].split()[0]
+        answered = outputs(db_path, run_id)
+        assert answered["hello 0"] == ("echo: hello 0", 1)
+        # Its 429 went through the engine's retries like any provider's.
+        assert answered["slow down please"] == ("echo: slow down please", 2)
+        assert set(server.authorizations) == {f"Bearer {SAMPLE_KEY}"}
+        assert len(server.authorizations) == ROWS + 1
+        assert SAMPLE_KEY not in out.output
+    with Store(db_path) as store:
+        assert tables_holding(store, "0123456789abcdef") == []
+
+
+def test_a_plugin_provider_s_errors_are_promptlab_s_error_classes(
+    tmp_path: Path, db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from promptlab_plugin_sample.fake_server import FakeSampleServer
+
+    with FakeSampleServer(key="another key") as server:
+        monkeypatch.setenv("PROMPTLAB_PROVIDERS", str(providers_file(tmp_path, server.url)))
+        monkeypatch.setenv("SAMPLE_KEY", SAMPLE_KEY)
+        path = tmp_path / "spec.yaml"
+        path.write_text(yaml.safe_dump(provider_spec(tmp_path)), encoding="utf-8")
+        out = CliRunner().invoke(main, ["--db", str(db_path), "run", str(path), "--quiet"])
+    # A 401 is an auth error: no item gets past it, so the run stops, saying why.
+    assert "stopped: auth: wrong key" in out.output
+
+
+def test_a_spec_s_own_loopback_endpoint_of_a_plugin_kind_runs_through_the_api(
+    tmp_path: Path, db_path: Path
+) -> None:
+    from promptlab_plugin_sample.fake_server import FakeSampleServer
+
+    with FakeSampleServer() as server:
+        data = provider_spec(tmp_path, model="lab:tiny")
+        data["endpoints"] = {"lab": {"kind": "sample", "base_url": server.url}}  # keyless
+        served = Served(db_path)
+        try:
+            status, started = served.call("POST", "/v1/runs", {"spec": data})
+            assert status == 201, started
+            run_id = started["run_id"]
+            deadline = time.monotonic() + 120
+            while served.call("GET", f"/v1/runs/{run_id}")[1]["status"] != "completed":
+                assert time.monotonic() < deadline, "the run did not complete"
+                time.sleep(0.05)
+        finally:
+            served.stop()
+        assert set(server.authorizations) == {None}  # a spec's endpoint gets no key
+    assert outputs(db_path, run_id)["hello 1"] == ("echo: hello 1", 1)

@@ -197,10 +197,10 @@ def test_adapters_send_and_leave_the_context_window_check_to_the_engine(
 
 
 def test_sim_adapter_needs_no_key_and_labels_output() -> None:
-    endpoint = builtin_endpoints({})["sim"]
+    endpoint = dataclasses.replace(builtin_endpoints({})["sim"], latency_scale=0)
 
     async def run() -> CompletionResponse:
-        provider = build_provider(endpoint, environ={}, latency_scale=0)
+        provider = build_provider(endpoint, environ={})
         assert isinstance(provider, Provider)
         return await provider.complete(_request())
 

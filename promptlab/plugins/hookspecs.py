@@ -7,8 +7,10 @@ package:
     [project.entry-points.promptlab]
     sample = "promptlab_plugin_sample"
 
-The built-in scorers and export formats come through the same hooks
-(promptlab/plugins/builtins.py). Where each hook is called: `register_scorers` when a
+promptlab's own providers, scorers and export formats come through the same hooks
+(promptlab/plugins/builtins.py). Where each hook is called: `register_providers` when an
+endpoint's kind is checked (promptlab/providers/config.py) and its adapter built
+(promptlab/providers/__init__.py build_provider), `register_scorers` when a
 spec's `scorers:` are checked (promptlab/evaluation/scorers.py), `register_exporters`
 when an export's format is checked (promptlab/data/export.py), `register_routes` when
 the API is made (promptlab/server/plugin_routes.py), `register_commands` when the
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
 
     from promptlab.data.export import Exporter
     from promptlab.evaluation.scorers import ScorerKind
+    from promptlab.providers import ProviderKind
     from promptlab.server.plugin_routes import PluginRoute
 
 #: The project name hooks are marked with.
@@ -37,6 +40,12 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 
 class Specs:
     """The hooks; each is called once per plugin, with a function to register with."""
+
+    @hookspec
+    def register_providers(self, register: Callable[[ProviderKind], None]) -> None:
+        """Register endpoint kinds (`register(ProviderKind(...))`): a providers file's
+        endpoint (or a spec's keyless loopback one) names one by `kind:`, and its
+        adapter sends that endpoint's requests."""
 
     @hookspec
     def register_scorers(self, register: Callable[[ScorerKind], None]) -> None:

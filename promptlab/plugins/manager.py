@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
     from promptlab.data.export import Exporter
     from promptlab.evaluation.scorers import ScorerKind
+    from promptlab.providers import ProviderKind
     from promptlab.server.plugin_routes import PluginRoute
 
 log = logging.getLogger(__name__)
@@ -126,6 +127,10 @@ class Plugins:
     def exporters(self, needed: str | None = None) -> dict[str, Exporter]:
         """Every export format by name; the plugins load first unless `needed` is built in."""
         return self._registered("register_exporters", "export format", needed)
+
+    def provider_kinds(self, needed: str | None = None) -> dict[str, ProviderKind]:
+        """Every endpoint kind by name; the plugins load first unless `needed` is built in."""
+        return self._registered("register_providers", "provider kind", needed)
 
     def routes(self) -> dict[str, PluginRoute]:
         """Every plugin's API routes (promptlab has none of its own here)."""

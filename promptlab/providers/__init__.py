@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from promptlab.errors import ConfigError
 from promptlab.providers.base import (
@@ -22,39 +23,74 @@ from promptlab.providers.config import (
 )
 
 
+@dataclass(frozen=True)
+class ProviderKind:
+    """An endpoint kind a providers file names by `kind:`: built in, or a plugin's
+    (promptlab/plugins/hookspecs.py `register_providers`)."""
+
+    name: str
+    #: `build(endpoint, api_key, environ)`: the adapter. The key is read by promptlab from
+    #: the env var the providers file names (None when it names none), never from a spec;
+    #: `environ` is the process's settings (the simulator's pace), not a place for keys.
+    build: Callable[[EndpointConfig, str | None, Mapping[str, str]], Provider]
+    #: Who registered it (set by the plugin manager).
+    plugin: str = "promptlab"
+
+
 def build_provider(
-    endpoint: EndpointConfig,
-    *,
-    environ: Mapping[str, str] | None = None,
-    latency_scale: float | None = None,
+    endpoint: EndpointConfig, *, environ: Mapping[str, str] | None = None
 ) -> Provider:
     """The adapter for an endpoint, its key read now from the env var the config names.
 
     `openai` and `anthropic` endpoints get the lean HTTP adapters (providers/http.py)
-    unless their `transport` is "sdk" (the official SDK adapters).
+    unless their `transport` is "sdk" (the official SDK adapters); a plugin's kind gets
+    its plugin's adapter.
     """
-    # Adapters import lazily: the sim needs no HTTP client, and the SDKs are slow to import.
     environ = os.environ if environ is None else environ
-    if endpoint.kind == "sim":
-        from promptlab.providers.sim import SimProvider
+    from promptlab.plugins.manager import plugins
 
-        return SimProvider(endpoint, latency_scale=latency_scale, pace=sim_pace(environ))
-    api_key = read_key(endpoint, environ)
-    if endpoint.kind in ("openai", "anthropic") and endpoint.transport == "http":
-        from promptlab.providers.http import AnthropicHttpProvider, OpenAIHttpProvider
+    kind = plugins().provider_kinds(endpoint.kind).get(endpoint.kind)
+    if kind is None:
+        raise ConfigError(f"endpoint {endpoint.name!r}: unknown kind {endpoint.kind!r}")
+    return kind.build(endpoint, read_key(endpoint, environ), environ)
 
-        if endpoint.kind == "openai":
-            return OpenAIHttpProvider(endpoint, api_key)
+
+def built_in_providers() -> list[ProviderKind]:
+    """The kinds promptlab brings (registered by promptlab/plugins/builtins.py)."""
+    return [
+        ProviderKind("openai", _openai),
+        ProviderKind("anthropic", _anthropic),
+        ProviderKind("sim", _sim),
+    ]
+
+
+# Adapters import lazily: the sim needs no HTTP client, and the SDKs are slow to import.
+
+
+def _sim(endpoint: EndpointConfig, _key: str | None, environ: Mapping[str, str]) -> Provider:
+    from promptlab.providers.sim import SimProvider
+
+    return SimProvider(endpoint, pace=sim_pace(environ))
+
+
+def _openai(endpoint: EndpointConfig, api_key: str | None, _env: Mapping[str, str]) -> Provider:
+    if endpoint.transport == "http":
+        from promptlab.providers.http import OpenAIHttpProvider
+
+        return OpenAIHttpProvider(endpoint, api_key)
+    from promptlab.providers.openai import OpenAIProvider
+
+    return OpenAIProvider(endpoint, api_key)
+
+
+def _anthropic(endpoint: EndpointConfig, api_key: str | None, _env: Mapping[str, str]) -> Provider:
+    if endpoint.transport == "http":
+        from promptlab.providers.http import AnthropicHttpProvider
+
         return AnthropicHttpProvider(endpoint, api_key)
-    if endpoint.kind == "openai":
-        from promptlab.providers.openai import OpenAIProvider
+    from promptlab.providers.anthropic import AnthropicProvider
 
-        return OpenAIProvider(endpoint, api_key)
-    if endpoint.kind == "anthropic":
-        from promptlab.providers.anthropic import AnthropicProvider
-
-        return AnthropicProvider(endpoint, api_key or "")
-    raise ConfigError(f"endpoint {endpoint.name!r}: unknown kind {endpoint.kind!r}")
+    return AnthropicProvider(endpoint, api_key or "")
 
 
 def read_key(endpoint: EndpointConfig, environ: Mapping[str, str]) -> str | None:

@@ -15,11 +15,10 @@ from typing import Any
 
 from promptlab.errors import ConfigError
 from promptlab.providers.batchconfig import BatchSettings, batch_settings
+from promptlab.providers.kinds import endpoint_kinds, is_endpoint_kind
 from promptlab.providers.modelrules import ANY, RULES
 from promptlab.yamlio import read_yaml
 
-#: Endpoint kinds an adapter exists for.
-KINDS = ("openai", "anthropic", "sim")
 #: How openai and anthropic endpoints are reached: the lean aiohttp path (providers/
 #: http.py, the default) or the vendor SDK adapters. Set only in the providers file.
 TRANSPORTS = ("http", "sdk")
@@ -280,8 +279,9 @@ def _merge_endpoint(
     if unknown:
         raise ConfigError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
     kind = spec.get("kind", base.kind if base else None)
-    if kind not in KINDS:
-        raise ConfigError(f"{where}: kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    if not is_endpoint_kind(kind):
+        kinds = ", ".join(endpoint_kinds())
+        raise ConfigError(f"{where}: kind must be one of {kinds}, got {kind!r}")
     current = base if base is not None and base.kind == kind else EndpointConfig(name, kind)
     changes = _model_changes(current, spec.get("models") or {}, where)
     changes.update(_field_changes(spec, where))

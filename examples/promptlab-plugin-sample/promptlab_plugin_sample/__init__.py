@@ -1,5 +1,6 @@
-"""A sample promptlab plugin: the `word_overlap` scorer, the `markdown` export format and
-`promptlab overlap`, and its API route.
+"""A sample promptlab plugin: a provider of its own wire format (`kind: sample`,
+provider.py, with a fake server for tests in fake_server.py), the `word_overlap` scorer,
+the `markdown` export format, `promptlab overlap` and its API route.
 
 `word_overlap` scores an output by the share of the expected answer's words it holds
 (case ignored); with `min_share: 0.8` it is 1 from that share up and 0 below (a pass/fail
@@ -22,6 +23,7 @@ from promptlab.data.export import Exporter
 from promptlab.errors import SpecError
 from promptlab.evaluation.scorers import Scored, Scorer, ScorerKind
 from promptlab.plugins.hookspecs import hookimpl
+from promptlab.providers import ProviderKind
 from promptlab.server.plugin_routes import PluginRoute
 
 _WORDS = re.compile(r"\w+")
@@ -47,6 +49,13 @@ def _check(options: dict[str, Any], where: str) -> None:
         isinstance(floor, bool) or not isinstance(floor, int | float) or not 0 < floor <= 1
     ):
         raise SpecError(f"{where}.min_share: a share above 0 and at most 1, got {floor!r}")
+
+
+@hookimpl
+def register_providers(register: Callable[[ProviderKind], None]) -> None:
+    from promptlab_plugin_sample import provider  # aiohttp comes with promptlab
+
+    register(ProviderKind(provider.KIND, provider.build))
 
 
 @hookimpl

@@ -43,12 +43,12 @@ from promptlab.prompts.templates import Template
 from promptlab.providers import modelrules
 from promptlab.providers.batchconfig import batch_settings
 from promptlab.providers.config import (
-    KINDS,
     EndpointConfig,
     parse_model_ref,
     sampling_rule,
     with_local_endpoints,
 )
+from promptlab.providers.kinds import is_endpoint_kind
 from promptlab.providers.simulator import SIM_MODELS
 from promptlab.records import PlannedChunk, VariantRecord
 
@@ -287,7 +287,7 @@ def merge_endpoints(
                 )
             continue
         kind = values.get("kind")
-        if kind not in KINDS:
+        if not is_endpoint_kind(kind):
             raise SpecError(f"endpoints.{name}: 'kind' is required for a new endpoint")
         if kind != "sim" and "base_url" not in values:
             raise SpecError(

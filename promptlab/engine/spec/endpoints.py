@@ -16,7 +16,8 @@ from urllib.parse import urlsplit
 from promptlab.engine.send.tokenbucket import DEFAULT_BURST_S, Limits
 from promptlab.errors import ConfigError, SpecError
 from promptlab.providers.batchconfig import batch_settings
-from promptlab.providers.config import KINDS, EndpointConfig
+from promptlab.providers.config import EndpointConfig
+from promptlab.providers.kinds import endpoint_kinds, is_endpoint_kind
 
 LIMIT_FIELDS = frozenset({"rpm", "tpm", "concurrency", "burst_s"})
 ENDPOINT_FIELDS = frozenset({"kind", "base_url", "rpm", "tpm", "concurrency", "batch"})
@@ -55,8 +56,8 @@ def parse_endpoints(data: Any) -> dict[str, Mapping[str, Any]]:
             )
         if isinstance(values, Mapping) and set(values) - ENDPOINT_FIELDS:
             raise SpecError(f"{where}: allowed keys are {', '.join(sorted(ENDPOINT_FIELDS))}")
-        if "kind" in values and values["kind"] not in KINDS:
-            raise SpecError(f"{where}.kind: one of {', '.join(KINDS)}")
+        if "kind" in values and not is_endpoint_kind(values["kind"]):
+            raise SpecError(f"{where}.kind: one of {', '.join(endpoint_kinds())}")
         if "base_url" in values:
             loopback_url(values["base_url"], f"{where}.base_url")
         for key in ("rpm", "tpm", "concurrency"):
