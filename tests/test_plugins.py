@@ -93,8 +93,8 @@ def test_the_sample_plugin_is_listed_with_its_version_and_hooks() -> None:
     ]
     assert lines["sample"] == [
         "0.1.0",
-        "register_commands, register_exporters, register_providers, register_routes, "
-        "register_scorers",
+        "register_commands, register_exporters, register_output_checks, register_providers, "
+        "register_routes, register_scorers",
     ]
     said = CliRunner().invoke(main, ["overlap", "the cat sat", "a cat sat down"])
     assert (said.exit_code, said.output) == (0, "0.50\n")
@@ -111,21 +111,26 @@ def test_a_spec_scores_with_the_plugin_s_scorer_through_the_cli(
     check_scores(db_path, f"run_{run_id}")
 
 
-def test_a_spec_scores_with_the_plugin_s_scorer_through_the_api(
-    tmp_path: Path, db_path: Path
-) -> None:
-    served = Served(db_path)
+def served_run(db: Path, data: dict[str, Any]) -> str:
+    """Run a spec through a `promptlab serve` of `db`, to its completion; its id."""
+    served = Served(db)
     try:
-        status, started = served.call("POST", "/v1/runs", {"spec": spec(tmp_path)})
+        status, started = served.call("POST", "/v1/runs", {"spec": data})
         assert status == 201, started
-        run_id = started["run_id"]
+        run_id = str(started["run_id"])
         deadline = time.monotonic() + 120
         while served.call("GET", f"/v1/runs/{run_id}")[1]["status"] != "completed":
             assert time.monotonic() < deadline, "the run did not complete"
             time.sleep(0.05)
     finally:
         served.stop()
-    check_scores(db_path, run_id)
+    return run_id
+
+
+def test_a_spec_scores_with_the_plugin_s_scorer_through_the_api(
+    tmp_path: Path, db_path: Path
+) -> None:
+    check_scores(db_path, served_run(db_path, spec(tmp_path)))
 
 
 def test_the_compare_page_shows_the_plugin_s_score_like_any_other(tmp_path: Path) -> None:
@@ -378,16 +383,76 @@ def test_a_spec_s_own_loopback_endpoint_of_a_plugin_kind_runs_through_the_api(
     with FakeSampleServer() as server:
         data = provider_spec(tmp_path, model="lab:tiny")
         data["endpoints"] = {"lab": {"kind": "sample", "base_url": server.url}}  # keyless
-        served = Served(db_path)
-        try:
-            status, started = served.call("POST", "/v1/runs", {"spec": data})
-            assert status == 201, started
-            run_id = started["run_id"]
-            deadline = time.monotonic() + 120
-            while served.call("GET", f"/v1/runs/{run_id}")[1]["status"] != "completed":
-                assert time.monotonic() < deadline, "the run did not complete"
-                time.sleep(0.05)
-        finally:
-            served.stop()
+        run_id = served_run(db_path, data)
         assert set(server.authorizations) == {None}  # a spec's endpoint gets no key
     assert outputs(db_path, run_id)["hello 1"] == ("echo: hello 1", 1)
+
+
+# ---- an output check ------------------------------------------------------------------------
+
+
+def test_a_plugin_output_check_fails_the_answers_it_finds_a_problem_in(
+    tmp_path: Path, db_path: Path
+) -> None:
+    from promptlab_plugin_sample.fake_server import FakeSampleServer
+
+    with FakeSampleServer() as server:
+        dataset = tmp_path / "asks.csv"
+        asks = ["write to bob@corp.io", "write to ann@example.org", "say hello", "say bye"]
+        dataset.write_text("text\n" + "\n".join(asks) + "\n", encoding="utf-8")
+        data = {
+            "name": "checked",
+            "dataset": str(dataset),
+            "endpoints": {"lab": {"kind": "sample", "base_url": server.url}},
+            "output_checks": [{"kind": "no_email", "allow": ["example.org"]}],
+            "variants": [
+                {
+                    "name": "v",
+                    "model": "lab:tiny",
+                    "messages": [{"role": "user", "content": "{{ text }}"}],
+                }
+            ],
+        }
+        path = tmp_path / "spec.yaml"
+        path.write_text(yaml.safe_dump(data), encoding="utf-8")
+        out = CliRunner().invoke(main, ["--db", str(db_path), "run", str(path), "--quiet"])
+        assert out.exit_code == 0, out.output
+        run_id = "run_" + out.output.split("run run_")[1].split()[0]
+        warned = {
+            **data,
+            "name": "warned",
+            "output_checks": [{"kind": "no_email", "severity": "warning"}],
+        }
+        path.write_text(yaml.safe_dump(warned), encoding="utf-8")
+        out = CliRunner().invoke(main, ["--db", str(db_path), "run", str(path), "--quiet"])
+        second = "run_" + out.output.split("run run_")[1].split()[0]
+    with Store(db_path) as store, store.read() as cur:
+        rows = cur.execute(
+            "SELECT r.run_id, json_extract_string(rr.row_values, '$.text'), r.rule_status, "
+            "r.rule_errors FROM results r JOIN run_rows rr USING (run_id, row_index) "
+            "WHERE r.run_id IN (?, ?)",
+            [run_id, second],
+        ).fetchall()
+    verdicts = {(run, text): (status, errors) for run, text, status, errors in rows}
+    # The address the spec allows passes; the other fails the item, saying how many.
+    assert verdicts[(run_id, "write to bob@corp.io")][0] == "failed"
+    assert "no_email: 1 email address(es) in the output" in str(
+        verdicts[(run_id, "write to bob@corp.io")][1]
+    )
+    assert "bob@corp.io" not in str(verdicts[(run_id, "write to bob@corp.io")][1])
+    assert verdicts[(run_id, "write to ann@example.org")][0] == "passed"
+    assert verdicts[(run_id, "say hello")][0] == "passed"
+    # As a warning it warns, and the item still completes.
+    assert verdicts[(second, "write to ann@example.org")][0] == "warned"
+    assert verdicts[(second, "say bye")][0] == "passed"
+
+
+def test_a_bad_output_check_is_refused_naming_its_place() -> None:
+    from promptlab.checks.plugged import parse_output_checks
+
+    with pytest.raises(SpecError, match=r"output_checks\[0\]\.kind: one of no_email"):
+        parse_output_checks(["nope"])
+    with pytest.raises(SpecError, match=r"output_checks\[0\]\.severity: error or warning"):
+        parse_output_checks([{"kind": "no_email", "severity": "fatal"}])
+    with pytest.raises(SpecError, match=r"output_checks\[0\]: no_email takes no pattern"):
+        parse_output_checks([{"kind": "no_email", "pattern": "x"}])

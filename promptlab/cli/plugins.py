@@ -23,6 +23,7 @@ def plugins_command(ctx: click.Context) -> None:
     root.command.list_commands(root)
     found.scorer_kinds()
     found.exporters()
+    found.output_checks()
     found.routes()
     click.echo(f"{'PLUGIN':<24} {'VERSION':<10} HOOKS")
     for info in found.loaded():

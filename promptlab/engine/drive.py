@@ -282,6 +282,7 @@ class RunDriver:
             top_logprobs=spec.top_logprobs,
             replay=prepared.replay,
             cache=spec.cache,
+            output_checks=spec.output_checks,
             masker=Masker(self.settings.mask) if self.settings.mask else None,
         )
 

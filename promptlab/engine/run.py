@@ -15,6 +15,7 @@ from typing import Any
 
 from promptlab.audit.chain import Masker
 from promptlab.audit.redact import Redactor
+from promptlab.checks.plugged import CheckUse
 from promptlab.checks.validation import Checker, checker_for
 from promptlab.clock import SYSTEM_CLOCK, Clock
 from promptlab.conversations.replay import turn_of
@@ -96,6 +97,7 @@ class RunExecution:
         top_logprobs: int | None = None,
         replay: Replay | None = None,
         cache: CacheSpec | None = None,
+        output_checks: Sequence[CheckUse] = (),
     ) -> None:
         self.run_id = run_id
         self.clock = clock
@@ -122,6 +124,7 @@ class RunExecution:
         self._waiting: set[asyncio.Task[None]] = set()
         self._waiting_room = asyncio.Semaphore(MAX_WAITING_TURNS)
         self.recorder = self._item_recorder(counters, alert_sink, reask, audit, masker)
+        self.recorder.output_checks = tuple(output_checks)
         self.cache = self._run_cache(cache)
         #: Each dispatched item's sends, retries and re-asks (engine/send/attempts.py).
         self.attempts = ItemAttempts(self, self.recorder, self.checkers, policy, clock, reask=reask)

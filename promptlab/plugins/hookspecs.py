@@ -11,7 +11,9 @@ promptlab's own providers, scorers and export formats come through the same hook
 (promptlab/plugins/builtins.py). Where each hook is called: `register_providers` when an
 endpoint's kind is checked (promptlab/providers/config.py) and its adapter built
 (promptlab/providers/__init__.py build_provider), `register_scorers` when a
-spec's `scorers:` are checked (promptlab/evaluation/scorers.py), `register_exporters`
+spec's `scorers:` are checked (promptlab/evaluation/scorers.py), `register_output_checks`
+when its `output_checks:` are, and on each answer (promptlab/checks/plugged.py),
+`register_exporters`
 when an export's format is checked (promptlab/data/export.py), `register_routes` when
 the API is made (promptlab/server/plugin_routes.py), `register_commands` when the
 `promptlab` command looks up a name it does not hold (promptlab/cli/__init__.py).
@@ -27,6 +29,7 @@ import pluggy
 if TYPE_CHECKING:
     import click
 
+    from promptlab.checks.plugged import TextCheck
     from promptlab.data.export import Exporter
     from promptlab.evaluation.scorers import ScorerKind
     from promptlab.providers import ProviderKind
@@ -51,6 +54,11 @@ class Specs:
     def register_scorers(self, register: Callable[[ScorerKind], None]) -> None:
         """Register scorer kinds (`register(ScorerKind(...))`): a spec names one by its
         `kind:`, with its options."""
+
+    @hookspec
+    def register_output_checks(self, register: Callable[[TextCheck], None]) -> None:
+        """Register output checks (`register(TextCheck(...))`): a spec names them in
+        `output_checks:`, and each runs on every answer of the run."""
 
     @hookspec
     def register_exporters(self, register: Callable[[Exporter], None]) -> None:

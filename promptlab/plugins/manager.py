@@ -25,6 +25,7 @@ from promptlab.plugins.hookspecs import PROJECT, Specs
 if TYPE_CHECKING:
     import click
 
+    from promptlab.checks.plugged import TextCheck
     from promptlab.data.export import Exporter
     from promptlab.evaluation.scorers import ScorerKind
     from promptlab.providers import ProviderKind
@@ -131,6 +132,11 @@ class Plugins:
     def provider_kinds(self, needed: str | None = None) -> dict[str, ProviderKind]:
         """Every endpoint kind by name; the plugins load first unless `needed` is built in."""
         return self._registered("register_providers", "provider kind", needed)
+
+    def output_checks(self, needed: str | None = None) -> dict[str, TextCheck]:
+        """Every output check kind by name (promptlab has none of its own: its schema and
+        rules are each template's); the plugins load unless `needed` is known."""
+        return self._registered("register_output_checks", "output check", needed)
 
     def routes(self) -> dict[str, PluginRoute]:
         """Every plugin's API routes (promptlab has none of its own here)."""

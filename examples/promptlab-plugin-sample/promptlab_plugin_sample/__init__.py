@@ -1,6 +1,7 @@
 """A sample promptlab plugin: a provider of its own wire format (`kind: sample`,
 provider.py, with a fake server for tests in fake_server.py), the `word_overlap` scorer,
-the `markdown` export format, `promptlab overlap` and its API route.
+the `no_email` output check, the `markdown` export format, `promptlab overlap` and its
+API route.
 
 `word_overlap` scores an output by the share of the expected answer's words it holds
 (case ignored); with `min_share: 0.8` it is 1 from that share up and 0 below (a pass/fail
@@ -19,6 +20,7 @@ from typing import Any
 
 import click
 
+from promptlab.checks.plugged import TextCheck
 from promptlab.data.export import Exporter
 from promptlab.errors import SpecError
 from promptlab.evaluation.scorers import Scored, Scorer, ScorerKind
@@ -27,6 +29,7 @@ from promptlab.providers import ProviderKind
 from promptlab.server.plugin_routes import PluginRoute
 
 _WORDS = re.compile(r"\w+")
+_EMAIL = re.compile(r"[\w.+-]+@([\w-]+(?:\.[\w-]+)+)")
 
 
 def overlap(output: str, expected: str) -> float:
@@ -81,6 +84,19 @@ def write_markdown(rows: Path, target: Path) -> None:
         for batch in table.to_batches(max_chunksize=1_000):
             for row in batch.to_pylist():
                 out.write("| " + " | ".join(_cell(row[n]) for n in names) + " |\n")
+
+
+def no_email(text: str, _parsed: Any, options: Mapping[str, Any]) -> list[str]:
+    """A problem when the output holds an email address (a domain in `allow` excepted);
+    the problem says how many, never the address (it is stored with the result)."""
+    allowed = {str(d).casefold() for d in options.get("allow", [])}
+    found = [m for m in _EMAIL.finditer(text) if m.group(1).casefold() not in allowed]
+    return [f"{len(found)} email address(es) in the output"] if found else []
+
+
+@hookimpl
+def register_output_checks(register: Callable[[TextCheck], None]) -> None:
+    register(TextCheck("no_email", no_email, frozenset({"allow"})))
 
 
 @hookimpl

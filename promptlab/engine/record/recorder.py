@@ -3,11 +3,13 @@ the live counters and the anomaly alerts, all handed to the writer on the engine
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from promptlab.audit.chain import AuditDraft, Masker, attempt_values, row_digest, run_chain
 from promptlab.checks.anomalies import RunDetector, observation_of, schema_fields
+from promptlab.checks.plugged import CheckUse, run_checks, worse
+from promptlab.checks.rules import RuleStatus
 from promptlab.checks.validation import Checker, CheckStatus, OutputCheck
 from promptlab.clock import Clock
 from promptlab.engine.record import trace
@@ -66,8 +68,11 @@ class ItemRecorder:
         audit: bool,
         masker: Masker | None,
         on_final: Callable[[PendingItem, str, str | None], None] | None = None,
+        output_checks: Sequence[CheckUse] = (),
     ) -> None:
         self.run_id = run_id
+        #: The spec's output checks, run on every answer (checks/plugged.py).
+        self.output_checks = tuple(output_checks)
         #: Told each final row's item, status and stored output (a generated-history
         #: replay's next turn waits for it: engine/send/chains.py).
         self.on_final = on_final
@@ -349,11 +354,32 @@ class ItemRecorder:
         and the JSON value found in the output (None when there is no check)."""
         checker = self.checkers.get(variant_index)
         if checker is None:
-            return {"check_status": CheckStatus.NO_SCHEMA.value}, None
+            fields: dict[str, Any] = {"check_status": CheckStatus.NO_SCHEMA.value}
+            return self._output_checks(fields, response.text, None, None, ()), None
         check = done or checker.check(response.text, str(response.finish_reason))
-        fields: dict[str, Any] = {"check_status": check.status.value, "check_errors": check.errors}
+        fields = {"check_status": check.status.value, "check_errors": check.errors}
         rules = self.templates[variant_index].rule_set
+        status: RuleStatus | None = None
+        failed: Sequence[Any] = ()
         if rules and check.status in (CheckStatus.VALID, CheckStatus.REPAIRED):
             status, failed = rules.check(check.parsed)
-            fields |= {"rule_status": status.value, "rule_errors": tuple(map(str, failed))}
-        return fields, check.parsed
+        return self._output_checks(
+            fields, response.text, check.parsed, status, failed
+        ), check.parsed
+
+    def _output_checks(
+        self,
+        fields: dict[str, Any],
+        text: str,
+        parsed: Any,
+        status: RuleStatus | None,
+        failed: Sequence[Any],
+    ) -> dict[str, Any]:
+        """The rules' verdict with the spec's output checks' (checks/plugged.py) joined."""
+        errors = tuple(map(str, failed))
+        if self.output_checks:
+            checked, problems = run_checks(self.output_checks, text, parsed)
+            status, errors = worse(status, checked), (*errors, *problems)
+        if status is not None:
+            fields |= {"rule_status": status.value, "rule_errors": errors}
+        return fields

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from promptlab.checks.plugged import CheckUse, parse_output_checks
 from promptlab.conversations.shards import ShardSpec
 from promptlab.engine.send.retry import RetryPolicy
 from promptlab.engine.send.tokenbucket import Limits
@@ -110,6 +111,7 @@ SPEC_FIELDS = frozenset(
         "planned_units",
         "cache",
         "drift",
+        "output_checks",
     }
 )
 #: Most times a spec may send each (row, variant): sampling the same prompt a thousand
@@ -176,6 +178,8 @@ class RunSpec:
     cache: CacheSpec = field(default_factory=CacheSpec)
     #: `drift:`: a semantic drift check when the run ends (None: none).
     drift: DriftSpec | None = None
+    #: `output_checks:`: plugins' checks run on every answer (promptlab/checks/plugged.py).
+    output_checks: tuple[CheckUse, ...] = ()
 
     @property
     def split(self) -> bool:
@@ -269,6 +273,7 @@ def parse_spec(
         shards=shards_field(data),
         cache=cache_field(data.get("cache")),
         drift=drift_field(data.get("drift")),
+        output_checks=parse_output_checks(data.get("output_checks")),
         **schedule_and_scoring(data),
     )
 
