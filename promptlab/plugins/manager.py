@@ -129,9 +129,12 @@ class Plugins:
         """Every export format by name; the plugins load first unless `needed` is built in."""
         return self._registered("register_exporters", "export format", needed)
 
-    def provider_kinds(self, needed: str | None = None) -> dict[str, ProviderKind]:
-        """Every endpoint kind by name; the plugins load first unless `needed` is built in."""
-        return self._registered("register_providers", "provider kind", needed)
+    def provider_kinds(
+        self, needed: str | None = None, load: bool = True
+    ) -> dict[str, ProviderKind]:
+        """Every endpoint kind by name; the plugins load first unless `needed` is built in
+        (or `load` is false: those loaded so far)."""
+        return self._registered("register_providers", "provider kind", needed, load)
 
     def output_checks(self, needed: str | None = None) -> dict[str, TextCheck]:
         """Every output check kind by name (promptlab has none of its own: its schema and
@@ -142,12 +145,17 @@ class Plugins:
         """Every plugin's API routes (promptlab has none of its own here)."""
         return self._registered("register_routes", "route", None)
 
-    def _registered(self, hook: str, what: str, needed: str | None) -> dict[str, Any]:
+    def _registered(
+        self, hook: str, what: str, needed: str | None, load: bool = True
+    ) -> dict[str, Any]:
         """What the plugins register with `hook`, by name: those loaded so far (promptlab's
-        own, at first), and all once one is needed that is not among them."""
+        own, at first), and all once one is needed that is not among them (unless not
+        `load`)."""
         with self._lock:
             if hook not in self._kept:
                 self._kept[hook] = self._collect(hook, what)
+            if not load:
+                return self._kept[hook]
             if (needed is None or needed not in self._kept[hook]) and not self._external:
                 self.load()
                 self._kept[hook] = self._collect(hook, what)

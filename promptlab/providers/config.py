@@ -15,7 +15,7 @@ from typing import Any
 
 from promptlab.errors import ConfigError
 from promptlab.providers.batchconfig import BatchSettings, batch_settings
-from promptlab.providers.kinds import endpoint_kinds, is_endpoint_kind
+from promptlab.providers.kinds import endpoint_kinds
 from promptlab.providers.modelrules import ANY, RULES
 from promptlab.yamlio import read_yaml
 
@@ -279,7 +279,7 @@ def _merge_endpoint(
     if unknown:
         raise ConfigError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
     kind = spec.get("kind", base.kind if base else None)
-    if not is_endpoint_kind(kind):
+    if kind not in endpoint_kinds(load=False) and kind not in endpoint_kinds():
         kinds = ", ".join(endpoint_kinds())
         raise ConfigError(f"{where}: kind must be one of {kinds}, got {kind!r}")
     current = base if base is not None and base.kind == kind else EndpointConfig(name, kind)

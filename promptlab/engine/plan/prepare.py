@@ -48,7 +48,7 @@ from promptlab.providers.config import (
     sampling_rule,
     with_local_endpoints,
 )
-from promptlab.providers.kinds import is_endpoint_kind
+from promptlab.providers.kinds import endpoint_kinds
 from promptlab.providers.simulator import SIM_MODELS
 from promptlab.records import PlannedChunk, VariantRecord
 
@@ -135,10 +135,8 @@ class PreparedRun:
         """The run's assignment; with `skip_invalid_rows`, minus rows a template refuses.
 
         The check reads the dataset once more (up to `rows` rows) and renders each row
-        with every variant's template, the way the run would. A cross-check's tiebreak
-        model (its last variant) gets rows once the others answered (engine/rounds.py);
-        `tiebreak` plans it every row, an estimate's upper bound.
-        """
+        with every variant's template, the way the run would. A tiebreak model gets rows
+        later (engine/rounds.py); `tiebreak` plans it every row (an estimate's bound)."""
         strategy = _assignment(self.spec, [v.name for v in self.variants], tiebreak)
         if not self.spec.skip_invalid_rows:
             return strategy
@@ -287,7 +285,8 @@ def merge_endpoints(
                 )
             continue
         kind = values.get("kind")
-        if not is_endpoint_kind(kind):
+        known = kind in endpoint_kinds(load=False) or kind in endpoint_kinds()
+        if not isinstance(kind, str) or not known:
             raise SpecError(f"endpoints.{name}: 'kind' is required for a new endpoint")
         if kind != "sim" and "base_url" not in values:
             raise SpecError(

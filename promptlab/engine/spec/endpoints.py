@@ -17,7 +17,7 @@ from promptlab.engine.send.tokenbucket import DEFAULT_BURST_S, Limits
 from promptlab.errors import ConfigError, SpecError
 from promptlab.providers.batchconfig import batch_settings
 from promptlab.providers.config import EndpointConfig
-from promptlab.providers.kinds import endpoint_kinds, is_endpoint_kind
+from promptlab.providers.kinds import endpoint_kinds
 
 LIMIT_FIELDS = frozenset({"rpm", "tpm", "concurrency", "burst_s"})
 ENDPOINT_FIELDS = frozenset({"kind", "base_url", "rpm", "tpm", "concurrency", "batch"})
@@ -56,7 +56,9 @@ def parse_endpoints(data: Any) -> dict[str, Mapping[str, Any]]:
             )
         if isinstance(values, Mapping) and set(values) - ENDPOINT_FIELDS:
             raise SpecError(f"{where}: allowed keys are {', '.join(sorted(ENDPOINT_FIELDS))}")
-        if "kind" in values and not is_endpoint_kind(values["kind"]):
+        kind = values.get("kind")
+        known = kind in endpoint_kinds(load=False) or kind in endpoint_kinds()
+        if "kind" in values and not known:
             raise SpecError(f"{where}.kind: one of {', '.join(endpoint_kinds())}")
         if "base_url" in values:
             loopback_url(values["base_url"], f"{where}.base_url")
