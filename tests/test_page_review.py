@@ -100,3 +100,6 @@ def test_a_tiebreak_says_which_rows_it_reinferred() -> None:
     assert not at.exception
     label = f"{summary.reinferred} re-inferred by the tiebreak model"
     assert any(label in e.label for e in at.expander)
+    weights = next(d.value for d in at.dataframe if "weight from F1" in d.value.columns)
+    third = weights[weights["model"] == "sim:fast (tiebreak)"].iloc[0]
+    assert third["weight (±5% rule)"] == 0.5 and third.isna()["weight from F1"]

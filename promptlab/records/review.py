@@ -113,8 +113,9 @@ class CrosscheckSummary:
     run_id: str
     weights: tuple[WeightRecord, ...]
     decisions: Mapping[str, int]
-    #: Rows its tiebreak model answered again (0 without a tiebreak).
+    #: Rows its tiebreak model answered again (0 without a tiebreak), and that model.
     reinferred: int = 0
+    tiebreak: str | None = None
 
 
 #: The review list as the CLI prints it (and the server answers it): the items, and how

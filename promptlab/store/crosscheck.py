@@ -112,6 +112,11 @@ class CrosscheckStore:
                 "SELECT count(*) FROM crosscheck_rounds WHERE run_id = ? AND reinferred",
                 [run_id],
             ).fetchall()[0][0]
+            tiebreak = cur.execute(
+                "SELECT json_extract_string(spec, '$.crosscheck.tiebreak.model') FROM runs "
+                "WHERE run_id = ?",
+                [run_id],
+            ).fetchall()
         if not weights:
             return None
         return CrosscheckSummary(
@@ -119,6 +124,7 @@ class CrosscheckStore:
             tuple(WeightRecord(*w) for w in weights),
             {d: int(n) for d, n in counts},
             int(reinferred),
+            tiebreak[0][0] if tiebreak else None,
         )
 
     def measured_rows(self, run_id: str) -> set[int]:

@@ -115,15 +115,20 @@ def summary_title(summary: CrosscheckSummary) -> str:
 
 
 def weight_rows(summary: CrosscheckSummary) -> list[dict[str, Any]]:
-    return [
-        {
-            "model": w.variant,
-            "validation F1": w.f1,
-            "weight from F1": round(w.base_weight, 4),
-            "weight (±5% rule)": round(w.weight, 4),
-        }
-        for w in summary.weights
-    ]
+    """Each model's weight; the tiebreak model's is its own (neither F1 nor the ±5% rule
+    moves it), said so."""
+    rows = []
+    for w in summary.weights:
+        third = w.variant == summary.tiebreak
+        rows.append(
+            {
+                "model": f"{w.variant} (tiebreak)" if third else w.variant,
+                "validation F1": w.f1,
+                "weight from F1": None if third else round(w.base_weight, 4),
+                "weight (±5% rule)": round(w.weight, 4),
+            }
+        )
+    return rows
 
 
 def _short(text: str | None, limit: int = SHORT) -> str | None:
