@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 from promptlab_plugin_sample import overlap
 from streamlit.testing.v1 import AppTest
 
@@ -83,6 +83,18 @@ def check_scores(db: Path, run_id: str) -> None:
             assert value in (0.0, 1.0)
 
 
+def cli_run(db: Path, tmp_path: Path, data: dict[str, Any]) -> Result:
+    """`promptlab run --quiet` of the spec `data`, written as YAML into `tmp_path`."""
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    return CliRunner().invoke(main, ["--db", str(db), "run", str(path), "--quiet"])
+
+
+def run_id_of(out: Result) -> str:
+    """The run id a `promptlab run` printed."""
+    return "run_" + out.output.split("run run_")[1].split()[0]
+
+
 def test_the_sample_plugin_is_listed_with_its_version_and_hooks() -> None:
     out = CliRunner().invoke(main, ["plugins"])
     assert out.exit_code == 0, out.output
@@ -103,12 +115,9 @@ def test_the_sample_plugin_is_listed_with_its_version_and_hooks() -> None:
 def test_a_spec_scores_with_the_plugin_s_scorer_through_the_cli(
     tmp_path: Path, db_path: Path
 ) -> None:
-    path = tmp_path / "spec.yaml"
-    path.write_text(yaml.safe_dump(spec(tmp_path)), encoding="utf-8")
-    out = CliRunner().invoke(main, ["--db", str(db_path), "run", str(path), "--quiet"])
+    out = cli_run(db_path, tmp_path, spec(tmp_path))
     assert out.exit_code == 0, out.output
-    run_id = out.output.split("run run_")[1].split()[0]
-    check_scores(db_path, f"run_{run_id}")
+    check_scores(db_path, run_id_of(out))
 
 
 def served_run(db: Path, data: dict[str, Any]) -> str:
@@ -151,10 +160,8 @@ def test_the_compare_page_shows_the_plugin_s_score_like_any_other(tmp_path: Path
 
 
 def test_a_result_table_exports_in_the_plugin_s_format(tmp_path: Path, db_path: Path) -> None:
-    path = tmp_path / "spec.yaml"
-    path.write_text(yaml.safe_dump(spec(tmp_path)), encoding="utf-8")
-    out = CliRunner().invoke(main, ["--db", str(db_path), "run", str(path), "--quiet"])
-    run_id = "run_" + out.output.split("run run_")[1].split()[0]
+    out = cli_run(db_path, tmp_path, spec(tmp_path))
+    run_id = run_id_of(out)
     target = tmp_path / "results.md"
     argv = ["--db", str(db_path), "export", "--run", run_id, "--format", "markdown"]
     done = CliRunner().invoke(main, [*argv, "-o", str(target)])
@@ -344,11 +351,9 @@ def test_a_plugin_provider_answers_a_run_with_the_key_the_providers_file_names(
     with FakeSampleServer(key=SAMPLE_KEY) as server:
         monkeypatch.setenv("PROMPTLAB_PROVIDERS", str(providers_file(tmp_path, server.url)))
         monkeypatch.setenv("SAMPLE_KEY", SAMPLE_KEY)
-        path = tmp_path / "spec.yaml"
-        path.write_text(yaml.safe_dump(provider_spec(tmp_path)), encoding="utf-8")
-        out = CliRunner().invoke(main, ["--db", str(db_path), "run", str(path), "--quiet"])
+        out = cli_run(db_path, tmp_path, provider_spec(tmp_path))
         assert out.exit_code == 0, out.output
-        run_id = "run_" + out.output.split("run run_")[1].split()[0]
+        run_id = run_id_of(out)
         answered = outputs(db_path, run_id)
         assert answered["hello 0"] == ("echo: hello 0", 1)
         # Its 429 went through the engine's retries like any provider's.
@@ -368,9 +373,7 @@ def test_a_plugin_provider_s_errors_are_promptlab_s_error_classes(
     with FakeSampleServer(key="another key") as server:
         monkeypatch.setenv("PROMPTLAB_PROVIDERS", str(providers_file(tmp_path, server.url)))
         monkeypatch.setenv("SAMPLE_KEY", SAMPLE_KEY)
-        path = tmp_path / "spec.yaml"
-        path.write_text(yaml.safe_dump(provider_spec(tmp_path)), encoding="utf-8")
-        out = CliRunner().invoke(main, ["--db", str(db_path), "run", str(path), "--quiet"])
+        out = cli_run(db_path, tmp_path, provider_spec(tmp_path))
     # A 401 is an auth error: no item gets past it, so the run stops, saying why.
     assert "stopped: auth: wrong key" in out.output
 
@@ -413,19 +416,16 @@ def test_a_plugin_output_check_fails_the_answers_it_finds_a_problem_in(
                 }
             ],
         }
-        path = tmp_path / "spec.yaml"
-        path.write_text(yaml.safe_dump(data), encoding="utf-8")
-        out = CliRunner().invoke(main, ["--db", str(db_path), "run", str(path), "--quiet"])
+        out = cli_run(db_path, tmp_path, data)
         assert out.exit_code == 0, out.output
-        run_id = "run_" + out.output.split("run run_")[1].split()[0]
+        run_id = run_id_of(out)
         warned = {
             **data,
             "name": "warned",
             "output_checks": [{"kind": "no_email", "severity": "warning"}],
         }
-        path.write_text(yaml.safe_dump(warned), encoding="utf-8")
-        out = CliRunner().invoke(main, ["--db", str(db_path), "run", str(path), "--quiet"])
-        second = "run_" + out.output.split("run run_")[1].split()[0]
+        out = cli_run(db_path, tmp_path, warned)
+        second = run_id_of(out)
     with Store(db_path) as store, store.read() as cur:
         rows = cur.execute(
             "SELECT r.run_id, json_extract_string(rr.row_values, '$.text'), r.rule_status, "

@@ -123,8 +123,9 @@ class RunExecution:
         #: (cancelled on a halt: they were never sent, so they stay pending).
         self._waiting: set[asyncio.Task[None]] = set()
         self._waiting_room = asyncio.Semaphore(MAX_WAITING_TURNS)
-        self.recorder = self._item_recorder(counters, alert_sink, reask, audit, masker)
-        self.recorder.output_checks = tuple(output_checks)
+        self.recorder = self._item_recorder(
+            counters, alert_sink, reask, audit, masker, output_checks
+        )
         self.cache = self._run_cache(cache)
         #: Each dispatched item's sends, retries and re-asks (engine/send/attempts.py).
         self.attempts = ItemAttempts(self, self.recorder, self.checkers, policy, clock, reask=reask)
@@ -139,6 +140,7 @@ class RunExecution:
         reask: int,
         audit: bool,
         masker: Masker | None,
+        output_checks: Sequence[CheckUse],
     ) -> ItemRecorder:
         """What the run's items leave behind (engine/record/recorder.py); with generated history
         each final row lets its session's next turn go."""
@@ -155,6 +157,7 @@ class RunExecution:
             audit=audit,
             masker=masker,
             on_final=self._finished if self.chains is not None else None,
+            output_checks=output_checks,
         )
 
     def _request_builder(

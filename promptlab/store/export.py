@@ -20,7 +20,13 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 
 from promptlab.audit.redact import MASK
-from promptlab.data.export import ExportFilters, check_items, exporter_of, sql_neutralised
+from promptlab.data.export import (
+    Exporter,
+    ExportFilters,
+    check_items,
+    exporter_of,
+    sql_neutralised,
+)
 from promptlab.errors import ExportError, NotFoundError
 from promptlab.store.connection import Store
 from promptlab.store.item_pages import item_filter
@@ -223,7 +229,7 @@ def _copy(
 ) -> int:
     exporter = exporter_of(fmt)
     if exporter.copy is None:
-        return _plugin_copy(cur, query, args, fmt, target, secrets)
+        return _plugin_copy(cur, query, args, exporter, target, secrets)
     described = cur.execute(f"DESCRIBE {query}", args).fetchall()
     csv = exporter.copy == "csv"
     select, mask_args = _shown(described, secrets, neutralise=csv and not raw)
@@ -247,13 +253,12 @@ def _plugin_copy(
     cur: duckdb.DuckDBPyConnection,
     query: str,
     args: list[Any],
-    fmt: str,
+    exporter: Exporter,
     target: Path,
     secrets: Sequence[str],
 ) -> int:
-    """A plugin's format: the rows (secrets masked) as Parquet beside the target, then
+    """A plugin's format: the rows (secrets masked) as Parquet in a temporary folder, then
     the plugin's `write` makes the target from them; a failure of its is one line."""
-    exporter = exporter_of(fmt)
     assert exporter.write is not None
     # Not beside the target: a staged target may be an unnamed file (/proc/self/fd/N).
     with tempfile.TemporaryDirectory(prefix="promptlab-export-") as folder:
